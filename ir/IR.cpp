@@ -1,0 +1,290 @@
+//===- IR.cpp - Values, ops, graphs and the builder -----------------------===//
+#include "ir/IR.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace lwcc {
+
+std::string_view roleName(InputRole r) { return r == InputRole::Label ? "label" : "data"; }
+
+int64_t ParallelConfig::totalDegree() const {
+  int64_t n = 1;
+  for (const auto& [dim, degree] : degrees)
+    n *= degree;
+  return n;
+}
+
+//===----------------------------------------------------------------------===//
+// Value
+//===----------------------------------------------------------------------===//
+
+static void removeUse(std::vector<Use>& uses, Use u) {
+  auto it = std::find(uses.begin(), uses.end(), u);
+  assert(it != uses.end() && "use list out of sync");
+  uses.erase(it);
+}
+
+void Value::replaceAllUsesWith(Value* other) {
+  if (other == this)
+    return;
+  std::vector<Use> uses = std::move(uses_);
+  uses_.clear();
+  for (const Use& u : uses) {
+    if (u.user) {
+      u.user->operands_[u.index] = other;
+    } else {
+      // A graph output: find the graph through the other value's owner.
+      // Outputs are rewritten by the graph that holds this value.
+      assert(owner_ && "graph output use without owning graph");
+      owner_->outputs_[u.index] = other;
+    }
+    other->uses_.push_back(u);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Op
+//===----------------------------------------------------------------------===//
+
+void Op::setOperand(unsigned i, Value* v) {
+  removeUse(operands_[i]->uses_, Use{this, i});
+  operands_[i] = v;
+  v->uses_.push_back(Use{this, i});
+}
+
+void Op::addOperand(Value* v) {
+  operands_.push_back(v);
+  v->uses_.push_back(Use{this, numOperands() - 1});
+}
+
+void Op::dropOperands() {
+  for (unsigned i = 0; i < operands_.size(); ++i)
+    removeUse(operands_[i]->uses_, Use{this, i});
+  operands_.clear();
+}
+
+bool Op::hasUsedResults() const {
+  return std::any_of(results_.begin(), results_.end(),
+                     [](const std::unique_ptr<Value>& r) { return r->hasUses(); });
+}
+
+const Attribute* Op::findAttr(std::string_view name) const {
+  for (const NamedAttr& a : attrs_)
+    if (a.name == name)
+      return &a.value;
+  return nullptr;
+}
+
+void Op::setAttr(std::string_view name, Attribute value) {
+  for (NamedAttr& a : attrs_)
+    if (a.name == name) {
+      a.value = std::move(value);
+      return;
+    }
+  attrs_.push_back(NamedAttr{std::string(name), std::move(value)});
+}
+
+void Op::removeAttr(std::string_view name) {
+  std::erase_if(attrs_, [&](const NamedAttr& a) { return a.name == name; });
+}
+
+const Attribute& Op::attrOrDefault(std::string_view name, AttrKind kind) const {
+  if (const Attribute* a = findAttr(name)) {
+    assert(a->kind() == kind && "attribute of the wrong kind; verify first");
+    return *a;
+  }
+  const AttrSpec* spec = info().findAttr(name);
+  assert(spec && spec->kind == kind && "attribute not declared in Ops.def");
+  assert(spec->presence == AttrSpec::Defaulted && "required attribute missing; verify first");
+  (void)kind;
+  return spec->defaultValue;
+}
+
+int64_t Op::getInt(std::string_view n) const { return attrOrDefault(n, AttrKind::Int).getInt(); }
+double Op::getFloat(std::string_view n) const {
+  return attrOrDefault(n, AttrKind::Float).getFloat();
+}
+const std::string& Op::getString(std::string_view n) const {
+  return attrOrDefault(n, AttrKind::String).getString();
+}
+const std::vector<int64_t>& Op::getInts(std::string_view n) const {
+  return attrOrDefault(n, AttrKind::Ints).getInts();
+}
+const std::vector<double>& Op::getFloats(std::string_view n) const {
+  return attrOrDefault(n, AttrKind::Floats).getFloats();
+}
+
+std::string Op::describe() const {
+  std::string s = "'" + std::string(mnemonic()) + "' op";
+  if (!loc_.name.empty())
+    s += " \"" + loc_.name + "\"";
+  return s;
+}
+
+llvm::Error Op::emitError(const std::string& message) const {
+  return makeError(loc_, describe() + ": " + message);
+}
+
+//===----------------------------------------------------------------------===//
+// Graph
+//===----------------------------------------------------------------------===//
+
+Graph::~Graph() {
+  // Ops refer to each other's results; drop all uses before freeing.
+  for (auto& op : ops_)
+    op->operands_.clear();
+}
+
+Value* Graph::addInput(std::string name, TensorType type, InputRole role) {
+  auto v = std::unique_ptr<Value>(new Value(ValueKind::Input, std::move(type)));
+  v->name_ = std::move(name);
+  v->role_ = role;
+  v->owner_ = this;
+  inputs_.push_back(std::move(v));
+  return inputs_.back().get();
+}
+
+Value* Graph::addParam(std::string name, std::string initializer, TensorType type) {
+  auto v = std::unique_ptr<Value>(new Value(ValueKind::Param, std::move(type)));
+  v->name_ = std::move(name);
+  v->paramName_ = std::move(initializer);
+  v->owner_ = this;
+  params_.push_back(std::move(v));
+  return params_.back().get();
+}
+
+void Graph::eraseParam(Value* param) {
+  assert(!param->hasUses() && "erasing a used param");
+  std::erase_if(params_, [&](const std::unique_ptr<Value>& p) { return p.get() == param; });
+}
+
+Op* Graph::createOp(OpKind kind, const std::vector<Value*>& operands,
+                    const std::vector<TensorType>& resultTypes, Location loc, Op* before) {
+  auto op = std::unique_ptr<Op>(new Op(kind, std::move(loc)));
+  Op* raw = op.get();
+  raw->parent_ = this;
+  for (Value* v : operands)
+    raw->addOperand(v);
+  for (unsigned i = 0; i < resultTypes.size(); ++i) {
+    auto r = std::unique_ptr<Value>(new Value(ValueKind::Result, resultTypes[i]));
+    r->def_ = raw;
+    r->resultIndex_ = i;
+    r->owner_ = this;
+    raw->results_.push_back(std::move(r));
+  }
+  auto pos = before ? before->self_ : ops_.end();
+  raw->self_ = ops_.insert(pos, std::move(op));
+  return raw;
+}
+
+void Graph::eraseOp(Op* op) {
+  assert(op->parent_ == this && "op of another graph");
+  assert(!op->hasUsedResults() && "erasing an op whose results are used");
+  op->dropOperands();
+  ops_.erase(op->self_);
+}
+
+void Graph::moveOp(Op* op, Op* before) {
+  auto pos = before ? before->self_ : ops_.end();
+  ops_.splice(pos, ops_, op->self_);
+}
+
+Op* Graph::nextOp(Op* op) const {
+  auto it = std::next(op->self_);
+  return it == ops_.end() ? nullptr : it->get();
+}
+
+void Graph::addOutput(Value* v) {
+  outputs_.push_back(v);
+  v->uses_.push_back(Use{nullptr, static_cast<unsigned>(outputs_.size() - 1)});
+}
+
+void Graph::setOutput(unsigned i, Value* v) {
+  removeUse(outputs_[i]->uses_, Use{nullptr, i});
+  outputs_[i] = v;
+  v->uses_.push_back(Use{nullptr, i});
+}
+
+void Graph::clearOutputs() {
+  for (unsigned i = 0; i < outputs_.size(); ++i)
+    removeUse(outputs_[i]->uses_, Use{nullptr, i});
+  outputs_.clear();
+}
+
+std::unique_ptr<Graph> Graph::clone() const {
+  auto g = std::make_unique<Graph>(name_);
+  std::unordered_map<const Value*, Value*> map;
+  for (const auto& in : inputs_) {
+    Value* v = g->addInput(in->name(), in->type(), in->role());
+    v->setLoc(in->loc());
+    map[in.get()] = v;
+  }
+  for (const auto& p : params_) {
+    Value* v = g->addParam(p->name(), p->paramName(), p->type());
+    v->setLoc(p->loc());
+    map[p.get()] = v;
+  }
+  Builder b(*g);
+  for (const auto& op : ops_)
+    b.clone(*op, map);
+  for (Value* out : outputs_)
+    g->addOutput(map.at(out));
+  return g;
+}
+
+//===----------------------------------------------------------------------===//
+// Builder
+//===----------------------------------------------------------------------===//
+
+Op* Builder::create(OpKind kind, const std::vector<Value*>& operands,
+                    const std::vector<TensorType>& resultTypes, std::vector<NamedAttr> attrs) {
+  Op* op = graph_.createOp(kind, operands, resultTypes, loc_, before_);
+  for (NamedAttr& a : attrs)
+    op->setAttr(a.name, std::move(a.value));
+  return op;
+}
+
+llvm::Expected<Op*> Builder::createInferred(OpKind kind, const std::vector<Value*>& operands,
+                                            std::vector<NamedAttr> attrs, unsigned numResults) {
+  std::vector<TensorType> placeholder(numResults);
+  Op* op = create(kind, operands, placeholder, std::move(attrs));
+  llvm::Expected<std::vector<TensorType>> types = op->info().shapeRule(*op);
+  if (!types) {
+    llvm::Error err = op->emitError(llvm::toString(types.takeError()));
+    graph_.eraseOp(op);
+    return err;
+  }
+  if (types->size() != numResults) {
+    graph_.eraseOp(op);
+    return makeError(loc_, "shape rule of '" + std::string(opInfo(kind).mnemonic) +
+                               "' gives " + std::to_string(types->size()) + " results, expected " +
+                               std::to_string(numResults));
+  }
+  for (unsigned i = 0; i < numResults; ++i)
+    op->result(i)->setType((*types)[i]);
+  return op;
+}
+
+Op* Builder::clone(const Op& op, std::unordered_map<const Value*, Value*>& map) {
+  std::vector<Value*> operands;
+  for (Value* v : op.operands()) {
+    auto it = map.find(v);
+    operands.push_back(it == map.end() ? v : it->second);
+  }
+  std::vector<TensorType> types;
+  for (unsigned i = 0; i < op.numResults(); ++i)
+    types.push_back(op.result(i)->type());
+  Op* copy = graph_.createOp(op.kind(), operands, types, op.loc(), before_);
+  for (const NamedAttr& a : op.attrs())
+    copy->setAttr(a.name, a.value);
+  copy->annotations() = op.annotations();
+  for (unsigned i = 0; i < op.numResults(); ++i) {
+    copy->result(i)->setName(op.result(i)->name());
+    copy->result(i)->setLoc(op.result(i)->loc());
+    map[op.result(i)] = copy->result(i);
+  }
+  return copy;
+}
+
+} // namespace lwcc

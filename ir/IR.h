@@ -1,0 +1,246 @@
+//===- IR.h - Values, ops and graphs ---------------------------*- C++ -*-===//
+//
+// A Graph holds inputs (role data or label), params (named initializers),
+// ops in topological order, and outputs. Each op owns its result Values;
+// the graph owns its inputs and params. Values keep use lists so that
+// replaceAllUsesWith and dead-code checks are cheap.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/Attribute.h"
+#include "ir/Diagnostics.h"
+#include "ir/OpTable.h"
+#include "ir/Types.h"
+
+namespace lwcc {
+
+class Graph;
+class Op;
+
+enum class ValueKind : uint8_t { Input, Param, Result };
+enum class InputRole : uint8_t { Data, Label };
+std::string_view roleName(InputRole r);
+
+/// One use of a value: operand `index` of `user`, or graph output `index`
+/// when `user` is null.
+struct Use {
+  Op* user;
+  unsigned index;
+  friend bool operator==(const Use&, const Use&) = default;
+};
+
+class Value {
+public:
+  ValueKind kind() const { return kind_; }
+  const TensorType& type() const { return type_; }
+  void setType(TensorType t) { type_ = std::move(t); }
+
+  /// The name printed after '%'. May be empty: the printer numbers it.
+  const std::string& name() const { return name_; }
+  void setName(std::string n) { name_ = std::move(n); }
+
+  /// For results: the op that defines this value and which result it is.
+  Op* definingOp() const { return def_; }
+  unsigned resultIndex() const { return resultIndex_; }
+  /// For params: the initializer name; for inputs: the role.
+  const std::string& paramName() const { return paramName_; }
+  void setParamName(std::string n) { paramName_ = std::move(n); }
+  InputRole role() const { return role_; }
+  void setRole(InputRole r) { role_ = r; }
+
+  const Location& loc() const { return loc_; }
+  void setLoc(Location l) { loc_ = std::move(l); }
+
+  const std::vector<Use>& uses() const { return uses_; }
+  bool hasUses() const { return !uses_.empty(); }
+  /// Rewrites every use (op operands and graph outputs) to `other`.
+  void replaceAllUsesWith(Value* other);
+
+private:
+  friend class Op;
+  friend class Graph;
+  Value(ValueKind k, TensorType t) : kind_(k), type_(std::move(t)) {}
+
+  ValueKind kind_;
+  TensorType type_;
+  std::string name_;
+  Graph* owner_ = nullptr; ///< The graph whose outputs may list this value.
+  Op* def_ = nullptr;
+  unsigned resultIndex_ = 0;
+  std::string paramName_;
+  InputRole role_ = InputRole::Data;
+  Location loc_;
+  std::vector<Use> uses_;
+};
+
+/// A degree per parallelizable output dim (n, c, h, w, or d0, d1, ... for
+/// ops without named dims) and the devices the op runs on.
+struct ParallelConfig {
+  std::vector<std::pair<std::string, int64_t>> degrees;
+  std::vector<int64_t> devices;
+  int64_t totalDegree() const;
+  friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
+};
+
+/// What later passes record on an op. Unset fields print nothing.
+struct Annotations {
+  std::optional<ParallelConfig> par;
+  std::optional<int64_t> device;
+  std::optional<int64_t> stream;
+  std::optional<int64_t> microBatch;
+  /// Arena offset of each result, in result order.
+  std::optional<std::vector<int64_t>> bufferOffsets;
+  bool empty() const { return !par && !device && !stream && !microBatch && !bufferOffsets; }
+  friend bool operator==(const Annotations&, const Annotations&) = default;
+};
+
+class Op {
+public:
+  OpKind kind() const { return kind_; }
+  const OpInfo& info() const { return opInfo(kind_); }
+  std::string_view mnemonic() const { return info().mnemonic; }
+  Graph* parent() const { return parent_; }
+
+  unsigned numOperands() const { return static_cast<unsigned>(operands_.size()); }
+  Value* operand(unsigned i) const { return operands_[i]; }
+  const std::vector<Value*>& operands() const { return operands_; }
+  void setOperand(unsigned i, Value* v);
+  void addOperand(Value* v);
+
+  unsigned numResults() const { return static_cast<unsigned>(results_.size()); }
+  Value* result(unsigned i = 0) const { return results_[i].get(); }
+  bool hasUsedResults() const;
+
+  /// Attributes as stored (only those set explicitly), in insertion order.
+  const std::vector<NamedAttr>& attrs() const { return attrs_; }
+  const Attribute* findAttr(std::string_view name) const;
+  bool hasAttr(std::string_view name) const { return findAttr(name) != nullptr; }
+  void setAttr(std::string_view name, Attribute value);
+  void removeAttr(std::string_view name);
+  /// The stored value, or the table default. The attribute must be declared
+  /// in the op table with that kind, and present if it has no default.
+  int64_t getInt(std::string_view name) const;
+  double getFloat(std::string_view name) const;
+  const std::string& getString(std::string_view name) const;
+  const std::vector<int64_t>& getInts(std::string_view name) const;
+  const std::vector<double>& getFloats(std::string_view name) const;
+
+  const Location& loc() const { return loc_; }
+  void setLoc(Location l) { loc_ = std::move(l); }
+  Annotations& annotations() { return ann_; }
+  const Annotations& annotations() const { return ann_; }
+
+  /// "'conv2d' op" or "'conv2d' op \"conv1\"" for messages.
+  std::string describe() const;
+  /// An error at this op's location whose message starts with describe().
+  llvm::Error emitError(const std::string& message) const;
+
+  /// Drops all operand uses; the op must be erased from its graph next.
+  void dropOperands();
+
+private:
+  friend class Graph;
+  friend class Value;
+  Op(OpKind k, Location loc) : kind_(k), loc_(std::move(loc)) {}
+  const Attribute& attrOrDefault(std::string_view name, AttrKind kind) const;
+
+  OpKind kind_;
+  Graph* parent_ = nullptr;
+  std::vector<Value*> operands_;
+  std::vector<std::unique_ptr<Value>> results_;
+  std::vector<NamedAttr> attrs_;
+  Location loc_;
+  Annotations ann_;
+  std::list<std::unique_ptr<Op>>::iterator self_;
+};
+
+using OpList = std::list<std::unique_ptr<Op>>;
+
+class Graph {
+public:
+  explicit Graph(std::string name = "main") : name_(std::move(name)) {}
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  const std::string& name() const { return name_; }
+  void setName(std::string n) { name_ = std::move(n); }
+
+  Value* addInput(std::string name, TensorType type, InputRole role = InputRole::Data);
+  Value* addParam(std::string name, std::string initializer, TensorType type);
+  const std::vector<std::unique_ptr<Value>>& inputs() const { return inputs_; }
+  const std::vector<std::unique_ptr<Value>>& params() const { return params_; }
+  Value* input(unsigned i) const { return inputs_[i].get(); }
+  Value* param(unsigned i) const { return params_[i].get(); }
+  /// Removes an unused param.
+  void eraseParam(Value* param);
+
+  OpList& ops() { return ops_; }
+  const OpList& ops() const { return ops_; }
+  size_t numOps() const { return ops_.size(); }
+
+  /// Creates an op before `before` (end of the graph when null) with results
+  /// of the given types. Attributes and annotations are set afterwards.
+  Op* createOp(OpKind kind, const std::vector<Value*>& operands,
+               const std::vector<TensorType>& resultTypes, Location loc = {},
+               Op* before = nullptr);
+  /// Erases an op whose results have no uses.
+  void eraseOp(Op* op);
+  /// Moves `op` to just before `before` (the end when null).
+  void moveOp(Op* op, Op* before);
+  Op* nextOp(Op* op) const;
+
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  void addOutput(Value* v);
+  void setOutput(unsigned i, Value* v);
+  void clearOutputs();
+
+  /// A deep copy: same names, attributes, annotations and locations.
+  std::unique_ptr<Graph> clone() const;
+
+private:
+  friend class Value;
+  std::string name_;
+  std::vector<std::unique_ptr<Value>> inputs_;
+  std::vector<std::unique_ptr<Value>> params_;
+  OpList ops_;
+  std::vector<Value*> outputs_;
+};
+
+/// Creates ops at an insertion point. Results of create() have the given
+/// types; createInferred() computes them with the op's shape rule.
+class Builder {
+public:
+  explicit Builder(Graph& g) : graph_(g) {}
+
+  Graph& graph() const { return graph_; }
+  void setInsertionPointToEnd() { before_ = nullptr; }
+  void setInsertionPointBefore(Op* op) { before_ = op; }
+  void setInsertionPointAfter(Op* op) { before_ = graph_.nextOp(op); }
+  void setLoc(Location loc) { loc_ = std::move(loc); }
+
+  Op* create(OpKind kind, const std::vector<Value*>& operands,
+             const std::vector<TensorType>& resultTypes, std::vector<NamedAttr> attrs = {});
+  /// Infers result types; an op whose shape rule fails is not created.
+  /// `numResults` is needed only for ops with variadic results.
+  llvm::Expected<Op*> createInferred(OpKind kind, const std::vector<Value*>& operands,
+                                     std::vector<NamedAttr> attrs = {}, unsigned numResults = 1);
+  /// Copies `op` with operands looked up in `map` (unmapped operands stay),
+  /// and maps the old results to the new ones.
+  Op* clone(const Op& op, std::unordered_map<const Value*, Value*>& map);
+
+private:
+  Graph& graph_;
+  Op* before_ = nullptr;
+  Location loc_;
+};
+
+} // namespace lwcc

@@ -1,0 +1,204 @@
+//===- Verifier.cpp -------------------------------------------------------===//
+#include "ir/Verifier.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <unordered_set>
+
+#include "llvm/Support/FormatVariadic.h"
+
+namespace lwcc {
+
+namespace {
+
+std::string arityText(int lo, int hi) {
+  if (hi < 0)
+    return "at least " + std::to_string(lo);
+  if (lo == hi)
+    return std::to_string(lo);
+  return std::to_string(lo) + " to " + std::to_string(hi);
+}
+
+/// Parallelizable output dims by name: n, c, h, w for rank-4 (and n, c for
+/// rank-2) results, d0, d1, ... for any result.
+std::optional<int64_t> parDim(const std::string& name, int64_t rank) {
+  static const char* named = "nchw";
+  if (name.size() == 1 && (rank == 4 || rank == 2)) {
+    const char* p = std::strchr(named, name[0]);
+    if (p && p - named < rank)
+      return p - named;
+  }
+  if (name.size() >= 2 && name[0] == 'd' &&
+      name.find_first_not_of("0123456789", 1) == std::string::npos) {
+    int64_t d = std::stoll(name.substr(1));
+    if (d < rank)
+      return d;
+  }
+  return std::nullopt;
+}
+
+llvm::Error verifyAnnotations(const Op& op) {
+  const Annotations& a = op.annotations();
+  if (a.par) {
+    if (op.numResults() == 0)
+      return op.emitError("@par on an op without results");
+    int64_t rank = op.result(0)->type().rank();
+    std::set<int64_t> dims;
+    for (const auto& [name, degree] : a.par->degrees) {
+      auto d = parDim(name, rank);
+      if (!d)
+        return op.emitError(llvm::formatv("@par names dim '{0}', which a rank-{1} result does "
+                                          "not have (use n, c, h, w or d0..d{2})",
+                                          name, rank, rank - 1));
+      if (!dims.insert(*d).second)
+        return op.emitError("@par splits dim '" + name + "' twice");
+      if (degree < 1)
+        return op.emitError(llvm::formatv("@par degree of '{0}' must be >= 1, got {1}", name,
+                                          degree));
+      if (degree > op.result(0)->type().shape[*d])
+        return op.emitError(llvm::formatv("@par degree {0} of '{1}' exceeds its size {2}", degree,
+                                          name, op.result(0)->type().shape[*d]));
+    }
+    if (!a.par->devices.empty()) {
+      if (static_cast<int64_t>(a.par->devices.size()) != a.par->totalDegree())
+        return op.emitError(llvm::formatv("@par has {0} devices for a total degree of {1}",
+                                          a.par->devices.size(), a.par->totalDegree()));
+      std::set<int64_t> unique(a.par->devices.begin(), a.par->devices.end());
+      if (unique.size() != a.par->devices.size())
+        return op.emitError("@par lists a device twice");
+      if (*unique.begin() < 0)
+        return op.emitError("@par device ids must be >= 0");
+    }
+  }
+  if (a.device && *a.device < 0)
+    return op.emitError(llvm::formatv("@dev must be >= 0, got {0}", *a.device));
+  if (a.stream) {
+    if (*a.stream < 0)
+      return op.emitError(llvm::formatv("@stream must be >= 0, got {0}", *a.stream));
+    if (!a.device)
+      return op.emitError("@stream needs @dev: a stream belongs to a device");
+  }
+  if (a.device && a.par && !a.par->devices.empty()) {
+    const auto& devs = a.par->devices;
+    if (std::find(devs.begin(), devs.end(), *a.device) == devs.end())
+      return op.emitError(llvm::formatv("@dev({0}) is not among the @par devices", *a.device));
+  }
+  if (a.microBatch && *a.microBatch < 0)
+    return op.emitError(llvm::formatv("@mb must be >= 0, got {0}", *a.microBatch));
+  if (a.bufferOffsets) {
+    if (a.bufferOffsets->size() != op.numResults())
+      return op.emitError(llvm::formatv("@buf has {0} offsets for {1} results",
+                                        a.bufferOffsets->size(), op.numResults()));
+    for (int64_t off : *a.bufferOffsets)
+      if (off < 0)
+        return op.emitError(llvm::formatv("@buf offsets must be >= 0, got {0}", off));
+  }
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Error verifyOpStructure(const Op& op) {
+  const OpInfo& info = op.info();
+  int n = static_cast<int>(op.numOperands());
+  if (n < info.minOperands || (info.maxOperands >= 0 && n > info.maxOperands))
+    return op.emitError(llvm::formatv("expects {0} operands, got {1}",
+                                      arityText(info.minOperands, info.maxOperands), n));
+  int r = static_cast<int>(op.numResults());
+  if (info.numResults >= 0 ? r != info.numResults : r < 1)
+    return op.emitError(llvm::formatv("expects {0} results, got {1}",
+                                      info.numResults >= 0 ? std::to_string(info.numResults)
+                                                           : std::string("at least 1"),
+                                      r));
+  std::set<std::string> seen;
+  for (const NamedAttr& a : op.attrs()) {
+    const AttrSpec* spec = info.findAttr(a.name);
+    if (!spec) {
+      std::string known;
+      for (const AttrSpec& s : info.attrs)
+        known += (known.empty() ? "" : ", ") + std::string(s.name);
+      return op.emitError("has no attribute '" + a.name + "'" +
+                          (known.empty() ? " (it takes none)" : " (it takes: " + known + ")"));
+    }
+    if (!seen.insert(a.name).second)
+      return op.emitError("attribute '" + a.name + "' is given twice");
+    if (a.value.kind() != spec->kind)
+      return op.emitError(llvm::formatv("attribute '{0}' must be {1}, got {2} {3}", a.name,
+                                        attrKindName(spec->kind), attrKindName(a.value.kind()),
+                                        a.value.str()));
+  }
+  for (const AttrSpec& spec : info.attrs)
+    if (spec.presence == AttrSpec::Required && !op.hasAttr(spec.name))
+      return op.emitError(std::string("requires attribute '") + spec.name + "'");
+  return llvm::Error::success();
+}
+
+llvm::Error verifyOp(const Op& op) {
+  if (llvm::Error e = verifyOpStructure(op))
+    return e;
+  const OpInfo& info = op.info();
+  if (info.verifyHook)
+    if (llvm::Error e = info.verifyHook(op))
+      return op.emitError(llvm::toString(std::move(e)));
+  llvm::Expected<std::vector<TensorType>> types = info.shapeRule(op);
+  if (!types)
+    return op.emitError(llvm::toString(types.takeError()));
+  for (unsigned i = 0; i < op.numResults(); ++i) {
+    const TensorType& declared = op.result(i)->type();
+    if (declared != (*types)[i])
+      return op.emitError(llvm::formatv("result #{0} has type {1}, but its operands give {2}", i,
+                                        declared.str(), (*types)[i].str()));
+  }
+  return verifyAnnotations(op);
+}
+
+llvm::Error verifyGraph(const Graph& g) {
+  std::unordered_set<const Value*> defined;
+  std::set<std::string> names;
+  for (const auto& in : g.inputs()) {
+    defined.insert(in.get());
+    if (!in->name().empty() && !names.insert(in->name()).second)
+      return makeError(in->loc(), "input name '%" + in->name() + "' is used twice");
+    if (in->role() == InputRole::Label && !isInteger(in->type().dtype))
+      return makeError(in->loc(), "label input '%" + in->name() +
+                                      "' must have an integer element type, got " +
+                                      in->type().str());
+  }
+  std::set<std::string> initializers;
+  for (const auto& p : g.params()) {
+    defined.insert(p.get());
+    if (!p->name().empty() && !names.insert(p->name()).second)
+      return makeError(p->loc(), "value name '%" + p->name() + "' is defined twice");
+    if (p->paramName().empty())
+      return makeError(p->loc(), "param '%" + p->name() + "' has no initializer name");
+    if (!initializers.insert(p->paramName()).second)
+      return makeError(p->loc(), "initializer \"" + p->paramName() + "\" is bound to two params");
+  }
+  for (const auto& op : g.ops()) {
+    for (unsigned i = 0; i < op->numOperands(); ++i) {
+      const Value* v = op->operand(i);
+      if (!defined.count(v)) {
+        std::string what = v->name().empty() ? "a value" : "'%" + v->name() + "'";
+        return op->emitError(llvm::formatv("operand #{0} uses {1} before its definition", i,
+                                           what));
+      }
+    }
+    if (llvm::Error e = verifyOp(*op))
+      return e;
+    for (unsigned i = 0; i < op->numResults(); ++i) {
+      const Value* r = op->result(i);
+      defined.insert(r);
+      if (!r->name().empty() && !names.insert(r->name()).second)
+        return op->emitError("value name '%" + r->name() + "' is defined twice");
+    }
+  }
+  for (unsigned i = 0; i < g.outputs().size(); ++i)
+    if (!defined.count(g.outputs()[i]))
+      return makeError(llvm::formatv("graph @{0}: output #{1} is not defined in the graph",
+                                     g.name(), i)
+                           .str());
+  return llvm::Error::success();
+}
+
+} // namespace lwcc

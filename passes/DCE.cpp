@@ -1,0 +1,40 @@
+//===- DCE.cpp - Dead-code elimination ------------------------------------===//
+#include "passes/Pass.h"
+
+namespace lwcc {
+
+namespace {
+
+/// Removes dead ops and params:
+///  1. Walk the ops from last to first; erase each op none of whose results
+///     has a use (graph outputs count as uses). Walking backwards frees a
+///     whole dead chain in one sweep, since erasing an op drops the uses of
+///     its operands before their definitions are visited.
+///  2. Erase params that nothing uses. Inputs stay: they are the graph's
+///     interface with the data loader.
+/// Every op of the IR is free of side effects, so no op is kept for them.
+class DCEPass : public Pass {
+public:
+  std::string_view name() const override { return "dce"; }
+  llvm::Error run(Graph& g, PassContext&) override {
+    for (auto it = g.ops().rbegin(); it != g.ops().rend();) {
+      Op* op = it->get();
+      ++it;
+      if (!op->hasUsedResults())
+        g.eraseOp(op);
+    }
+    std::vector<Value*> dead;
+    for (const auto& p : g.params())
+      if (!p->hasUses())
+        dead.push_back(p.get());
+    for (Value* p : dead)
+      g.eraseParam(p);
+    return llvm::Error::success();
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createDCEPass() { return std::make_unique<DCEPass>(); }
+
+} // namespace lwcc

@@ -1,0 +1,80 @@
+//===- Pass.h - The pass interface, registry and pass manager --*- C++ -*-===//
+//
+// A pass transforms or checks one Graph and signals failure with an
+// llvm::Error located at the op it concerns. Each pass lives in its own file
+// under passes/, exposes only its create function (declared here), and is
+// listed once in Passes.def; pipelines are assembled in Pipelines.cpp.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "ir/IR.h"
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace lwcc {
+
+struct PassContext {
+  /// Receives warnings and notes; errors travel as llvm::Error.
+  DiagHandler diag;
+  void warn(const Location& loc, const std::string& msg) const {
+    if (diag)
+      diag(Severity::Warning, loc, msg);
+  }
+};
+
+class Pass {
+public:
+  virtual ~Pass() = default;
+  /// The command-line name, as in Passes.def.
+  virtual std::string_view name() const = 0;
+  virtual llvm::Error run(Graph& g, PassContext& ctx) = 0;
+};
+
+// Pass factories, one per entry of Passes.def.
+#define PASS(NAME, CREATE, DESC) std::unique_ptr<Pass> CREATE();
+#include "passes/Passes.def"
+#undef PASS
+
+struct PassInfo {
+  std::string_view name;
+  std::string_view description;
+  std::unique_ptr<Pass> (*create)();
+};
+
+/// Every registered pass, in Passes.def order.
+const std::vector<PassInfo>& allPasses();
+const PassInfo* lookupPass(std::string_view name);
+
+using PassPipeline = std::vector<std::unique_ptr<Pass>>;
+
+/// Named pipelines (Pipelines.cpp).
+struct PipelineInfo {
+  std::string_view name;
+  std::string_view description;
+  std::vector<std::string_view> passes;
+};
+const std::vector<PipelineInfo>& allPipelines();
+llvm::Expected<PassPipeline> buildPipeline(std::string_view name);
+/// A pipeline of the named passes, in order.
+llvm::Expected<PassPipeline> buildPipeline(const std::vector<std::string>& passNames);
+
+struct PassRunOptions {
+  bool verifyEach = false;
+  /// When set, the IR is printed here after every pass.
+  llvm::raw_ostream* printAfterAll = nullptr;
+};
+
+/// Runs the passes in order; stops at the first failure. With verifyEach, a
+/// graph that fails verification after a pass is reported as that pass's
+/// failure.
+llvm::Error runPipeline(Graph& g, PassPipeline& pipeline, PassContext& ctx,
+                        const PassRunOptions& opts = {});
+
+} // namespace lwcc
