@@ -17,6 +17,7 @@ std::vector<OpInfo> buildTable() {
 #define FLOATS(n, ...)                                                                             \
   AttrSpec{#n, AttrKind::Floats, AttrSpec::Defaulted, Attribute(std::vector<double>{__VA_ARGS__})}
 #define REQ_INT(n) AttrSpec{#n, AttrKind::Int, AttrSpec::Required, Attribute()}
+#define REQ_STR(n) AttrSpec{#n, AttrKind::String, AttrSpec::Required, Attribute()}
 #define REQ_INTS(n) AttrSpec{#n, AttrKind::Ints, AttrSpec::Required, Attribute()}
 #define REQ_FLOATS(n) AttrSpec{#n, AttrKind::Floats, AttrSpec::Required, Attribute()}
 #define OPT_INTS(n) AttrSpec{#n, AttrKind::Ints, AttrSpec::Optional, Attribute()}
@@ -34,6 +35,7 @@ std::vector<OpInfo> buildTable() {
 #undef FLOATS
 #undef REQ_INT
 #undef REQ_INTS
+#undef REQ_STR
 #undef REQ_FLOATS
 #undef OPT_INTS
 #undef OPT_FLOATS

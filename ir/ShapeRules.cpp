@@ -205,6 +205,96 @@ Rule floatUnary(const Op& op) {
   return std::vector<TensorType>{ty(op, 0)};
 }
 
+Rule numericUnary(const Op& op) {
+  if (ty(op, 0).dtype == DType::Bool)
+    return fail("operand #0 must be numeric, got {0}", ty(op, 0).str());
+  return std::vector<TensorType>{ty(op, 0)};
+}
+
+Rule floatBroadcastBinary(const Op& op) {
+  TRY(expectFloat(op, 0));
+  return broadcastBinary(op);
+}
+
+Rule reduce(const Op& op) {
+  if (ty(op, 0).dtype == DType::Bool)
+    return fail("operand #0 must be numeric, got {0}", ty(op, 0).str());
+  int64_t rank = ty(op, 0).rank();
+  std::vector<bool> reduced(rank, !op.hasAttr("axes"));
+  if (op.hasAttr("axes"))
+    for (int64_t a : op.getInts("axes")) {
+      auto axis = normAxis(a, rank);
+      if (!axis)
+        return axis.takeError();
+      if (reduced[*axis])
+        return fail("axis {0} is reduced twice", *axis);
+      reduced[*axis] = true;
+    }
+  int64_t keep = op.getInt("keepdims");
+  if (keep != 0 && keep != 1)
+    return fail("attribute 'keepdims' must be 0 or 1, got {0}", keep);
+  Shape out;
+  for (int64_t d = 0; d < rank; ++d)
+    if (!reduced[d])
+      out.push_back(ty(op, 0).shape[d]);
+    else if (keep)
+      out.push_back(1);
+  return std::vector<TensorType>{TensorType(ty(op, 0).dtype, out)};
+}
+
+Rule gather(const Op& op) {
+  if (!isInteger(ty(op, 1).dtype))
+    return fail("indices must have an integer element type, got {0}", ty(op, 1).str());
+  auto axis = normAxis(op.getInt("axis"), ty(op, 0).rank());
+  if (!axis)
+    return axis.takeError();
+  const Shape& d = ty(op, 0).shape;
+  Shape out(d.begin(), d.begin() + *axis);
+  out.insert(out.end(), ty(op, 1).shape.begin(), ty(op, 1).shape.end());
+  out.insert(out.end(), d.begin() + *axis + 1, d.end());
+  return std::vector<TensorType>{TensorType(ty(op, 0).dtype, out)};
+}
+
+Rule expand(const Op& op) {
+  const auto& shape = op.getInts("shape");
+  TRY(expectAllAtLeast("shape", shape, 0));
+  auto s = broadcast(ty(op, 0).shape, shape);
+  if (!s)
+    return s.takeError();
+  return std::vector<TensorType>{TensorType(ty(op, 0).dtype, *s)};
+}
+
+Rule pad(const Op& op) {
+  const auto& pads = op.getInts("pads");
+  int64_t rank = ty(op, 0).rank();
+  TRY(expectLength("pads", pads, 2 * rank));
+  const std::string& mode = op.getString("mode");
+  if (mode != "constant" && mode != "reflect" && mode != "edge")
+    return fail("attribute 'mode' must be \"constant\", \"reflect\" or \"edge\", got \"{0}\"",
+                mode);
+  Shape out = ty(op, 0).shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t in = out[d];
+    out[d] += pads[d] + pads[d + rank];
+    if (out[d] < 0)
+      return fail("pads {0} leave axis {1} with a negative size", shapeStr(pads), d);
+    if (mode == "reflect" && (pads[d] >= in || pads[d + rank] >= in) && (pads[d] > 0 || pads[d + rank] > 0))
+      return fail("reflect pads of axis {0} must be smaller than its size {1}", d, in);
+    if (mode == "edge" && in == 0 && out[d] > 0)
+      return fail("edge padding of the empty axis {0}", d);
+  }
+  return std::vector<TensorType>{TensorType(ty(op, 0).dtype, out)};
+}
+
+Rule cast(const Op& op) {
+  std::optional<DType> to = parseDType(op.getString("to"));
+  if (!to)
+    return fail("attribute 'to' must name an element type (f32, f64, f16, bf16, i64, i32, bool), "
+                "got \"{0}\"",
+                op.getString("to"));
+  return std::vector<TensorType>{TensorType(*to, ty(op, 0).shape)};
+}
+
 Rule clip(const Op& op) {
   TRY(expectFloat(op, 0));
   if (op.getFloat("min") > op.getFloat("max"))

@@ -17,12 +17,12 @@ class DCEPass : public Pass {
 public:
   std::string_view name() const override { return "dce"; }
   llvm::Error run(Graph& g, PassContext&) override {
-    for (auto it = g.ops().rbegin(); it != g.ops().rend();) {
-      Op* op = it->get();
-      ++it;
-      if (!op->hasUsedResults())
-        g.eraseOp(op);
-    }
+    std::vector<Op*> order;
+    for (auto& op : g.ops())
+      order.push_back(op.get());
+    for (auto it = order.rbegin(); it != order.rend(); ++it)
+      if (!(*it)->hasUsedResults())
+        g.eraseOp(*it);
     std::vector<Value*> dead;
     for (const auto& p : g.params())
       if (!p->hasUses())

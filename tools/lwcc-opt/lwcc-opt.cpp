@@ -28,7 +28,7 @@ namespace {
 cl::OptionCategory category("lwcc-opt options");
 
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<input .lwir file, or - for stdin>"),
-                               cl::Required, cl::cat(category));
+                               cl::cat(category));
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(category));
 cl::opt<bool> verifyEach("verify-each", cl::desc("Verify the graph after every pass"),
@@ -84,6 +84,11 @@ int main(int argc, char** argv) {
       llvm::outs() << "\n";
     }
     return 0;
+  }
+
+  if (inputFile.empty()) {
+    llvm::errs() << "lwcc-opt: no input file (give a .lwir file, or - for stdin); see --help\n";
+    return 2;
   }
 
   // Order the requested passes and pipelines by command-line position.

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# lwcc developer entry point.
+#
+#   bash tools/dev.sh setup   install dependencies (tools/setup.sh)
+#   bash tools/dev.sh build   set up, configure and build into build/ (executables in build/bin/)
+#   bash tools/dev.sh run     set up, build, and run the main job on the bundled example
+#   bash tools/dev.sh test    set up, build, and run every test suite, then print a summary
+#
+# LWCC_BUILD_TYPE selects the CMake build type (default RelWithDebInfo).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+BUILD_DIR=build
+BIN_DIR="$BUILD_DIR/bin"
+LOG_DIR="$BUILD_DIR/test-logs"
+# lit is a package without __main__, so `python3 -m lit` does not work; call its entry point.
+LIT=(python3 -c 'import lit.main; lit.main.main()')
+
+usage() {
+  sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+cmd_setup() {
+  bash tools/setup.sh
+}
+
+# Each step returns on failure explicitly: cmd_test calls this inside `if`, where set -e is off.
+cmd_build() {
+  cmd_setup || return
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${LWCC_BUILD_TYPE:-RelWithDebInfo}" || return
+  cmake --build "$BUILD_DIR" -j "$(nproc)" || return
+}
+
+cmd_run() {
+  cmd_build
+  local cmd=("$BIN_DIR/lwcc-opt" tools/examples/lenet.lwir --canonicalize --dce --shape-infer --verify)
+  echo "+ ${cmd[*]}"
+  "${cmd[@]}"
+}
+
+# ---------------------------------------------------------------------------
+# Test suites.
+#
+#   suite NAME PARSER CMD [ARGS...]
+#
+# runs CMD (its output goes to the terminal and to $LOG_DIR/<first word of NAME>.log),
+# then PARSER LOGFILE prints "PASSED FAILED [NOTE]" on one line. A suite that exits
+# non-zero without reporting a failure, or that reports no tests at all, counts
+# as one failure. Add a suite with one line in cmd_test.
+
+SUITE_NAMES=()
+SUITE_RESULTS=()
+TOTAL_PASSED=0
+TOTAL_FAILED=0
+
+# GoogleTest: "[  PASSED  ] 40 tests." and "[  FAILED  ] 2 tests, listed below:".
+parse_gtest() {
+  local passed failed
+  passed=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\..*/\1/p' "$1" | tail -n1)
+  failed=$(sed -nE 's/^\[  FAILED  \] ([0-9]+) tests?, listed below.*/\1/p' "$1" | tail -n1)
+  echo "${passed:-0} ${failed:-0}"
+}
+
+# lit: "  Passed: 12 (100.00%)" (lit >= 15), or "  Passed           : 12" (older),
+# read only from the summary at the end so that test output cannot be miscounted.
+parse_lit() {
+  awk '
+    /^(Testing Time|Total Discovered Tests):/ { summary = 1 }
+    summary && match($0, /^ *[A-Za-z][A-Za-z ]*[A-Za-z] *: *[0-9]+/) {
+      line = substr($0, RSTART, RLENGTH)
+      n = line; sub(/.*: */, "", n)
+      label = line; sub(/ *:.*/, "", label); sub(/^ */, "", label)
+      if (label ~ /^(Passed|Passed With Retry|Passed After Update|Expectedly Failed|Expected Passes|Expected Failures)$/) pass += n
+      else if (label ~ /^(Failed|Unexpectedly Passed|Unresolved|Timed Out|Unexpected Failures|Unexpected Passes|Unresolved Tests|Individual Timeouts)$/) fail += n
+      else if (label ~ /^(Unsupported|Unsupported Tests)$/) unsup += n
+    }
+    END {
+      printf "%d %d", pass, fail
+      if (unsup) printf " %d unsupported", unsup
+      printf "\n"
+    }' "$1"
+}
+
+suite() {
+  local name="$1" parser="$2"
+  shift 2
+  local slug log rc passed failed note
+  slug=$(tr -c 'A-Za-z0-9\n' '_' <<<"${name%% *}")
+  mkdir -p "$LOG_DIR"
+  log="$LOG_DIR/$slug.log"
+
+  echo
+  echo "==== $name: $* ===="
+  set +e
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+
+  read -r passed failed note < <("$parser" "$log")
+  local result="$passed passed, $failed failed${note:+, $note}"
+  if ((rc != 0 && passed + failed == 0)); then
+    result="could not run (exit $rc; counted as 1 failed)"
+    failed=1
+  elif ((rc != 0 && failed == 0)); then
+    result+=" (exit $rc without a reported failure; counted as 1 failed)"
+    failed=1
+  elif ((passed + failed == 0)); then
+    result+=" (no tests ran; counted as 1 failed)"
+    failed=1
+  fi
+  SUITE_NAMES+=("$name")
+  SUITE_RESULTS+=("$result")
+  TOTAL_PASSED=$((TOTAL_PASSED + passed))
+  TOTAL_FAILED=$((TOTAL_FAILED + failed))
+}
+
+print_summary() {
+  local width=0 i
+  for i in "${SUITE_NAMES[@]}"; do
+    ((${#i} + 1 > width)) && width=$((${#i} + 1))
+  done
+  echo
+  echo "==== lwcc test summary ===="
+  for i in "${!SUITE_NAMES[@]}"; do
+    printf '%-*s %s\n' "$width" "${SUITE_NAMES[$i]}:" "${SUITE_RESULTS[$i]}"
+  done
+  echo "$TOTAL_PASSED passed, $TOTAL_FAILED failed"
+}
+
+cmd_test() {
+  if ! cmd_build; then
+    SUITE_NAMES+=("build")
+    SUITE_RESULTS+=("FAILED; no suite ran (counted as 1 failed)")
+    TOTAL_FAILED=1
+    print_summary
+    return 1
+  fi
+
+  suite "unit (GoogleTest)" parse_gtest "$BIN_DIR/lwcc-unittests" --gtest_brief=1
+  suite "lit (FileCheck)"   parse_lit   "${LIT[@]}" -sv --no-progress-bar test/lit
+
+  print_summary
+  ((TOTAL_FAILED == 0))
+}
+
+case "${1:-help}" in
+  setup) cmd_setup ;;
+  build) cmd_build ;;
+  run) cmd_run ;;
+  test) cmd_test ;;
+  help | -h | --help)
+    usage
+    exit 2
+    ;;
+  *)
+    echo "dev.sh: unknown command '$1'" >&2
+    usage >&2
+    exit 2
+    ;;
+esac
