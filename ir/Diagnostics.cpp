@@ -11,6 +11,8 @@ char LocatedError::ID = 0;
 std::string Location::str() const {
   if (hasFilePos())
     return file + ":" + std::to_string(line) + ":" + std::to_string(col);
+  if (!file.empty())
+    return file;
   if (!name.empty())
     return "loc(\"" + name + "\")";
   return "<unknown>";

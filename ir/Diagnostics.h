@@ -27,8 +27,8 @@ struct Location {
   std::string name; ///< The ONNX node name or loc("...") of the text form.
 
   bool hasFilePos() const { return !file.empty() && line != 0; }
-  bool empty() const { return !hasFilePos() && name.empty(); }
-  /// "file:line:col", else loc("name"), else "<unknown>".
+  bool empty() const { return file.empty() && name.empty(); }
+  /// "file:line:col", else "file", else loc("name"), else "<unknown>".
   std::string str() const;
 };
 

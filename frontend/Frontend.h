@@ -1,0 +1,55 @@
+//===- Frontend.h - ONNX models into lwcc modules --------------*- C++ -*-===//
+//
+// Reads an ONNX model (binary ModelProto, or ONNX's textual syntax in a
+// .onnxtext file), checks it, and imports it into a Module: one graph with
+// static shapes and the initial values of its params. Every error names the
+// file and, where there is one, the node (name, op_type, domain, opset).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/Module.h"
+
+namespace onnx {
+class ModelProto;
+class TensorProto;
+} // namespace onnx
+
+namespace lwcc {
+
+/// The default-domain opsets the importer accepts.
+constexpr int64_t kMinOpset = 7;
+constexpr int64_t kMaxOpset = 23;
+
+struct ImportOptions {
+  /// Value for symbolic leading (batch) dims of the graph inputs.
+  std::optional<int64_t> batch;
+};
+
+/// Reads `path`: ONNX text when it ends in .onnxtext, a binary ModelProto
+/// otherwise.
+llvm::Error loadModelProto(const std::string& path, onnx::ModelProto& model);
+
+/// Imports a model read from `path` (which also names the folder that
+/// external tensor data must stay inside).
+llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::string& path,
+                                   const ImportOptions& opts = {});
+llvm::Expected<Module> importFile(const std::string& path, const ImportOptions& opts = {});
+
+/// A TensorProto's values. External data is read from files inside
+/// `modelDir` only. `what` names the tensor in messages.
+llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::string& modelDir,
+                                       const std::string& what);
+/// Reads a TensorProto file (input_0.pb and the like).
+llvm::Expected<Tensor> readTensorFile(const std::string& path);
+/// Writes `t` as a TensorProto file named `name` inside.
+llvm::Error writeTensorFile(const Tensor& t, const std::string& name, const std::string& path);
+
+/// The ONNX op types the importer handles, sorted.
+std::vector<std::string> supportedOnnxOps();
+
+} // namespace lwcc

@@ -1,0 +1,322 @@
+//===- Importer.cpp - ONNX ModelProto -> Module ---------------------------===//
+//
+// 1. Read the file (binary protobuf, or ONNX text for .onnxtext).
+// 2. Find the default-domain opset and check it is one lwcc supports.
+// 3. Bind the graph inputs (fixing symbolic batch dims with --batch), then
+//    the initializers: float ones become params, small integer ones become
+//    constants so that shape computations fold.
+// 4. Order the nodes topologically, reporting undefined names and cycles.
+// 5. Import each node with the importer registered for (op_type, opset).
+// 6. Bind the outputs, check them against the declared output shapes, drop
+//    what no output needs, and verify.
+//
+//===----------------------------------------------------------------------===//
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "frontend/Frontend.h"
+#include "frontend/ImportContext.h"
+#include "ir/Verifier.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "onnx/defs/parser.h"
+#include "onnx/onnx_pb.h"
+#include "passes/Pass.h"
+
+namespace lwcc {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Integer initializers up to this size become constants (shape data).
+constexpr int64_t kMaxIntConstant = 1 << 16;
+
+llvm::Error fileError(const std::string& file, const std::string& msg) {
+  return makeError(Location{file, 0, 0, ""}, msg);
+}
+
+std::optional<DType> onnxElemType(int t) {
+  switch (t) {
+  case onnx::TensorProto::FLOAT:
+    return DType::F32;
+  case onnx::TensorProto::DOUBLE:
+    return DType::F64;
+  case onnx::TensorProto::FLOAT16:
+    return DType::F16;
+  case onnx::TensorProto::BFLOAT16:
+    return DType::BF16;
+  case onnx::TensorProto::INT64:
+    return DType::I64;
+  case onnx::TensorProto::INT32:
+    return DType::I32;
+  case onnx::TensorProto::BOOL:
+    return DType::Bool;
+  default:
+    return std::nullopt;
+  }
+}
+
+/// The static type of a graph input or output. Symbolic leading dims take
+/// `batch`; other unresolved dims are errors naming them.
+llvm::Expected<TensorType> valueInfoType(const onnx::ValueInfoProto& vi, const std::string& file,
+                                         std::optional<int64_t> batch, bool isInput) {
+  const char* what = isInput ? "input" : "output";
+  if (!vi.type().has_tensor_type())
+    return fileError(file, llvm::formatv("graph {0} '{1}' is not a tensor", what, vi.name()).str());
+  const auto& tt = vi.type().tensor_type();
+  std::optional<DType> dt = onnxElemType(tt.elem_type());
+  if (!dt)
+    return fileError(file, llvm::formatv("graph {0} '{1}' has element type {2}, which lwcc does "
+                                         "not support",
+                                         what, vi.name(), tt.elem_type())
+                               .str());
+  if (!tt.has_shape())
+    return fileError(file, llvm::formatv("graph {0} '{1}' has no shape; lwcc needs static shapes",
+                                         what, vi.name())
+                               .str());
+  Shape shape;
+  std::vector<std::string> unresolved;
+  for (int k = 0; k < tt.shape().dim_size(); ++k) {
+    const auto& d = tt.shape().dim(k);
+    if (d.has_dim_value()) {
+      if (d.dim_value() < 0 || d.dim_value() > (int64_t{1} << 40))
+        return fileError(file, llvm::formatv("graph {0} '{1}' has an invalid dim {2} at axis {3}",
+                                             what, vi.name(), d.dim_value(), k)
+                                   .str());
+      shape.push_back(d.dim_value());
+    } else if (k == 0 && batch) {
+      shape.push_back(*batch);
+    } else {
+      std::string name = d.has_dim_param() && !d.dim_param().empty() ? "'" + d.dim_param() + "'"
+                                                                      : "an unnamed dim";
+      unresolved.push_back(name + " at axis " + std::to_string(k));
+      shape.push_back(-1);
+    }
+  }
+  if (!unresolved.empty()) {
+    std::string list;
+    for (const std::string& u : unresolved)
+      list += (list.empty() ? "" : ", ") + u;
+    if (!isInput)
+      return TensorType(*dt, shape); // checked only where static
+    return fileError(file, llvm::formatv("graph input '{0}' has unresolved dims: {1}; lwcc needs "
+                                         "static shapes (--batch=N fixes a symbolic leading dim)",
+                                         vi.name(), list)
+                               .str());
+  }
+  return TensorType(*dt, shape);
+}
+
+std::string supportedList() {
+  std::string s;
+  for (const std::string& op : supportedOnnxOps())
+    s += (s.empty() ? "" : ", ") + op;
+  return s;
+}
+
+} // namespace
+
+llvm::Error loadModelProto(const std::string& path, onnx::ModelProto& model) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    return fileError(path, fs::exists(path, ec) ? "not a regular file" : "no such file");
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  if (!in)
+    return fileError(path, "cannot read");
+  std::string bytes = buf.str();
+  if (llvm::StringRef(path).endswith(".onnxtext")) {
+    onnx::OnnxParser parser(bytes.c_str());
+    auto status = parser.Parse(model);
+    if (!status.IsOK())
+      return fileError(path, "cannot parse ONNX text: " + status.ErrorMessage());
+    return llvm::Error::success();
+  }
+  if (bytes.empty())
+    return fileError(path, "empty file; expected an ONNX model");
+  if (!model.ParseFromString(bytes))
+    return fileError(path, "not a valid ONNX model (the protobuf does not parse: truncated or "
+                           "not ONNX)");
+  return llvm::Error::success();
+}
+
+llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::string& path,
+                                   const ImportOptions& opts) {
+  const std::string& file = path;
+  std::string dir = fs::path(path).parent_path().string();
+  if (!model.has_graph())
+    return fileError(file, "the model has no graph (not an ONNX model?)");
+  const onnx::GraphProto& graph = model.graph();
+
+  // Opset.
+  std::optional<int64_t> opset;
+  for (const auto& imp : model.opset_import())
+    if (imp.domain().empty() || imp.domain() == "ai.onnx")
+      opset = imp.version();
+  if (!opset)
+    return fileError(file, "the model imports no opset of the default domain (ai.onnx)");
+  if (*opset < kMinOpset || *opset > kMaxOpset)
+    return fileError(file, llvm::formatv("opset {0} of ai.onnx is not supported (lwcc supports "
+                                         "{1} to {2})",
+                                         *opset, kMinOpset, kMaxOpset)
+                               .str());
+
+  Module module;
+  module.graph = std::make_unique<Graph>(graph.name().empty() ? "main" : graph.name());
+  ImportContext ctx(module, file, *opset);
+
+  std::map<std::string, const onnx::TensorProto*> initializers;
+  for (const auto& init : graph.initializer()) {
+    if (init.name().empty())
+      return fileError(file, "an initializer has no name");
+    if (!initializers.emplace(init.name(), &init).second)
+      return fileError(file, "initializer '" + init.name() + "' is defined twice");
+  }
+  if (graph.sparse_initializer_size())
+    return fileError(file, "sparse initializers are not supported");
+
+  // Inputs that are not initializers (old exporters list both).
+  std::set<std::string> defined;
+  for (const auto& in : graph.input()) {
+    if (initializers.count(in.name()))
+      continue;
+    if (!defined.insert(in.name()).second)
+      return fileError(file, "graph input '" + in.name() + "' is listed twice");
+    auto type = valueInfoType(in, file, opts.batch, true);
+    if (!type)
+      return type.takeError();
+    ctx.bind(in.name(), module.graph->addInput(in.name(), *type, InputRole::Data));
+  }
+  for (const auto& [name, proto] : initializers) {
+    auto t = tensorFromProto(*proto, dir, "initializer '" + name + "'");
+    if (!t)
+      return makeError(Location{file, 0, 0, ""}, llvm::toString(t.takeError()));
+    defined.insert(name);
+    if (!t->isFloatData() && t->size() <= kMaxIntConstant) {
+      Value* c = ctx.constant(*t);
+      c->setName(name);
+      ctx.bind(name, c);
+    } else {
+      ctx.bind(name, module.graph->addParam(name, name, t->type));
+      module.weights.emplace(name, std::move(*t));
+    }
+  }
+
+  // Topological order (ONNX requires it, but not every exporter obeys).
+  const int n = graph.node_size();
+  std::map<std::string, int> producer;
+  for (int k = 0; k < n; ++k)
+    for (const std::string& out : graph.node(k).output()) {
+      if (out.empty())
+        continue;
+      if (defined.count(out) || !producer.emplace(out, k).second)
+        return fileError(file, llvm::formatv("tensor '{0}' is defined twice (node '{1}', {2})",
+                                             out, graph.node(k).name(), graph.node(k).op_type())
+                                   .str());
+    }
+  std::vector<int> pending(n, 0);
+  std::vector<std::vector<int>> consumers(n);
+  for (int k = 0; k < n; ++k) {
+    std::set<int> deps;
+    for (const std::string& in : graph.node(k).input()) {
+      if (in.empty() || defined.count(in))
+        continue;
+      auto it = producer.find(in);
+      if (it == producer.end())
+        return fileError(file, llvm::formatv("node '{0}' ({1}) uses tensor '{2}', which nothing "
+                                             "defines",
+                                             graph.node(k).name(), graph.node(k).op_type(), in)
+                                   .str());
+      deps.insert(it->second);
+    }
+    pending[k] = static_cast<int>(deps.size());
+    for (int d : deps)
+      consumers[d].push_back(k);
+  }
+  std::vector<int> order;
+  std::set<int> ready;
+  for (int k = 0; k < n; ++k)
+    if (pending[k] == 0)
+      ready.insert(k);
+  while (!ready.empty()) {
+    int k = *ready.begin(); // lowest index first: keep the file's order
+    ready.erase(ready.begin());
+    order.push_back(k);
+    for (int c : consumers[k])
+      if (--pending[c] == 0)
+        ready.insert(c);
+  }
+  if (static_cast<int>(order.size()) != n) {
+    for (int k = 0; k < n; ++k)
+      if (pending[k] > 0)
+        return fileError(file, llvm::formatv("node '{0}' ({1}) is part of a cycle",
+                                             graph.node(k).name(), graph.node(k).op_type())
+                                   .str());
+  }
+
+  for (int k : order) {
+    const onnx::NodeProto& node = graph.node(k);
+    ctx.setNode(&node);
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      return ctx.error("domain '" + node.domain() + "' is not supported (lwcc supports ai.onnx)");
+    ImportFn fn = findImporter(node.op_type(), *opset);
+    if (!fn)
+      return ctx.error("op type '" + node.op_type() + "' is not supported at this opset; " +
+                       "supported: " + supportedList());
+    if (llvm::Error e = fn(ctx))
+      return e;
+    for (int o = 0; o < node.output_size(); ++o)
+      if (!node.output(o).empty() && !ctx.lookup(node.output(o)))
+        return ctx.error(llvm::formatv("output #{0} ('{1}') is not supported", o, node.output(o))
+                             .str());
+  }
+
+  for (const auto& out : graph.output()) {
+    Value* v = ctx.lookup(out.name());
+    if (!v)
+      return fileError(file, "graph output '" + out.name() + "' is not defined");
+    module.graph->addOutput(v);
+    if (!out.type().has_tensor_type() || !out.type().tensor_type().has_shape())
+      continue; // nothing declared to check against
+    auto declared = valueInfoType(out, file, opts.batch, false);
+    if (!declared)
+      return declared.takeError();
+    const TensorType& have = v->type();
+    bool ok = declared->dtype == have.dtype && (declared->shape.empty() ||
+                                                declared->rank() == have.rank());
+    for (size_t d = 0; ok && d < declared->shape.size(); ++d)
+      ok = declared->shape[d] < 0 || declared->shape[d] == have.shape[d] ||
+           (d == 0 && opts.batch);
+    if (!ok)
+      return fileError(file, "graph output '" + out.name() + "' is declared as " +
+                                 declared->str() + ", but the graph computes " + have.str());
+  }
+
+  PassContext pctx;
+  auto dce = createDCEPass();
+  if (llvm::Error e = dce->run(*module.graph, pctx))
+    return e;
+  for (auto it = module.weights.begin(); it != module.weights.end();) {
+    bool used = false;
+    for (const auto& p : module.graph->params())
+      used |= p->paramName() == it->first;
+    it = used ? std::next(it) : module.weights.erase(it);
+  }
+  if (llvm::Error e = verifyGraph(*module.graph))
+    return fileError(file, "internal error: the imported graph does not verify: " +
+                               llvm::toString(std::move(e)));
+  return module;
+}
+
+llvm::Expected<Module> importFile(const std::string& path, const ImportOptions& opts) {
+  onnx::ModelProto model;
+  if (llvm::Error e = loadModelProto(path, model))
+    return e;
+  return importModel(model, path, opts);
+}
+
+} // namespace lwcc

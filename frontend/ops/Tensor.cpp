@@ -1,0 +1,452 @@
+//===- Tensor.cpp - Shape and data movement ops ---------------------------===//
+//
+// Reshape, Flatten, Transpose, Concat, Slice, Split, Squeeze, Unsqueeze,
+// Gather, Shape, Constant, ConstantOfShape, Cast, Expand, Pad. Inputs that
+// carry shapes or indices (Reshape's shape, Slice's starts, ...) must be
+// known at compile time; Shape itself folds to a constant.
+//
+//===----------------------------------------------------------------------===//
+#include <numeric>
+
+#include "frontend/Frontend.h"
+#include "frontend/ops/Common.h"
+#include "onnx/onnx_pb.h"
+
+namespace lwcc {
+
+namespace {
+
+using llvm::Error;
+
+Error importReshape(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"allowzero"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "data"));
+  LWCC_TRY(spec, ctx.constInts(1, "shape"));
+  LWCC_TRY(allowZero, ctx.attrInt("allowzero", 0));
+  const Shape& in = x->type().shape;
+  Shape out;
+  int64_t inferred = -1, known = 1;
+  for (size_t d = 0; d < spec.size(); ++d) {
+    int64_t v = spec[d];
+    if (v == 0 && !allowZero) {
+      if (d >= in.size())
+        return ctx.error(llvm::formatv("shape {0} copies dim {1}, which the input {2} lacks",
+                                       shapeStr(spec), d, x->type().str())
+                             .str());
+      v = in[d];
+    }
+    if (v == -1) {
+      if (inferred >= 0)
+        return ctx.error("shape " + shapeStr(spec) + " has more than one -1");
+      inferred = static_cast<int64_t>(d);
+      out.push_back(1);
+      continue;
+    }
+    if (v < -1)
+      return ctx.error(llvm::formatv("shape {0} has the invalid dim {1}", shapeStr(spec), v).str());
+    out.push_back(v);
+    known *= v;
+  }
+  if (inferred >= 0) {
+    int64_t total = x->type().numElements();
+    if (known == 0 || total % known != 0)
+      return ctx.error("cannot reshape " + x->type().str() + " to " + shapeStr(spec));
+    out[inferred] = total / known;
+  }
+  LWCC_TRY(y, ctx.emit1(OpKind::Reshape, {x}, {attr("shape", out)}));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
+Error importFlatten(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"axis"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "input"));
+  LWCC_TRY(axis, ctx.attrInt("axis", 1));
+  LWCC_TRY(a, normalizeAxis(ctx, axis, x->type().rank(), true));
+  LWCC_TRY(y, ctx.emit1(OpKind::Flatten, {x}, {attr("axis", a)}));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
+Error importTranspose(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"perm"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "data"));
+  std::vector<int64_t> reversed(x->type().rank());
+  std::iota(reversed.rbegin(), reversed.rend(), 0);
+  LWCC_TRY(perm, ctx.attrInts("perm", reversed));
+  for (int64_t& p : perm)
+    if (p < 0)
+      p += x->type().rank();
+  LWCC_TRY(y, ctx.emit1(OpKind::Transpose, {x}, {attr("perm", perm)}));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
+Error importConcat(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"axis"}));
+  std::vector<Value*> operands;
+  for (size_t k = 0; k < ctx.numInputs(); ++k) {
+    LWCC_TRY(v, ctx.requiredInput(k, "inputs"));
+    operands.push_back(v);
+  }
+  if (operands.empty())
+    return ctx.error("Concat needs at least one input");
+  LWCC_TRY(axis, ctx.attrInt("axis", ctx.opset() < 4 ? std::optional<int64_t>(1) : std::nullopt));
+  LWCC_TRY(a, normalizeAxis(ctx, axis, operands[0]->type().rank()));
+  LWCC_TRY(y, ctx.emit(OpKind::Concat, operands, {attr("axis", a)}));
+  ctx.setOutput(0, y[0]);
+  return Error::success();
+}
+
+Error importSlice(ImportContext& ctx) {
+  LWCC_TRY(x, ctx.requiredInput(0, "data"));
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (ctx.opset() < 10) {
+    LWCC_CHECK(ctx.checkAttrs({"starts", "ends", "axes"}));
+    LWCC_TRY(s, ctx.attrInts("starts", std::nullopt));
+    LWCC_TRY(e, ctx.attrInts("ends", std::nullopt));
+    starts = s;
+    ends = e;
+    if (ctx.hasAttr("axes")) {
+      LWCC_TRY(a, ctx.attrInts("axes", std::nullopt));
+      axes = a;
+    }
+  } else {
+    LWCC_CHECK(ctx.checkAttrs({}));
+    LWCC_TRY(s, ctx.constInts(1, "starts"));
+    LWCC_TRY(e, ctx.constInts(2, "ends"));
+    starts = s;
+    ends = e;
+    if (ctx.input(3)) {
+      LWCC_TRY(a, ctx.constInts(3, "axes"));
+      axes = a;
+    }
+    if (ctx.input(4)) {
+      LWCC_TRY(st, ctx.constInts(4, "steps"));
+      steps = st;
+    }
+  }
+  if (axes.empty()) {
+    axes.resize(starts.size());
+    std::iota(axes.begin(), axes.end(), 0);
+  }
+  if (steps.empty())
+    steps.assign(starts.size(), 1);
+  for (int64_t& a : axes) {
+    LWCC_TRY(n, normalizeAxis(ctx, a, x->type().rank()));
+    a = n;
+  }
+  LWCC_TRY(y, ctx.emit1(OpKind::Slice, {x},
+                        {attr("starts", starts), attr("ends", ends), attr("axes", axes),
+                         attr("steps", steps)}));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
+Error importSplit(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"axis", "split", "num_outputs"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "input"));
+  LWCC_TRY(axis, ctx.attrInt("axis", 0));
+  LWCC_TRY(a, normalizeAxis(ctx, axis, x->type().rank()));
+  int64_t dim = x->type().shape[a];
+  int64_t n = static_cast<int64_t>(ctx.numOutputs());
+  std::vector<int64_t> sizes;
+  if (ctx.opset() < 13 && ctx.hasAttr("split")) {
+    LWCC_TRY(s, ctx.attrInts("split", std::nullopt));
+    sizes = s;
+  } else if (ctx.opset() >= 13 && ctx.input(1)) {
+    LWCC_TRY(s, ctx.constInts(1, "split"));
+    sizes = s;
+  } else {
+    if (ctx.opset() >= 18) {
+      LWCC_TRY(num, ctx.attrInt("num_outputs", std::nullopt));
+      if (num != n)
+        return ctx.error(llvm::formatv("num_outputs is {0}, but the node has {1} outputs", num, n)
+                             .str());
+    }
+    // Equal parts; from opset 18 the last may be smaller.
+    int64_t part = ctx.opset() >= 18 ? (dim + n - 1) / n : dim / n;
+    if (ctx.opset() < 18 && dim % n != 0)
+      return ctx.error(llvm::formatv("axis {0} of size {1} does not split into {2} equal parts",
+                                     a, dim, n)
+                           .str());
+    for (int64_t k = 0; k < n; ++k)
+      sizes.push_back(std::max<int64_t>(0, std::min(part, dim - k * part)));
+  }
+  if (static_cast<int64_t>(sizes.size()) != n)
+    return ctx.error(llvm::formatv("split has {0} sizes for {1} outputs", sizes.size(), n).str());
+  LWCC_TRY(ys, ctx.emit(OpKind::Split, {x}, {attr("axis", a), attr("split", sizes)},
+                        static_cast<unsigned>(n)));
+  for (int64_t k = 0; k < n; ++k)
+    ctx.setOutput(k, ys[k]);
+  return Error::success();
+}
+
+/// Axes of Squeeze/Unsqueeze: an attribute before opset 13, an input after.
+llvm::Expected<std::optional<std::vector<int64_t>>> readAxes(ImportContext& ctx) {
+  if (ctx.opset() < 13) {
+    if (!ctx.hasAttr("axes"))
+      return std::optional<std::vector<int64_t>>();
+    LWCC_TRY(a, ctx.attrInts("axes", std::nullopt));
+    return std::optional<std::vector<int64_t>>(a);
+  }
+  if (!ctx.input(1))
+    return std::optional<std::vector<int64_t>>();
+  LWCC_TRY(a, ctx.constInts(1, "axes"));
+  return std::optional<std::vector<int64_t>>(a);
+}
+
+Error importSqueeze(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"axes"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "data"));
+  LWCC_TRY(axes, readAxes(ctx));
+  const Shape& in = x->type().shape;
+  std::vector<bool> drop(in.size(), false);
+  if (axes) {
+    for (int64_t a : *axes) {
+      LWCC_TRY(n, normalizeAxis(ctx, a, x->type().rank()));
+      if (in[n] != 1)
+        return ctx.error(llvm::formatv("cannot squeeze axis {0} of {1}: its size is not 1", n,
+                                       x->type().str())
+                             .str());
+      drop[n] = true;
+    }
+  } else {
+    for (size_t d = 0; d < in.size(); ++d)
+      drop[d] = in[d] == 1;
+  }
+  Shape out;
+  for (size_t d = 0; d < in.size(); ++d)
+    if (!drop[d])
+      out.push_back(in[d]);
+  LWCC_TRY(y, reshapeTo(ctx, x, out));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
+Error importUnsqueeze(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"axes"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "data"));
+  LWCC_TRY(axes, readAxes(ctx));
+  if (!axes)
+    return ctx.error("axes are required");
+  int64_t rank = x->type().rank() + static_cast<int64_t>(axes->size());
+  std::vector<bool> inserted(rank, false);
+  for (int64_t a : *axes) {
+    LWCC_TRY(n, normalizeAxis(ctx, a, rank));
+    if (inserted[n])
+      return ctx.error(llvm::formatv("axis {0} is given twice", n).str());
+    inserted[n] = true;
+  }
+  Shape out;
+  size_t k = 0;
+  for (int64_t d = 0; d < rank; ++d)
+    out.push_back(inserted[d] ? 1 : x->type().shape[k++]);
+  LWCC_TRY(y, reshapeTo(ctx, x, out));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
+Error importGather(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"axis"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "data"));
+  LWCC_TRY(idx, ctx.requiredInput(1, "indices"));
+  LWCC_TRY(axis, ctx.attrInt("axis", 0));
+  LWCC_TRY(a, normalizeAxis(ctx, axis, x->type().rank()));
+  LWCC_TRY(y, ctx.emit1(OpKind::Gather, {x, idx}, {attr("axis", a)}));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
+Error importShape(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"start", "end"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "data"));
+  int64_t rank = x->type().rank();
+  LWCC_TRY(start, ctx.attrInt("start", 0));
+  LWCC_TRY(end, ctx.attrInt("end", rank));
+  auto clampAxis = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
+  start = clampAxis(start);
+  end = clampAxis(end);
+  const Shape& s = x->type().shape;
+  std::vector<int64_t> dims(s.begin() + start, s.begin() + std::max(start, end));
+  ctx.setOutput(0, ctx.constantInts(dims));
+  return Error::success();
+}
+
+Error importConstant(ImportContext& ctx) {
+  const auto& n = ctx.node();
+  if (n.attribute_size() != 1)
+    return ctx.error("Constant must have exactly one value attribute");
+  const onnx::AttributeProto& a = n.attribute(0);
+  Tensor t;
+  if (a.name() == "value") {
+    LWCC_TRY(v, tensorFromProto(a.t(), "", "attribute 'value'"));
+    t = std::move(v);
+  } else if (a.name() == "value_float") {
+    t = Tensor::fromFloats(TensorType(DType::F32, {}), {a.f()});
+  } else if (a.name() == "value_floats") {
+    t = Tensor::fromFloats(TensorType(DType::F32, {a.floats_size()}),
+                           std::vector<double>(a.floats().begin(), a.floats().end()));
+  } else if (a.name() == "value_int") {
+    t = Tensor::fromInts(TensorType(DType::I64, {}), {a.i()});
+  } else if (a.name() == "value_ints") {
+    t = Tensor::fromInts(TensorType(DType::I64, {a.ints_size()}),
+                         std::vector<int64_t>(a.ints().begin(), a.ints().end()));
+  } else {
+    return ctx.error("Constant attribute '" + a.name() + "' is not supported");
+  }
+  // Large float constants are weights in all but name: keep them as params.
+  if (t.isFloatData() && t.size() > 4096) {
+    std::string name = ctx.node().output(0);
+    Value* p = ctx.module().graph->addParam(name, name, t.type);
+    ctx.module().weights.emplace(name, std::move(t));
+    ctx.bind(name, p);
+    return Error::success();
+  }
+  ctx.setOutput(0, ctx.constant(t));
+  return Error::success();
+}
+
+Error importConstantOfShape(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"value"}));
+  LWCC_TRY(shape, ctx.constInts(0, "input"));
+  for (int64_t d : shape)
+    if (d < 0)
+      return ctx.error("shape " + shapeStr(shape) + " has a negative dim");
+  Tensor fill = Tensor::fromFloats(TensorType(DType::F32, {1}), {0.0});
+  if (const onnx::AttributeProto* a = ctx.attr("value")) {
+    LWCC_TRY(v, tensorFromProto(a->t(), "", "attribute 'value'"));
+    if (v.size() != 1)
+      return ctx.error("attribute 'value' must hold one element");
+    fill = std::move(v);
+  }
+  TensorType type(fill.type.dtype, shape);
+  if (type.numElements() > (int64_t{1} << 24))
+    return ctx.error("ConstantOfShape of " + type.str() + " is too large to fold");
+  Tensor t(type);
+  if (t.isFloatData())
+    std::fill(t.f.begin(), t.f.end(), fill.f[0]);
+  else
+    std::fill(t.i.begin(), t.i.end(), fill.i[0]);
+  ctx.setOutput(0, ctx.constant(t));
+  return Error::success();
+}
+
+Error importCast(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"to", "saturate", "round_mode"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "input"));
+  LWCC_TRY(to, ctx.attrInt("to", std::nullopt));
+  onnx::TensorProto probe;
+  probe.set_data_type(static_cast<int32_t>(to));
+  std::optional<DType> dt;
+  switch (to) {
+  case onnx::TensorProto::FLOAT:
+    dt = DType::F32;
+    break;
+  case onnx::TensorProto::DOUBLE:
+    dt = DType::F64;
+    break;
+  case onnx::TensorProto::FLOAT16:
+    dt = DType::F16;
+    break;
+  case onnx::TensorProto::BFLOAT16:
+    dt = DType::BF16;
+    break;
+  case onnx::TensorProto::INT64:
+    dt = DType::I64;
+    break;
+  case onnx::TensorProto::INT32:
+    dt = DType::I32;
+    break;
+  case onnx::TensorProto::BOOL:
+    dt = DType::Bool;
+    break;
+  default:
+    return ctx.error(llvm::formatv("casting to element type {0} is not supported", to).str());
+  }
+  if (*dt == x->type().dtype) {
+    ctx.setOutput(0, x);
+    return Error::success();
+  }
+  LWCC_TRY(y, ctx.emit1(OpKind::Cast, {x}, {attr("to", std::string(dtypeName(*dt)))}));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
+Error importExpand(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  LWCC_TRY(x, ctx.requiredInput(0, "input"));
+  LWCC_TRY(shape, ctx.constInts(1, "shape"));
+  LWCC_TRY(y, ctx.emit1(OpKind::Expand, {x}, {attr("shape", shape)}));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
+Error importPad(ImportContext& ctx) {
+  LWCC_TRY(x, ctx.requiredInput(0, "data"));
+  int64_t rank = x->type().rank();
+  std::vector<int64_t> pads;
+  double value = 0;
+  LWCC_TRY(mode, ctx.attrString("mode", std::string("constant")));
+  if (ctx.opset() < 11) {
+    LWCC_CHECK(ctx.checkAttrs({"mode", "pads", "value"}));
+    LWCC_TRY(p, ctx.attrInts("pads", std::nullopt));
+    LWCC_TRY(v, ctx.attrFloat("value", 0.0));
+    pads = p;
+    value = v;
+  } else {
+    LWCC_CHECK(ctx.checkAttrs({"mode"}));
+    LWCC_TRY(p, ctx.constInts(1, "pads"));
+    pads = p;
+    if (ctx.input(2)) {
+      LWCC_TRY(v, ctx.constFloats(2, "constant_value"));
+      if (v.size() > 1)
+        return ctx.error("input 'constant_value' must be a scalar");
+      if (!v.empty())
+        value = v[0];
+    }
+    if (ctx.input(3)) { // opset 18: pads apply to these axes only
+      LWCC_TRY(axes, ctx.constInts(3, "axes"));
+      if (pads.size() != 2 * axes.size())
+        return ctx.error("pads must have two values per axis");
+      std::vector<int64_t> full(2 * rank, 0);
+      for (size_t k = 0; k < axes.size(); ++k) {
+        LWCC_TRY(a, normalizeAxis(ctx, axes[k], rank));
+        full[a] = pads[k];
+        full[a + rank] = pads[k + axes.size()];
+      }
+      pads = full;
+    }
+  }
+  if (mode == "wrap")
+    return ctx.error("mode 'wrap' is not supported");
+  LWCC_TRY(y, ctx.emit1(OpKind::Pad, {x},
+                        {attr("pads", pads), attr("mode", mode), attr("value", value)}));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
+} // namespace
+
+const std::vector<ImporterEntry>& tensorImporters() {
+  static const std::vector<ImporterEntry> entries = {
+      {"Reshape", 5, importReshape},
+      {"Flatten", 1, importFlatten},
+      {"Transpose", 1, importTranspose},
+      {"Concat", 1, importConcat},
+      {"Slice", 1, importSlice},
+      {"Split", 1, importSplit},
+      {"Squeeze", 1, importSqueeze},
+      {"Unsqueeze", 1, importUnsqueeze},
+      {"Gather", 1, importGather},
+      {"Shape", 1, importShape},
+      {"Constant", 1, importConstant},
+      {"ConstantOfShape", 9, importConstantOfShape},
+      {"Cast", 6, importCast},
+      {"Expand", 8, importExpand},
+      {"Pad", 2, importPad},
+  };
+  return entries;
+}
+
+} // namespace lwcc
