@@ -82,6 +82,11 @@ parse_lit() {
     }' "$1"
 }
 
+# Scripts of this project end with the line "N passed, M failed".
+parse_counts() {
+  sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\1 \2/p' "$1" | tail -n1 | grep . || echo "0 0"
+}
+
 suite() {
   local name="$1" parser="$2"
   shift 2
@@ -139,6 +144,7 @@ cmd_test() {
 
   suite "unit (GoogleTest)" parse_gtest "$BIN_DIR/lwcc-unittests" --gtest_brief=1
   suite "lit (FileCheck)"   parse_lit   "${LIT[@]}" -sv --no-progress-bar test/lit
+  suite "zoo vs onnxruntime" parse_counts python3 test/e2e/zoo_reference.py
 
   print_summary
   ((TOTAL_FAILED == 0))

@@ -1,0 +1,353 @@
+"""lwcc model zoo: ONNX generators for the networks lwcc is tested on.
+
+Every builder has the signature
+
+    build_NAME(size, channels, width, classes, batch, opset=17, seed=0,
+               symbolic_batch=False) -> onnx.ModelProto
+
+and produces an NCHW float32 inference graph with input "input"
+[batch|N, channels, size, size] and output "logits" [batch|N, classes].
+Parameters are initializers named like the torchvision state dict
+(features.0.weight, layer1.0.bn1.running_var, ...), drawn deterministically
+from `seed`.  `width` scales every channel count and hidden FC width
+(rounded, at least 1; multiples of 2 for the grouped alexnet_owt).
+
+REGISTRY maps NAME -> builder; DEFAULTS, TEST_PRESETS and MIN_SIZE give the
+full-size parameters, the small test-size preset and the minimum input size.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from layers import NetBuilder, scale_channels  # noqa: E402
+
+# Minimum input size (H = W) for which every layer has a >= 1 output
+# (verified by tools/models/check_ort.py --min-sizes).
+MIN_SIZE = {
+    "lenet": 12,
+    "alexnet": 63,
+    "alexnet_owt": 63,
+    "vgg11": 32,
+    "vgg16": 32,
+    "resnet18": 1,
+    "inception": 1,
+}
+
+
+def _builder(name, size, channels, batch, opset, seed, symbolic_batch):
+    return NetBuilder(name, size=size, channels=channels, batch=batch,
+                      opset=opset, seed=seed, symbolic_batch=symbolic_batch,
+                      min_size=MIN_SIZE[name])
+
+
+def _check_width(name, width):
+    if not width > 0:
+        raise ValueError(f"{name}: width must be > 0, got {width!r}")
+
+
+def _check_classes(name, classes):
+    if not isinstance(classes, (int, np.integer)) or classes < 1:
+        raise ValueError(f"{name}: classes must be an integer >= 1, got {classes!r}")
+
+
+def _finish(b, out, name, doc, **meta):
+    meta = dict(net=name, **meta, opset=b.opset, batch_dim=b.batch_dim)
+    return b.model(out, doc=doc, meta=meta)
+
+
+# ------------------------------------------------------------------ LeNet-5
+def build_lenet(size=28, channels=1, width=1.0, classes=10, batch=1,
+                opset=17, seed=0, symbolic_batch=False):
+    """LeNet-5 for 28x28x1 (Fashion-MNIST): Conv(6,5x5,p2)-Relu-MaxPool2-
+    Conv(16,5x5)-Relu-MaxPool2-Flatten-Gemm(120)-Relu-Gemm(84)-Relu-Gemm."""
+    name = "lenet"
+    _check_width(name, width), _check_classes(name, classes)
+    b = _builder(name, size, channels, batch, opset, seed, symbolic_batch)
+    c = lambda n: scale_channels(n, width)  # noqa: E731
+    x = b.conv(b.input, c(6), 5, pad=2, name="conv1")
+    x = b.relu(x, name="relu1")
+    x = b.maxpool(x, 2, 2, name="pool1")
+    x = b.conv(x, c(16), 5, name="conv2")
+    x = b.relu(x, name="relu2")
+    x = b.maxpool(x, 2, 2, name="pool2")
+    x = b.flatten(x, name="flatten")
+    x = b.relu(b.gemm(x, c(120), name="fc1"), name="relu3")
+    x = b.relu(b.gemm(x, c(84), name="fc2"), name="relu4")
+    x = b.gemm(x, classes, name="fc3", gain=1.0)
+    return _finish(b, x, name, build_lenet.__doc__, size=size, channels=channels,
+                   width=width, classes=classes, batch=batch, seed=seed)
+
+
+# ------------------------------------------------------------------ AlexNet
+def _alexnet_head(b, x, width, classes, hidden_names, pool_name):
+    """AdaptiveAvgPool(6x6) + Flatten + torchvision classifier
+    (Dropout, Gemm 4096, ReLU, Dropout, Gemm 4096, ReLU, Gemm)."""
+    (d0, l1, r2, d3, l4, r5, l6) = hidden_names
+    x = b.adaptive_avgpool(x, 6, name=pool_name)
+    x = b.flatten(x, name="flatten")
+    hidden = scale_channels(4096, width)
+    x = b.dropout(x, name=d0)
+    x = b.relu(b.gemm(x, hidden, name=l1), name=r2)
+    x = b.dropout(x, name=d3)
+    x = b.relu(b.gemm(x, hidden, name=l4), name=r5)
+    return b.gemm(x, classes, name=l6, gain=1.0)
+
+
+def build_alexnet(size=224, channels=3, width=1.0, classes=1000, batch=1,
+                  opset=17, seed=0, symbolic_batch=False):
+    """AlexNet, torchvision layout (single tower, no LRN).  features:
+    Conv64 11x11 s4 p2, ReLU, MaxPool3 s2, Conv192 5x5 p2, ReLU, MaxPool3 s2,
+    Conv384 3x3 p1, ReLU, Conv256, ReLU, Conv256, ReLU, MaxPool3 s2;
+    AdaptiveAvgPool(6x6) expressed for the actual map size s: nothing when
+    s == 6 (224 input), AveragePool(s/6) when 6 divides s, else
+    GlobalAveragePool (classifier input C instead of C*36); then Flatten,
+    Dropout, Gemm4096, ReLU, Dropout, Gemm4096, ReLU, Gemm(classes)."""
+    name = "alexnet"
+    _check_width(name, width), _check_classes(name, classes)
+    b = _builder(name, size, channels, batch, opset, seed, symbolic_batch)
+    c = lambda n: scale_channels(n, width)  # noqa: E731
+    x = b.conv(b.input, c(64), 11, stride=4, pad=2, name="features.0")
+    x = b.relu(x, name="features.1")
+    x = b.maxpool(x, 3, 2, name="features.2")
+    x = b.conv(x, c(192), 5, pad=2, name="features.3")
+    x = b.relu(x, name="features.4")
+    x = b.maxpool(x, 3, 2, name="features.5")
+    x = b.conv(x, c(384), 3, pad=1, name="features.6")
+    x = b.relu(x, name="features.7")
+    x = b.conv(x, c(256), 3, pad=1, name="features.8")
+    x = b.relu(x, name="features.9")
+    x = b.conv(x, c(256), 3, pad=1, name="features.10")
+    x = b.relu(x, name="features.11")
+    x = b.maxpool(x, 3, 2, name="features.12")
+    x = _alexnet_head(b, x, width, classes,
+                      [f"classifier.{i}" for i in range(7)], "avgpool")
+    return _finish(b, x, name, build_alexnet.__doc__, size=size, channels=channels,
+                   width=width, classes=classes, batch=batch, seed=seed)
+
+
+def build_alexnet_owt(size=224, channels=3, width=1.0, classes=1000, batch=1,
+                      opset=17, seed=0, symbolic_batch=False):
+    """AlexNet, original two-tower layout (Krizhevsky et al. 2012):
+    conv1 96 11x11 s4 p2, ReLU, LRN, MaxPool3 s2; conv2 256 5x5 p2 group=2,
+    ReLU, LRN, MaxPool3 s2; conv3 384 3x3 p1 (towers talk); conv4 384 3x3 p1
+    group=2, ReLU; conv5 256 3x3 p1 group=2, ReLU, MaxPool3 s2; FC 4096,
+    4096, classes with Dropout before fc6 and fc7.  LRN: size 5,
+    alpha 1e-4 (ONNX convention, alpha/size per element), beta 0.75, bias 2.
+    Channel counts are kept even so both towers get the same width.  The
+    6x6 pooling before the classifier follows the same rule as alexnet."""
+    name = "alexnet_owt"
+    _check_width(name, width), _check_classes(name, classes)
+    b = _builder(name, size, channels, batch, opset, seed, symbolic_batch)
+    c = lambda n: scale_channels(n, width, multiple=2)  # noqa: E731
+    x = b.conv(b.input, c(96), 11, stride=4, pad=2, name="conv1")
+    x = b.lrn(b.relu(x, name="relu1"), name="norm1")
+    x = b.maxpool(x, 3, 2, name="pool1")
+    x = b.conv(x, c(256), 5, pad=2, group=2, name="conv2")
+    x = b.lrn(b.relu(x, name="relu2"), name="norm2")
+    x = b.maxpool(x, 3, 2, name="pool2")
+    x = b.relu(b.conv(x, c(384), 3, pad=1, name="conv3"), name="relu3")
+    x = b.relu(b.conv(x, c(384), 3, pad=1, group=2, name="conv4"), name="relu4")
+    x = b.relu(b.conv(x, c(256), 3, pad=1, group=2, name="conv5"), name="relu5")
+    x = b.maxpool(x, 3, 2, name="pool5")
+    x = _alexnet_head(b, x, width, classes,
+                      ["drop6", "fc6", "relu6", "drop7", "fc7", "relu7", "fc8"],
+                      "avgpool")
+    return _finish(b, x, name, build_alexnet_owt.__doc__, size=size,
+                   channels=channels, width=width, classes=classes, batch=batch,
+                   seed=seed)
+
+
+# ---------------------------------------------------------------------- VGG
+VGG_CFGS = {
+    "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M",
+              512, 512, 512, "M", 512, 512, 512, "M"],
+}
+
+
+def _build_vgg(name, size, channels, width, classes, batch, opset, seed,
+               symbolic_batch, doc):
+    _check_width(name, width), _check_classes(name, classes)
+    b = _builder(name, size, channels, batch, opset, seed, symbolic_batch)
+    x, i = b.input, 0
+    for v in VGG_CFGS[name]:
+        if v == "M":
+            x = b.maxpool(x, 2, 2, name=f"features.{i}")
+            i += 1
+        else:
+            x = b.conv(x, scale_channels(v, width), 3, pad=1, name=f"features.{i}")
+            x = b.relu(x, name=f"features.{i + 1}")
+            i += 2
+    x = b.adaptive_avgpool(x, 7, name="avgpool")
+    x = b.flatten(x, name="flatten")
+    hidden = scale_channels(4096, width)
+    x = b.relu(b.gemm(x, hidden, name="classifier.0"), name="classifier.1")
+    x = b.dropout(x, name="classifier.2")
+    x = b.relu(b.gemm(x, hidden, name="classifier.3"), name="classifier.4")
+    x = b.dropout(x, name="classifier.5")
+    x = b.gemm(x, classes, name="classifier.6", gain=1.0)
+    return _finish(b, x, name, doc, size=size, channels=channels, width=width,
+                   classes=classes, batch=batch, seed=seed)
+
+
+_VGG_DOC = """VGG-{n} (torchvision config {cfg}): 3x3 p1 Conv + ReLU blocks with
+    MaxPool 2 s2 between stages; AdaptiveAvgPool(7x7) expressed for the actual
+    map size s (nothing when s == 7, i.e. 224 input; AveragePool(s/7) when 7
+    divides s; else GlobalAveragePool, or nothing at s == 1); Flatten; Gemm4096,
+    ReLU, Dropout, Gemm4096, ReLU, Dropout, Gemm(classes)."""
+
+
+def build_vgg11(size=224, channels=3, width=1.0, classes=1000, batch=1,
+                opset=17, seed=0, symbolic_batch=False):
+    return _build_vgg("vgg11", size, channels, width, classes, batch, opset,
+                      seed, symbolic_batch, build_vgg11.__doc__)
+
+
+def build_vgg16(size=224, channels=3, width=1.0, classes=1000, batch=1,
+                opset=17, seed=0, symbolic_batch=False):
+    return _build_vgg("vgg16", size, channels, width, classes, batch, opset,
+                      seed, symbolic_batch, build_vgg16.__doc__)
+
+
+build_vgg11.__doc__ = _VGG_DOC.format(n=11, cfg="A")
+build_vgg16.__doc__ = _VGG_DOC.format(n=16, cfg="D")
+
+
+# ------------------------------------------------------------------- ResNet
+def _basic_block(b, x, planes, stride, prefix):
+    cin = b.shapes[x][0]
+    out = b.conv(x, planes, 3, stride=stride, pad=1, bias=False, name=f"{prefix}.conv1")
+    out = b.relu(b.bn(out, name=f"{prefix}.bn1"), name=f"{prefix}.relu1")
+    out = b.conv(out, planes, 3, pad=1, bias=False, name=f"{prefix}.conv2")
+    out = b.bn(out, name=f"{prefix}.bn2")
+    if stride != 1 or cin != planes:
+        x = b.conv(x, planes, 1, stride=stride, bias=False, name=f"{prefix}.downsample.0")
+        x = b.bn(x, name=f"{prefix}.downsample.1")
+    out = b.add(out, x, name=f"{prefix}.add")
+    return b.relu(out, name=f"{prefix}.relu2")
+
+
+def build_resnet18(size=224, channels=3, width=1.0, classes=1000, batch=1,
+                   opset=17, seed=0, symbolic_batch=False):
+    """ResNet-18: stem Conv64 7x7 s2 p3 (no bias) + BN + ReLU + MaxPool3 s2 p1;
+    BasicBlocks [2, 2, 2, 2] with widths 64/128/256/512 and strides 1/2/2/2,
+    downsample = 1x1 Conv (stride) + BN where stride or width changes;
+    GlobalAveragePool, Flatten, Gemm(classes)."""
+    name = "resnet18"
+    _check_width(name, width), _check_classes(name, classes)
+    b = _builder(name, size, channels, batch, opset, seed, symbolic_batch)
+    x = b.conv(b.input, scale_channels(64, width), 7, stride=2, pad=3, bias=False,
+               name="conv1")
+    x = b.relu(b.bn(x, name="bn1"), name="relu")
+    x = b.maxpool(x, 3, 2, 1, name="maxpool")
+    for li, (planes, stride) in enumerate(zip((64, 128, 256, 512), (1, 2, 2, 2))):
+        for bi in range(2):
+            x = _basic_block(b, x, scale_channels(planes, width),
+                             stride if bi == 0 else 1, f"layer{li + 1}.{bi}")
+    x = b.global_avgpool(x, name="avgpool")
+    x = b.flatten(x, name="flatten")
+    x = b.gemm(x, classes, name="fc", gain=1.0)
+    return _finish(b, x, name, build_resnet18.__doc__, size=size, channels=channels,
+                   width=width, classes=classes, batch=batch, seed=seed)
+
+
+# ---------------------------------------------------------------- Inception
+# (1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool proj) as in GoogLeNet.
+INCEPTION_BLOCKS = [
+    ("inception3a", (64, 96, 128, 16, 32, 32)),
+    ("inception3b", (128, 128, 192, 32, 96, 64)),
+    "maxpool3",
+    ("inception4a", (192, 96, 208, 16, 48, 64)),
+    ("inception4b", (160, 112, 224, 24, 64, 64)),
+]
+
+
+def _conv_bn_relu(b, x, cout, k, *, stride=1, pad=0, name):
+    x = b.conv(x, cout, k, stride=stride, pad=pad, bias=False, name=f"{name}.conv")
+    return b.relu(b.bn(x, name=f"{name}.bn"), name=f"{name}.relu")
+
+
+def _inception_block(b, x, cfg, width, prefix):
+    c1, c3r, c3, c5r, c5, cp = (scale_channels(v, width) for v in cfg)
+    y1 = _conv_bn_relu(b, x, c1, 1, name=f"{prefix}.branch1")
+    y2 = _conv_bn_relu(b, x, c3r, 1, name=f"{prefix}.branch2.0")
+    y2 = _conv_bn_relu(b, y2, c3, 3, pad=1, name=f"{prefix}.branch2.1")
+    y3 = _conv_bn_relu(b, x, c5r, 1, name=f"{prefix}.branch3.0")
+    y3 = _conv_bn_relu(b, y3, c5, 5, pad=2, name=f"{prefix}.branch3.1")
+    y4 = b.maxpool(x, 3, 1, 1, name=f"{prefix}.branch4.0")
+    y4 = _conv_bn_relu(b, y4, cp, 1, name=f"{prefix}.branch4.1")
+    return b.concat([y1, y2, y3, y4], name=f"{prefix}.concat")
+
+
+def build_inception(size=224, channels=3, width=1.0, classes=1000, batch=1,
+                    opset=17, seed=0, symbolic_batch=False):
+    """GoogLeNet-style Inception net (trimmed, with BN like torchvision's
+    BasicConv2d = Conv(no bias) + BN + ReLU).  Stem: conv1 64 7x7 s2 p3,
+    MaxPool3 s2 p1, conv2 64 1x1, conv3 192 3x3 p1, MaxPool3 s2 p1.
+    Blocks inception3a, 3b, MaxPool3 s2 p1, 4a, 4b; each block has four
+    branches (1x1; 1x1->3x3; 1x1->5x5; MaxPool3 s1 p1->1x1) concatenated on
+    channels (Concat axis=1).  GlobalAveragePool, Flatten, Gemm(classes)."""
+    name = "inception"
+    _check_width(name, width), _check_classes(name, classes)
+    b = _builder(name, size, channels, batch, opset, seed, symbolic_batch)
+    c = lambda n: scale_channels(n, width)  # noqa: E731
+    x = _conv_bn_relu(b, b.input, c(64), 7, stride=2, pad=3, name="conv1")
+    x = b.maxpool(x, 3, 2, 1, name="maxpool1")
+    x = _conv_bn_relu(b, x, c(64), 1, name="conv2")
+    x = _conv_bn_relu(b, x, c(192), 3, pad=1, name="conv3")
+    x = b.maxpool(x, 3, 2, 1, name="maxpool2")
+    for blk in INCEPTION_BLOCKS:
+        if isinstance(blk, str):
+            x = b.maxpool(x, 3, 2, 1, name=blk)
+        else:
+            x = _inception_block(b, x, blk[1], width, blk[0])
+    x = b.global_avgpool(x, name="avgpool")
+    x = b.flatten(x, name="flatten")
+    x = b.gemm(x, classes, name="fc", gain=1.0)
+    return _finish(b, x, name, build_inception.__doc__, size=size, channels=channels,
+                   width=width, classes=classes, batch=batch, seed=seed)
+
+
+# ----------------------------------------------------------------- registry
+REGISTRY = {
+    "lenet": build_lenet,
+    "alexnet": build_alexnet,
+    "alexnet_owt": build_alexnet_owt,
+    "vgg11": build_vgg11,
+    "vgg16": build_vgg16,
+    "resnet18": build_resnet18,
+    "inception": build_inception,
+}
+
+_IMAGENET = dict(size=224, channels=3, width=1.0, classes=1000, batch=1)
+# Full-size defaults (used by gen.py when a flag is not given).
+DEFAULTS = {n: dict(_IMAGENET) for n in REGISTRY}
+DEFAULTS["lenet"] = dict(size=28, channels=1, width=1.0, classes=10, batch=1)
+
+# Small presets: a plain-loop reference interpreter runs a forward pass of
+# each in well under a second.
+_SMALL = dict(channels=3, width=1 / 16, classes=10, batch=2)
+TEST_PRESETS = {
+    "lenet": dict(size=28, channels=1, width=1.0, classes=10, batch=2),
+    "alexnet": dict(size=64, **_SMALL),
+    "alexnet_owt": dict(size=64, **_SMALL),
+    "vgg11": dict(size=32, **_SMALL),
+    "vgg16": dict(size=32, **_SMALL),
+    "resnet18": dict(size=32, **_SMALL),
+    "inception": dict(size=32, **_SMALL),
+}
+
+
+def build(name, test_size=False, **overrides):
+    """Builds registered network `name` from its DEFAULTS (or TEST_PRESETS
+    when test_size) updated with `overrides` (keys of the builder's
+    signature; None values are ignored)."""
+    if name not in REGISTRY:
+        raise KeyError(f"unknown network {name!r}; known: {', '.join(REGISTRY)}")
+    params = dict((TEST_PRESETS if test_size else DEFAULTS)[name])
+    params.update({k: v for k, v in overrides.items() if v is not None})
+    return REGISTRY[name](**params)
