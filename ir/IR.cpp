@@ -1,5 +1,6 @@
 //===- IR.cpp - Values, ops, graphs and the builder -----------------------===//
 #include "ir/IR.h"
+#include "ir/Verifier.h"
 
 #include <algorithm>
 #include <cassert>
@@ -195,8 +196,9 @@ Op* Graph::nextOp(Op* op) const {
   return it == ops_.end() ? nullptr : it->get();
 }
 
-void Graph::addOutput(Value* v) {
+void Graph::addOutput(Value* v, Value* gradOf) {
   outputs_.push_back(v);
+  outputGradOf_.push_back(gradOf);
   v->uses_.push_back(Use{nullptr, static_cast<unsigned>(outputs_.size() - 1)});
 }
 
@@ -210,6 +212,7 @@ void Graph::clearOutputs() {
   for (unsigned i = 0; i < outputs_.size(); ++i)
     removeUse(outputs_[i]->uses_, Use{nullptr, i});
   outputs_.clear();
+  outputGradOf_.clear();
 }
 
 std::unique_ptr<Graph> Graph::clone() const {
@@ -223,13 +226,14 @@ std::unique_ptr<Graph> Graph::clone() const {
   for (const auto& p : params_) {
     Value* v = g->addParam(p->name(), p->paramName(), p->type());
     v->setLoc(p->loc());
+    v->setZeroInit(p->zeroInit());
     map[p.get()] = v;
   }
   Builder b(*g);
   for (const auto& op : ops_)
     b.clone(*op, map);
-  for (Value* out : outputs_)
-    g->addOutput(map.at(out));
+  for (size_t i = 0; i < outputs_.size(); ++i)
+    g->addOutput(map.at(outputs_[i]), outputGradOf_[i] ? map.at(outputGradOf_[i]) : nullptr);
   return g;
 }
 
@@ -249,6 +253,11 @@ llvm::Expected<Op*> Builder::createInferred(OpKind kind, const std::vector<Value
                                             std::vector<NamedAttr> attrs, unsigned numResults) {
   std::vector<TensorType> placeholder(numResults);
   Op* op = create(kind, operands, placeholder, std::move(attrs));
+  // A shape rule may only run on an op with the right arity and attributes.
+  if (llvm::Error err = verifyOpStructure(*op)) {
+    graph_.eraseOp(op);
+    return err;
+  }
   llvm::Expected<std::vector<TensorType>> types = op->info().shapeRule(*op);
   if (!types) {
     llvm::Error err = op->emitError(llvm::toString(types.takeError()));

@@ -55,6 +55,10 @@ public:
   void setParamName(std::string n) { paramName_ = std::move(n); }
   InputRole role() const { return role_; }
   void setRole(InputRole r) { role_ = r; }
+  /// For params: starts as zeros instead of an initializer's values
+  /// (optimizer state, counters).
+  bool zeroInit() const { return zeroInit_; }
+  void setZeroInit(bool z) { zeroInit_ = z; }
 
   const Location& loc() const { return loc_; }
   void setLoc(Location l) { loc_ = std::move(l); }
@@ -77,6 +81,7 @@ private:
   unsigned resultIndex_ = 0;
   std::string paramName_;
   InputRole role_ = InputRole::Data;
+  bool zeroInit_ = false;
   Location loc_;
   std::vector<Use> uses_;
 };
@@ -199,7 +204,10 @@ public:
   Op* nextOp(Op* op) const;
 
   const std::vector<Value*>& outputs() const { return outputs_; }
-  void addOutput(Value* v);
+  /// Adds an output; `gradOf` marks it as the gradient of that param.
+  void addOutput(Value* v, Value* gradOf = nullptr);
+  /// The param whose gradient output `i` is (printed @grad(%p)), or null.
+  Value* outputGradOf(size_t i) const { return outputGradOf_[i]; }
   void setOutput(unsigned i, Value* v);
   void clearOutputs();
 
@@ -213,6 +221,7 @@ private:
   std::vector<std::unique_ptr<Value>> params_;
   OpList ops_;
   std::vector<Value*> outputs_;
+  std::vector<Value*> outputGradOf_;
 };
 
 /// Creates ops at an insertion point. Results of create() have the given

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "ir/Interpreter.h"
 
+#include "ir/Kernels.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -40,15 +42,6 @@ Tensor Tensor::fromInts(TensorType t, std::vector<int64_t> values) {
 }
 
 namespace {
-
-struct EvalCtx {
-  const Op& op;
-  std::vector<const Tensor*> in;
-  std::vector<Tensor> out;
-
-  const Tensor& x(unsigned k = 0) const { return *in[k]; }
-  Tensor& y(unsigned k = 0) { return out[k]; }
-};
 
 using EvalFn = llvm::Error (*)(EvalCtx&);
 using llvm::Error;
@@ -678,10 +671,12 @@ void roundResults(std::vector<Tensor>& out, Precision p) {
 
 } // namespace
 
-llvm::Expected<std::vector<Tensor>> evaluateOp(const Op& op,
-                                               const std::vector<const Tensor*>& operands,
-                                               Precision precision) {
-  EvalCtx c{op, operands, {}};
+namespace {
+
+llvm::Expected<std::vector<Tensor>> evaluate(const Op& op,
+                                             const std::vector<const Tensor*>& operands,
+                                             Precision precision, WeightMap* updates) {
+  EvalCtx c{op, operands, {}, updates};
   for (unsigned k = 0; k < op.numResults(); ++k)
     c.out.emplace_back(op.result(k)->type());
   if (Error e = kEval[static_cast<size_t>(op.kind())](c))
@@ -690,8 +685,10 @@ llvm::Expected<std::vector<Tensor>> evaluateOp(const Op& op,
   return std::move(c.out);
 }
 
-llvm::Expected<std::vector<Tensor>> interpret(const Graph& g, const std::vector<Tensor>& inputs,
-                                              const WeightMap& weights, Precision precision) {
+/// Runs `g`; assign ops record new param values in `updates` when given.
+llvm::Expected<std::vector<Tensor>> execute(const Graph& g, const std::vector<Tensor>& inputs,
+                                            const WeightMap& weights, Precision precision,
+                                            WeightMap* updates) {
   if (Error e = verifyGraph(g))
     return e;
   if (inputs.size() != g.inputs().size())
@@ -699,39 +696,38 @@ llvm::Expected<std::vector<Tensor>> interpret(const Graph& g, const std::vector<
                                    g.inputs().size(), inputs.size())
                          .str());
   std::unordered_map<const Value*, Tensor> values;
-  auto checkType = [&](const Value* v, const Tensor& t, const std::string& what) -> Error {
+  auto bind = [&](const Value* v, const Tensor& t, const std::string& what) -> Error {
     if (t.type != v->type())
       return makeError(v->loc(), what + " has type " + v->type().str() + ", but its value is " +
                                      t.type.str());
     size_t want = t.type.numElements();
     if ((t.isFloatData() ? t.f.size() : t.i.size()) != want)
       return makeError(v->loc(), what + ": value holds the wrong number of elements");
+    std::vector<Tensor> one{t};
+    roundResults(one, precision);
+    values[v] = std::move(one[0]);
     return ok();
   };
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    const Value* in = g.input(k);
-    if (Error e = checkType(in, inputs[k], "input '%" + in->name() + "'"))
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (Error e = bind(g.input(k), inputs[k], "input '%" + g.input(k)->name() + "'"))
       return e;
-    std::vector<Tensor> one{inputs[k]};
-    roundResults(one, precision);
-    values[in] = std::move(one[0]);
-  }
   for (const auto& p : g.params()) {
     auto it = weights.find(p->paramName());
-    if (it == weights.end())
-      return makeError(p->loc(), "no value for param '%" + p->name() + "' (initializer \"" +
-                                     p->paramName() + "\")");
-    if (Error e = checkType(p.get(), it->second, "param '%" + p->name() + "'"))
+    if (it == weights.end()) {
+      if (!p->zeroInit())
+        return makeError(p->loc(), "no value for param '%" + p->name() + "' (initializer \"" +
+                                       p->paramName() + "\")");
+      values[p.get()] = Tensor(p->type());
+      continue;
+    }
+    if (Error e = bind(p.get(), it->second, "param '%" + p->name() + "'"))
       return e;
-    std::vector<Tensor> one{it->second};
-    roundResults(one, precision);
-    values[p.get()] = std::move(one[0]);
   }
   for (const auto& op : g.ops()) {
     std::vector<const Tensor*> operands;
     for (Value* v : op->operands())
       operands.push_back(&values.at(v));
-    auto results = evaluateOp(*op, operands, precision);
+    auto results = evaluate(*op, operands, precision, updates);
     if (!results)
       return results.takeError();
     for (unsigned k = 0; k < op->numResults(); ++k)
@@ -743,4 +739,37 @@ llvm::Expected<std::vector<Tensor>> interpret(const Graph& g, const std::vector<
   return outputs;
 }
 
+} // namespace
+
+llvm::Expected<std::vector<Tensor>> evaluateOp(const Op& op,
+                                               const std::vector<const Tensor*>& operands,
+                                               Precision precision) {
+  return evaluate(op, operands, precision, nullptr);
+}
+
+llvm::Expected<std::vector<Tensor>> interpret(const Graph& g, const std::vector<Tensor>& inputs,
+                                              const WeightMap& weights, Precision precision) {
+  return execute(g, inputs, weights, precision, nullptr);
+}
+
+llvm::Expected<std::vector<Tensor>> runStep(const Graph& g, const std::vector<Tensor>& inputs,
+                                            WeightMap& state, Precision precision) {
+  WeightMap updates;
+  auto outputs = execute(g, inputs, state, precision, &updates);
+  if (!outputs)
+    return outputs.takeError();
+  for (auto& [name, value] : updates)
+    state[name] = std::move(value);
+  return outputs;
+}
+
 } // namespace lwcc
+
+namespace lwcc::kernels {
+// The index helpers above, for the kernels in other files.
+std::vector<int64_t> stridesOf(const Shape& s) { return lwcc::stridesOf(s); }
+void forEachIndex(const Shape& shape,
+                  const std::function<void(const std::vector<int64_t>&, int64_t)>& fn) {
+  lwcc::forEachIndex(shape, fn);
+}
+} // namespace lwcc::kernels

@@ -23,6 +23,12 @@ llvm::Expected<std::vector<Tensor>> interpret(const Graph& g, const std::vector<
                                               const WeightMap& weights,
                                               Precision precision = Precision::F32);
 
+/// Runs one step of a training graph: params come from `state` (zero-
+/// initialized state params may be missing), and the assign ops' new values
+/// are written back to `state` after the step.
+llvm::Expected<std::vector<Tensor>> runStep(const Graph& g, const std::vector<Tensor>& inputs,
+                                            WeightMap& state, Precision precision = Precision::F32);
+
 /// Evaluates one op on the given operand values (used for constant folding).
 llvm::Expected<std::vector<Tensor>> evaluateOp(const Op& op,
                                                const std::vector<const Tensor*>& operands,

@@ -1,6 +1,8 @@
 //===- OpTable.cpp - The op table built from Ops.def ----------------------===//
 #include "ir/OpTable.h"
 
+#include "ir/GradRules.h"
+
 #include <limits>
 #include <unordered_map>
 
@@ -22,8 +24,8 @@ std::vector<OpInfo> buildTable() {
 #define REQ_FLOATS(n) AttrSpec{#n, AttrKind::Floats, AttrSpec::Required, Attribute()}
 #define OPT_INTS(n) AttrSpec{#n, AttrKind::Ints, AttrSpec::Optional, Attribute()}
 #define OPT_FLOATS(n) AttrSpec{#n, AttrKind::Floats, AttrSpec::Optional, Attribute()}
-#define OP(E, M, LO, HI, NR, SHAPE, VERIFY, ...)                                                   \
-  OpInfo{OpKind::E, M, LO, HI, NR, std::vector<AttrSpec>{__VA_ARGS__}, SHAPE, VERIFY},
+#define OP(E, M, LO, HI, NR, SHAPE, VERIFY, GRAD, ...)                                             \
+  OpInfo{OpKind::E, M, LO, HI, NR, std::vector<AttrSpec>{__VA_ARGS__}, SHAPE, VERIFY, GRAD},
   return std::vector<OpInfo>{
 #include "ir/Ops.def"
   };

@@ -90,6 +90,25 @@ Rule batchNorm(const Op&);
 Rule dropout(const Op&);
 Rule sameAsOperand(const Op&);
 Rule constant(const Op&);
+// Training ops (TrainShapeRules.cpp).
+Rule softmaxXent(const Op&);
+Rule softmaxXentGrad(const Op&);
+Rule mseLoss(const Op&);
+Rule mseLossGrad(const Op&);
+Rule conv2dGradInput(const Op&);
+Rule conv2dGradFilter(const Op&);
+Rule poolGradFromInput(const Op&);
+Rule poolGradFromShape(const Op&);
+Rule elementwiseGrad(const Op&);
+Rule batchNormTrain(const Op&);
+Rule batchNormGrad(const Op&);
+Rule sliceGrad(const Op&);
+Rule gatherGrad(const Op&);
+Rule dropoutMask(const Op&);
+Rule sgdUpdate(const Op&);
+Rule adamUpdate(const Op&);
+Rule lrSchedule(const Op&);
+Rule assign(const Op&);
 
 /// numpy broadcasting of two shapes.
 llvm::Expected<Shape> broadcast(const Shape& a, const Shape& b);

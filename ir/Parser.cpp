@@ -278,7 +278,9 @@ private:
   llvm::Expected<Attribute> parseAttrValue(const AttrSpec* spec);
   llvm::Error parseInput();
   llvm::Error parseParam(const Token& name);
-  llvm::Error parseOp(std::vector<Token> results);
+  /// `start` is the statement's first token (the first result, or the
+  /// mnemonic of an op without results).
+  llvm::Error parseOp(std::vector<Token> results, const char* start);
   llvm::Error parseAnnotation(Annotations& ann);
   llvm::Error parseReturn();
 
@@ -312,7 +314,9 @@ llvm::Expected<int64_t> Parser::parseInt() {
   if (tok_.kind != Tok::Int)
     return errorHere("expected an integer, got " + describe(tok_));
   int64_t v;
-  if (llvm::StringRef(tok_.text).getAsInteger(10, v))
+  llvm::StringRef digits(tok_.text);
+  digits.consume_front("+"); // getAsInteger takes '-' but not '+'
+  if (digits.getAsInteger(10, v))
     return errorHere("integer '" + tok_.text + "' is out of range");
   TRY(advance());
   return v;
@@ -346,12 +350,16 @@ llvm::Expected<TensorType> Parser::parseType() {
   if (!dims)
     return dims.takeError();
   // Keep element counts far from overflow so that no size computation wraps.
+  // Zero dims are left out of the product: partial products (strides, the
+  // outer size of a flatten) must not wrap either.
   constexpr int64_t kMaxElements = int64_t{1} << 48;
   int64_t n = 1;
   for (int64_t d : *dims) {
     if (d < 0)
       return errorAt(shapePos, "negative dimension " + std::to_string(d) + " in shape");
-    if (d != 0 && n > kMaxElements / d)
+    if (d == 0)
+      continue;
+    if (n > kMaxElements / d)
       return errorAt(shapePos, "shape " + shapeStr(*dims) + " has too many elements");
     n *= d;
   }
@@ -446,6 +454,9 @@ llvm::Error Parser::parseParam(const Token& name) {
                      describe(tok_));
   std::string init = tok_.text;
   TRY(advance());
+  bool zeros = isIdent("zeros");
+  if (zeros)
+    TRY(advance());
   TRY(expect(Tok::Colon, "':' before the param type"));
   auto type = parseType();
   if (!type)
@@ -454,6 +465,7 @@ llvm::Error Parser::parseParam(const Token& name) {
     return errorAt(name.pos, "params must be declared before the first op");
   Value* v = graph_->addParam("", init, *type);
   v->setLoc(locOf(name.pos));
+  v->setZeroInit(zeros);
   return define(name, v);
 }
 
@@ -523,7 +535,7 @@ llvm::Error Parser::parseAnnotation(Annotations& ann) {
   return expect(Tok::RParen, "')' to close the annotation");
 }
 
-llvm::Error Parser::parseOp(std::vector<Token> results) {
+llvm::Error Parser::parseOp(std::vector<Token> results, const char* start) {
   // Results and '=' already consumed; the mnemonic is current.
   if (tok_.kind != Tok::Ident)
     return errorHere("expected an op name, got " + describe(tok_));
@@ -556,6 +568,10 @@ llvm::Error Parser::parseOp(std::vector<Token> results) {
       if (tok_.kind != Tok::Ident)
         return errorHere("expected an attribute name, got " + describe(tok_));
       std::string name = tok_.text;
+      // Op::setAttr would silently keep only the last value.
+      for (const NamedAttr& a : attrs)
+        if (a.name == name)
+          return errorHere("attribute '" + name + "' is given twice");
       TRY(advance());
       TRY(expect(Tok::Equal, "'=' after the attribute name"));
       auto value = parseAttrValue(info.findAttr(name));
@@ -565,16 +581,20 @@ llvm::Error Parser::parseOp(std::vector<Token> results) {
     }
     TRY(advance());
   }
-  TRY(expect(Tok::Colon, "':' before the result types"));
   std::vector<TensorType> types;
-  do {
-    if (!types.empty())
-      TRY(advance()); // the comma
-    auto t = parseType();
-    if (!t)
-      return t.takeError();
-    types.push_back(*t);
-  } while (tok_.kind == Tok::Comma);
+  if (!results.empty()) {
+    TRY(expect(Tok::Colon, "':' before the result types"));
+    do {
+      if (!types.empty())
+        TRY(advance()); // the comma
+      auto t = parseType();
+      if (!t)
+        return t.takeError();
+      types.push_back(*t);
+    } while (tok_.kind == Tok::Comma);
+  } else if (tok_.kind == Tok::Colon) {
+    return errorHere("an op without results has no result types");
+  }
   if (types.size() != results.size())
     return errorAt(mnemonicTok.pos, "'" + mnemonicTok.text + "' has " +
                                         std::to_string(results.size()) + " results but " +
@@ -582,7 +602,7 @@ llvm::Error Parser::parseOp(std::vector<Token> results) {
   Annotations ann;
   while (tok_.kind == Tok::AtId)
     TRY(parseAnnotation(ann));
-  Location loc = locOf(results.front().pos);
+  Location loc = locOf(start);
   if (isIdent("loc")) {
     TRY(advance());
     TRY(expect(Tok::LParen, "'(' after loc"));
@@ -594,7 +614,7 @@ llvm::Error Parser::parseOp(std::vector<Token> results) {
   }
   Op* op = graph_->createOp(*kind, operands, types, loc);
   for (NamedAttr& a : attrs)
-    op->setAttr(a.name, std::move(a.value)); // the verifier rejects duplicates
+    op->setAttr(a.name, std::move(a.value)); // names are unique: checked above
   op->annotations() = std::move(ann);
   for (unsigned i = 0; i < results.size(); ++i) {
     op->result(i)->setLoc(locOf(results[i].pos));
@@ -615,8 +635,25 @@ llvm::Error Parser::parseReturn() {
     auto v = lookup(tok_);
     if (!v)
       return v.takeError();
-    graph_->addOutput(*v);
     TRY(advance());
+    Value* gradOf = nullptr;
+    if (tok_.kind == Tok::AtId) {
+      if (tok_.text != "grad")
+        return errorHere("unknown output annotation '@" + tok_.text + "' (expected @grad)");
+      TRY(advance());
+      TRY(expect(Tok::LParen, "'(' after @grad"));
+      if (tok_.kind != Tok::ValueId)
+        return errorHere("expected the param of @grad, got " + describe(tok_));
+      auto p = lookup(tok_);
+      if (!p)
+        return p.takeError();
+      if ((*p)->kind() != ValueKind::Param)
+        return errorHere("@grad names '%" + tok_.text + "', which is not a param");
+      gradOf = *p;
+      TRY(advance());
+      TRY(expect(Tok::RParen, "')' to close @grad"));
+    }
+    graph_->addOutput(*v, gradOf);
   }
   return expect(Tok::RBrace, "'}' after the return statement");
 }
@@ -644,8 +681,14 @@ llvm::Expected<std::unique_ptr<Graph>> Parser::parse() {
       TRY(parseReturn());
       break;
     }
+    if (tok_.kind == Tok::Ident) { // an op without results, e.g. assign(%w, %w2)
+      const char* start = tok_.pos;
+      TRY(parseOp({}, start));
+      continue;
+    }
     if (tok_.kind != Tok::ValueId)
       return errorHere("expected a statement ('%name = ...' or 'return'), got " + describe(tok_));
+    const char* start = tok_.pos;
     std::vector<Token> results{tok_};
     TRY(advance());
     while (tok_.kind == Tok::Comma) {
@@ -662,7 +705,7 @@ llvm::Expected<std::unique_ptr<Graph>> Parser::parse() {
       TRY(advance());
       TRY(parseParam(results[0]));
     } else {
-      TRY(parseOp(std::move(results)));
+      TRY(parseOp(std::move(results), start));
     }
   }
   if (tok_.kind != Tok::Eof)

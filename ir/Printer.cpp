@@ -6,7 +6,9 @@
 //     %w = param "conv.weight" : f32[16,3,3,3]
 //     %c = conv2d(%x, %w) {pads = [1, 1, 1, 1]} : f32[8,16,32,32] @dev(0) loc("conv")
 //     %a, %b = split(%c) {axis = 1, split = [8, 8]} : f32[8,8,32,32], f32[8,8,32,32]
-//     return %a, %b
+//     %m = param "opt.m.conv.weight" zeros : f32[16,3,3,3]
+//     assign(%m, %a2)
+//     return %loss, %dw @grad(%w)
 //   }
 //
 //===----------------------------------------------------------------------===//
@@ -98,14 +100,14 @@ void printGraph(const Graph& g, llvm::raw_ostream& os) {
   }
   os << ") {\n";
   for (const auto& p : g.params())
-    os << "  %" << namer.name(p.get()) << " = param " << quoteString(p->paramName()) << " : "
-       << p->type().str() << "\n";
+    os << "  %" << namer.name(p.get()) << " = param " << quoteString(p->paramName())
+       << (p->zeroInit() ? " zeros" : "") << " : " << p->type().str() << "\n";
   for (const auto& opPtr : g.ops()) {
     const Op& op = *opPtr;
     os << "  ";
     for (unsigned i = 0; i < op.numResults(); ++i)
       os << (i ? ", " : "") << "%" << namer.name(op.result(i));
-    os << " = " << op.mnemonic() << "(";
+    os << (op.numResults() ? " = " : "") << op.mnemonic() << "(";
     for (unsigned i = 0; i < op.numOperands(); ++i)
       os << (i ? ", " : "") << "%" << namer.name(op.operand(i));
     os << ")";
@@ -125,9 +127,9 @@ void printGraph(const Graph& g, llvm::raw_ostream& os) {
         os << (i ? ", " : "") << ordered[i]->name << " = " << ordered[i]->value.str();
       os << "}";
     }
-    os << " : ";
+    // An op without results (assign) has no type list.
     for (unsigned i = 0; i < op.numResults(); ++i)
-      os << (i ? ", " : "") << op.result(i)->type().str();
+      os << (i ? ", " : " : ") << op.result(i)->type().str();
     std::string ann = annotationsStr(op.annotations());
     if (!ann.empty())
       os << " " << ann;
@@ -136,8 +138,11 @@ void printGraph(const Graph& g, llvm::raw_ostream& os) {
     os << "\n";
   }
   os << "  return";
-  for (size_t i = 0; i < g.outputs().size(); ++i)
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
     os << (i ? ", " : " ") << "%" << namer.name(g.outputs()[i]);
+    if (const Value* p = g.outputGradOf(i))
+      os << " @grad(%" << namer.name(p) << ")";
+  }
   os << "\n}\n";
 }
 

@@ -54,6 +54,23 @@ llvm::Error expectAllAtLeast(std::string_view attr, const std::vector<int64_t>& 
   return llvm::Error::success();
 }
 
+/// A result shape built from attribute values must keep its element count
+/// (and every partial product) as far from overflow as the parser keeps
+/// declared types: at most 2^48, not counting zero dims.
+llvm::Error expectSizeable(std::string_view attr, const Shape& s) {
+  constexpr int64_t kMaxElements = int64_t{1} << 48;
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d == 0)
+      continue;
+    if (n > kMaxElements / d)
+      return fail("attribute '{0}' gives the shape {1}, which has too many elements", attr,
+                  shapeStr(s));
+    n *= d;
+  }
+  return llvm::Error::success();
+}
+
 /// Normalizes an axis in [-rank, rank) (or [-rank, rank] when `inclusive`).
 llvm::Expected<int64_t> normAxis(int64_t axis, int64_t rank, bool inclusive = false) {
   int64_t hi = inclusive ? rank : rank - 1;
@@ -105,20 +122,29 @@ llvm::Expected<int64_t> windowOutput(int64_t in, int64_t kernel, int64_t stride,
 }
 
 SliceDim resolveSlice(int64_t dim, int64_t start, int64_t end, int64_t step) {
+  // An empty axis selects nothing (and [0, dim - 1] below would be empty).
+  if (dim == 0)
+    return {0, step, 0};
   if (start < 0)
     start += dim;
   if (end < 0)
     end += dim;
+  // Counts are computed as (distance - 1) / |step| + 1 in unsigned
+  // arithmetic so that huge steps (up to INT64_MIN) cannot overflow.
   if (step > 0) {
     start = std::clamp<int64_t>(start, 0, dim);
     end = std::clamp<int64_t>(end, 0, dim);
-    int64_t count = end > start ? (end - start + step - 1) / step : 0;
+    int64_t count =
+        end > start ? static_cast<int64_t>(static_cast<uint64_t>(end - start - 1) / step + 1) : 0;
     return {start, step, count};
   }
   start = std::clamp<int64_t>(start, 0, dim - 1);
   end = std::clamp<int64_t>(end, -1, dim - 1);
-  int64_t count = start > end ? (start - end + (-step) - 1) / (-step) : 0;
-  return {start, step, dim == 0 ? 0 : count};
+  uint64_t magnitude = uint64_t{0} - static_cast<uint64_t>(step);
+  int64_t count =
+      start > end ? static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / magnitude + 1)
+                  : 0;
+  return {start, step, count};
 }
 
 llvm::Expected<Shape> broadcast(const Shape& a, const Shape& b) {
@@ -261,6 +287,7 @@ Rule expand(const Op& op) {
   auto s = broadcast(ty(op, 0).shape, shape);
   if (!s)
     return s.takeError();
+  TRY(expectSizeable("shape", *s));
   return std::vector<TensorType>{TensorType(ty(op, 0).dtype, *s)};
 }
 
@@ -298,8 +325,8 @@ Rule cast(const Op& op) {
 Rule clip(const Op& op) {
   TRY(expectFloat(op, 0));
   if (op.getFloat("min") > op.getFloat("max"))
-    return fail("attribute 'min' ({0}) is greater than 'max' ({1})", op.getFloat("min"),
-                op.getFloat("max"));
+    return fail("attribute 'min' ({0}) is greater than 'max' ({1})",
+                formatFloat(op.getFloat("min")), formatFloat(op.getFloat("max")));
   return std::vector<TensorType>{ty(op, 0)};
 }
 
@@ -370,6 +397,7 @@ Rule matmul(const Op& op) {
 Rule reshape(const Op& op) {
   const auto& shape = op.getInts("shape");
   TRY(expectAllAtLeast("shape", shape, 0));
+  TRY(expectSizeable("shape", shape));
   TensorType out(ty(op, 0).dtype, shape);
   if (out.numElements() != ty(op, 0).numElements())
     return fail("cannot reshape {0} ({1} elements) to {2} ({3} elements)", ty(op, 0).str(),
@@ -494,10 +522,10 @@ Rule batchNorm(const Op& op) {
                   ty(op, i).str());
   }
   if (!(op.getFloat("epsilon") > 0))
-    return fail("attribute 'epsilon' must be > 0, got {0}", op.getFloat("epsilon"));
+    return fail("attribute 'epsilon' must be > 0, got {0}", formatFloat(op.getFloat("epsilon")));
   double m = op.getFloat("momentum");
   if (!(m >= 0 && m <= 1))
-    return fail("attribute 'momentum' must be in [0, 1], got {0}", m);
+    return fail("attribute 'momentum' must be in [0, 1], got {0}", formatFloat(m));
   return std::vector<TensorType>{ty(op, 0)};
 }
 
@@ -505,7 +533,7 @@ Rule dropout(const Op& op) {
   TRY(expectFloat(op, 0));
   double r = op.getFloat("ratio");
   if (!(r >= 0 && r < 1))
-    return fail("attribute 'ratio' must be in [0, 1), got {0}", r);
+    return fail("attribute 'ratio' must be in [0, 1), got {0}", formatFloat(r));
   return std::vector<TensorType>{ty(op, 0)};
 }
 

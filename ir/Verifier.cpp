@@ -31,8 +31,8 @@ std::optional<int64_t> parDim(const std::string& name, int64_t rank) {
   }
   if (name.size() >= 2 && name[0] == 'd' &&
       name.find_first_not_of("0123456789", 1) == std::string::npos) {
-    int64_t d = std::stoll(name.substr(1));
-    if (d < rank)
+    int64_t d; // getAsInteger fails (true) on overflow, where std::stoll would throw
+    if (!llvm::StringRef(name).substr(1).getAsInteger(10, d) && d < rank)
       return d;
   }
   return std::nullopt;
@@ -47,10 +47,14 @@ llvm::Error verifyAnnotations(const Op& op) {
     std::set<int64_t> dims;
     for (const auto& [name, degree] : a.par->degrees) {
       auto d = parDim(name, rank);
-      if (!d)
-        return op.emitError(llvm::formatv("@par names dim '{0}', which a rank-{1} result does "
-                                          "not have (use n, c, h, w or d0..d{2})",
-                                          name, rank, rank - 1));
+      if (!d) {
+        std::string named = rank == 4 ? "n, c, h, w or " : rank == 2 ? "n, c or " : "";
+        std::string hint = rank == 0   ? "it has no dims"
+                           : rank == 1 ? "use d0"
+                                       : "use " + named + "d0..d" + std::to_string(rank - 1);
+        return op.emitError(llvm::formatv(
+            "@par names dim '{0}', which a rank-{1} result does not have ({2})", name, rank, hint));
+      }
       if (!dims.insert(*d).second)
         return op.emitError("@par splits dim '" + name + "' twice");
       if (degree < 1)
@@ -160,9 +164,10 @@ llvm::Error verifyGraph(const Graph& g) {
     defined.insert(in.get());
     if (!in->name().empty() && !names.insert(in->name()).second)
       return makeError(in->loc(), "input name '%" + in->name() + "' is used twice");
-    if (in->role() == InputRole::Label && !isInteger(in->type().dtype))
+    if (in->role() == InputRole::Label && in->type().dtype == DType::Bool)
       return makeError(in->loc(), "label input '%" + in->name() +
-                                      "' must have an integer element type, got " +
+                                      "' must hold class indices (integers) or targets "
+                                      "(floats), got " +
                                       in->type().str());
   }
   std::set<std::string> initializers;
@@ -175,6 +180,8 @@ llvm::Error verifyGraph(const Graph& g) {
     if (!initializers.insert(p->paramName()).second)
       return makeError(p->loc(), "initializer \"" + p->paramName() + "\" is bound to two params");
   }
+  // An assign writes its param in place: nothing may read the param later.
+  std::unordered_set<const Value*> assigned;
   for (const auto& op : g.ops()) {
     for (unsigned i = 0; i < op->numOperands(); ++i) {
       const Value* v = op->operand(i);
@@ -183,7 +190,12 @@ llvm::Error verifyGraph(const Graph& g) {
         return op->emitError(llvm::formatv("operand #{0} uses {1} before its definition", i,
                                            what));
       }
+      if (assigned.count(v))
+        return op->emitError("reads param '%" + v->name() + "' after the assign that updates it");
     }
+    if (op->kind() == OpKind::Assign && op->numOperands() > 0 &&
+        !assigned.insert(op->operand(0)).second)
+      return op->emitError("param '%" + op->operand(0)->name() + "' is assigned twice");
     if (llvm::Error e = verifyOp(*op))
       return e;
     for (unsigned i = 0; i < op->numResults(); ++i) {
@@ -193,11 +205,27 @@ llvm::Error verifyGraph(const Graph& g) {
         return op->emitError("value name '%" + r->name() + "' is defined twice");
     }
   }
-  for (unsigned i = 0; i < g.outputs().size(); ++i)
+  for (unsigned i = 0; i < g.outputs().size(); ++i) {
     if (!defined.count(g.outputs()[i]))
       return makeError(llvm::formatv("graph @{0}: output #{1} is not defined in the graph",
                                      g.name(), i)
                            .str());
+    if (const Value* p = g.outputGradOf(i)) {
+      bool ours = false;
+      for (const auto& q : g.params())
+        ours |= q.get() == p;
+      if (!ours)
+        return makeError(llvm::formatv("graph @{0}: output #{1} is the @grad of a value that is "
+                                       "not a param of the graph",
+                                       g.name(), i)
+                             .str());
+      if (p->type() != g.outputs()[i]->type())
+        return makeError(g.outputs()[i]->loc(),
+                         llvm::formatv("output #{0} is @grad(%{1}) but has type {2}, not {3}", i,
+                                       p->name(), g.outputs()[i]->type().str(), p->type().str())
+                             .str());
+    }
+  }
   return llvm::Error::success();
 }
 

@@ -110,6 +110,13 @@ ScalarFn scalarFn(const Op& op, DType t) {
   }
 }
 
+/// Integers are folded through doubles, which hold them exactly only below
+/// 2^53 in magnitude; larger values (or results) are left to the backends.
+bool exactInteger(double v) { return std::fabs(v) < 9007199254740992.0; }
+bool exactIntegers(const std::vector<double>& values) {
+  return std::all_of(values.begin(), values.end(), exactInteger);
+}
+
 /// Rounds a folded value to what the element type can hold.
 double roundTo(double v, DType t) {
   switch (t) {
@@ -198,6 +205,8 @@ private:
       std::vector<double> a = constantValues(*op->operand(0)->definingOp());
       std::vector<double> b =
           op->numOperands() > 1 ? constantValues(*op->operand(1)->definingOp()) : a;
+      if (isInteger(out.dtype) && (!exactIntegers(a) || !exactIntegers(b)))
+        return false;
       auto sa = broadcastStrides(op->operand(0)->type().shape, out.rank());
       auto sb = broadcastStrides(op->operand(op->numOperands() - 1)->type().shape, out.rank());
       result.resize(out.numElements());
@@ -208,7 +217,10 @@ private:
           ia += idx[d] * sa[d];
           ib += idx[d] * sb[d];
         }
-        result[flat] = roundTo(fn(a[ia], b[ib]), out.dtype);
+        double v = fn(a[ia], b[ib]);
+        if (isInteger(out.dtype) && !exactInteger(v))
+          return false;
+        result[flat] = roundTo(v, out.dtype);
         for (int64_t d = out.rank(); d-- > 0;) {
           if (++idx[d] < out.shape[d])
             break;
@@ -216,6 +228,8 @@ private:
         }
       }
     }
+    if (isInteger(out.dtype) && !exactIntegers(result)) // a reshaped constant
+      return false;
     Builder b(g);
     b.setInsertionPointBefore(op);
     b.setLoc(op->loc());

@@ -12,7 +12,8 @@ namespace {
 ///     its operands before their definitions are visited.
 ///  2. Erase params that nothing uses. Inputs stay: they are the graph's
 ///     interface with the data loader.
-/// Every op of the IR is free of side effects, so no op is kept for them.
+/// Ops without results (assign) exist for their effect and always stay;
+/// every other op is free of side effects.
 class DCEPass : public Pass {
 public:
   std::string_view name() const override { return "dce"; }
@@ -21,7 +22,7 @@ public:
     for (auto& op : g.ops())
       order.push_back(op.get());
     for (auto it = order.rbegin(); it != order.rend(); ++it)
-      if (!(*it)->hasUsedResults())
+      if ((*it)->numResults() > 0 && !(*it)->hasUsedResults())
         g.eraseOp(*it);
     std::vector<Value*> dead;
     for (const auto& p : g.params())

@@ -39,13 +39,17 @@ public:
 
 // Pass factories, one per entry of Passes.def.
 #define PASS(NAME, CREATE, DESC) std::unique_ptr<Pass> CREATE();
+#define PASS_WITH_OPTIONS(NAME, CREATE, DESC)                                                      \
+  llvm::Expected<std::unique_ptr<Pass>> CREATE(std::string_view options);
 #include "passes/Passes.def"
 #undef PASS
 
 struct PassInfo {
   std::string_view name;
   std::string_view description;
-  std::unique_ptr<Pass> (*create)();
+  /// Creates the pass from its option text ("" when none was given).
+  llvm::Expected<std::unique_ptr<Pass>> (*create)(std::string_view options);
+  bool takesOptions;
 };
 
 /// Every registered pass, in Passes.def order.
@@ -62,7 +66,8 @@ struct PipelineInfo {
 };
 const std::vector<PipelineInfo>& allPipelines();
 llvm::Expected<PassPipeline> buildPipeline(std::string_view name);
-/// A pipeline of the named passes, in order.
+/// A pipeline of the named passes, in order. Each entry is a pass name,
+/// optionally followed by '=' and its options ("append-loss=mse").
 llvm::Expected<PassPipeline> buildPipeline(const std::vector<std::string>& passNames);
 
 struct PassRunOptions {

@@ -6,9 +6,23 @@
 
 namespace lwcc {
 
+namespace {
+/// Adapts an option-less factory to the registry's signature.
+template <std::unique_ptr<Pass> (*Create)()>
+llvm::Expected<std::unique_ptr<Pass>> withoutOptions(std::string_view options) {
+  if (!options.empty()) {
+    auto pass = Create();
+    return makeError("pass '" + std::string(pass->name()) + "' takes no options (got '" +
+                     std::string(options) + "')");
+  }
+  return Create();
+}
+} // namespace
+
 const std::vector<PassInfo>& allPasses() {
   static const std::vector<PassInfo> passes = {
-#define PASS(NAME, CREATE, DESC) PassInfo{NAME, DESC, &CREATE},
+#define PASS(NAME, CREATE, DESC) PassInfo{NAME, DESC, &withoutOptions<&CREATE>, false},
+#define PASS_WITH_OPTIONS(NAME, CREATE, DESC) PassInfo{NAME, DESC, &CREATE, true},
 #include "passes/Passes.def"
 #undef PASS
   };
@@ -24,11 +38,17 @@ const PassInfo* lookupPass(std::string_view name) {
 
 llvm::Expected<PassPipeline> buildPipeline(const std::vector<std::string>& passNames) {
   PassPipeline pipeline;
-  for (const std::string& name : passNames) {
+  for (const std::string& entry : passNames) {
+    size_t eq = entry.find('=');
+    std::string name = entry.substr(0, eq);
+    std::string options = eq == std::string::npos ? "" : entry.substr(eq + 1);
     const PassInfo* info = lookupPass(name);
     if (!info)
       return makeError("unknown pass '" + name + "'");
-    pipeline.push_back(info->create());
+    auto pass = info->create(options);
+    if (!pass)
+      return pass.takeError();
+    pipeline.push_back(std::move(*pass));
   }
   return pipeline;
 }

@@ -45,19 +45,22 @@ cl::list<std::string> pipelines("pipeline", cl::desc("Run a named pipeline (see 
 cl::opt<bool> listPasses("list-passes", cl::desc("List passes and pipelines, then exit"),
                          cl::cat(category));
 
-/// One flag per registered pass; the command-line positions give the order.
+/// One flag per registered pass (--name or --name=options); the
+/// command-line positions give the order.
 struct PassFlag {
   const PassInfo* info;
-  std::unique_ptr<cl::list<bool>> flag;
+  std::unique_ptr<cl::list<std::string>> flag;
 };
 
 std::vector<PassFlag> registerPassFlags() {
   std::vector<PassFlag> flags;
   for (const PassInfo& p : allPasses()) {
-    auto flag = std::make_unique<cl::list<bool>>(
+    auto flag = std::make_unique<cl::list<std::string>>(
         llvm::StringRef(p.name.data(), p.name.size()),
         cl::desc(llvm::StringRef(p.description.data(), p.description.size())), cl::ZeroOrMore,
-        cl::ValueDisallowed, cl::cat(category));
+        p.takesOptions ? cl::ValueOptional : cl::ValueDisallowed, cl::cat(category));
+    if (p.takesOptions)
+      flag->setValueStr("options");
     flags.push_back(PassFlag{&p, std::move(flag)});
   }
   return flags;
@@ -95,7 +98,9 @@ int main(int argc, char** argv) {
   std::vector<std::pair<unsigned, std::string>> steps; // (position, pass or "@pipeline")
   for (const PassFlag& f : passFlags)
     for (unsigned i = 0; i < f.flag->size(); ++i)
-      steps.emplace_back(f.flag->getPosition(i), std::string(f.info->name));
+      steps.emplace_back(f.flag->getPosition(i),
+                         std::string(f.info->name) +
+                             ((*f.flag)[i].empty() ? "" : "=" + (*f.flag)[i]));
   for (unsigned i = 0; i < pipelines.size(); ++i)
     steps.emplace_back(pipelines.getPosition(i), "@" + pipelines[i]);
   std::sort(steps.begin(), steps.end());

@@ -1,0 +1,58 @@
+//===- GradRules.h - What a gradient rule sees ------------------*- C++ -*-===//
+//
+// Each op's gradient rule (the grad column of Ops.def) receives the forward
+// op, the gradient of each of its results (null where none flows), and a
+// builder placed in the backward part of the graph. It sets the gradient of
+// each operand that needs one; autodiff sums gradients of values with
+// several uses.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <vector>
+
+#include "ir/IR.h"
+
+namespace lwcc {
+
+struct GradContext {
+  Builder& builder;
+  const Op& op;
+  /// dL/d(result i), or null when no gradient reaches that result.
+  std::vector<Value*> dys;
+  /// Whether operand i needs a gradient.
+  std::vector<bool> needs;
+  /// dL/d(operand i), set by the rule for each needed operand.
+  std::vector<Value*> dxs;
+
+  Value* x(unsigned i) const { return op.operand(i); }
+  Value* y(unsigned i = 0) const { return op.result(i); }
+  Value* dy(unsigned i = 0) const { return dys[i]; }
+  bool need(unsigned i) const { return i < needs.size() && needs[i]; }
+
+  /// Emits an op with inferred types at the builder's position. A failure
+  /// is an internal error of the rule, reported at the forward op.
+  llvm::Expected<Value*> emit(OpKind kind, const std::vector<Value*>& operands,
+                              std::vector<NamedAttr> attrs = {});
+  llvm::Expected<std::vector<Value*>> emitN(OpKind kind, const std::vector<Value*>& operands,
+                                            std::vector<NamedAttr> attrs, unsigned numResults);
+  /// A scalar constant of `v`'s element type.
+  Value* scalar(double value, DType dtype);
+  /// Sums `v` over the dims that numpy broadcasting added or stretched to
+  /// reach its shape from `shape`, and reshapes it to `shape`.
+  llvm::Expected<Value*> sumToShape(Value* v, const Shape& shape);
+};
+
+namespace grad {
+#define LWCC_GRAD_RULES(X)                                                                         \
+  X(conv2d) X(maxPool2d) X(avgPool2d) X(globalAvgPool) X(lrn) X(relu) X(leakyRelu) X(sigmoid)     \
+  X(tanh) X(exp) X(log) X(sqrt) X(reciprocal) X(neg) X(abs) X(clip) X(add) X(sub) X(mul) X(div)    \
+  X(pow) X(reduceMean) X(reduceSum) X(gemm) X(matmul) X(reshape) X(transpose) X(concat) X(slice)  \
+  X(split) X(gather) X(expand) X(pad) X(cast) X(softmax) X(logSoftmax) X(batchNormTrain)          \
+  X(identity) X(softmaxXent) X(mseLoss)
+#define X(name) llvm::Error name(GradContext&);
+LWCC_GRAD_RULES(X)
+#undef X
+} // namespace grad
+
+} // namespace lwcc

@@ -1,0 +1,526 @@
+//===- TrainKernels.cpp - Reference kernels of the training ops -----------===//
+//
+// Losses, backward ops, the dropout RNG and optimizer updates, written as
+// the textbook formulas. Their gradients are checked against finite
+// differences of the forward kernels (test/unit/GradCheckTest.cpp).
+//
+//===----------------------------------------------------------------------===//
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ir/Kernels.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace lwcc {
+
+using llvm::Error;
+using namespace kernels;
+
+namespace {
+Error ok() { return Error::success(); }
+
+/// Per-row softmax of logits [N, K] into `p`.
+void rowSoftmax(const Tensor& logits, std::vector<double>& p) {
+  int64_t n = logits.type.shape[0], k = logits.type.shape[1];
+  p.resize(n * k);
+  for (int64_t r = 0; r < n; ++r) {
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < k; ++j)
+      mx = std::max(mx, logits.f[r * k + j]);
+    double sum = 0;
+    for (int64_t j = 0; j < k; ++j)
+      sum += std::exp(logits.f[r * k + j] - mx);
+    for (int64_t j = 0; j < k; ++j)
+      p[r * k + j] = std::exp(logits.f[r * k + j] - mx) / sum;
+  }
+}
+
+Error checkLabels(const EvalCtx& c) {
+  int64_t k = c.x(0).type.shape[1];
+  for (int64_t l : c.x(1).i)
+    if (l < 0 || l >= k)
+      return c.op.emitError(llvm::formatv("label {0} is out of range [0, {1})", l, k).str());
+  return ok();
+}
+} // namespace
+
+Error evalSign(EvalCtx& c) {
+  for (int64_t k = 0; k < c.y().size(); ++k) {
+    double v = c.x().get(k);
+    double s = v > 0 ? 1.0 : v < 0 ? -1.0 : 0.0;
+    if (c.y().isFloatData())
+      c.y().f[k] = s;
+    else
+      c.y().i[k] = static_cast<int64_t>(s);
+  }
+  return ok();
+}
+
+Error evalSoftmaxXent(EvalCtx& c) {
+  if (Error e = checkLabels(c))
+    return e;
+  const Tensor& z = c.x(0);
+  int64_t n = z.type.shape[0], k = z.type.shape[1];
+  double total = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < k; ++j)
+      mx = std::max(mx, z.f[r * k + j]);
+    double sum = 0;
+    for (int64_t j = 0; j < k; ++j)
+      sum += std::exp(z.f[r * k + j] - mx);
+    total += std::log(sum) + mx - z.f[r * k + c.x(1).i[r]];
+  }
+  c.y().f[0] = total / static_cast<double>(n);
+  return ok();
+}
+
+Error evalSoftmaxXentGrad(EvalCtx& c) {
+  if (Error e = checkLabels(c))
+    return e;
+  std::vector<double> p;
+  rowSoftmax(c.x(0), p);
+  int64_t n = c.x(0).type.shape[0], k = c.x(0).type.shape[1];
+  double scale = c.x(2).f[0] / static_cast<double>(n);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < k; ++j)
+      c.y().f[r * k + j] = (p[r * k + j] - (j == c.x(1).i[r] ? 1.0 : 0.0)) * scale;
+  return ok();
+}
+
+Error evalMseLoss(EvalCtx& c) {
+  double sum = 0;
+  for (int64_t k = 0; k < c.x(0).size(); ++k) {
+    double d = c.x(0).f[k] - c.x(1).f[k];
+    sum += d * d;
+  }
+  c.y().f[0] = sum / static_cast<double>(std::max<int64_t>(1, c.x(0).size()));
+  return ok();
+}
+
+Error evalMseLossGrad(EvalCtx& c) {
+  double scale = 2.0 * c.x(2).f[0] / static_cast<double>(std::max<int64_t>(1, c.x(0).size()));
+  for (int64_t k = 0; k < c.y().size(); ++k)
+    c.y().f[k] = (c.x(0).f[k] - c.x(1).f[k]) * scale;
+  return ok();
+}
+
+/// Visits every (input element, filter element, output element) triple of a
+/// convolution, the way the forward kernel pairs them.
+template <typename Fn>
+void forEachConvTerm(const Op& op, const Shape& xs, const Shape& ws, const Shape& ys, Fn fn) {
+  const auto& st = op.getInts("strides");
+  const auto& pd = op.getInts("pads");
+  const auto& dl = op.getInts("dilations");
+  int64_t G = op.getInt("group"), Cg = ws[1], Mg = ws[0] / G;
+  for (int64_t n = 0; n < ys[0]; ++n)
+    for (int64_t m = 0; m < ys[1]; ++m) {
+      int64_t g = m / Mg;
+      for (int64_t oh = 0; oh < ys[2]; ++oh)
+        for (int64_t ow = 0; ow < ys[3]; ++ow) {
+          int64_t yi = ((n * ys[1] + m) * ys[2] + oh) * ys[3] + ow;
+          for (int64_t ci = 0; ci < Cg; ++ci)
+            for (int64_t i = 0; i < ws[2]; ++i) {
+              int64_t ih = oh * st[0] - pd[0] + i * dl[0];
+              if (ih < 0 || ih >= xs[2])
+                continue;
+              for (int64_t j = 0; j < ws[3]; ++j) {
+                int64_t iw = ow * st[1] - pd[1] + j * dl[1];
+                if (iw < 0 || iw >= xs[3])
+                  continue;
+                int64_t xi = ((n * xs[1] + g * Cg + ci) * xs[2] + ih) * xs[3] + iw;
+                int64_t wi = ((m * Cg + ci) * ws[2] + i) * ws[3] + j;
+                fn(xi, wi, yi);
+              }
+            }
+        }
+    }
+}
+
+Error evalConv2dGradInput(EvalCtx& c) {
+  const Tensor &dy = c.x(0), &w = c.x(1);
+  forEachConvTerm(c.op, c.y().type.shape, w.type.shape, dy.type.shape,
+                  [&](int64_t xi, int64_t wi, int64_t yi) { c.y().f[xi] += dy.f[yi] * w.f[wi]; });
+  return ok();
+}
+
+Error evalConv2dGradFilter(EvalCtx& c) {
+  const Tensor &x = c.x(0), &dy = c.x(1);
+  forEachConvTerm(c.op, x.type.shape, c.y().type.shape, dy.type.shape,
+                  [&](int64_t xi, int64_t wi, int64_t yi) { c.y().f[wi] += x.f[xi] * dy.f[yi]; });
+  return ok();
+}
+
+Error evalMaxPool2dGrad(EvalCtx& c) {
+  const Tensor &x = c.x(0), &dy = c.x(1);
+  const Shape &xs = x.type.shape, &ys = dy.type.shape;
+  const auto& k = c.op.getInts("kernel");
+  const auto& st = c.op.getInts("strides");
+  const auto& pd = c.op.getInts("pads");
+  const auto& dl = c.op.getInts("dilations");
+  for (int64_t nc = 0; nc < ys[0] * ys[1]; ++nc)
+    for (int64_t oh = 0; oh < ys[2]; ++oh)
+      for (int64_t ow = 0; ow < ys[3]; ++ow) {
+        int64_t best = -1;
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t i = 0; i < k[0]; ++i) {
+          int64_t ih = oh * st[0] - pd[0] + i * dl[0];
+          if (ih < 0 || ih >= xs[2])
+            continue;
+          for (int64_t j = 0; j < k[1]; ++j) {
+            int64_t iw = ow * st[1] - pd[1] + j * dl[1];
+            if (iw < 0 || iw >= xs[3])
+              continue;
+            int64_t xi = (nc * xs[2] + ih) * xs[3] + iw;
+            if (best < 0 || x.f[xi] > m) {
+              m = x.f[xi];
+              best = xi;
+            }
+          }
+        }
+        if (best >= 0)
+          c.y().f[best] += dy.f[(nc * ys[2] + oh) * ys[3] + ow];
+      }
+  return ok();
+}
+
+Error evalAvgPool2dGrad(EvalCtx& c) {
+  const Tensor& dy = c.x(0);
+  const Shape &xs = c.y().type.shape, &ys = dy.type.shape;
+  const auto& k = c.op.getInts("kernel");
+  const auto& st = c.op.getInts("strides");
+  const auto& pd = c.op.getInts("pads");
+  bool includePad = c.op.getInt("count_include_pad") != 0;
+  for (int64_t nc = 0; nc < ys[0] * ys[1]; ++nc)
+    for (int64_t oh = 0; oh < ys[2]; ++oh)
+      for (int64_t ow = 0; ow < ys[3]; ++ow) {
+        // Same window and divisor as the forward kernel.
+        int64_t h0 = oh * st[0] - pd[0], w0 = ow * st[1] - pd[1];
+        int64_t h1 = std::min(h0 + k[0], xs[2] + pd[2]), w1 = std::min(w0 + k[1], xs[3] + pd[3]);
+        int64_t padded = (h1 - h0) * (w1 - w0);
+        h0 = std::max<int64_t>(h0, 0);
+        w0 = std::max<int64_t>(w0, 0);
+        h1 = std::min(h1, xs[2]);
+        w1 = std::min(w1, xs[3]);
+        int64_t count = includePad ? padded : (h1 - h0) * (w1 - w0);
+        if (count <= 0)
+          continue;
+        double g = dy.f[(nc * ys[2] + oh) * ys[3] + ow] / static_cast<double>(count);
+        for (int64_t ih = h0; ih < h1; ++ih)
+          for (int64_t iw = w0; iw < w1; ++iw)
+            c.y().f[(nc * xs[2] + ih) * xs[3] + iw] += g;
+      }
+  return ok();
+}
+
+Error evalLrnGrad(EvalCtx& c) {
+  // y_c = x_c * s_c^-beta, s_c = bias + alpha/size * sum_{j in win(c)} x_j^2.
+  // dx_j = dy_j s_j^-beta - 2 alpha beta / size * x_j * sum_{c: j in win(c)} dy_c y_c / s_c.
+  const Tensor &x = c.x(0), &y = c.x(1), &dy = c.x(2);
+  const Shape& xs = x.type.shape;
+  int64_t size = c.op.getInt("size");
+  double alpha = c.op.getFloat("alpha"), beta = c.op.getFloat("beta"), bias = c.op.getFloat("bias");
+  int64_t lo = (size - 1) / 2, hi = size - 1 - lo, C = xs[1], hw = xs[2] * xs[3];
+  std::vector<double> s(x.size());
+  for (int64_t n = 0; n < xs[0]; ++n)
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t p = 0; p < hw; ++p) {
+        double sq = 0;
+        for (int64_t j = std::max<int64_t>(0, ch - lo); j <= std::min(C - 1, ch + hi); ++j) {
+          double v = x.f[(n * C + j) * hw + p];
+          sq += v * v;
+        }
+        s[(n * C + ch) * hw + p] = bias + alpha / size * sq;
+      }
+  for (int64_t n = 0; n < xs[0]; ++n)
+    for (int64_t j = 0; j < C; ++j)
+      for (int64_t p = 0; p < hw; ++p) {
+        int64_t xi = (n * C + j) * hw + p;
+        double acc = 0;
+        // Channels ch whose window holds j: ch - lo <= j <= ch + hi.
+        for (int64_t ch = std::max<int64_t>(0, j - hi); ch <= std::min(C - 1, j + lo); ++ch) {
+          int64_t ci = (n * C + ch) * hw + p;
+          acc += dy.f[ci] * y.f[ci] / s[ci];
+        }
+        c.y().f[xi] = dy.f[xi] * std::pow(s[xi], -beta) - 2.0 * alpha * beta / size * x.f[xi] * acc;
+      }
+  return ok();
+}
+
+Error evalReluGrad(EvalCtx& c) {
+  for (int64_t k = 0; k < c.y().size(); ++k)
+    c.y().f[k] = c.x(0).f[k] > 0 ? c.x(1).f[k] : 0.0;
+  return ok();
+}
+
+Error evalLeakyReluGrad(EvalCtx& c) {
+  double alpha = c.op.getFloat("alpha");
+  for (int64_t k = 0; k < c.y().size(); ++k)
+    c.y().f[k] = c.x(0).f[k] >= 0 ? c.x(1).f[k] : alpha * c.x(1).f[k];
+  return ok();
+}
+
+Error evalSigmoidGrad(EvalCtx& c) {
+  for (int64_t k = 0; k < c.y().size(); ++k)
+    c.y().f[k] = c.x(1).f[k] * c.x(0).f[k] * (1.0 - c.x(0).f[k]);
+  return ok();
+}
+
+Error evalTanhGrad(EvalCtx& c) {
+  for (int64_t k = 0; k < c.y().size(); ++k)
+    c.y().f[k] = c.x(1).f[k] * (1.0 - c.x(0).f[k] * c.x(0).f[k]);
+  return ok();
+}
+
+Error evalClipGrad(EvalCtx& c) {
+  double lo = c.op.getFloat("min"), hi = c.op.getFloat("max");
+  for (int64_t k = 0; k < c.y().size(); ++k)
+    c.y().f[k] = c.x(0).f[k] >= lo && c.x(0).f[k] <= hi ? c.x(1).f[k] : 0.0;
+  return ok();
+}
+
+/// Calls fn(offsets of one softmax row) for every row along `axis`.
+template <typename Fn> void forEachRow(const Shape& s, int64_t axis, Fn fn) {
+  if (axis < 0)
+    axis += static_cast<int64_t>(s.size());
+  int64_t outer = 1, inner = 1, n = s[axis];
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= s[d];
+  for (size_t d = axis + 1; d < s.size(); ++d)
+    inner *= s[d];
+  std::vector<int64_t> at(n);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t e = 0; e < inner; ++e) {
+      for (int64_t j = 0; j < n; ++j)
+        at[j] = (o * n + j) * inner + e;
+      fn(at);
+    }
+}
+
+Error evalSoftmaxGrad(EvalCtx& c) { // dx = y * (dy - sum(dy * y))
+  const Tensor &y = c.x(0), &dy = c.x(1);
+  forEachRow(y.type.shape, c.op.getInt("axis"), [&](const std::vector<int64_t>& at) {
+    double dot = 0;
+    for (int64_t i : at)
+      dot += dy.f[i] * y.f[i];
+    for (int64_t i : at)
+      c.y().f[i] = y.f[i] * (dy.f[i] - dot);
+  });
+  return ok();
+}
+
+Error evalLogSoftmaxGrad(EvalCtx& c) { // dx = dy - exp(y) * sum(dy)
+  const Tensor &y = c.x(0), &dy = c.x(1);
+  forEachRow(y.type.shape, c.op.getInt("axis"), [&](const std::vector<int64_t>& at) {
+    double sum = 0;
+    for (int64_t i : at)
+      sum += dy.f[i];
+    for (int64_t i : at)
+      c.y().f[i] = dy.f[i] - std::exp(y.f[i]) * sum;
+  });
+  return ok();
+}
+
+/// Channel of element k of an [N, C, ...] tensor, and elements per channel.
+struct ChannelLayout {
+  int64_t C, inner, count;
+  explicit ChannelLayout(const Shape& s) {
+    C = s[1];
+    int64_t total = 1;
+    for (int64_t d : s)
+      total *= d;
+    inner = C ? total / (s[0] * C) : 0;
+    count = s[0] * inner;
+  }
+  int64_t channel(int64_t k) const { return (k / inner) % C; }
+};
+
+Error evalBatchNormTrain(EvalCtx& c) {
+  const Tensor &x = c.x(0), &scale = c.x(1), &bias = c.x(2);
+  ChannelLayout L(x.type.shape);
+  double eps = c.op.getFloat("epsilon");
+  std::vector<double> mean(L.C, 0.0), var(L.C, 0.0);
+  for (int64_t k = 0; k < x.size(); ++k)
+    mean[L.channel(k)] += x.f[k];
+  for (double& m : mean)
+    m /= static_cast<double>(L.count);
+  for (int64_t k = 0; k < x.size(); ++k) {
+    double d = x.f[k] - mean[L.channel(k)];
+    var[L.channel(k)] += d * d;
+  }
+  for (double& v : var)
+    v /= static_cast<double>(L.count);
+  for (int64_t k = 0; k < x.size(); ++k) {
+    int64_t ch = L.channel(k);
+    c.y(0).f[k] = scale.f[ch] * (x.f[k] - mean[ch]) / std::sqrt(var[ch] + eps) + bias.f[ch];
+  }
+  c.y(1).f = mean;
+  c.y(2).f = var;
+  return ok();
+}
+
+Error evalBatchNormGrad(EvalCtx& c) {
+  // xhat = (x - mean) * invstd; dbias = sum dy; dscale = sum dy * xhat;
+  // dx = scale * invstd / m * (m dy - dbias - xhat dscale).
+  const Tensor &x = c.x(0), &scale = c.x(1), &mean = c.x(2), &var = c.x(3), &dy = c.x(4);
+  ChannelLayout L(x.type.shape);
+  double eps = c.op.getFloat("epsilon");
+  std::vector<double> invstd(L.C), dscale(L.C, 0.0), dbias(L.C, 0.0);
+  for (int64_t ch = 0; ch < L.C; ++ch)
+    invstd[ch] = 1.0 / std::sqrt(var.f[ch] + eps);
+  for (int64_t k = 0; k < x.size(); ++k) {
+    int64_t ch = L.channel(k);
+    dbias[ch] += dy.f[k];
+    dscale[ch] += dy.f[k] * (x.f[k] - mean.f[ch]) * invstd[ch];
+  }
+  double m = static_cast<double>(L.count);
+  for (int64_t k = 0; k < x.size(); ++k) {
+    int64_t ch = L.channel(k);
+    double xhat = (x.f[k] - mean.f[ch]) * invstd[ch];
+    c.y(0).f[k] = scale.f[ch] * invstd[ch] / m * (m * dy.f[k] - dbias[ch] - xhat * dscale[ch]);
+  }
+  c.y(1).f = dscale;
+  c.y(2).f = dbias;
+  return ok();
+}
+
+Error evalSliceGrad(EvalCtx& c) {
+  const Shape& xs = c.y().type.shape;
+  int64_t rank = static_cast<int64_t>(xs.size());
+  std::vector<int64_t> start(rank, 0), step(rank, 1);
+  const auto& starts = c.op.getInts("starts");
+  const auto& ends = c.op.getInts("ends");
+  for (size_t k = 0; k < starts.size(); ++k) {
+    int64_t axis = c.op.hasAttr("axes") ? c.op.getInts("axes")[k] : static_cast<int64_t>(k);
+    if (axis < 0)
+      axis += rank;
+    int64_t s = c.op.hasAttr("steps") ? c.op.getInts("steps")[k] : 1;
+    shape::SliceDim sd = shape::resolveSlice(xs[axis], starts[k], ends[k], s);
+    start[axis] = sd.start;
+    step[axis] = sd.step;
+  }
+  auto st = stridesOf(xs);
+  forEachIndex(c.x().type.shape, [&](const std::vector<int64_t>& idx, int64_t k) {
+    int64_t o = 0;
+    for (int64_t d = 0; d < rank; ++d)
+      o += (start[d] + idx[d] * step[d]) * st[d];
+    c.y().f[o] += c.x().f[k];
+  });
+  return ok();
+}
+
+Error evalGatherGrad(EvalCtx& c) {
+  const Shape& ds = c.y().type.shape;
+  int64_t axis = c.op.getInt("axis");
+  if (axis < 0)
+    axis += static_cast<int64_t>(ds.size());
+  int64_t outer = 1, inner = 1, n = ds[axis], q = c.x(0).size();
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= ds[d];
+  for (size_t d = axis + 1; d < ds.size(); ++d)
+    inner *= ds[d];
+  int64_t k = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < q; ++j) {
+      int64_t ix = c.x(0).i[j];
+      if (ix < -n || ix >= n)
+        return c.op.emitError(llvm::formatv("index {0} is out of range for axis {1} of size {2}",
+                                            ix, axis, n));
+      if (ix < 0)
+        ix += n;
+      for (int64_t e = 0; e < inner; ++e, ++k)
+        c.y().f[(o * n + ix) * inner + e] += c.x(1).f[k];
+    }
+  return ok();
+}
+
+namespace kernels {
+double dropoutUniform(int64_t seed, int64_t step, int64_t k) {
+  // splitmix64 over a key mixing (seed, step, k); 53 random bits.
+  uint64_t z = static_cast<uint64_t>(seed) * 0x9E3779B97F4A7C15ull +
+               static_cast<uint64_t>(step) * 0xD1B54A32D192ED03ull + static_cast<uint64_t>(k);
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
+} // namespace kernels
+
+Error evalDropoutMask(EvalCtx& c) {
+  double ratio = c.op.getFloat("ratio");
+  int64_t seed = c.op.getInt("seed"), step = c.x().i[0];
+  double keep = 1.0 / (1.0 - ratio);
+  for (int64_t k = 0; k < c.y().size(); ++k)
+    c.y().f[k] = dropoutUniform(seed, step, k) >= ratio ? keep : 0.0;
+  return ok();
+}
+
+Error evalSgdUpdate(EvalCtx& c) {
+  // g' = g + wd w; m' = momentum m + g'; w' = w - lr (nesterov ? g' + momentum m' : m').
+  const Tensor &w = c.x(0), &g = c.x(1), &m = c.x(2);
+  double lr = c.x(3).f[0], mom = c.op.getFloat("momentum"), wd = c.op.getFloat("weight_decay");
+  bool nesterov = c.op.getInt("nesterov") != 0;
+  for (int64_t k = 0; k < w.size(); ++k) {
+    double gk = g.f[k] + wd * w.f[k];
+    double mk = mom * m.f[k] + gk;
+    c.y(1).f[k] = mk;
+    c.y(0).f[k] = w.f[k] - lr * (nesterov ? gk + mom * mk : mk);
+  }
+  return ok();
+}
+
+Error evalAdamUpdate(EvalCtx& c) {
+  const Tensor &w = c.x(0), &g = c.x(1), &m = c.x(2), &v = c.x(3);
+  double lr = c.x(4).f[0];
+  double t = static_cast<double>(c.x(5).i[0] + 1);
+  double b1 = c.op.getFloat("beta1"), b2 = c.op.getFloat("beta2"), eps = c.op.getFloat("epsilon");
+  double wd = c.op.getFloat("weight_decay");
+  bool decoupled = c.op.getInt("decoupled") != 0;
+  double c1 = 1.0 - std::pow(b1, t), c2 = 1.0 - std::pow(b2, t);
+  for (int64_t k = 0; k < w.size(); ++k) {
+    double wk = w.f[k], gk = g.f[k];
+    if (decoupled)
+      wk *= 1.0 - lr * wd;
+    else
+      gk += wd * wk;
+    double mk = b1 * m.f[k] + (1.0 - b1) * gk;
+    double vk = b2 * v.f[k] + (1.0 - b2) * gk * gk;
+    c.y(1).f[k] = mk;
+    c.y(2).f[k] = vk;
+    c.y(0).f[k] = wk - lr * (mk / c1) / (std::sqrt(vk / c2) + eps);
+  }
+  return ok();
+}
+
+Error evalLrSchedule(EvalCtx& c) {
+  int64_t step = c.x().i[0];
+  double base = c.op.getFloat("base_lr");
+  int64_t warmup = c.op.getInt("warmup_steps");
+  if (step < warmup) {
+    c.y().f[0] = base * static_cast<double>(step + 1) / static_cast<double>(warmup);
+    return ok();
+  }
+  int64_t t = step - warmup;
+  const std::string& kind = c.op.getString("kind");
+  double lr = base;
+  if (kind == "step") {
+    lr = base * std::pow(c.op.getFloat("gamma"), static_cast<double>(t / c.op.getInt("step_size")));
+  } else if (kind == "cosine") {
+    double span = static_cast<double>(std::max<int64_t>(1, c.op.getInt("total_steps") - warmup));
+    double frac = std::min(1.0, static_cast<double>(t) / span);
+    double lo = c.op.getFloat("min_lr");
+    lr = lo + (base - lo) * 0.5 * (1.0 + std::cos(M_PI * frac));
+  }
+  c.y().f[0] = lr;
+  return ok();
+}
+
+Error evalAssign(EvalCtx& c) {
+  if (c.updates)
+    (*c.updates)[c.op.operand(0)->paramName()] = c.x(1);
+  return ok();
+}
+
+} // namespace lwcc

@@ -1,0 +1,260 @@
+//===- TrainShapeRules.cpp - Shape rules of the training ops --------------===//
+//
+// Losses, backward ops, randomness and optimizer updates (see the second
+// half of Ops.def). Backward ops whose result shape cannot be derived from
+// their operands carry it as an attribute (input_shape, filter_shape).
+//
+//===----------------------------------------------------------------------===//
+#include "ir/IR.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace lwcc::shape {
+
+namespace {
+
+template <typename... Args> llvm::Error fail(const char* fmt, Args&&... args) {
+  return makeError(llvm::formatv(fmt, std::forward<Args>(args)...).str());
+}
+
+const TensorType& ty(const Op& op, unsigned i) { return op.operand(i)->type(); }
+
+llvm::Error expectFloatOperand(const Op& op, unsigned i) {
+  if (!isFloat(ty(op, i).dtype))
+    return fail("operand #{0} must have a float element type, got {1}", i, ty(op, i).str());
+  return llvm::Error::success();
+}
+
+llvm::Error expectSameType(const Op& op, unsigned i, unsigned j) {
+  if (ty(op, i) != ty(op, j))
+    return fail("operands #{0} and #{1} must have the same type, got {2} and {3}", i, j,
+                ty(op, i).str(), ty(op, j).str());
+  return llvm::Error::success();
+}
+
+llvm::Error expectScalar(const Op& op, unsigned i, bool isFloatScalar) {
+  if (ty(op, i).rank() != 0 || isFloat(ty(op, i).dtype) != isFloatScalar)
+    return fail("operand #{0} must be a{1} scalar, got {2}", i,
+                isFloatScalar ? " float" : "n integer", ty(op, i).str());
+  return llvm::Error::success();
+}
+
+#define TRY(expr)                                                                                  \
+  if (llvm::Error e = (expr))                                                                      \
+  return e
+
+/// A shape attribute, checked for negative dims.
+llvm::Expected<Shape> shapeAttr(const Op& op, const char* name) {
+  const auto& s = op.getInts(name);
+  for (int64_t d : s)
+    if (d < 0)
+      return fail("attribute '{0}' has a negative dim {1}", name, d);
+  return Shape(s);
+}
+
+} // namespace
+
+Rule softmaxXent(const Op& op) {
+  TRY(expectFloatOperand(op, 0));
+  if (ty(op, 0).rank() != 2)
+    return fail("logits must be [N, K], got {0}", ty(op, 0).str());
+  if (!isInteger(ty(op, 1).dtype) || ty(op, 1).shape != Shape{ty(op, 0).shape[0]})
+    return fail("labels must be integers of shape [{0}], got {1}", ty(op, 0).shape[0],
+                ty(op, 1).str());
+  return std::vector<TensorType>{TensorType(ty(op, 0).dtype, {})};
+}
+
+Rule softmaxXentGrad(const Op& op) {
+  auto loss = softmaxXent(op);
+  if (!loss)
+    return loss.takeError();
+  TRY(expectScalar(op, 2, true));
+  return std::vector<TensorType>{ty(op, 0)};
+}
+
+Rule mseLoss(const Op& op) {
+  TRY(expectFloatOperand(op, 0));
+  TRY(expectSameType(op, 0, 1));
+  return std::vector<TensorType>{TensorType(ty(op, 0).dtype, {})};
+}
+
+Rule mseLossGrad(const Op& op) {
+  TRY(expectFloatOperand(op, 0));
+  TRY(expectSameType(op, 0, 1));
+  TRY(expectScalar(op, 2, true));
+  return std::vector<TensorType>{ty(op, 0)};
+}
+
+Rule conv2dGradInput(const Op& op) {
+  // (dy, w) -> dx of shape input_shape; checked by running the forward rule.
+  auto in = shapeAttr(op, "input_shape");
+  if (!in)
+    return in.takeError();
+  if (in->size() != 4 || ty(op, 0).rank() != 4 || ty(op, 1).rank() != 4)
+    return fail("expects 4-D dy, w and input_shape");
+  const Shape& w = ty(op, 1).shape;
+  const auto& st = op.getInts("strides");
+  const auto& pd = op.getInts("pads");
+  const auto& dl = op.getInts("dilations");
+  if (st.size() != 2 || pd.size() != 4 || dl.size() != 2)
+    return fail("strides, pads and dilations must have 2, 4 and 2 values");
+  int64_t group = op.getInt("group");
+  if (group < 1 || w[1] * group != (*in)[1] || w[0] % group != 0)
+    return fail("filter {0} does not fit input {1} with group {2}", shapeStr(w), shapeStr(*in),
+                group);
+  Shape y = {(*in)[0], w[0], 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    auto n = windowOutput((*in)[2 + i], w[2 + i], st[i], pd[i], pd[2 + i], dl[i], false);
+    if (!n)
+      return n.takeError();
+    y[2 + i] = *n;
+  }
+  if (ty(op, 0).shape != y)
+    return fail("dy {0} is not the output shape {1} of input {2}", ty(op, 0).str(), shapeStr(y),
+                shapeStr(*in));
+  return std::vector<TensorType>{TensorType(ty(op, 0).dtype, *in)};
+}
+
+Rule conv2dGradFilter(const Op& op) {
+  // (x, dy) -> dw of shape filter_shape.
+  auto w = shapeAttr(op, "filter_shape");
+  if (!w)
+    return w.takeError();
+  if (w->size() != 4 || ty(op, 0).rank() != 4 || ty(op, 1).rank() != 4)
+    return fail("expects 4-D x, dy and filter_shape");
+  const Shape& x = ty(op, 0).shape;
+  int64_t group = op.getInt("group");
+  if (group < 1 || (*w)[1] * group != x[1] || (*w)[0] != ty(op, 1).shape[1] ||
+      (*w)[0] % group != 0)
+    return fail("filter_shape {0} does not fit x {1}, dy {2} with group {3}", shapeStr(*w),
+                shapeStr(x), ty(op, 1).str(), group);
+  return std::vector<TensorType>{TensorType(ty(op, 0).dtype, *w)};
+}
+
+Rule poolGradFromInput(const Op& op) {
+  // (x, dy) -> dx like x.
+  TRY(expectFloatOperand(op, 0));
+  if (ty(op, 0).rank() != 4 || ty(op, 1).rank() != 4)
+    return fail("expects 4-D x and dy");
+  return std::vector<TensorType>{ty(op, 0)};
+}
+
+Rule poolGradFromShape(const Op& op) {
+  // (dy) -> dx of shape input_shape.
+  TRY(expectFloatOperand(op, 0));
+  auto in = shapeAttr(op, "input_shape");
+  if (!in)
+    return in.takeError();
+  if (in->size() != 4 || ty(op, 0).rank() != 4)
+    return fail("expects 4-D dy and input_shape");
+  return std::vector<TensorType>{TensorType(ty(op, 0).dtype, *in)};
+}
+
+Rule elementwiseGrad(const Op& op) {
+  // (x or y, dy) -> dx, all of one type.
+  TRY(expectFloatOperand(op, 0));
+  TRY(expectSameType(op, 0, op.numOperands() - 1));
+  return std::vector<TensorType>{ty(op, op.numOperands() - 1)};
+}
+
+Rule batchNormTrain(const Op& op) {
+  // (x, scale, bias) -> (y, mean[C], var[C]).
+  TRY(expectFloatOperand(op, 0));
+  if (ty(op, 0).rank() < 2)
+    return fail("operand #0 must have rank >= 2 (N, C, ...), got {0}", ty(op, 0).str());
+  TensorType c(ty(op, 0).dtype, {ty(op, 0).shape[1]});
+  for (unsigned i = 1; i < 3; ++i)
+    if (ty(op, i) != c)
+      return fail("operand #{0} must be {1}, got {2}", i, c.str(), ty(op, i).str());
+  if (!(op.getFloat("epsilon") > 0))
+    return fail("attribute 'epsilon' must be > 0");
+  return std::vector<TensorType>{ty(op, 0), c, c};
+}
+
+Rule batchNormGrad(const Op& op) {
+  // (x, scale, mean, var, dy) -> (dx, dscale, dbias).
+  TRY(expectFloatOperand(op, 0));
+  if (ty(op, 0).rank() < 2)
+    return fail("operand #0 must have rank >= 2 (N, C, ...), got {0}", ty(op, 0).str());
+  TensorType c(ty(op, 0).dtype, {ty(op, 0).shape[1]});
+  for (unsigned i = 1; i < 4; ++i)
+    if (ty(op, i) != c)
+      return fail("operand #{0} must be {1}, got {2}", i, c.str(), ty(op, i).str());
+  TRY(expectSameType(op, 0, 4));
+  return std::vector<TensorType>{ty(op, 0), c, c};
+}
+
+Rule sliceGrad(const Op& op) {
+  auto in = shapeAttr(op, "input_shape");
+  if (!in)
+    return in.takeError();
+  return std::vector<TensorType>{TensorType(ty(op, 0).dtype, *in)};
+}
+
+Rule gatherGrad(const Op& op) {
+  // (indices, dy) -> d data of shape input_shape.
+  if (!isInteger(ty(op, 0).dtype))
+    return fail("indices must be integers, got {0}", ty(op, 0).str());
+  TRY(expectFloatOperand(op, 1));
+  auto in = shapeAttr(op, "input_shape");
+  if (!in)
+    return in.takeError();
+  return std::vector<TensorType>{TensorType(ty(op, 1).dtype, *in)};
+}
+
+Rule dropoutMask(const Op& op) {
+  // (step) -> mask of 0 and 1/(1-ratio).
+  TRY(expectScalar(op, 0, false));
+  double r = op.getFloat("ratio");
+  if (!(r >= 0 && r < 1))
+    return fail("attribute 'ratio' must be in [0, 1), got {0}", r);
+  auto shape = shapeAttr(op, "shape");
+  if (!shape)
+    return shape.takeError();
+  std::optional<DType> dt = parseDType(op.getString("dtype"));
+  if (!dt || !isFloat(*dt))
+    return fail("attribute 'dtype' must name a float type, got \"{0}\"", op.getString("dtype"));
+  return std::vector<TensorType>{TensorType(*dt, *shape)};
+}
+
+Rule sgdUpdate(const Op& op) {
+  // (w, g, m, lr) -> (w', m').
+  TRY(expectFloatOperand(op, 0));
+  TRY(expectSameType(op, 0, 1));
+  TRY(expectSameType(op, 0, 2));
+  TRY(expectScalar(op, 3, true));
+  return std::vector<TensorType>{ty(op, 0), ty(op, 0)};
+}
+
+Rule adamUpdate(const Op& op) {
+  // (w, g, m, v, lr, step) -> (w', m', v').
+  TRY(expectFloatOperand(op, 0));
+  for (unsigned i = 1; i < 4; ++i)
+    TRY(expectSameType(op, 0, i));
+  TRY(expectScalar(op, 4, true));
+  TRY(expectScalar(op, 5, false));
+  return std::vector<TensorType>{ty(op, 0), ty(op, 0), ty(op, 0)};
+}
+
+Rule lrSchedule(const Op& op) {
+  TRY(expectScalar(op, 0, false));
+  const std::string& kind = op.getString("kind");
+  if (kind != "constant" && kind != "step" && kind != "cosine")
+    return fail("attribute 'kind' must be \"constant\", \"step\" or \"cosine\", got \"{0}\"",
+                kind);
+  if (op.getInt("warmup_steps") < 0)
+    return fail("attribute 'warmup_steps' must be >= 0");
+  if (kind == "step" && op.getInt("step_size") < 1)
+    return fail("a step schedule needs 'step_size' >= 1");
+  if (kind == "cosine" && op.getInt("total_steps") < 1)
+    return fail("a cosine schedule needs 'total_steps' >= 1");
+  return std::vector<TensorType>{TensorType(DType::F32, {})};
+}
+
+Rule assign(const Op& op) {
+  if (op.operand(0)->kind() != ValueKind::Param)
+    return fail("the target (operand #0) must be a param");
+  TRY(expectSameType(op, 0, 1));
+  return std::vector<TensorType>{};
+}
+
+} // namespace lwcc::shape

@@ -1,0 +1,116 @@
+//===- AppendLoss.cpp - Turn a model's output into a training loss --------===//
+#include "passes/Pass.h"
+#include "passes/PassOptions.h"
+#include "passes/TrainingSupport.h"
+
+namespace lwcc {
+
+namespace {
+
+/// Appends the loss (options: softmax-xent, the default, mse or none):
+///  1. Take the graph's first output; further outputs are dropped.
+///  2. softmax-xent: strip a trailing softmax or log_softmax over the last
+///     axis, require logits [N, K], add an i64[N] label input and
+///     softmax_xent (mean over the batch).
+///     mse: add a target input of the output's type and mse_loss (mean).
+///     none: the output must already be a float scalar.
+///  3. The loss becomes the only output.
+class AppendLossPass : public Pass {
+public:
+  explicit AppendLossPass(std::string loss) : loss_(std::move(loss)) {}
+  std::string_view name() const override { return "append-loss"; }
+
+  llvm::Error run(Graph& g, PassContext& ctx) override {
+    if (g.outputs().empty())
+      return makeError("append-loss: graph @" + g.name() + " has no output");
+    // A label input the model declares (and does not use) is taken as is.
+    Value* declared = nullptr;
+    for (const auto& in : g.inputs())
+      if (in->role() == InputRole::Label) {
+        if (declared || in->hasUses())
+          return makeError(in->loc(), "append-loss: graph @" + g.name() +
+                                          " already uses its label input '%" + in->name() + "'");
+        declared = in.get();
+      }
+    auto labelInput = [&](const std::string& base, const TensorType& t) -> llvm::Expected<Value*> {
+      if (!declared)
+        return g.addInput(uniqueValueName(g, base), t, InputRole::Label);
+      if (declared->type() != t)
+        return makeError(declared->loc(), "append-loss: the label input '%" + declared->name() +
+                                              "' is " + declared->type().str() + ", but " + loss_ +
+                                              " needs " + t.str());
+      return declared;
+    };
+    Value* out = g.outputs()[0];
+    if (g.outputs().size() > 1)
+      ctx.warn(out->loc(), "append-loss: graph @" + g.name() + " has " +
+                               std::to_string(g.outputs().size()) +
+                               " outputs; the loss is taken on the first");
+    Builder b(g);
+    Location loc;
+    loc.name = "loss";
+    b.setLoc(loc);
+    Value* loss = nullptr;
+    if (loss_ == "softmax-xent") {
+      Value* logits = out;
+      if (Op* def = out->definingOp();
+          def && (def->kind() == OpKind::Softmax || def->kind() == OpKind::LogSoftmax)) {
+        int64_t axis = def->getInt("axis"), rank = out->type().rank();
+        if (axis == -1 || axis == rank - 1)
+          logits = def->operand(0);
+      }
+      const TensorType& t = logits->type();
+      if (t.rank() != 2 || !isFloat(t.dtype))
+        return makeError(out->loc(), "append-loss: softmax-xent needs float logits [N, K], but "
+                                     "the output is " + t.str() +
+                                     " (use --loss=mse or --loss=none)");
+      auto label = labelInput("label", TensorType(DType::I64, {t.shape[0]}));
+      if (!label)
+        return label.takeError();
+      auto op = b.createInferred(OpKind::SoftmaxXent, {logits, *label});
+      if (!op)
+        return op.takeError();
+      loss = (*op)->result();
+    } else if (loss_ == "mse") {
+      if (!isFloat(out->type().dtype))
+        return makeError(out->loc(), "append-loss: mse needs a float output, got " +
+                                         out->type().str());
+      auto target = labelInput("target", out->type());
+      if (!target)
+        return target.takeError();
+      auto op = b.createInferred(OpKind::MseLoss, {out, *target});
+      if (!op)
+        return op.takeError();
+      loss = (*op)->result();
+    } else {
+      if (declared)
+        return makeError(declared->loc(), "append-loss: --loss=none takes no label input");
+      if (out->type().rank() != 0 || !isFloat(out->type().dtype))
+        return makeError(out->loc(), "append-loss: --loss=none needs a float scalar output, got " +
+                                         out->type().str());
+      loss = out;
+    }
+    loss->setName(uniqueValueName(g, "loss"));
+    g.clearOutputs();
+    g.addOutput(loss);
+    return llvm::Error::success();
+  }
+
+private:
+  std::string loss_;
+};
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Pass>> createAppendLossPass(std::string_view options) {
+  auto opts = PassOptions::parse("append-loss", options, "loss", {"loss"});
+  if (!opts)
+    return opts.takeError();
+  std::string loss = opts->getString("loss", "softmax-xent");
+  if (loss != "softmax-xent" && loss != "mse" && loss != "none")
+    return makeError("append-loss: unknown loss '" + loss +
+                     "' (expected softmax-xent, mse or none)");
+  return std::make_unique<AppendLossPass>(loss);
+}
+
+} // namespace lwcc

@@ -1,0 +1,151 @@
+//===- Autodiff.cpp - Reverse-mode differentiation ------------------------===//
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ir/GradRules.h"
+#include "passes/Pass.h"
+#include "passes/TrainingSupport.h"
+
+namespace lwcc {
+
+namespace {
+
+/// Appends the backward pass of the loss (output #0):
+///  1. Trainable params are the float params that no assign updates (those
+///     are running statistics or optimizer state) and that are not zero-
+///     initialized state.
+///  2. Forward: a value depends on a trainable param if an operand does.
+///     Backward from the loss: a value reaches the loss if some use does.
+///     A value needs a gradient when both hold.
+///  3. Seed dL/dL = 1, then visit the forward ops last to first. For an op
+///     with a gradient on some result and an operand that needs one, call
+///     the op table's gradient rule; an op without a rule is an error that
+///     names it. Gradients of values with several uses are summed.
+///  4. Each trainable param that received a gradient becomes an output
+///     marked @grad(param), after the loss, in param order.
+class AutodiffPass : public Pass {
+public:
+  std::string_view name() const override { return "autodiff"; }
+
+  llvm::Error run(Graph& g, PassContext& ctx) override {
+    if (g.outputs().empty() || g.outputs()[0]->type().rank() != 0 ||
+        !isFloat(g.outputs()[0]->type().dtype))
+      return makeError("autodiff: graph @" + g.name() +
+                       " must return a float scalar loss as output #0 (run append-loss first)");
+    for (size_t i = 1; i < g.outputs().size(); ++i)
+      if (g.outputGradOf(i))
+        return makeError("autodiff: graph @" + g.name() + " is already differentiated");
+    Value* loss = g.outputs()[0];
+
+    std::unordered_set<const Value*> assigned;
+    for (const auto& op : g.ops())
+      if (op->kind() == OpKind::Assign)
+        assigned.insert(op->operand(0));
+    std::vector<Value*> trainable;
+    std::unordered_set<const Value*> depends;
+    for (const auto& p : g.params())
+      if (isFloat(p->type().dtype) && !p->zeroInit() && !assigned.count(p.get())) {
+        trainable.push_back(p.get());
+        depends.insert(p.get());
+      }
+    std::vector<Op*> forward;
+    for (auto& op : g.ops()) {
+      forward.push_back(op.get());
+      if (op->kind() == OpKind::Assign)
+        continue;
+      for (Value* v : op->operands())
+        if (depends.count(v)) {
+          for (unsigned i = 0; i < op->numResults(); ++i)
+            if (isFloat(op->result(i)->type().dtype))
+              depends.insert(op->result(i));
+          break;
+        }
+    }
+    std::unordered_set<const Value*> reaches{loss};
+    for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
+      Op* op = *it;
+      bool any = false;
+      for (unsigned i = 0; i < op->numResults(); ++i)
+        any |= reaches.count(op->result(i)) > 0;
+      if (any)
+        for (Value* v : op->operands())
+          reaches.insert(v);
+    }
+    auto needsGrad = [&](const Value* v) { return depends.count(v) && reaches.count(v); };
+
+    Builder b(g);
+    Location seedLoc;
+    seedLoc.name = "loss.grad";
+    b.setLoc(seedLoc);
+    std::unordered_map<const Value*, Value*> grads;
+    {
+      Op* one = b.create(OpKind::Constant, {}, {loss->type()});
+      one->setAttr("value", Attribute(std::vector<double>{1.0}));
+      grads[loss] = one->result();
+    }
+    for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
+      Op* op = *it;
+      GradContext c{b, *op, {}, {}, {}};
+      bool haveDy = false, wantDx = false;
+      for (unsigned i = 0; i < op->numResults(); ++i) {
+        auto git = grads.find(op->result(i));
+        c.dys.push_back(git == grads.end() ? nullptr : git->second);
+        haveDy |= git != grads.end();
+      }
+      for (Value* v : op->operands()) {
+        c.needs.push_back(needsGrad(v));
+        wantDx |= c.needs.back();
+      }
+      if (!haveDy || !wantDx)
+        continue;
+      GradRule rule = op->info().gradRule;
+      if (!rule)
+        return op->emitError("has no gradient rule, but the loss depends on it through a "
+                             "trainable param");
+      c.dxs.assign(op->numOperands(), nullptr);
+      b.setLoc(op->loc());
+      if (llvm::Error e = rule(c))
+        return e;
+      for (unsigned i = 0; i < op->numOperands(); ++i) {
+        if (!c.needs[i] || !c.dxs[i])
+          continue;
+        Value* v = op->operand(i);
+        auto [git, inserted] = grads.emplace(v, c.dxs[i]);
+        if (!inserted) {
+          auto sum = b.createInferred(OpKind::Add, {git->second, c.dxs[i]});
+          if (!sum)
+            return op->emitError("cannot sum gradients: " + llvm::toString(sum.takeError()));
+          git->second = (*sum)->result();
+        }
+      }
+    }
+    size_t produced = 0;
+    for (Value* p : trainable) {
+      auto git = grads.find(p);
+      if (git == grads.end())
+        continue;
+      Value* gv = git->second;
+      if (gv->kind() != ValueKind::Result || gv->definingOp()->kind() == OpKind::Constant ||
+          !gv->name().empty() || gv == loss) {
+        // Give each gradient output a value of its own.
+        auto copy = b.createInferred(OpKind::Identity, {gv});
+        if (!copy)
+          return copy.takeError();
+        gv = (*copy)->result();
+      }
+      gv->setName(uniqueValueName(g, p->name() + ".grad"));
+      g.addOutput(gv, p);
+      ++produced;
+    }
+    if (produced == 0)
+      ctx.warn({}, "autodiff: the loss of graph @" + g.name() +
+                       " depends on no trainable param; no gradients were produced");
+    return llvm::Error::success();
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createAutodiffPass() { return std::make_unique<AutodiffPass>(); }
+
+} // namespace lwcc

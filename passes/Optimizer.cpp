@@ -1,0 +1,166 @@
+//===- Optimizer.cpp - Parameter updates as IR ops ------------------------===//
+#include "passes/Pass.h"
+#include "passes/PassOptions.h"
+#include "passes/TrainingSupport.h"
+
+namespace lwcc {
+
+namespace {
+
+struct OptimizerConfig {
+  std::string kind = "sgd"; // sgd, adam, adamw
+  double lr = 0.01, momentum = 0.9, weightDecay = 5e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  int64_t nesterov = 0;
+  std::string schedule = "constant"; // constant, step, cosine
+  int64_t warmup = 0, totalSteps = 0, stepSize = 0;
+  double gamma = 0.1, minLr = 0.0;
+};
+
+/// Updates every param that has a @grad output, in place:
+///  1. lr = lr_schedule(step) (constant, step or cosine, with linear
+///     warm-up), from the step counter param.
+///  2. Per param: SGD with momentum and weight decay keeps a momentum
+///     buffer; Adam and AdamW keep first and second moments. The state is
+///     zero-initialized params named opt.<state>.<param initializer>.
+///  3. assign ops write the new param and state values, and step + 1, at
+///     the end of the step. The @grad outputs stay, for inspection.
+class OptimizerPass : public Pass {
+public:
+  explicit OptimizerPass(OptimizerConfig cfg) : cfg_(std::move(cfg)) {}
+  std::string_view name() const override { return "optimizer"; }
+
+  llvm::Error run(Graph& g, PassContext&) override {
+    std::vector<std::pair<Value*, Value*>> updates; // (param, grad)
+    for (size_t i = 0; i < g.outputs().size(); ++i)
+      if (Value* p = g.outputGradOf(i))
+        updates.emplace_back(p, g.outputs()[i]);
+    if (updates.empty())
+      return makeError("optimizer: graph @" + g.name() +
+                       " has no @grad outputs (run autodiff first)");
+    for (const auto& op : g.ops())
+      if (op->kind() == OpKind::Assign)
+        for (const auto& [p, grad] : updates)
+          if (op->operand(0) == p)
+            return op->emitError("optimizer: param '%" + p->name() + "' is already updated");
+
+    Builder b(g);
+    Location loc;
+    loc.name = "optimizer";
+    b.setLoc(loc);
+    Value* step = getOrCreateStepParam(g);
+    auto lr = b.createInferred(OpKind::LrSchedule, {step},
+                               {{"kind", Attribute(cfg_.schedule)},
+                                {"base_lr", Attribute(cfg_.lr)},
+                                {"warmup_steps", Attribute(cfg_.warmup)},
+                                {"total_steps", Attribute(cfg_.totalSteps)},
+                                {"step_size", Attribute(cfg_.stepSize)},
+                                {"gamma", Attribute(cfg_.gamma)},
+                                {"min_lr", Attribute(cfg_.minLr)}});
+    if (!lr)
+      return lr.takeError();
+    Value* lrValue = (*lr)->result();
+    lrValue->setName(uniqueValueName(g, "lr"));
+
+    std::vector<std::pair<Value*, Value*>> assigns;
+    for (const auto& [p, grad] : updates) {
+      auto state = [&](const char* what) {
+        Value* s = g.addParam(uniqueValueName(g, p->name() + "." + what),
+                              std::string("opt.") + what + "." + p->paramName(), p->type());
+        s->setZeroInit(true);
+        return s;
+      };
+      Location ploc;
+      ploc.name = "optimizer/" + p->paramName();
+      b.setLoc(ploc);
+      if (cfg_.kind == "sgd") {
+        Value* m = state("momentum");
+        auto up = b.createInferred(OpKind::SgdUpdate, {p, grad, m, lrValue},
+                                   {{"momentum", Attribute(cfg_.momentum)},
+                                    {"weight_decay", Attribute(cfg_.weightDecay)},
+                                    {"nesterov", Attribute(cfg_.nesterov)}},
+                                   2);
+        if (!up)
+          return up.takeError();
+        assigns.emplace_back(p, (*up)->result(0));
+        assigns.emplace_back(m, (*up)->result(1));
+      } else {
+        Value* m = state("m");
+        Value* v = state("v");
+        auto up = b.createInferred(OpKind::AdamUpdate, {p, grad, m, v, lrValue, step},
+                                   {{"beta1", Attribute(cfg_.beta1)},
+                                    {"beta2", Attribute(cfg_.beta2)},
+                                    {"epsilon", Attribute(cfg_.eps)},
+                                    {"weight_decay", Attribute(cfg_.weightDecay)},
+                                    {"decoupled", Attribute(int64_t{cfg_.kind == "adamw"})}},
+                                   3);
+        if (!up)
+          return up.takeError();
+        assigns.emplace_back(p, (*up)->result(0));
+        assigns.emplace_back(m, (*up)->result(1));
+        assigns.emplace_back(v, (*up)->result(2));
+      }
+    }
+    b.setLoc(loc);
+    Op* one = b.create(OpKind::Constant, {}, {TensorType(DType::I64, {})});
+    one->setAttr("ivalue", Attribute(std::vector<int64_t>{1}));
+    auto next = b.createInferred(OpKind::Add, {step, one->result()});
+    if (!next)
+      return next.takeError();
+    for (const auto& [target, value] : assigns)
+      appendAssign(g, target, value, loc);
+    appendAssign(g, step, (*next)->result(), loc);
+    return llvm::Error::success();
+  }
+
+private:
+  OptimizerConfig cfg_;
+};
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Pass>> createOptimizerPass(std::string_view options) {
+  auto opts = PassOptions::parse("optimizer", options, "kind",
+                                 {"kind", "lr", "momentum", "weight_decay", "nesterov", "beta1",
+                                  "beta2", "eps", "schedule", "warmup", "total_steps",
+                                  "step_size", "gamma", "min_lr"});
+  if (!opts)
+    return opts.takeError();
+  OptimizerConfig c;
+  c.kind = opts->getString("kind", "sgd");
+  if (c.kind != "sgd" && c.kind != "adam" && c.kind != "adamw")
+    return makeError("optimizer: unknown kind '" + c.kind + "' (expected sgd, adam or adamw)");
+  // Adam's customary defaults differ from SGD's.
+  double defaultWd = c.kind == "sgd" ? 5e-4 : c.kind == "adamw" ? 0.01 : 0.0;
+  double defaultLr = c.kind == "sgd" ? 0.01 : 0.001;
+  struct F {
+    const char* key;
+    double* out;
+    double dflt;
+  };
+  for (F f : {F{"lr", &c.lr, defaultLr}, F{"momentum", &c.momentum, 0.9},
+              F{"weight_decay", &c.weightDecay, defaultWd}, F{"beta1", &c.beta1, 0.9},
+              F{"beta2", &c.beta2, 0.999}, F{"eps", &c.eps, 1e-8}, F{"gamma", &c.gamma, 0.1},
+              F{"min_lr", &c.minLr, 0.0}}) {
+    auto v = opts->getFloat(f.key, f.dflt);
+    if (!v)
+      return v.takeError();
+    *f.out = *v;
+  }
+  struct I {
+    const char* key;
+    int64_t* out;
+  };
+  for (I i : {I{"nesterov", &c.nesterov}, I{"warmup", &c.warmup},
+              I{"total_steps", &c.totalSteps}, I{"step_size", &c.stepSize}}) {
+    auto v = opts->getInt(i.key, 0);
+    if (!v)
+      return v.takeError();
+    *i.out = *v;
+  }
+  c.schedule = opts->getString("schedule", "constant");
+  if (!(c.lr > 0))
+    return makeError("optimizer: lr must be > 0");
+  return std::make_unique<OptimizerPass>(c);
+}
+
+} // namespace lwcc

@@ -1,0 +1,77 @@
+//===- PassOptions.cpp ----------------------------------------------------===//
+#include "passes/PassOptions.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "ir/Diagnostics.h"
+
+namespace lwcc {
+
+llvm::Expected<PassOptions> PassOptions::parse(std::string_view pass, std::string_view text,
+                                               std::string_view mainKey,
+                                               const std::vector<std::string_view>& known) {
+  PassOptions opts;
+  opts.pass_ = std::string(pass);
+  size_t pos = 0;
+  bool first = true;
+  while (pos < text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string_view item = text.substr(pos, comma == std::string_view::npos ? text.npos
+                                                                             : comma - pos);
+    pos = comma == std::string_view::npos ? text.size() : comma + 1;
+    size_t eq = item.find('=');
+    std::string key, value;
+    if (eq == std::string_view::npos) {
+      if (!first || mainKey.empty())
+        return makeError("pass '" + opts.pass_ + "': option '" + std::string(item) +
+                         "' needs a value (key=value)");
+      key = std::string(mainKey);
+      value = std::string(item);
+    } else {
+      key = std::string(item.substr(0, eq));
+      value = std::string(item.substr(eq + 1));
+    }
+    first = false;
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string list;
+      for (std::string_view k : known)
+        list += (list.empty() ? "" : ", ") + std::string(k);
+      return makeError("pass '" + opts.pass_ + "' has no option '" + key + "'" +
+                       (list.empty() ? " (it takes none)" : " (options: " + list + ")"));
+    }
+    opts.values_[key] = value;
+  }
+  return opts;
+}
+
+std::string PassOptions::getString(std::string_view key, std::string dflt) const {
+  auto it = values_.find(std::string(key));
+  return it == values_.end() ? dflt : it->second;
+}
+
+llvm::Expected<double> PassOptions::getFloat(std::string_view key, double dflt) const {
+  auto it = values_.find(std::string(key));
+  if (it == values_.end())
+    return dflt;
+  char* end = nullptr;
+  double v = std::strtod(it->second.c_str(), &end);
+  if (it->second.empty() || *end != '\0')
+    return makeError("pass '" + pass_ + "': option '" + std::string(key) +
+                     "' must be a number, got '" + it->second + "'");
+  return v;
+}
+
+llvm::Expected<int64_t> PassOptions::getInt(std::string_view key, int64_t dflt) const {
+  auto it = values_.find(std::string(key));
+  if (it == values_.end())
+    return dflt;
+  char* end = nullptr;
+  long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0')
+    return makeError("pass '" + pass_ + "': option '" + std::string(key) +
+                     "' must be an integer, got '" + it->second + "'");
+  return v;
+}
+
+} // namespace lwcc

@@ -1,0 +1,37 @@
+//===- PassOptions.h - key=value options of a pass --------------*- C++ -*-===//
+//
+// A pass flag may carry options: --append-loss=mse, or
+// --optimizer=adamw,lr=0.001,weight_decay=0.01. A bare first value sets the
+// pass's main option. Unknown keys and malformed numbers are errors.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "llvm/Support/Error.h"
+
+namespace lwcc {
+
+class PassOptions {
+public:
+  /// Parses `text` for the pass `pass`; `mainKey` names the option a bare
+  /// first value sets; `known` lists every accepted key.
+  static llvm::Expected<PassOptions> parse(std::string_view pass, std::string_view text,
+                                           std::string_view mainKey,
+                                           const std::vector<std::string_view>& known);
+
+  bool has(std::string_view key) const { return values_.count(std::string(key)) != 0; }
+  std::string getString(std::string_view key, std::string dflt) const;
+  llvm::Expected<double> getFloat(std::string_view key, double dflt) const;
+  llvm::Expected<int64_t> getInt(std::string_view key, int64_t dflt) const;
+
+private:
+  std::string pass_;
+  std::map<std::string, std::string> values_;
+};
+
+} // namespace lwcc

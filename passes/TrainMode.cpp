@@ -1,0 +1,115 @@
+//===- TrainMode.cpp - The training form of dropout and batch norm --------===//
+#include "passes/Pass.h"
+#include "passes/TrainingSupport.h"
+
+namespace lwcc {
+
+namespace {
+
+/// Rewrites the ops whose training semantics differ from inference:
+///  1. dropout(x) -> mul(x, dropout_mask(step)): the mask comes from a
+///     counter-based RNG keyed by (seed, step, element), so forward and
+///     backward use the same mask and a resumed run draws the same masks.
+///     Each dropout gets its own seed (base seed + its index).
+///  2. batch_norm(x, scale, bias, mean, var) -> batch_norm_train(x, scale,
+///     bias) using the batch statistics; the running statistics (params)
+///     are updated as ONNX defines: running = running * momentum +
+///     batch * (1 - momentum), with the batch's population variance, by
+///     assign ops at the end of the step.
+class TrainModePass : public Pass {
+public:
+  std::string_view name() const override { return "train-mode"; }
+
+  llvm::Error run(Graph& g, PassContext&) override {
+    std::vector<Op*> work;
+    for (auto& op : g.ops())
+      if (op->kind() == OpKind::Dropout || op->kind() == OpKind::BatchNorm)
+        work.push_back(op.get());
+    int64_t dropoutIndex = 0;
+    for (Op* op : work) {
+      Builder b(g);
+      b.setInsertionPointBefore(op);
+      b.setLoc(op->loc());
+      if (op->kind() == OpKind::Dropout) {
+        if (llvm::Error e = rewriteDropout(g, b, op, dropoutIndex++))
+          return e;
+      } else if (llvm::Error e = rewriteBatchNorm(g, b, op)) {
+        return e;
+      }
+    }
+    return llvm::Error::success();
+  }
+
+private:
+  static llvm::Error rewriteDropout(Graph& g, Builder& b, Op* op, int64_t index) {
+    Value* x = op->operand(0);
+    double ratio = op->getFloat("ratio");
+    Value* replacement = x;
+    if (ratio > 0) {
+      Value* step = getOrCreateStepParam(g);
+      auto mask = b.createInferred(OpKind::DropoutMask, {step},
+                                   {{"ratio", Attribute(ratio)},
+                                    {"seed", Attribute(index)},
+                                    {"shape", Attribute(x->type().shape)},
+                                    {"dtype", Attribute(std::string(dtypeName(x->type().dtype)))}});
+      if (!mask)
+        return mask.takeError();
+      auto mul = b.createInferred(OpKind::Mul, {x, (*mask)->result()});
+      if (!mul)
+        return mul.takeError();
+      replacement = (*mul)->result();
+    }
+    std::string name = op->result()->name();
+    op->result()->replaceAllUsesWith(replacement);
+    g.eraseOp(op);
+    if (replacement != x)
+      replacement->setName(name);
+    return llvm::Error::success();
+  }
+
+  static llvm::Error rewriteBatchNorm(Graph& g, Builder& b, Op* op) {
+    Value* runMean = op->operand(3);
+    Value* runVar = op->operand(4);
+    if (runMean->kind() != ValueKind::Param || runVar->kind() != ValueKind::Param)
+      return op->emitError("the running mean and variance must be params to be updated in "
+                           "training");
+    auto bn = b.createInferred(OpKind::BatchNormTrain,
+                               {op->operand(0), op->operand(1), op->operand(2)},
+                               {{"epsilon", Attribute(op->getFloat("epsilon"))}}, 3);
+    if (!bn)
+      return bn.takeError();
+    double m = op->getFloat("momentum");
+    DType t = runMean->type().dtype;
+    auto scalar = [&](double v) {
+      Op* c = b.create(OpKind::Constant, {}, {TensorType(t, {})});
+      c->setAttr("value", Attribute(std::vector<double>{v}));
+      return c->result();
+    };
+    Value* keep = scalar(m);
+    Value* take = scalar(1.0 - m);
+    for (unsigned k = 0; k < 2; ++k) {
+      Value* running = k == 0 ? runMean : runVar;
+      auto old = b.createInferred(OpKind::Mul, {running, keep});
+      if (!old)
+        return old.takeError();
+      auto fresh = b.createInferred(OpKind::Mul, {(*bn)->result(1 + k), take});
+      if (!fresh)
+        return fresh.takeError();
+      auto sum = b.createInferred(OpKind::Add, {(*old)->result(), (*fresh)->result()});
+      if (!sum)
+        return sum.takeError();
+      appendAssign(g, running, (*sum)->result(), op->loc());
+    }
+    std::string name = op->result()->name();
+    op->result()->replaceAllUsesWith((*bn)->result(0));
+    g.eraseOp(op);
+    (*bn)->result(0)->setName(name);
+    return llvm::Error::success();
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createTrainModePass() { return std::make_unique<TrainModePass>(); }
+
+} // namespace lwcc
