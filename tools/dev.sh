@@ -87,6 +87,13 @@ parse_counts() {
   sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\1 \2/p' "$1" | tail -n1 | grep . || echo "0 0"
 }
 
+# ONNX node tests: "onnx-node: N passed, M failed, K skipped" before that last line.
+parse_node_tests() {
+  local skipped
+  skipped=$(sed -nE 's/^onnx-node: [0-9]+ passed, [0-9]+ failed, ([0-9]+) skipped$/\1/p' "$1" | tail -n1)
+  echo "$(parse_counts "$1")${skipped:+ $skipped skipped}"
+}
+
 suite() {
   local name="$1" parser="$2"
   shift 2
@@ -145,6 +152,8 @@ cmd_test() {
   suite "unit (GoogleTest)" parse_gtest "$BIN_DIR/lwcc-unittests" --gtest_brief=1
   suite "lit (FileCheck)"   parse_lit   "${LIT[@]}" -sv --no-progress-bar test/lit
   suite "zoo vs onnxruntime" parse_counts python3 test/e2e/zoo_reference.py
+  suite "zoo gradient checks" parse_counts python3 test/e2e/zoo_gradients.py
+  suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
 
   print_summary
   ((TOTAL_FAILED == 0))

@@ -9,6 +9,8 @@ namespace {
 /// with a unit leading spatial dim.
 struct Window {
   std::vector<int64_t> kernel, strides, pads, dilations;
+  /// Whether auto_pad (SAME_* or VALID) chose the pads.
+  bool autoPad = false;
 };
 
 llvm::Expected<Window> readWindow(ImportContext& ctx, const Shape& x, std::vector<int64_t> kernel,
@@ -57,9 +59,11 @@ llvm::Expected<Window> readWindow(ImportContext& ctx, const Shape& x, std::vecto
   } else if (autoPad != "VALID") {
     return ctx.error("attribute 'auto_pad' has the unknown value '" + autoPad + "'");
   }
+  bool autoPadded = autoPad != "NOTSET";
   if (spatial == 1)
-    return Window{{1, kernel[0]}, {1, strides[0]}, {0, pads[0], 0, pads[1]}, {1, dilations[0]}};
-  return Window{kernel, strides, pads, dilations};
+    return Window{{1, kernel[0]}, {1, strides[0]}, {0, pads[0], 0, pads[1]}, {1, dilations[0]},
+                  autoPadded};
+  return Window{kernel, strides, pads, dilations, autoPadded};
 }
 
 /// Checks the input rank of a conv or pool (3 or 4), lifting 1-D to 2-D.
@@ -141,7 +145,11 @@ llvm::Error importPool(ImportContext& ctx, bool isMax) {
                          .str());
   LWCC_TRY(x4, liftInput(ctx, x, "pools"));
   LWCC_TRY(win, readWindow(ctx, x->type().shape, kernel, isMax));
-  LWCC_TRY(ceil, ctx.attrInt("ceil_mode", 0));
+  LWCC_TRY(ceilMode, ctx.attrInt("ceil_mode", 0));
+  // Under auto_pad the output size is fixed (ONNX: ceil(in / stride) for SAME_*,
+  // ceil((in - span + 1) / stride) for VALID) and ceil_mode changes nothing:
+  // the pads chosen above give exactly that size when rounding down.
+  int64_t ceil = win.autoPad ? 0 : ceilMode;
   std::vector<NamedAttr> attrs = {attr("kernel", win.kernel), attr("strides", win.strides),
                                   attr("pads", win.pads)};
   if (isMax) {

@@ -1,7 +1,9 @@
 //===- lwcc.cpp - The lwcc driver -----------------------------------------===//
 //
-//   lwcc MODEL.onnx --emit=ir [-o OUT.lwir] [--batch=N]
+//   lwcc MODEL.onnx --emit=ir|train-ir [-o OUT.lwir] [--batch=N] [--loss=...] [--optimizer=...]
 //   lwcc MODEL.onnx --run-reference --inputs DIR --outputs OUTDIR [--precision=f64]
+//   lwcc MODEL.onnx --train-reference --inputs DIR --steps K --dump DIR
+//   lwcc MODEL.onnx --check-gradients
 //   lwcc --list-onnx-ops
 //
 // MODEL may be a binary ONNX file or ONNX text (.onnxtext). Exit status: 0
@@ -10,11 +12,16 @@
 //===----------------------------------------------------------------------===//
 #include <filesystem>
 
+#include <cstdio>
+
 #include "frontend/Frontend.h"
 #include "ir/Interpreter.h"
 #include "ir/Printer.h"
+#include "passes/GradCheck.h"
+#include "passes/Pass.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -30,10 +37,58 @@ cl::opt<std::string> modelFile(cl::Positional, cl::desc("<model.onnx | model.onn
                                cl::cat(category));
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(category));
-enum class Emit { IR };
+enum class Emit { IR, TrainIR };
 cl::opt<Emit> emit("emit", cl::desc("What to produce"),
-                   cl::values(clEnumValN(Emit::IR, "ir", "the model IR (.lwir)")),
+                   cl::values(clEnumValN(Emit::IR, "ir", "the model IR (.lwir)"),
+                              clEnumValN(Emit::TrainIR, "train-ir",
+                                         "the training step: forward, loss, backward, update")),
                    cl::init(Emit::IR), cl::cat(category));
+
+// Training.
+cl::opt<std::string> loss("loss", cl::desc("softmax-xent (default), mse or none"),
+                          cl::init("softmax-xent"), cl::cat(category));
+cl::opt<std::string> optimizer("optimizer", cl::desc("sgd (default), adam or adamw"),
+                               cl::init("sgd"), cl::cat(category));
+cl::opt<double> lr("lr", cl::desc("Learning rate (default 0.01 for sgd, 0.001 for adam/adamw)"),
+                   cl::cat(category));
+cl::opt<double> momentum("momentum", cl::desc("SGD momentum (default 0.9)"), cl::cat(category));
+cl::opt<double> weightDecay("weight-decay",
+                            cl::desc("Weight decay (default 5e-4 sgd, 0 adam, 0.01 adamw)"),
+                            cl::cat(category));
+cl::opt<bool> nesterov("nesterov", cl::desc("Nesterov momentum for SGD"), cl::cat(category));
+cl::opt<double> beta1("beta1", cl::desc("Adam beta1 (default 0.9)"), cl::cat(category));
+cl::opt<double> beta2("beta2", cl::desc("Adam beta2 (default 0.999)"), cl::cat(category));
+cl::opt<std::string> lrSchedule("lr-schedule", cl::desc("constant (default), step or cosine"),
+                                cl::init("constant"), cl::cat(category));
+cl::opt<int64_t> warmupSteps("warmup-steps", cl::desc("Linear warm-up steps"), cl::init(0),
+                             cl::cat(category));
+cl::opt<int64_t> totalSteps("total-steps", cl::desc("Steps of a cosine schedule"), cl::init(0),
+                            cl::cat(category));
+cl::opt<int64_t> stepSize("step-size", cl::desc("Steps between decays of a step schedule"),
+                          cl::init(0), cl::cat(category));
+cl::opt<double> gamma("gamma", cl::desc("Decay factor of a step schedule (default 0.1)"),
+                      cl::cat(category));
+
+// Checks on the reference interpreter.
+cl::opt<bool> checkGradientsFlag("check-gradients",
+                                 cl::desc("Check every param's gradient against finite "
+                                          "differences in float64; exit 1 above 1e-6"),
+                                 cl::cat(category));
+cl::opt<uint64_t> checkSeed("check-seed",
+                            cl::desc("Seed of --check-gradients' inputs and sampled elements"),
+                            cl::init(1), cl::cat(category));
+cl::opt<int64_t> checkSamples("check-samples",
+                              cl::desc("Elements checked per param by --check-gradients"),
+                              cl::init(6), cl::cat(category));
+cl::opt<bool> trainReference("train-reference",
+                             cl::desc("Run training steps on the reference interpreter"),
+                             cl::cat(category));
+cl::opt<int64_t> steps("steps", cl::desc("Steps for --train-reference"), cl::init(1),
+                       cl::cat(category));
+cl::opt<std::string> dumpDir("dump",
+                             cl::desc("Where --train-reference writes losses, first-step "
+                                      "gradients and final params (TensorProto files)"),
+                             cl::value_desc("dir"), cl::cat(category));
 cl::opt<int64_t> batch("batch", cl::desc("Value of a symbolic leading (batch) dim of the inputs"),
                        cl::init(0), cl::cat(category));
 cl::opt<bool> runReference("run-reference",
@@ -54,6 +109,146 @@ cl::opt<bool> listOnnxOps("list-onnx-ops", cl::desc("List the ONNX op types lwcc
 int fail(llvm::Error e) {
   printErrors(llvm::errs(), std::move(e));
   return 1;
+}
+
+/// The options of the optimizer pass from the command line.
+std::string optimizerOptions() {
+  std::string o = optimizer;
+  auto num = [&](const char* key, const cl::opt<double>& v) {
+    if (v.getNumOccurrences())
+      o += std::string(",") + key + "=" + llvm::formatv("{0:e16}", v.getValue()).str();
+  };
+  num("lr", lr);
+  num("momentum", momentum);
+  num("weight_decay", weightDecay);
+  num("beta1", beta1);
+  num("beta2", beta2);
+  num("gamma", gamma);
+  if (nesterov)
+    o += ",nesterov=1";
+  o += ",schedule=" + lrSchedule;
+  o += ",warmup=" + std::to_string(warmupSteps);
+  o += ",total_steps=" + std::to_string(totalSteps);
+  o += ",step_size=" + std::to_string(stepSize);
+  return o;
+}
+
+/// Runs the passes that build the training graph; `withOptimizer` false
+/// stops after autodiff (gradients as outputs, nothing updated).
+llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
+  std::vector<std::string> names = {"canonicalize", "append-loss=" + loss, "train-mode",
+                                    "autodiff"};
+  if (withOptimizer)
+    names.push_back("optimizer=" + optimizerOptions());
+  names.push_back("dce");
+  names.push_back("verify");
+  auto pipeline = buildPipeline(names);
+  if (!pipeline)
+    return pipeline.takeError();
+  PassContext ctx;
+  ctx.diag = [](Severity sev, const Location& loc, const std::string& msg) {
+    printDiagnostic(llvm::errs(), sev, loc, msg);
+  };
+  return runPipeline(*m.graph, *pipeline, ctx);
+}
+
+std::vector<Tensor> readInputs(const Graph& g, const std::string& dir, llvm::Error& err) {
+  std::vector<Tensor> inputs;
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    std::string path = (fs::path(dir) / ("input_" + std::to_string(k) + ".pb"));
+    auto t = readTensorFile(path);
+    if (!t) {
+      err = t.takeError();
+      return {};
+    }
+    inputs.push_back(std::move(*t));
+  }
+  err = llvm::Error::success();
+  return inputs;
+}
+
+int checkGradientsMode(Module& m) {
+  if (llvm::Error e = buildTrainingGraph(m, false))
+    return fail(std::move(e));
+  std::vector<Tensor> inputs = randomInputs(*m.graph, checkSeed);
+  GradCheckOptions opts;
+  opts.seed = checkSeed;
+  opts.samplesPerParam = checkSamples;
+  auto results = checkGradients(*m.graph, inputs, m.weights, opts);
+  if (!results)
+    return fail(results.takeError());
+  constexpr double kTolerance = 1e-6;
+  bool ok = true;
+  llvm::outs() << llvm::formatv("{0,-40} {1,8} {2,14}\n", "param", "checked", "worst rel err");
+  for (const ParamGradCheck& r : *results) {
+    bool pass = r.worstRelError <= kTolerance;
+    ok &= pass;
+    llvm::outs() << llvm::formatv("{0,-40} {1,8} {2,14:e2}{3}\n", r.param, r.checked,
+                                  r.worstRelError,
+                                  pass ? "" : llvm::formatv("  FAIL (element {0}: analytic {1:e6}, "
+                                                            "numeric {2:e6})",
+                                                            r.worstIndex, r.analytic, r.numeric)
+                                                  .str());
+  }
+  llvm::outs() << llvm::formatv("{0} params checked; tolerance {1:e0}: {2}\n", results->size(),
+                                kTolerance, ok ? "all within" : "FAILED");
+  return ok ? 0 : 1;
+}
+
+std::string fileSafe(std::string name) {
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
+      c = '_';
+  return name;
+}
+
+int trainReferenceMode(Module& m) {
+  if (inputsDir.empty() || dumpDir.empty()) {
+    llvm::errs() << "lwcc: --train-reference needs --inputs DIR and --dump DIR\n";
+    return 2;
+  }
+  if (llvm::Error e = buildTrainingGraph(m, true))
+    return fail(std::move(e));
+  llvm::Error err = llvm::Error::success();
+  std::vector<Tensor> inputs = readInputs(*m.graph, inputsDir, err);
+  if (err)
+    return fail(std::move(err));
+  std::error_code ec;
+  fs::create_directories(dumpDir.getValue(), ec);
+  WeightMap state = m.weights;
+  const Graph& g = *m.graph;
+  for (int64_t s = 0; s < steps; ++s) {
+    auto outs = runStep(g, inputs, state, precision);
+    if (!outs)
+      return fail(outs.takeError());
+    auto write = [&](const Tensor& t, const std::string& file) -> bool {
+      if (llvm::Error e = writeTensorFile(t, file, fs::path(dumpDir.getValue()) / file)) {
+        printErrors(llvm::errs(), std::move(e));
+        return false;
+      }
+      return true;
+    };
+    if (!write((*outs)[0], "loss_" + std::to_string(s) + ".pb"))
+      return 1;
+    if (s == 0)
+      for (size_t o = 1; o < outs->size(); ++o)
+        if (const Value* p = g.outputGradOf(o))
+          if (!write((*outs)[o], "grad_" + fileSafe(p->paramName()) + ".pb"))
+            return 1;
+    double l = (*outs)[0].f[0];
+    if (!std::isfinite(l)) {
+      llvm::errs() << "lwcc: the loss is " << l << " at step " << s << "\n";
+      return 1;
+    }
+  }
+  for (const auto& p : g.params())
+    if (isFloat(p->type().dtype) && !p->zeroInit())
+      if (auto it = state.find(p->paramName()); it != state.end())
+        if (llvm::Error e = writeTensorFile(it->second, p->paramName(),
+                                            fs::path(dumpDir.getValue()) /
+                                                ("param_" + fileSafe(p->paramName()) + ".pb")))
+          return fail(std::move(e));
+  return 0;
 }
 
 int runReferenceMode(const Module& m) {
@@ -114,6 +309,13 @@ int main(int argc, char** argv) {
 
   if (runReference)
     return runReferenceMode(*module);
+  if (checkGradientsFlag)
+    return checkGradientsMode(*module);
+  if (trainReference)
+    return trainReferenceMode(*module);
+  if (emit == Emit::TrainIR)
+    if (llvm::Error e = buildTrainingGraph(*module, true))
+      return fail(std::move(e));
 
   std::error_code ec;
   llvm::ToolOutputFile out(outputFile, ec, llvm::sys::fs::OF_Text);
@@ -123,6 +325,7 @@ int main(int argc, char** argv) {
   }
   switch (emit) {
   case Emit::IR:
+  case Emit::TrainIR:
     printGraph(*module->graph, out.os());
     break;
   }

@@ -337,7 +337,9 @@ TEST_PRESETS = {
     "alexnet_owt": dict(size=64, **_SMALL),
     "vgg11": dict(size=32, **_SMALL),
     "vgg16": dict(size=32, **_SMALL),
-    "resnet18": dict(size=32, **_SMALL),
+    # 64, not 32: at 32 the last stage is 1x1, and batch norm over two values
+    # makes the training loss too ill-conditioned for finite differences.
+    "resnet18": dict(size=64, **_SMALL),
     "inception": dict(size=32, **_SMALL),
 }
 
