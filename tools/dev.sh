@@ -32,11 +32,25 @@ cmd_build() {
   cmake --build "$BUILD_DIR" -j "$(nproc)" || return
 }
 
+# The main job: the deepest stage lwcc has today, on the bundled LeNet. It
+# generates the model (tools/models), imports it, checks its gradients, and
+# trains it for a few steps on one Fashion-MNIST batch with the reference
+# interpreter.
 cmd_run() {
   cmd_build
-  local cmd=("$BIN_DIR/lwcc-opt" tools/examples/lenet.lwir --canonicalize --dce --shape-infer --verify)
-  echo "+ ${cmd[*]}"
-  "${cmd[@]}"
+  local dir="$BUILD_DIR/example"
+  local lwcc="$BIN_DIR/lwcc"
+  mkdir -p "$dir"
+  step() { echo; echo "+ $*"; "$@"; }
+  step python3 tools/models/gen.py lenet --batch 32 -o "$dir/lenet.onnx"
+  step "$BIN_DIR/lwcc-opt" tools/examples/lenet.lwir --canonicalize --dce --shape-infer --verify \
+    -o "$dir/lenet-clean.lwir"
+  step "$lwcc" "$dir/lenet.onnx" --emit=train-ir -o "$dir/lenet-train.lwir"
+  echo "  ($(grep -c ' = \| assign(' "$dir/lenet-train.lwir") statements in $dir/lenet-train.lwir)"
+  step "$lwcc" "$dir/lenet.onnx" --check-gradients
+  step python3 tools/examples/fashion_batch.py /usr/share/datasets/fashion-mnist "$dir/batch" --batch 32
+  step "$lwcc" "$dir/lenet.onnx" --train-reference --inputs "$dir/batch" --steps 20 \
+    --dump "$dir/trained"
 }
 
 # ---------------------------------------------------------------------------

@@ -236,6 +236,8 @@ int trainReferenceMode(Module& m) {
           if (!write((*outs)[o], "grad_" + fileSafe(p->paramName()) + ".pb"))
             return 1;
     double l = (*outs)[0].f[0];
+    llvm::outs() << llvm::formatv("step {0,4}/{1}  loss {2:f6}\n", s + 1, steps.getValue(), l);
+    llvm::outs().flush();
     if (!std::isfinite(l)) {
       llvm::errs() << "lwcc: the loss is " << l << " at step " << s << "\n";
       return 1;
