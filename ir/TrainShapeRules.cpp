@@ -187,6 +187,26 @@ Rule sliceGrad(const Op& op) {
   auto in = shapeAttr(op, "input_shape");
   if (!in)
     return in.takeError();
+  // dy must have the shape the forward slice gives for input_shape.
+  const auto& starts = op.getInts("starts");
+  const auto& ends = op.getInts("ends");
+  int64_t rank = static_cast<int64_t>(in->size());
+  if (ends.size() != starts.size() || ty(op, 0).rank() != rank)
+    return fail("dy {0} and input_shape {1} do not fit the slice", ty(op, 0).str(),
+                shapeStr(*in));
+  Shape out = *in;
+  for (size_t k = 0; k < starts.size(); ++k) {
+    int64_t axis = op.hasAttr("axes") ? op.getInts("axes")[k] : static_cast<int64_t>(k);
+    int64_t step = op.hasAttr("steps") ? op.getInts("steps")[k] : 1;
+    if (axis < 0)
+      axis += rank;
+    if (axis < 0 || axis >= rank || step == 0)
+      return fail("slice axis {0} or step {1} is invalid for input_shape {2}", axis, step,
+                  shapeStr(*in));
+    out[axis] = resolveSlice((*in)[axis], starts[k], ends[k], step).count;
+  }
+  if (out != ty(op, 0).shape)
+    return fail("dy {0} is not the slice's output shape {1}", ty(op, 0).str(), shapeStr(out));
   return std::vector<TensorType>{TensorType(ty(op, 0).dtype, *in)};
 }
 
@@ -198,6 +218,17 @@ Rule gatherGrad(const Op& op) {
   auto in = shapeAttr(op, "input_shape");
   if (!in)
     return in.takeError();
+  int64_t rank = static_cast<int64_t>(in->size()), axis = op.getInt("axis");
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return fail("axis {0} is out of range for input_shape {1}", op.getInt("axis"),
+                shapeStr(*in));
+  Shape out(in->begin(), in->begin() + axis);
+  out.insert(out.end(), ty(op, 0).shape.begin(), ty(op, 0).shape.end());
+  out.insert(out.end(), in->begin() + axis + 1, in->end());
+  if (out != ty(op, 1).shape)
+    return fail("dy {0} is not the gather's output shape {1}", ty(op, 1).str(), shapeStr(out));
   return std::vector<TensorType>{TensorType(ty(op, 1).dtype, *in)};
 }
 
