@@ -240,9 +240,16 @@ llvm::Error importDropout(ImportContext& ctx) {
   }
   LWCC_TRY(y, ctx.emit1(OpKind::Dropout, {x}, {attr("ratio", ratio)}));
   ctx.setOutput(0, y);
-  if (ctx.hasOutput(1)) // inference: every element kept
-    ctx.setOutput(1, ctx.constant(Tensor::fromInts(TensorType(DType::Bool, x->type().shape),
-                                                   std::vector<int64_t>(x->type().numElements(), 1))));
+  if (ctx.hasOutput(1)) {
+    // Inference keeps every element. The mask is bool from Dropout-10 on,
+    // and of the input's element type before.
+    const TensorType& t = x->type();
+    ctx.setOutput(1, ctx.opset() >= 10
+                         ? ctx.constant(Tensor::fromInts(TensorType(DType::Bool, t.shape),
+                                                         std::vector<int64_t>(t.numElements(), 1)))
+                         : ctx.constant(Tensor::fromFloats(t, std::vector<double>(t.numElements(),
+                                                                                  1.0))));
+  }
   return llvm::Error::success();
 }
 

@@ -6,6 +6,7 @@
 // known at compile time; Shape itself folds to a constant.
 //
 //===----------------------------------------------------------------------===//
+#include <filesystem>
 #include <numeric>
 
 #include "frontend/Frontend.h"
@@ -17,6 +18,11 @@ namespace lwcc {
 namespace {
 
 using llvm::Error;
+
+/// The folder external tensor data must stay inside: the model's.
+std::string modelDir(const ImportContext& ctx) {
+  return std::filesystem::path(ctx.file()).parent_path().string();
+}
 
 Error importReshape(ImportContext& ctx) {
   LWCC_CHECK(ctx.checkAttrs({"allowzero"}));
@@ -280,7 +286,7 @@ Error importConstant(ImportContext& ctx) {
   const onnx::AttributeProto& a = n.attribute(0);
   Tensor t;
   if (a.name() == "value") {
-    LWCC_TRY(v, tensorFromProto(a.t(), "", "attribute 'value'"));
+    LWCC_TRY(v, tensorFromProto(a.t(), modelDir(ctx), "attribute 'value'"));
     t = std::move(v);
   } else if (a.name() == "value_float") {
     t = Tensor::fromFloats(TensorType(DType::F32, {}), {a.f()});
@@ -310,19 +316,24 @@ Error importConstant(ImportContext& ctx) {
 Error importConstantOfShape(ImportContext& ctx) {
   LWCC_CHECK(ctx.checkAttrs({"value"}));
   LWCC_TRY(shape, ctx.constInts(0, "input"));
-  for (int64_t d : shape)
+  // Bound the element count before multiplying, so it cannot wrap.
+  constexpr int64_t kMaxFold = int64_t{1} << 24;
+  int64_t count = 1;
+  for (int64_t d : shape) {
     if (d < 0)
       return ctx.error("shape " + shapeStr(shape) + " has a negative dim");
+    if (d != 0 && count > kMaxFold / d)
+      return ctx.error("ConstantOfShape of shape " + shapeStr(shape) + " is too large to fold");
+    count *= d;
+  }
   Tensor fill = Tensor::fromFloats(TensorType(DType::F32, {1}), {0.0});
   if (const onnx::AttributeProto* a = ctx.attr("value")) {
-    LWCC_TRY(v, tensorFromProto(a->t(), "", "attribute 'value'"));
+    LWCC_TRY(v, tensorFromProto(a->t(), modelDir(ctx), "attribute 'value'"));
     if (v.size() != 1)
       return ctx.error("attribute 'value' must hold one element");
     fill = std::move(v);
   }
   TensorType type(fill.type.dtype, shape);
-  if (type.numElements() > (int64_t{1} << 24))
-    return ctx.error("ConstantOfShape of " + type.str() + " is too large to fold");
   Tensor t(type);
   if (t.isFloatData())
     std::fill(t.f.begin(), t.f.end(), fill.f[0]);
