@@ -68,6 +68,8 @@ cl::opt<int64_t> stepSize("step-size", cl::desc("Steps between decays of a step 
                           cl::init(0), cl::cat(category));
 cl::opt<double> gamma("gamma", cl::desc("Decay factor of a step schedule (default 0.1)"),
                       cl::cat(category));
+cl::opt<double> minLr("min-lr", cl::desc("Final learning rate of a cosine schedule (default 0)"),
+                      cl::cat(category));
 
 // Checks on the reference interpreter.
 cl::opt<bool> checkGradientsFlag("check-gradients",
@@ -124,6 +126,7 @@ std::string optimizerOptions() {
   num("beta1", beta1);
   num("beta2", beta2);
   num("gamma", gamma);
+  num("min_lr", minLr);
   if (nesterov)
     o += ",nesterov=1";
   o += ",schedule=" + lrSchedule;
