@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""torch.onnx.export patterns for torchvision classifiers, without torch.
+
+lwcc must import what real exporters write for torchvision's alexnet,
+vgg11/16, resnet18/50, googlenet, inception_v3, squeezenet1_0, mobilenet_v2
+and densenet121: the TorchScript exporter at opset 17 and the dynamo
+exporter at opset 18.  exporter_graphs.py rebuilds those graphs node for node
+with onnx.helper (small widths and inputs; the node patterns, attributes,
+constant forms and naming are the exporters'; see its docstring).
+
+For each graph: onnx.checker, onnxruntime and `lwcc --run-reference` on the
+same seeded input (batch 2; symbolic batch dims are fixed with --batch=2),
+requiring max|lwcc - ort| / max|ort| < 1e-4, and `lwcc --emit=ir` must
+succeed.  One line per graph; ends with "N passed, M failed"; exit 1 on a
+failure.  A case marked XFAIL records a known lwcc gap: it passes the script
+when it fails as recorded ("XFAIL") and is reported as "XPASS" (still
+counted as passed) once lwcc handles it, so the mark can be removed.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import exporter_graphs as eg  # noqa: E402
+from exporter_graphs import Builder  # noqa: E402
+
+TOLERANCE = 1e-4
+BATCH = 2
+
+
+def case(label, fn, style, chw, *, sym=True, scoped=False, init_inputs=False, legacy=False,
+         xfail=None, **kw):
+    return dict(label=label, fn=fn, style=style, chw=chw, sym=sym, scoped=scoped,
+                init_inputs=init_inputs, legacy=legacy, xfail=xfail, kw=kw)
+
+
+IMG = lambda s: (3, s, s)  # noqa: E731
+
+CASES = [
+    # ---------------- TorchScript exporter, opset 17, dynamic 'batch_size'
+    case("ts17/alexnet", eg.alexnet, "ts", IMG(99)),
+    case("ts17/alexnet view+Dropout", eg.alexnet, "ts", IMG(99), flat="view", drop="node"),
+    case("ts17/vgg11", eg.vgg, "ts", IMG(64), cfg="vgg11"),
+    case("ts17/vgg16 Dropout(x)", eg.vgg, "ts", IMG(64), cfg="vgg16", drop="plain"),
+    case("ts17/resnet18", eg.resnet18, "ts", IMG(32)),
+    case("ts17/resnet50", eg.resnet50, "ts", IMG(32)),
+    case("ts17/resnet18 view", eg.resnet18, "ts", IMG(32), flat="view"),
+    case("ts17/googlenet", eg.googlenet, "ts", IMG(64)),
+    case("ts17/inception_v3", eg.inception_v3, "ts", IMG(75)),
+    case("ts17/squeezenet1_0", eg.squeezenet1_0, "ts", IMG(63)),
+    case("ts17/squeezenet1_0 Dropout", eg.squeezenet1_0, "ts", IMG(63), drop="node"),
+    case("ts17/mobilenet_v2", eg.mobilenet_v2, "ts", IMG(32)),
+    case("ts17/mobilenet_v2 mean", eg.mobilenet_v2, "ts", IMG(32), pool="mean"),
+    case("ts17/densenet121", eg.densenet121, "ts", IMG(32)),
+    # torch 1.13-2.0 at opset 17: avg_pool2d via the opset-11 symbolic
+    case("ts17/inception_v3 Pad+AveragePool", eg.inception_v3, "ts", IMG(75), legacy=True),
+    case("ts17/densenet121 AveragePool(cip=0)", eg.densenet121, "ts", IMG(32), legacy=True),
+    case("ts17/AvgPool2d(3,2,1) Pad+AveragePool", eg.avgpool_probe, "ts", IMG(9),
+         legacy=True, count_include_pad=1),
+    case("ts17/AvgPool2d(3,2,1) cip=1", eg.avgpool_probe, "ts", IMG(9), count_include_pad=1),
+    case("ts17/AvgPool2d(3,2,1) cip=0", eg.avgpool_probe, "ts", IMG(9), count_include_pad=0),
+    case("ts17/AvgPool2d(3,2,1,ceil) cip=0", eg.avgpool_probe, "ts", IMG(10),
+         count_include_pad=0, ceil=1),
+    case("ts17/resnet18 static batch", eg.resnet18, "ts", IMG(32), sym=False),
+    case("ts17/resnet18 initializers as inputs", eg.resnet18, "ts", IMG(32),
+         init_inputs=True),
+    # ---------------- dynamo exporter, opset 18
+    case("dyn18/alexnet static", eg.alexnet, "dyn", IMG(99), sym=False, drop="identity"),
+    case("dyn18/alexnet MatMul+Add", eg.alexnet, "dyn", IMG(99), lin="matmul"),
+    case("dyn18/vgg11", eg.vgg, "dyn", IMG(64), cfg="vgg11"),
+    case("dyn18/vgg16 Transpose+Gemm", eg.vgg, "dyn", IMG(64), cfg="vgg16", lin="tgemm",
+         flat="minus1"),
+    case("dyn18/resnet18 scoped names", eg.resnet18, "dyn", IMG(32), scoped=True),
+    case("dyn18/resnet18 static", eg.resnet18, "dyn", IMG(32), sym=False),
+    case("dyn18/resnet50", eg.resnet50, "dyn", IMG(32), lin="matmul"),
+    case("dyn18/googlenet", eg.googlenet, "dyn", IMG(64), drop="identity"),
+    case("dyn18/inception_v3 Split+Cast", eg.inception_v3, "dyn", IMG(75), transform="split"),
+    case("dyn18/inception_v3", eg.inception_v3, "dyn", IMG(75), sym=False),
+    case("dyn18/squeezenet1_0", eg.squeezenet1_0, "dyn", IMG(63)),
+    case("dyn18/mobilenet_v2", eg.mobilenet_v2, "dyn", IMG(32)),
+    case("dyn18/mobilenet_v2 static", eg.mobilenet_v2, "dyn", IMG(32), sym=False,
+         drop="identity"),
+    case("dyn18/densenet121", eg.densenet121, "dyn", IMG(32), scoped=True),
+    case("dyn18/AvgPool2d(3,2,1,ceil) cip=1", eg.avgpool_probe, "dyn", IMG(10),
+         count_include_pad=1, ceil=1),
+    # EXPECTED FAILURE (known lwcc gap, also listed in frontend/SUPPORTED_OPS.md):
+    # max_pool2d_with_indices lowered by onnxscript's torchlib (torch 2.1-2.4
+    # dynamo_export) is a MaxPool with a second, *unused* Indices output.  lwcc
+    # rejects the node at import, even though nothing reads Indices:
+    #   error: node 'node_MaxPool_3' (MaxPool, domain ai.onnx, opset 18): the
+    #   Indices output of MaxPool is not supported
+    # (not verified against a real export here -- no torch; newer exporters
+    # may drop the unused output).  The same graph without the second output
+    # passes ("dyn18/resnet18 static").
+    case("dyn18/MaxPool with Indices output", eg.maxpool_indices_probe, "dyn", IMG(32),
+         xfail="lwcc rejects MaxPool's Indices output even when unused"),
+]
+
+
+def build(c):
+    b = Builder(c["label"], c["style"], c["chw"], batch=BATCH, sym_batch=c["sym"],
+                seed=sum(map(ord, c["label"])), scoped=c["scoped"],
+                init_inputs=c["init_inputs"], legacy_avgpool=c["legacy"])
+    return c["fn"](b, **c["kw"])
+
+
+def lwcc_run(lwcc, args, timeout=120):
+    r = subprocess.run([lwcc, *args], capture_output=True, text=True, timeout=timeout)
+    return r.returncode, (r.stderr.strip() or r.stdout.strip()).splitlines()
+
+
+def run_one(lwcc, c, tmp, idx):
+    """Returns (ok, message)."""
+    model = build(c)
+    onnx.checker.check_model(model, full_check=True)
+    path = os.path.join(tmp, f"case{idx}.onnx")
+    onnx.save(model, path)
+    inp = model.graph.input[0]
+    dims = [d.dim_value if d.HasField("dim_value") else BATCH
+            for d in inp.type.tensor_type.shape.dim]
+    x = np.random.default_rng(idx + 1).standard_normal(dims).astype(np.float32)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3  # no warnings about initializers listed as inputs
+    expected = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(
+        None, {inp.name: x})[0]
+    ins, outs = os.path.join(tmp, f"in{idx}"), os.path.join(tmp, f"out{idx}")
+    os.makedirs(ins)
+    with open(os.path.join(ins, "input_0.pb"), "wb") as f:
+        f.write(numpy_helper.from_array(x).SerializeToString())
+    batch = [f"--batch={BATCH}"] if c["sym"] else []
+    rc, err = lwcc_run(lwcc, [path, "--emit=ir", "-o", os.path.join(tmp, f"case{idx}.lwir"),
+                              *batch])
+    if rc != 0:
+        return False, f"lwcc --emit=ir exited {rc}: {' | '.join(err[-3:])}"
+    rc, err = lwcc_run(lwcc, [path, "--run-reference", "--inputs", ins, "--outputs", outs,
+                              *batch])
+    if rc != 0:
+        return False, f"lwcc --run-reference exited {rc}: {' | '.join(err[-3:])}"
+    got = numpy_helper.to_array(onnx.load_tensor(os.path.join(outs, "output_0.pb")))
+    if got.shape != expected.shape:
+        return False, f"shape {got.shape} != onnxruntime's {expected.shape}"
+    rel = float(np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-30))
+    n = len(model.graph.node)
+    return rel < TOLERANCE, f"{n:4d} nodes, relative error {rel:.2e}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lwcc", default=os.path.join(ROOT, "build", "bin", "lwcc"))
+    ap.add_argument("--save", metavar="DIR", help="also write every model to DIR")
+    ap.add_argument("-k", metavar="SUBSTR", help="only the cases whose label contains SUBSTR")
+    args = ap.parse_args()
+    passed = failed = 0
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        for idx, c in enumerate(CASES):
+            if args.k and args.k not in c["label"]:
+                continue
+            try:
+                ok, msg = run_one(args.lwcc, c, tmp, idx)
+            except Exception as e:  # checker / onnxruntime / timeout
+                ok, msg = False, f"{type(e).__name__}: {e}"
+            if args.save:
+                os.makedirs(args.save, exist_ok=True)
+                onnx.save(build(c), os.path.join(
+                    args.save, c["label"].replace("/", "_").replace(" ", "_") + ".onnx"))
+            if c["xfail"]:
+                status = "XPASS" if ok else "XFAIL"
+                msg += f"  [expected failure: {c['xfail']}]"
+                ok = True
+            else:
+                status = "PASS" if ok else "FAIL"
+            print(f"{status}: {c['label']:40s} {msg}", flush=True)
+            passed += ok
+            failed += not ok
+    print(f"exporter patterns: {time.time() - t0:.1f} s")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
