@@ -187,10 +187,30 @@ Value* ImportContext::constant(const Tensor& t) {
   return c->result();
 }
 
+Value* ImportContext::splat(const TensorType& t, double value) {
+  Op* c = builder_.create(OpKind::Constant, {}, {t});
+  if (isFloat(t.dtype))
+    c->setAttr("value", Attribute(std::vector<double>{value}));
+  else
+    c->setAttr("ivalue", Attribute(std::vector<int64_t>{static_cast<int64_t>(value)}));
+  return c->result();
+}
+
 Value* ImportContext::constantInts(const std::vector<int64_t>& values, DType dtype) {
   return constant(
       Tensor::fromInts(TensorType(dtype, {static_cast<int64_t>(values.size())}), values));
 }
+
+namespace {
+/// The message of `e` without its location: error() names the node already.
+std::string withoutLocation(llvm::Error e) {
+  std::string message;
+  llvm::handleAllErrors(
+      std::move(e), [&](const LocatedError& le) { message = le.text(); },
+      [&](const llvm::ErrorInfoBase& other) { message = other.message(); });
+  return message;
+}
+} // namespace
 
 llvm::Expected<std::vector<Value*>> ImportContext::emit(OpKind kind,
                                                         const std::vector<Value*>& operands,
@@ -198,7 +218,7 @@ llvm::Expected<std::vector<Value*>> ImportContext::emit(OpKind kind,
                                                         unsigned numResults) {
   auto op = builder_.createInferred(kind, operands, std::move(attrs), numResults);
   if (!op)
-    return error(llvm::toString(op.takeError()));
+    return error(withoutLocation(op.takeError()));
   std::vector<Value*> results;
   for (unsigned k = 0; k < (*op)->numResults(); ++k)
     results.push_back((*op)->result(k));
@@ -217,7 +237,7 @@ llvm::Expected<std::vector<Value*>> ImportContext::emit(OpKind kind,
       return results;
   auto folded = evaluateOp(**op, values, Precision::F64);
   if (!folded)
-    return error(llvm::toString(folded.takeError()));
+    return error(withoutLocation(folded.takeError()));
   module_.graph->eraseOp(*op);
   results.clear();
   for (Tensor& t : *folded)

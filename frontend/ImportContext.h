@@ -91,6 +91,8 @@ public:
   /// A constant op holding `t`.
   Value* constant(const Tensor& t);
   Value* constantInts(const std::vector<int64_t>& values, DType dtype = DType::I64);
+  /// A constant of type `t` with every element `value`, stored as one value.
+  Value* splat(const TensorType& t, double value);
 
 private:
   Module& module_;

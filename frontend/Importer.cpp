@@ -79,6 +79,10 @@ llvm::Expected<TensorType> valueInfoType(const onnx::ValueInfoProto& vi, const s
                                .str());
   Shape shape;
   std::vector<std::string> unresolved;
+  // As the IR parser does: at most 2^48 elements, not counting zero dims, so
+  // that no size computation wraps.
+  constexpr int64_t kMaxElements = int64_t{1} << 48;
+  int64_t elements = 1;
   for (int k = 0; k < tt.shape().dim_size(); ++k) {
     const auto& d = tt.shape().dim(k);
     if (d.has_dim_value()) {
@@ -95,6 +99,16 @@ llvm::Expected<TensorType> valueInfoType(const onnx::ValueInfoProto& vi, const s
       unresolved.push_back(name + " at axis " + std::to_string(k));
       shape.push_back(-1);
     }
+  }
+  for (int64_t d : shape) {
+    if (d <= 0)
+      continue;
+    if (elements > kMaxElements / d)
+      return fileError(file, llvm::formatv("graph {0} '{1}' has the shape {2}, which has too many "
+                                           "elements",
+                                           what, vi.name(), shapeStr(shape))
+                                 .str());
+    elements *= d;
   }
   if (!unresolved.empty()) {
     std::string list;
@@ -267,8 +281,12 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
     if (!fn)
       return ctx.error("op type '" + node.op_type() + "' is not supported at this opset; " +
                        "supported: " + supportedList());
+    // Importers report through ctx.error; an error from elsewhere (a tensor
+    // attribute that does not decode) still gets the file and the node.
     if (llvm::Error e = fn(ctx))
-      return e;
+      return llvm::handleErrors(std::move(e), [&](const llvm::StringError& se) {
+        return ctx.error(se.getMessage());
+      });
     for (int o = 0; o < node.output_size(); ++o)
       if (!node.output(o).empty() && !ctx.lookup(node.output(o)))
         return ctx.error(llvm::formatv("output #{0} ('{1}') is not supported", o, node.output(o))
@@ -280,17 +298,31 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
     if (!v)
       return fileError(file, "graph output '" + out.name() + "' is not defined");
     module.graph->addOutput(v);
-    if (!out.type().has_tensor_type() || !out.type().tensor_type().has_shape())
+    if (!out.type().has_tensor_type())
       continue; // nothing declared to check against
-    auto declared = valueInfoType(out, file, opts.batch, false);
+    const auto& tt = out.type().tensor_type();
+    if (!tt.has_shape()) {
+      // Only the element type is declared (if that).
+      std::optional<DType> dt = onnxElemType(tt.elem_type());
+      if (tt.elem_type() != onnx::TensorProto::UNDEFINED && dt != v->type().dtype)
+        return fileError(file, llvm::formatv("graph output '{0}' is declared with element type "
+                                             "{1}, but the graph computes {2}",
+                                             out.name(),
+                                             dt ? std::string(dtypeName(*dt))
+                                                : std::to_string(tt.elem_type()),
+                                             v->type().str())
+                                   .str());
+      continue;
+    }
+    // Symbolic dims (the batch among them) are not checked; static dims
+    // are, and a declared shape with no dims is a scalar.
+    auto declared = valueInfoType(out, file, std::nullopt, false);
     if (!declared)
       return declared.takeError();
     const TensorType& have = v->type();
-    bool ok = declared->dtype == have.dtype && (declared->shape.empty() ||
-                                                declared->rank() == have.rank());
+    bool ok = declared->dtype == have.dtype && declared->rank() == have.rank();
     for (size_t d = 0; ok && d < declared->shape.size(); ++d)
-      ok = declared->shape[d] < 0 || declared->shape[d] == have.shape[d] ||
-           (d == 0 && opts.batch);
+      ok = declared->shape[d] < 0 || declared->shape[d] == have.shape[d];
     if (!ok)
       return fileError(file, "graph output '" + out.name() + "' is declared as " +
                                  declared->str() + ", but the graph computes " + have.str());

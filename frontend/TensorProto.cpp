@@ -147,9 +147,14 @@ llvm::Expected<std::string> readExternal(const onnx::TensorProto& t, const std::
   int64_t size = static_cast<int64_t>(fs::file_size(file, ec));
   if (ec)
     return makeError(what + ": cannot stat external data file '" + location + "'");
+  if (offset > size)
+    return makeError(llvm::formatv("{0}: external data offset {1} is past the end of '{2}' ({3} "
+                                   "bytes)",
+                                   what, offset, location, size)
+                         .str());
   if (length < 0)
     length = size - offset;
-  if (offset > size || length > size - offset)
+  if (length > size - offset)
     return makeError(llvm::formatv("{0}: external data range [{1}, {1}+{2}) is past the end of "
                                    "'{3}' ({4} bytes)",
                                    what, offset, length, location, size)
@@ -173,12 +178,16 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
                      " is not supported (float, double, float16, bfloat16, int64, int32, bool)");
   Shape shape;
   constexpr int64_t kMaxElements = int64_t{1} << 40;
-  int64_t n = 1;
+  // Zero dims are left out of the bound (as the IR parser does): strides and
+  // other partial products of the shape must not wrap either.
+  int64_t n = 1, nonzero = 1;
   for (int64_t d : t.dims()) {
     if (d < 0)
       return makeError(what + ": negative dimension " + std::to_string(d));
-    if (d != 0 && n > kMaxElements / d)
+    if (d != 0 && nonzero > kMaxElements / d)
       return makeError(what + ": shape is too large");
+    if (d != 0)
+      nonzero *= d;
     n *= d;
     shape.push_back(d);
   }
@@ -197,12 +206,14 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
     raw = &t.raw_data();
   }
 
-  Tensor out(type);
+  // The data must be checked against the shape before `out` is allocated:
+  // the dims alone may claim terabytes.
   if (raw) {
     if (static_cast<int64_t>(raw->size()) != n * elemBytes)
       return makeError(llvm::formatv("{0}: raw data has {1} bytes, but {2} needs {3}", what,
                                      raw->size(), type.str(), n * elemBytes)
                            .str());
+    Tensor out(type);
     const char* p = raw->data();
     for (int64_t k = 0; k < n; ++k, p += elemBytes) {
       switch (*dt) {
@@ -240,44 +251,50 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
   }
 
   // Typed fields.
-  auto count = [&](int64_t have) -> llvm::Error {
-    if (have != n)
-      return makeError(llvm::formatv("{0}: holds {1} values, but {2} needs {3}", what, have,
-                                     type.str(), n)
-                           .str());
-    return llvm::Error::success();
-  };
+  int64_t have = 0;
   switch (*dt) {
   case DType::F32:
-    if (auto e = count(t.float_data_size()))
-      return e;
+    have = t.float_data_size();
+    break;
+  case DType::F64:
+    have = t.double_data_size();
+    break;
+  case DType::I64:
+    have = t.int64_data_size();
+    break;
+  case DType::F16:
+  case DType::BF16:
+  case DType::I32:
+  case DType::Bool:
+    have = t.int32_data_size();
+    break;
+  }
+  if (have != n)
+    return makeError(llvm::formatv("{0}: holds {1} values, but {2} needs {3}", what, have,
+                                   type.str(), n)
+                         .str());
+  Tensor out(type);
+  switch (*dt) {
+  case DType::F32:
     for (int64_t k = 0; k < n; ++k)
       out.f[k] = t.float_data(k);
     break;
   case DType::F64:
-    if (auto e = count(t.double_data_size()))
-      return e;
     for (int64_t k = 0; k < n; ++k)
       out.f[k] = t.double_data(k);
     break;
   case DType::F16:
   case DType::BF16:
-    if (auto e = count(t.int32_data_size()))
-      return e;
     for (int64_t k = 0; k < n; ++k)
       out.f[k] = *dt == DType::F16 ? halfToDouble(static_cast<uint16_t>(t.int32_data(k)))
                                    : bf16ToDouble(static_cast<uint16_t>(t.int32_data(k)));
     break;
   case DType::I64:
-    if (auto e = count(t.int64_data_size()))
-      return e;
     for (int64_t k = 0; k < n; ++k)
       out.i[k] = t.int64_data(k);
     break;
   case DType::I32:
   case DType::Bool:
-    if (auto e = count(t.int32_data_size()))
-      return e;
     for (int64_t k = 0; k < n; ++k)
       out.i[k] = *dt == DType::Bool ? t.int32_data(k) != 0 : t.int32_data(k);
     break;

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "ir/GradRules.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "llvm/Support/FormatVariadic.h"
@@ -532,17 +533,51 @@ Error cast(GradContext& c) {
 }
 
 Error batchNormTrain(GradContext& c) {
-  // Only y carries a gradient; the batch statistics feed the running
-  // averages, which the loss does not see.
-  if (!c.dy(0) || !(c.need(0) || c.need(1) || c.need(2)))
-    return ok();
-  auto grads = c.emitN(OpKind::BatchNormGrad, {c.x(0), c.x(1), c.y(1), c.y(2), c.dy(0)},
-                       {copyAttr(c.op, "epsilon")}, 3);
-  if (!grads)
-    return grads.takeError();
-  for (unsigned i = 0; i < 3; ++i)
-    if (c.need(i))
-      c.dxs[i] = (*grads)[i];
+  // y: batch_norm_grad gives dx, dscale and dbias. The batch statistics
+  // (mean = sum(x) / m and population var = sum((x - mean)^2) / m per
+  // channel) usually feed only the running averages, which the loss does
+  // not see; where the loss does see them, they add
+  // dx += dmean / m + (x - mean) * dvar * 2 / m.
+  Value* dx = nullptr;
+  if (c.dy(0) && (c.need(0) || c.need(1) || c.need(2))) {
+    auto grads = c.emitN(OpKind::BatchNormGrad, {c.x(0), c.x(1), c.y(1), c.y(2), c.dy(0)},
+                         {copyAttr(c.op, "epsilon")}, 3);
+    if (!grads)
+      return grads.takeError();
+    dx = (*grads)[0];
+    for (unsigned i = 1; i < 3; ++i)
+      if (c.need(i))
+        c.dxs[i] = (*grads)[i];
+  }
+  if (c.need(0) && (c.dy(1) || c.dy(2))) {
+    const TensorType& x = c.x(0)->type();
+    Shape perChannel(x.shape.size(), 1); // [1, C, 1, ...]: broadcasts over x
+    perChannel[1] = x.shape[1];
+    double m = static_cast<double>(x.numElements() / std::max<int64_t>(1, x.shape[1]));
+    auto term = [&](Value* stat, double factor) -> llvm::Expected<Value*> {
+      TRY_V(r, c.emit(OpKind::Reshape, {stat}, {{"shape", Attribute(perChannel)}}));
+      return c.emit(OpKind::Mul, {r, c.scalar(factor / m, x.dtype)});
+    };
+    if (c.dy(1)) {
+      TRY_V(dmean, term(c.dy(1), 1.0));
+      TRY_V(d, dx ? c.emit(OpKind::Add, {dx, dmean})
+                  : c.emit(OpKind::Expand, {dmean}, {{"shape", Attribute(x.shape)}}));
+      dx = d;
+    }
+    if (c.dy(2)) {
+      TRY_V(dvar, term(c.dy(2), 2.0));
+      TRY_V(mean, c.emit(OpKind::Reshape, {c.y(1)}, {{"shape", Attribute(perChannel)}}));
+      TRY_V(centered, c.emit(OpKind::Sub, {c.x(0), mean}));
+      TRY_V(p, c.emit(OpKind::Mul, {centered, dvar}));
+      if (dx) {
+        TRY_V(sum, c.emit(OpKind::Add, {dx, p}));
+        p = sum;
+      }
+      dx = p;
+    }
+  }
+  if (c.need(0))
+    c.dxs[0] = dx;
   return ok();
 }
 

@@ -192,63 +192,23 @@ Error evalPow(EvalCtx& c) {
 
 Error evalConv2d(EvalCtx& c) {
   const Tensor &x = c.x(0), &w = c.x(1);
-  const Tensor* b = c.in.size() > 2 ? c.in[2] : nullptr;
   Tensor& y = c.y();
-  const Shape &xs = x.type.shape, &ws = w.type.shape, &ys = y.type.shape;
-  const auto& st = c.op.getInts("strides");
-  const auto& pd = c.op.getInts("pads");
-  const auto& dl = c.op.getInts("dilations");
-  int64_t G = c.op.getInt("group"), Cg = ws[1], Mg = ws[0] / G;
-  for (int64_t n = 0; n < ys[0]; ++n)
-    for (int64_t m = 0; m < ys[1]; ++m) {
-      int64_t g = m / Mg;
-      for (int64_t oh = 0; oh < ys[2]; ++oh)
-        for (int64_t ow = 0; ow < ys[3]; ++ow) {
-          double sum = b ? b->f[m] : 0.0;
-          for (int64_t ci = 0; ci < Cg; ++ci)
-            for (int64_t i = 0; i < ws[2]; ++i) {
-              int64_t ih = oh * st[0] - pd[0] + i * dl[0];
-              if (ih < 0 || ih >= xs[2])
-                continue;
-              for (int64_t j = 0; j < ws[3]; ++j) {
-                int64_t iw = ow * st[1] - pd[1] + j * dl[1];
-                if (iw < 0 || iw >= xs[3])
-                  continue;
-                int64_t ic = g * Cg + ci;
-                sum += x.f[((n * xs[1] + ic) * xs[2] + ih) * xs[3] + iw] *
-                       w.f[((m * Cg + ci) * ws[2] + i) * ws[3] + j];
-              }
-            }
-          y.f[((n * ys[1] + m) * ys[2] + oh) * ys[3] + ow] = sum;
-        }
-    }
+  kernels::forEachConvTerm(c.op, x.type.shape, w.type.shape, y.type.shape,
+                           [&](int64_t xi, int64_t wi, int64_t yi) { y.f[yi] += x.f[xi] * w.f[wi]; });
+  if (c.in.size() > 2) {
+    const Shape& ys = y.type.shape;
+    int64_t hw = ys[2] * ys[3];
+    for (int64_t k = 0; k < y.size(); ++k)
+      y.f[k] += c.x(2).f[(k / hw) % ys[1]];
+  }
   return ok();
 }
 
 Error evalMaxPool2d(EvalCtx& c) {
-  const Tensor& x = c.x();
   Tensor& y = c.y();
-  const Shape &xs = x.type.shape, &ys = y.type.shape;
-  const auto& k = c.op.getInts("kernel");
-  const auto& st = c.op.getInts("strides");
-  const auto& pd = c.op.getInts("pads");
-  const auto& dl = c.op.getInts("dilations");
-  for (int64_t nc = 0; nc < ys[0] * ys[1]; ++nc)
-    for (int64_t oh = 0; oh < ys[2]; ++oh)
-      for (int64_t ow = 0; ow < ys[3]; ++ow) {
-        double m = -std::numeric_limits<double>::infinity();
-        for (int64_t i = 0; i < k[0]; ++i) {
-          int64_t ih = oh * st[0] - pd[0] + i * dl[0];
-          if (ih < 0 || ih >= xs[2])
-            continue;
-          for (int64_t j = 0; j < k[1]; ++j) {
-            int64_t iw = ow * st[1] - pd[1] + j * dl[1];
-            if (iw >= 0 && iw < xs[3])
-              m = std::max(m, x.f[(nc * xs[2] + ih) * xs[3] + iw]);
-          }
-        }
-        y.f[(nc * ys[2] + oh) * ys[3] + ow] = m;
-      }
+  std::fill(y.f.begin(), y.f.end(), -std::numeric_limits<double>::infinity());
+  kernels::forEachMaxPoolTap(c.op, c.x().type.shape, y.type.shape,
+                             [&](int64_t xi, int64_t yi) { y.f[yi] = std::max(y.f[yi], c.x().f[xi]); });
   return ok();
 }
 
@@ -256,27 +216,15 @@ Error evalAvgPool2d(EvalCtx& c) {
   const Tensor& x = c.x();
   Tensor& y = c.y();
   const Shape &xs = x.type.shape, &ys = y.type.shape;
-  const auto& k = c.op.getInts("kernel");
-  const auto& st = c.op.getInts("strides");
-  const auto& pd = c.op.getInts("pads");
-  bool includePad = c.op.getInt("count_include_pad") != 0;
   for (int64_t nc = 0; nc < ys[0] * ys[1]; ++nc)
     for (int64_t oh = 0; oh < ys[2]; ++oh)
       for (int64_t ow = 0; ow < ys[3]; ++ow) {
-        // The window, clipped to the padded input; then to the input itself.
-        int64_t h0 = oh * st[0] - pd[0], w0 = ow * st[1] - pd[1];
-        int64_t h1 = std::min(h0 + k[0], xs[2] + pd[2]), w1 = std::min(w0 + k[1], xs[3] + pd[3]);
-        int64_t padded = (h1 - h0) * (w1 - w0);
-        h0 = std::max<int64_t>(h0, 0);
-        w0 = std::max<int64_t>(w0, 0);
-        h1 = std::min(h1, xs[2]);
-        w1 = std::min(w1, xs[3]);
+        kernels::AvgWindow win = kernels::avgPoolWindow(c.op, xs, oh, ow);
         double sum = 0;
-        for (int64_t ih = h0; ih < h1; ++ih)
-          for (int64_t iw = w0; iw < w1; ++iw)
+        for (int64_t ih = win.h0; ih < win.h1; ++ih)
+          for (int64_t iw = win.w0; iw < win.w1; ++iw)
             sum += x.f[(nc * xs[2] + ih) * xs[3] + iw];
-        int64_t count = includePad ? padded : (h1 - h0) * (w1 - w0);
-        y.f[(nc * ys[2] + oh) * ys[3] + ow] = count > 0 ? sum / count : 0.0;
+        y.f[(nc * ys[2] + oh) * ys[3] + ow] = win.count > 0 ? sum / win.count : 0.0;
       }
   return ok();
 }
@@ -428,24 +376,12 @@ Error evalConcat(EvalCtx& c) {
 
 Error evalSlice(EvalCtx& c) {
   const Shape& xs = c.x().type.shape;
-  int64_t rank = static_cast<int64_t>(xs.size());
-  std::vector<int64_t> start(rank, 0), step(rank, 1);
-  const auto& starts = c.op.getInts("starts");
-  const auto& ends = c.op.getInts("ends");
-  for (size_t k = 0; k < starts.size(); ++k) {
-    int64_t axis = c.op.hasAttr("axes") ? c.op.getInts("axes")[k] : static_cast<int64_t>(k);
-    if (axis < 0)
-      axis += rank;
-    int64_t s = c.op.hasAttr("steps") ? c.op.getInts("steps")[k] : 1;
-    shape::SliceDim sd = shape::resolveSlice(xs[axis], starts[k], ends[k], s);
-    start[axis] = sd.start;
-    step[axis] = sd.step;
-  }
+  kernels::SliceMap map = kernels::sliceMap(c.op, xs);
   auto st = stridesOf(xs);
   copyMapped(c.x(), c.y(), [&](const std::vector<int64_t>& idx) {
     int64_t s = 0;
-    for (int64_t d = 0; d < rank; ++d)
-      s += (start[d] + idx[d] * step[d]) * st[d];
+    for (size_t d = 0; d < idx.size(); ++d)
+      s += (map.start[d] + idx[d] * map.step[d]) * st[d];
     return s;
   });
   return ok();
@@ -766,6 +702,43 @@ llvm::Expected<std::vector<Tensor>> runStep(const Graph& g, const std::vector<Te
 } // namespace lwcc
 
 namespace lwcc::kernels {
+
+SliceMap sliceMap(const Op& op, const Shape& in) {
+  int64_t rank = static_cast<int64_t>(in.size());
+  SliceMap map{std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 1)};
+  const auto& starts = op.getInts("starts");
+  const auto& ends = op.getInts("ends");
+  for (size_t k = 0; k < starts.size(); ++k) {
+    int64_t axis = op.hasAttr("axes") ? op.getInts("axes")[k] : static_cast<int64_t>(k);
+    if (axis < 0)
+      axis += rank;
+    int64_t step = op.hasAttr("steps") ? op.getInts("steps")[k] : 1;
+    shape::SliceDim sd = shape::resolveSlice(in[axis], starts[k], ends[k], step);
+    map.start[axis] = sd.start;
+    map.step[axis] = sd.step;
+  }
+  return map;
+}
+
+AvgWindow avgPoolWindow(const Op& op, const Shape& xs, int64_t oh, int64_t ow) {
+  const auto& k = op.getInts("kernel");
+  const auto& st = op.getInts("strides");
+  const auto& pd = op.getInts("pads");
+  // The window, clipped to the padded input; then to the input itself.
+  AvgWindow w;
+  w.h0 = oh * st[0] - pd[0];
+  w.w0 = ow * st[1] - pd[1];
+  w.h1 = std::min(w.h0 + k[0], xs[2] + pd[2]);
+  w.w1 = std::min(w.w0 + k[1], xs[3] + pd[3]);
+  int64_t padded = (w.h1 - w.h0) * (w.w1 - w.w0);
+  w.h0 = std::max<int64_t>(w.h0, 0);
+  w.w0 = std::max<int64_t>(w.w0, 0);
+  w.h1 = std::min(w.h1, xs[2]);
+  w.w1 = std::min(w.w1, xs[3]);
+  w.count = op.getInt("count_include_pad") ? padded : (w.h1 - w.h0) * (w.w1 - w.w0);
+  return w;
+}
+
 // The index helpers above, for the kernels in other files.
 std::vector<int64_t> stridesOf(const Shape& s) { return lwcc::stridesOf(s); }
 void forEachIndex(const Shape& shape,

@@ -35,6 +35,77 @@ void forEachIndex(const Shape& shape,
                   const std::function<void(const std::vector<int64_t>&, int64_t)>& fn);
 /// Element `k` of the counter-based dropout RNG: uniform in [0, 1).
 double dropoutUniform(int64_t seed, int64_t step, int64_t k);
+
+/// Where a slice (or slice_grad) op reads its input of shape `in`: per
+/// axis, the first index and the step.
+struct SliceMap {
+  std::vector<int64_t> start, step;
+};
+SliceMap sliceMap(const Op& op, const Shape& in);
+
+/// Calls fn(xi, wi, yi) for every (input, filter, output) element triple
+/// that a 2-D convolution with the attributes of `op` multiplies together.
+template <typename Fn>
+void forEachConvTerm(const Op& op, const Shape& xs, const Shape& ws, const Shape& ys, Fn fn) {
+  const auto& st = op.getInts("strides");
+  const auto& pd = op.getInts("pads");
+  const auto& dl = op.getInts("dilations");
+  int64_t G = op.getInt("group"), Cg = ws[1], Mg = ws[0] / G;
+  for (int64_t n = 0; n < ys[0]; ++n)
+    for (int64_t m = 0; m < ys[1]; ++m) {
+      int64_t g = m / Mg;
+      for (int64_t oh = 0; oh < ys[2]; ++oh)
+        for (int64_t ow = 0; ow < ys[3]; ++ow) {
+          int64_t yi = ((n * ys[1] + m) * ys[2] + oh) * ys[3] + ow;
+          for (int64_t ci = 0; ci < Cg; ++ci)
+            for (int64_t i = 0; i < ws[2]; ++i) {
+              int64_t ih = oh * st[0] - pd[0] + i * dl[0];
+              if (ih < 0 || ih >= xs[2])
+                continue;
+              for (int64_t j = 0; j < ws[3]; ++j) {
+                int64_t iw = ow * st[1] - pd[1] + j * dl[1];
+                if (iw < 0 || iw >= xs[3])
+                  continue;
+                int64_t xi = ((n * xs[1] + g * Cg + ci) * xs[2] + ih) * xs[3] + iw;
+                int64_t wi = ((m * Cg + ci) * ws[2] + i) * ws[3] + j;
+                fn(xi, wi, yi);
+              }
+            }
+        }
+    }
+}
+
+/// Calls fn(xi, yi) for every input element inside each max-pool window,
+/// windows in output order and taps in row-major order within a window.
+template <typename Fn> void forEachMaxPoolTap(const Op& op, const Shape& xs, const Shape& ys, Fn fn) {
+  const auto& k = op.getInts("kernel");
+  const auto& st = op.getInts("strides");
+  const auto& pd = op.getInts("pads");
+  const auto& dl = op.getInts("dilations");
+  for (int64_t nc = 0; nc < ys[0] * ys[1]; ++nc)
+    for (int64_t oh = 0; oh < ys[2]; ++oh)
+      for (int64_t ow = 0; ow < ys[3]; ++ow) {
+        int64_t yi = (nc * ys[2] + oh) * ys[3] + ow;
+        for (int64_t i = 0; i < k[0]; ++i) {
+          int64_t ih = oh * st[0] - pd[0] + i * dl[0];
+          if (ih < 0 || ih >= xs[2])
+            continue;
+          for (int64_t j = 0; j < k[1]; ++j) {
+            int64_t iw = ow * st[1] - pd[1] + j * dl[1];
+            if (iw >= 0 && iw < xs[3])
+              fn((nc * xs[2] + ih) * xs[3] + iw, yi);
+          }
+        }
+      }
+}
+
+/// The input rows [h0, h1) and columns [w0, w1) an average-pool output
+/// (oh, ow) covers, and its divisor: the window clipped to the padded input
+/// counts pads when count_include_pad is set; otherwise only input elements.
+struct AvgWindow {
+  int64_t h0, h1, w0, w1, count;
+};
+AvgWindow avgPoolWindow(const Op& op, const Shape& xs, int64_t oh, int64_t ow);
 } // namespace kernels
 
 #define LWCC_TRAIN_KERNELS(X)                                                                      \

@@ -106,38 +106,6 @@ Error evalMseLossGrad(EvalCtx& c) {
   return ok();
 }
 
-/// Visits every (input element, filter element, output element) triple of a
-/// convolution, the way the forward kernel pairs them.
-template <typename Fn>
-void forEachConvTerm(const Op& op, const Shape& xs, const Shape& ws, const Shape& ys, Fn fn) {
-  const auto& st = op.getInts("strides");
-  const auto& pd = op.getInts("pads");
-  const auto& dl = op.getInts("dilations");
-  int64_t G = op.getInt("group"), Cg = ws[1], Mg = ws[0] / G;
-  for (int64_t n = 0; n < ys[0]; ++n)
-    for (int64_t m = 0; m < ys[1]; ++m) {
-      int64_t g = m / Mg;
-      for (int64_t oh = 0; oh < ys[2]; ++oh)
-        for (int64_t ow = 0; ow < ys[3]; ++ow) {
-          int64_t yi = ((n * ys[1] + m) * ys[2] + oh) * ys[3] + ow;
-          for (int64_t ci = 0; ci < Cg; ++ci)
-            for (int64_t i = 0; i < ws[2]; ++i) {
-              int64_t ih = oh * st[0] - pd[0] + i * dl[0];
-              if (ih < 0 || ih >= xs[2])
-                continue;
-              for (int64_t j = 0; j < ws[3]; ++j) {
-                int64_t iw = ow * st[1] - pd[1] + j * dl[1];
-                if (iw < 0 || iw >= xs[3])
-                  continue;
-                int64_t xi = ((n * xs[1] + g * Cg + ci) * xs[2] + ih) * xs[3] + iw;
-                int64_t wi = ((m * Cg + ci) * ws[2] + i) * ws[3] + j;
-                fn(xi, wi, yi);
-              }
-            }
-        }
-    }
-}
-
 Error evalConv2dGradInput(EvalCtx& c) {
   const Tensor &dy = c.x(0), &w = c.x(1);
   forEachConvTerm(c.op, c.y().type.shape, w.type.shape, dy.type.shape,
@@ -153,62 +121,32 @@ Error evalConv2dGradFilter(EvalCtx& c) {
 }
 
 Error evalMaxPool2dGrad(EvalCtx& c) {
+  // The gradient goes to the first maximum of each window, in the order the
+  // forward kernel visits it.
   const Tensor &x = c.x(0), &dy = c.x(1);
-  const Shape &xs = x.type.shape, &ys = dy.type.shape;
-  const auto& k = c.op.getInts("kernel");
-  const auto& st = c.op.getInts("strides");
-  const auto& pd = c.op.getInts("pads");
-  const auto& dl = c.op.getInts("dilations");
-  for (int64_t nc = 0; nc < ys[0] * ys[1]; ++nc)
-    for (int64_t oh = 0; oh < ys[2]; ++oh)
-      for (int64_t ow = 0; ow < ys[3]; ++ow) {
-        int64_t best = -1;
-        double m = -std::numeric_limits<double>::infinity();
-        for (int64_t i = 0; i < k[0]; ++i) {
-          int64_t ih = oh * st[0] - pd[0] + i * dl[0];
-          if (ih < 0 || ih >= xs[2])
-            continue;
-          for (int64_t j = 0; j < k[1]; ++j) {
-            int64_t iw = ow * st[1] - pd[1] + j * dl[1];
-            if (iw < 0 || iw >= xs[3])
-              continue;
-            int64_t xi = (nc * xs[2] + ih) * xs[3] + iw;
-            if (best < 0 || x.f[xi] > m) {
-              m = x.f[xi];
-              best = xi;
-            }
-          }
-        }
-        if (best >= 0)
-          c.y().f[best] += dy.f[(nc * ys[2] + oh) * ys[3] + ow];
-      }
+  std::vector<int64_t> best(dy.size(), -1);
+  forEachMaxPoolTap(c.op, x.type.shape, dy.type.shape, [&](int64_t xi, int64_t yi) {
+    if (best[yi] < 0 || x.f[xi] > x.f[best[yi]])
+      best[yi] = xi;
+  });
+  for (int64_t yi = 0; yi < dy.size(); ++yi)
+    if (best[yi] >= 0)
+      c.y().f[best[yi]] += dy.f[yi];
   return ok();
 }
 
 Error evalAvgPool2dGrad(EvalCtx& c) {
   const Tensor& dy = c.x(0);
   const Shape &xs = c.y().type.shape, &ys = dy.type.shape;
-  const auto& k = c.op.getInts("kernel");
-  const auto& st = c.op.getInts("strides");
-  const auto& pd = c.op.getInts("pads");
-  bool includePad = c.op.getInt("count_include_pad") != 0;
   for (int64_t nc = 0; nc < ys[0] * ys[1]; ++nc)
     for (int64_t oh = 0; oh < ys[2]; ++oh)
       for (int64_t ow = 0; ow < ys[3]; ++ow) {
-        // Same window and divisor as the forward kernel.
-        int64_t h0 = oh * st[0] - pd[0], w0 = ow * st[1] - pd[1];
-        int64_t h1 = std::min(h0 + k[0], xs[2] + pd[2]), w1 = std::min(w0 + k[1], xs[3] + pd[3]);
-        int64_t padded = (h1 - h0) * (w1 - w0);
-        h0 = std::max<int64_t>(h0, 0);
-        w0 = std::max<int64_t>(w0, 0);
-        h1 = std::min(h1, xs[2]);
-        w1 = std::min(w1, xs[3]);
-        int64_t count = includePad ? padded : (h1 - h0) * (w1 - w0);
-        if (count <= 0)
+        AvgWindow win = avgPoolWindow(c.op, xs, oh, ow);
+        if (win.count <= 0)
           continue;
-        double g = dy.f[(nc * ys[2] + oh) * ys[3] + ow] / static_cast<double>(count);
-        for (int64_t ih = h0; ih < h1; ++ih)
-          for (int64_t iw = w0; iw < w1; ++iw)
+        double g = dy.f[(nc * ys[2] + oh) * ys[3] + ow] / static_cast<double>(win.count);
+        for (int64_t ih = win.h0; ih < win.h1; ++ih)
+          for (int64_t iw = win.w0; iw < win.w1; ++iw)
             c.y().f[(nc * xs[2] + ih) * xs[3] + iw] += g;
       }
   return ok();
@@ -387,24 +325,12 @@ Error evalBatchNormGrad(EvalCtx& c) {
 
 Error evalSliceGrad(EvalCtx& c) {
   const Shape& xs = c.y().type.shape;
-  int64_t rank = static_cast<int64_t>(xs.size());
-  std::vector<int64_t> start(rank, 0), step(rank, 1);
-  const auto& starts = c.op.getInts("starts");
-  const auto& ends = c.op.getInts("ends");
-  for (size_t k = 0; k < starts.size(); ++k) {
-    int64_t axis = c.op.hasAttr("axes") ? c.op.getInts("axes")[k] : static_cast<int64_t>(k);
-    if (axis < 0)
-      axis += rank;
-    int64_t s = c.op.hasAttr("steps") ? c.op.getInts("steps")[k] : 1;
-    shape::SliceDim sd = shape::resolveSlice(xs[axis], starts[k], ends[k], s);
-    start[axis] = sd.start;
-    step[axis] = sd.step;
-  }
+  SliceMap map = sliceMap(c.op, xs);
   auto st = stridesOf(xs);
   forEachIndex(c.x().type.shape, [&](const std::vector<int64_t>& idx, int64_t k) {
     int64_t o = 0;
-    for (int64_t d = 0; d < rank; ++d)
-      o += (start[d] + idx[d] * step[d]) * st[d];
+    for (size_t d = 0; d < idx.size(); ++d)
+      o += (map.start[d] + idx[d] * map.step[d]) * st[d];
     c.y().f[o] += c.x().f[k];
   });
   return ok();

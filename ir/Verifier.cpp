@@ -190,7 +190,10 @@ llvm::Error verifyGraph(const Graph& g) {
         return op->emitError(llvm::formatv("operand #{0} uses {1} before its definition", i,
                                            what));
       }
-      if (assigned.count(v))
+      // An assign's target is written, not read: a second assign is
+      // reported as such below.
+      bool target = op->kind() == OpKind::Assign && i == 0;
+      if (assigned.count(v) && !target)
         return op->emitError("reads param '%" + v->name() + "' after the assign that updates it");
     }
     if (op->kind() == OpKind::Assign && op->numOperands() > 0 &&

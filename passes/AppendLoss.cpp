@@ -63,7 +63,7 @@ public:
       if (t.rank() != 2 || !isFloat(t.dtype))
         return makeError(out->loc(), "append-loss: softmax-xent needs float logits [N, K], but "
                                      "the output is " + t.str() +
-                                     " (use --loss=mse or --loss=none)");
+                                     " (use the mse or none loss)");
       auto label = labelInput("label", TensorType(DType::I64, {t.shape[0]}));
       if (!label)
         return label.takeError();
@@ -84,9 +84,9 @@ public:
       loss = (*op)->result();
     } else {
       if (declared)
-        return makeError(declared->loc(), "append-loss: --loss=none takes no label input");
+        return makeError(declared->loc(), "append-loss: the none loss takes no label input");
       if (out->type().rank() != 0 || !isFloat(out->type().dtype))
-        return makeError(out->loc(), "append-loss: --loss=none needs a float scalar output, got " +
+        return makeError(out->loc(), "append-loss: the none loss needs a float scalar output, got " +
                                          out->type().str());
       loss = out;
     }

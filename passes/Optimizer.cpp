@@ -160,6 +160,15 @@ llvm::Expected<std::unique_ptr<Pass>> createOptimizerPass(std::string_view optio
   c.schedule = opts->getString("schedule", "constant");
   if (!(c.lr > 0))
     return makeError("optimizer: lr must be > 0");
+  if (c.schedule != "constant" && c.schedule != "step" && c.schedule != "cosine")
+    return makeError("optimizer: unknown schedule '" + c.schedule +
+                     "' (expected constant, step or cosine)");
+  if (c.schedule == "step" && c.stepSize < 1)
+    return makeError("optimizer: a step schedule needs step_size >= 1");
+  if (c.schedule == "cosine" && c.totalSteps < 1)
+    return makeError("optimizer: a cosine schedule needs total_steps >= 1");
+  if (c.warmup < 0)
+    return makeError("optimizer: warmup must be >= 0");
   return std::make_unique<OptimizerPass>(c);
 }
 

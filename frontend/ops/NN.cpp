@@ -244,11 +244,7 @@ llvm::Error importDropout(ImportContext& ctx) {
     // Inference keeps every element. The mask is bool from Dropout-10 on,
     // and of the input's element type before.
     const TensorType& t = x->type();
-    ctx.setOutput(1, ctx.opset() >= 10
-                         ? ctx.constant(Tensor::fromInts(TensorType(DType::Bool, t.shape),
-                                                         std::vector<int64_t>(t.numElements(), 1)))
-                         : ctx.constant(Tensor::fromFloats(t, std::vector<double>(t.numElements(),
-                                                                                  1.0))));
+    ctx.setOutput(1, ctx.splat(ctx.opset() >= 10 ? TensorType(DType::Bool, t.shape) : t, 1.0));
   }
   return llvm::Error::success();
 }
@@ -267,7 +263,7 @@ llvm::Error importSoftmaxLike(ImportContext& ctx, OpKind kind) {
   // Before opset 13 the input is coerced to 2-D at 'axis' and normalized
   // over everything after it.
   LWCC_TRY(axis, ctx.attrInt("axis", 1));
-  LWCC_TRY(a, normalizeAxis(ctx, axis, rank, true));
+  LWCC_TRY(a, normalizeAxis(ctx, axis, rank));
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < rank; ++d)
     (d < a ? outer : inner) *= x->type().shape[d];

@@ -8,7 +8,9 @@ namespace {
 /// Axes are an attribute until `inputSince`, then an optional input; an
 /// absent or empty list reduces everything unless noop_with_empty_axes.
 llvm::Error importReduce(ImportContext& ctx, OpKind kind, int64_t inputSince) {
-  LWCC_CHECK(ctx.checkAttrs({"axes", "keepdims", "noop_with_empty_axes"}));
+  // 'axes' is an attribute before `inputSince`, an input from then on.
+  LWCC_CHECK(ctx.opset() < inputSince ? ctx.checkAttrs({"axes", "keepdims"})
+                                       : ctx.checkAttrs({"keepdims", "noop_with_empty_axes"}));
   LWCC_TRY(x, ctx.requiredInput(0, "data"));
   LWCC_TRY(keep, ctx.attrInt("keepdims", 1));
   LWCC_TRY(noop, ctx.attrInt("noop_with_empty_axes", 0));

@@ -80,9 +80,9 @@ Error importTranspose(ImportContext& ctx) {
   std::vector<int64_t> reversed(x->type().rank());
   std::iota(reversed.rbegin(), reversed.rend(), 0);
   LWCC_TRY(perm, ctx.attrInts("perm", reversed));
-  for (int64_t& p : perm)
+  for (int64_t p : perm)
     if (p < 0)
-      p += x->type().rank();
+      return ctx.error("attribute 'perm' has the negative entry " + std::to_string(p));
   LWCC_TRY(y, ctx.emit1(OpKind::Transpose, {x}, {attr("perm", perm)}));
   ctx.setOutput(0, y);
   return Error::success();
@@ -150,7 +150,10 @@ Error importSlice(ImportContext& ctx) {
 }
 
 Error importSplit(ImportContext& ctx) {
-  LWCC_CHECK(ctx.checkAttrs({"axis", "split", "num_outputs"}));
+  // 'split' moved to an input at 13; 'num_outputs' came at 18.
+  LWCC_CHECK(ctx.opset() < 13   ? ctx.checkAttrs({"axis", "split"})
+             : ctx.opset() < 18 ? ctx.checkAttrs({"axis"})
+                                : ctx.checkAttrs({"axis", "num_outputs"}));
   LWCC_TRY(x, ctx.requiredInput(0, "input"));
   LWCC_TRY(axis, ctx.attrInt("axis", 0));
   LWCC_TRY(a, normalizeAxis(ctx, axis, x->type().rank()));
@@ -203,7 +206,7 @@ llvm::Expected<std::optional<std::vector<int64_t>>> readAxes(ImportContext& ctx)
 }
 
 Error importSqueeze(ImportContext& ctx) {
-  LWCC_CHECK(ctx.checkAttrs({"axes"}));
+  LWCC_CHECK(ctx.opset() < 13 ? ctx.checkAttrs({"axes"}) : ctx.checkAttrs({}));
   LWCC_TRY(x, ctx.requiredInput(0, "data"));
   LWCC_TRY(axes, readAxes(ctx));
   const Shape& in = x->type().shape;
@@ -231,7 +234,7 @@ Error importSqueeze(ImportContext& ctx) {
 }
 
 Error importUnsqueeze(ImportContext& ctx) {
-  LWCC_CHECK(ctx.checkAttrs({"axes"}));
+  LWCC_CHECK(ctx.opset() < 13 ? ctx.checkAttrs({"axes"}) : ctx.checkAttrs({}));
   LWCC_TRY(x, ctx.requiredInput(0, "data"));
   LWCC_TRY(axes, readAxes(ctx));
   if (!axes)

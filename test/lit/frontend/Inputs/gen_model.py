@@ -4,6 +4,9 @@
     gen_model.py CASE OUT     writes model CASE to the file OUT (and, for the
                               external-data cases, its data files next to it)
     gen_model.py --list       lists the cases
+    gen_model.py --compare OUTDIR REFDIR
+                              compares lwcc's output_K.pb in OUTDIR with the
+                              numpy results the case wrote to REFDIR
 
 Most cases build a well-formed model and then break one thing, so that the
 test checks the message for exactly that. Nodes have names here (the ONNX
@@ -345,6 +348,13 @@ def overflowing_dims(out):
 
 
 @case
+def zero_then_huge_dims(out):
+    # 0 elements, but partial products (strides) of 2^62 x 2^62 still wrap.
+    w = tensor("w", TensorProto.FLOAT, [0, 1 << 62, 1 << 62])
+    save(add_init_model(w, [2, 3]), out)
+
+
+@case
 def huge_dims_no_data(out):
     # 2^20 x 2^20 floats claimed, no data: must fail before allocating.
     w = tensor("w", TensorProto.FLOAT, [1 << 20, 1 << 20])
@@ -423,9 +433,7 @@ def ext_valid(out):
     os.makedirs(os.path.join(d, "data"), exist_ok=True)
     write_data(os.path.join(d, "data", "weights.bin"))
     save(ext_model("data/weights.bin", EXT_PAD, EXT_W.nbytes), out)
-    os.makedirs(os.path.join(d, "in"), exist_ok=True)
-    with open(os.path.join(d, "in", "input_0.pb"), "wb") as f:
-        f.write(numpy_helper.from_array(EXT_X, "x").SerializeToString())
+    write_io(out, [EXT_X], [EXT_X + EXT_W])
 
 
 @case
@@ -435,9 +443,7 @@ def ext_valid_no_length(out):
     with open(os.path.join(d, "tail.bin"), "wb") as f:
         f.write(b"\x00" * 4 + EXT_W.tobytes())
     save(ext_model("tail.bin", 4), out)
-    os.makedirs(os.path.join(d, "in"), exist_ok=True)
-    with open(os.path.join(d, "in", "input_0.pb"), "wb") as f:
-        f.write(numpy_helper.from_array(EXT_X, "x").SerializeToString())
+    write_io(out, [EXT_X], [EXT_X + EXT_W])
 
 
 @case
@@ -667,29 +673,105 @@ def constant_ext(out):
     )
 
 
+# --- Tensor encodings ----------------------------------------------------
+
+ENC_X = np.linspace(-2.0, 2.0, 6, dtype=np.float32).reshape(2, 3)
+
+
+def write_io(out, inputs, outputs):
+    """Writes in/input_K.pb and ref/output_K.pb next to the model."""
+    d = os.path.dirname(os.path.abspath(out))
+    for sub, arrays, stem in (("in", inputs, "input"), ("ref", outputs, "output")):
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+        for k, a in enumerate(arrays):
+            with open(os.path.join(d, sub, "%s_%d.pb" % (stem, k)), "wb") as f:
+                f.write(numpy_helper.from_array(a, "%s_%d" % (stem, k)).SerializeToString())
+
+
+@case
+def encodings(out):
+    """y = x + each initializer (cast to float), every one stored another way."""
+    v = np.array([[0.5, -1.25, 2.0], [3.0, -0.125, 1024.0]])
+    f16 = v.astype(np.float16)
+    bf16_bits = (v.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    inits = [
+        tensor("f32_raw", TensorProto.FLOAT, [2, 3], raw=v.astype(np.float32).tobytes()),
+        tensor("f32_data", TensorProto.FLOAT, [2, 3], floats=v.astype(np.float32).ravel()),
+        tensor("f64_raw", TensorProto.DOUBLE, [2, 3], raw=v.tobytes()),
+        tensor("f16_raw", TensorProto.FLOAT16, [2, 3], raw=f16.tobytes()),
+        tensor("bf16_raw", TensorProto.BFLOAT16, [2, 3], raw=bf16_bits.tobytes()),
+        tensor("i64_raw", TensorProto.INT64, [2, 3], raw=np.array([1, -2, 3, -4, 5, -6], np.int64).tobytes()),
+        tensor("i64_data", TensorProto.INT64, [2, 3], ints=[1, -2, 3, -4, 5, -6]),
+        tensor("i32_raw", TensorProto.INT32, [2, 3], raw=np.array([7, -8, 9, 0, 1, 2], np.int32).tobytes()),
+        tensor("bool_raw", TensorProto.BOOL, [2, 3], raw=np.array([1, 0, 1, 1, 0, 0], np.uint8).tobytes()),
+    ]
+    # float16 and bfloat16 in int32_data hold the bit patterns.
+    t = tensor("f16_data", TensorProto.FLOAT16, [2, 3])
+    t.int32_data.extend(int(b) for b in f16.view(np.uint16).ravel())
+    inits.append(t)
+    t = tensor("f64_data", TensorProto.DOUBLE, [2, 3])
+    t.double_data.extend(v.ravel())
+    inits.append(t)
+    t = tensor("i32_data", TensorProto.INT32, [2, 3])
+    t.int32_data.extend([7, -8, 9, 0, 1, 2])
+    inits.append(t)
+    t = tensor("bool_data", TensorProto.BOOL, [2, 3])
+    t.int32_data.extend([1, 0, 1, 1, 0, 0])
+    inits.append(t)
+    nodes, acc, want = [], "x", ENC_X.astype(np.float64)
+    for t in inits:
+        c = t.name + "_f"
+        nodes.append(helper.make_node("Cast", [t.name], [c], name="cast_" + t.name, to=TensorProto.FLOAT))
+        nodes.append(helper.make_node("Add", [acc, c], [t.name + "_sum"], name="add_" + t.name))
+        acc = t.name + "_sum"
+        want = want + numpy_helper.to_array(t).astype(np.float64)
+    nodes.append(helper.make_node("Identity", [acc], ["y"], name="out"))
+    save(model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], inits), out)
+    write_io(out, [ENC_X], [want.astype(np.float32)])
+
+
+@case
+def initializer_as_input(out):
+    """Old exporters list initializers among the graph inputs too."""
+    w = numpy_helper.from_array(np.full((2, 3), 0.5, np.float32), "w")
+    m = add_init_model(w, [2, 3])
+    m.graph.input.append(vi("w", [2, 3]))
+    save(m, out)
+    write_io(out, [ENC_X], [ENC_X + 0.5])
+
+
 # --- Checking reference outputs -------------------------------------------
 
 
-def check_ext_output(outdir):
-    """Compares lwcc's output_0.pb with x + w computed by numpy."""
-    t = onnx.TensorProto()
-    with open(os.path.join(outdir, "output_0.pb"), "rb") as f:
-        t.ParseFromString(f.read())
-    got = numpy_helper.to_array(t)
-    want = EXT_X + EXT_W
-    if got.shape != want.shape or not np.allclose(got, want, rtol=0, atol=1e-6):
-        print("MISMATCH: got\n%s\nwant\n%s" % (got, want))
-        return 1
-    print("MATCH shape=%s" % (list(got.shape),))
-    return 0
+def compare(outdir, refdir):
+    """Compares lwcc's output_K.pb files in outdir with refdir's."""
+    k, status = 0, 0
+    while os.path.exists(os.path.join(refdir, "output_%d.pb" % k)):
+        arrays = []
+        for d in (outdir, refdir):
+            t = onnx.TensorProto()
+            with open(os.path.join(d, "output_%d.pb" % k), "rb") as f:
+                t.ParseFromString(f.read())
+            arrays.append(numpy_helper.to_array(t))
+        got, want = arrays
+        if got.shape != want.shape or not np.allclose(got, want, rtol=1e-6, atol=1e-6):
+            print("MISMATCH output_%d: got\n%s\nwant\n%s" % (k, got, want))
+            status = 1
+        else:
+            print("MATCH output_%d shape=%s" % (k, list(got.shape)))
+        k += 1
+    if k == 0:
+        print("no reference outputs in %s" % refdir)
+        status = 1
+    return status
 
 
 def main(argv):
     if len(argv) == 2 and argv[1] == "--list":
         print("\n".join(sorted(CASES)))
         return 0
-    if len(argv) == 3 and argv[1] == "--check-ext-output":
-        return check_ext_output(argv[2])
+    if len(argv) == 4 and argv[1] == "--compare":
+        return compare(argv[2], argv[3])
     if len(argv) != 3 or argv[1] not in CASES:
         print("usage: gen_model.py CASE OUT (CASE from --list)", file=sys.stderr)
         return 2
