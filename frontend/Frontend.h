@@ -49,6 +49,11 @@ llvm::Expected<Tensor> readTensorFile(const std::string& path);
 /// Writes `t` as a TensorProto file named `name` inside.
 llvm::Error writeTensorFile(const Tensor& t, const std::string& name, const std::string& path);
 
+/// The lwcc element type of an ONNX TensorProto data type, if it has one.
+std::optional<DType> dtypeFromOnnx(int onnxType);
+/// The ONNX TensorProto data type of an lwcc element type.
+int dtypeToOnnx(DType t);
+
 /// The ONNX op types the importer handles, sorted.
 std::vector<std::string> supportedOnnxOps();
 

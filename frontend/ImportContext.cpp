@@ -51,6 +51,10 @@ bool ImportContext::hasOutput(size_t i) const {
   return i < numOutputs() && !node_->output(i).empty();
 }
 
+bool ImportContext::outputUsed(size_t i) const {
+  return hasOutput(i) && consumed_.count(node_->output(i)) != 0;
+}
+
 void ImportContext::setOutput(size_t i, Value* v) {
   if (!hasOutput(i))
     return;

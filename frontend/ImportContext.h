@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -56,6 +57,10 @@ public:
   size_t numOutputs() const;
   /// Whether output `i` exists and has a name.
   bool hasOutput(size_t i) const;
+  /// Whether output `i` exists and something reads it.
+  bool outputUsed(size_t i) const;
+  /// The tensor names that some node or the graph output reads.
+  void setConsumed(std::set<std::string> names) { consumed_ = std::move(names); }
   /// Binds output `i` of the node to `v` and names `v` after it.
   void setOutput(size_t i, Value* v);
 
@@ -101,6 +106,7 @@ private:
   int64_t opset_;
   const onnx::NodeProto* node_ = nullptr;
   std::unordered_map<std::string, Value*> values_;
+  std::set<std::string> consumed_;
   /// Values of constant ops, computed once.
   mutable std::unordered_map<const Value*, Tensor> constants_;
 };

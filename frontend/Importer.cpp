@@ -38,27 +38,6 @@ llvm::Error fileError(const std::string& file, const std::string& msg) {
   return makeError(Location{file, 0, 0, ""}, msg);
 }
 
-std::optional<DType> onnxElemType(int t) {
-  switch (t) {
-  case onnx::TensorProto::FLOAT:
-    return DType::F32;
-  case onnx::TensorProto::DOUBLE:
-    return DType::F64;
-  case onnx::TensorProto::FLOAT16:
-    return DType::F16;
-  case onnx::TensorProto::BFLOAT16:
-    return DType::BF16;
-  case onnx::TensorProto::INT64:
-    return DType::I64;
-  case onnx::TensorProto::INT32:
-    return DType::I32;
-  case onnx::TensorProto::BOOL:
-    return DType::Bool;
-  default:
-    return std::nullopt;
-  }
-}
-
 /// The static type of a graph input or output. Symbolic leading dims take
 /// `batch`; other unresolved dims are errors naming them.
 llvm::Expected<TensorType> valueInfoType(const onnx::ValueInfoProto& vi, const std::string& file,
@@ -67,7 +46,7 @@ llvm::Expected<TensorType> valueInfoType(const onnx::ValueInfoProto& vi, const s
   if (!vi.type().has_tensor_type())
     return fileError(file, llvm::formatv("graph {0} '{1}' is not a tensor", what, vi.name()).str());
   const auto& tt = vi.type().tensor_type();
-  std::optional<DType> dt = onnxElemType(tt.elem_type());
+  std::optional<DType> dt = dtypeFromOnnx(tt.elem_type());
   if (!dt)
     return fileError(file, llvm::formatv("graph {0} '{1}' has element type {2}, which lwcc does "
                                          "not support",
@@ -272,6 +251,15 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
                                    .str());
   }
 
+  // Names some node or the graph reads: an output nobody reads (MaxPool's
+  // Indices, as some exporters leave it) need not be produced.
+  std::set<std::string> consumed;
+  for (const auto& node : graph.node())
+    consumed.insert(node.input().begin(), node.input().end());
+  for (const auto& out : graph.output())
+    consumed.insert(out.name());
+  ctx.setConsumed(std::move(consumed));
+
   for (int k : order) {
     const onnx::NodeProto& node = graph.node(k);
     ctx.setNode(&node);
@@ -288,7 +276,7 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
         return ctx.error(se.getMessage());
       });
     for (int o = 0; o < node.output_size(); ++o)
-      if (!node.output(o).empty() && !ctx.lookup(node.output(o)))
+      if (!node.output(o).empty() && !ctx.lookup(node.output(o)) && ctx.outputUsed(o))
         return ctx.error(llvm::formatv("output #{0} ('{1}') is not supported", o, node.output(o))
                              .str());
   }
@@ -303,7 +291,7 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
     const auto& tt = out.type().tensor_type();
     if (!tt.has_shape()) {
       // Only the element type is declared (if that).
-      std::optional<DType> dt = onnxElemType(tt.elem_type());
+      std::optional<DType> dt = dtypeFromOnnx(tt.elem_type());
       if (tt.elem_type() != onnx::TensorProto::UNDEFINED && dt != v->type().dtype)
         return fileError(file, llvm::formatv("graph output '{0}' is declared with element type "
                                              "{1}, but the graph computes {2}",

@@ -11,9 +11,7 @@ namespace lwcc {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-std::optional<DType> fromOnnxType(int t) {
+std::optional<DType> dtypeFromOnnx(int t) {
   switch (t) {
   case onnx::TensorProto::FLOAT:
     return DType::F32;
@@ -34,7 +32,7 @@ std::optional<DType> fromOnnxType(int t) {
   }
 }
 
-int toOnnxType(DType t) {
+int dtypeToOnnx(DType t) {
   switch (t) {
   case DType::F32:
     return onnx::TensorProto::FLOAT;
@@ -53,6 +51,8 @@ int toOnnxType(DType t) {
   }
   return onnx::TensorProto::UNDEFINED;
 }
+
+namespace {
 
 double halfToDouble(uint16_t h) {
   int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
@@ -172,7 +172,7 @@ llvm::Expected<std::string> readExternal(const onnx::TensorProto& t, const std::
 
 llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::string& modelDir,
                                        const std::string& what) {
-  std::optional<DType> dt = fromOnnxType(t.data_type());
+  std::optional<DType> dt = dtypeFromOnnx(t.data_type());
   if (!dt)
     return makeError(what + ": element type " + std::to_string(t.data_type()) +
                      " is not supported (float, double, float16, bfloat16, int64, int32, bool)");
@@ -316,7 +316,7 @@ llvm::Expected<Tensor> readTensorFile(const std::string& path) {
 llvm::Error writeTensorFile(const Tensor& t, const std::string& name, const std::string& path) {
   onnx::TensorProto p;
   p.set_name(name);
-  p.set_data_type(toOnnxType(t.type.dtype));
+  p.set_data_type(dtypeToOnnx(t.type.dtype));
   for (int64_t d : t.type.shape)
     p.add_dims(d);
   std::string raw;

@@ -133,7 +133,7 @@ llvm::Error importPool(ImportContext& ctx, bool isMax) {
     LWCC_CHECK(ctx.checkAttrs({"auto_pad", "ceil_mode", "count_include_pad", "dilations",
                                "kernel_shape", "pads", "strides"}));
   }
-  if (ctx.hasOutput(1))
+  if (ctx.outputUsed(1))
     return ctx.error("the Indices output of MaxPool is not supported");
   LWCC_TRY(x, ctx.requiredInput(0, "X"));
   int64_t rank = x->type().rank();

@@ -350,34 +350,9 @@ Error importCast(ImportContext& ctx) {
   LWCC_CHECK(ctx.checkAttrs({"to", "saturate", "round_mode"}));
   LWCC_TRY(x, ctx.requiredInput(0, "input"));
   LWCC_TRY(to, ctx.attrInt("to", std::nullopt));
-  onnx::TensorProto probe;
-  probe.set_data_type(static_cast<int32_t>(to));
-  std::optional<DType> dt;
-  switch (to) {
-  case onnx::TensorProto::FLOAT:
-    dt = DType::F32;
-    break;
-  case onnx::TensorProto::DOUBLE:
-    dt = DType::F64;
-    break;
-  case onnx::TensorProto::FLOAT16:
-    dt = DType::F16;
-    break;
-  case onnx::TensorProto::BFLOAT16:
-    dt = DType::BF16;
-    break;
-  case onnx::TensorProto::INT64:
-    dt = DType::I64;
-    break;
-  case onnx::TensorProto::INT32:
-    dt = DType::I32;
-    break;
-  case onnx::TensorProto::BOOL:
-    dt = DType::Bool;
-    break;
-  default:
+  std::optional<DType> dt = dtypeFromOnnx(static_cast<int>(to));
+  if (!dt)
     return ctx.error(llvm::formatv("casting to element type {0} is not supported", to).str());
-  }
   if (*dt == x->type().dtype) {
     ctx.setOutput(0, x);
     return Error::success();

@@ -93,17 +93,10 @@ CASES = [
     case("dyn18/densenet121", eg.densenet121, "dyn", IMG(32), scoped=True),
     case("dyn18/AvgPool2d(3,2,1,ceil) cip=1", eg.avgpool_probe, "dyn", IMG(10),
          count_include_pad=1, ceil=1),
-    # EXPECTED FAILURE (known lwcc gap, also listed in frontend/SUPPORTED_OPS.md):
     # max_pool2d_with_indices lowered by onnxscript's torchlib (torch 2.1-2.4
-    # dynamo_export) is a MaxPool with a second, *unused* Indices output.  lwcc
-    # rejects the node at import, even though nothing reads Indices:
-    #   error: node 'node_MaxPool_3' (MaxPool, domain ai.onnx, opset 18): the
-    #   Indices output of MaxPool is not supported
-    # (not verified against a real export here -- no torch; newer exporters
-    # may drop the unused output).  The same graph without the second output
-    # passes ("dyn18/resnet18 static").
-    case("dyn18/MaxPool with Indices output", eg.maxpool_indices_probe, "dyn", IMG(32),
-         xfail="lwcc rejects MaxPool's Indices output even when unused"),
+    # dynamo_export) is a MaxPool with a second, unused Indices output: lwcc
+    # imports it, since nothing reads Indices.
+    case("dyn18/MaxPool with unused Indices output", eg.maxpool_indices_probe, "dyn", IMG(32)),
 ]
 
 
