@@ -8,11 +8,11 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ir/Module.h"
+
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "ir/Module.h"
 
 namespace onnx {
 class ModelProto;

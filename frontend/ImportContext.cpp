@@ -1,13 +1,14 @@
 //===- ImportContext.cpp --------------------------------------------------===//
 #include "frontend/ImportContext.h"
 
-#include <algorithm>
-#include <map>
-
 #include "frontend/Frontend.h"
 #include "ir/Interpreter.h"
-#include "llvm/Support/FormatVariadic.h"
 #include "onnx/onnx_pb.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <map>
 
 namespace lwcc {
 
@@ -27,8 +28,8 @@ llvm::Error ImportContext::error(const std::string& message) const {
   std::string domain = n.domain().empty() ? "ai.onnx" : n.domain();
   std::string name = n.name().empty() ? "<unnamed>" : n.name();
   return makeError(Location{file_, 0, 0, ""},
-                   llvm::formatv("node '{0}' ({1}, domain {2}, opset {3}): {4}", name,
-                                 n.op_type(), domain, opset_, message)
+                   llvm::formatv("node '{0}' ({1}, domain {2}, opset {3}): {4}", name, n.op_type(),
+                                 domain, opset_, message)
                        .str());
 }
 
@@ -96,9 +97,9 @@ llvm::Expected<std::vector<int64_t>> ImportContext::constInts(size_t i, const ch
                                i, what, node_->input(i))
                      .str());
   if (t->isFloatData())
-    return error(llvm::formatv("input #{0} ({1}) must be an integer tensor, got {2}", i, what,
-                               t->type.str())
-                     .str());
+    return error(
+        llvm::formatv("input #{0} ({1}) must be an integer tensor, got {2}", i, what, t->type.str())
+            .str());
   return t->i;
 }
 
@@ -160,8 +161,8 @@ const char* attrTypeName(int t) {
       return error("attribute '" + name + "' is required");                                        \
     }                                                                                              \
     if (a->type() != onnx::AttributeProto::ENUM)                                                   \
-      return error("attribute '" + name + "' must be " + attrTypeName(onnx::AttributeProto::ENUM) + \
-                   ", got " + attrTypeName(a->type()));                                            \
+      return error("attribute '" + name + "' must be " +                                           \
+                   attrTypeName(onnx::AttributeProto::ENUM) + ", got " + attrTypeName(a->type())); \
     return EXTRACT;                                                                                \
   }
 

@@ -9,13 +9,13 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ir/IR.h"
+#include "ir/Module.h"
+
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include "ir/IR.h"
-#include "ir/Module.h"
 
 namespace onnx {
 class NodeProto;

@@ -11,19 +11,20 @@
 //    what no output needs, and verify.
 //
 //===----------------------------------------------------------------------===//
+#include "frontend/Frontend.h"
+#include "frontend/ImportContext.h"
+#include "ir/Verifier.h"
+#include "onnx/defs/parser.h"
+#include "onnx/onnx_pb.h"
+#include "passes/Pass.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
-
-#include "frontend/Frontend.h"
-#include "frontend/ImportContext.h"
-#include "ir/Verifier.h"
-#include "llvm/Support/FormatVariadic.h"
-#include "onnx/defs/parser.h"
-#include "onnx/onnx_pb.h"
-#include "passes/Pass.h"
 
 namespace lwcc {
 
@@ -74,7 +75,7 @@ llvm::Expected<TensorType> valueInfoType(const onnx::ValueInfoProto& vi, const s
       shape.push_back(*batch);
     } else {
       std::string name = d.has_dim_param() && !d.dim_param().empty() ? "'" + d.dim_param() + "'"
-                                                                      : "an unnamed dim";
+                                                                     : "an unnamed dim";
       unresolved.push_back(name + " at axis " + std::to_string(k));
       shape.push_back(-1);
     }
@@ -207,8 +208,8 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
       if (out.empty())
         continue;
       if (defined.count(out) || !producer.emplace(out, k).second)
-        return fileError(file, llvm::formatv("tensor '{0}' is defined twice (node '{1}', {2})",
-                                             out, graph.node(k).name(), graph.node(k).op_type())
+        return fileError(file, llvm::formatv("tensor '{0}' is defined twice (node '{1}', {2})", out,
+                                             graph.node(k).name(), graph.node(k).op_type())
                                    .str());
     }
   std::vector<int> pending(n, 0);
@@ -272,13 +273,12 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
     // Importers report through ctx.error; an error from elsewhere (a tensor
     // attribute that does not decode) still gets the file and the node.
     if (llvm::Error e = fn(ctx))
-      return llvm::handleErrors(std::move(e), [&](const llvm::StringError& se) {
-        return ctx.error(se.getMessage());
-      });
+      return llvm::handleErrors(
+          std::move(e), [&](const llvm::StringError& se) { return ctx.error(se.getMessage()); });
     for (int o = 0; o < node.output_size(); ++o)
       if (!node.output(o).empty() && !ctx.lookup(node.output(o)) && ctx.outputUsed(o))
-        return ctx.error(llvm::formatv("output #{0} ('{1}') is not supported", o, node.output(o))
-                             .str());
+        return ctx.error(
+            llvm::formatv("output #{0} ('{1}') is not supported", o, node.output(o)).str());
   }
 
   for (const auto& out : graph.output()) {
@@ -293,13 +293,13 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
       // Only the element type is declared (if that).
       std::optional<DType> dt = dtypeFromOnnx(tt.elem_type());
       if (tt.elem_type() != onnx::TensorProto::UNDEFINED && dt != v->type().dtype)
-        return fileError(file, llvm::formatv("graph output '{0}' is declared with element type "
-                                             "{1}, but the graph computes {2}",
-                                             out.name(),
-                                             dt ? std::string(dtypeName(*dt))
-                                                : std::to_string(tt.elem_type()),
-                                             v->type().str())
-                                   .str());
+        return fileError(
+            file, llvm::formatv("graph output '{0}' is declared with element type "
+                                "{1}, but the graph computes {2}",
+                                out.name(),
+                                dt ? std::string(dtypeName(*dt)) : std::to_string(tt.elem_type()),
+                                v->type().str())
+                      .str());
       continue;
     }
     // Symbolic dims (the batch among them) are not checked; static dims
@@ -312,8 +312,8 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
     for (size_t d = 0; ok && d < declared->shape.size(); ++d)
       ok = declared->shape[d] < 0 || declared->shape[d] == have.shape[d];
     if (!ok)
-      return fileError(file, "graph output '" + out.name() + "' is declared as " +
-                                 declared->str() + ", but the graph computes " + have.str());
+      return fileError(file, "graph output '" + out.name() + "' is declared as " + declared->str() +
+                                 ", but the graph computes " + have.str());
   }
 
   PassContext pctx;

@@ -1,11 +1,12 @@
 //===- TensorProto.cpp - ONNX tensors to and from lwcc tensors ------------===//
+#include "frontend/Frontend.h"
+#include "onnx/onnx_pb.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include "frontend/Frontend.h"
-#include "llvm/Support/FormatVariadic.h"
-#include "onnx/onnx_pb.h"
 
 namespace lwcc {
 
@@ -270,9 +271,8 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
     break;
   }
   if (have != n)
-    return makeError(llvm::formatv("{0}: holds {1} values, but {2} needs {3}", what, have,
-                                   type.str(), n)
-                         .str());
+    return makeError(
+        llvm::formatv("{0}: holds {1} values, but {2} needs {3}", what, have, type.str(), n).str());
   Tensor out(type);
   switch (*dt) {
   case DType::F32:

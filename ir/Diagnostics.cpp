@@ -55,7 +55,9 @@ void printDiagnostic(llvm::raw_ostream& os, Severity sev, const Location& loc,
       }
     }
   }
-  const char* word = sev == Severity::Error ? "error" : sev == Severity::Warning ? "warning" : "note";
+  const char* word = sev == Severity::Error     ? "error"
+                     : sev == Severity::Warning ? "warning"
+                                                : "note";
   if (!loc.empty())
     os << loc.str() << ": ";
   os << word << ": " << message << "\n";

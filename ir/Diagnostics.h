@@ -8,10 +8,10 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "llvm/Support/Error.h"
+
 #include <functional>
 #include <string>
-
-#include "llvm/Support/Error.h"
 
 namespace llvm {
 class SourceMgr;

@@ -7,10 +7,10 @@
 //===----------------------------------------------------------------------===//
 #include "ir/GradRules.h"
 
+#include "llvm/Support/FormatVariadic.h"
+
 #include <algorithm>
 #include <numeric>
-
-#include "llvm/Support/FormatVariadic.h"
 
 namespace lwcc {
 
@@ -516,7 +516,8 @@ Error pad(GradContext& c) {
     starts.push_back(pads[d]);
     ends.push_back(pads[d] + in[d]);
   }
-  TRY_V(dx, c.emit(OpKind::Slice, {c.dy()}, {{"starts", Attribute(starts)}, {"ends", Attribute(ends)}}));
+  TRY_V(dx, c.emit(OpKind::Slice, {c.dy()},
+                   {{"starts", Attribute(starts)}, {"ends", Attribute(ends)}}));
   c.dxs[0] = dx;
   return ok();
 }

@@ -1,5 +1,6 @@
 //===- IR.cpp - Values, ops, graphs and the builder -----------------------===//
 #include "ir/IR.h"
+
 #include "ir/Verifier.h"
 
 #include <algorithm>
@@ -266,8 +267,8 @@ llvm::Expected<Op*> Builder::createInferred(OpKind kind, const std::vector<Value
   }
   if (types->size() != numResults) {
     graph_.eraseOp(op);
-    return makeError(loc_, "shape rule of '" + std::string(opInfo(kind).mnemonic) +
-                               "' gives " + std::to_string(types->size()) + " results, expected " +
+    return makeError(loc_, "shape rule of '" + std::string(opInfo(kind).mnemonic) + "' gives " +
+                               std::to_string(types->size()) + " results, expected " +
                                std::to_string(numResults));
   }
   for (unsigned i = 0; i < numResults; ++i)

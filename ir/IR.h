@@ -8,17 +8,17 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ir/Attribute.h"
+#include "ir/Diagnostics.h"
+#include "ir/OpTable.h"
+#include "ir/Types.h"
+
 #include <list>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include "ir/Attribute.h"
-#include "ir/Diagnostics.h"
-#include "ir/OpTable.h"
-#include "ir/Types.h"
 
 namespace lwcc {
 
@@ -195,8 +195,7 @@ public:
   /// Creates an op before `before` (end of the graph when null) with results
   /// of the given types. Attributes and annotations are set afterwards.
   Op* createOp(OpKind kind, const std::vector<Value*>& operands,
-               const std::vector<TensorType>& resultTypes, Location loc = {},
-               Op* before = nullptr);
+               const std::vector<TensorType>& resultTypes, Location loc = {}, Op* before = nullptr);
   /// Erases an op whose results have no uses.
   void eraseOp(Op* op);
   /// Moves `op` to just before `before` (the end when null).

@@ -8,15 +8,15 @@
 #include "ir/Interpreter.h"
 
 #include "ir/Kernels.h"
+#include "ir/Verifier.h"
+
+#include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <unordered_map>
-
-#include "ir/Verifier.h"
-#include "llvm/Support/FormatVariadic.h"
 
 namespace lwcc {
 
@@ -69,7 +69,8 @@ std::vector<int64_t> broadcastStrides(const Shape& s, size_t rank) {
 }
 
 /// Calls fn(index, flat) for every index of `shape` in row-major order.
-void forEachIndex(const Shape& shape, const std::function<void(const std::vector<int64_t>&, int64_t)>& fn) {
+void forEachIndex(const Shape& shape,
+                  const std::function<void(const std::vector<int64_t>&, int64_t)>& fn) {
   int64_t n = TensorType(DType::F32, shape).numElements();
   std::vector<int64_t> idx(shape.size(), 0);
   for (int64_t flat = 0; flat < n; ++flat) {
@@ -83,8 +84,8 @@ void forEachIndex(const Shape& shape, const std::function<void(const std::vector
 }
 
 /// dst[k] = src[map(k)] for every element of dst, or `fill` where map gives -1.
-void copyMapped(const Tensor& src, Tensor& dst, const std::function<int64_t(const std::vector<int64_t>&)>& map,
-                double fill = 0.0) {
+void copyMapped(const Tensor& src, Tensor& dst,
+                const std::function<int64_t(const std::vector<int64_t>&)>& map, double fill = 0.0) {
   forEachIndex(dst.type.shape, [&](const std::vector<int64_t>& idx, int64_t k) {
     int64_t s = map(idx);
     if (dst.isFloatData())
@@ -125,7 +126,8 @@ Error evalRelu(EvalCtx& c) {
   return unaryFloat(c, [](double v, const Op&) { return v > 0 ? v : 0.0; });
 }
 Error evalLeakyRelu(EvalCtx& c) {
-  return unaryFloat(c, [](double v, const Op& op) { return v >= 0 ? v : op.getFloat("alpha") * v; });
+  return unaryFloat(c,
+                    [](double v, const Op& op) { return v >= 0 ? v : op.getFloat("alpha") * v; });
 }
 Error evalSigmoid(EvalCtx& c) {
   return unaryFloat(c, [](double v, const Op&) { return 1.0 / (1.0 + std::exp(-v)); });
@@ -168,13 +170,16 @@ Error evalAbs(EvalCtx& c) {
 }
 
 Error evalAdd(EvalCtx& c) {
-  return binary(c, [](double a, double b) { return a + b; }, [](int64_t a, int64_t b) { return a + b; });
+  return binary(
+      c, [](double a, double b) { return a + b; }, [](int64_t a, int64_t b) { return a + b; });
 }
 Error evalSub(EvalCtx& c) {
-  return binary(c, [](double a, double b) { return a - b; }, [](int64_t a, int64_t b) { return a - b; });
+  return binary(
+      c, [](double a, double b) { return a - b; }, [](int64_t a, int64_t b) { return a - b; });
 }
 Error evalMul(EvalCtx& c) {
-  return binary(c, [](double a, double b) { return a * b; }, [](int64_t a, int64_t b) { return a * b; });
+  return binary(
+      c, [](double a, double b) { return a * b; }, [](int64_t a, int64_t b) { return a * b; });
 }
 Error evalDiv(EvalCtx& c) {
   if (!c.y().isFloatData())
@@ -182,10 +187,12 @@ Error evalDiv(EvalCtx& c) {
       if (v == 0)
         return c.op.emitError("integer division by zero");
   // Integer division truncates toward zero, as C++ and the ONNX backends do.
-  return binary(c, [](double a, double b) { return a / b; }, [](int64_t a, int64_t b) { return a / b; });
+  return binary(
+      c, [](double a, double b) { return a / b; }, [](int64_t a, int64_t b) { return a / b; });
 }
 Error evalPow(EvalCtx& c) {
-  return binary(c, [](double a, double b) { return std::pow(a, b); }, nullptr);
+  return binary(
+      c, [](double a, double b) { return std::pow(a, b); }, nullptr);
 }
 
 //===--- Convolution and pooling ------------------------------------------===//
@@ -193,8 +200,9 @@ Error evalPow(EvalCtx& c) {
 Error evalConv2d(EvalCtx& c) {
   const Tensor &x = c.x(0), &w = c.x(1);
   Tensor& y = c.y();
-  kernels::forEachConvTerm(c.op, x.type.shape, w.type.shape, y.type.shape,
-                           [&](int64_t xi, int64_t wi, int64_t yi) { y.f[yi] += x.f[xi] * w.f[wi]; });
+  kernels::forEachConvTerm(
+      c.op, x.type.shape, w.type.shape, y.type.shape,
+      [&](int64_t xi, int64_t wi, int64_t yi) { y.f[yi] += x.f[xi] * w.f[wi]; });
   if (c.in.size() > 2) {
     const Shape& ys = y.type.shape;
     int64_t hw = ys[2] * ys[3];
@@ -207,8 +215,9 @@ Error evalConv2d(EvalCtx& c) {
 Error evalMaxPool2d(EvalCtx& c) {
   Tensor& y = c.y();
   std::fill(y.f.begin(), y.f.end(), -std::numeric_limits<double>::infinity());
-  kernels::forEachMaxPoolTap(c.op, c.x().type.shape, y.type.shape,
-                             [&](int64_t xi, int64_t yi) { y.f[yi] = std::max(y.f[yi], c.x().f[xi]); });
+  kernels::forEachMaxPoolTap(c.op, c.x().type.shape, y.type.shape, [&](int64_t xi, int64_t yi) {
+    y.f[yi] = std::max(y.f[yi], c.x().f[xi]);
+  });
   return ok();
 }
 
@@ -418,8 +427,8 @@ Error evalGather(EvalCtx& c) {
   for (int64_t j = 0; j < q; ++j) {
     int64_t ix = c.x(1).i[j];
     if (ix < -n || ix >= n)
-      return c.op.emitError(llvm::formatv("index {0} is out of range for axis {1} of size {2}",
-                                          ix, axis, n));
+      return c.op.emitError(
+          llvm::formatv("index {0} is out of range for axis {1} of size {2}", ix, axis, n));
   }
   int64_t k = 0;
   for (int64_t o = 0; o < outer; ++o)
@@ -569,8 +578,8 @@ Error evalBatchNorm(EvalCtx& c) {
   double eps = c.op.getFloat("epsilon");
   for (int64_t k = 0; k < c.x().size(); ++k) {
     int64_t ch = (k / inner) % C;
-    c.y().f[k] = c.x(1).f[ch] * (c.x().f[k] - c.x(3).f[ch]) / std::sqrt(c.x(4).f[ch] + eps) +
-                 c.x(2).f[ch];
+    c.y().f[k] =
+        c.x(1).f[ch] * (c.x().f[k] - c.x(3).f[ch]) / std::sqrt(c.x(4).f[ch] + eps) + c.x(2).f[ch];
   }
   return ok();
 }
@@ -677,9 +686,8 @@ llvm::Expected<std::vector<Tensor>> execute(const Graph& g, const std::vector<Te
 
 } // namespace
 
-llvm::Expected<std::vector<Tensor>> evaluateOp(const Op& op,
-                                               const std::vector<const Tensor*>& operands,
-                                               Precision precision) {
+llvm::Expected<std::vector<Tensor>>
+evaluateOp(const Op& op, const std::vector<const Tensor*>& operands, Precision precision) {
   return evaluate(op, operands, precision, nullptr);
 }
 

@@ -8,10 +8,10 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include <vector>
-
 #include "ir/IR.h"
 #include "ir/Tensor.h"
+
+#include <vector>
 
 namespace lwcc {
 

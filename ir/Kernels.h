@@ -7,11 +7,11 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include <functional>
-#include <vector>
-
 #include "ir/IR.h"
 #include "ir/Tensor.h"
+
+#include <functional>
+#include <vector>
 
 namespace lwcc {
 
@@ -77,7 +77,8 @@ void forEachConvTerm(const Op& op, const Shape& xs, const Shape& ws, const Shape
 
 /// Calls fn(xi, yi) for every input element inside each max-pool window,
 /// windows in output order and taps in row-major order within a window.
-template <typename Fn> void forEachMaxPoolTap(const Op& op, const Shape& xs, const Shape& ys, Fn fn) {
+template <typename Fn>
+void forEachMaxPoolTap(const Op& op, const Shape& xs, const Shape& ys, Fn fn) {
   const auto& k = op.getInts("kernel");
   const auto& st = op.getInts("strides");
   const auto& pd = op.getInts("pads");
@@ -109,11 +110,12 @@ AvgWindow avgPoolWindow(const Op& op, const Shape& xs, int64_t oh, int64_t ow);
 } // namespace kernels
 
 #define LWCC_TRAIN_KERNELS(X)                                                                      \
-  X(Sign) X(SoftmaxXent) X(MseLoss) X(SoftmaxXentGrad) X(MseLossGrad) X(Conv2dGradInput)          \
-  X(Conv2dGradFilter) X(MaxPool2dGrad) X(AvgPool2dGrad) X(LrnGrad) X(ReluGrad) X(LeakyReluGrad)  \
-  X(SigmoidGrad) X(TanhGrad) X(ClipGrad) X(SoftmaxGrad) X(LogSoftmaxGrad) X(BatchNormTrain)      \
-  X(BatchNormGrad) X(SliceGrad) X(GatherGrad) X(DropoutMask) X(SgdUpdate) X(AdamUpdate)          \
-  X(LrSchedule) X(Assign)
+  X(Sign)                                                                                          \
+  X(SoftmaxXent) X(MseLoss) X(SoftmaxXentGrad) X(MseLossGrad) X(Conv2dGradInput)                   \
+      X(Conv2dGradFilter) X(MaxPool2dGrad) X(AvgPool2dGrad) X(LrnGrad) X(ReluGrad)                 \
+          X(LeakyReluGrad) X(SigmoidGrad) X(TanhGrad) X(ClipGrad) X(SoftmaxGrad) X(LogSoftmaxGrad) \
+              X(BatchNormTrain) X(BatchNormGrad) X(SliceGrad) X(GatherGrad) X(DropoutMask)         \
+                  X(SgdUpdate) X(AdamUpdate) X(LrSchedule) X(Assign)
 #define X(E) llvm::Error eval##E(EvalCtx&);
 LWCC_TRAIN_KERNELS(X)
 #undef X

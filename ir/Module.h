@@ -1,10 +1,10 @@
 //===- Module.h - A graph and the values of its params ---------*- C++ -*-===//
 #pragma once
 
-#include <memory>
-
 #include "ir/IR.h"
 #include "ir/Tensor.h"
+
+#include <memory>
 
 namespace lwcc {
 

@@ -11,19 +11,32 @@ namespace lwcc {
 namespace {
 
 std::vector<OpInfo> buildTable() {
-#define INT(n, d) AttrSpec{#n, AttrKind::Int, AttrSpec::Defaulted, Attribute(int64_t(d))}
-#define FLOAT(n, d) AttrSpec{#n, AttrKind::Float, AttrSpec::Defaulted, Attribute(double(d))}
-#define STR(n, d) AttrSpec{#n, AttrKind::String, AttrSpec::Defaulted, Attribute(std::string(d))}
+#define INT(n, d)                                                                                  \
+  AttrSpec { #n, AttrKind::Int, AttrSpec::Defaulted, Attribute(int64_t(d)) }
+#define FLOAT(n, d)                                                                                \
+  AttrSpec { #n, AttrKind::Float, AttrSpec::Defaulted, Attribute(double(d)) }
+#define STR(n, d)                                                                                  \
+  AttrSpec { #n, AttrKind::String, AttrSpec::Defaulted, Attribute(std::string(d)) }
 #define INTS(n, ...)                                                                               \
-  AttrSpec{#n, AttrKind::Ints, AttrSpec::Defaulted, Attribute(std::vector<int64_t>{__VA_ARGS__})}
+  AttrSpec {                                                                                       \
+#n, AttrKind::Ints, AttrSpec::Defaulted, Attribute(std::vector <int64_t>{__VA_ARGS__})         \
+  }
 #define FLOATS(n, ...)                                                                             \
-  AttrSpec{#n, AttrKind::Floats, AttrSpec::Defaulted, Attribute(std::vector<double>{__VA_ARGS__})}
-#define REQ_INT(n) AttrSpec{#n, AttrKind::Int, AttrSpec::Required, Attribute()}
-#define REQ_STR(n) AttrSpec{#n, AttrKind::String, AttrSpec::Required, Attribute()}
-#define REQ_INTS(n) AttrSpec{#n, AttrKind::Ints, AttrSpec::Required, Attribute()}
-#define REQ_FLOATS(n) AttrSpec{#n, AttrKind::Floats, AttrSpec::Required, Attribute()}
-#define OPT_INTS(n) AttrSpec{#n, AttrKind::Ints, AttrSpec::Optional, Attribute()}
-#define OPT_FLOATS(n) AttrSpec{#n, AttrKind::Floats, AttrSpec::Optional, Attribute()}
+  AttrSpec {                                                                                       \
+#n, AttrKind::Floats, AttrSpec::Defaulted, Attribute(std::vector <double>{__VA_ARGS__})        \
+  }
+#define REQ_INT(n)                                                                                 \
+  AttrSpec { #n, AttrKind::Int, AttrSpec::Required, Attribute() }
+#define REQ_STR(n)                                                                                 \
+  AttrSpec { #n, AttrKind::String, AttrSpec::Required, Attribute() }
+#define REQ_INTS(n)                                                                                \
+  AttrSpec { #n, AttrKind::Ints, AttrSpec::Required, Attribute() }
+#define REQ_FLOATS(n)                                                                              \
+  AttrSpec { #n, AttrKind::Floats, AttrSpec::Required, Attribute() }
+#define OPT_INTS(n)                                                                                \
+  AttrSpec { #n, AttrKind::Ints, AttrSpec::Optional, Attribute() }
+#define OPT_FLOATS(n)                                                                              \
+  AttrSpec { #n, AttrKind::Floats, AttrSpec::Optional, Attribute() }
 #define OP(E, M, LO, HI, NR, SHAPE, VERIFY, GRAD, ...)                                             \
   OpInfo{OpKind::E, M, LO, HI, NR, std::vector<AttrSpec>{__VA_ARGS__}, SHAPE, VERIFY, GRAD},
   return std::vector<OpInfo>{

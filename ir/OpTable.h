@@ -1,13 +1,14 @@
 //===- OpTable.h - Static information about each op kind --------*- C++ -*-===//
 #pragma once
 
+#include "ir/Attribute.h"
+#include "ir/Types.h"
+
+#include "llvm/Support/Error.h"
+
 #include <optional>
 #include <string_view>
 #include <vector>
-
-#include "ir/Attribute.h"
-#include "ir/Types.h"
-#include "llvm/Support/Error.h"
 
 namespace lwcc {
 

@@ -1,12 +1,12 @@
 //===- Parser.cpp - Lexer and recursive-descent parser for .lwir ----------===//
 #include "ir/Parser.h"
 
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <unordered_map>
-
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/SourceMgr.h"
 
 namespace lwcc {
 
@@ -116,8 +116,8 @@ public:
       t.text.assign(start, cur_);
       return t;
     }
-    error = std::string("unexpected character '") + (std::isprint(c) ? std::string(1, c) : "?") +
-            "'";
+    error =
+        std::string("unexpected character '") + (std::isprint(c) ? std::string(1, c) : "?") + "'";
     return t;
   }
 
@@ -224,9 +224,8 @@ private:
 class Parser {
 public:
   Parser(llvm::SourceMgr& sm, unsigned bufferId)
-      : sm_(sm), bufferId_(bufferId),
-        lexer_(sm.getMemoryBuffer(bufferId)->getBufferStart(),
-               sm.getMemoryBuffer(bufferId)->getBufferEnd()),
+      : sm_(sm), bufferId_(bufferId), lexer_(sm.getMemoryBuffer(bufferId)->getBufferStart(),
+                                             sm.getMemoryBuffer(bufferId)->getBufferEnd()),
         file_(sm.getMemoryBuffer(bufferId)->getBufferIdentifier().str()) {}
 
   llvm::Expected<std::unique_ptr<Graph>> parse();

@@ -1,10 +1,10 @@
 //===- Parser.h - Reads the .lwir text form --------------------*- C++ -*-===//
 #pragma once
 
+#include "ir/IR.h"
+
 #include <memory>
 #include <string_view>
-
-#include "ir/IR.h"
 
 namespace llvm {
 class SourceMgr;

@@ -14,11 +14,12 @@
 //===----------------------------------------------------------------------===//
 #include "ir/Printer.h"
 
+#include "ir/Parser.h"
+
+#include "llvm/Support/raw_ostream.h"
+
 #include <set>
 #include <unordered_map>
-
-#include "ir/Parser.h"
-#include "llvm/Support/raw_ostream.h"
 
 namespace lwcc {
 
@@ -76,7 +77,8 @@ std::string annotationsStr(const Annotations& a) {
     for (const auto& [dim, degree] : a.par->degrees)
       inner += (inner.empty() ? "" : ", ") + dim + " = " + std::to_string(degree);
     if (!a.par->devices.empty())
-      inner += (inner.empty() ? "" : ", ") + std::string("devices = [") + ints(a.par->devices) + "]";
+      inner +=
+          (inner.empty() ? "" : ", ") + std::string("devices = [") + ints(a.par->devices) + "]";
     s += " @par(" + inner + ")";
   }
   if (a.device)

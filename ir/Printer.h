@@ -1,9 +1,9 @@
 //===- Printer.h - The .lwir text form -------------------------*- C++ -*-===//
 #pragma once
 
-#include <string>
-
 #include "ir/IR.h"
+
+#include <string>
 
 namespace llvm {
 class raw_ostream;

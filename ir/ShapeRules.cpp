@@ -5,12 +5,13 @@
 // Messages name what is wrong; the verifier prefixes the op and location.
 //
 //===----------------------------------------------------------------------===//
+#include "ir/IR.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-
-#include "ir/IR.h"
-#include "llvm/Support/FormatVariadic.h"
 
 namespace lwcc::shape {
 
@@ -141,9 +142,9 @@ SliceDim resolveSlice(int64_t dim, int64_t start, int64_t end, int64_t step) {
   start = std::clamp<int64_t>(start, 0, dim - 1);
   end = std::clamp<int64_t>(end, -1, dim - 1);
   uint64_t magnitude = uint64_t{0} - static_cast<uint64_t>(step);
-  int64_t count =
-      start > end ? static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / magnitude + 1)
-                  : 0;
+  int64_t count = start > end
+                      ? static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / magnitude + 1)
+                      : 0;
   return {start, step, count};
 }
 
@@ -305,7 +306,8 @@ Rule pad(const Op& op) {
     out[d] += pads[d] + pads[d + rank];
     if (out[d] < 0)
       return fail("pads {0} leave axis {1} with a negative size", shapeStr(pads), d);
-    if (mode == "reflect" && (pads[d] >= in || pads[d + rank] >= in) && (pads[d] > 0 || pads[d + rank] > 0))
+    if (mode == "reflect" && (pads[d] >= in || pads[d + rank] >= in) &&
+        (pads[d] > 0 || pads[d + rank] > 0))
       return fail("reflect pads of axis {0} must be smaller than its size {1}", d, in);
     if (mode == "edge" && in == 0 && out[d] > 0)
       return fail("edge padding of the empty axis {0}", d);
@@ -554,15 +556,15 @@ llvm::Error constant(const Op& op) {
   const char* want = wantFloat ? "value" : "ivalue";
   const char* other = wantFloat ? "ivalue" : "value";
   if (op.hasAttr(other))
-    return makeError(std::string("a constant of type ") + t.str() + " takes '" + want +
-                     "', not '" + other + "'");
+    return makeError(std::string("a constant of type ") + t.str() + " takes '" + want + "', not '" +
+                     other + "'");
   if (!op.hasAttr(want))
     return makeError(std::string("requires attribute '") + want + "'");
   size_t n = wantFloat ? op.getFloats("value").size() : op.getInts("ivalue").size();
   if (n != 1 && static_cast<int64_t>(n) != t.numElements())
-    return makeError(llvm::formatv("has {0} values for {1} elements (give 1 to splat)", n,
-                                   t.numElements())
-                         .str());
+    return makeError(
+        llvm::formatv("has {0} values for {1} elements (give 1 to splat)", n, t.numElements())
+            .str());
   if (t.dtype == DType::Bool)
     for (int64_t v : op.getInts("ivalue"))
       if (v != 0 && v != 1)

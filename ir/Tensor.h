@@ -8,11 +8,11 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ir/Types.h"
+
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include "ir/Types.h"
 
 namespace lwcc {
 

@@ -5,12 +5,13 @@
 // differences of the forward kernels (test/unit/GradCheckTest.cpp).
 //
 //===----------------------------------------------------------------------===//
+#include "ir/Kernels.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#include "ir/Kernels.h"
-#include "llvm/Support/FormatVariadic.h"
 
 namespace lwcc {
 
@@ -351,8 +352,8 @@ Error evalGatherGrad(EvalCtx& c) {
     for (int64_t j = 0; j < q; ++j) {
       int64_t ix = c.x(0).i[j];
       if (ix < -n || ix >= n)
-        return c.op.emitError(llvm::formatv("index {0} is out of range for axis {1} of size {2}",
-                                            ix, axis, n));
+        return c.op.emitError(
+            llvm::formatv("index {0} is out of range for axis {1} of size {2}", ix, axis, n));
       if (ix < 0)
         ix += n;
       for (int64_t e = 0; e < inner; ++e, ++k)

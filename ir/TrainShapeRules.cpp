@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/IR.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 namespace lwcc::shape {
@@ -123,8 +124,7 @@ Rule conv2dGradFilter(const Op& op) {
     return fail("expects 4-D x, dy and filter_shape");
   const Shape& x = ty(op, 0).shape;
   int64_t group = op.getInt("group");
-  if (group < 1 || (*w)[1] * group != x[1] || (*w)[0] != ty(op, 1).shape[1] ||
-      (*w)[0] % group != 0)
+  if (group < 1 || (*w)[1] * group != x[1] || (*w)[0] != ty(op, 1).shape[1] || (*w)[0] % group != 0)
     return fail("filter_shape {0} does not fit x {1}, dy {2} with group {3}", shapeStr(*w),
                 shapeStr(x), ty(op, 1).str(), group);
   return std::vector<TensorType>{TensorType(ty(op, 0).dtype, *w)};
@@ -192,8 +192,7 @@ Rule sliceGrad(const Op& op) {
   const auto& ends = op.getInts("ends");
   int64_t rank = static_cast<int64_t>(in->size());
   if (ends.size() != starts.size() || ty(op, 0).rank() != rank)
-    return fail("dy {0} and input_shape {1} do not fit the slice", ty(op, 0).str(),
-                shapeStr(*in));
+    return fail("dy {0} and input_shape {1} do not fit the slice", ty(op, 0).str(), shapeStr(*in));
   Shape out = *in;
   for (size_t k = 0; k < starts.size(); ++k) {
     int64_t axis = op.hasAttr("axes") ? op.getInts("axes")[k] : static_cast<int64_t>(k);
@@ -222,8 +221,7 @@ Rule gatherGrad(const Op& op) {
   if (axis < 0)
     axis += rank;
   if (axis < 0 || axis >= rank)
-    return fail("axis {0} is out of range for input_shape {1}", op.getInt("axis"),
-                shapeStr(*in));
+    return fail("axis {0} is out of range for input_shape {1}", op.getInt("axis"), shapeStr(*in));
   Shape out(in->begin(), in->begin() + axis);
   out.insert(out.end(), ty(op, 0).shape.begin(), ty(op, 0).shape.end());
   out.insert(out.end(), in->begin() + axis + 1, in->end());
@@ -270,8 +268,7 @@ Rule lrSchedule(const Op& op) {
   TRY(expectScalar(op, 0, false));
   const std::string& kind = op.getString("kind");
   if (kind != "constant" && kind != "step" && kind != "cosine")
-    return fail("attribute 'kind' must be \"constant\", \"step\" or \"cosine\", got \"{0}\"",
-                kind);
+    return fail("attribute 'kind' must be \"constant\", \"step\" or \"cosine\", got \"{0}\"", kind);
   if (op.getInt("warmup_steps") < 0)
     return fail("attribute 'warmup_steps' must be >= 0");
   if (kind == "step" && op.getInt("step_size") < 1)

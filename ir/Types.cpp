@@ -10,7 +10,7 @@ struct DTypeEntry {
   int64_t size;
 };
 constexpr DTypeEntry kDTypes[] = {
-    {DType::F32, "f32", 4}, {DType::F64, "f64", 8}, {DType::F16, "f16", 2},
+    {DType::F32, "f32", 4},   {DType::F64, "f64", 8}, {DType::F16, "f16", 2},
     {DType::BF16, "bf16", 2}, {DType::I64, "i64", 8}, {DType::I32, "i32", 4},
     {DType::Bool, "bool", 1},
 };

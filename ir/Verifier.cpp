@@ -1,12 +1,12 @@
 //===- Verifier.cpp -------------------------------------------------------===//
 #include "ir/Verifier.h"
 
+#include "llvm/Support/FormatVariadic.h"
+
 #include <algorithm>
 #include <cstring>
 #include <set>
 #include <unordered_set>
-
-#include "llvm/Support/FormatVariadic.h"
 
 namespace lwcc {
 
@@ -58,8 +58,8 @@ llvm::Error verifyAnnotations(const Op& op) {
       if (!dims.insert(*d).second)
         return op.emitError("@par splits dim '" + name + "' twice");
       if (degree < 1)
-        return op.emitError(llvm::formatv("@par degree of '{0}' must be >= 1, got {1}", name,
-                                          degree));
+        return op.emitError(
+            llvm::formatv("@par degree of '{0}' must be >= 1, got {1}", name, degree));
       if (degree > op.result(0)->type().shape[*d])
         return op.emitError(llvm::formatv("@par degree {0} of '{1}' exceeds its size {2}", degree,
                                           name, op.result(0)->type().shape[*d]));
@@ -111,10 +111,9 @@ llvm::Error verifyOpStructure(const Op& op) {
                                       arityText(info.minOperands, info.maxOperands), n));
   int r = static_cast<int>(op.numResults());
   if (info.numResults >= 0 ? r != info.numResults : r < 1)
-    return op.emitError(llvm::formatv("expects {0} results, got {1}",
-                                      info.numResults >= 0 ? std::to_string(info.numResults)
-                                                           : std::string("at least 1"),
-                                      r));
+    return op.emitError(llvm::formatv(
+        "expects {0} results, got {1}",
+        info.numResults >= 0 ? std::to_string(info.numResults) : std::string("at least 1"), r));
   std::set<std::string> seen;
   for (const NamedAttr& a : op.attrs()) {
     const AttrSpec* spec = info.findAttr(a.name);
@@ -187,8 +186,7 @@ llvm::Error verifyGraph(const Graph& g) {
       const Value* v = op->operand(i);
       if (!defined.count(v)) {
         std::string what = v->name().empty() ? "a value" : "'%" + v->name() + "'";
-        return op->emitError(llvm::formatv("operand #{0} uses {1} before its definition", i,
-                                           what));
+        return op->emitError(llvm::formatv("operand #{0} uses {1} before its definition", i, what));
       }
       // An assign's target is written, not read: a second assign is
       // reported as such below.
@@ -210,9 +208,8 @@ llvm::Error verifyGraph(const Graph& g) {
   }
   for (unsigned i = 0; i < g.outputs().size(); ++i) {
     if (!defined.count(g.outputs()[i]))
-      return makeError(llvm::formatv("graph @{0}: output #{1} is not defined in the graph",
-                                     g.name(), i)
-                           .str());
+      return makeError(
+          llvm::formatv("graph @{0}: output #{1} is not defined in the graph", g.name(), i).str());
     if (const Value* p = g.outputGradOf(i)) {
       bool ours = false;
       for (const auto& q : g.params())

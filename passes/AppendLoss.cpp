@@ -62,8 +62,8 @@ public:
       const TensorType& t = logits->type();
       if (t.rank() != 2 || !isFloat(t.dtype))
         return makeError(out->loc(), "append-loss: softmax-xent needs float logits [N, K], but "
-                                     "the output is " + t.str() +
-                                     " (use the mse or none loss)");
+                                     "the output is " +
+                                         t.str() + " (use the mse or none loss)");
       auto label = labelInput("label", TensorType(DType::I64, {t.shape[0]}));
       if (!label)
         return label.takeError();
@@ -73,8 +73,8 @@ public:
       loss = (*op)->result();
     } else if (loss_ == "mse") {
       if (!isFloat(out->type().dtype))
-        return makeError(out->loc(), "append-loss: mse needs a float output, got " +
-                                         out->type().str());
+        return makeError(out->loc(),
+                         "append-loss: mse needs a float output, got " + out->type().str());
       auto target = labelInput("target", out->type());
       if (!target)
         return target.takeError();
@@ -86,8 +86,9 @@ public:
       if (declared)
         return makeError(declared->loc(), "append-loss: the none loss takes no label input");
       if (out->type().rank() != 0 || !isFloat(out->type().dtype))
-        return makeError(out->loc(), "append-loss: the none loss needs a float scalar output, got " +
-                                         out->type().str());
+        return makeError(out->loc(),
+                         "append-loss: the none loss needs a float scalar output, got " +
+                             out->type().str());
       loss = out;
     }
     loss->setName(uniqueValueName(g, "loss"));

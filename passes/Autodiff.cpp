@@ -1,10 +1,10 @@
 //===- Autodiff.cpp - Reverse-mode differentiation ------------------------===//
-#include <unordered_map>
-#include <unordered_set>
-
 #include "ir/GradRules.h"
 #include "passes/Pass.h"
 #include "passes/TrainingSupport.h"
+
+#include <unordered_map>
+#include <unordered_set>
 
 namespace lwcc {
 

@@ -1,9 +1,9 @@
 //===- Canonicalize.cpp - Local simplifications ---------------------------===//
+#include "passes/Pass.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
-
-#include "passes/Pass.h"
 
 namespace lwcc {
 

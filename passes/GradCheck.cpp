@@ -1,11 +1,11 @@
 //===- GradCheck.cpp ------------------------------------------------------===//
 #include "passes/GradCheck.h"
 
+#include "passes/Pass.h"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
-
-#include "passes/Pass.h"
 
 namespace lwcc {
 
@@ -92,8 +92,8 @@ llvm::Expected<std::vector<ParamGradCheck>> checkGradients(const Graph& g,
         }
         value.f[k] = saved;
         double numeric = (8 * (at[1] - at[2]) - (at[0] - at[3])) / (12 * h);
-        double err = std::fabs(a - numeric) /
-                     std::max({std::fabs(a), std::fabs(numeric), opts.floor});
+        double err =
+            std::fabs(a - numeric) / std::max({std::fabs(a), std::fabs(numeric), opts.floor});
         if (err < best) {
           best = err;
           bestNumeric = numeric;

@@ -7,10 +7,10 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ir/Interpreter.h"
+
 #include <string>
 #include <vector>
-
-#include "ir/Interpreter.h"
 
 namespace lwcc {
 

@@ -121,8 +121,8 @@ private:
 llvm::Expected<std::unique_ptr<Pass>> createOptimizerPass(std::string_view options) {
   auto opts = PassOptions::parse("optimizer", options, "kind",
                                  {"kind", "lr", "momentum", "weight_decay", "nesterov", "beta1",
-                                  "beta2", "eps", "schedule", "warmup", "total_steps",
-                                  "step_size", "gamma", "min_lr"});
+                                  "beta2", "eps", "schedule", "warmup", "total_steps", "step_size",
+                                  "gamma", "min_lr"});
   if (!opts)
     return opts.takeError();
   OptimizerConfig c;
@@ -150,8 +150,8 @@ llvm::Expected<std::unique_ptr<Pass>> createOptimizerPass(std::string_view optio
     const char* key;
     int64_t* out;
   };
-  for (I i : {I{"nesterov", &c.nesterov}, I{"warmup", &c.warmup},
-              I{"total_steps", &c.totalSteps}, I{"step_size", &c.stepSize}}) {
+  for (I i : {I{"nesterov", &c.nesterov}, I{"warmup", &c.warmup}, I{"total_steps", &c.totalSteps},
+              I{"step_size", &c.stepSize}}) {
     auto v = opts->getInt(i.key, 0);
     if (!v)
       return v.takeError();

@@ -8,11 +8,11 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ir/IR.h"
+
 #include <memory>
 #include <string_view>
 #include <vector>
-
-#include "ir/IR.h"
 
 namespace llvm {
 class raw_ostream;

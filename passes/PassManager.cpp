@@ -1,8 +1,9 @@
 //===- PassManager.cpp - Registry and pipeline runner ---------------------===//
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
-#include "llvm/Support/raw_ostream.h"
 #include "passes/Pass.h"
+
+#include "llvm/Support/raw_ostream.h"
 
 namespace lwcc {
 

@@ -1,10 +1,10 @@
 //===- PassOptions.cpp ----------------------------------------------------===//
 #include "passes/PassOptions.h"
 
+#include "ir/Diagnostics.h"
+
 #include <algorithm>
 #include <cstdlib>
-
-#include "ir/Diagnostics.h"
 
 namespace lwcc {
 
@@ -17,8 +17,8 @@ llvm::Expected<PassOptions> PassOptions::parse(std::string_view pass, std::strin
   bool first = true;
   while (pos < text.size()) {
     size_t comma = text.find(',', pos);
-    std::string_view item = text.substr(pos, comma == std::string_view::npos ? text.npos
-                                                                             : comma - pos);
+    std::string_view item =
+        text.substr(pos, comma == std::string_view::npos ? text.npos : comma - pos);
     pos = comma == std::string_view::npos ? text.size() : comma + 1;
     size_t eq = item.find('=');
     std::string key, value;

@@ -7,12 +7,12 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "llvm/Support/Error.h"
+
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "llvm/Support/Error.h"
 
 namespace lwcc {
 

@@ -5,9 +5,11 @@ namespace lwcc {
 
 const std::vector<PipelineInfo>& allPipelines() {
   static const std::vector<PipelineInfo> pipelines = {
-      {"cleanup", "Simplify a model graph and re-check it",
+      {"cleanup",
+       "Simplify a model graph and re-check it",
        {"canonicalize", "dce", "shape-infer", "verify"}},
-      {"train", "Build the training step: loss, training semantics, backward, SGD update",
+      {"train",
+       "Build the training step: loss, training semantics, backward, SGD update",
        {"canonicalize", "append-loss", "train-mode", "autodiff", "optimizer", "dce", "verify"}},
   };
   return pipelines;

@@ -73,9 +73,9 @@ private:
     if (runMean->kind() != ValueKind::Param || runVar->kind() != ValueKind::Param)
       return op->emitError("the running mean and variance must be params to be updated in "
                            "training");
-    auto bn = b.createInferred(OpKind::BatchNormTrain,
-                               {op->operand(0), op->operand(1), op->operand(2)},
-                               {{"epsilon", Attribute(op->getFloat("epsilon"))}}, 3);
+    auto bn =
+        b.createInferred(OpKind::BatchNormTrain, {op->operand(0), op->operand(1), op->operand(2)},
+                         {{"epsilon", Attribute(op->getFloat("epsilon"))}}, 3);
     if (!bn)
       return bn.takeError();
     double m = op->getFloat("momentum");

@@ -1,9 +1,9 @@
 //===- TrainingSupport.h - Shared pieces of the training passes -*- C++ -*-===//
 #pragma once
 
-#include <string>
-
 #include "ir/IR.h"
+
+#include <string>
 
 namespace lwcc {
 

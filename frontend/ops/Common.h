@@ -2,6 +2,7 @@
 #pragma once
 
 #include "frontend/ImportContext.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 namespace lwcc {

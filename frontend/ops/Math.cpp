@@ -1,7 +1,7 @@
 //===- Math.cpp - Elementwise math, activations, Gemm and MatMul ----------===//
-#include <limits>
-
 #include "frontend/ops/Common.h"
+
+#include <limits>
 
 namespace lwcc {
 
@@ -101,8 +101,8 @@ llvm::Error importPow(ImportContext& ctx) {
   LWCC_TRY(b, ctx.requiredInput(1, "Y"));
   // The exponent may have another element type than the base.
   if (b->type().dtype != a->type().dtype) {
-    LWCC_TRY(cast, ctx.emit1(OpKind::Cast, {b},
-                             {attr("to", std::string(dtypeName(a->type().dtype)))}));
+    LWCC_TRY(cast,
+             ctx.emit1(OpKind::Cast, {b}, {attr("to", std::string(dtypeName(a->type().dtype)))}));
     b = cast;
   }
   LWCC_TRY(y, ctx.emit1(OpKind::Pow, {a, b}));
@@ -135,24 +135,15 @@ llvm::Error importGemm(ImportContext& ctx) {
 
 const std::vector<ImporterEntry>& mathImporters() {
   static const std::vector<ImporterEntry> entries = {
-      {"Relu", 1, importRelu},
-      {"LeakyRelu", 1, importLeakyRelu},
-      {"Sigmoid", 1, importSigmoid},
-      {"Tanh", 1, importTanh},
-      {"Exp", 1, importExp},
-      {"Log", 1, importLog},
-      {"Sqrt", 1, importSqrt},
-      {"Reciprocal", 1, importReciprocal},
-      {"Neg", 1, importNeg},
-      {"Abs", 1, importAbs},
-      {"Clip", 1, importClip},
-      {"Identity", 1, importIdentity},
-      {"Add", 7, importAdd},
-      {"Sub", 7, importSub},
-      {"Mul", 7, importMul},
-      {"Div", 7, importDiv},
-      {"Pow", 7, importPow},
-      {"Gemm", 7, importGemm},
+      {"Relu", 1, importRelu},       {"LeakyRelu", 1, importLeakyRelu},
+      {"Sigmoid", 1, importSigmoid}, {"Tanh", 1, importTanh},
+      {"Exp", 1, importExp},         {"Log", 1, importLog},
+      {"Sqrt", 1, importSqrt},       {"Reciprocal", 1, importReciprocal},
+      {"Neg", 1, importNeg},         {"Abs", 1, importAbs},
+      {"Clip", 1, importClip},       {"Identity", 1, importIdentity},
+      {"Add", 7, importAdd},         {"Sub", 7, importSub},
+      {"Mul", 7, importMul},         {"Div", 7, importDiv},
+      {"Pow", 7, importPow},         {"Gemm", 7, importGemm},
       {"MatMul", 1, importMatMul},
   };
   return entries;

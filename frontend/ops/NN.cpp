@@ -61,8 +61,8 @@ llvm::Expected<Window> readWindow(ImportContext& ctx, const Shape& x, std::vecto
   }
   bool autoPadded = autoPad != "NOTSET";
   if (spatial == 1)
-    return Window{{1, kernel[0]}, {1, strides[0]}, {0, pads[0], 0, pads[1]}, {1, dilations[0]},
-                  autoPadded};
+    return Window{
+        {1, kernel[0]}, {1, strides[0]}, {0, pads[0], 0, pads[1]}, {1, dilations[0]}, autoPadded};
   return Window{kernel, strides, pads, dilations, autoPadded};
 }
 
@@ -96,9 +96,9 @@ llvm::Error importConv(ImportContext& ctx) {
   Value* b = ctx.input(2);
   int64_t rank = x->type().rank();
   if (w->type().rank() != rank)
-    return ctx.error(llvm::formatv("the weight {0} must have the input's rank {1}",
-                                   w->type().str(), rank)
-                         .str());
+    return ctx.error(
+        llvm::formatv("the weight {0} must have the input's rank {1}", w->type().str(), rank)
+            .str());
   std::vector<int64_t> kernel(w->type().shape.begin() + 2, w->type().shape.end());
   LWCC_TRY(kshape, ctx.attrInts("kernel_shape", kernel));
   if (kshape != kernel)

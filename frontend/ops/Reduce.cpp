@@ -10,7 +10,7 @@ namespace {
 llvm::Error importReduce(ImportContext& ctx, OpKind kind, int64_t inputSince) {
   // 'axes' is an attribute before `inputSince`, an input from then on.
   LWCC_CHECK(ctx.opset() < inputSince ? ctx.checkAttrs({"axes", "keepdims"})
-                                       : ctx.checkAttrs({"keepdims", "noop_with_empty_axes"}));
+                                      : ctx.checkAttrs({"keepdims", "noop_with_empty_axes"}));
   LWCC_TRY(x, ctx.requiredInput(0, "data"));
   LWCC_TRY(keep, ctx.attrInt("keepdims", 1));
   LWCC_TRY(noop, ctx.attrInt("noop_with_empty_axes", 0));

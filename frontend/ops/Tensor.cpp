@@ -6,12 +6,12 @@
 // known at compile time; Shape itself folds to a constant.
 //
 //===----------------------------------------------------------------------===//
-#include <filesystem>
-#include <numeric>
-
 #include "frontend/Frontend.h"
 #include "frontend/ops/Common.h"
 #include "onnx/onnx_pb.h"
+
+#include <filesystem>
+#include <numeric>
 
 namespace lwcc {
 
@@ -170,15 +170,15 @@ Error importSplit(ImportContext& ctx) {
     if (ctx.opset() >= 18) {
       LWCC_TRY(num, ctx.attrInt("num_outputs", std::nullopt));
       if (num != n)
-        return ctx.error(llvm::formatv("num_outputs is {0}, but the node has {1} outputs", num, n)
-                             .str());
+        return ctx.error(
+            llvm::formatv("num_outputs is {0}, but the node has {1} outputs", num, n).str());
     }
     // Equal parts; from opset 18 the last may be smaller.
     int64_t part = ctx.opset() >= 18 ? (dim + n - 1) / n : dim / n;
     if (ctx.opset() < 18 && dim % n != 0)
-      return ctx.error(llvm::formatv("axis {0} of size {1} does not split into {2} equal parts",
-                                     a, dim, n)
-                           .str());
+      return ctx.error(
+          llvm::formatv("axis {0} of size {1} does not split into {2} equal parts", a, dim, n)
+              .str());
     for (int64_t k = 0; k < n; ++k)
       sizes.push_back(std::max<int64_t>(0, std::min(part, dim - k * part)));
   }
@@ -215,9 +215,9 @@ Error importSqueeze(ImportContext& ctx) {
     for (int64_t a : *axes) {
       LWCC_TRY(n, normalizeAxis(ctx, a, x->type().rank()));
       if (in[n] != 1)
-        return ctx.error(llvm::formatv("cannot squeeze axis {0} of {1}: its size is not 1", n,
-                                       x->type().str())
-                             .str());
+        return ctx.error(
+            llvm::formatv("cannot squeeze axis {0} of {1}: its size is not 1", n, x->type().str())
+                .str());
       drop[n] = true;
     }
   } else {

@@ -1,7 +1,7 @@
 //===- CloneTest.cpp - Graph and op cloning, locations, annotations -------===//
-#include <unordered_set>
-
 #include "TestUtil.h"
+
+#include <unordered_set>
 
 using namespace lwcc;
 using namespace lwcc::test;

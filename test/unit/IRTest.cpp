@@ -147,8 +147,7 @@ TEST(Builder, CreateInferredChecksStructureBeforeTheShapeRule) {
   // Too few operands: the shape rule would read past the operand list.
   auto oneOperand = b.createInferred(OpKind::Add, {x});
   ASSERT_FALSE(oneOperand);
-  EXPECT_NE(errorText(oneOperand.takeError()).find("expects 2 operands, got 1"),
-            std::string::npos);
+  EXPECT_NE(errorText(oneOperand.takeError()).find("expects 2 operands, got 1"), std::string::npos);
   // An attribute of the wrong kind.
   auto wrongKind = b.createInferred(OpKind::Flatten, {x}, {{"axis", Attribute(Ints{1})}});
   ASSERT_FALSE(wrongKind);

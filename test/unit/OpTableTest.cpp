@@ -1,8 +1,8 @@
 //===- OpTableTest.cpp - The op table and the shared shape helpers --------===//
+#include "TestUtil.h"
+
 #include <limits>
 #include <set>
-
-#include "TestUtil.h"
 
 using namespace lwcc;
 using namespace lwcc::test;

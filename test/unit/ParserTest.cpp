@@ -1,8 +1,8 @@
 //===- ParserTest.cpp - The .lwir reader and printer ----------------------===//
+#include "TestUtil.h"
+
 #include <cmath>
 #include <limits>
-
-#include "TestUtil.h"
 
 using namespace lwcc;
 using namespace lwcc::test;
@@ -107,8 +107,9 @@ TEST(Parser, QuotedNamesWithSpecialCharacters) {
   EXPECT_EQ(errorText(verifyGraph(*g)), "");
 
   std::string printed = roundTrip(text);
-  EXPECT_NE(printed.find("graph @\"my graph\"(%\"in put\": f32[2] @data, %a.b/c-d$e: f32[2] @data)"),
-            std::string::npos)
+  EXPECT_NE(
+      printed.find("graph @\"my graph\"(%\"in put\": f32[2] @data, %a.b/c-d$e: f32[2] @data)"),
+      std::string::npos)
       << printed;
   EXPECT_NE(printed.find("%\"w \\\"q\\\" \\\\ \\n\" = param \"layer.0/weight\\tA\""),
             std::string::npos)
@@ -407,8 +408,9 @@ TEST(ParserErrors, OtherStructuralErrors) {
             "t.lwir:2:7: a param defines one value");
   EXPECT_EQ(parseError(std::string(kHead) + "  %y = relu(%x) : f32[2] @gpu(1)\n  return\n}\n"),
             "t.lwir:2:26: unknown annotation '@gpu' (expected @par, @dev, @stream, @mb or @buf)");
-  EXPECT_EQ(parseError(std::string(kHead) + "  %y = relu(%x) : f32[2] @dev(1) @dev(2)\n  return\n}\n"),
-            "t.lwir:2:34: annotation '@dev' is given twice");
+  EXPECT_EQ(
+      parseError(std::string(kHead) + "  %y = relu(%x) : f32[2] @dev(1) @dev(2)\n  return\n}\n"),
+      "t.lwir:2:34: annotation '@dev' is given twice");
   EXPECT_EQ(parseError(std::string(kHead) + "  %y = relu(%x) : f32[2] #\n  return\n}\n"),
             "t.lwir:2:26: unexpected character '#'");
 }

@@ -1,10 +1,11 @@
 //===- PassTest.cpp - Passes run through the pipeline API -----------------===//
-#include <set>
-
-#include "llvm/Support/raw_ostream.h"
 #include "passes/Pass.h"
 
 #include "TestUtil.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <set>
 
 using namespace lwcc;
 using namespace lwcc::test;

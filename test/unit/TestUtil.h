@@ -1,18 +1,17 @@
 //===- TestUtil.h - Helpers shared by the lwcc unit tests ------*- C++ -*-===//
 #pragma once
 
-#include <gtest/gtest.h>
+#include "ir/IR.h"
+#include "ir/Parser.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
 
+#include <gtest/gtest.h>
 #include <memory>
 #include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "ir/IR.h"
-#include "ir/Parser.h"
-#include "ir/Printer.h"
-#include "ir/Verifier.h"
 
 namespace lwcc {
 /// Prints a Use in gtest failure messages.

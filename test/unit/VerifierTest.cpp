@@ -26,7 +26,8 @@ struct OneInput {
 TEST(Verifier, AcceptsAValidGraph) {
   OneInput t;
   Value* w = t.g.addParam("w", "conv.w", f32({4, 4, 3, 3}));
-  Op* c = t.op(OpKind::Conv2d, {t.x, w}, {f32({2, 4, 8, 8})}, {{"pads", Attribute(Ints{1, 1, 1, 1})}});
+  Op* c =
+      t.op(OpKind::Conv2d, {t.x, w}, {f32({2, 4, 8, 8})}, {{"pads", Attribute(Ints{1, 1, 1, 1})}});
   Op* s = t.op(OpKind::Split, {c->result()}, {f32({2, 1, 8, 8}), f32({2, 3, 8, 8})},
                {{"axis", Attribute(1)}, {"split", Attribute(Ints{1, 3})}});
   t.g.addOutput(s->result(1));
@@ -130,7 +131,8 @@ TEST(Verifier, UnknownAttribute) {
   {
     OneInput t;
     Value* w = t.g.addParam("w", "w", f32({4, 4, 1, 1}));
-    Op* o = t.op(OpKind::Conv2d, {t.x, w}, {f32({2, 4, 8, 8})}, {{"stride", Attribute(Ints{1, 1})}});
+    Op* o =
+        t.op(OpKind::Conv2d, {t.x, w}, {f32({2, 4, 8, 8})}, {{"stride", Attribute(Ints{1, 1})}});
     expectOpError(t.g, o, "has no attribute 'stride' (it takes: strides, pads, dilations, group)");
   }
 }
@@ -168,7 +170,8 @@ TEST(Verifier, MissingRequiredAttribute) {
   }
   {
     OneInput t;
-    Op* o = t.op(OpKind::MaxPool2d, {t.x}, {f32({2, 4, 8, 8})}, {{"strides", Attribute(Ints{1, 1})}});
+    Op* o =
+        t.op(OpKind::MaxPool2d, {t.x}, {f32({2, 4, 8, 8})}, {{"strides", Attribute(Ints{1, 1})}});
     expectOpError(t.g, o, "requires attribute 'kernel'");
   }
   {

@@ -7,18 +7,19 @@
 // success, 1 when the input or a pass fails, 2 for bad usage.
 //
 //===----------------------------------------------------------------------===//
-#include <algorithm>
-
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "passes/Pass.h"
+
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
-#include "passes/Pass.h"
+
+#include <algorithm>
 
 using namespace lwcc;
 namespace cl = llvm::cl;

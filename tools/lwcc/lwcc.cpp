@@ -10,20 +10,20 @@
 // on success, 1 for a bad model or failed run, 2 for bad usage.
 //
 //===----------------------------------------------------------------------===//
-#include <filesystem>
-
-#include <cstdio>
-
 #include "frontend/Frontend.h"
 #include "ir/Interpreter.h"
 #include "ir/Printer.h"
 #include "passes/GradCheck.h"
 #include "passes/Pass.h"
+
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+#include <filesystem>
 
 using namespace lwcc;
 namespace cl = llvm::cl;
@@ -93,8 +93,7 @@ cl::opt<std::string> dumpDir("dump",
                              cl::value_desc("dir"), cl::cat(category));
 cl::opt<int64_t> batch("batch", cl::desc("Value of a symbolic leading (batch) dim of the inputs"),
                        cl::init(0), cl::cat(category));
-cl::opt<bool> runReference("run-reference",
-                           cl::desc("Run the model on the reference interpreter"),
+cl::opt<bool> runReference("run-reference", cl::desc("Run the model on the reference interpreter"),
                            cl::cat(category));
 cl::opt<std::string> inputsDir("inputs",
                                cl::desc("Folder with input_0.pb, input_1.pb, ... (TensorProto)"),
@@ -188,10 +187,11 @@ int checkGradientsMode(Module& m) {
     ok &= pass;
     llvm::outs() << llvm::formatv("{0,-40} {1,8} {2,14:e2}{3}\n", r.param, r.checked,
                                   r.worstRelError,
-                                  pass ? "" : llvm::formatv("  FAIL (element {0}: analytic {1:e6}, "
-                                                            "numeric {2:e6})",
-                                                            r.worstIndex, r.analytic, r.numeric)
-                                                  .str());
+                                  pass ? ""
+                                       : llvm::formatv("  FAIL (element {0}: analytic {1:e6}, "
+                                                       "numeric {2:e6})",
+                                                       r.worstIndex, r.analytic, r.numeric)
+                                             .str());
   }
   llvm::outs() << llvm::formatv("{0} params checked; tolerance {1:e0}: {2}\n", results->size(),
                                 kTolerance, ok ? "all within" : "FAILED");
