@@ -112,7 +112,7 @@ suite() {
   local name="$1" parser="$2"
   shift 2
   local slug log rc passed failed note
-  slug=$(tr -c 'A-Za-z0-9\n' '_' <<<"${name%% *}")
+  slug=$(tr -c 'A-Za-z0-9\n' '_' <<<"${name%% (*}")
   mkdir -p "$LOG_DIR"
   log="$LOG_DIR/$slug.log"
 
@@ -168,6 +168,7 @@ cmd_test() {
   suite "zoo vs onnxruntime" parse_counts python3 test/e2e/zoo_reference.py
   suite "exporter patterns"  parse_counts python3 test/e2e/exporter_patterns.py
   suite "zoo gradient checks" parse_counts python3 test/e2e/zoo_gradients.py
+  suite "zoo memory plans"   parse_counts python3 test/e2e/zoo_memory_plan.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
 

@@ -14,6 +14,7 @@
 #include "ir/Interpreter.h"
 #include "ir/Printer.h"
 #include "passes/GradCheck.h"
+#include "passes/MemoryPlan.h"
 #include "passes/Pass.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -82,6 +83,11 @@ cl::opt<uint64_t> checkSeed("check-seed",
 cl::opt<int64_t> checkSamples("check-samples",
                               cl::desc("Elements checked per param by --check-gradients"),
                               cl::init(6), cl::cat(category));
+cl::opt<bool> checkMemoryPlanFlag(
+    "check-memory-plan",
+    cl::desc("Plan the training step's memory, run one step in the planned arenas and compare "
+             "with the interpreter; exit 1 on any difference"),
+    cl::cat(category));
 cl::opt<bool> trainReference("train-reference",
                              cl::desc("Run training steps on the reference interpreter"),
                              cl::cat(category));
@@ -196,6 +202,31 @@ int checkGradientsMode(Module& m) {
   llvm::outs() << llvm::formatv("{0} params checked; tolerance {1:e0}: {2}\n", results->size(),
                                 kTolerance, ok ? "all within" : "FAILED");
   return ok ? 0 : 1;
+}
+
+int checkMemoryPlanMode(Module& m) {
+  if (llvm::Error e = buildTrainingGraph(m, true))
+    return fail(std::move(e));
+  auto stats = planMemory(*m.graph);
+  if (!stats)
+    return fail(stats.takeError());
+  std::vector<Tensor> inputs = randomInputs(*m.graph, checkSeed);
+  auto planned = runInArenas(*m.graph, inputs, m.weights);
+  if (!planned)
+    return fail(planned.takeError());
+  auto reference = interpret(*m.graph, inputs, m.weights, Precision::F32);
+  if (!reference)
+    return fail(reference.takeError());
+  size_t differ = 0;
+  for (size_t k = 0; k < reference->size(); ++k)
+    differ += (*reference)[k].f != (*planned)[k].f || (*reference)[k].i != (*planned)[k].i;
+  for (const auto& [device, bytes] : stats->peakBytes)
+    llvm::outs() << llvm::formatv("device {0}: arena {1} bytes\n", device, bytes);
+  llvm::outs() << llvm::formatv("{0} buffers, {1} bytes without sharing, {2} in place, {3} views; "
+                                "{4} of {5} outputs differ from the interpreter\n",
+                                stats->buffers, stats->totalBytes, stats->inPlace, stats->aliased,
+                                differ, reference->size());
+  return differ ? 1 : 0;
 }
 
 std::string fileSafe(std::string name) {
@@ -318,6 +349,8 @@ int main(int argc, char** argv) {
     return checkGradientsMode(*module);
   if (trainReference)
     return trainReferenceMode(*module);
+  if (checkMemoryPlanFlag)
+    return checkMemoryPlanMode(*module);
   if (emit == Emit::TrainIR)
     if (llvm::Error e = buildTrainingGraph(*module, true))
       return fail(std::move(e));

@@ -1,0 +1,434 @@
+//===- MemoryPlan.cpp - Arena offsets for every op result -----------------===//
+#include "passes/MemoryPlan.h"
+
+#include "ir/Interpreter.h"
+#include "passes/Pass.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <numeric>
+
+namespace lwcc {
+
+namespace {
+
+constexpr int64_t kAlignment = 256; // bytes: what CUDA allocations and cuDNN like
+
+int64_t alignUp(int64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+/// Ops whose result is a view of operand #0 (no data moves).
+bool isAlias(const Op& op) {
+  return op.kind() == OpKind::Reshape || op.kind() == OpKind::Flatten ||
+         op.kind() == OpKind::Identity;
+}
+
+/// Ops whose kernel may write result #0 over operand `i` element by element.
+bool mayRunInPlace(const Op& op, unsigned i) {
+  switch (op.kind()) {
+  case OpKind::Relu:
+  case OpKind::LeakyRelu:
+  case OpKind::Sigmoid:
+  case OpKind::Tanh:
+  case OpKind::Exp:
+  case OpKind::Log:
+  case OpKind::Sqrt:
+  case OpKind::Reciprocal:
+  case OpKind::Neg:
+  case OpKind::Abs:
+  case OpKind::Clip:
+  case OpKind::Dropout:
+    return i == 0;
+  case OpKind::Add:
+  case OpKind::Sub:
+  case OpKind::Mul:
+  case OpKind::Div:
+  case OpKind::ReluGrad:
+  case OpKind::SigmoidGrad:
+  case OpKind::TanhGrad:
+  case OpKind::LeakyReluGrad:
+  case OpKind::ClipGrad:
+    return true; // only when the shapes match, checked by the caller
+  default:
+    return false;
+  }
+}
+
+/// A buffer: the storage shared by a value and its aliases.
+struct Buffer {
+  int64_t bytes = 0;
+  int64_t device = 0;
+  size_t first = 0, last = 0; ///< op positions where it is live (inclusive)
+  bool pinned = false;        ///< constants: written once, never reused
+  int64_t offset = -1;
+};
+
+} // namespace
+
+llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
+  std::vector<Op*> order;
+  for (auto& op : g.ops())
+    order.push_back(op.get());
+  const size_t end = order.size(); // graph outputs are read after the last op
+
+  // When each value is last read: graph outputs are read after the step.
+  std::map<const Value*, size_t> lastUse;
+  for (size_t pos = 0; pos < order.size(); ++pos)
+    for (Value* x : order[pos]->operands())
+      lastUse[x] = pos;
+  for (Value* out : g.outputs())
+    lastUse[out] = end;
+  auto lastUseOf = [&](const Value* v, size_t def) {
+    auto it = lastUse.find(v);
+    return it == lastUse.end() ? def : it->second;
+  };
+
+  std::vector<Buffer> buffers;
+  std::map<const Value*, size_t> bufferOf;
+  MemoryPlanStats stats;
+  auto join = [&](Value* v, size_t buffer, size_t pos) {
+    bufferOf[v] = buffer;
+    buffers[buffer].last = std::max(buffers[buffer].last, lastUseOf(v, pos));
+  };
+  for (size_t pos = 0; pos < order.size(); ++pos) {
+    Op& op = *order[pos];
+    int64_t device = op.annotations().device.value_or(0);
+    for (unsigned r = 0; r < op.numResults(); ++r) {
+      Value* v = op.result(r);
+      // Views share their operand's buffer when it is in the arena.
+      if (r == 0 && isAlias(op) && bufferOf.count(op.operand(0))) {
+        join(v, bufferOf[op.operand(0)], pos);
+        ++stats.aliased;
+        continue;
+      }
+      if (r == 0 && inPlace) {
+        bool placed = false;
+        for (unsigned i = 0; i < op.numOperands() && !placed; ++i) {
+          Value* x = op.operand(i);
+          auto it = bufferOf.find(x);
+          if (it == bufferOf.end() || !mayRunInPlace(op, i) || x->type() != v->type())
+            continue;
+          Buffer& b = buffers[it->second];
+          // Legal when nothing reads the operand's buffer (the operand or a
+          // view of it) after this op.
+          if (b.pinned || b.last != pos || b.device != device)
+            continue;
+          join(v, it->second, pos);
+          ++stats.inPlace;
+          placed = true;
+        }
+        if (placed)
+          continue;
+      }
+      Buffer b;
+      b.bytes = alignUp(std::max<int64_t>(v->type().sizeInBytes(), 1));
+      b.device = device;
+      b.first = b.last = pos; // a result nobody reads lives while its op runs
+      b.pinned = op.kind() == OpKind::Constant;
+      buffers.push_back(b);
+      join(v, buffers.size() - 1, pos);
+    }
+  }
+
+  // Greedy by size: place the largest buffers first, each at the lowest
+  // offset that no buffer live at the same time (on the same device) uses.
+  std::vector<size_t> bySize(buffers.size());
+  std::iota(bySize.begin(), bySize.end(), 0);
+  std::stable_sort(bySize.begin(), bySize.end(),
+                   [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
+  std::vector<size_t> placed;
+  for (size_t idx : bySize) {
+    Buffer& b = buffers[idx];
+    std::vector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes)
+    for (size_t other : placed) {
+      const Buffer& o = buffers[other];
+      bool overlapInTime = b.pinned || o.pinned || (o.first <= b.last && b.first <= o.last);
+      if (o.device == b.device && overlapInTime)
+        busy.emplace_back(o.offset, o.offset + o.bytes);
+    }
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (offset + b.bytes <= lo)
+        break;
+      offset = std::max(offset, hi);
+    }
+    b.offset = offset;
+    placed.push_back(idx);
+  }
+
+  for (Op* op : order) {
+    if (op->numResults() == 0)
+      continue;
+    std::vector<int64_t> offsets;
+    for (unsigned r = 0; r < op->numResults(); ++r)
+      offsets.push_back(buffers[bufferOf.at(op->result(r))].offset);
+    op->annotations().bufferOffsets = offsets;
+  }
+  for (const Buffer& b : buffers) {
+    stats.peakBytes[b.device] = std::max(stats.peakBytes[b.device], b.offset + b.bytes);
+    stats.totalBytes += b.bytes;
+  }
+  stats.buffers = buffers.size();
+  return stats;
+}
+
+llvm::Error checkMemoryPlan(const Graph& g) {
+  std::vector<const Op*> order;
+  for (const auto& op : g.ops())
+    order.push_back(op.get());
+  const size_t end = order.size();
+  std::map<const Value*, size_t> lastUse;
+  for (size_t pos = 0; pos < order.size(); ++pos)
+    for (Value* x : order[pos]->operands())
+      lastUse[x] = pos;
+  for (Value* out : g.outputs())
+    lastUse[out] = end;
+
+  // A storage is a value and the views of it that share its offset.
+  struct Storage {
+    const Op* def;
+    int64_t device, lo, hi;
+    size_t first, last;
+    std::vector<const Value*> members;
+  };
+  std::vector<Storage> storages;
+  std::map<const Value*, size_t> storageOf;
+  for (size_t pos = 0; pos < order.size(); ++pos) {
+    const Op* op = order[pos];
+    if (op->numResults() == 0)
+      continue;
+    const auto& offsets = op->annotations().bufferOffsets;
+    if (!offsets)
+      return op->emitError("has no @buf: run memory-plan first");
+    for (unsigned r = 0; r < op->numResults(); ++r) {
+      const Value* v = op->result(r);
+      int64_t lo = (*offsets)[r];
+      size_t last = lastUse.count(v) ? lastUse[v] : pos;
+      if (r == 0 && isAlias(*op) && storageOf.count(op->operand(0)) &&
+          storages[storageOf[op->operand(0)]].lo == lo) {
+        Storage& s = storages[storageOf[op->operand(0)]];
+        s.last = std::max(s.last, last);
+        s.members.push_back(v);
+        storageOf[v] = storageOf[op->operand(0)];
+        continue;
+      }
+      bool pinned = op->kind() == OpKind::Constant;
+      storageOf[v] = storages.size();
+      storages.push_back({op,
+                          op->annotations().device.value_or(0),
+                          lo,
+                          lo + v->type().sizeInBytes(),
+                          pinned ? 0 : pos,
+                          pinned ? end : last,
+                          {v}});
+    }
+  }
+  // Storages may share bytes only when their lifetimes do not overlap, or
+  // when the later one is written in place over the earlier one by an op
+  // that reads it as it dies.
+  for (size_t a = 0; a < storages.size(); ++a)
+    for (size_t b = a + 1; b < storages.size(); ++b) {
+      const Storage &x = storages[a], &y = storages[b];
+      if (x.device != y.device || x.hi <= y.lo || y.hi <= x.lo)
+        continue;
+      if (x.last < y.first || y.last < x.first)
+        continue;
+      const Storage& later = x.first >= y.first ? x : y;
+      const Storage& earlier = x.first >= y.first ? y : x;
+      bool inPlace = earlier.last == later.first && earlier.first < later.first;
+      if (inPlace) {
+        // ... by an op whose kernel may write over that operand.
+        inPlace = false;
+        for (unsigned i = 0; i < later.def->numOperands(); ++i)
+          for (const Value* m : earlier.members)
+            inPlace |= later.def->operand(i) == m && mayRunInPlace(*later.def, i) &&
+                       m->type() == later.members.front()->type();
+      }
+      if (!inPlace)
+        return later.def->emitError(llvm::formatv("@buf [{0}, {1}) overlaps the live result of "
+                                                  "{2} at [{3}, {4})",
+                                                  later.lo, later.hi, earlier.def->describe(),
+                                                  earlier.lo, earlier.hi)
+                                        .str());
+    }
+  return llvm::Error::success();
+}
+
+namespace {
+
+/// Stores `t` at `offset` of `arena` in its element type.
+void storeTensor(std::vector<unsigned char>& arena, int64_t offset, const Tensor& t) {
+  unsigned char* p = arena.data() + offset;
+  for (int64_t k = 0; k < t.size(); ++k) {
+    switch (t.type.dtype) {
+    case DType::F64:
+      std::memcpy(p + 8 * k, &t.f[k], 8);
+      break;
+    case DType::I64:
+      std::memcpy(p + 8 * k, &t.i[k], 8);
+      break;
+    case DType::I32: {
+      int32_t v = static_cast<int32_t>(t.i[k]);
+      std::memcpy(p + 4 * k, &v, 4);
+      break;
+    }
+    case DType::Bool:
+      p[k] = t.i[k] != 0;
+      break;
+    default: {
+      float v = static_cast<float>(t.f[k]);
+      std::memcpy(p + 4 * k, &v, 4);
+      break;
+    }
+    }
+  }
+}
+
+Tensor loadTensor(const std::vector<unsigned char>& arena, int64_t offset, const TensorType& type) {
+  Tensor t(type);
+  const unsigned char* p = arena.data() + offset;
+  for (int64_t k = 0; k < t.size(); ++k) {
+    switch (type.dtype) {
+    case DType::F64:
+      std::memcpy(&t.f[k], p + 8 * k, 8);
+      break;
+    case DType::I64:
+      std::memcpy(&t.i[k], p + 8 * k, 8);
+      break;
+    case DType::I32: {
+      int32_t v;
+      std::memcpy(&v, p + 4 * k, 4);
+      t.i[k] = v;
+      break;
+    }
+    case DType::Bool:
+      t.i[k] = p[k];
+      break;
+    default: {
+      float v;
+      std::memcpy(&v, p + 4 * k, 4);
+      t.f[k] = v;
+      break;
+    }
+    }
+  }
+  return t;
+}
+
+} // namespace
+
+llvm::Expected<std::vector<Tensor>> runInArenas(const Graph& g, const std::vector<Tensor>& inputs,
+                                                const WeightMap& weights) {
+  if (llvm::Error e = checkMemoryPlan(g))
+    return e;
+  for (const auto& op : g.ops())
+    for (unsigned r = 0; r < op->numResults(); ++r)
+      if (DType t = op->result(r)->type().dtype; t == DType::F16 || t == DType::BF16)
+        return op->emitError("runInArenas: f16 and bf16 values are not emulated");
+  std::map<int64_t, std::vector<unsigned char>> arenas;
+  for (const auto& op : g.ops())
+    for (unsigned r = 0; r < op->numResults(); ++r) {
+      auto& arena = arenas[op->annotations().device.value_or(0)];
+      int64_t end = (*op->annotations().bufferOffsets)[r] + op->result(r)->type().sizeInBytes();
+      if (static_cast<int64_t>(arena.size()) < end)
+        arena.resize(end);
+    }
+  // Inputs and params live outside the arenas, stored in their element
+  // types as everything else.
+  std::map<const Value*, Tensor> outside;
+  auto keep = [&](const Value* v, const Tensor& t) {
+    std::vector<unsigned char> bytes(t.type.sizeInBytes());
+    storeTensor(bytes, 0, t);
+    outside[v] = loadTensor(bytes, 0, t.type);
+  };
+  if (inputs.size() != g.inputs().size())
+    return makeError("runInArenas: wrong number of inputs");
+  for (size_t k = 0; k < g.inputs().size(); ++k)
+    keep(g.input(k), inputs[k]);
+  for (const auto& p : g.params()) {
+    auto it = weights.find(p->paramName());
+    keep(p.get(), it != weights.end() ? it->second : Tensor(p->type()));
+  }
+  auto read = [&](const Value* v) -> Tensor {
+    if (auto it = outside.find(v); it != outside.end())
+      return it->second;
+    const Op* def = v->definingOp();
+    return loadTensor(arenas[def->annotations().device.value_or(0)],
+                      (*def->annotations().bufferOffsets)[v->resultIndex()], v->type());
+  };
+  for (const auto& op : g.ops()) {
+    std::vector<Tensor> operands;
+    for (Value* v : op->operands())
+      operands.push_back(read(v));
+    std::vector<const Tensor*> ptrs;
+    for (const Tensor& t : operands)
+      ptrs.push_back(&t);
+    auto results = evaluateOp(*op, ptrs, Precision::F32);
+    if (!results)
+      return results.takeError();
+    for (unsigned r = 0; r < op->numResults(); ++r)
+      storeTensor(arenas[op->annotations().device.value_or(0)],
+                  (*op->annotations().bufferOffsets)[r], (*results)[r]);
+  }
+  std::vector<Tensor> out;
+  for (const Value* v : g.outputs())
+    out.push_back(read(v));
+  return out;
+}
+
+namespace {
+
+/// Plans one arena per device (see MemoryPlan.h) and reports the peak as
+/// a note.
+class MemoryPlanPass : public Pass {
+public:
+  explicit MemoryPlanPass(bool inPlace) : inPlace_(inPlace) {}
+  std::string_view name() const override { return "memory-plan"; }
+  llvm::Error run(Graph& g, PassContext& ctx) override {
+    auto stats = planMemory(g, inPlace_);
+    if (!stats)
+      return stats.takeError();
+    std::string arenas;
+    for (const auto& [device, bytes] : stats->peakBytes)
+      arenas += llvm::formatv("{0}device {1}: {2} bytes", arenas.empty() ? "" : ", ", device, bytes)
+                    .str();
+    if (ctx.diag)
+      ctx.diag(Severity::Note, {},
+               llvm::formatv("memory-plan: arena {0}; {1} buffers ({2} bytes unshared), {3} "
+                             "in place, {4} views",
+                             arenas.empty() ? std::string("empty") : arenas, stats->buffers,
+                             stats->totalBytes, stats->inPlace, stats->aliased)
+                   .str());
+    return checkMemoryPlan(g);
+  }
+
+private:
+  bool inPlace_;
+};
+
+/// Checks the @buf annotations a plan (or a person) wrote.
+class CheckMemoryPlanPass : public Pass {
+public:
+  std::string_view name() const override { return "check-memory-plan"; }
+  llvm::Error run(Graph& g, PassContext&) override { return checkMemoryPlan(g); }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createCheckMemoryPlanPass() {
+  return std::make_unique<CheckMemoryPlanPass>();
+}
+
+llvm::Expected<std::unique_ptr<Pass>> createMemoryPlanPass(std::string_view options) {
+  if (options.empty() || options == "in-place=1")
+    return std::make_unique<MemoryPlanPass>(true);
+  if (options == "in-place=0")
+    return std::make_unique<MemoryPlanPass>(false);
+  return makeError("pass 'memory-plan' takes in-place=0 or in-place=1, got '" +
+                   std::string(options) + "'");
+}
+
+} // namespace lwcc

@@ -1,0 +1,47 @@
+//===- MemoryPlan.h - Liveness-based arena planning -------------*- C++ -*-===//
+//
+// The memory plan gives every op result an offset in one arena per device
+// (the @buf annotation):
+//  1. Walk the ops in order. A result gets a buffer of its size rounded up
+//     to 256 bytes; views (reshape, flatten, identity) share their
+//     operand's buffer; an elementwise op writes in place over an operand of
+//     its type whose buffer dies at that op. Constants are pinned.
+//  2. A buffer lives from its first definition to its last read; graph
+//     outputs live to the end of the step.
+//  3. Greedy by size: the largest buffers are placed first, each at the
+//     lowest offset that no buffer live at the same time occupies.
+// Params and inputs live outside the arena.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "ir/IR.h"
+#include "ir/Tensor.h"
+
+#include <map>
+
+namespace lwcc {
+
+struct MemoryPlanStats {
+  std::map<int64_t, int64_t> peakBytes; ///< arena size per device
+  int64_t totalBytes = 0;               ///< all buffers, without sharing
+  size_t buffers = 0;
+  size_t inPlace = 0, aliased = 0;
+};
+
+/// Sets @buf on every op with results.
+llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace = true);
+
+/// Runs `g` as a device would under its plan: every op result is stored in
+/// its element type at its @buf offset of its device's byte arena, and
+/// operands are read back from there. Returns the outputs; with a correct
+/// plan they equal interpret(..., Precision::F32) exactly.
+llvm::Expected<std::vector<Tensor>> runInArenas(const Graph& g, const std::vector<Tensor>& inputs,
+                                                const WeightMap& weights);
+
+/// Checks that no two values that are live at the same time share bytes,
+/// except a view and its operand, or an in-place result and the operand it
+/// overwrites.
+llvm::Error checkMemoryPlan(const Graph& g);
+
+} // namespace lwcc
