@@ -1,10 +1,9 @@
 //===- lwcc.cpp - The lwcc driver -----------------------------------------===//
 //
-//   lwcc MODEL.onnx --emit=ir|train-ir [-o OUT.lwir] [--batch=N] [--loss=...] [--optimizer=...]
-//   lwcc MODEL.onnx --run-reference --inputs DIR --outputs OUTDIR [--precision=f64]
-//   lwcc MODEL.onnx --train-reference --inputs DIR --steps K --dump DIR
-//   lwcc MODEL.onnx --check-gradients
-//   lwcc --list-onnx-ops
+//   lwcc MODEL.onnx --emit=ir|train-ir|plan [-o OUT] [-v] [--batch=N] [--loss=...]
+//   [--optimizer=...] lwcc MODEL.onnx --run-reference --inputs DIR --outputs OUTDIR
+//   [--precision=f64] lwcc MODEL.onnx --train-reference --inputs DIR --steps K --dump DIR lwcc
+//   MODEL.onnx --check-gradients lwcc --list-onnx-ops
 //
 // MODEL may be a binary ONNX file or ONNX text (.onnxtext). Exit status: 0
 // on success, 1 for a bad model or failed run, 2 for bad usage.
@@ -25,6 +24,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 using namespace lwcc;
 namespace cl = llvm::cl;
@@ -38,11 +38,13 @@ cl::opt<std::string> modelFile(cl::Positional, cl::desc("<model.onnx | model.onn
                                cl::cat(category));
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(category));
-enum class Emit { IR, TrainIR };
+enum class Emit { IR, TrainIR, Plan };
 cl::opt<Emit> emit("emit", cl::desc("What to produce"),
                    cl::values(clEnumValN(Emit::IR, "ir", "the model IR (.lwir)"),
                               clEnumValN(Emit::TrainIR, "train-ir",
-                                         "the training step: forward, loss, backward, update")),
+                                         "the training step: forward, loss, backward, update"),
+                              clEnumValN(Emit::Plan, "plan",
+                                         "the training step's memory plan: a table of buffers")),
                    cl::init(Emit::IR), cl::cat(category));
 
 // Training.
@@ -97,6 +99,8 @@ cl::opt<std::string> dumpDir("dump",
                              cl::desc("Where --train-reference writes losses, first-step "
                                       "gradients and final params (TensorProto files)"),
                              cl::value_desc("dir"), cl::cat(category));
+cl::opt<bool> verbose("v", cl::desc("Report what each stage produced on stderr"),
+                      cl::cat(category));
 cl::opt<int64_t> batch("batch", cl::desc("Value of a symbolic leading (batch) dim of the inputs"),
                        cl::init(0), cl::cat(category));
 cl::opt<bool> runReference("run-reference", cl::desc("Run the model on the reference interpreter"),
@@ -229,6 +233,28 @@ int checkMemoryPlanMode(Module& m) {
   return differ ? 1 : 0;
 }
 
+/// The memory plan as a table: one row per op result, then the arenas.
+void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& os) {
+  os << llvm::formatv("memory plan of @{0}: {1} ops\n", g.name(), g.numOps());
+  os << llvm::formatv("{0,-5} {1,-20} {2,-28} {3,-22} {4,10} {5,10} {6,4}\n", "#", "op", "location",
+                      "result", "bytes", "offset", "dev");
+  size_t pos = 0;
+  for (const auto& op : g.ops()) {
+    for (unsigned r = 0; r < op->numResults(); ++r) {
+      const TensorType& t = op->result(r)->type();
+      os << llvm::formatv("{0,-5} {1,-20} {2,-28} {3,-22} {4,10} {5,10} {6,4}\n", pos,
+                          op->mnemonic(), op->loc().name.substr(0, 28), t.str().substr(0, 22),
+                          t.sizeInBytes(), (*op->annotations().bufferOffsets)[r],
+                          op->annotations().device.value_or(0));
+    }
+    ++pos;
+  }
+  for (const auto& [device, bytes] : stats.peakBytes)
+    os << llvm::formatv("device {0}: arena {1} bytes (peak)\n", device, bytes);
+  os << llvm::formatv("{0} buffers, {1} bytes without sharing, {2} written in place, {3} views\n",
+                      stats.buffers, stats.totalBytes, stats.inPlace, stats.aliased);
+}
+
 std::string fileSafe(std::string name) {
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
@@ -351,9 +377,36 @@ int main(int argc, char** argv) {
     return trainReferenceMode(*module);
   if (checkMemoryPlanFlag)
     return checkMemoryPlanMode(*module);
-  if (emit == Emit::TrainIR)
+  if (verbose)
+    llvm::errs() << llvm::formatv("lwcc: imported @{0}: {1} inputs, {2} params, {3} ops\n",
+                                  module->graph->name(), module->graph->inputs().size(),
+                                  module->graph->params().size(), module->graph->numOps());
+  std::optional<MemoryPlanStats> plan;
+  if (emit == Emit::TrainIR || emit == Emit::Plan) {
     if (llvm::Error e = buildTrainingGraph(*module, true))
       return fail(std::move(e));
+    if (verbose)
+      llvm::errs() << llvm::formatv("lwcc: training step: {0} ops, {1} params with state\n",
+                                    module->graph->numOps(), module->graph->params().size());
+    if (emit == Emit::Plan || verbose) {
+      // -v plans a copy so that --emit=train-ir prints the graph unannotated.
+      std::unique_ptr<Graph> copy;
+      Graph* target = module->graph.get();
+      if (emit != Emit::Plan) {
+        copy = module->graph->clone();
+        target = copy.get();
+      }
+      auto stats = planMemory(*target);
+      if (!stats)
+        return fail(stats.takeError());
+      plan = *stats;
+      if (verbose)
+        for (const auto& [device, bytes] : stats->peakBytes)
+          llvm::errs() << llvm::formatv("lwcc: memory plan: device {0}: arena {1} bytes (peak), "
+                                        "{2} bytes without sharing\n",
+                                        device, bytes, stats->totalBytes);
+    }
+  }
 
   std::error_code ec;
   llvm::ToolOutputFile out(outputFile, ec, llvm::sys::fs::OF_Text);
@@ -365,6 +418,9 @@ int main(int argc, char** argv) {
   case Emit::IR:
   case Emit::TrainIR:
     printGraph(*module->graph, out.os());
+    break;
+  case Emit::Plan:
+    printPlan(*module->graph, *plan, out.os());
     break;
   }
   out.keep();
