@@ -21,20 +21,16 @@ using namespace kernels;
 namespace {
 Error ok() { return Error::success(); }
 
-/// Per-row softmax of logits [N, K] into `p`.
-void rowSoftmax(const Tensor& logits, std::vector<double>& p) {
-  int64_t n = logits.type.shape[0], k = logits.type.shape[1];
-  p.resize(n * k);
-  for (int64_t r = 0; r < n; ++r) {
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < k; ++j)
-      mx = std::max(mx, logits.f[r * k + j]);
-    double sum = 0;
-    for (int64_t j = 0; j < k; ++j)
-      sum += std::exp(logits.f[r * k + j] - mx);
-    for (int64_t j = 0; j < k; ++j)
-      p[r * k + j] = std::exp(logits.f[r * k + j] - mx) / sum;
-  }
+/// log(sum_j exp(z[r, j])) of row r of logits [N, K], computed stably.
+double rowLogSumExp(const Tensor& logits, int64_t r) {
+  int64_t k = logits.type.shape[1];
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < k; ++j)
+    mx = std::max(mx, logits.f[r * k + j]);
+  double sum = 0;
+  for (int64_t j = 0; j < k; ++j)
+    sum += std::exp(logits.f[r * k + j] - mx);
+  return mx + std::log(sum);
 }
 
 Error checkLabels(const EvalCtx& c) {
@@ -64,29 +60,25 @@ Error evalSoftmaxXent(EvalCtx& c) {
   const Tensor& z = c.x(0);
   int64_t n = z.type.shape[0], k = z.type.shape[1];
   double total = 0;
-  for (int64_t r = 0; r < n; ++r) {
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < k; ++j)
-      mx = std::max(mx, z.f[r * k + j]);
-    double sum = 0;
-    for (int64_t j = 0; j < k; ++j)
-      sum += std::exp(z.f[r * k + j] - mx);
-    total += std::log(sum) + mx - z.f[r * k + c.x(1).i[r]];
-  }
+  for (int64_t r = 0; r < n; ++r)
+    total += rowLogSumExp(z, r) - z.f[r * k + c.x(1).i[r]];
   c.y().f[0] = total / static_cast<double>(n);
   return ok();
 }
 
 Error evalSoftmaxXentGrad(EvalCtx& c) {
+  // (softmax(z) - onehot(label)) * dloss / N
   if (Error e = checkLabels(c))
     return e;
-  std::vector<double> p;
-  rowSoftmax(c.x(0), p);
-  int64_t n = c.x(0).type.shape[0], k = c.x(0).type.shape[1];
+  const Tensor& z = c.x(0);
+  int64_t n = z.type.shape[0], k = z.type.shape[1];
   double scale = c.x(2).f[0] / static_cast<double>(n);
-  for (int64_t r = 0; r < n; ++r)
+  for (int64_t r = 0; r < n; ++r) {
+    double lse = rowLogSumExp(z, r);
     for (int64_t j = 0; j < k; ++j)
-      c.y().f[r * k + j] = (p[r * k + j] - (j == c.x(1).i[r] ? 1.0 : 0.0)) * scale;
+      c.y().f[r * k + j] =
+          (std::exp(z.f[r * k + j] - lse) - (j == c.x(1).i[r] ? 1.0 : 0.0)) * scale;
+  }
   return ok();
 }
 

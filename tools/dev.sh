@@ -167,8 +167,7 @@ cmd_test() {
   suite "lit (FileCheck)"   parse_lit   "${LIT[@]}" -sv --no-progress-bar test/lit
   suite "zoo vs onnxruntime" parse_counts python3 test/e2e/zoo_reference.py
   suite "exporter patterns"  parse_counts python3 test/e2e/exporter_patterns.py
-  suite "zoo gradient checks" parse_counts python3 test/e2e/zoo_gradients.py
-  suite "zoo memory plans"   parse_counts python3 test/e2e/zoo_memory_plan.py
+  suite "zoo gradients and memory plans" parse_counts python3 test/e2e/zoo_checks.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
 
