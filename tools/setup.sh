@@ -10,7 +10,8 @@ DEB_PACKAGES=(
   dataset-fashion-mnist libonnx-testdata
   cmake ninja-build g++ clang-format
 )
-PY_PACKAGES=(lit onnx onnxruntime numpy)
+# Pinned to the versions the tests were written against.
+PY_PACKAGES=(lit==23.1.5 onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6)
 PY_IMPORTS="import lit, onnx, onnxruntime, numpy"
 
 # Root runs apt-get directly; otherwise sudo, where it exists.
