@@ -22,6 +22,7 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -48,7 +49,7 @@ cl::opt<Emit> emit("emit", cl::desc("What to produce"),
                    cl::init(Emit::IR), cl::cat(category));
 
 // Training.
-cl::opt<std::string> loss("loss", cl::desc("softmax-xent (default), mse or none"),
+cl::opt<std::string> loss("loss", cl::desc("The loss: softmax-xent (default), mse or none"),
                           cl::init("softmax-xent"), cl::cat(category));
 cl::opt<std::string> optimizer("optimizer", cl::desc("sgd (default), adam or adamw"),
                                cl::init("sgd"), cl::cat(category));
@@ -356,6 +357,31 @@ int main(int argc, char** argv) {
   }
   if (modelFile.empty()) {
     llvm::errs() << "lwcc: no model given (lwcc MODEL.onnx ...); see --help\n";
+    return 2;
+  }
+  // Flags whose values name a choice: an unknown one is bad usage.
+  struct Choice {
+    const cl::opt<std::string>& flag;
+    std::vector<std::string> allowed;
+  };
+  for (const Choice& c :
+       {Choice{loss, {"softmax-xent", "mse", "none"}}, Choice{optimizer, {"sgd", "adam", "adamw"}},
+        Choice{lrSchedule, {"constant", "step", "cosine"}}}) {
+    if (std::find(c.allowed.begin(), c.allowed.end(), c.flag.getValue()) != c.allowed.end())
+      continue;
+    std::string list;
+    for (const std::string& a : c.allowed)
+      list += (list.empty() ? "" : ", ") + a;
+    llvm::errs() << "lwcc: --" << c.flag.ArgStr << "=" << c.flag.getValue()
+                 << " is not one of: " << list << "\n";
+    return 2;
+  }
+  if (lrSchedule == "cosine" && totalSteps < 1) {
+    llvm::errs() << "lwcc: --lr-schedule=cosine needs --total-steps=N (N >= 1)\n";
+    return 2;
+  }
+  if (lrSchedule == "step" && stepSize < 1) {
+    llvm::errs() << "lwcc: --lr-schedule=step needs --step-size=N (N >= 1)\n";
     return 2;
   }
   if (batch.getNumOccurrences() && batch <= 0) {
