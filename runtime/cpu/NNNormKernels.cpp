@@ -1,0 +1,489 @@
+// NNNormKernels.cpp - normalization, softmax and loss kernels of lwrt/cpu_nn.h
+//
+// Each follows the formula of its reference kernel (ir/Interpreter.cpp,
+// ir/TrainKernels.cpp); sums over many elements are kept in double.
+#include "lwrt/cpu_nn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+#include <vector>
+
+namespace lwrt::cpu {
+namespace {
+
+/// Runs fn(T{}) for the float element type `t`; false for other types.
+template <typename Fn> bool dispatch(DType t, Fn fn) {
+  if (t == DType::F32)
+    return fn(float{});
+  if (t == DType::F64)
+    return fn(double{});
+  return false;
+}
+
+/// All views have the float element type `t` and hold data (or no elements).
+bool floatViews(DType t, std::initializer_list<const TensorView*> views) {
+  if (t != DType::F32 && t != DType::F64)
+    return false;
+  for (const TensorView* v : views)
+    if (v->dtype != t || (v->data == nullptr && v->numel() != 0))
+      return false;
+  return true;
+}
+
+/// Channel layout of an [N, C, ...] tensor: element k is in channel
+/// (k / inner) % C; `count` elements per channel.
+struct Channels {
+  int64_t N = 0, C = 0, inner = 0, count = 0;
+};
+bool channels(const TensorView& x, Channels& L) {
+  if (x.rank() < 2)
+    return false;
+  L.N = x.shape[0];
+  L.C = x.shape[1];
+  L.inner = 1;
+  for (int64_t d = 2; d < x.rank(); ++d)
+    L.inner *= x.shape[d];
+  L.count = L.N * L.inner;
+  return true;
+}
+
+bool isVector(const TensorView& v, int64_t n) { return v.shape == std::vector<int64_t>{n}; }
+
+//===--- LRN --------------------------------------------------------------===//
+
+/// s = bias + alpha/size * sum of squares over the channel window, per element.
+template <typename T> void lrnScale(const TensorView& xv, const LrnParams& p, std::vector<T>& s) {
+  const std::vector<int64_t>& xs = xv.shape;
+  const T* x = xv.as<T>();
+  int64_t lo = (p.size - 1) / 2, hi = p.size - 1 - lo, C = xs[1], hw = xs[2] * xs[3];
+  T scale = static_cast<T>(p.alpha / static_cast<double>(p.size)), bias = static_cast<T>(p.bias);
+  s.resize(static_cast<size_t>(xv.numel()));
+  for (int64_t n = 0; n < xs[0]; ++n)
+    for (int64_t ch = 0; ch < C; ++ch) {
+      T* out = s.data() + (n * C + ch) * hw;
+      std::fill(out, out + hw, T(0));
+      for (int64_t j = std::max<int64_t>(0, ch - lo); j <= std::min(C - 1, ch + hi); ++j) {
+        const T* in = x + (n * C + j) * hw;
+        for (int64_t q = 0; q < hw; ++q)
+          out[q] += in[q] * in[q];
+      }
+      for (int64_t q = 0; q < hw; ++q)
+        out[q] = bias + scale * out[q];
+    }
+}
+
+template <typename T> bool lrnImpl(const TensorView& xv, const TensorView& yv, const LrnParams& p) {
+  if (xv.rank() != 4 || yv.shape != xv.shape || p.size < 1)
+    return false;
+  std::vector<T> s;
+  lrnScale<T>(xv, p, s);
+  const T* x = xv.as<T>();
+  T* y = yv.as<T>();
+  T beta = static_cast<T>(p.beta);
+  for (int64_t k = 0; k < xv.numel(); ++k)
+    y[k] = x[k] / std::pow(s[k], beta);
+  return true;
+}
+
+template <typename T>
+bool lrnGradImpl(const TensorView& xv, const TensorView& yv, const TensorView& dyv,
+                 const TensorView& dxv, const LrnParams& p) {
+  if (xv.rank() != 4 || yv.shape != xv.shape || dyv.shape != xv.shape || dxv.shape != xv.shape ||
+      p.size < 1)
+    return false;
+  // dx_j = dy_j s_j^-beta - 2 alpha beta / size * x_j * sum_{c: j in win(c)} dy_c y_c / s_c.
+  std::vector<T> s;
+  lrnScale<T>(xv, p, s);
+  const std::vector<int64_t>& xs = xv.shape;
+  const T *x = xv.as<T>(), *y = yv.as<T>(), *dy = dyv.as<T>();
+  T* dx = dxv.as<T>();
+  int64_t lo = (p.size - 1) / 2, hi = p.size - 1 - lo, C = xs[1], hw = xs[2] * xs[3];
+  std::vector<T> r(static_cast<size_t>(xv.numel())); // dy y / s
+  for (int64_t k = 0; k < xv.numel(); ++k)
+    r[k] = dy[k] * y[k] / s[k];
+  T beta = static_cast<T>(p.beta);
+  T coef = static_cast<T>(2.0 * p.alpha * p.beta / static_cast<double>(p.size));
+  std::vector<T> acc(static_cast<size_t>(hw));
+  for (int64_t n = 0; n < xs[0]; ++n)
+    for (int64_t j = 0; j < C; ++j) {
+      std::fill(acc.begin(), acc.end(), T(0));
+      // Channels ch whose window holds j: ch - lo <= j <= ch + hi.
+      for (int64_t ch = std::max<int64_t>(0, j - hi); ch <= std::min(C - 1, j + lo); ++ch) {
+        const T* rc = r.data() + (n * C + ch) * hw;
+        for (int64_t q = 0; q < hw; ++q)
+          acc[q] += rc[q];
+      }
+      int64_t base = (n * C + j) * hw;
+      for (int64_t q = 0; q < hw; ++q) {
+        int64_t k = base + q;
+        dx[k] = dy[k] * std::pow(s[k], -beta) - coef * x[k] * acc[q];
+      }
+    }
+  return true;
+}
+
+//===--- Batch norm -------------------------------------------------------===//
+
+template <typename T>
+bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
+                   const TensorView& mv, const TensorView& vv, const TensorView& yv,
+                   const BatchNormParams& p) {
+  Channels L;
+  if (!channels(xv, L) || yv.shape != xv.shape)
+    return false;
+  for (const TensorView* v : {&sv, &bv, &mv, &vv})
+    if (!isVector(*v, L.C))
+      return false;
+  const T *x = xv.as<T>(), *scale = sv.as<T>(), *bias = bv.as<T>(), *mean = mv.as<T>(),
+          *var = vv.as<T>();
+  T* y = yv.as<T>();
+  for (int64_t ch = 0; ch < L.C; ++ch) {
+    T a = scale[ch] / std::sqrt(var[ch] + static_cast<T>(p.epsilon));
+    for (int64_t n = 0; n < L.N; ++n) {
+      int64_t base = (n * L.C + ch) * L.inner;
+      for (int64_t q = 0; q < L.inner; ++q)
+        y[base + q] = a * (x[base + q] - mean[ch]) + bias[ch];
+    }
+  }
+  return true;
+}
+
+template <typename T>
+bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
+                        const TensorView& yv, const TensorView& mv, const TensorView& vv,
+                        const BatchNormTrainParams& p) {
+  Channels L;
+  if (!channels(xv, L) || yv.shape != xv.shape)
+    return false;
+  for (const TensorView* v : {&sv, &bv, &mv, &vv})
+    if (!isVector(*v, L.C))
+      return false;
+  const T *x = xv.as<T>(), *scale = sv.as<T>(), *bias = bv.as<T>();
+  T *y = yv.as<T>(), *meanOut = mv.as<T>(), *varOut = vv.as<T>();
+  double count = static_cast<double>(L.count);
+  for (int64_t ch = 0; ch < L.C; ++ch) {
+    double sum = 0;
+    for (int64_t n = 0; n < L.N; ++n) {
+      const T* row = x + (n * L.C + ch) * L.inner;
+      for (int64_t q = 0; q < L.inner; ++q)
+        sum += row[q];
+    }
+    double mean = sum / count, sq = 0;
+    for (int64_t n = 0; n < L.N; ++n) {
+      const T* row = x + (n * L.C + ch) * L.inner;
+      for (int64_t q = 0; q < L.inner; ++q) {
+        double d = row[q] - mean;
+        sq += d * d;
+      }
+    }
+    double var = sq / count;
+    double a = scale[ch] / std::sqrt(var + p.epsilon);
+    for (int64_t n = 0; n < L.N; ++n) {
+      int64_t base = (n * L.C + ch) * L.inner;
+      for (int64_t q = 0; q < L.inner; ++q)
+        y[base + q] = static_cast<T>(a * (x[base + q] - mean) + bias[ch]);
+    }
+    meanOut[ch] = static_cast<T>(mean);
+    varOut[ch] = static_cast<T>(var);
+  }
+  return true;
+}
+
+template <typename T>
+bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorView& mv,
+                       const TensorView& vv, const TensorView& dyv, const TensorView& dxv,
+                       const TensorView& dsv, const TensorView& dbv,
+                       const BatchNormTrainParams& p) {
+  // xhat = (x - mean) invstd; dbias = sum dy; dscale = sum dy xhat;
+  // dx = scale invstd / m (m dy - dbias - xhat dscale).
+  Channels L;
+  if (!channels(xv, L) || dyv.shape != xv.shape || dxv.shape != xv.shape)
+    return false;
+  for (const TensorView* v : {&sv, &mv, &vv, &dsv, &dbv})
+    if (!isVector(*v, L.C))
+      return false;
+  const T *x = xv.as<T>(), *scale = sv.as<T>(), *meanIn = mv.as<T>(), *varIn = vv.as<T>(),
+          *dy = dyv.as<T>();
+  T *dx = dxv.as<T>(), *dscaleOut = dsv.as<T>(), *dbiasOut = dbv.as<T>();
+  double m = static_cast<double>(L.count);
+  for (int64_t ch = 0; ch < L.C; ++ch) {
+    double mean = meanIn[ch], invstd = 1.0 / std::sqrt(static_cast<double>(varIn[ch]) + p.epsilon);
+    double dbias = 0, dscale = 0;
+    for (int64_t n = 0; n < L.N; ++n) {
+      int64_t base = (n * L.C + ch) * L.inner;
+      for (int64_t q = 0; q < L.inner; ++q) {
+        dbias += dy[base + q];
+        dscale += dy[base + q] * (x[base + q] - mean) * invstd;
+      }
+    }
+    double a = scale[ch] * invstd / m;
+    for (int64_t n = 0; n < L.N; ++n) {
+      int64_t base = (n * L.C + ch) * L.inner;
+      for (int64_t q = 0; q < L.inner; ++q) {
+        double xhat = (x[base + q] - mean) * invstd;
+        dx[base + q] = static_cast<T>(a * (m * dy[base + q] - dbias - xhat * dscale));
+      }
+    }
+    dscaleOut[ch] = static_cast<T>(dscale);
+    dbiasOut[ch] = static_cast<T>(dbias);
+  }
+  return true;
+}
+
+//===--- Softmax ----------------------------------------------------------===//
+
+/// Rows along `axis`: outer * inner rows of n elements, stride inner.
+struct Rows {
+  int64_t outer = 1, n = 0, inner = 1;
+};
+bool rowsOf(const TensorView& x, int64_t axis, Rows& r) {
+  if (axis < 0)
+    axis += x.rank();
+  if (axis < 0 || axis >= x.rank())
+    return false;
+  r.n = x.shape[axis];
+  for (int64_t d = 0; d < axis; ++d)
+    r.outer *= x.shape[d];
+  for (int64_t d = axis + 1; d < x.rank(); ++d)
+    r.inner *= x.shape[d];
+  return true;
+}
+
+template <typename T>
+bool softmaxImpl(const TensorView& xv, const TensorView& yv, const SoftmaxParams& p, bool log) {
+  Rows r;
+  if (!rowsOf(xv, p.axis, r) || yv.shape != xv.shape)
+    return false;
+  const T* x = xv.as<T>();
+  T* y = yv.as<T>();
+  for (int64_t o = 0; o < r.outer; ++o)
+    for (int64_t e = 0; e < r.inner; ++e) {
+      const T* xr = x + o * r.n * r.inner + e;
+      T* yr = y + o * r.n * r.inner + e;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j < r.n; ++j)
+        mx = std::max(mx, xr[j * r.inner]);
+      double sum = 0;
+      for (int64_t j = 0; j < r.n; ++j)
+        sum += std::exp(xr[j * r.inner] - mx);
+      T lse = static_cast<T>(std::log(sum)), inv = static_cast<T>(1.0 / sum);
+      for (int64_t j = 0; j < r.n; ++j) {
+        T z = xr[j * r.inner] - mx;
+        yr[j * r.inner] = log ? z - lse : std::exp(z) * inv;
+      }
+    }
+  return true;
+}
+
+template <typename T>
+bool softmaxGradImpl(const TensorView& yv, const TensorView& dyv, const TensorView& dxv,
+                     const SoftmaxParams& p, bool log) {
+  Rows r;
+  if (!rowsOf(yv, p.axis, r) || dyv.shape != yv.shape || dxv.shape != yv.shape)
+    return false;
+  const T *y = yv.as<T>(), *dy = dyv.as<T>();
+  T* dx = dxv.as<T>();
+  for (int64_t o = 0; o < r.outer; ++o)
+    for (int64_t e = 0; e < r.inner; ++e) {
+      int64_t base = o * r.n * r.inner + e;
+      double acc = 0; // sum(dy * y) for softmax, sum(dy) for log_softmax
+      for (int64_t j = 0; j < r.n; ++j) {
+        int64_t i = base + j * r.inner;
+        acc += log ? dy[i] : dy[i] * y[i];
+      }
+      T a = static_cast<T>(acc);
+      for (int64_t j = 0; j < r.n; ++j) {
+        int64_t i = base + j * r.inner;
+        dx[i] = log ? dy[i] - std::exp(y[i]) * a : y[i] * (dy[i] - a);
+      }
+    }
+  return true;
+}
+
+//===--- Losses -----------------------------------------------------------===//
+
+/// The labels of softmax_xent as int64, or false when they do not fit
+/// logits [N, K] or are out of range.
+bool readLabels(const TensorView& logits, const TensorView& labels, std::vector<int64_t>& out) {
+  if (logits.rank() != 2 || labels.shape != std::vector<int64_t>{logits.shape[0]} ||
+      (labels.data == nullptr && logits.shape[0] != 0))
+    return false;
+  int64_t n = logits.shape[0], k = logits.shape[1];
+  out.resize(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    if (labels.dtype == DType::I64)
+      out[r] = labels.as<int64_t>()[r];
+    else if (labels.dtype == DType::I32)
+      out[r] = labels.as<int32_t>()[r];
+    else
+      return false;
+    if (out[r] < 0 || out[r] >= k)
+      return false;
+  }
+  return true;
+}
+
+/// log(sum_j exp(z[j])) of one row of k logits, in double.
+template <typename T> double rowLogSumExp(const T* z, int64_t k) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < k; ++j)
+    mx = std::max(mx, static_cast<double>(z[j]));
+  double sum = 0;
+  for (int64_t j = 0; j < k; ++j)
+    sum += std::exp(z[j] - mx);
+  return mx + std::log(sum);
+}
+
+bool isScalar(const TensorView& v) { return v.rank() == 0; }
+
+template <typename T>
+bool softmaxXentImpl(const TensorView& zv, const TensorView& lv, const TensorView& loss) {
+  std::vector<int64_t> labels;
+  if (!readLabels(zv, lv, labels) || !isScalar(loss))
+    return false;
+  int64_t n = zv.shape[0], k = zv.shape[1];
+  const T* z = zv.as<T>();
+  double total = 0;
+  for (int64_t r = 0; r < n; ++r)
+    total += rowLogSumExp(z + r * k, k) - z[r * k + labels[r]];
+  *loss.as<T>() = static_cast<T>(total / static_cast<double>(n));
+  return true;
+}
+
+template <typename T>
+bool softmaxXentGradImpl(const TensorView& zv, const TensorView& lv, const TensorView& dlv,
+                         const TensorView& dzv) {
+  std::vector<int64_t> labels;
+  if (!readLabels(zv, lv, labels) || !isScalar(dlv) || dzv.shape != zv.shape)
+    return false;
+  int64_t n = zv.shape[0], k = zv.shape[1];
+  const T* z = zv.as<T>();
+  T* dz = dzv.as<T>();
+  double scale = static_cast<double>(*dlv.as<T>()) / static_cast<double>(n);
+  for (int64_t r = 0; r < n; ++r) {
+    double lse = rowLogSumExp(z + r * k, k);
+    for (int64_t j = 0; j < k; ++j)
+      dz[r * k + j] =
+          static_cast<T>((std::exp(z[r * k + j] - lse) - (j == labels[r] ? 1.0 : 0.0)) * scale);
+  }
+  return true;
+}
+
+template <typename T>
+bool mseLossImpl(const TensorView& pv, const TensorView& tv, const TensorView& loss) {
+  if (tv.shape != pv.shape || !isScalar(loss))
+    return false;
+  const T *pred = pv.as<T>(), *target = tv.as<T>();
+  double sum = 0;
+  for (int64_t k = 0; k < pv.numel(); ++k) {
+    double d = static_cast<double>(pred[k]) - static_cast<double>(target[k]);
+    sum += d * d;
+  }
+  *loss.as<T>() = static_cast<T>(sum / static_cast<double>(std::max<int64_t>(1, pv.numel())));
+  return true;
+}
+
+template <typename T>
+bool mseLossGradImpl(const TensorView& pv, const TensorView& tv, const TensorView& dlv,
+                     const TensorView& dpv) {
+  if (tv.shape != pv.shape || !isScalar(dlv) || dpv.shape != pv.shape)
+    return false;
+  const T *pred = pv.as<T>(), *target = tv.as<T>();
+  T* dp = dpv.as<T>();
+  T scale = static_cast<T>(2.0 * static_cast<double>(*dlv.as<T>()) /
+                           static_cast<double>(std::max<int64_t>(1, pv.numel())));
+  for (int64_t k = 0; k < pv.numel(); ++k)
+    dp[k] = (pred[k] - target[k]) * scale;
+  return true;
+}
+
+} // namespace
+
+//===--- Entry points -----------------------------------------------------===//
+
+#define LWRT_DISPATCH(dtype, call)                                                                 \
+  dispatch(dtype, [&](auto tag) {                                                                  \
+    using T = decltype(tag);                                                                       \
+    return call;                                                                                   \
+  })
+
+bool lrn(const TensorView& x, const TensorView& y, const LrnParams& p) {
+  return floatViews(x.dtype, {&x, &y}) && LWRT_DISPATCH(x.dtype, lrnImpl<T>(x, y, p));
+}
+
+bool lrnGrad(const TensorView& x, const TensorView& y, const TensorView& dy, const TensorView& dx,
+             const LrnParams& p) {
+  return floatViews(x.dtype, {&x, &y, &dy, &dx}) &&
+         LWRT_DISPATCH(x.dtype, lrnGradImpl<T>(x, y, dy, dx, p));
+}
+
+bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& bias,
+               const TensorView& mean, const TensorView& var, const TensorView& y,
+               const BatchNormParams& p) {
+  return floatViews(x.dtype, {&x, &scale, &bias, &mean, &var, &y}) &&
+         LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p));
+}
+
+bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                    const TensorView& y, const TensorView& mean, const TensorView& var,
+                    const BatchNormTrainParams& p) {
+  return floatViews(x.dtype, {&x, &scale, &bias, &y, &mean, &var}) &&
+         LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p));
+}
+
+bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,
+                   const TensorView& var, const TensorView& dy, const TensorView& dx,
+                   const TensorView& dscale, const TensorView& dbias,
+                   const BatchNormTrainParams& p) {
+  return floatViews(x.dtype, {&x, &scale, &mean, &var, &dy, &dx, &dscale, &dbias}) &&
+         LWRT_DISPATCH(x.dtype,
+                       batchNormGradImpl<T>(x, scale, mean, var, dy, dx, dscale, dbias, p));
+}
+
+bool softmax(const TensorView& x, const TensorView& y, const SoftmaxParams& p) {
+  return floatViews(x.dtype, {&x, &y}) && LWRT_DISPATCH(x.dtype, softmaxImpl<T>(x, y, p, false));
+}
+
+bool logSoftmax(const TensorView& x, const TensorView& y, const SoftmaxParams& p) {
+  return floatViews(x.dtype, {&x, &y}) && LWRT_DISPATCH(x.dtype, softmaxImpl<T>(x, y, p, true));
+}
+
+bool softmaxGrad(const TensorView& y, const TensorView& dy, const TensorView& dx,
+                 const SoftmaxParams& p) {
+  return floatViews(y.dtype, {&y, &dy, &dx}) &&
+         LWRT_DISPATCH(y.dtype, softmaxGradImpl<T>(y, dy, dx, p, false));
+}
+
+bool logSoftmaxGrad(const TensorView& y, const TensorView& dy, const TensorView& dx,
+                    const SoftmaxParams& p) {
+  return floatViews(y.dtype, {&y, &dy, &dx}) &&
+         LWRT_DISPATCH(y.dtype, softmaxGradImpl<T>(y, dy, dx, p, true));
+}
+
+bool softmaxXent(const TensorView& logits, const TensorView& labels, const TensorView& loss) {
+  return floatViews(logits.dtype, {&logits, &loss}) &&
+         LWRT_DISPATCH(logits.dtype, softmaxXentImpl<T>(logits, labels, loss));
+}
+
+bool softmaxXentGrad(const TensorView& logits, const TensorView& labels, const TensorView& dloss,
+                     const TensorView& dlogits) {
+  return floatViews(logits.dtype, {&logits, &dloss, &dlogits}) &&
+         LWRT_DISPATCH(logits.dtype, softmaxXentGradImpl<T>(logits, labels, dloss, dlogits));
+}
+
+bool mseLoss(const TensorView& pred, const TensorView& target, const TensorView& loss) {
+  return floatViews(pred.dtype, {&pred, &target, &loss}) &&
+         LWRT_DISPATCH(pred.dtype, mseLossImpl<T>(pred, target, loss));
+}
+
+bool mseLossGrad(const TensorView& pred, const TensorView& target, const TensorView& dloss,
+                 const TensorView& dpred) {
+  return floatViews(pred.dtype, {&pred, &target, &dloss, &dpred}) &&
+         LWRT_DISPATCH(pred.dtype, mseLossGradImpl<T>(pred, target, dloss, dpred));
+}
+
+#undef LWRT_DISPATCH
+
+} // namespace lwrt::cpu

@@ -1,0 +1,462 @@
+//===- TensorShapeKernels.cpp - Data-movement kernels ---------------------===//
+//
+// The CPU kernels of lwrt/cpu_tensor.h that move elements without computing
+// on them: copy, transpose, concat, slice (and slice_grad), split, gather
+// (and gather_grad), expand and pad. Most work on raw elements of 1, 2, 4 or
+// 8 bytes, so every element type is served by one instantiation per size.
+//
+//===----------------------------------------------------------------------===//
+#include "lwrt/cpu_tensor.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace lwrt::cpu {
+
+namespace {
+
+using Dims = std::vector<int64_t>;
+
+/// Calls fn(U{}) with U an unsigned integer of the element size of `t`.
+template <typename Fn> bool dispatchBytes(DType t, Fn fn) {
+  switch (dtypeSize(t)) {
+  case 1:
+    return fn(uint8_t{});
+  case 2:
+    return fn(uint16_t{});
+  case 4:
+    return fn(uint32_t{});
+  case 8:
+    return fn(uint64_t{});
+  default:
+    return false;
+  }
+}
+
+template <typename Fn> bool dispatchFloat(DType t, Fn fn) {
+  if (t == DType::F32)
+    return fn(float{});
+  if (t == DType::F64)
+    return fn(double{});
+  return false;
+}
+
+Dims stridesOf(const Dims& s) {
+  Dims st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;)
+    st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+int64_t product(const Dims& s, size_t from = 0, size_t to = SIZE_MAX) {
+  int64_t n = 1;
+  for (size_t d = from; d < std::min(to, s.size()); ++d)
+    n *= s[d];
+  return n;
+}
+
+/// Calls fn(k, offset) for every element k (row-major) of `shape`, with
+/// offset = base + sum idx[d] * st[d] (strides may be 0 or negative).
+template <typename Fn> void walk(const Dims& shape, const Dims& st, int64_t base, Fn fn) {
+  int64_t n = product(shape);
+  if (n == 0)
+    return;
+  size_t r = shape.size();
+  if (r == 0) {
+    fn(int64_t{0}, base);
+    return;
+  }
+  int64_t inner = shape[r - 1], ist = st[r - 1];
+  Dims idx(r, 0);
+  int64_t off = base;
+  for (int64_t k = 0; k < n; k += inner) {
+    for (int64_t e = 0; e < inner; ++e)
+      fn(k + e, off + e * ist);
+    for (size_t d = r - 1; d-- > 0;) {
+      off += st[d];
+      if (++idx[d] < shape[d])
+        break;
+      off -= st[d] * shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/// y[k] = x[offset(k)] for the offsets walk() gives over y's shape.
+bool gatherWalk(const TensorView& x, const TensorView& y, const Dims& st, int64_t base) {
+  return dispatchBytes(x.dtype, [&](auto tag) {
+    using U = decltype(tag);
+    const U* xs = x.as<U>();
+    U* ys = y.as<U>();
+    walk(y.shape, st, base, [&](int64_t k, int64_t o) { ys[k] = xs[o]; });
+    return true;
+  });
+}
+
+bool normAxis(int64_t& axis, int64_t rank) {
+  if (axis < 0)
+    axis += rank;
+  return axis >= 0 && axis < rank;
+}
+
+/// Where a slice reads its input: per axis, the first index, the step and
+/// the count. A copy of lwcc's shape::resolveSlice and kernels::sliceMap
+/// (the runtime cannot depend on the compiler): ONNX clamping of starts and
+/// ends, negative ones counting from the end.
+struct SliceDims {
+  Dims start, step, count;
+};
+
+bool resolveSlices(const Dims& in, const SliceParams& p, SliceDims& out) {
+  size_t rank = in.size(), n = p.starts.size();
+  if (p.ends.size() != n || (p.axes && p.axes->size() != n) || (p.steps && p.steps->size() != n))
+    return false;
+  out.start.assign(rank, 0);
+  out.step.assign(rank, 1);
+  out.count = in;
+  for (size_t k = 0; k < n; ++k) {
+    int64_t axis = p.axes ? (*p.axes)[k] : static_cast<int64_t>(k);
+    int64_t step = p.steps ? (*p.steps)[k] : 1;
+    if (!normAxis(axis, static_cast<int64_t>(rank)) || step == 0)
+      return false;
+    int64_t dim = in[axis], start = p.starts[k], end = p.ends[k], count = 0;
+    if (dim > 0) {
+      if (start < 0)
+        start += dim;
+      if (end < 0)
+        end += dim;
+      // Counts as (distance - 1) / |step| + 1 in unsigned arithmetic, so that
+      // huge steps cannot overflow.
+      if (step > 0) {
+        start = std::clamp<int64_t>(start, 0, dim);
+        end = std::clamp<int64_t>(end, 0, dim);
+        if (end > start)
+          count = static_cast<int64_t>(
+              static_cast<uint64_t>(end - start - 1) / static_cast<uint64_t>(step) + 1);
+      } else {
+        start = std::clamp<int64_t>(start, 0, dim - 1);
+        end = std::clamp<int64_t>(end, -1, dim - 1);
+        uint64_t magnitude = uint64_t{0} - static_cast<uint64_t>(step);
+        if (start > end)
+          count = static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / magnitude + 1);
+      }
+    } else {
+      start = 0;
+    }
+    out.start[axis] = start;
+    out.step[axis] = step;
+    out.count[axis] = count;
+  }
+  return true;
+}
+
+/// The input strides and base offset of a slice of `in`.
+void sliceWalk(const Dims& in, const SliceDims& s, Dims& st, int64_t& base) {
+  st = stridesOf(in);
+  base = 0;
+  for (size_t d = 0; d < in.size(); ++d) {
+    base += s.start[d] * st[d];
+    st[d] *= s.step[d];
+  }
+}
+
+/// Outer and inner extents around `axis` of `s`.
+void aroundAxis(const Dims& s, int64_t axis, int64_t& outer, int64_t& inner) {
+  outer = product(s, 0, axis);
+  inner = product(s, axis + 1);
+}
+
+/// Whether a gather over `data` at `axis` with `indices` yields `out`.
+bool gatherShape(const Dims& data, const Dims& indices, int64_t axis, const Dims& out) {
+  Dims want(data.begin(), data.begin() + axis);
+  want.insert(want.end(), indices.begin(), indices.end());
+  want.insert(want.end(), data.begin() + axis + 1, data.end());
+  return want == out;
+}
+
+/// The indices as int64, each in [0, n) after negative ones are wrapped;
+/// false for another dtype or an index out of range.
+bool readIndices(const TensorView& t, int64_t n, Dims& out) {
+  out.resize(t.numel());
+  for (size_t j = 0; j < out.size(); ++j) {
+    if (t.dtype == DType::I64)
+      out[j] = t.as<int64_t>()[j];
+    else if (t.dtype == DType::I32)
+      out[j] = t.as<int32_t>()[j];
+    else
+      return false;
+    if (out[j] < -n || out[j] >= n)
+      return false;
+    if (out[j] < 0)
+      out[j] += n;
+  }
+  return true;
+}
+
+} // namespace
+
+bool copy(const TensorView& x, const TensorView& y) {
+  if (x.dtype != y.dtype || x.numel() != y.numel())
+    return false;
+  if (x.data != y.data && x.bytes() > 0)
+    std::memmove(y.data, x.data, static_cast<size_t>(x.bytes()));
+  return true;
+}
+
+bool transpose(const TensorView& x, const TensorView& y, const TransposeParams& p) {
+  int64_t r = x.rank();
+  if (x.dtype != y.dtype || y.rank() != r || static_cast<int64_t>(p.perm.size()) != r)
+    return false;
+  std::vector<bool> seen(r, false);
+  Dims xst = stridesOf(x.shape), st(r);
+  for (int64_t d = 0; d < r; ++d) {
+    int64_t q = p.perm[d];
+    if (q < 0 || q >= r || seen[q] || y.shape[d] != x.shape[q])
+      return false;
+    seen[q] = true;
+    st[d] = xst[q];
+  }
+  return gatherWalk(x, y, st, 0);
+}
+
+bool concat(const std::vector<TensorView>& xs, const TensorView& y, const ConcatParams& p) {
+  int64_t axis = p.axis;
+  if (xs.empty() || !normAxis(axis, y.rank()))
+    return false;
+  int64_t total = 0;
+  for (const TensorView& x : xs) {
+    if (x.dtype != y.dtype || x.rank() != y.rank())
+      return false;
+    for (int64_t d = 0; d < y.rank(); ++d)
+      if (d != axis && x.shape[d] != y.shape[d])
+        return false;
+    total += x.shape[axis];
+  }
+  if (total != y.shape[axis])
+    return false;
+  int64_t outer, inner, esize = dtypeSize(y.dtype);
+  aroundAxis(y.shape, axis, outer, inner);
+  auto* out = static_cast<char*>(y.data);
+  for (int64_t o = 0; o < outer; ++o)
+    for (const TensorView& x : xs) {
+      int64_t chunk = x.shape[axis] * inner * esize;
+      if (chunk > 0)
+        std::memcpy(out, static_cast<const char*>(x.data) + o * chunk, static_cast<size_t>(chunk));
+      out += chunk;
+    }
+  return true;
+}
+
+bool split(const TensorView& x, const std::vector<TensorView>& ys, const SplitParams& p) {
+  int64_t axis = p.axis;
+  if (!normAxis(axis, x.rank()) || ys.size() != p.split.size())
+    return false;
+  int64_t total = 0;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    Dims want = x.shape;
+    want[axis] = p.split[i];
+    if (ys[i].dtype != x.dtype || ys[i].shape != want || p.split[i] < 0)
+      return false;
+    total += p.split[i];
+  }
+  if (total != x.shape[axis])
+    return false;
+  int64_t outer, inner, esize = dtypeSize(x.dtype);
+  aroundAxis(x.shape, axis, outer, inner);
+  const auto* in = static_cast<const char*>(x.data);
+  for (int64_t o = 0; o < outer; ++o)
+    for (const TensorView& y : ys) {
+      int64_t chunk = y.shape[axis] * inner * esize;
+      if (chunk > 0)
+        std::memcpy(static_cast<char*>(y.data) + o * chunk, in, static_cast<size_t>(chunk));
+      in += chunk;
+    }
+  return true;
+}
+
+bool slice(const TensorView& x, const TensorView& y, const SliceParams& p) {
+  SliceDims s;
+  if (x.dtype != y.dtype || !resolveSlices(x.shape, p, s) || s.count != y.shape)
+    return false;
+  Dims st;
+  int64_t base;
+  sliceWalk(x.shape, s, st, base);
+  return gatherWalk(x, y, st, base);
+}
+
+bool sliceGrad(const TensorView& dy, const TensorView& dx, const SliceParams& p) {
+  SliceDims s;
+  if (dy.dtype != dx.dtype || !resolveSlices(dx.shape, p, s) || s.count != dy.shape)
+    return false;
+  Dims st;
+  int64_t base;
+  sliceWalk(dx.shape, s, st, base);
+  return dispatchFloat(dx.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = dy.as<T>();
+    T* out = dx.as<T>();
+    std::fill(out, out + dx.numel(), T{0});
+    // A slice reads each input element at most once: no sums.
+    walk(dy.shape, st, base, [&](int64_t k, int64_t o) { out[o] = in[k]; });
+    return true;
+  });
+}
+
+bool gather(const TensorView& data, const TensorView& indices, const TensorView& y,
+            const GatherParams& p) {
+  int64_t axis = p.axis;
+  if (data.dtype != y.dtype || !normAxis(axis, data.rank()) ||
+      !gatherShape(data.shape, indices.shape, axis, y.shape))
+    return false;
+  Dims ix;
+  int64_t n = data.shape[axis];
+  if (!readIndices(indices, n, ix))
+    return false;
+  int64_t outer, inner, esize = dtypeSize(data.dtype);
+  aroundAxis(data.shape, axis, outer, inner);
+  int64_t row = inner * esize;
+  if (row == 0)
+    return true;
+  const auto* in = static_cast<const char*>(data.data);
+  auto* out = static_cast<char*>(y.data);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j : ix) {
+      std::memcpy(out, in + (o * n + j) * row, static_cast<size_t>(row));
+      out += row;
+    }
+  return true;
+}
+
+bool gatherGrad(const TensorView& indices, const TensorView& dy, const TensorView& dx,
+                const GatherParams& p) {
+  int64_t axis = p.axis;
+  if (dy.dtype != dx.dtype || !normAxis(axis, dx.rank()) ||
+      !gatherShape(dx.shape, indices.shape, axis, dy.shape))
+    return false;
+  Dims ix;
+  int64_t n = dx.shape[axis];
+  if (!readIndices(indices, n, ix))
+    return false;
+  int64_t outer, inner;
+  aroundAxis(dx.shape, axis, outer, inner);
+  return dispatchFloat(dx.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    // Repeated indices sum in double, rounded once, as the reference does.
+    std::vector<double> acc(dx.numel(), 0.0);
+    const T* in = dy.as<T>();
+    int64_t k = 0;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j : ix)
+        for (int64_t e = 0; e < inner; ++e, ++k)
+          acc[(o * n + j) * inner + e] += static_cast<double>(in[k]);
+    T* out = dx.as<T>();
+    for (size_t i = 0; i < acc.size(); ++i)
+      out[i] = static_cast<T>(acc[i]);
+    return true;
+  });
+}
+
+bool expand(const TensorView& x, const TensorView& y) {
+  size_t r = y.shape.size(), xr = x.shape.size();
+  if (x.dtype != y.dtype || xr > r)
+    return false;
+  Dims st(r, 0);
+  int64_t acc = 1;
+  for (size_t d = xr; d-- > 0;) {
+    int64_t xd = x.shape[d], yd = y.shape[r - xr + d];
+    if (xd != 1 && xd != yd)
+      return false;
+    st[r - xr + d] = xd == 1 ? 0 : acc;
+    acc *= xd;
+  }
+  return gatherWalk(x, y, st, 0);
+}
+
+bool pad(const TensorView& x, const TensorView& y, const PadParams& p) {
+  int64_t r = x.rank();
+  if (x.dtype != y.dtype || y.rank() != r || static_cast<int64_t>(p.pads.size()) != 2 * r)
+    return false;
+  // Per axis, the input index each output index reads (-1: the constant).
+  std::vector<Dims> src(r);
+  for (int64_t d = 0; d < r; ++d) {
+    int64_t n = x.shape[d], before = p.pads[d], after = p.pads[d + r];
+    if (y.shape[d] != n + before + after)
+      return false;
+    if (p.mode == PadMode::Reflect && (before > 0 || after > 0) && (before >= n || after >= n))
+      return false;
+    if (p.mode == PadMode::Edge && n == 0 && y.shape[d] > 0)
+      return false;
+    src[d].resize(y.shape[d]);
+    for (int64_t o = 0; o < y.shape[d]; ++o) {
+      int64_t i = o - before;
+      if (i < 0 || i >= n) {
+        if (p.mode == PadMode::Constant)
+          i = -1;
+        else if (p.mode == PadMode::Edge)
+          i = std::clamp<int64_t>(i, 0, n - 1);
+        else // reflect, without repeating the edge
+          while (i < 0 || i >= n)
+            i = i < 0 ? -i : 2 * (n - 1) - i;
+      }
+      src[d][o] = i;
+    }
+  }
+  if (x.dtype == DType::F16 || x.dtype == DType::BF16)
+    return false;
+  return dispatchBytes(x.dtype, [&](auto tag) {
+    using U = decltype(tag);
+    // The constant's bits in the element type.
+    U fill{};
+    double v = p.value;
+    auto put = [&](auto value) {
+      static_assert(sizeof(value) == sizeof(U));
+      std::memcpy(&fill, &value, sizeof(U));
+    };
+    if constexpr (sizeof(U) == 8) {
+      if (x.dtype == DType::F64)
+        put(v);
+      else
+        put(static_cast<int64_t>(v));
+    } else if constexpr (sizeof(U) == 4) {
+      if (x.dtype == DType::F32)
+        put(static_cast<float>(v));
+      else
+        put(static_cast<int32_t>(static_cast<int64_t>(v)));
+    } else if constexpr (sizeof(U) == 1) {
+      put(static_cast<uint8_t>(static_cast<int64_t>(v) != 0));
+    }
+    const U* xs = x.as<U>();
+    U* ys = y.as<U>();
+    int64_t n = y.numel();
+    if (n == 0)
+      return true;
+    if (r == 0) {
+      ys[0] = xs[0];
+      return true;
+    }
+    Dims xst = stridesOf(x.shape), idx(r, 0);
+    int64_t inner = y.shape[r - 1];
+    const Dims& last = src[r - 1];
+    for (int64_t k = 0; k < n; k += inner) {
+      int64_t base = 0;
+      bool outside = false;
+      for (int64_t d = 0; d + 1 < r; ++d) {
+        int64_t i = src[d][idx[d]];
+        outside |= i < 0;
+        base += i * xst[d];
+      }
+      for (int64_t e = 0; e < inner; ++e)
+        ys[k + e] = outside || last[e] < 0 ? fill : xs[base + last[e]];
+      for (int64_t d = r - 1; d-- > 0;) {
+        if (++idx[d] < y.shape[d])
+          break;
+        idx[d] = 0;
+      }
+    }
+    return true;
+  });
+}
+
+} // namespace lwrt::cpu
