@@ -168,6 +168,7 @@ cmd_test() {
   suite "zoo vs onnxruntime" parse_counts python3 test/e2e/zoo_reference.py
   suite "exporter patterns"  parse_counts python3 test/e2e/exporter_patterns.py
   suite "zoo gradients and memory plans" parse_counts python3 test/e2e/zoo_checks.py
+  suite "CPU trainer vs interpreter" parse_counts python3 test/e2e/trainer_vs_reference.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
 

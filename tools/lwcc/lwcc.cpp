@@ -9,6 +9,7 @@
 // on success, 1 for a bad model or failed run, 2 for bad usage.
 //
 //===----------------------------------------------------------------------===//
+#include "codegen/Codegen.h"
 #include "frontend/Frontend.h"
 #include "ir/Interpreter.h"
 #include "ir/Printer.h"
@@ -19,6 +20,8 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -39,13 +42,16 @@ cl::opt<std::string> modelFile(cl::Positional, cl::desc("<model.onnx | model.onn
                                cl::cat(category));
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(category));
-enum class Emit { IR, TrainIR, Plan };
+enum class Emit { IR, TrainIR, Plan, Source, Exe };
 cl::opt<Emit> emit("emit", cl::desc("What to produce"),
                    cl::values(clEnumValN(Emit::IR, "ir", "the model IR (.lwir)"),
                               clEnumValN(Emit::TrainIR, "train-ir",
                                          "the training step: forward, loss, backward, update"),
                               clEnumValN(Emit::Plan, "plan",
-                                         "the training step's memory plan: a table of buffers")),
+                                         "the training step's memory plan: a table of buffers"),
+                              clEnumValN(Emit::Source, "source",
+                                         "the trainer's sources in the folder given by -o"),
+                              clEnumValN(Emit::Exe, "exe", "the trainer executable given by -o")),
                    cl::init(Emit::IR), cl::cat(category));
 
 // Training.
@@ -100,6 +106,8 @@ cl::opt<std::string> dumpDir("dump",
                              cl::desc("Where --train-reference writes losses, first-step "
                                       "gradients and final params (TensorProto files)"),
                              cl::value_desc("dir"), cl::cat(category));
+cl::opt<std::string> target("target", cl::desc("Where the trainer runs: cpu"), cl::init("cpu"),
+                            cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Report what each stage produced on stderr"),
                       cl::cat(category));
 cl::opt<int64_t> batch("batch", cl::desc("Value of a symbolic leading (batch) dim of the inputs"),
@@ -256,6 +264,86 @@ void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& 
                       stats.buffers, stats.totalBytes, stats.inPlace, stats.aliased);
 }
 
+/// <prefix> of this lwcc: the folder above the one holding the executable.
+std::string installPrefix(const char* argv0) {
+  std::string exe =
+      llvm::sys::fs::getMainExecutable(argv0, reinterpret_cast<void*>(&installPrefix));
+  return llvm::sys::path::parent_path(llvm::sys::path::parent_path(exe)).str();
+}
+
+bool writeText(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  llvm::raw_fd_ostream out(path, ec, llvm::sys::fs::OF_None);
+  if (ec)
+    return false;
+  out << text;
+  return !out.has_error();
+}
+
+/// Writes trainer.cc, trainer.weights and a CMakeLists.txt into `dir`.
+int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::string& prefix) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::string cmake =
+      "# Builds the trainer lwcc generated. LWCC_PREFIX is the folder holding\n"
+      "# lwcc's include/ (runtime headers) and lib/ (liblwcc_runtime_cpu.a).\n"
+      "cmake_minimum_required(VERSION 3.20)\nproject(trainer CXX)\n"
+      "set(CMAKE_CXX_STANDARD 20)\nset(LWCC_PREFIX \"" +
+      prefix +
+      "\" CACHE PATH \"lwcc install prefix\")\n"
+      "find_package(BLAS REQUIRED)\nfind_package(Threads REQUIRED)\nfind_package(ZLIB REQUIRED)\n"
+      "add_executable(trainer trainer.cc)\n"
+      "target_include_directories(trainer PRIVATE ${LWCC_PREFIX}/include)\n"
+      "target_link_libraries(trainer PRIVATE ${LWCC_PREFIX}/lib/liblwcc_runtime_cpu.a "
+      "${BLAS_LIBRARIES} ZLIB::ZLIB Threads::Threads)\n"
+      "configure_file(trainer.weights trainer.weights COPYONLY)\n";
+  if (ec || !writeText(dir + "/trainer.cc", t.source) ||
+      !writeText(dir + "/trainer.weights", t.weights) ||
+      !writeText(dir + "/CMakeLists.txt", cmake)) {
+    llvm::errs() << dir << ": error: cannot write the trainer's sources\n";
+    return 1;
+  }
+  return 0;
+}
+
+/// Compiles trainer.cc with the host compiler into `exe` (and exe.weights).
+int buildExe(const GeneratedTrainer& t, const std::string& exe, const std::string& prefix) {
+  llvm::SmallString<128> dir;
+  if (llvm::sys::fs::createUniqueDirectory("lwcc-trainer", dir)) {
+    llvm::errs() << "lwcc: error: cannot create a temporary folder\n";
+    return 1;
+  }
+  std::string src = (dir + "/trainer.cc").str();
+  if (!writeText(src, t.source) || !writeText(exe + ".weights", t.weights)) {
+    llvm::errs() << exe << ": error: cannot write the trainer or its weights\n";
+    return 1;
+  }
+  auto cxx = llvm::sys::findProgramByName("c++");
+  if (!cxx) {
+    llvm::errs() << "lwcc: error: no host C++ compiler (c++) on PATH\n";
+    return 1;
+  }
+  std::string lib = prefix + "/lib/liblwcc_runtime_cpu.a";
+  if (!fs::exists(lib) || !fs::exists(prefix + "/include/lwrt/trainer.h")) {
+    llvm::errs() << "lwcc: error: the CPU runtime is not installed under " << prefix
+                 << " (expected include/lwrt/ and lib/liblwcc_runtime_cpu.a)\n";
+    return 1;
+  }
+  std::vector<std::string> args = {
+      *cxx,        "-std=c++20", "-O2", "-I" + prefix + "/include", src, lib, "-lopenblas", "-lz",
+      "-lpthread", "-o",         exe};
+  std::vector<llvm::StringRef> refs(args.begin(), args.end());
+  std::string message;
+  int rc = llvm::sys::ExecuteAndWait(*cxx, refs, llvm::None, {}, 0, 0, &message);
+  fs::remove_all(dir.str().str());
+  if (rc != 0) {
+    llvm::errs() << "lwcc: error: compiling the trainer failed" << (message.empty() ? "" : ": ")
+                 << message << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 std::string fileSafe(std::string name) {
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
@@ -407,7 +495,33 @@ int main(int argc, char** argv) {
     llvm::errs() << llvm::formatv("lwcc: imported @{0}: {1} inputs, {2} params, {3} ops\n",
                                   module->graph->name(), module->graph->inputs().size(),
                                   module->graph->params().size(), module->graph->numOps());
+  if ((emit == Emit::Source || emit == Emit::Exe) && target != "cpu") {
+    llvm::errs() << "lwcc: --target=" << target << " is not available yet; use --target=cpu\n";
+    return 2;
+  }
+  if ((emit == Emit::Source || emit == Emit::Exe) && outputFile == "-") {
+    llvm::errs() << "lwcc: --emit=source and --emit=exe need -o\n";
+    return 2;
+  }
   std::optional<MemoryPlanStats> plan;
+  if (emit == Emit::Source || emit == Emit::Exe) {
+    if (llvm::Error e = buildTrainingGraph(*module, true))
+      return fail(std::move(e));
+    auto stats = planMemory(*module->graph);
+    if (!stats)
+      return fail(stats.takeError());
+    if (verbose)
+      for (const auto& [device, bytes] : stats->peakBytes)
+        llvm::errs() << llvm::formatv("lwcc: memory plan: device {0}: arena {1} bytes (peak)\n",
+                                      device, bytes);
+    std::string name = llvm::sys::path::filename(modelFile.getValue()).str();
+    auto trainer = generateCpuTrainer(*module, name);
+    if (!trainer)
+      return fail(trainer.takeError());
+    std::string prefix = installPrefix(argv[0]);
+    return emit == Emit::Source ? emitSource(*trainer, outputFile, prefix)
+                                : buildExe(*trainer, outputFile, prefix);
+  }
   if (emit == Emit::TrainIR || emit == Emit::Plan) {
     if (llvm::Error e = buildTrainingGraph(*module, true))
       return fail(std::move(e));
@@ -448,6 +562,9 @@ int main(int argc, char** argv) {
   case Emit::Plan:
     printPlan(*module->graph, *plan, out.os());
     break;
+  case Emit::Source:
+  case Emit::Exe:
+    break; // handled above
   }
   out.keep();
   return 0;

@@ -340,7 +340,7 @@ TEST_PRESETS = {
     # 64, not 32: at 32 the last stage is 1x1, and batch norm over two values
     # makes the training loss too ill-conditioned for finite differences.
     "resnet18": dict(size=64, **_SMALL),
-    "inception": dict(size=32, **_SMALL),
+    "inception": dict(size=64, **_SMALL),
 }
 
 

@@ -1,0 +1,155 @@
+// lwrt/data.h - the trainer's data loaders: input batches for a model
+// defines: DataSource, SyntheticData, IdxOptions, IdxData, shuffledOrder
+//
+// A DataSource yields batches in the model's input layout: float32 images
+// [N, C, H, W] and int64 labels [N]. An epoch is numExamples() / N batches
+// (the last partial batch is dropped); each epoch visits the examples in an
+// order drawn from a seeded RNG that depends only on (seed, epoch), never on
+// what was drawn before, so seek(position()) of a saved run reproduces the
+// batches it would have drawn next, bit for bit.
+//
+// Errors: the runtime reports failures as a `false` / null result with a
+// message in a `std::string* error` out-param (it may be null); messages
+// name the file and the problem. Nothing here throws on bad input, and a
+// corrupt file cannot make a loader crash, hang or allocate more than the
+// file actually holds.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace lwrt {
+
+/// The examples' visiting order of `epoch`: a Fisher-Yates shuffle of
+/// 0..n-1 driven by splitmix64 seeded from (seed, epoch) alone.
+std::vector<int64_t> shuffledOrder(int64_t n, uint64_t seed, uint64_t epoch);
+
+class DataSource {
+public:
+  /// Where the next batch comes from: batch `batch` of epoch `epoch`.
+  struct Position {
+    uint64_t epoch = 0, batch = 0;
+    bool operator==(const Position&) const = default;
+  };
+
+  virtual ~DataSource() = default;
+
+  /// The batch shape [N, C, H, W].
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t batchSize() const { return shape_[0]; }
+  /// Floats in one image, C * H * W.
+  int64_t imageSize() const { return shape_[1] * shape_[2] * shape_[3]; }
+  int64_t numExamples() const { return examples_; }
+  /// Whole batches in an epoch (at least 1: loaders refuse fewer examples than N).
+  int64_t batchesPerEpoch() const { return examples_ / shape_[0]; }
+
+  /// Writes the next batch, N * C * H * W floats and N labels, and advances
+  /// (past the last batch of an epoch to batch 0 of the next).
+  void next(float* images, int64_t* labels);
+
+  Position position() const { return pos_; }
+  /// Makes `p` the next batch; false (nothing changed) when p.batch is not
+  /// below batchesPerEpoch().
+  bool seek(Position p, std::string* error = nullptr);
+
+  /// The example at slot `slot` (< N * batchesPerEpoch) of epoch `epoch`.
+  int64_t exampleAt(uint64_t epoch, int64_t slot);
+
+protected:
+  /// `shape` and `examples` already validated by the subclass's factory.
+  DataSource(std::vector<int64_t> shape, int64_t examples, bool shuffle, uint64_t seed);
+  /// Writes example `index`'s image (C * H * W floats) and label.
+  virtual void load(int64_t index, float* image, int64_t* label) const = 0;
+
+private:
+  const std::vector<int64_t>& orderOf(uint64_t epoch);
+
+  std::vector<int64_t> shape_;
+  int64_t examples_;
+  bool shuffle_;
+  uint64_t seed_;
+  Position pos_;
+  std::vector<int64_t> order_; ///< of epoch orderEpoch_, when shuffling
+  uint64_t orderEpoch_ = 0;
+  bool haveOrder_ = false;
+};
+
+/// Deterministic synthetic data: image element j of example i is a standard
+/// normal (Box-Muller) of a hash of (seed, i, j), the label a uniform class
+/// of a hash of (seed, i); counter-based, so seek needs no replay. Shuffled
+/// per epoch with the same seed.
+class SyntheticData : public DataSource {
+public:
+  /// Null with `error` set when `shape` is not four positive dims, `classes`
+  /// not in [1, 2^31) or `examples` below N.
+  static std::unique_ptr<SyntheticData> create(const std::vector<int64_t>& shape, int64_t classes,
+                                               uint64_t seed, int64_t examples,
+                                               std::string* error = nullptr);
+
+protected:
+  void load(int64_t index, float* image, int64_t* label) const override;
+
+private:
+  SyntheticData(std::vector<int64_t> shape, int64_t classes, uint64_t seed, int64_t examples);
+  int64_t classes_;
+  uint64_t seed_;
+};
+
+struct IdxOptions {
+  /// Pixels are scaled to [0, 1], then normalized: (x - mean) / std.
+  /// Defaults: Fashion-MNIST's training-set statistics.
+  float mean = 0.2860f;
+  float std = 0.3530f;
+  /// Use only the first maxExamples examples of the files (0: all).
+  int64_t maxExamples = 0;
+  /// Shuffle every epoch (training) or visit in file order (evaluation).
+  bool shuffle = true;
+  uint64_t seed = 0;
+  /// When positive, every label must be below it.
+  int64_t classes = 0;
+};
+
+/// MNIST / Fashion-MNIST in IDX files: `<dir>/<split>-images-idx3-ubyte`
+/// and `<dir>/<split>-labels-idx1-ubyte`, each plain or gzipped (".gz"; the
+/// plain file wins when both exist). Images are resized from the file's
+/// rows x cols to the batch's H x W when they differ, bilinearly with
+/// align_corners=false and no antialiasing (torchvision's Resize on tensors),
+/// and the gray channel is replicated when C == 3 (Grayscale(3)). The raw
+/// bytes stay in memory; each batch is converted as it is drawn.
+class IdxData : public DataSource {
+public:
+  /// `split` is "train" or "t10k"; `shape` is [N, C, H, W] with C 1 or 3.
+  /// Null with `error` set on any problem with the arguments or the files.
+  static std::unique_ptr<IdxData> open(const std::string& dir, const std::string& split,
+                                       const std::vector<int64_t>& shape,
+                                       const IdxOptions& options = {},
+                                       std::string* error = nullptr);
+
+  /// The image files' rows and cols.
+  int64_t fileRows() const { return rows_; }
+  int64_t fileCols() const { return cols_; }
+  /// The label of example `index` as stored.
+  int64_t label(int64_t index) const { return labels_[static_cast<size_t>(index)]; }
+
+protected:
+  void load(int64_t index, float* image, int64_t* label) const override;
+
+private:
+  IdxData(std::vector<int64_t> shape, int64_t examples, const IdxOptions& options);
+
+  /// Interpolation taps of one output coordinate.
+  struct Tap {
+    int64_t i0, i1;
+    float l0, l1;
+  };
+
+  int64_t rows_ = 0, cols_ = 0;
+  std::vector<unsigned char> pixels_; ///< examples x rows x cols
+  std::vector<unsigned char> labels_;
+  float normalized_[256];              ///< byte -> (byte / 255 - mean) / std
+  std::vector<Tap> rowTaps_, colTaps_; ///< when resizing
+};
+
+} // namespace lwrt
