@@ -33,9 +33,10 @@ cmd_build() {
 }
 
 # The main job: the deepest stage lwcc has today, on the bundled LeNet. It
-# generates the model (tools/models), imports it, checks its gradients, and
+# generates the model (tools/models), imports it, checks its gradients,
 # trains it for a few steps on one Fashion-MNIST batch with the reference
-# interpreter.
+# interpreter, then compiles it into a CPU trainer and trains that on the
+# same batch.
 cmd_run() {
   cmd_build
   local dir="$BUILD_DIR/example"
@@ -51,6 +52,8 @@ cmd_run() {
   step python3 tools/examples/fashion_batch.py /usr/share/datasets/fashion-mnist "$dir/batch" --batch 32
   step "$lwcc" "$dir/lenet.onnx" --train-reference --inputs "$dir/batch" --steps 20 \
     --dump "$dir/trained"
+  step "$lwcc" "$dir/lenet.onnx" --emit=exe -o "$dir/lenet-trainer"
+  step "$dir/lenet-trainer" --steps=20 --data="raw:$dir/batch"
 }
 
 # ---------------------------------------------------------------------------

@@ -7,7 +7,8 @@ DATA_DIR holds the IDX files (train-images-idx3-ubyte.gz, ...), as Debian's
 dataset-fashion-mnist installs them under /usr/share/datasets/fashion-mnist.
 OUT_DIR receives input_0.pb (float32 [N,1,28,28], scaled to [0,1] and
 normalized with the data set's mean 0.2860 and std 0.3530) and input_1.pb
-(int64 [N] class labels).
+(int64 [N] class labels), and the same arrays as raw bytes in input_0.bin
+and input_1.bin (what a compiled trainer's --data=raw:DIR reads).
 """
 import argparse
 import gzip
@@ -53,6 +54,7 @@ def main():
     for k, arr in enumerate([x, y]):
         with open(os.path.join(a.out_dir, f"input_{k}.pb"), "wb") as f:
             f.write(numpy_helper.from_array(arr).SerializeToString())
+        np.ascontiguousarray(arr).tofile(os.path.join(a.out_dir, f"input_{k}.bin"))
     print(f"{len(y)} {a.split} images from {a.data_dir} -> {a.out_dir}")
 
 
