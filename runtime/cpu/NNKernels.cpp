@@ -3,6 +3,7 @@
 // Convolutions lower to im2col and one BLAS gemm per (image, group); the
 // pooling kernels follow the reference interpreter's loops (ir/Kernels.h)
 // so that ties, empty windows and divisors come out the same.
+#include "Common.h"
 #include "lwrt/cpu_nn.h"
 
 #include <algorithm>
@@ -14,22 +15,8 @@
 namespace lwrt::cpu {
 namespace {
 
-/// Runs fn(T{}) for the float element type `t`; false for other types.
-template <typename Fn> bool dispatch(DType t, Fn fn) {
-  if (t == DType::F32)
-    return fn(float{});
-  if (t == DType::F64)
-    return fn(double{});
-  return false;
-}
-
-/// All views have element type `t` and hold data (or no elements).
-bool sameType(DType t, std::initializer_list<const TensorView*> views) {
-  for (const TensorView* v : views)
-    if (v->dtype != t || (v->data == nullptr && v->numel() != 0))
-      return false;
-  return true;
-}
+using detail::dispatch;
+using detail::sameType;
 
 bool isFloat(DType t) { return t == DType::F32 || t == DType::F64; }
 

@@ -2,6 +2,7 @@
 //
 // Each follows the formula of its reference kernel (ir/Interpreter.cpp,
 // ir/TrainKernels.cpp); sums over many elements are kept in double.
+#include "Common.h"
 #include "lwrt/cpu_nn.h"
 
 #include <algorithm>
@@ -13,24 +14,8 @@
 namespace lwrt::cpu {
 namespace {
 
-/// Runs fn(T{}) for the float element type `t`; false for other types.
-template <typename Fn> bool dispatch(DType t, Fn fn) {
-  if (t == DType::F32)
-    return fn(float{});
-  if (t == DType::F64)
-    return fn(double{});
-  return false;
-}
-
-/// All views have the float element type `t` and hold data (or no elements).
-bool floatViews(DType t, std::initializer_list<const TensorView*> views) {
-  if (t != DType::F32 && t != DType::F64)
-    return false;
-  for (const TensorView* v : views)
-    if (v->dtype != t || (v->data == nullptr && v->numel() != 0))
-      return false;
-  return true;
-}
+using detail::dispatch;
+using detail::floatViews;
 
 /// Channel layout of an [N, C, ...] tensor: element k is in channel
 /// (k / inner) % C; `count` elements per channel.

@@ -1,0 +1,33 @@
+// cpu/Common.h - helpers shared by the CPU kernel files (not installed)
+// defines: dispatch, sameType, floatViews
+#pragma once
+
+#include "lwrt/tensor.h"
+
+#include <initializer_list>
+
+namespace lwrt::cpu::detail {
+
+/// Runs fn(T{}) for the float element type `t`; false for other types.
+template <typename Fn> bool dispatch(DType t, Fn fn) {
+  if (t == DType::F32)
+    return fn(float{});
+  if (t == DType::F64)
+    return fn(double{});
+  return false;
+}
+
+/// All views have element type `t` and hold data (or no elements).
+inline bool sameType(DType t, std::initializer_list<const TensorView*> views) {
+  for (const TensorView* v : views)
+    if (v->dtype != t || (v->data == nullptr && v->numel() != 0))
+      return false;
+  return true;
+}
+
+/// Like sameType, for a float element type.
+inline bool floatViews(DType t, std::initializer_list<const TensorView*> views) {
+  return (t == DType::F32 || t == DType::F64) && sameType(t, views);
+}
+
+} // namespace lwrt::cpu::detail
