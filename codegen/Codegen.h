@@ -1,27 +1,58 @@
 //===- Codegen.h - Trainer sources from a planned training step -*- C++ -*-===//
 //
 // Turns a training graph whose memory is planned (every op result has @buf)
-// into the sources of a trainer for the CPU runtime: trainer.cc (one runtime
-// call per op, shapes in comments, planned offsets as named constants) and
-// weights.bin (the initial params and state, in the order and at the
-// offsets trainer.cc expects).
+// into the source of a trainer for the lwcc runtime: trainer.cc for the CPU
+// or trainer.cu for CUDA (one runtime call per op, shapes in comments,
+// planned offsets as named constants), with an evaluation pass from the
+// planned inference graph, and the blobs the source embeds: the initial
+// weights and, when the model can be exported, the ONNX export template.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include "ir/Module.h"
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lwcc {
 
+/// Where param #param (an index into the training graph's params) goes in
+/// the export template.
+struct ExportCutSpec {
+  uint64_t offset;
+  uint32_t param;
+  uint64_t bytes;
+};
+
+struct CodegenOptions {
+  std::string target = "cpu"; ///< "cpu" or "cuda"
+  std::string modelName;
+  bool tf32 = false; ///< the trainer's default for TF32 math
+  /// The planned inference graph (params named as the training step's), or
+  /// null: the trainer then has no --eval.
+  const Graph* eval = nullptr;
+  /// File names the source embeds with the assembler's .incbin, found on
+  /// its include path (the folder of the source).
+  std::string weightsFile = "trainer.weights";
+  /// False: no weights in the source; the trainer reads <program>.weights
+  /// (or --weights=FILE) at start-up.
+  bool embedWeights = true;
+  std::string exportFile = "trainer.onnx-template";
+  std::string exportTemplate; ///< empty: no --export
+  std::vector<ExportCutSpec> exportCuts;
+};
+
 struct GeneratedTrainer {
-  std::string source;  ///< trainer.cc
-  std::string weights; ///< weights.bin: the state blob's initial bytes
+  std::string fileName;       ///< trainer.cc or trainer.cu
+  std::string source;         ///< its text
+  std::string weights;        ///< the non-zero-initialized params, packed in order
+  std::string exportTemplate; ///< the export template, or empty
 };
 
 /// `m.graph` must be a planned training graph: output #0 the loss, @buf on
 /// every op with results, no device other than 0.
-llvm::Expected<GeneratedTrainer> generateCpuTrainer(const Module& m, const std::string& modelName);
+llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenOptions& options);
 
 } // namespace lwcc

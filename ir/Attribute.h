@@ -58,6 +58,7 @@ std::string quoteString(std::string_view s);
 struct NamedAttr {
   std::string name;
   Attribute value;
+  friend bool operator==(const NamedAttr&, const NamedAttr&) = default;
 };
 
 } // namespace lwcc

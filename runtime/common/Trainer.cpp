@@ -1,42 +1,108 @@
-// The trainer's main loop around a generated training step: buffers,
-// initial weights, input batches, and the loss of each step.
+// The trainer's main loop around the generated phases: options, buffers,
+// initial weights, data, the optimizer's settings, progress and the JSONL
+// log, evaluation, checkpoints and resume, export, and the checks that stop
+// a run with a clear message (exit 1) instead of training on garbage.
 #include "lwrt/trainer.h"
 
+#include "lwrt/checkpoint.h"
+#include "lwrt/data.h"
+#include "lwrt/export.h"
+#include "lwrt/progress.h"
+
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <numbers>
+#include <optional>
 #include <random>
 #include <string>
+#include <unistd.h>
 
 namespace lwrt {
 
 namespace {
 
+const char* kUsage =
+    "usage: %s [options]\n"
+    "data:\n"
+    "  --data=synthetic|idx:DIR|raw:DIR   batches (default synthetic: seeded random inputs)\n"
+    "      idx:DIR   MNIST-style IDX files (train-*, t10k-*; .gz or plain)\n"
+    "      raw:DIR   one fixed batch, input_<k>.bin raw bytes per model input\n"
+    "  --train-examples=N   use the first N training examples (default all)\n"
+    "  --eval-examples=N    evaluate on the first N test examples (default all)\n"
+    "  --synthetic-batches=N   batches in a synthetic epoch (default 100)\n"
+    "schedule:\n"
+    "  --epochs=N (default 1)   --steps=N (overrides --epochs)   --seed=S\n"
+    "  --eval                   accuracy on the test split after each epoch\n"
+    "optimizer (defaults: what lwcc compiled in, see --help):\n"
+    "  --optimizer=sgd|adam|adamw --lr=X --momentum=X --weight-decay=X --nesterov[=0|1]\n"
+    "  --beta1=X --beta2=X --eps=X --lr-schedule=constant|step|cosine --warmup-steps=N\n"
+    "  --total-steps=N --step-size=N --gamma=X --min-lr=X\n"
+    "output:\n"
+    "  --progress=auto|live|lines|off   --print-every=K   --log=FILE.jsonl\n"
+    "  --checkpoint-dir=DIR --checkpoint-every=K --keep-checkpoints=K (default 3)\n"
+    "  --resume[=FILE|auto]   continue from the latest checkpoint in --checkpoint-dir\n"
+    "      (auto: if there is one), or from FILE\n"
+    "  --export=FILE.onnx   the input model with the trained weights\n"
+    "  --weights=FILE       initial weights instead of the embedded ones\n"
+    "  --list-params        the params (name, type, shape) in the order of the weights\n"
+    "  --dump=DIR           params, last step's outputs and eval logits as raw files\n"
+    "  --profile=N          time every op of N steps (after the first) and print where\n"
+    "                       the time goes (runs those steps without CUDA graphs)\n"
+    "device:\n"
+    "  --device=N   --tf32 / --no-tf32   --no-cuda-graph\n";
+
 struct Options {
-  int64_t steps = 10;
-  uint64_t seed = 0;
-  std::string weights; // default: <program>.weights
   std::string data = "synthetic";
+  int64_t trainExamples = 0, evalExamples = 0, syntheticBatches = 100;
+  int64_t epochs = 1;
+  std::optional<int64_t> steps;
+  uint64_t seed = 0;
+  bool seedGiven = false;
+  bool eval = false;
+  std::string progress = "auto";
+  int64_t printEvery = 0;
+  std::string log;
+  std::string checkpointDir;
+  int64_t checkpointEvery = 0;
+  int64_t keepCheckpoints = 3;
+  int64_t profile = 0;
+  std::string resume; ///< "", "latest", "auto" or a file
+  std::string exportPath;
+  std::string weights;
   std::string dump;
+  RunnerOptions runner;
+  Hyper hyper;
 };
 
-int usage(const char* program, const std::string& problem) {
-  std::fprintf(stderr,
-               "%s: %s\nusage: %s [--steps=N] [--seed=S] [--weights=FILE] "
-               "[--data=synthetic|raw:DIR] [--dump=DIR]\n",
-               program, problem.c_str(), program);
+int usageError(const char* program, const std::string& problem) {
+  std::fprintf(stderr, "%s: %s\n", program, problem.c_str());
+  std::fprintf(stderr, kUsage, program);
   return 2;
 }
 
 bool parseInt(const std::string& text, int64_t& out) {
   char* end = nullptr;
+  errno = 0;
   long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0')
+  if (text.empty() || *end != '\0' || errno)
+    return false;
+  out = v;
+  return true;
+}
+
+bool parseDouble(const std::string& text, double& out) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v))
     return false;
   out = v;
   return true;
@@ -49,19 +115,29 @@ int64_t bytesOf(DType t, const std::vector<int64_t>& shape) {
   return n;
 }
 
-bool readFile(const std::string& path, unsigned char* dst, int64_t bytes, std::string& error) {
+int64_t numelOf(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+bool readFile(const std::string& path, std::vector<unsigned char>& out, int64_t expected,
+              std::string& error) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     error = path + ": cannot open";
     return false;
   }
   int64_t size = static_cast<int64_t>(in.tellg());
-  if (size != bytes) {
-    error = path + ": holds " + std::to_string(size) + " bytes, expected " + std::to_string(bytes);
+  if (expected >= 0 && size != expected) {
+    error =
+        path + ": holds " + std::to_string(size) + " bytes, expected " + std::to_string(expected);
     return false;
   }
+  out.resize(static_cast<size_t>(size));
   in.seekg(0);
-  in.read(reinterpret_cast<char*>(dst), bytes);
+  in.read(reinterpret_cast<char*>(out.data()), size);
   if (!in) {
     error = path + ": cannot read";
     return false;
@@ -69,18 +145,42 @@ bool readFile(const std::string& path, unsigned char* dst, int64_t bytes, std::s
   return true;
 }
 
-bool writeFile(const std::string& path, const unsigned char* src, int64_t bytes) {
+bool writeFile(const std::string& path, const void* src, int64_t bytes) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(src), bytes);
+  out.write(static_cast<const char*>(src), bytes);
   return static_cast<bool>(out);
 }
 
-/// Seeded synthetic batches: normal data, uniform labels in [0, classes).
-void fillSynthetic(const ModelInfo& m, unsigned char* inputs, uint64_t seed, int64_t step) {
-  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step));
+std::string fileSafe(std::string name) {
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
+      c = '_';
+  return name;
+}
+
+/// The learning rate of `step` (steps completed before it), as the
+/// generated lr_schedule computes it; for the log.
+double scheduledLr(const Hyper& h, int64_t s) {
+  if (s < h.warmupSteps)
+    return h.lr * static_cast<double>(s + 1) / static_cast<double>(h.warmupSteps);
+  int64_t t = s - h.warmupSteps;
+  if (h.schedule == 1 && h.stepSize > 0)
+    return h.lr * std::pow(h.gamma, static_cast<double>(t / h.stepSize));
+  if (h.schedule == 2) {
+    double span = static_cast<double>(std::max<int64_t>(1, h.totalSteps - h.warmupSteps));
+    double frac = std::min(1.0, static_cast<double>(t) / span);
+    return h.minLr + (h.lr - h.minLr) * 0.5 * (1.0 + std::cos(std::numbers::pi * frac));
+  }
+  return h.lr;
+}
+
+/// Seeded synthetic values for every input, counter-based on (seed, index):
+/// normal data, uniform labels in [0, classes).
+void fillSynthetic(const ModelInfo& m, unsigned char* inputs, uint64_t seed, uint64_t index) {
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + index);
   std::normal_distribution<double> normal(0.0, 1.0);
   for (const InputInfo& in : m.inputs) {
-    int64_t n = bytesOf(in.dtype, in.shape) / dtypeSize(in.dtype);
+    int64_t n = numelOf(in.shape);
     unsigned char* p = inputs + in.offset;
     for (int64_t k = 0; k < n; ++k) {
       if (in.dtype == DType::I64 || in.dtype == DType::I32) {
@@ -103,129 +203,878 @@ void fillSynthetic(const ModelInfo& m, unsigned char* inputs, uint64_t seed, int
   }
 }
 
-using Buffer = std::unique_ptr<unsigned char, void (*)(void*)>;
+/// Where a classifier's image and label inputs are, when it has exactly one
+/// of each (image [N,C,H,W], or [N,D] with D a square: a flattened image).
+struct ImageLayout {
+  const InputInfo* image = nullptr;
+  const InputInfo* label = nullptr;
+  std::vector<int64_t> shape; ///< [N, C, H, W] as the loaders produce it
+};
 
-/// A zeroed buffer aligned to 256 bytes.
-Buffer buffer(int64_t bytes) {
-  size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 255) / 256 * 256);
-  void* p = std::aligned_alloc(256, rounded);
-  if (p)
-    std::memset(p, 0, rounded);
-  return {static_cast<unsigned char*>(p), std::free};
+std::optional<ImageLayout> imageLayout(const ModelInfo& m, std::string& why) {
+  ImageLayout l;
+  for (const InputInfo& in : m.inputs) {
+    if (in.isLabel) {
+      if (l.label) {
+        why = "the model has more than one label input";
+        return std::nullopt;
+      }
+      l.label = &in;
+    } else {
+      if (l.image) {
+        why = "the model has more than one data input";
+        return std::nullopt;
+      }
+      l.image = &in;
+    }
+  }
+  if (!l.image || !l.label) {
+    why = "the model needs one image input and one label input";
+    return std::nullopt;
+  }
+  if (m.classes <= 0) {
+    why = "the loss is not a classification loss (softmax cross-entropy)";
+    return std::nullopt;
+  }
+  if ((l.image->dtype != DType::F32 && l.image->dtype != DType::F64) ||
+      (l.label->dtype != DType::I64 && l.label->dtype != DType::I32)) {
+    why = "the image input must be float and the labels integers";
+    return std::nullopt;
+  }
+  const std::vector<int64_t>& s = l.image->shape;
+  if (s.size() == 4) {
+    l.shape = s;
+  } else if (s.size() == 2) {
+    int64_t side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(s[1]))));
+    if (side * side != s[1]) {
+      why = "the image input [N, " + std::to_string(s[1]) + "] is not a flattened square image";
+      return std::nullopt;
+    }
+    l.shape = {s[0], 1, side, side};
+  } else {
+    why = "the image input has rank " + std::to_string(s.size()) + ", not 4 ([N,C,H,W]) or 2";
+    return std::nullopt;
+  }
+  if (l.label->shape.size() != 1 || l.label->shape[0] != l.shape[0]) {
+    why = "the label input is not [N]";
+    return std::nullopt;
+  }
+  return l;
 }
 
-std::string fileSafe(std::string name) {
-  for (char& c : name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
-      c = '_';
-  return name;
+/// Writes loader output (float images, int64 labels) into the input buffer
+/// in the model's element types.
+void storeBatch(const ImageLayout& l, const float* images, const int64_t* labels,
+                unsigned char* inputs) {
+  int64_t n = numelOf(l.shape);
+  unsigned char* img = inputs + l.image->offset;
+  if (l.image->dtype == DType::F32) {
+    std::memcpy(img, images, static_cast<size_t>(n) * 4);
+  } else {
+    for (int64_t k = 0; k < n; ++k) {
+      double v = images[k];
+      std::memcpy(img + 8 * k, &v, 8);
+    }
+  }
+  unsigned char* lab = inputs + l.label->offset;
+  for (int64_t k = 0; k < l.shape[0]; ++k) {
+    if (l.label->dtype == DType::I64) {
+      std::memcpy(lab + 8 * k, &labels[k], 8);
+    } else {
+      int32_t v = static_cast<int32_t>(labels[k]);
+      std::memcpy(lab + 4 * k, &v, 4);
+    }
+  }
+}
+
+/// Device memory that releases itself.
+struct DeviceBuffer {
+  StepRunner* runner = nullptr;
+  unsigned char* ptr = nullptr;
+  ~DeviceBuffer() {
+    if (runner && ptr)
+      runner->release(ptr);
+  }
+};
+
+bool isFloatType(DType t) { return t == DType::F32 || t == DType::F64; }
+
+/// The first non-finite element of the float params in a host state image,
+/// as "param[index]", or "".
+std::string firstNonFinite(const ModelInfo& m, const unsigned char* state) {
+  for (const ParamInfo& p : m.params) {
+    if (!isFloatType(p.dtype))
+      continue;
+    int64_t n = numelOf(p.shape);
+    for (int64_t k = 0; k < n; ++k) {
+      double v;
+      if (p.dtype == DType::F32) {
+        float f;
+        std::memcpy(&f, state + p.offset + 4 * k, 4);
+        v = f;
+      } else {
+        std::memcpy(&v, state + p.offset + 8 * k, 8);
+      }
+      if (!std::isfinite(v))
+        return p.name + "[" + std::to_string(k) + "]";
+    }
+  }
+  return "";
+}
+
+class Trainer {
+public:
+  Trainer(const char* program, const ModelInfo& m, Options o)
+      : program_(program), m_(m), o_(std::move(o)) {}
+
+  int run(RunnerFactory createRunner);
+
+private:
+  int fail(const std::string& what) {
+    if (progress_)
+      progress_->finish();
+    std::fprintf(stderr, "%s: error: %s\n", program_, what.c_str());
+    return 1;
+  }
+  bool allocate(DeviceBuffer& b, int64_t bytes, const char* what, std::string& error);
+  bool loadInitialState(std::string& error);
+  bool resumeFrom(const std::string& path, std::string& error);
+  bool fillTrainBatch(int64_t step, std::string& error);
+  bool saveCheckpoint(int64_t step, std::string& error);
+  bool evaluate(int64_t epoch, int64_t step, std::string& error);
+  bool downloadState(std::string& error) {
+    return runner_->download(hostState_.data(), state_.ptr, m_.stateBytes, &error);
+  }
+  bool writeExport(std::string& error);
+  bool dump(std::string& error);
+
+  const char* program_;
+  const ModelInfo& m_;
+  Options o_;
+  std::unique_ptr<StepRunner> runner_;
+  DeviceBuffer arena_, evalArena_, state_, inputs_;
+  std::vector<unsigned char> hostState_, hostInputs_;
+  StepBuffers buffers_{}, evalBuffers_{};
+  std::optional<ImageLayout> layout_;
+  std::unique_ptr<DataSource> train_, test_;
+  std::vector<unsigned char> rawBatch_;
+  int64_t batchesPerEpoch_ = 1;
+  int64_t startStep_ = 0;
+  std::unique_ptr<ProgressReporter> progress_;
+  std::unique_ptr<JsonlLogger> log_;
+  std::vector<float> evalLogits_; ///< of the first batch of the last evaluation
+  int64_t lastCheckpoint_ = -1;
+  /// --profile: milliseconds per op label over the profiled steps.
+  std::map<std::string, double> opMs_;
+  int64_t profiled_ = 0;
+  void printProfile();
+};
+
+void Trainer::printProfile() {
+  if (profiled_ == 0)
+    return;
+  double total = 0;
+  std::map<std::string, double> byKernel;
+  for (const auto& [label, ms] : opMs_) {
+    total += ms;
+    byKernel[label.substr(0, label.find(' '))] += ms;
+  }
+  auto share = [&](double ms) { return total > 0 ? 100.0 * ms / total : 0.0; };
+  std::printf("profile: %lld steps on %s, %.3f ms per step in %zu ops\n",
+              static_cast<long long>(profiled_), runner_->description().c_str(),
+              total / static_cast<double>(profiled_), opMs_.size());
+  std::vector<std::pair<double, std::string>> kernels, ops;
+  for (const auto& [k, ms] : byKernel)
+    kernels.push_back({ms, k});
+  for (const auto& [k, ms] : opMs_)
+    ops.push_back({ms, k});
+  std::sort(kernels.rbegin(), kernels.rend());
+  std::sort(ops.rbegin(), ops.rend());
+  std::printf("  %-28s %10s %7s\n", "kernel", "ms/step", "share");
+  for (const auto& [ms, k] : kernels)
+    std::printf("  %-28s %10.3f %6.1f%%\n", k.c_str(), ms / static_cast<double>(profiled_),
+                share(ms));
+  std::printf("  %-48s %10s %7s\n", "op (slowest 15)", "ms/step", "share");
+  for (size_t i = 0; i < ops.size() && i < 15; ++i)
+    std::printf("  %-48s %10.3f %6.1f%%\n", ops[i].second.substr(0, 48).c_str(),
+                ops[i].first / static_cast<double>(profiled_), share(ops[i].first));
+}
+
+bool Trainer::allocate(DeviceBuffer& b, int64_t bytes, const char* what, std::string& error) {
+  b.runner = runner_.get();
+  b.ptr = static_cast<unsigned char*>(runner_->allocate(bytes, &error));
+  if (!b.ptr)
+    error = std::string(what) + ": " + error;
+  return b.ptr != nullptr;
+}
+
+/// The embedded weights, or --weights: the non-zeroInit params, packed.
+bool Trainer::loadInitialState(std::string& error) {
+  std::vector<unsigned char> file;
+  const unsigned char* blob = m_.weights;
+  if (!blob && o_.weights.empty())
+    o_.weights = std::string(program_) + ".weights";
+  if (!o_.weights.empty()) {
+    if (!readFile(o_.weights, file, m_.weightsBytes, error)) {
+      error = "weights: " + error;
+      return false;
+    }
+    blob = file.data();
+  }
+  int64_t at = 0;
+  for (const ParamInfo& p : m_.params) {
+    if (p.zeroInit)
+      continue;
+    int64_t n = bytesOf(p.dtype, p.shape);
+    if (at + n > m_.weightsBytes) {
+      error = "weights: the embedded weights are shorter than the params";
+      return false;
+    }
+    std::memcpy(hostState_.data() + p.offset, blob + at, static_cast<size_t>(n));
+    at += n;
+  }
+  return true;
+}
+
+bool Trainer::resumeFrom(const std::string& path, std::string& error) {
+  Checkpoint c;
+  error = readCheckpoint(path, m_.fingerprint, c);
+  if (!error.empty())
+    return false;
+  for (const ParamInfo& p : m_.params) {
+    const CheckpointTensor* t = c.find(p.name);
+    if (!t) {
+      error = path + ": has no tensor '" + p.name + "'";
+      return false;
+    }
+    if (t->dtype != p.dtype || t->shape != p.shape ||
+        static_cast<int64_t>(t->data.size()) != bytesOf(p.dtype, p.shape)) {
+      error = path + ": tensor '" + p.name + "' does not have the model's type and shape";
+      return false;
+    }
+    std::memcpy(hostState_.data() + p.offset, t->data.data(), t->data.size());
+  }
+  if (c.state.step < 0 || c.state.epoch != c.state.step / batchesPerEpoch_ ||
+      c.state.batch != c.state.step % batchesPerEpoch_) {
+    error = path + ": its data position (epoch " + std::to_string(c.state.epoch) + ", batch " +
+            std::to_string(c.state.batch) + " after " + std::to_string(c.state.step) +
+            " steps) does not fit " + std::to_string(batchesPerEpoch_) +
+            " batches per epoch: resume with the data options of the run that wrote it";
+    return false;
+  }
+  if (c.state.rng.size() == 8) {
+    uint64_t seed;
+    std::memcpy(&seed, c.state.rng.data(), 8);
+    if (o_.seedGiven && seed != o_.seed)
+      std::fprintf(stderr, "%s: warning: resuming with the checkpoint's seed %llu, not --seed\n",
+                   program_, static_cast<unsigned long long>(seed));
+    o_.seed = seed;
+  }
+  startStep_ = c.state.step;
+  return true;
+}
+
+bool Trainer::fillTrainBatch(int64_t step, std::string& error) {
+  if (o_.data == "synthetic") {
+    fillSynthetic(m_, hostInputs_.data(), o_.seed, static_cast<uint64_t>(step));
+    return true;
+  }
+  if (!train_) { // raw: the same batch every step
+    std::memcpy(hostInputs_.data(), rawBatch_.data(), rawBatch_.size());
+    return true;
+  }
+  DataSource::Position want{static_cast<uint64_t>(step / batchesPerEpoch_),
+                            static_cast<uint64_t>(step % batchesPerEpoch_)};
+  if (!(train_->position() == want) && !train_->seek(want, &error))
+    return false;
+  std::vector<float> images(static_cast<size_t>(numelOf(layout_->shape)));
+  std::vector<int64_t> labels(static_cast<size_t>(layout_->shape[0]));
+  train_->next(images.data(), labels.data());
+  storeBatch(*layout_, images.data(), labels.data(), hostInputs_.data());
+  return true;
+}
+
+bool Trainer::saveCheckpoint(int64_t step, std::string& error) {
+  if (!downloadState(error))
+    return false;
+  std::string bad = firstNonFinite(m_, hostState_.data());
+  if (!bad.empty()) {
+    error = "after step " + std::to_string(step) + " " + bad +
+            " is not finite: no checkpoint written" +
+            (lastCheckpoint_ >= 0 ? " (" + checkpointFileName(lastCheckpoint_) + " is kept)" : "");
+    return false;
+  }
+  CheckpointState st;
+  st.fingerprint = m_.fingerprint;
+  st.step = step;
+  st.epoch = step / batchesPerEpoch_;
+  st.batch = step % batchesPerEpoch_;
+  st.rng.resize(8);
+  std::memcpy(st.rng.data(), &o_.seed, 8);
+  std::vector<NamedTensor> tensors;
+  for (const ParamInfo& p : m_.params)
+    tensors.push_back({p.name, TensorView{hostState_.data() + p.offset, p.dtype, p.shape}});
+  std::error_code ec;
+  std::filesystem::create_directories(o_.checkpointDir, ec);
+  std::string path = o_.checkpointDir + "/" + checkpointFileName(step);
+  error = writeCheckpoint(path, st, tensors);
+  if (!error.empty())
+    return false;
+  lastCheckpoint_ = step;
+  error = keepLastCheckpoints(o_.checkpointDir, static_cast<int>(o_.keepCheckpoints));
+  return error.empty();
+}
+
+/// Accuracy and mean cross-entropy of the inference graph on the test split
+/// (every example: the last partial batch is padded and the padding not
+/// counted).
+bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
+  const int64_t n = layout_->shape[0], classes = m_.logitsShape.back();
+  const int64_t rows = numelOf(m_.logitsShape) / classes;
+  if (rows != n) {
+    error = "evaluation: the logits are not [N, classes]";
+    return false;
+  }
+  int64_t examples = o_.data == "synthetic" ? n * 10 : test_ ? test_->numExamples() : n;
+  int64_t batches = (examples + n - 1) / n, correct = 0;
+  double lossSum = 0;
+  std::vector<float> images(static_cast<size_t>(numelOf(layout_->shape)));
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  std::vector<unsigned char> logits(static_cast<size_t>(bytesOf(m_.logitsType, m_.logitsShape)));
+  for (int64_t b = 0; b < batches; ++b) {
+    if (o_.data == "synthetic") {
+      fillSynthetic(m_, hostInputs_.data(), o_.seed ^ 0x5EED5EED5EEDull, 1000000000ull + b);
+    } else if (!test_) {
+      std::memcpy(hostInputs_.data(), rawBatch_.data(), rawBatch_.size());
+    } else {
+      int64_t size = layout_->shape[1] * layout_->shape[2] * layout_->shape[3];
+      for (int64_t k = 0; k < n; ++k)
+        test_->example((b * n + k) % examples, images.data() + k * size, &labels[k]);
+      storeBatch(*layout_, images.data(), labels.data(), hostInputs_.data());
+    }
+    // The labels as the model sees them (synthetic and raw batches hold them).
+    for (int64_t k = 0; k < n; ++k) {
+      const unsigned char* lab = hostInputs_.data() + layout_->label->offset;
+      if (layout_->label->dtype == DType::I64) {
+        std::memcpy(&labels[k], lab + 8 * k, 8);
+      } else {
+        int32_t v;
+        std::memcpy(&v, lab + 4 * k, 4);
+        labels[k] = v;
+      }
+    }
+    if (!runner_->upload(inputs_.ptr, hostInputs_.data(), m_.inputBytes, &error) ||
+        !runner_->run(
+            1, [&](std::string* e) { return m_.eval(evalBuffers_, e); }, &error) ||
+        !runner_->download(logits.data(), evalArena_.ptr + m_.logitsOffset,
+                           static_cast<int64_t>(logits.size()), &error)) {
+      error = "evaluation: " + error;
+      return false;
+    }
+    int64_t valid = std::min(n, examples - b * n);
+    for (int64_t k = 0; k < valid; ++k) {
+      std::vector<double> row(static_cast<size_t>(classes));
+      for (int64_t j = 0; j < classes; ++j) {
+        if (m_.logitsType == DType::F64) {
+          std::memcpy(&row[j], logits.data() + 8 * (k * classes + j), 8);
+        } else {
+          float f;
+          std::memcpy(&f, logits.data() + 4 * (k * classes + j), 4);
+          row[j] = f;
+        }
+      }
+      int64_t best = std::max_element(row.begin(), row.end()) - row.begin();
+      correct += best == labels[k];
+      double mx = row[best], sum = 0;
+      for (double v : row)
+        sum += std::exp(v - mx);
+      if (labels[k] >= 0 && labels[k] < classes)
+        lossSum += std::log(sum) + mx - row[labels[k]];
+    }
+    if (b == 0) {
+      evalLogits_.resize(static_cast<size_t>(n * classes));
+      for (int64_t k = 0; k < n * classes; ++k) {
+        if (m_.logitsType == DType::F64) {
+          double v;
+          std::memcpy(&v, logits.data() + 8 * k, 8);
+          evalLogits_[k] = static_cast<float>(v);
+        } else {
+          std::memcpy(&evalLogits_[k], logits.data() + 4 * k, 4);
+        }
+      }
+    }
+  }
+  double accuracy = static_cast<double>(correct) / static_cast<double>(examples);
+  double loss = lossSum / static_cast<double>(examples);
+  char line[256];
+  std::snprintf(line, sizeof line, "eval  epoch %lld  accuracy %.4f (%lld/%lld)  loss %.4f",
+                static_cast<long long>(epoch), accuracy, static_cast<long long>(correct),
+                static_cast<long long>(examples), loss);
+  progress_->message(line);
+  if (log_) {
+    EvalRecord r;
+    r.epoch = epoch;
+    r.accuracy = accuracy;
+    r.loss = loss;
+    r.step = step;
+    log_->eval(r);
+  }
+  return true;
+}
+
+bool Trainer::writeExport(std::string& error) {
+  if (m_.exportTemplateBytes == 0) {
+    error = "--export: this trainer holds no export template (lwcc could not map the model's "
+            "initializers to its params)";
+    return false;
+  }
+  if (!downloadState(error))
+    return false;
+  std::vector<const void*> params;
+  for (const ParamInfo& p : m_.params)
+    params.push_back(hostState_.data() + p.offset);
+  error = writeOnnxExport(o_.exportPath, m_.exportTemplate,
+                          static_cast<size_t>(m_.exportTemplateBytes), m_.exportCuts, params);
+  return error.empty();
+}
+
+bool Trainer::dump(std::string& error) {
+  std::error_code ec;
+  std::filesystem::create_directories(o_.dump, ec);
+  if (!downloadState(error))
+    return false;
+  for (const ParamInfo& p : m_.params) {
+    std::string path = o_.dump + "/param_" + fileSafe(p.name) + ".bin";
+    if (!writeFile(path, hostState_.data() + p.offset, bytesOf(p.dtype, p.shape))) {
+      error = path + ": cannot write";
+      return false;
+    }
+  }
+  for (size_t k = 0; k < m_.outputs.size(); ++k) {
+    const OutputInfo& out = m_.outputs[k];
+    std::vector<unsigned char> bytes(static_cast<size_t>(bytesOf(out.dtype, out.shape)));
+    if (!runner_->download(bytes.data(), arena_.ptr + out.offset,
+                           static_cast<int64_t>(bytes.size()), &error))
+      return false;
+    std::string path = o_.dump + "/output_" + std::to_string(k) + ".bin";
+    if (!writeFile(path, bytes.data(), static_cast<int64_t>(bytes.size()))) {
+      error = path + ": cannot write";
+      return false;
+    }
+  }
+  if (!evalLogits_.empty()) {
+    std::string path = o_.dump + "/eval_logits.bin";
+    if (!writeFile(path, evalLogits_.data(), static_cast<int64_t>(evalLogits_.size() * 4))) {
+      error = path + ": cannot write";
+      return false;
+    }
+  }
+  return true;
+}
+
+int Trainer::run(RunnerFactory createRunner) {
+  std::string error;
+  // Data first: a bad path fails before a GPU is touched.
+  std::string why;
+  layout_ = imageLayout(m_, why);
+  if (o_.data.rfind("idx:", 0) == 0) {
+    if (!layout_)
+      return fail("--data=idx: " + why);
+    IdxOptions io;
+    io.seed = o_.seed;
+    io.classes = m_.classes;
+    io.maxExamples = o_.trainExamples;
+    train_ = IdxData::open(o_.data.substr(4), "train", layout_->shape, io, &error);
+    if (!train_)
+      return fail("data: " + error);
+    batchesPerEpoch_ = train_->batchesPerEpoch();
+    if (o_.eval) {
+      io.shuffle = false;
+      io.maxExamples = o_.evalExamples;
+      test_ = IdxData::open(o_.data.substr(4), "t10k", layout_->shape, io, &error);
+      if (!test_)
+        return fail("data: " + error);
+    }
+  } else if (o_.data.rfind("raw:", 0) == 0) {
+    rawBatch_.assign(static_cast<size_t>(m_.inputBytes), 0);
+    std::string dir = o_.data.substr(4);
+    for (size_t k = 0; k < m_.inputs.size(); ++k) {
+      std::vector<unsigned char> bytes;
+      const InputInfo& in = m_.inputs[k];
+      if (!readFile(dir + "/input_" + std::to_string(k) + ".bin", bytes,
+                    bytesOf(in.dtype, in.shape), error))
+        return fail("data: " + error);
+      std::memcpy(rawBatch_.data() + in.offset, bytes.data(), bytes.size());
+    }
+    batchesPerEpoch_ = 1;
+  } else {
+    batchesPerEpoch_ = o_.syntheticBatches;
+  }
+  if (o_.eval && (!layout_ || !m_.eval))
+    return fail("--eval: " + (m_.eval ? why : std::string("this trainer has no evaluation pass")));
+  int64_t totalSteps = o_.steps ? *o_.steps : o_.epochs * batchesPerEpoch_;
+  if (o_.hyper.schedule == 2 && o_.hyper.totalSteps <= 0)
+    o_.hyper.totalSteps = totalSteps;
+
+  runner_ = createRunner(o_.runner, &error);
+  if (!runner_) {
+    if (m_.target == "cuda")
+      return fail(error + "\nthis trainer was built for CUDA GPUs; to train on the CPU, build one "
+                          "with `lwcc MODEL --target=cpu -o TRAINER`");
+    return fail(error);
+  }
+  hostState_.assign(static_cast<size_t>(m_.stateBytes), 0);
+  hostInputs_.assign(static_cast<size_t>(m_.inputBytes), 0);
+  if (!allocate(arena_, m_.arenaBytes, "arena", error) ||
+      !allocate(state_, m_.stateBytes, "state", error) ||
+      !allocate(inputs_, m_.inputBytes, "inputs", error) ||
+      (m_.eval && !allocate(evalArena_, m_.evalArenaBytes, "eval arena", error)))
+    return fail(error);
+  buffers_ = {arena_.ptr, state_.ptr, inputs_.ptr, &o_.hyper};
+  evalBuffers_ = {evalArena_.ptr, state_.ptr, inputs_.ptr, &o_.hyper};
+
+  // Initial state: a checkpoint, or the weights.
+  std::string resumePath;
+  if (o_.resume == "latest" || o_.resume == "auto") {
+    if (o_.checkpointDir.empty())
+      return usageError(program_, "--resume without a file needs --checkpoint-dir");
+    resumePath = latestCheckpoint(o_.checkpointDir);
+    if (resumePath.empty() && o_.resume == "latest")
+      return fail("--resume: no checkpoint in " + o_.checkpointDir);
+  } else {
+    resumePath = o_.resume;
+  }
+  if (!loadInitialState(error))
+    return fail(error);
+  if (!resumePath.empty()) {
+    if (!resumeFrom(resumePath, error))
+      return fail("resume: " + error);
+    lastCheckpoint_ = startStep_;
+  }
+  if (!runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error))
+    return fail(error);
+  if (!runner_->run(
+          -1, [&](std::string* e) { return m_.init(buffers_, e); }, &error) ||
+      (m_.eval && !runner_->run(
+                      -1, [&](std::string* e) { return m_.evalInit(evalBuffers_, e); }, &error)))
+    return fail("initializing: " + error);
+
+  ProgressOptions po;
+  po.totalSteps = totalSteps;
+  po.stepsPerEpoch = o_.steps ? 0 : batchesPerEpoch_;
+  po.itemsPerStep = layout_ ? layout_->shape[0] : m_.inputs.empty() ? 0 : m_.inputs[0].shape[0];
+  po.live = o_.progress == "live"    ? LiveMode::On
+            : o_.progress == "lines" ? LiveMode::Off
+                                     : LiveMode::Auto;
+  po.every = o_.printEvery > 0 ? o_.printEvery : std::max<int64_t>(1, totalSteps / 20);
+  progress_ = std::make_unique<ProgressReporter>(o_.progress == "off" ? nullptr : stdout, po);
+  if (!o_.log.empty()) {
+    log_ = JsonlLogger::open(o_.log, startStep_ > 0, error);
+    if (!log_)
+      return fail(error);
+  }
+  std::printf("%s: %s on %s: %lld steps from step %lld, %lld batches of %lld per epoch\n", program_,
+              m_.name.c_str(), runner_->description().c_str(), static_cast<long long>(totalSteps),
+              static_cast<long long>(startStep_), static_cast<long long>(batchesPerEpoch_),
+              static_cast<long long>(po.itemsPerStep));
+  std::fflush(stdout);
+  progress_->begin(startStep_);
+
+  auto started = std::chrono::steady_clock::now();
+  double lastLoss = 0;
+  int64_t lastEvalStep = -1;
+  for (int64_t s = startStep_; s < totalSteps; ++s) {
+    if (!fillTrainBatch(s, error))
+      return fail("data: " + error);
+    auto t0 = std::chrono::steady_clock::now();
+    double loss = 0;
+    unsigned char lossBytes[8] = {};
+    const bool profiling = o_.profile > 0 && s > startStep_ && s - startStep_ <= o_.profile;
+    StepBuffers marked = buffers_;
+    if (profiling) {
+      marked.mark = [](void* runner, const char* op) {
+        static_cast<StepRunner*>(runner)->mark(op);
+      };
+      marked.markContext = runner_.get();
+    }
+    bool launched = runner_->upload(inputs_.ptr, hostInputs_.data(), m_.inputBytes, &error);
+    if (launched && profiling)
+      runner_->startMarks();
+    launched = launched &&
+               runner_->run(
+                   profiling ? -1 : 0, [&](std::string* e) { return m_.step(marked, e); }, &error);
+    if (!launched ||
+        !runner_->download(lossBytes, arena_.ptr + m_.lossOffset, dtypeSize(m_.lossType), &error))
+      return fail("step " + std::to_string(s + 1) + ": op " + error);
+    if (profiling) {
+      for (const auto& [op, ms] : runner_->takeMarks())
+        opMs_[op] += ms;
+      ++profiled_;
+    }
+    if (m_.lossType == DType::F64) {
+      std::memcpy(&loss, lossBytes, 8);
+    } else {
+      float f;
+      std::memcpy(&f, lossBytes, 4);
+      loss = f;
+    }
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::string deviceError = runner_->takeDeviceError();
+    if (!deviceError.empty())
+      return fail("step " + std::to_string(s + 1) + ": " + deviceError);
+    progress_->step(s + 1, loss);
+    if (log_) {
+      StepRecord r;
+      r.step = s + 1;
+      r.loss = loss;
+      r.stepMs = ms;
+      double rate = progress_->itemsPerSecond();
+      r.imgPerSec = std::isfinite(rate) ? rate : po.itemsPerStep / (ms / 1000.0);
+      r.epoch = s / batchesPerEpoch_ + 1;
+      if (o_.hyper.family != Hyper::None)
+        r.lr = scheduledLr(o_.hyper, s);
+      log_->step(r);
+    }
+    std::string bad = checkFiniteLoss(s + 1, loss);
+    if (!bad.empty())
+      return fail(
+          bad + (lastCheckpoint_ >= 0
+                     ? "; the last checkpoint, " + checkpointFileName(lastCheckpoint_) + ", is kept"
+                     : ""));
+    lastLoss = loss;
+    if (!o_.checkpointDir.empty() && o_.checkpointEvery > 0 && (s + 1) % o_.checkpointEvery == 0 &&
+        !saveCheckpoint(s + 1, error))
+      return fail("checkpoint: " + error);
+    if (o_.eval && (s + 1) % batchesPerEpoch_ == 0) {
+      if (!evaluate((s + 1) / batchesPerEpoch_, s + 1, error))
+        return fail(error);
+      lastEvalStep = s + 1;
+    }
+  }
+  if (o_.eval && lastEvalStep != totalSteps && totalSteps > startStep_ &&
+      !evaluate((totalSteps + batchesPerEpoch_ - 1) / batchesPerEpoch_, totalSteps, error))
+    return fail(error);
+  progress_->finish();
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  int64_t ran = std::max<int64_t>(0, totalSteps - startStep_);
+  if (ran > 0)
+    std::printf("%s: %lld steps in %.1f s (%.1f img/s), last loss %.6g\n", program_,
+                static_cast<long long>(ran), seconds,
+                static_cast<double>(ran * po.itemsPerStep) / std::max(seconds, 1e-9), lastLoss);
+  printProfile();
+  if (!o_.checkpointDir.empty() && lastCheckpoint_ != totalSteps &&
+      !saveCheckpoint(totalSteps, error))
+    return fail("checkpoint: " + error);
+  if (!o_.exportPath.empty()) {
+    if (!writeExport(error))
+      return fail("export: " + error);
+    std::printf("%s: exported the trained model to %s\n", program_, o_.exportPath.c_str());
+  }
+  if (!o_.dump.empty() && !dump(error))
+    return fail("dump: " + error);
+  if (log_ && !log_->ok())
+    return fail(o_.log + ": cannot write the log");
+  return 0;
 }
 
 } // namespace
 
-int trainerMain(int argc, char** argv, const ModelInfo& m) {
+int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createRunner) {
   const char* program = argc > 0 ? argv[0] : "trainer";
   Options o;
-  o.weights = std::string(program) + ".weights";
+  o.hyper = m.defaults;
+  o.runner.tf32 = m.tf32;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto value = [&](const char* key) -> const char* {
-      size_t n = std::strlen(key);
-      return a.compare(0, n, key) == 0 ? a.c_str() + n : nullptr;
+    std::string key = a, value;
+    bool hasValue = false;
+    if (size_t eq = a.find('='); eq != std::string::npos) {
+      key = a.substr(0, eq);
+      value = a.substr(eq + 1);
+      hasValue = true;
+    }
+    auto intArg = [&](int64_t& out, int64_t min) {
+      return hasValue && parseInt(value, out) && out >= min;
     };
-    if (const char* v = value("--steps=")) {
-      if (!parseInt(v, o.steps) || o.steps < 0)
-        return usage(program, "--steps takes a count");
-    } else if (const char* v = value("--seed=")) {
-      int64_t s;
-      if (!parseInt(v, s))
-        return usage(program, "--seed takes an integer");
-      o.seed = static_cast<uint64_t>(s);
-    } else if (const char* v = value("--weights=")) {
-      o.weights = v;
-    } else if (const char* v = value("--data=")) {
-      o.data = v;
-      if (o.data != "synthetic" && o.data.rfind("raw:", 0) != 0)
-        return usage(program, "--data is synthetic or raw:DIR");
-    } else if (const char* v = value("--dump=")) {
-      o.dump = v;
+    auto numArg = [&](double& out) { return hasValue && parseDouble(value, out); };
+    auto bad = [&](const std::string& what) { return usageError(program, key + " " + what); };
+    int64_t iv = 0;
+    if (key == "--help" || key == "-h") {
+      std::printf(kUsage, program);
+      std::printf("\nthis trainer: %s, target %s, optimizer %s, lr %g, schedule %s\n",
+                  m.name.c_str(), m.target.c_str(),
+                  m.defaults.family == Hyper::Sgd    ? "sgd"
+                  : m.defaults.family == Hyper::Adam ? (m.defaults.decoupled ? "adamw" : "adam")
+                                                     : "none",
+                  m.defaults.lr,
+                  m.defaults.schedule == 1   ? "step"
+                  : m.defaults.schedule == 2 ? "cosine"
+                                             : "constant");
+      return 0;
+    } else if (key == "--list-params" && !hasValue) {
+      static const char* names[] = {"f32", "f64", "f16", "bf16", "i64", "i32", "bool"};
+      for (const ParamInfo& p : m.params) {
+        std::string shape;
+        for (int64_t d : p.shape)
+          shape += (shape.empty() ? "" : ",") + std::to_string(d);
+        std::printf("%s %s [%s]%s\n", p.name.c_str(), names[static_cast<int>(p.dtype)],
+                    shape.c_str(), p.zeroInit ? " zeros" : "");
+      }
+      return 0;
+    } else if (key == "--data") {
+      o.data = value;
+      if (o.data != "synthetic" && o.data.rfind("raw:", 0) != 0 && o.data.rfind("idx:", 0) != 0)
+        return bad("is synthetic, idx:DIR or raw:DIR");
+    } else if (key == "--train-examples") {
+      if (!intArg(o.trainExamples, 1))
+        return bad("takes a positive count");
+    } else if (key == "--eval-examples") {
+      if (!intArg(o.evalExamples, 1))
+        return bad("takes a positive count");
+    } else if (key == "--synthetic-batches") {
+      if (!intArg(o.syntheticBatches, 1))
+        return bad("takes a positive count");
+    } else if (key == "--epochs") {
+      if (!intArg(o.epochs, 0))
+        return bad("takes a count");
+    } else if (key == "--steps") {
+      if (!intArg(iv, 0))
+        return bad("takes a count");
+      o.steps = iv;
+    } else if (key == "--seed") {
+      if (!intArg(iv, 0))
+        return bad("takes a non-negative integer");
+      o.seed = static_cast<uint64_t>(iv);
+      o.seedGiven = true;
+    } else if (key == "--eval" && !hasValue) {
+      o.eval = true;
+    } else if (key == "--optimizer") {
+      Hyper::Family want = value == "sgd"                        ? Hyper::Sgd
+                           : value == "adam" || value == "adamw" ? Hyper::Adam
+                                                                 : Hyper::None;
+      if (want == Hyper::None)
+        return bad("is sgd, adam or adamw");
+      if (want != m.defaults.family)
+        return usageError(program,
+                          "--optimizer=" + value + ": this trainer was compiled for " +
+                              (m.defaults.family == Hyper::Sgd ? "sgd" : "adam/adamw") +
+                              " and holds that optimizer's state; compile with lwcc --optimizer=" +
+                              value + " to train with " + value);
+      if (want == Hyper::Adam) {
+        int64_t decoupled = value == "adamw";
+        if (decoupled != o.hyper.decoupled)
+          o.hyper.weightDecay = decoupled ? 0.01 : 0.0;
+        o.hyper.decoupled = decoupled;
+      }
+    } else if (key == "--lr") {
+      if (!numArg(o.hyper.lr) || o.hyper.lr < 0)
+        return bad("takes a non-negative number");
+    } else if (key == "--momentum") {
+      if (!numArg(o.hyper.momentum) || o.hyper.momentum < 0 || o.hyper.momentum >= 1)
+        return bad("takes a number in [0, 1)");
+    } else if (key == "--weight-decay") {
+      if (!numArg(o.hyper.weightDecay) || o.hyper.weightDecay < 0)
+        return bad("takes a non-negative number");
+    } else if (key == "--nesterov") {
+      if (!hasValue)
+        o.hyper.nesterov = 1;
+      else if (value == "0" || value == "1")
+        o.hyper.nesterov = value == "1";
+      else
+        return bad("is 0 or 1");
+    } else if (key == "--beta1" || key == "--beta2") {
+      double& b = key == "--beta1" ? o.hyper.beta1 : o.hyper.beta2;
+      if (!numArg(b) || b < 0 || b >= 1)
+        return bad("takes a number in [0, 1)");
+    } else if (key == "--eps") {
+      if (!numArg(o.hyper.epsilon) || o.hyper.epsilon <= 0)
+        return bad("takes a positive number");
+    } else if (key == "--lr-schedule") {
+      if (value == "constant")
+        o.hyper.schedule = 0;
+      else if (value == "step")
+        o.hyper.schedule = 1;
+      else if (value == "cosine")
+        o.hyper.schedule = 2;
+      else
+        return bad("is constant, step or cosine");
+    } else if (key == "--warmup-steps") {
+      if (!intArg(o.hyper.warmupSteps, 0))
+        return bad("takes a count");
+    } else if (key == "--total-steps") {
+      if (!intArg(o.hyper.totalSteps, 1))
+        return bad("takes a positive count");
+    } else if (key == "--step-size") {
+      if (!intArg(o.hyper.stepSize, 1))
+        return bad("takes a positive count");
+    } else if (key == "--gamma") {
+      if (!numArg(o.hyper.gamma) || o.hyper.gamma <= 0)
+        return bad("takes a positive number");
+    } else if (key == "--min-lr") {
+      if (!numArg(o.hyper.minLr) || o.hyper.minLr < 0)
+        return bad("takes a non-negative number");
+    } else if (key == "--progress") {
+      if (value != "auto" && value != "live" && value != "lines" && value != "off")
+        return bad("is auto, live, lines or off");
+      o.progress = value;
+    } else if (key == "--print-every") {
+      if (!intArg(o.printEvery, 1))
+        return bad("takes a positive count");
+    } else if (key == "--log") {
+      if (value.empty())
+        return bad("takes a file");
+      o.log = value;
+    } else if (key == "--checkpoint-dir") {
+      if (value.empty())
+        return bad("takes a folder");
+      o.checkpointDir = value;
+    } else if (key == "--checkpoint-every") {
+      if (!intArg(o.checkpointEvery, 1))
+        return bad("takes a positive count");
+    } else if (key == "--keep-checkpoints") {
+      if (!intArg(o.keepCheckpoints, 1))
+        return bad("takes a positive count");
+    } else if (key == "--resume") {
+      o.resume = hasValue ? value : "latest";
+      if (o.resume.empty())
+        return bad("takes a file or auto");
+    } else if (key == "--export") {
+      if (value.empty())
+        return bad("takes a file");
+      o.exportPath = value;
+    } else if (key == "--profile") {
+      if (!intArg(o.profile, 1))
+        return bad("takes a positive count of steps");
+    } else if (key == "--weights") {
+      if (value.empty())
+        return bad("takes a file");
+      o.weights = value;
+    } else if (key == "--dump") {
+      if (value.empty())
+        return bad("takes a folder");
+      o.dump = value;
+    } else if (key == "--device") {
+      if (!intArg(iv, 0))
+        return bad("takes a device index");
+      o.runner.device = static_cast<int>(iv);
+    } else if (key == "--tf32" && !hasValue) {
+      o.runner.tf32 = true;
+    } else if (key == "--no-tf32" && !hasValue) {
+      o.runner.tf32 = false;
+    } else if (key == "--no-cuda-graph" && !hasValue) {
+      o.runner.graphs = false;
     } else {
-      return usage(program, "unknown argument '" + a + "'");
+      return usageError(program, "unknown argument '" + a + "'");
     }
   }
-
-  Buffer arena = buffer(m.arenaBytes), state = buffer(m.stateBytes), inputs = buffer(m.inputBytes);
-  if (!arena || !state || !inputs) {
-    std::fprintf(stderr, "%s: cannot allocate %lld bytes of buffers\n", program,
-                 static_cast<long long>(m.arenaBytes + m.stateBytes + m.inputBytes));
-    return 1;
-  }
-  std::string error;
-  if (!readFile(o.weights, state.get(), m.stateBytes, error)) {
-    std::fprintf(stderr, "%s: weights: %s\n", program, error.c_str());
-    return 1;
-  }
-  StepBuffers b{arena.get(), state.get(), inputs.get()};
-  std::string failed;
-  if (!m.init(b, &failed)) {
-    std::fprintf(stderr, "%s: initializing '%s' failed\n", program, failed.c_str());
-    return 1;
-  }
-  if (o.data.rfind("raw:", 0) == 0) {
-    std::string dir = o.data.substr(4);
-    for (size_t k = 0; k < m.inputs.size(); ++k)
-      if (!readFile(dir + "/input_" + std::to_string(k) + ".bin", inputs.get() + m.inputs[k].offset,
-                    bytesOf(m.inputs[k].dtype, m.inputs[k].shape), error)) {
-        std::fprintf(stderr, "%s: data: %s\n", program, error.c_str());
-        return 1;
-      }
-  }
-  for (int64_t s = 0; s < o.steps; ++s) {
-    if (o.data == "synthetic")
-      fillSynthetic(m, inputs.get(), o.seed, s);
-    auto start = std::chrono::steady_clock::now();
-    if (!m.step(b, &failed)) {
-      std::fprintf(stderr, "%s: step %lld: op '%s' failed\n", program,
-                   static_cast<long long>(s + 1), failed.c_str());
-      return 1;
-    }
-    double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    double loss = 0;
-    if (m.lossType == DType::F64) {
-      std::memcpy(&loss, arena.get() + m.lossOffset, 8);
-    } else {
-      float f;
-      std::memcpy(&f, arena.get() + m.lossOffset, 4);
-      loss = f;
-    }
-    std::printf("step %lld/%lld  loss %.9g  %.1f ms\n", static_cast<long long>(s + 1),
-                static_cast<long long>(o.steps), loss, ms);
-    std::fflush(stdout);
-    if (!std::isfinite(loss)) {
-      std::fprintf(stderr, "%s: the loss is %g at step %lld\n", program, loss,
-                   static_cast<long long>(s + 1));
-      return 1;
-    }
-  }
-  if (!o.dump.empty()) {
-    for (const ParamInfo& p : m.params) {
-      std::string path = o.dump + "/param_" + fileSafe(p.name) + ".bin";
-      if (!writeFile(path, state.get() + p.offset, bytesOf(p.dtype, p.shape))) {
-        std::fprintf(stderr, "%s: cannot write %s\n", program, path.c_str());
-        return 1;
-      }
-    }
-    for (size_t k = 0; k < m.outputs.size(); ++k) {
-      const OutputInfo& out = m.outputs[k];
-      std::string path = o.dump + "/output_" + std::to_string(k) + ".bin";
-      if (!writeFile(path, arena.get() + out.offset, bytesOf(out.dtype, out.shape))) {
-        std::fprintf(stderr, "%s: cannot write %s\n", program, path.c_str());
-        return 1;
-      }
-    }
-  }
-  return 0;
+  if (o.hyper.schedule == 1 && o.hyper.stepSize < 1)
+    return usageError(program, "--lr-schedule=step needs --step-size=N");
+  if (o.checkpointEvery > 0 && o.checkpointDir.empty())
+    return usageError(program, "--checkpoint-every needs --checkpoint-dir");
+  Trainer t(program, m, std::move(o));
+  return t.run(createRunner);
 }
 
 } // namespace lwrt

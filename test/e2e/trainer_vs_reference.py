@@ -60,7 +60,7 @@ def check(name, tmp):
         arr.tofile(os.path.join(data, f"input_{k}.bin"))
 
     exe = os.path.join(tmp, name + "_trainer")
-    run([LWCC, path, "--emit=exe", "-o", exe])
+    run([LWCC, path, "--emit=exe", "--target=cpu", "-o", exe])
     got = os.path.join(tmp, name + "_got")
     ref = os.path.join(tmp, name + "_ref")
     os.makedirs(got, exist_ok=True)

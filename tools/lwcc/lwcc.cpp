@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
+#include "frontend/ExportTemplate.h"
 #include "frontend/Frontend.h"
 #include "ir/Interpreter.h"
 #include "ir/Printer.h"
@@ -51,7 +52,9 @@ cl::opt<Emit> emit("emit", cl::desc("What to produce"),
                                          "the training step's memory plan: a table of buffers"),
                               clEnumValN(Emit::Source, "source",
                                          "the trainer's sources in the folder given by -o"),
-                              clEnumValN(Emit::Exe, "exe", "the trainer executable given by -o")),
+                              clEnumValN(Emit::Exe, "exe",
+                                         "the trainer executable given by -o (the default "
+                                         "with -o)")),
                    cl::init(Emit::IR), cl::cat(category));
 
 // Training.
@@ -106,8 +109,24 @@ cl::opt<std::string> dumpDir("dump",
                              cl::desc("Where --train-reference writes losses, first-step "
                                       "gradients and final params (TensorProto files)"),
                              cl::value_desc("dir"), cl::cat(category));
-cl::opt<std::string> target("target", cl::desc("Where the trainer runs: cpu"), cl::init("cpu"),
-                            cl::cat(category));
+cl::opt<std::string> target("target",
+                            cl::desc("Where the trainer runs: cuda (default; built with nvcc) or "
+                                     "cpu (built with the host compiler)"),
+                            cl::init("cuda"), cl::cat(category));
+cl::opt<std::string> arch("arch", cl::desc("GPU architecture of a cuda trainer (default sm_90)"),
+                          cl::init("sm_90"), cl::cat(category));
+cl::opt<bool> tf32("tf32",
+                   cl::desc("Let the cuda trainer use TF32 math in cuDNN and cuBLAS by "
+                            "default (its --no-tf32 turns it off)"),
+                   cl::cat(category));
+cl::opt<bool> embedWeights("embed-weights",
+                           cl::desc("Embed the initial weights in the trainer (default); with "
+                                    "=false lwcc writes them to TRAINER.weights, read at start-up"),
+                           cl::init(true), cl::cat(category));
+cl::opt<std::string> nvccPath("nvcc",
+                              cl::desc("The nvcc to build cuda trainers with (default: "
+                                       "$CUDA_HOME/bin/nvcc, /usr/local/cuda/bin/nvcc, PATH)"),
+                              cl::value_desc("path"), cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Report what each stage produced on stderr"),
                       cl::cat(category));
 cl::opt<int64_t> batch("batch", cl::desc("Value of a symbolic leading (batch) dim of the inputs"),
@@ -280,25 +299,93 @@ bool writeText(const std::string& path, const std::string& text) {
   return !out.has_error();
 }
 
-/// Writes trainer.cc, trainer.weights and a CMakeLists.txt into `dir`.
+bool writeBlob(const std::string& path, const std::string& bytes) { return writeText(path, bytes); }
+
+/// The CUDA toolkit lwcc builds cuda trainers with: nvcc and the folders of
+/// cuDNN and cuBLAS.
+struct CudaToolkit {
+  std::string nvcc;
+  std::vector<std::string> libDirs;
+};
+
+std::optional<CudaToolkit> findCuda(std::string& why) {
+  CudaToolkit t;
+  if (!nvccPath.empty()) {
+    t.nvcc = nvccPath;
+  } else {
+    std::vector<std::string> tries;
+    if (const char* home = std::getenv("CUDA_HOME"))
+      tries.push_back(std::string(home) + "/bin/nvcc");
+    tries.push_back("/usr/local/cuda/bin/nvcc");
+    for (const std::string& c : tries)
+      if (fs::exists(c)) {
+        t.nvcc = c;
+        break;
+      }
+    if (t.nvcc.empty())
+      if (auto p = llvm::sys::findProgramByName("nvcc"))
+        t.nvcc = *p;
+  }
+  if (t.nvcc.empty() || !fs::exists(t.nvcc)) {
+    why = "no nvcc found (give --nvcc=PATH or set CUDA_HOME), or build a CPU trainer with "
+          "--target=cpu";
+    return std::nullopt;
+  }
+  fs::path root = fs::weakly_canonical(fs::path(t.nvcc)).parent_path().parent_path();
+  for (const char* sub : {"lib64", "lib", "targets/x86_64-linux/lib"})
+    if (fs::exists(root / sub))
+      t.libDirs.push_back((root / sub).string());
+  return t;
+}
+
+/// The runtime library of `target` under `prefix`, or "" with a message.
+std::string runtimeLibrary(const std::string& prefix, const std::string& target) {
+  std::string lib = prefix + "/lib/liblwcc_runtime_" + target + ".a";
+  if (!fs::exists(lib) || !fs::exists(prefix + "/include/lwrt/trainer.h")) {
+    llvm::errs() << "lwcc: error: the " << target << " runtime is not installed under " << prefix
+                 << " (expected include/lwrt/ and lib/liblwcc_runtime_" << target << ".a"
+                 << (target == "cuda" ? "; lwcc was built without nvcc" : "") << ")\n";
+    return "";
+  }
+  return lib;
+}
+
+/// Writes the trainer's source, its blobs and a CMakeLists.txt into `dir`.
 int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::string& prefix) {
   std::error_code ec;
   fs::create_directories(dir, ec);
+  bool cuda = target == "cuda";
+  std::string sm = arch.getValue().substr(3);
+  std::string blobs = "configure_file(trainer.weights trainer.weights COPYONLY)\n";
+  if (!t.exportTemplate.empty())
+    blobs += "configure_file(trainer.onnx-template trainer.onnx-template COPYONLY)\n";
   std::string cmake =
       "# Builds the trainer lwcc generated. LWCC_PREFIX is the folder holding\n"
-      "# lwcc's include/ (runtime headers) and lib/ (liblwcc_runtime_cpu.a).\n"
-      "cmake_minimum_required(VERSION 3.20)\nproject(trainer CXX)\n"
-      "set(CMAKE_CXX_STANDARD 20)\nset(LWCC_PREFIX \"" +
-      prefix +
-      "\" CACHE PATH \"lwcc install prefix\")\n"
-      "find_package(BLAS REQUIRED)\nfind_package(Threads REQUIRED)\nfind_package(ZLIB REQUIRED)\n"
-      "add_executable(trainer trainer.cc)\n"
+      "# lwcc's include/ (runtime headers) and lib/ (liblwcc_runtime_" +
+      target +
+      ".a).\n"
+      "# The source embeds trainer.weights" +
+      (t.exportTemplate.empty() ? "" : " and trainer.onnx-template") +
+      " with the assembler's .incbin,\n"
+      "# which finds them in the build folder: build this project on its own.\n"
+      "cmake_minimum_required(VERSION 3.20)\nproject(trainer " +
+      (cuda ? "CXX CUDA" : "CXX") + ")\n" + "set(CMAKE_CXX_STANDARD 20)\n" +
+      (cuda ? "set(CMAKE_CUDA_STANDARD 20)\nset(CMAKE_CUDA_ARCHITECTURES " + sm +
+                  ")\nfind_package(CUDAToolkit REQUIRED)\n"
+                  "find_library(CUDNN cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} "
+                  "${CUDAToolkit_LIBRARY_ROOT}/lib REQUIRED)\n"
+            : std::string("find_package(BLAS REQUIRED)\n")) +
+      "set(LWCC_PREFIX \"" + prefix + "\" CACHE PATH \"lwcc install prefix\")\n" +
+      "find_package(Threads REQUIRED)\nfind_package(ZLIB REQUIRED)\n" + blobs +
+      "add_executable(trainer " + t.fileName + ")\n" + "set_source_files_properties(" + t.fileName +
+      " PROPERTIES OBJECT_DEPENDS \"${CMAKE_CURRENT_SOURCE_DIR}/trainer.weights\")\n"
       "target_include_directories(trainer PRIVATE ${LWCC_PREFIX}/include)\n"
-      "target_link_libraries(trainer PRIVATE ${LWCC_PREFIX}/lib/liblwcc_runtime_cpu.a "
-      "${BLAS_LIBRARIES} ZLIB::ZLIB Threads::Threads)\n"
-      "configure_file(trainer.weights trainer.weights COPYONLY)\n";
-  if (ec || !writeText(dir + "/trainer.cc", t.source) ||
-      !writeText(dir + "/trainer.weights", t.weights) ||
+      "target_link_libraries(trainer PRIVATE ${LWCC_PREFIX}/lib/liblwcc_runtime_" +
+      target + ".a " + (cuda ? "CUDA::cudart_static CUDA::cublas ${CUDNN}" : "${BLAS_LIBRARIES}") +
+      " ZLIB::ZLIB Threads::Threads)\n";
+  if (ec || !writeText(dir + "/" + t.fileName, t.source) ||
+      !writeBlob(dir + "/trainer.weights", t.weights) ||
+      (!t.exportTemplate.empty() && !writeBlob(dir + "/trainer.onnx-template", t.exportTemplate)) ||
       !writeText(dir + "/CMakeLists.txt", cmake)) {
     llvm::errs() << dir << ": error: cannot write the trainer's sources\n";
     return 1;
@@ -306,42 +393,110 @@ int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::str
   return 0;
 }
 
-/// Compiles trainer.cc with the host compiler into `exe` (and exe.weights).
-int buildExe(const GeneratedTrainer& t, const std::string& exe, const std::string& prefix) {
-  llvm::SmallString<128> dir;
-  if (llvm::sys::fs::createUniqueDirectory("lwcc-trainer", dir)) {
-    llvm::errs() << "lwcc: error: cannot create a temporary folder\n";
+/// Compiles the trainer into `exe`: with the host compiler for the CPU,
+/// with nvcc for CUDA.
+int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::string& exe,
+             const std::string& prefix) {
+  std::string src = dir + "/" + t.fileName;
+  if (!writeText(src, t.source) || !writeBlob(dir + "/trainer.weights", t.weights) ||
+      (!t.exportTemplate.empty() && !writeBlob(dir + "/trainer.onnx-template", t.exportTemplate))) {
+    llvm::errs() << dir << ": error: cannot write the trainer's sources\n";
     return 1;
   }
-  std::string src = (dir + "/trainer.cc").str();
-  if (!writeText(src, t.source) || !writeText(exe + ".weights", t.weights)) {
-    llvm::errs() << exe << ": error: cannot write the trainer or its weights\n";
+  std::string lib = runtimeLibrary(prefix, target);
+  if (lib.empty())
     return 1;
+  std::vector<std::string> args;
+  std::string program;
+  if (target == "cuda") {
+    std::string why;
+    auto cuda = findCuda(why);
+    if (!cuda) {
+      llvm::errs() << "lwcc: error: " << why << "\n";
+      return 1;
+    }
+    program = cuda->nvcc;
+    args = {program, "-std=c++20", "-O2", "-arch=" + arch, "-I" + prefix + "/include", src, lib};
+    for (const std::string& d : cuda->libDirs) {
+      args.push_back("-L" + d);
+      args.push_back("-Xlinker=-rpath=" + d);
+    }
+    for (const char* l : {"-lcudnn", "-lcublas", "-lz", "-lpthread"})
+      args.push_back(l);
+  } else {
+    auto cxx = llvm::sys::findProgramByName("c++");
+    if (!cxx) {
+      llvm::errs() << "lwcc: error: no host C++ compiler (c++) on PATH\n";
+      return 1;
+    }
+    program = *cxx;
+    args = {program,     "-std=c++20", "-O2",        "-I" + prefix + "/include",
+            src,         lib,          "-lopenblas", "-lz",
+            "-lpthread", "-o",         exe};
   }
-  auto cxx = llvm::sys::findProgramByName("c++");
-  if (!cxx) {
-    llvm::errs() << "lwcc: error: no host C++ compiler (c++) on PATH\n";
-    return 1;
+  if (target == "cuda") {
+    args.push_back("-o");
+    args.push_back(exe);
   }
-  std::string lib = prefix + "/lib/liblwcc_runtime_cpu.a";
-  if (!fs::exists(lib) || !fs::exists(prefix + "/include/lwrt/trainer.h")) {
-    llvm::errs() << "lwcc: error: the CPU runtime is not installed under " << prefix
-                 << " (expected include/lwrt/ and lib/liblwcc_runtime_cpu.a)\n";
-    return 1;
+  if (verbose) {
+    llvm::errs() << "lwcc:";
+    for (const std::string& a : args)
+      llvm::errs() << " " << a;
+    llvm::errs() << "\n";
   }
-  std::vector<std::string> args = {
-      *cxx,        "-std=c++20", "-O2", "-I" + prefix + "/include", src, lib, "-lopenblas", "-lz",
-      "-lpthread", "-o",         exe};
   std::vector<llvm::StringRef> refs(args.begin(), args.end());
   std::string message;
-  int rc = llvm::sys::ExecuteAndWait(*cxx, refs, llvm::None, {}, 0, 0, &message);
-  fs::remove_all(dir.str().str());
+  int rc = llvm::sys::ExecuteAndWait(program, refs, llvm::None, {}, 0, 0, &message);
   if (rc != 0) {
     llvm::errs() << "lwcc: error: compiling the trainer failed" << (message.empty() ? "" : ": ")
                  << message << "\n";
     return 1;
   }
   return 0;
+}
+
+/// The inference graph of the imported model, planned: the trainer's
+/// evaluation pass.
+llvm::Expected<std::unique_ptr<Graph>> evalGraph(const Graph& imported) {
+  std::unique_ptr<Graph> g = imported.clone();
+  auto pipeline = buildPipeline({"canonicalize", "dce", "verify"});
+  if (!pipeline)
+    return pipeline.takeError();
+  PassContext ctx;
+  ctx.diag = [](Severity sev, const Location& loc, const std::string& msg) {
+    if (sev == Severity::Error)
+      printDiagnostic(llvm::errs(), sev, loc, msg);
+  };
+  if (llvm::Error e = runPipeline(*g, *pipeline, ctx))
+    return e;
+  auto stats = planMemory(*g);
+  if (!stats)
+    return stats.takeError();
+  return g;
+}
+
+/// The export template: the trained initializers of the training step cut
+/// out of the input model. Failing leaves the trainer without --export (a
+/// warning says why) rather than failing the build.
+void addExportTemplate(const Graph& train, CodegenOptions& o) {
+  std::vector<ExportParamSpec> specs;
+  std::vector<uint32_t> index;
+  for (size_t k = 0; k < train.params().size(); ++k) {
+    const Value* p = train.params()[k].get();
+    if (p->zeroInit())
+      continue;
+    specs.push_back({p->paramName(), p->type().dtype, p->type().numElements()});
+    index.push_back(static_cast<uint32_t>(k));
+  }
+  auto t = buildExportTemplate(modelFile, specs);
+  if (!t) {
+    std::string why = llvm::toString(t.takeError());
+    llvm::errs() << "lwcc: warning: the trainer cannot --export: " << why << "\n";
+    return;
+  }
+  o.exportTemplate = std::move(t->bytes);
+  for (const ExportCut& c : t->cuts)
+    o.exportCuts.push_back({c.offset, index[c.param], c.bytes});
 }
 
 std::string fileSafe(std::string name) {
@@ -495,8 +650,15 @@ int main(int argc, char** argv) {
     llvm::errs() << llvm::formatv("lwcc: imported @{0}: {1} inputs, {2} params, {3} ops\n",
                                   module->graph->name(), module->graph->inputs().size(),
                                   module->graph->params().size(), module->graph->numOps());
-  if ((emit == Emit::Source || emit == Emit::Exe) && target != "cpu") {
-    llvm::errs() << "lwcc: --target=" << target << " is not available yet; use --target=cpu\n";
+  if (!emit.getNumOccurrences() && outputFile != "-")
+    emit = Emit::Exe; // `lwcc MODEL -o trainer`
+  if (target != "cpu" && target != "cuda") {
+    llvm::errs() << "lwcc: --target=" << target << " is not one of: cuda, cpu\n";
+    return 2;
+  }
+  if (!llvm::StringRef(arch).startswith("sm_") || arch.size() < 5 ||
+      !std::all_of(arch.begin() + 3, arch.end(), [](char c) { return std::isdigit(c); })) {
+    llvm::errs() << "lwcc: --arch=" << arch << " is not of the form sm_XX (e.g. sm_90)\n";
     return 2;
   }
   if ((emit == Emit::Source || emit == Emit::Exe) && outputFile == "-") {
@@ -505,6 +667,9 @@ int main(int argc, char** argv) {
   }
   std::optional<MemoryPlanStats> plan;
   if (emit == Emit::Source || emit == Emit::Exe) {
+    auto eval = evalGraph(*module->graph);
+    if (!eval)
+      return fail(eval.takeError());
     if (llvm::Error e = buildTrainingGraph(*module, true))
       return fail(std::move(e));
     auto stats = planMemory(*module->graph);
@@ -514,13 +679,37 @@ int main(int argc, char** argv) {
       for (const auto& [device, bytes] : stats->peakBytes)
         llvm::errs() << llvm::formatv("lwcc: memory plan: device {0}: arena {1} bytes (peak)\n",
                                       device, bytes);
-    std::string name = llvm::sys::path::filename(modelFile.getValue()).str();
-    auto trainer = generateCpuTrainer(*module, name);
-    if (!trainer)
-      return fail(trainer.takeError());
+    CodegenOptions co;
+    co.target = target;
+    co.modelName = llvm::sys::path::filename(modelFile.getValue()).str();
+    co.tf32 = tf32;
+    co.eval = eval->get();
+    co.embedWeights = embedWeights;
+    addExportTemplate(*module->graph, co);
     std::string prefix = installPrefix(argv[0]);
-    return emit == Emit::Source ? emitSource(*trainer, outputFile, prefix)
-                                : buildExe(*trainer, outputFile, prefix);
+    if (emit == Emit::Source) {
+      auto trainer = generateTrainer(*module, co);
+      if (!trainer)
+        return fail(trainer.takeError());
+      return emitSource(*trainer, outputFile, prefix);
+    }
+    // The blobs are embedded from the build folder by absolute path.
+    llvm::SmallString<128> dir;
+    if (llvm::sys::fs::createUniqueDirectory("lwcc-trainer", dir)) {
+      llvm::errs() << "lwcc: error: cannot create a temporary folder\n";
+      return 1;
+    }
+    std::string tmp = fs::absolute(dir.str().str()).string();
+    co.weightsFile = tmp + "/trainer.weights";
+    co.exportFile = tmp + "/trainer.onnx-template";
+    auto trainer = generateTrainer(*module, co);
+    int rc = trainer ? buildExe(*trainer, tmp, outputFile, prefix) : fail(trainer.takeError());
+    if (rc == 0 && !embedWeights && !writeBlob(outputFile + ".weights", trainer->weights)) {
+      llvm::errs() << outputFile << ".weights: error: cannot write\n";
+      rc = 1;
+    }
+    fs::remove_all(tmp);
+    return rc;
   }
   if (emit == Emit::TrainIR || emit == Emit::Plan) {
     if (llvm::Error e = buildTrainingGraph(*module, true))

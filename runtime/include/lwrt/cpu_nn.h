@@ -1,14 +1,14 @@
 // lwrt/cpu_nn.h - the CPU backend's neural-network kernels
-// defines: Conv2dParams, MaxPool2dParams, AvgPool2dParams, LrnParams, GemmParams, SoftmaxParams,
-//   BatchNormParams, BatchNormTrainParams, conv2d, conv2dGradInput, conv2dGradFilter, gemm,
-//   matmul, maxPool2d, maxPool2dGrad, avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad,
-//   batchNorm, batchNormTrain, batchNormGrad, softmax, logSoftmax, softmaxGrad,
-//   logSoftmaxGrad, softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
+// defines: conv2d, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d, maxPool2dGrad,
+//   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormTrain,
+//   batchNormGrad, softmax, logSoftmax, softmaxGrad, logSoftmaxGrad, softmaxXent,
+//   softmaxXentGrad, mseLoss, mseLossGrad
 //
 // One function per IR op (ir/Ops.def), computing what the reference
 // interpreter computes (ir/Interpreter.cpp, ir/TrainKernels.cpp). Operands
 // and results are TensorViews in the IR's operand and result order; the
-// parameter structs mirror the op's attributes, with the IR's defaults.
+// parameter structs (lwrt/nn_params.h) mirror the op's attributes, with the
+// IR's defaults.
 // Attributes that only restate a result's shape (input_shape of
 // conv2d_grad_input and avg_pool2d_grad, filter_shape of conv2d_grad_filter)
 // are not repeated: the result view's shape is that attribute.
@@ -25,71 +25,23 @@
 //  - Kernels keep no state and may run concurrently on different threads.
 #pragma once
 
+#include "lwrt/nn_params.h"
 #include "lwrt/tensor.h"
 
 #include <cstdint>
 
 namespace lwrt::cpu {
 
-/// conv2d, conv2d_grad_input and conv2d_grad_filter. Pads: [top, left,
-/// bottom, right].
-struct Conv2dParams {
-  int64_t strides[2] = {1, 1};
-  int64_t pads[4] = {0, 0, 0, 0};
-  int64_t dilations[2] = {1, 1};
-  int64_t group = 1;
-};
-
-/// max_pool2d and max_pool2d_grad. ceil_mode only shapes the output, which
-/// the caller's views already reflect; it is kept for fidelity.
-struct MaxPool2dParams {
-  int64_t kernel[2] = {1, 1};
-  int64_t strides[2] = {1, 1};
-  int64_t pads[4] = {0, 0, 0, 0};
-  int64_t dilations[2] = {1, 1};
-  int64_t ceil_mode = 0;
-};
-
-/// avg_pool2d and avg_pool2d_grad.
-struct AvgPool2dParams {
-  int64_t kernel[2] = {1, 1};
-  int64_t strides[2] = {1, 1};
-  int64_t pads[4] = {0, 0, 0, 0};
-  int64_t ceil_mode = 0;
-  int64_t count_include_pad = 0;
-};
-
-/// lrn and lrn_grad.
-struct LrnParams {
-  int64_t size = 1;
-  double alpha = 1e-4;
-  double beta = 0.75;
-  double bias = 1.0;
-};
-
-struct GemmParams {
-  int64_t transA = 0;
-  int64_t transB = 0;
-  double alpha = 1.0;
-  double beta = 1.0;
-};
-
-/// softmax, log_softmax, softmax_grad and log_softmax_grad. A negative
-/// axis counts from the end.
-struct SoftmaxParams {
-  int64_t axis = -1;
-};
-
-/// batch_norm (inference). momentum does not affect inference.
-struct BatchNormParams {
-  double epsilon = 1e-5;
-  double momentum = 0.9;
-};
-
-/// batch_norm_train and batch_norm_grad.
-struct BatchNormTrainParams {
-  double epsilon = 1e-5;
-};
+// The parameter structs live in lwrt/nn_params.h (namespace lwrt, shared with
+// the other backends); these make the lwrt::cpu:: spellings work too.
+using lwrt::AvgPool2dParams;
+using lwrt::BatchNormParams;
+using lwrt::BatchNormTrainParams;
+using lwrt::Conv2dParams;
+using lwrt::GemmParams;
+using lwrt::LrnParams;
+using lwrt::MaxPool2dParams;
+using lwrt::SoftmaxParams;
 
 //===--- Convolution ------------------------------------------------------===//
 

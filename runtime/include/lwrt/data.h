@@ -54,6 +54,9 @@ public:
   /// below batchesPerEpoch().
   bool seek(Position p, std::string* error = nullptr);
 
+  /// Writes example `index` (< numExamples(), in file order): an evaluation
+  /// covers every example, the last partial batch included.
+  void example(int64_t index, float* image, int64_t* label) const { load(index, image, label); }
   /// The example at slot `slot` (< N * batchesPerEpoch) of epoch `epoch`.
   int64_t exampleAt(uint64_t epoch, int64_t slot);
 

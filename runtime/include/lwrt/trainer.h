@@ -1,17 +1,25 @@
 // lwrt/trainer.h - the main loop around a generated training step
-// defines: InputInfo, ParamInfo, OutputInfo, StepBuffers, ModelInfo, trainerMain
+// defines: InputInfo, ParamInfo, OutputInfo, Hyper, StepBuffers, ModelInfo,
+//          RunnerOptions, StepRunner, RunnerFactory, cpu::createRunner, cuda::createRunner,
+//          trainerMain
 //
-// lwcc generates, for each model, the step function (one kernel call per
-// IR op) and a ModelInfo describing its buffers; trainerMain runs it: it
-// allocates the arena, the state (params and optimizer state, initialized
-// from the weights file lwcc wrote next to the trainer) and the input
-// batch, feeds batches, and reports the loss of each step.
+// lwcc generates, for each model, the phases of a training step (one kernel
+// call per IR op), an evaluation pass (the inference graph), and a ModelInfo
+// describing their buffers; trainerMain runs them on the backend the trainer
+// was built for. It owns everything around the step: the arenas, the state
+// (params and optimizer state, initialized from the weights lwcc embedded),
+// data, the optimizer's settings, progress, evaluation, checkpoints and
+// export.
 #pragma once
 
+#include "lwrt/export.h"
 #include "lwrt/tensor.h"
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lwrt {
@@ -29,7 +37,7 @@ struct ParamInfo {
   DType dtype;
   std::vector<int64_t> shape;
   int64_t offset; ///< in the state buffer
-  bool zeroInit;  ///< optimizer state and counters: not in the weights file
+  bool zeroInit;  ///< optimizer state and counters: not in the weights blob
 };
 
 /// A value the step returns (the loss, then the gradients), in the arena.
@@ -40,31 +48,119 @@ struct OutputInfo {
   int64_t offset; ///< in the arena
 };
 
+/// The optimizer's settings, read by the generated update phase. The
+/// trainer's defaults are what lwcc was told; flags override them.
+struct Hyper {
+  enum Family : uint8_t { None, Sgd, Adam };
+  Family family = None; ///< the compiled optimizer's state layout
+  double lr = 0.01;
+  double momentum = 0.9;
+  double weightDecay = 0;
+  int64_t nesterov = 0;
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  int64_t decoupled = 0; ///< AdamW
+  int schedule = 0;      ///< LrScheduleKind: 0 constant, 1 step, 2 cosine
+  int64_t warmupSteps = 0, totalSteps = 0, stepSize = 0;
+  double gamma = 0.1, minLr = 0;
+};
+
+/// What the generated phases see. Pointers are device memory of the
+/// trainer's backend; `hyper` is host memory.
 struct StepBuffers {
   unsigned char* arena;
   unsigned char* state;
   unsigned char* inputs;
+  const Hyper* hyper;
+  /// When set (--profile), called after each op's launch with "kernel label".
+  void (*mark)(void* context, const char* op) = nullptr;
+  void* markContext = nullptr;
 };
+
+using PhaseFn = bool (*)(const StepBuffers&, std::string* failed);
 
 struct ModelInfo {
   std::string name;
+  std::string target; ///< "cpu" or "cuda"
+  uint64_t fingerprint = 0;
   std::vector<InputInfo> inputs;
   std::vector<ParamInfo> params;
   std::vector<OutputInfo> outputs; ///< #0 is the loss
-  int64_t arenaBytes, stateBytes, inputBytes;
-  int64_t classes;    ///< label range of a softmax cross-entropy loss (0: none)
-  int64_t lossOffset; ///< arena offset of the loss, a float scalar
-  DType lossType;
-  /// Writes the constants into the arena once; false with `failed` set.
-  bool (*init)(const StepBuffers&, std::string* failed);
-  /// One training step; false with `failed` naming the op that failed.
-  bool (*step)(const StepBuffers&, std::string* failed);
+  int64_t arenaBytes = 0, stateBytes = 0, inputBytes = 0;
+  int64_t classes = 0;    ///< label range of a softmax cross-entropy loss (0: none)
+  int64_t lossOffset = 0; ///< arena offset of the loss, a float scalar
+  DType lossType = DType::F32;
+  Hyper defaults;
+  bool tf32 = false; ///< the default of --tf32 / --no-tf32
+  /// Write the constants into the arena once; false with `failed` set.
+  PhaseFn init = nullptr;
+  /// One training step: forward, loss, backward and update.
+  PhaseFn step = nullptr;
+  /// Evaluation: the inference graph on the batch in the input buffer (the
+  /// image input at the train step's offset), in an arena of its own.
+  PhaseFn evalInit = nullptr, eval = nullptr;
+  int64_t evalArenaBytes = 0;
+  int64_t logitsOffset = 0; ///< in the eval arena
+  std::vector<int64_t> logitsShape;
+  DType logitsType = DType::F32;
+  /// Initial params (those not zeroInit, in order, packed), embedded.
+  const unsigned char* weights = nullptr;
+  int64_t weightsBytes = 0;
+  /// The input model with the trained initializers cut out, embedded (empty:
+  /// no export).
+  const unsigned char* exportTemplate = nullptr;
+  int64_t exportTemplateBytes = 0;
+  std::vector<ExportCut> exportCuts; ///< ExportCut::param indexes `params`
 };
 
-/// The trainer program: `TRAINER [--steps=N] [--seed=S] [--weights=FILE]
-/// [--data=synthetic|raw:DIR] [--dump=DIR]`: --dump writes the params
-/// (param_<name>.bin) and the outputs of the last step (output_<k>.bin) as
-/// raw bytes. Returns the exit status.
-int trainerMain(int argc, char** argv, const ModelInfo& model);
+struct RunnerOptions {
+  int device = 0;
+  bool tf32 = false;
+  bool graphs = true; ///< CUDA: record the step once and replay it
+};
+
+/// How the trainer runs generated phases on its backend.
+class StepRunner {
+public:
+  virtual ~StepRunner() = default;
+  /// The device, in words ("CPU, 2 threads", "NVIDIA H100 80GB HBM3").
+  virtual std::string description() const = 0;
+  /// Zeroed device memory; null with `error` set when it cannot be had.
+  virtual void* allocate(int64_t bytes, std::string* error) = 0;
+  virtual void release(void* memory) = 0;
+  /// Host -> device, ordered after the work launched so far.
+  virtual bool upload(void* dst, const void* src, int64_t bytes, std::string* error) = 0;
+  /// Device -> host, after the work launched so far has run.
+  virtual bool download(void* dst, const void* src, int64_t bytes, std::string* error) = 0;
+  /// Runs a phase: `launch` enqueues its work. A backend may record the
+  /// work of phase `key` once (after a first, direct run) and replay the
+  /// recording afterwards without calling `launch` again.
+  virtual bool run(int key, const std::function<bool(std::string*)>& launch,
+                   std::string* error) = 0;
+  /// A data error the device found since the last call (a label out of
+  /// range), or "".
+  virtual std::string takeDeviceError() = 0;
+
+  /// Profiling: startMarks() begins a profiled phase, mark(op) ends the op
+  /// launched last, and takeMarks() returns each op's time in milliseconds
+  /// (after the phase's work has run), in launch order.
+  virtual void startMarks() = 0;
+  virtual void mark(const char* op) = 0;
+  virtual std::vector<std::pair<std::string, double>> takeMarks() = 0;
+};
+
+using RunnerFactory = std::unique_ptr<StepRunner> (*)(const RunnerOptions&, std::string* error);
+
+namespace cpu {
+std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::string* error);
+}
+namespace cuda {
+/// Null with `error` set when there is no usable GPU.
+std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::string* error);
+} // namespace cuda
+
+/// The trainer program; see the usage text in common/Trainer.cpp
+/// (`TRAINER --help`). Returns the exit status: 0, 1 for a failed run or bad
+/// input, 2 for bad usage.
+int trainerMain(int argc, char** argv, const ModelInfo& model, RunnerFactory createRunner);
 
 } // namespace lwrt

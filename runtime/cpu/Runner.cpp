@@ -1,0 +1,66 @@
+// The CPU backend's step runner: host memory, phases run on the calling
+// thread (the kernels use OpenBLAS's threads for the matrix products).
+#include "lwrt/trainer.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace lwrt::cpu {
+
+namespace {
+
+class CpuRunner final : public StepRunner {
+public:
+  std::string description() const override {
+    return "CPU, " + std::to_string(std::thread::hardware_concurrency()) + " threads";
+  }
+  void* allocate(int64_t bytes, std::string* error) override {
+    size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 255) / 256 * 256);
+    void* p = std::aligned_alloc(256, rounded);
+    if (!p) {
+      if (error)
+        *error = "cannot allocate " + std::to_string(bytes) + " bytes";
+      return nullptr;
+    }
+    std::memset(p, 0, rounded);
+    return p;
+  }
+  void release(void* memory) override { std::free(memory); }
+  bool upload(void* dst, const void* src, int64_t bytes, std::string*) override {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return true;
+  }
+  bool download(void* dst, const void* src, int64_t bytes, std::string*) override {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    return true;
+  }
+  bool run(int, const std::function<bool(std::string*)>& launch, std::string* error) override {
+    return launch(error);
+  }
+  std::string takeDeviceError() override { return ""; }
+
+  void startMarks() override {
+    marks_.clear();
+    last_ = std::chrono::steady_clock::now();
+  }
+  void mark(const char* op) override {
+    auto now = std::chrono::steady_clock::now();
+    marks_.emplace_back(op, std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+  }
+  std::vector<std::pair<std::string, double>> takeMarks() override { return std::move(marks_); }
+
+private:
+  std::vector<std::pair<std::string, double>> marks_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+} // namespace
+
+std::unique_ptr<StepRunner> createRunner(const RunnerOptions&, std::string*) {
+  return std::make_unique<CpuRunner>();
+}
+
+} // namespace lwrt::cpu

@@ -1,0 +1,97 @@
+// cuda/Context.h - the CUDA backend's process-wide state (not installed)
+// defines: Context, context, initContext, destroyContext, ensureWorkspace, fail,
+//          LWRT_CUDA, LWRT_CUDNN, LWRT_CUBLAS, kThreads, blocksFor
+//
+// The generated step calls kernels with TensorViews only (the signatures of
+// the CPU backend), so everything else a CUDA kernel needs lives here: the
+// stream all work goes to, the cuDNN and cuBLAS handles bound to it, a
+// shared workspace, the TF32 switch, and the first error.
+//
+// Errors: every CUDA, cuDNN and cuBLAS call goes through LWRT_CUDA /
+// LWRT_CUDNN / LWRT_CUBLAS, which on failure record "file:line: call:
+// library error string" as the context's error (the first one wins) and
+// make the enclosing kernel return false. Data errors found on the device
+// (a label out of range) set *errorFlag, which the runner reads after a
+// step; kernels never trap.
+//
+// Capture: while `capturing` is set the step is being recorded into a CUDA
+// graph; kernels then must not allocate, synchronize or run algorithm
+// searches (they use what the first, uncaptured step set up).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <string>
+
+namespace lwrt::cuda {
+
+/// Device-side error codes written to Context::errorFlag.
+enum DeviceError : int { kNoDeviceError = 0, kLabelOutOfRange = 1, kIndexOutOfRange = 2 };
+
+struct Context {
+  int device = -1;
+  cudaStream_t stream = nullptr;
+  cudnnHandle_t cudnn = nullptr;
+  cublasHandle_t cublas = nullptr;
+  bool tf32 = false;
+  bool capturing = false;
+  void* workspace = nullptr;
+  size_t workspaceBytes = 0;
+  int* errorFlag = nullptr; ///< device memory, one int (DeviceError)
+  std::string error;        ///< the first failure, "" while none
+};
+
+/// The context of this process (one device per process for now).
+Context& context();
+
+/// Selects `device`, creates the stream, the handles (math mode from `tf32`)
+/// and the error flag. False with `error` set, e.g. when there is no GPU.
+bool initContext(int device, bool tf32, std::string* error);
+/// Releases everything initContext made; safe to call twice.
+void destroyContext();
+
+/// Makes the workspace at least `bytes` (synchronizing to free the old
+/// one). False, with the context's error set, when it cannot be had or the
+/// step is being captured and the workspace is too small.
+bool ensureWorkspace(size_t bytes);
+
+/// Records "file:line: what" as the context's error unless one is there;
+/// returns false so that kernels can `return fail(...)`.
+bool fail(const char* file, int line, const std::string& what);
+
+/// Threads per block of the elementwise kernels, and the grid for n items
+/// (grid-stride loops cover the rest).
+constexpr int kThreads = 256;
+inline unsigned blocksFor(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
+}
+
+} // namespace lwrt::cuda
+
+#define LWRT_CUDA(call)                                                                            \
+  do {                                                                                             \
+    cudaError_t lwrt_status_ = (call);                                                             \
+    if (lwrt_status_ != cudaSuccess)                                                               \
+      return ::lwrt::cuda::fail(__FILE__, __LINE__,                                                \
+                                std::string(#call) + ": " + cudaGetErrorString(lwrt_status_));     \
+  } while (0)
+
+#define LWRT_CUDNN(call)                                                                           \
+  do {                                                                                             \
+    cudnnStatus_t lwrt_status_ = (call);                                                           \
+    if (lwrt_status_ != CUDNN_STATUS_SUCCESS)                                                      \
+      return ::lwrt::cuda::fail(__FILE__, __LINE__,                                                \
+                                std::string(#call) + ": " + cudnnGetErrorString(lwrt_status_));    \
+  } while (0)
+
+#define LWRT_CUBLAS(call)                                                                          \
+  do {                                                                                             \
+    cublasStatus_t lwrt_status_ = (call);                                                          \
+    if (lwrt_status_ != CUBLAS_STATUS_SUCCESS)                                                     \
+      return ::lwrt::cuda::fail(__FILE__, __LINE__,                                                \
+                                std::string(#call) + ": " + cublasGetStatusString(lwrt_status_));  \
+  } while (0)

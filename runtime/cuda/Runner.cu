@@ -1,0 +1,187 @@
+// The CUDA backend's step runner: device memory from cudaMalloc, copies and
+// phases on the context's stream, and each phase recorded once into a CUDA
+// graph (after a first direct run that searches algorithms and sizes the
+// workspace) and replayed from then on.
+#include "cuda/Context.h"
+#include "lwrt/trainer.h"
+
+#include <map>
+#include <vector>
+
+namespace lwrt::cuda {
+
+namespace {
+
+std::string describe(cudaError_t st, const char* call) {
+  return std::string(call) + ": " + cudaGetErrorString(st);
+}
+
+class CudaRunner final : public StepRunner {
+public:
+  CudaRunner(const RunnerOptions& options, std::string name)
+      : options_(options), name_(std::move(name)) {}
+  ~CudaRunner() override {
+    for (cudaEvent_t e : events_)
+      cudaEventDestroy(e);
+    for (auto& [key, phase] : phases_) {
+      if (phase.exec)
+        cudaGraphExecDestroy(phase.exec);
+      if (phase.graph)
+        cudaGraphDestroy(phase.graph);
+    }
+    destroyContext();
+  }
+
+  std::string description() const override { return name_; }
+
+  void* allocate(int64_t bytes, std::string* error) override {
+    void* p = nullptr;
+    size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+    cudaError_t st = cudaMalloc(&p, n);
+    if (st == cudaSuccess)
+      st = cudaMemset(p, 0, n);
+    if (st != cudaSuccess) {
+      if (error)
+        *error = "cannot allocate " + std::to_string(bytes) +
+                 " bytes of GPU memory: " + cudaGetErrorString(st);
+      if (p)
+        cudaFree(p);
+      return nullptr;
+    }
+    return p;
+  }
+  void release(void* memory) override {
+    if (memory)
+      cudaFree(memory);
+  }
+  bool upload(void* dst, const void* src, int64_t bytes, std::string* error) override {
+    cudaError_t st = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
+                                     context().stream);
+    return check(st, "cudaMemcpyAsync (to the GPU)", error);
+  }
+  bool download(void* dst, const void* src, int64_t bytes, std::string* error) override {
+    cudaError_t st = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
+                                     context().stream);
+    if (!check(st, "cudaMemcpyAsync (from the GPU)", error))
+      return false;
+    return check(cudaStreamSynchronize(context().stream), "cudaStreamSynchronize", error);
+  }
+
+  bool run(int key, const std::function<bool(std::string*)>& launch, std::string* error) override {
+    Context& c = context();
+    Phase& phase = phases_[key];
+    if (!options_.graphs || phase.runs++ == 0)
+      return launched(launch(error), error);
+    if (!phase.exec) {
+      if (!check(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal),
+                 "cudaStreamBeginCapture", error))
+        return false;
+      c.capturing = true;
+      bool ok = launch(error);
+      c.capturing = false;
+      cudaError_t st = cudaStreamEndCapture(c.stream, &phase.graph);
+      if (!launched(ok, error) || !check(st, "cudaStreamEndCapture", error))
+        return false;
+      if (!check(cudaGraphInstantiate(&phase.exec, phase.graph, 0), "cudaGraphInstantiate", error))
+        return false;
+    }
+    return check(cudaGraphLaunch(phase.exec, c.stream), "cudaGraphLaunch", error);
+  }
+
+  std::string takeDeviceError() override {
+    Context& c = context();
+    int flag = 0;
+    cudaError_t st =
+        cudaMemcpyAsync(&flag, c.errorFlag, sizeof(int), cudaMemcpyDeviceToHost, c.stream);
+    if (st == cudaSuccess)
+      st = cudaStreamSynchronize(c.stream);
+    if (st != cudaSuccess)
+      return describe(st, "reading the device error flag");
+    if (flag == kNoDeviceError)
+      return "";
+    cudaMemsetAsync(c.errorFlag, 0, sizeof(int), c.stream);
+    return flag == kLabelOutOfRange   ? "a label is outside the model's classes"
+           : flag == kIndexOutOfRange ? "a gather index is out of range"
+                                      : "device error " + std::to_string(flag);
+  }
+
+  void startMarks() override {
+    labels_.clear();
+    used_ = 0;
+    record();
+  }
+  void mark(const char* op) override {
+    labels_.push_back(op);
+    record();
+  }
+  std::vector<std::pair<std::string, double>> takeMarks() override {
+    std::vector<std::pair<std::string, double>> out;
+    if (used_ == 0 || cudaEventSynchronize(events_[used_ - 1]) != cudaSuccess)
+      return out;
+    for (size_t k = 0; k < labels_.size() && k + 1 < used_; ++k) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, events_[k], events_[k + 1]);
+      out.emplace_back(labels_[k], ms);
+    }
+    return out;
+  }
+
+private:
+  void record() {
+    if (used_ == events_.size()) {
+      cudaEvent_t e;
+      if (cudaEventCreate(&e) != cudaSuccess)
+        return;
+      events_.push_back(e);
+    }
+    cudaEventRecord(events_[used_++], context().stream);
+  }
+
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+  std::vector<std::string> labels_;
+
+  struct Phase {
+    int runs = 0;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+  };
+
+  static bool check(cudaError_t st, const char* call, std::string* error) {
+    if (st == cudaSuccess)
+      return true;
+    if (error)
+      *error = describe(st, call);
+    return false;
+  }
+  /// The result of a launch: a failed op's name gets the context's error.
+  static bool launched(bool ok, std::string* error) {
+    Context& c = context();
+    if (!ok) {
+      if (error && !c.error.empty())
+        *error += ": " + c.error;
+      c.error.clear();
+      return false;
+    }
+    return check(cudaGetLastError(), "a kernel launch", error);
+  }
+
+  RunnerOptions options_;
+  std::string name_;
+  std::map<int, Phase> phases_;
+};
+
+} // namespace
+
+std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::string* error) {
+  if (!initContext(options.device, options.tf32, error))
+    return nullptr;
+  cudaDeviceProp prop{};
+  std::string name = "GPU " + std::to_string(options.device);
+  if (cudaGetDeviceProperties(&prop, options.device) == cudaSuccess)
+    name = std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
+           std::to_string(prop.minor) + ")";
+  return std::make_unique<CudaRunner>(options, name);
+}
+
+} // namespace lwrt::cuda

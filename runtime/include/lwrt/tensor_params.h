@@ -1,0 +1,111 @@
+// lwrt/tensor_params.h - the parameter structs of the tensor and training-update kernels
+// defines: LeakyReluParams, ClipParams, ReduceParams, TransposeParams, ConcatParams, SliceParams,
+//   SplitParams, GatherParams, PadMode, PadParams, FillParams, DropoutMaskParams, SgdParams,
+//   AdamParams, LrScheduleKind, LrScheduleParams
+//
+// Shared by every backend (lwrt/cpu_tensor.h, lwrt/cuda_tensor.h), so that a
+// generated trainer spells its parameters the same way whichever backend it
+// is compiled against. The fields mirror the IR op's attributes (ir/Ops.def),
+// with the IR's defaults.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+namespace lwrt {
+
+struct LeakyReluParams {
+  double alpha = 0.01;
+};
+
+/// clip and clip_grad.
+struct ClipParams {
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+};
+
+/// reduce_mean and reduce_sum: without axes every axis is reduced; axes may
+/// be negative. keepdims only shapes the result view.
+struct ReduceParams {
+  std::optional<std::vector<int64_t>> axes;
+  int64_t keepdims = 1;
+};
+
+struct TransposeParams {
+  std::vector<int64_t> perm;
+};
+
+/// concat. A negative axis counts from the end (also for split and gather).
+struct ConcatParams {
+  int64_t axis = 0;
+};
+
+/// slice and slice_grad, with ONNX clamping of starts and ends; axes
+/// default to 0, 1, ... and steps to 1.
+struct SliceParams {
+  std::vector<int64_t> starts;
+  std::vector<int64_t> ends;
+  std::optional<std::vector<int64_t>> axes;
+  std::optional<std::vector<int64_t>> steps;
+};
+
+struct SplitParams {
+  int64_t axis = 0;
+  std::vector<int64_t> split;
+};
+
+/// gather and gather_grad.
+struct GatherParams {
+  int64_t axis = 0;
+};
+
+enum class PadMode : uint8_t { Constant, Reflect, Edge };
+
+/// pads: [begin of each axis..., end of each axis...]; negative pads crop.
+struct PadParams {
+  std::vector<int64_t> pads;
+  PadMode mode = PadMode::Constant;
+  double value = 0.0;
+};
+
+/// The constant op's value: `value` for float results, `ivalue` for
+/// integer and bool ones; one element is splatted.
+struct FillParams {
+  std::vector<double> value;
+  std::vector<int64_t> ivalue;
+};
+
+struct DropoutMaskParams {
+  double ratio = 0.5;
+  int64_t seed = 0;
+};
+
+struct SgdParams {
+  double momentum = 0.9;
+  double weight_decay = 5e-4;
+  int64_t nesterov = 0;
+};
+
+struct AdamParams {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double weight_decay = 0.0;
+  int64_t decoupled = 0;
+};
+
+enum class LrScheduleKind : uint8_t { Constant, Step, Cosine };
+
+struct LrScheduleParams {
+  LrScheduleKind kind = LrScheduleKind::Constant;
+  double base_lr = 0.01;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;
+  int64_t step_size = 0;
+  double gamma = 0.1;
+  double min_lr = 0.0;
+};
+
+} // namespace lwrt

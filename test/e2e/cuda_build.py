@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Every zoo model at test size builds into a CUDA trainer with nvcc.
+
+`lwcc MODEL -o trainer` (target cuda, the default; sm_90) must emit CUDA C++
+and link it against the CUDA runtime library, cuDNN and cuBLAS. On a machine
+without a usable GPU the trainer must say so, suggest --target=cpu and exit
+1 (the CI machine has none; where one is present the run must start instead:
+tools/gpu/ checks it). Ends with the line "N passed, M failed".
+"""
+import concurrent.futures
+import os
+import subprocess
+import sys
+import tempfile
+
+import onnx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
+import zoo  # noqa: E402
+
+LWCC = os.path.join(ROOT, "build", "bin", "lwcc")
+
+
+def has_gpu():
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def check(name, tmp, gpu):
+    path = os.path.join(tmp, name + ".onnx")
+    onnx.save(zoo.build(name, test_size=True), path)
+    exe = os.path.join(tmp, name + "-cuda")
+    r = subprocess.run([LWCC, path, "-o", exe], capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        return f"lwcc exited {r.returncode}: {r.stderr.strip()[-1500:]}"
+    if not os.access(exe, os.X_OK):
+        return "no executable"
+    r = subprocess.run([exe, "--steps=1", "--progress=off"], capture_output=True, text=True,
+                       timeout=600)
+    if gpu:
+        return None if r.returncode == 0 else f"trainer exited {r.returncode}: {r.stderr[-800:]}"
+    if r.returncode != 1 or "--target=cpu" not in r.stderr or "GPU" not in r.stderr:
+        return f"without a GPU: exit {r.returncode}, stderr {r.stderr.strip()[:400]!r}"
+    return None
+
+
+def main():
+    gpu = has_gpu()
+    names = list(zoo.REGISTRY)
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="lwcc-cuda-build-") as tmp:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as ex:
+            futures = {name: ex.submit(check, name, tmp, gpu) for name in names}
+            for name in names:
+                try:
+                    problem = futures[name].result()
+                except Exception as e:  # noqa: BLE001 - any failure fails the case
+                    problem = str(e)
+                failed += problem is not None
+                print(f"{'FAIL' if problem else 'PASS'}: {name}"
+                      + (f": {problem}" if problem else
+                         " (built with nvcc; " + ("ran one step" if gpu else
+                                                  "no GPU here: exit 1 with the hint") + ")"))
+    print(f"{len(names) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""The compiled trainer as a user runs it, on the CPU target.
+
+Builds the zoo LeNet (batch 32) with `lwcc --target=cpu -o trainer` and
+checks, each as one test case:
+  - training on a subset of Debian's Fashion-MNIST reaches at least 0.80 test
+    accuracy, with a progress line on stdout and a JSONL log whose step lines
+    hold step, loss, img_per_s and step_ms and whose eval lines hold epoch and
+    accuracy;
+  - a run killed with SIGKILL after a checkpoint and resumed ends with
+    weights bit-identical to an uninterrupted run;
+  - --export writes an ONNX model that onnxruntime runs, agreeing with the
+    trainer's own evaluation (logits and accuracy);
+  - runtime flags (--lr, --optimizer settings) change the run; a different
+    optimizer family is refused;
+  - bad input stops with a clear message and exit 1 (missing and corrupt data
+    files, a checkpoint of another model, a corrupt checkpoint, a NaN loss,
+    which leaves the last good checkpoint in place), bad usage with exit 2.
+Ends with the line "N passed, M failed".
+"""
+import glob
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LWCC = os.path.join(ROOT, "build", "bin", "lwcc")
+GEN = os.path.join(ROOT, "tools", "models", "gen.py")
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+results = []
+
+
+def case(fn):
+    name = fn.__name__
+    try:
+        fn()
+        results.append((name, None))
+        print(f"PASS: {name}")
+    except Exception as e:  # noqa: BLE001 - any failure fails the case
+        results.append((name, str(e)))
+        print(f"FAIL: {name}: {e}")
+    sys.stdout.flush()
+
+
+def run(cmd, expect=0, timeout=900):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if expect is not None and r.returncode != expect:
+        raise AssertionError(f"{' '.join(cmd)} exited {r.returncode} (expected {expect}):\n"
+                             f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return r
+
+
+def build(tmp, name, *flags):
+    model = os.path.join(tmp, name + ".onnx")
+    if not os.path.exists(model):
+        run([sys.executable, GEN, "lenet", "--batch", "32", "-o", model])
+    exe = os.path.join(tmp, name + "-trainer")
+    run([LWCC, model, "--target=cpu", "-o", exe, *flags])
+    return model, exe
+
+
+def read_params(folder):
+    return {os.path.basename(p): open(p, "rb").read()
+            for p in sorted(glob.glob(os.path.join(folder, "param_*.bin")))}
+
+
+def load_idx_images(path, count):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    n, rows, cols = (int.from_bytes(data[4 + 4 * k:8 + 4 * k], "big") for k in range(3))
+    pixels = np.frombuffer(data, np.uint8, offset=16).reshape(n, rows, cols)[:count]
+    return ((pixels.astype(np.float32) / 255.0 - 0.2860) / 0.3530)[:, None, :, :]
+
+
+def load_idx_labels(path, count):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    return np.frombuffer(data, np.uint8, offset=8)[:count].astype(np.int64)
+
+
+def idx_file(stem):
+    for p in (os.path.join(FASHION, stem), os.path.join(FASHION, stem + ".gz")):
+        if os.path.exists(p):
+            return p
+    raise AssertionError(f"no {stem} under {FASHION}")
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="lwcc-trainer-cli-")
+    model, exe = build(tmp, "lenet")
+    log = os.path.join(tmp, "train.jsonl")
+    dump = os.path.join(tmp, "dump")
+    exported = os.path.join(tmp, "trained.onnx")
+    state = {}
+
+    def fashion_accuracy():
+        r = run([exe, f"--data=idx:{FASHION}", "--train-examples=12000", "--eval-examples=2000",
+                 "--epochs=2", "--eval", f"--log={log}", "--lr=0.02", "--progress=lines",
+                 f"--export={exported}", f"--dump={dump}"])
+        state["stdout"] = r.stdout
+        lines = [json.loads(line) for line in open(log)]
+        steps = [x for x in lines if x.get("type") == "step"]
+        evals = [x for x in lines if x.get("type") == "eval"]
+        assert len(steps) == 750, f"{len(steps)} step lines, expected 750 (2 x 12000 / 32)"
+        for key in ("step", "loss", "img_per_s", "step_ms"):
+            assert all(key in x for x in steps), f"a step line lacks {key}"
+        assert [x["epoch"] for x in evals] == [1, 2], f"eval lines {evals}"
+        acc = evals[-1]["accuracy"]
+        state["accuracy"] = acc
+        print(f"  LeNet, 12000 Fashion-MNIST examples, 2 epochs: test accuracy {acc:.4f} "
+              f"on 2000 t10k examples; loss {steps[0]['loss']:.4f} -> {steps[-1]['loss']:.4f}")
+        assert acc >= 0.80, f"accuracy {acc} below 0.80"
+        assert "epoch 2/2  step 375/375" in r.stdout, "no progress line"
+        assert "img/s" in r.stdout and "ETA" in r.stdout, "progress line lacks rate or ETA"
+
+    def export_round_trip():
+        import onnxruntime as ort
+        assert os.path.exists(exported), "no export (the accuracy case failed first?)"
+        sess = ort.InferenceSession(exported, providers=["CPUExecutionProvider"])
+        x = load_idx_images(idx_file("t10k-images-idx3-ubyte"), 2000)
+        y = load_idx_labels(idx_file("t10k-labels-idx1-ubyte"), 2000)
+        name = sess.get_inputs()[0].name
+        logits = np.concatenate([sess.run(None, {name: x[i:i + 32]})[0]
+                                 for i in range(0, 1984, 32)] +
+                                [sess.run(None, {name: np.concatenate([x[1984:], x[:16]])})[0][:16]])
+        ours = np.fromfile(os.path.join(dump, "eval_logits.bin"), np.float32).reshape(32, -1)
+        err = float(np.max(np.abs(ours - logits[:32])) / np.max(np.abs(logits[:32])))
+        acc = float(np.mean(np.argmax(logits, 1) == y))
+        print(f"  onnxruntime on the export: accuracy {acc:.4f} (trainer {state['accuracy']:.4f}); "
+              f"first batch's logits differ by {err:.2e} relative")
+        assert err < 1e-4, f"logits differ by {err}"
+        assert abs(acc - state["accuracy"]) <= 1.0 / 2000 + 1e-12, "accuracies differ"
+        # The trained weights, not the initial ones.
+        import onnx
+        from onnx import numpy_helper
+        m = onnx.load(exported)
+        w = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+        for name, blob in read_params(dump).items():
+            key = next((k for k in w if "param_" + "".join(
+                c if c.isalnum() or c in "._-" else "_" for c in k) + ".bin" == name), None)
+            if key is not None:
+                assert w[key].tobytes() == blob, f"{key} in the export is not the trained value"
+
+    def kill_and_resume():
+        common = [f"--data=idx:{FASHION}", "--train-examples=6400", "--epochs=3", "--seed=7",
+                  "--progress=off"]
+        full = os.path.join(tmp, "full")
+        run([exe, *common, f"--dump={full}"])
+        ck = os.path.join(tmp, "ck")
+        part = os.path.join(tmp, "resumed")
+        p = subprocess.Popen([exe, *common, f"--checkpoint-dir={ck}", "--checkpoint-every=50"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 300
+        while time.time() < deadline and p.poll() is None:
+            if os.path.isdir(ck) and any(f.endswith(".lwckpt") for f in os.listdir(ck)):
+                break
+            time.sleep(0.002)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        saved = sorted(f for f in os.listdir(ck) if f.endswith(".lwckpt"))
+        assert saved, "no checkpoint written before the kill"
+        assert "ckpt-600.lwckpt" not in saved, "the run ended before it was killed"
+        r = run([exe, *common, f"--checkpoint-dir={ck}", "--resume", f"--dump={part}"])
+        assert "from step 0," not in r.stdout, "did not resume"
+        a, b = read_params(full), read_params(part)
+        assert a.keys() == b.keys() and a, "different params dumped"
+        diff = [k for k in a if a[k] != b[k]]
+        print(f"  killed (SIGKILL) with {saved[-1]} on disk; resumed to step 600: "
+              f"{len(a) - len(diff)}/{len(a)} params bit-identical to the uninterrupted run")
+        assert not diff, f"params differ: {diff[:3]}"
+
+    def runtime_flags():
+        base = [f"--data=idx:{FASHION}", "--train-examples=320", "--steps=10", "--progress=off",
+                "--dump"]
+        a, b, c = (os.path.join(tmp, d) for d in ("flags_a", "flags_b", "flags_c"))
+        run([exe, *base[:-1], f"--dump={a}"])
+        run([exe, *base[:-1], f"--dump={b}", "--lr=0.05", "--momentum=0.5", "--nesterov"])
+        run([exe, *base[:-1], f"--dump={c}"])
+        assert read_params(a) == read_params(c), "two identical runs differ"
+        assert read_params(a) != read_params(b), "--lr/--momentum changed nothing"
+        r = run([exe, "--optimizer=adam"], expect=2)
+        assert "compiled for sgd" in r.stderr, r.stderr
+        r = run([exe, "--help"])
+        assert "--checkpoint-dir" in r.stdout and "optimizer sgd" in r.stdout
+
+    def adam_trainer():
+        _, adam = build(tmp, "lenet-adam", "--optimizer=adamw", "--lr=0.001")
+        log2 = os.path.join(tmp, "adam.jsonl")
+        run([adam, f"--data=idx:{FASHION}", "--train-examples=640", "--steps=20",
+             "--progress=off", f"--log={log2}", "--optimizer=adam"])
+        losses = [json.loads(x)["loss"] for x in open(log2)]
+        assert losses[-1] < losses[0], f"adam did not lower the loss: {losses[0]} -> {losses[-1]}"
+
+    def bad_input():
+        def fails(args, text, code=1):
+            r = run([exe, *args], expect=code)
+            assert text in r.stderr, f"{args}: stderr lacks '{text}':\n{r.stderr}"
+            return r
+
+        fails(["--data=idx:/nonexistent"], "/nonexistent")
+        bad = os.path.join(tmp, "bad_idx")
+        os.makedirs(bad)
+        for f in os.listdir(FASHION):
+            shutil.copy(os.path.join(FASHION, f), bad)
+        img = next(f for f in os.listdir(bad) if f.startswith("train-images"))
+        with open(os.path.join(bad, img), "r+b") as f:
+            f.truncate(1000)
+        fails([f"--data=idx:{bad}"], img.split(".")[0])
+        # A checkpoint of another model (a wider LeNet) and a corrupt one.
+        other_model = os.path.join(tmp, "other.onnx")
+        run([sys.executable, GEN, "lenet", "--batch", "32", "--width", "2", "-o", other_model])
+        other = os.path.join(tmp, "other-trainer")
+        run([LWCC, other_model, "--target=cpu", "-o", other])
+        ck = os.path.join(tmp, "ck_other")
+        run([other, "--steps=2", f"--checkpoint-dir={ck}", "--progress=off"])
+        fails([f"--checkpoint-dir={ck}", "--resume", "--steps=3"], "another model")
+        ckfile = glob.glob(os.path.join(ck, "*.lwckpt"))[0]
+        mine = os.path.join(tmp, "ck_mine")
+        run([exe, "--steps=2", f"--checkpoint-dir={mine}", "--progress=off"])
+        good = glob.glob(os.path.join(mine, "*.lwckpt"))[0]
+        corrupt = os.path.join(tmp, "corrupt.lwckpt")
+        data = bytearray(open(good, "rb").read())
+        data[len(data) // 2] ^= 0xFF
+        open(corrupt, "wb").write(bytes(data))
+        fails([f"--resume={corrupt}", "--steps=3"], "corrupt.lwckpt")
+        assert os.path.exists(ckfile)
+        # A NaN loss: the run stops and the last good checkpoint stays.
+        nan = os.path.join(tmp, "ck_nan")
+        r = fails(["--steps=40", f"--checkpoint-dir={nan}", "--checkpoint-every=1", "--lr=1e30",
+                   "--progress=off"], "not a finite number")
+        kept = sorted(os.listdir(nan))
+        assert kept and all(f.endswith(".lwckpt") for f in kept), kept
+        from_kept = run([exe, f"--checkpoint-dir={nan}", "--resume", "--steps=0",
+                         "--progress=off"])
+        assert from_kept.returncode == 0
+        # Bad usage.
+        fails(["--epochs=x"], "--epochs", code=2)
+        fails(["--frobnicate"], "unknown argument", code=2)
+        fails(["--data=csv:x"], "--data", code=2)
+        fails(["--checkpoint-every=5"], "--checkpoint-dir", code=2)
+
+    case(fashion_accuracy)
+    case(export_round_trip)
+    case(kill_and_resume)
+    case(runtime_flags)
+    case(adam_trainer)
+    case(bad_input)
+    shutil.rmtree(tmp, ignore_errors=True)
+    failed = sum(1 for _, e in results if e)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

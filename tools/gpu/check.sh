@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (device tool), from the repository root, over the
+# build/gpu/ folder that tools/gpu/prepare.sh made here (carry build/gpu):
+#   1. correctness: each zoo model's CUDA trainer (TF32 off) runs its first
+#      step on the seeded batch; loss, gradients and params vs the CPU backend
+#   2. compute-sanitizer memcheck and racecheck on one LeNet and one ResNet-18 step
+#   3. speed: AlexNet 224x224 batch 128, lwcc (fp32, TF32) vs PyTorch eager
+#      and torch.compile (fp32, TF32) in the same run
+# and prints a table. Logs go to $OUT.
+#   bash build/gpu/check.sh
+set -uo pipefail
+G=build/gpu
+OUT=${OUT:-/tmp/lwcc-gpu-out}
+mkdir -p "$OUT"
+libs=$(find / -xdev \( -name 'libcudnn.so.9' -o -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
+export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+nvidia-smi -L | tee "$OUT/gpu.txt"
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+declare -a ROWS
+for d in "$G"/*-data; do
+  m=$(basename "$d" -data)
+  log="$OUT/$m.log"
+  if "$G/$m-cuda" --steps=1 --data="raw:$d" --dump="/tmp/$m-gpu" --no-tf32 --progress=off >"$log" 2>&1; then
+    r=$(python3 "$G/compare.py" "$G/$m-cpu" "/tmp/$m-gpu" 2>&1) && s=PASS || s=FAIL
+  else
+    r="trainer exited $?: $(tail -c 300 "$log")"; s=FAIL
+  fi
+  ROWS+=("correctness $m: $s $r")
+done
+if command -v compute-sanitizer >/dev/null; then
+  for m in lenet resnet18; do
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$G/$m-cuda" --steps=1 --no-cuda-graph \
+        --data="raw:$G/$m-data" --progress=off >"$OUT/sanitizer-$m-$tool.log" 2>&1
+      rc=$?; ROWS+=("compute-sanitizer $tool $m: exit $rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$m-$tool.log") clean summaries)")
+    done
+  done
+else
+  ROWS+=("compute-sanitizer: not found")
+fi
+# Speed: AlexNet 224, batch 128.
+python3 "$G/models/gen.py" alexnet --size 224 --batch 128 --classes 1000 -o /tmp/alexnet224.onnx
+"$G/alexnet224-cuda" --list-params >/tmp/alexnet224.params
+python3 "$G/pack_weights.py" /tmp/alexnet224.onnx /tmp/alexnet224.params "$G/alexnet224-cuda.weights"
+rate() { python3 -c 'import json,sys,statistics as s; r=[json.loads(l) for l in open(sys.argv[1])]; r=[x for x in r if x.get("type")=="step"][10:]; print("%.1f" % (128*len(r)/(sum(x["step_ms"] for x in r)/1000)))' "$1"; }
+for flag in --no-tf32 --tf32; do
+  "$G/alexnet224-cuda" --steps=70 $flag --progress=off --log="$OUT/alexnet$flag.jsonl" >"$OUT/alexnet$flag.log" 2>&1 \
+    && ROWS+=("lwcc alexnet224 b128 $flag: $(rate "$OUT/alexnet$flag.jsonl") img/s") \
+    || ROWS+=("lwcc alexnet224 b128 $flag: FAILED $(tail -c 300 "$OUT/alexnet$flag.log")")
+done
+for mode in eager compile; do
+  for tf in 0 1; do
+    r=$(python3 "$G/torch_bench.py" $mode $tf 2>"$OUT/torch-$mode-$tf.err" | sed -n 's/img_per_s //p')
+    ROWS+=("pytorch $mode tf32=$tf alexnet224 b128: ${r:-FAILED} img/s")
+  done
+done
+{
+  echo "==== lwcc GPU checks on $GPU ===="
+  printf '%s\n' "${ROWS[@]}"
+} | tee "$OUT/summary.txt"

@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Compares a CUDA trainer's first-step dump with the CPU backend's.
+
+compare.py CPU_DIR GPU_DIR: every output_<k>.bin (the loss, then the
+gradients) and param_<name>.bin must agree within 1e-3 relative
+(max |a - b| / max |b|, floored at 1e-3 of the largest gradient as in
+test/e2e/trainer_vs_reference.py). Prints the worst error; exit 1 above it.
+"""
+import glob
+import os
+import sys
+
+import numpy as np
+
+cpu, gpu = sys.argv[1], sys.argv[2]
+files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(cpu, "*.bin")))
+files = [f for f in files if f.startswith(("output_", "param_")) and "opt." not in f]
+grads = [np.fromfile(os.path.join(cpu, f), np.float32) for f in files if f.startswith("output_")]
+floor = 1e-3 * max(float(np.max(np.abs(g))) for g in grads[1:]) if len(grads) > 1 else 1e-30
+worst, where = 0.0, ""
+for f in files:
+    a = np.fromfile(os.path.join(cpu, f), np.uint8)
+    b_path = os.path.join(gpu, f)
+    if not os.path.exists(b_path):
+        print(f"missing {f}")
+        sys.exit(1)
+    if f.endswith(".bin") and ("train.step" in f):
+        continue
+    a = np.fromfile(os.path.join(cpu, f), np.float32).astype(np.float64)
+    b = np.fromfile(b_path, np.float32).astype(np.float64)
+    if a.shape != b.shape:
+        print(f"{f}: {a.size} vs {b.size} elements")
+        sys.exit(1)
+    scale = max(float(np.max(np.abs(a))) if a.size else 0.0, floor if f.startswith("output_") else 1e-30)
+    err = float(np.max(np.abs(a - b)) / scale) if a.size else 0.0
+    if not np.isfinite(err) or err > worst:
+        worst, where = err, f
+print(f"worst {worst:.2e} ({where})")
+sys.exit(0 if worst < 1e-3 else 1)

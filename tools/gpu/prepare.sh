@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds, on this (GPU-less) machine, everything tools/gpu/check.sh needs on
+# the GPU machine, into build/gpu/ (about 30 MiB; carry it with the device
+# tool): for every zoo model at test size a CUDA trainer, a seeded batch and
+# the CPU backend's first step on it (loss, gradients, updated params); and
+# the AlexNet 224x224 batch-128 CUDA trainer without embedded weights (the
+# GPU machine regenerates the model and packs its weights).
+#
+#   bash tools/gpu/prepare.sh      (after bash tools/dev.sh build)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+LWCC=build/bin/lwcc
+OUT=build/gpu
+rm -rf "$OUT"
+mkdir -p "$OUT"
+cp tools/gpu/check.sh tools/gpu/compare.py tools/gpu/pack_weights.py tools/gpu/torch_bench.py "$OUT/"
+cp -r tools/models "$OUT/models"
+names=$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(zoo.REGISTRY))')
+for m in $names; do
+  python3 - "$m" "$OUT" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+sys.path.insert(0, "tools/models")
+import zoo
+name, out = sys.argv[1], sys.argv[2]
+model = zoo.build(name, test_size=True)
+onnx.save(model, os.path.join(out, name + ".onnx"))
+dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
+rng = np.random.default_rng(11)
+os.makedirs(os.path.join(out, name + "-data"), exist_ok=True)
+rng.standard_normal(dims).astype(np.float32).tofile(os.path.join(out, name + "-data", "input_0.bin"))
+rng.integers(0, classes, size=dims[0]).astype(np.int64).tofile(os.path.join(out, name + "-data", "input_1.bin"))
+PY
+  echo "+ $m: CUDA and CPU trainers"
+  "$LWCC" "$OUT/$m.onnx" --target=cuda -o "$OUT/$m-cuda"
+  "$LWCC" "$OUT/$m.onnx" --target=cpu -o "$OUT/$m-cpu-trainer"
+  "$OUT/$m-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$m-cpu" --progress=off >/dev/null
+  rm -f "$OUT/$m-cpu-trainer" "$OUT/$m.onnx"
+done
+echo "+ alexnet 224x224, batch 128: CUDA trainer without embedded weights"
+python3 tools/models/gen.py alexnet --size 224 --batch 128 --classes 1000 -o "$OUT/alexnet224.onnx"
+"$LWCC" "$OUT/alexnet224.onnx" --target=cuda --embed-weights=false -o "$OUT/alexnet224-cuda"
+rm -f "$OUT/alexnet224.onnx" "$OUT/alexnet224-cuda.weights"
+du -sh "$OUT"
