@@ -502,16 +502,20 @@ std::string asmString(const std::string& s) {
   return out;
 }
 
-/// Embeds `file` (found by the assembler's include path) as the bytes
-/// between `symbol`_begin and `symbol`_end.
+/// The assembler statement that embeds `file` (found on the assembler's
+/// include path, or absolute) as the bytes between `symbol`_begin and
+/// `symbol`_end.
 std::string incbin(const std::string& symbol, const std::string& file) {
   std::ostringstream os;
   os << "asm(\".section .rodata\\n.balign 64\\n.globl " << symbol << "_begin\\n"
      << symbol << "_begin:\\n.incbin \\\"" << asmString(file) << "\\\"\\n.globl " << symbol
      << "_end\\n"
-     << symbol << "_end:\\n.byte 0\\n.previous\\n\");\n"
-     << "extern \"C\" const unsigned char " << symbol << "_begin[], " << symbol << "_end[];\n";
+     << symbol << "_end:\\n.byte 0\\n.previous\\n\");\n";
   return os.str();
+}
+
+std::string incbinSymbols(const std::string& symbol) {
+  return "extern \"C\" const unsigned char " + symbol + "_begin[], " + symbol + "_end[];\n";
 }
 
 } // namespace
@@ -591,12 +595,13 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
      << "#include <limits>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
      << "#include \"lwrt/" << ns << "_nn.h\"\n#include \"lwrt/" << ns << "_tensor.h\"\n"
      << "#include \"lwrt/trainer.h\"\n\n";
-  // The assembler embeds the blobs; nvcc's device pass must not see them.
+  // The assembler embeds the blobs (nvcc's device pass must not see them).
   if (o.embedWeights || !o.exportTemplate.empty())
     os << (cuda ? "#if !defined(__CUDA_ARCH__)\n" : "")
        << (o.embedWeights ? incbin("lwcc_weights", o.weightsFile) : "")
        << (o.exportTemplate.empty() ? "" : incbin("lwcc_export", o.exportFile))
-       << (cuda ? "#endif\n" : "") << "\n";
+       << (cuda ? "#endif\n" : "") << (o.embedWeights ? incbinSymbols("lwcc_weights") : "")
+       << (o.exportTemplate.empty() ? "" : incbinSymbols("lwcc_export")) << "\n";
   os << "namespace {\n\nusing namespace lwrt;\nusing namespace lwrt::" << ns << ";\n\n"
      << "[[maybe_unused]] constexpr double kInf = std::numeric_limits<double>::infinity();\n\n"
      << llvm::formatv("constexpr int64_t kArenaBytes = {0};\n", *arenaBytes).str()

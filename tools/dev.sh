@@ -32,28 +32,39 @@ cmd_build() {
   cmake --build "$BUILD_DIR" -j "$(nproc)" || return
 }
 
-# The main job: the deepest stage lwcc has today, on the bundled LeNet. It
-# generates the model (tools/models), imports it, checks its gradients,
-# trains it for a few steps on one Fashion-MNIST batch with the reference
-# interpreter, then compiles it into a CPU trainer and trains that on the
-# same batch.
+# The main job: lwcc on the bundled AlexNet (tools/models; 64x64, half
+# width, 10 classes: a size a CPU trains in a minute) and LeNet. It checks
+# LeNet's gradients against finite differences, compiles AlexNet into a
+# CUDA trainer (the default target: built with nvcc, trained when this
+# machine has a GPU) and into a CPU trainer, and trains it on Fashion-MNIST
+# (resized to 64x64, gray replicated to 3 channels) with a progress line,
+# a JSONL log, evaluation on the test split, a checkpoint and an export.
 cmd_run() {
   cmd_build
   local dir="$BUILD_DIR/example"
   local lwcc="$BIN_DIR/lwcc"
+  local data=/usr/share/datasets/fashion-mnist
   mkdir -p "$dir"
   step() { echo; echo "+ $*"; "$@"; }
   step python3 tools/models/gen.py lenet --batch 32 -o "$dir/lenet.onnx"
-  step "$BIN_DIR/lwcc-opt" tools/examples/lenet.lwir --canonicalize --dce --shape-infer --verify \
-    -o "$dir/lenet-clean.lwir"
-  step "$lwcc" "$dir/lenet.onnx" --emit=train-ir -o "$dir/lenet-train.lwir"
-  echo "  ($(grep -c ' = \| assign(' "$dir/lenet-train.lwir") statements in $dir/lenet-train.lwir)"
   step "$lwcc" "$dir/lenet.onnx" --check-gradients
-  step python3 tools/examples/fashion_batch.py /usr/share/datasets/fashion-mnist "$dir/batch" --batch 32
-  step "$lwcc" "$dir/lenet.onnx" --train-reference --inputs "$dir/batch" --steps 20 \
-    --dump "$dir/trained"
-  step "$lwcc" "$dir/lenet.onnx" --emit=exe -o "$dir/lenet-trainer"
-  step "$dir/lenet-trainer" --steps=20 --data="raw:$dir/batch"
+  step python3 tools/models/gen.py alexnet --size 64 --width 0.5 --classes 10 --batch 32 \
+    -o "$dir/alexnet.onnx"
+  step "$lwcc" "$dir/alexnet.onnx" --emit=plan -o "$dir/alexnet-plan.txt"
+  tail -n 2 "$dir/alexnet-plan.txt"
+  local trainer="$dir/alexnet-trainer"
+  if step "$lwcc" "$dir/alexnet.onnx" -o "$dir/alexnet-cuda-trainer" -v &&
+    nvidia-smi -L >/dev/null 2>&1; then
+    trainer="$dir/alexnet-cuda-trainer"
+  else
+    echo "  (no usable GPU here: training the CPU build instead)"
+    step "$lwcc" "$dir/alexnet.onnx" --target=cpu -o "$dir/alexnet-trainer"
+  fi
+  rm -rf "$dir/checkpoints"
+  step "$trainer" --data="idx:$data" --train-examples=9600 --eval-examples=2000 --epochs=1 \
+    --eval --lr=0.01 --progress=lines --print-every=25 --log="$dir/alexnet.jsonl" \
+    --checkpoint-dir="$dir/checkpoints" --export="$dir/alexnet-trained.onnx"
+  echo "  (log: $dir/alexnet.jsonl; checkpoint: $(ls "$dir/checkpoints"))"
 }
 
 # ---------------------------------------------------------------------------

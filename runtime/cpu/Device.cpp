@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -151,6 +152,58 @@ private:
   int index_;
 };
 
+/// The rendezvous of one collective: participants arrive on their streams'
+/// threads; the last to arrive combines the buffers, then all leave.
+class Rendezvous {
+public:
+  Rendezvous(size_t n, std::function<void()> combine) : n_(n), combine_(std::move(combine)) {}
+  void arrive() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (++arrived_ == n_) {
+      combine_();
+      done_ = true;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return done_; });
+  }
+
+private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t n_, arrived_ = 0;
+  bool done_ = false;
+  std::function<void()> combine_;
+};
+
+bool fits(const CollectiveBuffers& c) {
+  if (c.buffers.empty() || c.buffers.size() != c.streams.size())
+    return false;
+  for (size_t k = 0; k < c.buffers.size(); ++k)
+    if (!c.streams[k] || c.buffers[k].dtype != c.buffers[0].dtype ||
+        c.buffers[k].shape != c.buffers[0].shape ||
+        (c.buffers[k].data == nullptr && c.buffers[k].numel() != 0))
+      return false;
+  return true;
+}
+
+template <typename T> void sumInto(const std::vector<TensorView>& bs) {
+  const int64_t n = bs[0].numel();
+  for (int64_t i = 0; i < n; ++i) {
+    T total = 0; // in device order, so every run adds in the same order
+    for (const TensorView& b : bs)
+      total += b.as<T>()[i];
+    for (const TensorView& b : bs)
+      b.as<T>()[i] = total;
+  }
+}
+
+void launchAll(const CollectiveBuffers& c, std::function<void()> combine) {
+  auto r = std::make_shared<Rendezvous>(c.buffers.size(), std::move(combine));
+  for (Stream* s : c.streams)
+    s->launch([r] { r->arrive(); });
+}
+
 class CpuBackend : public Backend {
 public:
   explicit CpuBackend(int n) {
@@ -160,6 +213,30 @@ public:
   std::string name() const override { return "cpu"; }
   int numDevices() const override { return static_cast<int>(devices_.size()); }
   Device& device(int index) override { return *devices_.at(static_cast<size_t>(index)); }
+
+  bool allReduceSum(const CollectiveBuffers& c) override {
+    if (!fits(c))
+      return false;
+    DType t = c.buffers[0].dtype;
+    if (t != DType::F32 && t != DType::F64)
+      return false;
+    std::vector<TensorView> bs = c.buffers;
+    launchAll(c, [bs, t] { t == DType::F32 ? sumInto<float>(bs) : sumInto<double>(bs); });
+    return true;
+  }
+
+  bool broadcast(const CollectiveBuffers& c, int root) override {
+    if (!fits(c) || root < 0 || static_cast<size_t>(root) >= c.buffers.size())
+      return false;
+    std::vector<TensorView> bs = c.buffers;
+    launchAll(c, [bs, root] {
+      for (size_t k = 0; k < bs.size(); ++k)
+        if (static_cast<int>(k) != root && bs[k].bytes() > 0)
+          std::memcpy(bs[k].data, bs[static_cast<size_t>(root)].data,
+                      static_cast<size_t>(bs[k].bytes()));
+    });
+    return true;
+  }
 
 private:
   std::vector<std::unique_ptr<CpuDevice>> devices_;

@@ -40,8 +40,9 @@ struct Context {
   bool capturing = false;
   void* workspace = nullptr;
   size_t workspaceBytes = 0;
-  int* errorFlag = nullptr; ///< device memory, one int (DeviceError)
-  std::string error;        ///< the first failure, "" while none
+  int* errorFlag = nullptr;        ///< device memory, one int (DeviceError)
+  void* cublasWorkspace = nullptr; ///< cuBLAS's own, fixed: it must not allocate while captured
+  std::string error;               ///< the first failure, "" while none
 };
 
 /// The context of this process (one device per process for now).

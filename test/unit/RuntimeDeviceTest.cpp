@@ -154,4 +154,61 @@ TEST(RuntimeCpu, BackendHasTheDevicesAskedFor) {
   EXPECT_THROW(lwrt::createCpuBackend(0), std::invalid_argument);
 }
 
+TEST(RuntimeCpu, AllReduceSumsAcrossDevicesInStreamOrder) {
+  constexpr int kDevices = 3;
+  auto backend = lwrt::createCpuBackend(kDevices);
+  std::vector<std::unique_ptr<lwrt::Stream>> streams;
+  std::vector<std::vector<float>> data(kDevices, std::vector<float>(100));
+  lwrt::CollectiveBuffers c;
+  for (int d = 0; d < kDevices; ++d) {
+    streams.push_back(backend->device(d).createStream());
+    c.streams.push_back(streams.back().get());
+    c.buffers.push_back({data[d].data(), lwrt::DType::F32, {10, 10}});
+  }
+  for (int round = 0; round < 20; ++round) {
+    // Each device writes its part on its own stream, then joins the reduction;
+    // a later write on the stream must see the reduced values.
+    std::vector<float> seen(kDevices, 0.0f);
+    for (int d = 0; d < kDevices; ++d)
+      streams[d]->launch([&, d, round] {
+        for (int i = 0; i < 100; ++i)
+          data[d][i] = static_cast<float>((d + 1) * i + round);
+      });
+    ASSERT_TRUE(backend->allReduceSum(c));
+    for (int d = 0; d < kDevices; ++d)
+      streams[d]->launch([&, d] { seen[d] = data[d][7]; });
+    for (auto& s : streams)
+      EXPECT_EQ(s->synchronize(), "");
+    for (int d = 0; d < kDevices; ++d) {
+      EXPECT_EQ(seen[d], static_cast<float>(6 * 7 + 3 * round));
+      EXPECT_EQ(data[d][99], static_cast<float>(6 * 99 + 3 * round));
+    }
+  }
+}
+
+TEST(RuntimeCpu, BroadcastCopiesTheRootAndRejectsMismatches) {
+  auto backend = lwrt::createCpuBackend(2);
+  auto s0 = backend->device(0).createStream();
+  auto s1 = backend->device(1).createStream();
+  std::vector<double> a = {1, 2, 3}, b = {0, 0, 0};
+  lwrt::CollectiveBuffers c;
+  c.streams = {s0.get(), s1.get()};
+  c.buffers = {{a.data(), lwrt::DType::F64, {3}}, {b.data(), lwrt::DType::F64, {3}}};
+  ASSERT_TRUE(backend->broadcast(c, 0));
+  EXPECT_EQ(s0->synchronize(), "");
+  EXPECT_EQ(s1->synchronize(), "");
+  EXPECT_EQ(b, a);
+  EXPECT_FALSE(backend->broadcast(c, 2));
+  lwrt::CollectiveBuffers bad = c;
+  bad.buffers[1].shape = {4};
+  EXPECT_FALSE(backend->allReduceSum(bad));
+  bad = c;
+  bad.streams.pop_back();
+  EXPECT_FALSE(backend->allReduceSum(bad));
+  std::vector<int64_t> ints(3);
+  bad = c;
+  bad.buffers = {{ints.data(), lwrt::DType::I64, {3}}, {ints.data(), lwrt::DType::I64, {3}}};
+  EXPECT_FALSE(backend->allReduceSum(bad));
+}
+
 } // namespace

@@ -1,5 +1,5 @@
 // lwrt/device.h - devices, memory, streams and events
-// defines: Event, Stream, Device, Backend, createCpuBackend
+// defines: Event, Stream, Device, CollectiveBuffers, Backend, createCpuBackend
 //
 // One interface for every backend. Work goes to a stream and runs in the
 // order it was launched there; streams run concurrently with each other.
@@ -9,6 +9,8 @@
 // each stream on a worker thread of its own, so such races are real there
 // too, and N logical devices share the host.
 #pragma once
+
+#include "lwrt/tensor.h"
 
 #include <cstdint>
 #include <functional>
@@ -53,12 +55,26 @@ public:
   virtual void copyToHost(void* dst, const void* src, int64_t bytes, Stream& stream) = 0;
 };
 
+/// A collective operation over one buffer per device. Each participant's
+/// part is launched on that device's stream and runs in its order there
+/// (as NCCL's kernels do): the operation completes on every stream once
+/// every participant has reached it.
+struct CollectiveBuffers {
+  std::vector<TensorView> buffers; ///< one per device, same dtype and shape
+  std::vector<Stream*> streams;    ///< the stream of each buffer's device
+};
+
 class Backend {
 public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual int numDevices() const = 0;
   virtual Device& device(int index) = 0;
+  /// Every buffer becomes the elementwise sum of all (F32 or F64). False,
+  /// launching nothing, when the buffers do not fit together.
+  virtual bool allReduceSum(const CollectiveBuffers& c) = 0;
+  /// Every buffer becomes a copy of buffers[root].
+  virtual bool broadcast(const CollectiveBuffers& c, int root) = 0;
 };
 
 /// `numDevices` emulated devices on the host.

@@ -1,0 +1,751 @@
+// NNNormKernels.cu - normalization, softmax and loss kernels of lwrt/cuda_nn.h
+//
+// All are this file's own kernels, following the formulas (and, where it
+// matters, the summation order) of the CPU backend (cpu/NNNormKernels.cpp):
+// sums over many elements are kept in double. Reductions are block
+// reductions in a fixed order, never float atomics, so results are the same
+// from run to run:
+//  - batch_norm_train and batch_norm_grad: one block per channel, two passes.
+//  - softmax family along the last axis: one block per row; along another
+//    axis: one thread per row (rows of stride `inner` are then coalesced).
+//  - losses: per-row (softmax_xent) or per-block (mse_loss) partial sums in
+//    the workspace, added up by a single block.
+// LRN recomputes each channel window's sum of squares where it needs it
+// (size is small), so it needs no scratch memory.
+#include "cuda/Context.h"
+#include "lwrt/cuda_nn.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace lwrt::cuda {
+namespace {
+
+/// Records why a kernel does not take its operands and returns false.
+#define LWRT_REJECT(what) ::lwrt::cuda::fail(__FILE__, __LINE__, what)
+
+/// Launches kernel<<<grid, block>>> on the context's stream and checks the launch.
+#define LWRT_LAUNCH(kernel, grid, block, ...)                                                      \
+  do {                                                                                             \
+    kernel<<<(grid), (block), 0, ::lwrt::cuda::context().stream>>>(__VA_ARGS__);                   \
+    LWRT_CUDA(cudaGetLastError());                                                                 \
+  } while (0)
+
+#define LWRT_GRID_STRIDE(i, n)                                                                     \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);           \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+bool isFloat(DType t) { return t == DType::F32 || t == DType::F64; }
+
+/// All views have element type `t` and hold data (or no elements).
+bool sameType(DType t, std::initializer_list<const TensorView*> views) {
+  for (const TensorView* v : views)
+    if (v->dtype != t || (v->data == nullptr && v->numel() != 0))
+      return false;
+  return true;
+}
+
+/// Checks that `views` share a float element type (that of the first) and
+/// hold data, then runs fn(T{}) for that type; false with the context's
+/// error otherwise.
+template <typename Fn>
+bool floatOp(const char* op, std::initializer_list<const TensorView*> views, Fn fn) {
+  DType t = (*views.begin())->dtype;
+  if (!isFloat(t) || !sameType(t, views))
+    return fail(__FILE__, __LINE__,
+                std::string(op) + ": operands must be F32 or F64, all of one type, with data");
+  if (t == DType::F32)
+    return fn(float{});
+  return fn(double{});
+}
+
+bool isVector(const TensorView& v, int64_t n) { return v.shape == std::vector<int64_t>{n}; }
+bool isScalar(const TensorView& v) { return v.rank() == 0; }
+
+// Math in the element type, as the CPU's std:: overloads do.
+__device__ __forceinline__ float mexp(float v) { return expf(v); }
+__device__ __forceinline__ double mexp(double v) { return exp(v); }
+__device__ __forceinline__ float mpow(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double mpow(double a, double b) { return pow(a, b); }
+__device__ __forceinline__ float msqrt(float v) { return sqrtf(v); }
+__device__ __forceinline__ double msqrt(double v) { return sqrt(v); }
+
+template <typename T> __device__ __forceinline__ T negInf() { return static_cast<T>(-INFINITY); }
+
+/// Threads of the reduction kernels (a power of two).
+constexpr int kReduceThreads = 256;
+
+/// The sum of v over the block, in a fixed order; `shared` holds blockDim.x
+/// doubles (a power of two).
+__device__ double blockSum(double v, double* shared) {
+  unsigned t = threadIdx.x;
+  shared[t] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s)
+      shared[t] += shared[t + s];
+    __syncthreads();
+  }
+  double r = shared[0];
+  __syncthreads();
+  return r;
+}
+
+/// The max of v over the block, comparing as the CPU's std::max (a value
+/// that is not greater, NaN included, keeps the running max); `shared` as
+/// for blockSum.
+__device__ double blockMax(double v, double* shared) {
+  unsigned t = threadIdx.x;
+  shared[t] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s && shared[t] < shared[t + s])
+      shared[t] = shared[t + s];
+    __syncthreads();
+  }
+  double r = shared[0];
+  __syncthreads();
+  return r;
+}
+
+/// Threads for a block that reduces rows of n elements.
+unsigned rowThreads(int64_t n) { return n >= 1024 ? kReduceThreads : n >= 128 ? 128 : 32; }
+/// Blocks for `rows` block-per-row items (the kernels loop over the rest).
+unsigned rowBlocks(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20)); }
+
+//===--- LRN --------------------------------------------------------------===//
+
+struct LrnGeom {
+  int64_t C, hw, lo, hi;
+};
+
+/// bias + alpha/size * the sum of squares over channel ch's window, at
+/// position q of image n, summed as the CPU does.
+template <typename T>
+__device__ T lrnScale(const T* x, const LrnGeom& g, int64_t n, int64_t ch, int64_t q, T scale,
+                      T bias) {
+  T acc = T(0);
+  int64_t j0 = max(int64_t(0), ch - g.lo), j1 = min(g.C - 1, ch + g.hi);
+  for (int64_t j = j0; j <= j1; ++j) {
+    T v = x[(n * g.C + j) * g.hw + q];
+    acc += v * v;
+  }
+  return bias + scale * acc;
+}
+
+template <typename T>
+__global__ void lrnForward(const T* x, T* y, LrnGeom g, T scale, T bias, T beta, int64_t count) {
+  LWRT_GRID_STRIDE(i, count) {
+    int64_t q = i % g.hw, ch = (i / g.hw) % g.C, n = i / (g.hw * g.C);
+    y[i] = x[i] / mpow(lrnScale(x, g, n, ch, q, scale, bias), beta);
+  }
+}
+
+/// dx_j = dy_j s_j^-beta - 2 alpha beta / size * x_j * sum over the channels
+/// c whose window holds j of dy_c y_c / s_c.
+template <typename T>
+__global__ void lrnBackward(const T* x, const T* y, const T* dy, T* dx, LrnGeom g, T scale, T bias,
+                            T beta, T coef, int64_t count) {
+  LWRT_GRID_STRIDE(i, count) {
+    int64_t q = i % g.hw, j = (i / g.hw) % g.C, n = i / (g.hw * g.C);
+    T acc = T(0);
+    int64_t c0 = max(int64_t(0), j - g.hi), c1 = min(g.C - 1, j + g.lo);
+    for (int64_t ch = c0; ch <= c1; ++ch) {
+      int64_t k = (n * g.C + ch) * g.hw + q;
+      acc += dy[k] * y[k] / lrnScale(x, g, n, ch, q, scale, bias);
+    }
+    T s = lrnScale(x, g, n, j, q, scale, bias);
+    dx[i] = dy[i] * mpow(s, -beta) - coef * x[i] * acc;
+  }
+}
+
+LrnGeom lrnGeom(const TensorView& x, const LrnParams& p) {
+  int64_t lo = (p.size - 1) / 2;
+  return {x.shape[1], x.shape[2] * x.shape[3], lo, p.size - 1 - lo};
+}
+
+template <typename T> bool lrnImpl(const TensorView& xv, const TensorView& yv, const LrnParams& p) {
+  if (xv.rank() != 4 || yv.shape != xv.shape || p.size < 1)
+    return LWRT_REJECT("lrn: x must be NCHW, y of x's shape, and size at least 1");
+  int64_t n = xv.numel();
+  if (n == 0)
+    return true;
+  T scale = static_cast<T>(p.alpha / static_cast<double>(p.size)), bias = static_cast<T>(p.bias);
+  LWRT_LAUNCH(lrnForward<T>, blocksFor(n), kThreads, xv.as<T>(), yv.as<T>(), lrnGeom(xv, p), scale,
+              bias, static_cast<T>(p.beta), n);
+  return true;
+}
+
+template <typename T>
+bool lrnGradImpl(const TensorView& xv, const TensorView& yv, const TensorView& dyv,
+                 const TensorView& dxv, const LrnParams& p) {
+  if (xv.rank() != 4 || yv.shape != xv.shape || dyv.shape != xv.shape || dxv.shape != xv.shape ||
+      p.size < 1)
+    return LWRT_REJECT("lrn_grad: x must be NCHW, y, dy and dx of x's shape, size at least 1");
+  int64_t n = xv.numel();
+  if (n == 0)
+    return true;
+  T scale = static_cast<T>(p.alpha / static_cast<double>(p.size)), bias = static_cast<T>(p.bias);
+  T coef = static_cast<T>(2.0 * p.alpha * p.beta / static_cast<double>(p.size));
+  LWRT_LAUNCH(lrnBackward<T>, blocksFor(n), kThreads, xv.as<T>(), yv.as<T>(), dyv.as<T>(),
+              dxv.as<T>(), lrnGeom(xv, p), scale, bias, static_cast<T>(p.beta), coef, n);
+  return true;
+}
+
+//===--- Batch norm -------------------------------------------------------===//
+
+/// Channel layout of an [N, C, ...] tensor: element k is in channel
+/// (k / inner) % C; N * inner elements per channel.
+struct Channels {
+  int64_t N = 0, C = 0, inner = 0;
+};
+bool channels(const TensorView& x, Channels& L) {
+  if (x.rank() < 2)
+    return false;
+  L.N = x.shape[0];
+  L.C = x.shape[1];
+  L.inner = 1;
+  for (int64_t d = 2; d < x.rank(); ++d)
+    L.inner *= x.shape[d];
+  return true;
+}
+
+template <typename T>
+__global__ void batchNormInference(const T* x, const T* scale, const T* bias, const T* mean,
+                                   const T* var, T* y, Channels L, T eps, int64_t count) {
+  LWRT_GRID_STRIDE(i, count) {
+    int64_t ch = (i / L.inner) % L.C;
+    T a = scale[ch] / msqrt(var[ch] + eps);
+    y[i] = a * (x[i] - mean[ch]) + bias[ch];
+  }
+}
+
+/// Threads of the per-channel kernels (a power of two).
+constexpr int kChannelThreads = 512;
+
+/// Calls fn(e) for every element e of channel ch, spread over the block's
+/// threads: along the planes when they are long, else over the flat
+/// (n, position) index. The split depends on the shape only.
+template <typename Fn> __device__ void forEachInChannel(const Channels& L, int64_t ch, Fn fn) {
+  if (L.inner >= static_cast<int64_t>(blockDim.x)) {
+    for (int64_t n = 0; n < L.N; ++n) {
+      int64_t base = (n * L.C + ch) * L.inner;
+      for (int64_t q = threadIdx.x; q < L.inner; q += blockDim.x)
+        fn(base + q);
+    }
+  } else {
+    int64_t count = L.N * L.inner;
+    for (int64_t k = threadIdx.x; k < count; k += blockDim.x)
+      fn(((k / L.inner) * L.C + ch) * L.inner + k % L.inner);
+  }
+}
+
+/// One block per channel: the batch mean and population variance (two
+/// passes, in double), then y.
+template <typename T>
+__global__ void batchNormTrainChannel(const T* x, const T* scale, const T* bias, T* y, T* meanOut,
+                                      T* varOut, Channels L, double eps) {
+  __shared__ double shared[kChannelThreads];
+  int64_t ch = blockIdx.x;
+  double count = static_cast<double>(L.N * L.inner);
+  double sum = 0;
+  forEachInChannel(L, ch, [&](int64_t e) { sum += static_cast<double>(x[e]); });
+  double mean = blockSum(sum, shared) / count;
+  double sq = 0;
+  forEachInChannel(L, ch, [&](int64_t e) {
+    double d = static_cast<double>(x[e]) - mean;
+    sq += d * d;
+  });
+  double var = blockSum(sq, shared) / count;
+  double a = static_cast<double>(scale[ch]) / sqrt(var + eps), b = static_cast<double>(bias[ch]);
+  forEachInChannel(
+      L, ch, [&](int64_t e) { y[e] = static_cast<T>(a * (static_cast<double>(x[e]) - mean) + b); });
+  if (threadIdx.x == 0) {
+    meanOut[ch] = static_cast<T>(mean);
+    varOut[ch] = static_cast<T>(var);
+  }
+}
+
+/// One block per channel: xhat = (x - mean) invstd; dbias = sum dy;
+/// dscale = sum dy xhat; dx = scale invstd / m (m dy - dbias - xhat dscale).
+template <typename T>
+__global__ void batchNormGradChannel(const T* x, const T* scale, const T* meanIn, const T* varIn,
+                                     const T* dy, T* dx, T* dscaleOut, T* dbiasOut, Channels L,
+                                     double eps) {
+  __shared__ double shared[kChannelThreads];
+  int64_t ch = blockIdx.x;
+  double mean = static_cast<double>(meanIn[ch]);
+  double invstd = 1.0 / sqrt(static_cast<double>(varIn[ch]) + eps);
+  double db = 0, ds = 0;
+  forEachInChannel(L, ch, [&](int64_t e) {
+    double g = static_cast<double>(dy[e]);
+    db += g;
+    ds += g * (static_cast<double>(x[e]) - mean) * invstd;
+  });
+  double dbias = blockSum(db, shared), dscale = blockSum(ds, shared);
+  double m = static_cast<double>(L.N * L.inner), a = static_cast<double>(scale[ch]) * invstd / m;
+  forEachInChannel(L, ch, [&](int64_t e) {
+    double xhat = (static_cast<double>(x[e]) - mean) * invstd;
+    dx[e] = static_cast<T>(a * (m * static_cast<double>(dy[e]) - dbias - xhat * dscale));
+  });
+  if (threadIdx.x == 0) {
+    dscaleOut[ch] = static_cast<T>(dscale);
+    dbiasOut[ch] = static_cast<T>(dbias);
+  }
+}
+
+template <typename T>
+bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
+                   const TensorView& mv, const TensorView& vv, const TensorView& yv,
+                   const BatchNormParams& p) {
+  Channels L;
+  bool ok = channels(xv, L) && yv.shape == xv.shape;
+  for (const TensorView* v : {&sv, &bv, &mv, &vv})
+    ok = ok && isVector(*v, L.C);
+  if (!ok)
+    return LWRT_REJECT("batch_norm: x must be [N, C, ...], y of x's shape, the others [C]");
+  int64_t n = xv.numel();
+  if (n == 0)
+    return true;
+  LWRT_LAUNCH(batchNormInference<T>, blocksFor(n), kThreads, xv.as<T>(), sv.as<T>(), bv.as<T>(),
+              mv.as<T>(), vv.as<T>(), yv.as<T>(), L, static_cast<T>(p.epsilon), n);
+  return true;
+}
+
+template <typename T>
+bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
+                        const TensorView& yv, const TensorView& mv, const TensorView& vv,
+                        const BatchNormTrainParams& p) {
+  Channels L;
+  bool ok = channels(xv, L) && yv.shape == xv.shape;
+  for (const TensorView* v : {&sv, &bv, &mv, &vv})
+    ok = ok && isVector(*v, L.C);
+  if (!ok)
+    return LWRT_REJECT("batch_norm_train: x must be [N, C, ...], y of x's shape, the others [C]");
+  if (L.C == 0)
+    return true;
+  if (L.C > INT_MAX)
+    return LWRT_REJECT("batch_norm_train: more than 2^31 channels");
+  LWRT_LAUNCH(batchNormTrainChannel<T>, static_cast<unsigned>(L.C), kChannelThreads, xv.as<T>(),
+              sv.as<T>(), bv.as<T>(), yv.as<T>(), mv.as<T>(), vv.as<T>(), L, p.epsilon);
+  return true;
+}
+
+template <typename T>
+bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorView& mv,
+                       const TensorView& vv, const TensorView& dyv, const TensorView& dxv,
+                       const TensorView& dsv, const TensorView& dbv,
+                       const BatchNormTrainParams& p) {
+  Channels L;
+  bool ok = channels(xv, L) && dyv.shape == xv.shape && dxv.shape == xv.shape;
+  for (const TensorView* v : {&sv, &mv, &vv, &dsv, &dbv})
+    ok = ok && isVector(*v, L.C);
+  if (!ok)
+    return LWRT_REJECT(
+        "batch_norm_grad: x must be [N, C, ...], dy and dx of x's shape, the others [C]");
+  if (L.C == 0)
+    return true;
+  if (L.C > INT_MAX)
+    return LWRT_REJECT("batch_norm_grad: more than 2^31 channels");
+  LWRT_LAUNCH(batchNormGradChannel<T>, static_cast<unsigned>(L.C), kChannelThreads, xv.as<T>(),
+              sv.as<T>(), mv.as<T>(), vv.as<T>(), dyv.as<T>(), dxv.as<T>(), dsv.as<T>(),
+              dbv.as<T>(), L, p.epsilon);
+  return true;
+}
+
+//===--- Softmax ----------------------------------------------------------===//
+
+/// Rows along `axis`: outer * inner rows of n elements, stride inner.
+struct Rows {
+  int64_t outer = 1, n = 0, inner = 1;
+  __host__ __device__ int64_t count() const { return outer * inner; }
+};
+bool rowsOf(const TensorView& x, int64_t axis, Rows& r) {
+  if (axis < 0)
+    axis += x.rank();
+  if (axis < 0 || axis >= x.rank())
+    return false;
+  r.n = x.shape[axis];
+  for (int64_t d = 0; d < axis; ++d)
+    r.outer *= x.shape[d];
+  for (int64_t d = axis + 1; d < x.rank(); ++d)
+    r.inner *= x.shape[d];
+  return true;
+}
+
+/// Softmax (or log-softmax) of contiguous rows of n, one block per row.
+template <typename T>
+__global__ void softmaxRows(const T* x, T* y, int64_t rows, int64_t n, bool logOut) {
+  __shared__ double shared[kReduceThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    T mx = negInf<T>();
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      if (mx < xr[j])
+        mx = xr[j];
+    mx = static_cast<T>(blockMax(static_cast<double>(mx), shared));
+    double sum = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      sum += static_cast<double>(mexp(xr[j] - mx));
+    sum = blockSum(sum, shared);
+    T lse = static_cast<T>(log(sum)), inv = static_cast<T>(1.0 / sum);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      T z = xr[j] - mx;
+      yr[j] = logOut ? z - lse : mexp(z) * inv;
+    }
+  }
+}
+
+/// Softmax (or log-softmax) of rows of stride inner, one thread per row, in
+/// the CPU's order.
+template <typename T> __global__ void softmaxStrided(const T* x, T* y, Rows R, bool logOut) {
+  LWRT_GRID_STRIDE(r, R.count()) {
+    int64_t base = (r / R.inner) * R.n * R.inner + r % R.inner;
+    const T* xr = x + base;
+    T* yr = y + base;
+    T mx = negInf<T>();
+    for (int64_t j = 0; j < R.n; ++j)
+      if (mx < xr[j * R.inner])
+        mx = xr[j * R.inner];
+    double sum = 0;
+    for (int64_t j = 0; j < R.n; ++j)
+      sum += static_cast<double>(mexp(xr[j * R.inner] - mx));
+    T lse = static_cast<T>(log(sum)), inv = static_cast<T>(1.0 / sum);
+    for (int64_t j = 0; j < R.n; ++j) {
+      T z = xr[j * R.inner] - mx;
+      yr[j * R.inner] = logOut ? z - lse : mexp(z) * inv;
+    }
+  }
+}
+
+/// The term of a softmax gradient's row sum: dy for log-softmax, dy * y
+/// (rounded to T, as the CPU does) for softmax.
+template <typename T> __device__ __forceinline__ double gradTerm(T y, T dy, bool logIn) {
+  return logIn ? static_cast<double>(dy) : static_cast<double>(static_cast<T>(dy * y));
+}
+template <typename T> __device__ __forceinline__ T gradOut(T y, T dy, T a, bool logIn) {
+  return logIn ? dy - mexp(y) * a : y * (dy - a);
+}
+
+template <typename T>
+__global__ void softmaxGradRows(const T* y, const T* dy, T* dx, int64_t rows, int64_t n,
+                                bool logIn) {
+  __shared__ double shared[kReduceThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    int64_t base = r * n;
+    double acc = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      acc += gradTerm(y[base + j], dy[base + j], logIn);
+    T a = static_cast<T>(blockSum(acc, shared));
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      dx[base + j] = gradOut(y[base + j], dy[base + j], a, logIn);
+  }
+}
+
+template <typename T>
+__global__ void softmaxGradStrided(const T* y, const T* dy, T* dx, Rows R, bool logIn) {
+  LWRT_GRID_STRIDE(r, R.count()) {
+    int64_t base = (r / R.inner) * R.n * R.inner + r % R.inner;
+    double acc = 0;
+    for (int64_t j = 0; j < R.n; ++j)
+      acc += gradTerm(y[base + j * R.inner], dy[base + j * R.inner], logIn);
+    T a = static_cast<T>(acc);
+    for (int64_t j = 0; j < R.n; ++j) {
+      int64_t i = base + j * R.inner;
+      dx[i] = gradOut(y[i], dy[i], a, logIn);
+    }
+  }
+}
+
+template <typename T>
+bool softmaxImpl(const TensorView& xv, const TensorView& yv, const SoftmaxParams& p, bool log) {
+  Rows R;
+  if (!rowsOf(xv, p.axis, R) || yv.shape != xv.shape)
+    return LWRT_REJECT(log ? "log_softmax: bad axis, or y not of x's shape"
+                           : "softmax: bad axis, or y not of x's shape");
+  if (xv.numel() == 0)
+    return true;
+  if (R.inner == 1)
+    LWRT_LAUNCH(softmaxRows<T>, rowBlocks(R.outer), rowThreads(R.n), xv.as<T>(), yv.as<T>(),
+                R.outer, R.n, log);
+  else
+    LWRT_LAUNCH(softmaxStrided<T>, blocksFor(R.count()), kThreads, xv.as<T>(), yv.as<T>(), R, log);
+  return true;
+}
+
+template <typename T>
+bool softmaxGradImpl(const TensorView& yv, const TensorView& dyv, const TensorView& dxv,
+                     const SoftmaxParams& p, bool log) {
+  Rows R;
+  if (!rowsOf(yv, p.axis, R) || dyv.shape != yv.shape || dxv.shape != yv.shape)
+    return LWRT_REJECT(log ? "log_softmax_grad: bad axis, or dy, dx not of y's shape"
+                           : "softmax_grad: bad axis, or dy, dx not of y's shape");
+  if (yv.numel() == 0)
+    return true;
+  if (R.inner == 1)
+    LWRT_LAUNCH(softmaxGradRows<T>, rowBlocks(R.outer), rowThreads(R.n), yv.as<T>(), dyv.as<T>(),
+                dxv.as<T>(), R.outer, R.n, log);
+  else
+    LWRT_LAUNCH(softmaxGradStrided<T>, blocksFor(R.count()), kThreads, yv.as<T>(), dyv.as<T>(),
+                dxv.as<T>(), R, log);
+  return true;
+}
+
+//===--- Losses -----------------------------------------------------------===//
+
+/// Checks the labels of softmax_xent against logits [N, K].
+bool labelsFit(const TensorView& logits, const TensorView& labels) {
+  return logits.rank() == 2 && labels.shape == std::vector<int64_t>{logits.shape[0]} &&
+         (labels.dtype == DType::I64 || labels.dtype == DType::I32) &&
+         (labels.data != nullptr || logits.shape[0] == 0);
+}
+
+__device__ __forceinline__ int64_t labelAt(const void* labels, bool i64, int64_t r) {
+  return i64 ? static_cast<const int64_t*>(labels)[r]
+             : static_cast<int64_t>(static_cast<const int32_t*>(labels)[r]);
+}
+
+/// Marks a data error for the runner (the first one stays).
+__device__ __forceinline__ void raiseError(int* flag, int code) { atomicCAS(flag, 0, code); }
+
+/// log(sum_j exp(z[j])) of a row of k logits, in double, reduced over the block.
+template <typename T> __device__ double rowLogSumExp(const T* z, int64_t k, double* shared) {
+  double mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+    double v = static_cast<double>(z[j]);
+    if (mx < v)
+      mx = v;
+  }
+  mx = blockMax(mx, shared);
+  double sum = 0;
+  for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
+    sum += exp(static_cast<double>(z[j]) - mx);
+  return mx + log(blockSum(sum, shared));
+}
+
+/// One block per row: rowLoss[r] = logsumexp(z_r) - z_r[label], NaN (and
+/// the error flag) for a label out of range.
+template <typename T>
+__global__ void xentRows(const T* z, const void* labels, bool i64, double* rowLoss, int64_t rows,
+                         int64_t k, int* flag) {
+  __shared__ double shared[kReduceThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    double lse = rowLogSumExp(z + r * k, k, shared);
+    if (threadIdx.x == 0) {
+      int64_t label = labelAt(labels, i64, r);
+      if (label < 0 || label >= k) {
+        raiseError(flag, kLabelOutOfRange);
+        rowLoss[r] = NAN;
+      } else {
+        rowLoss[r] = lse - static_cast<double>(z[r * k + label]);
+      }
+    }
+  }
+}
+
+/// One block per row: dz = (softmax(z) - onehot(label)) * dloss / rows; a
+/// row with a label out of range is NaN (and raises the error flag).
+template <typename T>
+__global__ void xentGradRows(const T* z, const void* labels, bool i64, const T* dloss, T* dz,
+                             int64_t rows, int64_t k, int* flag) {
+  __shared__ double shared[kReduceThreads];
+  double scale = static_cast<double>(*dloss) / static_cast<double>(rows);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    double lse = rowLogSumExp(z + r * k, k, shared);
+    int64_t label = labelAt(labels, i64, r);
+    bool bad = label < 0 || label >= k;
+    if (bad && threadIdx.x == 0)
+      raiseError(flag, kLabelOutOfRange);
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+      double p = exp(static_cast<double>(z[r * k + j]) - lse) - (j == label ? 1.0 : 0.0);
+      dz[r * k + j] = bad ? static_cast<T>(NAN) : static_cast<T>(p * scale);
+    }
+  }
+}
+
+/// Blocks of the first stage of mse_loss (fixed, so the sum's order is too).
+constexpr int kPartialBlocks = 256;
+
+/// parts[b] = block b's share of sum (pred - target)^2, in double.
+template <typename T>
+__global__ void squaredDiffPartials(const T* pred, const T* target, double* parts, int64_t n) {
+  __shared__ double shared[kReduceThreads];
+  double sum = 0;
+  LWRT_GRID_STRIDE(i, n) {
+    double d = static_cast<double>(pred[i]) - static_cast<double>(target[i]);
+    sum += d * d;
+  }
+  sum = blockSum(sum, shared);
+  if (threadIdx.x == 0)
+    parts[blockIdx.x] = sum;
+}
+
+/// One block: *out = sum(parts) / divisor.
+template <typename T>
+__global__ void sumParts(const double* parts, int64_t count, double divisor, T* out) {
+  __shared__ double shared[kReduceThreads];
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
+    sum += parts[i];
+  sum = blockSum(sum, shared);
+  if (threadIdx.x == 0)
+    *out = static_cast<T>(sum / divisor);
+}
+
+template <typename T>
+__global__ void mseGrad(const T* pred, const T* target, const T* dloss, T* dp, int64_t n) {
+  T scale = static_cast<T>(2.0 * static_cast<double>(*dloss) /
+                           static_cast<double>(n > 1 ? n : int64_t(1)));
+  LWRT_GRID_STRIDE(i, n) { dp[i] = (pred[i] - target[i]) * scale; }
+}
+
+template <typename T>
+bool softmaxXentImpl(const TensorView& zv, const TensorView& lv, const TensorView& loss) {
+  if (!labelsFit(zv, lv) || !isScalar(loss))
+    return LWRT_REJECT("softmax_xent: logits must be [N, K], labels I64 or I32 [N], the loss a "
+                       "scalar");
+  int64_t n = zv.shape[0], k = zv.shape[1];
+  if (!ensureWorkspace(static_cast<size_t>(n) * sizeof(double)))
+    return false;
+  double* rowLoss = static_cast<double*>(context().workspace);
+  if (n > 0)
+    LWRT_LAUNCH(xentRows<T>, rowBlocks(n), rowThreads(k), zv.as<T>(), lv.data,
+                lv.dtype == DType::I64, rowLoss, n, k, context().errorFlag);
+  // n == 0 gives 0 / 0 = NaN, as the CPU's mean over no row.
+  LWRT_LAUNCH(sumParts<T>, 1, kReduceThreads, rowLoss, n, static_cast<double>(n), loss.as<T>());
+  return true;
+}
+
+template <typename T>
+bool softmaxXentGradImpl(const TensorView& zv, const TensorView& lv, const TensorView& dlv,
+                         const TensorView& dzv) {
+  if (!labelsFit(zv, lv) || !isScalar(dlv) || dzv.shape != zv.shape)
+    return LWRT_REJECT("softmax_xent_grad: logits must be [N, K], labels I64 or I32 [N], dloss a "
+                       "scalar, dlogits of the logits' shape");
+  int64_t n = zv.shape[0], k = zv.shape[1];
+  if (n == 0)
+    return true;
+  LWRT_LAUNCH(xentGradRows<T>, rowBlocks(n), rowThreads(k), zv.as<T>(), lv.data,
+              lv.dtype == DType::I64, dlv.as<T>(), dzv.as<T>(), n, k, context().errorFlag);
+  return true;
+}
+
+template <typename T>
+bool mseLossImpl(const TensorView& pv, const TensorView& tv, const TensorView& loss) {
+  if (tv.shape != pv.shape || !isScalar(loss))
+    return LWRT_REJECT("mse_loss: target must have pred's shape and the loss be a scalar");
+  int64_t n = pv.numel();
+  if (!ensureWorkspace(kPartialBlocks * sizeof(double)))
+    return false;
+  double* parts = static_cast<double*>(context().workspace);
+  LWRT_LAUNCH(squaredDiffPartials<T>, kPartialBlocks, kReduceThreads, pv.as<T>(), tv.as<T>(), parts,
+              n);
+  LWRT_LAUNCH(sumParts<T>, 1, kReduceThreads, parts, int64_t(kPartialBlocks),
+              static_cast<double>(std::max<int64_t>(1, n)), loss.as<T>());
+  return true;
+}
+
+template <typename T>
+bool mseLossGradImpl(const TensorView& pv, const TensorView& tv, const TensorView& dlv,
+                     const TensorView& dpv) {
+  if (tv.shape != pv.shape || !isScalar(dlv) || dpv.shape != pv.shape)
+    return LWRT_REJECT("mse_loss_grad: target and dpred must have pred's shape, dloss be a scalar");
+  int64_t n = pv.numel();
+  if (n == 0)
+    return true;
+  LWRT_LAUNCH(mseGrad<T>, blocksFor(n), kThreads, pv.as<T>(), tv.as<T>(), dlv.as<T>(), dpv.as<T>(),
+              n);
+  return true;
+}
+
+} // namespace
+
+//===--- Entry points -----------------------------------------------------===//
+
+bool lrn(const TensorView& x, const TensorView& y, const LrnParams& p) {
+  return floatOp("lrn", {&x, &y}, [&](auto t) { return lrnImpl<decltype(t)>(x, y, p); });
+}
+
+bool lrnGrad(const TensorView& x, const TensorView& y, const TensorView& dy, const TensorView& dx,
+             const LrnParams& p) {
+  return floatOp("lrn_grad", {&x, &y, &dy, &dx},
+                 [&](auto t) { return lrnGradImpl<decltype(t)>(x, y, dy, dx, p); });
+}
+
+bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& bias,
+               const TensorView& mean, const TensorView& var, const TensorView& y,
+               const BatchNormParams& p) {
+  return floatOp("batch_norm", {&x, &scale, &bias, &mean, &var, &y}, [&](auto t) {
+    return batchNormImpl<decltype(t)>(x, scale, bias, mean, var, y, p);
+  });
+}
+
+bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                    const TensorView& y, const TensorView& mean, const TensorView& var,
+                    const BatchNormTrainParams& p) {
+  return floatOp("batch_norm_train", {&x, &scale, &bias, &y, &mean, &var}, [&](auto t) {
+    return batchNormTrainImpl<decltype(t)>(x, scale, bias, y, mean, var, p);
+  });
+}
+
+bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,
+                   const TensorView& var, const TensorView& dy, const TensorView& dx,
+                   const TensorView& dscale, const TensorView& dbias,
+                   const BatchNormTrainParams& p) {
+  return floatOp(
+      "batch_norm_grad", {&x, &scale, &mean, &var, &dy, &dx, &dscale, &dbias}, [&](auto t) {
+        return batchNormGradImpl<decltype(t)>(x, scale, mean, var, dy, dx, dscale, dbias, p);
+      });
+}
+
+bool softmax(const TensorView& x, const TensorView& y, const SoftmaxParams& p) {
+  return floatOp("softmax", {&x, &y},
+                 [&](auto t) { return softmaxImpl<decltype(t)>(x, y, p, false); });
+}
+
+bool logSoftmax(const TensorView& x, const TensorView& y, const SoftmaxParams& p) {
+  return floatOp("log_softmax", {&x, &y},
+                 [&](auto t) { return softmaxImpl<decltype(t)>(x, y, p, true); });
+}
+
+bool softmaxGrad(const TensorView& y, const TensorView& dy, const TensorView& dx,
+                 const SoftmaxParams& p) {
+  return floatOp("softmax_grad", {&y, &dy, &dx},
+                 [&](auto t) { return softmaxGradImpl<decltype(t)>(y, dy, dx, p, false); });
+}
+
+bool logSoftmaxGrad(const TensorView& y, const TensorView& dy, const TensorView& dx,
+                    const SoftmaxParams& p) {
+  return floatOp("log_softmax_grad", {&y, &dy, &dx},
+                 [&](auto t) { return softmaxGradImpl<decltype(t)>(y, dy, dx, p, true); });
+}
+
+bool softmaxXent(const TensorView& logits, const TensorView& labels, const TensorView& loss) {
+  return floatOp("softmax_xent", {&logits, &loss},
+                 [&](auto t) { return softmaxXentImpl<decltype(t)>(logits, labels, loss); });
+}
+
+bool softmaxXentGrad(const TensorView& logits, const TensorView& labels, const TensorView& dloss,
+                     const TensorView& dlogits) {
+  return floatOp("softmax_xent_grad", {&logits, &dloss, &dlogits}, [&](auto t) {
+    return softmaxXentGradImpl<decltype(t)>(logits, labels, dloss, dlogits);
+  });
+}
+
+bool mseLoss(const TensorView& pred, const TensorView& target, const TensorView& loss) {
+  return floatOp("mse_loss", {&pred, &target, &loss},
+                 [&](auto t) { return mseLossImpl<decltype(t)>(pred, target, loss); });
+}
+
+bool mseLossGrad(const TensorView& pred, const TensorView& target, const TensorView& dloss,
+                 const TensorView& dpred) {
+  return floatOp("mse_loss_grad", {&pred, &target, &dloss, &dpred},
+                 [&](auto t) { return mseLossGradImpl<decltype(t)>(pred, target, dloss, dpred); });
+}
+
+} // namespace lwrt::cuda
