@@ -40,75 +40,6 @@ std::optional<int64_t> elementCount(const onnx::TensorProto& t) {
   return n;
 }
 
-/// The bytes of `t`'s external data, read from a file inside `modelDir`
-/// under the importer's rules (relative location, no "..", no link out).
-llvm::Expected<std::string> readExternalBytes(const onnx::TensorProto& t,
-                                              const std::string& modelDir,
-                                              const std::string& what) {
-  std::string location;
-  int64_t offset = 0, length = -1;
-  for (const auto& kv : t.external_data()) {
-    auto number = [&](int64_t& out) -> bool {
-      try {
-        size_t used = 0;
-        out = std::stoll(kv.value(), &used);
-        return used == kv.value().size() && out >= 0;
-      } catch (...) {
-        return false;
-      }
-    };
-    if (kv.key() == "location")
-      location = kv.value();
-    else if (kv.key() == "offset" && !number(offset))
-      return makeError(what + ": external data offset '" + kv.value() + "' is not a valid size");
-    else if (kv.key() == "length" && !number(length))
-      return makeError(what + ": external data length '" + kv.value() + "' is not a valid size");
-  }
-  if (location.empty())
-    return makeError(what + ": external data has no location");
-  fs::path rel(location);
-  if (rel.is_absolute())
-    return makeError(what + ": external data location '" + location +
-                     "' is an absolute path; it must be relative to the model's folder");
-  for (const auto& part : rel)
-    if (part == "..")
-      return makeError(what + ": external data location '" + location +
-                       "' contains '..'; it must stay inside the model's folder");
-  std::error_code ec;
-  fs::path base = fs::weakly_canonical(fs::path(modelDir.empty() ? "." : modelDir), ec);
-  fs::path file = fs::weakly_canonical(base / rel, ec);
-  if (ec || !fs::exists(file))
-    return makeError(what + ": external data file '" + location + "' does not exist");
-  auto mismatch = std::mismatch(base.begin(), base.end(), file.begin(), file.end());
-  if (mismatch.first != base.end())
-    return makeError(what + ": external data file '" + location +
-                     "' resolves outside the model's folder");
-  if (!fs::is_regular_file(file))
-    return makeError(what + ": external data '" + location + "' is not a regular file");
-  int64_t size = static_cast<int64_t>(fs::file_size(file, ec));
-  if (ec)
-    return makeError(what + ": cannot stat external data file '" + location + "'");
-  if (offset > size)
-    return makeError(llvm::formatv("{0}: external data offset {1} is past the end of '{2}' ({3} "
-                                   "bytes)",
-                                   what, offset, location, size)
-                         .str());
-  if (length < 0)
-    length = size - offset;
-  if (length > size - offset)
-    return makeError(llvm::formatv("{0}: external data range [{1}, {1}+{2}) is past the end of "
-                                   "'{3}' ({4} bytes)",
-                                   what, offset, length, location, size)
-                         .str());
-  std::ifstream in(file, std::ios::binary);
-  std::string data(static_cast<size_t>(length), '\0');
-  in.seekg(offset);
-  in.read(data.data(), length);
-  if (!in)
-    return makeError(what + ": cannot read external data from '" + location + "'");
-  return data;
-}
-
 //===--- The protobuf wire format -------------------------------------===//
 
 enum WireType : uint32_t {
@@ -352,7 +283,7 @@ llvm::Expected<ExportTemplate> buildExportTemplate(const std::string& modelPath,
     if (paramOf.count(t.name()) || t.data_location() != onnx::TensorProto::EXTERNAL)
       continue;
     std::string what = "initializer '" + t.name() + "'";
-    auto data = readExternalBytes(t, dir, what);
+    auto data = readExternalData(t, dir, what);
     if (!data)
       return fileError(file, llvm::toString(data.takeError()));
     std::optional<DType> dt = dtypeFromOnnx(t.data_type());

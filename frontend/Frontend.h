@@ -44,6 +44,11 @@ llvm::Expected<Module> importFile(const std::string& path, const ImportOptions& 
 /// `modelDir` only. `what` names the tensor in messages.
 llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::string& modelDir,
                                        const std::string& what);
+/// The raw bytes of `t`'s external data, read from a file inside `modelDir`
+/// (a relative location, no "..", no link that leaves the folder, inside the
+/// file's size); errors start with `what`.
+llvm::Expected<std::string> readExternalData(const onnx::TensorProto& t,
+                                             const std::string& modelDir, const std::string& what);
 /// Reads a TensorProto file (input_0.pb and the like).
 llvm::Expected<Tensor> readTensorFile(const std::string& path);
 /// Writes `t` as a TensorProto file named `name` inside.

@@ -101,9 +101,10 @@ uint16_t doubleToHalf(double d) {
   return static_cast<uint16_t>(half);
 }
 
-/// Reads external data for `t` from a file inside `modelDir`.
-llvm::Expected<std::string> readExternal(const onnx::TensorProto& t, const std::string& modelDir,
-                                         const std::string& what) {
+} // namespace
+
+llvm::Expected<std::string> readExternalData(const onnx::TensorProto& t,
+                                             const std::string& modelDir, const std::string& what) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : t.external_data()) {
@@ -169,8 +170,6 @@ llvm::Expected<std::string> readExternal(const onnx::TensorProto& t, const std::
   return data;
 }
 
-} // namespace
-
 llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::string& modelDir,
                                        const std::string& what) {
   std::optional<DType> dt = dtypeFromOnnx(t.data_type());
@@ -198,7 +197,7 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
   std::string external;
   const std::string* raw = nullptr;
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    auto data = readExternal(t, modelDir, what);
+    auto data = readExternalData(t, modelDir, what);
     if (!data)
       return data.takeError();
     external = std::move(*data);

@@ -29,7 +29,12 @@
 namespace lwrt::cuda {
 
 /// Device-side error codes written to Context::errorFlag.
-enum DeviceError : int { kNoDeviceError = 0, kLabelOutOfRange = 1, kIndexOutOfRange = 2 };
+enum DeviceError : int {
+  kNoDeviceError = 0,
+  kLabelOutOfRange = 1,
+  kIndexOutOfRange = 2,
+  kIntegerDivision = 3, ///< an integer division by zero or INT_MIN / -1
+};
 
 struct Context {
   int device = -1;

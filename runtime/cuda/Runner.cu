@@ -102,7 +102,9 @@ public:
     cudaMemsetAsync(c.errorFlag, 0, sizeof(int), c.stream);
     return flag == kLabelOutOfRange   ? "a label is outside the model's classes"
            : flag == kIndexOutOfRange ? "a gather index is out of range"
-                                      : "device error " + std::to_string(flag);
+           : flag == kIntegerDivision
+               ? "an integer division by zero (or of the smallest value by -1)"
+               : "device error " + std::to_string(flag);
   }
 
   void startMarks() override {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds, on this (GPU-less) machine, everything tools/gpu/check.sh needs on
-# the GPU machine, into build/gpu/ (about 30 MiB; carry it with the device
+# the GPU machine, into build/gpu/ (about 50 MiB; carry it with the device
 # tool): for every zoo model at test size a CUDA trainer, a seeded batch and
 # the CPU backend's first step on it (loss, gradients, updated params); and
 # the AlexNet 224x224 batch-128 CUDA trainer without embedded weights (the
@@ -38,9 +38,11 @@ PY
   "$LWCC" "$OUT/$m.onnx" --target=cpu -o "$OUT/$m-cpu-trainer"
   "$OUT/$m-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$m-cpu" --progress=off >/dev/null
   rm -f "$OUT/$m-cpu-trainer" "$OUT/$m.onnx"
+  strip "$OUT/$m-cuda" # debug info would take the folder past what the device tool carries
 done
 echo "+ alexnet 224x224, batch 128: CUDA trainer without embedded weights"
 python3 tools/models/gen.py alexnet --size 224 --batch 128 --classes 1000 -o "$OUT/alexnet224.onnx"
 "$LWCC" "$OUT/alexnet224.onnx" --target=cuda --embed-weights=false -o "$OUT/alexnet224-cuda"
 rm -f "$OUT/alexnet224.onnx" "$OUT/alexnet224-cuda.weights"
+strip "$OUT/alexnet224-cuda"
 du -sh "$OUT"
