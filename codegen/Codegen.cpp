@@ -478,6 +478,10 @@ llvm::Expected<int64_t> placeResults(const Graph& g, Places& where, const std::s
     if (op->annotations().device.value_or(0) != 0)
       return op->emitError("codegen: the trainer runs one device; this op is on device " +
                            std::to_string(*op->annotations().device));
+    if (op->annotations().stream.value_or(0) != 0)
+      return op->emitError("codegen: this op is on stream " +
+                           std::to_string(*op->annotations().stream) +
+                           "; trainers run one stream until stream scheduling lands");
     if (op->numResults() && !op->annotations().bufferOffsets)
       return op->emitError("codegen: has no @buf; run memory-plan first");
     for (unsigned r = 0; r < op->numResults(); ++r) {
