@@ -385,6 +385,14 @@ public:
   }
 
   llvm::Error write(std::ostringstream& init, std::ostringstream& run) {
+    Schedule schedule = scheduleOf();
+    if (schedule.multi)
+      run << "\n  // The other streams start after what stream 0 launched before this step.\n"
+          << "  if (!recordEvent(0))\n    return *failed = \"schedule\", false;\n";
+    for (int64_t t : schedule.streams)
+      run << "  if (!setStream(" << t << ") || !waitEvent(0) || !setStream(0))\n"
+          << "    return *failed = \"schedule\", false;\n";
+    int64_t current = 0;
     for (const auto& opPtr : g_.ops()) {
       const Op& op = *opPtr;
       std::ostringstream& out = op.kind() == OpKind::Constant ? init : run;
@@ -397,10 +405,33 @@ public:
         continue;
       }
       std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
+      if (schedule.multi && op.kind() != OpKind::Constant) {
+        int64_t s = op.annotations().stream.value_or(0);
+        std::string sync;
+        if (s != current)
+          sync += "setStream(" + std::to_string(s) + ")";
+        current = s;
+        for (int64_t e : schedule.waits[&op])
+          sync +=
+              (sync.empty() ? "" : " || !") + std::string("waitEvent(") + std::to_string(e) + ")";
+        if (!sync.empty())
+          out << "  if (!" << sync << ")\n    return *failed = " << cString(label) << ", false;\n";
+      }
       out << "  if (!" << *call << ")\n    return *failed = " << cString(label) << ", false;\n";
+      if (auto it = schedule.records.find(&op); it != schedule.records.end())
+        out << "  if (!recordEvent(" << it->second << "))\n    return *failed = " << cString(label)
+            << ", false;\n";
       if (op.kind() != OpKind::Constant)
         out << "  if (b.mark)\n    b.mark(b.markContext, "
             << cString(std::string(op.mnemonic()) + " " + label) << ");\n";
+    }
+    if (schedule.multi) {
+      run << "\n  // Stream 0 waits for the other streams: the step ends there.\n";
+      int64_t event = schedule.nextEvent;
+      for (int64_t t : schedule.streams)
+        run << "  if (!setStream(" << t << ") || !recordEvent(" << event + t
+            << ") || !setStream(0) || !waitEvent(" << event + t
+            << "))\n    return *failed = \"schedule\", false;\n";
     }
     return llvm::Error::success();
   }
@@ -408,6 +439,89 @@ public:
   Names& names() { return names_; }
 
 private:
+  /// The events that order an op after the ops of other streams it depends
+  /// on: through a value it reads, or through planned bytes it reads or
+  /// writes that an op of another stream wrote or read before (memory
+  /// reuse). Waits already implied by an earlier wait are left out.
+  struct Schedule {
+    bool multi = false;
+    std::vector<int64_t> streams; ///< the streams other than 0 in use
+    std::map<const Op*, std::vector<int64_t>> waits;
+    std::map<const Op*, int64_t> records; ///< event recorded after the op
+    int64_t nextEvent = 1;
+  };
+  struct Access {
+    std::string region;
+    int64_t begin, end;
+    bool write;
+  };
+
+  std::vector<Access> accessesOf(const Op& op) const {
+    std::vector<Access> out;
+    auto add = [&](const Value* v, bool write) {
+      const auto& [region, offset] = where_.at(v);
+      out.push_back({region, offset, offset + v->type().sizeInBytes(), write});
+    };
+    for (unsigned i = 0; i < op.numOperands(); ++i)
+      add(op.operand(i), op.kind() == OpKind::Assign && i == 0);
+    for (unsigned r = 0; r < op.numResults(); ++r)
+      add(op.result(r), true);
+    return out;
+  }
+
+  Schedule scheduleOf() {
+    Schedule s;
+    std::vector<const Op*> ops;
+    std::set<int64_t> used;
+    for (const auto& op : g_.ops())
+      if (op->kind() != OpKind::Constant) {
+        ops.push_back(op.get());
+        int64_t st = op->annotations().stream.value_or(0);
+        if (st != 0)
+          used.insert(st);
+      }
+    s.multi = !used.empty();
+    s.streams.assign(used.begin(), used.end());
+    if (!s.multi)
+      return s;
+    std::vector<std::vector<Access>> acc;
+    for (const Op* op : ops)
+      acc.push_back(accessesOf(*op));
+    // waited[a][b]: the latest op of stream b that stream a has waited for.
+    std::map<std::pair<int64_t, int64_t>, size_t> waited;
+    std::map<size_t, int64_t> eventOf;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      int64_t si = ops[i]->annotations().stream.value_or(0);
+      std::map<int64_t, size_t> latest; // per other stream, the last conflicting op
+      for (size_t j = 0; j < i; ++j) {
+        int64_t sj = ops[j]->annotations().stream.value_or(0);
+        if (sj == si)
+          continue;
+        bool conflict = false;
+        for (const Access& a : acc[i])
+          for (const Access& b : acc[j])
+            conflict |=
+                (a.write || b.write) && a.region == b.region && a.begin < b.end && b.begin < a.end;
+        if (conflict)
+          latest[sj] = j;
+      }
+      for (const auto& [sj, j] : latest) {
+        auto key = std::make_pair(si, sj);
+        auto w = waited.find(key);
+        if (w != waited.end() && w->second >= j)
+          continue;
+        waited[key] = j;
+        auto [it, added] = eventOf.emplace(j, s.nextEvent);
+        if (added) {
+          s.records[ops[j]] = s.nextEvent;
+          ++s.nextEvent;
+        }
+        s.waits[ops[i]].push_back(it->second);
+      }
+    }
+    return s;
+  }
+
   /// The runtime call of `op`; "" for a view that needs no copy.
   llvm::Expected<std::string> callOf(const Op& op) {
     auto list = [&](const std::vector<const Value*>& vs) {
@@ -478,10 +592,6 @@ llvm::Expected<int64_t> placeResults(const Graph& g, Places& where, const std::s
     if (op->annotations().device.value_or(0) != 0)
       return op->emitError("codegen: the trainer runs one device; this op is on device " +
                            std::to_string(*op->annotations().device));
-    if (op->annotations().stream.value_or(0) != 0)
-      return op->emitError("codegen: this op is on stream " +
-                           std::to_string(*op->annotations().stream) +
-                           "; trainers run one stream until stream scheduling lands");
     if (op->numResults() && !op->annotations().bufferOffsets)
       return op->emitError("codegen: has no @buf; run memory-plan first");
     for (unsigned r = 0; r < op->numResults(); ++r) {

@@ -73,11 +73,17 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
     order.push_back(op.get());
   const size_t end = order.size(); // graph outputs are read after the last op
 
-  // When each value is last read: graph outputs are read after the step.
+  // When each value is last read: graph outputs are read after the step,
+  // and so, conservatively, is a value read on another stream than the one
+  // that wrote it (the streams meet only at the step's end), which keeps
+  // its bytes from being reused while the other stream may still read them.
   std::map<const Value*, size_t> lastUse;
+  auto streamOf = [](const Op* op) { return op ? op->annotations().stream.value_or(0) : 0; };
   for (size_t pos = 0; pos < order.size(); ++pos)
     for (Value* x : order[pos]->operands())
-      lastUse[x] = pos;
+      lastUse[x] = x->definingOp() && streamOf(x->definingOp()) != streamOf(order[pos])
+                       ? end
+                       : std::max(lastUse[x], pos);
   for (Value* out : g.outputs())
     lastUse[out] = end;
   auto lastUseOf = [&](const Value* v, size_t def) {

@@ -1,5 +1,6 @@
 // The CPU backend's step runner: host memory, phases run on the calling
 // thread (the kernels use OpenBLAS's threads for the matrix products).
+#include "lwrt/cpu_tensor.h"
 #include "lwrt/trainer.h"
 
 #include <chrono>
@@ -58,6 +59,10 @@ private:
 };
 
 } // namespace
+
+bool setStream(int64_t stream) { return stream >= 0; }
+bool recordEvent(int64_t event) { return event >= 0; }
+bool waitEvent(int64_t event) { return event >= 0; }
 
 std::unique_ptr<StepRunner> createRunner(const RunnerOptions&, std::string*) {
   return std::make_unique<CpuRunner>();

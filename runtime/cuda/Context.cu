@@ -70,6 +70,8 @@ bool initContext(int device, bool tf32, std::string* error) {
     destroyContext();
     return false;
   }
+  c.slots.push_back({c.stream, nullptr, 0, c.cublasWorkspace});
+  c.current = 0;
   c.device = device;
   c.tf32 = tf32;
   return true;
@@ -77,8 +79,22 @@ bool initContext(int device, bool tf32, std::string* error) {
 
 void destroyContext() {
   Context& c = context();
-  if (c.stream)
-    cudaStreamSynchronize(c.stream);
+  if (c.device >= 0)
+    cudaDeviceSynchronize();
+  if (!c.slots.empty()) { // the current slot's workspace lives in the fields
+    c.slots[c.current].workspace = c.workspace;
+    c.slots[c.current].workspaceBytes = c.workspaceBytes;
+    for (size_t k = 1; k < c.slots.size(); ++k) {
+      cudaFree(c.slots[k].workspace);
+      cudaFree(c.slots[k].cublasWorkspace);
+      cudaStreamDestroy(c.slots[k].stream);
+    }
+    c.stream = c.slots[0].stream;
+    c.workspace = c.slots[0].workspace;
+    c.cublasWorkspace = c.slots[0].cublasWorkspace;
+  }
+  for (cudaEvent_t e : c.events)
+    cudaEventDestroy(e);
   if (c.workspace)
     cudaFree(c.workspace);
   if (c.errorFlag)
@@ -112,6 +128,67 @@ bool ensureWorkspace(size_t bytes) {
   }
   LWRT_CUDA(cudaMalloc(&c.workspace, bytes));
   c.workspaceBytes = bytes;
+  return true;
+}
+
+bool setStream(int64_t stream) {
+  Context& c = context();
+  if (stream < 0 || stream > 63)
+    return fail(__FILE__, __LINE__, "stream " + std::to_string(stream) + " is out of range");
+  size_t k = static_cast<size_t>(stream);
+  if (k == c.current)
+    return true;
+  while (c.slots.size() <= k) {
+    if (c.capturing)
+      return fail(__FILE__, __LINE__, "a stream was first used while the step was captured");
+    StreamSlot slot;
+    LWRT_CUDA(cudaStreamCreateWithFlags(&slot.stream, cudaStreamNonBlocking));
+    LWRT_CUDA(cudaMalloc(&slot.cublasWorkspace, kCublasWorkspaceBytes));
+    c.slots.push_back(slot);
+  }
+  c.slots[c.current].workspace = c.workspace;
+  c.slots[c.current].workspaceBytes = c.workspaceBytes;
+  const StreamSlot& next = c.slots[k];
+  c.current = k;
+  c.stream = next.stream;
+  c.workspace = next.workspace;
+  c.workspaceBytes = next.workspaceBytes;
+  c.cublasWorkspace = next.cublasWorkspace;
+  LWRT_CUDNN(cudnnSetStream(c.cudnn, c.stream));
+  // cublasSetStream returns cuBLAS to its default workspace: set ours again.
+  LWRT_CUBLAS(cublasSetStream(c.cublas, c.stream));
+  LWRT_CUBLAS(cublasSetWorkspace(c.cublas, c.cublasWorkspace, kCublasWorkspaceBytes));
+  return true;
+}
+
+namespace {
+bool event(int64_t id, cudaEvent_t*& out) {
+  Context& c = context();
+  if (id < 0 || id > (int64_t{1} << 20))
+    return fail(__FILE__, __LINE__, "event " + std::to_string(id) + " is out of range");
+  while (c.events.size() <= static_cast<size_t>(id)) {
+    cudaEvent_t e;
+    LWRT_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    c.events.push_back(e);
+  }
+  out = &c.events[static_cast<size_t>(id)];
+  return true;
+}
+} // namespace
+
+bool recordEvent(int64_t id) {
+  cudaEvent_t* e = nullptr;
+  if (!event(id, e))
+    return false;
+  LWRT_CUDA(cudaEventRecord(*e, context().stream));
+  return true;
+}
+
+bool waitEvent(int64_t id) {
+  cudaEvent_t* e = nullptr;
+  if (!event(id, e))
+    return false;
+  LWRT_CUDA(cudaStreamWaitEvent(context().stream, *e, 0));
   return true;
 }
 

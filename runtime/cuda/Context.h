@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <string>
+#include <vector>
 
 namespace lwrt::cuda {
 
@@ -34,6 +35,15 @@ enum DeviceError : int {
   kLabelOutOfRange = 1,
   kIndexOutOfRange = 2,
   kIntegerDivision = 3, ///< an integer division by zero or INT_MIN / -1
+};
+
+/// A stream of the step's schedule with the scratch memory of the work on
+/// it (two streams must not share a workspace).
+struct StreamSlot {
+  cudaStream_t stream = nullptr;
+  void* workspace = nullptr;
+  size_t workspaceBytes = 0;
+  void* cublasWorkspace = nullptr;
 };
 
 struct Context {
@@ -48,6 +58,11 @@ struct Context {
   int* errorFlag = nullptr;        ///< device memory, one int (DeviceError)
   void* cublasWorkspace = nullptr; ///< cuBLAS's own, fixed: it must not allocate while captured
   std::string error;               ///< the first failure, "" while none
+  /// The streams of the schedule (#0 is `stream` at start) and the one in
+  /// use, whose stream and workspaces the fields above hold; the events.
+  std::vector<StreamSlot> slots;
+  size_t current = 0;
+  std::vector<cudaEvent_t> events;
 };
 
 /// The context of this process (one device per process for now).
@@ -63,6 +78,12 @@ void destroyContext();
 /// one). False, with the context's error set, when it cannot be had or the
 /// step is being captured and the workspace is too small.
 bool ensureWorkspace(size_t bytes);
+
+/// Makes stream `stream` (0..63) current, creating it at first use (not
+/// while capturing), with its own workspaces; records and waits on events.
+bool setStream(int64_t stream);
+bool recordEvent(int64_t event);
+bool waitEvent(int64_t event);
 
 /// Records "file:line: what" as the context's error unless one is there;
 /// returns false so that kernels can `return fail(...)`.

@@ -189,6 +189,12 @@ def main():
         run([exe, *base[:-1], f"--dump={c}"])
         assert read_params(a) == read_params(c), "two identical runs differ"
         assert read_params(a) != read_params(b), "--lr/--momentum changed nothing"
+        # Two streams: the CPU runs the same ops in the same order, so the
+        # weights must be bit-identical to the one-stream trainer's.
+        _, two = build(tmp, "lenet-streams", "--streams=2")
+        d = os.path.join(tmp, "flags_streams")
+        run([two, *base[:-1], f"--dump={d}"])
+        assert read_params(a) == read_params(d), "--streams=2 changed the weights"
         r = run([exe, "--optimizer=adam"], expect=2)
         assert "compiled for sgd" in r.stderr, r.stderr
         r = run([exe, "--help"])

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool), from the repository root, over the
 # build/gpu/ folder that tools/gpu/prepare.sh made here (carry build/gpu):
+#   0. builds every trainer there with nvcc from the sources lwcc emitted,
+#      against that machine's cuDNN and cuBLAS (PyTorch's wheels hold them)
 #   1. correctness: each zoo model's CUDA trainer (TF32 off) runs its first
 #      step on the seeded batch; loss, gradients and params vs the CPU backend
 #   2. compute-sanitizer memcheck and racecheck on one LeNet and one ResNet-18 step
@@ -17,15 +19,32 @@ export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi -L | tee "$OUT/gpu.txt"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 declare -a ROWS
+# 0. Build: the sources embed their blobs with .incbin, found from the source folder.
+G=$(cd "$G" && pwd)
+lflags=()
+for d in ${libs//:/ }; do lflags+=("-L$d" "-Xlinker=-rpath=$d"); done
+build() {
+  local src=$1 exe=$2
+  (cd "$src" && nvcc -std=c++20 -O2 -arch=sm_90 -I"$G/include" trainer.cu "$G/lib/liblwcc_runtime_cuda.a" \
+    "${lflags[@]}" -l:libcudnn.so.9 -l:libcublas.so.13 -l:libz.so.1 -lpthread -o "$exe") \
+    >"$OUT/build-$(basename "$exe").log" 2>&1
+}
+t0=$(date +%s)
+for src in "$G"/src/*; do build "$src" "$G/$(basename "$src")-cuda" & done
+wait
+ROWS+=("build: $(ls "$G"/*-cuda 2>/dev/null | wc -l) of $(ls -d "$G"/src/* | wc -l) trainers built with nvcc in $(( $(date +%s) - t0 )) s")
 for d in "$G"/*-data; do
   m=$(basename "$d" -data)
-  log="$OUT/$m.log"
-  if "$G/$m-cuda" --steps=1 --data="raw:$d" --dump="/tmp/$m-gpu" --no-tf32 --progress=off >"$log" 2>&1; then
-    r=$(python3 "$G/compare.py" "$G/$m-cpu" "/tmp/$m-gpu" 2>&1) && s=PASS || s=FAIL
+  for v in "$m" "$m-s2"; do
+  [[ -x "$G/$v-cuda" ]] || { [[ $v == "$m" ]] && ROWS+=("correctness $v: NOT BUILT"); continue; }
+  log="$OUT/$v.log"
+  if "$G/$v-cuda" --steps=1 --data="raw:$d" --dump="/tmp/$v-gpu" --no-tf32 --progress=off >"$log" 2>&1; then
+    r=$(python3 "$G/compare.py" "$G/$m-cpu" "/tmp/$v-gpu" 2>&1) && s=PASS || s=FAIL
   else
     r="trainer exited $?: $(tail -c 300 "$log")"; s=FAIL
   fi
-  ROWS+=("correctness $m: $s $r")
+  ROWS+=("correctness $v (TF32 off) vs CPU: $s $r")
+  done
 done
 if command -v compute-sanitizer >/dev/null; then
   for m in lenet resnet18; do
@@ -38,16 +57,22 @@ if command -v compute-sanitizer >/dev/null; then
 else
   ROWS+=("compute-sanitizer: not found")
 fi
-# Speed: AlexNet 224, batch 128.
+# Speed: AlexNet 224, batch 128 (weights regenerated here: too big to carry).
 python3 "$G/models/gen.py" alexnet --size 224 --batch 128 --classes 1000 -o /tmp/alexnet224.onnx
-"$G/alexnet224-cuda" --list-params >/tmp/alexnet224.params
-python3 "$G/pack_weights.py" /tmp/alexnet224.onnx /tmp/alexnet224.params "$G/alexnet224-cuda.weights"
-rate() { python3 -c 'import json,sys,statistics as s; r=[json.loads(l) for l in open(sys.argv[1])]; r=[x for x in r if x.get("type")=="step"][10:]; print("%.1f" % (128*len(r)/(sum(x["step_ms"] for x in r)/1000)))' "$1"; }
-for flag in --no-tf32 --tf32; do
-  "$G/alexnet224-cuda" --steps=70 $flag --progress=off --log="$OUT/alexnet$flag.jsonl" >"$OUT/alexnet$flag.log" 2>&1 \
-    && ROWS+=("lwcc alexnet224 b128 $flag: $(rate "$OUT/alexnet$flag.jsonl") img/s") \
-    || ROWS+=("lwcc alexnet224 b128 $flag: FAILED $(tail -c 300 "$OUT/alexnet$flag.log")")
+rate() { python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; r=[x for x in r if x.get("type")=="step"][10:]; print("%.1f" % (128*len(r)/(sum(x["step_ms"] for x in r)/1000)))' "$1"; }
+for s in 1 2; do
+  exe="$G/alexnet224-s$s-cuda"
+  [[ -x $exe ]] || { ROWS+=("lwcc alexnet224 streams=$s: NOT BUILT"); continue; }
+  "$exe" --list-params >/tmp/alexnet224.params
+  python3 "$G/pack_weights.py" /tmp/alexnet224.onnx /tmp/alexnet224.params "$exe.weights"
+  for flag in --no-tf32 --tf32; do
+    "$exe" --steps=70 $flag --progress=off --log="$OUT/alexnet-s$s$flag.jsonl" >"$OUT/alexnet-s$s$flag.log" 2>&1 \
+      && ROWS+=("lwcc alexnet224 b128 streams=$s $flag: $(rate "$OUT/alexnet-s$s$flag.jsonl") img/s") \
+      || ROWS+=("lwcc alexnet224 b128 streams=$s $flag: FAILED $(tail -c 300 "$OUT/alexnet-s$s$flag.log")")
+  done
 done
+"$G/alexnet224-s1-cuda" --steps=12 --profile=10 --progress=off >"$OUT/alexnet-profile.txt" 2>&1
+ROWS+=("per-op profile of lwcc alexnet224 (fp32): $OUT/alexnet-profile.txt")
 for mode in eager compile; do
   for tf in 0 1; do
     r=$(python3 "$G/torch_bench.py" $mode $tf 2>"$OUT/torch-$mode-$tf.err" | sed -n 's/img_per_s //p')

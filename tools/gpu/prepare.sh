@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds, on this (GPU-less) machine, everything tools/gpu/check.sh needs on
-# the GPU machine, into build/gpu/ (about 50 MiB; carry it with the device
-# tool): for every zoo model at test size a CUDA trainer, a seeded batch and
-# the CPU backend's first step on it (loss, gradients, updated params); and
-# the AlexNet 224x224 batch-128 CUDA trainer without embedded weights (the
-# GPU machine regenerates the model and packs its weights).
+# Prepares, on this (GPU-less) machine, everything tools/gpu/check.sh needs
+# on the GPU machine, in build/gpu/ (about 15 MiB; carry it with the device
+# tool): the CUDA runtime library and headers, the sources lwcc emits for
+# each trainer (built there with nvcc against that machine's cuDNN and
+# cuBLAS), and for every zoo model at test size a seeded batch and the CPU
+# backend's first step on it (loss, gradients, updated params).
 #
 #   bash tools/gpu/prepare.sh      (after bash tools/dev.sh build)
 set -euo pipefail
@@ -12,9 +12,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 LWCC=build/bin/lwcc
 OUT=build/gpu
 rm -rf "$OUT"
-mkdir -p "$OUT"
+mkdir -p "$OUT/src" "$OUT/lib"
 cp tools/gpu/check.sh tools/gpu/compare.py tools/gpu/pack_weights.py tools/gpu/torch_bench.py "$OUT/"
 cp -r tools/models "$OUT/models"
+cp -r build/include "$OUT/include"
+cp build/lib/liblwcc_runtime_cuda.a "$OUT/lib/"
+strip -g "$OUT/lib/liblwcc_runtime_cuda.a"
 names=$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(zoo.REGISTRY))')
 for m in $names; do
   python3 - "$m" "$OUT" <<'PY'
@@ -33,16 +36,21 @@ os.makedirs(os.path.join(out, name + "-data"), exist_ok=True)
 rng.standard_normal(dims).astype(np.float32).tofile(os.path.join(out, name + "-data", "input_0.bin"))
 rng.integers(0, classes, size=dims[0]).astype(np.int64).tofile(os.path.join(out, name + "-data", "input_1.bin"))
 PY
-  echo "+ $m: CUDA and CPU trainers"
-  "$LWCC" "$OUT/$m.onnx" --target=cuda -o "$OUT/$m-cuda"
+  echo "+ $m: CUDA sources and the CPU reference step"
+  "$LWCC" "$OUT/$m.onnx" --emit=source -o "$OUT/src/$m"
+  if [[ $m == lenet || $m == resnet18 ]]; then
+    "$LWCC" "$OUT/$m.onnx" --emit=source --streams=2 -o "$OUT/src/$m-s2"
+  fi
   "$LWCC" "$OUT/$m.onnx" --target=cpu -o "$OUT/$m-cpu-trainer"
   "$OUT/$m-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$m-cpu" --progress=off >/dev/null
   rm -f "$OUT/$m-cpu-trainer" "$OUT/$m.onnx"
-  strip "$OUT/$m-cuda" # debug info would take the folder past what the device tool carries
 done
-echo "+ alexnet 224x224, batch 128: CUDA trainer without embedded weights"
+echo "+ alexnet 224x224, batch 128: CUDA sources without embedded weights"
 python3 tools/models/gen.py alexnet --size 224 --batch 128 --classes 1000 -o "$OUT/alexnet224.onnx"
-"$LWCC" "$OUT/alexnet224.onnx" --target=cuda --embed-weights=false -o "$OUT/alexnet224-cuda"
-rm -f "$OUT/alexnet224.onnx" "$OUT/alexnet224-cuda.weights"
-strip "$OUT/alexnet224-cuda"
+for s in 1 2; do
+  "$LWCC" "$OUT/alexnet224.onnx" --embed-weights=false --streams=$s --emit=source \
+    -o "$OUT/src/alexnet224-s$s"
+  rm -f "$OUT/src/alexnet224-s$s/trainer.weights" "$OUT/src/alexnet224-s$s/trainer.onnx-template"
+done
+rm -f "$OUT/alexnet224.onnx"
 du -sh "$OUT"

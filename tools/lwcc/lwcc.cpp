@@ -119,6 +119,10 @@ cl::opt<bool> tf32("tf32",
                    cl::desc("Let the cuda trainer use TF32 math in cuDNN and cuBLAS by "
                             "default (its --no-tf32 turns it off)"),
                    cl::cat(category));
+cl::opt<int64_t> streams("streams",
+                         cl::desc("Streams of the trainer's step: 1 (default) or 2 (weight "
+                                  "gradients and updates on a second stream)"),
+                         cl::init(1), cl::cat(category));
 cl::opt<bool> embedWeights("embed-weights",
                            cl::desc("Embed the initial weights in the trainer (default); with "
                                     "=false lwcc writes them to TRAINER.weights, read at start-up"),
@@ -181,6 +185,8 @@ llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
   if (withOptimizer)
     names.push_back("optimizer=" + optimizerOptions());
   names.push_back("dce");
+  if (streams > 1)
+    names.push_back("stream-assign=streams=" + std::to_string(streams));
   names.push_back("verify");
   auto pipeline = buildPipeline(names);
   if (!pipeline)
@@ -625,6 +631,10 @@ int main(int argc, char** argv) {
   }
   if (lrSchedule == "step" && stepSize < 1) {
     llvm::errs() << "lwcc: --lr-schedule=step needs --step-size=N (N >= 1)\n";
+    return 2;
+  }
+  if (streams < 1 || streams > 2) {
+    llvm::errs() << "lwcc: --streams must be 1 or 2\n";
     return 2;
   }
   if (batch.getNumOccurrences() && batch <= 0) {

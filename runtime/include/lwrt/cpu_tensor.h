@@ -159,4 +159,18 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
 /// (step: int scalar) -> lr (F32 or F64 scalar).
 bool lrSchedule(const TensorView& step, const TensorView& lr, const LrScheduleParams& p);
 
+//===--- The step's schedule: streams and events ---------------------------===//
+
+/// The CPU runs a step on one thread in program order, which honours
+/// every schedule: these only check their arguments.
+/// Work launched after this goes to stream `stream` (0: the main stream, on
+/// which a step starts and ends).
+bool setStream(int64_t stream);
+/// Event `event` completes when the work launched so far on the current
+/// stream has run.
+bool recordEvent(int64_t event);
+/// Work launched later on the current stream waits for the latest record of
+/// `event`.
+bool waitEvent(int64_t event);
+
 } // namespace lwrt::cpu

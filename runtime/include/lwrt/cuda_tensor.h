@@ -150,6 +150,18 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
 /// The step is read and lr written on the device.
 bool lrSchedule(const TensorView& step, const TensorView& lr, const LrScheduleParams& p);
 
+//===--- The step's schedule: streams and events ---------------------------===//
+
+/// Work launched after this goes to stream `stream` (0: the main stream, on
+/// which a step starts and ends).
+bool setStream(int64_t stream);
+/// Event `event` completes when the work launched so far on the current
+/// stream has run.
+bool recordEvent(int64_t event);
+/// Work launched later on the current stream waits for the latest record of
+/// `event`.
+bool waitEvent(int64_t event);
+
 } // namespace lwrt::cuda
 
 #undef LWRT_HOST_DEVICE
