@@ -50,7 +50,7 @@ python3 tools/models/gen.py alexnet --size 224 --batch 128 --classes 1000 -o "$O
 for s in 1 2; do
   "$LWCC" "$OUT/alexnet224.onnx" --embed-weights=false --streams=$s --emit=source \
     -o "$OUT/src/alexnet224-s$s"
-  rm -f "$OUT/src/alexnet224-s$s/trainer.weights" "$OUT/src/alexnet224-s$s/trainer.onnx-template"
+  rm -f "$OUT/src/alexnet224-s$s/trainer.weights" # 244 MB: check.sh packs them there
 done
 rm -f "$OUT/alexnet224.onnx"
 du -sh "$OUT"
