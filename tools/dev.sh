@@ -53,16 +53,18 @@ cmd_run() {
   step "$lwcc" "$dir/alexnet.onnx" --emit=plan -o "$dir/alexnet-plan.txt"
   tail -n 2 "$dir/alexnet-plan.txt"
   local trainer="$dir/alexnet-trainer"
-  if step "$lwcc" "$dir/alexnet.onnx" -o "$dir/alexnet-cuda-trainer" -v &&
+  # AlexNet from scratch stalls at chance with SGD's lr 0.01 here; 0.001 becomes the
+  # trainer's compiled-in default (its --lr=X overrides it).
+  if step "$lwcc" "$dir/alexnet.onnx" --lr=0.001 -o "$dir/alexnet-cuda-trainer" -v &&
     nvidia-smi -L >/dev/null 2>&1; then
     trainer="$dir/alexnet-cuda-trainer"
   else
     echo "  (no usable GPU here: training the CPU build instead)"
-    step "$lwcc" "$dir/alexnet.onnx" --target=cpu -o "$dir/alexnet-trainer"
+    step "$lwcc" "$dir/alexnet.onnx" --lr=0.001 --target=cpu -o "$dir/alexnet-trainer"
   fi
   rm -rf "$dir/checkpoints"
   step "$trainer" --data="idx:$data" --train-examples=9600 --eval-examples=2000 --epochs=1 \
-    --eval --lr=0.01 --progress=lines --print-every=25 --log="$dir/alexnet.jsonl" \
+    --eval --progress=lines --print-every=25 --log="$dir/alexnet.jsonl" \
     --checkpoint-dir="$dir/checkpoints" --export="$dir/alexnet-trained.onnx"
   echo "  (log: $dir/alexnet.jsonl; checkpoint: $(ls "$dir/checkpoints"))"
 }
