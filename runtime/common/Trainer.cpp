@@ -56,9 +56,12 @@ const char* kUsage =
     "  --list-params        the params (name, type, shape) in the order of the weights\n"
     "  --dump=DIR           params, last step's outputs and eval logits as raw files\n"
     "  --profile=N          time every op of N steps (after the first) and print where\n"
-    "                       the time goes (runs those steps without CUDA graphs)\n"
+    "                       the time goes (runs those steps without CUDA graphs) and\n"
+    "                       what the backend chose (the cuDNN API of convolutions)\n"
     "device:\n"
-    "  --device=N   --tf32 / --no-tf32   --no-cuda-graph\n";
+    "  --device=N   --tf32 / --no-tf32   --no-cuda-graph\n"
+    "  --cudnn-api=graph|legacy   cuDNN API for convolutions (default graph; a\n"
+    "                       configuration no graph engine takes uses legacy)\n";
 
 struct Options {
   std::string data = "synthetic";
@@ -371,6 +374,10 @@ private:
 };
 
 void Trainer::printProfile() {
+  if (o_.profile == 0)
+    return;
+  if (std::string notes = runner_->notes(); !notes.empty())
+    std::printf("backend: %s\n", notes.c_str());
   if (profiled_ == 0)
     return;
   double total = 0;
@@ -1065,6 +1072,10 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
       o.runner.tf32 = false;
     } else if (key == "--no-cuda-graph" && !hasValue) {
       o.runner.graphs = false;
+    } else if (key == "--cudnn-api") {
+      if (value != "graph" && value != "legacy")
+        return bad("takes graph or legacy");
+      o.runner.cudnnGraphApi = value == "graph";
     } else {
       return usageError(program, "unknown argument '" + a + "'");
     }

@@ -53,6 +53,10 @@ struct Context {
   cublasHandle_t cublas = nullptr;
   bool tf32 = false;
   bool capturing = false;
+  /// Convolutions on cuDNN's graph API (false: the legacy API for all), and
+  /// how many configurations each API got.
+  bool convGraphApi = true;
+  int convPlansGraph = 0, convPlansLegacy = 0;
   void* workspace = nullptr;
   size_t workspaceBytes = 0;
   int* errorFlag = nullptr;        ///< device memory, one int (DeviceError)

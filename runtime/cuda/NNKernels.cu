@@ -1,10 +1,14 @@
 // NNKernels.cu - convolution, matrix products and pooling of lwrt/cuda_nn.h
 //
-// Convolutions go to cuDNN's legacy API (NCHW descriptors, groups,
-// dilations). Each configuration (direction, element type, TF32, shapes,
-// attributes) gets a plan at its first call: descriptors, and the fastest
-// deterministic algorithm that cudnnFind*AlgorithmEx measures on the real
-// buffers, within a 1 GiB workspace. cuDNN takes symmetric pads only, so a
+// Each convolution configuration (direction, element type, TF32, shapes,
+// attributes, buffer alignment) gets a plan at its first call. By default
+// that is an execution plan of cuDNN's graph API (ConvGraph.cu: the fastest
+// qualifying engine, timed on the real buffers). Configurations no graph
+// engine takes, and all of them when the trainer runs with
+// --cudnn-api=legacy, use cuDNN's legacy API (NCHW descriptors, groups,
+// dilations): the fastest deterministic algorithm that
+// cudnnFind*AlgorithmEx measures on the real buffers, within a 1 GiB
+// workspace. The legacy API takes symmetric pads only, so there a
 // convolution with pads[top] != pads[bottom] (or left != right) runs on a
 // copy of its input padded by the difference, kept at the start of the
 // context's workspace (the gradient for the input is computed for that copy
@@ -15,7 +19,7 @@
 // follow the CPU backend's loops (cpu/NNKernels.cpp) so that ties, empty
 // windows and divisors come out the same; their gradients gather per input
 // element, summing in the CPU's order, so no float atomics are needed.
-#include "cuda/Context.h"
+#include "cuda/Conv.h"
 #include "lwrt/cuda_nn.h"
 
 #include <algorithm>
@@ -130,40 +134,15 @@ template <typename T> __global__ void scaleInPlace(T* y, T s, int64_t n) {
 
 //===--- Convolution ------------------------------------------------------===//
 
-/// The geometry of one convolution, checked against the views.
-struct ConvGeom {
-  int64_t N, C, H, W, M, Cg, KH, KW, OH, OW, G;
-};
-
-bool convGeom(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
-              const std::vector<int64_t>& ys, const Conv2dParams& p, ConvGeom& g) {
-  if (xs.size() != 4 || ws.size() != 4 || ys.size() != 4 || p.group < 1)
-    return false;
-  g = {xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3], p.group};
-  if (g.M % g.G != 0 || g.Cg * g.G != g.C || ys[0] != g.N || ys[1] != g.M)
-    return false;
-  for (int i = 0; i < 2; ++i) {
-    int64_t in = xs[2 + i], k = ws[2 + i], s = p.strides[i], d = p.dilations[i];
-    if (s < 1 || d < 1 || k < 1 || p.pads[i] < 0 || p.pads[i + 2] < 0)
-      return false;
-    int64_t room = in + p.pads[i] + p.pads[i + 2] - (d * (k - 1) + 1);
-    if (room < 0 || ys[2 + i] != room / s + 1)
-      return false;
-  }
-  return true;
-}
-
-enum class ConvDir : int64_t { Forward, BackwardData, BackwardFilter };
-
-/// The most workspace a convolution algorithm may take.
-constexpr size_t kConvWorkspaceLimit = size_t(1) << 30;
 /// Alignment of the pieces carved out of the workspace.
 constexpr size_t kAlign = 256;
 size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 /// One convolution configuration's cuDNN setup, made at its first call and
-/// kept for the process (descriptors are host objects; the plans are few).
+/// kept for the process (descriptors are host objects; the plans are few):
+/// a graph API plan, or when there is none the legacy descriptors below.
 struct ConvPlan {
+  GraphConv* graph = nullptr;
   cudnnTensorDescriptor_t x = nullptr; ///< the input, padded when `padded`
   cudnnTensorDescriptor_t y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
@@ -277,10 +256,12 @@ struct SearchScratch {
     void* p = nullptr;
     wsBytes = 0;
     if (wantWs > 0) {
-      if (cudaMalloc(&p, padBytes + wantWs) == cudaSuccess)
+      if (cudaMalloc(&p, padBytes + wantWs) == cudaSuccess) {
         wsBytes = wantWs;
-      else
+      } else {
+        p = nullptr;              // not promised to be left null by a failed cudaMalloc
         (void)cudaGetLastError(); // clear the failed allocation: searching with less is fine
+      }
     }
     if (!p && padBytes > 0)
       LWRT_CUDA(cudaMalloc(&p, padBytes));
@@ -419,14 +400,26 @@ bool searchBackwardFilter(ConvPlan& plan, const ConvGeom& g, const void* x, cons
   return true;
 }
 
-/// The plan of a configuration, made (descriptors and algorithm search on
-/// the real buffers: in, w and out as the direction reads and writes them)
-/// at its first call. Null, with the context's error, when it cannot be had.
+/// The largest power of two up to 16 that divides every address.
+int64_t commonAlignment(std::initializer_list<const void*> ptrs) {
+  int64_t align = 16;
+  for (const void* q : ptrs)
+    while (reinterpret_cast<uintptr_t>(q) % static_cast<uintptr_t>(align) != 0)
+      align /= 2;
+  return align;
+}
+
+/// The plan of a configuration, made at its first call on the real buffers
+/// (in, w and out as the direction reads and writes them): the graph API's
+/// fastest engine (ConvGraph.cu), or when the context asks for the legacy
+/// API or no graph engine takes it, the legacy descriptors and algorithm
+/// search. Null, with the context's error, when it cannot be had.
 template <typename T>
 ConvPlan* convPlan(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, void* x, void* w,
                    void* y) {
+  int64_t align = commonAlignment({x, w, y});
   std::vector<int64_t> key = {static_cast<int64_t>(dir), static_cast<int64_t>(t),
-                              context().tf32 ? 1 : 0};
+                              context().tf32 ? 1 : 0, align};
   for (int64_t v : {g.N, g.C, g.H, g.W, g.M, g.Cg, g.KH, g.KW, g.OH, g.OW, g.G})
     key.push_back(v);
   for (int64_t v : {p.strides[0], p.strides[1], p.pads[0], p.pads[1], p.pads[2], p.pads[3]})
@@ -443,6 +436,13 @@ ConvPlan* convPlan(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType 
     return nullptr;
   }
   ConvPlan plan;
+  if (context().convGraphApi && !buildGraphConv(dir, g, p, t, align, x, w, y, &plan.graph))
+    return nullptr;
+  if (plan.graph) {
+    ++context().convPlansGraph;
+    return &plans.emplace(std::move(key), plan).first->second;
+  }
+  ++context().convPlansLegacy;
   if (!makeDescriptors(g, p, t, plan))
     return nullptr;
   bool ok = dir == ConvDir::Forward        ? searchForward<T>(plan, g, x, w, y)
@@ -482,6 +482,13 @@ bool conv2dImpl(const TensorView& xv, const TensorView& wv, const TensorView* bv
     return true;
   }
   ConvPlan* plan = convPlan<T>(ConvDir::Forward, g, p, xv.dtype, xv.data, wv.data, yv.data);
+  if (plan && plan->graph) {
+    if (!runGraphConv(*plan->graph, xv.data, wv.data, y))
+      return false;
+    if (bv)
+      LWRT_LAUNCH(addChannelBias<T>, blocksFor(n), kThreads, y, bv->as<T>(), g.M, g.OH * g.OW, n);
+    return true;
+  }
   char* pad = nullptr;
   void* ws = nullptr;
   if (!plan || !planWorkspace(*plan, pad, ws))
@@ -514,6 +521,8 @@ bool conv2dGradInputImpl(const TensorView& dyv, const TensorView& wv, const Tens
   if (dyv.numel() == 0 || wv.numel() == 0)
     return zero(dxv.data, dxv.bytes());
   ConvPlan* plan = convPlan<T>(ConvDir::BackwardData, g, p, dyv.dtype, dxv.data, wv.data, dyv.data);
+  if (plan && plan->graph)
+    return runGraphConv(*plan->graph, dxv.data, wv.data, dyv.data);
   char* pad = nullptr;
   void* ws = nullptr;
   if (!plan || !planWorkspace(*plan, pad, ws))
@@ -545,6 +554,8 @@ bool conv2dGradFilterImpl(const TensorView& xv, const TensorView& dyv, const Ten
     return zero(dwv.data, dwv.bytes());
   ConvPlan* plan =
       convPlan<T>(ConvDir::BackwardFilter, g, p, xv.dtype, xv.data, dwv.data, dyv.data);
+  if (plan && plan->graph)
+    return runGraphConv(*plan->graph, xv.data, dwv.data, dyv.data);
   char* pad = nullptr;
   void* ws = nullptr;
   if (!plan || !planWorkspace(*plan, pad, ws))

@@ -33,6 +33,11 @@ public:
   }
 
   std::string description() const override { return name_; }
+  std::string notes() const override {
+    const Context& c = context();
+    return "cuDNN convolution plans: " + std::to_string(c.convPlansGraph) + " on the graph API, " +
+           std::to_string(c.convPlansLegacy) + " on the legacy API";
+  }
 
   void* allocate(int64_t bytes, std::string* error) override {
     void* p = nullptr;
@@ -178,6 +183,7 @@ private:
 std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::string* error) {
   if (!initContext(options.device, options.tf32, error))
     return nullptr;
+  context().convGraphApi = options.cudnnGraphApi;
   cudaDeviceProp prop{};
   std::string name = "GPU " + std::to_string(options.device);
   if (cudaGetDeviceProperties(&prop, options.device) == cudaSuccess)

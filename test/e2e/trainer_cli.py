@@ -241,10 +241,13 @@ def main():
         open(corrupt, "wb").write(bytes(data))
         fails([f"--resume={corrupt}", "--steps=3"], "corrupt.lwckpt")
         assert os.path.exists(ckfile)
-        # A NaN loss: the run stops and the last good checkpoint stays.
+        # Divergence: a NaN loss stops the run; with a checkpoint after every
+        # step, the weights turn infinite (a step before the loss does) and
+        # the run stops there, keeping the last good checkpoint.
+        fails(["--steps=40", "--lr=1e30", "--progress=off"], "not a finite number")
         nan = os.path.join(tmp, "ck_nan")
         r = fails(["--steps=40", f"--checkpoint-dir={nan}", "--checkpoint-every=1", "--lr=1e30",
-                   "--progress=off"], "not a finite number")
+                   "--progress=off"], "is not finite: no checkpoint written")
         kept = sorted(os.listdir(nan))
         assert kept and all(f.endswith(".lwckpt") for f in kept), kept
         from_kept = run([exe, f"--checkpoint-dir={nan}", "--resume", "--steps=0",
@@ -255,6 +258,7 @@ def main():
         fails(["--frobnicate"], "unknown argument", code=2)
         fails(["--data=csv:x"], "--data", code=2)
         fails(["--checkpoint-every=5"], "--checkpoint-dir", code=2)
+        fails(["--cudnn-api=fast"], "--cudnn-api", code=2)
 
     case(fashion_accuracy)
     case(export_round_trip)

@@ -8,9 +8,16 @@
 #   2. compute-sanitizer memcheck and racecheck on one LeNet and one ResNet-18 step
 #   3. speed: AlexNet 224x224 batch 128, lwcc (fp32, TF32) vs PyTorch eager
 #      and torch.compile (fp32, TF32) in the same run
-# and prints a table. Logs go to $OUT.
-#   bash build/gpu/check.sh
+# and prints a table. Logs go to $OUT. Convolutions run on cuDNN's graph API
+# (the trainers' default) and, for comparison, on its legacy API
+# (--cudnn-api=legacy): both are checked against the CPU and timed.
+#   bash build/gpu/check.sh [build] [correct] [sanitize] [speed]
+# runs the phases named (all four when none is): a warm device machine
+# keeps the built trainers between calls, so the phases may be split over
+# several calls of at most ten minutes each.
 set -uo pipefail
+PHASES=${*:-build correct sanitize speed}
+want() { [[ " $PHASES " == *" $1 "* ]]; }
 G=build/gpu
 OUT=${OUT:-/tmp/lwcc-gpu-out}
 mkdir -p "$OUT"
@@ -29,24 +36,32 @@ build() {
     "${lflags[@]}" -l:libcudnn.so.9 -l:libcublas.so.13 -l:libz.so.1 -lpthread -o "$exe") \
     >"$OUT/build-$(basename "$exe").log" 2>&1
 }
+if want build; then
 t0=$(date +%s)
 for src in "$G"/src/*; do build "$src" "$G/$(basename "$src")-cuda" & done
 wait
 ROWS+=("build: $(ls "$G"/*-cuda 2>/dev/null | wc -l) of $(ls -d "$G"/src/* | wc -l) trainers built with nvcc in $(( $(date +%s) - t0 )) s")
-for d in "$G"/*-data; do
+fi
+want correct && for d in "$G"/*-data; do
   m=$(basename "$d" -data)
-  for v in "$m" "$m-s2"; do
-  [[ -x "$G/$v-cuda" ]] || { [[ $v == "$m" ]] && ROWS+=("correctness $v: NOT BUILT"); continue; }
-  log="$OUT/$v.log"
-  if "$G/$v-cuda" --steps=1 --data="raw:$d" --dump="/tmp/$v-gpu" --no-tf32 --progress=off >"$log" 2>&1; then
-    r=$(python3 "$G/compare.py" "$G/$m-cpu" "/tmp/$v-gpu" 2>&1) && s=PASS || s=FAIL
+  for v in "$m" "$m-s2" "$m/legacy"; do
+  exe="$G/${v%/legacy}-cuda"
+  api=graph; [[ $v == */legacy ]] && api=legacy
+  [[ -x $exe ]] || { [[ $v == "$m" ]] && ROWS+=("correctness $v: NOT BUILT"); continue; }
+  log="$OUT/${v/\//-}.log"
+  if "$exe" --steps=1 --data="raw:$d" --dump="/tmp/${v/\//-}-gpu" --no-tf32 --cudnn-api=$api \
+    --profile=1 --progress=off >"$log" 2>&1; then
+    r=$(python3 "$G/compare.py" "$G/$m-cpu" "/tmp/${v/\//-}-gpu" 2>&1) && s=PASS || s=FAIL
+    r="$r; $(grep -o 'cuDNN convolution plans: .*' "$log")"
   else
     r="trainer exited $?: $(tail -c 300 "$log")"; s=FAIL
   fi
-  ROWS+=("correctness $v (TF32 off) vs CPU: $s $r")
+  ROWS+=("correctness $v (cuDNN $api API, TF32 off) vs CPU: $s $r")
   done
 done
-if command -v compute-sanitizer >/dev/null; then
+if ! want sanitize; then
+  :
+elif command -v compute-sanitizer >/dev/null; then
   for m in lenet resnet18; do
     for tool in memcheck racecheck; do
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$G/$m-cuda" --steps=1 --no-cuda-graph \
@@ -58,27 +73,37 @@ else
   ROWS+=("compute-sanitizer: not found")
 fi
 # Speed: AlexNet 224, batch 128 (weights regenerated here: too big to carry).
+if want speed; then
 python3 "$G/models/gen.py" alexnet --size 224 --batch 128 --classes 1000 -o /tmp/alexnet224.onnx
 rate() { python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; r=[x for x in r if x.get("type")=="step"][10:]; print("%.1f" % (128*len(r)/(sum(x["step_ms"] for x in r)/1000)))' "$1"; }
-for s in 1 2; do
-  exe="$G/alexnet224-s$s-cuda"
+for s in 1 2 1/legacy; do
+  exe="$G/alexnet224-s${s%/legacy}-cuda"
+  api=graph; [[ $s == */legacy ]] && api=legacy
+  tag="s${s/\//-}"
   [[ -x $exe ]] || { ROWS+=("lwcc alexnet224 streams=$s: NOT BUILT"); continue; }
-  "$exe" --list-params >/tmp/alexnet224.params
-  python3 "$G/pack_weights.py" /tmp/alexnet224.onnx /tmp/alexnet224.params "$exe.weights"
+  [[ -f $exe.weights ]] || {
+    "$exe" --list-params >/tmp/alexnet224.params
+    python3 "$G/pack_weights.py" /tmp/alexnet224.onnx /tmp/alexnet224.params "$exe.weights"
+  }
   for flag in --no-tf32 --tf32; do
-    "$exe" --steps=70 $flag --progress=off --log="$OUT/alexnet-s$s$flag.jsonl" >"$OUT/alexnet-s$s$flag.log" 2>&1 \
-      && ROWS+=("lwcc alexnet224 b128 streams=$s $flag: $(rate "$OUT/alexnet-s$s$flag.jsonl") img/s") \
-      || ROWS+=("lwcc alexnet224 b128 streams=$s $flag: FAILED $(tail -c 300 "$OUT/alexnet-s$s$flag.log")")
+    "$exe" --steps=70 $flag --cudnn-api=$api --progress=off --log="$OUT/alexnet-$tag$flag.jsonl" \
+      >"$OUT/alexnet-$tag$flag.log" 2>&1 \
+      && ROWS+=("lwcc alexnet224 b128 streams=$s $flag: $(rate "$OUT/alexnet-$tag$flag.jsonl") img/s") \
+      || ROWS+=("lwcc alexnet224 b128 streams=$s $flag: FAILED $(tail -c 300 "$OUT/alexnet-$tag$flag.log")")
   done
 done
-"$G/alexnet224-s1-cuda" --steps=12 --profile=10 --progress=off >"$OUT/alexnet-profile.txt" 2>&1
-ROWS+=("per-op profile of lwcc alexnet224 (fp32): $OUT/alexnet-profile.txt")
+for api in graph legacy; do
+  "$G/alexnet224-s1-cuda" --steps=12 --profile=10 --cudnn-api=$api --progress=off \
+    >"$OUT/alexnet-profile-$api.txt" 2>&1
+  ROWS+=("per-op profile of lwcc alexnet224 (fp32, cuDNN $api API): $OUT/alexnet-profile-$api.txt")
+done
 for mode in eager compile; do
   for tf in 0 1; do
     r=$(python3 "$G/torch_bench.py" $mode $tf 2>"$OUT/torch-$mode-$tf.err" | sed -n 's/img_per_s //p')
     ROWS+=("pytorch $mode tf32=$tf alexnet224 b128: ${r:-FAILED} img/s")
   done
 done
+fi
 {
   echo "==== lwcc GPU checks on $GPU ===="
   printf '%s\n' "${ROWS[@]}"

@@ -116,6 +116,8 @@ struct RunnerOptions {
   int device = 0;
   bool tf32 = false;
   bool graphs = true; ///< CUDA: record the step once and replay it
+  /// CUDA: convolutions on cuDNN's graph API (false: its legacy API).
+  bool cudnnGraphApi = true;
 };
 
 /// How the trainer runs generated phases on its backend.
@@ -146,6 +148,9 @@ public:
   virtual void startMarks() = 0;
   virtual void mark(const char* op) = 0;
   virtual std::vector<std::pair<std::string, double>> takeMarks() = 0;
+  /// What the backend chose while running ("" when nothing to say), e.g.
+  /// which cuDNN API took the convolutions.
+  virtual std::string notes() const { return ""; }
 };
 
 using RunnerFactory = std::unique_ptr<StepRunner> (*)(const RunnerOptions&, std::string* error);

@@ -1,0 +1,421 @@
+// ConvGraph.cu - convolutions on cuDNN's graph API (backend descriptors)
+//
+// One configuration (direction, element type, TF32, shapes, attributes,
+// buffer alignment) becomes, at its first call:
+//   1. tensor descriptors for x, w, y (NCHW strides, unique ids 'x' 'w' 'y'),
+//      a convolution descriptor with separate pre and post paddings (so
+//      asymmetric ONNX pads need no padded copy, unlike the legacy API),
+//      one convolution operation (forward, backward data or backward
+//      filter), and an operation graph holding it;
+//   2. the engine configurations of heuristics mode A (mode FALLBACK when A
+//      offers none that qualifies), filtered by their numerical notes:
+//      never nondeterministic (a resumed run must compute the same weights),
+//      never down-converting inputs or reducing in reduced precision, and
+//      tensor cores (TF32 for F32 data) only when the context allows TF32;
+//   3. an execution plan for each qualifying configuration (configurations
+//      that cannot be finalized, or want more than kConvWorkspaceLimit, are
+//      skipped), at most kMaxCandidates of them;
+//   4. each candidate timed on the real buffers (one warm-up, then
+//      kTimedRuns runs between CUDA events); the fastest is kept and the
+//      rest destroyed.
+// Calls then execute the kept plan with a variant pack per buffer triple,
+// made once and cached (the arena gives every call site fixed addresses),
+// so a replayed step does no descriptor work.
+#include "cuda/Conv.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <tuple>
+
+namespace lwrt::cuda {
+
+namespace {
+
+constexpr int kMaxCandidates = 8;
+constexpr int kTimedRuns = 3;
+/// Variant packs kept per plan before the cache starts over.
+constexpr size_t kMaxPacks = 64;
+
+/// A backend descriptor that destroys itself.
+class Desc {
+public:
+  Desc() = default;
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  Desc(Desc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
+  Desc& operator=(Desc&& o) noexcept {
+    std::swap(d_, o.d_);
+    return *this;
+  }
+  ~Desc() {
+    if (d_)
+      (void)cudnnBackendDestroyDescriptor(d_);
+  }
+  cudnnStatus_t create(cudnnBackendDescriptorType_t type) {
+    return cudnnBackendCreateDescriptor(type, &d_);
+  }
+  cudnnBackendDescriptor_t get() const { return d_; }
+  cudnnBackendDescriptor_t* addr() { return &d_; }
+
+private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+/// Sets one attribute (a count of values of one type).
+template <typename V>
+cudnnStatus_t set(Desc& d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+                  int64_t count, const V* values) {
+  return cudnnBackendSetAttribute(d.get(), name, type, count, values);
+}
+
+constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y';
+
+/// An NCHW tensor descriptor with unique id `uid`.
+bool tensor(Desc& d, const int64_t (&dims)[4], cudnnDataType_t dt, int64_t uid, int64_t align) {
+  int64_t strides[4] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+  LWRT_CUDNN(d.create(CUDNN_BACKEND_TENSOR_DESCRIPTOR));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
+  LWRT_CUDNN(cudnnBackendFinalize(d.get()));
+  return true;
+}
+
+/// The convolution descriptor: cross-correlation, as ONNX's Conv.
+bool convolution(Desc& d, const Conv2dParams& p, cudnnDataType_t compute) {
+  int64_t dims = 2;
+  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  int64_t pre[2] = {p.pads[0], p.pads[1]}, post[2] = {p.pads[2], p.pads[3]};
+  LWRT_CUDNN(d.create(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pre));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, post));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, p.dilations));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, p.strides));
+  LWRT_CUDNN(cudnnBackendFinalize(d.get()));
+  return true;
+}
+
+/// The attribute names of one direction's operation: x, w, y, descriptor,
+/// alpha, beta (x and w are dx and dw for the backward directions).
+struct OpNames {
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+
+OpNames opNames(ConvDir dir) {
+  switch (dir) {
+  case ConvDir::Forward:
+    return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+            CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+            CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+            CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+            CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+            CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+            CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
+  case ConvDir::BackwardData:
+    return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+            CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+            CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+            CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+            CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+            CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+            CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
+  case ConvDir::BackwardFilter:
+    break;
+  }
+  return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+}
+
+/// Whether an engine's numerical notes let it run this configuration.
+bool qualifies(Desc& cfg, bool tensorCores) {
+  Desc engine;
+  if (engine.create(CUDNN_BACKEND_ENGINE_DESCRIPTOR) != CUDNN_STATUS_SUCCESS)
+    return false;
+  int64_t n = 0;
+  if (cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                               engine.addr()) != CUDNN_STATUS_SUCCESS)
+    return false;
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  n = 0;
+  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                               CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
+                               notes) != CUDNN_STATUS_SUCCESS)
+    return false;
+  for (int64_t k = 0; k < n && k < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; ++k) {
+    switch (notes[k]) {
+    case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
+    case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+    case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+      return false;
+    case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+      if (!tensorCores)
+        return false;
+      break;
+    default:
+      break;
+    }
+  }
+  return true;
+}
+
+/// The engine configurations heuristics `mode` offers for `graph`.
+std::vector<Desc> engineConfigs(Desc& graph, cudnnBackendHeurMode_t mode) {
+  std::vector<Desc> out;
+  Desc heur;
+  if (heur.create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR) != CUDNN_STATUS_SUCCESS ||
+      set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+          graph.addr()) != CUDNN_STATUS_SUCCESS ||
+      set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) !=
+          CUDNN_STATUS_SUCCESS ||
+      cudnnBackendFinalize(heur.get()) != CUDNN_STATUS_SUCCESS)
+    return out;
+  int64_t count = 0;
+  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                               nullptr) != CUDNN_STATUS_SUCCESS ||
+      count <= 0)
+    return out;
+  std::vector<Desc> cfgs(static_cast<size_t>(count));
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (Desc& c : cfgs) {
+    if (c.create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR) != CUDNN_STATUS_SUCCESS)
+      return out;
+    raw.push_back(c.get());
+  }
+  int64_t got = 0;
+  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                               raw.data()) != CUDNN_STATUS_SUCCESS)
+    return out;
+  cfgs.resize(static_cast<size_t>(std::clamp<int64_t>(got, 0, count)));
+  return cfgs;
+}
+
+/// A finalized execution plan and its workspace.
+struct Candidate {
+  Desc plan;
+  size_t workspace = 0;
+  float ms = 0;
+};
+
+/// An execution plan of `cfg`, or false when cuDNN will not finalize it
+/// (the configuration is then skipped, not an error).
+bool makePlan(Desc& cfg, Candidate& c) {
+  cudnnHandle_t handle = context().cudnn;
+  if (c.plan.create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) != CUDNN_STATUS_SUCCESS ||
+      set(c.plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle) !=
+          CUDNN_STATUS_SUCCESS ||
+      set(c.plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+          cfg.addr()) != CUDNN_STATUS_SUCCESS ||
+      cudnnBackendFinalize(c.plan.get()) != CUDNN_STATUS_SUCCESS)
+    return false;
+  int64_t bytes = 0, n = 0;
+  if (cudnnBackendGetAttribute(c.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                               CUDNN_TYPE_INT64, 1, &n, &bytes) != CUDNN_STATUS_SUCCESS ||
+      bytes < 0 || static_cast<size_t>(bytes) > kConvWorkspaceLimit)
+    return false;
+  c.workspace = static_cast<size_t>(bytes);
+  return true;
+}
+
+/// A finalized variant pack: the three buffers and the workspace.
+bool variantPack(Desc& d, void* x, void* w, void* y, void* ws) {
+  void* ptrs[3] = {x, w, y};
+  int64_t uids[3] = {kUidX, kUidW, kUidY};
+  LWRT_CUDNN(d.create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
+  LWRT_CUDNN(cudnnBackendFinalize(d.get()));
+  return true;
+}
+
+/// Device scratch for timing candidates, freed when the search ends.
+struct Scratch {
+  void* p = nullptr;
+  ~Scratch() {
+    if (p)
+      (void)cudaFree(p);
+  }
+};
+
+/// The two timing events of a search, destroyed when it ends.
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ~Events() {
+    if (start)
+      (void)cudaEventDestroy(start);
+    if (stop)
+      (void)cudaEventDestroy(stop);
+  }
+};
+
+/// Times `c` on the buffers: one warm-up, then kTimedRuns runs. False when
+/// the candidate fails to run (it is dropped; the error is cleared).
+bool timeCandidate(Candidate& c, void* x, void* w, void* y, void* ws, cudaEvent_t start,
+                   cudaEvent_t stop) {
+  Context& ctx = context();
+  Desc pack;
+  if (!variantPack(pack, x, w, y, ws)) {
+    ctx.error.clear();
+    return false;
+  }
+  if (cudnnBackendExecute(ctx.cudnn, c.plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS)
+    return false;
+  if (cudaEventRecord(start, ctx.stream) != cudaSuccess)
+    return false;
+  for (int k = 0; k < kTimedRuns; ++k)
+    if (cudnnBackendExecute(ctx.cudnn, c.plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS)
+      return false;
+  if (cudaEventRecord(stop, ctx.stream) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess)
+    return false;
+  return cudaEventElapsedTime(&c.ms, start, stop) == cudaSuccess;
+}
+
+} // namespace
+
+bool convGeom(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
+              const std::vector<int64_t>& ys, const Conv2dParams& p, ConvGeom& g) {
+  if (xs.size() != 4 || ws.size() != 4 || ys.size() != 4 || p.group < 1)
+    return false;
+  g = {xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3], p.group};
+  if (g.M % g.G != 0 || g.Cg * g.G != g.C || ys[0] != g.N || ys[1] != g.M)
+    return false;
+  for (int i = 0; i < 2; ++i) {
+    int64_t in = xs[2 + i], k = ws[2 + i], s = p.strides[i], d = p.dilations[i];
+    if (s < 1 || d < 1 || k < 1 || p.pads[i] < 0 || p.pads[i + 2] < 0)
+      return false;
+    int64_t room = in + p.pads[i] + p.pads[i + 2] - (d * (k - 1) + 1);
+    if (room < 0 || ys[2 + i] != room / s + 1)
+      return false;
+  }
+  return true;
+}
+
+struct GraphConv {
+  Desc plan;
+  size_t workspace = 0;
+  std::map<std::tuple<void*, void*, void*, void*>, Desc> packs;
+};
+
+bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, int64_t align,
+                    void* x, void* w, void* y, GraphConv** out) {
+  *out = nullptr;
+  Context& ctx = context();
+  cudnnDataType_t dt = t == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  bool tensorCores = t == DType::F32 && ctx.tf32;
+  // 1. The operation graph.
+  Desc xd, wd, yd, conv, op, graph;
+  if (!tensor(xd, {g.N, g.C, g.H, g.W}, dt, kUidX, align) ||
+      !tensor(wd, {g.M, g.Cg, g.KH, g.KW}, dt, kUidW, align) ||
+      !tensor(yd, {g.N, g.M, g.OH, g.OW}, dt, kUidY, align) || !convolution(conv, p, dt))
+    return false;
+  OpNames names = opNames(dir);
+  LWRT_CUDNN(op.create(names.type));
+  LWRT_CUDNN(set(op, names.x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, xd.addr()));
+  LWRT_CUDNN(set(op, names.w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, wd.addr()));
+  LWRT_CUDNN(set(op, names.y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, yd.addr()));
+  LWRT_CUDNN(set(op, names.conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, conv.addr()));
+  if (t == DType::F64) {
+    double alpha = 1, beta = 0;
+    LWRT_CUDNN(set(op, names.alpha, CUDNN_TYPE_DOUBLE, 1, &alpha));
+    LWRT_CUDNN(set(op, names.beta, CUDNN_TYPE_DOUBLE, 1, &beta));
+  } else {
+    float alpha = 1, beta = 0;
+    LWRT_CUDNN(set(op, names.alpha, CUDNN_TYPE_FLOAT, 1, &alpha));
+    LWRT_CUDNN(set(op, names.beta, CUDNN_TYPE_FLOAT, 1, &beta));
+  }
+  // An operation cuDNN cannot describe is a configuration for the legacy API.
+  if (cudnnBackendFinalize(op.get()) != CUDNN_STATUS_SUCCESS)
+    return true;
+  cudnnHandle_t handle = ctx.cudnn;
+  LWRT_CUDNN(graph.create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
+  LWRT_CUDNN(
+      set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, op.addr()));
+  LWRT_CUDNN(set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle));
+  if (cudnnBackendFinalize(graph.get()) != CUDNN_STATUS_SUCCESS)
+    return true;
+  // 2 and 3. Qualifying engines with a finalized plan.
+  std::vector<Candidate> candidates;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    std::vector<Desc> cfgs = engineConfigs(graph, mode);
+    for (Desc& cfg : cfgs) {
+      if (static_cast<int>(candidates.size()) == kMaxCandidates)
+        break;
+      Candidate c;
+      if (qualifies(cfg, tensorCores) && makePlan(cfg, c))
+        candidates.push_back(std::move(c));
+    }
+    if (!candidates.empty())
+      break;
+  }
+  if (candidates.empty())
+    return true;
+  // 4. The fastest on the real buffers.
+  size_t most = 0;
+  for (const Candidate& c : candidates)
+    most = std::max(most, c.workspace);
+  Scratch ws;
+  if (most > 0 && cudaMalloc(&ws.p, most) != cudaSuccess) {
+    (void)cudaGetLastError(); // time only the candidates that need no workspace
+    ws.p = nullptr;
+    candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                    [](const Candidate& c) { return c.workspace > 0; }),
+                     candidates.end());
+  }
+  Events ev;
+  LWRT_CUDA(cudaEventCreate(&ev.start));
+  LWRT_CUDA(cudaEventCreate(&ev.stop));
+  int best = -1;
+  for (size_t k = 0; k < candidates.size(); ++k)
+    if (timeCandidate(candidates[k], x, w, y, ws.p, ev.start, ev.stop) &&
+        (best < 0 || candidates[k].ms < candidates[static_cast<size_t>(best)].ms))
+      best = static_cast<int>(k);
+  // A candidate that failed may have left a sticky launch error behind: a
+  // real CUDA failure, not a reason to try the legacy API.
+  LWRT_CUDA(cudaStreamSynchronize(ctx.stream));
+  LWRT_CUDA(cudaGetLastError());
+  if (best < 0)
+    return true;
+  auto* plan = new GraphConv;
+  plan->plan = std::move(candidates[static_cast<size_t>(best)].plan);
+  plan->workspace = candidates[static_cast<size_t>(best)].workspace;
+  *out = plan;
+  return true;
+}
+
+bool runGraphConv(GraphConv& plan, void* x, void* w, void* y) {
+  if (!ensureWorkspace(plan.workspace))
+    return false;
+  Context& ctx = context();
+  void* ws = plan.workspace ? ctx.workspace : nullptr;
+  auto key = std::make_tuple(x, w, y, ws);
+  auto it = plan.packs.find(key);
+  if (it == plan.packs.end()) {
+    if (plan.packs.size() >= kMaxPacks && !ctx.capturing)
+      plan.packs.clear();
+    Desc pack;
+    if (!variantPack(pack, x, w, y, ws))
+      return false;
+    it = plan.packs.emplace(key, std::move(pack)).first;
+  }
+  LWRT_CUDNN(cudnnBackendExecute(ctx.cudnn, plan.plan.get(), it->second.get()));
+  return true;
+}
+
+} // namespace lwrt::cuda
