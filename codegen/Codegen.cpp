@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -359,16 +360,35 @@ std::string hyperParams(const Op& op) {
   }
 }
 
-/// One graph's phases: `init` (constants, once) and `run` (the ops in graph
-/// order), as function bodies over the views of `where`.
+/// The body of one generated function and the values it names.
+struct Phase {
+  std::ostringstream body;
+  std::set<const Value*> used;
+  bool hyper = false; ///< reads the optimizer settings (`h`)
+};
+
+/// The code of one graph: `init` (its constants, once), `phases` (the other
+/// ops in graph order, op #i into phases[phaseOf(i)], where phaseOf never
+/// decreases), and the stream set-up and join that go around the phases
+/// (`prologue`, `epilogue`; empty on one stream).
+struct GraphCode {
+  Phase init;
+  std::vector<Phase> phases;
+  std::ostringstream prologue, epilogue;
+};
+
+/// Writes a graph's code as function bodies over the views of `where`.
 class PhaseWriter {
 public:
   PhaseWriter(const Graph& g, const Places& where) : g_(g), where_(where) {}
 
-  /// Declarations of every value's view, for the top of a function body.
-  std::string views() {
+  /// Declarations of the views of `used`, in graph order (inputs, params,
+  /// op results), for the top of a function body.
+  std::string views(const std::set<const Value*>& used) {
     std::ostringstream out;
     auto declare = [&](const Value* v) {
+      if (!used.count(v))
+        return;
       const auto& [region, offset] = where_.at(v);
       out << "  const TensorView " << names_(v) << " = at(" << region << ", " << offset << ", "
           << dtypeEnum(v->type().dtype) << ", " << ints(v->type().shape) << "); // "
@@ -384,18 +404,33 @@ public:
     return out.str();
   }
 
-  llvm::Error write(std::ostringstream& init, std::ostringstream& run) {
+  llvm::Error write(GraphCode& code, const std::function<size_t(size_t)>& phaseOf) {
     Schedule schedule = scheduleOf();
     if (schedule.multi)
-      run << "\n  // The other streams start after what stream 0 launched before this step.\n"
-          << "  if (!recordEvent(0))\n    return *failed = \"schedule\", false;\n";
+      code.prologue << "  // The other streams start after what stream 0 launched before this "
+                       "step.\n"
+                    << "  if (!recordEvent(0))\n    return *failed = \"schedule\", false;\n";
     for (int64_t t : schedule.streams)
-      run << "  if (!setStream(" << t << ") || !waitEvent(0) || !setStream(0))\n"
-          << "    return *failed = \"schedule\", false;\n";
+      code.prologue << "  if (!setStream(" << t << ") || !waitEvent(0) || !setStream(0))\n"
+                    << "    return *failed = \"schedule\", false;\n";
     int64_t current = 0;
+    size_t index = 0;
     for (const auto& opPtr : g_.ops()) {
       const Op& op = *opPtr;
-      std::ostringstream& out = op.kind() == OpKind::Constant ? init : run;
+      ++index;
+      Phase* phase = &code.init;
+      if (op.kind() != OpKind::Constant) {
+        size_t k = phaseOf(index - 1);
+        if (code.phases.size() <= k)
+          code.phases.resize(k + 1);
+        phase = &code.phases[k];
+      }
+      for (const Value* v : op.operands())
+        phase->used.insert(v);
+      for (unsigned r = 0; r < op.numResults(); ++r)
+        phase->used.insert(op.result(r));
+      phase_ = phase;
+      std::ostringstream& out = phase->body;
       out << "\n  // " << statement(op, names_) << "\n";
       auto call = callOf(op);
       if (!call)
@@ -426,12 +461,12 @@ public:
             << cString(std::string(op.mnemonic()) + " " + label) << ");\n";
     }
     if (schedule.multi) {
-      run << "\n  // Stream 0 waits for the other streams: the step ends there.\n";
+      code.epilogue << "  // Stream 0 waits for the other streams: the step ends there.\n";
       int64_t event = schedule.nextEvent;
       for (int64_t t : schedule.streams)
-        run << "  if (!setStream(" << t << ") || !recordEvent(" << event + t
-            << ") || !setStream(0) || !waitEvent(" << event + t
-            << "))\n    return *failed = \"schedule\", false;\n";
+        code.epilogue << "  if (!setStream(" << t << ") || !recordEvent(" << event + t
+                      << ") || !setStream(0) || !waitEvent(" << event + t
+                      << "))\n    return *failed = \"schedule\", false;\n";
     }
     return llvm::Error::success();
   }
@@ -568,6 +603,8 @@ private:
     for (unsigned r = 0; r < op.numResults(); ++r)
       args.push_back(names_(op.result(r)));
     std::string params = hyperParams(op);
+    if (!params.empty() && phase_)
+      phase_->hyper = true;
     if (params.empty())
       params = e.params(op);
     if (!params.empty())
@@ -581,6 +618,7 @@ private:
   const Graph& g_;
   const Places& where_;
   Names names_;
+  Phase* phase_ = nullptr; ///< the phase being written
 };
 
 /// Places the results of a planned graph at their @buf offsets in `region`;
@@ -701,14 +739,15 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   os << "// Trainer for " << o.modelName << ", generated by lwcc. Do not edit: regenerate.\n"
      << "//\n"
      << "// The training step of @" << g.name() << " (" << g.numOps()
-     << " ops): forward, loss, backward and\n"
-     << "// update as one call per IR op on the " << (cuda ? "CUDA" : "CPU")
+     << " ops) in three phases, forward (with the loss),\n"
+     << "// backward and update, as one call per IR op on the " << (cuda ? "CUDA" : "CPU")
      << " runtime. Every op result lives at\n"
      << "// its planned offset in one arena; params and optimizer state live in the\n"
      << "// state buffer, initialized from the weights embedded below.\n"
      << "#include <limits>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
      << "#include \"lwrt/" << ns << "_nn.h\"\n#include \"lwrt/" << ns << "_tensor.h\"\n"
-     << "#include \"lwrt/trainer.h\"\n\n";
+     << "#include \"lwrt/trainer.h\"\n"
+     << (cuda ? "#include \"lwrt/nvtx.h\"\n" : "") << "\n";
   // The assembler embeds the blobs (nvcc's device pass must not see them).
   if (o.embedWeights || !o.exportTemplate.empty())
     os << (cuda ? "#if !defined(__CUDA_ARCH__)\n" : "")
@@ -726,30 +765,62 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
         "{\n  return TensorView{base + offset, t, std::move(shape)};\n}\n\n";
 
   auto function = [&](const char* name, const std::string& comment, PhaseWriter& w,
-                      const std::string& body, bool usesHyper) {
+                      const Phase& phase, const std::string& before = "",
+                      const std::string& after = "") {
     os << "// " << comment << "\nbool " << name
        << "(const StepBuffers& b, [[maybe_unused]] std::string* failed) {\n"
-       << w.views();
-    if (usesHyper)
+       << w.views(phase.used);
+    llvm::StringRef label(name);
+    if (cuda && label != "init" && label != "evalInit") // one-time set-up gets no range
+      os << "  PhaseRange range(" << quoteString(label.str().substr(0, label.find("Phase")))
+         << ");\n";
+    if (phase.hyper)
       os << "  const Hyper& h = *b.hyper;\n";
-    os << body << "  return true;\n}\n\n";
+    os << before << phase.body.str() << after << "  return true;\n}\n\n";
   };
   {
+    // The step's phases are contiguous in graph order (the memory plan
+    // assumes that order): forward up to the loss, the optimizer's trailing
+    // ops (location "optimizer...") as the update, the backward between.
+    std::vector<const Op*> ops;
+    for (const auto& op : g.ops())
+      ops.push_back(op.get());
+    size_t lossAt = 0, updateFrom = ops.size();
+    while (lossAt < ops.size() && ops[lossAt] != loss->definingOp())
+      ++lossAt;
+    auto isUpdate = [](const Op* op) {
+      return op->kind() == OpKind::Constant ||
+             llvm::StringRef(op->loc().name).startswith("optimizer");
+    };
+    while (updateFrom > lossAt + 1 && isUpdate(ops[updateFrom - 1]))
+      --updateFrom;
+    GraphCode code;
     PhaseWriter w(g, where);
-    std::ostringstream init, step;
-    if (llvm::Error e = w.write(init, step))
+    if (llvm::Error e = w.write(code, [&](size_t i) -> size_t {
+          return i <= lossAt ? 0 : i < updateFrom ? 1 : 2;
+        }))
       return e;
-    function("init", "The training step's constants, written once.", w, init.str(), false);
-    function("step", "One training step: forward, loss, backward, update.", w, step.str(),
-             hyper->family != "Hyper::None");
+    code.phases.resize(3);
+    function("init", "The training step's constants, written once.", w, code.init);
+    function("forwardPhase", "Forward: the model and the loss.", w, code.phases[0]);
+    function("backwardPhase", "Backward: the gradients of every param.", w, code.phases[1]);
+    function("updatePhase", "Update: the optimizer's step on every param.", w, code.phases[2]);
+    os << "// One training step: forward, backward, update.\n"
+       << "bool step(const StepBuffers& b, std::string* failed) {\n"
+       << code.prologue.str()
+       << "  if (!forwardPhase(b, failed) || !backwardPhase(b, failed) || !updatePhase(b, "
+          "failed))\n    return false;\n"
+       << code.epilogue.str() << "  return true;\n}\n\n";
   }
   if (o.eval) {
+    GraphCode code;
     PhaseWriter w(*o.eval, evalWhere);
-    std::ostringstream init, run;
-    if (llvm::Error e = w.write(init, run))
+    if (llvm::Error e = w.write(code, [](size_t) -> size_t { return 0; }))
       return e;
-    function("evalInit", "The evaluation pass's constants, written once.", w, init.str(), false);
-    function("eval", "Evaluation: the inference graph on the input batch.", w, run.str(), false);
+    code.phases.resize(1);
+    function("evalInit", "The evaluation pass's constants, written once.", w, code.init);
+    function("eval", "Evaluation: the inference graph on the input batch.", w, code.phases[0],
+             code.prologue.str(), code.epilogue.str());
   }
   os << "} // namespace\n\n";
 
