@@ -195,6 +195,12 @@ def main():
         d = os.path.join(tmp, "flags_streams")
         run([two, *base[:-1], f"--dump={d}"])
         assert read_params(a) == read_params(d), "--streams=2 changed the weights"
+        # Weights in a side file instead of inside the trainer: the same run.
+        _, sep = build(tmp, "lenet-separate", "--weights=separate")
+        assert os.path.getsize(sep + ".weights") == 61706 * 4, "no side file of LeNet's weights"
+        d = os.path.join(tmp, "flags_separate")
+        run([sep, *base[:-1], f"--dump={d}"])
+        assert read_params(a) == read_params(d), "--weights=separate changed the weights"
         r = run([exe, "--optimizer=adam"], expect=2)
         assert "compiled for sgd" in r.stderr, r.stderr
         r = run([exe, "--help"])

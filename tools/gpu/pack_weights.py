@@ -2,7 +2,7 @@
 """pack_weights.py MODEL.onnx PARAMS.txt OUT.weights: the initializers of
 MODEL in the order `TRAINER --list-params` printed (PARAMS.txt), float32,
 packed, skipping the zero-initialized optimizer state: the file a trainer
-built with `lwcc --embed-weights=false` reads."""
+built with `lwcc --weights=separate` reads."""
 import sys
 
 import numpy as np

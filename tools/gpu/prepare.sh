@@ -48,7 +48,7 @@ done
 echo "+ alexnet 224x224, batch 128: CUDA sources without embedded weights"
 python3 tools/models/gen.py alexnet --size 224 --batch 128 --classes 1000 -o "$OUT/alexnet224.onnx"
 for s in 1 2; do
-  "$LWCC" "$OUT/alexnet224.onnx" --embed-weights=false --streams=$s --emit=source \
+  "$LWCC" "$OUT/alexnet224.onnx" --weights=separate --streams=$s --emit=source \
     -o "$OUT/src/alexnet224-s$s"
   rm -f "$OUT/src/alexnet224-s$s/trainer.weights" # 244 MB: check.sh packs them there
 done

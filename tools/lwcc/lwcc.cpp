@@ -123,10 +123,12 @@ cl::opt<int64_t> streams("streams",
                          cl::desc("Streams of the trainer's step: 1 (default) or 2 (weight "
                                   "gradients and updates on a second stream)"),
                          cl::init(1), cl::cat(category));
-cl::opt<bool> embedWeights("embed-weights",
-                           cl::desc("Embed the initial weights in the trainer (default); with "
-                                    "=false lwcc writes them to TRAINER.weights, read at start-up"),
-                           cl::init(true), cl::cat(category));
+cl::opt<std::string> weightsMode("weights",
+                                 cl::desc("embed (default): the initial weights inside the "
+                                          "trainer; separate: in TRAINER.weights (or "
+                                          "DIR/trainer.weights for --emit=source), read at "
+                                          "start-up"),
+                                 cl::init("embed"), cl::cat(category));
 cl::opt<std::string> nvccPath("nvcc",
                               cl::desc("The nvcc to build cuda trainers with (default: "
                                        "$CUDA_HOME/bin/nvcc, /usr/local/cuda/bin/nvcc, PATH)"),
@@ -666,6 +668,11 @@ int main(int argc, char** argv) {
     llvm::errs() << "lwcc: --target=" << target << " is not one of: cuda, cpu\n";
     return 2;
   }
+  if (weightsMode != "embed" && weightsMode != "separate") {
+    llvm::errs() << "lwcc: --weights=" << weightsMode << " is not one of: embed, separate\n";
+    return 2;
+  }
+  const bool embedWeights = weightsMode == "embed";
   if (!llvm::StringRef(arch).startswith("sm_") || arch.size() < 5 ||
       !std::all_of(arch.begin() + 3, arch.end(), [](char c) { return std::isdigit(c); })) {
     llvm::errs() << "lwcc: --arch=" << arch << " is not of the form sm_XX (e.g. sm_90)\n";
