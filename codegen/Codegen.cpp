@@ -429,7 +429,7 @@ public:
         phase->used.insert(v);
       for (unsigned r = 0; r < op.numResults(); ++r)
         phase->used.insert(op.result(r));
-      phase_ = phase;
+      phase->hyper |= !hyperParams(op).empty();
       std::ostringstream& out = phase->body;
       out << "\n  // " << statement(op, names_) << "\n";
       auto call = callOf(op);
@@ -603,8 +603,6 @@ private:
     for (unsigned r = 0; r < op.numResults(); ++r)
       args.push_back(names_(op.result(r)));
     std::string params = hyperParams(op);
-    if (!params.empty() && phase_)
-      phase_->hyper = true;
     if (params.empty())
       params = e.params(op);
     if (!params.empty())
@@ -618,7 +616,6 @@ private:
   const Graph& g_;
   const Places& where_;
   Names names_;
-  Phase* phase_ = nullptr; ///< the phase being written
 };
 
 /// Places the results of a planned graph at their @buf offsets in `region`;
@@ -764,16 +761,16 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
      << "TensorView at(unsigned char* base, int64_t offset, DType t, std::vector<int64_t> shape) "
         "{\n  return TensorView{base + offset, t, std::move(shape)};\n}\n\n";
 
-  auto function = [&](const char* name, const std::string& comment, PhaseWriter& w,
-                      const Phase& phase, const std::string& before = "",
+  // `range`: the NVTX range of the function in a CUDA trainer ("": none,
+  // for the one-time set-up).
+  auto function = [&](const char* name, const char* range, const std::string& comment,
+                      PhaseWriter& w, const Phase& phase, const std::string& before = "",
                       const std::string& after = "") {
     os << "// " << comment << "\nbool " << name
        << "(const StepBuffers& b, [[maybe_unused]] std::string* failed) {\n"
        << w.views(phase.used);
-    llvm::StringRef label(name);
-    if (cuda && label != "init" && label != "evalInit") // one-time set-up gets no range
-      os << "  PhaseRange range(" << quoteString(label.str().substr(0, label.find("Phase")))
-         << ");\n";
+    if (cuda && *range)
+      os << "  PhaseRange range(" << quoteString(range) << ");\n";
     if (phase.hyper)
       os << "  const Hyper& h = *b.hyper;\n";
     os << before << phase.body.str() << after << "  return true;\n}\n\n";
@@ -801,10 +798,12 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
         }))
       return e;
     code.phases.resize(3);
-    function("init", "The training step's constants, written once.", w, code.init);
-    function("forwardPhase", "Forward: the model and the loss.", w, code.phases[0]);
-    function("backwardPhase", "Backward: the gradients of every param.", w, code.phases[1]);
-    function("updatePhase", "Update: the optimizer's step on every param.", w, code.phases[2]);
+    function("init", "", "The training step's constants, written once.", w, code.init);
+    function("forwardPhase", "forward", "Forward: the model and the loss.", w, code.phases[0]);
+    function("backwardPhase", "backward", "Backward: the gradients of every param.", w,
+             code.phases[1]);
+    function("updatePhase", "update", "Update: the optimizer's step on every param.", w,
+             code.phases[2]);
     os << "// One training step: forward, backward, update.\n"
        << "bool step(const StepBuffers& b, std::string* failed) {\n"
        << code.prologue.str()
@@ -818,9 +817,9 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     if (llvm::Error e = w.write(code, [](size_t) -> size_t { return 0; }))
       return e;
     code.phases.resize(1);
-    function("evalInit", "The evaluation pass's constants, written once.", w, code.init);
-    function("eval", "Evaluation: the inference graph on the input batch.", w, code.phases[0],
-             code.prologue.str(), code.epilogue.str());
+    function("evalInit", "", "The evaluation pass's constants, written once.", w, code.init);
+    function("eval", "eval", "Evaluation: the inference graph on the input batch.", w,
+             code.phases[0], code.prologue.str(), code.epilogue.str());
   }
   os << "} // namespace\n\n";
 
