@@ -253,14 +253,14 @@ llvm::Error importLayerNormalization(ImportContext& ctx) {
   auto fit = [&](Value* v, const char* what) -> llvm::Expected<Value*> {
     if (v->type() == normalized)
       return v;
-    if (v->type().dtype != xt.dtype || v->type().rank() > normalized.rank())
+    auto b = shape::broadcast(v->type().shape, normalized.shape);
+    bool fits = b && *b == normalized.shape;
+    if (!b)
+      llvm::consumeError(b.takeError());
+    if (v->type().dtype != xt.dtype || !fits)
       return ctx.error(std::string("input '") + what + "' " + v->type().str() +
                        " does not broadcast to the normalized shape " + normalized.str());
-    auto e = ctx.emit1(OpKind::Expand, {v}, {attr("shape", normalized.shape)});
-    if (e && (*e)->type() != normalized)
-      return ctx.error(std::string("input '") + what + "' " + v->type().str() +
-                       " does not broadcast to the normalized shape " + normalized.str());
-    return e;
+    return ctx.emit1(OpKind::Expand, {v}, {attr("shape", normalized.shape)});
   };
   LWCC_TRY(s, fit(scale, "Scale"));
   Value* b = nullptr;
