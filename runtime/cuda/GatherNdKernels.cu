@@ -8,7 +8,9 @@
 //  - gather_nd_grad: thread k owns dx element k and adds, in ascending
 //    tuple order (the CPU's, in double), the dy elements of the tuples that
 //    address its cell; the tuples' cells pass through shared memory a tile
-//    at a time. No atomics: the result is the same from run to run.
+//    at a time. No atomics: the result is the same from run to run. Work
+//    is numel(dx) * tuples, as gather_grad's (the exporters' adaptive-pool
+//    indices have a few hundred tuples).
 // An index out of range sets the device error flag (kIndexOutOfRange).
 //
 //===----------------------------------------------------------------------===//
