@@ -597,69 +597,6 @@ TEST(RuntimeTensorKernelTest, GatherGrad) {
   });
 }
 
-/// A random gather_nd configuration: data shape, batch dims, index shape
-/// and in-range index values (negative ones included).
-struct NdCase {
-  Shape data, indices;
-  int64_t batchDims = 0;
-  Ints values;
-};
-NdCase randomGatherNd(KCase& c) {
-  NdCase n;
-  n.data = c.randShape(1, 4, 3);
-  int64_t rank = static_cast<int64_t>(n.data.size());
-  n.batchDims = c.randInt(0, rank - 1);
-  int64_t k = c.randInt(1, rank - n.batchDims);
-  n.indices.assign(n.data.begin(), n.data.begin() + n.batchDims);
-  for (int64_t d = c.randInt(0, 2); d > 0; --d)
-    n.indices.push_back(c.randInt(1, 3));
-  n.indices.push_back(k);
-  int64_t tuples = TensorType(DType::I64, n.indices).numElements() / k;
-  for (int64_t t = 0; t < tuples; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t dim = n.data[n.batchDims + j];
-      n.values.push_back(c.randInt(-dim, dim - 1));
-    }
-  return n;
-}
-
-TEST(RuntimeTensorKernelTest, GatherNd) {
-  forCases(kAll, [](KCase& c) {
-    for (int rep = 0; rep < 3; ++rep) {
-      NdCase n = randomGatherNd(c);
-      Value* data = c.input(n.data);
-      Value* idx = c.inputOf(Tensor::fromInts({DType::I64, n.indices}, n.values));
-      auto fn = [](const Op& op, const Views& in, const Views& out) {
-        return rt::gatherNd(in[0], in[1], out[0], {op.getInt("batch_dims")});
-      };
-      c.check(c.op(OpKind::GatherNd, {data, idx}, {{"batch_dims", n.batchDims}}), fn);
-      // An index past the end of its dim is refused.
-      Ints bad = n.values;
-      bad.back() = n.data[n.batchDims + n.indices.back() - 1];
-      c.expectRefused(c.op(OpKind::GatherNd,
-                           {data, c.inputOf(Tensor::fromInts({DType::I64, n.indices}, bad))},
-                           {{"batch_dims", n.batchDims}}),
-                      fn);
-    }
-  });
-}
-
-TEST(RuntimeTensorKernelTest, GatherNdGrad) {
-  forCases(kFloats, [](KCase& c) {
-    for (int rep = 0; rep < 3; ++rep) {
-      NdCase n = randomGatherNd(c);
-      auto ys = shape::gatherNdShape(n.data, n.indices, n.batchDims);
-      ASSERT_TRUE(!!ys) << llvm::toString(ys.takeError());
-      Value* idx = c.inputOf(Tensor::fromInts({DType::I64, n.indices}, n.values));
-      c.check(c.op(OpKind::GatherNdGrad, {idx, c.input(*ys)},
-                   {{"batch_dims", n.batchDims}, {"input_shape", Ints(n.data)}}),
-              [](const Op& op, const Views& in, const Views& out) {
-                return rt::gatherNdGrad(in[0], in[1], out[0], {op.getInt("batch_dims")});
-              });
-    }
-  });
-}
-
 TEST(RuntimeTensorKernelTest, Expand) {
   forCases(kAll, [](KCase& c) {
     for (int rep = 0; rep < 3; ++rep) {
