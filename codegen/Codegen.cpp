@@ -128,6 +128,13 @@ std::string bnP(const Op& op) {
 std::string bnTrainP(const Op& op) {
   return "BatchNormTrainParams{" + num(op.getFloat("epsilon")) + "}";
 }
+std::string layerNormP(const Op& op) {
+  return "LayerNormParams{" + std::to_string(op.getInt("axis")) + ", " +
+         num(op.getFloat("epsilon")) + "}";
+}
+std::string gatherNdP(const Op& op) {
+  return "GatherNdParams{" + std::to_string(op.getInt("batch_dims")) + "}";
+}
 std::string transposeP(const Op& op) { return "TransposeParams{" + ints(op.getInts("perm")) + "}"; }
 std::string concatP(const Op& op) {
   return "ConcatParams{" + std::to_string(op.getInt("axis")) + "}";
@@ -242,6 +249,11 @@ const std::map<OpKind, Emitter>& emitters() {
       {OpKind::SgdUpdate, {"sgdUpdate", Args::Plain, sgdP}},
       {OpKind::AdamUpdate, {"adamUpdate", Args::Plain, adamP}},
       {OpKind::LrSchedule, {"lrSchedule", Args::Plain, lrP}},
+      {OpKind::LayerNorm, {"layerNorm", Args::Plain, layerNormP}},
+      {OpKind::LayerNormGrad, {"layerNormGrad", Args::Plain, layerNormP}},
+      {OpKind::Erf, {"erf", Args::Plain, none}},
+      {OpKind::GatherNd, {"gatherNd", Args::Plain, gatherNdP}},
+      {OpKind::GatherNdGrad, {"gatherNdGrad", Args::Plain, gatherNdP}},
   };
   return table;
 }

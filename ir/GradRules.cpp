@@ -599,6 +599,49 @@ Error mseLoss(GradContext& c) {
   return ok();
 }
 
+Error layerNorm(GradContext& c) {
+  // layer_norm_grad gives dx, dscale and dbias from y's gradient. The
+  // statistics (mean, inv_std_dev) are outputs for inspection; a loss that
+  // depends on them is not differentiated.
+  if (c.dy(1) || c.dy(2))
+    return c.op.emitError("has no gradient rule for its mean and inv_std_dev results: the loss "
+                          "must depend on y only");
+  if (!c.dy(0) || !(c.need(0) || c.need(1) || c.need(2)))
+    return ok();
+  auto grads = c.emitN(OpKind::LayerNormGrad, {c.x(0), c.x(1), c.y(1), c.y(2), c.dy(0)},
+                       {copyAttr(c.op, "axis"), copyAttr(c.op, "epsilon")}, 3);
+  if (!grads)
+    return grads.takeError();
+  for (unsigned i = 0; i < 3; ++i)
+    if (c.need(i))
+      c.dxs[i] = (*grads)[i];
+  return ok();
+}
+
+Error erf(GradContext& c) {
+  // d erf(x) / dx = 2 / sqrt(pi) * exp(-x^2).
+  if (!c.need(0))
+    return ok();
+  DType t = c.x(0)->type().dtype;
+  TRY_V(sq, c.emit(OpKind::Mul, {c.x(0), c.x(0)}));
+  TRY_V(neg, c.emit(OpKind::Neg, {sq}));
+  TRY_V(e, c.emit(OpKind::Exp, {neg}));
+  TRY_V(slope, c.emit(OpKind::Mul, {e, c.scalar(1.1283791670955126, t)}));
+  TRY_V(dx, c.emit(OpKind::Mul, {c.dy(), slope}));
+  c.dxs[0] = dx;
+  return ok();
+}
+
+Error gatherNd(GradContext& c) {
+  if (!c.need(0))
+    return ok();
+  TRY_V(dx,
+        c.emit(OpKind::GatherNdGrad, {c.x(1), c.dy()},
+               {copyAttr(c.op, "batch_dims"), {"input_shape", Attribute(c.x(0)->type().shape)}}));
+  c.dxs[0] = dx;
+  return ok();
+}
+
 } // namespace grad
 
 } // namespace lwcc

@@ -144,6 +144,9 @@ Error evalLog(EvalCtx& c) {
 Error evalSqrt(EvalCtx& c) {
   return unaryFloat(c, [](double v, const Op&) { return std::sqrt(v); });
 }
+Error evalErf(EvalCtx& c) {
+  return unaryFloat(c, [](double v, const Op&) { return std::erf(v); });
+}
 Error evalReciprocal(EvalCtx& c) {
   return unaryFloat(c, [](double v, const Op&) { return 1.0 / v; });
 }

@@ -111,11 +111,13 @@ AvgWindow avgPoolWindow(const Op& op, const Shape& xs, int64_t oh, int64_t ow);
 
 #define LWCC_TRAIN_KERNELS(X)                                                                      \
   X(Sign)                                                                                          \
-  X(SoftmaxXent) X(MseLoss) X(SoftmaxXentGrad) X(MseLossGrad) X(Conv2dGradInput)                   \
-      X(Conv2dGradFilter) X(MaxPool2dGrad) X(AvgPool2dGrad) X(LrnGrad) X(ReluGrad)                 \
-          X(LeakyReluGrad) X(SigmoidGrad) X(TanhGrad) X(ClipGrad) X(SoftmaxGrad) X(LogSoftmaxGrad) \
-              X(BatchNormTrain) X(BatchNormGrad) X(SliceGrad) X(GatherGrad) X(DropoutMask)         \
-                  X(SgdUpdate) X(AdamUpdate) X(LrSchedule) X(Assign)
+  X(SoftmaxXent)                                                                                   \
+  X(MseLoss) X(SoftmaxXentGrad) X(MseLossGrad) X(Conv2dGradInput) X(Conv2dGradFilter)              \
+      X(MaxPool2dGrad) X(AvgPool2dGrad) X(LrnGrad) X(ReluGrad) X(LeakyReluGrad) X(SigmoidGrad)     \
+          X(TanhGrad) X(ClipGrad) X(SoftmaxGrad) X(LogSoftmaxGrad) X(BatchNormTrain)               \
+              X(BatchNormGrad) X(SliceGrad) X(GatherGrad) X(DropoutMask) X(SgdUpdate)              \
+                  X(AdamUpdate) X(LrSchedule) X(Assign) X(LayerNorm) X(LayerNormGrad) X(GatherNd)  \
+                      X(GatherNdGrad)
 #define X(E) llvm::Error eval##E(EvalCtx&);
 LWCC_TRAIN_KERNELS(X)
 #undef X

@@ -91,6 +91,8 @@ Rule batchNorm(const Op&);
 Rule dropout(const Op&);
 Rule sameAsOperand(const Op&);
 Rule constant(const Op&);
+Rule layerNorm(const Op&);
+Rule gatherNd(const Op&);
 // Training ops (TrainShapeRules.cpp).
 Rule softmaxXent(const Op&);
 Rule softmaxXentGrad(const Op&);
@@ -110,6 +112,8 @@ Rule sgdUpdate(const Op&);
 Rule adamUpdate(const Op&);
 Rule lrSchedule(const Op&);
 Rule assign(const Op&);
+Rule layerNormGrad(const Op&);
+Rule gatherNdGrad(const Op&);
 
 /// numpy broadcasting of two shapes.
 llvm::Expected<Shape> broadcast(const Shape& a, const Shape& b);
@@ -121,6 +125,11 @@ struct SliceDim {
   int64_t start, step, count;
 };
 SliceDim resolveSlice(int64_t dim, int64_t start, int64_t end, int64_t step);
+/// The shape of layer_norm's mean and inv_std_dev: x's with the dims from
+/// `axis` on set to 1.
+llvm::Expected<Shape> layerNormStatShape(const TensorType& x, int64_t axis);
+/// The result shape of gather_nd (ONNX GatherND) for these operand shapes.
+llvm::Expected<Shape> gatherNdShape(const Shape& data, const Shape& indices, int64_t batchDims);
 } // namespace shape
 
 namespace verify {

@@ -541,6 +541,63 @@ Rule dropout(const Op& op) {
 
 Rule sameAsOperand(const Op& op) { return std::vector<TensorType>{ty(op, 0)}; }
 
+llvm::Expected<Shape> layerNormStatShape(const TensorType& x, int64_t axis) {
+  if (!isFloat(x.dtype))
+    return fail("x must have a float element type, got {0}", x.str());
+  if (axis < 0 || axis >= x.rank())
+    return fail("attribute 'axis' must be in [0, {0}) for x {1}, got {2}", x.rank(), x.str(), axis);
+  Shape stat(x.shape.begin(), x.shape.begin() + axis);
+  stat.resize(x.shape.size(), 1);
+  return stat;
+}
+
+Rule layerNorm(const Op& op) {
+  // (x, scale, bias) -> (y, mean, inv_std_dev).
+  const TensorType& x = ty(op, 0);
+  int64_t axis = op.getInt("axis");
+  auto stat = layerNormStatShape(x, axis);
+  if (!stat)
+    return stat.takeError();
+  TensorType normalized(x.dtype, Shape(x.shape.begin() + axis, x.shape.end()));
+  static const char* names[] = {"", "scale", "bias"};
+  for (unsigned i = 1; i < 3; ++i)
+    if (ty(op, i) != normalized)
+      return fail("{0} (operand #{1}) must be {2}, the normalized part of x, got {3}", names[i], i,
+                  normalized.str(), ty(op, i).str());
+  if (!(op.getFloat("epsilon") > 0))
+    return fail("attribute 'epsilon' must be > 0, got {0}", formatFloat(op.getFloat("epsilon")));
+  TensorType s(x.dtype, *stat);
+  return std::vector<TensorType>{x, s, s};
+}
+
+llvm::Expected<Shape> gatherNdShape(const Shape& data, const Shape& indices, int64_t batchDims) {
+  int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(indices.size());
+  if (q < 1)
+    return fail("indices must have rank >= 1");
+  if (batchDims < 0 || batchDims >= std::min(r, q))
+    return fail("batch_dims {0} must be in [0, min(rank of data {1}, rank of indices {2}))",
+                batchDims, r, q);
+  for (int64_t d = 0; d < batchDims; ++d)
+    if (data[d] != indices[d])
+      return fail("batch dim {0} differs: data has {1}, indices {2}", d, data[d], indices[d]);
+  int64_t k = indices.back();
+  if (k < 1 || batchDims + k > r)
+    return fail("indices address {0} dims, but data {1} has {2} after the {3} batch dims", k,
+                shapeStr(data), r - batchDims, batchDims);
+  Shape out(indices.begin(), indices.end() - 1);
+  out.insert(out.end(), data.begin() + batchDims + k, data.end());
+  return out;
+}
+
+Rule gatherNd(const Op& op) {
+  if (ty(op, 1).dtype != DType::I64)
+    return fail("indices must be i64, got {0}", ty(op, 1).str());
+  auto out = gatherNdShape(ty(op, 0).shape, ty(op, 1).shape, op.getInt("batch_dims"));
+  if (!out)
+    return out.takeError();
+  return std::vector<TensorType>{TensorType(ty(op, 0).dtype, *out)};
+}
+
 Rule constant(const Op& op) {
   // A constant's type is what it declares; verify::constant checks the values.
   return std::vector<TensorType>{op.result(0)->type()};

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 namespace lwcc {
@@ -352,6 +353,132 @@ Error evalGatherGrad(EvalCtx& c) {
         c.y().f[(o * n + ix) * inner + e] += c.x(1).f[k];
     }
   return ok();
+}
+
+namespace {
+/// Rows of a layer_norm: x viewed as [rows, n], n the normalized size.
+struct LayerRows {
+  int64_t rows = 1, n = 1;
+  LayerRows(const Shape& s, int64_t axis) {
+    for (size_t d = 0; d < s.size(); ++d)
+      (static_cast<int64_t>(d) < axis ? rows : n) *= s[d];
+  }
+};
+
+} // namespace
+
+Error evalLayerNorm(EvalCtx& c) {
+  // Per row: mean, population variance, inv_std_dev = 1 / sqrt(var + eps);
+  // y = (x - mean) * inv_std_dev * scale + bias.
+  const Tensor &x = c.x(0), &scale = c.x(1), &bias = c.x(2);
+  LayerRows L(x.type.shape, c.op.getInt("axis"));
+  double eps = c.op.getFloat("epsilon");
+  for (int64_t r = 0; r < L.rows; ++r) {
+    const double* xr = x.f.data() + r * L.n;
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < L.n; ++j)
+      mean += xr[j];
+    mean /= static_cast<double>(L.n);
+    for (int64_t j = 0; j < L.n; ++j)
+      var += (xr[j] - mean) * (xr[j] - mean);
+    var /= static_cast<double>(L.n);
+    double inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t j = 0; j < L.n; ++j)
+      c.y(0).f[r * L.n + j] = (xr[j] - mean) * inv * scale.f[j] + bias.f[j];
+    c.y(1).f[r] = mean;
+    c.y(2).f[r] = inv;
+  }
+  return ok();
+}
+
+Error evalLayerNormGrad(EvalCtx& c) {
+  // Per row, with xhat = (x - mean) inv and g = dy scale:
+  // dx = inv (g - mean(g) - xhat mean(g xhat)); over rows:
+  // dscale = sum dy xhat, dbias = sum dy.
+  const Tensor &x = c.x(0), &scale = c.x(1), &mean = c.x(2), &inv = c.x(3), &dy = c.x(4);
+  LayerRows L(x.type.shape, c.op.getInt("axis"));
+  std::vector<double>&dscale = c.y(1).f, &dbias = c.y(2).f;
+  double n = static_cast<double>(L.n);
+  for (int64_t r = 0; r < L.rows; ++r) {
+    double mg = 0, mgx = 0;
+    for (int64_t j = 0; j < L.n; ++j) {
+      int64_t k = r * L.n + j;
+      double xhat = (x.f[k] - mean.f[r]) * inv.f[r], g = dy.f[k] * scale.f[j];
+      mg += g;
+      mgx += g * xhat;
+      dscale[j] += dy.f[k] * xhat;
+      dbias[j] += dy.f[k];
+    }
+    mg /= n;
+    mgx /= n;
+    for (int64_t j = 0; j < L.n; ++j) {
+      int64_t k = r * L.n + j;
+      double xhat = (x.f[k] - mean.f[r]) * inv.f[r], g = dy.f[k] * scale.f[j];
+      c.y(0).f[k] = inv.f[r] * (g - mg - xhat * mgx);
+    }
+  }
+  return ok();
+}
+
+namespace {
+/// Calls fn(slice index in the result, first element of the slice in the
+/// data) for every slice a gather_nd over `data` with these indices takes;
+/// `inner` is the slice size. An index out of range is an error.
+Error forEachGatherNdSlice(const Op& op, const Shape& data, const Tensor& indices,
+                           const std::function<void(int64_t, int64_t)>& fn, int64_t& inner) {
+  int64_t b = op.getInt("batch_dims"), k = indices.type.shape.back();
+  int64_t batches = 1, perBatch = 1, block = 1;
+  inner = 1;
+  for (int64_t d = 0; d < static_cast<int64_t>(data.size()); ++d) {
+    if (d < b)
+      batches *= data[d];
+    else
+      block *= data[d];
+    if (d >= b + k)
+      inner *= data[d];
+  }
+  int64_t tuples = k ? indices.size() / k : 0;
+  perBatch = batches ? tuples / batches : 0;
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t offset = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t n = data[b + j], ix = indices.i[t * k + j];
+      if (ix < -n || ix >= n)
+        return op.emitError(
+            llvm::formatv("index {0} is out of range for dim {1} of size {2}", ix, b + j, n));
+      offset = offset * n + (ix < 0 ? ix + n : ix);
+    }
+    fn(t, (t / perBatch) * block + offset * inner);
+  }
+  return ok();
+}
+
+} // namespace
+
+Error evalGatherNd(EvalCtx& c) {
+  int64_t inner = 1;
+  return forEachGatherNdSlice(
+      c.op, c.x(0).type.shape, c.x(1),
+      [&](int64_t t, int64_t from) {
+        for (int64_t e = 0; e < inner; ++e) {
+          if (c.y().isFloatData())
+            c.y().f[t * inner + e] = c.x(0).f[from + e];
+          else
+            c.y().i[t * inner + e] = c.x(0).i[from + e];
+        }
+      },
+      inner);
+}
+
+Error evalGatherNdGrad(EvalCtx& c) {
+  int64_t inner = 1;
+  return forEachGatherNdSlice(
+      c.op, c.y().type.shape, c.x(0),
+      [&](int64_t t, int64_t to) {
+        for (int64_t e = 0; e < inner; ++e)
+          c.y().f[to + e] += c.x(1).f[t * inner + e];
+      },
+      inner);
 }
 
 namespace kernels {

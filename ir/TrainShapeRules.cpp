@@ -285,4 +285,38 @@ Rule assign(const Op& op) {
   return std::vector<TensorType>{};
 }
 
+Rule layerNormGrad(const Op& op) {
+  // (x, scale, mean, inv_std_dev, dy) -> (dx, dscale, dbias).
+  const TensorType& x = ty(op, 0);
+  int64_t axis = op.getInt("axis");
+  auto stat = layerNormStatShape(x, axis);
+  if (!stat)
+    return stat.takeError();
+  TensorType normalized(x.dtype, Shape(x.shape.begin() + axis, x.shape.end()));
+  TensorType s(x.dtype, *stat);
+  if (ty(op, 1) != normalized)
+    return fail("scale (operand #1) must be {0}, got {1}", normalized.str(), ty(op, 1).str());
+  for (unsigned i = 2; i < 4; ++i)
+    if (ty(op, i) != s)
+      return fail("operand #{0} must be {1}, got {2}", i, s.str(), ty(op, i).str());
+  TRY(expectSameType(op, 0, 4));
+  return std::vector<TensorType>{x, normalized, normalized};
+}
+
+Rule gatherNdGrad(const Op& op) {
+  // (indices, dy) -> d data of shape input_shape.
+  if (ty(op, 0).dtype != DType::I64)
+    return fail("indices must be i64, got {0}", ty(op, 0).str());
+  TRY(expectFloatOperand(op, 1));
+  auto in = shapeAttr(op, "input_shape");
+  if (!in)
+    return in.takeError();
+  auto out = gatherNdShape(*in, ty(op, 0).shape, op.getInt("batch_dims"));
+  if (!out)
+    return out.takeError();
+  if (*out != ty(op, 1).shape)
+    return fail("dy {0} is not the gather_nd's output shape {1}", ty(op, 1).str(), shapeStr(*out));
+  return std::vector<TensorType>{TensorType(ty(op, 1).dtype, *in)};
+}
+
 } // namespace lwcc::shape

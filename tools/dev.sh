@@ -185,6 +185,7 @@ cmd_test() {
   suite "exporter patterns"  parse_counts python3 test/e2e/exporter_patterns.py
   suite "zoo gradients and memory plans" parse_counts python3 test/e2e/zoo_checks.py
   suite "CPU trainer vs interpreter" parse_counts python3 test/e2e/trainer_vs_reference.py
+  suite "exporter-pattern trainers vs interpreter" parse_counts python3 test/e2e/exporter_trainers.py
   suite "trainer as a user runs it" parse_counts python3 test/e2e/trainer_cli.py
   suite "CUDA trainers build with nvcc" parse_counts python3 test/e2e/cuda_build.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py

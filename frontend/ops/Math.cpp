@@ -1,6 +1,9 @@
 //===- Math.cpp - Elementwise math, activations, Gemm and MatMul ----------===//
 #include "frontend/ops/Common.h"
+#include "onnx/onnx_pb.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace lwcc {
@@ -26,7 +29,43 @@ UNARY(Sqrt, Sqrt)
 UNARY(Reciprocal, Reciprocal)
 UNARY(Neg, Neg)
 UNARY(Abs, Abs)
+UNARY(Erf, Erf)
 #undef UNARY
+
+/// Gelu (opset 20), written with lwcc's elementwise ops:
+/// "none": 0.5 x (1 + erf(x / sqrt(2)));
+/// "tanh": 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+llvm::Error importGelu(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"approximate"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "X"));
+  LWCC_TRY(approx, ctx.attrString("approximate", std::string("none")));
+  if (approx != "none" && approx != "tanh")
+    return ctx.error("attribute 'approximate' must be \"none\" or \"tanh\", got \"" + approx +
+                     "\"");
+  if (!isFloat(x->type().dtype))
+    return ctx.error("input 'X' must have a float element type, got " + x->type().str());
+  TensorType scalar(x->type().dtype, {});
+  auto k = [&](double v) { return ctx.splat(scalar, v); };
+  Value* inner = nullptr;
+  if (approx == "none") {
+    LWCC_TRY(scaled, ctx.emit1(OpKind::Mul, {x, k(0.70710678118654752440)}));
+    LWCC_TRY(e, ctx.emit1(OpKind::Erf, {scaled}));
+    inner = e;
+  } else {
+    LWCC_TRY(x2, ctx.emit1(OpKind::Mul, {x, x}));
+    LWCC_TRY(x3, ctx.emit1(OpKind::Mul, {x2, x}));
+    LWCC_TRY(c3, ctx.emit1(OpKind::Mul, {x3, k(0.044715)}));
+    LWCC_TRY(sum, ctx.emit1(OpKind::Add, {x, c3}));
+    LWCC_TRY(scaled, ctx.emit1(OpKind::Mul, {sum, k(0.79788456080286535588)}));
+    LWCC_TRY(t, ctx.emit1(OpKind::Tanh, {scaled}));
+    inner = t;
+  }
+  LWCC_TRY(one, ctx.emit1(OpKind::Add, {inner, k(1.0)}));
+  LWCC_TRY(half, ctx.emit1(OpKind::Mul, {x, k(0.5)}));
+  LWCC_TRY(y, ctx.emit1(OpKind::Mul, {half, one}));
+  ctx.setOutput(0, y);
+  return llvm::Error::success();
+}
 
 llvm::Error importIdentity(ImportContext& ctx) {
   LWCC_CHECK(ctx.checkAttrs({}));
@@ -131,20 +170,285 @@ llvm::Error importGemm(ImportContext& ctx) {
   return llvm::Error::success();
 }
 
+//===--- Index arithmetic, folded at import ------------------------------===//
+//
+// PyTorch's exporters compute the windows of adaptive pooling with Floor,
+// Sign, Min, Max and comparisons of values that are known at compile time
+// (shapes, Range). lwcc evaluates these ops at import; on a value computed
+// at run time they are an error that names the input.
+
+/// `t` broadcast (numpy rules) to `shape`, which must be its broadcast.
+Tensor broadcastValue(const Tensor& t, const Shape& shape) {
+  if (t.type.shape == shape)
+    return t;
+  Tensor out(TensorType(t.type.dtype, shape));
+  size_t rank = shape.size(), lead = rank - t.type.shape.size();
+  std::vector<int64_t> st(rank, 0);
+  int64_t s = 1;
+  for (size_t d = rank; d-- > lead;) {
+    int64_t n = t.type.shape[d - lead];
+    st[d] = n == 1 ? 0 : s;
+    s *= n;
+  }
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t k = 0; k < out.size(); ++k) {
+    int64_t from = 0;
+    for (size_t d = 0; d < rank; ++d)
+      from += idx[d] * st[d];
+    if (t.isFloatData())
+      out.f[k] = t.f[from];
+    else
+      out.i[k] = t.i[from];
+    for (size_t d = rank; d-- > 0;) {
+      if (++idx[d] < shape[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+/// The compile-time values of inputs [0, n) (all inputs when n is 0),
+/// broadcast to one shape.
+llvm::Expected<std::vector<Tensor>> foldOperands(ImportContext& ctx, size_t n = 0) {
+  if (n == 0)
+    n = ctx.numInputs();
+  std::vector<const Tensor*> values;
+  Shape shape;
+  for (size_t k = 0; k < n; ++k) {
+    LWCC_TRY(v, ctx.requiredInput(k, "input"));
+    const Tensor* t = ctx.constantValue(v);
+    if (!t)
+      return ctx.error("input '" + ctx.node().input(static_cast<int>(k)) +
+                       "' is computed at run time: lwcc supports " + ctx.node().op_type() +
+                       " only on values known at compile time (it folds it at import)");
+    auto s = shape::broadcast(shape, t->type.shape);
+    if (!s)
+      return ctx.error(llvm::toString(s.takeError()));
+    shape = *s;
+    values.push_back(t);
+  }
+  constexpr int64_t kMaxFolded = int64_t{1} << 20;
+  if (TensorType(DType::F32, shape).numElements() > kMaxFolded)
+    return ctx.error("the result " + shapeStr(shape) + " is too large to fold");
+  std::vector<Tensor> out;
+  for (const Tensor* t : values)
+    out.push_back(broadcastValue(*t, shape));
+  return out;
+}
+
+/// Folds an elementwise op of one input: fn(value) -> value, same type.
+llvm::Error foldUnary(ImportContext& ctx, double (*fn)(double), bool floatOnly) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  LWCC_TRY(vals, foldOperands(ctx, 1));
+  Tensor& t = vals[0];
+  if (floatOnly && !t.isFloatData())
+    return ctx.error("input 'X' must have a float element type, got " + t.type.str());
+  for (int64_t k = 0; k < t.size(); ++k) {
+    if (t.isFloatData())
+      t.f[k] = fn(t.f[k]);
+    else
+      t.i[k] = static_cast<int64_t>(fn(static_cast<double>(t.i[k])));
+  }
+  ctx.setOutput(0, ctx.constant(t));
+  return llvm::Error::success();
+}
+
+double floorOf(double v) { return std::floor(v); }
+double ceilOf(double v) { return std::ceil(v); }
+double signOf(double v) { return v > 0 ? 1.0 : v < 0 ? -1.0 : 0.0; }
+llvm::Error importFloor(ImportContext& ctx) { return foldUnary(ctx, floorOf, true); }
+llvm::Error importCeil(ImportContext& ctx) { return foldUnary(ctx, ceilOf, true); }
+llvm::Error importSign(ImportContext& ctx) { return foldUnary(ctx, signOf, false); }
+
+/// Max and Min of any number of inputs of one element type.
+llvm::Error foldExtremum(ImportContext& ctx, bool max) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  if (ctx.numInputs() == 0)
+    return ctx.error("needs at least one input");
+  LWCC_TRY(vals, foldOperands(ctx));
+  Tensor out = vals[0];
+  for (size_t j = 1; j < vals.size(); ++j) {
+    if (vals[j].type.dtype != out.type.dtype)
+      return ctx.error("inputs must share one element type, got " + out.type.str() + " and " +
+                       vals[j].type.str());
+    for (int64_t k = 0; k < out.size(); ++k) {
+      if (out.isFloatData())
+        out.f[k] = max ? std::max(out.f[k], vals[j].f[k]) : std::min(out.f[k], vals[j].f[k]);
+      else
+        out.i[k] = max ? std::max(out.i[k], vals[j].i[k]) : std::min(out.i[k], vals[j].i[k]);
+    }
+  }
+  ctx.setOutput(0, ctx.constant(out));
+  return llvm::Error::success();
+}
+llvm::Error importMax(ImportContext& ctx) { return foldExtremum(ctx, true); }
+llvm::Error importMin(ImportContext& ctx) { return foldExtremum(ctx, false); }
+
+/// Comparisons: a bool result.
+enum class Cmp { Eq, Lt, Le, Gt, Ge };
+llvm::Error foldCompare(ImportContext& ctx, Cmp cmp) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  LWCC_TRY(vals, foldOperands(ctx, 2));
+  if (vals[0].type.dtype != vals[1].type.dtype)
+    return ctx.error("inputs must share one element type, got " + vals[0].type.str() + " and " +
+                     vals[1].type.str());
+  Tensor out(TensorType(DType::Bool, vals[0].type.shape));
+  for (int64_t k = 0; k < out.size(); ++k) {
+    bool isF = vals[0].isFloatData();
+    double a = vals[0].get(k), b = vals[1].get(k);
+    int64_t ia = isF ? 0 : vals[0].i[k], ib = isF ? 0 : vals[1].i[k];
+    bool r = false;
+    switch (cmp) {
+    case Cmp::Eq:
+      r = isF ? a == b : ia == ib;
+      break;
+    case Cmp::Lt:
+      r = isF ? a < b : ia < ib;
+      break;
+    case Cmp::Le:
+      r = isF ? a <= b : ia <= ib;
+      break;
+    case Cmp::Gt:
+      r = isF ? a > b : ia > ib;
+      break;
+    case Cmp::Ge:
+      r = isF ? a >= b : ia >= ib;
+      break;
+    }
+    out.i[k] = r ? 1 : 0;
+  }
+  ctx.setOutput(0, ctx.constant(out));
+  return llvm::Error::success();
+}
+llvm::Error importEqual(ImportContext& ctx) { return foldCompare(ctx, Cmp::Eq); }
+llvm::Error importLess(ImportContext& ctx) { return foldCompare(ctx, Cmp::Lt); }
+llvm::Error importLessOrEqual(ImportContext& ctx) { return foldCompare(ctx, Cmp::Le); }
+llvm::Error importGreater(ImportContext& ctx) { return foldCompare(ctx, Cmp::Gt); }
+llvm::Error importGreaterOrEqual(ImportContext& ctx) { return foldCompare(ctx, Cmp::Ge); }
+
+/// Not of a compile-time bool.
+llvm::Error importNot(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  LWCC_TRY(vals, foldOperands(ctx, 1));
+  if (vals[0].type.dtype != DType::Bool)
+    return ctx.error("input 'X' must be bool, got " + vals[0].type.str());
+  for (int64_t& v : vals[0].i)
+    v = v ? 0 : 1;
+  ctx.setOutput(0, ctx.constant(vals[0]));
+  return llvm::Error::success();
+}
+
+/// Where(condition, X, Y) with a condition known at compile time (the
+/// exporters' masks): X * c + Y * (1 - c) with c the condition as 0/1 of
+/// X's type, which selects exactly for finite values; a term whose value
+/// is known to be all zeros (masked_fill with 0) is left out. Where of
+/// compile-time values folds.
+llvm::Error importWhere(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  LWCC_TRY(cond, ctx.requiredInput(0, "condition"));
+  LWCC_TRY(x, ctx.requiredInput(1, "X"));
+  LWCC_TRY(y, ctx.requiredInput(2, "Y"));
+  if (cond->type().dtype != DType::Bool)
+    return ctx.error("input 'condition' must be bool, got " + cond->type().str());
+  if (x->type().dtype != y->type().dtype)
+    return ctx.error("inputs 'X' and 'Y' must share one element type, got " + x->type().str() +
+                     " and " + y->type().str());
+  const Tensor* c = ctx.constantValue(cond);
+  if (!c)
+    return ctx.error("input 'condition' ('" + ctx.node().input(0) +
+                     "') is computed at run time: lwcc supports Where only with a condition "
+                     "known at compile time");
+  Shape shape = cond->type().shape;
+  for (Value* v : {x, y}) {
+    auto s = shape::broadcast(shape, v->type().shape);
+    if (!s)
+      return ctx.error(llvm::toString(s.takeError()));
+    shape = *s;
+  }
+  const Tensor *xv = ctx.constantValue(x), *yv = ctx.constantValue(y);
+  if (xv && yv && !isFloat(x->type().dtype)) { // integer selects fold exactly
+    LWCC_TRY(vals, foldOperands(ctx, 3));
+    Tensor out = vals[1];
+    for (int64_t k = 0; k < out.size(); ++k)
+      if (!vals[0].i[k])
+        out.i[k] = vals[2].i[k];
+    ctx.setOutput(0, ctx.constant(out));
+    return llvm::Error::success();
+  }
+  if (!isFloat(x->type().dtype))
+    return ctx.error("Where of integer values computed at run time is not supported");
+  auto allZero = [](const Tensor* t) {
+    return t && std::all_of(t->f.begin(), t->f.end(), [](double v) { return v == 0.0; });
+  };
+  TensorType maskType(x->type().dtype, cond->type().shape);
+  std::vector<double> keep(c->i.begin(), c->i.end()), drop;
+  for (double v : keep)
+    drop.push_back(1.0 - v);
+  Value* sum = nullptr;
+  auto addTerm = [&](Value* v, std::vector<double> mask) -> llvm::Error {
+    LWCC_TRY(term, ctx.emit1(OpKind::Mul, {v, ctx.constant(Tensor::fromFloats(maskType, mask))}));
+    if (!sum) {
+      sum = term;
+      return llvm::Error::success();
+    }
+    LWCC_TRY(s, ctx.emit1(OpKind::Add, {sum, term}));
+    sum = s;
+    return llvm::Error::success();
+  };
+  if (!allZero(xv))
+    LWCC_CHECK(addTerm(x, keep));
+  if (!allZero(yv))
+    LWCC_CHECK(addTerm(y, drop));
+  if (!sum) {
+    ctx.setOutput(0, ctx.splat(TensorType(x->type().dtype, shape), 0.0));
+    return llvm::Error::success();
+  }
+  if (sum->type().shape != shape) {
+    LWCC_TRY(e, ctx.emit1(OpKind::Expand, {sum}, {attr("shape", shape)}));
+    sum = e;
+  }
+  ctx.setOutput(0, sum);
+  return llvm::Error::success();
+}
+
 } // namespace
 
 const std::vector<ImporterEntry>& mathImporters() {
   static const std::vector<ImporterEntry> entries = {
-      {"Relu", 1, importRelu},       {"LeakyRelu", 1, importLeakyRelu},
-      {"Sigmoid", 1, importSigmoid}, {"Tanh", 1, importTanh},
-      {"Exp", 1, importExp},         {"Log", 1, importLog},
-      {"Sqrt", 1, importSqrt},       {"Reciprocal", 1, importReciprocal},
-      {"Neg", 1, importNeg},         {"Abs", 1, importAbs},
-      {"Clip", 1, importClip},       {"Identity", 1, importIdentity},
-      {"Add", 7, importAdd},         {"Sub", 7, importSub},
-      {"Mul", 7, importMul},         {"Div", 7, importDiv},
-      {"Pow", 7, importPow},         {"Gemm", 7, importGemm},
+      {"Relu", 1, importRelu},
+      {"LeakyRelu", 1, importLeakyRelu},
+      {"Sigmoid", 1, importSigmoid},
+      {"Tanh", 1, importTanh},
+      {"Exp", 1, importExp},
+      {"Log", 1, importLog},
+      {"Sqrt", 1, importSqrt},
+      {"Reciprocal", 1, importReciprocal},
+      {"Neg", 1, importNeg},
+      {"Abs", 1, importAbs},
+      {"Clip", 1, importClip},
+      {"Identity", 1, importIdentity},
+      {"Add", 7, importAdd},
+      {"Sub", 7, importSub},
+      {"Mul", 7, importMul},
+      {"Div", 7, importDiv},
+      {"Pow", 7, importPow},
+      {"Gemm", 7, importGemm},
       {"MatMul", 1, importMatMul},
+      {"Erf", 9, importErf},
+      {"Gelu", 20, importGelu},
+      {"Floor", 6, importFloor},
+      {"Ceil", 6, importCeil},
+      {"Sign", 9, importSign},
+      {"Max", 8, importMax},
+      {"Min", 8, importMin},
+      {"Equal", 11, importEqual},
+      {"Less", 9, importLess},
+      {"LessOrEqual", 12, importLessOrEqual},
+      {"Greater", 9, importGreater},
+      {"GreaterOrEqual", 12, importGreaterOrEqual},
+      {"Not", 1, importNot},
+      {"Where", 9, importWhere},
   };
   return entries;
 }

@@ -1,5 +1,7 @@
 //===- NN.cpp - Convolution, pooling, normalization, dropout, softmax -----===//
+#include "frontend/Frontend.h"
 #include "frontend/ops/Common.h"
+#include "onnx/onnx_pb.h"
 
 namespace lwcc {
 
@@ -217,6 +219,63 @@ llvm::Error importBatchNormalization(ImportContext& ctx) {
   return llvm::Error::success();
 }
 
+/// LayerNormalization (opset 17): normalizes over the dims from `axis` on.
+/// Scale and B broadcast to the normalized shape (an expand where they are
+/// smaller); an absent B is zero. The Mean and InvStdDev outputs are
+/// lwcc's statistics results, in x's element type.
+llvm::Error importLayerNormalization(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"axis", "epsilon", "stash_type"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "X"));
+  LWCC_TRY(scale, ctx.requiredInput(1, "Scale"));
+  const TensorType& xt = x->type();
+  if (!isFloat(xt.dtype))
+    return ctx.error("input 'X' must have a float element type, got " + xt.str());
+  if (xt.rank() < 1)
+    return ctx.error("input 'X' must have rank >= 1, got " + xt.str());
+  LWCC_TRY(axis, ctx.attrInt("axis", -1));
+  LWCC_TRY(a, normalizeAxis(ctx, axis, xt.rank()));
+  LWCC_TRY(eps, ctx.attrFloat("epsilon", 1e-5));
+  LWCC_TRY(stash, ctx.attrInt("stash_type", 1));
+  std::optional<DType> stashType = dtypeFromOnnx(static_cast<int>(stash));
+  if (!stashType || !isFloat(*stashType))
+    return ctx.error(llvm::formatv("attribute 'stash_type' {0} is not a float type", stash).str());
+  // Y does not depend on the stash type beyond rounding (lwcc keeps the
+  // statistics in double); Mean and InvStdDev would have its element type.
+  for (size_t o = 1; o < 3; ++o)
+    if (ctx.outputUsed(o) && *stashType != xt.dtype)
+      return ctx.error(llvm::formatv("output '{0}' ({1}) in stash_type {2} differs from the "
+                                     "element type of X ({3}); lwcc gives it only in X's type",
+                                     ctx.node().output(o), o == 1 ? "Mean" : "InvStdDev",
+                                     std::string(dtypeName(*stashType)),
+                                     std::string(dtypeName(xt.dtype)))
+                           .str());
+  TensorType normalized(xt.dtype, Shape(xt.shape.begin() + a, xt.shape.end()));
+  auto fit = [&](Value* v, const char* what) -> llvm::Expected<Value*> {
+    if (v->type() == normalized)
+      return v;
+    auto b = shape::broadcast(v->type().shape, normalized.shape);
+    bool fits = b && *b == normalized.shape;
+    if (!b)
+      llvm::consumeError(b.takeError());
+    if (v->type().dtype != xt.dtype || !fits)
+      return ctx.error(std::string("input '") + what + "' " + v->type().str() +
+                       " does not broadcast to the normalized shape " + normalized.str());
+    return ctx.emit1(OpKind::Expand, {v}, {attr("shape", normalized.shape)});
+  };
+  LWCC_TRY(s, fit(scale, "Scale"));
+  Value* b = nullptr;
+  if (Value* given = ctx.input(2)) {
+    LWCC_TRY(fb, fit(given, "B"));
+    b = fb;
+  } else {
+    b = ctx.splat(normalized, 0.0);
+  }
+  LWCC_TRY(ys, ctx.emit(OpKind::LayerNorm, {x, s, b}, {attr("axis", a), attr("epsilon", eps)}, 3));
+  for (size_t o = 0; o < 3; ++o)
+    ctx.setOutput(o, ys[o]);
+  return llvm::Error::success();
+}
+
 llvm::Error importDropout(ImportContext& ctx) {
   LWCC_CHECK(ctx.checkAttrs({"ratio", "seed", "is_test"}));
   LWCC_TRY(x, ctx.requiredInput(0, "data"));
@@ -290,6 +349,7 @@ const std::vector<ImporterEntry>& nnImporters() {
       {"LRN", 1, importLRN},
       {"BatchNormalization", 1, importBatchNormalization},
       {"Dropout", 1, importDropout},
+      {"LayerNormalization", 17, importLayerNormalization},
       {"Softmax", 1, importSoftmax},
       {"LogSoftmax", 1, importLogSoftmax},
   };

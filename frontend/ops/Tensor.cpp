@@ -1,7 +1,8 @@
 //===- Tensor.cpp - Shape and data movement ops ---------------------------===//
 //
 // Reshape, Flatten, Transpose, Concat, Slice, Split, Squeeze, Unsqueeze,
-// Gather, Shape, Constant, ConstantOfShape, Cast, Expand, Pad. Inputs that
+// Gather, GatherND, Shape, Constant, ConstantOfShape, Cast, CastLike, Range,
+// Expand, Pad. Inputs that
 // carry shapes or indices (Reshape's shape, Slice's starts, ...) must be
 // known at compile time; Shape itself folds to a constant.
 //
@@ -10,6 +11,7 @@
 #include "frontend/ops/Common.h"
 #include "onnx/onnx_pb.h"
 
+#include <cmath>
 #include <filesystem>
 #include <numeric>
 
@@ -346,6 +348,17 @@ Error importConstantOfShape(ImportContext& ctx) {
   return Error::success();
 }
 
+/// Casts input 0 to `dt` (no op when it has that type already).
+Error castTo(ImportContext& ctx, Value* x, DType dt) {
+  if (dt == x->type().dtype) {
+    ctx.setOutput(0, x);
+    return Error::success();
+  }
+  LWCC_TRY(y, ctx.emit1(OpKind::Cast, {x}, {attr("to", std::string(dtypeName(dt)))}));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
 Error importCast(ImportContext& ctx) {
   LWCC_CHECK(ctx.checkAttrs({"to", "saturate", "round_mode"}));
   LWCC_TRY(x, ctx.requiredInput(0, "input"));
@@ -353,11 +366,86 @@ Error importCast(ImportContext& ctx) {
   std::optional<DType> dt = dtypeFromOnnx(static_cast<int>(to));
   if (!dt)
     return ctx.error(llvm::formatv("casting to element type {0} is not supported", to).str());
-  if (*dt == x->type().dtype) {
-    ctx.setOutput(0, x);
-    return Error::success();
+  return castTo(ctx, x, *dt);
+}
+
+/// CastLike (opset 15): a cast to the element type of the second input,
+/// which the IR knows statically; only its type is read.
+Error importCastLike(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"saturate", "round_mode"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "input"));
+  LWCC_TRY(like, ctx.requiredInput(1, "target_type"));
+  return castTo(ctx, x, like->type().dtype);
+}
+
+/// Range (opset 11): folded to a constant; start, limit and delta must be
+/// known at compile time (PyTorch's exporters compute them from shapes).
+Error importRange(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  static const char* names[] = {"start", "limit", "delta"};
+  DType dt = DType::I64;
+  for (size_t k = 0; k < 3; ++k) {
+    LWCC_TRY(v, ctx.requiredInput(k, names[k]));
+    if (v->type().numElements() != 1 || v->type().rank() > 1)
+      return ctx.error(std::string("input '") + names[k] + "' must be a scalar, got " +
+                       v->type().str());
+    if (k == 0)
+      dt = v->type().dtype;
+    else if (v->type().dtype != dt)
+      return ctx.error(std::string("input '") + names[k] + "' " + v->type().str() +
+                       " differs in element type from 'start' " + ctx.input(0)->type().str());
   }
-  LWCC_TRY(y, ctx.emit1(OpKind::Cast, {x}, {attr("to", std::string(dtypeName(*dt)))}));
+  constexpr int64_t kMaxRange = int64_t{1} << 24;
+  Tensor t;
+  if (isFloat(dt)) {
+    std::vector<double> v[3];
+    for (size_t k = 0; k < 3; ++k) {
+      LWCC_TRY(c, ctx.constFloats(k, names[k]));
+      v[k] = c;
+    }
+    double start = v[0][0], limit = v[1][0], delta = v[2][0];
+    if (delta == 0 || !std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta))
+      return ctx.error("Range needs finite start, limit and delta, and a delta other than 0");
+    double n = std::max(std::ceil((limit - start) / delta), 0.0);
+    if (n > static_cast<double>(kMaxRange))
+      return ctx.error(llvm::formatv("Range of {0} elements is too large to fold", n).str());
+    std::vector<double> out(static_cast<size_t>(n));
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = start + static_cast<double>(i) * delta;
+    TensorType type(dt, {static_cast<int64_t>(out.size())});
+    t = Tensor::fromFloats(type, std::move(out));
+  } else {
+    std::vector<int64_t> v[3];
+    for (size_t k = 0; k < 3; ++k) {
+      LWCC_TRY(c, ctx.constInts(k, names[k]));
+      v[k] = c;
+    }
+    int64_t start = v[0][0], limit = v[1][0], delta = v[2][0];
+    if (delta == 0)
+      return ctx.error("Range needs a delta other than 0");
+    // ceil((limit - start) / delta) without overflow for sane ranges.
+    long double span = static_cast<long double>(limit) - static_cast<long double>(start);
+    long double n = std::max<long double>(std::ceil(span / static_cast<long double>(delta)), 0);
+    if (n > static_cast<long double>(kMaxRange))
+      return ctx.error("Range of " + std::to_string(static_cast<double>(n)) +
+                       " elements is too large to fold");
+    std::vector<int64_t> out(static_cast<size_t>(n));
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = start + static_cast<int64_t>(i) * delta;
+    TensorType type(dt, {static_cast<int64_t>(out.size())});
+    t = Tensor::fromInts(type, std::move(out));
+  }
+  ctx.setOutput(0, ctx.constant(t));
+  return Error::success();
+}
+
+/// GatherND (opsets 11, 12, 13): batch_dims came at 12.
+Error importGatherND(ImportContext& ctx) {
+  LWCC_CHECK(ctx.opset() < 12 ? ctx.checkAttrs({}) : ctx.checkAttrs({"batch_dims"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "data"));
+  LWCC_TRY(idx, ctx.requiredInput(1, "indices"));
+  LWCC_TRY(b, ctx.attrInt("batch_dims", 0));
+  LWCC_TRY(y, ctx.emit1(OpKind::GatherNd, {x, idx}, {attr("batch_dims", b)}));
   ctx.setOutput(0, y);
   return Error::success();
 }
@@ -419,21 +507,15 @@ Error importPad(ImportContext& ctx) {
 
 const std::vector<ImporterEntry>& tensorImporters() {
   static const std::vector<ImporterEntry> entries = {
-      {"Reshape", 5, importReshape},
-      {"Flatten", 1, importFlatten},
-      {"Transpose", 1, importTranspose},
-      {"Concat", 1, importConcat},
-      {"Slice", 1, importSlice},
-      {"Split", 1, importSplit},
-      {"Squeeze", 1, importSqueeze},
-      {"Unsqueeze", 1, importUnsqueeze},
-      {"Gather", 1, importGather},
-      {"Shape", 1, importShape},
-      {"Constant", 1, importConstant},
-      {"ConstantOfShape", 9, importConstantOfShape},
-      {"Cast", 6, importCast},
-      {"Expand", 8, importExpand},
-      {"Pad", 2, importPad},
+      {"Reshape", 5, importReshape},     {"Flatten", 1, importFlatten},
+      {"Transpose", 1, importTranspose}, {"Concat", 1, importConcat},
+      {"Slice", 1, importSlice},         {"Split", 1, importSplit},
+      {"Squeeze", 1, importSqueeze},     {"Unsqueeze", 1, importUnsqueeze},
+      {"Gather", 1, importGather},       {"Shape", 1, importShape},
+      {"Constant", 1, importConstant},   {"ConstantOfShape", 9, importConstantOfShape},
+      {"Cast", 6, importCast},           {"CastLike", 15, importCastLike},
+      {"Range", 11, importRange},        {"GatherND", 11, importGatherND},
+      {"Expand", 8, importExpand},       {"Pad", 2, importPad},
   };
   return entries;
 }

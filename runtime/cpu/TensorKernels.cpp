@@ -353,6 +353,9 @@ bool sigmoid(const TensorView& x, const TensorView& y) {
 bool tanh(const TensorView& x, const TensorView& y) {
   return unaryFloat(x, y, [](double v) { return std::tanh(v); });
 }
+bool erf(const TensorView& x, const TensorView& y) {
+  return unaryFloat(x, y, [](double v) { return std::erf(v); });
+}
 bool exp(const TensorView& x, const TensorView& y) {
   return unaryFloat(x, y, [](double v) { return std::exp(v); });
 }

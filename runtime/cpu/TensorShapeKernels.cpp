@@ -2,8 +2,8 @@
 //
 // The CPU kernels of lwrt/cpu_tensor.h that move elements without computing
 // on them: copy, transpose, concat, slice (and slice_grad), split, gather
-// (and gather_grad), expand and pad. Most work on raw elements of 1, 2, 4 or
-// 8 bytes, so every element type is served by one instantiation per size.
+// (and gather_grad), gather_nd (and gather_nd_grad), expand and pad. Most work on raw elements of
+// 1, 2, 4 or 8 bytes, so every element type is served by one instantiation per size.
 //
 //===----------------------------------------------------------------------===//
 #include "lwrt/cpu_tensor.h"
@@ -195,6 +195,45 @@ bool readIndices(const TensorView& t, int64_t n, Dims& out) {
   return true;
 }
 
+/// Where gather_nd reads: per index tuple t, the first element of its slice
+/// in data (`from[t]`), and the slice size `inner`. False when the shapes
+/// do not fit (result shape `out`) or an index is out of range.
+bool gatherNdPlan(const Dims& data, const TensorView& indices, int64_t b, const Dims& out,
+                  Dims& from, int64_t& inner) {
+  const Dims& is = indices.shape;
+  int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(is.size());
+  if (indices.dtype != DType::I64 || q < 1 || b < 0 || b >= std::min(r, q))
+    return false;
+  int64_t k = is.back();
+  if (k < 1 || b + k > r)
+    return false;
+  for (int64_t d = 0; d < b; ++d)
+    if (data[d] != is[d])
+      return false;
+  Dims want(is.begin(), is.end() - 1);
+  want.insert(want.end(), data.begin() + b + k, data.end());
+  if (want != out)
+    return false;
+  inner = product(data, static_cast<size_t>(b + k));
+  int64_t block = product(data, static_cast<size_t>(b));
+  int64_t tuples = product(is, 0, is.size() - 1),
+          batches = product(data, 0, static_cast<size_t>(b));
+  int64_t perBatch = batches ? tuples / batches : 0;
+  const int64_t* ix = indices.as<int64_t>();
+  from.resize(static_cast<size_t>(tuples));
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t offset = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t n = data[b + j], v = ix[t * k + j];
+      if (v < -n || v >= n)
+        return false;
+      offset = offset * n + (v < 0 ? v + n : v);
+    }
+    from[t] = (t / perBatch) * block + offset * inner;
+  }
+  return true;
+}
+
 } // namespace
 
 bool copy(const TensorView& x, const TensorView& y) {
@@ -351,6 +390,45 @@ bool gatherGrad(const TensorView& indices, const TensorView& dy, const TensorVie
       for (int64_t j : ix)
         for (int64_t e = 0; e < inner; ++e, ++k)
           acc[(o * n + j) * inner + e] += static_cast<double>(in[k]);
+    T* out = dx.as<T>();
+    for (size_t i = 0; i < acc.size(); ++i)
+      out[i] = static_cast<T>(acc[i]);
+    return true;
+  });
+}
+
+bool gatherNd(const TensorView& data, const TensorView& indices, const TensorView& y,
+              const GatherNdParams& p) {
+  Dims from;
+  int64_t inner = 0;
+  if (data.dtype != y.dtype ||
+      !gatherNdPlan(data.shape, indices, p.batchDims, y.shape, from, inner))
+    return false;
+  int64_t row = inner * dtypeSize(data.dtype);
+  if (row == 0)
+    return true;
+  const auto* in = static_cast<const char*>(data.data);
+  auto* out = static_cast<char*>(y.data);
+  for (size_t t = 0; t < from.size(); ++t)
+    std::memcpy(out + static_cast<int64_t>(t) * row, in + from[t] * dtypeSize(data.dtype),
+                static_cast<size_t>(row));
+  return true;
+}
+
+bool gatherNdGrad(const TensorView& indices, const TensorView& dy, const TensorView& dx,
+                  const GatherNdParams& p) {
+  Dims from;
+  int64_t inner = 0;
+  if (dy.dtype != dx.dtype || !gatherNdPlan(dx.shape, indices, p.batchDims, dy.shape, from, inner))
+    return false;
+  return dispatchFloat(dx.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    // Slices taken twice sum in double, rounded once, as the reference does.
+    std::vector<double> acc(static_cast<size_t>(dx.numel()), 0.0);
+    const T* in = dy.as<T>();
+    for (size_t t = 0; t < from.size(); ++t)
+      for (int64_t e = 0; e < inner; ++e)
+        acc[from[t] + e] += static_cast<double>(in[static_cast<int64_t>(t) * inner + e]);
     T* out = dx.as<T>();
     for (size_t i = 0; i < acc.size(); ++i)
       out[i] = static_cast<T>(acc[i]);

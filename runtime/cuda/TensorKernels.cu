@@ -281,6 +281,9 @@ struct SigmoidFn {
 struct TanhFn {
   __device__ double operator()(double v) const { return ::tanh(v); }
 };
+struct ErfFn {
+  __device__ double operator()(double v) const { return ::erf(v); }
+};
 struct ExpFn {
   __device__ double operator()(double v) const { return ::exp(v); }
 };
@@ -756,6 +759,7 @@ bool sigmoid(const TensorView& x, const TensorView& y) {
   return unaryFloat("sigmoid", x, y, SigmoidFn{});
 }
 bool tanh(const TensorView& x, const TensorView& y) { return unaryFloat("tanh", x, y, TanhFn{}); }
+bool erf(const TensorView& x, const TensorView& y) { return unaryFloat("erf", x, y, ErfFn{}); }
 bool exp(const TensorView& x, const TensorView& y) { return unaryFloat("exp", x, y, ExpFn{}); }
 bool log(const TensorView& x, const TensorView& y) { return unaryFloat("log", x, y, LogFn{}); }
 bool sqrt(const TensorView& x, const TensorView& y) { return unaryFloat("sqrt", x, y, SqrtFn{}); }

@@ -33,15 +33,25 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import exporter_graphs as eg  # noqa: E402
 from exporter_graphs import Builder  # noqa: E402
+import dynamo_graphs as dg  # noqa: E402
 
 TOLERANCE = 1e-4
 BATCH = 2
 
 
 def case(label, fn, style, chw, *, sym=True, scoped=False, init_inputs=False, legacy=False,
-         xfail=None, **kw):
+         xfail=None, make=Builder, opset=None, **kw):
+    """make: the Builder class (dynamo_graphs.DecompBuilder for the dynamo
+    exporter's adaptive-pool decomposition); opset: the Builder's default
+    when None."""
     return dict(label=label, fn=fn, style=style, chw=chw, sym=sym, scoped=scoped,
-                init_inputs=init_inputs, legacy=legacy, xfail=xfail, kw=kw)
+                init_inputs=init_inputs, legacy=legacy, xfail=xfail, make=make, opset=opset,
+                kw=kw)
+
+
+def raw_decomp(*a, **kw):
+    """A DecompBuilder for torch.onnx.export(..., dynamo=True, optimize=False)."""
+    return dg.DecompBuilder(*a, raw=True, **kw)
 
 
 IMG = lambda s: (3, s, s)  # noqa: E731
@@ -97,13 +107,32 @@ CASES = [
     # dynamo_export) is a MaxPool with a second, unused Indices output: lwcc
     # imports it, since nothing reads Indices.
     case("dyn18/MaxPool with unused Indices output", eg.maxpool_indices_probe, "dyn", IMG(32)),
+    # ---------------- dynamo exporter (torch 2.9+), opset 20 and 18
+    # adaptive_avg_pool2d to a size the map does not divide: GatherND over
+    # torch's window indices (dynamo_graphs.py); optimized, and raw
+    # (optimize=False: Range, Floor/Sign, CastLike, Min/Max, GreaterOrEqual).
+    case("dyn20/alexnet@64 pool 1->6 GatherND+ReduceMean", eg.alexnet, "dyn", IMG(64),
+         pool_target=6, make=dg.DecompBuilder, opset=20),
+    case("dyn20/alexnet@64 pool 1->6 unoptimized", eg.alexnet, "dyn", IMG(64), pool_target=6,
+         make=raw_decomp, opset=20),
+    case("dyn20/vgg11@64 pool 2->7 GatherND+Where", eg.vgg, "dyn", IMG(64), cfg="vgg11",
+         pool_target=7, make=dg.DecompBuilder, opset=20),
+    case("dyn20/vgg11@64 pool 2->7 unoptimized", eg.vgg, "dyn", IMG(64), cfg="vgg11",
+         pool_target=7, make=raw_decomp, opset=20),
+    case("dyn18/alexnet@99 pool 2->3 unoptimized", eg.alexnet, "dyn", IMG(99), pool_target=3,
+         make=raw_decomp),
+    # ConvNeXt: LayerNormalization over channels last, MatMul+Add, Gelu
+    # (opset 20) or its Erf form (opset 18), layer_scale Mul.
+    case("dyn20/convnext Gelu", dg.convnext, "dyn", IMG(32), sym=False, opset=20,
+         make=dg.DecompBuilder),
+    case("dyn18/convnext Erf", dg.convnext, "dyn", IMG(32), opset=18, make=dg.DecompBuilder),
 ]
 
 
 def build(c):
-    b = Builder(c["label"], c["style"], c["chw"], batch=BATCH, sym_batch=c["sym"],
-                seed=sum(map(ord, c["label"])), scoped=c["scoped"],
-                init_inputs=c["init_inputs"], legacy_avgpool=c["legacy"])
+    b = c["make"](c["label"], c["style"], c["chw"], batch=BATCH, sym_batch=c["sym"],
+                  seed=sum(map(ord, c["label"])), scoped=c["scoped"],
+                  init_inputs=c["init_inputs"], legacy_avgpool=c["legacy"], opset=c["opset"])
     return c["fn"](b, **c["kw"])
 
 

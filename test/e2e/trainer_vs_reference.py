@@ -43,7 +43,12 @@ def run(cmd):
 
 
 def check(name, tmp):
-    model = zoo.build(name, test_size=True)
+    return check_model(zoo.build(name, test_size=True), name, tmp)
+
+
+def check_model(model, name, tmp):
+    """One step of the CPU trainer of `model` against the reference; returns
+    (worst relative error, gradients checked, params, reference gradients)."""
     path = os.path.join(tmp, name + ".onnx")
     onnx.save(model, path)
     inp = model.graph.input[0]

@@ -117,6 +117,14 @@ COMPILE_TIME_INPUTS = {
     "Split": (1,),                   # split
     "Squeeze": (1,),                 # axes
     "Unsqueeze": (1,),               # axes
+    "Range": (0, 1, 2),              # start, limit, delta (folded)
+    # Index arithmetic that lwcc folds at import (the exporters' window
+    # computations), and Where's condition (a mask known at compile time).
+    "Floor": (0,), "Ceil": (0,), "Sign": (0,), "Not": (0,),
+    "Min": tuple(range(8)), "Max": tuple(range(8)),
+    "Equal": (0, 1), "Less": (0, 1), "LessOrEqual": (0, 1), "Greater": (0, 1),
+    "GreaterOrEqual": (0, 1),
+    "Where": (0,),                   # condition
 }
 
 
@@ -350,7 +358,10 @@ def generate_docs(tests, entries, supported):
         "`test/onnx-node/allowlist.txt` and must pass on every run of `tools/dev.sh test`;",
         "*skipped* ones need what lwcc does not support, for the reasons given there (briefly",
         "below). Inputs that lwcc needs at compile time (Reshape's shape, Slice's starts, Pad's",
-        "pads, ...) are given to it as initializers holding the test's values.",
+        "pads, ...) are given to it as initializers holding the test's values. Range, Floor,",
+        "Ceil, Sign, Min, Max, Not and the comparisons are folded at import (PyTorch's",
+        "exporters use them for index arithmetic on shapes), so their inputs must be known at",
+        "compile time; Where needs a condition known at compile time.",
         "",
         "| Op | Node tests passing | Skipped | Why skipped (number of tests) |",
         "|----|-------------------:|--------:|-------------------------------|",

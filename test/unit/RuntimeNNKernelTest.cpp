@@ -514,6 +514,32 @@ TEST(RuntimeNNKernels, BatchNormTrainAndGrad) {
   });
 }
 
+TEST(RuntimeNNKernels, LayerNormAndGrad) {
+  // Any rank and axis; odd seeds the ConvNeXt form (channels last, the
+  // last axis only).
+  for (int seed = 1; seed <= kSeeds; ++seed) {
+    KernelCase c(static_cast<uint64_t>(seed));
+    Shape xs = seed % 2 ? Shape{2, 3, 3, c.randInt(2, 8)} : c.randShape(1, 4, 4);
+    int64_t rank = static_cast<int64_t>(xs.size());
+    int64_t axis = seed % 2 ? rank - 1 : c.randInt(0, rank - 1);
+    lwrt::cpu::LayerNormParams p{axis, c.coin() ? 1e-5 : c.uniform(1e-3, 0.5)};
+    c.note("x ").note(shapeStr(xs)).note(" axis ").note(axis).note(" eps ").note(p.epsilon);
+    Shape ns(xs.begin() + axis, xs.end());
+    Value *x = c.input(xs, -2, 3), *scale = c.input(ns), *bias = c.input(ns);
+    Op* fwd =
+        c.emit(OpKind::LayerNorm, {x, scale, bias}, {{"axis", axis}, {"epsilon", p.epsilon}}, 3);
+    c.check(fwd, [&](const Views& in, const Views& out) {
+      return lwrt::cpu::layerNorm(in[0], in[1], in[2], out[0], out[1], out[2], p);
+    });
+    Value *mean = c.inputFrom(fwd, 1), *inv = c.inputFrom(fwd, 2);
+    Op* grad = c.emit(OpKind::LayerNormGrad, {x, scale, mean, inv, c.input(xs)},
+                      {{"axis", axis}, {"epsilon", p.epsilon}}, 3);
+    c.check(grad, [&](const Views& in, const Views& out) {
+      return lwrt::cpu::layerNormGrad(in[0], in[1], in[2], in[3], in[4], out[0], out[1], out[2], p);
+    });
+  }
+}
+
 //===--- Softmax and losses -----------------------------------------------===//
 
 void softmaxCase(KernelCase& c, bool log) {

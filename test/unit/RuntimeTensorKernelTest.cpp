@@ -288,13 +288,11 @@ TEST(RuntimeTensorKernelTest, UnaryFloat) {
     D dist;
     bool (*fn)(const lwrt::TensorView&, const lwrt::TensorView&);
   };
-  const U unaries[] = {{OpKind::Relu, D::Normal, rt::relu},
-                       {OpKind::Sigmoid, D::Normal, rt::sigmoid},
-                       {OpKind::Tanh, D::Normal, rt::tanh},
-                       {OpKind::Exp, D::Normal, rt::exp},
-                       {OpKind::Log, D::Positive, rt::log},
-                       {OpKind::Sqrt, D::Positive, rt::sqrt},
-                       {OpKind::Reciprocal, D::AwayFromZero, rt::reciprocal}};
+  const U unaries[] = {
+      {OpKind::Relu, D::Normal, rt::relu},   {OpKind::Sigmoid, D::Normal, rt::sigmoid},
+      {OpKind::Tanh, D::Normal, rt::tanh},   {OpKind::Erf, D::Normal, rt::erf},
+      {OpKind::Exp, D::Normal, rt::exp},     {OpKind::Log, D::Positive, rt::log},
+      {OpKind::Sqrt, D::Positive, rt::sqrt}, {OpKind::Reciprocal, D::AwayFromZero, rt::reciprocal}};
   forCases(kFloats, [&](KCase& c) {
     Shape s = c.randShape(0, 4);
     for (const U& u : unaries)

@@ -4,7 +4,8 @@
 # tool): the CUDA runtime library and headers, the sources lwcc emits for
 # each trainer (built there with nvcc against that machine's cuDNN and
 # cuBLAS), and for every zoo model at test size a seeded batch and the CPU
-# backend's first step on it (loss, gradients, updated params).
+# backend's first step on it (loss, gradients, updated params); the same
+# for the dynamo exporter's layer_norm / gather_nd patterns.
 #
 #   bash tools/gpu/prepare.sh      (after bash tools/dev.sh build)
 set -euo pipefail
@@ -41,6 +42,34 @@ PY
   if [[ $m == lenet || $m == resnet18 ]]; then
     "$LWCC" "$OUT/$m.onnx" --emit=source --streams=2 -o "$OUT/src/$m-s2"
   fi
+  "$LWCC" "$OUT/$m.onnx" --target=cpu -o "$OUT/$m-cpu-trainer"
+  "$OUT/$m-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$m-cpu" --progress=off >/dev/null
+  rm -f "$OUT/$m-cpu-trainer" "$OUT/$m.onnx"
+done
+# The dynamo exporter's patterns that need layer_norm, erf and gather_nd
+# (test/e2e/dynamo_graphs.py), static batch 2, with the same CPU step.
+for label in "dyn20/alexnet@64 pool 1->6 GatherND+ReduceMean" "dyn20/vgg11@64 pool 2->7 GatherND+Where" \
+             "dyn20/convnext Gelu" "dyn18/convnext Erf"; do
+  m=$(echo "$label" | cut -d' ' -f1,2 | tr -c 'A-Za-z0-9\n' '-')
+  python3 - "$label" "$OUT" "$m" <<'PY'
+import os, sys
+import numpy as np
+import onnx
+sys.path.insert(0, "test/e2e")
+import exporter_patterns as ep
+label, out, name = sys.argv[1:4]
+c = dict({c["label"]: c for c in ep.CASES}[label], sym=False)
+model = ep.build(c)
+onnx.save(model, os.path.join(out, name + ".onnx"))
+dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
+rng = np.random.default_rng(11)
+os.makedirs(os.path.join(out, name + "-data"), exist_ok=True)
+rng.standard_normal(dims).astype(np.float32).tofile(os.path.join(out, name + "-data", "input_0.bin"))
+rng.integers(0, classes, size=dims[0]).astype(np.int64).tofile(os.path.join(out, name + "-data", "input_1.bin"))
+PY
+  echo "+ $m ($label): CUDA sources and the CPU reference step"
+  "$LWCC" "$OUT/$m.onnx" --emit=source -o "$OUT/src/$m"
   "$LWCC" "$OUT/$m.onnx" --target=cpu -o "$OUT/$m-cpu-trainer"
   "$OUT/$m-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$m-cpu" --progress=off >/dev/null
   rm -f "$OUT/$m-cpu-trainer" "$OUT/$m.onnx"

@@ -1,8 +1,8 @@
 // lwrt/cpu_nn.h - the CPU backend's neural-network kernels
 // defines: conv2d, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d, maxPool2dGrad,
 //   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormTrain,
-//   batchNormGrad, softmax, logSoftmax, softmaxGrad, logSoftmaxGrad, softmaxXent,
-//   softmaxXentGrad, mseLoss, mseLossGrad
+//   batchNormGrad, layerNorm, layerNormGrad, softmax, logSoftmax, softmaxGrad, logSoftmaxGrad,
+//   softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
 //
 // One function per IR op (ir/Ops.def), computing what the reference
 // interpreter computes (ir/Interpreter.cpp, ir/TrainKernels.cpp). Operands
@@ -39,6 +39,7 @@ using lwrt::BatchNormParams;
 using lwrt::BatchNormTrainParams;
 using lwrt::Conv2dParams;
 using lwrt::GemmParams;
+using lwrt::LayerNormParams;
 using lwrt::LrnParams;
 using lwrt::MaxPool2dParams;
 using lwrt::SoftmaxParams;
@@ -103,6 +104,16 @@ bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorVie
                    const TensorView& var, const TensorView& dy, const TensorView& dx,
                    const TensorView& dscale, const TensorView& dbias,
                    const BatchNormTrainParams& p);
+/// (x, scale, bias) -> (y, mean, invStdDev) over the dims from p.axis on:
+/// scale and bias of the normalized shape x.shape[axis:], the statistics of
+/// x's shape with those dims set to 1 (kept in double while computed).
+bool layerNorm(const TensorView& x, const TensorView& scale, const TensorView& bias,
+               const TensorView& y, const TensorView& mean, const TensorView& invStdDev,
+               const LayerNormParams& p);
+/// (x, scale, mean, invStdDev, dy) -> (dx, dscale, dbias).
+bool layerNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,
+                   const TensorView& invStdDev, const TensorView& dy, const TensorView& dx,
+                   const TensorView& dscale, const TensorView& dbias, const LayerNormParams& p);
 
 //===--- Softmax and losses -----------------------------------------------===//
 

@@ -1,7 +1,9 @@
 // lwrt/cpu_tensor.h - the CPU backend's elementwise, shape, reduction and training-update kernels
-// defines: relu, leakyRelu, sigmoid, tanh, exp, log, sqrt, reciprocal, clip, neg, abs, sign, add,
+// defines: relu, leakyRelu, sigmoid, tanh, erf, exp, log, sqrt, reciprocal, clip, neg, abs, sign,
+// add,
 //   sub, mul, div, pow, reluGrad, leakyReluGrad, sigmoidGrad, tanhGrad, clipGrad, reduceMean,
-//   reduceSum, copy, transpose, concat, slice, sliceGrad, split, gather, gatherGrad, expand, pad,
+//   reduceSum, copy, transpose, concat, slice, sliceGrad, split, gather, gatherGrad, gatherNd,
+//   gatherNdGrad, expand, pad,
 //   cast, fill, dropoutUniform, dropoutMask, sgdUpdate, adamUpdate, lrSchedule
 //
 // One function per IR op (ir/Ops.def), computing what the reference
@@ -48,6 +50,7 @@ using lwrt::ClipParams;
 using lwrt::ConcatParams;
 using lwrt::DropoutMaskParams;
 using lwrt::FillParams;
+using lwrt::GatherNdParams;
 using lwrt::GatherParams;
 using lwrt::LeakyReluParams;
 using lwrt::LrScheduleKind;
@@ -67,6 +70,7 @@ bool relu(const TensorView& x, const TensorView& y);
 bool leakyRelu(const TensorView& x, const TensorView& y, const LeakyReluParams& p);
 bool sigmoid(const TensorView& x, const TensorView& y);
 bool tanh(const TensorView& x, const TensorView& y);
+bool erf(const TensorView& x, const TensorView& y);
 bool exp(const TensorView& x, const TensorView& y);
 bool log(const TensorView& x, const TensorView& y);
 bool sqrt(const TensorView& x, const TensorView& y);
@@ -127,6 +131,15 @@ bool gather(const TensorView& data, const TensorView& indices, const TensorView&
 /// positions, summed in double. Float only.
 bool gatherGrad(const TensorView& indices, const TensorView& dy, const TensorView& dx,
                 const GatherParams& p);
+/// ONNX GatherND: (data, indices I64 [..., k]) -> the slices the index
+/// tuples address after batchDims shared leading dims; negative indices
+/// count from the end.
+bool gatherNd(const TensorView& data, const TensorView& indices, const TensorView& y,
+              const GatherNdParams& p);
+/// (indices, dy) -> d data (shape: input_shape): dy added at the gathered
+/// slices, summed in double. Float only.
+bool gatherNdGrad(const TensorView& indices, const TensorView& dy, const TensorView& dx,
+                  const GatherNdParams& p);
 /// Numpy broadcasting of x to y's shape.
 bool expand(const TensorView& x, const TensorView& y);
 /// Reflect pads mirror without repeating the edge; edge pads repeat it.

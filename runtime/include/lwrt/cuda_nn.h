@@ -1,8 +1,8 @@
 // lwrt/cuda_nn.h - the CUDA backend's neural-network kernels
 // defines: conv2d, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d, maxPool2dGrad,
 //   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormTrain,
-//   batchNormGrad, softmax, logSoftmax, softmaxGrad, logSoftmaxGrad, softmaxXent,
-//   softmaxXentGrad, mseLoss, mseLossGrad
+//   batchNormGrad, layerNorm, layerNormGrad, softmax, logSoftmax, softmaxGrad, logSoftmaxGrad,
+//   softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
 //
 // The functions of lwrt/cpu_nn.h with the same signatures and semantics, so
 // that a generated trainer compiles against either backend by switching
@@ -49,6 +49,7 @@ using lwrt::BatchNormParams;
 using lwrt::BatchNormTrainParams;
 using lwrt::Conv2dParams;
 using lwrt::GemmParams;
+using lwrt::LayerNormParams;
 using lwrt::LrnParams;
 using lwrt::MaxPool2dParams;
 using lwrt::SoftmaxParams;
@@ -113,6 +114,16 @@ bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorVie
                    const TensorView& var, const TensorView& dy, const TensorView& dx,
                    const TensorView& dscale, const TensorView& dbias,
                    const BatchNormTrainParams& p);
+/// (x, scale, bias) -> (y, mean, invStdDev) over the dims from p.axis on:
+/// scale and bias of the normalized shape x.shape[axis:], the statistics of
+/// x's shape with those dims set to 1 (kept in double while computed).
+bool layerNorm(const TensorView& x, const TensorView& scale, const TensorView& bias,
+               const TensorView& y, const TensorView& mean, const TensorView& invStdDev,
+               const LayerNormParams& p);
+/// (x, scale, mean, invStdDev, dy) -> (dx, dscale, dbias).
+bool layerNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,
+                   const TensorView& invStdDev, const TensorView& dy, const TensorView& dx,
+                   const TensorView& dscale, const TensorView& dbias, const LayerNormParams& p);
 
 //===--- Softmax and losses -----------------------------------------------===//
 

@@ -1,7 +1,9 @@
 // lwrt/cuda_tensor.h - the CUDA backend's elementwise, shape, reduction and training-update kernels
-// defines: relu, leakyRelu, sigmoid, tanh, exp, log, sqrt, reciprocal, clip, neg, abs, sign, add,
+// defines: relu, leakyRelu, sigmoid, tanh, erf, exp, log, sqrt, reciprocal, clip, neg, abs, sign,
+// add,
 //   sub, mul, div, pow, reluGrad, leakyReluGrad, sigmoidGrad, tanhGrad, clipGrad, reduceMean,
-//   reduceSum, copy, transpose, concat, slice, sliceGrad, split, gather, gatherGrad, expand, pad,
+//   reduceSum, copy, transpose, concat, slice, sliceGrad, split, gather, gatherGrad, gatherNd,
+//   gatherNdGrad, expand, pad,
 //   cast, fill, dropoutUniform, dropoutMask, sgdUpdate, adamUpdate, lrSchedule
 //
 // The functions of lwrt/cpu_tensor.h with the same signatures and the same
@@ -45,6 +47,7 @@ using lwrt::ClipParams;
 using lwrt::ConcatParams;
 using lwrt::DropoutMaskParams;
 using lwrt::FillParams;
+using lwrt::GatherNdParams;
 using lwrt::GatherParams;
 using lwrt::LeakyReluParams;
 using lwrt::LrScheduleKind;
@@ -63,6 +66,7 @@ bool relu(const TensorView& x, const TensorView& y);
 bool leakyRelu(const TensorView& x, const TensorView& y, const LeakyReluParams& p);
 bool sigmoid(const TensorView& x, const TensorView& y);
 bool tanh(const TensorView& x, const TensorView& y);
+bool erf(const TensorView& x, const TensorView& y);
 bool exp(const TensorView& x, const TensorView& y);
 bool log(const TensorView& x, const TensorView& y);
 bool sqrt(const TensorView& x, const TensorView& y);
@@ -109,6 +113,15 @@ bool slice(const TensorView& x, const TensorView& y, const SliceParams& p);
 bool sliceGrad(const TensorView& dy, const TensorView& dx, const SliceParams& p);
 /// ys is a host list of views of device memory.
 bool split(const TensorView& x, const std::vector<TensorView>& ys, const SplitParams& p);
+/// ONNX GatherND: (data, indices I64 [..., k]) -> the slices the index
+/// tuples address after batchDims shared leading dims; negative indices
+/// count from the end.
+bool gatherNd(const TensorView& data, const TensorView& indices, const TensorView& y,
+              const GatherNdParams& p);
+/// (indices, dy) -> d data (shape: input_shape): dy added at the gathered
+/// slices, summed in double. Float only.
+bool gatherNdGrad(const TensorView& indices, const TensorView& dy, const TensorView& dx,
+                  const GatherNdParams& p);
 /// An index out of range sets the device error flag.
 bool gather(const TensorView& data, const TensorView& indices, const TensorView& y,
             const GatherParams& p);

@@ -72,4 +72,10 @@ struct BatchNormTrainParams {
   double epsilon = 1e-5;
 };
 
+/// layer_norm and layer_norm_grad: normalized over the dims from axis on.
+struct LayerNormParams {
+  int64_t axis = 0;
+  double epsilon = 1e-5;
+};
+
 } // namespace lwrt

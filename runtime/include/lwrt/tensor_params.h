@@ -61,6 +61,11 @@ struct GatherParams {
   int64_t axis = 0;
 };
 
+/// gather_nd and gather_nd_grad: leading dims shared by data and indices.
+struct GatherNdParams {
+  int64_t batchDims = 0;
+};
+
 enum class PadMode : uint8_t { Constant, Reflect, Edge };
 
 /// pads: [begin of each axis..., end of each axis...]; negative pads crop.

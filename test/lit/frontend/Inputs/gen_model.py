@@ -143,7 +143,7 @@ def opset24(out):
 def unsupported_op(out):
     save(
         model(
-            [helper.make_node("Erf", ["x"], ["y"], name="erf0")],
+            [helper.make_node("Hardmax", ["x"], ["y"], name="hardmax0")],
             [vi("x", [2, 3])],
             [vi("y", [2, 3])],
         ),

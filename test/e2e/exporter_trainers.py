@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Compiled CPU trainers of the dynamo exporter's new patterns against lwcc's
+reference interpreter.
+
+The graphs of exporter_patterns.py that need layer_norm, gather_nd, erf and
+the folded adaptive-pool arithmetic (dynamo_graphs.py) are compiled with
+`lwcc --emit=exe --target=cpu`; one training step on a seeded batch must
+match `lwcc --train-reference` (loss, every gradient, every updated param)
+within a relative error of 1e-4, as trainer_vs_reference.py checks the zoo.
+Ends with the line "N passed, M failed".
+"""
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import exporter_patterns as ep  # noqa: E402
+import trainer_vs_reference as tvr  # noqa: E402
+
+LABELS = [
+    "dyn20/alexnet@64 pool 1->6 GatherND+ReduceMean",
+    "dyn20/vgg11@64 pool 2->7 GatherND+Where",
+    "dyn20/convnext Gelu",
+    "dyn18/convnext Erf",
+]
+
+
+def main():
+    passed = failed = 0
+    cases = {c["label"]: c for c in ep.CASES}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, label in enumerate(LABELS):
+            c = dict(cases[label], sym=False)  # the trainer takes a static batch
+            try:
+                worst, checked, nparams, ngrads = tvr.check_model(ep.build(c), f"case{k}", tmp)
+                ok = worst < tvr.TOLERANCE and checked == ngrads and checked > 0
+                msg = (f"loss, {checked} gradients and {nparams} params: worst relative error "
+                       f"{worst:.2e}")
+            except Exception as e:  # noqa: BLE001 - report and count it
+                ok, msg = False, str(e)
+            print(f"{'PASS' if ok else 'FAIL'}: {label:48s} {msg}")
+            passed += ok
+            failed += not ok
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
