@@ -51,7 +51,9 @@ namespace grad {
       X(sqrt) X(reciprocal) X(neg) X(abs) X(clip) X(add) X(sub) X(mul) X(div) X(pow) X(reduceMean) \
           X(reduceSum) X(gemm) X(matmul) X(reshape) X(transpose) X(concat) X(slice) X(split)       \
               X(gather) X(expand) X(pad) X(cast) X(softmax) X(logSoftmax) X(batchNormTrain)        \
-                  X(identity) X(softmaxXent) X(mseLoss) X(layerNorm) X(erf) X(gatherNd)
+                  X(identity) X(softmaxXent) X(mseLoss) X(layerNorm) X(erf) X(gatherNd)         \
+                      X(allReduce) X(allGather) X(reduceScatter) X(broadcastTo) X(reduceTo)        \
+                          X(deviceCopy) X(shard) X(unshard)
 #define X(name) llvm::Error name(GradContext&);
 LWCC_GRAD_RULES(X)
 #undef X

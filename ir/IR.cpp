@@ -228,6 +228,8 @@ std::unique_ptr<Graph> Graph::clone() const {
     Value* v = g->addParam(p->name(), p->paramName(), p->type());
     v->setLoc(p->loc());
     v->setZeroInit(p->zeroInit());
+    v->setDevice(p->device());
+    v->setShard(p->shard());
     map[p.get()] = v;
   }
   Builder b(*g);
@@ -247,6 +249,8 @@ Op* Builder::create(OpKind kind, const std::vector<Value*>& operands,
   Op* op = graph_.createOp(kind, operands, resultTypes, loc_, before_);
   for (NamedAttr& a : attrs)
     op->setAttr(a.name, std::move(a.value));
+  if (device_ && !op->info().isCommunication())
+    op->annotations().device = device_;
   return op;
 }
 
@@ -295,6 +299,55 @@ Op* Builder::clone(const Op& op, std::unordered_map<const Value*, Value*>& map) 
     map[op.result(i)] = copy->result(i);
   }
   return copy;
+}
+
+} // namespace lwcc
+
+namespace lwcc {
+
+TensorType Value::wholeType() const {
+  TensorType t = type_;
+  for (const ShardDim& s : shard_)
+    t.shape[s.dim] = s.whole;
+  return t;
+}
+
+std::optional<int64_t> valueDevice(const Value* v) {
+  switch (v->kind()) {
+  case ValueKind::Input:
+    return std::nullopt;
+  case ValueKind::Param:
+    return v->device().value_or(0);
+  case ValueKind::Result: {
+    const Op& op = *v->definingOp();
+    if (op.info().isCommunication())
+      return op.info().placement(op, true, v->resultIndex());
+    return op.annotations().device.value_or(0);
+  }
+  }
+  return std::nullopt;
+}
+
+int64_t operandDevice(const Op& op, unsigned i) {
+  if (op.info().isCommunication())
+    return op.info().placement(op, false, i);
+  return op.annotations().device.value_or(0);
+}
+
+int64_t opDevice(const Op& op) {
+  if (op.info().isCommunication())
+    return op.numResults() ? op.info().placement(op, true, 0) : 0;
+  return op.annotations().device.value_or(0);
+}
+
+bool isMultiDevice(const Graph& g) {
+  for (const auto& p : g.params())
+    if (p->device().value_or(0) != 0)
+      return true;
+  for (const auto& op : g.ops())
+    if (op->info().isCommunication() || op->annotations().device.value_or(0) != 0)
+      return true;
+  return false;
 }
 
 } // namespace lwcc

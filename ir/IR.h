@@ -37,6 +37,12 @@ struct Use {
   friend bool operator==(const Use&, const Use&) = default;
 };
 
+/// One split dim of a shard param: printed `dim: offset of whole`.
+struct ShardDim {
+  int64_t dim, offset, whole;
+  friend bool operator==(const ShardDim&, const ShardDim&) = default;
+};
+
 class Value {
 public:
   ValueKind kind() const { return kind_; }
@@ -59,6 +65,17 @@ public:
   /// (optimizer state, counters).
   bool zeroInit() const { return zeroInit_; }
   void setZeroInit(bool z) { zeroInit_ = z; }
+  /// For params: the device that holds it (device 0 when unset), printed
+  /// @dev(N) after the type.
+  std::optional<int64_t> device() const { return device_; }
+  void setDevice(std::optional<int64_t> d) { device_ = d; }
+  /// For params that are a shard of their initializer: per split dim, in
+  /// dim order, where the shard starts and the whole tensor's size there;
+  /// the shard's extent is its type's. Empty: the whole tensor.
+  const std::vector<ShardDim>& shard() const { return shard_; }
+  void setShard(std::vector<ShardDim> s) { shard_ = std::move(s); }
+  /// The whole tensor's type, for a shard param; the value's type otherwise.
+  TensorType wholeType() const;
 
   const Location& loc() const { return loc_; }
   void setLoc(Location l) { loc_ = std::move(l); }
@@ -82,6 +99,8 @@ private:
   std::string paramName_;
   InputRole role_ = InputRole::Data;
   bool zeroInit_ = false;
+  std::optional<int64_t> device_;
+  std::vector<ShardDim> shard_;
   Location loc_;
   std::vector<Use> uses_;
 };
@@ -234,6 +253,10 @@ public:
   void setInsertionPointBefore(Op* op) { before_ = op; }
   void setInsertionPointAfter(Op* op) { before_ = graph_.nextOp(op); }
   void setLoc(Location loc) { loc_ = std::move(loc); }
+  /// The device (@dev) of the ops created from now on; communication ops,
+  /// which their attributes place, never get one.
+  void setDevice(std::optional<int64_t> device) { device_ = device; }
+  std::optional<int64_t> device() const { return device_; }
 
   Op* create(OpKind kind, const std::vector<Value*>& operands,
              const std::vector<TensorType>& resultTypes, std::vector<NamedAttr> attrs = {});
@@ -249,6 +272,25 @@ private:
   Graph& graph_;
   Op* before_ = nullptr;
   Location loc_;
+  std::optional<int64_t> device_;
 };
+
+/// Where values live. A graph input is host data that every device may
+/// read (the trainer gives each device the rows it reads); a param lives on
+/// its @dev; a result on its op's @dev, or where a communication op's
+/// placement puts it. Unplaced params and ops are on device 0.
+std::optional<int64_t> valueDevice(const Value* v);
+/// The device on which `op` reads operand `i`.
+int64_t operandDevice(const Op& op, unsigned i);
+/// The device of `op` itself (@dev, or 0); for communication ops, the device
+/// of result #0.
+int64_t opDevice(const Op& op);
+/// Whether any param or op of `g` is placed on a device other than 0, or
+/// communicates.
+bool isMultiDevice(const Graph& g);
+/// Bytes that a communication op moves between devices in one run, with
+/// ring algorithms for the collectives (all_reduce: 2(p-1)/p of each
+/// device's tensor sent by each device); 0 for other ops.
+int64_t commBytes(const Op& op);
 
 } // namespace lwcc

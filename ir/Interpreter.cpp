@@ -623,8 +623,9 @@ namespace {
 
 llvm::Expected<std::vector<Tensor>> evaluate(const Op& op,
                                              const std::vector<const Tensor*>& operands,
-                                             Precision precision, WeightMap* updates) {
-  EvalCtx c{op, operands, {}, updates};
+                                             Precision precision, WeightMap* updates,
+                                             const WeightMap* weights) {
+  EvalCtx c{op, operands, {}, updates, weights};
   for (unsigned k = 0; k < op.numResults(); ++k)
     c.out.emplace_back(op.result(k)->type());
   if (Error e = kEval[static_cast<size_t>(op.kind())](c))
@@ -668,6 +669,13 @@ llvm::Expected<std::vector<Tensor>> execute(const Graph& g, const std::vector<Te
       values[p.get()] = Tensor(p->type());
       continue;
     }
+    if (!p->shard().empty()) {
+      auto piece = kernels::readShard(*p, it->second);
+      if (!piece)
+        return piece.takeError();
+      values[p.get()] = std::move(*piece);
+      continue;
+    }
     if (Error e = bind(p.get(), it->second, "param '%" + p->name() + "'"))
       return e;
   }
@@ -675,7 +683,7 @@ llvm::Expected<std::vector<Tensor>> execute(const Graph& g, const std::vector<Te
     std::vector<const Tensor*> operands;
     for (Value* v : op->operands())
       operands.push_back(&values.at(v));
-    auto results = evaluate(*op, operands, precision, updates);
+    auto results = evaluate(*op, operands, precision, updates, &weights);
     if (!results)
       return results.takeError();
     for (unsigned k = 0; k < op->numResults(); ++k)
@@ -691,7 +699,7 @@ llvm::Expected<std::vector<Tensor>> execute(const Graph& g, const std::vector<Te
 
 llvm::Expected<std::vector<Tensor>>
 evaluateOp(const Op& op, const std::vector<const Tensor*>& operands, Precision precision) {
-  return evaluate(op, operands, precision, nullptr);
+  return evaluate(op, operands, precision, nullptr, nullptr);
 }
 
 llvm::Expected<std::vector<Tensor>> interpret(const Graph& g, const std::vector<Tensor>& inputs,

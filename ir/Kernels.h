@@ -22,6 +22,8 @@ struct EvalCtx {
   /// Where assign ops record new param values (by initializer name); null
   /// when the caller discards updates.
   WeightMap* updates = nullptr;
+  /// The param values the step started from (for assigns to a shard).
+  const WeightMap* weights = nullptr;
 
   const Tensor& x(unsigned k = 0) const { return *in[k]; }
   Tensor& y(unsigned k = 0) { return out[k]; }
@@ -118,8 +120,24 @@ AvgWindow avgPoolWindow(const Op& op, const Shape& xs, int64_t oh, int64_t ow);
               X(BatchNormGrad) X(SliceGrad) X(GatherGrad) X(DropoutMask) X(SgdUpdate)              \
                   X(AdamUpdate) X(LrSchedule) X(Assign) X(LayerNorm) X(LayerNormGrad) X(GatherNd)  \
                       X(GatherNdGrad)
+#define LWCC_COMM_KERNELS(X)                                                                       \
+  X(AllReduce)                                                                                     \
+  X(AllGather) X(ReduceScatter) X(Broadcast) X(ReduceTo) X(DeviceCopy) X(Shard) X(Unshard)
 #define X(E) llvm::Error eval##E(EvalCtx&);
 LWCC_TRAIN_KERNELS(X)
+LWCC_COMM_KERNELS(X)
 #undef X
+
+namespace kernels {
+/// The part of `whole` (a param's initializer value) that the shard param
+/// `p` holds.
+llvm::Expected<Tensor> readShard(const Value& p, const Tensor& whole);
+/// Writes `piece`, the value of shard param `p`, into `whole`.
+void writeShard(const Value& p, const Tensor& piece, Tensor& whole);
+/// Copies `rows` rows along `axis` of `src`, from row `srcRow`, into `dst`
+/// at row `dstRow` (both tensors agree outside `axis`).
+void copyRows(const Tensor& src, int64_t srcRow, Tensor& dst, int64_t dstRow, int64_t axis,
+              int64_t rows);
+} // namespace kernels
 
 } // namespace lwcc

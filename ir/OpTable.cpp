@@ -11,8 +11,7 @@ namespace lwcc {
 namespace {
 
 std::vector<OpInfo> buildTable() {
-#define INT(n, d)                                                                                  \
-  AttrSpec { #n, AttrKind::Int, AttrSpec::Defaulted, Attribute(int64_t(d)) }
+#define INT(n, d) AttrSpec{#n, AttrKind::Int, AttrSpec::Defaulted, Attribute(int64_t(d))}
 #define FLOAT(n, d)                                                                                \
   AttrSpec { #n, AttrKind::Float, AttrSpec::Defaulted, Attribute(double(d)) }
 #define STR(n, d)                                                                                  \
@@ -39,10 +38,18 @@ std::vector<OpInfo> buildTable() {
   AttrSpec { #n, AttrKind::Floats, AttrSpec::Optional, Attribute() }
 #define OP(E, M, LO, HI, NR, SHAPE, VERIFY, GRAD, ...)                                             \
   OpInfo{OpKind::E, M, LO, HI, NR, std::vector<AttrSpec>{__VA_ARGS__}, SHAPE, VERIFY, GRAD},
-  return std::vector<OpInfo>{
+#define COMM_OP(E, M, LO, HI, NR, SHAPE, VERIFY, GRAD, PLACE, ...)                                 \
+  OpInfo{OpKind::E, M,      LO,   HI,      NR,   std::vector<AttrSpec>{__VA_ARGS__},               \
+         SHAPE,     VERIFY, GRAD, nullptr, PLACE},
+  std::vector<OpInfo> table{
 #include "ir/Ops.def"
   };
 #undef OP
+#undef COMM_OP
+#define TRAIT(E, FIELD, VALUE) table[static_cast<size_t>(OpKind::E)].FIELD = VALUE;
+#include "ir/OpTraits.def"
+#undef TRAIT
+  return table;
 #undef INT
 #undef FLOAT
 #undef STR

@@ -40,6 +40,31 @@ struct GradContext;
 struct CostContext;
 using GradRule = llvm::Error (*)(GradContext&);
 using CostRule = double (*)(const Op&, const CostContext&);
+/// For communication ops: the device of operand `index` (or of result
+/// `index` when `result`), read from the op's attributes.
+using PlacementRule = int64_t (*)(const Op&, bool result, unsigned index);
+
+/// How an op computes a shard of its results on each device from shards of
+/// its operands, when its result #0 is split along `dim`.
+struct SplitPlan {
+  /// Per operand: the dim split the same way (same sizes), or -1 when each
+  /// device needs the whole operand.
+  std::vector<int64_t> operandDims;
+  /// Per result: the dim split the same way, or -1 for a whole result (on
+  /// every device, or a partial sum when `partial` says so).
+  std::vector<int64_t> resultDims;
+  /// Whole results that each device holds only a part of: summed across
+  /// devices (Sum), or a mean over the device's shard that the devices'
+  /// shares of the split dim weigh (Mean).
+  enum class Partial { None, Sum, Mean } partial = Partial::None;
+};
+/// The plan for splitting result #0 along `dim`, or nullopt when the op
+/// cannot compute shards that way.
+using ParallelRule = std::optional<SplitPlan> (*)(const Op&, int64_t dim);
+/// Adjusts the attributes of `local`, a shard of `global` whose result #0
+/// starts at `offset` along the split `dim` (ops whose attributes hold
+/// shapes or global positions).
+using LocalizeHook = void (*)(Op& local, const Op& global, int64_t dim, int64_t offset);
 
 struct OpInfo {
   OpKind kind;
@@ -52,6 +77,16 @@ struct OpInfo {
   VerifyHook verifyHook;
   GradRule gradRule = nullptr;
   CostRule costRule = nullptr;
+  /// Set for communication ops only (Ops.def's COMM_OP rows).
+  PlacementRule placement = nullptr;
+  /// Named traits from ir/OpTraits.def.
+  ParallelRule parallel = nullptr;
+  LocalizeHook localize = nullptr;
+  /// @par and the parallel rule name dims of operand #0, which the op
+  /// reduces away (losses, reductions to a scalar).
+  bool parOnOperand = false;
+
+  bool isCommunication() const { return placement != nullptr; }
 
   const AttrSpec* findAttr(std::string_view name) const;
 };
@@ -114,6 +149,14 @@ Rule lrSchedule(const Op&);
 Rule assign(const Op&);
 Rule layerNormGrad(const Op&);
 Rule gatherNdGrad(const Op&);
+// Communication ops (CommOps.cpp).
+Rule allReduce(const Op&);
+Rule allGather(const Op&);
+Rule reduceScatter(const Op&);
+Rule broadcastTo(const Op&);
+Rule reduceTo(const Op&);
+Rule shard(const Op&);
+Rule unshard(const Op&);
 
 /// numpy broadcasting of two shapes.
 llvm::Expected<Shape> broadcast(const Shape& a, const Shape& b);
@@ -134,6 +177,31 @@ llvm::Expected<Shape> gatherNdShape(const Shape& data, const Shape& indices, int
 
 namespace verify {
 llvm::Error constant(const Op&);
+llvm::Error comm(const Op&);
 } // namespace verify
+
+namespace place {
+int64_t perDevice(const Op&, bool result, unsigned index);
+int64_t fromSrc(const Op&, bool result, unsigned index);
+int64_t toDst(const Op&, bool result, unsigned index);
+int64_t copy(const Op&, bool result, unsigned index);
+} // namespace place
+
+namespace par {
+std::optional<SplitPlan> elementwise(const Op&, int64_t dim);
+std::optional<SplitPlan> conv2d(const Op&, int64_t dim);
+std::optional<SplitPlan> pool(const Op&, int64_t dim);
+std::optional<SplitPlan> sampleOnly(const Op&, int64_t dim);
+std::optional<SplitPlan> gemm(const Op&, int64_t dim);
+std::optional<SplitPlan> reshapeLeading(const Op&, int64_t dim);
+std::optional<SplitPlan> concat(const Op&, int64_t dim);
+std::optional<SplitPlan> softmax(const Op&, int64_t dim);
+std::optional<SplitPlan> batchNormTrain(const Op&, int64_t dim);
+std::optional<SplitPlan> loss(const Op&, int64_t dim);
+std::optional<SplitPlan> reduce(const Op&, int64_t dim);
+std::optional<SplitPlan> dropoutMask(const Op&, int64_t dim);
+void localizeShape(Op& local, const Op& global, int64_t dim, int64_t offset);
+void localizeDropoutMask(Op& local, const Op& global, int64_t dim, int64_t offset);
+} // namespace par
 
 } // namespace lwcc

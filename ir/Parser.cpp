@@ -456,15 +456,62 @@ llvm::Error Parser::parseParam(const Token& name) {
   bool zeros = isIdent("zeros");
   if (zeros)
     TRY(advance());
+  // shard(dim: offset of whole, ...): where this shard lies in its initializer.
+  std::vector<ShardDim> shard;
+  if (isIdent("shard")) {
+    TRY(advance());
+    TRY(expect(Tok::LParen, "'(' after shard"));
+    while (tok_.kind != Tok::RParen) {
+      if (!shard.empty())
+        TRY(expect(Tok::Comma, "',' or ')'"));
+      const char* at = tok_.pos;
+      auto dim = parseInt();
+      if (!dim)
+        return dim.takeError();
+      TRY(expect(Tok::Colon, "':' between the shard's dim and offset"));
+      auto off = parseInt();
+      if (!off)
+        return off.takeError();
+      if (!isIdent("of"))
+        return errorHere("expected 'of' and the whole tensor's size, got " + describe(tok_));
+      TRY(advance());
+      auto whole = parseInt();
+      if (!whole)
+        return whole.takeError();
+      if (*dim < 0 || *off < 0 || (!shard.empty() && *dim <= shard.back().dim))
+        return errorAt(at, "shard dims must be >= 0 and increasing, offsets >= 0");
+      shard.push_back({*dim, *off, *whole});
+    }
+    if (shard.empty())
+      return errorHere("a shard names at least one dim");
+    TRY(advance());
+  }
   TRY(expect(Tok::Colon, "':' before the param type"));
   auto type = parseType();
   if (!type)
     return type.takeError();
   if (!graph_->ops().empty())
     return errorAt(name.pos, "params must be declared before the first op");
+  for (const ShardDim& sd : shard) {
+    if (sd.dim >= type->rank())
+      return errorAt(name.pos, "the shard names dim " + std::to_string(sd.dim) + " of a rank-" +
+                                   std::to_string(type->rank()) + " param");
+    if (sd.offset + type->shape[sd.dim] > sd.whole)
+      return errorAt(name.pos, "the shard of dim " + std::to_string(sd.dim) + " ends at " +
+                                   std::to_string(sd.offset + type->shape[sd.dim]) +
+                                   ", past the whole size " + std::to_string(sd.whole));
+  }
+  std::optional<int64_t> device;
+  if (tok_.kind == Tok::AtId && tok_.text == "dev") {
+    Annotations ann;
+    TRY(parseAnnotation(ann));
+    device = ann.device;
+  }
   Value* v = graph_->addParam("", init, *type);
   v->setLoc(locOf(name.pos));
   v->setZeroInit(zeros);
+  v->setShard(std::move(shard));
+  v->setDevice(device);
   return define(name, v);
 }
 

@@ -7,6 +7,7 @@
 //     %c = conv2d(%x, %w) {pads = [1, 1, 1, 1]} : f32[8,16,32,32] @dev(0) loc("conv")
 //     %a, %b = split(%c) {axis = 1, split = [8, 8]} : f32[8,8,32,32], f32[8,8,32,32]
 //     %m = param "opt.m.conv.weight" zeros : f32[16,3,3,3]
+//     %f = param "fc.weight" shard(0: 512 of 1024) : f32[512,4096] @dev(1)
 //     assign(%m, %a2)
 //     return %loss, %dw @grad(%w)
 //   }
@@ -101,9 +102,21 @@ void printGraph(const Graph& g, llvm::raw_ostream& os) {
        << roleName(in->role());
   }
   os << ") {\n";
-  for (const auto& p : g.params())
+  for (const auto& p : g.params()) {
     os << "  %" << namer.name(p.get()) << " = param " << quoteString(p->paramName())
-       << (p->zeroInit() ? " zeros" : "") << " : " << p->type().str() << "\n";
+       << (p->zeroInit() ? " zeros" : "");
+    if (!p->shard().empty()) {
+      os << " shard(";
+      for (size_t i = 0; i < p->shard().size(); ++i)
+        os << (i ? ", " : "") << p->shard()[i].dim << ": " << p->shard()[i].offset << " of "
+           << p->shard()[i].whole;
+      os << ")";
+    }
+    os << " : " << p->type().str();
+    if (p->device())
+      os << " @dev(" << *p->device() << ")";
+    os << "\n";
+  }
   for (const auto& opPtr : g.ops()) {
     const Op& op = *opPtr;
     os << "  ";

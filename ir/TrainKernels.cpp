@@ -498,6 +498,17 @@ Error evalDropoutMask(EvalCtx& c) {
   double ratio = c.op.getFloat("ratio");
   int64_t seed = c.op.getInt("seed"), step = c.x().i[0];
   double keep = 1.0 / (1.0 - ratio);
+  if (c.op.hasAttr("whole_shape")) {
+    std::vector<int64_t> strides = kernels::stridesOf(c.op.getInts("whole_shape"));
+    const auto& off = c.op.getInts("offsets");
+    kernels::forEachIndex(c.y().type.shape, [&](const std::vector<int64_t>& idx, int64_t k) {
+      int64_t w = 0;
+      for (size_t d = 0; d < idx.size(); ++d)
+        w += (idx[d] + off[d]) * strides[d];
+      c.y().f[k] = dropoutUniform(seed, step, w) >= ratio ? keep : 0.0;
+    });
+    return ok();
+  }
   for (int64_t k = 0; k < c.y().size(); ++k)
     c.y().f[k] = dropoutUniform(seed, step, k) >= ratio ? keep : 0.0;
   return ok();
@@ -564,8 +575,26 @@ Error evalLrSchedule(EvalCtx& c) {
 }
 
 Error evalAssign(EvalCtx& c) {
-  if (c.updates)
-    (*c.updates)[c.op.operand(0)->paramName()] = c.x(1);
+  if (!c.updates)
+    return ok();
+  const Value& p = *c.op.operand(0);
+  auto it = c.updates->find(p.paramName());
+  if (!p.shard().empty()) {
+    // A shard writes its part of the whole tensor: the new one when another
+    // shard wrote first, else the value the step started from.
+    if (it == c.updates->end()) {
+      const WeightMap::const_iterator old =
+          c.weights ? c.weights->find(p.paramName()) : WeightMap::const_iterator();
+      Tensor start = c.weights && old != c.weights->end() ? old->second : Tensor(p.wholeType());
+      it = c.updates->emplace(p.paramName(), std::move(start)).first;
+    }
+    kernels::writeShard(p, c.x(1), it->second);
+    return ok();
+  }
+  // Replicas of a param on several devices must stay equal.
+  if (it != c.updates->end() && (it->second.f != c.x(1).f || it->second.i != c.x(1).i))
+    return c.op.emitError("replicas of param \"" + p.paramName() + "\" diverged");
+  (*c.updates)[p.paramName()] = c.x(1);
   return ok();
 }
 

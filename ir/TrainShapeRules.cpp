@@ -239,6 +239,17 @@ Rule dropoutMask(const Op& op) {
   auto shape = shapeAttr(op, "shape");
   if (!shape)
     return shape.takeError();
+  if (op.hasAttr("whole_shape") != op.hasAttr("offsets"))
+    return fail("attributes 'whole_shape' and 'offsets' go together");
+  if (op.hasAttr("whole_shape")) {
+    const auto &whole = op.getInts("whole_shape"), &off = op.getInts("offsets");
+    if (whole.size() != shape->size() || off.size() != shape->size())
+      return fail("'whole_shape' and 'offsets' need {0} values each", shape->size());
+    for (size_t d = 0; d < whole.size(); ++d)
+      if (off[d] < 0 || off[d] + (*shape)[d] > whole[d])
+        return fail("the shard at offset {0} of dim {1} does not fit the whole size {2}", off[d], d,
+                    whole[d]);
+  }
   std::optional<DType> dt = parseDType(op.getString("dtype"));
   if (!dt || !isFloat(*dt))
     return fail("attribute 'dtype' must name a float type, got \"{0}\"", op.getString("dtype"));

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 #include <unordered_set>
 
@@ -43,7 +44,9 @@ llvm::Error verifyAnnotations(const Op& op) {
   if (a.par) {
     if (op.numResults() == 0)
       return op.emitError("@par on an op without results");
-    int64_t rank = op.result(0)->type().rank();
+    // Ops that reduce their operand away (losses) split the operand's dims.
+    int64_t rank = op.info().parOnOperand && op.numOperands() ? op.operand(0)->type().rank()
+                                                              : op.result(0)->type().rank();
     std::set<int64_t> dims;
     for (const auto& [name, degree] : a.par->degrees) {
       auto d = parDim(name, rank);
@@ -60,12 +63,17 @@ llvm::Error verifyAnnotations(const Op& op) {
       if (degree < 1)
         return op.emitError(
             llvm::formatv("@par degree of '{0}' must be >= 1, got {1}", name, degree));
-      if (degree > op.result(0)->type().shape[*d])
+      const Value* split =
+          op.info().parOnOperand && op.numOperands() ? op.operand(0) : op.result(0);
+      // On a shard (an op with @dev), @par describes the whole op it is part of.
+      if (!a.device && degree > split->type().shape[*d])
         return op.emitError(llvm::formatv("@par degree {0} of '{1}' exceeds its size {2}", degree,
-                                          name, op.result(0)->type().shape[*d]));
+                                          name, split->type().shape[*d]));
     }
     if (!a.par->devices.empty()) {
-      if (static_cast<int64_t>(a.par->devices.size()) != a.par->totalDegree())
+      // A total degree of 1 with several devices: each computes the whole op.
+      if (static_cast<int64_t>(a.par->devices.size()) != a.par->totalDegree() &&
+          a.par->totalDegree() != 1)
         return op.emitError(llvm::formatv("@par has {0} devices for a total degree of {1}",
                                           a.par->devices.size(), a.par->totalDegree()));
       std::set<int64_t> unique(a.par->devices.begin(), a.par->devices.end());
@@ -169,15 +177,36 @@ llvm::Error verifyGraph(const Graph& g) {
                                       "(floats), got " +
                                       in->type().str());
   }
-  std::set<std::string> initializers;
+  // Several params may hold one initializer: replicas on distinct devices
+  // and shards of it, all of one whole type.
+  std::map<std::string, std::vector<const Value*>> initializers;
   for (const auto& p : g.params()) {
     defined.insert(p.get());
     if (!p->name().empty() && !names.insert(p->name()).second)
       return makeError(p->loc(), "value name '%" + p->name() + "' is defined twice");
     if (p->paramName().empty())
       return makeError(p->loc(), "param '%" + p->name() + "' has no initializer name");
-    if (!initializers.insert(p->paramName()).second)
-      return makeError(p->loc(), "initializer \"" + p->paramName() + "\" is bound to two params");
+    if (p->device() && *p->device() < 0)
+      return makeError(
+          p->loc(),
+          llvm::formatv("param '%{0}': @dev must be >= 0, got {1}", p->name(), *p->device()).str());
+    for (const ShardDim& sd : p->shard())
+      if (sd.dim < 0 || sd.dim >= p->type().rank() || sd.offset < 0 ||
+          sd.offset + p->type().shape[sd.dim] > sd.whole)
+        return makeError(p->loc(),
+                         "param '%" + p->name() + "': its shard does not fit " + p->type().str());
+    auto& same = initializers[p->paramName()];
+    for (const Value* q : same) {
+      if (q->wholeType() != p->wholeType() || q->zeroInit() != p->zeroInit())
+        return makeError(p->loc(), "initializer \"" + p->paramName() +
+                                       "\" is bound to params of different types");
+      if (q->device().value_or(0) == p->device().value_or(0) && q->shard() == p->shard() &&
+          q->type() == p->type())
+        return makeError(p->loc(),
+                         "initializer \"" + p->paramName() + "\" is bound to two params" +
+                             (p->device() ? " on device " + std::to_string(*p->device()) : ""));
+    }
+    same.push_back(p.get());
   }
   // An assign writes its param in place: nothing may read the param later.
   std::unordered_set<const Value*> assigned;
@@ -199,6 +228,17 @@ llvm::Error verifyGraph(const Graph& g) {
       return op->emitError("param '%" + op->operand(0)->name() + "' is assigned twice");
     if (llvm::Error e = verifyOp(*op))
       return e;
+    // Values are read where they live; communication ops move them.
+    for (unsigned i = 0; i < op->numOperands(); ++i) {
+      const Value* v = op->operand(i);
+      std::optional<int64_t> at = valueDevice(v);
+      if (at && *at != operandDevice(*op, i)) {
+        std::string what = v->name().empty() ? "a value" : "'%" + v->name() + "'";
+        return op->emitError(llvm::formatv("reads operand #{0} ({1}) on device {2}, but it lives "
+                                           "on device {3}: move it with a communication op",
+                                           i, what, operandDevice(*op, i), *at));
+      }
+    }
     for (unsigned i = 0; i < op->numResults(); ++i) {
       const Value* r = op->result(i);
       defined.insert(r);

@@ -78,7 +78,13 @@ public:
     seedLoc.name = "loss.grad";
     b.setLoc(seedLoc);
     std::unordered_map<const Value*, Value*> grads;
+    // Backward ops run where their forward op ran; the seed where the loss is.
+    auto placeAt = [&](const Value* v) {
+      std::optional<int64_t> d = valueDevice(v);
+      b.setDevice(d && *d != 0 ? d : std::nullopt);
+    };
     {
+      placeAt(loss);
       Op* one = b.create(OpKind::Constant, {}, {loss->type()});
       one->setAttr("value", Attribute(std::vector<double>{1.0}));
       grads[loss] = one->result();
@@ -104,6 +110,7 @@ public:
                              "trainable param");
       c.dxs.assign(op->numOperands(), nullptr);
       b.setLoc(op->loc());
+      b.setDevice(op->annotations().device);
       if (llvm::Error e = rule(c))
         return e;
       for (unsigned i = 0; i < op->numOperands(); ++i) {
@@ -112,6 +119,7 @@ public:
         Value* v = op->operand(i);
         auto [git, inserted] = grads.emplace(v, c.dxs[i]);
         if (!inserted) {
+          placeAt(c.dxs[i]);
           auto sum = b.createInferred(OpKind::Add, {git->second, c.dxs[i]});
           if (!sum)
             return op->emitError("cannot sum gradients: " + llvm::toString(sum.takeError()));
@@ -128,6 +136,7 @@ public:
       if (gv->kind() != ValueKind::Result || gv->definingOp()->kind() == OpKind::Constant ||
           !gv->name().empty() || gv == loss) {
         // Give each gradient output a value of its own.
+        placeAt(p);
         auto copy = b.createInferred(OpKind::Identity, {gv});
         if (!copy)
           return copy.takeError();

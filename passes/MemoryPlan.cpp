@@ -2,6 +2,7 @@
 #include "passes/MemoryPlan.h"
 
 #include "ir/Interpreter.h"
+#include "ir/Kernels.h"
 #include "passes/Pass.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -100,9 +101,10 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
   };
   for (size_t pos = 0; pos < order.size(); ++pos) {
     Op& op = *order[pos];
-    int64_t device = op.annotations().device.value_or(0);
     for (unsigned r = 0; r < op.numResults(); ++r) {
       Value* v = op.result(r);
+      // A collective's results live on several devices.
+      int64_t device = valueDevice(v).value_or(0);
       // Views share their operand's buffer when it is in the arena.
       if (r == 0 && isAlias(op) && bufferOf.count(op.operand(0))) {
         join(v, bufferOf[op.operand(0)], pos);
@@ -224,7 +226,7 @@ llvm::Error checkMemoryPlan(const Graph& g) {
       bool pinned = op->kind() == OpKind::Constant;
       storageOf[v] = storages.size();
       storages.push_back({op,
-                          op->annotations().device.value_or(0),
+                          valueDevice(v).value_or(0),
                           lo,
                           lo + v->type().sizeInBytes(),
                           pinned ? 0 : pos,
@@ -337,7 +339,7 @@ llvm::Expected<std::vector<Tensor>> runInArenas(const Graph& g, const std::vecto
   std::map<int64_t, std::vector<unsigned char>> arenas;
   for (const auto& op : g.ops())
     for (unsigned r = 0; r < op->numResults(); ++r) {
-      auto& arena = arenas[op->annotations().device.value_or(0)];
+      auto& arena = arenas[valueDevice(op->result(r)).value_or(0)];
       int64_t end = (*op->annotations().bufferOffsets)[r] + op->result(r)->type().sizeInBytes();
       if (static_cast<int64_t>(arena.size()) < end)
         arena.resize(end);
@@ -356,13 +358,22 @@ llvm::Expected<std::vector<Tensor>> runInArenas(const Graph& g, const std::vecto
     keep(g.input(k), inputs[k]);
   for (const auto& p : g.params()) {
     auto it = weights.find(p->paramName());
-    keep(p.get(), it != weights.end() ? it->second : Tensor(p->type()));
+    if (it == weights.end()) {
+      keep(p.get(), Tensor(p->type()));
+    } else if (!p->shard().empty()) {
+      auto piece = kernels::readShard(*p, it->second);
+      if (!piece)
+        return piece.takeError();
+      keep(p.get(), *piece);
+    } else {
+      keep(p.get(), it->second);
+    }
   }
   auto read = [&](const Value* v) -> Tensor {
     if (auto it = outside.find(v); it != outside.end())
       return it->second;
     const Op* def = v->definingOp();
-    return loadTensor(arenas[def->annotations().device.value_or(0)],
+    return loadTensor(arenas[valueDevice(v).value_or(0)],
                       (*def->annotations().bufferOffsets)[v->resultIndex()], v->type());
   };
   for (const auto& op : g.ops()) {
@@ -376,7 +387,7 @@ llvm::Expected<std::vector<Tensor>> runInArenas(const Graph& g, const std::vecto
     if (!results)
       return results.takeError();
     for (unsigned r = 0; r < op->numResults(); ++r)
-      storeTensor(arenas[op->annotations().device.value_or(0)],
+      storeTensor(arenas[valueDevice(op->result(r)).value_or(0)],
                   (*op->annotations().bufferOffsets)[r], (*results)[r]);
   }
   std::vector<Tensor> out;

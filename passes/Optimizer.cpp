@@ -3,6 +3,8 @@
 #include "passes/PassOptions.h"
 #include "passes/TrainingSupport.h"
 
+#include <map>
+
 namespace lwcc {
 
 namespace {
@@ -47,26 +49,55 @@ public:
     Location loc;
     loc.name = "optimizer";
     b.setLoc(loc);
-    Value* step = getOrCreateStepParam(g);
-    auto lr = b.createInferred(OpKind::LrSchedule, {step},
-                               {{"kind", Attribute(cfg_.schedule)},
-                                {"base_lr", Attribute(cfg_.lr)},
-                                {"warmup_steps", Attribute(cfg_.warmup)},
-                                {"total_steps", Attribute(cfg_.totalSteps)},
-                                {"step_size", Attribute(cfg_.stepSize)},
-                                {"gamma", Attribute(cfg_.gamma)},
-                                {"min_lr", Attribute(cfg_.minLr)}});
-    if (!lr)
-      return lr.takeError();
-    Value* lrValue = (*lr)->result();
-    lrValue->setName(uniqueValueName(g, "lr"));
+    // Each device that holds params has its own step counter and learning
+    // rate (one device: the graph's single ones).
+    struct PerDevice {
+      Value* step;
+      Value* lr;
+    };
+    std::map<int64_t, PerDevice> devices;
+    auto onDevice = [&](int64_t d) -> llvm::Expected<PerDevice> {
+      auto it = devices.find(d);
+      if (it != devices.end())
+        return it->second;
+      b.setLoc(loc);
+      b.setDevice(d ? std::optional<int64_t>(d) : std::nullopt);
+      Value* step = getOrCreateStepParam(g, d);
+      auto lr = b.createInferred(OpKind::LrSchedule, {step},
+                                 {{"kind", Attribute(cfg_.schedule)},
+                                  {"base_lr", Attribute(cfg_.lr)},
+                                  {"warmup_steps", Attribute(cfg_.warmup)},
+                                  {"total_steps", Attribute(cfg_.totalSteps)},
+                                  {"step_size", Attribute(cfg_.stepSize)},
+                                  {"gamma", Attribute(cfg_.gamma)},
+                                  {"min_lr", Attribute(cfg_.minLr)}});
+      if (!lr)
+        return lr.takeError();
+      Value* lrValue = (*lr)->result();
+      lrValue->setName(uniqueValueName(g, d ? "lr.d" + std::to_string(d) : "lr"));
+      return devices[d] = PerDevice{step, lrValue};
+    };
+    // The step counters that exist already (read by dropout masks) advance too.
+    for (const auto& p : g.params())
+      if (p->paramName() == kStepParam && p->device().value_or(0) != 0)
+        if (auto pd = onDevice(*p->device()); !pd)
+          return pd.takeError();
 
     std::vector<std::pair<Value*, Value*>> assigns;
     for (const auto& [p, grad] : updates) {
+      int64_t d = p->device().value_or(0);
+      auto pd = onDevice(d);
+      if (!pd)
+        return pd.takeError();
+      b.setDevice(d ? std::optional<int64_t>(d) : std::nullopt);
+      Value* step = pd->step;
+      Value* lrValue = pd->lr;
       auto state = [&](const char* what) {
         Value* s = g.addParam(uniqueValueName(g, p->name() + "." + what),
                               std::string("opt.") + what + "." + p->paramName(), p->type());
         s->setZeroInit(true);
+        s->setDevice(p->device());
+        s->setShard(p->shard());
         return s;
       };
       Location ploc;
@@ -101,14 +132,20 @@ public:
       }
     }
     b.setLoc(loc);
-    Op* one = b.create(OpKind::Constant, {}, {TensorType(DType::I64, {})});
-    one->setAttr("ivalue", Attribute(std::vector<int64_t>{1}));
-    auto next = b.createInferred(OpKind::Add, {step, one->result()});
-    if (!next)
-      return next.takeError();
+    std::vector<std::pair<Value*, Value*>> steps;
+    for (const auto& [d, pd] : devices) {
+      b.setDevice(d ? std::optional<int64_t>(d) : std::nullopt);
+      Op* one = b.create(OpKind::Constant, {}, {TensorType(DType::I64, {})});
+      one->setAttr("ivalue", Attribute(std::vector<int64_t>{1}));
+      auto next = b.createInferred(OpKind::Add, {pd.step, one->result()});
+      if (!next)
+        return next.takeError();
+      steps.emplace_back(pd.step, (*next)->result());
+    }
     for (const auto& [target, value] : assigns)
       appendAssign(g, target, value, loc);
-    appendAssign(g, step, (*next)->result(), loc);
+    for (const auto& [step, next] : steps)
+      appendAssign(g, step, next, loc);
     return llvm::Error::success();
   }
 

@@ -37,7 +37,21 @@ std::string uniqueValueName(const Graph& g, const std::string& base) {
 }
 
 void appendAssign(Graph& g, Value* target, Value* value, const Location& loc) {
-  g.createOp(OpKind::Assign, {target, value}, {}, loc);
+  Op* op = g.createOp(OpKind::Assign, {target, value}, {}, loc);
+  if (target->device())
+    op->annotations().device = target->device();
+}
+
+Value* getOrCreateStepParam(Graph& g, int64_t device) {
+  for (const auto& p : g.params())
+    if (p->paramName() == kStepParam && p->device().value_or(0) == device)
+      return p.get();
+  Value* p = g.addParam(uniqueValueName(g, device ? "step.d" + std::to_string(device) : "step"),
+                        kStepParam, TensorType(DType::I64, {}));
+  p->setZeroInit(true);
+  if (device)
+    p->setDevice(device);
+  return p;
 }
 
 } // namespace lwcc

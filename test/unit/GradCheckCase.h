@@ -104,6 +104,14 @@ public:
     return paramOf(s, std::move(v));
   }
 
+  /// A param as param() makes, held by `device`.
+  Value* paramOn(int64_t device, const Shape& s) {
+    Value* p = param(s);
+    if (device != 0)
+      p->setDevice(device);
+    return p;
+  }
+
   Value* paramOf(const Shape& s, std::vector<double> values) {
     std::string name = "p" + std::to_string(g_.params().size());
     TensorType t(DType::F64, s);
@@ -188,9 +196,16 @@ public:
       std::vector<double> w(n);
       for (double& x : w)
         x = uniform(-1.0, 1.0);
+      // Each result's term is computed where the result lives and summed
+      // on device 0.
+      int64_t d = valueDevice(r).value_or(0);
+      b_.setDevice(d ? std::optional<int64_t>(d) : std::nullopt);
       Value* m =
           emit(OpKind::Mul, {r, floatConstant(r->type().shape, std::move(w), r->type().dtype)});
       Value* s = emit(OpKind::ReduceSum, {m}, {{"keepdims", 0}});
+      b_.setDevice(std::nullopt);
+      if (d != 0)
+        s = emit(OpKind::DeviceCopy, {s}, {{"src", d}, {"dst", int64_t{0}}});
       loss = loss ? emit(OpKind::Add, {loss, s}) : s;
     }
     if (failed_)

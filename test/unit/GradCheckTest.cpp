@@ -5,7 +5,8 @@
 // central finite differences in float64 (GradCheckCase.h). This file holds
 // convolution, pooling, activations, normalization and losses, and the
 // behaviour of autodiff itself; GradCheckTensorTest.cpp holds arithmetic,
-// reductions, linear algebra and shape ops.
+// reductions, linear algebra and shape ops; GradCheckCommTest.cpp the
+// communication ops.
 //
 //===----------------------------------------------------------------------===//
 #include "GradCheckCase.h"
@@ -34,7 +35,10 @@ TEST(GradCheck, EveryOpWithAGradientRuleIsChecked) {
       "clip", "add", "sub", "mul", "div", "pow", "reduce_mean", "reduce_sum", "gemm", "matmul",
       "reshape", "flatten", "transpose", "concat", "slice", "split", "gather", "expand", "pad",
       "cast", "softmax", "log_softmax", "batch_norm_train", "dropout", "identity",
-      "softmax_xent", "mse_loss", "layer_norm", "erf", "gather_nd"};
+      "softmax_xent", "mse_loss", "layer_norm", "erf", "gather_nd",
+      // Communication (GradCheckCommTest.cpp).
+      "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "device_copy",
+      "shard", "unshard"};
   // clang-format on
   std::set<std::string_view> withRule;
   for (const OpInfo& info : allOps())

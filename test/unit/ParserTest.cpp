@@ -31,11 +31,12 @@ std::string roundTrip(std::string_view text) {
 
 TEST(Parser, CanonicalTextPrintsBackUnchanged) {
   const char* text = R"(graph @main(%x: f32[2,4,8,8] @data, %y: i64[2] @label) {
-  %w = param "conv.weight" : f32[4,4,3,3]
-  %b = param "conv.bias" : f32[4]
+  %w = param "conv.weight" : f32[4,4,3,3] @dev(1)
+  %b = param "conv.bias" : f32[4] @dev(1)
   %c = conv2d(%x, %w, %b) {strides = [1, 1], pads = [1, 1, 1, 1]} : f32[2,4,8,8] @par(n = 2, c = 2, devices = [0, 1, 2, 3]) @dev(1) @stream(0) @mb(3) @buf(128) loc("conv1")
-  %a, %s = split(%c) {axis = 1, split = [1, 3]} : f32[2,1,8,8], f32[2,3,8,8]
-  %r = relu(%s) : f32[2,3,8,8]
+  %a, %s = split(%c) {axis = 1, split = [1, 3]} : f32[2,1,8,8], f32[2,3,8,8] @dev(1)
+  %t = device_copy(%s) {src = 1, dst = 0} : f32[2,3,8,8]
+  %r = relu(%t) : f32[2,3,8,8]
   return %a, %r
 }
 )";
@@ -49,8 +50,8 @@ TEST(Parser, CanonicalTextPrintsBackUnchanged) {
 TEST(Parser, AllAnnotations) {
   auto g = parseOk(R"(graph @main(%x: f32[2,4,8,8] @data) {
   %c = relu(%x) : f32[2,4,8,8] @par(n = 2, c = 2, devices = [0, 1, 2, 3]) @dev(1) @stream(0) @mb(3) @buf(128) loc("r1")
-  %d = relu(%c) : f32[2,4,8,8] @buf(0) @mb(0) @dev(2) @par(d3 = 8)
-  %e = relu(%d) : f32[2,4,8,8] @par()
+  %d = relu(%x) : f32[2,4,8,8] @buf(0) @mb(0) @dev(2) @par(d3 = 8)
+  %e = relu(%x) : f32[2,4,8,8] @par()
   return %e
 }
 )",

@@ -120,8 +120,15 @@ TEST(VerifyAnnotations, Devices) {
   }
   {
     Annotated t;
-    t.par({}, {0, 1}); // no degrees: total degree 1
-    expectOpError(t.g, t.op, "@par has 2 devices for a total degree of 1");
+    t.par({{"n", 2}, {"c", 2}}, {0, 1});
+    expectOpError(t.g, t.op, "@par has 2 devices for a total degree of 4");
+  }
+  {
+    // No degrees (a total degree of 1) on several devices: each computes
+    // the whole op.
+    Annotated t;
+    t.par({}, {0, 1});
+    EXPECT_EQ(errorText(verifyGraph(t.g)), "");
   }
   {
     Annotated t;

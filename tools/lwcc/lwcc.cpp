@@ -13,6 +13,7 @@
 #include "frontend/ExportTemplate.h"
 #include "frontend/Frontend.h"
 #include "ir/Interpreter.h"
+#include "ir/Kernels.h"
 #include "ir/Printer.h"
 #include "passes/GradCheck.h"
 #include "passes/MemoryPlan.h"
@@ -29,6 +30,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 using namespace lwcc;
@@ -43,11 +45,14 @@ cl::opt<std::string> modelFile(cl::Positional, cl::desc("<model.onnx | model.onn
                                cl::cat(category));
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(category));
-enum class Emit { IR, TrainIR, Plan, Source, Exe };
+enum class Emit { IR, TrainIR, ParallelIR, Plan, Source, Exe };
 cl::opt<Emit> emit("emit", cl::desc("What to produce"),
                    cl::values(clEnumValN(Emit::IR, "ir", "the model IR (.lwir)"),
                               clEnumValN(Emit::TrainIR, "train-ir",
                                          "the training step: forward, loss, backward, update"),
+                              clEnumValN(Emit::ParallelIR, "parallel-ir",
+                                         "the training step on --gpus devices: per-device ops "
+                                         "and their communication"),
                               clEnumValN(Emit::Plan, "plan",
                                          "the training step's memory plan: a table of buffers"),
                               clEnumValN(Emit::Source, "source",
@@ -56,6 +61,17 @@ cl::opt<Emit> emit("emit", cl::desc("What to produce"),
                                          "the trainer executable given by -o (the default "
                                          "with -o)")),
                    cl::init(Emit::IR), cl::cat(category));
+
+// Parallelization.
+cl::opt<int64_t> gpus("gpus", cl::desc("Devices to train on (default 1)"), cl::init(1),
+                      cl::cat(category));
+cl::opt<std::string> strategy("strategy",
+                              cl::desc("How layers are parallelized over --gpus devices: data "
+                                       "(default), model or owt (One Weird Trick)"),
+                              cl::init("data"), cl::cat(category));
+cl::opt<int64_t> bucketBytes("bucket-bytes",
+                             cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
+                             cl::init(int64_t{25} << 20), cl::cat(category));
 
 // Training.
 cl::opt<std::string> loss("loss", cl::desc("The loss: softmax-xent (default), mse or none"),
@@ -181,9 +197,18 @@ std::string optimizerOptions() {
 
 /// Runs the passes that build the training graph; `withOptimizer` false
 /// stops after autodiff (gradients as outputs, nothing updated).
-llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
-  std::vector<std::string> names = {"canonicalize", "append-loss=" + loss, "train-mode",
-                                    "autodiff"};
+llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& strat) {
+  std::vector<std::string> names = {"canonicalize", "append-loss=" + loss, "train-mode"};
+  if (gpus > 1) {
+    // Materialize before autodiff: the backward pass differentiates the
+    // per-device ops and their communication; replicas' gradients are summed.
+    names.push_back("parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus));
+    names.push_back("materialize");
+    names.push_back("autodiff");
+    names.push_back("grad-sync=bucket_bytes=" + std::to_string(bucketBytes));
+  } else {
+    names.push_back("autodiff");
+  }
   if (withOptimizer)
     names.push_back("optimizer=" + optimizerOptions());
   names.push_back("dce");
@@ -197,7 +222,66 @@ llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
   ctx.diag = [](Severity sev, const Location& loc, const std::string& msg) {
     printDiagnostic(llvm::errs(), sev, loc, msg);
   };
-  return runPipeline(*m.graph, *pipeline, ctx);
+  return runPipeline(g, *pipeline, ctx);
+}
+
+llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
+  return buildTrainingGraph(*m.graph, withOptimizer, strategy);
+}
+
+/// The bytes a multi-device training step moves between devices.
+int64_t stepCommBytes(const Graph& g) {
+  int64_t total = 0;
+  for (const auto& op : g.ops())
+    total += commBytes(*op);
+  return total;
+}
+
+/// Per layer (ops grouped by location): the parallel config, the devices,
+/// and the bytes communicated per step; then every strategy's total.
+void printParallelPlan(const Graph& g, const std::map<std::string, int64_t>& strategies,
+                       llvm::raw_ostream& os) {
+  struct Layer {
+    std::string config = "-", devices = "-";
+    int64_t ops = 0, bytes = 0;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, Layer> layers;
+  for (const auto& op : g.ops()) {
+    // Optimizer updates are named after their param: one row for them all.
+    std::string name = op->loc().name.empty() ? "(unnamed)" : op->loc().name;
+    if (llvm::StringRef(name).startswith("optimizer/"))
+      name = "optimizer";
+    if (!layers.count(name))
+      order.push_back(name);
+    Layer& l = layers[name];
+    ++l.ops;
+    l.bytes += commBytes(*op);
+    const auto& par = op->annotations().par;
+    if (par && l.config == "-") {
+      std::string cfg, devs;
+      for (const auto& [dim, degree] : par->degrees)
+        cfg += (cfg.empty() ? "" : ", ") + dim + " = " + std::to_string(degree);
+      for (int64_t d : par->devices)
+        devs += (devs.empty() ? "" : ",") + std::to_string(d);
+      l.config = cfg.empty() ? "whole" : cfg;
+      l.devices = devs.empty() ? "-" : devs;
+    }
+  }
+  os << llvm::formatv("\nparallel plan of @{0}: --strategy={1} on {2} devices\n", g.name(),
+                      strategy.getValue(), gpus.getValue());
+  os << llvm::formatv("{0,-32} {1,-14} {2,-16} {3,5} {4,14}\n", "layer", "config", "devices", "ops",
+                      "comm bytes");
+  for (const std::string& name : order) {
+    const Layer& l = layers[name];
+    os << llvm::formatv("{0,-32} {1,-14} {2,-16} {3,5} {4,14}\n", name.substr(0, 32), l.config,
+                        l.devices.substr(0, 16), l.ops, l.bytes);
+  }
+  os << llvm::formatv("communicated per step: {0} bytes\n", stepCommBytes(g));
+  os << "strategies, bytes communicated per step:";
+  for (const auto& [name, bytes] : strategies)
+    os << llvm::formatv(" {0} {1}{2}", name, bytes, name == strategy.getValue() ? " (chosen)" : "");
+  os << "\n";
 }
 
 std::vector<Tensor> readInputs(const Graph& g, const std::string& dir, llvm::Error& err) {
@@ -216,6 +300,11 @@ std::vector<Tensor> readInputs(const Graph& g, const std::string& dir, llvm::Err
 }
 
 int checkGradientsMode(Module& m) {
+  if (gpus > 1) {
+    llvm::errs() << "lwcc: --check-gradients checks the step of one device; check the parallel "
+                    "step against it with --train-reference\n";
+    return 2;
+  }
   if (llvm::Error e = buildTrainingGraph(m, false))
     return fail(std::move(e));
   std::vector<Tensor> inputs = randomInputs(*m.graph, checkSeed);
@@ -542,11 +631,22 @@ int trainReferenceMode(Module& m) {
     };
     if (!write((*outs)[0], "loss_" + std::to_string(s) + ".pb"))
       return 1;
-    if (s == 0)
+    if (s == 0) {
+      // One gradient per initializer: the shards of a split param together.
+      std::map<std::string, Tensor> grads;
       for (size_t o = 1; o < outs->size(); ++o)
-        if (const Value* p = g.outputGradOf(o))
-          if (!write((*outs)[o], "grad_" + fileSafe(p->paramName()) + ".pb"))
-            return 1;
+        if (const Value* p = g.outputGradOf(o)) {
+          if (p->shard().empty()) {
+            grads[p->paramName()] = (*outs)[o];
+            continue;
+          }
+          auto it = grads.try_emplace(p->paramName(), Tensor(p->wholeType())).first;
+          kernels::writeShard(*p, (*outs)[o], it->second);
+        }
+      for (const auto& [name, t] : grads)
+        if (!write(t, "grad_" + fileSafe(name) + ".pb"))
+          return 1;
+    }
     double l = (*outs)[0].f[0];
     llvm::outs() << llvm::formatv("step {0,4}/{1}  loss {2:f6}\n", s + 1, steps.getValue(), l);
     llvm::outs().flush();
@@ -635,6 +735,18 @@ int main(int argc, char** argv) {
     llvm::errs() << "lwcc: --lr-schedule=step needs --step-size=N (N >= 1)\n";
     return 2;
   }
+  if (gpus < 1 || gpus > 1024) {
+    llvm::errs() << "lwcc: --gpus must be in 1..1024\n";
+    return 2;
+  }
+  if (strategy != "data" && strategy != "model" && strategy != "owt") {
+    llvm::errs() << "lwcc: --strategy=" << strategy << " is not one of: data, model, owt\n";
+    return 2;
+  }
+  if (bucketBytes < 0) {
+    llvm::errs() << "lwcc: --bucket-bytes must be >= 0\n";
+    return 2;
+  }
   if (streams < 1 || streams > 2) {
     llvm::errs() << "lwcc: --streams must be 1 or 2\n";
     return 2;
@@ -683,6 +795,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::optional<MemoryPlanStats> plan;
+  if (gpus > 1 && (emit == Emit::Source || emit == Emit::Exe)) {
+    llvm::errs() << "lwcc: error: trainers for --gpus " << gpus
+                 << " are not generated yet; the parallel training step runs in the reference "
+                    "interpreter (--emit=parallel-ir, --train-reference)\n";
+    return 1;
+  }
   if (emit == Emit::Source || emit == Emit::Exe) {
     auto eval = evalGraph(*module->graph);
     if (!eval)
@@ -728,7 +846,19 @@ int main(int argc, char** argv) {
     fs::remove_all(tmp);
     return rc;
   }
-  if (emit == Emit::TrainIR || emit == Emit::Plan) {
+  if (emit == Emit::ParallelIR && gpus < 2) {
+    llvm::errs() << "lwcc: --emit=parallel-ir needs --gpus=N with N >= 2\n";
+    return 2;
+  }
+  std::map<std::string, int64_t> strategyBytes;
+  if (emit == Emit::Plan && gpus > 1)
+    for (const char* strat : {"data", "model", "owt"}) {
+      auto copy = module->graph->clone();
+      if (llvm::Error e = buildTrainingGraph(*copy, true, strat))
+        return fail(std::move(e));
+      strategyBytes[strat] = stepCommBytes(*copy);
+    }
+  if (emit == Emit::TrainIR || emit == Emit::ParallelIR || emit == Emit::Plan) {
     if (llvm::Error e = buildTrainingGraph(*module, true))
       return fail(std::move(e));
     if (verbose)
@@ -763,10 +893,13 @@ int main(int argc, char** argv) {
   switch (emit) {
   case Emit::IR:
   case Emit::TrainIR:
+  case Emit::ParallelIR:
     printGraph(*module->graph, out.os());
     break;
   case Emit::Plan:
     printPlan(*module->graph, *plan, out.os());
+    if (gpus > 1)
+      printParallelPlan(*module->graph, strategyBytes, out.os());
     break;
   case Emit::Source:
   case Emit::Exe:

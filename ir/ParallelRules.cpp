@@ -1,0 +1,202 @@
+//===- ParallelRules.cpp - How ops compute shards of their results --------===//
+//
+// The parallel rules of ir/OpTraits.def. A rule answers: when result #0 of
+// the op (operand #0 for ops with parOnOperand) is split along `dim` over
+// some devices, which dim of each operand must be split the same way (or -1:
+// the whole operand on every device), and which dim of each result is then
+// split (or -1: whole, or a partial value to be summed). A rule returns
+// nullopt for a dim it cannot split; materialize then runs the op whole.
+//
+//===----------------------------------------------------------------------===//
+#include "ir/IR.h"
+
+namespace lwcc::par {
+
+namespace {
+
+const Shape& shapeOf(const Value* v) { return v->type().shape; }
+
+/// Operand `v` of an op whose result has shape `out`, split along `dim`:
+/// the aligned dim of `v` under numpy broadcasting when it has the full
+/// size there, or -1 when `v` is broadcast along it (needed whole).
+int64_t alignedDim(const Value* v, const Shape& out, int64_t dim) {
+  int64_t d = dim - static_cast<int64_t>(out.size() - shapeOf(v).size());
+  if (d < 0 || shapeOf(v)[d] != out[dim] || out[dim] == 1)
+    return -1;
+  return d;
+}
+
+SplitPlan plan(std::vector<int64_t> operands, std::vector<int64_t> results,
+               SplitPlan::Partial partial = SplitPlan::Partial::None) {
+  return SplitPlan{std::move(operands), std::move(results), partial};
+}
+
+bool validDim(const Value* v, int64_t dim) { return dim >= 0 && dim < v->type().rank(); }
+
+} // namespace
+
+std::optional<SplitPlan> elementwise(const Op& op, int64_t dim) {
+  if (op.numResults() != 1 || !validDim(op.result(), dim))
+    return std::nullopt;
+  const Shape& out = shapeOf(op.result());
+  if (out[dim] == 1)
+    return std::nullopt;
+  std::vector<int64_t> operands;
+  for (Value* v : op.operands())
+    operands.push_back(alignedDim(v, out, dim));
+  return plan(std::move(operands), {dim});
+}
+
+std::optional<SplitPlan> conv2d(const Op& op, int64_t dim) {
+  std::vector<int64_t> operands(op.numOperands(), -1);
+  if (dim == 0) {
+    operands[0] = 0; // samples; the filter and bias whole
+    return plan(std::move(operands), {0});
+  }
+  if (dim != 1)
+    return std::nullopt; // height and width would need halo exchanges
+  int64_t group = op.getInt("group");
+  int64_t cin = shapeOf(op.operand(0))[1], cout = shapeOf(op.result())[1];
+  if (group == 1) {
+    // Output channels: filter (and bias) rows, the whole input.
+    operands[1] = 0;
+  } else if (group == cin && group == cout) {
+    // Depthwise: channel c reads input channel c only.
+    operands[0] = 1;
+    operands[1] = 0;
+  } else {
+    return std::nullopt;
+  }
+  if (op.numOperands() > 2)
+    operands[2] = 0;
+  return plan(std::move(operands), {1});
+}
+
+std::optional<SplitPlan> pool(const Op&, int64_t dim) {
+  if (dim != 0 && dim != 1)
+    return std::nullopt;
+  return plan({dim}, {dim});
+}
+
+std::optional<SplitPlan> sampleOnly(const Op& op, int64_t dim) {
+  if (dim != 0)
+    return std::nullopt;
+  return plan(std::vector<int64_t>(op.numOperands(), 0), {0});
+}
+
+std::optional<SplitPlan> gemm(const Op& op, int64_t dim) {
+  const Value* y = op.result();
+  if (y->type().rank() != 2 || op.operand(0)->type().rank() != 2 ||
+      op.operand(1)->type().rank() != 2 || (dim != 0 && dim != 1))
+    return std::nullopt;
+  bool gemm = op.kind() == OpKind::Gemm;
+  bool ta = gemm && op.getInt("transA"), tb = gemm && op.getInt("transB");
+  std::vector<int64_t> operands(op.numOperands(), -1);
+  if (dim == 0)
+    operands[0] = ta ? 1 : 0; // rows of A
+  else
+    operands[1] = tb ? 0 : 1; // columns of B
+  if (op.numOperands() > 2)
+    operands[2] = alignedDim(op.operand(2), shapeOf(y), dim);
+  return plan(std::move(operands), {dim});
+}
+
+std::optional<SplitPlan> reshapeLeading(const Op& op, int64_t dim) {
+  if (dim != 0 || op.operand(0)->type().rank() == 0 || op.result()->type().rank() == 0 ||
+      shapeOf(op.operand(0))[0] != shapeOf(op.result())[0])
+    return std::nullopt;
+  if (op.kind() == OpKind::Flatten && op.getInt("axis") < 1)
+    return std::nullopt;
+  return plan({0}, {0});
+}
+
+std::optional<SplitPlan> concat(const Op& op, int64_t dim) {
+  int64_t rank = op.result()->type().rank();
+  int64_t axis = op.getInt("axis");
+  if (axis < 0)
+    axis += rank;
+  if (dim == axis || !validDim(op.result(), dim))
+    return std::nullopt;
+  return plan(std::vector<int64_t>(op.numOperands(), dim), {dim});
+}
+
+std::optional<SplitPlan> softmax(const Op& op, int64_t dim) {
+  int64_t rank = op.result()->type().rank();
+  int64_t axis = op.getInt("axis");
+  if (axis < 0)
+    axis += rank;
+  // Dims before the normalized axis hold independent rows.
+  if (dim < 0 || dim >= axis)
+    return std::nullopt;
+  return plan({dim}, {dim});
+}
+
+std::optional<SplitPlan> batchNormTrain(const Op&, int64_t dim) {
+  // Channels: each device normalizes its own channels.
+  if (dim == 1)
+    return plan({1, 0, 0}, {1, 0, 0});
+  // Samples: the statistics must cover the whole batch, so materialize
+  // computes them from partial sums all-reduced across the devices; the
+  // mean and variance come out whole on every device.
+  if (dim == 0)
+    return plan({0, -1, -1}, {0, -1, -1});
+  return std::nullopt;
+}
+
+std::optional<SplitPlan> loss(const Op& op, int64_t dim) {
+  // softmax_xent: logits [N,K] and labels [N] by sample; mse_loss: pred and
+  // target alike. The mean over the shard is weighted by its share.
+  if (!validDim(op.operand(0), dim))
+    return std::nullopt;
+  if (op.kind() == OpKind::SoftmaxXent && dim != 0)
+    return std::nullopt;
+  return plan({dim, dim}, {-1}, SplitPlan::Partial::Mean);
+}
+
+std::optional<SplitPlan> reduce(const Op& op, int64_t dim) {
+  const Value* x = op.operand(0);
+  if (!validDim(x, dim))
+    return std::nullopt;
+  int64_t rank = x->type().rank();
+  std::vector<bool> reduced(rank, !op.hasAttr("axes"));
+  if (op.hasAttr("axes"))
+    for (int64_t a : op.getInts("axes"))
+      reduced[a < 0 ? a + rank : a] = true;
+  if (reduced[dim])
+    return plan({dim}, {-1},
+                op.kind() == OpKind::ReduceMean ? SplitPlan::Partial::Mean
+                                                : SplitPlan::Partial::Sum);
+  // A kept dim: its position in the result.
+  int64_t at = 0;
+  for (int64_t d = 0; d < dim; ++d)
+    at += !reduced[d] || op.getInt("keepdims");
+  return plan({dim}, {at});
+}
+
+std::optional<SplitPlan> dropoutMask(const Op& op, int64_t dim) {
+  if (!validDim(op.result(), dim))
+    return std::nullopt;
+  return plan({-1}, {dim}); // the step counter, whole
+}
+
+void localizeShape(Op& local, const Op&, int64_t, int64_t) {
+  local.setAttr("shape", Attribute(local.result()->type().shape));
+}
+
+void localizeDropoutMask(Op& local, const Op& global, int64_t dim, int64_t offset) {
+  // The mask of a shard is the whole mask's elements at the shard's place:
+  // the RNG is keyed by the element's index in the whole tensor.
+  const Shape& whole = global.result()->type().shape;
+  std::vector<int64_t> offsets(whole.size(), 0);
+  if (global.hasAttr("whole_shape")) {
+    offsets = global.getInts("offsets");
+    local.setAttr("whole_shape", Attribute(global.getInts("whole_shape")));
+  } else {
+    local.setAttr("whole_shape", Attribute(std::vector<int64_t>(whole)));
+  }
+  offsets[dim] += offset;
+  local.setAttr("offsets", Attribute(offsets));
+  local.setAttr("shape", Attribute(local.result()->type().shape));
+}
+
+} // namespace lwcc::par

@@ -1,0 +1,163 @@
+//===- GradSync.cpp - Sum the gradients of replicated params --------------===//
+#include "passes/Pass.h"
+#include "passes/PassOptions.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+namespace lwcc {
+
+namespace {
+
+/// After autodiff on a materialized graph, each device's copy of a param
+/// has the gradient of that device's part of the loss; the param's gradient
+/// is their sum. Steps:
+///  1. Group the @grad outputs by initializer: a group of whole copies on
+///     several devices is replicated; shards that do not overlap need no
+///     sum; anything else is an error.
+///  2. Order the replicated groups by the position of the op that writes
+///     their last gradient: the order backward produces them.
+///  3. Fill buckets in that order up to `bucket_bytes` (a bucket holds
+///     groups on the same devices). Each bucket is one all_reduce, placed
+///     right after its last gradient is written, so it overlaps the rest of
+///     backward; only the updates of its params, which read its results,
+///     wait for it.
+class GradSyncPass : public Pass {
+public:
+  explicit GradSyncPass(int64_t bucketBytes) : bucketBytes_(bucketBytes) {}
+  std::string_view name() const override { return "grad-sync"; }
+
+  llvm::Error run(Graph& g, PassContext&) override {
+    std::map<std::string, std::vector<unsigned>> groups; // initializer -> output indices
+    for (unsigned i = 0; i < g.outputs().size(); ++i)
+      if (const Value* p = g.outputGradOf(i))
+        groups[p->paramName()].push_back(i);
+    std::unordered_map<const Op*, size_t> position;
+    size_t k = 0;
+    for (const auto& op : g.ops())
+      position[op.get()] = k++;
+    auto writtenAt = [&](unsigned out) -> size_t {
+      const Value* v = g.outputs()[out];
+      return v->definingOp() ? position.at(v->definingOp()) : 0;
+    };
+
+    struct Group {
+      std::vector<unsigned> outputs; // in device order
+      std::vector<int64_t> devices;
+      size_t last = 0;
+      int64_t bytes = 0;
+    };
+    std::vector<Group> replicated;
+    for (auto& [init, outs] : groups) {
+      if (outs.size() < 2)
+        continue;
+      bool whole = true;
+      for (unsigned o : outs)
+        whole &= g.outputGradOf(o)->shard().empty();
+      if (!whole) {
+        if (llvm::Error e = checkDisjoint(g, init, outs))
+          return e;
+        continue;
+      }
+      Group grp;
+      std::sort(outs.begin(), outs.end(), [&](unsigned a, unsigned b) {
+        return g.outputGradOf(a)->device().value_or(0) < g.outputGradOf(b)->device().value_or(0);
+      });
+      grp.outputs = outs;
+      for (unsigned o : outs) {
+        grp.devices.push_back(g.outputGradOf(o)->device().value_or(0));
+        grp.last = std::max(grp.last, writtenAt(o));
+      }
+      const TensorType& t = g.outputs()[outs[0]]->type();
+      grp.bytes = t.numElements() * dtypeSize(t.dtype);
+      replicated.push_back(std::move(grp));
+    }
+    std::stable_sort(replicated.begin(), replicated.end(),
+                     [](const Group& a, const Group& b) { return a.last < b.last; });
+
+    std::vector<std::vector<const Group*>> buckets;
+    int64_t filled = 0;
+    for (const Group& grp : replicated) {
+      if (buckets.empty() || filled >= bucketBytes_ ||
+          buckets.back().front()->devices != grp.devices) {
+        buckets.emplace_back();
+        filled = 0;
+      }
+      buckets.back().push_back(&grp);
+      filled += grp.bytes;
+    }
+    Builder b(g);
+    for (const auto& bucket : buckets) {
+      std::vector<Value*> operands;
+      size_t last = 0;
+      for (const Group* grp : bucket) {
+        for (unsigned o : grp->outputs)
+          operands.push_back(g.outputs()[o]);
+        last = std::max(last, grp->last);
+      }
+      Op* after = nullptr;
+      for (auto& op : g.ops())
+        if (position.count(op.get()) && position.at(op.get()) == last)
+          after = op.get();
+      b.setInsertionPointAfter(after);
+      Location loc;
+      loc.name = "grad-sync";
+      b.setLoc(loc);
+      auto ar = b.createInferred(OpKind::AllReduce, operands,
+                                 {{"devices", Attribute(bucket.front()->devices)}},
+                                 static_cast<unsigned>(operands.size()));
+      if (!ar)
+        return ar.takeError();
+      size_t r = 0;
+      for (const Group* grp : bucket)
+        for (unsigned o : grp->outputs) {
+          Value* sum = (*ar)->result(static_cast<unsigned>(r++));
+          sum->setName(g.outputs()[o]->name().empty() ? "" : g.outputs()[o]->name() + ".sum");
+          g.setOutput(o, sum);
+        }
+    }
+    return llvm::Error::success();
+  }
+
+private:
+  static llvm::Error checkDisjoint(const Graph& g, const std::string& init,
+                                   const std::vector<unsigned>& outs) {
+    // Shards of one dim that do not overlap: each holds its own gradient.
+    int64_t dim = -1;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (unsigned o : outs) {
+      const Value* p = g.outputGradOf(o);
+      if (p->shard().size() != 1 || (dim >= 0 && p->shard()[0].dim != dim))
+        return makeError(p->loc(), "grad-sync: param \"" + init +
+                                       "\" is used both whole and as shards, or split along "
+                                       "several dims; its gradients cannot be combined yet");
+      dim = p->shard()[0].dim;
+      ranges.emplace_back(p->shard()[0].offset, p->shard()[0].offset + p->type().shape[dim]);
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i)
+      if (ranges[i].first < ranges[i - 1].second)
+        return makeError("grad-sync: shards of param \"" + init +
+                         "\" overlap; their gradients cannot be combined yet");
+    return llvm::Error::success();
+  }
+
+  int64_t bucketBytes_;
+};
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Pass>> createGradSyncPass(std::string_view options) {
+  auto opts = PassOptions::parse("grad-sync", options, "bucket_bytes", {"bucket_bytes"});
+  if (!opts)
+    return opts.takeError();
+  auto bytes = opts->getInt("bucket_bytes", int64_t{25} << 20);
+  if (!bytes)
+    return bytes.takeError();
+  if (*bytes < 0)
+    return makeError("grad-sync: bucket_bytes must be >= 0");
+  return std::make_unique<GradSyncPass>(*bytes);
+}
+
+} // namespace lwcc

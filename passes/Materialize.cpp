@@ -1,0 +1,596 @@
+//===- Materialize.cpp - Per-device shard ops and their communication -----===//
+#include "passes/Pass.h"
+#include "passes/TrainingSupport.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace lwcc {
+
+namespace {
+
+/// How a logical value is spread over devices: piece i lives on devices[i].
+/// Split: piece i holds sizes[i] entries of `dim` from offsets[i]. Whole:
+/// every piece is the whole value. Partial: every piece has the whole
+/// value's shape and the value is their sum.
+struct Layout {
+  std::vector<int64_t> devices;
+  int64_t dim = -1;
+  std::vector<int64_t> offsets, sizes;
+  bool partial = false;
+
+  bool isSplit() const { return dim >= 0; }
+  bool isWhole() const { return dim < 0 && !partial; }
+  std::string key() const {
+    std::string k = partial ? "p" : "w";
+    if (isSplit())
+      k = "s" + std::to_string(dim);
+    for (size_t i = 0; i < devices.size(); ++i) {
+      k += ":" + std::to_string(devices[i]);
+      if (isSplit())
+        k += "@" + std::to_string(offsets[i]) + "+" + std::to_string(sizes[i]);
+    }
+    return k;
+  }
+};
+
+Layout wholeOn(std::vector<int64_t> devices) {
+  Layout l;
+  l.devices = std::move(devices);
+  return l;
+}
+
+/// `total` entries of `dim` split as evenly as possible, the first devices
+/// taking one more when the split is uneven.
+Layout splitEven(int64_t dim, std::vector<int64_t> devices, int64_t total) {
+  Layout l;
+  l.dim = dim;
+  int64_t p = static_cast<int64_t>(devices.size()), off = 0;
+  for (int64_t i = 0; i < p; ++i) {
+    int64_t size = total / p + (i < total % p ? 1 : 0);
+    l.offsets.push_back(off);
+    l.sizes.push_back(size);
+    off += size;
+  }
+  l.devices = std::move(devices);
+  return l;
+}
+
+std::optional<int64_t> parDim(const std::string& name, int64_t rank) {
+  if (name.size() == 1 && (rank == 4 || rank == 2)) {
+    auto pos = std::string("nchw").find(name[0]);
+    if (pos != std::string::npos && static_cast<int64_t>(pos) < rank)
+      return static_cast<int64_t>(pos);
+  }
+  if (name.size() >= 2 && name[0] == 'd')
+    return std::stoll(name.substr(1));
+  return std::nullopt;
+}
+
+class Materializer {
+public:
+  explicit Materializer(Graph& g) : g_(g), b_(g) {
+    for (const auto& v : g.inputs())
+      names_.insert(v->name());
+    for (const auto& v : g.params())
+      names_.insert(v->name());
+    for (const auto& op : g.ops())
+      for (unsigned i = 0; i < op->numResults(); ++i)
+        names_.insert(op->result(i)->name());
+  }
+
+  llvm::Error run() {
+    std::vector<Op*> original;
+    for (auto& op : g_.ops())
+      original.push_back(op.get());
+    for (Op* op : original) {
+      b_.setInsertionPointBefore(op);
+      b_.setLoc(op->loc());
+      if (op->kind() == OpKind::Constant)
+        continue; // placed where it is read
+      if (llvm::Error e = op->kind() == OpKind::Assign ? assign(*op) : materialize(*op))
+        return e;
+    }
+    b_.setInsertionPointToEnd();
+    b_.setLoc({});
+    for (unsigned i = 0; i < g_.outputs().size(); ++i) {
+      auto pieces = realize(g_.outputs()[i], wholeOn({0}));
+      if (!pieces)
+        return pieces.takeError();
+      g_.setOutput(i, (*pieces)[0]);
+    }
+    for (auto it = original.rbegin(); it != original.rend(); ++it) {
+      (*it)->dropOperands();
+      g_.eraseOp(*it);
+    }
+    return llvm::Error::success();
+  }
+
+private:
+  struct Dist {
+    Layout layout;
+    std::vector<Value*> pieces;
+  };
+
+  std::string freshName(const std::string& base, int64_t device) {
+    if (base.empty())
+      return "";
+    std::string n = base + ".d" + std::to_string(device);
+    for (int k = 1; names_.count(n); ++k)
+      n = base + ".d" + std::to_string(device) + "." + std::to_string(k);
+    names_.insert(n);
+    return n;
+  }
+
+  Value* scalar(double v, DType dtype, int64_t device) {
+    b_.setDevice(device);
+    Op* c = b_.create(OpKind::Constant, {}, {TensorType(dtype, {})},
+                      {{"value", Attribute(std::vector<double>{v})}});
+    return c->result();
+  }
+
+  llvm::Expected<Value*> emit(int64_t device, OpKind kind, const std::vector<Value*>& operands,
+                              std::vector<NamedAttr> attrs = {}) {
+    b_.setDevice(device);
+    auto op = b_.createInferred(kind, operands, std::move(attrs));
+    if (!op)
+      return op.takeError();
+    return (*op)->result();
+  }
+
+  llvm::Expected<std::vector<Value*>> emitComm(OpKind kind, const std::vector<Value*>& operands,
+                                               std::vector<NamedAttr> attrs, unsigned results) {
+    b_.setDevice(std::nullopt);
+    auto op = b_.createInferred(kind, operands, std::move(attrs), results);
+    if (!op)
+      return op.takeError();
+    std::vector<Value*> out;
+    for (unsigned i = 0; i < (*op)->numResults(); ++i)
+      out.push_back((*op)->result(i));
+    return out;
+  }
+
+  llvm::Expected<Value*> sliceOf(Value* v, int64_t device, int64_t dim, int64_t offset,
+                                 int64_t size) {
+    if (offset == 0 && size == v->type().shape[dim])
+      return v;
+    return emit(device, OpKind::Slice, {v},
+                {{"starts", Attribute(std::vector<int64_t>{offset})},
+                 {"ends", Attribute(std::vector<int64_t>{offset + size})},
+                 {"axes", Attribute(std::vector<int64_t>{dim})}});
+  }
+
+  /// The piece of param `p` on `device`: the whole tensor, or `size`
+  /// entries of `shard->dim` from `shard->offset`.
+  Value* paramPiece(Value* p, int64_t device, std::optional<ShardDim> shard, int64_t size = 0) {
+    auto key = shard ? std::make_tuple(p, device, shard->dim, shard->offset, size)
+                     : std::make_tuple(p, device, int64_t{-1}, int64_t{0}, int64_t{0});
+    auto it = paramPieces_.find(key);
+    if (it != paramPieces_.end())
+      return it->second;
+    Value* q = p;
+    if (device != 0 || shard) {
+      TensorType t = p->type();
+      std::vector<ShardDim> sd;
+      std::string base = p->name();
+      if (shard) {
+        t.shape[shard->dim] = size;
+        sd.push_back(*shard);
+        base += ".s" + std::to_string(shard->offset);
+      }
+      q = g_.addParam(freshName(base, device), p->paramName(), t);
+      q->setLoc(p->loc());
+      q->setZeroInit(p->zeroInit());
+      q->setDevice(device);
+      q->setShard(sd);
+    }
+    paramPieces_.emplace(key, q);
+    piecesOf_[p].push_back(q);
+    return q;
+  }
+
+  /// The pieces of `v` laid out as `want`.
+  llvm::Expected<std::vector<Value*>> realize(Value* v, const Layout& want) {
+    auto cached = cache_.find({v, want.key()});
+    if (cached != cache_.end())
+      return cached->second;
+    std::vector<Value*> out;
+    auto remember = [&](const Layout& l, std::vector<Value*> pieces) {
+      cache_[{v, l.key()}] = std::move(pieces);
+    };
+    if (v->kind() == ValueKind::Param) {
+      for (size_t i = 0; i < want.devices.size(); ++i) {
+        if (want.isSplit())
+          out.push_back(paramPiece(v, want.devices[i],
+                                   ShardDim{want.dim, want.offsets[i], v->type().shape[want.dim]},
+                                   want.sizes[i]));
+        else
+          out.push_back(paramPiece(v, want.devices[i], std::nullopt));
+      }
+      remember(want, out);
+      return out;
+    }
+    Dist src;
+    if (v->kind() == ValueKind::Input) {
+      // Host data: every device reads the rows it needs.
+      src.layout = wholeOn(want.devices);
+      src.pieces.assign(want.devices.size(), v);
+    } else if (v->definingOp()->kind() == OpKind::Constant) {
+      src.layout = wholeOn(want.devices);
+      for (int64_t d : want.devices)
+        src.pieces.push_back(constantOn(*v->definingOp(), d));
+    } else {
+      auto it = dist_.find(v);
+      if (it == dist_.end())
+        return makeError(v->loc(), "materialize: no layout for '%" + v->name() + "'");
+      src = it->second;
+    }
+    // Pieces that the source already holds.
+    auto direct = [&](const Layout& have, const std::vector<Value*>& pieces) {
+      std::vector<Value*> found;
+      for (size_t i = 0; i < want.devices.size(); ++i) {
+        for (size_t j = 0; j < have.devices.size(); ++j) {
+          if (have.devices[j] != want.devices[i] || have.partial || want.partial ||
+              have.dim != want.dim ||
+              (want.isSplit() &&
+               (have.offsets[j] != want.offsets[i] || have.sizes[j] != want.sizes[i])))
+            continue;
+          found.push_back(pieces[j]);
+          break;
+        }
+        if (found.size() != i + 1)
+          return std::vector<Value*>{};
+      }
+      return found;
+    };
+    std::vector<Value*> pieces = src.pieces;
+    Layout have = src.layout;
+    if (auto found = direct(have, pieces); !found.empty())
+      return found;
+    if (have.partial) {
+      std::vector<NamedAttr> devs{{"devices", Attribute(have.devices)}};
+      if (want.isSplit() && want.devices == have.devices) {
+        devs.push_back({"axis", Attribute(want.dim)});
+        devs.push_back({"sizes", Attribute(want.sizes)});
+        auto rs = emitComm(OpKind::ReduceScatter, pieces, devs, pieces.size());
+        if (!rs)
+          return rs.takeError();
+        remember(want, *rs);
+        return *rs;
+      }
+      if (want.isWhole() && want.devices.size() == 1) {
+        devs.push_back({"dst", Attribute(want.devices[0])});
+        auto r = emitComm(OpKind::ReduceTo, pieces, devs, 1);
+        if (!r)
+          return r.takeError();
+        remember(want, *r);
+        return *r;
+      }
+      auto ar = emitComm(OpKind::AllReduce, pieces, devs, pieces.size());
+      if (!ar)
+        return ar.takeError();
+      pieces = *ar;
+      have = wholeOn(have.devices);
+      remember(have, pieces);
+    } else if (have.isSplit()) {
+      auto ag = emitComm(OpKind::AllGather, pieces,
+                         {{"devices", Attribute(have.devices)}, {"axis", Attribute(have.dim)}},
+                         pieces.size());
+      if (!ag)
+        return ag.takeError();
+      pieces = *ag;
+      have = wholeOn(have.devices);
+      remember(have, pieces);
+    }
+    // Whole pieces: copy to the devices that lack one, then cut shards.
+    for (size_t i = 0; i < want.devices.size(); ++i) {
+      int64_t d = want.devices[i];
+      Value* base = nullptr;
+      for (size_t j = 0; j < have.devices.size() && !base; ++j)
+        if (have.devices[j] == d)
+          base = pieces[j];
+      if (!base) {
+        auto key = std::make_pair(v, "w:" + std::to_string(d));
+        auto c = cache_.find(key);
+        if (c != cache_.end()) {
+          base = c->second[0];
+        } else {
+          auto copy = emitComm(OpKind::DeviceCopy, {pieces[0]},
+                               {{"src", Attribute(have.devices[0])}, {"dst", Attribute(d)}}, 1);
+          if (!copy)
+            return copy.takeError();
+          base = (*copy)[0];
+          cache_[key] = {base};
+        }
+      }
+      if (want.isSplit()) {
+        auto s = sliceOf(base, d, want.dim, want.offsets[i], want.sizes[i]);
+        if (!s)
+          return s.takeError();
+        base = *s;
+      }
+      out.push_back(base);
+    }
+    remember(want, out);
+    return out;
+  }
+
+  Value* constantOn(const Op& c, int64_t device) {
+    auto key = std::make_pair(&c, device);
+    auto it = constants_.find(key);
+    if (it != constants_.end())
+      return it->second;
+    b_.setDevice(device);
+    std::vector<NamedAttr> attrs = c.attrs();
+    Op* copy = b_.create(OpKind::Constant, {}, {c.result()->type()}, attrs);
+    copy->setLoc(c.loc());
+    copy->result()->setName(freshName(c.result()->name(), device));
+    constants_[key] = copy->result();
+    return copy->result();
+  }
+
+  /// The op's devices and split, from its @par (none: whole on device 0).
+  llvm::Error configOf(const Op& op, std::vector<int64_t>& devices, std::optional<int64_t>& dim) {
+    const auto& par = op.annotations().par;
+    if (!par) {
+      devices = {op.annotations().device.value_or(0)};
+      return llvm::Error::success();
+    }
+    devices = par->devices;
+    if (devices.empty())
+      for (int64_t d = 0; d < par->totalDegree(); ++d)
+        devices.push_back(d);
+    const Value* split = op.info().parOnOperand && op.numOperands() ? op.operand(0) : op.result(0);
+    for (const auto& [name, degree] : par->degrees) {
+      if (degree == 1)
+        continue;
+      if (dim)
+        return op.emitError("materialize: splitting more than one dim is not supported yet");
+      dim = parDim(name, split->type().rank());
+      if (!dim)
+        return op.emitError("materialize: unknown dim '" + name + "'");
+    }
+    return llvm::Error::success();
+  }
+
+  llvm::Error materialize(Op& op) {
+    std::vector<int64_t> devices;
+    std::optional<int64_t> dim;
+    if (llvm::Error e = configOf(op, devices, dim))
+      return e;
+    std::optional<SplitPlan> plan;
+    Layout split;
+    if (dim) {
+      if (op.info().parallel)
+        plan = op.info().parallel(op, *dim);
+      if (!plan)
+        return op.emitError(
+            llvm::formatv("materialize: the op cannot be split along dim {0}", *dim));
+      const Value* sv = op.info().parOnOperand ? op.operand(0) : op.result(0);
+      split = splitEven(*dim, devices, sv->type().shape[*dim]);
+      if (op.kind() == OpKind::BatchNormTrain && *dim == 0)
+        return batchNormOverSamples(op, split);
+    }
+    // Each operand as the plan needs it.
+    std::vector<std::vector<Value*>> operands;
+    for (unsigned j = 0; j < op.numOperands(); ++j) {
+      Layout want = wholeOn(devices);
+      if (plan && plan->operandDims[j] >= 0) {
+        want = split;
+        want.dim = plan->operandDims[j];
+      }
+      auto pieces = realize(op.operand(j), want);
+      if (!pieces)
+        return pieces.takeError();
+      operands.push_back(std::move(*pieces));
+    }
+    std::vector<Dist> results(op.numResults());
+    for (unsigned r = 0; r < op.numResults(); ++r) {
+      results[r].layout = wholeOn(devices);
+      if (plan && plan->resultDims[r] >= 0) {
+        results[r].layout = split;
+        results[r].layout.dim = plan->resultDims[r];
+      } else if (plan && plan->partial != SplitPlan::Partial::None) {
+        results[r].layout.partial = true;
+      }
+    }
+    for (size_t i = 0; i < devices.size(); ++i) {
+      std::vector<Value*> ins;
+      for (auto& o : operands)
+        ins.push_back(o[i]);
+      std::vector<TensorType> types;
+      for (unsigned r = 0; r < op.numResults(); ++r) {
+        TensorType t = op.result(r)->type();
+        if (results[r].layout.isSplit())
+          t.shape[results[r].layout.dim] = split.sizes[i];
+        types.push_back(t);
+      }
+      b_.setDevice(devices[i]);
+      Op* local = b_.create(op.kind(), ins, types, op.attrs());
+      local->annotations().par = op.annotations().par; // kept for the plan's per-layer table
+      if (plan && op.info().localize)
+        op.info().localize(*local, op, *dim, split.offsets[i]);
+      auto inferred = op.info().shapeRule(*local);
+      if (!inferred)
+        return op.emitError("materialize: a shard is invalid: " +
+                            llvm::toString(inferred.takeError()));
+      if (*inferred != types)
+        return op.emitError("materialize: the shard on device " + std::to_string(devices[i]) +
+                            " does not have the shape the split gives");
+      for (unsigned r = 0; r < op.numResults(); ++r) {
+        Value* y = local->result(r);
+        y->setName(freshName(op.result(r)->name(), devices[i]));
+        if (plan && plan->partial == SplitPlan::Partial::Mean && results[r].layout.partial) {
+          // A mean over this device's share of the split dim, weighed by it.
+          double share =
+              static_cast<double>(split.sizes[i]) /
+              static_cast<double>(
+                  (op.info().parOnOperand ? op.operand(0) : op.result(0))->type().shape[*dim]);
+          auto scaled =
+              emit(devices[i], OpKind::Mul, {y, scalar(share, y->type().dtype, devices[i])});
+          if (!scaled)
+            return scaled.takeError();
+          y = *scaled;
+        }
+        results[r].pieces.push_back(y);
+      }
+    }
+    for (unsigned r = 0; r < op.numResults(); ++r)
+      dist_[op.result(r)] = std::move(results[r]);
+    return llvm::Error::success();
+  }
+
+  /// batch_norm_train over a sample split: the mean and variance of the
+  /// whole batch from per-device sums, all-reduced; the mean first, then
+  /// the squared deviations from it (the same two passes as one device).
+  llvm::Error batchNormOverSamples(Op& op, const Layout& split) {
+    const std::vector<int64_t>& devices = split.devices;
+    auto x = realize(op.operand(0), split);
+    if (!x)
+      return x.takeError();
+    auto scale = realize(op.operand(1), wholeOn(devices));
+    if (!scale)
+      return scale.takeError();
+    auto bias = realize(op.operand(2), wholeOn(devices));
+    if (!bias)
+      return bias.takeError();
+    const TensorType& xt = op.operand(0)->type();
+    DType dt = xt.dtype;
+    int64_t rank = xt.rank(), count = xt.numElements() / xt.shape[1];
+    std::vector<int64_t> axes{0}, bshape(rank, 1);
+    for (int64_t d = 2; d < rank; ++d)
+      axes.push_back(d);
+    bshape[1] = xt.shape[1];
+    std::vector<NamedAttr> sumAttrs{{"axes", Attribute(axes)}, {"keepdims", Attribute(int64_t{0})}};
+    std::vector<NamedAttr> toB{{"shape", Attribute(bshape)}};
+    std::vector<NamedAttr> devs{{"devices", Attribute(devices)}};
+    size_t p = devices.size();
+#define TRY_V(var, expr)                                                                           \
+  auto var##_ = (expr);                                                                            \
+  if (!var##_)                                                                                     \
+    return var##_.takeError();                                                                     \
+  Value* var = *var##_;
+    std::vector<Value*> sums;
+    for (size_t i = 0; i < p; ++i) {
+      TRY_V(s, emit(devices[i], OpKind::ReduceSum, {(*x)[i]}, sumAttrs));
+      sums.push_back(s);
+    }
+    auto total = emitComm(OpKind::AllReduce, sums, devs, p);
+    if (!total)
+      return total.takeError();
+    std::vector<Value*> means, centered, squares;
+    for (size_t i = 0; i < p; ++i) {
+      int64_t d = devices[i];
+      TRY_V(mean, emit(d, OpKind::Mul, {(*total)[i], scalar(1.0 / count, dt, d)}));
+      TRY_V(meanB, emit(d, OpKind::Reshape, {mean}, toB));
+      TRY_V(xc, emit(d, OpKind::Sub, {(*x)[i], meanB}));
+      TRY_V(sq, emit(d, OpKind::Mul, {xc, xc}));
+      TRY_V(q, emit(d, OpKind::ReduceSum, {sq}, sumAttrs));
+      means.push_back(mean);
+      centered.push_back(xc);
+      squares.push_back(q);
+    }
+    auto qtotal = emitComm(OpKind::AllReduce, squares, devs, p);
+    if (!qtotal)
+      return qtotal.takeError();
+    Dist y, mean, var;
+    y.layout = split;
+    mean.layout = var.layout = wholeOn(devices);
+    mean.pieces = means;
+    for (size_t i = 0; i < p; ++i) {
+      int64_t d = devices[i];
+      TRY_V(v, emit(d, OpKind::Mul, {(*qtotal)[i], scalar(1.0 / count, dt, d)}));
+      TRY_V(ve, emit(d, OpKind::Add, {v, scalar(op.getFloat("epsilon"), dt, d)}));
+      TRY_V(sd, emit(d, OpKind::Sqrt, {ve}));
+      TRY_V(inv, emit(d, OpKind::Reciprocal, {sd}));
+      TRY_V(k, emit(d, OpKind::Mul, {inv, (*scale)[i]}));
+      TRY_V(kB, emit(d, OpKind::Reshape, {k}, toB));
+      TRY_V(norm, emit(d, OpKind::Mul, {centered[i], kB}));
+      TRY_V(biasB, emit(d, OpKind::Reshape, {(*bias)[i]}, toB));
+      TRY_V(out, emit(d, OpKind::Add, {norm, biasB}));
+      out->setName(freshName(op.result(0)->name(), d));
+      y.pieces.push_back(out);
+      var.pieces.push_back(v);
+    }
+#undef TRY_V
+    dist_[op.result(0)] = std::move(y);
+    dist_[op.result(1)] = std::move(mean);
+    dist_[op.result(2)] = std::move(var);
+    return llvm::Error::success();
+  }
+
+  /// assign(p, v): each piece of p takes v's value there.
+  llvm::Error assign(Op& op) {
+    Value* p = op.operand(0);
+    if (p->kind() != ValueKind::Param)
+      return op.emitError("materialize: assign targets a non-param");
+    if (!piecesOf_.count(p))
+      paramPiece(p, 0, std::nullopt);
+    for (Value* q : std::vector<Value*>(piecesOf_[p])) {
+      int64_t d = q->device().value_or(0);
+      Layout want = wholeOn({d});
+      if (!q->shard().empty()) {
+        want.dim = q->shard()[0].dim;
+        want.offsets = {q->shard()[0].offset};
+        want.sizes = {q->type().shape[want.dim]};
+      }
+      auto v = realize(op.operand(1), want);
+      if (!v)
+        return v.takeError();
+      b_.setDevice(d);
+      b_.create(OpKind::Assign, {q, (*v)[0]}, {});
+    }
+    return llvm::Error::success();
+  }
+
+  Graph& g_;
+  Builder b_;
+  std::set<std::string> names_;
+  std::unordered_map<const Value*, Dist> dist_;
+  std::map<std::pair<const Value*, std::string>, std::vector<Value*>> cache_;
+  std::map<std::tuple<const Value*, int64_t, int64_t, int64_t, int64_t>, Value*> paramPieces_;
+  std::unordered_map<const Value*, std::vector<Value*>> piecesOf_;
+  std::map<std::pair<const Op*, int64_t>, Value*> constants_;
+};
+
+/// Turns the parallel configs (@par) of a training graph before autodiff
+/// into per-device ops and the communication they imply:
+///  1. Each op with a split runs once per device on its shard, its operands
+///     split or whole as its parallel rule says; an op without a split runs
+///     whole on each of its devices (without @par: on device 0).
+///  2. A value is moved to the layout its reader needs: a partial sum by
+///     all_reduce (reduce_scatter when the reader wants it split, reduce_to
+///     for one device), a split value by all_gather, a whole value by
+///     device_copy to devices that lack it; shards are sliced locally.
+///     Params are read in place: each device gets a param of its own, the
+///     whole tensor or a shard of it, bound to the same initializer.
+///  3. Means over a split dim (losses, reduce_mean) are weighed by each
+///     device's share before they are summed: every strategy computes the
+///     loss of the whole batch. Batch norm over split samples computes the
+///     whole batch's statistics from all-reduced sums.
+///  4. Each assign writes every piece of its param. Graph outputs are
+///     gathered whole on device 0.
+/// Autodiff runs after this pass, through the communication ops.
+class MaterializePass : public Pass {
+public:
+  std::string_view name() const override { return "materialize"; }
+
+  llvm::Error run(Graph& g, PassContext&) override {
+    for (size_t i = 0; i < g.outputs().size(); ++i)
+      if (g.outputGradOf(i))
+        return makeError("materialize: graph @" + g.name() +
+                         " is differentiated already (materialize runs before autodiff)");
+    if (isMultiDevice(g))
+      return makeError("materialize: graph @" + g.name() + " is materialized already");
+    return Materializer(g).run();
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createMaterializePass() { return std::make_unique<MaterializePass>(); }
+
+} // namespace lwcc

@@ -1,0 +1,136 @@
+//===- Parallelize.cpp - A parallel config for every op -------------------===//
+#include "passes/Pass.h"
+#include "passes/PassOptions.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+namespace lwcc {
+
+namespace {
+
+/// The dim names @par uses: n, c, h, w for rank 4, n, c for rank 2, d0,
+/// d1, ... otherwise.
+std::string dimName(int64_t dim, int64_t rank) {
+  if ((rank == 4 || rank == 2) && dim < rank)
+    return std::string(1, "nchw"[dim]);
+  return "d" + std::to_string(dim);
+}
+
+/// The value whose dims @par names for `op`.
+const Value* splitValue(const Op& op) {
+  return op.info().parOnOperand && op.numOperands() ? op.operand(0) : op.result(0);
+}
+
+/// Gives every op of a training graph (before autodiff) a parallel config
+/// over `gpus` devices, by strategy:
+///   data   the sample dim of every op that has one: samples are split
+///          from the data and label inputs onwards;
+///   model  the channel dim (dim 1) of every op whose rule can split it;
+///          samples are never split;
+///   owt    One Weird Trick: fully connected layers (gemm, matmul) and the
+///          ops computed from them split channels, the layers before split
+///          samples.
+/// Steps:
+///  1. The data and label inputs count as split along dim 0 (data, owt) or
+///     whole (model).
+///  2. Each op in order takes the first that its parallel rule accepts:
+///     (a) the strategy's dim (model: 1; owt: 1 in the fully connected
+///     part); (b) the dim along which an operand is already split, so that
+///     the op follows its input without moving it; (c) none: the op runs
+///     whole on every device (@par(devices = [...]) without degrees).
+///  3. Constants and assigns get no config: materialize places constants
+///     where they are read and writes each piece of an assigned param.
+/// An op with a multi-device config gets @par(<dim> = gpus, devices = all).
+class ParallelizePass : public Pass {
+public:
+  ParallelizePass(std::string strategy, int64_t gpus)
+      : strategy_(std::move(strategy)), gpus_(gpus) {}
+  std::string_view name() const override { return "parallelize"; }
+
+  llvm::Error run(Graph& g, PassContext&) override {
+    for (const auto& op : g.ops())
+      if (op->annotations().par || op->annotations().device || op->info().isCommunication())
+        return op->emitError("parallelize: the graph is already parallelized");
+    std::vector<int64_t> all(gpus_);
+    for (int64_t d = 0; d < gpus_; ++d)
+      all[d] = d;
+    // The dim along which each value is split (absent: whole).
+    std::unordered_map<const Value*, int64_t> split;
+    if (strategy_ != "model")
+      for (const auto& in : g.inputs())
+        if (in->type().rank() > 0 && in->type().shape[0] >= gpus_)
+          split[in.get()] = 0;
+    std::unordered_set<const Value*> fullyConnected;
+    for (auto& opPtr : g.ops()) {
+      Op& op = *opPtr;
+      if (op.kind() == OpKind::Constant || op.kind() == OpKind::Assign || op.numResults() == 0)
+        continue;
+      bool fc = op.kind() == OpKind::Gemm || op.kind() == OpKind::MatMul;
+      for (Value* v : op.operands())
+        fc |= fullyConnected.count(v) > 0;
+      if (fc)
+        for (unsigned i = 0; i < op.numResults(); ++i)
+          fullyConnected.insert(op.result(i));
+
+      std::optional<int64_t> dim;
+      std::optional<SplitPlan> plan;
+      auto accept = [&](int64_t d) {
+        if (dim || !op.info().parallel || splitValue(op)->type().rank() <= d ||
+            splitValue(op)->type().shape[d] < gpus_)
+          return;
+        if (auto p = op.info().parallel(op, d)) {
+          dim = d;
+          plan = std::move(p);
+        }
+      };
+      if (strategy_ == "model" || (strategy_ == "owt" && fc))
+        accept(1);
+      // Follow an operand that is split already.
+      for (unsigned i = 0; i < op.numOperands() && !dim; ++i) {
+        auto it = split.find(op.operand(i));
+        if (it == split.end() || !op.info().parallel)
+          continue;
+        for (int64_t d = 0; d < splitValue(op)->type().rank() && !dim; ++d) {
+          auto p = op.info().parallel(op, d);
+          if (p && p->operandDims[i] == it->second)
+            accept(d);
+        }
+      }
+      ParallelConfig cfg;
+      cfg.devices = all;
+      if (dim) {
+        cfg.degrees.emplace_back(dimName(*dim, splitValue(op)->type().rank()), gpus_);
+        for (unsigned r = 0; r < op.numResults(); ++r)
+          if (plan->resultDims[r] >= 0)
+            split[op.result(r)] = plan->resultDims[r];
+      }
+      op.annotations().par = std::move(cfg);
+    }
+    return llvm::Error::success();
+  }
+
+private:
+  std::string strategy_;
+  int64_t gpus_;
+};
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Pass>> createParallelizePass(std::string_view options) {
+  auto opts = PassOptions::parse("parallelize", options, "strategy", {"strategy", "gpus"});
+  if (!opts)
+    return opts.takeError();
+  std::string strategy = opts->getString("strategy", "data");
+  if (strategy != "data" && strategy != "model" && strategy != "owt")
+    return makeError("parallelize: unknown strategy '" + strategy +
+                     "' (expected data, model or owt)");
+  auto gpus = opts->getInt("gpus", 1);
+  if (!gpus)
+    return gpus.takeError();
+  if (*gpus < 1 || *gpus > 1024)
+    return makeError("parallelize: gpus must be in 1..1024, got " + std::to_string(*gpus));
+  return std::make_unique<ParallelizePass>(strategy, *gpus);
+}
+
+} // namespace lwcc

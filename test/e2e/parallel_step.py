@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Every parallel strategy computes the step of one device.
+
+For zoo models at test size: `lwcc MODEL --train-reference --steps 5` runs
+five training steps of the materialized multi-device training graph on the
+reference interpreter (float64, and float32 for two models) with `--gpus N --strategy S`, and the same
+steps with `--gpus 1`, on the same seeded batch. The losses of all five
+steps must agree within 1e-5 relative, and every param after five steps
+(and every first-step gradient) within 1e-4 of its largest element. The
+models have dropout (alexnet) and batch norm (resnet18, inception), and a
+batch that the devices do not divide evenly is checked too. Ends with the
+line "N passed, M failed".
+
+    python3 test/e2e/parallel_step.py [--models lenet,alexnet] [--quick]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
+import zoo  # noqa: E402
+
+LWCC = os.path.join(os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin"), "lwcc")
+STEPS = 5
+LOSS_TOL = 1e-5
+PARAM_TOL = 1e-4
+
+# (model, batch, gpus, strategies): every zoo model on 2 and 4 devices; the
+# batches are small so that the float64 interpreter stays quick.
+CASES = [
+    ("lenet", 4, [2, 4], "f64"),
+    ("alexnet", 4, [2, 4], "f64"),
+    ("alexnet_owt", 4, [2, 4], "f64"),
+    ("vgg11", 4, [2, 4], "f64"),
+    ("vgg16", 4, [2, 4], "f64"),
+    ("resnet18", 4, [2, 4], "f64"),
+    ("inception", 4, [2, 4], "f64"),
+    # Uneven: 6 samples over 4 devices (2, 2, 1, 1).
+    ("lenet", 6, [4], "f64"),
+    ("resnet18", 6, [4], "f64"),
+    # Float32, as trainers compute: the same step up to rounding.
+    ("alexnet", 4, [4], "f32"),
+    ("resnet18", 4, [2], "f32"),
+]
+STRATEGIES = ["data", "model", "owt"]
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[1:2] + cmd[-4:])} exited {r.returncode}: "
+                           f"{r.stderr.strip()[-2000:]}")
+    return r.stdout
+
+
+def load(path):
+    return numpy_helper.to_array(onnx.load_tensor(path)).astype(np.float64)
+
+
+def reference(model_path, data, dump, gpus, strategy, precision):
+    cmd = [LWCC, model_path, "--train-reference", "--inputs", data, "--dump", dump,
+           "--steps", str(STEPS), f"--precision={precision}", "--lr=0.05"]
+    if gpus > 1:
+        cmd += [f"--gpus={gpus}", f"--strategy={strategy}", "--bucket-bytes=4096"]
+    run(cmd)
+    losses = [float(load(os.path.join(dump, f"loss_{s}.pb"))) for s in range(STEPS)]
+    tensors = {f: load(os.path.join(dump, f)) for f in os.listdir(dump)
+               if f.startswith(("param_", "grad_"))}
+    return losses, tensors
+
+
+def compare(base, other):
+    (l0, t0), (l1, t1) = base, other
+    problems = []
+    for s, (a, b) in enumerate(zip(l0, l1)):
+        if abs(a - b) > LOSS_TOL * max(abs(a), 1e-12):
+            problems.append(f"loss of step {s + 1}: {b!r} vs {a!r}")
+    if sorted(t0) != sorted(t1):
+        problems.append(f"different dumps: {sorted(set(t0) ^ set(t1))[:4]}")
+    for name in sorted(set(t0) & set(t1)):
+        a, b = t0[name], t1[name]
+        scale = max(float(np.max(np.abs(a))) if a.size else 0.0, 1e-12)
+        err = float(np.max(np.abs(a - b))) / scale if a.size else 0.0
+        if err > PARAM_TOL:
+            problems.append(f"{name}: relative error {err:.2e}")
+    return problems
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", help="comma-separated zoo models (default: all cases)")
+    ap.add_argument("--quick", action="store_true", help="2 devices only")
+    args = ap.parse_args()
+    cases = CASES
+    if args.models:
+        keep = set(args.models.split(","))
+        cases = [c for c in cases if c[0] in keep]
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, batch, gpu_counts, precision in cases:
+            if args.quick:
+                gpu_counts = [g for g in gpu_counts if g == 2] or gpu_counts[:1]
+            model = zoo.build(name, test_size=True, batch=batch)
+            tag = f"{name}-b{batch}-{precision}"
+            path = os.path.join(tmp, tag + ".onnx")
+            onnx.save(model, path)
+            dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+            classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
+            rng = np.random.default_rng(5)
+            data = os.path.join(tmp, tag + "-data")
+            os.makedirs(data)
+            x = rng.standard_normal(dims).astype(np.float32)
+            y = rng.integers(0, classes, size=dims[0]).astype(np.int64)
+            for k, arr in enumerate([x, y]):
+                with open(os.path.join(data, f"input_{k}.pb"), "wb") as f:
+                    f.write(numpy_helper.from_array(arr).SerializeToString())
+            try:
+                base = reference(path, data, os.path.join(tmp, tag + "-1"), 1, "data", precision)
+            except RuntimeError as e:
+                print(f"FAIL {tag} --gpus 1: {e}")
+                failed += 1
+                continue
+            for gpus in gpu_counts:
+                for strategy in STRATEGIES:
+                    label = f"{tag} --gpus {gpus} --strategy={strategy}"
+                    try:
+                        other = reference(path, data, os.path.join(tmp, f"{tag}-{gpus}-{strategy}"),
+                                          gpus, strategy, precision)
+                        problems = compare(base, other)
+                    except RuntimeError as e:
+                        problems = [str(e)]
+                    if problems:
+                        failed += 1
+                        print(f"FAIL {label}: " + "; ".join(problems[:5]))
+                    else:
+                        passed += 1
+                        print(f"ok   {label}: 5 losses and {len(other[1])} tensors agree "
+                              f"(loss {other[0][0]:.6f} -> {other[0][-1]:.6f})")
+                    sys.stdout.flush()
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
