@@ -12,7 +12,8 @@ checks, each as one test case:
   - --export writes an ONNX model that onnxruntime runs, agreeing with the
     trainer's own evaluation (logits and accuracy);
   - runtime flags (--lr, --optimizer settings) change the run; a different
-    optimizer family is refused;
+    optimizer family is refused; the input pipeline's threads and prefetch
+    depth change nothing; --data-only times the pipeline alone;
   - bad input stops with a clear message and exit 1 (missing and corrupt data
     files, a checkpoint of another model, a corrupt checkpoint, a NaN loss,
     which leaves the last good checkpoint in place), bad usage with exit 2.
@@ -188,6 +189,13 @@ def main():
         run([exe, *base[:-1], f"--dump={b}", "--lr=0.05", "--momentum=0.5", "--nesterov"])
         run([exe, *base[:-1], f"--dump={c}"])
         assert read_params(a) == read_params(c), "two identical runs differ"
+        # The input pipeline's threads and depth decide when a batch is
+        # prepared, never what it holds.
+        d = os.path.join(tmp, "flags_threads")
+        run([exe, *base[:-1], f"--dump={d}", "--data-threads=3", "--prefetch=5"])
+        assert read_params(a) == read_params(d), "--data-threads/--prefetch changed the weights"
+        r = run([exe, *base[:-1], "--data-only"])
+        assert "data only: 10 batches" in r.stdout and "img/s" in r.stdout, r.stdout
         assert read_params(a) != read_params(b), "--lr/--momentum changed nothing"
         # Two streams: the CPU runs the same ops in the same order, so the
         # weights must be bit-identical to the one-stream trainer's.
@@ -265,6 +273,8 @@ def main():
         fails(["--data=csv:x"], "--data", code=2)
         fails(["--checkpoint-every=5"], "--checkpoint-dir", code=2)
         fails(["--cudnn-api=fast"], "--cudnn-api", code=2)
+        fails(["--prefetch=0"], "--prefetch", code=2)
+        fails(["--data-threads=x"], "--data-threads", code=2)
 
     case(fashion_accuracy)
     case(export_round_trip)
