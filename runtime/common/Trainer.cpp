@@ -419,13 +419,15 @@ bool Trainer::makeFeed(int64_t first, int64_t end, std::string& error) {
     int64_t pool =
         std::clamp<int64_t>(budget / std::max<int64_t>(bytes, 1), 1, o_.syntheticBatches);
     uint64_t seed = o_.seed;
+    FeedOptions up = fo; // drawn before the first step: every core helps
+    up.threads = std::max<int>(fo.threads, static_cast<int>(std::max(cores, 1u)));
     feed_ = createPoolFeed(
         *runner_, bytes,
         [this, seed](int64_t k, unsigned char* dst, std::string*) {
           fillSyntheticInputs(m_, dst, seed, static_cast<uint64_t>(k));
           return true;
         },
-        pool, fo, &error);
+        pool, up, &error);
     drawnUpFront_ = pool;
   } else if (!train_) { // raw: the same batch every step
     feed_ = createPoolFeed(
