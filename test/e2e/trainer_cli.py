@@ -8,7 +8,8 @@ checks, each as one test case:
     hold step, loss, img_per_s and step_ms and whose eval lines hold epoch and
     accuracy;
   - a run killed with SIGKILL after a checkpoint and resumed ends with
-    weights bit-identical to an uninterrupted run;
+    weights bit-identical to an uninterrupted run (and so does a resumed
+    run on synthetic data);
   - --export writes an ONNX model that onnxruntime runs, agreeing with the
     trainer's own evaluation (logits and accuracy);
   - runtime flags (--lr, --optimizer settings) change the run; a different
@@ -214,6 +215,22 @@ def main():
         r = run([exe, "--help"])
         assert "--checkpoint-dir" in r.stdout and "optimizer sgd" in r.stdout
 
+    def synthetic_resume():
+        # Synthetic batches come from a pool drawn from the seed: a run
+        # stopped after 5 steps and resumed ends where an uninterrupted one does.
+        full, part, ck = (os.path.join(tmp, d) for d in ("syn_full", "syn_part", "syn_ck"))
+        common = ["--data=synthetic", "--synthetic-batches=4", "--seed=3", "--progress=off"]
+        run([exe, *common, "--steps=10", f"--dump={full}"])
+        run([exe, *common, "--steps=5", f"--checkpoint-dir={ck}"])
+        r = run([exe, *common, "--steps=10", f"--checkpoint-dir={ck}", "--resume",
+                 f"--dump={part}"])
+        assert "from step 5," in r.stdout, "did not resume"
+        a, b = read_params(full), read_params(part)
+        assert a and a == b, "a resumed synthetic run differs from an uninterrupted one"
+        other = os.path.join(tmp, "syn_other")
+        run([exe, *common[:-2], "--seed=4", "--progress=off", "--steps=10", f"--dump={other}"])
+        assert read_params(other) != a, "--seed changed nothing"
+
     def adam_trainer():
         _, adam = build(tmp, "lenet-adam", "--optimizer=adamw", "--lr=0.001")
         log2 = os.path.join(tmp, "adam.jsonl")
@@ -280,6 +297,7 @@ def main():
     case(export_round_trip)
     case(kill_and_resume)
     case(runtime_flags)
+    case(synthetic_resume)
     case(adam_trainer)
     case(bad_input)
     shutil.rmtree(tmp, ignore_errors=True)
