@@ -799,9 +799,20 @@ int Trainer::run(RunnerFactory createRunner) {
   if (!loadInitialState(error))
     return fail(error);
   if (!resumePath.empty()) {
+    uint64_t seed = o_.seed;
     if (!resumeFrom(resumePath, error))
       return fail("resume: " + error);
     lastCheckpoint_ = startStep_;
+    // The checkpoint's seed shuffles the training set from here on.
+    if (train_ && o_.seed != seed) {
+      IdxOptions io;
+      io.seed = o_.seed;
+      io.classes = m_.classes;
+      io.maxExamples = o_.trainExamples;
+      train_ = IdxData::open(o_.data.substr(4), "train", layout_->shape, io, &error);
+      if (!train_)
+        return fail("data: " + error);
+    }
   }
   if (!runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error))
     return fail(error);

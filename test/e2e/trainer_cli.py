@@ -9,7 +9,7 @@ checks, each as one test case:
     accuracy;
   - a run killed with SIGKILL after a checkpoint and resumed ends with
     weights bit-identical to an uninterrupted run (and so does a resumed
-    run on synthetic data);
+    run on synthetic data, and one resumed with another --seed);
   - --export writes an ONNX model that onnxruntime runs, agreeing with the
     trainer's own evaluation (logits and accuracy);
   - runtime flags (--lr, --optimizer settings) change the run; a different
@@ -215,7 +215,7 @@ def main():
         r = run([exe, "--help"])
         assert "--checkpoint-dir" in r.stdout and "optimizer sgd" in r.stdout
 
-    def synthetic_resume():
+    def resume_data_and_seed():
         # Synthetic batches come from a pool drawn from the seed: a run
         # stopped after 5 steps and resumed ends where an uninterrupted one does.
         full, part, ck = (os.path.join(tmp, d) for d in ("syn_full", "syn_part", "syn_ck"))
@@ -227,6 +227,16 @@ def main():
         assert "from step 5," in r.stdout, "did not resume"
         a, b = read_params(full), read_params(part)
         assert a and a == b, "a resumed synthetic run differs from an uninterrupted one"
+        # Resuming with another --seed keeps the checkpoint's: the training
+        # set is shuffled as the run that wrote it did.
+        idx = [f"--data=idx:{FASHION}", "--train-examples=640", "--progress=off"]
+        full, part, ck = (os.path.join(tmp, d) for d in ("seed_full", "seed_part", "seed_ck"))
+        run([exe, *idx, "--seed=5", "--steps=12", f"--dump={full}"])
+        run([exe, *idx, "--seed=5", "--steps=6", f"--checkpoint-dir={ck}"])
+        r = run([exe, *idx, "--seed=9", "--steps=12", f"--checkpoint-dir={ck}", "--resume",
+                 f"--dump={part}"])
+        assert "checkpoint's seed 5" in r.stderr, r.stderr
+        assert read_params(full) == read_params(part), "resumed with another seed's shuffle"
         other = os.path.join(tmp, "syn_other")
         run([exe, *common[:-2], "--seed=4", "--progress=off", "--steps=10", f"--dump={other}"])
         assert read_params(other) != a, "--seed changed nothing"
@@ -297,7 +307,7 @@ def main():
     case(export_round_trip)
     case(kill_and_resume)
     case(runtime_flags)
-    case(synthetic_resume)
+    case(resume_data_and_seed)
     case(adam_trainer)
     case(bad_input)
     shutil.rmtree(tmp, ignore_errors=True)
