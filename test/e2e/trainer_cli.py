@@ -283,12 +283,14 @@ def main():
         fails([f"--resume={corrupt}", "--steps=3"], "corrupt.lwckpt")
         assert os.path.exists(ckfile)
         # Divergence: a NaN loss stops the run; with a checkpoint after every
-        # step, the weights turn infinite (a step before the loss does) and
-        # the run stops there, keeping the last good checkpoint.
+        # step, weights that turn infinite (a step before the loss does: a
+        # step schedule whose second rate overflows float) stop the run at
+        # that checkpoint, keeping the last good one.
         fails(["--steps=40", "--lr=1e30", "--progress=off"], "not a finite number")
         nan = os.path.join(tmp, "ck_nan")
-        r = fails(["--steps=40", f"--checkpoint-dir={nan}", "--checkpoint-every=1", "--lr=1e30",
-                   "--progress=off"], "is not finite: no checkpoint written")
+        r = fails(["--steps=40", f"--checkpoint-dir={nan}", "--checkpoint-every=1", "--lr=0.01",
+                   "--lr-schedule=step", "--step-size=1", "--gamma=1e45", "--progress=off"],
+                  "is not finite: no checkpoint written")
         kept = sorted(os.listdir(nan))
         assert kept and all(f.endswith(".lwckpt") for f in kept), kept
         from_kept = run([exe, f"--checkpoint-dir={nan}", "--resume", "--steps=0",
