@@ -448,7 +448,11 @@ public:
       if (!call)
         return call.takeError();
       if (call->empty()) {
-        out << "  // (a view of " << names_(op.operand(0)) << ": same bytes, nothing to do)\n";
+        if (op.kind() == OpKind::Assign)
+          out << "  // (" << names_(op.operand(1)) << " was written in place over "
+              << names_(op.operand(0)) << ": nothing to copy)\n";
+        else
+          out << "  // (a view of " << names_(op.operand(0)) << ": same bytes, nothing to do)\n";
         continue;
       }
       std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
@@ -586,8 +590,12 @@ private:
         iv = op.getInts("ivalue");
       return "fill(" + names_(op.result()) + ", FillParams{" + floats(fv) + ", " + ints(iv) + "})";
     }
-    if (op.kind() == OpKind::Assign)
+    if (op.kind() == OpKind::Assign) {
+      // An update written over its param leaves nothing to copy.
+      if (where_.at(op.operand(0)) == where_.at(op.operand(1)))
+        return std::string();
       return "copy(" + names_(op.operand(1)) + ", " + names_(op.operand(0)) + ")";
+    }
     if (op.kind() == OpKind::Concat) {
       std::vector<const Value*> xs(op.operands().begin(), op.operands().end());
       return "concat(" + list(xs) + ", " + names_(op.result()) + ", " + concatP(op) + ")";
@@ -643,6 +651,16 @@ llvm::Expected<int64_t> placeResults(const Graph& g, Places& where, const std::s
       return op->emitError("codegen: has no @buf; run memory-plan first");
     for (unsigned r = 0; r < op->numResults(); ++r) {
       int64_t off = (*op->annotations().bufferOffsets)[r];
+      if (off == -1) {
+        // Written over the param it updates (the memory plan's kOverParam):
+        // the result's only use is that param's assign.
+        const Value* v = op->result(r);
+        const Op* user = v->uses().size() == 1 ? v->uses().front().user : nullptr;
+        if (!user || user->kind() != OpKind::Assign || !where.count(user->operand(0)))
+          return op->emitError("codegen: @buf(-1) on a result that is not assigned to a param");
+        where[v] = where.at(user->operand(0));
+        continue;
+      }
       where[op->result(r)] = {region, off};
       arenaBytes = std::max(arenaBytes, alignUp(off + op->result(r)->type().sizeInBytes()));
     }

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/Kernels.h"
+#include "runtime/include/lwrt/lr_schedule.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -552,25 +553,18 @@ Error evalAdamUpdate(EvalCtx& c) {
 }
 
 Error evalLrSchedule(EvalCtx& c) {
-  int64_t step = c.x().i[0];
-  double base = c.op.getFloat("base_lr");
-  int64_t warmup = c.op.getInt("warmup_steps");
-  if (step < warmup) {
-    c.y().f[0] = base * static_cast<double>(step + 1) / static_cast<double>(warmup);
-    return ok();
-  }
-  int64_t t = step - warmup;
   const std::string& kind = c.op.getString("kind");
-  double lr = base;
-  if (kind == "step") {
-    lr = base * std::pow(c.op.getFloat("gamma"), static_cast<double>(t / c.op.getInt("step_size")));
-  } else if (kind == "cosine") {
-    double span = static_cast<double>(std::max<int64_t>(1, c.op.getInt("total_steps") - warmup));
-    double frac = std::min(1.0, static_cast<double>(t) / span);
-    double lo = c.op.getFloat("min_lr");
-    lr = lo + (base - lo) * 0.5 * (1.0 + std::cos(M_PI * frac));
-  }
-  c.y().f[0] = lr;
+  lwrt::LrScheduleParams p;
+  p.kind = kind == "step"     ? lwrt::LrScheduleKind::Step
+           : kind == "cosine" ? lwrt::LrScheduleKind::Cosine
+                              : lwrt::LrScheduleKind::Constant;
+  p.base_lr = c.op.getFloat("base_lr");
+  p.warmup_steps = c.op.getInt("warmup_steps");
+  p.total_steps = c.op.getInt("total_steps");
+  p.step_size = c.op.getInt("step_size");
+  p.gamma = c.op.getFloat("gamma");
+  p.min_lr = c.op.getFloat("min_lr");
+  c.y().f[0] = lwrt::scheduledLr(p, c.x().i[0]);
   return ok();
 }
 

@@ -102,8 +102,9 @@ llvm::Error verifyAnnotations(const Op& op) {
     if (a.bufferOffsets->size() != op.numResults())
       return op.emitError(llvm::formatv("@buf has {0} offsets for {1} results",
                                         a.bufferOffsets->size(), op.numResults()));
+    // -1: the result is written over the param it updates (memory-plan).
     for (int64_t off : *a.bufferOffsets)
-      if (off < 0)
+      if (off < -1)
         return op.emitError(llvm::formatv("@buf offsets must be >= 0, got {0}", off));
   }
   return llvm::Error::success();

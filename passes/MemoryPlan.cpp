@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <set>
 
 namespace lwcc {
 
@@ -57,6 +58,21 @@ bool mayRunInPlace(const Op& op, unsigned i) {
   }
 }
 
+/// Whether result `r` of `op` may be written over operand `i`: the kernel
+/// reads each element of the operand before it writes that element of the
+/// result. The optimizer updates write the new weight over the weight and
+/// the new state over the state.
+bool mayOverwrite(const Op& op, unsigned r, unsigned i) {
+  switch (op.kind()) {
+  case OpKind::SgdUpdate: // (w, g, m, lr) -> (w', m')
+    return (r == 0 && i == 0) || (r == 1 && i == 2);
+  case OpKind::AdamUpdate: // (w, g, m, v, lr, step) -> (w', m', v')
+    return (r == 0 && i == 0) || (r == 1 && i == 2) || (r == 2 && i == 3);
+  default:
+    return r == 0 && mayRunInPlace(op, i);
+  }
+}
+
 /// A buffer: the storage shared by a value and its aliases.
 struct Buffer {
   int64_t bytes = 0;
@@ -68,10 +84,47 @@ struct Buffer {
 
 } // namespace
 
+const Value* paramWrittenOver(const Op& op, unsigned r,
+                              const std::map<const Op*, size_t>& position) {
+  const Value* v = op.result(r);
+  if (v->uses().size() != 1)
+    return nullptr;
+  const Use& use = v->uses().front();
+  if (!use.user || use.user->kind() != OpKind::Assign || use.index != 1)
+    return nullptr;
+  const Value* p = use.user->operand(0);
+  if (p->kind() != ValueKind::Param || p->type() != v->type())
+    return nullptr;
+  bool operand = false;
+  for (unsigned i = 0; i < op.numOperands(); ++i)
+    operand |= op.operand(i) == p && mayOverwrite(op, r, i);
+  if (!operand)
+    return nullptr;
+  // Nothing reads the param after `op` but its assign (which then copies
+  // nothing), and nothing else assigns it.
+  auto at = position.find(&op);
+  if (at == position.end())
+    return nullptr;
+  for (const Use& u : p->uses()) {
+    if (!u.user)
+      return nullptr; // a graph output: read after the step
+    if (u.user == use.user)
+      continue;
+    auto it = position.find(u.user);
+    if (it == position.end() || it->second > at->second ||
+        (u.user->kind() == OpKind::Assign && u.index == 0))
+      return nullptr;
+  }
+  return p;
+}
+
 llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
   std::vector<Op*> order;
-  for (auto& op : g.ops())
+  std::map<const Op*, size_t> position;
+  for (auto& op : g.ops()) {
+    position[op.get()] = order.size();
     order.push_back(op.get());
+  }
   const size_t end = order.size(); // graph outputs are read after the last op
 
   // When each value is last read: graph outputs are read after the step,
@@ -94,6 +147,7 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
 
   std::vector<Buffer> buffers;
   std::map<const Value*, size_t> bufferOf;
+  std::set<const Value*> overParam;
   MemoryPlanStats stats;
   auto join = [&](Value* v, size_t buffer, size_t pos) {
     bufferOf[v] = buffer;
@@ -105,6 +159,12 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
       Value* v = op.result(r);
       // A collective's results live on several devices.
       int64_t device = valueDevice(v).value_or(0);
+      // An update written straight over the param it updates: no buffer.
+      if (inPlace && paramWrittenOver(op, r, position)) {
+        overParam.insert(v);
+        ++stats.overParams;
+        continue;
+      }
       // Views share their operand's buffer when it is in the arena.
       if (r == 0 && isAlias(op) && bufferOf.count(op.operand(0))) {
         join(v, bufferOf[op.operand(0)], pos);
@@ -172,7 +232,8 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
       continue;
     std::vector<int64_t> offsets;
     for (unsigned r = 0; r < op->numResults(); ++r)
-      offsets.push_back(buffers[bufferOf.at(op->result(r))].offset);
+      offsets.push_back(
+          overParam.count(op->result(r)) ? kOverParam : buffers[bufferOf.at(op->result(r))].offset);
     op->annotations().bufferOffsets = offsets;
   }
   for (const Buffer& b : buffers) {
@@ -185,8 +246,11 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
 
 llvm::Error checkMemoryPlan(const Graph& g) {
   std::vector<const Op*> order;
-  for (const auto& op : g.ops())
+  std::map<const Op*, size_t> position;
+  for (const auto& op : g.ops()) {
+    position[op.get()] = order.size();
     order.push_back(op.get());
+  }
   const size_t end = order.size();
   std::map<const Value*, size_t> lastUse;
   for (size_t pos = 0; pos < order.size(); ++pos)
@@ -214,6 +278,14 @@ llvm::Error checkMemoryPlan(const Graph& g) {
     for (unsigned r = 0; r < op->numResults(); ++r) {
       const Value* v = op->result(r);
       int64_t lo = (*offsets)[r];
+      if (lo == kOverParam) {
+        if (!paramWrittenOver(*op, r, position))
+          return op->emitError(llvm::formatv(
+              "@buf({0}) of result #{1}: it is not an update written over its param (its only "
+              "use must be the assign of an operand it may overwrite, read by no later op)",
+              kOverParam, r));
+        continue;
+      }
       size_t last = lastUse.count(v) ? lastUse[v] : pos;
       if (r == 0 && isAlias(*op) && storageOf.count(op->operand(0)) &&
           storages[storageOf[op->operand(0)]].lo == lo) {
@@ -340,12 +412,14 @@ llvm::Expected<std::vector<Tensor>> runInArenas(const Graph& g, const std::vecto
   for (const auto& op : g.ops())
     for (unsigned r = 0; r < op->numResults(); ++r) {
       auto& arena = arenas[valueDevice(op->result(r)).value_or(0)];
+      if ((*op->annotations().bufferOffsets)[r] == kOverParam)
+        continue;
       int64_t end = (*op->annotations().bufferOffsets)[r] + op->result(r)->type().sizeInBytes();
       if (static_cast<int64_t>(arena.size()) < end)
         arena.resize(end);
     }
   // Inputs and params live outside the arenas, stored in their element
-  // types as everything else.
+  // types as everything else; so do updates written over their params.
   std::map<const Value*, Tensor> outside;
   auto keep = [&](const Value* v, const Tensor& t) {
     std::vector<unsigned char> bytes(t.type.sizeInBytes());
@@ -386,9 +460,13 @@ llvm::Expected<std::vector<Tensor>> runInArenas(const Graph& g, const std::vecto
     auto results = evaluateOp(*op, ptrs, Precision::F32);
     if (!results)
       return results.takeError();
-    for (unsigned r = 0; r < op->numResults(); ++r)
-      storeTensor(arenas[valueDevice(op->result(r)).value_or(0)],
-                  (*op->annotations().bufferOffsets)[r], (*results)[r]);
+    for (unsigned r = 0; r < op->numResults(); ++r) {
+      int64_t offset = (*op->annotations().bufferOffsets)[r];
+      if (offset == kOverParam)
+        keep(op->result(r), (*results)[r]);
+      else
+        storeTensor(arenas[valueDevice(op->result(r)).value_or(0)], offset, (*results)[r]);
+    }
   }
   std::vector<Tensor> out;
   for (const Value* v : g.outputs())
@@ -415,9 +493,9 @@ public:
     if (ctx.diag)
       ctx.diag(Severity::Note, {},
                llvm::formatv("memory-plan: arena {0}; {1} buffers ({2} bytes unshared), {3} "
-                             "in place, {4} views",
+                             "in place, {4} views, {5} updates over their params",
                              arenas.empty() ? std::string("empty") : arenas, stats->buffers,
-                             stats->totalBytes, stats->inPlace, stats->aliased)
+                             stats->totalBytes, stats->inPlace, stats->aliased, stats->overParams)
                    .str());
     return checkMemoryPlan(g);
   }

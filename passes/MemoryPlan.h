@@ -10,7 +10,11 @@
 //     outputs live to the end of the step.
 //  3. Greedy by size: the largest buffers are placed first, each at the
 //     lowest offset that no buffer live at the same time occupies.
-// Params and inputs live outside the arena.
+// Params and inputs live outside the arena. With in-place planning, a
+// result whose only use is the assign of a param that the op may overwrite
+// element by element (an optimizer update's new weight or state, step + 1)
+// and that no later op reads is written straight over the param: its @buf
+// is kOverParam and the assign copies nothing.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -27,7 +31,16 @@ struct MemoryPlanStats {
   int64_t totalBytes = 0;               ///< all buffers, without sharing
   size_t buffers = 0;
   size_t inPlace = 0, aliased = 0;
+  size_t overParams = 0; ///< results written over the param they update
 };
+
+/// The @buf offset of a result that lives in its param's storage.
+constexpr int64_t kOverParam = -1;
+
+/// The param result `r` of `op` may be written over (see above), or null.
+/// `position` maps each op of the graph to its index in graph order.
+const Value* paramWrittenOver(const Op& op, unsigned r,
+                              const std::map<const Op*, size_t>& position);
 
 /// Sets @buf on every op with results.
 llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace = true);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -219,27 +220,53 @@ std::vector<int64_t> shuffledOrder(int64_t n, uint64_t seed, uint64_t epoch) {
 
 // --- DataSource ---------------------------------------------------------------
 
-DataSource::DataSource(std::vector<int64_t> shape, int64_t examples, bool shuffle, uint64_t seed)
-    : shape_(std::move(shape)), examples_(examples), shuffle_(shuffle), seed_(seed) {}
+struct DataSource::OrderCache {
+  std::mutex mutex;
+  uint64_t epoch[2] = {0, 0};
+  std::shared_ptr<const std::vector<int64_t>> order[2]; ///< [0]: the latest
+};
 
-const std::vector<int64_t>& DataSource::orderOf(uint64_t epoch) {
-  if (!haveOrder_ || orderEpoch_ != epoch) {
-    order_ = shuffledOrder(examples_, seed_, epoch);
-    orderEpoch_ = epoch;
-    haveOrder_ = true;
+DataSource::DataSource(std::vector<int64_t> shape, int64_t examples, bool shuffle, uint64_t seed)
+    : shape_(std::move(shape)), examples_(examples), shuffle_(shuffle), seed_(seed),
+      orders_(std::make_unique<OrderCache>()) {}
+
+DataSource::~DataSource() = default;
+
+std::shared_ptr<const std::vector<int64_t>> DataSource::orderOf(uint64_t epoch) const {
+  OrderCache& c = *orders_;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    for (int k = 0; k < 2; ++k)
+      if (c.order[k] && c.epoch[k] == epoch)
+        return c.order[k];
   }
-  return order_;
+  // Drawn outside the lock; two threads may both draw it, equal either way.
+  auto order = std::make_shared<const std::vector<int64_t>>(shuffledOrder(examples_, seed_, epoch));
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.order[1] = std::move(c.order[0]);
+  c.epoch[1] = c.epoch[0];
+  c.order[0] = order;
+  c.epoch[0] = epoch;
+  return order;
 }
 
-int64_t DataSource::exampleAt(uint64_t epoch, int64_t slot) {
-  return shuffle_ ? orderOf(epoch)[static_cast<size_t>(slot)] : slot;
+int64_t DataSource::exampleAt(uint64_t epoch, int64_t slot) const {
+  return shuffle_ ? (*orderOf(epoch))[static_cast<size_t>(slot)] : slot;
+}
+
+void DataSource::batch(Position p, float* images, int64_t* labels) const {
+  int64_t n = batchSize(), size = imageSize();
+  int64_t first = static_cast<int64_t>(p.batch) * n;
+  std::shared_ptr<const std::vector<int64_t>> order;
+  if (shuffle_)
+    order = orderOf(p.epoch);
+  for (int64_t k = 0; k < n; ++k)
+    load(order ? (*order)[static_cast<size_t>(first + k)] : first + k, images + k * size,
+         labels + k);
 }
 
 void DataSource::next(float* images, int64_t* labels) {
-  int64_t n = batchSize(), size = imageSize();
-  int64_t first = static_cast<int64_t>(pos_.batch) * n;
-  for (int64_t k = 0; k < n; ++k)
-    load(exampleAt(pos_.epoch, first + k), images + k * size, labels + k);
+  batch(pos_, images, labels);
   if (++pos_.batch >= static_cast<uint64_t>(batchesPerEpoch())) {
     pos_.batch = 0;
     ++pos_.epoch;
@@ -394,6 +421,28 @@ std::unique_ptr<IdxData> IdxData::open(const std::string& dir, const std::string
   return data;
 }
 
+void IdxData::resize(const unsigned char* src, float* image, float* rows) const {
+  const int64_t h = static_cast<int64_t>(rowTaps_.size()),
+                w = static_cast<int64_t>(colTaps_.size());
+  for (int64_t r = 0; r < rows_; ++r) {
+    const unsigned char* in = src + r * cols_;
+    float* out = rows + r * w;
+    for (int64_t x = 0; x < w; ++x) {
+      const Tap& tx = colTaps_[static_cast<size_t>(x)];
+      out[x] = tx.l0 * normalized_[in[tx.i0]] + tx.l1 * normalized_[in[tx.i1]];
+    }
+  }
+  for (int64_t y = 0; y < h; ++y) {
+    const Tap& ty = rowTaps_[static_cast<size_t>(y)];
+    const float* top = rows + ty.i0 * w;
+    const float* bottom = rows + ty.i1 * w;
+    float* out = image + y * w;
+    const float l0 = ty.l0, l1 = ty.l1;
+    for (int64_t x = 0; x < w; ++x)
+      out[x] = l0 * top[x] + l1 * bottom[x];
+  }
+}
+
 void IdxData::load(int64_t index, float* image, int64_t* label) const {
   const std::vector<int64_t>& s = shape();
   int64_t h = s[2], w = s[3];
@@ -402,17 +451,10 @@ void IdxData::load(int64_t index, float* image, int64_t* label) const {
     for (int64_t k = 0; k < h * w; ++k)
       image[k] = normalized_[src[k]];
   } else {
-    for (int64_t y = 0; y < h; ++y) {
-      const Tap& ty = rowTaps_[static_cast<size_t>(y)];
-      const unsigned char* r0 = src + ty.i0 * cols_;
-      const unsigned char* r1 = src + ty.i1 * cols_;
-      for (int64_t x = 0; x < w; ++x) {
-        const Tap& tx = colTaps_[static_cast<size_t>(x)];
-        float top = tx.l0 * normalized_[r0[tx.i0]] + tx.l1 * normalized_[r0[tx.i1]];
-        float bottom = tx.l0 * normalized_[r1[tx.i0]] + tx.l1 * normalized_[r1[tx.i1]];
-        image[y * w + x] = ty.l0 * top + ty.l1 * bottom;
-      }
-    }
+    // Scratch for the rows resized along x, one per thread.
+    thread_local std::vector<float> rows;
+    rows.resize(static_cast<size_t>(rows_ * w));
+    resize(src, image, rows.data());
   }
   for (int64_t c = 1; c < s[1]; ++c)
     std::memcpy(image + c * h * w, image, static_cast<size_t>(h * w) * sizeof(float));

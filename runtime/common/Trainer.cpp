@@ -7,6 +7,8 @@
 #include "lwrt/checkpoint.h"
 #include "lwrt/data.h"
 #include "lwrt/export.h"
+#include "lwrt/feed.h"
+#include "lwrt/lr_schedule.h"
 #include "lwrt/progress.h"
 
 #include <algorithm>
@@ -20,10 +22,9 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <numbers>
 #include <optional>
-#include <random>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 namespace lwrt {
@@ -38,7 +39,13 @@ const char* kUsage =
     "      raw:DIR   one fixed batch, input_<k>.bin raw bytes per model input\n"
     "  --train-examples=N   use the first N training examples (default all)\n"
     "  --eval-examples=N    evaluate on the first N test examples (default all)\n"
-    "  --synthetic-batches=N   batches in a synthetic epoch (default 100)\n"
+    "  --synthetic-batches=N   batches in a synthetic epoch (default 100; at most 256 MiB\n"
+    "                       of them are drawn, and a longer epoch repeats them)\n"
+    "  --data-threads=N     threads preparing batches ahead of the step (default: the\n"
+    "                       cores less one, at most 4)\n"
+    "  --prefetch=N         batches prepared ahead (default 2)\n"
+    "  --data-only          time the input pipeline alone: prepare (and upload) the\n"
+    "                       run's batches without training, and print img/s\n"
     "schedule:\n"
     "  --epochs=N (default 1)   --steps=N (overrides --epochs)   --seed=S\n"
     "  --eval                   accuracy on the test split after each epoch\n"
@@ -66,6 +73,8 @@ const char* kUsage =
 struct Options {
   std::string data = "synthetic";
   int64_t trainExamples = 0, evalExamples = 0, syntheticBatches = 100;
+  int64_t dataThreads = 0, prefetch = 2; ///< 0: from the core count
+  bool dataOnly = false;
   int64_t epochs = 1;
   std::optional<int64_t> steps;
   uint64_t seed = 0;
@@ -164,130 +173,10 @@ std::string fileSafe(std::string name) {
 /// The learning rate of `step` (steps completed before it), as the
 /// generated lr_schedule computes it; for the log.
 double scheduledLr(const Hyper& h, int64_t s) {
-  if (s < h.warmupSteps)
-    return h.lr * static_cast<double>(s + 1) / static_cast<double>(h.warmupSteps);
-  int64_t t = s - h.warmupSteps;
-  if (h.schedule == 1 && h.stepSize > 0)
-    return h.lr * std::pow(h.gamma, static_cast<double>(t / h.stepSize));
-  if (h.schedule == 2) {
-    double span = static_cast<double>(std::max<int64_t>(1, h.totalSteps - h.warmupSteps));
-    double frac = std::min(1.0, static_cast<double>(t) / span);
-    return h.minLr + (h.lr - h.minLr) * 0.5 * (1.0 + std::cos(std::numbers::pi * frac));
-  }
-  return h.lr;
-}
-
-/// Seeded synthetic values for every input, counter-based on (seed, index):
-/// normal data, uniform labels in [0, classes).
-void fillSynthetic(const ModelInfo& m, unsigned char* inputs, uint64_t seed, uint64_t index) {
-  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + index);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  for (const InputInfo& in : m.inputs) {
-    int64_t n = numelOf(in.shape);
-    unsigned char* p = inputs + in.offset;
-    for (int64_t k = 0; k < n; ++k) {
-      if (in.dtype == DType::I64 || in.dtype == DType::I32) {
-        int64_t classes = m.classes > 0 ? m.classes : 2;
-        int64_t v = static_cast<int64_t>(rng() % static_cast<uint64_t>(classes));
-        if (in.dtype == DType::I64) {
-          std::memcpy(p + 8 * k, &v, 8);
-        } else {
-          int32_t w = static_cast<int32_t>(v);
-          std::memcpy(p + 4 * k, &w, 4);
-        }
-      } else if (in.dtype == DType::F64) {
-        double v = normal(rng);
-        std::memcpy(p + 8 * k, &v, 8);
-      } else {
-        float v = static_cast<float>(normal(rng));
-        std::memcpy(p + 4 * k, &v, 4);
-      }
-    }
-  }
-}
-
-/// Where a classifier's image and label inputs are, when it has exactly one
-/// of each (image [N,C,H,W], or [N,D] with D a square: a flattened image).
-struct ImageLayout {
-  const InputInfo* image = nullptr;
-  const InputInfo* label = nullptr;
-  std::vector<int64_t> shape; ///< [N, C, H, W] as the loaders produce it
-};
-
-std::optional<ImageLayout> imageLayout(const ModelInfo& m, std::string& why) {
-  ImageLayout l;
-  for (const InputInfo& in : m.inputs) {
-    if (in.isLabel) {
-      if (l.label) {
-        why = "the model has more than one label input";
-        return std::nullopt;
-      }
-      l.label = &in;
-    } else {
-      if (l.image) {
-        why = "the model has more than one data input";
-        return std::nullopt;
-      }
-      l.image = &in;
-    }
-  }
-  if (!l.image || !l.label) {
-    why = "the model needs one image input and one label input";
-    return std::nullopt;
-  }
-  if (m.classes <= 0) {
-    why = "the loss is not a classification loss (softmax cross-entropy)";
-    return std::nullopt;
-  }
-  if ((l.image->dtype != DType::F32 && l.image->dtype != DType::F64) ||
-      (l.label->dtype != DType::I64 && l.label->dtype != DType::I32)) {
-    why = "the image input must be float and the labels integers";
-    return std::nullopt;
-  }
-  const std::vector<int64_t>& s = l.image->shape;
-  if (s.size() == 4) {
-    l.shape = s;
-  } else if (s.size() == 2) {
-    int64_t side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(s[1]))));
-    if (side * side != s[1]) {
-      why = "the image input [N, " + std::to_string(s[1]) + "] is not a flattened square image";
-      return std::nullopt;
-    }
-    l.shape = {s[0], 1, side, side};
-  } else {
-    why = "the image input has rank " + std::to_string(s.size()) + ", not 4 ([N,C,H,W]) or 2";
-    return std::nullopt;
-  }
-  if (l.label->shape.size() != 1 || l.label->shape[0] != l.shape[0]) {
-    why = "the label input is not [N]";
-    return std::nullopt;
-  }
-  return l;
-}
-
-/// Writes loader output (float images, int64 labels) into the input buffer
-/// in the model's element types.
-void storeBatch(const ImageLayout& l, const float* images, const int64_t* labels,
-                unsigned char* inputs) {
-  int64_t n = numelOf(l.shape);
-  unsigned char* img = inputs + l.image->offset;
-  if (l.image->dtype == DType::F32) {
-    std::memcpy(img, images, static_cast<size_t>(n) * 4);
-  } else {
-    for (int64_t k = 0; k < n; ++k) {
-      double v = images[k];
-      std::memcpy(img + 8 * k, &v, 8);
-    }
-  }
-  unsigned char* lab = inputs + l.label->offset;
-  for (int64_t k = 0; k < l.shape[0]; ++k) {
-    if (l.label->dtype == DType::I64) {
-      std::memcpy(lab + 8 * k, &labels[k], 8);
-    } else {
-      int32_t v = static_cast<int32_t>(labels[k]);
-      std::memcpy(lab + 4 * k, &v, 4);
-    }
-  }
+  return lwrt::scheduledLr(LrScheduleParams{static_cast<LrScheduleKind>(h.schedule), h.lr,
+                                            h.warmupSteps, h.totalSteps, h.stepSize, h.gamma,
+                                            h.minLr},
+                           s);
 }
 
 /// Device memory that releases itself.
@@ -342,7 +231,20 @@ private:
   bool allocate(DeviceBuffer& b, int64_t bytes, const char* what, std::string& error);
   bool loadInitialState(std::string& error);
   bool resumeFrom(const std::string& path, std::string& error);
-  bool fillTrainBatch(int64_t step, std::string& error);
+  /// The input pipeline of the training steps [first, end).
+  bool makeFeed(int64_t first, int64_t end, std::string& error);
+  /// A launched step whose loss (copied back asynchronously) is read later.
+  struct Launched {
+    int64_t step;
+    int64_t fence;
+    const unsigned char* loss; ///< host copy of the loss
+  };
+  /// Waits for a launched step and reports it: progress, log, the device's
+  /// data errors (every `deviceCheckEvery_` steps and when `sync`), a
+  /// non-finite loss. "" or why the run stops.
+  std::string finishStep(const Launched& l, bool sync);
+  /// --data-only: the pipeline alone over the run's steps.
+  int timeDataOnly(int64_t totalSteps);
   bool saveCheckpoint(int64_t step, std::string& error);
   bool evaluate(int64_t epoch, int64_t step, std::string& error);
   bool downloadState(std::string& error) {
@@ -356,6 +258,22 @@ private:
   Options o_;
   std::unique_ptr<StepRunner> runner_;
   DeviceBuffer arena_, evalArena_, state_, inputs_;
+  struct HostBuffer {
+    StepRunner* runner = nullptr;
+    void* ptr = nullptr;
+    ~HostBuffer() {
+      if (runner && ptr)
+        runner->releaseHost(ptr);
+    }
+  } lossMemory_;
+  unsigned char* lossHost_ = nullptr; ///< in lossMemory_: two steps' losses
+  int64_t deviceCheckEvery_ = 1;
+  int64_t progressItems_ = 0; ///< items per step
+  /// Batches drawn up front (a pool) and the seconds that took.
+  int64_t drawnUpFront_ = 0;
+  double drawSeconds_ = 0;
+  std::chrono::steady_clock::time_point lastFinish_;
+  double lastLoss_ = 0;
   std::vector<unsigned char> hostState_, hostInputs_;
   StepBuffers buffers_{}, evalBuffers_{};
   std::optional<ImageLayout> layout_;
@@ -371,6 +289,9 @@ private:
   std::map<std::string, double> opMs_;
   int64_t profiled_ = 0;
   void printProfile();
+  /// Last: its threads read the data sources and the runner's memory, so it
+  /// goes first.
+  std::unique_ptr<BatchFeed> feed_;
 };
 
 void Trainer::printProfile() {
@@ -481,24 +402,148 @@ bool Trainer::resumeFrom(const std::string& path, std::string& error) {
   return true;
 }
 
-bool Trainer::fillTrainBatch(int64_t step, std::string& error) {
+bool Trainer::makeFeed(int64_t first, int64_t end, std::string& error) {
+  FeedOptions fo;
+  unsigned cores = std::thread::hardware_concurrency();
+  fo.threads = o_.dataThreads > 0 ? static_cast<int>(o_.dataThreads)
+                                  : static_cast<int>(std::clamp<unsigned>(cores, 2, 5) - 1);
+  // Buffers: the prepared ones, the step's, and the previous step's while
+  // its upload may still run.
+  fo.depth = static_cast<int>(o_.prefetch) + 2;
+  const int64_t bytes = m_.inputBytes;
+  auto started = std::chrono::steady_clock::now();
   if (o_.data == "synthetic") {
-    fillSynthetic(m_, hostInputs_.data(), o_.seed, static_cast<uint64_t>(step));
-    return true;
+    // A pool of distinct batches drawn once (at most 256 MiB of them): step
+    // s trains on batch s % P.
+    const int64_t budget = int64_t(256) << 20;
+    int64_t pool =
+        std::clamp<int64_t>(budget / std::max<int64_t>(bytes, 1), 1, o_.syntheticBatches);
+    uint64_t seed = o_.seed;
+    FeedOptions up = fo; // drawn before the first step: every core helps
+    up.threads = std::max<int>(fo.threads, static_cast<int>(std::max(cores, 1u)));
+    feed_ = createPoolFeed(
+        *runner_, bytes,
+        [this, seed](int64_t k, unsigned char* dst, std::string*) {
+          fillSyntheticInputs(m_, dst, seed, static_cast<uint64_t>(k));
+          return true;
+        },
+        pool, up, &error);
+    drawnUpFront_ = pool;
+  } else if (!train_) { // raw: the same batch every step
+    feed_ = createPoolFeed(
+        *runner_, bytes,
+        [this](int64_t, unsigned char* dst, std::string*) {
+          std::memcpy(dst, rawBatch_.data(), rawBatch_.size());
+          return true;
+        },
+        1, fo, &error);
+  } else {
+    const ImageLayout layout = *layout_;
+    const int64_t perEpoch = batchesPerEpoch_, n = layout.shape[0];
+    const DataSource* train = train_.get();
+    feed_ = createPrefetchFeed(
+        *runner_, bytes,
+        [layout, perEpoch, n, train](int64_t step, unsigned char* dst, std::string*) {
+          DataSource::Position p{static_cast<uint64_t>(step / perEpoch),
+                                 static_cast<uint64_t>(step % perEpoch)};
+          thread_local std::vector<int64_t> labels;
+          thread_local std::vector<float> images;
+          labels.resize(static_cast<size_t>(n));
+          float* img = reinterpret_cast<float*>(dst + layout.image->offset);
+          if (layout.image->dtype != DType::F32) { // converted from floats
+            images.resize(static_cast<size_t>(numelOf(layout.shape)));
+            img = images.data();
+          }
+          train->batch(p, img, labels.data());
+          storeBatch(layout, img, labels.data(), dst);
+          return true;
+        },
+        first, end, fo, &error);
   }
-  if (!train_) { // raw: the same batch every step
-    std::memcpy(hostInputs_.data(), rawBatch_.data(), rawBatch_.size());
-    return true;
+  drawSeconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return feed_ != nullptr;
+}
+
+std::string Trainer::finishStep(const Launched& l, bool sync) {
+  std::string error;
+  const std::string at = "step " + std::to_string(l.step + 1) + ": ";
+  if (!runner_->waitFence(l.fence, &error))
+    return at + error;
+  if (!runner_->readsHostMemory())
+    feed_->release(l.step); // its upload has ended
+  double loss = 0;
+  if (m_.lossType == DType::F64) {
+    std::memcpy(&loss, l.loss, 8);
+  } else {
+    float f;
+    std::memcpy(&f, l.loss, 4);
+    loss = f;
   }
-  DataSource::Position want{static_cast<uint64_t>(step / batchesPerEpoch_),
-                            static_cast<uint64_t>(step % batchesPerEpoch_)};
-  if (!(train_->position() == want) && !train_->seek(want, &error))
-    return false;
-  std::vector<float> images(static_cast<size_t>(numelOf(layout_->shape)));
-  std::vector<int64_t> labels(static_cast<size_t>(layout_->shape[0]));
-  train_->next(images.data(), labels.data());
-  storeBatch(*layout_, images.data(), labels.data(), hostInputs_.data());
-  return true;
+  auto now = std::chrono::steady_clock::now();
+  double ms = std::chrono::duration<double, std::milli>(now - lastFinish_).count();
+  lastFinish_ = now;
+  // Reading the device's error flag waits for the device: not every step.
+  if (sync || (l.step + 1) % deviceCheckEvery_ == 0) {
+    std::string deviceError = runner_->takeDeviceError();
+    if (!deviceError.empty())
+      return at + deviceError;
+  }
+  progress_->step(l.step + 1, loss);
+  if (log_) {
+    StepRecord r;
+    r.step = l.step + 1;
+    r.loss = loss;
+    r.stepMs = ms;
+    double rate = progress_->itemsPerSecond();
+    r.imgPerSec = std::isfinite(rate) ? rate : progressItems_ / (ms / 1000.0);
+    r.epoch = l.step / batchesPerEpoch_ + 1;
+    if (o_.hyper.family != Hyper::None)
+      r.lr = scheduledLr(o_.hyper, l.step);
+    log_->step(r);
+  }
+  std::string bad = checkFiniteLoss(l.step + 1, loss);
+  if (!bad.empty())
+    return bad + (lastCheckpoint_ >= 0 ? "; the last checkpoint, " +
+                                             checkpointFileName(lastCheckpoint_) + ", is kept"
+                                       : "");
+  lastLoss_ = loss;
+  return "";
+}
+
+int Trainer::timeDataOnly(int64_t totalSteps) {
+  std::string error;
+  const bool upload = !runner_->readsHostMemory();
+  auto started = std::chrono::steady_clock::now();
+  int64_t previous = -1, fence = 0;
+  for (int64_t s = startStep_; s < totalSteps; ++s) {
+    const unsigned char* batch = feed_->acquire(s, &error);
+    if (!batch)
+      return fail("data: " + error);
+    if (upload && (!runner_->upload(inputs_.ptr, batch, m_.inputBytes, &error) ||
+                   !runner_->fence(&fence, &error)))
+      return fail("data: " + error);
+    if (previous >= 0 && upload && !runner_->waitFence(previous, &error))
+      return fail("data: " + error);
+    if (upload && s > startStep_)
+      feed_->release(s - 1);
+    if (!upload)
+      feed_->release(s);
+    previous = fence;
+  }
+  if (upload && !runner_->waitFence(previous, &error))
+    return fail("data: " + error);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  int64_t ran = std::max<int64_t>(0, totalSteps - startStep_);
+  if (drawnUpFront_ > 0) // a pool: drawing it is the pipeline's work
+    std::printf("%s: data only: drew %lld batches up front in %.2f s (%.1f img/s)\n", program_,
+                static_cast<long long>(drawnUpFront_), drawSeconds_,
+                static_cast<double>(drawnUpFront_ * progressItems_) / std::max(drawSeconds_, 1e-9));
+  std::printf("%s: data only: %lld batches in %.2f s (%.1f img/s)%s\n", program_,
+              static_cast<long long>(ran), seconds,
+              static_cast<double>(ran * progressItems_) / std::max(seconds, 1e-9),
+              upload ? ", uploaded" : "");
+  return 0;
 }
 
 bool Trainer::saveCheckpoint(int64_t step, std::string& error) {
@@ -550,7 +595,7 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   std::vector<unsigned char> logits(static_cast<size_t>(bytesOf(m_.logitsType, m_.logitsShape)));
   for (int64_t b = 0; b < batches; ++b) {
     if (o_.data == "synthetic") {
-      fillSynthetic(m_, hostInputs_.data(), o_.seed ^ 0x5EED5EED5EEDull, 1000000000ull + b);
+      fillSyntheticInputs(m_, hostInputs_.data(), o_.seed ^ 0x5EED5EED5EEDull, 1000000000ull + b);
     } else if (!test_) {
       std::memcpy(hostInputs_.data(), rawBatch_.data(), rawBatch_.size());
     } else {
@@ -754,9 +799,20 @@ int Trainer::run(RunnerFactory createRunner) {
   if (!loadInitialState(error))
     return fail(error);
   if (!resumePath.empty()) {
+    uint64_t seed = o_.seed;
     if (!resumeFrom(resumePath, error))
       return fail("resume: " + error);
     lastCheckpoint_ = startStep_;
+    // The checkpoint's seed shuffles the training set from here on.
+    if (train_ && o_.seed != seed) {
+      IdxOptions io;
+      io.seed = o_.seed;
+      io.classes = m_.classes;
+      io.maxExamples = o_.trainExamples;
+      train_ = IdxData::open(o_.data.substr(4), "train", layout_->shape, io, &error);
+      if (!train_)
+        return fail("data: " + error);
+    }
   }
   if (!runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error))
     return fail(error);
@@ -780,6 +836,15 @@ int Trainer::run(RunnerFactory createRunner) {
     if (!log_)
       return fail(error);
   }
+  progressItems_ = po.itemsPerStep;
+  deviceCheckEvery_ = po.every;
+  lossMemory_.runner = runner_.get();
+  lossMemory_.ptr = runner_->allocateHost(16, &error);
+  lossHost_ = static_cast<unsigned char*>(lossMemory_.ptr);
+  if (!lossHost_ || !makeFeed(startStep_, std::max(totalSteps, startStep_ + 1), error))
+    return fail("data: " + error);
+  if (o_.dataOnly)
+    return timeDataOnly(totalSteps);
   std::printf("%s: %s on %s: %lld steps from step %lld, %lld batches of %lld per epoch\n", program_,
               m_.name.c_str(), runner_->description().c_str(), static_cast<long long>(totalSteps),
               static_cast<long long>(startStep_), static_cast<long long>(batchesPerEpoch_),
@@ -787,73 +852,66 @@ int Trainer::run(RunnerFactory createRunner) {
   std::fflush(stdout);
   progress_->begin(startStep_);
 
+  // The steady state: the batch was prepared ahead on the feed's threads;
+  // the step is launched with its upload and the loss's copy back, and the
+  // previous step is reported while it runs. The host waits for the device
+  // only through the previous step's fence, before a checkpoint or an
+  // evaluation, and for its error flag every print interval.
+  const bool zeroCopy = runner_->readsHostMemory();
   auto started = std::chrono::steady_clock::now();
-  double lastLoss = 0;
+  lastFinish_ = started;
+  std::optional<Launched> pending;
   int64_t lastEvalStep = -1;
   for (int64_t s = startStep_; s < totalSteps; ++s) {
-    if (!fillTrainBatch(s, error))
+    const unsigned char* batch = feed_->acquire(s, &error);
+    if (!batch)
       return fail("data: " + error);
-    auto t0 = std::chrono::steady_clock::now();
-    double loss = 0;
-    unsigned char lossBytes[8] = {};
     const bool profiling = o_.profile > 0 && s > startStep_ && s - startStep_ <= o_.profile;
     StepBuffers marked = buffers_;
+    if (zeroCopy) // the step reads the prepared batch where it is
+      marked.inputs = const_cast<unsigned char*>(batch);
     if (profiling) {
       marked.mark = [](void* runner, const char* op) {
         static_cast<StepRunner*>(runner)->mark(op);
       };
       marked.markContext = runner_.get();
     }
-    bool launched = runner_->upload(inputs_.ptr, hostInputs_.data(), m_.inputBytes, &error);
+    bool launched = zeroCopy || runner_->upload(inputs_.ptr, batch, m_.inputBytes, &error);
     if (launched && profiling)
       runner_->startMarks();
     launched = launched &&
                runner_->run(
                    profiling ? -1 : 0, [&](std::string* e) { return m_.step(marked, e); }, &error);
+    Launched now{s, 0, lossHost_ + 8 * (s % 2)};
     if (!launched ||
-        !runner_->download(lossBytes, arena_.ptr + m_.lossOffset, dtypeSize(m_.lossType), &error))
+        !runner_->downloadAsync(const_cast<unsigned char*>(now.loss), arena_.ptr + m_.lossOffset,
+                                dtypeSize(m_.lossType), &error) ||
+        !runner_->fence(&now.fence, &error))
       return fail("step " + std::to_string(s + 1) + ": op " + error);
+    if (zeroCopy)
+      feed_->release(s); // the step has run
     if (profiling) {
       for (const auto& [op, ms] : runner_->takeMarks())
         opMs_[op] += ms;
       ++profiled_;
     }
-    if (m_.lossType == DType::F64) {
-      std::memcpy(&loss, lossBytes, 8);
-    } else {
-      float f;
-      std::memcpy(&f, lossBytes, 4);
-      loss = f;
+    if (pending) {
+      if (std::string bad = finishStep(*pending, false); !bad.empty())
+        return fail(bad);
     }
-    double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::string deviceError = runner_->takeDeviceError();
-    if (!deviceError.empty())
-      return fail("step " + std::to_string(s + 1) + ": " + deviceError);
-    progress_->step(s + 1, loss);
-    if (log_) {
-      StepRecord r;
-      r.step = s + 1;
-      r.loss = loss;
-      r.stepMs = ms;
-      double rate = progress_->itemsPerSecond();
-      r.imgPerSec = std::isfinite(rate) ? rate : po.itemsPerStep / (ms / 1000.0);
-      r.epoch = s / batchesPerEpoch_ + 1;
-      if (o_.hyper.family != Hyper::None)
-        r.lr = scheduledLr(o_.hyper, s);
-      log_->step(r);
+    pending = now;
+    const bool checkpoint =
+        !o_.checkpointDir.empty() && o_.checkpointEvery > 0 && (s + 1) % o_.checkpointEvery == 0;
+    const bool evaluation = o_.eval && (s + 1) % batchesPerEpoch_ == 0;
+    if (checkpoint || evaluation || s + 1 == totalSteps) {
+      std::string bad = finishStep(*pending, true);
+      pending.reset();
+      if (!bad.empty())
+        return fail(bad);
     }
-    std::string bad = checkFiniteLoss(s + 1, loss);
-    if (!bad.empty())
-      return fail(
-          bad + (lastCheckpoint_ >= 0
-                     ? "; the last checkpoint, " + checkpointFileName(lastCheckpoint_) + ", is kept"
-                     : ""));
-    lastLoss = loss;
-    if (!o_.checkpointDir.empty() && o_.checkpointEvery > 0 && (s + 1) % o_.checkpointEvery == 0 &&
-        !saveCheckpoint(s + 1, error))
+    if (checkpoint && !saveCheckpoint(s + 1, error))
       return fail("checkpoint: " + error);
-    if (o_.eval && (s + 1) % batchesPerEpoch_ == 0) {
+    if (evaluation) {
       if (!evaluate((s + 1) / batchesPerEpoch_, s + 1, error))
         return fail(error);
       lastEvalStep = s + 1;
@@ -869,7 +927,7 @@ int Trainer::run(RunnerFactory createRunner) {
   if (ran > 0)
     std::printf("%s: %lld steps in %.1f s (%.1f img/s), last loss %.6g\n", program_,
                 static_cast<long long>(ran), seconds,
-                static_cast<double>(ran * po.itemsPerStep) / std::max(seconds, 1e-9), lastLoss);
+                static_cast<double>(ran * po.itemsPerStep) / std::max(seconds, 1e-9), lastLoss_);
   printProfile();
   if (!o_.checkpointDir.empty() && lastCheckpoint_ != totalSteps &&
       !saveCheckpoint(totalSteps, error))
@@ -943,6 +1001,14 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     } else if (key == "--synthetic-batches") {
       if (!intArg(o.syntheticBatches, 1))
         return bad("takes a positive count");
+    } else if (key == "--data-threads") {
+      if (!intArg(o.dataThreads, 1) || o.dataThreads > 64)
+        return bad("takes a count in [1, 64]");
+    } else if (key == "--prefetch") {
+      if (!intArg(o.prefetch, 1) || o.prefetch > 64)
+        return bad("takes a count in [1, 64]");
+    } else if (key == "--data-only" && !hasValue) {
+      o.dataOnly = true;
     } else if (key == "--epochs") {
       if (!intArg(o.epochs, 0))
         return bad("takes a count");

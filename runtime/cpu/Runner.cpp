@@ -37,6 +37,19 @@ public:
     std::memcpy(dst, src, static_cast<size_t>(bytes));
     return true;
   }
+  // The step runs on the calling thread: every copy is done when it returns.
+  void* allocateHost(int64_t bytes, std::string* error) override { return allocate(bytes, error); }
+  void releaseHost(void* memory) override { std::free(memory); }
+  bool readsHostMemory() const override { return true; }
+  bool downloadAsync(void* dst, const void* src, int64_t bytes, std::string* error) override {
+    return download(dst, src, bytes, error);
+  }
+  bool fence(int64_t* id, std::string*) override {
+    *id = fences_++;
+    return true;
+  }
+  bool waitFence(int64_t, std::string*) override { return true; }
+
   bool run(int, const std::function<bool(std::string*)>& launch, std::string* error) override {
     return launch(error);
   }
@@ -54,6 +67,7 @@ public:
   std::vector<std::pair<std::string, double>> takeMarks() override { return std::move(marks_); }
 
 private:
+  int64_t fences_ = 0;
   std::vector<std::pair<std::string, double>> marks_;
   std::chrono::steady_clock::time_point last_;
 };

@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <numbers>
 #include <type_traits>
 
 namespace lwrt::cpu {
@@ -594,19 +593,7 @@ bool lrSchedule(const TensorView& step, const TensorView& lr, const LrSchedulePa
     return false;
   if (p.kind == LrScheduleKind::Step && p.step_size < 1)
     return false;
-  double rate = p.base_lr;
-  if (s < p.warmup_steps) {
-    rate = p.base_lr * static_cast<double>(s + 1) / static_cast<double>(p.warmup_steps);
-  } else {
-    int64_t t = s - p.warmup_steps;
-    if (p.kind == LrScheduleKind::Step) {
-      rate = p.base_lr * std::pow(p.gamma, static_cast<double>(t / p.step_size));
-    } else if (p.kind == LrScheduleKind::Cosine) {
-      double span = static_cast<double>(std::max<int64_t>(1, p.total_steps - p.warmup_steps));
-      double frac = std::min(1.0, static_cast<double>(t) / span);
-      rate = p.min_lr + (p.base_lr - p.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * frac));
-    }
-  }
+  double rate = scheduledLr(p, s);
   return dispatchFloat(lr.dtype, [&](auto tag) {
     using T = decltype(tag);
     *lr.as<T>() = static_cast<T>(rate);

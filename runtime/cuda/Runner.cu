@@ -5,6 +5,7 @@
 #include "cuda/Context.h"
 #include "lwrt/trainer.h"
 
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -22,6 +23,8 @@ public:
       : options_(options), name_(std::move(name)) {}
   ~CudaRunner() override {
     for (cudaEvent_t e : events_)
+      cudaEventDestroy(e);
+    for (cudaEvent_t e : fences_)
       cudaEventDestroy(e);
     for (auto& [key, phase] : phases_) {
       if (phase.exec)
@@ -70,6 +73,50 @@ public:
     if (!check(st, "cudaMemcpyAsync (from the GPU)", error))
       return false;
     return check(cudaStreamSynchronize(context().stream), "cudaStreamSynchronize", error);
+  }
+
+  void* allocateHost(int64_t bytes, std::string* error) override {
+    void* p = nullptr;
+    size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+    cudaError_t st = cudaHostAlloc(&p, n, cudaHostAllocDefault);
+    if (st != cudaSuccess) {
+      if (error)
+        *error = "cannot allocate " + std::to_string(bytes) +
+                 " bytes of page-locked host memory: " + cudaGetErrorString(st);
+      return nullptr;
+    }
+    std::memset(p, 0, n);
+    return p;
+  }
+  void releaseHost(void* memory) override {
+    if (memory)
+      cudaFreeHost(memory);
+  }
+  bool downloadAsync(void* dst, const void* src, int64_t bytes, std::string* error) override {
+    cudaError_t st = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
+                                     context().stream);
+    return check(st, "cudaMemcpyAsync (from the GPU)", error);
+  }
+  // Fences: a ring of events; a fence whose event was recorded again since
+  // waits for the later work too, which is safe.
+  bool fence(int64_t* id, std::string* error) override {
+    size_t k = static_cast<size_t>(nextFence_ % kFenceRing);
+    if (fences_.size() <= k) {
+      cudaEvent_t e;
+      if (!check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", error))
+        return false;
+      fences_.push_back(e);
+    }
+    if (!check(cudaEventRecord(fences_[k], context().stream), "cudaEventRecord", error))
+      return false;
+    *id = nextFence_++;
+    return true;
+  }
+  bool waitFence(int64_t id, std::string* error) override {
+    if (id < 0 || id >= nextFence_)
+      return true;
+    return check(cudaEventSynchronize(fences_[static_cast<size_t>(id % kFenceRing)]),
+                 "cudaEventSynchronize", error);
   }
 
   bool run(int key, const std::function<bool(std::string*)>& launch, std::string* error) override {
@@ -144,6 +191,9 @@ private:
     cudaEventRecord(events_[used_++], context().stream);
   }
 
+  static constexpr int64_t kFenceRing = 8;
+  std::vector<cudaEvent_t> fences_;
+  int64_t nextFence_ = 0;
   std::vector<cudaEvent_t> events_;
   size_t used_ = 0;
   std::vector<std::string> labels_;

@@ -715,27 +715,9 @@ __global__ void adamKernel(const T* w, const T* g, const T* m, const T* v, const
   }
 }
 
-constexpr double kPi = 3.14159265358979323846; // std::numbers::pi
-
 template <typename S, typename T>
 __global__ void lrScheduleKernel(const S* step, T* lr, LrScheduleParams p) {
-  auto s = static_cast<int64_t>(*step);
-  double rate = p.base_lr;
-  if (s < p.warmup_steps) {
-    rate = p.base_lr * static_cast<double>(s + 1) / static_cast<double>(p.warmup_steps);
-  } else {
-    int64_t t = s - p.warmup_steps;
-    if (p.kind == LrScheduleKind::Step) {
-      rate = p.base_lr * ::pow(p.gamma, static_cast<double>(t / p.step_size));
-    } else if (p.kind == LrScheduleKind::Cosine) {
-      int64_t steps = p.total_steps - p.warmup_steps;
-      double span = static_cast<double>(steps < 1 ? 1 : steps);
-      double q = static_cast<double>(t) / span;
-      double frac = q < 1.0 ? q : 1.0;
-      rate = p.min_lr + (p.base_lr - p.min_lr) * 0.5 * (1.0 + ::cos(kPi * frac));
-    }
-  }
-  *lr = static_cast<T>(rate);
+  *lr = static_cast<T>(scheduledLr(p, static_cast<int64_t>(*step)));
 }
 
 /// Calls fn(S{}) with S the type of an integer scalar operand.

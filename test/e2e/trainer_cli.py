@@ -8,11 +8,13 @@ checks, each as one test case:
     hold step, loss, img_per_s and step_ms and whose eval lines hold epoch and
     accuracy;
   - a run killed with SIGKILL after a checkpoint and resumed ends with
-    weights bit-identical to an uninterrupted run;
+    weights bit-identical to an uninterrupted run (and so does a resumed
+    run on synthetic data, and one resumed with another --seed);
   - --export writes an ONNX model that onnxruntime runs, agreeing with the
     trainer's own evaluation (logits and accuracy);
   - runtime flags (--lr, --optimizer settings) change the run; a different
-    optimizer family is refused;
+    optimizer family is refused; the input pipeline's threads and prefetch
+    depth change nothing; --data-only times the pipeline alone;
   - bad input stops with a clear message and exit 1 (missing and corrupt data
     files, a checkpoint of another model, a corrupt checkpoint, a NaN loss,
     which leaves the last good checkpoint in place), bad usage with exit 2.
@@ -188,6 +190,13 @@ def main():
         run([exe, *base[:-1], f"--dump={b}", "--lr=0.05", "--momentum=0.5", "--nesterov"])
         run([exe, *base[:-1], f"--dump={c}"])
         assert read_params(a) == read_params(c), "two identical runs differ"
+        # The input pipeline's threads and depth decide when a batch is
+        # prepared, never what it holds.
+        d = os.path.join(tmp, "flags_threads")
+        run([exe, *base[:-1], f"--dump={d}", "--data-threads=3", "--prefetch=5"])
+        assert read_params(a) == read_params(d), "--data-threads/--prefetch changed the weights"
+        r = run([exe, *base[:-1], "--data-only"])
+        assert "data only: 10 batches" in r.stdout and "img/s" in r.stdout, r.stdout
         assert read_params(a) != read_params(b), "--lr/--momentum changed nothing"
         # Two streams: the CPU runs the same ops in the same order, so the
         # weights must be bit-identical to the one-stream trainer's.
@@ -205,6 +214,32 @@ def main():
         assert "compiled for sgd" in r.stderr, r.stderr
         r = run([exe, "--help"])
         assert "--checkpoint-dir" in r.stdout and "optimizer sgd" in r.stdout
+
+    def resume_data_and_seed():
+        # Synthetic batches come from a pool drawn from the seed: a run
+        # stopped after 5 steps and resumed ends where an uninterrupted one does.
+        full, part, ck = (os.path.join(tmp, d) for d in ("syn_full", "syn_part", "syn_ck"))
+        common = ["--data=synthetic", "--synthetic-batches=4", "--seed=3", "--progress=off"]
+        run([exe, *common, "--steps=10", f"--dump={full}"])
+        run([exe, *common, "--steps=5", f"--checkpoint-dir={ck}"])
+        r = run([exe, *common, "--steps=10", f"--checkpoint-dir={ck}", "--resume",
+                 f"--dump={part}"])
+        assert "from step 5," in r.stdout, "did not resume"
+        a, b = read_params(full), read_params(part)
+        assert a and a == b, "a resumed synthetic run differs from an uninterrupted one"
+        # Resuming with another --seed keeps the checkpoint's: the training
+        # set is shuffled as the run that wrote it did.
+        idx = [f"--data=idx:{FASHION}", "--train-examples=640", "--progress=off"]
+        full, part, ck = (os.path.join(tmp, d) for d in ("seed_full", "seed_part", "seed_ck"))
+        run([exe, *idx, "--seed=5", "--steps=12", f"--dump={full}"])
+        run([exe, *idx, "--seed=5", "--steps=6", f"--checkpoint-dir={ck}"])
+        r = run([exe, *idx, "--seed=9", "--steps=12", f"--checkpoint-dir={ck}", "--resume",
+                 f"--dump={part}"])
+        assert "checkpoint's seed 5" in r.stderr, r.stderr
+        assert read_params(full) == read_params(part), "resumed with another seed's shuffle"
+        other = os.path.join(tmp, "syn_other")
+        run([exe, *common[:-2], "--seed=4", "--progress=off", "--steps=10", f"--dump={other}"])
+        assert read_params(other) != a, "--seed changed nothing"
 
     def adam_trainer():
         _, adam = build(tmp, "lenet-adam", "--optimizer=adamw", "--lr=0.001")
@@ -248,12 +283,14 @@ def main():
         fails([f"--resume={corrupt}", "--steps=3"], "corrupt.lwckpt")
         assert os.path.exists(ckfile)
         # Divergence: a NaN loss stops the run; with a checkpoint after every
-        # step, the weights turn infinite (a step before the loss does) and
-        # the run stops there, keeping the last good checkpoint.
+        # step, weights that turn infinite (a step before the loss does: a
+        # step schedule whose second rate overflows float) stop the run at
+        # that checkpoint, keeping the last good one.
         fails(["--steps=40", "--lr=1e30", "--progress=off"], "not a finite number")
         nan = os.path.join(tmp, "ck_nan")
-        r = fails(["--steps=40", f"--checkpoint-dir={nan}", "--checkpoint-every=1", "--lr=1e30",
-                   "--progress=off"], "is not finite: no checkpoint written")
+        r = fails(["--steps=40", f"--checkpoint-dir={nan}", "--checkpoint-every=1", "--lr=0.01",
+                   "--lr-schedule=step", "--step-size=1", "--gamma=1e45", "--progress=off"],
+                  "is not finite: no checkpoint written")
         kept = sorted(os.listdir(nan))
         assert kept and all(f.endswith(".lwckpt") for f in kept), kept
         from_kept = run([exe, f"--checkpoint-dir={nan}", "--resume", "--steps=0",
@@ -265,11 +302,14 @@ def main():
         fails(["--data=csv:x"], "--data", code=2)
         fails(["--checkpoint-every=5"], "--checkpoint-dir", code=2)
         fails(["--cudnn-api=fast"], "--cudnn-api", code=2)
+        fails(["--prefetch=0"], "--prefetch", code=2)
+        fails(["--data-threads=x"], "--data-threads", code=2)
 
     case(fashion_accuracy)
     case(export_round_trip)
     case(kill_and_resume)
     case(runtime_flags)
+    case(resume_data_and_seed)
     case(adam_trainer)
     case(bad_input)
     shutil.rmtree(tmp, ignore_errors=True)

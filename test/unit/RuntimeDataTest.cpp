@@ -3,6 +3,7 @@
 // seek/resume, synthetic data, and every error on bad arguments or files.
 #include "lwrt/data.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +13,8 @@
 #include <gtest/gtest.h>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 #include <zlib.h>
 
@@ -401,6 +404,95 @@ TEST_F(RuntimeData, SeekResumesTheSameBatches) {
   std::string error;
   EXPECT_FALSE(d->seek({0, 5}, &error));
   EXPECT_MESSAGE(error, "batch 5", "5 batches");
+}
+
+/// The bilinear resize written per output pixel (PyTorch's
+/// upsample_bilinear2d, align_corners=false): the loader's separable
+/// resize must give the same floats, bit for bit.
+std::vector<float> resizedByPixel(const std::vector<uint8_t>& src, int64_t rows, int64_t cols,
+                                  int64_t h, int64_t w, float mean, float std) {
+  struct Tap {
+    int64_t i0, i1;
+    float l0, l1;
+  };
+  auto taps = [](int64_t in, int64_t out) {
+    std::vector<Tap> t;
+    float scale = static_cast<float>(in) / static_cast<float>(out);
+    for (int64_t d = 0; d < out; ++d) {
+      float s = std::max(scale * (static_cast<float>(d) + 0.5f) - 0.5f, 0.0f);
+      int64_t i0 = std::min<int64_t>(static_cast<int64_t>(s), in - 1);
+      int64_t i1 = i0 < in - 1 ? i0 + 1 : i0;
+      float l1 = std::min(std::max(s - static_cast<float>(i0), 0.0f), 1.0f);
+      t.push_back({i0, i1, 1.0f - l1, l1});
+    }
+    return t;
+  };
+  auto ty = taps(rows, h), tx = taps(cols, w);
+  auto n = [&](int64_t y, int64_t x) { return (src[y * cols + x] / 255.0f - mean) / std; };
+  std::vector<float> out;
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x) {
+      const Tap &a = ty[y], &b = tx[x];
+      float top = b.l0 * n(a.i0, b.i0) + b.l1 * n(a.i0, b.i1);
+      float bottom = b.l0 * n(a.i1, b.i0) + b.l1 * n(a.i1, b.i1);
+      out.push_back(a.l0 * top + a.l1 * bottom);
+    }
+  return out;
+}
+
+TEST_F(RuntimeData, SeparableResizeEqualsThePerPixelFormula) {
+  auto pixel = [](uint32_t i, uint32_t y, uint32_t x) {
+    return (13 * i + 7 * y + 3 * x + y * x) % 256;
+  };
+  writeSet("train", 2, 28, 28, pixel, [](uint32_t) { return 1; });
+  std::vector<uint8_t> first;
+  for (uint32_t y = 0; y < 28; ++y)
+    for (uint32_t x = 0; x < 28; ++x)
+      first.push_back(static_cast<uint8_t>(pixel(0, y, x)));
+  IdxOptions o;
+  o.shuffle = false;
+  for (auto [h, w] : {std::pair<int64_t, int64_t>{224, 224}, {32, 20}, {9, 5}}) {
+    auto d = open({1, 3, h, w}, o);
+    ASSERT_TRUE(d);
+    Batch b = draw(*d);
+    std::vector<float> want = resizedByPixel(first, 28, 28, h, w, o.mean, o.std);
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t k = 0; k < h * w; ++k)
+        ASSERT_EQ(b.images[static_cast<size_t>(c * h * w + k)], want[static_cast<size_t>(k)])
+            << h << "x" << w << " channel " << c << " pixel " << k;
+  }
+}
+
+TEST_F(RuntimeData, BatchAtAPositionFromManyThreads) {
+  writeSet(
+      "train", 37, 6, 6, [](uint32_t i, uint32_t y, uint32_t x) { return 5 * i + y * 6 + x; },
+      [](uint32_t i) { return i % 10; });
+  IdxOptions o;
+  o.seed = 3;
+  auto d = open({4, 3, 12, 12}, o);
+  ASSERT_TRUE(d);
+  const int64_t perEpoch = d->batchesPerEpoch(), steps = 4 * perEpoch;
+  std::vector<Batch> sequential;
+  for (int64_t s = 0; s < steps; ++s)
+    sequential.push_back(draw(*d));
+  // Four threads draw the same positions at once, in interleaved orders and
+  // across epoch boundaries (the epochs' orders are drawn concurrently).
+  std::vector<Batch> parallel(static_cast<size_t>(steps),
+                              Batch{std::vector<float>(4 * 432), std::vector<int64_t>(4)});
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int64_t s = (steps - 1 - t); s >= 0; s -= 4) {
+        DataSource::Position p{static_cast<uint64_t>(s / perEpoch),
+                               static_cast<uint64_t>(s % perEpoch)};
+        d->batch(p, parallel[s].images.data(), parallel[s].labels.data());
+      }
+    });
+  for (std::thread& t : threads)
+    t.join();
+  for (int64_t s = 0; s < steps; ++s)
+    EXPECT_EQ(parallel[s], sequential[s]) << "step " << s;
+  EXPECT_EQ(d->position(), (DataSource::Position{4, 0})); // batch() does not move it
 }
 
 // --- synthetic data --------------------------------------------------------------

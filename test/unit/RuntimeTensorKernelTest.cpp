@@ -787,6 +787,48 @@ TEST(RuntimeTensorKernelTest, LrSchedule) {
   });
 }
 
+/// The memory plan writes an update's new weight and state over the old
+/// ones (MemoryPlan.h, kOverParam): the kernels must give the same bits
+/// in place as into separate buffers.
+TEST(RuntimeTensorKernelTest, UpdatesInPlaceEqualOutOfPlace) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n = 1000;
+  auto fresh = [&](bool positive = false) {
+    std::vector<float> v(n);
+    for (float& x : v)
+      x = positive ? std::fabs(normal(rng)) : normal(rng);
+    return v;
+  };
+  auto view = [&](std::vector<float>& v) {
+    return lwrt::TensorView{v.data(), lwrt::DType::F32, {n}};
+  };
+  float lr = 0.05f;
+  int64_t step = 6;
+  lwrt::TensorView lrView{&lr, lwrt::DType::F32, {}}, stepView{&step, lwrt::DType::I64, {}};
+  for (int nesterov = 0; nesterov < 2; ++nesterov) {
+    std::vector<float> w = fresh(), g = fresh(), m = fresh();
+    std::vector<float> wOut(n), mOut(n), wIn = w, mIn = m;
+    lwrt::SgdParams p{0.9, 5e-4, nesterov};
+    ASSERT_TRUE(rt::sgdUpdate(view(w), view(g), view(m), lrView, view(wOut), view(mOut), p));
+    ASSERT_TRUE(rt::sgdUpdate(view(wIn), view(g), view(mIn), lrView, view(wIn), view(mIn), p));
+    EXPECT_EQ(wIn, wOut);
+    EXPECT_EQ(mIn, mOut);
+  }
+  for (int decoupled = 0; decoupled < 2; ++decoupled) {
+    std::vector<float> w = fresh(), g = fresh(), m = fresh(), v = fresh(true);
+    std::vector<float> wOut(n), mOut(n), vOut(n), wIn = w, mIn = m, vIn = v;
+    lwrt::AdamParams p{0.9, 0.999, 1e-8, 0.01, decoupled};
+    ASSERT_TRUE(rt::adamUpdate(view(w), view(g), view(m), view(v), lrView, stepView, view(wOut),
+                               view(mOut), view(vOut), p));
+    ASSERT_TRUE(rt::adamUpdate(view(wIn), view(g), view(mIn), view(vIn), lrView, stepView,
+                               view(wIn), view(mIn), view(vIn), p));
+    EXPECT_EQ(wIn, wOut);
+    EXPECT_EQ(mIn, mOut);
+    EXPECT_EQ(vIn, vOut);
+  }
+}
+
 TEST(RuntimeTensorKernelTest, DropoutUniformMatchesReference) {
   for (int64_t k = 0; k < 1000; k += 7)
     EXPECT_EQ(rt::dropoutUniform(-3 + k, k * 13, k), kernels::dropoutUniform(-3 + k, k * 13, k));

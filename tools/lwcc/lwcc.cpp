@@ -376,8 +376,10 @@ void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& 
   }
   for (const auto& [device, bytes] : stats.peakBytes)
     os << llvm::formatv("device {0}: arena {1} bytes (peak)\n", device, bytes);
-  os << llvm::formatv("{0} buffers, {1} bytes without sharing, {2} written in place, {3} views\n",
-                      stats.buffers, stats.totalBytes, stats.inPlace, stats.aliased);
+  os << llvm::formatv("{0} buffers, {1} bytes without sharing, {2} written in place, {3} views, "
+                      "{4} updates over their params (offset -1: in the state)\n",
+                      stats.buffers, stats.totalBytes, stats.inPlace, stats.aliased,
+                      stats.overParams);
 }
 
 /// <prefix> of this lwcc: the folder above the one holding the executable.

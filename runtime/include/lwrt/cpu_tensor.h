@@ -161,7 +161,8 @@ double dropoutUniform(int64_t seed, int64_t step, int64_t k);
 /// element k is kept when dropoutUniform(seed, step, k) >= ratio.
 bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMaskParams& p);
 /// (w, g, m, lr scalar) -> (w', m'): g' = g + wd w; m' = momentum m + g';
-/// w' = w - lr (nesterov ? g' + momentum m' : m').
+/// w' = w - lr (nesterov ? g' + momentum m' : m'). w' may be w and m' may
+/// be m (the memory plan writes updates in place); likewise for Adam below.
 bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& lr,
                const TensorView& wOut, const TensorView& mOut, const SgdParams& p);
 /// (w, g, m, v, lr scalar, step int scalar) -> (w', m', v'): Adam with bias

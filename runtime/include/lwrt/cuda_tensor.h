@@ -153,7 +153,7 @@ inline LWRT_HOST_DEVICE double dropoutUniform(int64_t seed, int64_t step, int64_
 }
 /// The step is read on the device.
 bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMaskParams& p);
-/// lr is read on the device.
+/// lr is read on the device. Outputs may be their inputs (w' = w, m' = m, v' = v).
 bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& lr,
                const TensorView& wOut, const TensorView& mOut, const SgdParams& p);
 /// lr and step are read on the device.

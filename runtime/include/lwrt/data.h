@@ -34,7 +34,7 @@ public:
     bool operator==(const Position&) const = default;
   };
 
-  virtual ~DataSource() = default;
+  virtual ~DataSource();
 
   /// The batch shape [N, C, H, W].
   const std::vector<int64_t>& shape() const { return shape_; }
@@ -49,6 +49,12 @@ public:
   /// (past the last batch of an epoch to batch 0 of the next).
   void next(float* images, int64_t* labels);
 
+  /// Writes the batch at `p` (p.batch below batchesPerEpoch()), what next()
+  /// writes at that position, without moving the position. Safe to call
+  /// from several threads at once: the input pipeline prepares batches
+  /// ahead of the step this way.
+  void batch(Position p, float* images, int64_t* labels) const;
+
   Position position() const { return pos_; }
   /// Makes `p` the next batch; false (nothing changed) when p.batch is not
   /// below batchesPerEpoch().
@@ -58,7 +64,7 @@ public:
   /// covers every example, the last partial batch included.
   void example(int64_t index, float* image, int64_t* label) const { load(index, image, label); }
   /// The example at slot `slot` (< N * batchesPerEpoch) of epoch `epoch`.
-  int64_t exampleAt(uint64_t epoch, int64_t slot);
+  int64_t exampleAt(uint64_t epoch, int64_t slot) const;
 
 protected:
   /// `shape` and `examples` already validated by the subclass's factory.
@@ -67,16 +73,18 @@ protected:
   virtual void load(int64_t index, float* image, int64_t* label) const = 0;
 
 private:
-  const std::vector<int64_t>& orderOf(uint64_t epoch);
+  /// The visiting order of `epoch` (shuffling only), cached for the two
+  /// epochs asked for last: batches of consecutive epochs are prepared at
+  /// the same time around an epoch's end.
+  std::shared_ptr<const std::vector<int64_t>> orderOf(uint64_t epoch) const;
 
   std::vector<int64_t> shape_;
   int64_t examples_;
   bool shuffle_;
   uint64_t seed_;
   Position pos_;
-  std::vector<int64_t> order_; ///< of epoch orderEpoch_, when shuffling
-  uint64_t orderEpoch_ = 0;
-  bool haveOrder_ = false;
+  struct OrderCache;
+  std::unique_ptr<OrderCache> orders_;
 };
 
 /// Deterministic synthetic data: image element j of example i is a standard
@@ -120,7 +128,8 @@ struct IdxOptions {
 /// rows x cols to the batch's H x W when they differ, bilinearly with
 /// align_corners=false and no antialiasing (torchvision's Resize on tensors),
 /// and the gray channel is replicated when C == 3 (Grayscale(3)). The raw
-/// bytes stay in memory; each batch is converted as it is drawn.
+/// bytes stay in memory; each batch is converted as it is drawn, with the
+/// resize's taps computed once.
 class IdxData : public DataSource {
 public:
   /// `split` is "train" or "t10k"; `shape` is [N, C, H, W] with C 1 or 3.
@@ -147,6 +156,10 @@ private:
     int64_t i0, i1;
     float l0, l1;
   };
+  /// Resizes one image: each source row once along x into `rows` (rows_ x
+  /// W floats), then each output row from two of them, the same products
+  /// and sums per pixel as interpolating the two rows there.
+  void resize(const unsigned char* src, float* image, float* rows) const;
 
   int64_t rows_ = 0, cols_ = 0;
   std::vector<unsigned char> pixels_; ///< examples x rows x cols

@@ -1,13 +1,15 @@
 // lwrt/tensor_params.h - the parameter structs of the tensor and training-update kernels
 // defines: LeakyReluParams, ClipParams, ReduceParams, TransposeParams, ConcatParams, SliceParams,
 //   SplitParams, GatherParams, PadMode, PadParams, FillParams, DropoutMaskParams, SgdParams,
-//   AdamParams, LrScheduleKind, LrScheduleParams
+//   AdamParams (and, from lwrt/lr_schedule.h, LrScheduleKind, LrScheduleParams)
 //
 // Shared by every backend (lwrt/cpu_tensor.h, lwrt/cuda_tensor.h), so that a
 // generated trainer spells its parameters the same way whichever backend it
 // is compiled against. The fields mirror the IR op's attributes (ir/Ops.def),
 // with the IR's defaults.
 #pragma once
+
+#include "lwrt/lr_schedule.h"
 
 #include <cstdint>
 #include <limits>
@@ -99,18 +101,6 @@ struct AdamParams {
   double epsilon = 1e-8;
   double weight_decay = 0.0;
   int64_t decoupled = 0;
-};
-
-enum class LrScheduleKind : uint8_t { Constant, Step, Cosine };
-
-struct LrScheduleParams {
-  LrScheduleKind kind = LrScheduleKind::Constant;
-  double base_lr = 0.01;
-  int64_t warmup_steps = 0;
-  int64_t total_steps = 0;
-  int64_t step_size = 0;
-  double gamma = 0.1;
-  double min_lr = 0.0;
 };
 
 } // namespace lwrt

@@ -129,10 +129,28 @@ public:
   /// Zeroed device memory; null with `error` set when it cannot be had.
   virtual void* allocate(int64_t bytes, std::string* error) = 0;
   virtual void release(void* memory) = 0;
-  /// Host -> device, ordered after the work launched so far.
+  /// Host -> device, ordered after the work launched so far. From
+  /// allocateHost memory it may return before the copy ends: keep the bytes
+  /// unchanged until a fence taken after it has passed.
   virtual bool upload(void* dst, const void* src, int64_t bytes, std::string* error) = 0;
   /// Device -> host, after the work launched so far has run.
   virtual bool download(void* dst, const void* src, int64_t bytes, std::string* error) = 0;
+
+  /// Zeroed host memory for batches and read-backs: page-locked on CUDA
+  /// (asynchronous copies), aligned on the CPU. Null with `error` set.
+  virtual void* allocateHost(int64_t bytes, std::string* error) = 0;
+  virtual void releaseHost(void* memory) = 0;
+  /// True when the phases read host memory (the CPU backend): the trainer
+  /// points the step at a prepared batch instead of uploading it.
+  virtual bool readsHostMemory() const { return false; }
+  /// Device -> host into allocateHost memory, ordered after the work
+  /// launched so far, without waiting: the bytes are there once a fence
+  /// taken after it has passed.
+  virtual bool downloadAsync(void* dst, const void* src, int64_t bytes, std::string* error) = 0;
+  /// Marks the work and copies launched so far; waitFence(id) returns once
+  /// they have run. No other host synchronisation happens in a step.
+  virtual bool fence(int64_t* id, std::string* error) = 0;
+  virtual bool waitFence(int64_t id, std::string* error) = 0;
   /// Runs a phase: `launch` enqueues its work. A backend may record the
   /// work of phase `key` once (after a first, direct run) and replay the
   /// recording afterwards without calling `launch` again.
