@@ -46,7 +46,8 @@ std::vector<OpInfo> buildTable() {
   };
 #undef OP
 #undef COMM_OP
-#define TRAIT(E, FIELD, VALUE) table[static_cast<size_t>(OpKind::E)].FIELD = VALUE;
+#define TRAIT(E, FIELD, ...) table[static_cast<size_t>(OpKind::E)].FIELD = __VA_ARGS__;
+  constexpr int kAny = OpInfo::kAnyOperand;
 #include "ir/OpTraits.def"
 #undef TRAIT
   return table;

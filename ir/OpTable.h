@@ -85,6 +85,18 @@ struct OpInfo {
   /// @par and the parallel rule name dims of operand #0, which the op
   /// reduces away (losses, reductions to a scalar).
   bool parOnOperand = false;
+  /// Result #0 is a view of operand #0: the same bytes, nothing moves.
+  bool view = false;
+  /// Per result: the operand its kernel may write it over element by
+  /// element (each element read before it is written), kAnyOperand for any
+  /// operand of the result's type, or none (-1 / absent).
+  std::vector<int> writesOver = {};
+  static constexpr int kAnyOperand = -2;
+  /// Whether result `r` may be written over operand `i`.
+  bool mayWriteOver(unsigned r, unsigned i) const {
+    return r < writesOver.size() &&
+           (writesOver[r] == kAnyOperand || writesOver[r] == static_cast<int>(i));
+  }
 
   bool isCommunication() const { return placement != nullptr; }
 

@@ -21,57 +21,19 @@ constexpr int64_t kAlignment = 256; // bytes: what CUDA allocations and cuDNN li
 
 int64_t alignUp(int64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
-/// Ops whose result is a view of operand #0 (no data moves).
-bool isAlias(const Op& op) {
-  return op.kind() == OpKind::Reshape || op.kind() == OpKind::Flatten ||
-         op.kind() == OpKind::Identity;
-}
+/// Ops whose result is a view of operand #0 (no data moves): the op table's
+/// `view` trait.
+bool isAlias(const Op& op) { return op.info().view; }
 
-/// Ops whose kernel may write result #0 over operand `i` element by element.
-bool mayRunInPlace(const Op& op, unsigned i) {
-  switch (op.kind()) {
-  case OpKind::Relu:
-  case OpKind::LeakyRelu:
-  case OpKind::Sigmoid:
-  case OpKind::Tanh:
-  case OpKind::Exp:
-  case OpKind::Log:
-  case OpKind::Sqrt:
-  case OpKind::Reciprocal:
-  case OpKind::Neg:
-  case OpKind::Abs:
-  case OpKind::Clip:
-  case OpKind::Dropout:
-    return i == 0;
-  case OpKind::Add:
-  case OpKind::Sub:
-  case OpKind::Mul:
-  case OpKind::Div:
-  case OpKind::ReluGrad:
-  case OpKind::SigmoidGrad:
-  case OpKind::TanhGrad:
-  case OpKind::LeakyReluGrad:
-  case OpKind::ClipGrad:
-    return true; // only when the shapes match, checked by the caller
-  default:
-    return false;
-  }
-}
+/// Whether an op's kernel may write result #0 over operand `i` element by
+/// element (the shapes must match too: the caller checks).
+bool mayRunInPlace(const Op& op, unsigned i) { return op.info().mayWriteOver(0, i); }
 
 /// Whether result `r` of `op` may be written over operand `i`: the kernel
 /// reads each element of the operand before it writes that element of the
-/// result. The optimizer updates write the new weight over the weight and
-/// the new state over the state.
-bool mayOverwrite(const Op& op, unsigned r, unsigned i) {
-  switch (op.kind()) {
-  case OpKind::SgdUpdate: // (w, g, m, lr) -> (w', m')
-    return (r == 0 && i == 0) || (r == 1 && i == 2);
-  case OpKind::AdamUpdate: // (w, g, m, v, lr, step) -> (w', m', v')
-    return (r == 0 && i == 0) || (r == 1 && i == 2) || (r == 2 && i == 3);
-  default:
-    return r == 0 && mayRunInPlace(op, i);
-  }
-}
+/// result (the op table's `writesOver` trait; the optimizer updates write
+/// the new weight over the weight and the new state over the state).
+bool mayOverwrite(const Op& op, unsigned r, unsigned i) { return op.info().mayWriteOver(r, i); }
 
 /// A buffer: the storage shared by a value and its aliases.
 struct Buffer {

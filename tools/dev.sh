@@ -189,6 +189,7 @@ cmd_test() {
   suite "trainer as a user runs it" parse_counts python3 test/e2e/trainer_cli.py
   suite "CUDA trainers build with nvcc" parse_counts python3 test/e2e/cuda_build.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
+  suite "parallel strategies vs one device" parse_counts python3 test/e2e/parallel_step.py
   suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
 
   print_summary
