@@ -6,12 +6,14 @@
 #   bash tools/dev.sh run     set up, build, and run the main job on the bundled example
 #   bash tools/dev.sh test    set up, build, and run every test suite, then print a summary
 #
-# LWCC_BUILD_TYPE selects the CMake build type (default RelWithDebInfo).
+# LWCC_BUILD_TYPE selects the CMake build type (default RelWithDebInfo). Warnings
+# are errors here (LWCC_WERROR=ON), unlike a plain cmake build.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 BUILD_DIR=build
+RELEASE_DIR=build-release
 BIN_DIR="$BUILD_DIR/bin"
 LOG_DIR="$BUILD_DIR/test-logs"
 # lit is a package without __main__, so `python3 -m lit` does not work; call its entry point.
@@ -25,10 +27,21 @@ cmd_setup() {
   bash tools/setup.sh
 }
 
+# ccache as the compiler launcher where it is installed (a rebuild of
+# unchanged sources, and the Release suite's second build of them, is cheap).
+launcher_flags() {
+  if command -v ccache >/dev/null 2>&1; then
+    echo "-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
+    echo "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
+  fi
+}
+
 # Each step returns on failure explicitly: cmd_test calls this inside `if`, where set -e is off.
 cmd_build() {
   cmd_setup || return
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${LWCC_BUILD_TYPE:-RelWithDebInfo}" || return
+  # shellcheck disable=SC2046 # the launcher flags are words
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${LWCC_BUILD_TYPE:-RelWithDebInfo}" \
+    -DLWCC_WERROR=ON $(launcher_flags) || return
   cmake --build "$BUILD_DIR" -j "$(nproc)" || return
 }
 
@@ -157,6 +170,52 @@ suite() {
   TOTAL_FAILED=$((TOTAL_FAILED + failed))
 }
 
+# The Release suite: what a user's `cmake -DCMAKE_BUILD_TYPE=Release` gets.
+#   1. a plain configure leaves LWCC_WERROR off (a new compiler's warning
+#      cannot fail a user's build);
+#   2. lwcc and the CPU runtime build in Release (-O3: GCC's optimizer-only
+#      warnings) with -Werror, so warnings stay at zero there too;
+#   3. that Release lwcc turns a model into the same training IR and memory
+#      plan as the build in $BUILD_DIR.
+# Only those targets, not the tests or the CUDA runtime (cuda_build.py builds
+# that with nvcc): on CI's 2 cores, with ccache, it adds about a minute.
+release_suite() {
+  local passed=0 failed=0 plain="$RELEASE_DIR/plain-configure"
+  check() { # check NAME CMD...: runs CMD quietly, its output shown on failure
+    local name="$1" out
+    shift
+    if out=$("$@" 2>&1); then
+      echo "PASS: $name"
+      passed=$((passed + 1))
+    else
+      echo "FAIL: $name"
+      tail -n 40 <<<"$out"
+      failed=$((failed + 1))
+    fi
+  }
+  rm -rf "$plain"
+  check "plain Release configure leaves LWCC_WERROR off" bash -c \
+    "cmake -S . -B '$plain' -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+     grep -qx 'LWCC_WERROR:BOOL=OFF' '$plain/CMakeCache.txt'"
+  rm -rf "$plain"
+  # shellcheck disable=SC2046 # the launcher flags are words
+  check "Release build of lwcc and the CPU runtime, -Werror" bash -c \
+    "cmake -S . -B '$RELEASE_DIR' -G Ninja -DCMAKE_BUILD_TYPE=Release -DLWCC_WERROR=ON \
+       $(launcher_flags | tr '\n' ' ') >/dev/null &&
+     cmake --build '$RELEASE_DIR' -j $(nproc) --target lwcc lwcc_runtime_cpu"
+  local model="$RELEASE_DIR/lenet.onnx"
+  check "Release lwcc: the same training IR and memory plan" bash -c \
+    "python3 tools/models/gen.py lenet --batch 4 -o '$model' >/dev/null &&
+     for emit in train-ir plan; do
+       $RELEASE_DIR/bin/lwcc $model --emit=\$emit >$RELEASE_DIR/\$emit.release &&
+         $BIN_DIR/lwcc $model --emit=\$emit >$RELEASE_DIR/\$emit.expected &&
+         test -s $RELEASE_DIR/\$emit.release &&
+         diff $RELEASE_DIR/\$emit.release $RELEASE_DIR/\$emit.expected || exit 1
+     done"
+  echo "$passed passed, $failed failed"
+  ((failed == 0))
+}
+
 print_summary() {
   local width=0 i
   for i in "${SUITE_NAMES[@]}"; do
@@ -189,6 +248,7 @@ cmd_test() {
   suite "CUDA trainers build with nvcc" parse_counts python3 test/e2e/cuda_build.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
+  suite "Release build (build-release/)" parse_counts release_suite
 
   print_summary
   ((TOTAL_FAILED == 0))
