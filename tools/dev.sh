@@ -243,6 +243,7 @@ cmd_test() {
   suite "zoo vs onnxruntime" parse_counts python3 test/e2e/zoo_reference.py
   suite "exporter patterns"  parse_counts python3 test/e2e/exporter_patterns.py
   suite "zoo gradients and memory plans" parse_counts python3 test/e2e/zoo_checks.py
+  suite "gradient checks at kinks" parse_counts python3 test/e2e/gradcheck_kinks.py
   suite "CPU trainer vs interpreter" parse_counts python3 test/e2e/trainer_vs_reference.py
   suite "trainer as a user runs it" parse_counts python3 test/e2e/trainer_cli.py
   suite "CUDA trainers build with nvcc" parse_counts python3 test/e2e/cuda_build.py
