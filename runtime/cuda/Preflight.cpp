@@ -73,9 +73,9 @@ std::string checkCudaVersions(const CudaVersions& found, const CudaVersions& bui
 }
 
 std::string describeCudaVersions(const CudaVersions& found) {
-  return "driver CUDA " + cudaVersion(found.driver) + ", cuDNN " + cudnnVersion(found.cudnn) +
-         ", cuBLAS " + std::to_string(found.cublasMajor) + "." + std::to_string(found.cublasMinor) +
-         "." + std::to_string(found.cublasPatch);
+  return (found.driver ? "driver CUDA " + cudaVersion(found.driver) : std::string("no driver")) +
+         ", cuDNN " + cudnnVersion(found.cudnn) + ", cuBLAS " + std::to_string(found.cublasMajor) +
+         "." + std::to_string(found.cublasMinor) + "." + std::to_string(found.cublasPatch);
 }
 
 } // namespace lwrt::cuda

@@ -46,6 +46,7 @@ TEST(CudaPreflight, NoDriverSaysWhatToInstall) {
   EXPECT_EQ(checkCudaVersions(v, built()),
             "no NVIDIA driver found (libcuda.so.1 cannot be loaded): install an NVIDIA driver for "
             "CUDA 13.0 or newer (release 580+)");
+  EXPECT_EQ(describeCudaVersions(v), "no driver, cuDNN 9.19.0, cuBLAS 13.1.0");
 }
 
 TEST(CudaPreflight, AnOlderDriverIsNamed) {
