@@ -324,7 +324,8 @@ bool writeText(const std::string& path, const std::string& text) {
 bool writeBlob(const std::string& path, const std::string& bytes) { return writeText(path, bytes); }
 
 /// The CUDA toolkit lwcc builds cuda trainers with: nvcc and the folders of
-/// cuDNN and cuBLAS.
+/// cuDNN and cuBLAS (as reached through nvcc's path, e.g. the version-free
+/// /usr/local/cuda/lib64, and resolved, e.g. /usr/local/cuda-13.0/lib64).
 struct CudaToolkit {
   std::string nvcc;
   std::vector<std::string> libDirs;
@@ -353,10 +354,13 @@ std::optional<CudaToolkit> findCuda(std::string& why) {
           "--target=cpu";
     return std::nullopt;
   }
-  fs::path root = fs::weakly_canonical(fs::path(t.nvcc)).parent_path().parent_path();
-  for (const char* sub : {"lib64", "lib", "targets/x86_64-linux/lib"})
-    if (fs::exists(root / sub))
-      t.libDirs.push_back((root / sub).string());
+  fs::path given = fs::absolute(fs::path(t.nvcc)).lexically_normal().parent_path().parent_path();
+  fs::path resolved = fs::weakly_canonical(fs::path(t.nvcc)).parent_path().parent_path();
+  for (const fs::path& root : {given, resolved})
+    for (const char* sub : {"lib64", "lib", "targets/x86_64-linux/lib"})
+      if (fs::exists(root / sub) &&
+          std::find(t.libDirs.begin(), t.libDirs.end(), (root / sub).string()) == t.libDirs.end())
+        t.libDirs.push_back((root / sub).string());
   return t;
 }
 
@@ -404,7 +408,10 @@ int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::str
       "target_include_directories(trainer PRIVATE ${LWCC_PREFIX}/include)\n"
       "target_link_libraries(trainer PRIVATE ${LWCC_PREFIX}/lib/liblwcc_runtime_" +
       target + ".a " + (cuda ? "CUDA::cudart_static CUDA::cublas ${CUDNN}" : "${BLAS_LIBRARIES}") +
-      " ZLIB::ZLIB Threads::Threads)\n";
+      " ZLIB::ZLIB Threads::Threads)\n" +
+      (cuda ? "# cuDNN and cuBLAS beside the trainer first (the CUDA runtime is static).\n"
+              "set_target_properties(trainer PROPERTIES BUILD_RPATH \"\\$ORIGIN\")\n"
+            : "");
   if (ec || !writeText(dir + "/" + t.fileName, t.source) ||
       !writeBlob(dir + "/trainer.weights", t.weights) ||
       (!t.exportTemplate.empty() && !writeBlob(dir + "/trainer.onnx-template", t.exportTemplate)) ||
@@ -438,7 +445,16 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
       return 1;
     }
     program = cuda->nvcc;
-    args = {program, "-std=c++20", "-O2", "-arch=" + arch, "-I" + prefix + "/include", src, lib};
+    // The CUDA runtime is linked statically: the machine that runs the
+    // trainer needs the NVIDIA driver, cuDNN and cuBLAS (README,
+    // Requirements). Those are looked up (RUNPATH, so LD_LIBRARY_PATH
+    // comes first) beside the trainer, then in this toolkit's folders by
+    // their version-free path, then resolved, then in the system's.
+    args = {
+        program, "-std=c++20", "-O2", "-arch=" + arch, "-cudart=static", "-I" + prefix + "/include",
+        src,     lib};
+    args.push_back("-Xlinker=--enable-new-dtags");
+    args.push_back("-Xlinker=-rpath=$ORIGIN");
     for (const std::string& d : cuda->libDirs) {
       args.push_back("-L" + d);
       args.push_back("-Xlinker=-rpath=" + d);
