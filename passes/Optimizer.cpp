@@ -62,7 +62,10 @@ public:
     lrValue->setName(uniqueValueName(g, "lr"));
 
     std::vector<std::pair<Value*, Value*>> assigns;
-    for (const auto& [p, grad] : updates) {
+    for (const auto& update : updates) {
+      // Not a structured binding: Clang 14 cannot capture one in a lambda.
+      Value* p = update.first;
+      Value* grad = update.second;
       auto state = [&](const char* what) {
         Value* s = g.addParam(uniqueValueName(g, p->name() + "." + what),
                               std::string("opt.") + what + "." + p->paramName(), p->type());
