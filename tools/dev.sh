@@ -5,6 +5,7 @@
 #   bash tools/dev.sh build   set up, configure and build into build/ (executables in build/bin/)
 #   bash tools/dev.sh run     set up, build, and run the main job on the bundled example
 #   bash tools/dev.sh test    set up, build, and run every test suite, then print a summary
+#                             (LWCC_TEST_CLANG=1: also a clang++-14 build of the C++ parts)
 #
 # LWCC_BUILD_TYPE selects the CMake build type (default RelWithDebInfo). Warnings
 # are errors here (LWCC_WERROR=ON), unlike a plain cmake build.
@@ -20,7 +21,7 @@ LOG_DIR="$BUILD_DIR/test-logs"
 LIT=(python3 -c 'import lit.main; lit.main.main()')
 
 usage() {
-  sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 cmd_setup() {
@@ -170,40 +171,48 @@ suite() {
   TOTAL_FAILED=$((TOTAL_FAILED + failed))
 }
 
+# Suites of named checks: check NAME CMD... runs CMD quietly (its output is
+# shown when it fails) and prints PASS/FAIL; end_checks prints the counts.
+CHECKS_PASSED=0
+CHECKS_FAILED=0
+check() {
+  local name="$1" out
+  shift
+  if out=$("$@" 2>&1); then
+    echo "PASS: $name"
+    CHECKS_PASSED=$((CHECKS_PASSED + 1))
+  else
+    echo "FAIL: $name"
+    tail -n 40 <<<"$out"
+    CHECKS_FAILED=$((CHECKS_FAILED + 1))
+  fi
+}
+end_checks() {
+  echo "$CHECKS_PASSED passed, $CHECKS_FAILED failed"
+  ((CHECKS_FAILED == 0))
+}
+
 # The Release suite: what a user's `cmake -DCMAKE_BUILD_TYPE=Release` gets.
 #   1. a plain configure leaves LWCC_WERROR off (a new compiler's warning
 #      cannot fail a user's build);
-#   2. lwcc and the CPU runtime build in Release (-O3: GCC's optimizer-only
-#      warnings) with -Werror, so warnings stay at zero there too;
+#   2. lwcc, lwcc-opt and the CPU runtime build in Release (-O3: GCC's
+#      optimizer-only warnings) with -Werror, so warnings stay at zero there;
 #   3. that Release lwcc turns a model into the same training IR and memory
 #      plan as the build in $BUILD_DIR.
 # Only those targets, not the tests or the CUDA runtime (cuda_build.py builds
-# that with nvcc): on CI's 2 cores, with ccache, it adds about a minute.
+# that with nvcc): on CI's 2 cores about 3 minutes cold, seconds with ccache.
 release_suite() {
-  local passed=0 failed=0 plain="$RELEASE_DIR/plain-configure"
-  check() { # check NAME CMD...: runs CMD quietly, its output shown on failure
-    local name="$1" out
-    shift
-    if out=$("$@" 2>&1); then
-      echo "PASS: $name"
-      passed=$((passed + 1))
-    else
-      echo "FAIL: $name"
-      tail -n 40 <<<"$out"
-      failed=$((failed + 1))
-    fi
-  }
+  local plain="$RELEASE_DIR/plain-configure" model="$RELEASE_DIR/lenet.onnx"
+  CHECKS_PASSED=0 CHECKS_FAILED=0
   rm -rf "$plain"
   check "plain Release configure leaves LWCC_WERROR off" bash -c \
     "cmake -S . -B '$plain' -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null &&
      grep -qx 'LWCC_WERROR:BOOL=OFF' '$plain/CMakeCache.txt'"
   rm -rf "$plain"
-  # shellcheck disable=SC2046 # the launcher flags are words
-  check "Release build of lwcc and the CPU runtime, -Werror" bash -c \
+  check "Release build of lwcc, lwcc-opt and the CPU runtime, -Werror" bash -c \
     "cmake -S . -B '$RELEASE_DIR' -G Ninja -DCMAKE_BUILD_TYPE=Release -DLWCC_WERROR=ON \
        $(launcher_flags | tr '\n' ' ') >/dev/null &&
-     cmake --build '$RELEASE_DIR' -j $(nproc) --target lwcc lwcc_runtime_cpu"
-  local model="$RELEASE_DIR/lenet.onnx"
+     cmake --build '$RELEASE_DIR' -j $(nproc) --target lwcc lwcc-opt lwcc_runtime_cpu"
   check "Release lwcc: the same training IR and memory plan" bash -c \
     "python3 tools/models/gen.py lenet --batch 4 -o '$model' >/dev/null &&
      for emit in train-ir plan; do
@@ -212,8 +221,19 @@ release_suite() {
          test -s $RELEASE_DIR/\$emit.release &&
          diff $RELEASE_DIR/\$emit.release $RELEASE_DIR/\$emit.expected || exit 1
      done"
-  echo "$passed passed, $failed failed"
-  ((failed == 0))
+  end_checks
+}
+
+# With LWCC_TEST_CLANG=1: the C++ parts built with clang++-14 (Release,
+# -Werror) in build-clang/, and its unit tests run.
+clang_suite() {
+  CHECKS_PASSED=0 CHECKS_FAILED=0
+  check "Clang build of lwcc, lwcc-opt, the unit tests and the CPU runtime, -Werror" bash -c \
+    "CC=clang-14 CXX=clang++-14 cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release \
+       -DLWCC_WERROR=ON $(launcher_flags | tr '\n' ' ') >/dev/null &&
+     cmake --build build-clang -j $(nproc) --target lwcc lwcc-opt lwcc-unittests lwcc_runtime_cpu"
+  check "Clang build: unit tests" build-clang/bin/lwcc-unittests --gtest_brief=1
+  end_checks
 }
 
 print_summary() {
@@ -250,6 +270,9 @@ cmd_test() {
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
   suite "Release build (build-release/)" parse_counts release_suite
+  if [[ -n ${LWCC_TEST_CLANG:-} ]]; then
+    suite "Clang build (build-clang/)" parse_counts clang_suite
+  fi
 
   print_summary
   ((TOTAL_FAILED == 0))
