@@ -256,26 +256,32 @@ def main():
         # step S-1, and the one of S-1 (if any) named as kept and resumable.
         r = fails(["--steps=40", "--lr=1e30", "--progress=off"], "not a finite number")
         assert re.search(r"\bstep \d+: the loss is (nan|inf|-inf)\b", r.stderr), r.stderr
-        for lr in ("1e30", "1e6"):
-            nan = os.path.join(tmp, f"ck_nan_{lr}")
+        # A huge rate, a large one, and a step schedule whose second rate
+        # overflows float (the weights turn infinite a step before the loss).
+        for k, flags in enumerate([["--lr=1e30"], ["--lr=1e6"],
+                                   ["--lr=0.01", "--lr-schedule=step", "--step-size=1",
+                                    "--gamma=1e45"]]):
+            lr = " ".join(flags)
+            nan = os.path.join(tmp, f"ck_nan_{k}")
             r = run([exe, "--steps=40", f"--checkpoint-dir={nan}", "--checkpoint-every=1",
-                     f"--lr={lr}", "--progress=off"], expect=1)
+                     *flags, "--progress=off"], expect=1)
             m = (re.search(r"\bafter step (\d+) .* is not finite: no checkpoint written", r.stderr)
                  or re.search(r"\bstep (\d+): the loss is (?:nan|inf|-inf), not a finite number",
                               r.stderr))
-            assert m, f"--lr={lr}: no diverging step named:\n{r.stderr}"
+            assert m, f"{lr}: no diverging step named:\n{r.stderr}"
             bad = int(m.group(1))
             kept = sorted(os.listdir(nan)) if os.path.isdir(nan) else []
-            steps = sorted(int(re.fullmatch(r"ckpt-(\d+)\.lwckpt", f).group(1)) for f in kept)
-            assert len(steps) == len(kept), f"--lr={lr}: unexpected files {kept}"
-            print(f"  --lr={lr}: diverged at step {bad}; checkpoints kept: {kept}")
+            names = [re.fullmatch(r"ckpt-(\d+)\.lwckpt", f) for f in kept]
+            assert all(names), f"{lr}: unexpected files {kept}"
+            steps = sorted(int(n.group(1)) for n in names)
+            print(f"  {lr}: diverged at step {bad}; checkpoints kept: {kept}")
             assert all(s < bad for s in steps), \
-                f"--lr={lr}: a checkpoint at or after the diverging step {bad}: {kept}"
+                f"{lr}: a checkpoint at or after the diverging step {bad}: {kept}"
             if bad == 1:
                 assert not steps, kept
                 continue
             assert steps and steps[-1] == bad - 1, \
-                f"--lr={lr}: the last finite step {bad - 1} has no checkpoint: {kept}"
+                f"{lr}: the last finite step {bad - 1} has no checkpoint: {kept}"
             assert f"ckpt-{bad - 1}.lwckpt" in r.stderr and "kept" in r.stderr, r.stderr
             from_kept = run([exe, f"--checkpoint-dir={nan}", "--resume", f"--steps={bad - 1}",
                              "--progress=off"])
