@@ -118,9 +118,14 @@ const std::vector<double>& Op::getFloats(std::string_view n) const {
 }
 
 std::string Op::describe() const {
-  std::string s = "'" + std::string(mnemonic()) + "' op";
+  // Appended piece by piece: GCC 12 reports a false -Wrestrict inside
+  // `"literal" + std::string` once inlined at -O2 and above.
+  std::string s;
+  std::string_view name = mnemonic();
+  s.reserve(name.size() + loc_.name.size() + 8);
+  s.append("'").append(name).append("' op");
   if (!loc_.name.empty())
-    s += " \"" + loc_.name + "\"";
+    s.append(" \"").append(loc_.name).append("\"");
   return s;
 }
 

@@ -1,10 +1,26 @@
 //===- GradCheck.cpp ------------------------------------------------------===//
+//
+// For each sampled element of each param:
+//   1. five-point central differences at a few steps; the best agreement
+//      with the analytic gradient counts, so a step that crosses a kink
+//      near the point is outvoted. Within tolerance: done.
+//   2. otherwise, second-order one-sided differences at small steps. Where
+//      the loss is smooth they agree to O(h^3) (their h^2 terms are equal),
+//      so a difference beyond rounding marks a kink at the point: a relu
+//      input at 0, a tie of two maxima. Without one, the disagreement of
+//      step 1 is a wrong gradient.
+//   3. at a kink the element moves by a random offset (1e-4 to 1e-2), the
+//      analytic gradient is recomputed there and steps 1 and 2 repeat, up to
+//      `redraws` times; an element at a kink every time is unresolved.
+//
+//===----------------------------------------------------------------------===//
 #include "passes/GradCheck.h"
 
 #include "passes/Pass.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 namespace lwcc {
@@ -22,12 +38,152 @@ std::unique_ptr<Graph> lossOnly(const Graph& g) {
   return f;
 }
 
-llvm::Expected<double> lossAt(const Graph& f, const std::vector<Tensor>& inputs,
-                              const WeightMap& weights) {
-  auto out = interpret(f, inputs, weights, Precision::F64);
-  if (!out)
-    return out.takeError();
-  return (*out)[0].f[0];
+double relError(double analytic, double numeric, double floor) {
+  return std::fabs(analytic - numeric) / std::max({std::fabs(analytic), std::fabs(numeric), floor});
+}
+
+/// The loss as a function of one element of one param (the others fixed).
+class ElementProbe {
+public:
+  ElementProbe(const Graph& g, const Graph& lossGraph, size_t output,
+               const std::vector<Tensor>& inputs, WeightMap& weights, Tensor& value, int64_t k)
+      : g_(g), f_(lossGraph), output_(output), inputs_(inputs), w_(weights), value_(value), k_(k),
+        home_(value.f[k]) {}
+  ~ElementProbe() { value_.f[k_] = home_; }
+  ElementProbe(const ElementProbe&) = delete;
+  ElementProbe& operator=(const ElementProbe&) = delete;
+
+  double home() const { return home_; }
+
+  llvm::Expected<double> loss(double x) {
+    value_.f[k_] = x;
+    auto out = interpret(f_, inputs_, w_, Precision::F64);
+    value_.f[k_] = home_;
+    if (!out)
+      return out.takeError();
+    return (*out)[0].f[0];
+  }
+
+  /// The analytic gradient of the element with the element at x.
+  llvm::Expected<double> analytic(double x) {
+    value_.f[k_] = x;
+    auto out = interpret(g_, inputs_, w_, Precision::F64);
+    value_.f[k_] = home_;
+    if (!out)
+      return out.takeError();
+    return (*out)[output_].f[k_];
+  }
+
+private:
+  const Graph& g_;
+  const Graph& f_;
+  size_t output_;
+  const std::vector<Tensor>& inputs_;
+  WeightMap& w_;
+  Tensor& value_;
+  int64_t k_;
+  double home_;
+};
+
+struct Comparison {
+  double err = INFINITY;
+  double numeric = 0;
+};
+
+/// Step 1: five-point central differences (error O(h^4)) at x.
+llvm::Expected<Comparison> central(ElementProbe& p, double x, double analytic,
+                                   const GradCheckOptions& o) {
+  Comparison best;
+  for (double h : {1e-4, 1e-5, 1e-3, 1e-6}) {
+    double at[4];
+    const double offsets[4] = {2 * h, h, -h, -2 * h};
+    for (int j = 0; j < 4; ++j) {
+      auto l = p.loss(x + offsets[j]);
+      if (!l)
+        return l.takeError();
+      at[j] = *l;
+    }
+    double numeric = (8 * (at[1] - at[2]) - (at[0] - at[3])) / (12 * h);
+    double err = relError(analytic, numeric, o.floor);
+    if (err < best.err)
+      best = {err, numeric};
+    if (best.err <= o.tolerance)
+      break;
+  }
+  return best;
+}
+
+/// Step 2: whether the loss has a kink at x. The one-sided derivatives
+///   D+ = (-3 L(x) + 4 L(x+h) - L(x+2h)) / 2h,  D- = (3 L(x) - 4 L(x-h) + L(x-2h)) / 2h
+/// both equal L' - h^2 L'''/3 + O(h^3) where L is smooth; a difference
+/// beyond the rounding of the five losses (with a wide margin) and the
+/// tolerance is a change of slope.
+llvm::Expected<bool> kinkAt(ElementProbe& p, double x, const GradCheckOptions& o) {
+  auto l0 = p.loss(x);
+  if (!l0)
+    return l0.takeError();
+  for (double h : {1e-5, 1e-6}) {
+    double l[4];
+    const double offsets[4] = {h, 2 * h, -h, -2 * h};
+    double largest = std::fabs(*l0);
+    for (int j = 0; j < 4; ++j) {
+      auto v = p.loss(x + offsets[j]);
+      if (!v)
+        return v.takeError();
+      l[j] = *v;
+      largest = std::max(largest, std::fabs(l[j]));
+    }
+    double plus = (-3 * *l0 + 4 * l[0] - l[1]) / (2 * h);
+    double minus = (3 * *l0 - 4 * l[2] + l[3]) / (2 * h);
+    double rounding = 100 * std::numeric_limits<double>::epsilon() * largest / h;
+    double scale = std::max({std::fabs(plus), std::fabs(minus), o.floor});
+    if (std::fabs(plus - minus) > std::max(rounding, o.tolerance * scale))
+      return true;
+  }
+  return false;
+}
+
+/// The outcome for one element.
+struct ElementCheck {
+  bool kink = false;       ///< the first probe point was at a kink
+  bool unresolved = false; ///< ... and so was every re-drawn one
+  bool redrawn = false;    ///< compared at a re-drawn point
+  double err = 0, analytic = 0, numeric = 0;
+};
+
+llvm::Expected<ElementCheck> checkElement(ElementProbe& p, double analytic,
+                                          const GradCheckOptions& o, std::mt19937_64& rng) {
+  ElementCheck r;
+  double x = p.home();
+  for (int attempt = 0;; ++attempt) {
+    auto c = central(p, x, analytic, o);
+    if (!c)
+      return c.takeError();
+    r.err = c->err;
+    r.analytic = analytic;
+    r.numeric = c->numeric;
+    r.redrawn = attempt > 0;
+    if (c->err <= o.tolerance)
+      return r;
+    auto kink = kinkAt(p, x, o);
+    if (!kink)
+      return kink.takeError();
+    if (!*kink) // smooth here: a real disagreement
+      return r;
+    r.kink = true;
+    if (attempt == o.redraws) {
+      r.unresolved = true;
+      return r;
+    }
+    // Re-draw: log-uniform in [1e-4, 1e-2], either sign, from the original point.
+    std::uniform_real_distribution<double> exponent(-4.0, -2.0);
+    double step = std::pow(10.0, exponent(rng)) * std::max(1.0, std::fabs(p.home()));
+    x = p.home() + (rng() % 2 ? step : -step);
+    auto a = p.analytic(x);
+    if (!a)
+      return a.takeError();
+    analytic = *a;
+  }
 }
 
 } // namespace
@@ -43,6 +199,9 @@ llvm::Expected<std::vector<ParamGradCheck>> checkGradients(const Graph& g,
   // Weights as float64 values the finite differences can perturb.
   WeightMap w = weights;
   std::mt19937_64 rng(opts.seed);
+  // Re-drawn points come from a stream of their own: the sampled elements
+  // do not depend on how many kinks were met.
+  std::mt19937_64 redraw(opts.seed ^ 0x9e3779b97f4a7c15ULL);
   std::vector<ParamGradCheck> results;
   for (size_t o = 1; o < g.outputs().size(); ++o) {
     const Value* p = g.outputGradOf(o);
@@ -74,39 +233,22 @@ llvm::Expected<std::vector<ParamGradCheck>> checkGradients(const Graph& g,
       }
     }
     for (int64_t k : picks) {
-      double a = grad.f[k], best = INFINITY, bestNumeric = 0;
-      double saved = value.f[k];
-      // Five-point central differences (error O(h^4)) at a few steps; the
-      // best agreement counts, so a step that crosses a kink is outvoted.
-      for (double h : {1e-4, 1e-5, 1e-3, 1e-6}) {
-        double at[4];
-        const double offsets[4] = {2 * h, h, -h, -2 * h};
-        for (int j = 0; j < 4; ++j) {
-          value.f[k] = saved + offsets[j];
-          auto l = lossAt(*f, inputs, w);
-          if (!l) {
-            value.f[k] = saved;
-            return l.takeError();
-          }
-          at[j] = *l;
-        }
-        value.f[k] = saved;
-        double numeric = (8 * (at[1] - at[2]) - (at[0] - at[3])) / (12 * h);
-        double err =
-            std::fabs(a - numeric) / std::max({std::fabs(a), std::fabs(numeric), opts.floor});
-        if (err < best) {
-          best = err;
-          bestNumeric = numeric;
-        }
-        if (best <= opts.tolerance)
-          break;
-      }
+      ElementProbe probe(g, *f, o, inputs, w, value, k);
+      auto e = checkElement(probe, grad.f[k], opts, redraw);
+      if (!e)
+        return e.takeError();
       ++r.checked;
-      if (best > r.worstRelError || r.worstIndex < 0) {
-        r.worstRelError = best;
+      r.kinks += e->kink;
+      if (e->unresolved) {
+        ++r.unresolved;
+        continue;
+      }
+      if (e->err > r.worstRelError || r.worstIndex < 0) {
+        r.worstRelError = e->err;
         r.worstIndex = k;
-        r.analytic = a;
-        r.numeric = bestNumeric;
+        r.analytic = e->analytic;
+        r.numeric = e->numeric;
+        r.worstRedrawn = e->redrawn;
       }
     }
     results.push_back(r);

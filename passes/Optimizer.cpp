@@ -84,7 +84,10 @@ public:
           return pd.takeError();
 
     std::vector<std::pair<Value*, Value*>> assigns;
-    for (const auto& [p, grad] : updates) {
+    for (const auto& update : updates) {
+      // Not a structured binding: Clang 14 cannot capture one in a lambda.
+      Value* p = update.first;
+      Value* grad = update.second;
       int64_t d = p->device().value_or(0);
       auto pd = onDevice(d);
       if (!pd)

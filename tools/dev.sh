@@ -5,30 +5,44 @@
 #   bash tools/dev.sh build   set up, configure and build into build/ (executables in build/bin/)
 #   bash tools/dev.sh run     set up, build, and run the main job on the bundled example
 #   bash tools/dev.sh test    set up, build, and run every test suite, then print a summary
+#                             (LWCC_TEST_CLANG=1: also a clang++-14 build of the C++ parts)
 #
-# LWCC_BUILD_TYPE selects the CMake build type (default RelWithDebInfo).
+# LWCC_BUILD_TYPE selects the CMake build type (default RelWithDebInfo). Warnings
+# are errors here (LWCC_WERROR=ON), unlike a plain cmake build.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 BUILD_DIR=build
+RELEASE_DIR=build-release
 BIN_DIR="$BUILD_DIR/bin"
 LOG_DIR="$BUILD_DIR/test-logs"
 # lit is a package without __main__, so `python3 -m lit` does not work; call its entry point.
 LIT=(python3 -c 'import lit.main; lit.main.main()')
 
 usage() {
-  sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 cmd_setup() {
   bash tools/setup.sh
 }
 
+# ccache as the compiler launcher where it is installed (a rebuild of
+# unchanged sources, and the Release suite's second build of them, is cheap).
+launcher_flags() {
+  if command -v ccache >/dev/null 2>&1; then
+    echo "-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
+    echo "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
+  fi
+}
+
 # Each step returns on failure explicitly: cmd_test calls this inside `if`, where set -e is off.
 cmd_build() {
   cmd_setup || return
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${LWCC_BUILD_TYPE:-RelWithDebInfo}" || return
+  # shellcheck disable=SC2046 # the launcher flags are words
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${LWCC_BUILD_TYPE:-RelWithDebInfo}" \
+    -DLWCC_WERROR=ON $(launcher_flags) || return
   cmake --build "$BUILD_DIR" -j "$(nproc)" || return
 }
 
@@ -157,6 +171,71 @@ suite() {
   TOTAL_FAILED=$((TOTAL_FAILED + failed))
 }
 
+# Suites of named checks: check NAME CMD... runs CMD quietly (its output is
+# shown when it fails) and prints PASS/FAIL; end_checks prints the counts.
+CHECKS_PASSED=0
+CHECKS_FAILED=0
+check() {
+  local name="$1" out
+  shift
+  if out=$("$@" 2>&1); then
+    echo "PASS: $name"
+    CHECKS_PASSED=$((CHECKS_PASSED + 1))
+  else
+    echo "FAIL: $name"
+    tail -n 40 <<<"$out"
+    CHECKS_FAILED=$((CHECKS_FAILED + 1))
+  fi
+}
+end_checks() {
+  echo "$CHECKS_PASSED passed, $CHECKS_FAILED failed"
+  ((CHECKS_FAILED == 0))
+}
+
+# The Release suite: what a user's `cmake -DCMAKE_BUILD_TYPE=Release` gets.
+#   1. a plain configure leaves LWCC_WERROR off (a new compiler's warning
+#      cannot fail a user's build);
+#   2. lwcc, lwcc-opt and the CPU runtime build in Release (-O3: GCC's
+#      optimizer-only warnings) with -Werror, so warnings stay at zero there;
+#   3. that Release lwcc turns a model into the same training IR and memory
+#      plan as the build in $BUILD_DIR.
+# Only those targets, not the tests or the CUDA runtime (cuda_build.py builds
+# that with nvcc): on CI's 2 cores about 3 minutes cold, seconds with ccache.
+release_suite() {
+  local plain="$RELEASE_DIR/plain-configure" model="$RELEASE_DIR/lenet.onnx"
+  CHECKS_PASSED=0 CHECKS_FAILED=0
+  rm -rf "$plain"
+  check "plain Release configure leaves LWCC_WERROR off" bash -c \
+    "cmake -S . -B '$plain' -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+     grep -qx 'LWCC_WERROR:BOOL=OFF' '$plain/CMakeCache.txt'"
+  rm -rf "$plain"
+  check "Release build of lwcc, lwcc-opt and the CPU runtime, -Werror" bash -c \
+    "cmake -S . -B '$RELEASE_DIR' -G Ninja -DCMAKE_BUILD_TYPE=Release -DLWCC_WERROR=ON \
+       $(launcher_flags | tr '\n' ' ') >/dev/null &&
+     cmake --build '$RELEASE_DIR' -j $(nproc) --target lwcc lwcc-opt lwcc_runtime_cpu"
+  check "Release lwcc: the same training IR and memory plan" bash -c \
+    "python3 tools/models/gen.py lenet --batch 4 -o '$model' >/dev/null &&
+     for emit in train-ir plan; do
+       $RELEASE_DIR/bin/lwcc $model --emit=\$emit >$RELEASE_DIR/\$emit.release &&
+         $BIN_DIR/lwcc $model --emit=\$emit >$RELEASE_DIR/\$emit.expected &&
+         test -s $RELEASE_DIR/\$emit.release &&
+         diff $RELEASE_DIR/\$emit.release $RELEASE_DIR/\$emit.expected || exit 1
+     done"
+  end_checks
+}
+
+# With LWCC_TEST_CLANG=1: the C++ parts built with clang++-14 (Release,
+# -Werror) in build-clang/, and its unit tests run.
+clang_suite() {
+  CHECKS_PASSED=0 CHECKS_FAILED=0
+  check "Clang build of lwcc, lwcc-opt, the unit tests and the CPU runtime, -Werror" bash -c \
+    "CC=clang-14 CXX=clang++-14 cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release \
+       -DLWCC_WERROR=ON $(launcher_flags | tr '\n' ' ') >/dev/null &&
+     cmake --build build-clang -j $(nproc) --target lwcc lwcc-opt lwcc-unittests lwcc_runtime_cpu"
+  check "Clang build: unit tests" build-clang/bin/lwcc-unittests --gtest_brief=1
+  end_checks
+}
+
 print_summary() {
   local width=0 i
   for i in "${SUITE_NAMES[@]}"; do
@@ -184,6 +263,7 @@ cmd_test() {
   suite "zoo vs onnxruntime" parse_counts python3 test/e2e/zoo_reference.py
   suite "exporter patterns"  parse_counts python3 test/e2e/exporter_patterns.py
   suite "zoo gradients and memory plans" parse_counts python3 test/e2e/zoo_checks.py
+  suite "gradient checks at kinks" parse_counts python3 test/e2e/gradcheck_kinks.py
   suite "CPU trainer vs interpreter" parse_counts python3 test/e2e/trainer_vs_reference.py
   suite "exporter-pattern trainers vs interpreter" parse_counts python3 test/e2e/exporter_trainers.py
   suite "trainer as a user runs it" parse_counts python3 test/e2e/trainer_cli.py
@@ -191,6 +271,10 @@ cmd_test() {
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "parallel strategies vs one device" parse_counts python3 test/e2e/parallel_step.py
   suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
+  suite "Release build (build-release/)" parse_counts release_suite
+  if [[ -n ${LWCC_TEST_CLANG:-} ]]; then
+    suite "Clang build (build-clang/)" parse_counts clang_suite
+  fi
 
   print_summary
   ((TOTAL_FAILED == 0))

@@ -10,6 +10,10 @@ DEB_PACKAGES=(
   dataset-fashion-mnist libonnx-testdata
   cmake ninja-build g++ clang-format
 )
+# The optional Clang build suite (LWCC_TEST_CLANG=1 bash tools/dev.sh test).
+if [[ -n ${LWCC_TEST_CLANG:-} ]]; then
+  DEB_PACKAGES+=(clang-14)
+fi
 # Pinned to the versions the tests were written against.
 PY_PACKAGES=(lit==23.1.5 onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6)
 PY_IMPORTS="import lit, onnx, onnxruntime, numpy"

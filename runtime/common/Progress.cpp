@@ -69,9 +69,14 @@ std::string formatProgressLine(const ProgressOptions& o, int64_t step, double lo
     line += "  step " + integer(step > 0 ? done % o.stepsPerEpoch + 1 : 0) + "/" +
             integer(o.stepsPerEpoch);
   } else {
-    line = "step " + integer(step);
-    if (o.totalSteps > 0)
-      line += "/" + integer(o.totalSteps);
+    // Appended piece by piece: GCC 12 reports a false -Wrestrict inside
+    // `"literal" + std::string` here at -O3.
+    line = "step ";
+    line += integer(step);
+    if (o.totalSteps > 0) {
+      line += '/';
+      line += integer(o.totalSteps);
+    }
   }
   line += "  loss " + format("%.4f", loss);
   if (std::isfinite(msPerStep) && msPerStep > 0) {

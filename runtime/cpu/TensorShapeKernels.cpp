@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <numeric>
 #include <type_traits>
 
 namespace lwrt::cpu {
@@ -51,10 +53,15 @@ Dims stridesOf(const Dims& s) {
 }
 
 int64_t product(const Dims& s, size_t from = 0, size_t to = SIZE_MAX) {
-  int64_t n = 1;
-  for (size_t d = from; d < std::min(to, s.size()); ++d)
-    n *= s[d];
-  return n;
+  // Over iterators: an index loop bounded by min(to, size) makes GCC 12 at
+  // -O3 warn (-Waggressive-loop-optimizations) of an iteration past the
+  // largest vector.
+  size_t end = std::min(to, s.size());
+  if (from >= end)
+    return 1;
+  return std::accumulate(s.begin() + static_cast<std::ptrdiff_t>(from),
+                         s.begin() + static_cast<std::ptrdiff_t>(end), int64_t{1},
+                         std::multiplies<int64_t>());
 }
 
 /// Calls fn(k, offset) for every element k (row-major) of `shape`, with

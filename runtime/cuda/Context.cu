@@ -26,6 +26,26 @@ bool setError(std::string* error, const std::string& what) {
 }
 } // namespace
 
+CudaVersions foundCudaVersions() {
+  CudaVersions v;
+  if (cudaDriverGetVersion(&v.driver) != cudaSuccess)
+    v.driver = 0;
+  if (cudaRuntimeGetVersion(&v.runtime) != cudaSuccess)
+    v.runtime = 0;
+  v.cudnn = static_cast<int>(cudnnGetVersion());
+  v.cudnnCudart = static_cast<int>(cudnnGetCudartVersion());
+  if (cublasGetProperty(MAJOR_VERSION, &v.cublasMajor) != CUBLAS_STATUS_SUCCESS ||
+      cublasGetProperty(MINOR_VERSION, &v.cublasMinor) != CUBLAS_STATUS_SUCCESS ||
+      cublasGetProperty(PATCH_LEVEL, &v.cublasPatch) != CUBLAS_STATUS_SUCCESS)
+    v.cublasMajor = v.cublasMinor = v.cublasPatch = 0;
+  return v;
+}
+
+CudaVersions builtCudaVersions() {
+  return cudaNeeds(CUDART_VERSION, CUDNN_VERSION, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR,
+                   CUBLAS_VER_PATCH);
+}
+
 bool initContext(int device, bool tf32, std::string* error) {
   Context& c = context();
   if (c.device >= 0)
@@ -66,7 +86,8 @@ bool initContext(int device, bool tf32, std::string* error) {
       !cublasOk(cublasSetWorkspace(c.cublas, c.cublasWorkspace, kCublasWorkspaceBytes),
                 "cublasSetWorkspace") ||
       !cudaOk(cudaMalloc(&c.errorFlag, sizeof(int)), "cudaMalloc") ||
-      !cudaOk(cudaMemset(c.errorFlag, 0, sizeof(int)), "cudaMemset")) {
+      !cudaOk(cudaMemsetAsync(c.errorFlag, 0, sizeof(int), c.stream), "cudaMemsetAsync") ||
+      !cudaOk(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize")) {
     destroyContext();
     return false;
   }
@@ -120,11 +141,17 @@ bool ensureWorkspace(size_t bytes) {
                     " bytes of workspace while the step is "
                     "captured (" +
                     std::to_string(c.workspaceBytes) + " were set up)");
-  LWRT_CUDA(cudaStreamSynchronize(c.stream));
+  constexpr size_t kMiB = size_t{1} << 20;
+  bytes = (bytes + kMiB - 1) / kMiB * kMiB;
   if (c.workspace) {
+    // Work in flight on any stream, or a recorded graph replayed before,
+    // may still use it: free it only on an idle device, and have every
+    // graph recorded with it recorded again.
+    LWRT_CUDA(cudaDeviceSynchronize());
     LWRT_CUDA(cudaFree(c.workspace));
     c.workspace = nullptr;
     c.workspaceBytes = 0;
+    ++c.workspaceGeneration;
   }
   LWRT_CUDA(cudaMalloc(&c.workspace, bytes));
   c.workspaceBytes = bytes;

@@ -1,5 +1,6 @@
 // cuda/Context.h - the CUDA backend's process-wide state (not installed)
-// defines: Context, context, initContext, destroyContext, ensureWorkspace, fail,
+// defines: Context, context, foundCudaVersions, builtCudaVersions, initContext,
+//          destroyContext, ensureWorkspace, fail,
 //          LWRT_CUDA, LWRT_CUDNN, LWRT_CUBLAS, kThreads, blocksFor
 //
 // The generated step calls kernels with TensorViews only (the signatures of
@@ -16,8 +17,18 @@
 //
 // Capture: while `capturing` is set the step is being recorded into a CUDA
 // graph; kernels then must not allocate, synchronize or run algorithm
-// searches (they use what the first, uncaptured step set up).
+// searches (they use what the first, uncaptured step set up). A recorded
+// graph holds the workspace addresses of its capture: when a later
+// uncaptured phase (an evaluation pass with a new convolution
+// configuration) grows a workspace, the old one is freed only after the
+// device is idle, and `workspaceGeneration` changes so that the runner
+// records its graphs again before replaying them.
+//
+// Ordering: all work goes to the context's non-blocking streams, never to
+// the legacy default stream (a cudaMemset there is unordered with them).
 #pragma once
+
+#include "cuda/Preflight.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -57,8 +68,15 @@ struct Context {
   /// how many configurations each API got.
   bool convGraphApi = true;
   int convPlansGraph = 0, convPlansLegacy = 0;
+  /// How many configurations fell back to the legacy API because the graph
+  /// API failed on them (not merely had no engine), and the first reason.
+  int convGraphFailures = 0;
+  std::string convGraphFailure;
   void* workspace = nullptr;
   size_t workspaceBytes = 0;
+  /// Changes whenever a workspace is replaced: graphs recorded before
+  /// then hold a freed address and must be recorded again.
+  uint64_t workspaceGeneration = 0;
   int* errorFlag = nullptr;        ///< device memory, one int (DeviceError)
   void* cublasWorkspace = nullptr; ///< cuBLAS's own, fixed: it must not allocate while captured
   std::string error;               ///< the first failure, "" while none
@@ -72,15 +90,22 @@ struct Context {
 /// The context of this process (one device per process for now).
 Context& context();
 
+/// The versions of the driver and libraries this process found, and the
+/// ones it was built against (cuda/Preflight.h checks them).
+CudaVersions foundCudaVersions();
+CudaVersions builtCudaVersions();
+
 /// Selects `device`, creates the stream, the handles (math mode from `tf32`)
 /// and the error flag. False with `error` set, e.g. when there is no GPU.
 bool initContext(int device, bool tf32, std::string* error);
 /// Releases everything initContext made; safe to call twice.
 void destroyContext();
 
-/// Makes the workspace at least `bytes` (synchronizing to free the old
-/// one). False, with the context's error set, when it cannot be had or the
-/// step is being captured and the workspace is too small.
+/// Makes the workspace at least `bytes` (rounded up to whole MiB). A
+/// replaced workspace is freed once the device is idle, and the
+/// workspace generation changes. False, with the context's error set, when
+/// it cannot be had or the step is being captured and the workspace is too
+/// small.
 bool ensureWorkspace(size_t bytes);
 
 /// Makes stream `stream` (0..63) current, creating it at first use (not

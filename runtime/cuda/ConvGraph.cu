@@ -17,7 +17,17 @@
 //      skipped), at most kMaxCandidates of them;
 //   4. each candidate timed on the real buffers (one warm-up, then
 //      kTimedRuns runs between CUDA events); the fastest is kept and the
-//      rest destroyed.
+//      rest destroyed. A candidate that fails to run, or leaves a CUDA error
+//      behind, is dropped (the error cleared); only a sticky error, after
+//      which the CUDA context cannot work at all, ends the run.
+// Any failure of steps 1 to 3 (cuDNN refusing a descriptor), or no
+// candidate left, makes the configuration fall back to the legacy API; the
+// context counts the failures and keeps the first reason for the trainer's
+// report.
+//
+// LWRT_CONV_GRAPH_FAULT=describe|time makes step 1 or every timed candidate
+// of step 4 fail for every configuration, as a cuDNN error or a faulting
+// kernel launch would (tools/gpu/check.sh checks the fallback with it).
 // Calls then execute the kept plan with a variant pack per buffer triple,
 // made once and cached (the arena gives every call site fixed addresses),
 // so a replayed step does no descriptor work.
@@ -25,6 +35,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -73,9 +84,21 @@ cudnnStatus_t set(Desc& d, cudnnBackendAttributeName_t name, cudnnBackendAttribu
 
 constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y';
 
+/// Whether LWRT_CONV_GRAPH_FAULT names `stage` (a test of the fallbacks).
+bool faultInjected(const char* stage) {
+  static const char* fault = std::getenv("LWRT_CONV_GRAPH_FAULT");
+  return fault && std::strcmp(fault, stage) == 0;
+}
+
+/// A kernel launched with no threads: the launch fails with a (non-sticky)
+/// invalid-configuration error, as a faulting candidate would leave one.
+__global__ void launchedWithoutThreads() {}
+
 /// An NCHW tensor descriptor with unique id `uid`.
 bool tensor(Desc& d, const int64_t (&dims)[4], cudnnDataType_t dt, int64_t uid, int64_t align) {
   int64_t strides[4] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+  if (faultInjected("describe")) // as cuDNN refusing the descriptor
+    return fail(__FILE__, __LINE__, "cudnnBackendFinalize: refused (LWRT_CONV_GRAPH_FAULT)");
   LWRT_CUDNN(d.create(CUDNN_BACKEND_TENSOR_DESCRIPTOR));
   LWRT_CUDNN(set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
   LWRT_CUDNN(set(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
@@ -265,26 +288,88 @@ struct Events {
   }
 };
 
-/// Times `c` on the buffers: one warm-up, then kTimedRuns runs. False when
-/// the candidate fails to run (it is dropped; the error is cleared).
-bool timeCandidate(Candidate& c, void* x, void* w, void* y, void* ws, cudaEvent_t start,
-                   cudaEvent_t stop) {
+enum class Timed { Ok, Dropped, ContextLost };
+
+/// Times `c` on the buffers: one warm-up, then kTimedRuns runs. Dropped when
+/// the candidate fails to run or leaves a CUDA error behind (cleared);
+/// ContextLost, with the context's error, when that error is sticky.
+Timed timeCandidate(Candidate& c, void* x, void* w, void* y, void* ws, cudaEvent_t start,
+                    cudaEvent_t stop) {
   Context& ctx = context();
   Desc pack;
   if (!variantPack(pack, x, w, y, ws)) {
     ctx.error.clear();
-    return false;
+    return Timed::Dropped;
   }
-  if (cudnnBackendExecute(ctx.cudnn, c.plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS)
+  bool ran = cudnnBackendExecute(ctx.cudnn, c.plan.get(), pack.get()) == CUDNN_STATUS_SUCCESS &&
+             cudaEventRecord(start, ctx.stream) == cudaSuccess;
+  if (ran && faultInjected("time"))
+    launchedWithoutThreads<<<1, 0, 0, ctx.stream>>>();
+  for (int k = 0; ran && k < kTimedRuns; ++k)
+    ran = cudnnBackendExecute(ctx.cudnn, c.plan.get(), pack.get()) == CUDNN_STATUS_SUCCESS;
+  ran = ran && cudaEventRecord(stop, ctx.stream) == cudaSuccess &&
+        cudaEventSynchronize(stop) == cudaSuccess &&
+        cudaEventElapsedTime(&c.ms, start, stop) == cudaSuccess;
+  // Whatever this candidate launched has finished; an error it left is its
+  // own. cudaGetLastError clears an ordinary one; a sticky one (a fault in
+  // a kernel) stays, and every later call reports it.
+  cudaError_t synced = cudaStreamSynchronize(ctx.stream);
+  cudaError_t last = cudaGetLastError();
+  if (synced == cudaSuccess && last == cudaSuccess)
+    return ran ? Timed::Ok : Timed::Dropped;
+  cudaError_t again = cudaStreamSynchronize(ctx.stream);
+  if (again == cudaSuccess && cudaGetLastError() == cudaSuccess)
+    return Timed::Dropped;
+  fail(__FILE__, __LINE__,
+       std::string("a cuDNN graph engine being timed left a sticky CUDA error (") +
+           cudaGetErrorString(again != cudaSuccess ? again : synced) +
+           "); the CUDA context cannot be used any more: run again with --cudnn-api=legacy");
+  return Timed::ContextLost;
+}
+
+/// The operation graph of one convolution (step 1); false with the
+/// context's error when cuDNN refuses a descriptor.
+bool describe(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, int64_t align,
+              Desc& xd, Desc& wd, Desc& yd, Desc& conv, Desc& op, Desc& graph) {
+  cudnnDataType_t dt = t == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  if (!tensor(xd, {g.N, g.C, g.H, g.W}, dt, kUidX, align) ||
+      !tensor(wd, {g.M, g.Cg, g.KH, g.KW}, dt, kUidW, align) ||
+      !tensor(yd, {g.N, g.M, g.OH, g.OW}, dt, kUidY, align) || !convolution(conv, p, dt))
     return false;
-  if (cudaEventRecord(start, ctx.stream) != cudaSuccess)
-    return false;
-  for (int k = 0; k < kTimedRuns; ++k)
-    if (cudnnBackendExecute(ctx.cudnn, c.plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS)
-      return false;
-  if (cudaEventRecord(stop, ctx.stream) != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess)
-    return false;
-  return cudaEventElapsedTime(&c.ms, start, stop) == cudaSuccess;
+  OpNames names = opNames(dir);
+  LWRT_CUDNN(op.create(names.type));
+  LWRT_CUDNN(set(op, names.x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, xd.addr()));
+  LWRT_CUDNN(set(op, names.w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, wd.addr()));
+  LWRT_CUDNN(set(op, names.y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, yd.addr()));
+  LWRT_CUDNN(set(op, names.conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, conv.addr()));
+  if (t == DType::F64) {
+    double alpha = 1, beta = 0;
+    LWRT_CUDNN(set(op, names.alpha, CUDNN_TYPE_DOUBLE, 1, &alpha));
+    LWRT_CUDNN(set(op, names.beta, CUDNN_TYPE_DOUBLE, 1, &beta));
+  } else {
+    float alpha = 1, beta = 0;
+    LWRT_CUDNN(set(op, names.alpha, CUDNN_TYPE_FLOAT, 1, &alpha));
+    LWRT_CUDNN(set(op, names.beta, CUDNN_TYPE_FLOAT, 1, &beta));
+  }
+  LWRT_CUDNN(cudnnBackendFinalize(op.get()));
+  cudnnHandle_t handle = context().cudnn;
+  LWRT_CUDNN(graph.create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
+  LWRT_CUDNN(
+      set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, op.addr()));
+  LWRT_CUDNN(set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle));
+  LWRT_CUDNN(cudnnBackendFinalize(graph.get()));
+  return true;
+}
+
+/// Leaves a configuration to the legacy API after the graph API failed on
+/// it: counted, the first reason kept, the context's error cleared.
+bool fallBack(const std::string& why) {
+  Context& c = context();
+  ++c.convGraphFailures;
+  if (c.convGraphFailure.empty())
+    c.convGraphFailure = why;
+  c.error.clear();
+  return true;
 }
 
 } // namespace
@@ -317,39 +402,14 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
                     void* x, void* w, void* y, GraphConv** out) {
   *out = nullptr;
   Context& ctx = context();
-  cudnnDataType_t dt = t == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   bool tensorCores = t == DType::F32 && ctx.tf32;
-  // 1. The operation graph.
+  // 1. The operation graph; one cuDNN cannot describe is a configuration
+  // for the legacy API.
   Desc xd, wd, yd, conv, op, graph;
-  if (!tensor(xd, {g.N, g.C, g.H, g.W}, dt, kUidX, align) ||
-      !tensor(wd, {g.M, g.Cg, g.KH, g.KW}, dt, kUidW, align) ||
-      !tensor(yd, {g.N, g.M, g.OH, g.OW}, dt, kUidY, align) || !convolution(conv, p, dt))
+  if (!ctx.error.empty()) // a failure before this configuration stays one
     return false;
-  OpNames names = opNames(dir);
-  LWRT_CUDNN(op.create(names.type));
-  LWRT_CUDNN(set(op, names.x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, xd.addr()));
-  LWRT_CUDNN(set(op, names.w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, wd.addr()));
-  LWRT_CUDNN(set(op, names.y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, yd.addr()));
-  LWRT_CUDNN(set(op, names.conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, conv.addr()));
-  if (t == DType::F64) {
-    double alpha = 1, beta = 0;
-    LWRT_CUDNN(set(op, names.alpha, CUDNN_TYPE_DOUBLE, 1, &alpha));
-    LWRT_CUDNN(set(op, names.beta, CUDNN_TYPE_DOUBLE, 1, &beta));
-  } else {
-    float alpha = 1, beta = 0;
-    LWRT_CUDNN(set(op, names.alpha, CUDNN_TYPE_FLOAT, 1, &alpha));
-    LWRT_CUDNN(set(op, names.beta, CUDNN_TYPE_FLOAT, 1, &beta));
-  }
-  // An operation cuDNN cannot describe is a configuration for the legacy API.
-  if (cudnnBackendFinalize(op.get()) != CUDNN_STATUS_SUCCESS)
-    return true;
-  cudnnHandle_t handle = ctx.cudnn;
-  LWRT_CUDNN(graph.create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
-  LWRT_CUDNN(
-      set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, op.addr()));
-  LWRT_CUDNN(set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle));
-  if (cudnnBackendFinalize(graph.get()) != CUDNN_STATUS_SUCCESS)
-    return true;
+  if (!describe(dir, g, p, t, align, xd, wd, yd, conv, op, graph))
+    return fallBack("describing it: " + ctx.error);
   // 2 and 3. Qualifying engines with a finalized plan.
   std::vector<Candidate> candidates;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
@@ -365,7 +425,7 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
       break;
   }
   if (candidates.empty())
-    return true;
+    return true; // no engine takes it: the legacy API's, not a failure
   // 4. The fastest on the real buffers.
   size_t most = 0;
   for (const Candidate& c : candidates)
@@ -382,16 +442,18 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
   LWRT_CUDA(cudaEventCreate(&ev.start));
   LWRT_CUDA(cudaEventCreate(&ev.stop));
   int best = -1;
-  for (size_t k = 0; k < candidates.size(); ++k)
-    if (timeCandidate(candidates[k], x, w, y, ws.p, ev.start, ev.stop) &&
+  size_t dropped = 0;
+  for (size_t k = 0; k < candidates.size(); ++k) {
+    Timed timed = timeCandidate(candidates[k], x, w, y, ws.p, ev.start, ev.stop);
+    if (timed == Timed::ContextLost)
+      return false;
+    dropped += timed == Timed::Dropped;
+    if (timed == Timed::Ok &&
         (best < 0 || candidates[k].ms < candidates[static_cast<size_t>(best)].ms))
       best = static_cast<int>(k);
-  // A candidate that failed may have left a sticky launch error behind: a
-  // real CUDA failure, not a reason to try the legacy API.
-  LWRT_CUDA(cudaStreamSynchronize(ctx.stream));
-  LWRT_CUDA(cudaGetLastError());
+  }
   if (best < 0)
-    return true;
+    return fallBack("all " + std::to_string(dropped) + " engine(s) failed when timed");
   auto* plan = new GraphConv;
   plan->plan = std::move(candidates[static_cast<size_t>(best)].plan);
   plan->workspace = candidates[static_cast<size_t>(best)].workspace;

@@ -1,7 +1,10 @@
 // The CUDA backend's step runner: device memory from cudaMalloc, copies and
-// phases on the context's stream, and each phase recorded once into a CUDA
-// graph (after a first direct run that searches algorithms and sizes the
-// workspace) and replayed from then on.
+// phases on the context's stream, and each phase of a key >= 0 recorded
+// once into a CUDA graph (after a first direct run that searches algorithms
+// and sizes the workspace) and replayed from then on. A negative key runs
+// its phase directly every time (the one-off init phases, profiled steps
+// whose per-op events must be recorded live). A phase recorded before a
+// workspace was replaced is recorded again (Context.h).
 #include "cuda/Context.h"
 #include "lwrt/trainer.h"
 
@@ -38,16 +41,26 @@ public:
   std::string description() const override { return name_; }
   std::string notes() const override {
     const Context& c = context();
-    return "cuDNN convolution plans: " + std::to_string(c.convPlansGraph) + " on the graph API, " +
-           std::to_string(c.convPlansLegacy) + " on the legacy API";
+    std::string notes = "cuDNN convolution plans: " + std::to_string(c.convPlansGraph) +
+                        " on the graph API, " + std::to_string(c.convPlansLegacy) +
+                        " on the legacy API";
+    if (c.convGraphFailures > 0)
+      notes += " (" + std::to_string(c.convGraphFailures) +
+               " of them after the graph API failed; first: " + c.convGraphFailure + ")";
+    if (rerecorded_ > 0)
+      notes +=
+          "; CUDA graphs recorded again after a workspace grew: " + std::to_string(rerecorded_);
+    return notes;
   }
 
   void* allocate(int64_t bytes, std::string* error) override {
     void* p = nullptr;
     size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+    // Zeroed on the context's stream, where every later copy and kernel on
+    // this memory goes (the legacy default stream would not order them).
     cudaError_t st = cudaMalloc(&p, n);
     if (st == cudaSuccess)
-      st = cudaMemset(p, 0, n);
+      st = cudaMemsetAsync(p, 0, n, context().stream);
     if (st != cudaSuccess) {
       if (error)
         *error = "cannot allocate " + std::to_string(bytes) +
@@ -121,10 +134,20 @@ public:
 
   bool run(int key, const std::function<bool(std::string*)>& launch, std::string* error) override {
     Context& c = context();
-    Phase& phase = phases_[key];
-    if (!options_.graphs || phase.runs++ == 0)
+    if (key < 0 || !options_.graphs)
       return launched(launch(error), error);
+    Phase& phase = phases_[key];
+    if (phase.runs++ == 0)
+      return launched(launch(error), error);
+    if (phase.exec && phase.generation != c.workspaceGeneration) {
+      ++rerecorded_;
+      cudaGraphExecDestroy(phase.exec);
+      cudaGraphDestroy(phase.graph);
+      phase.exec = nullptr;
+      phase.graph = nullptr;
+    }
     if (!phase.exec) {
+      phase.generation = c.workspaceGeneration;
       if (!check(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal),
                  "cudaStreamBeginCapture", error))
         return false;
@@ -202,6 +225,7 @@ private:
     int runs = 0;
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
+    uint64_t generation = 0; ///< the workspace generation it was recorded with
   };
 
   static bool check(cudaError_t st, const char* call, std::string* error) {
@@ -226,11 +250,21 @@ private:
   RunnerOptions options_;
   std::string name_;
   std::map<int, Phase> phases_;
+  int rerecorded_ = 0;
 };
 
 } // namespace
 
 std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::string* error) {
+  // Preflight: the driver and libraries this trainer needs, before any of
+  // them is used.
+  CudaVersions found = foundCudaVersions(), built = builtCudaVersions();
+  if (std::string missing = checkCudaVersions(found, built); !missing.empty()) {
+    if (error)
+      *error = "CUDA preflight: " + missing + "\n(found " + describeCudaVersions(found) +
+               "; built with " + describeCudaVersions(built) + ")";
+    return nullptr;
+  }
   if (!initContext(options.device, options.tf32, error))
     return nullptr;
   context().convGraphApi = options.cudnnGraphApi;
@@ -238,7 +272,7 @@ std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::stri
   std::string name = "GPU " + std::to_string(options.device);
   if (cudaGetDeviceProperties(&prop, options.device) == cudaSuccess)
     name = std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
-           std::to_string(prop.minor) + ")";
+           std::to_string(prop.minor) + ", " + describeCudaVersions(found) + ")";
   return std::make_unique<CudaRunner>(options, name);
 }
 

@@ -5,7 +5,8 @@
 and link it against the CUDA runtime library, cuDNN and cuBLAS. On a machine
 without a usable GPU the trainer must say so, suggest --target=cpu and exit
 1 (the CI machine has none; where one is present the run must start instead:
-tools/gpu/ checks it). Ends with the line "N passed, M failed".
+tools/gpu/ checks it); without the NVIDIA driver, the trainer's preflight must
+name the missing driver. Ends with the line "N passed, M failed".
 """
 import concurrent.futures
 import os
@@ -30,6 +31,16 @@ def has_gpu():
         return False
 
 
+def has_driver():
+    """Whether the NVIDIA driver's libcuda.so.1 loads here."""
+    import ctypes
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
 def check(name, tmp, gpu):
     path = os.path.join(tmp, name + ".onnx")
     onnx.save(zoo.build(name, test_size=True), path)
@@ -45,6 +56,9 @@ def check(name, tmp, gpu):
         return None if r.returncode == 0 else f"trainer exited {r.returncode}: {r.stderr[-800:]}"
     if r.returncode != 1 or "--target=cpu" not in r.stderr or "GPU" not in r.stderr:
         return f"without a GPU: exit {r.returncode}, stderr {r.stderr.strip()[:400]!r}"
+    # Without a driver the start-up preflight says so, and what to install.
+    if not has_driver() and "CUDA preflight: no NVIDIA driver found" not in r.stderr:
+        return f"without a driver: no preflight message in {r.stderr.strip()[:400]!r}"
     return None
 
 

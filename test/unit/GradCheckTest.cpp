@@ -473,4 +473,108 @@ TEST(GradCheck, TheCheckerCatchesAWrongGradient) {
   EXPECT_NEAR((*checks)[0].worstRelError, 0.5, 1e-6);
 }
 
+// relu then a 2x2 stride-1 max pool on a param with exact kinks: relu
+// inputs at 0 that are a window's maximum, and tied maxima. Finite
+// differences there average two slopes and agree with no gradient rule.
+constexpr const char* kKinkedGraph = R"(graph @g() {
+  %x = param "x" : f64[1,1,4,4]
+  %r = relu(%x) : f64[1,1,4,4]
+  %p = max_pool2d(%r) {kernel = [2, 2], strides = [1, 1]} : f64[1,1,3,3]
+  %c = constant() {value = [0.7, -1.3, 0.4, 1.1, -0.6, 0.9, -0.8, 0.5, 1.7]} : f64[1,1,3,3]
+  %m = mul(%p, %c) : f64[1,1,3,3]
+  %l = reduce_sum(%m) {keepdims = 0} : f64[]
+  return %l
+}
+)";
+
+WeightMap kinkedWeights() {
+  WeightMap w;
+  // Rows: a tie of 0.5 and 0.5; a 0 that is its windows' maximum; another
+  // tie across rows (0.8); negative values whose windows' max is a relu 0.
+  w["x"] = Tensor::fromFloats(TensorType(DType::F64, {1, 1, 4, 4}), {0.5, 0.5, -0.3, 0.0,  //
+                                                                     0.2, 0.1, -0.2, -0.4, //
+                                                                     0.8, -0.5, -0.7, 0.3, //
+                                                                     0.8, -0.9, -0.1, -0.6});
+  return w;
+}
+
+std::unique_ptr<Graph> kinkedGraphWithGradients() {
+  auto g = parseOk(kKinkedGraph);
+  if (!g)
+    return nullptr;
+  if (llvm::Error e = runPassesOn(*g, {"autodiff"})) {
+    ADD_FAILURE() << llvm::toString(std::move(e));
+    return nullptr;
+  }
+  return g;
+}
+
+TEST(GradCheck, KinksOfReluAndMaxPoolAreReportedNotFailed) {
+  auto g = kinkedGraphWithGradients();
+  ASSERT_TRUE(g);
+  GradCheckOptions opts;
+  opts.samplesPerParam = 16;
+  for (uint64_t seed : {1, 2, 3, 4, 5}) {
+    opts.seed = seed;
+    auto checks = checkGradients(*g, {}, kinkedWeights(), opts);
+    ASSERT_TRUE(!!checks) << llvm::toString(checks.takeError());
+    ASSERT_EQ(checks->size(), 1u);
+    const ParamGradCheck& c = (*checks)[0];
+    EXPECT_EQ(c.checked, 16);
+    // The two ties and the relu 0 (the negative elements in all-negative
+    // windows sit where relu is flat: no kink).
+    EXPECT_GE(c.kinks, 3) << "seed " << seed;
+    EXPECT_EQ(c.unresolved, 0) << "seed " << seed;
+    EXPECT_LE(c.worstRelError, opts.tolerance)
+        << "seed " << seed << ": element " << c.worstIndex << " analytic " << c.analytic
+        << " numeric " << c.numeric;
+  }
+}
+
+TEST(GradCheck, AWrongReluRuleFailsAmongKinks) {
+  // relu's gradient replaced by "pass dy through": wrong wherever x < 0.
+  auto g = kinkedGraphWithGradients();
+  ASSERT_TRUE(g);
+  Op* reluGrad = nullptr;
+  for (auto& op : g->ops())
+    if (op->kind() == OpKind::ReluGrad)
+      reluGrad = op.get();
+  ASSERT_TRUE(reluGrad);
+  reluGrad->result()->replaceAllUsesWith(reluGrad->operand(1));
+  GradCheckOptions opts;
+  opts.samplesPerParam = 16;
+  auto checks = checkGradients(*g, {}, kinkedWeights(), opts);
+  ASSERT_TRUE(!!checks) << llvm::toString(checks.takeError());
+  ASSERT_EQ(checks->size(), 1u);
+  const ParamGradCheck& c = (*checks)[0];
+  EXPECT_GT(c.worstRelError, 0.5);
+  EXPECT_FALSE(c.worstRedrawn) << "a smooth point disagrees: no re-draw needed";
+  // The element at (1, 0) = 0.2 is no window's max after a tie-free look:
+  // the worst is a negative element the wrong rule routes a gradient to.
+  EXPECT_LT(kinkedWeights()["x"].f[static_cast<size_t>(c.worstIndex)], 0.0);
+}
+
+TEST(GradCheck, AGradientOffByAPermilleFailsAtKinksToo) {
+  // Every element of the gradient scaled by 1.001: the kinked elements are
+  // compared at re-drawn points, where the error shows as well.
+  auto g = kinkedGraphWithGradients();
+  ASSERT_TRUE(g);
+  Value* grad = g->outputs()[1];
+  Builder b(*g);
+  b.setInsertionPointToEnd();
+  Op* scale = b.create(OpKind::Constant, {}, {TensorType(DType::F64, {})},
+                       {{"value", Attribute(std::vector<double>{1.001})}});
+  Op* scaled = b.create(OpKind::Mul, {grad, scale->result()}, {grad->type()});
+  g->setOutput(1, scaled->result());
+  ASSERT_EQ(errorText(verifyGraph(*g)), "");
+  GradCheckOptions opts;
+  opts.samplesPerParam = 16;
+  auto checks = checkGradients(*g, {}, kinkedWeights(), opts);
+  ASSERT_TRUE(!!checks) << llvm::toString(checks.takeError());
+  ASSERT_EQ(checks->size(), 1u);
+  const ParamGradCheck& c = (*checks)[0];
+  EXPECT_GT(c.kinks, 0);
+  EXPECT_NEAR(c.worstRelError, 1e-3, 2e-4);
+}
+
 } // namespace

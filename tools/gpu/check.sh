@@ -8,15 +8,24 @@
 #   2. compute-sanitizer memcheck and racecheck on one LeNet and one ResNet-18 step
 #   3. speed: AlexNet 224x224 batch 128, lwcc (fp32, TF32) vs PyTorch eager
 #      and torch.compile (fp32, TF32) in the same run
+#   4. harden: the start-up line names the driver, cuDNN and cuBLAS found
+#      (the preflight passed); --profile times real steps (ops listed, the
+#      profiled run trains as an unprofiled one) with an evaluation pass
+#      between epochs, whose new convolution configurations may replace the
+#      workspace a recorded step graph uses (the run must match one without
+#      CUDA graphs, and stay clean under compute-sanitizer memcheck); and the
+#      fallback to the legacy API when the graph API fails (descriptors
+#      refused, every timed engine faulting: LWRT_CONV_GRAPH_FAULT), still
+#      agreeing with the CPU
 # and prints a table. Logs go to $OUT. Convolutions run on cuDNN's graph API
 # (the trainers' default) and, for comparison, on its legacy API
 # (--cudnn-api=legacy): both are checked against the CPU and timed.
-#   bash build/gpu/check.sh [build] [correct] [sanitize] [speed]
-# runs the phases named (all four when none is): a warm device machine
+#   bash build/gpu/check.sh [build] [correct] [sanitize] [speed] [harden]
+# runs the phases named (all five when none is): a warm device machine
 # keeps the built trainers between calls, so the phases may be split over
 # several calls of at most ten minutes each.
 set -uo pipefail
-PHASES=${*:-build correct sanitize speed}
+PHASES=${*:-build correct sanitize speed harden}
 want() { [[ " $PHASES " == *" $1 "* ]]; }
 G=build/gpu
 OUT=${OUT:-/tmp/lwcc-gpu-out}
@@ -28,7 +37,10 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 declare -a ROWS
 # 0. Build: the sources embed their blobs with .incbin, found from the source folder.
 G=$(cd "$G" && pwd)
-lflags=()
+# As lwcc links them: the CUDA runtime static, cuDNN and cuBLAS by RUNPATH
+# (beside the trainer first).
+# shellcheck disable=SC2016 # $ORIGIN is for the linker, not the shell
+lflags=(-cudart=static -Xlinker=--enable-new-dtags '-Xlinker=-rpath=$ORIGIN')
 for d in ${libs//:/ }; do lflags+=("-L$d" "-Xlinker=-rpath=$d"); done
 build() {
   local src=$1 exe=$2
@@ -103,6 +115,50 @@ for mode in eager compile; do
     ROWS+=("pytorch $mode tf32=$tf alexnet224 b128: ${r:-FAILED} img/s")
   done
 done
+fi
+if want harden; then
+  pass() { [[ $1 == 0 ]] && echo PASS || echo FAIL; }
+  # The preflight passed and the start-up line names what it found.
+  log="$OUT/harden-start.log"
+  "$G/lenet-cuda" --steps=1 --data="raw:$G/lenet-data" --progress=off >"$log" 2>&1
+  line=$(grep -o '(sm_[0-9]*, driver CUDA [0-9.]*, cuDNN [0-9.]*, cuBLAS [0-9.]*)' "$log")
+  ROWS+=("preflight line: $([[ -n $line ]] && echo "PASS $line" || echo "FAIL $(tail -c 300 "$log")")")
+  # --profile with an evaluation pass between two epochs: the profiled steps
+  # run their ops (listed, timed), the step graph recorded in epoch 1 is
+  # replayed after the evaluation's new configurations, and the result
+  # matches a run without CUDA graphs.
+  for m in lenet inception; do
+    common=(--data=synthetic --synthetic-batches=5 --epochs=2 --eval --progress=off --no-tf32)
+    "$G/$m-cuda" "${common[@]}" --profile=3 --dump="/tmp/$m-prof" >"$OUT/harden-profile-$m.log" 2>&1
+    rc=$?
+    "$G/$m-cuda" "${common[@]}" --no-cuda-graph --dump="/tmp/$m-direct" \
+      >"$OUT/harden-direct-$m.log" 2>&1
+    prof=$(sed -nE 's/^profile: 3 steps on .*, ([0-9.]+) ms per step in ([0-9]+) ops$/\1 ms\/step, \2 ops/p' \
+      "$OUT/harden-profile-$m.log")
+    ops=${prof##*, }; ops=${ops% ops}
+    r=$(python3 "$G/compare.py" "/tmp/$m-direct" "/tmp/$m-prof" 2>&1)
+    ok=$([[ $rc == 0 && ${ops:-0} -ge 10 ]] && python3 "$G/compare.py" "/tmp/$m-direct" \
+      "/tmp/$m-prof" >/dev/null 2>&1 && echo 0 || echo 1)
+    ROWS+=("--profile=3 $m, 2 epochs with eval: $(pass "$ok") (${prof:-no profile line}; vs --no-cuda-graph: $r)")
+  done
+  if command -v compute-sanitizer >/dev/null; then
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$G/inception-cuda" --data=synthetic \
+      --synthetic-batches=3 --epochs=2 --eval --progress=off >"$OUT/sanitizer-inception-eval.log" 2>&1
+    ROWS+=("compute-sanitizer memcheck inception, graphs replayed after eval: $(pass $?)")
+  fi
+  # The fallback to the legacy API when the graph API fails.
+  for fault in describe time; do
+    for m in lenet resnet18; do
+      log="$OUT/harden-fault-$fault-$m.log"
+      LWRT_CONV_GRAPH_FAULT=$fault "$G/$m-cuda" --steps=1 --data="raw:$G/$m-data" --no-tf32 \
+        --dump="/tmp/$m-fault-$fault" --profile=1 --progress=off >"$log" 2>&1
+      rc=$?
+      r=$(python3 "$G/compare.py" "$G/$m-cpu" "/tmp/$m-fault-$fault" 2>&1)
+      ok=$([[ $rc == 0 ]] && grep -q ' 0 on the graph API.*after the graph API failed' "$log" &&
+        python3 "$G/compare.py" "$G/$m-cpu" "/tmp/$m-fault-$fault" >/dev/null 2>&1 && echo 0 || echo 1)
+      ROWS+=("graph API failing ($fault) $m: $(pass "$ok") exit $rc, $r; $(grep -o 'cuDNN convolution plans: .*' "$log" | head -c 200)")
+    done
+  done
 fi
 {
   echo "==== lwcc GPU checks on $GPU ===="

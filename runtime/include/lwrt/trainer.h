@@ -153,7 +153,8 @@ public:
   virtual bool waitFence(int64_t id, std::string* error) = 0;
   /// Runs a phase: `launch` enqueues its work. A backend may record the
   /// work of phase `key` once (after a first, direct run) and replay the
-  /// recording afterwards without calling `launch` again.
+  /// recording afterwards without calling `launch` again; a negative key is
+  /// never recorded (one-off phases, profiled steps).
   virtual bool run(int key, const std::function<bool(std::string*)>& launch,
                    std::string* error) = 0;
   /// A data error the device found since the last call (a label out of
