@@ -83,6 +83,16 @@ cl::opt<double> gamma("gamma", cl::desc("Decay factor of a step schedule (defaul
                       cl::cat(category));
 cl::opt<double> minLr("min-lr", cl::desc("Final learning rate of a cosine schedule (default 0)"),
                       cl::cat(category));
+cl::opt<std::string> bnRunningVar("bn-running-var",
+                                  cl::desc("Batch norm's running variance update: unbiased "
+                                           "(default; PyTorch's rule) or biased (ONNX's rule)"),
+                                  cl::init("unbiased"), cl::cat(category));
+cl::opt<std::string> tiedInitializers(
+    "tied-initializers",
+    cl::desc("An initializer several nodes read (PyTorch's exporter deduplicates equal "
+             "values): untie (default; one param per consumer, as in the network exported) or "
+             "keep (one tied param, its gradient summed; running statistics still per layer)"),
+    cl::init("untie"), cl::cat(category));
 
 // Checks on the reference interpreter.
 cl::opt<bool> checkGradientsFlag("check-gradients",
@@ -182,8 +192,8 @@ std::string optimizerOptions() {
 /// Runs the passes that build the training graph; `withOptimizer` false
 /// stops after autodiff (gradients as outputs, nothing updated).
 llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
-  std::vector<std::string> names = {"canonicalize", "append-loss=" + loss, "train-mode",
-                                    "autodiff"};
+  std::vector<std::string> names = {"canonicalize", "append-loss=" + loss,
+                                    "train-mode=bn_running_var=" + bnRunningVar, "autodiff"};
   if (withOptimizer)
     names.push_back("optimizer=" + optimizerOptions());
   names.push_back("dce");
@@ -496,7 +506,9 @@ void addExportTemplate(const Graph& train, CodegenOptions& o) {
     specs.push_back({p->paramName(), p->type().dtype, p->type().numElements()});
     index.push_back(static_cast<uint32_t>(k));
   }
-  auto t = buildExportTemplate(modelFile, specs);
+  auto t = buildExportTemplate(modelFile, specs,
+                               tiedInitializers == "keep" ? TiedInitializers::Keep
+                                                          : TiedInitializers::Untie);
   if (!t) {
     std::string why = llvm::toString(t.takeError());
     llvm::errs() << "lwcc: warning: the trainer cannot --export: " << why << "\n";
@@ -617,7 +629,9 @@ int main(int argc, char** argv) {
   };
   for (const Choice& c :
        {Choice{loss, {"softmax-xent", "mse", "none"}}, Choice{optimizer, {"sgd", "adam", "adamw"}},
-        Choice{lrSchedule, {"constant", "step", "cosine"}}}) {
+        Choice{lrSchedule, {"constant", "step", "cosine"}},
+        Choice{bnRunningVar, {"unbiased", "biased"}},
+        Choice{tiedInitializers, {"untie", "keep"}}}) {
     if (std::find(c.allowed.begin(), c.allowed.end(), c.flag.getValue()) != c.allowed.end())
       continue;
     std::string list;
@@ -646,6 +660,10 @@ int main(int argc, char** argv) {
   ImportOptions opts;
   if (batch > 0)
     opts.batch = batch;
+  opts.tied = tiedInitializers == "keep" ? TiedInitializers::Keep : TiedInitializers::Untie;
+  opts.diag = [](Severity sev, const Location& loc, const std::string& msg) {
+    printDiagnostic(llvm::errs(), sev, loc, msg);
+  };
   auto module = importFile(modelFile, opts);
   if (!module)
     return fail(module.takeError());
