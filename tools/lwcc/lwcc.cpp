@@ -117,7 +117,8 @@ cl::opt<int64_t> steps("steps", cl::desc("Steps for --train-reference"), cl::ini
                        cl::cat(category));
 cl::opt<std::string> dumpDir("dump",
                              cl::desc("Where --train-reference writes losses, first-step "
-                                      "gradients and final params (TensorProto files)"),
+                                      "gradients and final params (TensorProto files; "
+                                      "float64 with --precision=f64)"),
                              cl::value_desc("dir"), cl::cat(category));
 cl::opt<std::string> target("target",
                             cl::desc("Where the trainer runs: cuda (default; built with nvcc) or "
@@ -526,6 +527,15 @@ std::string fileSafe(std::string name) {
   return name;
 }
 
+/// A float tensor as --train-reference dumps it: in float64 when the
+/// interpreter ran in float64, so that nothing is rounded away.
+Tensor dumped(const Tensor& t) {
+  Tensor out = t;
+  if (precision == Precision::F64 && out.isFloatData())
+    out.type.dtype = DType::F64;
+  return out;
+}
+
 int trainReferenceMode(Module& m) {
   if (inputsDir.empty() || dumpDir.empty()) {
     llvm::errs() << "lwcc: --train-reference needs --inputs DIR and --dump DIR\n";
@@ -546,7 +556,7 @@ int trainReferenceMode(Module& m) {
     if (!outs)
       return fail(outs.takeError());
     auto write = [&](const Tensor& t, const std::string& file) -> bool {
-      if (llvm::Error e = writeTensorFile(t, file, fs::path(dumpDir.getValue()) / file)) {
+      if (llvm::Error e = writeTensorFile(dumped(t), file, fs::path(dumpDir.getValue()) / file)) {
         printErrors(llvm::errs(), std::move(e));
         return false;
       }
@@ -570,7 +580,7 @@ int trainReferenceMode(Module& m) {
   for (const auto& p : g.params())
     if (isFloat(p->type().dtype) && !p->zeroInit())
       if (auto it = state.find(p->paramName()); it != state.end())
-        if (llvm::Error e = writeTensorFile(it->second, p->paramName(),
+        if (llvm::Error e = writeTensorFile(dumped(it->second), p->paramName(),
                                             fs::path(dumpDir.getValue()) /
                                                 ("param_" + fileSafe(p->paramName()) + ".pb")))
           return fail(std::move(e));
