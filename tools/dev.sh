@@ -186,6 +186,7 @@ cmd_test() {
   suite "zoo gradients and memory plans" parse_counts python3 test/e2e/zoo_checks.py
   suite "CPU trainer vs interpreter" parse_counts python3 test/e2e/trainer_vs_reference.py
   suite "trainer as a user runs it" parse_counts python3 test/e2e/trainer_cli.py
+  suite "shared initializers and BN statistics" parse_counts python3 test/e2e/shared_initializers.py
   suite "CUDA trainers build with nvcc" parse_counts python3 test/e2e/cuda_build.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
