@@ -9,7 +9,8 @@
 // the trained model back with one initializer per param, under the names the
 // nodes read.
 //
-// A use of a float initializer X is one node reading it, directly or through
+// A use of a float initializer X of rank >= 1 (scalars are exporters'
+// constants and stay shared) is one node reading it, directly or through
 // a chain of Identity nodes, under one name; a BatchNormalization reading it
 // as running mean or variance (inputs 3 and 4) is a use of its own for that
 // input. With TiedInitializers::Untie every use becomes its own param; with
