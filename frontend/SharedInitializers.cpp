@@ -262,9 +262,8 @@ std::string foldedBatchNormWarning(const onnx::ModelProto& model) {
   if (model.producer_name() != "pytorch" || !model.has_graph())
     return "";
   const onnx::GraphProto& graph = model.graph();
-  for (const auto& node : graph.node())
-    if (node.op_type() == "BatchNormalization")
-      return "";
+  // Some batch norms may stay (one that follows no convolution is not
+  // folded); the folded ones are the convolutions that say so.
   std::set<std::string> initializers;
   for (const auto& init : graph.initializer())
     initializers.insert(init.name());
@@ -300,8 +299,8 @@ std::string foldedBatchNormWarning(const onnx::ModelProto& model) {
   std::string others =
       folded > 1 ? " (and " + std::to_string(folded - 1) + " other Conv nodes likewise)" : "";
   return first + others +
-         ": this PyTorch export has no BatchNormalization left, so lwcc trains a network "
-         "without batch norm. To keep it, export with " +
+         ": PyTorch's exporter folded batch norm into the convolutions, so lwcc trains the "
+         "network without those batch norms. To keep them, export with " +
          (dynamo ? "torch.onnx.export(..., dynamo=True, optimize=False), or with dynamo=False, "
                    "training=torch.onnx.TrainingMode.PRESERVE and do_constant_folding=False"
                  : "torch.onnx.export(..., training=torch.onnx.TrainingMode.PRESERVE, "

@@ -90,9 +90,11 @@ struct RewrittenNodes {
 };
 RewrittenNodes applyInitializerSplit(const onnx::GraphProto& graph, const InitializerSplit& split);
 
-/// A warning for a model that looks exported from PyTorch in eval mode with
-/// BatchNormalization folded into the convolutions (lwcc would train a
-/// network without batch norm), or "" when it does not.
+/// A warning for a model that looks exported from PyTorch with batch norms
+/// folded into the convolutions (lwcc would train a network without them):
+/// convolutions reading tensors the TorchScript exporter's constant folding
+/// made ("onnx::Conv_N"), or that the dynamo exporter's optimizer marks as
+/// fused. "" when there are none.
 std::string foldedBatchNormWarning(const onnx::ModelProto& model);
 
 } // namespace lwcc

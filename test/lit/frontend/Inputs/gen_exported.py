@@ -14,6 +14,8 @@ tests of shared initializers and of the folded batch norm warning).
   shared-direct   one weight read directly by two MatMul nodes.
   folded-ts       an eval-mode TorchScript export: batch norm folded into the
                   convolutions, whose params are named "onnx::Conv_N".
+  folded-partly   folded-ts with a batch norm left that follows no convolution
+                  (densenet's norm1), then another folded convolution.
   folded-dynamo   a dynamo export whose optimizer folded batch norm (the Conv
                   node's metadata names the FuseBatchNormIntoConv rule).
   folded-other    folded-ts from a producer other than PyTorch.
@@ -118,6 +120,26 @@ def folded(producer, dynamo=False):
     nodes = [node, helper.make_node("Relu", ["/conv1/Conv_output_0"], ["r"], name="/relu/Relu")]
     h_nodes, h_inits = head("r", c)
     return model(nodes + h_nodes, inits + h_inits, (2, 3, 4, 4), (2, 3), producer=producer)
+
+
+@case
+def folded_partly(out):
+    """densenet's eval-mode export: the norm that follows no convolution stays
+    a BatchNormalization, the ones after a convolution are folded into it."""
+    m = folded("pytorch")
+    g = m.graph
+    c = 4
+    relu = [n for n in g.node if n.op_type == "Relu"][0]
+    relu.output[0] = "r0"
+    g.node.insert(2, helper.make_node(
+        "BatchNormalization", ["r0", "norm.weight", "norm.bias", "norm.running_mean",
+                               "norm.running_var"], ["n"], name="/norm/BatchNormalization"))
+    g.node.insert(3, conv("/conv2/Conv", "n", "onnx::Conv_8", "r", bias="onnx::Conv_9"))
+    g.initializer.extend([init("norm.weight", np.ones(c)), init("norm.bias", np.zeros(c)),
+                          init("norm.running_mean", np.zeros(c)),
+                          init("norm.running_var", np.ones(c)),
+                          init("onnx::Conv_8", rand(3, c, c, 1, 1)), init("onnx::Conv_9", rand(4, c))])
+    return m
 
 
 @case
