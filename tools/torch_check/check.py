@@ -86,10 +86,12 @@ def lwcc(binary, args, timeout):
 
 
 def first_error(lines):
-    for line in lines:
-        if "error" in line:
-            return line.strip()
-    return (lines[-1] if lines else "").strip()
+    """lwcc's first error line, without the model's path and the list of
+    supported ops."""
+    line = next((ln for ln in lines if "error" in ln), lines[-1] if lines else "").strip()
+    if ": error: " in line:
+        line = line[line.index(": error: ") + 2:]
+    return line.split("; supported: ")[0]
 
 
 def torch_step(torch, model, x, labels):
