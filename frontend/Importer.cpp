@@ -184,7 +184,7 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
     initializers.emplace(c.name, initializers.at(c.source));
   const std::vector<const onnx::NodeProto*>& nodes = rewritten.nodes;
   if (opts.diag)
-    if (std::string w = foldedBatchNormWarning(model); !w.empty())
+    if (std::string w = exportedTrainingWarning(model); !w.empty())
       opts.diag(Severity::Warning, Location{file, 0, 0, ""}, w);
 
   // Inputs that are not initializers (old exporters list both).

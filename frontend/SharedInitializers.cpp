@@ -258,7 +258,7 @@ std::vector<std::string> nodeMetadata(const onnx::NodeProto& node, const std::st
 
 } // namespace
 
-std::string foldedBatchNormWarning(const onnx::ModelProto& model) {
+std::string exportedTrainingWarning(const onnx::ModelProto& model) {
   if (model.producer_name() != "pytorch" || !model.has_graph())
     return "";
   const onnx::GraphProto& graph = model.graph();
@@ -267,20 +267,23 @@ std::string foldedBatchNormWarning(const onnx::ModelProto& model) {
   std::set<std::string> initializers;
   for (const auto& init : graph.initializer())
     initializers.insert(init.name());
-  std::string first;
-  int folded = 0;
+  std::string first, firstBias;
+  int folded = 0, biasless = 0;
   bool dynamo = false;
   for (const auto& node : graph.node()) {
     if (node.op_type() != "Conv")
       continue;
     std::string why;
     // The dynamo exporter's optimizer names the rewrite rules it applied.
-    for (const std::string& rules : nodeMetadata(node, "pkg.onnxscript.rewriter.rule_name"))
+    for (const std::string& rules : nodeMetadata(node, "pkg.onnxscript.rewriter.rule_name")) {
       if (rules.find("FuseBatchNorm") != std::string::npos) {
         why = "holds a BatchNormalization that the exporter's optimizer folded into it (" + rules +
               ")";
         dynamo = true;
+      } else if (rules.find("RemoveOptionalBiasFromConv") != std::string::npos && biasless++ == 0) {
+        firstBias = node.name();
       }
+    }
     // The TorchScript exporter names the tensors its constant folding made
     // after the op that reads them ("onnx::Conv_193"); a network's own
     // params keep their module names ("features.0.weight").
@@ -294,6 +297,13 @@ std::string foldedBatchNormWarning(const onnx::ModelProto& model) {
     if (folded++ == 0)
       first = "node '" + node.name() + "' (Conv) " + why;
   }
+  if (!folded && biasless)
+    return "node '" + firstBias + "' (Conv)" +
+           (biasless > 1 ? " and " + std::to_string(biasless - 1) + " other Conv nodes lost their"
+                         : " lost its") +
+           " bias: the exporter's optimizer removed it (all zeros, as initialized), so lwcc "
+           "cannot train it. To keep it, export with torch.onnx.export(..., dynamo=True, "
+           "optimize=False)";
   if (!folded)
     return "";
   std::string others =

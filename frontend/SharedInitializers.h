@@ -94,7 +94,8 @@ RewrittenNodes applyInitializerSplit(const onnx::GraphProto& graph, const Initia
 /// folded into the convolutions (lwcc would train a network without them):
 /// convolutions reading tensors the TorchScript exporter's constant folding
 /// made ("onnx::Conv_N"), or that the dynamo exporter's optimizer marks as
-/// fused. "" when there are none.
-std::string foldedBatchNormWarning(const onnx::ModelProto& model);
+/// fused; else convolutions whose all-zero bias that optimizer removed (a
+/// trainable param lost). "" when there are none.
+std::string exportedTrainingWarning(const onnx::ModelProto& model);
 
 } // namespace lwcc

@@ -18,6 +18,8 @@ tests of shared initializers and of the folded batch norm warning).
                   (densenet's norm1), then another folded convolution.
   folded-dynamo   a dynamo export whose optimizer folded batch norm (the Conv
                   node's metadata names the FuseBatchNormIntoConv rule).
+  bias-removed    a dynamo export whose optimizer removed a convolution's
+                  zero bias (RemoveOptionalBiasFromConv).
   folded-other    folded-ts from a producer other than PyTorch.
   plain-pytorch   a PyTorch export of a network without batch norm
                   (convolutions with their own biases).
@@ -105,7 +107,7 @@ def shared_direct(out):
     return model(nodes, [init("w", rand(3, 4, 4))], (2, 4), (2, 4))
 
 
-def folded(producer, dynamo=False):
+def folded(producer, dynamo=False, rules="FuseBatchNormIntoConv, RemoveOptionalBiasFromConv"):
     c = 4
     inits = [init("onnx::Conv_5", rand(1, c, 3, 1, 1)), init("onnx::Conv_6", rand(2, c))]
     node = conv("/conv1/Conv", "input", "onnx::Conv_5", "/conv1/Conv_output_0",
@@ -116,7 +118,7 @@ def folded(producer, dynamo=False):
                     bias="conv1.weight_bias")
         entry = node.metadata_props.add()
         entry.key = "pkg.onnxscript.rewriter.rule_name"
-        entry.value = "FuseBatchNormIntoConv, RemoveOptionalBiasFromConv"
+        entry.value = rules
     nodes = [node, helper.make_node("Relu", ["/conv1/Conv_output_0"], ["r"], name="/relu/Relu")]
     h_nodes, h_inits = head("r", c)
     return model(nodes + h_nodes, inits + h_inits, (2, 3, 4, 4), (2, 3), producer=producer)
@@ -150,6 +152,18 @@ def folded_ts(out):
 @case
 def folded_dynamo(out):
     return folded("pytorch", dynamo=True)
+
+
+@case
+def bias_removed(out):
+    """The dynamo optimizer dropped a convolution's zero bias (squeezenet)."""
+    m = folded("pytorch", dynamo=True, rules="RemoveOptionalBiasFromConv")
+    conv_node = m.graph.node[0]
+    del conv_node.input[2]
+    kept = [t for t in m.graph.initializer if t.name != "conv1.weight_bias"]
+    del m.graph.initializer[:]
+    m.graph.initializer.extend(kept)
+    return m
 
 
 @case
