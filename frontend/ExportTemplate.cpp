@@ -212,8 +212,53 @@ std::string walkInitializers(const std::string& bytes, std::vector<SerializedIni
 
 } // namespace
 
+namespace {
+
+/// Rewrites `graph` as the importer reads it: split initializers as
+/// initializers of their own (SharedInitializers.h).
+void splitSharedInitializers(onnx::GraphProto& graph, TiedInitializers tied) {
+  InitializerSplit split = planInitializerSplit(graph, tied);
+  if (split.empty())
+    return;
+  RewrittenNodes rewritten = applyInitializerSplit(graph, split);
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (const onnx::NodeProto* node : rewritten.nodes)
+    *nodes.Add() = *node;
+  graph.mutable_node()->Swap(&nodes);
+
+  std::map<std::string, std::vector<const InitializerSplit::Copy*>> copiesOf;
+  for (const InitializerSplit::Copy& c : split.copies)
+    copiesOf[c.source].push_back(&c);
+  // Each entry of `list` stays unless it is an unread source; a source's
+  // copies follow it.
+  auto place = [&](auto& list) {
+    std::remove_reference_t<decltype(list)> out;
+    for (auto& entry : list) {
+      auto copies = copiesOf.find(entry.name());
+      auto* kept = &entry;
+      if (!rewritten.unreadSources.count(entry.name())) {
+        kept = out.Add();
+        kept->Swap(&entry);
+      }
+      if (copies != copiesOf.end())
+        for (const InitializerSplit::Copy* c : copies->second) {
+          auto* copy = out.Add();
+          *copy = *kept;
+          copy->set_name(c->name);
+        }
+    }
+    list.Swap(&out);
+  };
+  place(*graph.mutable_initializer());
+  // Old exporters list initializers among the inputs: list the copies too.
+  place(*graph.mutable_input());
+}
+
+} // namespace
+
 llvm::Expected<ExportTemplate> buildExportTemplate(const std::string& modelPath,
-                                                   const std::vector<ExportParamSpec>& params) {
+                                                   const std::vector<ExportParamSpec>& params,
+                                                   TiedInitializers tied) {
   const std::string& file = modelPath;
   onnx::ModelProto model;
   if (llvm::Error e = loadModelProto(modelPath, model))
@@ -233,6 +278,10 @@ llvm::Expected<ExportTemplate> buildExportTemplate(const std::string& modelPath,
     if (!initIndex.emplace(name, k).second)
       return fileError(file, "initializer '" + name + "' is defined twice");
   }
+  splitSharedInitializers(graph, tied);
+  initIndex.clear();
+  for (int k = 0; k < graph.initializer_size(); ++k)
+    initIndex.emplace(graph.initializer(k).name(), k);
 
   // Trained initializers: raw_data of the right size, zeros for now.
   std::map<std::string, uint32_t> paramOf;

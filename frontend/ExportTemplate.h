@@ -8,7 +8,12 @@
 // which param fills it. The trainer writes the template's pieces interleaved
 // with its params' bytes (lwrt::writeOnnxExport in lwrt/export.h).
 //
-// 1. Load the model as the importer does (binary, or .onnxtext).
+// 1. Load the model as the importer does (binary, or .onnxtext), and split
+//    its shared initializers as the importer does (SharedInitializers.h):
+//    each copy becomes an initializer of its own, placed after its source,
+//    the nodes read it, the Identity nodes it replaces are dropped, and so is
+//    a source no node reads any more. The export then has one initializer
+//    per param, under the names the nodes read.
 // 2. Check every param against its initializer: same element type, same
 //    element count. A name that is no initializer is an error naming it.
 // 3. Rewrite each trained initializer to hold its data as raw_data (typed
@@ -24,6 +29,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "frontend/SharedInitializers.h"
 #include "ir/Types.h"
 
 #include "llvm/Support/Error.h"
@@ -59,10 +65,12 @@ struct ExportTemplate {
 };
 
 /// Builds the export template of the model at `modelPath` for `params`
-/// (ExportCut::param indexes `params`). Errors name the file and the param
-/// or initializer.
+/// (ExportCut::param indexes `params`), its shared initializers split as the
+/// importer split them with `tied`. Errors name the file and the param or
+/// initializer.
 llvm::Expected<ExportTemplate> buildExportTemplate(const std::string& modelPath,
-                                                   const std::vector<ExportParamSpec>& params);
+                                                   const std::vector<ExportParamSpec>& params,
+                                                   TiedInitializers tied = TiedInitializers::Untie);
 
 /// The metadata_props key that the template sets to the model's file name.
 inline constexpr const char* kExportedFromKey = "lwcc.exported_from";

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "frontend/SharedInitializers.h"
 #include "ir/Module.h"
 
 #include <optional>
@@ -28,6 +29,10 @@ constexpr int64_t kMaxOpset = 23;
 struct ImportOptions {
   /// Value for symbolic leading (batch) dims of the graph inputs.
   std::optional<int64_t> batch;
+  /// Float initializers that several nodes read (SharedInitializers.h).
+  TiedInitializers tied = TiedInitializers::Untie;
+  /// Receives warnings about the model (e.g. batch norm folded away).
+  DiagHandler diag;
 };
 
 /// Reads `path`: ONNX text when it ends in .onnxtext, a binary ModelProto

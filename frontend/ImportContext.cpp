@@ -8,6 +8,8 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 
 namespace lwcc {
@@ -149,6 +151,28 @@ const char* attrTypeName(int t) {
     return "other";
   }
 }
+/// The float attribute `f` as the decimal its writer meant: the shortest
+/// one that rounds to `f` (0.001f is 0.001, not 0.0010000000474974513), so
+/// that float64 runs compute with the exporter's epsilon and momentum, as
+/// the framework it came from does. In float32 it is `f` again.
+double attrValue(float f) {
+  for (int digits = 1; digits <= 9; ++digits) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(f));
+    double d = std::strtod(buf, nullptr);
+    if (static_cast<float>(d) == f)
+      return d;
+  }
+  return f; // NaN
+}
+
+std::vector<double> attrValues(const google::protobuf::RepeatedField<float>& fs) {
+  std::vector<double> out;
+  for (float f : fs)
+    out.push_back(attrValue(f));
+  return out;
+}
+
 } // namespace
 
 #define ATTR_GETTER(RET, NAME, ENUM, EXTRACT)                                                      \
@@ -167,12 +191,11 @@ const char* attrTypeName(int t) {
   }
 
 ATTR_GETTER(int64_t, attrInt, INT, a->i())
-ATTR_GETTER(double, attrFloat, FLOAT, static_cast<double>(a->f()))
+ATTR_GETTER(double, attrFloat, FLOAT, attrValue(a->f()))
 ATTR_GETTER(std::string, attrString, STRING, a->s())
 ATTR_GETTER(std::vector<int64_t>, attrInts, INTS,
             std::vector<int64_t>(a->ints().begin(), a->ints().end()))
-ATTR_GETTER(std::vector<double>, attrFloats, FLOATS,
-            std::vector<double>(a->floats().begin(), a->floats().end()))
+ATTR_GETTER(std::vector<double>, attrFloats, FLOATS, attrValues(a->floats()))
 #undef ATTR_GETTER
 
 llvm::Error ImportContext::checkAttrs(std::initializer_list<const char*> known) const {

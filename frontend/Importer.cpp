@@ -2,12 +2,15 @@
 //
 // 1. Read the file (binary protobuf, or ONNX text for .onnxtext).
 // 2. Find the default-domain opset and check it is one lwcc supports.
-// 3. Bind the graph inputs (fixing symbolic batch dims with --batch), then
+// 3. Split the float initializers that several nodes read into one param
+//    per consumer (SharedInitializers.h); warn when the model looks exported
+//    with batch norm folded away.
+// 4. Bind the graph inputs (fixing symbolic batch dims with --batch), then
 //    the initializers: float ones become params, small integer ones become
 //    constants so that shape computations fold.
-// 4. Order the nodes topologically, reporting undefined names and cycles.
-// 5. Import each node with the importer registered for (op_type, opset).
-// 6. Bind the outputs, check them against the declared output shapes, drop
+// 5. Order the nodes topologically, reporting undefined names and cycles.
+// 6. Import each node with the importer registered for (op_type, opset).
+// 7. Bind the outputs, check them against the declared output shapes, drop
 //    what no output needs, and verify.
 //
 //===----------------------------------------------------------------------===//
@@ -173,6 +176,17 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
   if (graph.sparse_initializer_size())
     return fileError(file, "sparse initializers are not supported");
 
+  // Shared initializers: each copy starts from its source's value; the nodes
+  // below are the graph's after the split.
+  InitializerSplit split = planInitializerSplit(graph, opts.tied);
+  RewrittenNodes rewritten = applyInitializerSplit(graph, split);
+  for (const InitializerSplit::Copy& c : split.copies)
+    initializers.emplace(c.name, initializers.at(c.source));
+  const std::vector<const onnx::NodeProto*>& nodes = rewritten.nodes;
+  if (opts.diag)
+    if (std::string w = exportedTrainingWarning(model); !w.empty())
+      opts.diag(Severity::Warning, Location{file, 0, 0, ""}, w);
+
   // Inputs that are not initializers (old exporters list both).
   std::set<std::string> defined;
   for (const auto& in : graph.input()) {
@@ -201,29 +215,29 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
   }
 
   // Topological order (ONNX requires it, but not every exporter obeys).
-  const int n = graph.node_size();
+  const int n = static_cast<int>(nodes.size());
   std::map<std::string, int> producer;
   for (int k = 0; k < n; ++k)
-    for (const std::string& out : graph.node(k).output()) {
+    for (const std::string& out : nodes[k]->output()) {
       if (out.empty())
         continue;
       if (defined.count(out) || !producer.emplace(out, k).second)
         return fileError(file, llvm::formatv("tensor '{0}' is defined twice (node '{1}', {2})", out,
-                                             graph.node(k).name(), graph.node(k).op_type())
+                                             nodes[k]->name(), nodes[k]->op_type())
                                    .str());
     }
   std::vector<int> pending(n, 0);
   std::vector<std::vector<int>> consumers(n);
   for (int k = 0; k < n; ++k) {
     std::set<int> deps;
-    for (const std::string& in : graph.node(k).input()) {
+    for (const std::string& in : nodes[k]->input()) {
       if (in.empty() || defined.count(in))
         continue;
       auto it = producer.find(in);
       if (it == producer.end())
         return fileError(file, llvm::formatv("node '{0}' ({1}) uses tensor '{2}', which nothing "
                                              "defines",
-                                             graph.node(k).name(), graph.node(k).op_type(), in)
+                                             nodes[k]->name(), nodes[k]->op_type(), in)
                                    .str());
       deps.insert(it->second);
     }
@@ -248,21 +262,21 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
     for (int k = 0; k < n; ++k)
       if (pending[k] > 0)
         return fileError(file, llvm::formatv("node '{0}' ({1}) is part of a cycle",
-                                             graph.node(k).name(), graph.node(k).op_type())
+                                             nodes[k]->name(), nodes[k]->op_type())
                                    .str());
   }
 
   // Names some node or the graph reads: an output nobody reads (MaxPool's
   // Indices, as some exporters leave it) need not be produced.
   std::set<std::string> consumed;
-  for (const auto& node : graph.node())
-    consumed.insert(node.input().begin(), node.input().end());
+  for (const onnx::NodeProto* node : nodes)
+    consumed.insert(node->input().begin(), node->input().end());
   for (const auto& out : graph.output())
     consumed.insert(out.name());
   ctx.setConsumed(std::move(consumed));
 
   for (int k : order) {
-    const onnx::NodeProto& node = graph.node(k);
+    const onnx::NodeProto& node = *nodes[k];
     ctx.setNode(&node);
     if (!node.domain().empty() && node.domain() != "ai.onnx")
       return ctx.error("domain '" + node.domain() + "' is not supported (lwcc supports ai.onnx)");

@@ -1,5 +1,6 @@
 //===- TrainMode.cpp - The training form of dropout and batch norm --------===//
 #include "passes/Pass.h"
+#include "passes/PassOptions.h"
 #include "passes/TrainingSupport.h"
 
 namespace lwcc {
@@ -13,11 +14,15 @@ namespace {
 ///     Each dropout gets its own seed (base seed + its index).
 ///  2. batch_norm(x, scale, bias, mean, var) -> batch_norm_train(x, scale,
 ///     bias) using the batch statistics; the running statistics (params)
-///     are updated as ONNX defines: running = running * momentum +
-///     batch * (1 - momentum), with the batch's population variance, by
-///     assign ops at the end of the step.
+///     are updated by assign ops at the end of the step: running =
+///     running * momentum + batch * (1 - momentum), as ONNX defines it. The
+///     batch variance is the unbiased one, times n/(n-1) for n values per
+///     channel, as PyTorch updates it (bn_running_var=unbiased, the
+///     default), or the population variance batch norm normalizes with, as
+///     ONNX's reference does (bn_running_var=biased).
 class TrainModePass : public Pass {
 public:
+  explicit TrainModePass(bool unbiasedVar) : unbiasedVar_(unbiasedVar) {}
   std::string_view name() const override { return "train-mode"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
@@ -33,7 +38,7 @@ public:
       if (op->kind() == OpKind::Dropout) {
         if (llvm::Error e = rewriteDropout(g, b, op, dropoutIndex++))
           return e;
-      } else if (llvm::Error e = rewriteBatchNorm(g, b, op)) {
+      } else if (llvm::Error e = rewriteBatchNorm(g, b, op, unbiasedVar_)) {
         return e;
       }
     }
@@ -41,6 +46,8 @@ public:
   }
 
 private:
+  bool unbiasedVar_;
+
   static llvm::Error rewriteDropout(Graph& g, Builder& b, Op* op, int64_t index) {
     Value* x = op->operand(0);
     double ratio = op->getFloat("ratio");
@@ -67,12 +74,24 @@ private:
     return llvm::Error::success();
   }
 
-  static llvm::Error rewriteBatchNorm(Graph& g, Builder& b, Op* op) {
+  static llvm::Error rewriteBatchNorm(Graph& g, Builder& b, Op* op, bool unbiasedVar) {
     Value* runMean = op->operand(3);
     Value* runVar = op->operand(4);
     if (runMean->kind() != ValueKind::Param || runVar->kind() != ValueKind::Param)
       return op->emitError("the running mean and variance must be params to be updated in "
                            "training");
+    // Values per channel: every element of x but the channel dim's.
+    const TensorType& xt = op->operand(0)->type();
+    int64_t perChannel = xt.rank() >= 2 && xt.shape[1] > 0 ? xt.numElements() / xt.shape[1] : 0;
+    double varScale = 1.0;
+    if (unbiasedVar) {
+      if (perChannel < 2)
+        return op->emitError(
+            "batch norm in training sees " + std::to_string(perChannel) +
+            " value per channel, too few for the unbiased variance of its running update (as "
+            "in PyTorch, which refuses it); use a larger batch, or --bn-running-var=biased");
+      varScale = static_cast<double>(perChannel) / static_cast<double>(perChannel - 1);
+    }
     auto bn =
         b.createInferred(OpKind::BatchNormTrain, {op->operand(0), op->operand(1), op->operand(2)},
                          {{"epsilon", Attribute(op->getFloat("epsilon"))}}, 3);
@@ -87,12 +106,13 @@ private:
     };
     Value* keep = scalar(m);
     Value* take = scalar(1.0 - m);
+    Value* takeVar = varScale == 1.0 ? take : scalar((1.0 - m) * varScale);
     for (unsigned k = 0; k < 2; ++k) {
       Value* running = k == 0 ? runMean : runVar;
       auto old = b.createInferred(OpKind::Mul, {running, keep});
       if (!old)
         return old.takeError();
-      auto fresh = b.createInferred(OpKind::Mul, {(*bn)->result(1 + k), take});
+      auto fresh = b.createInferred(OpKind::Mul, {(*bn)->result(1 + k), k == 0 ? take : takeVar});
       if (!fresh)
         return fresh.takeError();
       auto sum = b.createInferred(OpKind::Add, {(*old)->result(), (*fresh)->result()});
@@ -110,6 +130,15 @@ private:
 
 } // namespace
 
-std::unique_ptr<Pass> createTrainModePass() { return std::make_unique<TrainModePass>(); }
+llvm::Expected<std::unique_ptr<Pass>> createTrainModePass(std::string_view options) {
+  auto opts = PassOptions::parse("train-mode", options, "bn_running_var", {"bn_running_var"});
+  if (!opts)
+    return opts.takeError();
+  std::string var = opts->getString("bn_running_var", "unbiased");
+  if (var != "unbiased" && var != "biased")
+    return makeError("train-mode: unknown bn_running_var '" + var +
+                     "' (expected unbiased or biased)");
+  return std::make_unique<TrainModePass>(var == "unbiased");
+}
 
 } // namespace lwcc

@@ -267,6 +267,7 @@ cmd_test() {
   suite "CPU trainer vs interpreter" parse_counts python3 test/e2e/trainer_vs_reference.py
   suite "exporter-pattern trainers vs interpreter" parse_counts python3 test/e2e/exporter_trainers.py
   suite "trainer as a user runs it" parse_counts python3 test/e2e/trainer_cli.py
+  suite "shared initializers and BN statistics" parse_counts python3 test/e2e/shared_initializers.py
   suite "CUDA trainers build with nvcc" parse_counts python3 test/e2e/cuda_build.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "parallel strategies vs one device" parse_counts python3 test/e2e/parallel_step.py

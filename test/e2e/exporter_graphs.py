@@ -26,6 +26,18 @@ Two exporter styles are modelled (see Builder):
            - eval-mode Dropout is removed by the exporter; with
              training=TrainingMode.PRESERVE (or older exporters) it is kept as
              Dropout(x, Constant ratio, Constant training_mode=False).
+         With bn_kept ("identity" or "direct"; the export of a model in eval
+         mode with training=TrainingMode.PRESERVE, do_constant_folding=False):
+           - Conv without bias + BatchNormalization(epsilon, momentum=0.9,
+             training_mode=0), params named like the state dict, batch norms
+             fresh (weight and running_var ones, bias and running_mean zeros).
+           - initializers with equal values are deduplicated: the first one
+             stays, the others become Identity nodes named "Identity_N" at
+             the top of the graph whose outputs carry the duplicates' names
+             ("layer1.0.bn1.bias = Identity(bn1.bias)"), as torch writes it
+             ("identity"); "direct" instead makes the readers read the first
+             initializer by its own name (a shared initializer read directly
+             by several nodes).
   "dyn"  the dynamo exporter (torch.onnx.export(..., dynamo=True)) at opset 18:
            - every constant is an initializer (scalars "val_12", int64 shapes
              for Reshape, ReduceMean axes, Clip bounds, Unsqueeze axes).
@@ -74,10 +86,13 @@ class Builder:
     scoped: dyn only, value names carry the module path with '/' and ':'
     init_inputs: ts only, initializers are also graph inputs
     legacy_avgpool: ts only, torch 1.13-2.0's avg_pool2d form (see avgpool)
+    bn_kept: ts only, batch norm kept and equal initializers deduplicated
+             ("identity" or "direct"; see the module docstring)
     """
 
     def __init__(self, name, style, chw, *, batch=2, sym_batch=True, seed=0,
-                 opset=None, scoped=False, init_inputs=False, legacy_avgpool=False):
+                 opset=None, scoped=False, init_inputs=False, legacy_avgpool=False,
+                 bn_kept=None):
         assert style in ("ts", "dyn")
         self.name, self.style = name, style
         self.ts = style == "ts"
@@ -88,6 +103,8 @@ class Builder:
         self.scoped = scoped
         self.init_inputs = init_inputs
         self.legacy_avgpool = legacy_avgpool
+        assert bn_kept in (None, "identity", "direct") and (not bn_kept or self.ts)
+        self.bn_kept = bn_kept
         self.nodes, self.inits = [], []
         self.shape = {}
         self.used = set()
@@ -207,7 +224,7 @@ class Builder:
         k, s, p = _pair(k), _pair(s), _pair(p)
         cin = self.shape[x][0]
         fan = cin // g * k[0] * k[1]
-        if self.ts:
+        if self.ts and not self.bn_kept:
             self.onnx_k += 2
             w = self.param(f"onnx::Conv_{self.onnx_k}",
                            self.he((cout, cin // g) + k, fan))
@@ -220,6 +237,13 @@ class Builder:
     def bn(self, x, scope, eps=1e-5):
         c = self.shape[x][0]
         r = self.rng
+        if self.bn_kept:  # a fresh nn.BatchNorm2d
+            ones, zeros = np.ones(c), np.zeros(c)
+            ins = [x, self.param(f"{scope}.weight", ones), self.param(f"{scope}.bias", zeros),
+                   self.param(f"{scope}.running_mean", zeros),
+                   self.param(f"{scope}.running_var", ones)]
+            return self.node("BatchNormalization", ins, scope, "", self.shape[x], epsilon=eps,
+                             momentum=0.9, training_mode=0)
         ins = [x,
                self.param(f"{scope}.weight", r.uniform(0.5, 1.5, (c,))),
                self.param(f"{scope}.bias", r.uniform(-0.1, 0.1, (c,))),
@@ -419,6 +443,30 @@ class Builder:
         return self.concat(chans)
 
     # -------------------------------------------------------------- model
+    def _deduplicate(self):
+        """torch's deduplication of initializers with equal values (see
+        bn_kept): the first stays; the others become Identity nodes at the top
+        of the graph, or their readers read the first by name."""
+        first, kept, aliases = {}, [], []
+        for t in self.inits:
+            key = (t.data_type, tuple(t.dims), numpy_helper.to_array(t).tobytes())
+            if key in first:
+                aliases.append((t.name, first[key]))
+            else:
+                first[key] = t.name
+                kept.append(t)
+        self.inits = kept
+        if self.bn_kept == "identity":
+            ids = [helper.make_node("Identity", [src], [dst], name=f"Identity_{k}")
+                   for k, (dst, src) in enumerate(reversed(aliases))]
+            self.nodes = ids + self.nodes
+            return
+        rename = dict(aliases)
+        for n in self.nodes:
+            for i, name in enumerate(n.input):
+                if name in rename:
+                    n.input[i] = rename[name]
+
     def model(self, out):
         """Finishes the graph.  ts: the last value is renamed "output", IR 8,
         opset 17.  dyn: IR 10, opset 18 plus the (unused) onnxscript
@@ -428,6 +476,8 @@ class Builder:
         the symbolic batch propagated; ts with init_inputs=True also lists
         every initializer as a graph input (keep_initializers_as_inputs)."""
         dims = self.shape[out]
+        if self.bn_kept:
+            self._deduplicate()
         if self.ts:
             last = self.nodes[-1]
             assert last.output[0] == out

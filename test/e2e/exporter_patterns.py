@@ -11,7 +11,8 @@ constant forms and naming are the exporters'; see its docstring).
 For each graph: onnx.checker, onnxruntime and `lwcc --run-reference` on the
 same seeded input (batch 2; symbolic batch dims are fixed with --batch=2),
 requiring max|lwcc - ort| / max|ort| < 1e-4, and `lwcc --emit=ir` must
-succeed.  One line per graph; ends with "N passed, M failed"; exit 1 on a
+succeed (and `--emit=train-ir` for the cases marked train: the exports with
+batch norm kept, whose deduplicated initializers lwcc splits per layer).  One line per graph; ends with "N passed, M failed"; exit 1 on a
 failure.  A case marked XFAIL records a known lwcc gap: it passes the script
 when it fails as recorded ("XFAIL") and is reported as "XPASS" (still
 counted as passed) once lwcc handles it, so the mark can be removed.
@@ -40,13 +41,14 @@ BATCH = 2
 
 
 def case(label, fn, style, chw, *, sym=True, scoped=False, init_inputs=False, legacy=False,
-         xfail=None, make=Builder, opset=None, **kw):
+         bn_kept=None, train=False, xfail=None, make=Builder, opset=None, **kw):
     """make: the Builder class (dynamo_graphs.DecompBuilder for the dynamo
     exporter's adaptive-pool decomposition); opset: the Builder's default
-    when None."""
+    when None; train: also `lwcc --emit=train-ir` must build the training
+    step."""
     return dict(label=label, fn=fn, style=style, chw=chw, sym=sym, scoped=scoped,
-                init_inputs=init_inputs, legacy=legacy, xfail=xfail, make=make, opset=opset,
-                kw=kw)
+                init_inputs=init_inputs, legacy=legacy, bn_kept=bn_kept, train=train,
+                xfail=xfail, make=make, opset=opset, kw=kw)
 
 
 def raw_decomp(*a, **kw):
@@ -84,6 +86,15 @@ CASES = [
     case("ts17/resnet18 static batch", eg.resnet18, "ts", IMG(32), sym=False),
     case("ts17/resnet18 initializers as inputs", eg.resnet18, "ts", IMG(32),
          init_inputs=True),
+    # eval mode with training=PRESERVE, do_constant_folding=False: batch norm
+    # kept, equal initializers deduplicated (through Identity nodes, or read
+    # directly); the training step needs one param per layer.
+    case("ts17/resnet18 BN kept, dedup via Identity", eg.resnet18, "ts", IMG(32),
+         bn_kept="identity", train=True),
+    case("ts17/densenet121 BN kept, dedup via Identity", eg.densenet121, "ts", IMG(32),
+         bn_kept="identity", train=True),
+    case("ts17/mobilenet_v2 BN kept, dedup read directly", eg.mobilenet_v2, "ts", IMG(32),
+         bn_kept="direct", train=True),
     # ---------------- dynamo exporter, opset 18
     case("dyn18/alexnet static", eg.alexnet, "dyn", IMG(99), sym=False, drop="identity"),
     case("dyn18/alexnet MatMul+Add", eg.alexnet, "dyn", IMG(99), lin="matmul"),
@@ -132,7 +143,8 @@ CASES = [
 def build(c):
     b = c["make"](c["label"], c["style"], c["chw"], batch=BATCH, sym_batch=c["sym"],
                   seed=sum(map(ord, c["label"])), scoped=c["scoped"],
-                  init_inputs=c["init_inputs"], legacy_avgpool=c["legacy"], opset=c["opset"])
+                  init_inputs=c["init_inputs"], legacy_avgpool=c["legacy"], opset=c["opset"],
+                  bn_kept=c["bn_kept"])
     return c["fn"](b, **c["kw"])
 
 
@@ -164,6 +176,10 @@ def run_one(lwcc, c, tmp, idx):
                               *batch])
     if rc != 0:
         return False, f"lwcc --emit=ir exited {rc}: {' | '.join(err[-3:])}"
+    if c["train"]:
+        rc, err = lwcc_run(lwcc, [path, "--emit=train-ir", "-o", os.devnull, *batch])
+        if rc != 0:
+            return False, f"lwcc --emit=train-ir exited {rc}: {' | '.join(err[-3:])}"
     rc, err = lwcc_run(lwcc, [path, "--run-reference", "--inputs", ins, "--outputs", outs,
                               *batch])
     if rc != 0:

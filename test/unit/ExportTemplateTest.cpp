@@ -448,3 +448,70 @@ TEST(ExportWriter, BadCutTablesAreMessages) {
 }
 
 } // namespace
+
+namespace {
+
+/// Z (zeros, the deduplicated initializer) read through Identity nodes as A
+/// and B, each by a Relu: the form of PyTorch's deduplicated batch norm biases.
+onnx::ModelProto dedupModel() {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  onnx::GraphProto& g = *m.mutable_graph();
+  onnx::TensorProto z = tensor("Z", onnx::TensorProto::FLOAT, {2});
+  z.set_raw_data(rawBytes(std::vector<float>{0, 0}));
+  *g.add_initializer() = z;
+  for (const char* name : {"A", "B"}) {
+    auto* id = g.add_node();
+    id->set_op_type("Identity");
+    id->add_input("Z");
+    id->add_output(name);
+    auto* relu = g.add_node();
+    relu->set_op_type("Relu");
+    relu->add_input(name);
+    relu->add_output(std::string("r") + name);
+    g.add_output()->set_name(std::string("r") + name);
+  }
+  return m;
+}
+
+} // namespace
+
+TEST_F(ExportTemplate, SplitInitializersAreWrittenUnderTheNamesTheNodesRead) {
+  std::string path = save(dedupModel());
+  std::vector<lwcc::ExportParamSpec> specs = {{"A", lwcc::DType::F32, 2},
+                                              {"B", lwcc::DType::F32, 2}};
+  auto templ = lwcc::buildExportTemplate(path, specs);
+  ASSERT_TRUE(static_cast<bool>(templ)) << llvm::toString(templ.takeError());
+  std::vector<float> a = {1.5f, -2.0f}, b = {3.25f, 4.0f};
+  std::vector<const void*> params = {a.data(), b.data()};
+  std::string out = (dir_ / "trained.onnx").string();
+  EXPECT_EQ(lwrt::writeOnnxExport(out, reinterpret_cast<const unsigned char*>(templ->bytes.data()),
+                                  templ->bytes.size(), runtimeCuts(templ->cuts), params),
+            "");
+  onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(readFile(out)));
+  ASSERT_EQ(m.graph().initializer_size(), 2) << "Z, which no node reads any more, stays";
+  EXPECT_EQ(findInit(m, "A")->raw_data(), rawBytes(a));
+  EXPECT_EQ(findInit(m, "B")->raw_data(), rawBytes(b));
+  for (const auto& node : m.graph().node())
+    EXPECT_EQ(node.op_type(), "Relu") << "an Identity node is left";
+
+  // Tied (keep): the input's layout, Z read through the Identity nodes.
+  auto tied =
+      lwcc::buildExportTemplate(path, {{"Z", lwcc::DType::F32, 2}}, lwcc::TiedInitializers::Keep);
+  ASSERT_TRUE(static_cast<bool>(tied)) << llvm::toString(tied.takeError());
+  std::string keepOut = (dir_ / "tied.onnx").string();
+  std::vector<const void*> one = {a.data()};
+  EXPECT_EQ(lwrt::writeOnnxExport(keepOut,
+                                  reinterpret_cast<const unsigned char*>(tied->bytes.data()),
+                                  tied->bytes.size(), runtimeCuts(tied->cuts), one),
+            "");
+  ASSERT_TRUE(m.ParseFromString(readFile(keepOut)));
+  ASSERT_EQ(m.graph().initializer_size(), 1);
+  EXPECT_EQ(findInit(m, "Z")->raw_data(), rawBytes(a));
+  EXPECT_EQ(m.graph().node_size(), 4);
+  // Untied, the trainer has no param Z: asking for it is an error.
+  EXPECT_NE(exportError(path, {{"Z", lwcc::DType::F32, 2}}).find("'Z' is not an initializer"),
+            std::string::npos);
+}

@@ -99,6 +99,16 @@ cl::opt<double> gamma("gamma", cl::desc("Decay factor of a step schedule (defaul
                       cl::cat(category));
 cl::opt<double> minLr("min-lr", cl::desc("Final learning rate of a cosine schedule (default 0)"),
                       cl::cat(category));
+cl::opt<std::string> bnRunningVar("bn-running-var",
+                                  cl::desc("Batch norm's running variance update: unbiased "
+                                           "(default; PyTorch's rule) or biased (ONNX's rule)"),
+                                  cl::init("unbiased"), cl::cat(category));
+cl::opt<std::string> tiedInitializers(
+    "tied-initializers",
+    cl::desc("An initializer several nodes read (PyTorch's exporter deduplicates equal "
+             "values): untie (default; one param per consumer, as in the network exported) or "
+             "keep (one tied param, its gradient summed; running statistics still per layer)"),
+    cl::init("untie"), cl::cat(category));
 
 // Checks on the reference interpreter.
 cl::opt<bool>
@@ -125,7 +135,8 @@ cl::opt<int64_t> steps("steps", cl::desc("Steps for --train-reference"), cl::ini
                        cl::cat(category));
 cl::opt<std::string> dumpDir("dump",
                              cl::desc("Where --train-reference writes losses, first-step "
-                                      "gradients and final params (TensorProto files)"),
+                                      "gradients and final params (TensorProto files; "
+                                      "float64 with --precision=f64)"),
                              cl::value_desc("dir"), cl::cat(category));
 cl::opt<std::string> target("target",
                             cl::desc("Where the trainer runs: cuda (default; built with nvcc) or "
@@ -200,7 +211,7 @@ std::string optimizerOptions() {
 /// Runs the passes that build the training graph; `withOptimizer` false
 /// stops after autodiff (gradients as outputs, nothing updated).
 llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& strat) {
-  std::vector<std::string> names = {"canonicalize", "append-loss=" + loss, "train-mode"};
+  std::vector<std::string> names = {"canonicalize", "append-loss=" + loss, "train-mode=bn_running_var=" + bnRunningVar};
   if (gpus > 1) {
     // Materialize before autodiff: the backward pass differentiates the
     // per-device ops and their communication; replicas' gradients are summed.
@@ -617,7 +628,9 @@ void addExportTemplate(const Graph& train, CodegenOptions& o) {
     specs.push_back({p->paramName(), p->type().dtype, p->type().numElements()});
     index.push_back(static_cast<uint32_t>(k));
   }
-  auto t = buildExportTemplate(modelFile, specs);
+  auto t = buildExportTemplate(modelFile, specs,
+                               tiedInitializers == "keep" ? TiedInitializers::Keep
+                                                          : TiedInitializers::Untie);
   if (!t) {
     std::string why = llvm::toString(t.takeError());
     llvm::errs() << "lwcc: warning: the trainer cannot --export: " << why << "\n";
@@ -633,6 +646,15 @@ std::string fileSafe(std::string name) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
       c = '_';
   return name;
+}
+
+/// A float tensor as --train-reference dumps it: in float64 when the
+/// interpreter ran in float64, so that nothing is rounded away.
+Tensor dumped(const Tensor& t) {
+  Tensor out = t;
+  if (precision == Precision::F64 && out.isFloatData())
+    out.type.dtype = DType::F64;
+  return out;
 }
 
 int trainReferenceMode(Module& m) {
@@ -655,7 +677,7 @@ int trainReferenceMode(Module& m) {
     if (!outs)
       return fail(outs.takeError());
     auto write = [&](const Tensor& t, const std::string& file) -> bool {
-      if (llvm::Error e = writeTensorFile(t, file, fs::path(dumpDir.getValue()) / file)) {
+      if (llvm::Error e = writeTensorFile(dumped(t), file, fs::path(dumpDir.getValue()) / file)) {
         printErrors(llvm::errs(), std::move(e));
         return false;
       }
@@ -690,7 +712,7 @@ int trainReferenceMode(Module& m) {
   for (const auto& p : g.params())
     if (isFloat(p->type().dtype) && !p->zeroInit())
       if (auto it = state.find(p->paramName()); it != state.end())
-        if (llvm::Error e = writeTensorFile(it->second, p->paramName(),
+        if (llvm::Error e = writeTensorFile(dumped(it->second), p->paramName(),
                                             fs::path(dumpDir.getValue()) /
                                                 ("param_" + fileSafe(p->paramName()) + ".pb")))
           return fail(std::move(e));
@@ -749,7 +771,9 @@ int main(int argc, char** argv) {
   };
   for (const Choice& c :
        {Choice{loss, {"softmax-xent", "mse", "none"}}, Choice{optimizer, {"sgd", "adam", "adamw"}},
-        Choice{lrSchedule, {"constant", "step", "cosine"}}}) {
+        Choice{lrSchedule, {"constant", "step", "cosine"}},
+        Choice{bnRunningVar, {"unbiased", "biased"}},
+        Choice{tiedInitializers, {"untie", "keep"}}}) {
     if (std::find(c.allowed.begin(), c.allowed.end(), c.flag.getValue()) != c.allowed.end())
       continue;
     std::string list;
@@ -790,6 +814,10 @@ int main(int argc, char** argv) {
   ImportOptions opts;
   if (batch > 0)
     opts.batch = batch;
+  opts.tied = tiedInitializers == "keep" ? TiedInitializers::Keep : TiedInitializers::Untie;
+  opts.diag = [](Severity sev, const Location& loc, const std::string& msg) {
+    printDiagnostic(llvm::errs(), sev, loc, msg);
+  };
   auto module = importFile(modelFile, opts);
   if (!module)
     return fail(module.takeError());

@@ -1,0 +1,157 @@
+// The split of initializers several nodes read (frontend/SharedInitializers.h):
+// which uses get their own copy, what each copy is named, which Identity nodes
+// go, and what the nodes read afterwards.
+#include "frontend/SharedInitializers.h"
+
+#include "onnx/onnx_pb.h"
+
+#include <gtest/gtest.h>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+using lwcc::TiedInitializers;
+
+void addInit(onnx::GraphProto& g, const std::string& name, std::vector<int64_t> dims,
+             int type = onnx::TensorProto::FLOAT) {
+  onnx::TensorProto* t = g.add_initializer();
+  t->set_name(name);
+  t->set_data_type(type);
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    t->add_dims(d);
+    n *= d;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    if (type == onnx::TensorProto::FLOAT)
+      t->add_float_data(0.0f);
+    else
+      t->add_int64_data(0);
+  }
+}
+
+void addNode(onnx::GraphProto& g, const std::string& op, const std::string& name,
+             std::vector<std::string> inputs, std::vector<std::string> outputs) {
+  onnx::NodeProto* n = g.add_node();
+  n->set_op_type(op);
+  n->set_name(name);
+  for (const std::string& i : inputs)
+    n->add_input(i);
+  for (const std::string& o : outputs)
+    n->add_output(o);
+}
+
+/// What each remaining node reads, by node name, after the split.
+std::map<std::string, std::vector<std::string>> reads(const onnx::GraphProto& g,
+                                                      TiedInitializers mode) {
+  lwcc::InitializerSplit split = lwcc::planInitializerSplit(g, mode);
+  lwcc::RewrittenNodes nodes = lwcc::applyInitializerSplit(g, split);
+  std::map<std::string, std::vector<std::string>> out;
+  for (const onnx::NodeProto* n : nodes.nodes)
+    out[n->name()] = std::vector<std::string>(n->input().begin(), n->input().end());
+  return out;
+}
+
+std::vector<std::string> v(std::initializer_list<std::string> l) { return l; }
+
+TEST(SharedInitializers, IdentityChainsBecomeInitializersNamedAfterTheirOutputs) {
+  onnx::GraphProto g;
+  addInit(g, "x", {4});
+  addNode(g, "Identity", "id1", {"x"}, {"y1"});
+  addNode(g, "Identity", "id2", {"y1"}, {"y2"});
+  addNode(g, "Relu", "a", {"x"}, {"ra"});
+  addNode(g, "Relu", "b", {"y2"}, {"rb"});
+  addNode(g, "Relu", "c", {"y1"}, {"rc"});
+  lwcc::InitializerSplit split = lwcc::planInitializerSplit(g, TiedInitializers::Untie);
+  ASSERT_EQ(split.copies.size(), 2u);
+  EXPECT_EQ(split.copies[0].name, "y2");
+  EXPECT_EQ(split.copies[1].name, "y1");
+  EXPECT_EQ(split.copies[0].source, "x");
+  auto r = reads(g, TiedInitializers::Untie);
+  EXPECT_EQ(r.count("id1") + r.count("id2"), 0u) << "the Identity nodes stay";
+  EXPECT_EQ(r["a"], v({"x"}));
+  EXPECT_EQ(r["b"], v({"y2"}));
+  EXPECT_EQ(r["c"], v({"y1"}));
+  // One use only: nothing to split.
+  onnx::GraphProto one;
+  addInit(one, "x", {4});
+  addNode(one, "Identity", "id", {"x"}, {"y"});
+  addNode(one, "Relu", "a", {"y"}, {"r"});
+  EXPECT_TRUE(lwcc::planInitializerSplit(one, TiedInitializers::Untie).empty());
+}
+
+TEST(SharedInitializers, ANameReadTwiceKeepsItForTheFirstNode) {
+  onnx::GraphProto g;
+  addInit(g, "w", {4, 4});
+  addNode(g, "MatMul", "m1", {"in", "w"}, {"h"});
+  addNode(g, "MatMul", "m2", {"h", "w"}, {"o"});
+  addNode(g, "Add", "m3", {"o", "w"}, {"p"});
+  auto r = reads(g, TiedInitializers::Untie);
+  EXPECT_EQ(r["m1"], v({"in", "w"}));
+  EXPECT_EQ(r["m2"], v({"h", "w.1"}));
+  EXPECT_EQ(r["m3"], v({"o", "w.2"}));
+  // A node reading it twice is one use; keep ties everything.
+  onnx::GraphProto twice;
+  addInit(twice, "w", {4});
+  addNode(twice, "Mul", "sq", {"w", "w"}, {"s"});
+  EXPECT_TRUE(lwcc::planInitializerSplit(twice, TiedInitializers::Untie).empty());
+  EXPECT_TRUE(lwcc::planInitializerSplit(g, TiedInitializers::Keep).empty());
+}
+
+TEST(SharedInitializers, KeepTiesTrainableUsesButNeverRunningStatistics) {
+  // Zeros read as bn1's bias (directly) and, through the alias "z", as bn2's
+  // bias and running mean: keep leaves the biases tied and gives the running
+  // mean a copy of its own, as "z" must stay for bn2's bias.
+  onnx::GraphProto g;
+  addInit(g, "zeros", {3});
+  addInit(g, "ones", {3});
+  addNode(g, "Identity", "id", {"zeros"}, {"z"});
+  addNode(g, "BatchNormalization", "bn1", {"x", "ones", "zeros", "zeros", "ones"}, {"y1"});
+  addNode(g, "BatchNormalization", "bn2", {"y1", "ones", "z", "z", "ones"}, {"y2"});
+  auto keep = reads(g, TiedInitializers::Keep);
+  EXPECT_EQ(keep.count("id"), 1u);
+  EXPECT_EQ(keep["bn1"], v({"x", "ones", "zeros", "zeros.1", "ones.1"}));
+  EXPECT_EQ(keep["bn2"], v({"y1", "ones", "z", "z.1", "ones.2"}));
+  auto untie = reads(g, TiedInitializers::Untie);
+  EXPECT_EQ(untie.count("id"), 0u);
+  EXPECT_EQ(untie["bn1"], v({"x", "ones", "zeros", "zeros.1", "ones.1"}));
+  EXPECT_EQ(untie["bn2"], v({"y1", "ones.2", "z", "z.1", "ones.3"}));
+}
+
+TEST(SharedInitializers, ScalarsIntegersAndGraphOutputsStayAsTheyAre) {
+  onnx::GraphProto g;
+  addInit(g, "half", {});
+  addInit(g, "shape", {2}, onnx::TensorProto::INT64);
+  addNode(g, "Mul", "m1", {"x", "half"}, {"a"});
+  addNode(g, "Mul", "m2", {"a", "half"}, {"b"});
+  addNode(g, "Reshape", "r1", {"b", "shape"}, {"c"});
+  addNode(g, "Reshape", "r2", {"c", "shape"}, {"d"});
+  EXPECT_TRUE(lwcc::planInitializerSplit(g, TiedInitializers::Untie).empty());
+  // An Identity whose output is a graph output is a use like any other.
+  onnx::GraphProto out;
+  addInit(out, "w", {2});
+  addNode(out, "Identity", "id", {"w"}, {"result"});
+  addNode(out, "Relu", "r", {"w"}, {"s"});
+  out.add_output()->set_name("result");
+  auto r = reads(out, TiedInitializers::Untie);
+  EXPECT_EQ(r["id"], v({"w"}));
+  EXPECT_EQ(r["r"], v({"w.1"}));
+}
+
+TEST(SharedInitializers, ASourceNoNodeReadsIsReported) {
+  onnx::GraphProto g;
+  addInit(g, "x", {2});
+  addNode(g, "Identity", "i1", {"x"}, {"a"});
+  addNode(g, "Identity", "i2", {"x"}, {"b"});
+  addNode(g, "Relu", "r1", {"a"}, {"ra"});
+  addNode(g, "Relu", "r2", {"b"}, {"rb"});
+  lwcc::InitializerSplit split = lwcc::planInitializerSplit(g, TiedInitializers::Untie);
+  lwcc::RewrittenNodes nodes = lwcc::applyInitializerSplit(g, split);
+  EXPECT_EQ(nodes.nodes.size(), 2u);
+  EXPECT_EQ(nodes.unreadSources, std::set<std::string>{"x"});
+}
+
+} // namespace
