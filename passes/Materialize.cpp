@@ -25,13 +25,20 @@ struct Layout {
   bool isSplit() const { return dim >= 0; }
   bool isWhole() const { return dim < 0 && !partial; }
   std::string key() const {
-    std::string k = partial ? "p" : "w";
+    // Appended piece by piece: GCC 12's -O3 misreads `"s" + std::string`
+    // (a -Wrestrict false positive).
+    std::string k(1, partial ? 'p' : isSplit() ? 's' : 'w');
     if (isSplit())
-      k = "s" + std::to_string(dim);
+      k += std::to_string(dim);
     for (size_t i = 0; i < devices.size(); ++i) {
-      k += ":" + std::to_string(devices[i]);
-      if (isSplit())
-        k += "@" + std::to_string(offsets[i]) + "+" + std::to_string(sizes[i]);
+      k += ':';
+      k += std::to_string(devices[i]);
+      if (isSplit()) {
+        k += '@';
+        k += std::to_string(offsets[i]);
+        k += '+';
+        k += std::to_string(sizes[i]);
+      }
     }
     return k;
   }

@@ -14,7 +14,9 @@ namespace {
 std::string dimName(int64_t dim, int64_t rank) {
   if ((rank == 4 || rank == 2) && dim < rank)
     return std::string(1, "nchw"[dim]);
-  return "d" + std::to_string(dim);
+  std::string name(1, 'd'); // not `"d" + ...`: a GCC 12 -O3 -Wrestrict false positive
+  name += std::to_string(dim);
+  return name;
 }
 
 /// The value whose dims @par names for `op`.

@@ -211,7 +211,8 @@ std::string optimizerOptions() {
 /// Runs the passes that build the training graph; `withOptimizer` false
 /// stops after autodiff (gradients as outputs, nothing updated).
 llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& strat) {
-  std::vector<std::string> names = {"canonicalize", "append-loss=" + loss, "train-mode=bn_running_var=" + bnRunningVar};
+  std::vector<std::string> names = {"canonicalize", "append-loss=" + loss,
+                                    "train-mode=bn_running_var=" + bnRunningVar};
   if (gpus > 1) {
     // Materialize before autodiff: the backward pass differentiates the
     // per-device ops and their communication; replicas' gradients are summed.
@@ -272,11 +273,21 @@ void printParallelPlan(const Graph& g, const std::map<std::string, int64_t>& str
     l.bytes += commBytes(*op);
     const auto& par = op->annotations().par;
     if (par && l.config == "-") {
+      // Appended piece by piece: GCC 12's -O3 misreads `"x" + std::string`
+      // (a -Wrestrict false positive).
       std::string cfg, devs;
-      for (const auto& [dim, degree] : par->degrees)
-        cfg += (cfg.empty() ? "" : ", ") + dim + " = " + std::to_string(degree);
-      for (int64_t d : par->devices)
-        devs += (devs.empty() ? "" : ",") + std::to_string(d);
+      for (const auto& [dim, degree] : par->degrees) {
+        if (!cfg.empty())
+          cfg += ", ";
+        cfg += dim;
+        cfg += " = ";
+        cfg += std::to_string(degree);
+      }
+      for (int64_t d : par->devices) {
+        if (!devs.empty())
+          devs += ',';
+        devs += std::to_string(d);
+      }
       l.config = cfg.empty() ? "whole" : cfg;
       l.devices = devs.empty() ? "-" : devs;
     }
