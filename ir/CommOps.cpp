@@ -73,6 +73,31 @@ TensorType withDim(TensorType t, int64_t axis, int64_t size) {
   return t;
 }
 
+/// One float tensor per device, all of operand #0's type: what a sum takes.
+llvm::Error expectSummands(const Op& op) {
+  if (llvm::Error e = expectOnePerDevice(op))
+    return e;
+  for (unsigned i = 1; i < op.numOperands(); ++i)
+    if (llvm::Error e = expectSameType(op, 0, i))
+      return e;
+  if (!isFloat(ty(op, 0).dtype))
+    return fail("sums float tensors, got {0}", ty(op, 0).str());
+  return llvm::Error::success();
+}
+
+/// Operand #0 cut along `axis` into the pieces `sizes` gives.
+llvm::Expected<std::vector<TensorType>> cutBySizes(const Op& op) {
+  auto axis = axisOf(op, ty(op, 0).rank());
+  if (!axis)
+    return axis.takeError();
+  if (llvm::Error e = expectSizes(op, ty(op, 0).shape[*axis]))
+    return e;
+  std::vector<TensorType> out;
+  for (int64_t s : op.getInts("sizes"))
+    out.push_back(withDim(ty(op, 0), *axis, s));
+  return out;
+}
+
 } // namespace
 
 //===--- Shape rules ------------------------------------------------------===//
@@ -115,22 +140,9 @@ Rule allGather(const Op& op) {
 }
 
 Rule reduceScatter(const Op& op) {
-  if (llvm::Error e = expectOnePerDevice(op))
+  if (llvm::Error e = expectSummands(op))
     return e;
-  for (unsigned i = 1; i < op.numOperands(); ++i)
-    if (llvm::Error e = expectSameType(op, 0, i))
-      return e;
-  if (!isFloat(ty(op, 0).dtype))
-    return fail("sums float tensors, got {0}", ty(op, 0).str());
-  auto axis = axisOf(op, ty(op, 0).rank());
-  if (!axis)
-    return axis.takeError();
-  if (llvm::Error e = expectSizes(op, ty(op, 0).shape[*axis]))
-    return e;
-  std::vector<TensorType> out;
-  for (int64_t s : op.getInts("sizes"))
-    out.push_back(withDim(ty(op, 0), *axis, s));
-  return out;
+  return cutBySizes(op);
 }
 
 Rule broadcastTo(const Op& op) {
@@ -138,27 +150,12 @@ Rule broadcastTo(const Op& op) {
 }
 
 Rule reduceTo(const Op& op) {
-  if (llvm::Error e = expectOnePerDevice(op))
+  if (llvm::Error e = expectSummands(op))
     return e;
-  for (unsigned i = 1; i < op.numOperands(); ++i)
-    if (llvm::Error e = expectSameType(op, 0, i))
-      return e;
-  if (!isFloat(ty(op, 0).dtype))
-    return fail("sums float tensors, got {0}", ty(op, 0).str());
   return std::vector<TensorType>{ty(op, 0)};
 }
 
-Rule shard(const Op& op) {
-  auto axis = axisOf(op, ty(op, 0).rank());
-  if (!axis)
-    return axis.takeError();
-  if (llvm::Error e = expectSizes(op, ty(op, 0).shape[*axis]))
-    return e;
-  std::vector<TensorType> out;
-  for (int64_t s : op.getInts("sizes"))
-    out.push_back(withDim(ty(op, 0), *axis, s));
-  return out;
-}
+Rule shard(const Op& op) { return cutBySizes(op); }
 
 Rule unshard(const Op& op) {
   auto parts = allGather(op);
