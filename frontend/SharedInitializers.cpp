@@ -32,6 +32,16 @@ bool readsRunningStat(const onnx::NodeProto& node, int input) {
          (input == 3 || input == 4);
 }
 
+/// Inputs read only for their shape or element type (the dynamo exporter's
+/// Shape and CastLike of a weight): not a use of the values, so no param of
+/// their own; they keep reading the initializer's own name.
+bool readsOnlyMetadata(const onnx::NodeProto& node, int input) {
+  if (!isDefaultDomain(node))
+    return false;
+  const std::string& op = node.op_type();
+  return ((op == "Shape" || op == "Size") && input == 0) || (op == "CastLike" && input == 1);
+}
+
 /// One node reading a split initializer under one name (for a running
 /// statistic: under one name at one input).
 struct InitializerUse {
@@ -94,7 +104,7 @@ InitializerSplit planInitializerSplit(const onnx::GraphProto& graph, TiedInitial
     const onnx::NodeProto& node = graph.node(k);
     for (int i = 0; i < node.input_size(); ++i) {
       auto it = root.find(node.input(i));
-      if (it == root.end())
+      if (it == root.end() || readsOnlyMetadata(node, i))
         continue;
       bool state = readsRunningStat(node, i);
       std::vector<InitializerUse>& list = uses[it->second];

@@ -101,6 +101,26 @@ TEST(SharedInitializers, ANameReadTwiceKeepsItForTheFirstNode) {
   EXPECT_TRUE(lwcc::planInitializerSplit(g, TiedInitializers::Keep).empty());
 }
 
+TEST(SharedInitializers, ShapeAndTypeReadsAreNoUses) {
+  // The dynamo exporter reads a weight's shape (Shape) and type (CastLike's
+  // second input) beside the node that uses its values: one param still.
+  onnx::GraphProto g;
+  addInit(g, "w", {4, 4});
+  addNode(g, "Shape", "s", {"w"}, {"ws"});
+  addNode(g, "MatMul", "m", {"in", "w"}, {"h"});
+  addNode(g, "CastLike", "c", {"h", "w"}, {"hc"});
+  EXPECT_TRUE(lwcc::planInitializerSplit(g, TiedInitializers::Untie).empty());
+  auto r = reads(g, TiedInitializers::Untie);
+  EXPECT_EQ(r["m"], v({"in", "w"}));
+  // A second use of the values still splits, and the metadata reads keep the
+  // original name.
+  addNode(g, "Add", "a", {"hc", "w"}, {"o"});
+  r = reads(g, TiedInitializers::Untie);
+  EXPECT_EQ(r["a"], v({"hc", "w.1"}));
+  EXPECT_EQ(r["s"], v({"w"}));
+  EXPECT_EQ(r["c"], v({"h", "w"}));
+}
+
 TEST(SharedInitializers, KeepTiesTrainableUsesButNeverRunningStatistics) {
   // Zeros read as bn1's bias (directly) and, through the alias "z", as bn2's
   // bias and running mean: keep leaves the biases tied and gives the running
