@@ -41,6 +41,15 @@ public:
     auto it = values_.find(name);
     return it == values_.end() ? nullptr : it->second;
   }
+  /// Binds an ONNX sequence name to its tensors: lwcc has no sequence values,
+  /// so a sequence of compile-time length is a list of values at import.
+  void bindSequence(const std::string& name, std::vector<Value*> values) {
+    sequences_[name] = std::move(values);
+  }
+  const std::vector<Value*>* lookupSequence(const std::string& name) const {
+    auto it = sequences_.find(name);
+    return it == sequences_.end() ? nullptr : &it->second;
+  }
 
   //===--- While importing one node -------------------------------------===//
 
@@ -106,6 +115,7 @@ private:
   int64_t opset_;
   const onnx::NodeProto* node_ = nullptr;
   std::unordered_map<std::string, Value*> values_;
+  std::unordered_map<std::string, std::vector<Value*>> sequences_;
   std::set<std::string> consumed_;
   /// Values of constant ops, computed once.
   mutable std::unordered_map<const Value*, Tensor> constants_;

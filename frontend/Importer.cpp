@@ -290,7 +290,8 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
       return llvm::handleErrors(
           std::move(e), [&](const llvm::StringError& se) { return ctx.error(se.getMessage()); });
     for (int o = 0; o < node.output_size(); ++o)
-      if (!node.output(o).empty() && !ctx.lookup(node.output(o)) && ctx.outputUsed(o))
+      if (!node.output(o).empty() && !ctx.lookup(node.output(o)) &&
+          !ctx.lookupSequence(node.output(o)) && ctx.outputUsed(o))
         return ctx.error(
             llvm::formatv("output #{0} ('{1}') is not supported", o, node.output(o)).str());
   }

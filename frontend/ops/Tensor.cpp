@@ -193,6 +193,73 @@ Error importSplit(ImportContext& ctx) {
   return Error::success();
 }
 
+/// SplitToSequence with a compile-time split (the dynamo exporter's
+/// torch.split and chunk): a split whose parts form the sequence.
+Error importSplitToSequence(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"axis", "keepdims"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "input"));
+  LWCC_TRY(axis, ctx.attrInt("axis", 0));
+  LWCC_TRY(keepdims, ctx.attrInt("keepdims", 1));
+  LWCC_TRY(a, normalizeAxis(ctx, axis, x->type().rank()));
+  int64_t dim = x->type().shape[a];
+  std::vector<int64_t> sizes;
+  if (ctx.input(1)) {
+    LWCC_TRY(s, ctx.constInts(1, "split"));
+    if (ctx.input(1)->type().rank() == 0) {
+      // One length: parts of it, the last one shorter.
+      if (s[0] < 1)
+        return ctx.error(llvm::formatv("split length must be >= 1, got {0}", s[0]).str());
+      for (int64_t off = 0; off < dim; off += s[0])
+        sizes.push_back(std::min(s[0], dim - off));
+    } else {
+      sizes = s;
+    }
+  } else {
+    // No split: parts of length 1, squeezed unless keepdims.
+    sizes.assign(dim, 1);
+  }
+  int64_t total = 0;
+  for (int64_t v : sizes)
+    total += v < 0 ? dim + 1 : v; // a negative length can never add up
+  if (total != dim || sizes.empty())
+    return ctx.error(
+        llvm::formatv("split lengths add up to {0}, but axis {1} has {2}", total, a, dim).str());
+  std::vector<Value*> parts;
+  if (sizes.size() == 1) {
+    parts.push_back(x);
+  } else {
+    LWCC_TRY(ys, ctx.emit(OpKind::Split, {x}, {attr("axis", a), attr("split", sizes)},
+                          static_cast<unsigned>(sizes.size())));
+    parts = ys;
+  }
+  if (!ctx.input(1) && keepdims == 0)
+    for (Value*& v : parts) {
+      Shape squeezed = v->type().shape;
+      squeezed.erase(squeezed.begin() + a);
+      LWCC_TRY(r, ctx.emit1(OpKind::Reshape, {v}, {attr("shape", squeezed)}));
+      v = r;
+    }
+  ctx.bindSequence(ctx.node().output(0), std::move(parts));
+  return Error::success();
+}
+
+/// SequenceAt with a compile-time position: that tensor of the sequence.
+Error importSequenceAt(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  const std::vector<Value*>* seq =
+      ctx.numInputs() > 0 ? ctx.lookupSequence(ctx.node().input(0)) : nullptr;
+  if (!seq)
+    return ctx.error("input #0 is not a sequence lwcc knows at compile time (only "
+                     "SplitToSequence's are)");
+  LWCC_TRY(pos, ctx.constInts(1, "position"));
+  int64_t n = static_cast<int64_t>(seq->size());
+  int64_t k = pos.empty() ? 0 : pos[0];
+  if (pos.size() != 1 || k < -n || k >= n)
+    return ctx.error(llvm::formatv("position {0} is outside the sequence of {1}", k, n).str());
+  ctx.setOutput(0, (*seq)[k < 0 ? k + n : k]);
+  return Error::success();
+}
+
 /// Axes of Squeeze/Unsqueeze: an attribute before opset 13, an input after.
 llvm::Expected<std::optional<std::vector<int64_t>>> readAxes(ImportContext& ctx) {
   if (ctx.opset() < 13) {
@@ -507,15 +574,26 @@ Error importPad(ImportContext& ctx) {
 
 const std::vector<ImporterEntry>& tensorImporters() {
   static const std::vector<ImporterEntry> entries = {
-      {"Reshape", 5, importReshape},     {"Flatten", 1, importFlatten},
-      {"Transpose", 1, importTranspose}, {"Concat", 1, importConcat},
-      {"Slice", 1, importSlice},         {"Split", 1, importSplit},
-      {"Squeeze", 1, importSqueeze},     {"Unsqueeze", 1, importUnsqueeze},
-      {"Gather", 1, importGather},       {"Shape", 1, importShape},
-      {"Constant", 1, importConstant},   {"ConstantOfShape", 9, importConstantOfShape},
-      {"Cast", 6, importCast},           {"CastLike", 15, importCastLike},
-      {"Range", 11, importRange},        {"GatherND", 11, importGatherND},
-      {"Expand", 8, importExpand},       {"Pad", 2, importPad},
+      {"Reshape", 5, importReshape},
+      {"Flatten", 1, importFlatten},
+      {"Transpose", 1, importTranspose},
+      {"Concat", 1, importConcat},
+      {"Slice", 1, importSlice},
+      {"Split", 1, importSplit},
+      {"Squeeze", 1, importSqueeze},
+      {"Unsqueeze", 1, importUnsqueeze},
+      {"Gather", 1, importGather},
+      {"Shape", 1, importShape},
+      {"Constant", 1, importConstant},
+      {"ConstantOfShape", 9, importConstantOfShape},
+      {"Cast", 6, importCast},
+      {"CastLike", 15, importCastLike},
+      {"Range", 11, importRange},
+      {"GatherND", 11, importGatherND},
+      {"SplitToSequence", 11, importSplitToSequence},
+      {"SequenceAt", 11, importSequenceAt},
+      {"Expand", 8, importExpand},
+      {"Pad", 2, importPad},
   };
   return entries;
 }
