@@ -72,8 +72,9 @@ std::optional<int64_t> parDim(const std::string& name, int64_t rank) {
     if (pos != std::string::npos && static_cast<int64_t>(pos) < rank)
       return static_cast<int64_t>(pos);
   }
-  if (name.size() >= 2 && name[0] == 'd')
-    return std::stoll(name.substr(1));
+  int64_t d; // getAsInteger fails (true) on junk or overflow, where stoll would throw
+  if (name.size() >= 2 && name[0] == 'd' && !llvm::StringRef(name).substr(1).getAsInteger(10, d))
+    return d;
   return std::nullopt;
 }
 
