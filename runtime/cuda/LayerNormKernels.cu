@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "cuda/Context.h"
+#include "cuda/KernelSupport.cuh"
 #include "lwrt/cuda_nn.h"
 
 #include <algorithm>
@@ -21,33 +22,6 @@
 namespace lwrt::cuda {
 
 namespace {
-
-#define LWRT_REJECT(what) ::lwrt::cuda::fail(__FILE__, __LINE__, what)
-
-#define LWRT_LAUNCH(kernel, grid, block, ...)                                                      \
-  do {                                                                                             \
-    kernel<<<(grid), (block), 0, ::lwrt::cuda::context().stream>>>(__VA_ARGS__);                   \
-    LWRT_CUDA(cudaGetLastError());                                                                 \
-  } while (0)
-
-/// Threads of the reduction kernels (a power of two, at most this many).
-constexpr int kReduceThreads = 256;
-
-/// The sum of v over the block, in a fixed order; `shared` holds blockDim.x
-/// doubles (a power of two).
-__device__ double blockSum(double v, double* shared) {
-  unsigned t = threadIdx.x;
-  shared[t] = v;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (t < s)
-      shared[t] += shared[t + s];
-    __syncthreads();
-  }
-  double r = shared[0];
-  __syncthreads();
-  return r;
-}
 
 /// Threads for a block that reduces n elements.
 unsigned reduceThreads(int64_t n) { return n >= 1024 ? kReduceThreads : n >= 128 ? 128 : 32; }

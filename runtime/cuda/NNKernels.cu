@@ -20,6 +20,7 @@
 // windows and divisors come out the same; their gradients gather per input
 // element, summing in the CPU's order, so no float atomics are needed.
 #include "cuda/Conv.h"
+#include "cuda/KernelSupport.cuh"
 #include "lwrt/cuda_nn.h"
 
 #include <algorithm>
@@ -31,16 +32,6 @@
 
 namespace lwrt::cuda {
 namespace {
-
-/// Records why a kernel does not take its operands and returns false.
-#define LWRT_REJECT(what) ::lwrt::cuda::fail(__FILE__, __LINE__, what)
-
-/// Launches kernel<<<grid, block>>> on the context's stream and checks the launch.
-#define LWRT_LAUNCH(kernel, grid, block, ...)                                                      \
-  do {                                                                                             \
-    kernel<<<(grid), (block), 0, ::lwrt::cuda::context().stream>>>(__VA_ARGS__);                   \
-    LWRT_CUDA(cudaGetLastError());                                                                 \
-  } while (0)
 
 bool isFloat(DType t) { return t == DType::F32 || t == DType::F64; }
 
@@ -931,22 +922,6 @@ __global__ void avgPoolGather(const T* dy, T* dx, PoolGeom g, bool includePad, i
       }
     dx[i] = acc;
   }
-}
-
-constexpr int kReduceThreads = 256;
-
-/// The sum of v over the block (kReduceThreads threads), in a fixed order.
-__device__ double blockSum(double v, double* shared) {
-  shared[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kReduceThreads / 2; s > 0; s >>= 1) {
-    if (static_cast<int>(threadIdx.x) < s)
-      shared[threadIdx.x] += shared[threadIdx.x + s];
-    __syncthreads();
-  }
-  double r = shared[0];
-  __syncthreads();
-  return r;
 }
 
 /// One block per (n, c) plane: y = the plane's mean, summed in double.

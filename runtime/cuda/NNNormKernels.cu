@@ -13,6 +13,7 @@
 // LRN recomputes each channel window's sum of squares where it needs it
 // (size is small), so it needs no scratch memory.
 #include "cuda/Context.h"
+#include "cuda/KernelSupport.cuh"
 #include "lwrt/cuda_nn.h"
 
 #include <algorithm>
@@ -24,16 +25,6 @@
 
 namespace lwrt::cuda {
 namespace {
-
-/// Records why a kernel does not take its operands and returns false.
-#define LWRT_REJECT(what) ::lwrt::cuda::fail(__FILE__, __LINE__, what)
-
-/// Launches kernel<<<grid, block>>> on the context's stream and checks the launch.
-#define LWRT_LAUNCH(kernel, grid, block, ...)                                                      \
-  do {                                                                                             \
-    kernel<<<(grid), (block), 0, ::lwrt::cuda::context().stream>>>(__VA_ARGS__);                   \
-    LWRT_CUDA(cudaGetLastError());                                                                 \
-  } while (0)
 
 #define LWRT_GRID_STRIDE(i, n)                                                                     \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);           \
@@ -75,25 +66,6 @@ __device__ __forceinline__ float msqrt(float v) { return sqrtf(v); }
 __device__ __forceinline__ double msqrt(double v) { return sqrt(v); }
 
 template <typename T> __device__ __forceinline__ T negInf() { return static_cast<T>(-INFINITY); }
-
-/// Threads of the reduction kernels (a power of two).
-constexpr int kReduceThreads = 256;
-
-/// The sum of v over the block, in a fixed order; `shared` holds blockDim.x
-/// doubles (a power of two).
-__device__ double blockSum(double v, double* shared) {
-  unsigned t = threadIdx.x;
-  shared[t] = v;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (t < s)
-      shared[t] += shared[t + s];
-    __syncthreads();
-  }
-  double r = shared[0];
-  __syncthreads();
-  return r;
-}
 
 /// The max of v over the block, comparing as the CPU's std::max (a value
 /// that is not greater, NaN included, keeps the running max); `shared` as
