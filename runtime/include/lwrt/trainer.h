@@ -1,7 +1,7 @@
 // lwrt/trainer.h - the main loop around a generated training step
-// defines: InputInfo, ParamInfo, OutputInfo, Hyper, StepBuffers, ModelInfo,
-//          RunnerOptions, StepRunner, RunnerFactory, cpu::createRunner, cuda::createRunner,
-//          trainerMain
+// defines: InputInfo, ParamInfo, OutputInfo, ParamPlacement, DeviceStep, Hyper, StepBuffers,
+//          ModelInfo, DeviceGroup, GroupFactory, RunnerOptions, StepRunner, RunnerFactory,
+//          cpu::createRunner, cuda::createRunner, trainerMain
 //
 // lwcc generates, for each model, the phases of a training step (one kernel
 // call per IR op), an evaluation pass (the inference graph), and a ModelInfo
@@ -45,7 +45,21 @@ struct OutputInfo {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;
-  int64_t offset; ///< in the arena
+  int64_t offset; ///< in the arena (of `device`, in a multi-device trainer)
+  int device = 0;
+};
+
+/// Multi-device trainers: where one piece of a param lives. Every param of
+/// ModelInfo::params has one or more placements: replicas (shardDim -1, the
+/// whole tensor; all replicas hold the same bits) or shards (the entries
+/// [shardBegin, shardBegin + shardSize) of dim shardDim, the other dims
+/// whole; together the shards cover the param once).
+struct ParamPlacement {
+  int param;      ///< index in ModelInfo::params
+  int device;     ///< logical device, 0 .. numDevices - 1
+  int64_t offset; ///< in that device's state buffer
+  int shardDim = -1;
+  int64_t shardBegin = 0, shardSize = 0;
 };
 
 /// The optimizer's settings, read by the generated update phase. The
@@ -64,6 +78,10 @@ struct Hyper {
   double gamma = 0.1, minLr = 0;
 };
 
+struct StepBuffers;
+class StepRunner;
+using PhaseFn = bool (*)(const StepBuffers&, std::string* failed);
+
 /// What the generated phases see. Pointers are device memory of the
 /// trainer's backend; `hyper` is host memory.
 struct StepBuffers {
@@ -74,9 +92,21 @@ struct StepBuffers {
   /// When set (--profile), called after each op's launch with "kernel label".
   void (*mark)(void* context, const char* op) = nullptr;
   void* markContext = nullptr;
+  /// Multi-device trainers: the logical device and stream the function runs
+  /// on, and the backend's DeviceGroup (lwrt/comm.h reads them).
+  int device = 0;
+  int stream = 0;
+  void* group = nullptr;
 };
 
-using PhaseFn = bool (*)(const StepBuffers&, std::string* failed);
+/// Multi-device trainers: one function of the step, run on `device`'s
+/// stream `stream` with that device's buffers.
+struct DeviceStep {
+  int device;
+  int stream;
+  PhaseFn fn;
+  std::string name; ///< "step_d1_s0"
+};
 
 struct ModelInfo {
   std::string name;
@@ -110,7 +140,51 @@ struct ModelInfo {
   const unsigned char* exportTemplate = nullptr;
   int64_t exportTemplateBytes = 0;
   std::vector<ExportCut> exportCuts; ///< ExportCut::param indexes `params`
+
+  /// Multi-device trainers (lwcc --gpus N, N > 1). Then `params` are the
+  /// logical, whole params: ParamInfo::offset and `stateBytes` describe a
+  /// host image of them (what the weights blob, checkpoints, --dump and
+  /// export hold), and each device has its own state buffer laid out by
+  /// `placements`, and its own arena. `init` and `step` are null: each
+  /// device's constants come from deviceInit[d], the step is `deviceSteps`,
+  /// run together by the backend's DeviceGroup. The inputs buffer is the
+  /// whole batch, the same on every device (the step slices each device's
+  /// samples). The loss is at `lossOffset` in device `lossDevice`'s arena.
+  /// Evaluation runs on device 0 with `evalArenaBytes` and the whole params
+  /// at their ParamInfo::offset (a buffer of `stateBytes` of its own).
+  int numDevices = 1;
+  int streamsPerDevice = 1;
+  std::vector<int64_t> deviceArenaBytes, deviceStateBytes; ///< per device
+  std::vector<ParamPlacement> placements;
+  std::vector<PhaseFn> deviceInit; ///< per device
+  std::vector<DeviceStep> deviceSteps;
+  int numCommOps = 0, numEvents = 0;
+  int lossDevice = 0;
+  /// What each step trains on, per device: the samples of the batch the
+  /// device computes with (empty: every device sees the whole batch).
+  std::vector<int64_t> samplesPerDevice;
 };
+
+/// Multi-device trainers: runs the step's functions together. Built from
+/// one StepRunner per logical device (runners[d], which owns device d's
+/// memory; its stream is the device's stream 0).
+class DeviceGroup {
+public:
+  virtual ~DeviceGroup() = default;
+  /// One step: calls every function of ModelInfo::deviceSteps, each on a
+  /// thread of its own, with buffers[device] (device, stream and group
+  /// set), and returns once all have returned: on the CPU the step has run,
+  /// on CUDA it is launched (ordered before later work on each runner's
+  /// stream). False with `error` naming the function and what failed.
+  virtual bool runStep(const std::vector<StepBuffers>& buffers, std::string* error) = 0;
+  /// What the group chose ("NCCL between 4 GPUs", "2 logical devices on
+  /// GPU 0: local copies"), or "".
+  virtual std::string notes() const { return ""; }
+};
+
+using GroupFactory = std::unique_ptr<DeviceGroup> (*)(const ModelInfo& model,
+                                                      const std::vector<StepRunner*>& runners,
+                                                      std::string* error);
 
 struct RunnerOptions {
   int device = 0;
@@ -186,5 +260,10 @@ std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::stri
 /// (`TRAINER --help`). Returns the exit status: 0, 1 for a failed run or bad
 /// input, 2 for bad usage.
 int trainerMain(int argc, char** argv, const ModelInfo& model, RunnerFactory createRunner);
+/// The same for a multi-device trainer (model.numDevices > 1): one runner
+/// per logical device (RunnerOptions::device from --devices, default
+/// round-robin over the GPUs found), and a group over them.
+int trainerMain(int argc, char** argv, const ModelInfo& model, RunnerFactory createRunner,
+                GroupFactory createGroup);
 
 } // namespace lwrt
