@@ -66,6 +66,23 @@ using ParallelRule = std::optional<SplitPlan> (*)(const Op&, int64_t dim);
 /// shapes or global positions).
 using LocalizeHook = void (*)(Op& local, const Op& global, int64_t dim, int64_t offset);
 
+/// The lwcc runtime function that computes an op in a trainer (the CPU and
+/// CUDA backends share its name and signature: lwrt/cpu_*.h, lwrt/cuda_*.h,
+/// lwrt/comm.h) and how codegen lays out its arguments.
+struct KernelSpec {
+  enum Args : uint8_t {
+    Plain,        ///< operands, then results, then the op's parameter struct
+    OptionalLast, ///< like Plain; the last operand is a pointer (null when absent)
+    OperandList,  ///< a list of the operands, the result (concat)
+    ResultList,   ///< the operand, a list of the results (split)
+    Fill,         ///< the result, filled once at start-up (constant)
+    Assign,       ///< a copy of operand #1 over the state of operand #0
+    Comm          ///< one device's part of a communication op
+  };
+  const char* fn = nullptr;
+  Args args = Plain;
+};
+
 struct OpInfo {
   OpKind kind;
   std::string_view mnemonic;
@@ -80,6 +97,8 @@ struct OpInfo {
   /// Set for communication ops only (Ops.def's COMM_OP rows).
   PlacementRule placement = nullptr;
   /// Named traits from ir/OpTraits.def.
+  /// The runtime call of the op in a trainer (codegen); every op has one.
+  KernelSpec kernel = {};
   ParallelRule parallel = nullptr;
   LocalizeHook localize = nullptr;
   /// @par and the parallel rule name dims of operand #0, which the op
