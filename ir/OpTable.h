@@ -6,6 +6,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <functional>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,11 @@ struct SplitPlan {
   /// devices (Sum), or a mean over the device's shard that the devices'
   /// shares of the split dim weigh (Mean).
   enum class Partial { None, Sum, Mean } partial = Partial::None;
+  /// Sliding-window ops split along height or width (convolution, pooling):
+  /// the entries [first, last) of operand #0 along the split dim that the
+  /// result's entries [begin, end) read, the halo included. Unset: the
+  /// same entries as the result.
+  std::function<std::pair<int64_t, int64_t>(int64_t begin, int64_t end)> window;
 };
 /// The plan for splitting result #0 along `dim`, or nullopt when the op
 /// cannot compute shards that way.
@@ -232,6 +238,9 @@ std::optional<SplitPlan> loss(const Op&, int64_t dim);
 std::optional<SplitPlan> reduce(const Op&, int64_t dim);
 std::optional<SplitPlan> dropoutMask(const Op&, int64_t dim);
 void localizeShape(Op& local, const Op& global, int64_t dim, int64_t offset);
+/// Convolution and pooling split along height or width: pads only at the
+/// input's borders.
+void localizeWindow(Op& local, const Op& global, int64_t dim, int64_t offset);
 void localizeDropoutMask(Op& local, const Op& global, int64_t dim, int64_t offset);
 } // namespace par
 
