@@ -12,6 +12,7 @@
 #include "codegen/Codegen.h"
 #include "frontend/ExportTemplate.h"
 #include "frontend/Frontend.h"
+#include "ir/CostModel.h"
 #include "ir/Interpreter.h"
 #include "ir/Kernels.h"
 #include "ir/Printer.h"
@@ -67,9 +68,19 @@ cl::opt<Emit> emit("emit", cl::desc("What to produce"),
 cl::opt<int64_t> gpus("gpus", cl::desc("Devices to train on (default 1)"), cl::init(1),
                       cl::cat(category));
 cl::opt<std::string> strategy("strategy",
-                              cl::desc("How layers are parallelized over --gpus devices: data "
-                                       "(default), model or owt (One Weird Trick)"),
-                              cl::init("data"), cl::cat(category));
+                              cl::desc("How layers are parallelized over --gpus devices: "
+                                       "layerwise (default: the fastest config per layer on "
+                                       "--device-spec), data, model or owt (One Weird Trick)"),
+                              cl::cat(category));
+cl::opt<std::string> deviceSpec("device-spec",
+                                cl::desc("The devices the cost model prices: h100, h200, a100, "
+                                         "p100-cluster, cpu or a JSON file (default h100 for "
+                                         "--target=cuda, cpu for --target=cpu)"),
+                                cl::value_desc("name|file.json"), cl::cat(category));
+cl::opt<std::string> costProfile("cost-profile",
+                                 cl::desc("Measured per-op times (the trainer's --profile-ops "
+                                          "file) that the cost model uses instead of its own"),
+                                 cl::value_desc("file.json"), cl::cat(category));
 cl::opt<int64_t> bucketBytes("bucket-bytes",
                              cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
                              cl::init(int64_t{25} << 20), cl::cat(category));
@@ -209,6 +220,57 @@ std::string optimizerOptions() {
   return o;
 }
 
+/// The strategy --strategy names, or the default: layerwise for several
+/// devices.
+std::string chosenStrategy() {
+  if (!strategy.empty())
+    return strategy;
+  return gpus > 1 ? "layerwise" : "data";
+}
+
+/// The device spec --device-spec names, or the target's default.
+std::string deviceSpecName() {
+  if (!deviceSpec.empty())
+    return deviceSpec;
+  return target == "cpu" ? "cpu" : "h100";
+}
+
+/// The parallelize pass for strategy `strat`, priced on the device spec.
+std::string parallelizeOptions(const std::string& strat) {
+  std::string o = "parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus) +
+                  ",spec=" + deviceSpecName();
+  if (!costProfile.empty())
+    o += ",profile=" + costProfile;
+  if (tf32)
+    o += ",tf32=1";
+  if (verbose)
+    o += ",report=1";
+  return o;
+}
+
+/// A plan over a device's memory (its arena and the params it holds) is an
+/// error that gives the numbers.
+llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats) {
+  auto spec = loadDeviceSpec(deviceSpecName());
+  if (!spec)
+    return spec.takeError();
+  std::map<int64_t, int64_t> params;
+  for (const auto& p : g.params())
+    params[p->device().value_or(0)] += p->type().sizeInBytes();
+  std::string over;
+  for (const auto& [device, arena] : stats.peakBytes) {
+    int64_t total = arena + params[device];
+    if (total > spec->memoryBytes)
+      over += llvm::formatv("\n  device {0}: {1} bytes ({2} arena + {3} params) > {4} bytes",
+                            device, total, arena, params[device], spec->memoryBytes)
+                  .str();
+  }
+  if (over.empty())
+    return llvm::Error::success();
+  return makeError("the plan needs more memory than a device of spec '" + spec->name +
+                   "' has:" + over);
+}
+
 /// Runs the passes that build the training graph; `withOptimizer` false
 /// stops after autodiff (gradients as outputs, nothing updated).
 llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& strat) {
@@ -217,7 +279,7 @@ llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& 
   if (gpus > 1) {
     // Materialize before autodiff: the backward pass differentiates the
     // per-device ops and their communication; replicas' gradients are summed.
-    names.push_back("parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus));
+    names.push_back(parallelizeOptions(strat));
     names.push_back("materialize");
     names.push_back("autodiff");
     // Gradient all-reduces on stream 1 of each device, beside backward.
@@ -242,7 +304,7 @@ llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& 
 }
 
 llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
-  return buildTrainingGraph(*m.graph, withOptimizer, strategy);
+  return buildTrainingGraph(*m.graph, withOptimizer, chosenStrategy());
 }
 
 std::vector<Tensor> readInputs(const Graph& g, const std::string& dir, llvm::Error& err) {
@@ -726,8 +788,10 @@ int main(int argc, char** argv) {
     llvm::errs() << "lwcc: --gpus must be in 1..1024\n";
     return 2;
   }
-  if (strategy != "data" && strategy != "model" && strategy != "owt") {
-    llvm::errs() << "lwcc: --strategy=" << strategy << " is not one of: data, model, owt\n";
+  if (!strategy.empty() && strategy != "data" && strategy != "model" && strategy != "owt" &&
+      strategy != "layerwise") {
+    llvm::errs() << "lwcc: --strategy=" << strategy
+                 << " is not one of: layerwise, data, model, owt\n";
     return 2;
   }
   if (bucketBytes < 0) {
@@ -749,6 +813,16 @@ int main(int argc, char** argv) {
   opts.diag = [](Severity sev, const Location& loc, const std::string& msg) {
     printDiagnostic(llvm::errs(), sev, loc, msg);
   };
+  if (target != "cpu" && target != "cuda") {
+    llvm::errs() << "lwcc: --target=" << target << " is not one of: cuda, cpu\n";
+    return 2;
+  }
+  // A bad spec or profile is reported before any work.
+  if (auto spec = loadDeviceSpec(deviceSpecName()); !spec)
+    return fail(spec.takeError());
+  if (!costProfile.empty())
+    if (auto p = loadOpProfile(costProfile); !p)
+      return fail(p.takeError());
   auto module = importFile(modelFile, opts);
   if (!module)
     return fail(module.takeError());
@@ -767,10 +841,6 @@ int main(int argc, char** argv) {
                                   module->graph->params().size(), module->graph->numOps());
   if (!emit.getNumOccurrences() && outputFile != "-")
     emit = Emit::Exe; // `lwcc MODEL -o trainer`
-  if (target != "cpu" && target != "cuda") {
-    llvm::errs() << "lwcc: --target=" << target << " is not one of: cuda, cpu\n";
-    return 2;
-  }
   if (weightsMode != "embed" && weightsMode != "separate") {
     llvm::errs() << "lwcc: --weights=" << weightsMode << " is not one of: embed, separate\n";
     return 2;
@@ -799,6 +869,8 @@ int main(int argc, char** argv) {
       for (const auto& [device, bytes] : stats->peakBytes)
         llvm::errs() << llvm::formatv("lwcc: memory plan: device {0}: arena {1} bytes (peak)\n",
                                       device, bytes);
+    if (llvm::Error e = checkDeviceMemory(*module->graph, *stats))
+      return fail(std::move(e));
     CodegenOptions co;
     co.target = target;
     co.modelName = llvm::sys::path::filename(modelFile.getValue()).str();
@@ -837,7 +909,7 @@ int main(int argc, char** argv) {
   }
   std::map<std::string, int64_t> strategyBytes;
   if (emit == Emit::Plan && gpus > 1)
-    for (const char* strat : {"data", "model", "owt"}) {
+    for (const char* strat : {"data", "model", "owt", "layerwise"}) {
       auto copy = module->graph->clone();
       if (llvm::Error e = buildTrainingGraph(*copy, true, strat))
         return fail(std::move(e));
@@ -860,6 +932,8 @@ int main(int argc, char** argv) {
       auto stats = planMemory(*target);
       if (!stats)
         return fail(stats.takeError());
+      if (llvm::Error e = checkDeviceMemory(*target, *stats))
+        return fail(std::move(e));
       plan = *stats;
       if (verbose)
         for (const auto& [device, bytes] : stats->peakBytes)
@@ -884,7 +958,7 @@ int main(int argc, char** argv) {
   case Emit::Plan:
     printPlan(*module->graph, *plan, out.os());
     if (gpus > 1)
-      printParallelPlan(*module->graph, strategy, gpus, strategyBytes, out.os());
+      printParallelPlan(*module->graph, chosenStrategy(), gpus, strategyBytes, out.os());
     break;
   case Emit::Source:
   case Emit::Exe:
