@@ -1,9 +1,10 @@
 //===- Emitters.h - The runtime call of each IR op ---------------*- C++ -*-===//
 //
-// How codegen writes an op as a call into the lwcc runtime: the function,
-// the layout of its arguments and the parameter struct built from the op's
-// attributes, one row per op kind, and the small formatters the generated
-// source uses for numbers, lists and element types.
+// How codegen writes an op as a call into the lwcc runtime: the op table
+// names the function and the layout of its arguments (the `kernel` trait);
+// here, the parameter struct built from the op's attributes, one row per op
+// kind, and the small formatters the generated source uses for numbers,
+// lists and element types.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -28,23 +29,16 @@ std::string num(double v);
 std::string ints(const std::vector<int64_t>& v);
 std::string floats(const std::vector<double>& v);
 
-/// How an op's arguments are laid out in its runtime call.
-enum class Args {
-  Plain,       ///< operands, then results
-  OptionalLast ///< like Plain, but the last operand is a pointer (null when absent)
-};
+/// Formats the parameter struct of an op's runtime call from its
+/// attributes ("" for a kernel without one).
+using ParamsFn = std::string (*)(const Op&);
 
-/// The runtime function, argument layout and parameter struct of an op.
-struct Emitter {
-  const char* fn;
-  Args args;
-  std::string (*params)(const Op&);
-};
-
-/// The emitter of each op kind; Concat, Split, Constant, Assign and the
-/// communication ops are written by hand (lists of views, init-time fill,
-/// state copy, one device's part of a collective).
-const std::map<OpKind, Emitter>& emitters();
+/// The parameter formatter of every op whose runtime call (the op table's
+/// `kernel` trait, ir/OpTraits.def) takes one: Plain, OptionalLast,
+/// OperandList and ResultList kernels. Constants, assigns and
+/// communication ops are written by hand (init-time fill, state copy, one
+/// device's part of a collective).
+const std::map<OpKind, ParamsFn>& paramsFormatters();
 std::string concatP(const Op& op);
 std::string splitP(const Op& op);
 /// The parameter struct of an op whose settings come from the trainer's

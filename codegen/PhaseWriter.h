@@ -366,7 +366,8 @@ public:
         sizes.push_back((operands ? op.operand(k) : op.result(k))->type().shape[axis]);
       return sizes;
     };
-    std::string head = "(b, " + std::to_string(id) + ", ";
+    std::string head = std::string(op.info().kernel.fn ? op.info().kernel.fn : "?") + "(b, " +
+                       std::to_string(id) + ", ";
     const unsigned at = static_cast<unsigned>(std::max<int64_t>(i, 0));
     switch (op.kind()) {
     case OpKind::AllReduce: {
@@ -375,46 +376,45 @@ public:
         in += (t ? ", " : "") + names_(op.operand(t * p + at));
         out += (t ? ", " : "") + names_(op.result(t * p + at));
       }
-      return "allReduce" + head + ints(devices) + ", " + in + "}, " + out + "})";
+      return head + ints(devices) + ", " + in + "}, " + out + "})";
     }
     case OpKind::AllGather: {
       int64_t axis = op.getInt("axis");
-      return "allGather" + head + ints(devices) + ", " + std::to_string(axis) + ", " +
+      return head + ints(devices) + ", " + std::to_string(axis) + ", " +
              ints(sizesAlong(axis, true)) + ", " + names_(op.operand(at)) + ", " +
              names_(op.result(at)) + ")";
     }
     case OpKind::ReduceScatter: {
       int64_t axis = op.getInt("axis");
-      return "reduceScatter" + head + ints(devices) + ", " + std::to_string(axis) + ", " +
-             ints(op.getInts("sizes")) + ", " + names_(op.operand(at)) + ", " +
-             names_(op.result(at)) + ")";
+      return head + ints(devices) + ", " + std::to_string(axis) + ", " + ints(op.getInts("sizes")) +
+             ", " + names_(op.operand(at)) + ", " + names_(op.result(at)) + ")";
     }
     case OpKind::Broadcast: {
       int64_t src = op.getInt("src");
-      return "broadcast" + head + std::to_string(src) + ", " + ints(devices) + ", " +
+      return head + std::to_string(src) + ", " + ints(devices) + ", " +
              ref(device == src, op.operand(0)) + ", " + ref(i >= 0, op.result(at)) + ")";
     }
     case OpKind::ReduceTo: {
       int64_t dst = op.getInt("dst");
-      return "reduceTo" + head + ints(devices) + ", " + std::to_string(dst) + ", " +
+      return head + ints(devices) + ", " + std::to_string(dst) + ", " +
              ref(i >= 0, op.operand(at)) + ", " + ref(device == dst, op.result(0)) + ")";
     }
     case OpKind::DeviceCopy: {
       int64_t src = op.getInt("src"), dst = op.getInt("dst");
-      return "deviceCopy" + head + std::to_string(src) + ", " + std::to_string(dst) + ", " +
+      return head + std::to_string(src) + ", " + std::to_string(dst) + ", " +
              ref(device == src, op.operand(0)) + ", " + ref(device == dst, op.result(0)) + ")";
     }
     case OpKind::Shard: {
       int64_t src = op.getInt("src"), axis = op.getInt("axis");
-      return "shard" + head + std::to_string(src) + ", " + ints(devices) + ", " +
-             std::to_string(axis) + ", " + ints(op.getInts("sizes")) + ", " +
-             ref(device == src, op.operand(0)) + ", " + ref(i >= 0, op.result(at)) + ")";
+      return head + std::to_string(src) + ", " + ints(devices) + ", " + std::to_string(axis) +
+             ", " + ints(op.getInts("sizes")) + ", " + ref(device == src, op.operand(0)) + ", " +
+             ref(i >= 0, op.result(at)) + ")";
     }
     case OpKind::Unshard: {
       int64_t dst = op.getInt("dst"), axis = op.getInt("axis");
-      return "unshard" + head + ints(devices) + ", " + std::to_string(dst) + ", " +
-             std::to_string(axis) + ", " + ints(sizesAlong(axis, true)) + ", " +
-             ref(i >= 0, op.operand(at)) + ", " + ref(device == dst, op.result(0)) + ")";
+      return head + ints(devices) + ", " + std::to_string(dst) + ", " + std::to_string(axis) +
+             ", " + ints(sizesAlong(axis, true)) + ", " + ref(i >= 0, op.operand(at)) + ", " +
+             ref(device == dst, op.result(0)) + ")";
     }
     default:
       return op.emitError("codegen: no runtime call for this communication op");
@@ -524,53 +524,64 @@ private:
         s += (i ? ", " : "") + names_(vs[i]);
       return s + "}";
     };
-    if (op.kind() == OpKind::Constant) {
+    const KernelSpec& k = op.info().kernel;
+    auto formatter = paramsFormatters().find(op.kind());
+    auto params = [&]() -> std::string {
+      std::string h = hyperParams(op);
+      if (!h.empty())
+        return h;
+      return formatter == paramsFormatters().end() ? "" : formatter->second(op);
+    };
+    const std::string fn = k.fn ? k.fn : "";
+    switch (k.args) {
+    case KernelSpec::Fill: {
       std::vector<double> fv;
       std::vector<int64_t> iv;
       if (op.hasAttr("value"))
         fv = op.getFloats("value");
       if (op.hasAttr("ivalue"))
         iv = op.getInts("ivalue");
-      return "fill(" + names_(op.result()) + ", FillParams{" + floats(fv) + ", " + ints(iv) + "})";
+      return fn + "(" + names_(op.result()) + ", FillParams{" + floats(fv) + ", " + ints(iv) + "})";
     }
-    if (op.kind() == OpKind::Assign) {
+    case KernelSpec::Assign:
       // An update written over its param leaves nothing to copy.
       if (where_.at(op.operand(0)) == where_.at(op.operand(1)))
         return std::string();
-      return "copy(" + names_(op.operand(1)) + ", " + names_(op.operand(0)) + ")";
-    }
-    if (op.kind() == OpKind::Concat) {
+      return fn + "(" + names_(op.operand(1)) + ", " + names_(op.operand(0)) + ")";
+    case KernelSpec::OperandList: {
       std::vector<const Value*> xs(op.operands().begin(), op.operands().end());
-      return "concat(" + list(xs) + ", " + names_(op.result()) + ", " + concatP(op) + ")";
+      return fn + "(" + list(xs) + ", " + names_(op.result()) + ", " + params() + ")";
     }
-    if (op.kind() == OpKind::Split) {
+    case KernelSpec::ResultList: {
       std::vector<const Value*> rs;
       for (unsigned r = 0; r < op.numResults(); ++r)
         rs.push_back(op.result(r));
-      return "split(" + names_(op.operand(0)) + ", " + list(rs) + ", " + splitP(op) + ")";
+      return fn + "(" + names_(op.operand(0)) + ", " + list(rs) + ", " + params() + ")";
     }
-    auto it = emitters().find(op.kind());
-    if (it == emitters().end())
+    case KernelSpec::Plain:
+    case KernelSpec::OptionalLast:
+      break;
+    case KernelSpec::Comm:
+      return op.emitError("codegen: a communication op in a one-device step");
+    }
+    if (fn.empty() || formatter == paramsFormatters().end())
       return op.emitError("codegen: no runtime kernel for this op");
-    const Emitter& e = it->second;
     // A view whose result shares its operand's bytes needs no copy.
-    if (std::strcmp(e.fn, "copy") == 0 && where_.at(op.operand(0)) == where_.at(op.result()))
+    if (fn == "copy" && where_.at(op.operand(0)) == where_.at(op.result()))
       return std::string();
     std::vector<std::string> args;
     unsigned fixed = op.info().minOperands;
+    const bool optionalLast = k.args == KernelSpec::OptionalLast;
     for (unsigned i = 0; i < op.numOperands(); ++i)
-      args.push_back((e.args == Args::OptionalLast && i >= fixed ? "&" : "") +
-                     names_(op.operand(i)));
-    if (e.args == Args::OptionalLast && op.numOperands() == fixed)
+      args.push_back((optionalLast && i >= fixed ? "&" : "") + names_(op.operand(i)));
+    if (optionalLast && op.numOperands() == fixed)
       args.push_back("nullptr");
     for (unsigned r = 0; r < op.numResults(); ++r)
       args.push_back(names_(op.result(r)));
-    std::string params = hyperParams(op);
-    if (params.empty())
-      params = e.params(op);
-    if (!params.empty())
-      args.push_back(params);
-    std::string call = std::string(e.fn) + "(";
+    std::string p = params();
+    if (!p.empty())
+      args.push_back(p);
+    std::string call = fn + "(";
     for (size_t i = 0; i < args.size(); ++i)
       call += (i ? ", " : "") + args[i];
     return call + ")";

@@ -6,6 +6,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <functional>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,11 @@ struct SplitPlan {
   /// devices (Sum), or a mean over the device's shard that the devices'
   /// shares of the split dim weigh (Mean).
   enum class Partial { None, Sum, Mean } partial = Partial::None;
+  /// Sliding-window ops split along height or width (convolution, pooling):
+  /// the entries [first, last) of operand #0 along the split dim that the
+  /// result's entries [begin, end) read, the halo included. Unset: the
+  /// same entries as the result.
+  std::function<std::pair<int64_t, int64_t>(int64_t begin, int64_t end)> window;
 };
 /// The plan for splitting result #0 along `dim`, or nullopt when the op
 /// cannot compute shards that way.
@@ -65,6 +71,23 @@ using ParallelRule = std::optional<SplitPlan> (*)(const Op&, int64_t dim);
 /// starts at `offset` along the split `dim` (ops whose attributes hold
 /// shapes or global positions).
 using LocalizeHook = void (*)(Op& local, const Op& global, int64_t dim, int64_t offset);
+
+/// The lwcc runtime function that computes an op in a trainer (the CPU and
+/// CUDA backends share its name and signature: lwrt/cpu_*.h, lwrt/cuda_*.h,
+/// lwrt/comm.h) and how codegen lays out its arguments.
+struct KernelSpec {
+  enum Args : uint8_t {
+    Plain,        ///< operands, then results, then the op's parameter struct
+    OptionalLast, ///< like Plain; the last operand is a pointer (null when absent)
+    OperandList,  ///< a list of the operands, the result (concat)
+    ResultList,   ///< the operand, a list of the results (split)
+    Fill,         ///< the result, filled once at start-up (constant)
+    Assign,       ///< a copy of operand #1 over the state of operand #0
+    Comm          ///< one device's part of a communication op
+  };
+  const char* fn = nullptr;
+  Args args = Plain;
+};
 
 struct OpInfo {
   OpKind kind;
@@ -80,6 +103,8 @@ struct OpInfo {
   /// Set for communication ops only (Ops.def's COMM_OP rows).
   PlacementRule placement = nullptr;
   /// Named traits from ir/OpTraits.def.
+  /// The runtime call of the op in a trainer (codegen); every op has one.
+  KernelSpec kernel = {};
   ParallelRule parallel = nullptr;
   LocalizeHook localize = nullptr;
   /// @par and the parallel rule name dims of operand #0, which the op
@@ -213,6 +238,9 @@ std::optional<SplitPlan> loss(const Op&, int64_t dim);
 std::optional<SplitPlan> reduce(const Op&, int64_t dim);
 std::optional<SplitPlan> dropoutMask(const Op&, int64_t dim);
 void localizeShape(Op& local, const Op& global, int64_t dim, int64_t offset);
+/// Convolution and pooling split along height or width: pads only at the
+/// input's borders.
+void localizeWindow(Op& local, const Op& global, int64_t dim, int64_t offset);
 void localizeDropoutMask(Op& local, const Op& global, int64_t dim, int64_t offset);
 } // namespace par
 

@@ -28,7 +28,7 @@ int64_t alignedDim(const Value* v, const Shape& out, int64_t dim) {
 
 SplitPlan plan(std::vector<int64_t> operands, std::vector<int64_t> results,
                SplitPlan::Partial partial = SplitPlan::Partial::None) {
-  return SplitPlan{std::move(operands), std::move(results), partial};
+  return SplitPlan{std::move(operands), std::move(results), partial, {}};
 }
 
 bool validDim(const Value* v, int64_t dim) { return dim >= 0 && dim < v->type().rank(); }
@@ -47,14 +47,55 @@ std::optional<SplitPlan> elementwise(const Op& op, int64_t dim) {
   return plan(std::move(operands), {dim});
 }
 
+namespace {
+
+/// A sliding window along spatial dim `dim` (2: height, 3: width).
+struct Window {
+  int64_t kernel, stride, dilation, padBegin, extent; ///< extent: operand #0's size
+};
+
+Window windowOf(const Op& op, int64_t dim) {
+  size_t k = static_cast<size_t>(dim - 2);
+  Window w;
+  w.kernel = op.kind() == OpKind::Conv2d ? shapeOf(op.operand(1))[static_cast<size_t>(dim)]
+                                         : op.getInts("kernel")[k];
+  w.stride = op.getInts("strides")[k];
+  w.dilation = op.hasAttr("dilations") ? op.getInts("dilations")[k] : 1;
+  w.padBegin = op.getInts("pads")[k];
+  w.extent = shapeOf(op.operand(0))[static_cast<size_t>(dim)];
+  return w;
+}
+
+/// A split of a sliding-window op's height or width: each device reads the
+/// input rows its output rows cover (a halo beyond its share) and pads only
+/// at the input's true borders (localizeWindow). Pools in ceil mode are not
+/// split: their last window may hang over the padding.
+std::optional<SplitPlan> windowed(const Op& op, int64_t dim, std::vector<int64_t> operands) {
+  if (op.hasAttr("ceil_mode") && op.getInt("ceil_mode") != 0)
+    return std::nullopt;
+  Window w = windowOf(op, dim);
+  operands[0] = dim;
+  SplitPlan p = plan(std::move(operands), {dim});
+  p.window = [w](int64_t begin, int64_t end) {
+    int64_t first = begin * w.stride - w.padBegin;
+    int64_t last = (end - 1) * w.stride - w.padBegin + (w.kernel - 1) * w.dilation + 1;
+    return std::make_pair(std::max<int64_t>(0, first), std::min(w.extent, last));
+  };
+  return p;
+}
+
+} // namespace
+
 std::optional<SplitPlan> conv2d(const Op& op, int64_t dim) {
   std::vector<int64_t> operands(op.numOperands(), -1);
   if (dim == 0) {
     operands[0] = 0; // samples; the filter and bias whole
     return plan(std::move(operands), {0});
   }
+  if (dim == 2 || dim == 3)
+    return windowed(op, dim, std::move(operands));
   if (dim != 1)
-    return std::nullopt; // height and width would need halo exchanges
+    return std::nullopt;
   int64_t group = op.getInt("group");
   int64_t cin = shapeOf(op.operand(0))[1], cout = shapeOf(op.result())[1];
   if (group == 1) {
@@ -72,10 +113,25 @@ std::optional<SplitPlan> conv2d(const Op& op, int64_t dim) {
   return plan(std::move(operands), {1});
 }
 
-std::optional<SplitPlan> pool(const Op&, int64_t dim) {
+std::optional<SplitPlan> pool(const Op& op, int64_t dim) {
+  if ((dim == 2 || dim == 3) && op.kind() != OpKind::GlobalAvgPool)
+    return windowed(op, dim, {-1});
   if (dim != 0 && dim != 1)
     return std::nullopt;
   return plan({dim}, {dim});
+}
+
+void localizeWindow(Op& local, const Op& global, int64_t dim, int64_t offset) {
+  if (dim != 2 && dim != 3)
+    return;
+  auto w = windowOf(global, dim);
+  int64_t end = offset + local.result()->type().shape[static_cast<size_t>(dim)];
+  int64_t first = offset * w.stride - w.padBegin;
+  int64_t last = (end - 1) * w.stride - w.padBegin + (w.kernel - 1) * w.dilation + 1;
+  std::vector<int64_t> pads = global.getInts("pads");
+  pads[static_cast<size_t>(dim - 2)] = std::max<int64_t>(0, -first);
+  pads[static_cast<size_t>(dim)] = std::max<int64_t>(0, last - w.extent);
+  local.setAttr("pads", Attribute(pads));
 }
 
 std::optional<SplitPlan> sampleOnly(const Op& op, int64_t dim) {

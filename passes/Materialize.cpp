@@ -283,6 +283,17 @@ private:
       pieces = *ar;
       have = wholeOn(have.devices);
       remember(have, pieces);
+    } else if (have.isSplit() && want.isSplit() && want.dim == have.dim) {
+      // Re-split along the same dim (halos, other sizes or devices): each
+      // piece from the rows of the pieces it overlaps, copied across.
+      for (size_t i = 0; i < want.devices.size(); ++i) {
+        auto piece = gatherRows(pieces, have, want.devices[i], want.offsets[i], want.sizes[i]);
+        if (!piece)
+          return piece.takeError();
+        out.push_back(*piece);
+      }
+      remember(want, out);
+      return out;
     } else if (have.isSplit()) {
       auto ag = emitComm(OpKind::AllGather, pieces,
                          {{"devices", Attribute(have.devices)}, {"axis", Attribute(have.dim)}},
@@ -324,6 +335,35 @@ private:
     }
     remember(want, out);
     return out;
+  }
+
+  /// Entries [offset, offset + size) along `have.dim` of a value split as
+  /// `have`, on `device`: a slice of each piece that holds some of them,
+  /// copied to `device` when it lives elsewhere, concatenated.
+  llvm::Expected<Value*> gatherRows(const std::vector<Value*>& pieces, const Layout& have,
+                                    int64_t device, int64_t offset, int64_t size) {
+    std::vector<Value*> parts;
+    for (size_t j = 0; j < have.devices.size(); ++j) {
+      int64_t from = std::max(offset, have.offsets[j]);
+      int64_t to = std::min(offset + size, have.offsets[j] + have.sizes[j]);
+      if (from >= to)
+        continue;
+      auto part = sliceOf(pieces[j], have.devices[j], have.dim, from - have.offsets[j], to - from);
+      if (!part)
+        return part.takeError();
+      Value* p = *part;
+      if (have.devices[j] != device) {
+        auto copy = emitComm(OpKind::DeviceCopy, {p},
+                             {{"src", Attribute(have.devices[j])}, {"dst", Attribute(device)}}, 1);
+        if (!copy)
+          return copy.takeError();
+        p = (*copy)[0];
+      }
+      parts.push_back(p);
+    }
+    if (parts.size() == 1)
+      return parts[0];
+    return emit(device, OpKind::Concat, parts, {{"axis", Attribute(have.dim)}});
   }
 
   Value* constantOn(const Op& c, int64_t device) {
@@ -389,6 +429,12 @@ private:
       if (plan && plan->operandDims[j] >= 0) {
         want = split;
         want.dim = plan->operandDims[j];
+        if (j == 0 && plan->window) // each device's rows and their halo
+          for (size_t i = 0; i < devices.size(); ++i) {
+            auto [first, last] = plan->window(split.offsets[i], split.offsets[i] + split.sizes[i]);
+            want.offsets[i] = first;
+            want.sizes[i] = last - first;
+          }
       }
       auto pieces = realize(op.operand(j), want);
       if (!pieces)
