@@ -11,8 +11,8 @@ same seed on synthetic data, then evaluate. Checks, against `--gpus 1`:
     within 1e-4;
   - the --export runs in onnxruntime and gives the one-device export's
     logits within 1e-4.
-A batch the devices do not divide evenly (lenet, batch 6 on 4 devices) is
-checked the same way; every multi-device run has --check-replicas (the
+A batch the devices do not divide evenly (lenet, batch 6 on 4 devices, data
+and owt) is checked the same way; every multi-device run has --check-replicas (the
 replicas of a param hold the same bits whenever the params are read back).
 With `--gpus 4`, a run killed (SIGKILL) once its step-3 checkpoint is on disk
 and resumed from it to step 6 ends bit-identical (params, outputs and export)
@@ -193,7 +193,7 @@ def main():
             cases += [(m, 8, g, s) for g in gpus for s in ("data", "model", "owt")
                       if m == "lenet" or g == 4 or s == "owt"]
         if "lenet" in models:
-            cases += [("lenet", 6, 1, "data"), ("lenet", 6, 4, "data")]
+            cases += [("lenet", 6, 1, "data"), ("lenet", 6, 4, "data"), ("lenet", 6, 4, "owt")]
         for m, batch in sorted({(c[0], c[1]) for c in cases}):
             r = run([sys.executable, GEN, m, "--test-size", "--batch", str(batch), "-o",
                      os.path.join(tmp, f"{m}-{batch}.onnx")])
