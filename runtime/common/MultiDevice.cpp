@@ -374,14 +374,4 @@ std::string MultiDevice::description() const {
   return s + " (" + runners_[0]->description() + ")";
 }
 
-std::string MultiDevice::notes() const {
-  std::string s = group_->notes();
-  for (const StepRunner* r : runners_) {
-    std::string n = r->notes();
-    if (!n.empty() && s.find(n) == std::string::npos)
-      s += (s.empty() ? "" : "; ") + n;
-  }
-  return s;
-}
-
 } // namespace lwrt

@@ -61,7 +61,6 @@ public:
   std::string takeDeviceError();
   /// "4 logical devices on CPU, 2 threads" or "... on GPUs 0,1 (NVIDIA ...)".
   std::string description() const;
-  std::string notes() const;
   int numDevices() const { return static_cast<int>(runners_.size()); }
 
 private:

@@ -1045,8 +1045,11 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     int64_t iv = 0;
     if (key == "--help" || key == "-h") {
       std::printf(kUsage, program);
-      std::printf("\nthis trainer: %s, target %s, optimizer %s, lr %g, schedule %s\n",
+      std::printf("\nthis trainer: %s, target %s%s, optimizer %s, lr %g, schedule %s\n",
                   m.name.c_str(), m.target.c_str(),
+                  m.numDevices > 1
+                      ? (", " + std::to_string(m.numDevices) + " logical devices").c_str()
+                      : "",
                   m.defaults.family == Hyper::Sgd    ? "sgd"
                   : m.defaults.family == Hyper::Adam ? (m.defaults.decoupled ? "adamw" : "adam")
                                                      : "none",

@@ -279,6 +279,10 @@ TEST_F(MultiDeviceTrainer, AFailingStepFunctionStopsTheRunByName) {
 
 TEST_F(MultiDeviceTrainer, DeviceFlags) {
   std::string out;
+  EXPECT_EQ(train({"--help"}, &out), 0);
+  EXPECT_NE(out.find("this trainer: fixture, target cpu, 2 logical devices,"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("--devices=A,B,..."), std::string::npos) << out;
   EXPECT_EQ(train({"--steps=1", "--progress=off", "--devices=0,0"}, &out), 0) << out;
   EXPECT_EQ(train({"--steps=1", "--devices=0,1,2"}, &out), 2);
   EXPECT_NE(out.find("--devices lists 3 devices; this trainer has 2 logical devices"),
