@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
 
+#include "codegen/PhaseWriter.h"
 #include "ir/Printer.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -25,676 +26,112 @@
 
 namespace lwcc {
 
+using namespace codegen;
+
 namespace {
 
-constexpr int64_t kAlign = 256;
-int64_t alignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-std::string dtypeEnum(DType t) {
-  switch (t) {
-  case DType::F32:
-    return "DType::F32";
-  case DType::F64:
-    return "DType::F64";
-  case DType::F16:
-    return "DType::F16";
-  case DType::BF16:
-    return "DType::BF16";
-  case DType::I64:
-    return "DType::I64";
-  case DType::I32:
-    return "DType::I32";
-  case DType::Bool:
-    return "DType::Bool";
-  }
-  return "";
-}
-
-std::string num(double v) {
-  if (std::isinf(v))
-    return v < 0 ? "-kInf" : "kInf";
-  return formatFloat(v);
-}
-
-std::string ints(const std::vector<int64_t>& v) {
-  std::string s = "{";
-  for (size_t i = 0; i < v.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "}";
-}
-
-std::string floats(const std::vector<double>& v) {
-  std::string s = "{";
-  for (size_t i = 0; i < v.size(); ++i)
-    s += (i ? ", " : "") + num(v[i]);
-  return s + "}";
-}
-
-std::string optInts(const Op& op, const char* name) {
-  return op.hasAttr(name) ? "std::vector<int64_t>" + ints(op.getInts(name)) : "std::nullopt";
-}
-
-/// How an op's arguments are laid out in its runtime call.
-enum class Args {
-  Plain,       ///< operands, then results
-  OptionalLast ///< like Plain, but the last operand is a pointer (null when absent)
+/// Where each device's values live in a multi-device step.
+struct MultiDevicePlaces {
+  int64_t devices = 0;
+  std::vector<Places> where; ///< per device: the inputs, its params, its results
+  std::vector<int64_t> arenaBytes, stateBytes;
+  std::vector<std::string> placements; ///< ParamPlacement initializers, C++ source
 };
 
-/// The runtime function, argument layout and parameter struct of an op.
-struct Emitter {
-  const char* fn;
-  Args args;
-  std::string (*params)(const Op&);
-};
-
-std::string none(const Op&) { return ""; }
-std::string conv(const Op& op) {
-  return "Conv2dParams{" + ints(op.getInts("strides")) + ", " + ints(op.getInts("pads")) + ", " +
-         ints(op.getInts("dilations")) + ", " + std::to_string(op.getInt("group")) + "}";
-}
-std::string maxPool(const Op& op) {
-  return "MaxPool2dParams{" + ints(op.getInts("kernel")) + ", " + ints(op.getInts("strides")) +
-         ", " + ints(op.getInts("pads")) + ", " + ints(op.getInts("dilations")) + ", " +
-         std::to_string(op.getInt("ceil_mode")) + "}";
-}
-std::string avgPool(const Op& op) {
-  return "AvgPool2dParams{" + ints(op.getInts("kernel")) + ", " + ints(op.getInts("strides")) +
-         ", " + ints(op.getInts("pads")) + ", " + std::to_string(op.getInt("ceil_mode")) + ", " +
-         std::to_string(op.getInt("count_include_pad")) + "}";
-}
-std::string lrnP(const Op& op) {
-  return "LrnParams{" + std::to_string(op.getInt("size")) + ", " + num(op.getFloat("alpha")) +
-         ", " + num(op.getFloat("beta")) + ", " + num(op.getFloat("bias")) + "}";
-}
-std::string gemmP(const Op& op) {
-  return "GemmParams{" + std::to_string(op.getInt("transA")) + ", " +
-         std::to_string(op.getInt("transB")) + ", " + num(op.getFloat("alpha")) + ", " +
-         num(op.getFloat("beta")) + "}";
-}
-std::string leaky(const Op& op) { return "LeakyReluParams{" + num(op.getFloat("alpha")) + "}"; }
-std::string clipP(const Op& op) {
-  return "ClipParams{" + num(op.getFloat("min")) + ", " + num(op.getFloat("max")) + "}";
-}
-std::string reduceP(const Op& op) {
-  return "ReduceParams{" + optInts(op, "axes") + ", " + std::to_string(op.getInt("keepdims")) + "}";
-}
-std::string softmaxP(const Op& op) {
-  return "SoftmaxParams{" + std::to_string(op.getInt("axis")) + "}";
-}
-std::string bnP(const Op& op) {
-  return "BatchNormParams{" + num(op.getFloat("epsilon")) + ", " + num(op.getFloat("momentum")) +
-         "}";
-}
-std::string bnTrainP(const Op& op) {
-  return "BatchNormTrainParams{" + num(op.getFloat("epsilon")) + "}";
-}
-std::string layerNormP(const Op& op) {
-  return "LayerNormParams{" + std::to_string(op.getInt("axis")) + ", " +
-         num(op.getFloat("epsilon")) + "}";
-}
-std::string gatherNdP(const Op& op) {
-  return "GatherNdParams{" + std::to_string(op.getInt("batch_dims")) + "}";
-}
-std::string transposeP(const Op& op) { return "TransposeParams{" + ints(op.getInts("perm")) + "}"; }
-std::string concatP(const Op& op) {
-  return "ConcatParams{" + std::to_string(op.getInt("axis")) + "}";
-}
-std::string sliceP(const Op& op) {
-  return "SliceParams{" + ints(op.getInts("starts")) + ", " + ints(op.getInts("ends")) + ", " +
-         optInts(op, "axes") + ", " + optInts(op, "steps") + "}";
-}
-std::string splitP(const Op& op) {
-  return "SplitParams{" + std::to_string(op.getInt("axis")) + ", " + ints(op.getInts("split")) +
-         "}";
-}
-std::string gatherP(const Op& op) {
-  return "GatherParams{" + std::to_string(op.getInt("axis")) + "}";
-}
-std::string padP(const Op& op) {
-  const std::string& m = op.getString("mode");
-  std::string mode = m == "reflect" ? "PadMode::Reflect"
-                     : m == "edge"  ? "PadMode::Edge"
-                                    : "PadMode::Constant";
-  return "PadParams{" + ints(op.getInts("pads")) + ", " + mode + ", " + num(op.getFloat("value")) +
-         "}";
-}
-std::string dropoutP(const Op& op) {
-  return "DropoutMaskParams{" + num(op.getFloat("ratio")) + ", " +
-         std::to_string(op.getInt("seed")) + "}";
-}
-std::string sgdP(const Op& op) {
-  return "SgdParams{" + num(op.getFloat("momentum")) + ", " + num(op.getFloat("weight_decay")) +
-         ", " + std::to_string(op.getInt("nesterov")) + "}";
-}
-std::string adamP(const Op& op) {
-  return "AdamParams{" + num(op.getFloat("beta1")) + ", " + num(op.getFloat("beta2")) + ", " +
-         num(op.getFloat("epsilon")) + ", " + num(op.getFloat("weight_decay")) + ", " +
-         std::to_string(op.getInt("decoupled")) + "}";
-}
-std::string lrP(const Op& op) {
-  const std::string& k = op.getString("kind");
-  std::string kind = k == "step"     ? "LrScheduleKind::Step"
-                     : k == "cosine" ? "LrScheduleKind::Cosine"
-                                     : "LrScheduleKind::Constant";
-  return "LrScheduleParams{" + kind + ", " + num(op.getFloat("base_lr")) + ", " +
-         std::to_string(op.getInt("warmup_steps")) + ", " +
-         std::to_string(op.getInt("total_steps")) + ", " + std::to_string(op.getInt("step_size")) +
-         ", " + num(op.getFloat("gamma")) + ", " + num(op.getFloat("min_lr")) + "}";
-}
-
-/// The emitter of each op kind; Concat, Split, Constant and Assign are
-/// written by hand below (lists of views, init-time fill, state copy).
-const std::map<OpKind, Emitter>& emitters() {
-  static const std::map<OpKind, Emitter> table = {
-      {OpKind::Conv2d, {"conv2d", Args::OptionalLast, conv}},
-      {OpKind::Conv2dGradInput, {"conv2dGradInput", Args::Plain, conv}},
-      {OpKind::Conv2dGradFilter, {"conv2dGradFilter", Args::Plain, conv}},
-      {OpKind::MaxPool2d, {"maxPool2d", Args::Plain, maxPool}},
-      {OpKind::MaxPool2dGrad, {"maxPool2dGrad", Args::Plain, maxPool}},
-      {OpKind::AvgPool2d, {"avgPool2d", Args::Plain, avgPool}},
-      {OpKind::AvgPool2dGrad, {"avgPool2dGrad", Args::Plain, avgPool}},
-      {OpKind::GlobalAvgPool, {"globalAvgPool", Args::Plain, none}},
-      {OpKind::Lrn, {"lrn", Args::Plain, lrnP}},
-      {OpKind::LrnGrad, {"lrnGrad", Args::Plain, lrnP}},
-      {OpKind::Relu, {"relu", Args::Plain, none}},
-      {OpKind::LeakyRelu, {"leakyRelu", Args::Plain, leaky}},
-      {OpKind::Sigmoid, {"sigmoid", Args::Plain, none}},
-      {OpKind::Tanh, {"tanh", Args::Plain, none}},
-      {OpKind::Exp, {"exp", Args::Plain, none}},
-      {OpKind::Log, {"log", Args::Plain, none}},
-      {OpKind::Sqrt, {"sqrt", Args::Plain, none}},
-      {OpKind::Reciprocal, {"reciprocal", Args::Plain, none}},
-      {OpKind::Neg, {"neg", Args::Plain, none}},
-      {OpKind::Abs, {"abs", Args::Plain, none}},
-      {OpKind::Sign, {"sign", Args::Plain, none}},
-      {OpKind::Clip, {"clip", Args::Plain, clipP}},
-      {OpKind::Add, {"add", Args::Plain, none}},
-      {OpKind::Sub, {"sub", Args::Plain, none}},
-      {OpKind::Mul, {"mul", Args::Plain, none}},
-      {OpKind::Div, {"div", Args::Plain, none}},
-      {OpKind::Pow, {"pow", Args::Plain, none}},
-      {OpKind::ReduceMean, {"reduceMean", Args::Plain, reduceP}},
-      {OpKind::ReduceSum, {"reduceSum", Args::Plain, reduceP}},
-      {OpKind::Gemm, {"gemm", Args::OptionalLast, gemmP}},
-      {OpKind::MatMul, {"matmul", Args::Plain, none}},
-      {OpKind::Reshape, {"copy", Args::Plain, none}},
-      {OpKind::Flatten, {"copy", Args::Plain, none}},
-      {OpKind::Identity, {"copy", Args::Plain, none}},
-      {OpKind::Dropout, {"copy", Args::Plain, none}},
-      {OpKind::Transpose, {"transpose", Args::Plain, transposeP}},
-      {OpKind::Slice, {"slice", Args::Plain, sliceP}},
-      {OpKind::SliceGrad, {"sliceGrad", Args::Plain, sliceP}},
-      {OpKind::Gather, {"gather", Args::Plain, gatherP}},
-      {OpKind::GatherGrad, {"gatherGrad", Args::Plain, gatherP}},
-      {OpKind::Expand, {"expand", Args::Plain, none}},
-      {OpKind::Pad, {"pad", Args::Plain, padP}},
-      {OpKind::Cast, {"cast", Args::Plain, none}},
-      {OpKind::Softmax, {"softmax", Args::Plain, softmaxP}},
-      {OpKind::LogSoftmax, {"logSoftmax", Args::Plain, softmaxP}},
-      {OpKind::SoftmaxGrad, {"softmaxGrad", Args::Plain, softmaxP}},
-      {OpKind::LogSoftmaxGrad, {"logSoftmaxGrad", Args::Plain, softmaxP}},
-      {OpKind::BatchNorm, {"batchNorm", Args::Plain, bnP}},
-      {OpKind::BatchNormTrain, {"batchNormTrain", Args::Plain, bnTrainP}},
-      {OpKind::BatchNormGrad, {"batchNormGrad", Args::Plain, bnTrainP}},
-      {OpKind::SoftmaxXent, {"softmaxXent", Args::Plain, none}},
-      {OpKind::SoftmaxXentGrad, {"softmaxXentGrad", Args::Plain, none}},
-      {OpKind::MseLoss, {"mseLoss", Args::Plain, none}},
-      {OpKind::MseLossGrad, {"mseLossGrad", Args::Plain, none}},
-      {OpKind::ReluGrad, {"reluGrad", Args::Plain, none}},
-      {OpKind::LeakyReluGrad, {"leakyReluGrad", Args::Plain, leaky}},
-      {OpKind::SigmoidGrad, {"sigmoidGrad", Args::Plain, none}},
-      {OpKind::TanhGrad, {"tanhGrad", Args::Plain, none}},
-      {OpKind::ClipGrad, {"clipGrad", Args::Plain, clipP}},
-      {OpKind::DropoutMask, {"dropoutMask", Args::Plain, dropoutP}},
-      {OpKind::SgdUpdate, {"sgdUpdate", Args::Plain, sgdP}},
-      {OpKind::AdamUpdate, {"adamUpdate", Args::Plain, adamP}},
-      {OpKind::LrSchedule, {"lrSchedule", Args::Plain, lrP}},
-      {OpKind::LayerNorm, {"layerNorm", Args::Plain, layerNormP}},
-      {OpKind::LayerNormGrad, {"layerNormGrad", Args::Plain, layerNormP}},
-      {OpKind::Erf, {"erf", Args::Plain, none}},
-      {OpKind::GatherNd, {"gatherNd", Args::Plain, gatherNdP}},
-      {OpKind::GatherNdGrad, {"gatherNdGrad", Args::Plain, gatherNdP}},
-  };
-  return table;
-}
-
-/// A C identifier for a value: v_<name>, made unique.
-class Names {
-public:
-  std::string operator()(const Value* v) {
-    auto it = names_.find(v);
-    if (it != names_.end())
-      return it->second;
-    std::string base = "v_";
-    for (char c : v->name())
-      base += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-    if (v->name().empty())
-      base += std::to_string(names_.size());
-    std::string n = base;
-    for (int k = 2; used_.count(n); ++k)
-      n = base + "_" + std::to_string(k);
-    used_.insert(n);
-    return names_.emplace(v, n).first->second;
-  }
-
-private:
-  std::map<const Value*, std::string> names_;
-  std::set<std::string> used_;
-};
-
-std::string cString(const std::string& s) { return quoteString(s); }
-
-/// The IR statement of `op`, as a one-line comment (values by C name).
-std::string statement(const Op& op, Names& names) {
-  std::string text;
-  for (unsigned i = 0; i < op.numResults(); ++i)
-    text += (i ? ", " : "") + names(op.result(i));
-  text += (op.numResults() ? " = " : "") + std::string(op.mnemonic()) + "(";
-  for (unsigned i = 0; i < op.numOperands(); ++i)
-    text += (i ? ", " : "") + names(op.operand(i));
-  text += ")";
-  for (unsigned i = 0; i < op.numResults(); ++i)
-    text += (i ? ", " : " : ") + op.result(i)->type().str();
-  if (!op.loc().name.empty())
-    text += "  (" + op.loc().name + ")";
-  return text;
-}
-
-/// Where each value lives: a buffer of StepBuffers and an offset in it.
-using Places = std::map<const Value*, std::pair<std::string, int64_t>>;
-
-/// The optimizer settings the update ops share; they become the trainer's
-/// defaults and the generated calls read them from `h` (StepBuffers::hyper).
-struct HyperDefaults {
-  std::string family = "Hyper::None";
-  std::string fields; ///< assignments to model.defaults
-};
-
-llvm::Expected<HyperDefaults> hyperDefaults(const Graph& g) {
-  HyperDefaults d;
-  const Op *update = nullptr, *schedule = nullptr;
+int64_t deviceCount(const Graph& g) {
+  int64_t n = 1;
+  for (const auto& p : g.params())
+    n = std::max(n, valueDevice(p.get()).value_or(0) + 1);
   for (const auto& op : g.ops()) {
-    if (op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate) {
-      if (update && (update->kind() != op->kind() || update->attrs() != op->attrs()))
-        return op->emitError("codegen: the update ops do not share one optimizer's settings");
-      update = op.get();
-    } else if (op->kind() == OpKind::LrSchedule) {
-      if (schedule && schedule->attrs() != op->attrs())
-        return op->emitError("codegen: the lr_schedule ops differ");
-      schedule = op.get();
-    }
+    n = std::max(n, opDevice(*op) + 1);
+    for (const char* a : {"src", "dst"})
+      if (op->info().isCommunication() && op->hasAttr(a))
+        n = std::max(n, op->getInt(a) + 1);
+    if (op->info().isCommunication() && op->hasAttr("devices"))
+      for (int64_t d : op->getInts("devices"))
+        n = std::max(n, d + 1);
   }
-  std::ostringstream f;
-  if (update && update->kind() == OpKind::SgdUpdate) {
-    d.family = "Hyper::Sgd";
-    f << "  model.defaults.momentum = " << num(update->getFloat("momentum")) << ";\n"
-      << "  model.defaults.weightDecay = " << num(update->getFloat("weight_decay")) << ";\n"
-      << "  model.defaults.nesterov = " << update->getInt("nesterov") << ";\n";
-  } else if (update) {
-    d.family = "Hyper::Adam";
-    f << "  model.defaults.beta1 = " << num(update->getFloat("beta1")) << ";\n"
-      << "  model.defaults.beta2 = " << num(update->getFloat("beta2")) << ";\n"
-      << "  model.defaults.epsilon = " << num(update->getFloat("epsilon")) << ";\n"
-      << "  model.defaults.weightDecay = " << num(update->getFloat("weight_decay")) << ";\n"
-      << "  model.defaults.decoupled = " << update->getInt("decoupled") << ";\n";
-  }
-  if (schedule) {
-    const std::string& k = schedule->getString("kind");
-    f << "  model.defaults.lr = " << num(schedule->getFloat("base_lr")) << ";\n"
-      << "  model.defaults.schedule = "
-      << (k == "step"     ? 1
-          : k == "cosine" ? 2
-                          : 0)
-      << ";\n"
-      << "  model.defaults.warmupSteps = " << schedule->getInt("warmup_steps") << ";\n"
-      << "  model.defaults.totalSteps = " << schedule->getInt("total_steps") << ";\n"
-      << "  model.defaults.stepSize = " << schedule->getInt("step_size") << ";\n"
-      << "  model.defaults.gamma = " << num(schedule->getFloat("gamma")) << ";\n"
-      << "  model.defaults.minLr = " << num(schedule->getFloat("min_lr")) << ";\n";
-  }
-  d.fields = f.str();
-  return d;
+  return n;
 }
 
-/// The parameter struct of an op whose settings come from the trainer's
-/// flags at run time; "" for the others.
-std::string hyperParams(const Op& op) {
-  switch (op.kind()) {
-  case OpKind::SgdUpdate:
-    return "SgdParams{h.momentum, h.weightDecay, h.nesterov}";
-  case OpKind::AdamUpdate:
-    return "AdamParams{h.beta1, h.beta2, h.epsilon, h.weightDecay, h.decoupled}";
-  case OpKind::LrSchedule:
-    return "LrScheduleParams{static_cast<LrScheduleKind>(h.schedule), h.lr, h.warmupSteps, "
-           "h.totalSteps, h.stepSize, h.gamma, h.minLr}";
-  default:
-    return "";
+/// Each device's state buffer (its params, in graph order) and arena (its
+/// op results at their @buf offsets); `inputs` holds the inputs' places,
+/// the same on every device.
+llvm::Expected<MultiDevicePlaces> placeDevices(const Graph& g, const Places& inputs,
+                                               const std::map<std::string, int>& logicalIndex,
+                                               int64_t* classes) {
+  MultiDevicePlaces md;
+  md.devices = deviceCount(g);
+  md.where.assign(static_cast<size_t>(md.devices), inputs);
+  md.arenaBytes.assign(static_cast<size_t>(md.devices), 0);
+  md.stateBytes.assign(static_cast<size_t>(md.devices), 0);
+  for (const auto& p : g.params()) {
+    int64_t d = valueDevice(p.get()).value_or(0);
+    int64_t& at = md.stateBytes[static_cast<size_t>(d)];
+    md.where[static_cast<size_t>(d)][p.get()] = {"b.state", at};
+    std::string shard = "-1, 0, 0";
+    if (p->shard().size() > 1)
+      return makeError(p->loc(), "codegen: param '%" + p->name() +
+                                     "' is split along several dims, which trainers do not hold");
+    if (p->shard().size() == 1)
+      shard = std::to_string(p->shard()[0].dim) + ", " + std::to_string(p->shard()[0].offset) +
+              ", " + std::to_string(p->type().shape[static_cast<size_t>(p->shard()[0].dim)]);
+    md.placements.push_back("{" + std::to_string(logicalIndex.at(p->paramName())) + ", " +
+                            std::to_string(d) + ", " + std::to_string(at) + ", " + shard +
+                            "}); // " + p->paramName() + " " + p->type().str());
+    at = alignUp(at + p->type().sizeInBytes());
   }
-}
-
-/// The body of one generated function and the values it names.
-struct Phase {
-  std::ostringstream body;
-  std::set<const Value*> used;
-  bool hyper = false; ///< reads the optimizer settings (`h`)
-};
-
-/// The code of one graph: `init` (its constants, once), `phases` (the other
-/// ops in graph order, op #i into phases[phaseOf(i)], where phaseOf never
-/// decreases), and the stream set-up and join that go around the phases
-/// (`prologue`, `epilogue`; empty on one stream).
-struct GraphCode {
-  Phase init;
-  std::vector<Phase> phases;
-  std::ostringstream prologue, epilogue;
-};
-
-/// Writes a graph's code as function bodies over the views of `where`.
-class PhaseWriter {
-public:
-  PhaseWriter(const Graph& g, const Places& where) : g_(g), where_(where) {}
-
-  /// Declarations of the views of `used`, in graph order (inputs, params,
-  /// op results), for the top of a function body.
-  std::string views(const std::set<const Value*>& used) {
-    std::ostringstream out;
-    auto declare = [&](const Value* v) {
-      if (!used.count(v))
-        return;
-      const auto& [region, offset] = where_.at(v);
-      out << "  const TensorView " << names_(v) << " = at(" << region << ", " << offset << ", "
-          << dtypeEnum(v->type().dtype) << ", " << ints(v->type().shape) << "); // "
-          << v->type().str() << "\n";
-    };
-    for (const auto& in : g_.inputs())
-      declare(in.get());
-    for (const auto& p : g_.params())
-      declare(p.get());
-    for (const auto& op : g_.ops())
-      for (unsigned r = 0; r < op->numResults(); ++r)
-        declare(op->result(r));
-    return out.str();
-  }
-
-  llvm::Error write(GraphCode& code, const std::function<size_t(size_t)>& phaseOf) {
-    Schedule schedule = scheduleOf();
-    if (schedule.multi)
-      code.prologue << "  // The other streams start after what stream 0 launched before this "
-                       "step.\n"
-                    << "  if (!recordEvent(0))\n    return *failed = \"schedule\", false;\n";
-    for (int64_t t : schedule.streams)
-      code.prologue << "  if (!setStream(" << t << ") || !waitEvent(0) || !setStream(0))\n"
-                    << "    return *failed = \"schedule\", false;\n";
-    int64_t current = 0;
-    size_t index = 0;
-    for (const auto& opPtr : g_.ops()) {
-      const Op& op = *opPtr;
-      ++index;
-      Phase* phase = &code.init;
-      if (op.kind() != OpKind::Constant) {
-        size_t k = phaseOf(index - 1);
-        if (code.phases.size() <= k)
-          code.phases.resize(k + 1);
-        phase = &code.phases[k];
-      }
-      for (const Value* v : op.operands())
-        phase->used.insert(v);
-      for (unsigned r = 0; r < op.numResults(); ++r)
-        phase->used.insert(op.result(r));
-      phase->hyper |= !hyperParams(op).empty();
-      std::ostringstream& out = phase->body;
-      out << "\n  // " << statement(op, names_) << "\n";
-      auto call = callOf(op);
-      if (!call)
-        return call.takeError();
-      if (call->empty()) {
-        if (op.kind() == OpKind::Assign)
-          out << "  // (" << names_(op.operand(1)) << " was written in place over "
-              << names_(op.operand(0)) << ": nothing to copy)\n";
-        else
-          out << "  // (a view of " << names_(op.operand(0)) << ": same bytes, nothing to do)\n";
-        continue;
-      }
-      std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
-      if (schedule.multi && op.kind() != OpKind::Constant) {
-        int64_t s = op.annotations().stream.value_or(0);
-        std::string sync;
-        if (s != current)
-          sync += "setStream(" + std::to_string(s) + ")";
-        current = s;
-        for (int64_t e : schedule.waits[&op])
-          sync +=
-              (sync.empty() ? "" : " || !") + std::string("waitEvent(") + std::to_string(e) + ")";
-        if (!sync.empty())
-          out << "  if (!" << sync << ")\n    return *failed = " << cString(label) << ", false;\n";
-      }
-      out << "  if (!" << *call << ")\n    return *failed = " << cString(label) << ", false;\n";
-      if (auto it = schedule.records.find(&op); it != schedule.records.end())
-        out << "  if (!recordEvent(" << it->second << "))\n    return *failed = " << cString(label)
-            << ", false;\n";
-      if (op.kind() != OpKind::Constant)
-        out << "  if (b.mark)\n    b.mark(b.markContext, "
-            << cString(std::string(op.mnemonic()) + " " + label) << ");\n";
-    }
-    if (schedule.multi) {
-      code.epilogue << "  // Stream 0 waits for the other streams: the step ends there.\n";
-      int64_t event = schedule.nextEvent;
-      for (int64_t t : schedule.streams)
-        code.epilogue << "  if (!setStream(" << t << ") || !recordEvent(" << event + t
-                      << ") || !setStream(0) || !waitEvent(" << event + t
-                      << "))\n    return *failed = \"schedule\", false;\n";
-    }
-    return llvm::Error::success();
-  }
-
-  Names& names() { return names_; }
-
-private:
-  /// The events that order an op after the ops of other streams it depends
-  /// on: through a value it reads, or through planned bytes it reads or
-  /// writes that an op of another stream wrote or read before (memory
-  /// reuse). Waits already implied by an earlier wait are left out.
-  struct Schedule {
-    bool multi = false;
-    std::vector<int64_t> streams; ///< the streams other than 0 in use
-    std::map<const Op*, std::vector<int64_t>> waits;
-    std::map<const Op*, int64_t> records; ///< event recorded after the op
-    int64_t nextEvent = 1;
-  };
-  struct Access {
-    std::string region;
-    int64_t begin, end;
-    bool write;
-  };
-
-  std::vector<Access> accessesOf(const Op& op) const {
-    std::vector<Access> out;
-    auto add = [&](const Value* v, bool write) {
-      const auto& [region, offset] = where_.at(v);
-      out.push_back({region, offset, offset + v->type().sizeInBytes(), write});
-    };
-    for (unsigned i = 0; i < op.numOperands(); ++i)
-      add(op.operand(i), op.kind() == OpKind::Assign && i == 0);
-    for (unsigned r = 0; r < op.numResults(); ++r)
-      add(op.result(r), true);
-    return out;
-  }
-
-  Schedule scheduleOf() {
-    Schedule s;
-    std::vector<const Op*> ops;
-    std::set<int64_t> used;
-    for (const auto& op : g_.ops())
-      if (op->kind() != OpKind::Constant) {
-        ops.push_back(op.get());
-        int64_t st = op->annotations().stream.value_or(0);
-        if (st != 0)
-          used.insert(st);
-      }
-    s.multi = !used.empty();
-    s.streams.assign(used.begin(), used.end());
-    if (!s.multi)
-      return s;
-    std::vector<std::vector<Access>> acc;
-    for (const Op* op : ops)
-      acc.push_back(accessesOf(*op));
-    // waited[a][b]: the latest op of stream b that stream a has waited for.
-    std::map<std::pair<int64_t, int64_t>, size_t> waited;
-    std::map<size_t, int64_t> eventOf;
-    for (size_t i = 0; i < ops.size(); ++i) {
-      int64_t si = ops[i]->annotations().stream.value_or(0);
-      std::map<int64_t, size_t> latest; // per other stream, the last conflicting op
-      for (size_t j = 0; j < i; ++j) {
-        int64_t sj = ops[j]->annotations().stream.value_or(0);
-        if (sj == si)
-          continue;
-        bool conflict = false;
-        for (const Access& a : acc[i])
-          for (const Access& b : acc[j])
-            conflict |=
-                (a.write || b.write) && a.region == b.region && a.begin < b.end && b.begin < a.end;
-        if (conflict)
-          latest[sj] = j;
-      }
-      for (const auto& [sj, j] : latest) {
-        auto key = std::make_pair(si, sj);
-        auto w = waited.find(key);
-        if (w != waited.end() && w->second >= j)
-          continue;
-        waited[key] = j;
-        auto [it, added] = eventOf.emplace(j, s.nextEvent);
-        if (added) {
-          s.records[ops[j]] = s.nextEvent;
-          ++s.nextEvent;
-        }
-        s.waits[ops[i]].push_back(it->second);
-      }
-    }
-    return s;
-  }
-
-  /// The runtime call of `op`; "" for a view that needs no copy.
-  llvm::Expected<std::string> callOf(const Op& op) {
-    auto list = [&](const std::vector<const Value*>& vs) {
-      std::string s = "{";
-      for (size_t i = 0; i < vs.size(); ++i)
-        s += (i ? ", " : "") + names_(vs[i]);
-      return s + "}";
-    };
-    if (op.kind() == OpKind::Constant) {
-      std::vector<double> fv;
-      std::vector<int64_t> iv;
-      if (op.hasAttr("value"))
-        fv = op.getFloats("value");
-      if (op.hasAttr("ivalue"))
-        iv = op.getInts("ivalue");
-      return "fill(" + names_(op.result()) + ", FillParams{" + floats(fv) + ", " + ints(iv) + "})";
-    }
-    if (op.kind() == OpKind::Assign) {
-      // An update written over its param leaves nothing to copy.
-      if (where_.at(op.operand(0)) == where_.at(op.operand(1)))
-        return std::string();
-      return "copy(" + names_(op.operand(1)) + ", " + names_(op.operand(0)) + ")";
-    }
-    if (op.kind() == OpKind::Concat) {
-      std::vector<const Value*> xs(op.operands().begin(), op.operands().end());
-      return "concat(" + list(xs) + ", " + names_(op.result()) + ", " + concatP(op) + ")";
-    }
-    if (op.kind() == OpKind::Split) {
-      std::vector<const Value*> rs;
-      for (unsigned r = 0; r < op.numResults(); ++r)
-        rs.push_back(op.result(r));
-      return "split(" + names_(op.operand(0)) + ", " + list(rs) + ", " + splitP(op) + ")";
-    }
-    auto it = emitters().find(op.kind());
-    if (it == emitters().end())
-      return op.emitError("codegen: no runtime kernel for this op");
-    const Emitter& e = it->second;
-    // A view whose result shares its operand's bytes needs no copy.
-    if (std::strcmp(e.fn, "copy") == 0 && where_.at(op.operand(0)) == where_.at(op.result()))
-      return std::string();
-    std::vector<std::string> args;
-    unsigned fixed = op.info().minOperands;
-    for (unsigned i = 0; i < op.numOperands(); ++i)
-      args.push_back((e.args == Args::OptionalLast && i >= fixed ? "&" : "") +
-                     names_(op.operand(i)));
-    if (e.args == Args::OptionalLast && op.numOperands() == fixed)
-      args.push_back("nullptr");
-    for (unsigned r = 0; r < op.numResults(); ++r)
-      args.push_back(names_(op.result(r)));
-    std::string params = hyperParams(op);
-    if (params.empty())
-      params = e.params(op);
-    if (!params.empty())
-      args.push_back(params);
-    std::string call = std::string(e.fn) + "(";
-    for (size_t i = 0; i < args.size(); ++i)
-      call += (i ? ", " : "") + args[i];
-    return call + ")";
-  }
-
-  const Graph& g_;
-  const Places& where_;
-  Names names_;
-};
-
-/// Places the results of a planned graph at their @buf offsets in `region`;
-/// returns the arena's size.
-llvm::Expected<int64_t> placeResults(const Graph& g, Places& where, const std::string& region,
-                                     int64_t* classes) {
-  int64_t arenaBytes = 0;
   for (const auto& op : g.ops()) {
-    if (op->annotations().device.value_or(0) != 0)
-      return op->emitError("codegen: the trainer runs one device; this op is on device " +
-                           std::to_string(*op->annotations().device));
     if (op->numResults() && !op->annotations().bufferOffsets)
       return op->emitError("codegen: has no @buf; run memory-plan first");
     for (unsigned r = 0; r < op->numResults(); ++r) {
+      const Value* v = op->result(r);
+      size_t d = static_cast<size_t>(valueDevice(v).value_or(0));
+      Places& where = md.where[d];
       int64_t off = (*op->annotations().bufferOffsets)[r];
       if (off == -1) {
-        // Written over the param it updates (the memory plan's kOverParam):
-        // the result's only use is that param's assign.
-        const Value* v = op->result(r);
         const Op* user = v->uses().size() == 1 ? v->uses().front().user : nullptr;
         if (!user || user->kind() != OpKind::Assign || !where.count(user->operand(0)))
           return op->emitError("codegen: @buf(-1) on a result that is not assigned to a param");
         where[v] = where.at(user->operand(0));
         continue;
       }
-      where[op->result(r)] = {region, off};
-      arenaBytes = std::max(arenaBytes, alignUp(off + op->result(r)->type().sizeInBytes()));
+      where[v] = {"b.arena", off};
+      md.arenaBytes[d] = std::max(md.arenaBytes[d], alignUp(off + v->type().sizeInBytes()));
     }
     if (classes && op->kind() == OpKind::SoftmaxXent)
       *classes = op->operand(0)->type().shape[1];
   }
-  return arenaBytes;
+  return md;
 }
 
-/// An assembler string literal for a file name.
-std::string asmString(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += "\\\\";
-    out += c;
+/// The samples of the data input each device reads (the rows of dim 0 its
+/// slices take), or empty when some device reads it whole or not at all.
+std::vector<int64_t> samplesPerDevice(const Graph& g, int64_t devices) {
+  const Value* data = nullptr;
+  for (const auto& in : g.inputs())
+    if (in->role() == InputRole::Data && !data)
+      data = in.get();
+  if (!data)
+    return {};
+  std::vector<int64_t> rows(static_cast<size_t>(devices), -1);
+  for (const Use& u : data->uses()) {
+    const Op* op = u.user;
+    if (!op)
+      return {};
+    size_t d = static_cast<size_t>(opDevice(*op));
+    if (op->kind() != OpKind::Slice || !op->hasAttr("axes") ||
+        op->getInts("axes") != std::vector<int64_t>{0})
+      return {};
+    int64_t n = op->result()->type().shape[0];
+    if (rows[d] >= 0 && rows[d] != n)
+      return {};
+    rows[d] = n;
   }
-  return out;
-}
-
-/// The assembler statement that embeds `file` (found on the assembler's
-/// include path, or absolute) as the bytes between `symbol`_begin and
-/// `symbol`_end.
-std::string incbin(const std::string& symbol, const std::string& file) {
-  std::ostringstream os;
-  os << "asm(\".section .rodata\\n.balign 64\\n.globl " << symbol << "_begin\\n"
-     << symbol << "_begin:\\n.incbin \\\"" << asmString(file) << "\\\"\\n.globl " << symbol
-     << "_end\\n"
-     << symbol << "_end:\\n.byte 0\\n.previous\\n\");\n";
-  return os.str();
-}
-
-std::string incbinSymbols(const std::string& symbol) {
-  return "extern \"C\" const unsigned char " + symbol + "_begin[], " + symbol + "_end[];\n";
+  for (int64_t r : rows)
+    if (r < 0)
+      return {};
+  return rows;
 }
 
 } // namespace
@@ -720,14 +157,31 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     inputAt[in->name()] = inputBytes;
     inputBytes = alignUp(inputBytes + in->type().sizeInBytes());
   }
-  for (const auto& p : g.params()) {
-    where[p.get()] = {"b.state", stateBytes};
-    paramAt[p->paramName()] = stateBytes;
-    stateBytes = alignUp(stateBytes + p->type().sizeInBytes());
+  // The logical params: one per initializer name, whole, in the order of
+  // their first copy (on one device, every param).
+  std::vector<const Value*> logical;
+  std::map<std::string, int> logicalIndex;
+  for (const auto& p : g.params())
+    if (logicalIndex.emplace(p->paramName(), static_cast<int>(logical.size())).second) {
+      logical.push_back(p.get());
+      paramAt[p->paramName()] = stateBytes;
+      stateBytes = alignUp(stateBytes + p->wholeType().sizeInBytes());
+    }
+  const bool multi = isMultiDevice(g);
+  llvm::Expected<int64_t> arenaBytes = int64_t{0};
+  MultiDevicePlaces md;
+  if (multi) {
+    auto placed = placeDevices(g, where, logicalIndex, &classes);
+    if (!placed)
+      return placed.takeError();
+    md = std::move(*placed);
+  } else {
+    for (const auto& p : g.params())
+      where[p.get()] = {"b.state", paramAt.at(p->paramName())};
+    arenaBytes = placeResults(g, where, "b.arena", &classes);
+    if (!arenaBytes)
+      return arenaBytes.takeError();
   }
-  auto arenaBytes = placeResults(g, where, "b.arena", &classes);
-  if (!arenaBytes)
-    return arenaBytes.takeError();
   auto hyper = hyperDefaults(g);
   if (!hyper)
     return hyper.takeError();
@@ -764,17 +218,28 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   std::ostringstream os;
   const char* ns = cuda ? "cuda" : "cpu";
   os << "// Trainer for " << o.modelName << ", generated by lwcc. Do not edit: regenerate.\n"
-     << "//\n"
-     << "// The training step of @" << g.name() << " (" << g.numOps()
-     << " ops) in three phases, forward (with the loss),\n"
-     << "// backward and update, as one call per IR op on the " << (cuda ? "CUDA" : "CPU")
-     << " runtime. Every op result lives at\n"
-     << "// its planned offset in one arena; params and optimizer state live in the\n"
-     << "// state buffer, initialized from the weights embedded below.\n"
-     << "#include <limits>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
+     << "//\n";
+  if (multi)
+    os << "// The training step of @" << g.name() << " (" << g.numOps() << " ops) on " << md.devices
+       << " devices, as one function per device\n"
+       << "// and stream (step_d<device>_s<stream>) that the " << (cuda ? "CUDA" : "CPU")
+       << " runtime runs together, each op a call\n"
+       << "// into the runtime; communication ops are one device's part of a collective,\n"
+       << "// and events order a device's streams. Each device has its own arena (op\n"
+       << "// results at their planned offsets) and state buffer (its params and their\n"
+       << "// optimizer state, replicas or shards of the params embedded below).\n";
+  else
+    os << "// The training step of @" << g.name() << " (" << g.numOps()
+       << " ops) in three phases, forward (with the loss),\n"
+       << "// backward and update, as one call per IR op on the " << (cuda ? "CUDA" : "CPU")
+       << " runtime. Every op result lives at\n"
+       << "// its planned offset in one arena; params and optimizer state live in the\n"
+       << "// state buffer, initialized from the weights embedded below.\n";
+  os << "#include <limits>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
      << "#include \"lwrt/" << ns << "_nn.h\"\n#include \"lwrt/" << ns << "_tensor.h\"\n"
      << "#include \"lwrt/trainer.h\"\n"
-     << (cuda ? "#include \"lwrt/nvtx.h\"\n" : "") << "\n";
+     << (multi ? "#include \"lwrt/comm.h\"\n" : "") << (cuda ? "#include \"lwrt/nvtx.h\"\n" : "")
+     << "\n";
   // The assembler embeds the blobs (nvcc's device pass must not see them).
   if (o.embedWeights || !o.exportTemplate.empty())
     os << (cuda ? "#if !defined(__CUDA_ARCH__)\n" : "")
@@ -793,7 +258,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
 
   // `range`: the NVTX range of the function in a CUDA trainer ("": none,
   // for the one-time set-up).
-  auto function = [&](const char* name, const char* range, const std::string& comment,
+  auto function = [&](const std::string& name, const char* range, const std::string& comment,
                       PhaseWriter& w, const Phase& phase, const std::string& before = "",
                       const std::string& after = "") {
     os << "// " << comment << "\nbool " << name
@@ -805,7 +270,36 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       os << "  const Hyper& h = *b.hyper;\n";
     os << before << phase.body.str() << after << "  return true;\n}\n\n";
   };
-  {
+  int64_t numEvents = 0;
+  int numComm = 0, streamsPerDevice = 1;
+  std::vector<std::pair<int64_t, int64_t>> deviceSteps; // (device, stream)
+  if (multi) {
+    // One function per device and stream; the communication ops numbered
+    // in graph order, the same on every device.
+    std::map<const Op*, int> commIds;
+    for (const auto& op : g.ops())
+      if (op->info().isCommunication())
+        commIds[op.get()] = numComm++;
+    for (int64_t d = 0; d < md.devices; ++d) {
+      PhaseWriter w(g, md.where[static_cast<size_t>(d)]);
+      DeviceCode code;
+      if (llvm::Error e = w.writeDevice(code, d, commIds, numEvents))
+        return e;
+      std::string dev = std::to_string(d);
+      function("init_d" + dev, "",
+               "Device " + dev + ": the training step's constants, written once.", w, code.init);
+      for (auto& [stream, phase] : code.streams) {
+        std::string name = "step_d" + dev + "_s" + std::to_string(stream);
+        function(name, "step",
+                 "Device " + dev + ", stream " + std::to_string(stream) +
+                     (stream == 0 ? ": forward, backward and update of this device's ops."
+                                  : ": communication beside stream 0 (gradient all-reduces)."),
+                 w, phase);
+        deviceSteps.emplace_back(d, stream);
+        streamsPerDevice = std::max(streamsPerDevice, static_cast<int>(stream) + 1);
+      }
+    }
+  } else {
     // The step's phases are contiguous in graph order (the memory plan
     // assumes that order): forward up to the loss, the optimizer's trailing
     // ops (location "optimizer...") as the update, the backward between.
@@ -855,9 +349,9 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
 
   // The model description the runtime's main loop needs.
   int64_t weightsBytes = 0;
-  for (const auto& p : g.params())
+  for (const Value* p : logical)
     if (!p->zeroInit())
-      weightsBytes += p->type().sizeInBytes();
+      weightsBytes += p->wholeType().sizeInBytes();
   uint64_t fingerprint = 0xcbf29ce484222325ull;
   auto hash = [&](const std::string& s) {
     for (unsigned char c : s + '\n')
@@ -866,8 +360,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   hash(g.name());
   for (const auto& in : g.inputs())
     hash(in->name() + ":" + in->type().str());
-  for (const auto& p : g.params())
-    hash(p->paramName() + ":" + p->type().str());
+  for (const Value* p : logical)
+    hash(p->paramName() + ":" + p->wholeType().str());
   os << "int main(int argc, char** argv) {\n  ModelInfo model;\n"
      << "  model.name = " << cString(o.modelName) << ";\n"
      << "  model.target = \"" << o.target << "\";\n"
@@ -877,26 +371,52 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
        << ", " << ints(in->type().shape) << ", "
        << (in->role() == InputRole::Label ? "true" : "false") << ", " << where.at(in.get()).second
        << "});\n";
-  for (const auto& p : g.params())
+  for (const Value* p : logical)
     os << "  model.params.push_back({" << cString(p->paramName()) << ", "
-       << dtypeEnum(p->type().dtype) << ", " << ints(p->type().shape) << ", "
-       << where.at(p.get()).second << ", " << (p->zeroInit() ? "true" : "false") << "});\n";
+       << dtypeEnum(p->type().dtype) << ", " << ints(p->wholeType().shape) << ", "
+       << paramAt.at(p->paramName()) << ", " << (p->zeroInit() ? "true" : "false") << "});\n";
+  auto placeOf = [&](const Value* v) -> const std::pair<std::string, int64_t>& {
+    return multi ? md.where[static_cast<size_t>(valueDevice(v).value_or(0))].at(v) : where.at(v);
+  };
   for (const Value* out : g.outputs()) {
-    const auto& [region, offset] = where.at(out);
+    const auto& [region, offset] = placeOf(out);
     if (region != "b.arena")
       return makeError("codegen: output '%" + out->name() + "' is not computed by the step");
     os << "  model.outputs.push_back({" << cString(out->name()) << ", "
-       << dtypeEnum(out->type().dtype) << ", " << ints(out->type().shape) << ", " << offset
-       << "});\n";
+       << dtypeEnum(out->type().dtype) << ", " << ints(out->type().shape) << ", " << offset;
+    if (multi)
+      os << ", " << valueDevice(out).value_or(0);
+    os << "});\n";
   }
   os << "  model.arenaBytes = kArenaBytes;\n  model.stateBytes = kStateBytes;\n"
      << "  model.inputBytes = kInputBytes;\n"
      << "  model.classes = " << classes << ";\n"
-     << "  model.lossOffset = " << where.at(loss).second << ";\n"
+     << "  model.lossOffset = " << placeOf(loss).second << ";\n"
      << "  model.lossType = " << dtypeEnum(loss->type().dtype) << ";\n"
      << "  model.defaults.family = " << hyper->family << ";\n"
-     << hyper->fields << "  model.tf32 = " << (o.tf32 ? "true" : "false") << ";\n"
-     << "  model.init = init;\n  model.step = step;\n";
+     << hyper->fields << "  model.tf32 = " << (o.tf32 ? "true" : "false") << ";\n";
+  if (!multi) {
+    os << "  model.init = init;\n  model.step = step;\n";
+  } else {
+    os << "  // " << md.devices << " devices, each with its own arena and state buffer.\n"
+       << "  model.numDevices = " << md.devices << ";\n"
+       << "  model.streamsPerDevice = " << streamsPerDevice << ";\n"
+       << "  model.deviceArenaBytes = " << ints(md.arenaBytes) << ";\n"
+       << "  model.deviceStateBytes = " << ints(md.stateBytes) << ";\n";
+    for (const std::string& pl : md.placements)
+      os << "  model.placements.push_back(" << pl << "\n";
+    os << "  model.deviceInit = {";
+    for (int64_t d = 0; d < md.devices; ++d)
+      os << (d ? ", " : "") << "init_d" << d;
+    os << "};\n";
+    for (const auto& [d, st] : deviceSteps)
+      os << "  model.deviceSteps.push_back({" << d << ", " << st << ", step_d" << d << "_s" << st
+         << ", \"step_d" << d << "_s" << st << "\"});\n";
+    os << "  model.numCommOps = " << numComm << ";\n"
+       << "  model.numEvents = " << numEvents << ";\n"
+       << "  model.lossDevice = " << valueDevice(loss).value_or(0) << ";\n"
+       << "  model.samplesPerDevice = " << ints(samplesPerDevice(g, md.devices)) << ";\n";
+  }
   if (o.eval)
     os << "  model.evalInit = evalInit;\n  model.eval = eval;\n"
        << "  model.evalArenaBytes = kEvalArenaBytes;\n"
@@ -914,16 +434,17 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
        << "  model.exportTemplateBytes = lwcc_export_end - lwcc_export_begin;\n";
     for (const ExportCutSpec& c : o.exportCuts)
       os << "  model.exportCuts.push_back({" << c.offset << "u, " << c.param << "u, " << c.bytes
-         << "u}); // " << g.params()[c.param]->paramName() << "\n";
+         << "u}); // " << logical.at(c.param)->paramName() << "\n";
   }
-  os << "  return trainerMain(argc, argv, model, " << ns << "::createRunner);\n}\n";
+  os << "  return trainerMain(argc, argv, model, " << ns << "::createRunner"
+     << (multi ? std::string(", ") + ns + "::createGroup" : std::string()) << ");\n}\n";
 
   // The weights blob: the initial params that are not zero-initialized, packed.
   GeneratedTrainer out;
   out.fileName = cuda ? "trainer.cu" : "trainer.cc";
   out.source = os.str();
   out.exportTemplate = o.exportTemplate;
-  for (const auto& p : g.params()) {
+  for (const Value* p : logical) {
     if (p->zeroInit())
       continue;
     auto it = m.weights.find(p->paramName());
@@ -931,7 +452,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       return makeError(p->loc(), "codegen: no initial value for param '%" + p->name() + "'");
     const Tensor& t = it->second;
     size_t at = out.weights.size();
-    out.weights.resize(at + static_cast<size_t>(p->type().sizeInBytes()));
+    out.weights.resize(at + static_cast<size_t>(p->wholeType().sizeInBytes()));
     char* dst = out.weights.data() + at;
     for (int64_t k = 0; k < t.size(); ++k) {
       switch (t.type.dtype) {

@@ -88,7 +88,8 @@ llvm::Error verifyAnnotations(const Op& op) {
   if (a.stream) {
     if (*a.stream < 0)
       return op.emitError(llvm::formatv("@stream must be >= 0, got {0}", *a.stream));
-    if (!a.device)
+    // A communication op runs on that stream of each of its devices.
+    if (!a.device && !op.info().isCommunication())
       return op.emitError("@stream needs @dev: a stream belongs to a device");
   }
   if (a.device && a.par && !a.par->devices.empty()) {

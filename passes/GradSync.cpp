@@ -22,10 +22,11 @@ namespace {
 ///     groups on the same devices). Each bucket is one all_reduce, placed
 ///     right after its last gradient is written, so it overlaps the rest of
 ///     backward; only the updates of its params, which read its results,
-///     wait for it.
+///     wait for it. With `stream` = s > 0 the all_reduces get @stream(s): a
+///     communication stream of each device, beside backward on stream 0.
 class GradSyncPass : public Pass {
 public:
-  explicit GradSyncPass(int64_t bucketBytes) : bucketBytes_(bucketBytes) {}
+  GradSyncPass(int64_t bucketBytes, int64_t stream) : bucketBytes_(bucketBytes), stream_(stream) {}
   std::string_view name() const override { return "grad-sync"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
@@ -109,6 +110,8 @@ public:
                                  static_cast<unsigned>(operands.size()));
       if (!ar)
         return ar.takeError();
+      if (stream_ > 0)
+        (*ar)->annotations().stream = stream_;
       size_t r = 0;
       for (const Group* grp : bucket)
         for (unsigned o : grp->outputs) {
@@ -143,13 +146,14 @@ private:
     return llvm::Error::success();
   }
 
-  int64_t bucketBytes_;
+  int64_t bucketBytes_, stream_;
 };
 
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createGradSyncPass(std::string_view options) {
-  auto opts = PassOptions::parse("grad-sync", options, "bucket_bytes", {"bucket_bytes"});
+  auto opts =
+      PassOptions::parse("grad-sync", options, "bucket_bytes", {"bucket_bytes", "stream"});
   if (!opts)
     return opts.takeError();
   auto bytes = opts->getInt("bucket_bytes", int64_t{25} << 20);
@@ -157,7 +161,12 @@ llvm::Expected<std::unique_ptr<Pass>> createGradSyncPass(std::string_view option
     return bytes.takeError();
   if (*bytes < 0)
     return makeError("grad-sync: bucket_bytes must be >= 0");
-  return std::make_unique<GradSyncPass>(*bytes);
+  auto stream = opts->getInt("stream", 0);
+  if (!stream)
+    return stream.takeError();
+  if (*stream < 0 || *stream > 64)
+    return makeError("grad-sync: stream must be in 0..64");
+  return std::make_unique<GradSyncPass>(*bytes, *stream);
 }
 
 } // namespace lwcc

@@ -224,6 +224,21 @@ release_suite() {
   end_checks
 }
 
+# ThreadSanitizer: the CPU runtime built with -fsanitize=thread in
+# build-tsan/, then --gpus 4 CPU trainers built and run against it (clean),
+# and one with an event wait deleted (a race it must report).
+tsan_suite() {
+  # shellcheck disable=SC2046 # the launcher flags are words
+  if ! { cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS=-fsanitize=thread $(launcher_flags) >/dev/null &&
+    cmake --build build-tsan -j "$(nproc)" --target lwcc_runtime_cpu; }; then
+    echo "FAIL the CPU runtime with -fsanitize=thread does not build"
+    echo "0 passed, 1 failed"
+    return 1
+  fi
+  python3 test/e2e/tsan_trainer.py --prefix build-tsan
+}
+
 # With LWCC_TEST_CLANG=1: the C++ parts built with clang++-14 (Release,
 # -Werror) in build-clang/, and its unit tests run.
 clang_suite() {
@@ -271,6 +286,7 @@ cmd_test() {
   suite "CUDA trainers build with nvcc" parse_counts python3 test/e2e/cuda_build.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "parallel strategies vs one device" parse_counts python3 test/e2e/parallel_step.py
+  suite "ThreadSanitizer: --gpus 4 CPU trainers" parse_counts tsan_suite
   suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
   suite "Release build (build-release/)" parse_counts release_suite
   if [[ -n ${LWCC_TEST_CLANG:-} ]]; then

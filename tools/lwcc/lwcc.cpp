@@ -220,7 +220,8 @@ llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& 
     names.push_back("parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus));
     names.push_back("materialize");
     names.push_back("autodiff");
-    names.push_back("grad-sync=bucket_bytes=" + std::to_string(bucketBytes));
+    // Gradient all-reduces on stream 1 of each device, beside backward.
+    names.push_back("grad-sync=bucket_bytes=" + std::to_string(bucketBytes) + ",stream=1");
   } else {
     names.push_back("autodiff");
   }
@@ -545,14 +546,21 @@ llvm::Expected<std::unique_ptr<Graph>> evalGraph(const Graph& imported) {
 /// out of the input model. Failing leaves the trainer without --export (a
 /// warning says why) rather than failing the build.
 void addExportTemplate(const Graph& train, CodegenOptions& o) {
+  // The trainer's params are the logical ones: one per initializer name
+  // (replicas and shards on several devices are one), whole.
   std::vector<ExportParamSpec> specs;
   std::vector<uint32_t> index;
-  for (size_t k = 0; k < train.params().size(); ++k) {
-    const Value* p = train.params()[k].get();
+  std::set<std::string> seen;
+  uint32_t logical = 0;
+  for (const auto& pp : train.params()) {
+    const Value* p = pp.get();
+    if (!seen.insert(p->paramName()).second)
+      continue;
+    uint32_t k = logical++;
     if (p->zeroInit())
       continue;
-    specs.push_back({p->paramName(), p->type().dtype, p->type().numElements()});
-    index.push_back(static_cast<uint32_t>(k));
+    specs.push_back({p->paramName(), p->type().dtype, p->wholeType().numElements()});
+    index.push_back(k);
   }
   auto t = buildExportTemplate(modelFile, specs,
                                tiedInitializers == "keep" ? TiedInitializers::Keep
@@ -781,12 +789,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::optional<MemoryPlanStats> plan;
-  if (gpus > 1 && (emit == Emit::Source || emit == Emit::Exe)) {
-    llvm::errs() << "lwcc: error: trainers for --gpus " << gpus
-                 << " are not generated yet; the parallel training step runs in the reference "
-                    "interpreter (--emit=parallel-ir, --train-reference)\n";
-    return 1;
-  }
   if (emit == Emit::Source || emit == Emit::Exe) {
     auto eval = evalGraph(*module->graph);
     if (!eval)

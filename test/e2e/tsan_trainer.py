@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Multi-device CPU trainers under ThreadSanitizer: clean, and a deleted event is caught.
+
+The CPU backend runs each (device, stream) of a `--gpus N` trainer on a
+thread of its own; only events and collectives order them. This script
+builds CPU trainers with `-fsanitize=thread` against a runtime built the
+same way (PREFIX, made by `tools/dev.sh test`'s ThreadSanitizer suite in
+build-tsan/) and checks:
+
+  1. `--gpus 4` trainers (lenet with data and owt, resnet18 with data: batch
+     norm's all-reduces) run 3 steps with no ThreadSanitizer report;
+  2. the same lenet trainer with ONE event wait deleted from its source (the
+     wait that orders the gradient all-reduce on stream 1 after backward on
+     stream 0) is reported as a data race.
+
+Ends with the line "N passed, M failed".
+
+    python3 test/e2e/tsan_trainer.py --prefix build-tsan
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LWCC = os.path.join(os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin"), "lwcc")
+GEN = os.path.join(ROOT, "tools", "models", "gen.py")
+
+passed = failed = 0
+
+
+def report(ok, name, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"PASS {name}")
+    else:
+        failed += 1
+        print(f"FAIL {name}: {detail}")
+
+
+def run(cmd, cwd=None, env=None, timeout=900):
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def build(src, out, prefix):
+    flags = "-fsanitize=thread -g -O1"
+    r = run(["cmake", "-S", src, "-B", out, "-G", "Ninja", f"-DLWCC_PREFIX={prefix}",
+             f"-DCMAKE_CXX_FLAGS={flags}", "-DCMAKE_BUILD_TYPE=None",
+             "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread"])
+    if r.returncode == 0:
+        r = run(["cmake", "--build", out])
+    return r
+
+
+def train(exe, workdir):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1",
+               TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1")
+    return run([exe, "--data=synthetic", "--steps=3", "--seed=1", "--data-threads=1"],
+               cwd=workdir, env=env)
+
+
+def delete_wait(source):
+    """Deletes, in step_d0_s1, the event wait right before the all_reduce."""
+    start = source.index("bool step_d0_s1(")
+    end = source.index("\n}\n", start)
+    body = source[start:end]
+    m = re.search(r"  if \(!waitEvent\(b, (\d+)\)\)\n    return \*failed = \"grad-sync\", false;\n"
+                  r"  if \(!allReduce\(", body)
+    if not m:
+        raise RuntimeError("no event wait before the all_reduce in step_d0_s1")
+    cut = body[:m.start()] + body[m.start():].replace(
+        m.group(0), "  if (!allReduce(", 1)
+    return source[:start] + cut + source[end:], int(m.group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prefix", default=os.path.join(ROOT, "build-tsan"),
+                    help="folder with include/ and lib/liblwcc_runtime_cpu.a built with TSan")
+    args = ap.parse_args()
+    prefix = os.path.abspath(args.prefix)
+    if not os.path.exists(os.path.join(prefix, "lib", "liblwcc_runtime_cpu.a")):
+        print(f"no ThreadSanitizer runtime under {prefix}")
+        print("0 passed, 1 failed")
+        return 1
+    tmp = tempfile.mkdtemp(prefix="lwcc-tsan-")
+    try:
+        cases = [("lenet", "data"), ("lenet", "owt"), ("resnet18", "data")]
+        for model, strategy in cases:
+            onnx_path = os.path.join(tmp, f"{model}.onnx")
+            if not os.path.exists(onnx_path):
+                r = run([sys.executable, GEN, model, "--test-size", "--batch", "8", "-o", onnx_path])
+                if r.returncode:
+                    report(False, f"{model}: generate", r.stderr[-500:])
+                    continue
+            name = f"{model} --gpus 4 --strategy={strategy}"
+            src = os.path.join(tmp, f"{model}-{strategy}-src")
+            r = run([LWCC, onnx_path, "--target=cpu", "--gpus=4", f"--strategy={strategy}",
+                     "--bucket-bytes=20000", "--emit=source", "-o", src])
+            if r.returncode:
+                report(False, f"{name}: lwcc", r.stderr[-1000:])
+                continue
+            out = os.path.join(tmp, f"{model}-{strategy}-build")
+            r = build(src, out, prefix)
+            if r.returncode:
+                report(False, f"{name}: build with -fsanitize=thread", (r.stdout + r.stderr)[-2000:])
+                continue
+            r = train(os.path.join(out, "trainer"), tmp)
+            clean = r.returncode == 0 and "ThreadSanitizer" not in r.stderr
+            report(clean, f"{name}: 3 steps, no ThreadSanitizer report",
+                   f"exit {r.returncode}: {r.stderr[-3000:]}")
+            if (model, strategy) != ("lenet", "data"):
+                continue
+            # The same program with one event wait deleted.
+            with open(os.path.join(src, "trainer.cc")) as f:
+                text = f.read()
+            broken, event = delete_wait(text)
+            bsrc = os.path.join(tmp, "deleted-event-src")
+            shutil.copytree(src, bsrc)
+            with open(os.path.join(bsrc, "trainer.cc"), "w") as f:
+                f.write(broken)
+            bout = os.path.join(tmp, "deleted-event-build")
+            r = build(bsrc, bout, prefix)
+            if r.returncode:
+                report(False, "deleted event: build", (r.stdout + r.stderr)[-2000:])
+                continue
+            r = train(os.path.join(bout, "trainer"), tmp)
+            caught = r.returncode != 0 and "data race" in r.stderr
+            report(caught, f"{name} without waitEvent({event}) before the all-reduce: "
+                           "ThreadSanitizer reports a data race",
+                   f"exit {r.returncode}; stderr tail: {r.stderr[-1500:]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
