@@ -294,6 +294,10 @@ void JsonlLogger::step(const StepRecord& r) {
   line += ",\"step_ms\":" + jsonNumber(r.stepMs);
   if (r.lr)
     line += ",\"lr\":" + jsonNumber(*r.lr);
+  if (r.batch)
+    line += ",\"batch\":" + integer(*r.batch);
+  if (r.devices)
+    line += ",\"devices\":" + integer(*r.devices);
   writeLine(line + "}");
 }
 

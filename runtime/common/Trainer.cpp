@@ -4,6 +4,7 @@
 // a run with a clear message (exit 1) instead of training on garbage.
 #include "lwrt/trainer.h"
 
+#include "MultiDevice.h"
 #include "lwrt/checkpoint.h"
 #include "lwrt/data.h"
 #include "lwrt/export.h"
@@ -67,6 +68,11 @@ const char* kUsage =
     "                       what the backend chose (the cuDNN API of convolutions)\n"
     "device:\n"
     "  --device=N   --tf32 / --no-tf32   --no-cuda-graph\n"
+    "  --devices=A,B,...    multi-device trainers: the device of each logical device\n"
+    "                       (default round-robin over the GPUs found; the CPU backend\n"
+    "                       emulates every one)\n"
+    "  --check-replicas     multi-device trainers: fail when the replicas of a param\n"
+    "                       differ whenever the params are read back\n"
     "  --cudnn-api=graph|legacy   cuDNN API for convolutions (default graph; a\n"
     "                       configuration no graph engine takes uses legacy)\n";
 
@@ -92,6 +98,8 @@ struct Options {
   std::string weights;
   std::string dump;
   RunnerOptions runner;
+  std::vector<int> devices; ///< --devices: the device of each logical device
+  bool checkReplicas = false;
   Hyper hyper;
 };
 
@@ -219,7 +227,7 @@ public:
   Trainer(const char* program, const ModelInfo& m, Options o)
       : program_(program), m_(m), o_(std::move(o)) {}
 
-  int run(RunnerFactory createRunner);
+  int run(RunnerFactory createRunner, GroupFactory createGroup);
 
 private:
   int fail(const std::string& what) {
@@ -248,7 +256,14 @@ private:
   bool saveCheckpoint(int64_t step, std::string& error);
   bool evaluate(int64_t epoch, int64_t step, std::string& error);
   bool downloadState(std::string& error) {
+    if (multi_)
+      return multi_->download(hostState_.data(), o_.checkReplicas, error);
     return runner_->download(hostState_.data(), state_.ptr, m_.stateBytes, &error);
+  }
+  /// Multi-device trainers: the devices, created after runner_ (device 0's).
+  bool createDevices(GroupFactory createGroup, std::string& error);
+  bool waitFence(int64_t id, std::string* error) {
+    return multi_ ? multi_->waitFence(id, *error) : runner_->waitFence(id, error);
   }
   bool writeExport(std::string& error);
   bool dump(std::string& error);
@@ -256,8 +271,12 @@ private:
   const char* program_;
   const ModelInfo& m_;
   Options o_;
+  RunnerFactory createRunner_ = nullptr;
   std::unique_ptr<StepRunner> runner_;
   DeviceBuffer arena_, evalArena_, state_, inputs_;
+  /// Multi-device trainers: every device; then state_ holds the whole
+  /// params for evaluation on device 0.
+  std::unique_ptr<MultiDevice> multi_;
   struct HostBuffer {
     StepRunner* runner = nullptr;
     void* ptr = nullptr;
@@ -467,7 +486,7 @@ bool Trainer::makeFeed(int64_t first, int64_t end, std::string& error) {
 std::string Trainer::finishStep(const Launched& l, bool sync) {
   std::string error;
   const std::string at = "step " + std::to_string(l.step + 1) + ": ";
-  if (!runner_->waitFence(l.fence, &error))
+  if (!waitFence(l.fence, &error))
     return at + error;
   if (!runner_->readsHostMemory())
     feed_->release(l.step); // its upload has ended
@@ -484,7 +503,7 @@ std::string Trainer::finishStep(const Launched& l, bool sync) {
   lastFinish_ = now;
   // Reading the device's error flag waits for the device: not every step.
   if (sync || (l.step + 1) % deviceCheckEvery_ == 0) {
-    std::string deviceError = runner_->takeDeviceError();
+    std::string deviceError = multi_ ? multi_->takeDeviceError() : runner_->takeDeviceError();
     if (!deviceError.empty())
       return at + deviceError;
   }
@@ -499,6 +518,10 @@ std::string Trainer::finishStep(const Launched& l, bool sync) {
     r.epoch = l.step / batchesPerEpoch_ + 1;
     if (o_.hyper.family != Hyper::None)
       r.lr = scheduledLr(o_.hyper, l.step);
+    if (multi_) {
+      r.batch = progressItems_;
+      r.devices = multi_->numDevices();
+    }
     log_->step(r);
   }
   std::string bad = checkFiniteLoss(l.step + 1, loss);
@@ -593,6 +616,12 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   std::vector<float> images(static_cast<size_t>(numelOf(layout_->shape)));
   std::vector<int64_t> labels(static_cast<size_t>(n));
   std::vector<unsigned char> logits(static_cast<size_t>(bytesOf(m_.logitsType, m_.logitsShape)));
+  // Multi-device trainers evaluate on device 0 with the whole params.
+  if (multi_ && (!downloadState(error) ||
+                 !runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error))) {
+    error = "evaluation: " + error;
+    return false;
+  }
   for (int64_t b = 0; b < batches; ++b) {
     if (o_.data == "synthetic") {
       fillSyntheticInputs(m_, hostInputs_.data(), o_.seed ^ 0x5EED5EED5EEDull, 1000000000ull + b);
@@ -705,8 +734,9 @@ bool Trainer::dump(std::string& error) {
   for (size_t k = 0; k < m_.outputs.size(); ++k) {
     const OutputInfo& out = m_.outputs[k];
     std::vector<unsigned char> bytes(static_cast<size_t>(bytesOf(out.dtype, out.shape)));
-    if (!runner_->download(bytes.data(), arena_.ptr + out.offset,
-                           static_cast<int64_t>(bytes.size()), &error))
+    if (multi_ ? !multi_->downloadOutput(out, bytes.data(), error)
+               : !runner_->download(bytes.data(), arena_.ptr + out.offset,
+                                    static_cast<int64_t>(bytes.size()), &error))
       return false;
     std::string path = o_.dump + "/output_" + std::to_string(k) + ".bin";
     if (!writeFile(path, bytes.data(), static_cast<int64_t>(bytes.size()))) {
@@ -724,7 +754,28 @@ bool Trainer::dump(std::string& error) {
   return true;
 }
 
-int Trainer::run(RunnerFactory createRunner) {
+bool Trainer::createDevices(GroupFactory createGroup, std::string& error) {
+  if (!createGroup) {
+    error = "this trainer runs on " + std::to_string(m_.numDevices) +
+            " devices but was built without a device group";
+    return false;
+  }
+  if (std::string bad = checkMultiDeviceModel(m_); !bad.empty()) {
+    error = "this trainer's device tables are inconsistent: " + bad;
+    return false;
+  }
+  std::string warning;
+  multi_ = MultiDevice::create(m_, runner_.get(), o_.runner, o_.devices, createRunner_, createGroup,
+                               warning, error);
+  if (!multi_)
+    return false;
+  if (!warning.empty())
+    std::fprintf(stderr, "%s: warning: %s\n", program_, warning.c_str());
+  return multi_->allocate(error);
+}
+
+int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
+  createRunner_ = createRunner;
   std::string error;
   // Data first: a bad path fails before a GPU is touched.
   std::string why;
@@ -768,6 +819,9 @@ int Trainer::run(RunnerFactory createRunner) {
   if (o_.hyper.schedule == 2 && o_.hyper.totalSteps <= 0)
     o_.hyper.totalSteps = totalSteps;
 
+  const bool multiDevice = m_.numDevices > 1;
+  if (multiDevice && !o_.devices.empty())
+    o_.runner.device = o_.devices[0];
   runner_ = createRunner(o_.runner, &error);
   if (!runner_) {
     if (m_.target == "cuda")
@@ -781,6 +835,8 @@ int Trainer::run(RunnerFactory createRunner) {
       !allocate(state_, m_.stateBytes, "state", error) ||
       !allocate(inputs_, m_.inputBytes, "inputs", error) ||
       (m_.eval && !allocate(evalArena_, m_.evalArenaBytes, "eval arena", error)))
+    return fail(error);
+  if (multiDevice && !createDevices(createGroup, error))
     return fail(error);
   buffers_ = {arena_.ptr, state_.ptr, inputs_.ptr, &o_.hyper};
   evalBuffers_ = {evalArena_.ptr, state_.ptr, inputs_.ptr, &o_.hyper};
@@ -814,10 +870,12 @@ int Trainer::run(RunnerFactory createRunner) {
         return fail("data: " + error);
     }
   }
-  if (!runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error))
+  if (!runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error) ||
+      (multi_ && !multi_->upload(hostState_.data(), error)))
     return fail(error);
-  if (!runner_->run(
-          -1, [&](std::string* e) { return m_.init(buffers_, e); }, &error) ||
+  if ((multi_ ? !multi_->init(&o_.hyper, error)
+              : !runner_->run(
+                    -1, [&](std::string* e) { return m_.init(buffers_, e); }, &error)) ||
       (m_.eval && !runner_->run(
                       -1, [&](std::string* e) { return m_.evalInit(evalBuffers_, e); }, &error)))
     return fail("initializing: " + error);
@@ -845,10 +903,17 @@ int Trainer::run(RunnerFactory createRunner) {
     return fail("data: " + error);
   if (o_.dataOnly)
     return timeDataOnly(totalSteps);
-  std::printf("%s: %s on %s: %lld steps from step %lld, %lld batches of %lld per epoch\n", program_,
-              m_.name.c_str(), runner_->description().c_str(), static_cast<long long>(totalSteps),
-              static_cast<long long>(startStep_), static_cast<long long>(batchesPerEpoch_),
-              static_cast<long long>(po.itemsPerStep));
+  std::string perDevice; // multi-device trainers: how the batch is split
+  for (int64_t n : m_.samplesPerDevice)
+    perDevice += (perDevice.empty() ? " (" : "+") + std::to_string(n);
+  if (!perDevice.empty())
+    perDevice += " per device)";
+  std::printf("%s: %s on %s: %lld steps from step %lld, %lld batches of %lld%s per epoch\n",
+              program_, m_.name.c_str(),
+              (multi_ ? multi_->description() : runner_->description()).c_str(),
+              static_cast<long long>(totalSteps), static_cast<long long>(startStep_),
+              static_cast<long long>(batchesPerEpoch_), static_cast<long long>(po.itemsPerStep),
+              perDevice.c_str());
   std::fflush(stdout);
   progress_->begin(startStep_);
 
@@ -876,18 +941,25 @@ int Trainer::run(RunnerFactory createRunner) {
       };
       marked.markContext = runner_.get();
     }
-    bool launched = zeroCopy || runner_->upload(inputs_.ptr, batch, m_.inputBytes, &error);
-    if (launched && profiling)
-      runner_->startMarks();
-    launched = launched &&
-               runner_->run(
-                   profiling ? -1 : 0, [&](std::string* e) { return m_.step(marked, e); }, &error);
     Launched now{s, 0, lossHost_ + 8 * (s % 2)};
-    if (!launched ||
-        !runner_->downloadAsync(const_cast<unsigned char*>(now.loss), arena_.ptr + m_.lossOffset,
-                                dtypeSize(m_.lossType), &error) ||
-        !runner_->fence(&now.fence, &error))
-      return fail("step " + std::to_string(s + 1) + ": op " + error);
+    if (multi_) { // every device's functions, together
+      if (!multi_->step(batch, &o_.hyper, error) ||
+          !multi_->downloadLossAsync(const_cast<unsigned char*>(now.loss), error) ||
+          !multi_->fence(&now.fence, error))
+        return fail("step " + std::to_string(s + 1) + ": " + error);
+    } else {
+      bool launched = zeroCopy || runner_->upload(inputs_.ptr, batch, m_.inputBytes, &error);
+      if (launched && profiling)
+        runner_->startMarks();
+      launched = launched && runner_->run(
+                                 profiling ? -1 : 0,
+                                 [&](std::string* e) { return m_.step(marked, e); }, &error);
+      if (!launched ||
+          !runner_->downloadAsync(const_cast<unsigned char*>(now.loss), arena_.ptr + m_.lossOffset,
+                                  dtypeSize(m_.lossType), &error) ||
+          !runner_->fence(&now.fence, &error))
+        return fail("step " + std::to_string(s + 1) + ": op " + error);
+    }
     if (zeroCopy)
       feed_->release(s); // the step has run
     if (profiling) {
@@ -947,6 +1019,11 @@ int Trainer::run(RunnerFactory createRunner) {
 } // namespace
 
 int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createRunner) {
+  return trainerMain(argc, argv, m, createRunner, nullptr);
+}
+
+int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createRunner,
+                GroupFactory createGroup) {
   const char* program = argc > 0 ? argv[0] : "trainer";
   Options o;
   o.hyper = m.defaults;
@@ -1120,6 +1197,8 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     } else if (key == "--profile") {
       if (!intArg(o.profile, 1))
         return bad("takes a positive count of steps");
+      if (m.numDevices > 1)
+        return bad("does not time the ops of a multi-device trainer yet");
     } else if (key == "--weights") {
       if (value.empty())
         return bad("takes a file");
@@ -1131,7 +1210,21 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     } else if (key == "--device") {
       if (!intArg(iv, 0))
         return bad("takes a device index");
+      if (m.numDevices > 1)
+        return bad("does not apply to this trainer of " + std::to_string(m.numDevices) +
+                   " logical devices: map them with --devices=A,B,...");
       o.runner.device = static_cast<int>(iv);
+    } else if (key == "--devices") {
+      if (!parseDeviceList(value, o.devices))
+        return bad("takes a comma-separated list of device indexes");
+      if (o.devices.size() != static_cast<size_t>(std::max(m.numDevices, 1)))
+        return bad("lists " + std::to_string(o.devices.size()) + " devices; this trainer has " +
+                   std::to_string(std::max(m.numDevices, 1)) + " logical devices");
+      o.runner.device = o.devices[0];
+      if (m.numDevices <= 1)
+        o.devices.clear();
+    } else if (key == "--check-replicas" && !hasValue) {
+      o.checkReplicas = true;
     } else if (key == "--tf32" && !hasValue) {
       o.runner.tf32 = true;
     } else if (key == "--no-tf32" && !hasValue) {
@@ -1151,7 +1244,7 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
   if (o.checkpointEvery > 0 && o.checkpointDir.empty())
     return usageError(program, "--checkpoint-every needs --checkpoint-dir");
   Trainer t(program, m, std::move(o));
-  return t.run(createRunner);
+  return t.run(createRunner, createGroup);
 }
 
 } // namespace lwrt

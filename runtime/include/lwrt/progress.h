@@ -11,6 +11,7 @@
 //
 // The JSONL logger writes one JSON object per line and flushes each:
 //   {"type":"step","step":120,"epoch":2,"loss":0.421300012,"img_per_s":1234,"step_ms":25.9,"lr":0.01}
+// (a multi-device trainer adds "batch", the global batch, and "devices")
 //   {"type":"eval","epoch":2,"accuracy":0.9712,"loss":0.0931}
 // Numbers are printed with %.9g (floats read back exactly); a non-finite
 // number is written as null, as JSON has no NaN.
@@ -111,6 +112,8 @@ struct StepRecord {
   double stepMs = 0;
   std::optional<int64_t> epoch;
   std::optional<double> lr;
+  /// Multi-device trainers: the global batch and the number of devices.
+  std::optional<int64_t> batch, devices;
 };
 
 struct EvalRecord {
