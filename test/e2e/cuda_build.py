@@ -2,7 +2,10 @@
 """Every zoo model at test size builds into a CUDA trainer with nvcc.
 
 `lwcc MODEL -o trainer` (target cuda, the default; sm_90) must emit CUDA C++
-and link it against the CUDA runtime library, cuDNN and cuBLAS. On a machine
+and link it against the CUDA runtime library, cuDNN, cuBLAS and NCCL. So must
+multi-device trainers (MULTI: --gpus 2 and 4, data-parallel and One Weird
+Trick), whose step calls the CUDA backend's group and communication (NCCL,
+cuda/Comm.cu). On a machine
 without a usable GPU the trainer must say so, suggest --target=cpu and exit
 1 (the CI machine has none; where one is present the run must start instead:
 tools/gpu/ checks it); without the NVIDIA driver, the trainer's preflight must
@@ -41,11 +44,17 @@ def has_driver():
         return False
 
 
-def check(name, tmp, gpu):
-    path = os.path.join(tmp, name + ".onnx")
-    onnx.save(zoo.build(name, test_size=True), path)
-    exe = os.path.join(tmp, name + "-cuda")
-    r = subprocess.run([LWCC, path, "-o", exe], capture_output=True, text=True, timeout=900)
+# Multi-device cases: (model, --gpus, --strategy).
+MULTI = [("lenet", 2, "data"), ("resnet18", 4, "data"), ("alexnet_owt", 2, "owt"),
+         ("alexnet_owt", 4, "owt")]
+
+
+def check(name, tmp, gpu, gpus=1, strategy=None):
+    path = os.path.join(tmp, name + ".onnx")  # main() saved it
+    flags = [f"--gpus={gpus}", f"--strategy={strategy}"] if gpus > 1 else []
+    exe = os.path.join(tmp, name + (f"-g{gpus}-{strategy}" if gpus > 1 else "") + "-cuda")
+    r = subprocess.run([LWCC, path, "-o", exe] + flags, capture_output=True, text=True,
+                       timeout=900)
     if r.returncode != 0:
         return f"lwcc exited {r.returncode}: {r.stderr.strip()[-1500:]}"
     if not os.access(exe, os.X_OK):
@@ -64,14 +73,18 @@ def check(name, tmp, gpu):
 
 def main():
     gpu = has_gpu()
-    names = list(zoo.REGISTRY)
+    cases = [(name, 1, None) for name in zoo.REGISTRY] + MULTI
     failed = 0
     with tempfile.TemporaryDirectory(prefix="lwcc-cuda-build-") as tmp:
+        # The ONNX files first: a model's cases share one.
+        for name in {c[0] for c in cases}:
+            onnx.save(zoo.build(name, test_size=True), os.path.join(tmp, name + ".onnx"))
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as ex:
-            futures = {name: ex.submit(check, name, tmp, gpu) for name in names}
-            for name in names:
+            futures = {c: ex.submit(check, c[0], tmp, gpu, c[1], c[2]) for c in cases}
+            for c in cases:
+                name = c[0] + (f" --gpus {c[1]} --strategy={c[2]}" if c[1] > 1 else "")
                 try:
-                    problem = futures[name].result()
+                    problem = futures[c].result()
                 except Exception as e:  # noqa: BLE001 - any failure fails the case
                     problem = str(e)
                 failed += problem is not None
@@ -79,7 +92,7 @@ def main():
                       + (f": {problem}" if problem else
                          " (built with nvcc; " + ("ran one step" if gpu else
                                                   "no GPU here: exit 1 with the hint") + ")"))
-    print(f"{len(names) - failed} passed, {failed} failed")
+    print(f"{len(cases) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 
