@@ -161,6 +161,8 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
       ownContexts_.push_back(std::move(c));
     }
   }
+  for (Context* c : contexts_)
+    c->keepReplaced = true;
   // Events and the rendezvous' ready/done events, each on its device.
   numEvents_ = std::max(0, model.numEvents);
   events_.assign(static_cast<size_t>(n * numEvents_), nullptr);

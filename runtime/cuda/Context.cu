@@ -185,6 +185,8 @@ void destroyContext(Context& c) {
     cudaEventDestroy(e);
   if (c.workspace)
     cudaFree(c.workspace);
+  for (void* p : c.replaced)
+    cudaFree(p);
   if (c.errorFlag && c.ownsErrorFlag)
     cudaFree(c.errorFlag);
   if (c.cublasWorkspace)
@@ -210,7 +212,12 @@ bool ensureWorkspace(size_t bytes) {
                     std::to_string(c.workspaceBytes) + " were set up)");
   constexpr size_t kMiB = size_t{1} << 20;
   bytes = (bytes + kMiB - 1) / kMiB * kMiB;
-  if (c.workspace) {
+  if (c.workspace && c.keepReplaced) {
+    c.replaced.push_back(c.workspace); // work in flight on this stream may use it
+    c.workspace = nullptr;
+    c.workspaceBytes = 0;
+    ++c.workspaceGeneration;
+  } else if (c.workspace) {
     // Work in flight on any stream, or a recorded graph replayed before,
     // may still use it: free it only on an idle device, and have every
     // graph recorded with it recorded again.

@@ -102,6 +102,11 @@ struct Context {
   std::vector<cudaEvent_t> events;
   /// False for a stream context of a group, which shares its device's flag.
   bool ownsErrorFlag = true;
+  /// A multi-device group's context: a replaced workspace is kept until the
+  /// context ends instead of freed on an idle device (a device-wide wait
+  /// there could wait for a collective whose peer needs this thread).
+  bool keepReplaced = false;
+  std::vector<void*> replaced;
   /// The convolution plans made with this context's cuDNN handle
   /// (NNKernels.cu owns the type).
   std::shared_ptr<void> convPlans;
