@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -382,8 +384,12 @@ public:
         queues_.push_back({key.first, key.second, {}});
       queues_[it->second].steps.push_back(k);
     }
-    for (size_t k = 0; k < queues_.size(); ++k)
+    for (size_t k = 0; k < queues_.size(); ++k) {
+      waits_.push_back(std::make_unique<Wait>());
       workers_.push_back(std::make_unique<Worker>());
+    }
+    if (const char* v = std::getenv("LWRT_DEADLOCK_SECONDS"); v && std::atoi(v) > 0)
+      deadlockSeconds_ = std::atoi(v);
   }
 
   bool runStep(const std::vector<StepBuffers>& buffers, std::string* error) override {
@@ -399,7 +405,21 @@ public:
     failure_.clear();
     for (size_t q = 0; q < queues_.size(); ++q)
       workers_[q]->post([this, q, generation, &buffers] { runQueue(q, generation, buffers); });
-    done_.wait(lock, [&] { return remaining_ == 0; });
+    // Every second, a look for a deadlock: every unfinished function waiting
+    // and nothing arriving or recorded for deadlockSeconds_.
+    int stalled = 0;
+    uint64_t seen = progress_.load(std::memory_order_relaxed);
+    while (!done_.wait_for(lock, std::chrono::seconds(1), [&] { return remaining_ == 0; })) {
+      uint64_t now = progress_.load(std::memory_order_relaxed);
+      stalled = now == seen && allWaiting() ? stalled + 1 : 0;
+      seen = now;
+      if (stalled < deadlockSeconds_ || !failure_.empty())
+        continue;
+      failure_ = "the step is deadlocked, every function waits: " + whoWaits();
+      lock.unlock();
+      abort(generation);
+      lock.lock();
+    }
     if (!failure_.empty()) {
       if (error)
         *error = failure_;
@@ -418,6 +438,7 @@ public:
   bool arrive(const StepBuffers& b, int op, Signature sig, Part part) {
     if (op < 0 || static_cast<size_t>(op) >= ops_.size())
       return false;
+    progress_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t generation = generation_;
     const size_t devices = static_cast<size_t>(m_.numDevices);
     std::vector<int64_t> who = sig.participants();
@@ -464,6 +485,7 @@ public:
       slot.cv.notify_all();
       return ok;
     }
+    Waiting waiting(Wait::Op, op);
     slot.cv.wait(lock, [&] { return slot.doneGeneration == generation || aborted(generation); });
     return slot.doneGeneration == generation && slot.ok;
   }
@@ -472,6 +494,7 @@ public:
     if (event < 0 || static_cast<size_t>(event) >= events_.size())
       return false;
     EventSlot& e = events_[static_cast<size_t>(event)];
+    progress_.fetch_add(1, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(e.mu);
       e.recorded = generation_;
@@ -486,6 +509,7 @@ public:
     const uint64_t generation = generation_;
     EventSlot& e = events_[static_cast<size_t>(event)];
     std::unique_lock<std::mutex> lock(e.mu);
+    Waiting waiting(Wait::Event, event);
     e.cv.wait(lock, [&] { return e.recorded >= generation || aborted(generation); });
     return e.recorded >= generation;
   }
@@ -496,13 +520,63 @@ private:
     std::vector<size_t> steps; ///< indexes in deviceSteps, in order
   };
 
-  bool aborted(uint64_t generation) const { return abortedGeneration_.load() == generation; }
+  /// What a function's thread is doing, for the deadlock report: relaxed
+  /// atomics, so that reading them orders nothing.
+  struct Wait {
+    enum Kind : int { Running, Op, Event, Finished };
+    std::atomic<int> kind{Running}, index{0}, step{0};
+  };
+  static thread_local Wait* current_;
+  /// Marks the calling function's thread as waiting while in scope.
+  struct Waiting {
+    Waiting(int kind, int index) {
+      if (current_) {
+        current_->index.store(index, std::memory_order_relaxed);
+        current_->kind.store(kind, std::memory_order_relaxed);
+      }
+    }
+    ~Waiting() {
+      if (current_)
+        current_->kind.store(Wait::Running, std::memory_order_relaxed);
+    }
+  };
+
+  bool allWaiting() const {
+    bool any = false;
+    for (const auto& w : waits_) {
+      int k = w->kind.load(std::memory_order_relaxed);
+      if (k == Wait::Running)
+        return false;
+      any = any || k != Wait::Finished;
+    }
+    return any;
+  }
+  std::string whoWaits() const {
+    std::string s;
+    for (const auto& w : waits_) {
+      int k = w->kind.load(std::memory_order_relaxed);
+      if (k != Wait::Op && k != Wait::Event)
+        continue;
+      s += (s.empty() ? "" : "; ") +
+           m_.deviceSteps[static_cast<size_t>(w->step.load(std::memory_order_relaxed))].name +
+           (k == Wait::Op ? " in communication op " : " for event ") +
+           std::to_string(w->index.load(std::memory_order_relaxed));
+    }
+    return s;
+  }
+
+  bool aborted(uint64_t generation) const {
+    return abortedGeneration_.load(std::memory_order_relaxed) == generation;
+  }
 
   void runQueue(size_t q, uint64_t generation, const std::vector<StepBuffers>& buffers) {
     const Queue& queue = queues_[q];
     std::string failure;
+    current_ = waits_[q].get();
+    current_->kind.store(Wait::Running, std::memory_order_relaxed);
     for (size_t k : queue.steps) {
       const DeviceStep& step = m_.deviceSteps[k];
+      current_->step.store(static_cast<int>(k), std::memory_order_relaxed);
       StepBuffers b = buffers[static_cast<size_t>(queue.device)];
       b.device = queue.device;
       b.stream = queue.stream;
@@ -521,6 +595,9 @@ private:
         break;
       }
     }
+    current_->kind.store(Wait::Finished, std::memory_order_relaxed);
+    current_ = nullptr;
+    progress_.fetch_add(1, std::memory_order_relaxed);
     if (!failure.empty()) {
       bool first;
       {
@@ -542,7 +619,7 @@ private:
   /// Wakes every participant and waiter of this step: a function failed,
   /// so the ops and events it would have reached never complete.
   void abort(uint64_t generation) {
-    abortedGeneration_.store(generation);
+    abortedGeneration_.store(generation, std::memory_order_relaxed);
     for (OpSlot& s : ops_) {
       std::lock_guard<std::mutex> lock(s.mu);
       s.cv.notify_all();
@@ -561,10 +638,15 @@ private:
   std::condition_variable done_;
   uint64_t generation_ = 0; ///< the step running (written before it starts)
   std::atomic<uint64_t> abortedGeneration_{0};
+  std::atomic<uint64_t> progress_{0};        ///< arrivals, records and finished functions
+  int deadlockSeconds_ = 10;                 ///< LWRT_DEADLOCK_SECONDS
+  std::vector<std::unique_ptr<Wait>> waits_; ///< by queue
   size_t remaining_ = 0;
   std::string failure_;
   std::vector<std::unique_ptr<Worker>> workers_; // last: joined first
 };
+
+thread_local CpuGroup::Wait* CpuGroup::current_ = nullptr;
 
 CpuGroup* groupOf(const StepBuffers& b) { return static_cast<CpuGroup*>(b.group); }
 

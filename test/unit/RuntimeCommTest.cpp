@@ -5,6 +5,7 @@
 #include "lwrt/comm.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <gtest/gtest.h>
@@ -329,6 +330,32 @@ TEST(RuntimeComm, AFailingFunctionIsReportedByNameAndFreesTheOthers) {
   EXPECT_TRUE(g.step(&error)) << error;
   for (int d = 0; d < 3; ++d)
     EXPECT_EQ(g.at<float>(d, 0)[0], 7.0f);
+}
+
+TEST(RuntimeComm, ADeadlockedStepIsStoppedWithWhoWaitsForWhat) {
+  ::setenv("LWRT_DEADLOCK_SECONDS", "1", 1);
+  Devices g(2, 2);
+  ::unsetenv("LWRT_DEADLOCK_SECONDS");
+  bool mismatched = true;
+  body = [&](const StepBuffers& b, std::string* why) {
+    if (b.stream == 1) // waits for an event recorded after the op
+      return cpu::waitEvent(b, b.device);
+    // Device 1 calls the op by the wrong number: nobody ever completes.
+    int op = mismatched && b.device == 1 ? 1 : 0;
+    bool ok =
+        cpu::allReduce(b, op, {0, 1}, {view(b, 0, DType::F32, {2})}, {view(b, 0, DType::F32, {2})});
+    if (!ok)
+      *why = "all_reduce " + std::to_string(op);
+    return ok && cpu::recordEvent(b, b.device);
+  };
+  std::string error;
+  EXPECT_FALSE(g.step(&error));
+  EXPECT_NE(error.find("deadlocked"), std::string::npos) << error;
+  for (const char* who : {"step_d0_s0 in communication op 0", "step_d1_s0 in communication op 1",
+                          "step_d0_s1 for event 0", "step_d1_s1 for event 1"})
+    EXPECT_NE(error.find(who), std::string::npos) << who << " in: " << error;
+  mismatched = false;
+  EXPECT_TRUE(g.step(&error)) << error;
 }
 
 TEST(RuntimeComm, CreateGroupRejectsAModelItCannotRun) {

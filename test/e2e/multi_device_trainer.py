@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Multi-device CPU trainers train like the one-device trainer.
+
+For lenet and resnet18 at test size (batch 8), a `--gpus 1` CPU trainer and
+`--gpus 2|4 --strategy=data|model|owt` CPU trainers (resnet18: --gpus 2 with
+owt only) run 5 steps with the
+same seed on synthetic data, then evaluate. Checks, against `--gpus 1`:
+  - the 5 losses (--log) within 1e-5 relative;
+  - every param after 5 steps (--dump) within 1e-4 of its largest element;
+  - the evaluation's logits (--dump, on device 0 with the whole params)
+    within 1e-4;
+  - the --export runs in onnxruntime and gives the one-device export's
+    logits within 1e-4.
+A batch the devices do not divide evenly (lenet, batch 6 on 4 devices) is
+checked the same way, and with `--gpus 4` a run stopped after its step-3
+checkpoint and resumed to step 6 ends bit-identical (params, outputs and
+export) to an uninterrupted run.
+
+The trainers are built from `lwcc --emit=source` at -O0 (the generated step
+is glue around the runtime's kernels, which keep their -O2: at -O2 the
+resnet18 --gpus 4 source alone takes minutes to compile), except one built by
+`lwcc -o` as a user does. Ends with the line "N passed, M failed".
+
+    python3 test/e2e/multi_device_trainer.py [--models lenet] [--quick]
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
+LWCC = os.path.join(BIN, "lwcc")
+PREFIX = os.path.dirname(BIN)  # the build tree: include/ and lib/
+GEN = os.path.join(ROOT, "tools", "models", "gen.py")
+STEPS = 5
+LOSS_TOL = 1e-5
+PARAM_TOL = 1e-4
+SEED = 5
+
+passed = failed = 0
+
+
+def report(ok, name, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"PASS {name}", flush=True)
+    else:
+        failed += 1
+        print(f"FAIL {name}: {detail}", flush=True)
+
+
+def run(cmd, cwd=None, timeout=600):
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def build(onnx_path, flags, out_dir, via_lwcc=False):
+    """A CPU trainer of onnx_path with lwcc `flags`; (path or None, error)."""
+    exe = os.path.join(out_dir, "trainer")
+    if via_lwcc:
+        os.makedirs(out_dir, exist_ok=True)
+        r = run([LWCC, onnx_path, "--target=cpu", *flags, "-o", exe])
+        return (exe, "") if r.returncode == 0 else (None, r.stderr[-1500:])
+    r = run([LWCC, onnx_path, "--target=cpu", *flags, "--emit=source", "-o", out_dir])
+    if r.returncode:
+        return None, r.stderr[-1500:]
+    r = run(["c++", "-std=c++20", "-O0", "-I" + os.path.join(PREFIX, "include"), "trainer.cc",
+             os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.a"), "-lopenblas", "-lz",
+             "-lpthread", "-o", "trainer"], cwd=out_dir)
+    return (exe, "") if r.returncode == 0 else (None, r.stderr[-1500:])
+
+
+def train(exe, work, extra):
+    os.makedirs(work, exist_ok=True)
+    args = [exe, "--data=synthetic", f"--seed={SEED}", "--progress=off", "--data-threads=1",
+            *extra]
+    return run(args, cwd=work)
+
+
+def losses(log):
+    with open(log) as f:
+        return [json.loads(line)["loss"] for line in f if '"type":"step"' in line]
+
+
+def read_floats(path):
+    return np.fromfile(path, dtype=np.float32)
+
+
+def close(got, want, tol):
+    """Within tol of the largest element of want; (ok, worst error)."""
+    if got.shape != want.shape:
+        return False, f"shape {got.shape} vs {want.shape}"
+    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
+    err = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
+    return err <= tol * scale, err
+
+
+def ort_logits(path, feed):
+    import onnxruntime as ort
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return s.run(None, {s.get_inputs()[0].name: feed})[0]
+
+
+def compare(name, ref, got):
+    """ref, got: dicts with the run's folder ('work') after train(... 5 steps)."""
+    lr, lg = losses(os.path.join(ref, "log.jsonl")), losses(os.path.join(got, "log.jsonl"))
+    ok = len(lr) == len(lg) == STEPS and all(
+        abs(a - b) <= LOSS_TOL * max(abs(a), 1e-12) for a, b in zip(lr, lg))
+    report(ok, f"{name}: {STEPS} losses within {LOSS_TOL} relative", f"{lg} vs {lr}")
+    rd, gd = os.path.join(ref, "dump"), os.path.join(got, "dump")
+    params = sorted(f for f in os.listdir(rd) if f.startswith("param_"))
+    bad = []
+    for p in params:
+        if not os.path.exists(os.path.join(gd, p)):
+            bad.append(f"{p} missing")
+            continue
+        ok, err = close(read_floats(os.path.join(gd, p)), read_floats(os.path.join(rd, p)),
+                        PARAM_TOL)
+        if not ok:
+            bad.append(f"{p} off by {err}")
+    report(params and not bad, f"{name}: {len(params)} params after {STEPS} steps within "
+           f"{PARAM_TOL}", "; ".join(bad[:5]))
+    ok, err = close(read_floats(os.path.join(gd, "eval_logits.bin")),
+                    read_floats(os.path.join(rd, "eval_logits.bin")), PARAM_TOL)
+    report(ok, f"{name}: evaluation logits on device 0 within {PARAM_TOL}", f"off by {err}")
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        report(False, f"{name}: export", "onnxruntime is not installed")
+        return
+    try:
+        import onnx
+        shape = [d.dim_value for d in
+                 onnx.load(os.path.join(ref, "model.onnx")).graph.input[0].type.tensor_type.shape.dim]
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        want = ort_logits(os.path.join(ref, "model.onnx"), x)
+        have = ort_logits(os.path.join(got, "model.onnx"), x)
+        ok, err = close(have, want, PARAM_TOL)
+        report(ok, f"{name}: --export runs in onnxruntime, logits within {PARAM_TOL}",
+               f"off by {err}")
+    except Exception as e:  # an export onnxruntime cannot load
+        report(False, f"{name}: --export runs in onnxruntime", str(e)[-800:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="lenet,resnet18")
+    ap.add_argument("--quick", action="store_true", help="lenet, --gpus 4 only")
+    args = ap.parse_args()
+    models = ["lenet"] if args.quick else args.models.split(",")
+    gpus = [4] if args.quick else [2, 4]
+    tmp = tempfile.mkdtemp(prefix="lwcc-md-")
+    try:
+        # (model, batch, gpus, strategy); gpus 1 is the reference.
+        cases = []
+        for m in models:
+            cases.append((m, 8, 1, "data"))
+            # resnet18 (slow to build) on 2 devices with owt only.
+            cases += [(m, 8, g, s) for g in gpus for s in ("data", "model", "owt")
+                      if m == "lenet" or g == 4 or s == "owt"]
+        if "lenet" in models:
+            cases += [("lenet", 6, 1, "data"), ("lenet", 6, 4, "data")]
+        for m, batch in sorted({(c[0], c[1]) for c in cases}):
+            r = run([sys.executable, GEN, m, "--test-size", "--batch", str(batch), "-o",
+                     os.path.join(tmp, f"{m}-{batch}.onnx")])
+            if r.returncode:
+                report(False, f"{m}: generate", r.stderr[-500:])
+                return 1
+
+        def key(c):
+            return f"{c[0]}-b{c[1]}-g{c[2]}-{c[3]}"
+
+        def make(c):
+            m, batch, g, s = c
+            flags = [f"--gpus={g}", f"--strategy={s}"] if g > 1 else []
+            return build(os.path.join(tmp, f"{m}-{batch}.onnx"), flags,
+                         os.path.join(tmp, key(c)),
+                         via_lwcc=(c == ("lenet", 8, 2 if 2 in gpus else 4, "owt")))
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            built = dict(zip(map(key, cases), pool.map(make, cases)))
+        for c in cases:
+            if built[key(c)][0] is None:
+                report(False, f"{key(c)}: build", built[key(c)][1])
+        runs = {}
+        for c in cases:
+            exe = built[key(c)][0]
+            if not exe:
+                continue
+            work = os.path.join(tmp, key(c), "run")
+            r = train(exe, work, [f"--steps={STEPS}", "--eval", "--log=log.jsonl", "--dump=dump",
+                                  "--export=model.onnx"])
+            if r.returncode:
+                report(False, f"{key(c)}: train", (r.stdout + r.stderr)[-1500:])
+                continue
+            if c[2] > 1:
+                header = r.stdout.splitlines()[0] if r.stdout else ""
+                # Data-parallel first layers split the batch: "(2+2+1+1 per device)".
+                split = c[3] == "model" or " per device) per epoch" in header
+                report(f"on {c[2]} devices" in header and f"batches of {c[1]}" in header and split,
+                       f"{key(c)}: the header gives the devices and the global batch", header)
+            runs[c] = work
+        for c, work in runs.items():
+            ref = runs.get((c[0], c[1], 1, "data"))
+            if c[2] > 1 and ref:
+                compare(f"{c[0]} batch {c[1]} --gpus {c[2]} --strategy={c[3]}", ref, work)
+
+        # Stopped after the step-3 checkpoint, resumed: bit-identical at step 6.
+        for m, s in [("lenet", "owt"), ("resnet18", "data")]:
+            c = (m, 8, 4, s)
+            if m not in models or not built.get(key(c), (None,))[0]:
+                continue
+            exe, base = built[key(c)][0], os.path.join(tmp, key(c))
+            full = train(exe, os.path.join(base, "full"),
+                         ["--steps=6", "--dump=dump", "--export=model.onnx"])
+            ck = os.path.join(base, "ck")
+            first = train(exe, os.path.join(base, "resumed"),
+                          ["--steps=3", f"--checkpoint-dir={ck}", "--checkpoint-every=3"])
+            second = train(exe, os.path.join(base, "resumed"),
+                           ["--steps=6", f"--checkpoint-dir={ck}", "--resume", "--dump=dump",
+                            "--export=model.onnx"])
+            name = f"{m} --gpus 4 --strategy={s}: resumed at step 3, bit-identical at step 6"
+            if full.returncode or first.returncode or second.returncode:
+                report(False, name, (full.stderr + first.stderr + second.stderr)[-1500:])
+                continue
+            a, b = os.path.join(base, "full"), os.path.join(base, "resumed")
+            files = sorted(os.listdir(os.path.join(a, "dump")))
+            differ = [f for f in files
+                      if open(os.path.join(a, "dump", f), "rb").read() !=
+                      open(os.path.join(b, "dump", f), "rb").read()]
+            if open(os.path.join(a, "model.onnx"), "rb").read() != \
+                    open(os.path.join(b, "model.onnx"), "rb").read():
+                differ.append("model.onnx")
+            report(files and not differ, name + f" ({len(files)} dumped files and the export)",
+                   f"differ: {differ[:5]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
