@@ -4,6 +4,8 @@
 #include "cuda/KernelSupport.cuh"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <set>
 
 namespace lwrt::cuda {
@@ -142,6 +144,8 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
                   std::to_string(model.numDevices) + " devices, " + std::to_string(runners.size()) +
                   " runners)");
   streams_ = std::max(1, model.streamsPerDevice);
+  if (const char* v = std::getenv("LWRT_DEADLOCK_SECONDS"); v && std::atoi(v) > 0)
+    deadlockSeconds_ = std::atoi(v);
   for (StepRunner* r : runners) {
     Context* c = runnerContext(r);
     if (!c || c->device < 0)
@@ -356,9 +360,19 @@ bool Group::runStep(const std::vector<StepBuffers>& buffers, std::string* error)
   return failed(first.empty() ? any : first);
 }
 
-template <typename Pred> bool Group::await(std::unique_lock<std::mutex>& lock, Pred ready) {
-  cv_.wait(lock, [&] { return aborted_ || stop_ || ready(); });
-  return ready();
+template <typename Pred>
+bool Group::await(std::unique_lock<std::mutex>& lock, Pred ready, const std::string& what) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadlockSeconds_);
+  if (!cv_.wait_until(lock, deadline, [&] { return aborted_ || stop_ || ready(); })) {
+    aborted_ = true; // the others stop waiting too
+    cv_.notify_all();
+    return fail(__FILE__, __LINE__,
+                what + ": nothing arrived for " + std::to_string(deadlockSeconds_) +
+                    " s (LWRT_DEADLOCK_SECONDS): the step's functions wait for each other");
+  }
+  if (ready())
+    return true;
+  return fail(__FILE__, __LINE__, what + ": another function of the step failed meanwhile");
 }
 
 bool Group::distinctGpus(const std::vector<int64_t>& participants) const {
@@ -394,10 +408,11 @@ bool Group::waitEvent(const StepBuffers& b, int event) {
   size_t k = static_cast<size_t>(b.device * numEvents_ + event);
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (!await(lock, [&] { return eventRecorded_[k] == step_; }))
-      return fail(__FILE__, __LINE__,
-                  "waitEvent " + std::to_string(event) +
-                      ": another function of the step failed before recording it");
+    if (!await(
+            lock, [&] { return eventRecorded_[k] == step_; },
+            "waitEvent " + std::to_string(event) + " on device " + std::to_string(b.device) +
+                ", stream " + std::to_string(b.stream) + " (not recorded yet)"))
+      return false;
   }
   LWRT_CUDA(cudaStreamWaitEvent(context().stream, events_[k], 0));
   return true;
@@ -464,9 +479,12 @@ bool Group::meet(const CommSpec& spec, const CommPart& part) {
     return ok;
   }
   const int64_t step = step_;
-  if (!await(lock, [&] { return m.doneStep == step; }))
-    return fail(__FILE__, __LINE__,
-                where + ": another function of the step failed before the op met");
+  if (!await(
+          lock, [&] { return m.doneStep == step; },
+          where + " on device " + std::to_string(part.device) + " (" +
+              std::to_string(m.parts.size()) + " of " + std::to_string(count) +
+              " participants arrived)"))
+    return false;
   if (!m.error.empty())
     return fail(__FILE__, __LINE__, where + ": another function of the step failed: " + m.error);
   // The executor's done event: its last record is this step's.

@@ -121,9 +121,13 @@ public:
 
 private:
   void work(size_t index);
-  /// Waits on the host for `ready` while the step is live; false when a
-  /// function failed meanwhile.
-  template <typename Pred> bool await(std::unique_lock<std::mutex>& lock, Pred ready);
+  /// Waits on the host for `ready` while the step is live; false with the
+  /// context's error set (naming `what`) when a function failed meanwhile,
+  /// or when nothing came for LWRT_DEADLOCK_SECONDS (default 120: a host
+  /// wait is for another thread to issue work, not for the GPU), which
+  /// then fails the step instead of hanging the trainer.
+  template <typename Pred>
+  bool await(std::unique_lock<std::mutex>& lock, Pred ready, const std::string& what);
   bool executeLocal(const CommSpec& spec, const std::vector<CommPart>& parts, Context& exec);
 
   struct Worker {
@@ -156,6 +160,7 @@ private:
   bool broken_ = false;  ///< a step failed: the group's state is undefined
   bool stop_ = false;
 
+  int deadlockSeconds_ = 120; ///< LWRT_DEADLOCK_SECONDS
   int numEvents_ = 0;
   std::vector<cudaEvent_t> events_;            ///< [device * numEvents_ + event]
   std::vector<int64_t> eventRecorded_;         ///< the step each was last recorded in
