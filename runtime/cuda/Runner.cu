@@ -1,10 +1,12 @@
 // The CUDA backend's step runner: device memory from cudaMalloc, copies and
-// phases on the stream of the runner's own context (made current around
-// each call, so that several runners on several GPUs share a thread), and each phase of a key >= 0
-// recorded once into a CUDA graph (after a first direct run that searches algorithms and sizes the
-// workspace) and replayed from then on. A negative key runs its phase directly every time (the
-// one-off init phases, profiled steps whose per-op events must be recorded live). A phase recorded
-// before a workspace was replaced is recorded again (Context.h).
+// phases on the stream of the runner's own context (made current around each
+// call, so that several runners on several GPUs share a thread), and each
+// phase of a key >= 0 recorded once into a CUDA graph (after a first direct
+// run that searches algorithms and sizes the workspace) and replayed from
+// then on. A negative key runs its phase directly every time (the one-off
+// init phases, profiled steps whose per-op events must be recorded live). A
+// phase recorded before a workspace was replaced is recorded again
+// (Context.h).
 #include "cuda/Context.h"
 #include "lwrt/trainer.h"
 
