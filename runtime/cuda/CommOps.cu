@@ -154,11 +154,28 @@ bool allGather(const StepBuffers& b, int op, const std::vector<int64_t>& devices
     return false;
   int64_t outer, rowBytes;
   geometry(in, axis, &outer, &rowBytes);
-  if (!g->ncclOverAll(devices, true) || outer != 1 || !equalSizes(sizes))
+  if (!g->ncclOverAll(devices, true) || !equalSizes(sizes))
     return g->meet(spec, {b.device, &context(), nullptr, nullptr, &in, &out});
   ncclComm_t comm = g->communicator(b.device, b.stream);
-  LWRT_NCCL(ncclAllGather(in.data, out.data, static_cast<size_t>(in.bytes()), ncclUint8, comm,
-                          context().stream));
+  if (outer == 1) {
+    LWRT_NCCL(ncclAllGather(in.data, out.data, static_cast<size_t>(in.bytes()), ncclUint8, comm,
+                            context().stream));
+    return true;
+  }
+  // Pieces strided along the axis: gathered rank after rank into staging
+  // memory, then each put in its place.
+  size_t piece = static_cast<size_t>(in.bytes());
+  auto* staged = static_cast<char*>(g->stagingFor(op, context().device, piece * devices.size()));
+  if (!staged)
+    return check.reject("cannot allocate " + std::to_string(piece * devices.size()) +
+                        " bytes of staging memory");
+  LWRT_NCCL(ncclAllGather(in.data, staged, piece, ncclUint8, comm, context().stream));
+  size_t width = static_cast<size_t>(sizes[0] * rowBytes);
+  for (size_t r = 0; r < devices.size(); ++r)
+    LWRT_CUDA(cudaMemcpy2DAsync(at(out, static_cast<int64_t>(r * width)),
+                                static_cast<size_t>(total(sizes) * rowBytes), staged + r * piece,
+                                width, width, static_cast<size_t>(outer), cudaMemcpyDeviceToDevice,
+                                context().stream));
   return true;
 }
 
@@ -173,11 +190,28 @@ bool reduceScatter(const StepBuffers& b, int op, const std::vector<int64_t>& dev
     return false;
   int64_t outer, rowBytes;
   geometry(in, axis, &outer, &rowBytes);
-  if (!g->ncclOverAll(devices, true) || outer != 1 || !equalSizes(sizes))
+  if (!g->ncclOverAll(devices, true) || !equalSizes(sizes))
     return g->meet(spec, {b.device, &context(), nullptr, nullptr, &in, &out});
   ncclComm_t comm = g->communicator(b.device, b.stream);
-  LWRT_NCCL(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()),
-                              ncclType(in.dtype), ncclSum, comm, context().stream));
+  const void* send = in.data;
+  if (outer != 1) {
+    // Pieces strided along the axis: packed rank after rank into staging
+    // memory first, so that each rank's piece is contiguous, as `out` is.
+    size_t piece = static_cast<size_t>(out.bytes()),
+           width = static_cast<size_t>(sizes[0] * rowBytes);
+    auto* staged = static_cast<char*>(g->stagingFor(op, context().device, piece * devices.size()));
+    if (!staged)
+      return check.reject("cannot allocate " + std::to_string(piece * devices.size()) +
+                          " bytes of staging memory");
+    for (size_t r = 0; r < devices.size(); ++r)
+      LWRT_CUDA(cudaMemcpy2DAsync(
+          staged + r * piece, width, at(in, static_cast<int64_t>(r * width)),
+          static_cast<size_t>(total(sizes) * rowBytes), width, static_cast<size_t>(outer),
+          cudaMemcpyDeviceToDevice, context().stream));
+    send = staged;
+  }
+  LWRT_NCCL(ncclReduceScatter(send, out.data, static_cast<size_t>(out.numel()), ncclType(in.dtype),
+                              ncclSum, comm, context().stream));
   return true;
 }
 

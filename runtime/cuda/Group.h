@@ -15,11 +15,12 @@
 //    set over all devices (rank = logical device) per stream index, made
 //    with the group (two host threads never share a communicator). The
 //    collectives whose participants are all the devices (all-gather and
-//    reduce-scatter: in rank order, with contiguous pieces of equal size)
-//    are NCCL's; device copies, and shards and unshards with contiguous
-//    pieces, are its sends and receives.
+//    reduce-scatter: in rank order, with pieces of equal size; strided ones
+//    go through a staging buffer, rank after rank) are NCCL's; device
+//    copies, and shards and unshards with contiguous pieces, are its sends
+//    and receives.
 //  - A host rendezvous otherwise (logical devices sharing a GPU, a subset of
-//    the devices, strided or uneven pieces): each participant records an
+//    the devices, uneven or strided shard pieces): each participant records an
 //    event on its stream and registers its views; the last to arrive makes
 //    its stream wait for all of them, does the copies (peer copies between
 //    GPUs) and the sums (in `devices` order, so replicas get identical
@@ -118,6 +119,12 @@ public:
   /// Device memory of at least `bytes` on `gpu` for op `op` (kept across
   /// steps); call with the group's lock held.
   void* staging(int op, int gpu, size_t bytes);
+  /// The same, taking the lock (the NCCL path's all-gather and
+  /// reduce-scatter with strided pieces). Null when it cannot be had.
+  void* stagingFor(int op, int gpu, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return staging(op * 2, gpu, bytes);
+  }
 
 private:
   void work(size_t index);
