@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares, on this (GPU-less) machine, everything tools/gpu/check.sh needs
-# on the GPU machine, in build/gpu/ (about 15 MiB; carry it with the device
+# on the GPU machine, in build/gpu/ (about 40 MiB; carry it with the device
 # tool): the CUDA runtime library and headers, the sources lwcc emits for
 # each trainer (built there with nvcc against that machine's cuDNN and
 # cuBLAS), and for every zoo model at test size a seeded batch and the CPU
