@@ -1,11 +1,38 @@
-// The CUDA backend's process-wide state: stream, handles, workspace, errors.
+// The CUDA backend's per-device state: stream, handles, workspace, errors;
+// the calling thread's current one.
 #include "cuda/Context.h"
+
+#include <atomic>
 
 namespace lwrt::cuda {
 
+namespace {
+thread_local Context* current = nullptr;
+std::atomic<Context*> primary{nullptr};
+} // namespace
+
 Context& context() {
-  static Context c;
-  return c;
+  if (current)
+    return *current;
+  if (Context* p = primary.load())
+    return *p;
+  static Context none; // no runner yet: kernels fail on its null handles
+  return none;
+}
+
+void setPrimaryContext(Context* c) { primary.store(c); }
+Context* primaryContext() { return primary.load(); }
+
+ContextScope::ContextScope(Context& c) : previous_(current) {
+  current = &c;
+  if (c.device >= 0)
+    (void)cudaSetDevice(c.device); // a failure shows at the scope's first call
+}
+
+ContextScope::~ContextScope() {
+  current = previous_;
+  if (previous_ && previous_->device >= 0)
+    (void)cudaSetDevice(previous_->device);
 }
 
 bool fail(const char* file, int line, const std::string& what) {
@@ -46,8 +73,7 @@ CudaVersions builtCudaVersions() {
                    CUBLAS_VER_PATCH);
 }
 
-bool initContext(int device, bool tf32, std::string* error) {
-  Context& c = context();
+bool initContext(Context& c, int device, bool tf32, std::string* error) {
   if (c.device >= 0)
     return setError(error, "the CUDA context is already initialized");
   int count = 0;
@@ -88,7 +114,7 @@ bool initContext(int device, bool tf32, std::string* error) {
       !cudaOk(cudaMalloc(&c.errorFlag, sizeof(int)), "cudaMalloc") ||
       !cudaOk(cudaMemsetAsync(c.errorFlag, 0, sizeof(int), c.stream), "cudaMemsetAsync") ||
       !cudaOk(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize")) {
-    destroyContext();
+    destroyContext(c);
     return false;
   }
   c.slots.push_back({c.stream, nullptr, 0, c.cublasWorkspace});
@@ -98,10 +124,51 @@ bool initContext(int device, bool tf32, std::string* error) {
   return true;
 }
 
-void destroyContext() {
-  Context& c = context();
-  if (c.device >= 0)
+bool initStreamContext(Context& c, const Context& base, std::string* error) {
+  auto failed = [&](const std::string& what) {
+    if (error)
+      *error = what + " (a stream of GPU " + std::to_string(base.device) + ")";
+    destroyContext(c);
+    return false;
+  };
+  if (c.device >= 0 || base.device < 0)
+    return failed("initStreamContext: the context is in use, or its base is not");
+  c.ownsErrorFlag = false;
+  c.errorFlag = base.errorFlag;
+  c.tf32 = base.tf32;
+  c.convGraphApi = base.convGraphApi;
+  cudaError_t st = cudaSetDevice(base.device);
+  if (st == cudaSuccess)
+    st = cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking);
+  if (st == cudaSuccess)
+    st = cudaMalloc(&c.cublasWorkspace, kCublasWorkspaceBytes);
+  if (st != cudaSuccess)
+    return failed(std::string("creating a stream context: ") + cudaGetErrorString(st));
+  cudnnStatus_t dn = cudnnCreate(&c.cudnn);
+  if (dn == CUDNN_STATUS_SUCCESS)
+    dn = cudnnSetStream(c.cudnn, c.stream);
+  if (dn != CUDNN_STATUS_SUCCESS)
+    return failed(std::string("cudnnCreate/cudnnSetStream: ") + cudnnGetErrorString(dn));
+  cublasStatus_t bl = cublasCreate(&c.cublas);
+  if (bl == CUBLAS_STATUS_SUCCESS)
+    bl = cublasSetStream(c.cublas, c.stream);
+  if (bl == CUBLAS_STATUS_SUCCESS)
+    bl = cublasSetMathMode(c.cublas, c.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  if (bl == CUBLAS_STATUS_SUCCESS)
+    bl = cublasSetWorkspace(c.cublas, c.cublasWorkspace, kCublasWorkspaceBytes);
+  if (bl != CUBLAS_STATUS_SUCCESS)
+    return failed(std::string("cublasCreate and its settings: ") + cublasGetStatusString(bl));
+  c.slots.push_back({c.stream, nullptr, 0, c.cublasWorkspace});
+  c.current = 0;
+  c.device = base.device;
+  return true;
+}
+
+void destroyContext(Context& c) {
+  if (c.device >= 0) {
+    cudaSetDevice(c.device);
     cudaDeviceSynchronize();
+  }
   if (!c.slots.empty()) { // the current slot's workspace lives in the fields
     c.slots[c.current].workspace = c.workspace;
     c.slots[c.current].workspaceBytes = c.workspaceBytes;
@@ -118,7 +185,9 @@ void destroyContext() {
     cudaEventDestroy(e);
   if (c.workspace)
     cudaFree(c.workspace);
-  if (c.errorFlag)
+  for (void* p : c.replaced)
+    cudaFree(p);
+  if (c.errorFlag && c.ownsErrorFlag)
     cudaFree(c.errorFlag);
   if (c.cublasWorkspace)
     cudaFree(c.cublasWorkspace);
@@ -143,7 +212,12 @@ bool ensureWorkspace(size_t bytes) {
                     std::to_string(c.workspaceBytes) + " were set up)");
   constexpr size_t kMiB = size_t{1} << 20;
   bytes = (bytes + kMiB - 1) / kMiB * kMiB;
-  if (c.workspace) {
+  if (c.workspace && c.keepReplaced) {
+    c.replaced.push_back(c.workspace); // work in flight on this stream may use it
+    c.workspace = nullptr;
+    c.workspaceBytes = 0;
+    ++c.workspaceGeneration;
+  } else if (c.workspace) {
     // Work in flight on any stream, or a recorded graph replayed before,
     // may still use it: free it only on an idle device, and have every
     // graph recorded with it recorded again.

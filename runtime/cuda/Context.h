@@ -1,12 +1,22 @@
-// cuda/Context.h - the CUDA backend's process-wide state (not installed)
-// defines: Context, context, foundCudaVersions, builtCudaVersions, initContext,
-//          destroyContext, ensureWorkspace, fail,
+// cuda/Context.h - the CUDA backend's per-device state (not installed)
+// defines: Context, context, ContextScope, setPrimaryContext, foundCudaVersions,
+//          builtCudaVersions, initContext, initStreamContext, destroyContext,
+//          ensureWorkspace, runnerContext, fail,
 //          LWRT_CUDA, LWRT_CUDNN, LWRT_CUBLAS, kThreads, blocksFor
 //
 // The generated step calls kernels with TensorViews only (the signatures of
 // the CPU backend), so everything else a CUDA kernel needs lives here: the
 // stream all work goes to, the cuDNN and cuBLAS handles bound to it, a
 // shared workspace, the TF32 switch, and the first error.
+//
+// Which context: each runner (one per logical device) owns one, and a
+// multi-device group adds one per further (device, stream) of the step.
+// Kernels find theirs with context(): the context the calling host thread
+// made current (ContextScope, which also selects its GPU; the runner does
+// it around each of its calls, the group once on each worker thread), or
+// else the primary one (the first runner's), so that a single-device
+// trainer behaves as with one process-wide context. A context is used by
+// one host thread at a time.
 //
 // Errors: every CUDA, cuDNN and cuBLAS call goes through LWRT_CUDA /
 // LWRT_CUDNN / LWRT_CUBLAS, which on failure record "file:line: call:
@@ -35,8 +45,13 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace lwrt {
+class StepRunner;
+}
 
 namespace lwrt::cuda {
 
@@ -58,7 +73,7 @@ struct StreamSlot {
 };
 
 struct Context {
-  int device = -1;
+  int device = -1; ///< the physical GPU
   cudaStream_t stream = nullptr;
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
@@ -85,10 +100,39 @@ struct Context {
   std::vector<StreamSlot> slots;
   size_t current = 0;
   std::vector<cudaEvent_t> events;
+  /// False for a stream context of a group, which shares its device's flag.
+  bool ownsErrorFlag = true;
+  /// A multi-device group's context: a replaced workspace is kept until the
+  /// context ends instead of freed on an idle device (a device-wide wait
+  /// there could wait for a collective whose peer needs this thread).
+  bool keepReplaced = false;
+  std::vector<void*> replaced;
+  /// The convolution plans made with this context's cuDNN handle
+  /// (NNKernels.cu owns the type).
+  std::shared_ptr<void> convPlans;
 };
 
-/// The context of this process (one device per process for now).
+/// The calling thread's current context, else the primary one.
 Context& context();
+/// The context of threads that set none: the first runner's (null: none).
+void setPrimaryContext(Context* c);
+Context* primaryContext();
+
+/// Makes `c` the calling thread's current context and selects its GPU for
+/// the scope; restores the previous one after.
+class ContextScope {
+public:
+  explicit ContextScope(Context& c);
+  ~ContextScope();
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+private:
+  Context* previous_;
+};
+
+/// The context of a CUDA runner of this process (null for another runner).
+Context* runnerContext(const StepRunner* runner);
 
 /// The versions of the driver and libraries this process found, and the
 /// ones it was built against (cuda/Preflight.h checks them).
@@ -96,10 +140,14 @@ CudaVersions foundCudaVersions();
 CudaVersions builtCudaVersions();
 
 /// Selects `device`, creates the stream, the handles (math mode from `tf32`)
-/// and the error flag. False with `error` set, e.g. when there is no GPU.
-bool initContext(int device, bool tf32, std::string* error);
+/// and the error flag in `c`. False with `error` set, e.g. when there is no
+/// GPU.
+bool initContext(Context& c, int device, bool tf32, std::string* error);
+/// A further stream of `base`'s device for a multi-device group: its own
+/// stream, handles and workspaces, `base`'s settings and error flag.
+bool initStreamContext(Context& c, const Context& base, std::string* error);
 /// Releases everything initContext made; safe to call twice.
-void destroyContext();
+void destroyContext(Context& c);
 
 /// Makes the workspace at least `bytes` (rounded up to whole MiB). A
 /// replaced workspace is freed once the device is idle, and the

@@ -130,7 +130,8 @@ constexpr size_t kAlign = 256;
 size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 /// One convolution configuration's cuDNN setup, made at its first call and
-/// kept for the process (descriptors are host objects; the plans are few):
+/// kept for the process (descriptors are host objects; the plans are few),
+/// per context (a plan holds its context's cuDNN handle and workspace):
 /// a graph API plan, or when there is none the legacy descriptors below.
 struct ConvPlan {
   GraphConv* graph = nullptr;
@@ -148,9 +149,13 @@ struct ConvPlan {
   size_t padBytes = 0;
 };
 
-std::map<std::vector<int64_t>, ConvPlan>& convPlans() {
-  static auto* plans = new std::map<std::vector<int64_t>, ConvPlan>();
-  return *plans;
+using ConvPlans = std::map<std::vector<int64_t>, ConvPlan>;
+
+ConvPlans& convPlans() {
+  Context& c = context();
+  if (!c.convPlans)
+    c.convPlans = std::make_shared<ConvPlans>();
+  return *static_cast<ConvPlans*>(c.convPlans.get());
 }
 
 /// True when the context lets F32 convolutions use TF32 tensor cores.

@@ -1,15 +1,18 @@
 // The CUDA backend's step runner: device memory from cudaMalloc, copies and
-// phases on the context's stream, and each phase of a key >= 0 recorded
-// once into a CUDA graph (after a first direct run that searches algorithms
-// and sizes the workspace) and replayed from then on. A negative key runs
-// its phase directly every time (the one-off init phases, profiled steps
-// whose per-op events must be recorded live). A phase recorded before a
-// workspace was replaced is recorded again (Context.h).
+// phases on the stream of the runner's own context (made current around each
+// call, so that several runners on several GPUs share a thread), and each
+// phase of a key >= 0 recorded once into a CUDA graph (after a first direct
+// run that searches algorithms and sizes the workspace) and replayed from
+// then on. A negative key runs its phase directly every time (the one-off
+// init phases, profiled steps whose per-op events must be recorded live). A
+// phase recorded before a workspace was replaced is recorded again
+// (Context.h).
 #include "cuda/Context.h"
 #include "lwrt/trainer.h"
 
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <vector>
 
 namespace lwrt::cuda {
@@ -20,11 +23,26 @@ std::string describe(cudaError_t st, const char* call) {
   return std::string(call) + ": " + cudaGetErrorString(st);
 }
 
+/// The live runners' contexts (Comm.cu's groups find theirs here).
+std::mutex registryMutex;
+std::map<const StepRunner*, Context*>& registry() {
+  static auto* runners = new std::map<const StepRunner*, Context*>();
+  return *runners;
+}
+
 class CudaRunner final : public StepRunner {
 public:
-  CudaRunner(const RunnerOptions& options, std::string name)
-      : options_(options), name_(std::move(name)) {}
+  CudaRunner(const RunnerOptions& options, std::string name, std::unique_ptr<Context> ctx)
+      : options_(options), name_(std::move(name)), ctx_(std::move(ctx)) {
+    std::lock_guard<std::mutex> lock(registryMutex);
+    registry()[this] = ctx_.get();
+  }
   ~CudaRunner() override {
+    {
+      std::lock_guard<std::mutex> lock(registryMutex);
+      registry().erase(this);
+    }
+    ContextScope scope(*ctx_);
     for (cudaEvent_t e : events_)
       cudaEventDestroy(e);
     for (cudaEvent_t e : fences_)
@@ -35,12 +53,14 @@ public:
       if (phase.graph)
         cudaGraphDestroy(phase.graph);
     }
-    destroyContext();
+    if (primaryContext() == ctx_.get())
+      setPrimaryContext(nullptr);
+    destroyContext(*ctx_);
   }
 
   std::string description() const override { return name_; }
   std::string notes() const override {
-    const Context& c = context();
+    const Context& c = *ctx_;
     std::string notes = "cuDNN convolution plans: " + std::to_string(c.convPlansGraph) +
                         " on the graph API, " + std::to_string(c.convPlansLegacy) +
                         " on the legacy API";
@@ -54,13 +74,14 @@ public:
   }
 
   void* allocate(int64_t bytes, std::string* error) override {
+    ContextScope scope(*ctx_);
     void* p = nullptr;
     size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 1));
     // Zeroed on the context's stream, where every later copy and kernel on
     // this memory goes (the legacy default stream would not order them).
     cudaError_t st = cudaMalloc(&p, n);
     if (st == cudaSuccess)
-      st = cudaMemsetAsync(p, 0, n, context().stream);
+      st = cudaMemsetAsync(p, 0, n, ctx_->stream);
     if (st != cudaSuccess) {
       if (error)
         *error = "cannot allocate " + std::to_string(bytes) +
@@ -72,26 +93,30 @@ public:
     return p;
   }
   void release(void* memory) override {
+    ContextScope scope(*ctx_);
     if (memory)
       cudaFree(memory);
   }
   bool upload(void* dst, const void* src, int64_t bytes, std::string* error) override {
-    cudaError_t st = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
-                                     context().stream);
+    ContextScope scope(*ctx_);
+    cudaError_t st =
+        cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, ctx_->stream);
     return check(st, "cudaMemcpyAsync (to the GPU)", error);
   }
   bool download(void* dst, const void* src, int64_t bytes, std::string* error) override {
-    cudaError_t st = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
-                                     context().stream);
+    ContextScope scope(*ctx_);
+    cudaError_t st =
+        cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, ctx_->stream);
     if (!check(st, "cudaMemcpyAsync (from the GPU)", error))
       return false;
-    return check(cudaStreamSynchronize(context().stream), "cudaStreamSynchronize", error);
+    return check(cudaStreamSynchronize(ctx_->stream), "cudaStreamSynchronize", error);
   }
 
   void* allocateHost(int64_t bytes, std::string* error) override {
+    ContextScope scope(*ctx_);
     void* p = nullptr;
     size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 1));
-    cudaError_t st = cudaHostAlloc(&p, n, cudaHostAllocDefault);
+    cudaError_t st = cudaHostAlloc(&p, n, cudaHostAllocPortable);
     if (st != cudaSuccess) {
       if (error)
         *error = "cannot allocate " + std::to_string(bytes) +
@@ -102,17 +127,20 @@ public:
     return p;
   }
   void releaseHost(void* memory) override {
+    ContextScope scope(*ctx_);
     if (memory)
       cudaFreeHost(memory);
   }
   bool downloadAsync(void* dst, const void* src, int64_t bytes, std::string* error) override {
-    cudaError_t st = cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
-                                     context().stream);
+    ContextScope scope(*ctx_);
+    cudaError_t st =
+        cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, ctx_->stream);
     return check(st, "cudaMemcpyAsync (from the GPU)", error);
   }
   // Fences: a ring of events; a fence whose event was recorded again since
   // waits for the later work too, which is safe.
   bool fence(int64_t* id, std::string* error) override {
+    ContextScope scope(*ctx_);
     size_t k = static_cast<size_t>(nextFence_ % kFenceRing);
     if (fences_.size() <= k) {
       cudaEvent_t e;
@@ -120,12 +148,13 @@ public:
         return false;
       fences_.push_back(e);
     }
-    if (!check(cudaEventRecord(fences_[k], context().stream), "cudaEventRecord", error))
+    if (!check(cudaEventRecord(fences_[k], ctx_->stream), "cudaEventRecord", error))
       return false;
     *id = nextFence_++;
     return true;
   }
   bool waitFence(int64_t id, std::string* error) override {
+    ContextScope scope(*ctx_);
     if (id < 0 || id >= nextFence_)
       return true;
     return check(cudaEventSynchronize(fences_[static_cast<size_t>(id % kFenceRing)]),
@@ -133,7 +162,8 @@ public:
   }
 
   bool run(int key, const std::function<bool(std::string*)>& launch, std::string* error) override {
-    Context& c = context();
+    ContextScope scope(*ctx_);
+    Context& c = *ctx_;
     if (key < 0 || !options_.graphs)
       return launched(launch(error), error);
     Phase& phase = phases_[key];
@@ -164,7 +194,8 @@ public:
   }
 
   std::string takeDeviceError() override {
-    Context& c = context();
+    ContextScope scope(*ctx_);
+    Context& c = *ctx_;
     int flag = 0;
     cudaError_t st =
         cudaMemcpyAsync(&flag, c.errorFlag, sizeof(int), cudaMemcpyDeviceToHost, c.stream);
@@ -183,15 +214,18 @@ public:
   }
 
   void startMarks() override {
+    ContextScope scope(*ctx_);
     labels_.clear();
     used_ = 0;
     record();
   }
   void mark(const char* op) override {
+    ContextScope scope(*ctx_);
     labels_.push_back(op);
     record();
   }
   std::vector<std::pair<std::string, double>> takeMarks() override {
+    ContextScope scope(*ctx_);
     std::vector<std::pair<std::string, double>> out;
     if (used_ == 0 || cudaEventSynchronize(events_[used_ - 1]) != cudaSuccess)
       return out;
@@ -211,7 +245,7 @@ private:
         return;
       events_.push_back(e);
     }
-    cudaEventRecord(events_[used_++], context().stream);
+    cudaEventRecord(events_[used_++], ctx_->stream);
   }
 
   static constexpr int64_t kFenceRing = 8;
@@ -236,8 +270,8 @@ private:
     return false;
   }
   /// The result of a launch: a failed op's name gets the context's error.
-  static bool launched(bool ok, std::string* error) {
-    Context& c = context();
+  bool launched(bool ok, std::string* error) {
+    Context& c = *ctx_;
     if (!ok) {
       if (error && !c.error.empty())
         *error += ": " + c.error;
@@ -249,11 +283,18 @@ private:
 
   RunnerOptions options_;
   std::string name_;
+  std::unique_ptr<Context> ctx_;
   std::map<int, Phase> phases_;
   int rerecorded_ = 0;
 };
 
 } // namespace
+
+Context* runnerContext(const StepRunner* runner) {
+  std::lock_guard<std::mutex> lock(registryMutex);
+  auto it = registry().find(runner);
+  return it == registry().end() ? nullptr : it->second;
+}
 
 std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::string* error) {
   // Preflight: the driver and libraries this trainer needs, before any of
@@ -265,15 +306,18 @@ std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::stri
                "; built with " + describeCudaVersions(built) + ")";
     return nullptr;
   }
-  if (!initContext(options.device, options.tf32, error))
+  auto ctx = std::make_unique<Context>();
+  if (!initContext(*ctx, options.device, options.tf32, error))
     return nullptr;
-  context().convGraphApi = options.cudnnGraphApi;
+  ctx->convGraphApi = options.cudnnGraphApi;
+  if (!primaryContext())
+    setPrimaryContext(ctx.get());
   cudaDeviceProp prop{};
   std::string name = "GPU " + std::to_string(options.device);
   if (cudaGetDeviceProperties(&prop, options.device) == cudaSuccess)
     name = std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
            std::to_string(prop.minor) + ", " + describeCudaVersions(found) + ")";
-  return std::make_unique<CudaRunner>(options, name);
+  return std::make_unique<CudaRunner>(options, name, std::move(ctx));
 }
 
 } // namespace lwrt::cuda

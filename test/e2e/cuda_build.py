@@ -2,11 +2,18 @@
 """Every zoo model at test size builds into a CUDA trainer with nvcc.
 
 `lwcc MODEL -o trainer` (target cuda, the default; sm_90) must emit CUDA C++
-and link it against the CUDA runtime library, cuDNN and cuBLAS. On a machine
-without a usable GPU the trainer must say so, suggest --target=cpu and exit
-1 (the CI machine has none; where one is present the run must start instead:
-tools/gpu/ checks it); without the NVIDIA driver, the trainer's preflight must
-name the missing driver. Ends with the line "N passed, M failed".
+and link it against the CUDA runtime library, cuDNN, cuBLAS and NCCL. So must
+multi-device trainers (MULTI: --gpus 2 and 4, data-parallel and One Weird
+Trick), whose step calls the CUDA backend's group and communication
+(cuda/Comm.cu). On a machine without a usable GPU the trainer must say so,
+suggest --target=cpu and exit 1 (the CI machine has none; where one is
+present the run must start instead: tools/gpu/ checks it); without the
+NVIDIA driver, the trainer's preflight must name the missing driver.
+
+Also the GPU check's comparison (tools/gpu/compare.py, which check.sh runs on
+a GPU machine) on CPU-made --gpus 2 dumps: it accepts a dump against itself
+and the params against the single-device step's, and rejects a gradient off
+by 5% and a missing file. Ends with the line "N passed, M failed".
 """
 import concurrent.futures
 import os
@@ -41,11 +48,17 @@ def has_driver():
         return False
 
 
-def check(name, tmp, gpu):
-    path = os.path.join(tmp, name + ".onnx")
-    onnx.save(zoo.build(name, test_size=True), path)
-    exe = os.path.join(tmp, name + "-cuda")
-    r = subprocess.run([LWCC, path, "-o", exe], capture_output=True, text=True, timeout=900)
+# Multi-device cases: (model, --gpus, --strategy).
+MULTI = [("lenet", 2, "data"), ("resnet18", 4, "data"), ("alexnet_owt", 2, "owt"),
+         ("alexnet_owt", 4, "owt")]
+
+
+def check(name, tmp, gpu, gpus=1, strategy=None):
+    path = os.path.join(tmp, name + ".onnx")  # main() saved it
+    flags = [f"--gpus={gpus}", f"--strategy={strategy}"] if gpus > 1 else []
+    exe = os.path.join(tmp, name + (f"-g{gpus}-{strategy}" if gpus > 1 else "") + "-cuda")
+    r = subprocess.run([LWCC, path, "-o", exe] + flags, capture_output=True, text=True,
+                       timeout=900)
     if r.returncode != 0:
         return f"lwcc exited {r.returncode}: {r.stderr.strip()[-1500:]}"
     if not os.access(exe, os.X_OK):
@@ -62,16 +75,65 @@ def check(name, tmp, gpu):
     return None
 
 
+def check_compare(tmp):
+    """tools/gpu/compare.py on CPU dumps of LeNet's first step, --gpus 2 and 1."""
+    import shutil
+    import numpy as np
+    compare = os.path.join(ROOT, "tools", "gpu", "compare.py")
+    path = os.path.join(tmp, "lenet.onnx")
+    data = os.path.join(tmp, "compare-data")
+    os.makedirs(data, exist_ok=True)
+    rng = np.random.default_rng(11)
+    rng.standard_normal([2, 1, 28, 28]).astype(np.float32).tofile(os.path.join(data, "input_0.bin"))
+    rng.integers(0, 10, size=2).astype(np.int64).tofile(os.path.join(data, "input_1.bin"))
+    dumps = {}
+    for gpus in (1, 2):
+        exe = os.path.join(tmp, f"lenet-cpu-g{gpus}")
+        flags = [f"--gpus={gpus}", "--strategy=data"] if gpus > 1 else []
+        r = subprocess.run([LWCC, path, "--target=cpu", "-o", exe] + flags, capture_output=True,
+                           text=True, timeout=900)
+        if r.returncode != 0:
+            return f"lwcc --target=cpu --gpus={gpus} exited {r.returncode}: {r.stderr[-800:]}"
+        dumps[gpus] = os.path.join(tmp, f"compare-g{gpus}")
+        r = subprocess.run([exe, "--steps=1", f"--data=raw:{data}", f"--dump={dumps[gpus]}",
+                            "--progress=off"], capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            return f"the CPU --gpus {gpus} trainer exited {r.returncode}: {r.stderr[-800:]}"
+
+    def run(*args):
+        return subprocess.run([sys.executable, compare, *args], capture_output=True, text=True)
+    off = os.path.join(tmp, "compare-off")
+    shutil.copytree(dumps[2], off)
+    grad = os.path.join(off, "output_1.bin")
+    g = np.fromfile(grad, np.float32)
+    g[0] += 0.05 * float(np.max(np.abs(g)))
+    g.tofile(grad)
+    gone = os.path.join(tmp, "compare-gone")
+    shutil.copytree(dumps[2], gone)
+    os.remove(os.path.join(gone, "param_fc1.weight.bin"))
+    for args, want in (((dumps[2], dumps[2]), 0), (("--params-only", dumps[1], dumps[2]), 0),
+                       ((dumps[2], off), 1), ((dumps[2], gone), 1)):
+        r = run(*args)
+        if r.returncode != want:
+            return f"compare.py {' '.join(args)}: exit {r.returncode}, not {want}: {r.stdout}"
+    return None
+
+
 def main():
     gpu = has_gpu()
-    names = list(zoo.REGISTRY)
+    cases = [(name, 1, None) for name in zoo.REGISTRY] + MULTI
     failed = 0
     with tempfile.TemporaryDirectory(prefix="lwcc-cuda-build-") as tmp:
+        # The ONNX files first: a model's cases share one.
+        for name in {c[0] for c in cases}:
+            onnx.save(zoo.build(name, test_size=True), os.path.join(tmp, name + ".onnx"))
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as ex:
-            futures = {name: ex.submit(check, name, tmp, gpu) for name in names}
-            for name in names:
+            futures = {c: ex.submit(check, c[0], tmp, gpu, c[1], c[2]) for c in cases}
+            compared = ex.submit(check_compare, tmp)
+            for c in cases:
+                name = c[0] + (f" --gpus {c[1]} --strategy={c[2]}" if c[1] > 1 else "")
                 try:
-                    problem = futures[name].result()
+                    problem = futures[c].result()
                 except Exception as e:  # noqa: BLE001 - any failure fails the case
                     problem = str(e)
                 failed += problem is not None
@@ -79,7 +141,14 @@ def main():
                       + (f": {problem}" if problem else
                          " (built with nvcc; " + ("ran one step" if gpu else
                                                   "no GPU here: exit 1 with the hint") + ")"))
-    print(f"{len(names) - failed} passed, {failed} failed")
+            try:
+                problem = compared.result()
+            except Exception as e:  # noqa: BLE001 - any failure fails the case
+                problem = str(e)
+            failed += problem is not None
+            print(f"{'FAIL' if problem else 'PASS'}: the GPU check's comparison on CPU --gpus 2 "
+                  "dumps" + (f": {problem}" if problem else ""))
+    print(f"{len(cases) + 1 - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

@@ -17,35 +17,45 @@
 #      fallback to the legacy API when the graph API fails (descriptors
 #      refused, every timed engine faulting: LWRT_CONV_GRAPH_FAULT), still
 #      agreeing with the CPU
+#   5. multi: each --gpus 2 trainer prepare.sh emitted (data-parallel LeNet
+#      and ResNet-18, One Weird Trick AlexNet) runs its first step with both
+#      logical devices on GPU 0 (--devices=0,0: local copies and sums) and,
+#      where the machine has two GPUs or more, on GPUs 0 and 1
+#      (--devices=0,1: NCCL); loss, gradients and params vs the CPU
+#      backend's --gpus 2 step (compare.py, 1e-3), and compute-sanitizer
+#      memcheck and racecheck on the shared-GPU run
 # and prints a table. Logs go to $OUT. Convolutions run on cuDNN's graph API
 # (the trainers' default) and, for comparison, on its legacy API
 # (--cudnn-api=legacy): both are checked against the CPU and timed.
-#   bash build/gpu/check.sh [build] [correct] [sanitize] [speed] [harden]
-# runs the phases named (all five when none is): a warm device machine
+#   bash build/gpu/check.sh [build] [correct] [sanitize] [speed] [harden] [multi]
+# runs the phases named (all six when none is): a warm device machine
 # keeps the built trainers between calls, so the phases may be split over
 # several calls of at most ten minutes each.
 set -uo pipefail
-PHASES=${*:-build correct sanitize speed harden}
+PHASES=${*:-build correct sanitize speed harden multi}
 want() { [[ " $PHASES " == *" $1 "* ]]; }
 G=build/gpu
 OUT=${OUT:-/tmp/lwcc-gpu-out}
 mkdir -p "$OUT"
-libs=$(find / -xdev \( -name 'libcudnn.so.9' -o -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
+libs=$(find / -xdev \( -name 'libcudnn.so.9' -o -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi -L | tee "$OUT/gpu.txt"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 declare -a ROWS
 # 0. Build: the sources embed their blobs with .incbin, found from the source folder.
 G=$(cd "$G" && pwd)
-# As lwcc links them: the CUDA runtime static, cuDNN and cuBLAS by RUNPATH
+# As lwcc links them: the CUDA runtime static, cuDNN, cuBLAS and NCCL by RUNPATH
 # (beside the trainer first).
 # shellcheck disable=SC2016 # $ORIGIN is for the linker, not the shell
 lflags=(-cudart=static -Xlinker=--enable-new-dtags '-Xlinker=-rpath=$ORIGIN')
 for d in ${libs//:/ }; do lflags+=("-L$d" "-Xlinker=-rpath=$d"); done
 build() {
-  local src=$1 exe=$2
+  local src=$1 exe=$2 nccl=()
+  # Only multi-device trainers call NCCL (single-device ones link no NCCL object).
+  [[ $src == *-g2-* ]] && nccl=(-l:libnccl.so.2)
   (cd "$src" && nvcc -std=c++20 -O2 -arch=sm_90 -I"$G/include" trainer.cu "$G/lib/liblwcc_runtime_cuda.a" \
-    "${lflags[@]}" -l:libcudnn.so.9 -l:libcublas.so.13 -l:libz.so.1 -lpthread -o "$exe") \
+    "${lflags[@]}" -l:libcudnn.so.9 -l:libcublas.so.13 "${nccl[@]}" -l:libz.so.1 -lpthread \
+    -o "$exe") \
     >"$OUT/build-$(basename "$exe").log" 2>&1
 }
 if want build; then
@@ -159,6 +169,38 @@ if want harden; then
       ROWS+=("graph API failing ($fault) $m: $(pass "$ok") exit $rc, $r; $(grep -o 'cuDNN convolution plans: .*' "$log" | head -c 200)")
     done
   done
+fi
+if want multi; then
+  ngpu=$(nvidia-smi -L | grep -c '^GPU')
+  maps="0,0"
+  (( ngpu >= 2 )) && maps="0,0 0,1"
+  for src in "$G"/src/*-g2-*; do
+    [[ -d $src ]] || continue
+    v=$(basename "$src") # model-g2-strategy
+    m=${v%%-g2-*}
+    exe="$G/$v-cuda"
+    [[ -x $exe ]] || { ROWS+=("multi-device $v: NOT BUILT"); continue; }
+    for devs in $maps; do
+      log="$OUT/$v-devices-${devs/,/-}.log"
+      dump="/tmp/$v-devices-${devs/,/-}"
+      if "$exe" --steps=1 --data="raw:$G/$m-data" --dump="$dump" --no-tf32 --devices="$devs" \
+        --progress=off >"$log" 2>&1; then
+        r=$(python3 "$G/compare.py" "$G/$v-cpu" "$dump" 2>&1) && s=PASS || s=FAIL
+        r="$r; $(grep -o 'NCCL between [0-9]* GPUs\|logical devices [0-9,]* share GPU [0-9]*' "$log" | head -1)"
+      else
+        r="trainer exited $?: $(tail -c 300 "$log")"; s=FAIL
+      fi
+      ROWS+=("multi-device $v --devices=$devs (TF32 off) vs CPU --gpus 2: $s $r")
+    done
+    if command -v compute-sanitizer >/dev/null; then
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool "$tool" --error-exitcode 9 "$exe" --steps=1 --devices=0,0 \
+          --data="raw:$G/$m-data" --progress=off >"$OUT/sanitizer-$v-$tool.log" 2>&1
+        rc=$?; ROWS+=("compute-sanitizer $tool $v --devices=0,0: exit $rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$v-$tool.log") clean summaries)")
+      done
+    fi
+  done
+  (( ngpu >= 2 )) || ROWS+=("multi-device on distinct GPUs (NCCL): not run, $ngpu GPU on this machine")
 fi
 {
   echo "==== lwcc GPU checks on $GPU ===="

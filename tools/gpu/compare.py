@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Compares a CUDA trainer's first-step dump with the CPU backend's.
 
-compare.py CPU_DIR GPU_DIR: every output_<k>.bin (the loss, then the
-gradients) and param_<name>.bin must agree within 1e-3 relative
+compare.py [--params-only] CPU_DIR GPU_DIR: every output_<k>.bin (the loss,
+then the gradients) and param_<name>.bin must agree within 1e-3 relative
 (max |a - b| / max |b|, floored at 1e-3 of the largest gradient as in
-test/e2e/trainer_vs_reference.py). Prints the worst error; exit 1 above it.
+test/e2e/trainer_vs_reference.py). Prints the worst error; exit 1 above it,
+or when a file is missing or differs in size. --params-only compares the
+params alone (a --gpus 2 step against a single-device one, whose outputs
+are numbered differently: the gradients of each device).
 """
 import glob
 import os
@@ -12,9 +15,18 @@ import sys
 
 import numpy as np
 
-cpu, gpu = sys.argv[1], sys.argv[2]
+args = [a for a in sys.argv[1:] if a != "--params-only"]
+params_only = len(args) != len(sys.argv) - 1
+if len(args) != 2:
+    print(__doc__.strip())
+    sys.exit(2)
+cpu, gpu = args
 files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(cpu, "*.bin")))
-files = [f for f in files if f.startswith(("output_", "param_")) and "opt." not in f]
+files = [f for f in files if f.startswith("param_" if params_only else ("output_", "param_"))
+         and "opt." not in f]
+if not files:
+    print(f"no dump in {cpu}")
+    sys.exit(1)
 grads = [np.fromfile(os.path.join(cpu, f), np.float32) for f in files if f.startswith("output_")]
 floor = 1e-3 * max(float(np.max(np.abs(g))) for g in grads[1:]) if len(grads) > 1 else 1e-30
 worst, where = 0.0, ""

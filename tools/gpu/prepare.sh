@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Prepares, on this (GPU-less) machine, everything tools/gpu/check.sh needs
-# on the GPU machine, in build/gpu/ (about 15 MiB; carry it with the device
+# on the GPU machine, in build/gpu/ (about 40 MiB; carry it with the device
 # tool): the CUDA runtime library and headers, the sources lwcc emits for
 # each trainer (built there with nvcc against that machine's cuDNN and
 # cuBLAS), and for every zoo model at test size a seeded batch and the CPU
 # backend's first step on it (loss, gradients, updated params); the same
-# for the dynamo exporter's layer_norm / gather_nd patterns.
+# for the dynamo exporter's layer_norm / gather_nd patterns, and for the
+# --gpus 2 trainers of MULTI (sources and the CPU backend's --gpus 2 step).
 #
 #   bash tools/gpu/prepare.sh      (after bash tools/dev.sh build)
 set -euo pipefail
@@ -19,6 +20,8 @@ cp -r tools/models "$OUT/models"
 cp -r build/include "$OUT/include"
 cp build/lib/liblwcc_runtime_cuda.a "$OUT/lib/"
 strip -g "$OUT/lib/liblwcc_runtime_cuda.a"
+# Multi-device trainers checked on the GPU: model:strategy, --gpus 2.
+MULTI="lenet:data resnet18:data alexnet_owt:owt"
 names=$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(zoo.REGISTRY))')
 for m in $names; do
   python3 - "$m" "$OUT" <<'PY'
@@ -44,6 +47,19 @@ PY
   fi
   "$LWCC" "$OUT/$m.onnx" --target=cpu -o "$OUT/$m-cpu-trainer"
   "$OUT/$m-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$m-cpu" --progress=off >/dev/null
+  for spec in $MULTI; do
+    [[ ${spec%%:*} == "$m" ]] || continue
+    v="$m-g2-${spec##*:}"
+    echo "+ $v: --gpus 2 CUDA sources and the CPU backend's --gpus 2 step"
+    "$LWCC" "$OUT/$m.onnx" --emit=source --gpus=2 --strategy="${spec##*:}" -o "$OUT/src/$v"
+    "$LWCC" "$OUT/$m.onnx" --target=cpu --gpus=2 --strategy="${spec##*:}" -o "$OUT/$v-cpu-trainer"
+    "$OUT/$v-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$v-cpu" --progress=off \
+      >/dev/null
+    # The reference's params after the step against the single-device one's.
+    echo "  CPU --gpus 2 vs --gpus 1 params: $(python3 tools/gpu/compare.py --params-only \
+      "$OUT/$m-cpu" "$OUT/$v-cpu" 2>&1)"
+    rm -f "$OUT/$v-cpu-trainer"
+  done
   rm -f "$OUT/$m-cpu-trainer" "$OUT/$m.onnx"
 done
 # The dynamo exporter's patterns that need layer_norm, erf and gather_nd

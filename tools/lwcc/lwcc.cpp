@@ -488,6 +488,8 @@ int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::str
                   ")\nfind_package(CUDAToolkit REQUIRED)\n"
                   "find_library(CUDNN cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} "
                   "${CUDAToolkit_LIBRARY_ROOT}/lib REQUIRED)\n"
+                  "find_library(NCCL nccl HINTS ${CUDAToolkit_LIBRARY_DIR} "
+                  "${CUDAToolkit_LIBRARY_ROOT}/lib REQUIRED)\n"
             : std::string("find_package(BLAS REQUIRED)\n")) +
       "set(LWCC_PREFIX \"" + prefix + "\" CACHE PATH \"lwcc install prefix\")\n" +
       "find_package(Threads REQUIRED)\nfind_package(ZLIB REQUIRED)\n" + blobs +
@@ -495,9 +497,10 @@ int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::str
       " PROPERTIES OBJECT_DEPENDS \"${CMAKE_CURRENT_SOURCE_DIR}/trainer.weights\")\n"
       "target_include_directories(trainer PRIVATE ${LWCC_PREFIX}/include)\n"
       "target_link_libraries(trainer PRIVATE ${LWCC_PREFIX}/lib/liblwcc_runtime_" +
-      target + ".a " + (cuda ? "CUDA::cudart_static CUDA::cublas ${CUDNN}" : "${BLAS_LIBRARIES}") +
+      target + ".a " +
+      (cuda ? "CUDA::cudart_static CUDA::cublas ${CUDNN} ${NCCL}" : "${BLAS_LIBRARIES}") +
       " ZLIB::ZLIB Threads::Threads)\n" +
-      (cuda ? "# cuDNN and cuBLAS beside the trainer first (the CUDA runtime is static).\n"
+      (cuda ? "# cuDNN, cuBLAS and NCCL beside the trainer first (the CUDA runtime is static).\n"
               "set_target_properties(trainer PROPERTIES BUILD_RPATH \"\\$ORIGIN\")\n"
             : "");
   if (ec || !writeText(dir + "/" + t.fileName, t.source) ||
@@ -534,7 +537,7 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
     }
     program = cuda->nvcc;
     // The CUDA runtime is linked statically: the machine that runs the
-    // trainer needs the NVIDIA driver, cuDNN and cuBLAS (README,
+    // trainer needs the NVIDIA driver, cuDNN, cuBLAS and NCCL (README,
     // Requirements). Those are looked up (RUNPATH, so LD_LIBRARY_PATH
     // comes first) beside the trainer, then in this toolkit's folders by
     // their version-free path, then resolved, then in the system's.
@@ -547,7 +550,7 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
       args.push_back("-L" + d);
       args.push_back("-Xlinker=-rpath=" + d);
     }
-    for (const char* l : {"-lcudnn", "-lcublas", "-lz", "-lpthread"})
+    for (const char* l : {"-lcudnn", "-lcublas", "-lnccl", "-lz", "-lpthread"})
       args.push_back(l);
   } else {
     auto cxx = llvm::sys::findProgramByName("c++");

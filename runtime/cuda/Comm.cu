@@ -1,0 +1,673 @@
+// The CUDA backend's multi-device group: worker threads, events, the host
+// rendezvous and its local copies and sums, NCCL communicators (Group.h).
+#include "cuda/Group.h"
+#include "cuda/KernelSupport.cuh"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <set>
+
+namespace lwrt::cuda {
+
+namespace {
+
+template <typename T> __global__ void sumInto(T* acc, const T* x, int64_t n, bool first) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x)
+    acc[i] = first ? x[i] : acc[i] + x[i];
+}
+
+/// Copies `rows` entries along `axis` from `src` (from row srcRow) into
+/// `dst` (from row dstRow); the other dims of the two are equal. Issued on
+/// `exec`'s stream; peer copies where the GPUs differ.
+bool copyRows(Context& exec, const TensorView& src, int srcGpu, int64_t srcRow,
+              const TensorView& dst, int dstGpu, int64_t dstRow, int64_t axis, int64_t rows) {
+  int64_t outer = 1, inner = dtypeSize(src.dtype);
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= src.shape[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < src.shape.size(); ++d)
+    inner *= src.shape[d];
+  const int64_t srcAxis = src.rank() == 0 ? 1 : src.shape[static_cast<size_t>(axis)];
+  const int64_t dstAxis = dst.rank() == 0 ? 1 : dst.shape[static_cast<size_t>(axis)];
+  size_t width = static_cast<size_t>(rows * inner), height = static_cast<size_t>(outer);
+  size_t spitch = static_cast<size_t>(srcAxis * inner),
+         dpitch = static_cast<size_t>(dstAxis * inner);
+  auto* from = static_cast<const char*>(src.data) + srcRow * inner;
+  auto* to = static_cast<char*>(dst.data) + dstRow * inner;
+  if (width == 0 || height == 0 || (from == to && srcGpu == dstGpu))
+    return true;
+  if (height == 1 || (width == spitch && width == dpitch)) {
+    if (srcGpu == dstGpu)
+      LWRT_CUDA(cudaMemcpyAsync(to, from, width * height, cudaMemcpyDeviceToDevice, exec.stream));
+    else
+      LWRT_CUDA(cudaMemcpyPeerAsync(to, dstGpu, from, srcGpu, width * height, exec.stream));
+    return true;
+  }
+  if (srcGpu == dstGpu) {
+    LWRT_CUDA(cudaMemcpy2DAsync(to, dpitch, from, spitch, width, height, cudaMemcpyDeviceToDevice,
+                                exec.stream));
+    return true;
+  }
+  cudaMemcpy3DPeerParms p{};
+  p.srcPtr = make_cudaPitchedPtr(const_cast<char*>(from), spitch, width, height);
+  p.srcDevice = srcGpu;
+  p.dstPtr = make_cudaPitchedPtr(to, dpitch, width, height);
+  p.dstDevice = dstGpu;
+  p.extent = make_cudaExtent(width, height, 1);
+  LWRT_CUDA(cudaMemcpy3DPeerAsync(&p, exec.stream));
+  return true;
+}
+
+/// A whole tensor `src` -> `dst` (same byte size).
+bool copyWhole(Context& exec, const TensorView& src, int srcGpu, const TensorView& dst,
+               int dstGpu) {
+  if (src.data == dst.data && srcGpu == dstGpu)
+    return true;
+  size_t n = static_cast<size_t>(src.bytes());
+  if (n == 0)
+    return true;
+  if (srcGpu == dstGpu)
+    LWRT_CUDA(cudaMemcpyAsync(dst.data, src.data, n, cudaMemcpyDeviceToDevice, exec.stream));
+  else
+    LWRT_CUDA(cudaMemcpyPeerAsync(dst.data, dstGpu, src.data, srcGpu, n, exec.stream));
+  return true;
+}
+
+std::string joined(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t x : v)
+    s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+} // namespace
+
+std::vector<int64_t> CommSpec::participants() const {
+  std::vector<int64_t> p = devices;
+  auto add = [&](int64_t d) {
+    if (std::find(p.begin(), p.end(), d) == p.end())
+      p.push_back(d);
+  };
+  switch (kind) {
+  case CommKind::Broadcast:
+  case CommKind::Shard:
+    if (std::find(p.begin(), p.end(), src) == p.end())
+      p.insert(p.begin(), src);
+    break;
+  case CommKind::ReduceTo:
+  case CommKind::Unshard:
+    add(dst);
+    break;
+  case CommKind::Copy:
+    p = {src, dst};
+    break;
+  default:
+    break;
+  }
+  return p;
+}
+
+const char* CommSpec::name() const {
+  switch (kind) {
+  case CommKind::AllReduce:
+    return "all_reduce";
+  case CommKind::AllGather:
+    return "all_gather";
+  case CommKind::ReduceScatter:
+    return "reduce_scatter";
+  case CommKind::Broadcast:
+    return "broadcast";
+  case CommKind::ReduceTo:
+    return "reduce_to";
+  case CommKind::Copy:
+    return "device_copy";
+  case CommKind::Shard:
+    return "shard";
+  case CommKind::Unshard:
+    return "unshard";
+  }
+  return "?";
+}
+
+//===--- The group ---------------------------------------------------------===//
+
+bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners,
+                 std::string* error) {
+  auto failed = [&](const std::string& what) {
+    if (error)
+      *error = what;
+    return false;
+  };
+  if (model.numDevices < 2 || static_cast<int>(runners.size()) != model.numDevices)
+    return failed("the CUDA group needs one runner per logical device (" +
+                  std::to_string(model.numDevices) + " devices, " + std::to_string(runners.size()) +
+                  " runners)");
+  streams_ = std::max(1, model.streamsPerDevice);
+  if (const char* v = std::getenv("LWRT_DEADLOCK_SECONDS"); v && std::atoi(v) > 0)
+    deadlockSeconds_ = std::atoi(v);
+  for (StepRunner* r : runners) {
+    Context* c = runnerContext(r);
+    if (!c || c->device < 0)
+      return failed("the CUDA group got a runner that is not a CUDA runner");
+    gpus_.push_back(c->device);
+  }
+  int n = model.numDevices;
+  contexts_.assign(static_cast<size_t>(n * streams_), nullptr);
+  for (int d = 0; d < n; ++d) {
+    contexts_[static_cast<size_t>(d * streams_)] = runnerContext(runners[static_cast<size_t>(d)]);
+    for (int s = 1; s < streams_; ++s) {
+      auto c = std::make_unique<Context>();
+      std::string why;
+      if (!initStreamContext(*c, *contexts_[static_cast<size_t>(d * streams_)], &why))
+        return failed("device " + std::to_string(d) + ", stream " + std::to_string(s) + ": " + why);
+      contexts_[static_cast<size_t>(d * streams_ + s)] = c.get();
+      ownContexts_.push_back(std::move(c));
+    }
+  }
+  for (Context* c : contexts_)
+    c->keepReplaced = true;
+  // Events and the rendezvous' ready/done events, each on its device.
+  numEvents_ = std::max(0, model.numEvents);
+  events_.assign(static_cast<size_t>(n * numEvents_), nullptr);
+  eventRecorded_.assign(events_.size(), 0);
+  meetings_.resize(static_cast<size_t>(std::max(0, model.numCommOps)));
+  for (Meeting& m : meetings_) {
+    m.ready.assign(static_cast<size_t>(n), nullptr);
+    m.done.assign(static_cast<size_t>(n), nullptr);
+  }
+  for (int d = 0; d < n; ++d) {
+    cudaError_t st = cudaSetDevice(gpus_[static_cast<size_t>(d)]);
+    auto create = [&](cudaEvent_t* e) {
+      if (st == cudaSuccess)
+        st = cudaEventCreateWithFlags(e, cudaEventDisableTiming);
+    };
+    for (int e = 0; e < numEvents_; ++e)
+      create(&events_[static_cast<size_t>(d * numEvents_ + e)]);
+    for (Meeting& m : meetings_) {
+      create(&m.ready[static_cast<size_t>(d)]);
+      create(&m.done[static_cast<size_t>(d)]);
+    }
+    if (st != cudaSuccess)
+      return failed(std::string("cudaEventCreateWithFlags on GPU ") +
+                    std::to_string(gpus_[static_cast<size_t>(d)]) + ": " + cudaGetErrorString(st));
+  }
+  // NCCL when every device has a GPU of its own: one communicator set per
+  // stream index, rank = logical device.
+  if (distinctGpus([&] {
+        std::vector<int64_t> all;
+        for (int d = 0; d < n; ++d)
+          all.push_back(d);
+        return all;
+      }())) {
+    for (int s = 0; s < streams_; ++s) {
+      std::vector<ncclComm_t> set(static_cast<size_t>(n), nullptr);
+      ncclResult_t st = ncclCommInitAll(set.data(), n, gpus_.data());
+      if (st != ncclSuccess) {
+        for (ncclComm_t c : set)
+          if (c)
+            ncclCommDestroy(c);
+        return failed("ncclCommInitAll over GPUs " +
+                      joined(std::vector<int64_t>(gpus_.begin(), gpus_.end())) + " (stream " +
+                      std::to_string(s) + "): " + ncclGetErrorString(st));
+      }
+      comms_.push_back(std::move(set));
+    }
+  }
+  // Notes: which path the devices get.
+  std::map<int, std::vector<int64_t>> byGpu;
+  for (int d = 0; d < n; ++d)
+    byGpu[gpus_[static_cast<size_t>(d)]].push_back(d);
+  std::string shared;
+  for (const auto& [g, ds] : byGpu)
+    if (ds.size() > 1)
+      shared += (shared.empty() ? "" : "; ") + std::string("logical devices ") + joined(ds) +
+                " share GPU " + std::to_string(g);
+  if (nccl())
+    notes_ = "NCCL between " + std::to_string(byGpu.size()) + " GPUs";
+  else if (byGpu.size() > 1)
+    notes_ = "peer copies between " + std::to_string(byGpu.size()) +
+             " GPUs (no NCCL: " + "some share a GPU)";
+  if (!shared.empty())
+    notes_ += (notes_.empty() ? "" : "; ") + std::string("warning: ") + shared +
+              " (local copies and reductions on their GPU, no NCCL between them)";
+  notes_ += "; the step is launched directly on " + std::to_string(n * streams_) +
+            " streams (no CUDA graphs with several devices)";
+  // The workers, one per function, alive until the group ends.
+  for (const DeviceStep& s : model.deviceSteps) {
+    if (s.device < 0 || s.device >= n || s.stream < 0 || s.stream >= streams_ || !s.fn)
+      return failed("step function " + s.name + " names device " + std::to_string(s.device) +
+                    ", stream " + std::to_string(s.stream) + " outside the model's " +
+                    std::to_string(n) + " devices and " + std::to_string(streams_) + " streams");
+    auto w = std::make_unique<Worker>();
+    w->step = s;
+    w->ctx = contexts_[static_cast<size_t>(s.device * streams_ + s.stream)];
+    workers_.push_back(std::move(w));
+  }
+  for (size_t k = 0; k < workers_.size(); ++k)
+    workers_[k]->thread = std::thread([this, k] { work(k); });
+  return true;
+}
+
+Group::~Group() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& w : workers_)
+    if (w->thread.joinable())
+      w->thread.join();
+  for (size_t d = 0; d < gpus_.size(); ++d) {
+    cudaSetDevice(gpus_[d]);
+    cudaDeviceSynchronize();
+  }
+  for (auto& set : comms_)
+    for (ncclComm_t c : set)
+      if (c)
+        ncclCommDestroy(c);
+  for (cudaEvent_t e : events_)
+    if (e)
+      cudaEventDestroy(e);
+  for (Meeting& m : meetings_) {
+    for (cudaEvent_t e : m.ready)
+      if (e)
+        cudaEventDestroy(e);
+    for (cudaEvent_t e : m.done)
+      if (e)
+        cudaEventDestroy(e);
+  }
+  for (auto& [key, mem] : staging_)
+    cudaFree(mem.first);
+  for (void* p : retired_)
+    cudaFree(p);
+  for (auto& c : ownContexts_)
+    destroyContext(*c);
+}
+
+void Group::work(size_t index) {
+  Worker& w = *workers_[index];
+  ContextScope scope(*w.ctx); // for the thread's life: its GPU and its context
+  int64_t seen = 0;
+  for (;;) {
+    StepBuffers b;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || step_ != seen; });
+      if (stop_)
+        return;
+      seen = step_;
+      b = (*buffers_)[static_cast<size_t>(w.step.device)];
+    }
+    b.device = w.step.device;
+    b.stream = w.step.stream;
+    b.group = this;
+    std::string failed;
+    bool ok = w.step.fn(b, &failed);
+    if (ok) {
+      cudaError_t st = cudaGetLastError();
+      if (st != cudaSuccess) {
+        ok = false;
+        failed = std::string("a kernel launch: ") + cudaGetErrorString(st);
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    w.error.clear();
+    if (!ok) {
+      w.error = w.step.name + ": " + (failed.empty() ? "failed" : failed);
+      if (!w.ctx->error.empty())
+        w.error += ": " + w.ctx->error;
+      w.ctx->error.clear();
+      aborted_ = true;
+    }
+    --pending_;
+    cv_.notify_all();
+  }
+}
+
+bool Group::runStep(const std::vector<StepBuffers>& buffers, std::string* error) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto failed = [&](const std::string& what) {
+    if (error)
+      *error = what;
+    return false;
+  };
+  if (broken_)
+    return failed("the multi-device step cannot run again after a failed step");
+  if (buffers.size() != gpus_.size())
+    return failed("runStep got " + std::to_string(buffers.size()) + " buffer sets for " +
+                  std::to_string(gpus_.size()) + " devices");
+  buffers_ = &buffers;
+  aborted_ = false;
+  pending_ = workers_.size();
+  ++step_;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return pending_ == 0; });
+  buffers_ = nullptr;
+  if (!aborted_)
+    return true;
+  broken_ = true;
+  // The first function that failed by itself, not because another did.
+  std::string first, any;
+  for (auto& w : workers_) {
+    if (w->error.empty())
+      continue;
+    if (any.empty())
+      any = w->error;
+    if (first.empty() && w->error.find("another function of the step failed") == std::string::npos)
+      first = w->error;
+  }
+  return failed(first.empty() ? any : first);
+}
+
+template <typename Pred>
+bool Group::await(std::unique_lock<std::mutex>& lock, Pred ready, const std::string& what) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadlockSeconds_);
+  if (!cv_.wait_until(lock, deadline, [&] { return aborted_ || stop_ || ready(); })) {
+    aborted_ = true; // the others stop waiting too
+    cv_.notify_all();
+    return fail(__FILE__, __LINE__,
+                what + ": nothing arrived for " + std::to_string(deadlockSeconds_) +
+                    " s (LWRT_DEADLOCK_SECONDS): the step's functions wait for each other");
+  }
+  if (ready())
+    return true;
+  return fail(__FILE__, __LINE__, what + ": another function of the step failed meanwhile");
+}
+
+bool Group::distinctGpus(const std::vector<int64_t>& participants) const {
+  std::set<int> seen;
+  for (int64_t d : participants)
+    if (!seen.insert(gpu(d)).second)
+      return false;
+  return true;
+}
+
+//===--- Events ------------------------------------------------------------===//
+
+bool Group::recordEvent(const StepBuffers& b, int event) {
+  if (event < 0 || event >= numEvents_)
+    return fail(__FILE__, __LINE__,
+                "recordEvent: event " + std::to_string(event) + " is outside the model's " +
+                    std::to_string(numEvents_));
+  size_t k = static_cast<size_t>(b.device * numEvents_ + event);
+  LWRT_CUDA(cudaEventRecord(events_[k], context().stream));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    eventRecorded_[k] = step_;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+bool Group::waitEvent(const StepBuffers& b, int event) {
+  if (event < 0 || event >= numEvents_)
+    return fail(__FILE__, __LINE__,
+                "waitEvent: event " + std::to_string(event) + " is outside the model's " +
+                    std::to_string(numEvents_));
+  size_t k = static_cast<size_t>(b.device * numEvents_ + event);
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!await(
+            lock, [&] { return eventRecorded_[k] == step_; },
+            "waitEvent " + std::to_string(event) + " on device " + std::to_string(b.device) +
+                ", stream " + std::to_string(b.stream) + " (not recorded yet)"))
+      return false;
+  }
+  LWRT_CUDA(cudaStreamWaitEvent(context().stream, events_[k], 0));
+  return true;
+}
+
+//===--- The host rendezvous -----------------------------------------------===//
+
+void* Group::staging(int op, int gpu, size_t bytes) {
+  auto& [ptr, size] = staging_[{op, gpu}];
+  if (size >= bytes)
+    return ptr;
+  void* p = nullptr;
+  if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess)
+    return nullptr;
+  if (ptr)
+    retired_.push_back(ptr); // earlier steps' work may still read it
+  ptr = p;
+  size = std::max<size_t>(bytes, 256);
+  return ptr;
+}
+
+bool Group::meet(const CommSpec& spec, const CommPart& part) {
+  std::string where = std::string(spec.name()) + " (comm op " + std::to_string(spec.op) + ")";
+  if (spec.op < 0 || spec.op >= static_cast<int>(meetings_.size()))
+    return fail(__FILE__, __LINE__,
+                where + ": the op number is outside the model's " +
+                    std::to_string(meetings_.size()));
+  Meeting& m = meetings_[static_cast<size_t>(spec.op)];
+  size_t me = static_cast<size_t>(part.device);
+  Context& c = *part.ctx;
+  LWRT_CUDA(cudaEventRecord(m.ready[me], c.stream));
+  const size_t count = spec.participants().size();
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (m.step != step_) {
+    m.step = step_;
+    m.parts.clear();
+    m.error.clear();
+  }
+  m.parts.push_back(part);
+  if (m.parts.size() == count) {
+    // The last to arrive runs the op on its stream, after every participant's
+    // earlier work.
+    bool ok = true;
+    for (const CommPart& p : m.parts) {
+      cudaError_t st = cudaStreamWaitEvent(c.stream, m.ready[static_cast<size_t>(p.device)], 0);
+      if (st != cudaSuccess) {
+        ok = fail(__FILE__, __LINE__, where + ": cudaStreamWaitEvent: " + cudaGetErrorString(st));
+        break;
+      }
+    }
+    if (ok)
+      ok = executeLocal(spec, m.parts, c);
+    if (ok) {
+      cudaError_t st = cudaEventRecord(m.done[me], c.stream);
+      if (st != cudaSuccess)
+        ok = fail(__FILE__, __LINE__, where + ": cudaEventRecord: " + cudaGetErrorString(st));
+    }
+    if (!ok) {
+      m.error = c.error.empty() ? where + " failed" : c.error;
+      aborted_ = true;
+    }
+    m.doneStep = step_;
+    cv_.notify_all();
+    return ok;
+  }
+  const int64_t step = step_;
+  if (!await(
+          lock, [&] { return m.doneStep == step; },
+          where + " on device " + std::to_string(part.device) + " (" +
+              std::to_string(m.parts.size()) + " of " + std::to_string(count) +
+              " participants arrived)"))
+    return false;
+  if (!m.error.empty())
+    return fail(__FILE__, __LINE__, where + ": another function of the step failed: " + m.error);
+  // The executor's done event: its last record is this step's.
+  size_t exec = static_cast<size_t>(m.parts.back().device);
+  cudaEvent_t done = m.done[exec];
+  lock.unlock();
+  if (exec != me)
+    LWRT_CUDA(cudaStreamWaitEvent(c.stream, done, 0));
+  return true;
+}
+
+bool Group::executeLocal(const CommSpec& spec, const std::vector<CommPart>& parts, Context& exec) {
+  const int eg = exec.device;
+  auto partOf = [&](int64_t d) -> const CommPart* {
+    for (const CommPart& p : parts)
+      if (p.device == d)
+        return &p;
+    return nullptr;
+  };
+  std::string where = std::string(spec.name()) + " (comm op " + std::to_string(spec.op) + ")";
+  auto reject = [&](const std::string& why) {
+    return fail(__FILE__, __LINE__, where + ": " + why);
+  };
+  std::vector<int64_t> offsets{0};
+  for (int64_t s : spec.sizes)
+    offsets.push_back(offsets.back() + s);
+
+  // acc = the sum over `devices` of each one's `pick(part)`, in their order;
+  // inputs on other GPUs are first copied next to it.
+  auto sum = [&](auto pick, void* acc, DType t, int64_t n) -> bool {
+    size_t bytes = static_cast<size_t>(n * dtypeSize(t));
+    void* remote = nullptr;
+    for (size_t k = 0; k < spec.devices.size(); ++k) {
+      const CommPart* p = partOf(spec.devices[k]);
+      const TensorView* x = p ? pick(*p) : nullptr;
+      if (!x || x->dtype != t || x->numel() != n)
+        return reject("device " + std::to_string(spec.devices[k]) +
+                      "'s operand does not match the others");
+      const void* src = x->data;
+      if (gpu(p->device) != eg) {
+        if (!remote && !(remote = staging(spec.op * 2 + 1, eg, bytes)))
+          return reject("cannot allocate " + std::to_string(bytes) + " bytes of staging memory");
+        LWRT_CUDA(cudaMemcpyPeerAsync(remote, eg, x->data, gpu(p->device), bytes, exec.stream));
+        src = remote;
+      }
+      if (t == DType::F32)
+        LWRT_LAUNCH(sumInto<float>, blocksFor(n), kThreads, static_cast<float*>(acc),
+                    static_cast<const float*>(src), n, k == 0);
+      else if (t == DType::F64)
+        LWRT_LAUNCH(sumInto<double>, blocksFor(n), kThreads, static_cast<double*>(acc),
+                    static_cast<const double*>(src), n, k == 0);
+      else
+        return reject("sums take F32 or F64 tensors");
+    }
+    return true;
+  };
+  auto accFor = [&](const TensorView& like, TensorView& acc) -> bool {
+    acc = like;
+    acc.data = staging(spec.op * 2, eg, static_cast<size_t>(like.bytes()));
+    if (!acc.data)
+      return reject("cannot allocate " + std::to_string(like.bytes()) + " bytes of staging memory");
+    return true;
+  };
+
+  switch (spec.kind) {
+  case CommKind::AllReduce: {
+    const CommPart* first = partOf(spec.devices[0]);
+    size_t tensors = first->ins->size();
+    for (const CommPart& p : parts)
+      if (p.ins->size() != tensors || p.outs->size() != tensors)
+        return reject("the devices pass different numbers of tensors");
+    for (size_t k = 0; k < tensors; ++k) {
+      const TensorView& like = (*first->ins)[k];
+      TensorView acc;
+      if (!accFor(like, acc) ||
+          !sum([&](const CommPart& p) { return &(*p.ins)[k]; }, acc.data, like.dtype, like.numel()))
+        return false;
+      for (const CommPart& p : parts) {
+        if ((*p.outs)[k].bytes() != acc.bytes())
+          return reject("an output's size differs from the inputs'");
+        if (!copyWhole(exec, acc, eg, (*p.outs)[k], gpu(p.device)))
+          return false;
+      }
+    }
+    return true;
+  }
+  case CommKind::ReduceScatter: {
+    const TensorView& like = *partOf(spec.devices[0])->in;
+    TensorView acc;
+    if (!accFor(like, acc) ||
+        !sum([](const CommPart& p) { return p.in; }, acc.data, like.dtype, like.numel()))
+      return false;
+    for (size_t i = 0; i < spec.devices.size(); ++i) {
+      const CommPart* p = partOf(spec.devices[i]);
+      if (!copyRows(exec, acc, eg, offsets[i], *p->out, gpu(p->device), 0, spec.axis,
+                    spec.sizes[i]))
+        return false;
+    }
+    return true;
+  }
+  case CommKind::ReduceTo: {
+    const TensorView& like = *partOf(spec.devices[0])->in;
+    const CommPart* d = partOf(spec.dst);
+    TensorView acc;
+    if (!d->out || d->out->bytes() != like.bytes())
+      return reject("the destination's output does not match the inputs");
+    return accFor(like, acc) &&
+           sum([](const CommPart& p) { return p.in; }, acc.data, like.dtype, like.numel()) &&
+           copyWhole(exec, acc, eg, *d->out, gpu(spec.dst));
+  }
+  case CommKind::AllGather:
+    for (int64_t j : spec.devices) {
+      const CommPart* to = partOf(j);
+      for (size_t i = 0; i < spec.devices.size(); ++i) {
+        const CommPart* from = partOf(spec.devices[i]);
+        if (!copyRows(exec, *from->in, gpu(from->device), 0, *to->out, gpu(j), offsets[i],
+                      spec.axis, spec.sizes[i]))
+          return false;
+      }
+    }
+    return true;
+  case CommKind::Broadcast:
+  case CommKind::Copy: {
+    const CommPart* from = partOf(spec.src);
+    std::vector<int64_t> to =
+        spec.kind == CommKind::Copy ? std::vector<int64_t>{spec.dst} : spec.devices;
+    for (int64_t j : to) {
+      const CommPart* p = partOf(j);
+      if (!p->out || p->out->bytes() != from->in->bytes())
+        return reject("device " + std::to_string(j) + "'s output does not match the input");
+      if (!copyWhole(exec, *from->in, gpu(spec.src), *p->out, gpu(j)))
+        return false;
+    }
+    return true;
+  }
+  case CommKind::Shard: {
+    const CommPart* from = partOf(spec.src);
+    for (size_t i = 0; i < spec.devices.size(); ++i) {
+      const CommPart* p = partOf(spec.devices[i]);
+      if (!copyRows(exec, *from->in, gpu(spec.src), offsets[i], *p->out, gpu(p->device), 0,
+                    spec.axis, spec.sizes[i]))
+        return false;
+    }
+    return true;
+  }
+  case CommKind::Unshard: {
+    const CommPart* to = partOf(spec.dst);
+    for (size_t i = 0; i < spec.devices.size(); ++i) {
+      const CommPart* p = partOf(spec.devices[i]);
+      if (!copyRows(exec, *p->in, gpu(p->device), 0, *to->out, gpu(spec.dst), offsets[i], spec.axis,
+                    spec.sizes[i]))
+        return false;
+    }
+    return true;
+  }
+  }
+  return reject("unknown op");
+}
+
+//===--- NCCL ---------------------------------------------------------------===//
+
+bool Group::ncclOverAll(const std::vector<int64_t>& devices, bool inOrder) const {
+  if (!nccl() || devices.size() != gpus_.size())
+    return false;
+  std::vector<bool> seen(gpus_.size(), false);
+  for (size_t k = 0; k < devices.size(); ++k) {
+    int64_t d = devices[k];
+    if (d < 0 || d >= numDevices() || seen[static_cast<size_t>(d)] ||
+        (inOrder && d != static_cast<int64_t>(k)))
+      return false;
+    seen[static_cast<size_t>(d)] = true;
+  }
+  return true;
+}
+
+//===--- The backend's entry point -----------------------------------------===//
+
+std::unique_ptr<DeviceGroup>
+createGroup(const ModelInfo& model, const std::vector<StepRunner*>& runners, std::string* error) {
+  auto group = std::make_unique<Group>();
+  if (!group->init(model, runners, error))
+    return nullptr;
+  return group;
+}
+
+} // namespace lwrt::cuda
