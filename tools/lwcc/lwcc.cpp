@@ -68,7 +68,8 @@ cl::opt<int64_t> gpus("gpus", cl::desc("Devices to train on (default 1)"), cl::i
                       cl::cat(category));
 cl::opt<std::string> strategy("strategy",
                               cl::desc("How layers are parallelized over --gpus devices: data "
-                                       "(default), model or owt (One Weird Trick)"),
+                                       "(default), model, owt (One Weird Trick) or hypergraph "
+                                       "(each op on one device, by Zoltan partitioning)"),
                               cl::init("data"), cl::cat(category));
 cl::opt<int64_t> bucketBytes("bucket-bytes",
                              cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
@@ -217,7 +218,9 @@ llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& 
   if (gpus > 1) {
     // Materialize before autodiff: the backward pass differentiates the
     // per-device ops and their communication; replicas' gradients are summed.
-    names.push_back("parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus));
+    names.push_back(strat == "hypergraph"
+                        ? "hypergraph=gpus=" + std::to_string(gpus)
+                        : "parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus));
     names.push_back("materialize");
     names.push_back("autodiff");
     names.push_back("grad-sync=bucket_bytes=" + std::to_string(bucketBytes));
@@ -718,8 +721,9 @@ int main(int argc, char** argv) {
     llvm::errs() << "lwcc: --gpus must be in 1..1024\n";
     return 2;
   }
-  if (strategy != "data" && strategy != "model" && strategy != "owt") {
-    llvm::errs() << "lwcc: --strategy=" << strategy << " is not one of: data, model, owt\n";
+  if (strategy != "data" && strategy != "model" && strategy != "owt" && strategy != "hypergraph") {
+    llvm::errs() << "lwcc: --strategy=" << strategy
+                 << " is not one of: data, model, owt, hypergraph\n";
     return 2;
   }
   if (bucketBytes < 0) {
