@@ -216,4 +216,22 @@ void localizeShape(Op& local, const Op& global, int64_t dim, int64_t offset);
 void localizeDropoutMask(Op& local, const Op& global, int64_t dim, int64_t offset);
 } // namespace par
 
+/// Cost rules (ir/CostRules.cpp): FLOPs of one run of the op.
+namespace cost {
+double conv2d(const Op&, const CostContext&);
+double conv2dGradInput(const Op&, const CostContext&);
+double conv2dGradFilter(const Op&, const CostContext&);
+double gemm(const Op&, const CostContext&);
+double pool(const Op&, const CostContext&);
+double poolGrad(const Op&, const CostContext&);
+double globalAvgPool(const Op&, const CostContext&);
+double lrn(const Op&, const CostContext&);
+double batchNorm(const Op&, const CostContext&);
+double softmax(const Op&, const CostContext&);
+double sgdUpdate(const Op&, const CostContext&);
+double adamUpdate(const Op&, const CostContext&);
+double reduce(const Op&, const CostContext&);
+double none(const Op&, const CostContext&);
+} // namespace cost
+
 } // namespace lwcc

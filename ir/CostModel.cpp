@@ -1,0 +1,222 @@
+//===- CostModel.cpp - Time of ops and transfers on a device spec ---------===//
+#include "ir/CostModel.h"
+
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <algorithm>
+
+namespace lwcc {
+
+//===--- Measured profiles -----------------------------------------------===//
+
+std::optional<double> OpProfile::lookup(std::string_view mnemonic, const std::string& loc,
+                                        int64_t device) const {
+  auto it = entries.find({std::string(mnemonic), loc, device});
+  if (it != entries.end() && it->second.count > 0)
+    return it->second.seconds / static_cast<double>(it->second.count);
+  // The same op measured on other devices.
+  double sum = 0;
+  int64_t count = 0;
+  for (auto e = entries.lower_bound({std::string(mnemonic), loc, INT64_MIN});
+       e != entries.end() && std::get<0>(e->first) == mnemonic && std::get<1>(e->first) == loc;
+       ++e) {
+    sum += e->second.seconds;
+    count += e->second.count;
+  }
+  if (count == 0)
+    return std::nullopt;
+  return sum / static_cast<double>(count);
+}
+
+llvm::Expected<OpProfile> parseOpProfile(llvm::StringRef text, const std::string& origin) {
+  auto json = llvm::json::parse(text);
+  if (!json)
+    return makeError(origin + ": invalid JSON: " + llvm::toString(json.takeError()));
+  const llvm::json::Object* obj = json->getAsObject();
+  if (!obj)
+    return makeError(origin + ": a cost profile must be a JSON object");
+  OpProfile profile;
+  if (auto d = obj->getString("device"))
+    profile.device = d->str();
+  const llvm::json::Array* ops = obj->getArray("ops");
+  if (!ops)
+    return makeError(origin + ": missing array 'ops'");
+  for (size_t i = 0; i < ops->size(); ++i) {
+    std::string where = origin + ": ops[" + std::to_string(i) + "]";
+    const llvm::json::Object* e = (*ops)[i].getAsObject();
+    if (!e)
+      return makeError(where + ": an entry must be an object");
+    auto mnemonic = e->getString("op");
+    if (!mnemonic)
+      return makeError(where + ": missing string field 'op'");
+    if (!lookupOpKind(*mnemonic))
+      return makeError(where + ": unknown op '" + mnemonic->str() + "'");
+    auto loc = e->getString("loc");
+    if (!loc)
+      return makeError(where + ": missing string field 'loc'");
+    auto seconds = e->getNumber("seconds");
+    if (!seconds || *seconds < 0)
+      return makeError(where + ": field 'seconds' must be a non-negative number");
+    int64_t device = 0;
+    if (e->get("device")) {
+      auto d = e->getInteger("device");
+      if (!d || *d < 0)
+        return makeError(where + ": field 'device' must be a non-negative integer");
+      device = *d;
+    }
+    OpProfile::Entry& entry = profile.entries[{mnemonic->str(), loc->str(), device}];
+    entry.seconds += *seconds;
+    entry.count += 1;
+  }
+  return profile;
+}
+
+llvm::Expected<OpProfile> loadOpProfile(const std::string& file) {
+  auto buf = llvm::MemoryBuffer::getFile(file);
+  if (!buf)
+    return makeError(file + ": cannot read cost profile: " + buf.getError().message());
+  return parseOpProfile((*buf)->getBuffer(), file);
+}
+
+//===--- The model ---------------------------------------------------------===//
+
+CostModel::CostModel(DeviceSpec spec, std::optional<OpProfile> profile)
+    : spec_(std::move(spec)), profile_(std::move(profile)) {}
+
+double CostModel::flops(const Op& op) const {
+  if (op.info().isCommunication())
+    return 0;
+  if (op.info().costRule) {
+    CostContext ctx{&spec_};
+    return op.info().costRule(op, ctx);
+  }
+  double n = 0;
+  for (unsigned r = 0; r < op.numResults(); ++r)
+    n += static_cast<double>(op.result(r)->type().numElements());
+  return n;
+}
+
+double CostModel::bytes(const Op& op) const {
+  if (op.info().isCommunication() || op.info().view)
+    return 0;
+  double b = 0;
+  for (Value* v : op.operands())
+    b += static_cast<double>(v->type().sizeInBytes());
+  for (unsigned r = 0; r < op.numResults(); ++r)
+    b += static_cast<double>(op.result(r)->type().sizeInBytes());
+  return b;
+}
+
+double CostModel::computeSeconds(double flops, double bytes) const {
+  if (flops <= 0 && bytes <= 0)
+    return 0;
+  double peak = tf32_ ? spec_.tf32Flops : spec_.fp32Flops;
+  return std::max(flops / peak, bytes / spec_.memBandwidth) + spec_.launchSeconds;
+}
+
+double CostModel::opSeconds(const Op& op) const {
+  if (op.info().isCommunication())
+    return commSeconds(op);
+  if (op.info().view || op.kind() == OpKind::Constant)
+    return 0; // no kernel: a view aliases, a constant is set up once
+  if (profile_)
+    if (auto t = profile_->lookup(op.mnemonic(), op.loc().name, opDevice(op)))
+      return *t;
+  return computeSeconds(flops(op), bytes(op));
+}
+
+double CostModel::linkBandwidth(const std::vector<int64_t>& devices) const {
+  return spec_.sameNode(devices) ? spec_.intraBandwidth : spec_.interBandwidth;
+}
+
+double CostModel::linkLatency(const std::vector<int64_t>& devices) const {
+  return spec_.sameNode(devices) ? spec_.intraLatency : spec_.interLatency;
+}
+
+double CostModel::transferSeconds(int64_t bytes, int64_t src, int64_t dst) const {
+  if (src == dst || bytes <= 0)
+    return 0;
+  std::vector<int64_t> pair{src, dst};
+  return static_cast<double>(bytes) / linkBandwidth(pair) + linkLatency(pair);
+}
+
+double CostModel::allReduceSeconds(double bytes, const std::vector<int64_t>& devices) const {
+  double p = static_cast<double>(devices.size());
+  if (p <= 1 || bytes <= 0)
+    return 0;
+  return 2 * (p - 1) / p * bytes / linkBandwidth(devices) + 2 * (p - 1) * linkLatency(devices);
+}
+
+double CostModel::allGatherSeconds(double wholeBytes, const std::vector<int64_t>& devices) const {
+  double p = static_cast<double>(devices.size());
+  if (p <= 1 || wholeBytes <= 0)
+    return 0;
+  return (p - 1) / p * wholeBytes / linkBandwidth(devices) + (p - 1) * linkLatency(devices);
+}
+
+double CostModel::reduceScatterSeconds(double wholeBytes,
+                                       const std::vector<int64_t>& devices) const {
+  return allGatherSeconds(wholeBytes, devices);
+}
+
+double CostModel::broadcastSeconds(double bytes, int64_t src,
+                                   const std::vector<int64_t>& devices) const {
+  std::vector<int64_t> all = devices;
+  if (std::find(all.begin(), all.end(), src) == all.end())
+    all.push_back(src);
+  double p = static_cast<double>(all.size());
+  if (p <= 1 || bytes <= 0)
+    return 0;
+  // A pipelined chain: the tensor streams through every link once.
+  return bytes / linkBandwidth(all) + (p - 1) * linkLatency(all);
+}
+
+double CostModel::commSeconds(const Op& op) const {
+  if (!op.info().isCommunication())
+    return 0;
+  auto size = [](const Value* v) { return static_cast<double>(v->type().sizeInBytes()); };
+  std::vector<int64_t> devices;
+  if (op.info().findAttr("devices"))
+    devices = op.getInts("devices");
+  size_t p = std::max<size_t>(devices.size(), 1);
+  double total = 0;
+  switch (op.kind()) {
+  case OpKind::AllReduce:
+    // Tensor-major operands, p per tensor: one device's share of each.
+    for (unsigned i = 0; i < op.numOperands(); i += static_cast<unsigned>(p))
+      total += size(op.operand(i));
+    return allReduceSeconds(total, devices);
+  case OpKind::AllGather:
+    for (Value* v : op.operands())
+      total += size(v);
+    return allGatherSeconds(total, devices);
+  case OpKind::ReduceScatter:
+    for (unsigned i = 0; i < op.numOperands(); i += static_cast<unsigned>(p))
+      total += size(op.operand(i));
+    return reduceScatterSeconds(total, devices);
+  case OpKind::Broadcast:
+    return broadcastSeconds(size(op.operand(0)), op.getInt("src"), devices);
+  case OpKind::ReduceTo:
+    // The reverse of a broadcast.
+    return broadcastSeconds(size(op.result(0)), op.getInt("dst"), devices);
+  case OpKind::DeviceCopy:
+    return transferSeconds(static_cast<int64_t>(size(op.result(0))), op.getInt("src"),
+                           op.getInt("dst"));
+  case OpKind::Shard:
+    // One copy per remote piece, from the root, one after another.
+    for (unsigned i = 0; i < op.numResults(); ++i)
+      total +=
+          transferSeconds(static_cast<int64_t>(size(op.result(i))), op.getInt("src"), devices[i]);
+    return total;
+  case OpKind::Unshard:
+    for (unsigned i = 0; i < op.numOperands(); ++i)
+      total +=
+          transferSeconds(static_cast<int64_t>(size(op.operand(i))), devices[i], op.getInt("dst"));
+    return total;
+  default:
+    return 0;
+  }
+}
+
+} // namespace lwcc

@@ -1,0 +1,109 @@
+//===- CostModel.h - Time of ops and transfers on a device spec -*- C++ -*-===//
+//
+// Prices ops and communication on a DeviceSpec:
+//  - an op's FLOPs come from its cost rule in the op table (ir/CostRules.cpp;
+//    ops without one count one FLOP per result element), its bytes are the
+//    bytes it reads and writes (operands and results; views move nothing);
+//  - opSeconds = max(flops / peak, bytes / memory bandwidth) + launch, or
+//    the measured time of the op when a profile has it;
+//  - a link between two devices is the intra-node link when both sit in one
+//    node (DeviceSpec::node), the inter-node link otherwise; a collective
+//    over devices that span nodes runs at the inter-node figures;
+//  - collectives use ring algorithms over p devices with S bytes per
+//    device: all_reduce 2(p-1)/p * S / bw + 2(p-1) * latency, all_gather
+//    and reduce_scatter (p-1)/p * S_whole / bw + (p-1) * latency,
+//    broadcast and reduce_to a pipelined chain S / bw + (p-1) * latency,
+//    device_copy S / bw + latency, shard and unshard one copy per remote
+//    piece from (to) the root, one after another.
+//
+// Measured profile (--cost-profile=FILE.json; the trainer's
+// --profile-ops=FILE.json writes it):
+//
+//   {"device": "cpu", "ops": [
+//     {"op": "conv2d", "loc": "conv1", "device": 0, "seconds": 1.2e-4}, ...]}
+//
+// "op" is the mnemonic, "loc" the op's location name (Location::name, the
+// ONNX node name that backward ops inherit), "device" the @dev the op ran on
+// (absent: 0), "seconds" the mean time of one run of the op. Several entries
+// with the same (op, loc, device) are ops that share the key; an op takes
+// their mean. An op with no entry on its device takes the mean of its
+// (op, loc) entries on other devices; with none at all, the analytic time.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "ir/DeviceSpec.h"
+#include "ir/IR.h"
+
+#include <map>
+#include <optional>
+#include <tuple>
+
+namespace lwcc {
+
+/// What a cost rule may read besides the op (ir/OpTable.h's CostRule).
+struct CostContext {
+  const DeviceSpec* spec = nullptr;
+};
+
+/// Measured per-op seconds, keyed as described above.
+struct OpProfile {
+  std::string device; ///< the spec or machine the times were measured on
+  struct Entry {
+    double seconds = 0;
+    int64_t count = 0;
+  };
+  /// (mnemonic, loc name, device) -> summed seconds and count.
+  std::map<std::tuple<std::string, std::string, int64_t>, Entry> entries;
+  /// The measured time of an op with this key, or nullopt.
+  std::optional<double> lookup(std::string_view mnemonic, const std::string& loc,
+                               int64_t device) const;
+};
+
+/// Reads a profile file; errors name the file and the entry.
+llvm::Expected<OpProfile> loadOpProfile(const std::string& file);
+llvm::Expected<OpProfile> parseOpProfile(llvm::StringRef json, const std::string& origin);
+
+class CostModel {
+public:
+  explicit CostModel(DeviceSpec spec, std::optional<OpProfile> profile = std::nullopt);
+
+  const DeviceSpec& spec() const { return spec_; }
+  bool hasProfile() const { return profile_.has_value(); }
+  /// Price FLOPs at the TF32 peak (lwcc --tf32) instead of FP32's.
+  void setTf32(bool on) { tf32_ = on; }
+
+  /// FLOPs of one run of `op` (0 for communication ops).
+  double flops(const Op& op) const;
+  /// Bytes `op` reads and writes in device memory (0 for views).
+  double bytes(const Op& op) const;
+  /// The analytic time of an op with these figures on one device.
+  double computeSeconds(double flops, double bytes) const;
+  /// Time of one run of a compute op on its device: measured, or
+  /// computeSeconds(flops, bytes). Communication ops: commSeconds.
+  double opSeconds(const Op& op) const;
+  /// Time of a communication op (0 for other ops), by its kind, bytes and
+  /// devices.
+  double commSeconds(const Op& commOp) const;
+  /// Time to move `bytes` from device `src` to device `dst` (0 when equal).
+  double transferSeconds(int64_t bytes, int64_t src, int64_t dst) const;
+
+  /// Collectives over `devices` with `bytes` per device (all_reduce) or of
+  /// the whole tensor (all_gather, reduce_scatter, broadcast).
+  double allReduceSeconds(double bytes, const std::vector<int64_t>& devices) const;
+  double allGatherSeconds(double wholeBytes, const std::vector<int64_t>& devices) const;
+  double reduceScatterSeconds(double wholeBytes, const std::vector<int64_t>& devices) const;
+  double broadcastSeconds(double bytes, int64_t src, const std::vector<int64_t>& devices) const;
+
+  /// The link figures between devices (bandwidth, latency): intra-node when
+  /// all of `devices` share a node.
+  double linkBandwidth(const std::vector<int64_t>& devices) const;
+  double linkLatency(const std::vector<int64_t>& devices) const;
+
+private:
+  DeviceSpec spec_;
+  std::optional<OpProfile> profile_;
+  bool tf32_ = false;
+};
+
+} // namespace lwcc

@@ -1,0 +1,198 @@
+//===- DeviceSpec.cpp - Device presets and the JSON spec form -------------===//
+#include "ir/DeviceSpec.h"
+
+#include "ir/Diagnostics.h"
+
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace lwcc {
+
+namespace {
+
+constexpr double kGB = 1e9;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+/// Presets, from public datasheets (per GPU, dense figures, one direction of
+/// a link):
+///  h100   NVIDIA H100 SXM5 datasheet: 67 TFLOP/s FP32, 494.7 TFLOP/s TF32
+///         tensor (989 with sparsity), 3.35 TB/s HBM3, 80 GB; NVLink 4 at
+///         900 GB/s both directions (450 one way); 8 GPUs per HGX node, one
+///         400 Gb/s NDR InfiniBand adapter per GPU (50 GB/s).
+///  h200   NVIDIA H200 SXM datasheet: the H100's compute, 4.8 TB/s HBM3e,
+///         141 GB; the same NVLink and network.
+///  a100   NVIDIA A100 SXM4 80GB datasheet: 19.5 TFLOP/s FP32, 156 TFLOP/s
+///         TF32, 2.039 TB/s HBM2e, 80 GB; NVLink 3 at 600 GB/s both ways
+///         (300 one way); 8 per node, 200 Gb/s HDR InfiniBand per GPU.
+///  p100-cluster  the setting of Jia et al. (ICML 2018): Tesla P100 SXM2
+///         datasheet, 10.6 TFLOP/s FP32 (no TF32), 732 GB/s HBM2, 16 GB;
+///         4 GPUs per node on NVLink 1 (20 GB/s one way per link, one link
+///         between a pair), nodes on 100 Gb/s EDR InfiniBand (12.5 GB/s).
+/// Launch overhead and latencies are typical measured orders (a few
+/// microseconds for a kernel launch and an NVLink hop, more through the
+/// network stack), not datasheet figures.
+///  cpu    this 2-core machine running emulated devices, measured here:
+///         lwcc's CPU trainer kernels reach about 4 GFLOP/s on a 512^3 GEMM
+///         per core, memcpy about 5 GB/s, a kernel call ~1 us; device-to-
+///         device transfers are memcpys between worker threads.
+DeviceSpec preset(const std::string& name) {
+  DeviceSpec s;
+  s.name = name;
+  if (name == "h100" || name == "h200") {
+    s.fp32Flops = 67e12;
+    s.tf32Flops = 494.7e12;
+    s.memBandwidth = name == "h100" ? 3.35e12 : 4.8e12;
+    s.memoryBytes = name == "h100" ? 80 * kGiB : 141 * kGiB;
+    s.launchSeconds = 4e-6;
+    s.intraBandwidth = 450 * kGB;
+    s.intraLatency = 3e-6;
+    s.interBandwidth = 50 * kGB;
+    s.interLatency = 8e-6;
+    s.devicesPerNode = 8;
+  } else if (name == "a100") {
+    s.fp32Flops = 19.5e12;
+    s.tf32Flops = 156e12;
+    s.memBandwidth = 2.039e12;
+    s.memoryBytes = 80 * kGiB;
+    s.launchSeconds = 4e-6;
+    s.intraBandwidth = 300 * kGB;
+    s.intraLatency = 3e-6;
+    s.interBandwidth = 25 * kGB;
+    s.interLatency = 8e-6;
+    s.devicesPerNode = 8;
+  } else if (name == "p100-cluster") {
+    s.fp32Flops = 10.6e12;
+    s.tf32Flops = 10.6e12;
+    s.memBandwidth = 732 * kGB;
+    s.memoryBytes = 16 * kGiB;
+    s.launchSeconds = 5e-6;
+    s.intraBandwidth = 20 * kGB;
+    s.intraLatency = 5e-6;
+    s.interBandwidth = 12.5 * kGB;
+    s.interLatency = 1e-5;
+    s.devicesPerNode = 4;
+  } else if (name == "cpu") {
+    s.fp32Flops = 4e9;
+    s.tf32Flops = 4e9;
+    s.memBandwidth = 5 * kGB;
+    s.memoryBytes = 4 * kGiB;
+    s.launchSeconds = 1e-6;
+    s.intraBandwidth = 5 * kGB;
+    s.intraLatency = 2e-6;
+    s.interBandwidth = 5 * kGB;
+    s.interLatency = 2e-6;
+    s.devicesPerNode = 1024;
+  }
+  return s;
+}
+
+} // namespace
+
+bool DeviceSpec::sameNode(const std::vector<int64_t>& devices) const {
+  if (devices.empty())
+    return true;
+  int64_t n = node(devices[0]);
+  return std::all_of(devices.begin(), devices.end(), [&](int64_t d) { return node(d) == n; });
+}
+
+const std::vector<std::string>& deviceSpecPresets() {
+  static const std::vector<std::string> names{"h100", "h200", "a100", "p100-cluster", "cpu"};
+  return names;
+}
+
+llvm::Expected<DeviceSpec> deviceSpecPreset(const std::string& name) {
+  const auto& names = deviceSpecPresets();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    return makeError("unknown device spec '" + name +
+                     "' (expected h100, h200, a100, p100-cluster, cpu or a .json file)");
+  return preset(name);
+}
+
+llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::string& origin) {
+  auto json = llvm::json::parse(text);
+  if (!json)
+    return makeError(origin + ": invalid JSON: " + llvm::toString(json.takeError()));
+  const llvm::json::Object* obj = json->getAsObject();
+  if (!obj)
+    return makeError(origin + ": a device spec must be a JSON object");
+  static const char* const known[] = {"name",
+                                      "fp32_flops",
+                                      "tf32_flops",
+                                      "mem_bandwidth",
+                                      "launch_seconds",
+                                      "memory_bytes",
+                                      "intra_bandwidth",
+                                      "intra_latency",
+                                      "inter_bandwidth",
+                                      "inter_latency",
+                                      "devices_per_node"};
+  for (const auto& kv : *obj)
+    if (std::find(std::begin(known), std::end(known), kv.first.str()) == std::end(known))
+      return makeError(origin + ": unknown field '" + kv.first.str() + "'");
+  DeviceSpec s;
+  s.name = llvm::sys::path::stem(origin).str();
+  if (const llvm::json::Value* v = obj->get("name")) {
+    if (!v->getAsString())
+      return makeError(origin + ": field 'name' must be a string");
+    s.name = v->getAsString()->str();
+  }
+  auto number = [&](const char* field, double& out, bool required, bool allowZero) -> llvm::Error {
+    const llvm::json::Value* v = obj->get(field);
+    if (!v) {
+      if (required)
+        return makeError(origin + ": missing field '" + field + "'");
+      return llvm::Error::success();
+    }
+    auto d = v->getAsNumber();
+    if (!d)
+      return makeError(origin + ": field '" + field + "' must be a number");
+    if (*d < 0 || (!allowZero && *d == 0))
+      return makeError(origin + ": field '" + field + "' must be " +
+                       (allowZero ? "non-negative" : "positive") + ", got " + std::to_string(*d));
+    out = *d;
+    return llvm::Error::success();
+  };
+  double memory = 0, perNode = 0;
+  struct Field {
+    const char* name;
+    double* out;
+    bool required, allowZero;
+  };
+  const Field fields[] = {
+      {"fp32_flops", &s.fp32Flops, true, false},
+      {"tf32_flops", &s.tf32Flops, false, false},
+      {"mem_bandwidth", &s.memBandwidth, true, false},
+      {"launch_seconds", &s.launchSeconds, true, true},
+      {"memory_bytes", &memory, true, false},
+      {"intra_bandwidth", &s.intraBandwidth, true, false},
+      {"intra_latency", &s.intraLatency, true, true},
+      {"inter_bandwidth", &s.interBandwidth, true, false},
+      {"inter_latency", &s.interLatency, true, true},
+      {"devices_per_node", &perNode, true, false},
+  };
+  for (const Field& f : fields)
+    if (llvm::Error e = number(f.name, *f.out, f.required, f.allowZero))
+      return e;
+  if (!obj->get("tf32_flops"))
+    s.tf32Flops = s.fp32Flops;
+  if (perNode != static_cast<double>(static_cast<int64_t>(perNode)))
+    return makeError(origin + ": field 'devices_per_node' must be an integer");
+  s.memoryBytes = static_cast<int64_t>(memory);
+  s.devicesPerNode = static_cast<int64_t>(perNode);
+  return s;
+}
+
+llvm::Expected<DeviceSpec> loadDeviceSpec(const std::string& nameOrJsonFile) {
+  if (!llvm::StringRef(nameOrJsonFile).endswith(".json"))
+    return deviceSpecPreset(nameOrJsonFile);
+  auto buf = llvm::MemoryBuffer::getFile(nameOrJsonFile);
+  if (!buf)
+    return makeError(nameOrJsonFile + ": cannot read device spec: " + buf.getError().message());
+  return parseDeviceSpec((*buf)->getBuffer(), nameOrJsonFile);
+}
+
+} // namespace lwcc

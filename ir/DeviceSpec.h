@@ -1,0 +1,56 @@
+//===- DeviceSpec.h - What a device and its links can do --------*- C++ -*-===//
+//
+// The figures the cost model prices ops and transfers with: peak FLOP/s,
+// memory bandwidth and size, kernel launch overhead, and the links between
+// devices inside a node and between nodes. Devices 0..devicesPerNode-1 form
+// node 0, the next devicesPerNode node 1, and so on.
+//
+// A spec is a preset (h100, h200, a100, p100-cluster, cpu) or a JSON file:
+//
+//   {"name": "mygpu", "fp32_flops": 1.0e13, "tf32_flops": 1.0e13,
+//    "mem_bandwidth": 9.0e11, "launch_seconds": 5e-6, "memory_bytes": 17179869184,
+//    "intra_bandwidth": 4.0e10, "intra_latency": 1e-5,
+//    "inter_bandwidth": 1.25e10, "inter_latency": 2e-5, "devices_per_node": 4}
+//
+// Bandwidths are bytes per second, latencies and launch overhead seconds.
+// Every field is required except name (default: the file's stem) and
+// tf32_flops (default: fp32_flops).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lwcc {
+
+struct DeviceSpec {
+  std::string name;
+  double fp32Flops = 0;     ///< peak FP32 FLOP/s
+  double tf32Flops = 0;     ///< peak TF32 tensor-core FLOP/s (fp32Flops where there is none)
+  double memBandwidth = 0;  ///< device memory, bytes/s
+  double launchSeconds = 0; ///< fixed cost of one kernel
+  int64_t memoryBytes = 0;  ///< device memory size
+  double intraBandwidth = 0, intraLatency = 0; ///< one link inside a node, bytes/s and s
+  double interBandwidth = 0, interLatency = 0; ///< between nodes, bytes/s and s
+  int64_t devicesPerNode = 1;
+
+  /// The node that logical device `device` belongs to.
+  int64_t node(int64_t device) const { return devicesPerNode > 0 ? device / devicesPerNode : 0; }
+  /// Whether all of `devices` sit in one node.
+  bool sameNode(const std::vector<int64_t>& devices) const;
+};
+
+/// The preset names, in the order --help lists them.
+const std::vector<std::string>& deviceSpecPresets();
+/// A preset by name, or nullopt-like error for an unknown one.
+llvm::Expected<DeviceSpec> deviceSpecPreset(const std::string& name);
+/// A preset name, or a JSON file (see above). Errors name the file and field.
+llvm::Expected<DeviceSpec> loadDeviceSpec(const std::string& nameOrJsonFile);
+/// Parses the JSON form; `origin` names the source in errors.
+llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef json, const std::string& origin);
+
+} // namespace lwcc
