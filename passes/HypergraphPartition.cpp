@@ -15,6 +15,7 @@
 //  4. Each op gets @par(devices = [its part]).
 //
 //===----------------------------------------------------------------------===//
+#include "ir/CostModel.h"
 #include "passes/Hypergraph.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
@@ -263,24 +264,17 @@ namespace lwcc {
 
 namespace {
 
-/// The weight of a vertex until the cost model prices ops: the elements
-/// an op reads and writes.
-double elementsMoved(const Op& op) {
-  double n = 0;
-  for (const Value* v : op.operands())
-    n += static_cast<double>(v->type().numElements());
-  for (unsigned r = 0; r < op.numResults(); ++r)
-    n += static_cast<double>(op.result(r)->type().numElements());
-  return n;
-}
-
 class HypergraphPass : public Pass {
 public:
-  HypergraphPass(int64_t gpus, double imbalance) : gpus_(gpus), imbalance_(imbalance) {}
+  HypergraphPass(int64_t gpus, double imbalance, CostModel model)
+      : gpus_(gpus), imbalance_(imbalance), model_(std::move(model)) {}
   std::string_view name() const override { return "hypergraph"; }
 
   llvm::Error run(Graph& g, PassContext& ctx) override {
-    auto stats = partitionHypergraph(g, gpus_, imbalance_, elementsMoved);
+    // An op's forward time stands for its work: its backward ops run where
+    // it runs and cost about twice as much, for every op alike.
+    auto stats = partitionHypergraph(g, gpus_, imbalance_,
+                                     [&](const Op& op) { return model_.opSeconds(op); });
     if (!stats)
       return stats.takeError();
     if (ctx.diag) {
@@ -306,12 +300,14 @@ public:
 private:
   int64_t gpus_;
   double imbalance_;
+  CostModel model_;
 };
 
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createHypergraphPass(std::string_view options) {
-  auto opts = PassOptions::parse("hypergraph", options, "gpus", {"gpus", "imbalance"});
+  auto opts =
+      PassOptions::parse("hypergraph", options, "gpus", {"gpus", "imbalance", "spec", "profile"});
   if (!opts)
     return opts.takeError();
   auto gpus = opts->getInt("gpus", 1);
@@ -325,7 +321,18 @@ llvm::Expected<std::unique_ptr<Pass>> createHypergraphPass(std::string_view opti
   if (!(*imbalance >= 1.0) || *imbalance > 100)
     return makeError(
         llvm::formatv("hypergraph: imbalance must be in 1..100, got {0}", *imbalance).str());
-  return std::make_unique<HypergraphPass>(*gpus, *imbalance);
+  auto spec = loadDeviceSpec(opts->getString("spec", "h100"));
+  if (!spec)
+    return spec.takeError();
+  std::optional<OpProfile> profile;
+  if (opts->has("profile")) {
+    auto p = loadOpProfile(opts->getString("profile", ""));
+    if (!p)
+      return p.takeError();
+    profile = std::move(*p);
+  }
+  return std::make_unique<HypergraphPass>(*gpus, *imbalance,
+                                          CostModel(std::move(*spec), std::move(profile)));
 }
 
 } // namespace lwcc

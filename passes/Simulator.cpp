@@ -1,6 +1,9 @@
 //===- Simulator.cpp - Replays a scheduled training step on a cost model --===//
 #include "passes/Simulator.h"
 
+#include "passes/Pass.h"
+#include "passes/PassOptions.h"
+
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
@@ -65,6 +68,14 @@ void commEnds(const Op& op, std::set<int64_t>& senders, std::set<int64_t>& recei
 }
 
 } // namespace
+
+SimCosts simCosts(const CostModel& model) {
+  SimCosts c;
+  c.opSeconds = [&model](const Op& op) { return model.opSeconds(op); };
+  c.commSeconds = [&model](const Op& op) { return model.commSeconds(op); };
+  c.devicesPerNode = model.spec().devicesPerNode;
+  return c;
+}
 
 llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
   SimResult res;
@@ -164,6 +175,8 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
 }
 
 void writeChromeTrace(const std::vector<SimEvent>& events, llvm::raw_ostream& os) {
+  // Microseconds, to the nanosecond: no rounding noise in the last digits.
+  auto micros = [](double seconds) { return std::round(seconds * 1e9) / 1e3; };
   llvm::json::Array out;
   std::set<std::pair<int64_t, int64_t>> threads;
   for (const SimEvent& e : events)
@@ -191,15 +204,89 @@ void writeChromeTrace(const std::vector<SimEvent>& events, llvm::raw_ostream& os
     out.push_back(llvm::json::Object{{"name", e.name},
                                      {"cat", e.comm ? "comm" : "compute"},
                                      {"ph", "X"},
-                                     {"ts", e.start * 1e6},
-                                     {"dur", (e.end - e.start) * 1e6},
+                                     {"ts", micros(e.start)},
+                                     {"dur", micros(e.end - e.start)},
                                      {"pid", e.device},
                                      {"tid", e.stream},
                                      {"args", std::move(args)}});
   }
-  os << llvm::formatv("{0:2}", llvm::json::Value(llvm::json::Object{{"traceEvents", std::move(out)},
-                                                                    {"displayTimeUnit", "ms"}}))
-     << "\n";
+  // One event per line: readable, and diffable between runs.
+  os << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  for (size_t i = 0; i < out.size(); ++i)
+    os << llvm::formatv("{0}", out[i]) << (i + 1 < out.size() ? ",\n" : "\n");
+  os << "]}\n";
+}
+
+std::string describe(const SimResult& r) {
+  std::string out = llvm::formatv("simulate: step {0:f3} ms, {1} bytes communicated",
+                                  r.stepSeconds * 1e3, r.commBytes)
+                        .str();
+  std::set<int64_t> devices;
+  for (const auto& [d, s] : r.computeSeconds)
+    devices.insert(d);
+  for (const auto& [d, s] : r.commSeconds)
+    devices.insert(d);
+  for (int64_t d : devices) {
+    auto get = [&](const std::map<int64_t, double>& m) {
+      auto it = m.find(d);
+      return it == m.end() ? 0.0 : it->second;
+    };
+    out += llvm::formatv("\nsimulate: device {0}: compute {1:f3} ms, communication {2:f3} ms", d,
+                         get(r.computeSeconds) * 1e3, get(r.commSeconds) * 1e3)
+               .str();
+  }
+  return out;
+}
+
+namespace {
+
+/// --simulate=spec=NAME|FILE[,profile=FILE][,trace=FILE]: replays the graph
+/// on the cost model and reports the predicted times as notes; the graph is
+/// unchanged.
+class SimulatePass : public Pass {
+public:
+  SimulatePass(CostModel model, std::string trace) : model_(std::move(model)), trace_(trace) {}
+  std::string_view name() const override { return "simulate"; }
+
+  llvm::Error run(Graph& g, PassContext& ctx) override {
+    auto r = simulate(g, simCosts(model_));
+    if (!r)
+      return r.takeError();
+    if (ctx.diag)
+      ctx.diag(Severity::Note, {}, describe(*r));
+    if (!trace_.empty()) {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(trace_, ec);
+      if (ec)
+        return makeError(trace_ + ": cannot write: " + ec.message());
+      writeChromeTrace(r->events, os);
+    }
+    return llvm::Error::success();
+  }
+
+private:
+  CostModel model_;
+  std::string trace_;
+};
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Pass>> createSimulatePass(std::string_view options) {
+  auto opts = PassOptions::parse("simulate", options, "spec", {"spec", "profile", "trace"});
+  if (!opts)
+    return opts.takeError();
+  auto spec = loadDeviceSpec(opts->getString("spec", "h100"));
+  if (!spec)
+    return spec.takeError();
+  std::optional<OpProfile> profile;
+  if (opts->has("profile")) {
+    auto p = loadOpProfile(opts->getString("profile", ""));
+    if (!p)
+      return p.takeError();
+    profile = std::move(*p);
+  }
+  return std::make_unique<SimulatePass>(CostModel(std::move(*spec), std::move(profile)),
+                                        opts->getString("trace", ""));
 }
 
 } // namespace lwcc

@@ -31,6 +31,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ir/CostModel.h"
 #include "ir/IR.h"
 
 #include "llvm/Support/Error.h"
@@ -53,6 +54,9 @@ struct SimCosts {
   /// Devices per node (0: every device on one node).
   int64_t devicesPerNode = 0;
 };
+
+/// The times of `model` (which must outlive the result).
+SimCosts simCosts(const CostModel& model);
 
 /// One interval of the timeline: an op on one (device, stream). A
 /// communication op has one interval per device it uses.
@@ -78,6 +82,10 @@ struct SimResult {
 
 /// Replays `g` (topologically ordered ops with @dev/@stream) on `costs`.
 llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs);
+
+/// The step time, and per device its compute and communication time, as
+/// lines of text ("simulate: step ... ms").
+std::string describe(const SimResult& r);
 
 /// The timeline as Chrome trace-event JSON: a complete ("X") event per
 /// interval with pid = device, tid = stream, microsecond times, and the
