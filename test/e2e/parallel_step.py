@@ -49,7 +49,7 @@ CASES = [
     ("alexnet", 4, [4], "f32"),
     ("resnet18", 4, [2], "f32"),
 ]
-STRATEGIES = ["data", "model", "owt"]
+STRATEGIES = ["data", "model", "owt", "hypergraph"]
 
 
 def run(cmd):
