@@ -29,6 +29,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -71,6 +72,14 @@ cl::opt<std::string> strategy("strategy",
                                        "(default), model, owt (One Weird Trick) or hypergraph "
                                        "(each op on one device, by Zoltan partitioning)"),
                               cl::init("data"), cl::cat(category));
+cl::opt<std::string> traceFile("trace",
+                               cl::desc("Write the simulator's timeline of the training step as "
+                                        "Chrome trace-event JSON (opens in Perfetto)"),
+                               cl::value_desc("file.json"), cl::cat(category));
+cl::opt<std::string> planJson("plan-json",
+                              cl::desc("With --emit=plan: write every strategy's predicted step "
+                                       "time, bytes and peak memory, and the layers, as JSON"),
+                              cl::value_desc("file.json"), cl::cat(category));
 cl::opt<int64_t> bucketBytes("bucket-bytes",
                              cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
                              cl::init(int64_t{25} << 20), cl::cat(category));
@@ -210,6 +219,9 @@ std::string optimizerOptions() {
   return o;
 }
 
+/// Seconds the last strategy pass (parallelize, hypergraph) took.
+double strategySeconds = 0;
+
 /// Runs the passes that build the training graph; `withOptimizer` false
 /// stops after autodiff (gradients as outputs, nothing updated).
 llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& strat) {
@@ -240,11 +252,33 @@ llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& 
   ctx.diag = [](Severity sev, const Location& loc, const std::string& msg) {
     printDiagnostic(llvm::errs(), sev, loc, msg);
   };
-  return runPipeline(g, *pipeline, ctx);
+  // One pass at a time, to time the one that chooses the configs.
+  for (auto& pass : *pipeline) {
+    auto start = std::chrono::steady_clock::now();
+    PassPipeline one;
+    one.push_back(std::move(pass));
+    if (llvm::Error e = runPipeline(g, one, ctx))
+      return e;
+    if (one[0]->name() == "parallelize" || one[0]->name() == "hypergraph")
+      strategySeconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return llvm::Error::success();
 }
 
 llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
   return buildTrainingGraph(*m.graph, withOptimizer, strategy);
+}
+
+/// The strategies --emit=plan compares.
+std::vector<std::string> allStrategies() { return {"data", "model", "owt", "hypergraph"}; }
+
+/// The cost model the simulator prices the step on.
+llvm::Expected<CostModel> costModel() {
+  auto spec = loadDeviceSpec("h100");
+  if (!spec)
+    return spec.takeError();
+  return CostModel(std::move(*spec));
 }
 
 std::vector<Tensor> readInputs(const Graph& g, const std::string& dir, llvm::Error& err) {
@@ -801,6 +835,13 @@ int main(int argc, char** argv) {
       for (const auto& [device, bytes] : stats->peakBytes)
         llvm::errs() << llvm::formatv("lwcc: memory plan: device {0}: arena {1} bytes (peak)\n",
                                       device, bytes);
+    if (!traceFile.empty()) {
+      auto model = costModel();
+      if (!model)
+        return fail(model.takeError());
+      if (llvm::Error e = writeSimulatedTrace(*module->graph, *model, traceFile))
+        return fail(std::move(e));
+    }
     CodegenOptions co;
     co.target = target;
     co.modelName = llvm::sys::path::filename(modelFile.getValue()).str();
@@ -837,20 +878,28 @@ int main(int argc, char** argv) {
     llvm::errs() << "lwcc: --emit=parallel-ir needs --gpus=N with N >= 2\n";
     return 2;
   }
-  std::map<std::string, int64_t> strategyBytes;
-  if (emit == Emit::Plan && gpus > 1)
-    for (const char* strat : {"data", "model", "owt"}) {
-      auto copy = module->graph->clone();
-      if (llvm::Error e = buildTrainingGraph(*copy, true, strat))
-        return fail(std::move(e));
-      strategyBytes[strat] = stepCommBytes(*copy);
-    }
+  auto model = costModel();
+  if (!model)
+    return fail(model.takeError());
+  std::vector<StrategyPlan> strategyPlans;
+  if (emit == Emit::Plan && gpus > 1) {
+    auto plans = planStrategies(
+        *module->graph, allStrategies(),
+        [](Graph& g, const std::string& strat) { return buildTrainingGraph(g, true, strat); },
+        *model);
+    if (!plans)
+      return fail(plans.takeError());
+    strategyPlans = std::move(*plans);
+  }
   if (emit == Emit::TrainIR || emit == Emit::ParallelIR || emit == Emit::Plan) {
     if (llvm::Error e = buildTrainingGraph(*module, true))
       return fail(std::move(e));
     if (verbose)
       llvm::errs() << llvm::formatv("lwcc: training step: {0} ops, {1} params with state\n",
                                     module->graph->numOps(), module->graph->params().size());
+    if (!traceFile.empty())
+      if (llvm::Error e = writeSimulatedTrace(*module->graph, *model, traceFile))
+        return fail(std::move(e));
     if (emit == Emit::Plan || verbose) {
       // -v plans a copy so that --emit=train-ir prints the graph unannotated.
       std::unique_ptr<Graph> copy;
@@ -886,7 +935,22 @@ int main(int argc, char** argv) {
   case Emit::Plan:
     printPlan(*module->graph, *plan, out.os());
     if (gpus > 1)
-      printParallelPlan(*module->graph, strategy, gpus, strategyBytes, out.os());
+      printParallelPlan(*module->graph, *model, strategy, gpus, strategyPlans, out.os());
+    else if (auto sim = simulate(*module->graph, simCosts(*model)))
+      out.os() << llvm::formatv("predicted step on {0}: {1:f3} ms\n", model->spec().name,
+                                sim->stepSeconds * 1e3);
+    else
+      return fail(sim.takeError());
+    if (!planJson.empty()) {
+      std::error_code jec;
+      llvm::raw_fd_ostream json(planJson, jec);
+      if (jec) {
+        llvm::errs() << planJson << ": error: cannot write: " << jec.message() << "\n";
+        return 1;
+      }
+      writePlanJson(strategy, strategySeconds, model->spec().name, strategyPlans,
+                    layerPlans(*module->graph, *model), json);
+    }
     break;
   case Emit::Source:
   case Emit::Exe:
