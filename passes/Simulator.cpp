@@ -1,6 +1,7 @@
 //===- Simulator.cpp - Replays a scheduled training step on a cost model --===//
 #include "passes/Simulator.h"
 
+#include "passes/MemoryPlan.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
 
@@ -83,6 +84,15 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
   std::map<Resource, double> streamFree;          // FIFO streams: when the last op ends
   std::map<Resource, Busy> links;
   auto nodeOf = [&](int64_t d) { return costs.devicesPerNode > 0 ? d / costs.devicesPerNode : 0; };
+  std::map<const Op*, size_t> position;
+  for (const auto& op : g.ops())
+    position.emplace(op.get(), position.size());
+  // An assign of an update that the memory plan writes over its param
+  // copies nothing (codegen emits no kernel for it).
+  auto freeAssign = [&](const Op& op) {
+    const Value* v = op.operand(1);
+    return v->definingOp() && paramWrittenOver(*v->definingOp(), v->resultIndex(), position);
+  };
 
   for (const auto& opPtr : g.ops()) {
     const Op& op = *opPtr;
@@ -104,7 +114,8 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     int64_t bytes = 0;
     if (!comm) {
       streams.push_back({Resource::Stream, opDevice(op), stream});
-      d = op.kind() == OpKind::Constant ? 0 : costs.opSeconds(op);
+      bool free = op.kind() == OpKind::Constant || (op.kind() == OpKind::Assign && freeAssign(op));
+      d = free ? 0 : costs.opSeconds(op);
     } else {
       std::set<int64_t> senders, receivers, devices;
       commEnds(op, senders, receivers);

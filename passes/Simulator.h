@@ -25,6 +25,8 @@
 //        by a communication op whose participants span several nodes.
 //    A link serves one op at a time; an op takes the earliest interval in
 //    which its streams are free and all its links are idle.
+//  - Constants, and assigns of an update the memory plan writes over its
+//    param (paramWrittenOver), take no time: codegen emits no kernel.
 //  - Reuse of planned buffers adds no ordering here (codegen's events for
 //    reused bytes are not modelled); neither does the launch of events.
 //
