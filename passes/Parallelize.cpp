@@ -1,6 +1,9 @@
 //===- Parallelize.cpp - A parallel config for every op -------------------===//
+#include "passes/LayerwiseSearch.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
+
+#include "llvm/Support/FormatVariadic.h"
 
 #include <unordered_map>
 #include <unordered_set>
@@ -44,16 +47,52 @@ const Value* splitValue(const Op& op) {
 ///  3. Constants and assigns get no config: materialize places constants
 ///     where they are read and writes each piece of an assigned param.
 /// An op with a multi-device config gets @par(<dim> = gpus, devices = all).
+///   layerwise  each op the config that minimises the step's predicted
+///          time on the device spec (LayerwiseSearch.h): a split of one dim
+///          its rule accepts, or the whole op, over devices 0..k-1 for k a
+///          power of two up to gpus (and gpus itself).
+/// With report=1 the pass notes the predicted step time of the configs
+/// under the layer-wise cost function (and the search time).
 class ParallelizePass : public Pass {
 public:
-  ParallelizePass(std::string strategy, int64_t gpus)
-      : strategy_(std::move(strategy)), gpus_(gpus) {}
+  ParallelizePass(std::string strategy, int64_t gpus, std::optional<CostModel> cost, bool report)
+      : strategy_(std::move(strategy)), gpus_(gpus), cost_(std::move(cost)), report_(report) {}
   std::string_view name() const override { return "parallelize"; }
 
-  llvm::Error run(Graph& g, PassContext&) override {
+  llvm::Error run(Graph& g, PassContext& ctx) override {
     for (const auto& op : g.ops())
       if (op->annotations().par || op->annotations().device || op->info().isCommunication())
         return op->emitError("parallelize: the graph is already parallelized");
+    if (strategy_ == "layerwise") {
+      auto r = searchLayerwise(g, *cost_, gpus_);
+      if (!r)
+        return r.takeError();
+      if (report_ && ctx.diag)
+        ctx.diag(Severity::Note, {},
+                 llvm::formatv("parallelize: layerwise on {0} x {1}: predicted step {2:e4} s, "
+                               "search_s {3:f4} ({4} ops, {5} left after elimination)",
+                               gpus_, cost_->spec().name, r->predictedSeconds, r->searchSeconds,
+                               r->ops, r->reducedNodes)
+                     .str());
+      return llvm::Error::success();
+    }
+    if (llvm::Error e = classic(g))
+      return e;
+    if (report_ && ctx.diag) {
+      auto t = layerwiseCostOf(g, *cost_, gpus_);
+      if (!t)
+        return t.takeError();
+      ctx.diag(Severity::Note, {},
+               llvm::formatv("parallelize: {0} on {1} x {2}: predicted step {3:e4} s", strategy_,
+                             gpus_, cost_->spec().name, *t)
+                   .str());
+    }
+    return llvm::Error::success();
+  }
+
+private:
+  /// data, model and owt (steps above).
+  llvm::Error classic(Graph& g) {
     std::vector<int64_t> all(gpus_);
     for (int64_t d = 0; d < gpus_; ++d)
       all[d] = d;
@@ -112,27 +151,50 @@ public:
     return llvm::Error::success();
   }
 
-private:
   std::string strategy_;
   int64_t gpus_;
+  std::optional<CostModel> cost_;
+  bool report_;
 };
 
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createParallelizePass(std::string_view options) {
-  auto opts = PassOptions::parse("parallelize", options, "strategy", {"strategy", "gpus"});
+  auto opts = PassOptions::parse("parallelize", options, "strategy",
+                                 {"strategy", "gpus", "spec", "profile", "tf32", "report"});
   if (!opts)
     return opts.takeError();
   std::string strategy = opts->getString("strategy", "data");
-  if (strategy != "data" && strategy != "model" && strategy != "owt")
+  if (strategy != "data" && strategy != "model" && strategy != "owt" && strategy != "layerwise")
     return makeError("parallelize: unknown strategy '" + strategy +
-                     "' (expected data, model or owt)");
+                     "' (expected data, model, owt or layerwise)");
   auto gpus = opts->getInt("gpus", 1);
   if (!gpus)
     return gpus.takeError();
   if (*gpus < 1 || *gpus > 1024)
     return makeError("parallelize: gpus must be in 1..1024, got " + std::to_string(*gpus));
-  return std::make_unique<ParallelizePass>(strategy, *gpus);
+  auto report = opts->getInt("report", 0);
+  if (!report)
+    return report.takeError();
+  auto tf32 = opts->getInt("tf32", 0);
+  if (!tf32)
+    return tf32.takeError();
+  std::optional<CostModel> cost;
+  if (strategy == "layerwise" || *report) {
+    auto spec = loadDeviceSpec(opts->getString("spec", "h100"));
+    if (!spec)
+      return spec.takeError();
+    std::optional<OpProfile> profile;
+    if (opts->has("profile")) {
+      auto p = loadOpProfile(opts->getString("profile", ""));
+      if (!p)
+        return p.takeError();
+      profile = std::move(*p);
+    }
+    cost.emplace(std::move(*spec), std::move(profile));
+    cost->setTf32(*tf32 != 0);
+  }
+  return std::make_unique<ParallelizePass>(strategy, *gpus, std::move(cost), *report != 0);
 }
 
 } // namespace lwcc

@@ -49,7 +49,12 @@ CASES = [
     ("alexnet", 4, [4], "f32"),
     ("resnet18", 4, [2], "f32"),
 ]
-STRATEGIES = ["data", "model", "owt", "hypergraph"]
+STRATEGIES = ["data", "model", "owt", "layerwise", "hypergraph"]
+# At test size the real presets make layerwise keep almost every op whole on
+# one device (launches and latency dominate); this spec makes compute slow
+# and links cheap, so that the search splits layers along different dims
+# and degrees and materialize has mixed configs to lay out.
+LAYERWISE_SPEC = os.path.join(ROOT, "test", "e2e", "Inputs", "slow-compute.json")
 
 
 def run(cmd):
@@ -69,6 +74,8 @@ def reference(model_path, data, dump, gpus, strategy, precision):
            "--steps", str(STEPS), f"--precision={precision}", "--lr=0.05"]
     if gpus > 1:
         cmd += [f"--gpus={gpus}", f"--strategy={strategy}", "--bucket-bytes=4096"]
+        if strategy == "layerwise":
+            cmd += [f"--device-spec={LAYERWISE_SPEC}"]
     run(cmd)
     losses = [float(load(os.path.join(dump, f"loss_{s}.pb"))) for s in range(STEPS)]
     tensors = {f: load(os.path.join(dump, f)) for f in os.listdir(dump)

@@ -12,6 +12,7 @@
 #include "codegen/Codegen.h"
 #include "frontend/ExportTemplate.h"
 #include "frontend/Frontend.h"
+#include "ir/CostModel.h"
 #include "ir/Interpreter.h"
 #include "ir/Kernels.h"
 #include "ir/Printer.h"
@@ -67,11 +68,22 @@ cl::opt<Emit> emit("emit", cl::desc("What to produce"),
 // Parallelization.
 cl::opt<int64_t> gpus("gpus", cl::desc("Devices to train on (default 1)"), cl::init(1),
                       cl::cat(category));
-cl::opt<std::string> strategy("strategy",
-                              cl::desc("How layers are parallelized over --gpus devices: data "
-                                       "(default), model, owt (One Weird Trick) or hypergraph "
-                                       "(each op on one device, by Zoltan partitioning)"),
-                              cl::init("data"), cl::cat(category));
+cl::opt<std::string>
+    strategy("strategy",
+             cl::desc("How layers are parallelized over --gpus devices: "
+                      "layerwise (default: the fastest config per layer on "
+                      "--device-spec), data, model, owt (One Weird Trick) or hypergraph (each "
+                      "op whole on one device, by Zoltan partitioning)"),
+             cl::cat(category));
+cl::opt<std::string> deviceSpec("device-spec",
+                                cl::desc("The devices the cost model prices: h100, h200, a100, "
+                                         "p100-cluster, cpu or a JSON file (default h100 for "
+                                         "--target=cuda, cpu for --target=cpu)"),
+                                cl::value_desc("name|file.json"), cl::cat(category));
+cl::opt<std::string> costProfile("cost-profile",
+                                 cl::desc("Measured per-op times (the trainer's --profile-ops "
+                                          "file) that the cost model uses instead of its own"),
+                                 cl::value_desc("file.json"), cl::cat(category));
 cl::opt<std::string> traceFile("trace",
                                cl::desc("Write the simulator's timeline of the training step as "
                                         "Chrome trace-event JSON (opens in Perfetto)"),
@@ -221,6 +233,64 @@ std::string optimizerOptions() {
 
 /// Seconds the last strategy pass (parallelize, hypergraph) took.
 double strategySeconds = 0;
+/// The strategy --strategy names, or the default: layerwise for several
+/// devices.
+std::string chosenStrategy() {
+  if (!strategy.empty())
+    return strategy;
+  return gpus > 1 ? "layerwise" : "data";
+}
+
+/// The device spec --device-spec names, or the target's default.
+std::string deviceSpecName() {
+  if (!deviceSpec.empty())
+    return deviceSpec;
+  return target == "cpu" ? "cpu" : "h100";
+}
+
+/// The hypergraph pass, its ops weighted by their time on the device spec.
+std::string hypergraphOptions() {
+  std::string o = "hypergraph=gpus=" + std::to_string(gpus) + ",spec=" + deviceSpecName();
+  if (!costProfile.empty())
+    o += ",profile=" + costProfile;
+  return o;
+}
+
+/// The parallelize pass for strategy `strat`, priced on the device spec.
+std::string parallelizeOptions(const std::string& strat) {
+  std::string o = "parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus) +
+                  ",spec=" + deviceSpecName();
+  if (!costProfile.empty())
+    o += ",profile=" + costProfile;
+  if (tf32)
+    o += ",tf32=1";
+  if (verbose)
+    o += ",report=1";
+  return o;
+}
+
+/// A plan over a device's memory (its arena and the params it holds) is an
+/// error that gives the numbers.
+llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats) {
+  auto spec = loadDeviceSpec(deviceSpecName());
+  if (!spec)
+    return spec.takeError();
+  std::map<int64_t, int64_t> params;
+  for (const auto& p : g.params())
+    params[p->device().value_or(0)] += p->type().sizeInBytes();
+  std::string over;
+  for (const auto& [device, arena] : stats.peakBytes) {
+    int64_t total = arena + params[device];
+    if (total > spec->memoryBytes)
+      over += llvm::formatv("\n  device {0}: {1} bytes ({2} arena + {3} params) > {4} bytes",
+                            device, total, arena, params[device], spec->memoryBytes)
+                  .str();
+  }
+  if (over.empty())
+    return llvm::Error::success();
+  return makeError("the plan needs more memory than a device of spec '" + spec->name +
+                   "' has:" + over);
+}
 
 /// Runs the passes that build the training graph; `withOptimizer` false
 /// stops after autodiff (gradients as outputs, nothing updated).
@@ -230,9 +300,7 @@ llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& 
   if (gpus > 1) {
     // Materialize before autodiff: the backward pass differentiates the
     // per-device ops and their communication; replicas' gradients are summed.
-    names.push_back(strat == "hypergraph"
-                        ? "hypergraph=gpus=" + std::to_string(gpus)
-                        : "parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus));
+    names.push_back(strat == "hypergraph" ? hypergraphOptions() : parallelizeOptions(strat));
     names.push_back("materialize");
     names.push_back("autodiff");
     names.push_back("grad-sync=bucket_bytes=" + std::to_string(bucketBytes));
@@ -267,18 +335,29 @@ llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& 
 }
 
 llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
-  return buildTrainingGraph(*m.graph, withOptimizer, strategy);
+  return buildTrainingGraph(*m.graph, withOptimizer, chosenStrategy());
 }
 
 /// The strategies --emit=plan compares.
-std::vector<std::string> allStrategies() { return {"data", "model", "owt", "hypergraph"}; }
+std::vector<std::string> allStrategies() {
+  return {"data", "model", "owt", "layerwise", "hypergraph"};
+}
 
 /// The cost model the simulator prices the step on.
 llvm::Expected<CostModel> costModel() {
-  auto spec = loadDeviceSpec("h100");
+  auto spec = loadDeviceSpec(deviceSpecName());
   if (!spec)
     return spec.takeError();
-  return CostModel(std::move(*spec));
+  std::optional<OpProfile> profile;
+  if (!costProfile.empty()) {
+    auto p = loadOpProfile(costProfile);
+    if (!p)
+      return p.takeError();
+    profile = std::move(*p);
+  }
+  CostModel model(std::move(*spec), std::move(profile));
+  model.setTf32(tf32);
+  return model;
 }
 
 std::vector<Tensor> readInputs(const Graph& g, const std::string& dir, llvm::Error& err) {
@@ -755,9 +834,10 @@ int main(int argc, char** argv) {
     llvm::errs() << "lwcc: --gpus must be in 1..1024\n";
     return 2;
   }
-  if (strategy != "data" && strategy != "model" && strategy != "owt" && strategy != "hypergraph") {
+  if (!strategy.empty() && strategy != "data" && strategy != "model" && strategy != "owt" &&
+      strategy != "layerwise" && strategy != "hypergraph") {
     llvm::errs() << "lwcc: --strategy=" << strategy
-                 << " is not one of: data, model, owt, hypergraph\n";
+                 << " is not one of: layerwise, data, model, owt, hypergraph\n";
     return 2;
   }
   if (bucketBytes < 0) {
@@ -779,6 +859,16 @@ int main(int argc, char** argv) {
   opts.diag = [](Severity sev, const Location& loc, const std::string& msg) {
     printDiagnostic(llvm::errs(), sev, loc, msg);
   };
+  if (target != "cpu" && target != "cuda") {
+    llvm::errs() << "lwcc: --target=" << target << " is not one of: cuda, cpu\n";
+    return 2;
+  }
+  // A bad spec or profile is reported before any work.
+  if (auto spec = loadDeviceSpec(deviceSpecName()); !spec)
+    return fail(spec.takeError());
+  if (!costProfile.empty())
+    if (auto p = loadOpProfile(costProfile); !p)
+      return fail(p.takeError());
   auto module = importFile(modelFile, opts);
   if (!module)
     return fail(module.takeError());
@@ -797,10 +887,6 @@ int main(int argc, char** argv) {
                                   module->graph->params().size(), module->graph->numOps());
   if (!emit.getNumOccurrences() && outputFile != "-")
     emit = Emit::Exe; // `lwcc MODEL -o trainer`
-  if (target != "cpu" && target != "cuda") {
-    llvm::errs() << "lwcc: --target=" << target << " is not one of: cuda, cpu\n";
-    return 2;
-  }
   if (weightsMode != "embed" && weightsMode != "separate") {
     llvm::errs() << "lwcc: --weights=" << weightsMode << " is not one of: embed, separate\n";
     return 2;
@@ -835,6 +921,8 @@ int main(int argc, char** argv) {
       for (const auto& [device, bytes] : stats->peakBytes)
         llvm::errs() << llvm::formatv("lwcc: memory plan: device {0}: arena {1} bytes (peak)\n",
                                       device, bytes);
+    if (llvm::Error e = checkDeviceMemory(*module->graph, *stats))
+      return fail(std::move(e));
     if (!traceFile.empty()) {
       auto model = costModel();
       if (!model)
@@ -911,6 +999,8 @@ int main(int argc, char** argv) {
       auto stats = planMemory(*target);
       if (!stats)
         return fail(stats.takeError());
+      if (llvm::Error e = checkDeviceMemory(*target, *stats))
+        return fail(std::move(e));
       plan = *stats;
       if (verbose)
         for (const auto& [device, bytes] : stats->peakBytes)
@@ -935,7 +1025,7 @@ int main(int argc, char** argv) {
   case Emit::Plan:
     printPlan(*module->graph, *plan, out.os());
     if (gpus > 1)
-      printParallelPlan(*module->graph, *model, strategy, gpus, strategyPlans, out.os());
+      printParallelPlan(*module->graph, *model, chosenStrategy(), gpus, strategyPlans, out.os());
     else if (auto sim = simulate(*module->graph, simCosts(*model)))
       out.os() << llvm::formatv("predicted step on {0}: {1:f3} ms\n", model->spec().name,
                                 sim->stepSeconds * 1e3);
@@ -948,7 +1038,7 @@ int main(int argc, char** argv) {
         llvm::errs() << planJson << ": error: cannot write: " << jec.message() << "\n";
         return 1;
       }
-      writePlanJson(strategy, strategySeconds, model->spec().name, strategyPlans,
+      writePlanJson(chosenStrategy(), strategySeconds, model->spec().name, strategyPlans,
                     layerPlans(*module->graph, *model), json);
     }
     break;

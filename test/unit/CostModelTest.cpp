@@ -1,0 +1,140 @@
+//===- CostModelTest.cpp - Device specs, profiles and the cost model ------===//
+#include "ir/CostModel.h"
+
+#include "TestUtil.h"
+
+namespace lwcc {
+namespace {
+
+using test::parseOk;
+
+constexpr const char* kSpec = R"({"name": "t", "fp32_flops": 1e9, "mem_bandwidth": 1e9,
+  "launch_seconds": 1e-6, "memory_bytes": 1000000, "intra_bandwidth": 1e9,
+  "intra_latency": 1e-6, "inter_bandwidth": 1e8, "inter_latency": 1e-5,
+  "devices_per_node": 2})";
+
+DeviceSpec spec() {
+  auto s = parseDeviceSpec(kSpec, "t.json");
+  EXPECT_TRUE(static_cast<bool>(s));
+  return *s;
+}
+
+std::string errorOf(llvm::Expected<DeviceSpec> s) {
+  if (s)
+    return "";
+  return llvm::toString(s.takeError());
+}
+
+TEST(DeviceSpecTest, Presets) {
+  for (const std::string& name : deviceSpecPresets()) {
+    auto s = loadDeviceSpec(name);
+    ASSERT_TRUE(static_cast<bool>(s)) << name;
+    EXPECT_EQ(s->name, name);
+    EXPECT_GT(s->fp32Flops, 0) << name;
+    EXPECT_GE(s->tf32Flops, s->fp32Flops) << name;
+    EXPECT_GT(s->memBandwidth, 0) << name;
+    EXPECT_GT(s->memoryBytes, 0) << name;
+    EXPECT_GE(s->intraBandwidth, s->interBandwidth) << name;
+  }
+  auto p100 = loadDeviceSpec("p100-cluster");
+  ASSERT_TRUE(static_cast<bool>(p100));
+  EXPECT_EQ(p100->devicesPerNode, 4);
+  EXPECT_DOUBLE_EQ(p100->interBandwidth, 12.5e9); // 100 Gb/s EDR
+  EXPECT_EQ(p100->node(3), 0);
+  EXPECT_EQ(p100->node(4), 1);
+  EXPECT_NE(errorOf(loadDeviceSpec("v100")).find("unknown device spec 'v100'"), std::string::npos);
+}
+
+TEST(DeviceSpecTest, JsonErrorsNameTheFileAndField) {
+  EXPECT_EQ(spec().tf32Flops, 1e9); // defaults to fp32_flops
+  EXPECT_EQ(spec().devicesPerNode, 2);
+  std::string missing = kSpec;
+  missing.replace(missing.find("\"mem_bandwidth\": 1e9,"), 21, "");
+  EXPECT_NE(
+      errorOf(parseDeviceSpec(missing, "a.json")).find("a.json: missing field 'mem_bandwidth'"),
+      std::string::npos);
+  std::string typed = kSpec;
+  typed.replace(typed.find("1e-6, \"memory"), 4, "\"x\"");
+  EXPECT_NE(errorOf(parseDeviceSpec(typed, "b.json"))
+                .find("b.json: field 'launch_seconds' must be a number"),
+            std::string::npos);
+  std::string extra = kSpec;
+  extra.insert(1, "\"fp64\": 1, ");
+  EXPECT_NE(errorOf(parseDeviceSpec(extra, "c.json")).find("c.json: unknown field 'fp64'"),
+            std::string::npos);
+  EXPECT_NE(errorOf(parseDeviceSpec("[1]", "d.json")).find("d.json: a device spec must be"),
+            std::string::npos);
+  EXPECT_NE(errorOf(loadDeviceSpec("/nonexistent/e.json")).find("/nonexistent/e.json"),
+            std::string::npos);
+}
+
+TEST(CostModelTest, ComputeAndCommunication) {
+  auto g = parseOk(R"(
+graph @g(%x: f32[2,3,8,8] @data) {
+  %w = param "w" : f32[4,3,3,3]
+  %c = conv2d(%x, %w) {pads = [1, 1, 1, 1]} : f32[2,4,8,8] @dev(1) loc("conv")
+  %r = relu(%c) : f32[2,4,8,8] @dev(1) loc("relu")
+  %m = device_copy(%r) {src = 1, dst = 2} : f32[2,4,8,8]
+  %a0, %a1 = all_reduce(%r, %r) {devices = [1, 1]} : f32[2,4,8,8], f32[2,4,8,8]
+  return %m, %a0
+}
+)");
+  ASSERT_TRUE(g);
+  CostModel cm(spec());
+  auto it = g->ops().begin();
+  const Op& conv = **it++;
+  const Op& relu = **it++;
+  const Op& copy = **it++;
+  // 512 outputs of a 27-long dot product.
+  EXPECT_DOUBLE_EQ(cm.flops(conv), 512 * 54);
+  EXPECT_DOUBLE_EQ(cm.bytes(conv), (384 + 108 + 512) * 4);
+  EXPECT_DOUBLE_EQ(cm.opSeconds(conv), 512 * 54 / 1e9 + 1e-6);
+  // Bound by memory.
+  EXPECT_DOUBLE_EQ(cm.opSeconds(relu), 4096 / 1e9 + 1e-6);
+  // Device 1 and 2 sit in different nodes (2 per node).
+  EXPECT_DOUBLE_EQ(cm.commSeconds(copy), 2048 / 1e8 + 1e-5);
+  EXPECT_DOUBLE_EQ(cm.transferSeconds(2048, 0, 1), 2048 / 1e9 + 1e-6);
+  EXPECT_DOUBLE_EQ(cm.transferSeconds(2048, 3, 3), 0);
+  EXPECT_DOUBLE_EQ(cm.commSeconds(relu), 0);
+  // Ring formulas over 4 devices in two nodes: the inter-node link.
+  std::vector<int64_t> four{0, 1, 2, 3};
+  EXPECT_DOUBLE_EQ(cm.allReduceSeconds(4000, four), 1.5 * 4000 / 1e8 + 6 * 1e-5);
+  EXPECT_DOUBLE_EQ(cm.allGatherSeconds(4000, four), 0.75 * 4000 / 1e8 + 3 * 1e-5);
+  EXPECT_DOUBLE_EQ(cm.allReduceSeconds(4000, {2}), 0);
+}
+
+TEST(CostModelTest, MeasuredProfile) {
+  auto profile = parseOpProfile(R"({"device": "cpu", "ops": [
+    {"op": "conv2d", "loc": "conv", "device": 1, "seconds": 0.5},
+    {"op": "conv2d", "loc": "conv", "device": 1, "seconds": 0.25},
+    {"op": "relu", "loc": "relu", "device": 3, "seconds": 0.125}]})",
+                                "p.json");
+  ASSERT_TRUE(static_cast<bool>(profile)) << llvm::toString(profile.takeError());
+  auto g = parseOk(R"(
+graph @g(%x: f32[2,3,8,8] @data) {
+  %w = param "w" : f32[4,3,3,3]
+  %c = conv2d(%x, %w) {pads = [1, 1, 1, 1]} : f32[2,4,8,8] @dev(1) loc("conv")
+  %r = relu(%c) : f32[2,4,8,8] @dev(1) loc("relu")
+  %s = sigmoid(%r) : f32[2,4,8,8] @dev(1) loc("sig")
+  return %s
+}
+)");
+  ASSERT_TRUE(g);
+  CostModel cm(spec(), std::move(*profile));
+  auto it = g->ops().begin();
+  EXPECT_DOUBLE_EQ(cm.opSeconds(**it++), 0.375);             // the mean of its two entries
+  EXPECT_DOUBLE_EQ(cm.opSeconds(**it++), 0.125);             // measured on another device
+  EXPECT_DOUBLE_EQ(cm.opSeconds(**it++), 4096 / 1e9 + 1e-6); // not measured: analytic
+
+  auto bad = parseOpProfile(R"({"ops": [{"op": "conv9", "loc": "a", "seconds": 1}]})", "q.json");
+  ASSERT_FALSE(static_cast<bool>(bad));
+  EXPECT_NE(llvm::toString(bad.takeError()).find("q.json: ops[0]: unknown op 'conv9'"),
+            std::string::npos);
+  auto neg = parseOpProfile(R"({"ops": [{"op": "relu", "loc": "a", "seconds": -1}]})", "r.json");
+  ASSERT_FALSE(static_cast<bool>(neg));
+  EXPECT_NE(llvm::toString(neg.takeError()).find("r.json: ops[0]: field 'seconds'"),
+            std::string::npos);
+}
+
+} // namespace
+} // namespace lwcc
