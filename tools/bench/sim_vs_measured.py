@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The simulator's predicted step time against a CPU trainer's measured one.
+
+For each model (zoo, test size) and each --streams setting: builds the CPU
+trainer, runs it with `--profile-ops` to measure per-op times, feeds them
+back with `lwcc --cost-profile=... --device-spec=cpu --emit=plan`, and
+compares the predicted step with the trainer's measured step time (the
+median `step_ms` of an unprofiled run's JSONL log, after warm-up). Also
+prints the prediction without a profile (the cpu spec's analytic times).
+
+    python3 tools/bench/sim_vs_measured.py [--models alexnet,resnet18] [--steps 40]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
+LWCC = os.path.join(BIN, "lwcc")
+GEN = os.path.join(ROOT, "tools", "models", "gen.py")
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr[-1500:]}")
+    return r
+
+
+def predicted(model, streams, profile=None):
+    cmd = [LWCC, model, "--target=cpu", "--device-spec=cpu", f"--streams={streams}",
+           "--emit=plan"]
+    if profile:
+        cmd.append(f"--cost-profile={profile}")
+    out = run(cmd).stdout
+    m = re.search(r"predicted step on \S+: ([0-9.]+) ms", out)
+    if not m:
+        sys.exit("no predicted step in --emit=plan's output")
+    return float(m.group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="alexnet,resnet18")
+    ap.add_argument("--steps", type=int, default=40)
+    args = ap.parse_args()
+    print(f"{'model':10} {'streams':>7} {'measured ms':>12} {'predicted ms':>13} {'error':>7} "
+          f"{'analytic ms':>12}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            model = os.path.join(tmp, name + ".onnx")
+            run([sys.executable, GEN, name, "--test-size", "-o", model])
+            for streams in (1, 2):
+                trainer = os.path.join(tmp, f"{name}-s{streams}")
+                run([LWCC, model, "--target=cpu", f"--streams={streams}", "-o", trainer])
+                profile = os.path.join(tmp, f"{name}-s{streams}.json")
+                run([trainer, f"--steps={args.steps}", "--data=synthetic",
+                     f"--profile-ops={profile}"])
+                log = os.path.join(tmp, f"{name}-s{streams}.jsonl")
+                run([trainer, f"--steps={args.steps}", "--data=synthetic", f"--log={log}"])
+                steps = [json.loads(l) for l in open(log)]
+                ms = [s["step_ms"] for s in steps if s.get("type") == "step"]
+                measured = statistics.median(ms[len(ms) // 4:])
+                pred = predicted(model, streams, profile)
+                analytic = predicted(model, streams)
+                print(f"{name:10} {streams:7} {measured:12.3f} {pred:13.3f} "
+                      f"{100 * (pred - measured) / measured:+6.1f}% {analytic:12.3f}")
+                sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
