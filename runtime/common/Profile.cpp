@@ -43,26 +43,24 @@ void OpTimeline::addStep(double startSeconds,
 
 bool OpTimeline::writeProfile(const std::string& file, const std::string& device,
                               std::string* error) const {
-  // The i-th op of every step is the same op: its median over the steps
-  // (a loaded machine stretches some steps; the median keeps the typical).
-  std::vector<std::string> labels;
-  std::vector<std::vector<double>> times;
+  // The i-th op of every step is the same op: its mean over the steps (the
+  // step's expected time is the sum of its ops' means; a median per op
+  // would drop the interruptions a loaded machine spreads over all ops).
+  std::vector<std::pair<std::string, double>> ops;
+  std::vector<int64_t> counts;
   for (const Step& s : steps_)
     for (size_t i = 0; i < s.marks.size(); ++i) {
-      if (i >= labels.size()) {
-        labels.push_back(s.marks[i].first);
-        times.emplace_back();
+      if (i >= ops.size()) {
+        ops.push_back({s.marks[i].first, 0});
+        counts.push_back(0);
       }
-      if (labels[i] == s.marks[i].first) // a step that ran other ops: never for one program
-        times[i].push_back(s.marks[i].second);
+      if (ops[i].first != s.marks[i].first)
+        continue; // a step that ran other ops: never for one program
+      ops[i].second += s.marks[i].second;
+      ++counts[i];
     }
-  std::vector<std::pair<std::string, double>> ops;
-  for (size_t i = 0; i < labels.size(); ++i) {
-    std::vector<double>& t = times[i];
-    std::sort(t.begin(), t.end());
-    size_t n = t.size();
-    ops.push_back({labels[i], n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2});
-  }
+  for (size_t i = 0; i < ops.size(); ++i)
+    ops[i].second /= static_cast<double>(std::max<int64_t>(counts[i], 1));
   std::string out = "{\"device\": " + jsonString(device) +
                     ", \"steps\": " + std::to_string(steps_.size()) + ", \"ops\": [";
   for (size_t i = 0; i < ops.size(); ++i) {

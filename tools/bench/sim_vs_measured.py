@@ -5,7 +5,8 @@ For each model (zoo, test size) and each --streams setting: builds the CPU
 trainer, runs it with `--profile-ops` to measure per-op times, feeds them
 back with `lwcc --cost-profile=... --device-spec=cpu --emit=plan`, and
 compares the predicted step with the trainer's measured step time (the
-median `step_ms` of an unprofiled run's JSONL log, after warm-up). Also
+mean and median `step_ms` of an unprofiled run's JSONL log, after the
+first quarter of the steps). Also
 prints the prediction without a profile (the cpu spec's analytic times).
 
     python3 tools/bench/sim_vs_measured.py [--models alexnet,resnet18] [--steps 40]
@@ -49,8 +50,8 @@ def main():
     ap.add_argument("--models", default="alexnet,resnet18")
     ap.add_argument("--steps", type=int, default=40)
     args = ap.parse_args()
-    print(f"{'model':10} {'streams':>7} {'measured ms':>12} {'predicted ms':>13} {'error':>7} "
-          f"{'analytic ms':>12}")
+    print(f"{'model':10} {'streams':>7} {'mean ms':>9} {'median ms':>10} {'predicted ms':>13} "
+          f"{'error':>7} {'analytic ms':>12}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             model = os.path.join(tmp, name + ".onnx")
@@ -65,10 +66,11 @@ def main():
                 run([trainer, f"--steps={args.steps}", "--data=synthetic", f"--log={log}"])
                 steps = [json.loads(l) for l in open(log)]
                 ms = [s["step_ms"] for s in steps if s.get("type") == "step"]
-                measured = statistics.median(ms[len(ms) // 4:])
+                measured = statistics.mean(ms[len(ms) // 4:])
+                median = statistics.median(ms[len(ms) // 4:])
                 pred = predicted(model, streams, profile)
                 analytic = predicted(model, streams)
-                print(f"{name:10} {streams:7} {measured:12.3f} {pred:13.3f} "
+                print(f"{name:10} {streams:7} {measured:9.3f} {median:10.3f} {pred:13.3f} "
                       f"{100 * (pred - measured) / measured:+6.1f}% {analytic:12.3f}")
                 sys.stdout.flush()
 

@@ -9,10 +9,9 @@
 //    --cost-profile reads (ir/CostModel.h):
 //      {"device": "cpu", "ops": [
 //        {"op": "conv2d", "loc": "conv1", "device": 0, "seconds": 1.2e-4}, ...]}
-//    one entry per op of the step, in launch order, its time the median
-//    over the profiled steps (robust to steps a loaded machine stretched;
-//    ops sharing a mnemonic and location keep separate entries, and lwcc
-//    takes their mean);
+//    one entry per op of the step, in launch order, its time the mean over
+//    the profiled steps (ops sharing a mnemonic and location keep separate
+//    entries; lwcc takes their mean);
 //  - writeTrace() writes the measured timeline as Chrome trace-event JSON,
 //    the format of lwcc --trace (pid: device, tid: stream): the ops of each
 //    profiled step one after another from the step's start, as the runner
