@@ -120,10 +120,15 @@ double CostModel::opSeconds(const Op& op) const {
     return commSeconds(op);
   if (op.info().view || op.kind() == OpKind::Constant)
     return 0; // no kernel: a view aliases, a constant is set up once
-  if (profile_)
-    if (auto t = profile_->lookup(op.mnemonic(), op.loc().name, opDevice(op)))
-      return *t;
+  if (auto t = measuredSeconds(op))
+    return *t;
   return computeSeconds(flops(op), bytes(op));
+}
+
+std::optional<double> CostModel::measuredSeconds(const Op& op) const {
+  if (!profile_ || op.info().isCommunication())
+    return std::nullopt;
+  return profile_->lookup(op.mnemonic(), op.loc().name, opDevice(op));
 }
 
 double CostModel::linkBandwidth(const std::vector<int64_t>& devices) const {

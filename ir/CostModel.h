@@ -82,6 +82,8 @@ public:
   /// Time of one run of a compute op on its device: measured, or
   /// computeSeconds(flops, bytes). Communication ops: commSeconds.
   double opSeconds(const Op& op) const;
+  /// The profile's time of `op` on its device (or others), if measured.
+  std::optional<double> measuredSeconds(const Op& op) const;
   /// Time of a communication op (0 for other ops), by its kind, bytes and
   /// devices.
   double commSeconds(const Op& commOp) const;

@@ -35,10 +35,13 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 /// Launch overhead and latencies are typical measured orders (a few
 /// microseconds for a kernel launch and an NVLink hop, more through the
 /// network stack), not datasheet figures.
-///  cpu    this 2-core machine running emulated devices, measured here:
-///         lwcc's CPU trainer kernels reach about 4 GFLOP/s on a 512^3 GEMM
-///         per core, memcpy about 5 GB/s, a kernel call ~1 us; device-to-
-///         device transfers are memcpys between worker threads.
+///  cpu    this 2-core machine running emulated devices, measured here
+///         (2026-11-22, a one-thread OpenBLAS cblas_sgemm and memcpy, as the
+///         CPU trainer's kernels use them, machine under load): sgemm
+///         56 GFLOP/s at 512^3 and 1024^3, memcpy of 64 MiB 9.1 GB/s (18 GB/s
+///         of read plus write traffic, what `bytes` counts); a transfer
+///         between emulated devices is such a memcpy, its latency a thread
+///         hand-off (a few us); a kernel call ~1 us.
 DeviceSpec preset(const std::string& name) {
   DeviceSpec s;
   s.name = name;
@@ -76,15 +79,15 @@ DeviceSpec preset(const std::string& name) {
     s.interLatency = 1e-5;
     s.devicesPerNode = 4;
   } else if (name == "cpu") {
-    s.fp32Flops = 4e9;
-    s.tf32Flops = 4e9;
-    s.memBandwidth = 5 * kGB;
+    s.fp32Flops = 56e9;
+    s.tf32Flops = 56e9;
+    s.memBandwidth = 18 * kGB;
     s.memoryBytes = 4 * kGiB;
     s.launchSeconds = 1e-6;
-    s.intraBandwidth = 5 * kGB;
-    s.intraLatency = 2e-6;
-    s.interBandwidth = 5 * kGB;
-    s.interLatency = 2e-6;
+    s.intraBandwidth = 9 * kGB;
+    s.intraLatency = 5e-6;
+    s.interBandwidth = 9 * kGB;
+    s.interLatency = 5e-6;
     s.devicesPerNode = 1024;
   }
   return s;

@@ -324,7 +324,12 @@ public:
         bytes += static_cast<double>(op.result(r)->type().sizeInBytes()) *
                  (p && p->resultDims[r] >= 0 ? f : 1);
     }
-    double t = cm_.computeSeconds(cm_.flops(op) * f, bytes) * (1 + backwardFactor(op));
+    double t = cm_.computeSeconds(cm_.flops(op) * f, bytes);
+    // A measured op (a profile of the whole op, e.g. from --gpus 1): its
+    // time scaled to the shard, as the analytic time scales.
+    if (auto measured = cm_.measuredSeconds(op))
+      t = *measured * f;
+    t *= 1 + backwardFactor(op);
     std::vector<int64_t> devs = firstDevices(c.degree);
     for (unsigned j = 0; j < op.numOperands(); ++j) {
       const Value* w = op.operand(j);

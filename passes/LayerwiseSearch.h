@@ -8,7 +8,8 @@
 //     it holds whole on several devices) and its optimizer update,
 //   - the re-layout of every tensor between its producer's config and each
 //     consumer's (forward, and the gradient's way back),
-// is least, under a CostModel. The search works on a ConfigGraph: node and
+// is least, under a CostModel (analytic times, or the measured time of the
+// whole op from a profile, scaled to the shard). The search works on a ConfigGraph: node and
 // edge elimination reduce it, an exhaustive search solves what remains, and
 // the eliminated nodes are chosen backwards from it. The result is optimal
 // for the cost function.

@@ -177,5 +177,30 @@ TEST(LayerwiseSearchTest, SlowLinksKeepEverythingOnOneDevice) {
   }
 }
 
+TEST(LayerwiseSearchTest, MeasuredTimesDriveTheSearch) {
+  // The same slow links, but a profile that measured relu at 1e8 s: now
+  // splitting it over all four devices pays for any transfer.
+  auto profile =
+      parseOpProfile(R"({"ops": [{"op": "relu", "loc": "relu", "seconds": 1e8}]})", "p.json");
+  ASSERT_TRUE(static_cast<bool>(profile));
+  CostModel cm(specWith(1e12, 1, 1), std::move(*profile));
+  auto g = parseOk(kMlp);
+  ASSERT_TRUE(g);
+  auto r = searchLayerwise(*g, cm, 4);
+  ASSERT_TRUE(static_cast<bool>(r));
+  bool seen = false;
+  for (const auto& op : g->ops()) {
+    if (op->loc().name != "relu")
+      continue;
+    const ParallelConfig& par = *op->annotations().par;
+    ASSERT_EQ(par.degrees.size(), 1u);
+    EXPECT_EQ(par.degrees[0].second, 4);
+    seen = true;
+  }
+  EXPECT_TRUE(seen);
+  // The measured time is in the cost: a quarter of 1e8 s, forward and backward.
+  EXPECT_GE(r->predictedSeconds, 2 * 1e8 / 4);
+}
+
 } // namespace
 } // namespace lwcc
