@@ -112,6 +112,10 @@ llvm::Error ensureMpi() {
   MPI_Initialized(&initialized);
   if (initialized)
     return llvm::Error::success();
+  // Not under mpirun: an isolated singleton, which starts no orted daemon
+  // (OpenMPI otherwise needs one on PATH, and aborts the process without).
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE"))
+    setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
   int provided = 0;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
     return makeError("hypergraph: MPI_Init failed (Zoltan needs MPI)");
