@@ -21,14 +21,20 @@ Value* getOrCreateStepParam(Graph& g) {
 }
 
 std::string uniqueValueName(const Graph& g, const std::string& base) {
+  // Only the names that start with `base` can collide: collect those alone
+  // (a set of every name per call made multi-device graphs quadratic).
   std::set<std::string> taken;
+  auto note = [&](const std::string& name) {
+    if (name.compare(0, base.size(), base) == 0)
+      taken.insert(name);
+  };
   for (const auto& v : g.inputs())
-    taken.insert(v->name());
+    note(v->name());
   for (const auto& v : g.params())
-    taken.insert(v->name());
+    note(v->name());
   for (const auto& op : g.ops())
     for (unsigned i = 0; i < op->numResults(); ++i)
-      taken.insert(op->result(i)->name());
+      note(op->result(i)->name());
   if (!taken.count(base))
     return base;
   for (int k = 1;; ++k)

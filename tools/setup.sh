@@ -9,6 +9,8 @@ DEB_PACKAGES=(
   libfmt-dev libgtest-dev libopenblas-dev zlib1g-dev
   dataset-fashion-mnist libonnx-testdata
   cmake ninja-build g++ clang-format
+  # Zoltan's hypergraph partitioner (--strategy=hypergraph) and the MPI it runs on.
+  libtrilinos-zoltan-dev libopenmpi-dev
 )
 # The optional Clang build suite (LWCC_TEST_CLANG=1 bash tools/dev.sh test).
 if [[ -n ${LWCC_TEST_CLANG:-} ]]; then

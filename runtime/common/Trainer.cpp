@@ -10,6 +10,7 @@
 #include "lwrt/export.h"
 #include "lwrt/feed.h"
 #include "lwrt/lr_schedule.h"
+#include "lwrt/profile.h"
 #include "lwrt/progress.h"
 
 #include <algorithm>
@@ -66,6 +67,9 @@ const char* kUsage =
     "  --profile=N          time every op of N steps (after the first) and print where\n"
     "                       the time goes (runs those steps without CUDA graphs) and\n"
     "                       what the backend chose (the cuDNN API of convolutions)\n"
+    "  --profile-ops=FILE   per-op measured seconds of the profiled steps (every step\n"
+    "                       after the first unless --profile=N), for lwcc --cost-profile\n"
+    "  --trace=FILE         the profiled steps' measured timeline as Chrome trace JSON\n"
     "device:\n"
     "  --device=N   --tf32 / --no-tf32   --no-cuda-graph\n"
     "  --devices=A,B,...    multi-device trainers: the device of each logical device\n"
@@ -93,7 +97,8 @@ struct Options {
   int64_t checkpointEvery = 0;
   int64_t keepCheckpoints = 3;
   int64_t profile = 0;
-  std::string resume; ///< "", "latest", "auto" or a file
+  std::string profileOps, trace; ///< --profile-ops, --trace files
+  std::string resume;            ///< "", "latest", "auto" or a file
   std::string exportPath;
   std::string weights;
   std::string dump;
@@ -307,6 +312,7 @@ private:
   /// --profile: milliseconds per op label over the profiled steps.
   std::map<std::string, double> opMs_;
   int64_t profiled_ = 0;
+  OpTimeline timeline_; ///< --profile-ops, --trace
   void printProfile();
   /// Last: its threads read the data sources and the runner's memory, so it
   /// goes first.
@@ -931,7 +937,10 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     const unsigned char* batch = feed_->acquire(s, &error);
     if (!batch)
       return fail("data: " + error);
-    const bool profiling = o_.profile > 0 && s > startStep_ && s - startStep_ <= o_.profile;
+    // --profile-ops and --trace alone profile every step after the first.
+    const bool timed = o_.profile > 0 || !o_.profileOps.empty() || !o_.trace.empty();
+    const bool profiling =
+        timed && s > startStep_ && (o_.profile == 0 || s - startStep_ <= o_.profile);
     StepBuffers marked = buffers_;
     if (zeroCopy) // the step reads the prepared batch where it is
       marked.inputs = const_cast<unsigned char*>(batch);
@@ -941,6 +950,8 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
       };
       marked.markContext = runner_.get();
     }
+    const double markStart =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     Launched now{s, 0, lossHost_ + 8 * (s % 2)};
     if (multi_) { // every device's functions, together
       if (!multi_->step(batch, &o_.hyper, error) ||
@@ -963,7 +974,9 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     if (zeroCopy)
       feed_->release(s); // the step has run
     if (profiling) {
-      for (const auto& [op, ms] : runner_->takeMarks())
+      auto marks = runner_->takeMarks();
+      timeline_.addStep(markStart, marks);
+      for (const auto& [op, ms] : marks)
         opMs_[op] += ms;
       ++profiled_;
     }
@@ -1001,6 +1014,11 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
                 static_cast<long long>(ran), seconds,
                 static_cast<double>(ran * po.itemsPerStep) / std::max(seconds, 1e-9), lastLoss_);
   printProfile();
+  if (!o_.profileOps.empty() &&
+      !timeline_.writeProfile(o_.profileOps, runner_->description(), &error))
+    return fail(error);
+  if (!o_.trace.empty() && !timeline_.writeTrace(o_.trace, &error))
+    return fail(error);
   if (!o_.checkpointDir.empty() && lastCheckpoint_ != totalSteps &&
       !saveCheckpoint(totalSteps, error))
     return fail("checkpoint: " + error);
@@ -1202,6 +1220,12 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
         return bad("takes a positive count of steps");
       if (m.numDevices > 1)
         return bad("does not time the ops of a multi-device trainer yet");
+    } else if (key == "--profile-ops" || key == "--trace") {
+      if (value.empty())
+        return bad("takes a file");
+      if (m.numDevices > 1)
+        return bad("does not time the ops of a multi-device trainer yet");
+      (key == "--trace" ? o.trace : o.profileOps) = value;
     } else if (key == "--weights") {
       if (value.empty())
         return bad("takes a file");

@@ -49,7 +49,7 @@ CASES = [
     ("alexnet", 4, [4], "f32"),
     ("resnet18", 4, [2], "f32"),
 ]
-STRATEGIES = ["data", "model", "owt", "layerwise"]
+STRATEGIES = ["data", "model", "owt", "layerwise", "hypergraph"]
 # At test size the real presets make layerwise keep almost every op whole on
 # one device (launches and latency dominate); this spec makes compute slow
 # and links cheap, so that the search splits layers along different dims

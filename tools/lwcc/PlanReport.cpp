@@ -3,7 +3,9 @@
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace lwcc {
@@ -40,26 +42,60 @@ int64_t stepCommBytes(const Graph& g) {
   return total;
 }
 
-/// Per layer (ops grouped by location): the parallel config, the devices,
-/// and the bytes communicated per step; then every strategy's total.
-void printParallelPlan(const Graph& g, const std::string& strategy, int64_t gpus,
-                       const std::map<std::string, int64_t>& strategies, llvm::raw_ostream& os) {
-  struct Layer {
-    std::string config = "-", devices = "-";
-    int64_t ops = 0, bytes = 0;
-  };
-  std::vector<std::string> order;
-  std::map<std::string, Layer> layers;
+llvm::Expected<std::vector<StrategyPlan>> planStrategies(const Graph& g,
+                                                         const std::vector<std::string>& names,
+                                                         const BuildStep& build,
+                                                         const CostModel& model) {
+  std::vector<StrategyPlan> out;
+  for (const std::string& name : names) {
+    auto copy = g.clone();
+    if (llvm::Error e = build(*copy, name))
+      return e;
+    auto stats = planMemory(*copy);
+    if (!stats)
+      return stats.takeError();
+    auto sim = simulate(*copy, simCosts(model));
+    if (!sim)
+      return sim.takeError();
+    StrategyPlan p;
+    p.name = name;
+    p.sim = std::move(*sim);
+    p.peakBytes = stats->peakBytes;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+llvm::Error writeSimulatedTrace(const Graph& g, const CostModel& model, const std::string& file) {
+  auto sim = simulate(g, simCosts(model));
+  if (!sim)
+    return sim.takeError();
+  std::error_code ec;
+  llvm::raw_fd_ostream os(file, ec);
+  if (ec)
+    return makeError(file + ": cannot write: " + ec.message());
+  writeChromeTrace(sim->events, os);
+  return llvm::Error::success();
+}
+
+std::vector<LayerPlan> layerPlans(const Graph& g, const CostModel& model) {
+  std::vector<LayerPlan> out;
+  std::map<std::string, size_t> index;
   for (const auto& op : g.ops()) {
     // Optimizer updates are named after their param: one row for them all.
     std::string name = op->loc().name.empty() ? "(unnamed)" : op->loc().name;
     if (llvm::StringRef(name).startswith("optimizer/"))
       name = "optimizer";
-    if (!layers.count(name))
-      order.push_back(name);
-    Layer& l = layers[name];
+    auto [it, added] = index.emplace(name, out.size());
+    if (added) {
+      out.emplace_back();
+      out.back().name = name;
+    }
+    LayerPlan& l = out[it->second];
     ++l.ops;
-    l.bytes += commBytes(*op);
+    l.commBytes += commBytes(*op);
+    if (!op->info().isCommunication())
+      l.computeSeconds += model.opSeconds(*op);
     const auto& par = op->annotations().par;
     if (par && l.config == "-") {
       // Appended piece by piece: GCC 12's -O3 misreads `"x" + std::string`
@@ -81,20 +117,98 @@ void printParallelPlan(const Graph& g, const std::string& strategy, int64_t gpus
       l.devices = devs.empty() ? "-" : devs;
     }
   }
-  os << llvm::formatv("\nparallel plan of @{0}: --strategy={1} on {2} devices\n", g.name(),
-                      strategy, gpus);
-  os << llvm::formatv("{0,-32} {1,-14} {2,-16} {3,5} {4,14}\n", "layer", "config", "devices", "ops",
-                      "comm bytes");
-  for (const std::string& name : order) {
-    const Layer& l = layers[name];
-    os << llvm::formatv("{0,-32} {1,-14} {2,-16} {3,5} {4,14}\n", name.substr(0, 32), l.config,
-                        l.devices.substr(0, 16), l.ops, l.bytes);
-  }
+  return out;
+}
+
+namespace {
+
+double maxOver(const std::map<int64_t, double>& m) {
+  double x = 0;
+  for (const auto& [d, s] : m)
+    x = std::max(x, s);
+  return x;
+}
+
+int64_t maxOver(const std::map<int64_t, int64_t>& m) {
+  int64_t x = 0;
+  for (const auto& [d, b] : m)
+    x = std::max(x, b);
+  return x;
+}
+
+} // namespace
+
+void printParallelPlan(const Graph& g, const CostModel& model, const std::string& strategy,
+                       int64_t gpus, const std::vector<StrategyPlan>& strategies,
+                       llvm::raw_ostream& os) {
+  os << llvm::formatv("\nparallel plan of @{0}: --strategy={1} on {2} devices, priced on {3}\n",
+                      g.name(), strategy, gpus, model.spec().name);
+  os << llvm::formatv("{0,-32} {1,-14} {2,-16} {3,5} {4,12} {5,14}\n", "layer", "config", "devices",
+                      "ops", "compute ms", "comm bytes");
+  for (const LayerPlan& l : layerPlans(g, model))
+    os << llvm::formatv("{0,-32} {1,-14} {2,-16} {3,5} {4,12:f3} {5,14}\n", l.name.substr(0, 32),
+                        l.config, l.devices.substr(0, 16), l.ops, l.computeSeconds * 1e3,
+                        l.commBytes);
   os << llvm::formatv("communicated per step: {0} bytes\n", stepCommBytes(g));
-  os << "strategies, bytes communicated per step:";
-  for (const auto& [name, bytes] : strategies)
-    os << llvm::formatv(" {0} {1}{2}", name, bytes, name == strategy ? " (chosen)" : "");
-  os << "\n";
+  os << "\nstrategies, predicted by the simulator (per device: the busiest device):\n";
+  os << llvm::formatv("{0,-12} {1,12} {2,12} {3,12} {4,14} {5,14}\n", "strategy", "step ms",
+                      "compute ms", "comm ms", "comm bytes", "peak bytes");
+  for (const StrategyPlan& s : strategies)
+    os << llvm::formatv("{0,-12} {1,12:f3} {2,12:f3} {3,12:f3} {4,14} {5,14}{6}\n", s.name,
+                        s.sim.stepSeconds * 1e3, maxOver(s.sim.computeSeconds) * 1e3,
+                        maxOver(s.sim.commSeconds) * 1e3, s.sim.commBytes, maxOver(s.peakBytes),
+                        s.name == strategy ? "  (chosen)" : "");
+  for (const StrategyPlan& s : strategies) {
+    if (s.name != strategy)
+      continue;
+    for (const auto& [d, bytes] : s.peakBytes) {
+      auto get = [&](const std::map<int64_t, double>& m) {
+        auto it = m.find(d);
+        return it == m.end() ? 0.0 : it->second;
+      };
+      os << llvm::formatv("{0}: device {1}: compute {2:f3} ms, communication {3:f3} ms, peak {4} "
+                          "bytes\n",
+                          s.name, d, get(s.sim.computeSeconds) * 1e3, get(s.sim.commSeconds) * 1e3,
+                          bytes);
+    }
+  }
+}
+
+void writePlanJson(const std::string& chosen, double searchSeconds, const std::string& spec,
+                   const std::vector<StrategyPlan>& strategies,
+                   const std::vector<LayerPlan>& layers, llvm::raw_ostream& os) {
+  llvm::json::Object strats;
+  for (const StrategyPlan& s : strategies) {
+    llvm::json::Array compute, comm, peaks;
+    for (const auto& [d, b] : s.peakBytes) {
+      auto get = [&](const std::map<int64_t, double>& m) {
+        auto it = m.find(d);
+        return it == m.end() ? 0.0 : it->second;
+      };
+      compute.push_back(get(s.sim.computeSeconds));
+      comm.push_back(get(s.sim.commSeconds));
+      peaks.push_back(b);
+    }
+    strats[s.name] = llvm::json::Object{
+        {"step_s", s.sim.stepSeconds},        {"comm_bytes", s.sim.commBytes},
+        {"peak_bytes", maxOver(s.peakBytes)}, {"compute_s", std::move(compute)},
+        {"comm_s", std::move(comm)},          {"peak_bytes_per_device", std::move(peaks)}};
+  }
+  llvm::json::Array rows;
+  for (const LayerPlan& l : layers)
+    rows.push_back(llvm::json::Object{{"name", l.name},
+                                      {"config", l.config},
+                                      {"devices", l.devices},
+                                      {"ops", l.ops},
+                                      {"compute_s", l.computeSeconds},
+                                      {"comm_bytes", l.commBytes}});
+  os << llvm::formatv("{0:2}",
+                      llvm::json::Value(llvm::json::Object{{"chosen", chosen},
+                                                           {"search_s", searchSeconds},
+                                                           {"device_spec", spec},
+                                                           {"strategies", std::move(strats)},
+                                                           {"layers", std::move(rows)}}))
+     << "\n";
 }
 
 } // namespace lwcc

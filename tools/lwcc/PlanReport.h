@@ -1,13 +1,17 @@
 //===- PlanReport.h - lwcc --emit=plan's tables -----------------*- C++ -*-===//
 #pragma once
 
+#include "ir/CostModel.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
+#include "passes/Simulator.h"
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace lwcc {
 
@@ -15,10 +19,50 @@ namespace lwcc {
 void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& os);
 /// The bytes a multi-device training step moves between devices.
 int64_t stepCommBytes(const Graph& g);
-/// Per layer (ops grouped by location): the parallel config, the devices,
-/// and the bytes communicated per step; then every strategy's total
-/// (`strategies`: name -> bytes per step), `strategy` marked as chosen.
-void printParallelPlan(const Graph& g, const std::string& strategy, int64_t gpus,
-                       const std::map<std::string, int64_t>& strategies, llvm::raw_ostream& os);
+/// What one strategy's step costs, predicted by the simulator.
+struct StrategyPlan {
+  std::string name;
+  SimResult sim;
+  std::map<int64_t, int64_t> peakBytes; ///< memory plan: arena per device
+};
+
+/// Builds the training step of `g` with the named strategy.
+using BuildStep = std::function<llvm::Error(Graph& g, const std::string& strategy)>;
+
+/// Each strategy's step built from a copy of `g`, memory-planned and
+/// simulated on `model`.
+llvm::Expected<std::vector<StrategyPlan>> planStrategies(const Graph& g,
+                                                         const std::vector<std::string>& names,
+                                                         const BuildStep& build,
+                                                         const CostModel& model);
+
+/// Simulates the training step `g` on `model` and writes the timeline to
+/// `file` as Chrome trace-event JSON.
+llvm::Error writeSimulatedTrace(const Graph& g, const CostModel& model, const std::string& file);
+
+/// One row of the per-layer table (ops grouped by location name).
+struct LayerPlan {
+  std::string name, config = "-", devices = "-";
+  int64_t ops = 0, commBytes = 0;
+  double computeSeconds = 0; ///< summed over the layer's compute ops
+};
+
+/// The layers of a training step priced on `model`.
+std::vector<LayerPlan> layerPlans(const Graph& g, const CostModel& model);
+
+/// Per layer: the parallel config, the devices, compute time and bytes
+/// communicated per step; then the predicted step time, compute,
+/// communication and peak memory per device of every strategy side by
+/// side, `strategy` marked as chosen.
+void printParallelPlan(const Graph& g, const CostModel& model, const std::string& strategy,
+                       int64_t gpus, const std::vector<StrategyPlan>& strategies,
+                       llvm::raw_ostream& os);
+
+/// --plan-json: {"chosen", "search_s", "device_spec", "strategies": {name: {"step_s",
+/// "comm_bytes", "peak_bytes", "compute_s": [per device], "comm_s": [...]}},
+/// "layers": [{"name", "config", "devices", "compute_s", "comm_bytes"}]}.
+void writePlanJson(const std::string& chosen, double searchSeconds, const std::string& spec,
+                   const std::vector<StrategyPlan>& strategies,
+                   const std::vector<LayerPlan>& layers, llvm::raw_ostream& os);
 
 } // namespace lwcc

@@ -30,6 +30,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -67,11 +68,13 @@ cl::opt<Emit> emit("emit", cl::desc("What to produce"),
 // Parallelization.
 cl::opt<int64_t> gpus("gpus", cl::desc("Devices to train on (default 1)"), cl::init(1),
                       cl::cat(category));
-cl::opt<std::string> strategy("strategy",
-                              cl::desc("How layers are parallelized over --gpus devices: "
-                                       "layerwise (default: the fastest config per layer on "
-                                       "--device-spec), data, model or owt (One Weird Trick)"),
-                              cl::cat(category));
+cl::opt<std::string>
+    strategy("strategy",
+             cl::desc("How layers are parallelized over --gpus devices: "
+                      "layerwise (default: the fastest config per layer on "
+                      "--device-spec), data, model, owt (One Weird Trick) or hypergraph (each "
+                      "op whole on one device, by Zoltan partitioning)"),
+             cl::cat(category));
 cl::opt<std::string> deviceSpec("device-spec",
                                 cl::desc("The devices the cost model prices: h100, h200, a100, "
                                          "p100-cluster, cpu or a JSON file (default h100 for "
@@ -81,6 +84,14 @@ cl::opt<std::string> costProfile("cost-profile",
                                  cl::desc("Measured per-op times (the trainer's --profile-ops "
                                           "file) that the cost model uses instead of its own"),
                                  cl::value_desc("file.json"), cl::cat(category));
+cl::opt<std::string> traceFile("trace",
+                               cl::desc("Write the simulator's timeline of the training step as "
+                                        "Chrome trace-event JSON (opens in Perfetto)"),
+                               cl::value_desc("file.json"), cl::cat(category));
+cl::opt<std::string> planJson("plan-json",
+                              cl::desc("With --emit=plan: write every strategy's predicted step "
+                                       "time, bytes and peak memory, and the layers, as JSON"),
+                              cl::value_desc("file.json"), cl::cat(category));
 cl::opt<int64_t> bucketBytes("bucket-bytes",
                              cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
                              cl::init(int64_t{25} << 20), cl::cat(category));
@@ -220,6 +231,8 @@ std::string optimizerOptions() {
   return o;
 }
 
+/// Seconds the last strategy pass (parallelize, hypergraph) took.
+double strategySeconds = 0;
 /// The strategy --strategy names, or the default: layerwise for several
 /// devices.
 std::string chosenStrategy() {
@@ -233,6 +246,14 @@ std::string deviceSpecName() {
   if (!deviceSpec.empty())
     return deviceSpec;
   return target == "cpu" ? "cpu" : "h100";
+}
+
+/// The hypergraph pass, its ops weighted by their time on the device spec.
+std::string hypergraphOptions() {
+  std::string o = "hypergraph=gpus=" + std::to_string(gpus) + ",spec=" + deviceSpecName();
+  if (!costProfile.empty())
+    o += ",profile=" + costProfile;
+  return o;
 }
 
 /// The parallelize pass for strategy `strat`, priced on the device spec.
@@ -279,7 +300,7 @@ llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& 
   if (gpus > 1) {
     // Materialize before autodiff: the backward pass differentiates the
     // per-device ops and their communication; replicas' gradients are summed.
-    names.push_back(parallelizeOptions(strat));
+    names.push_back(strat == "hypergraph" ? hypergraphOptions() : parallelizeOptions(strat));
     names.push_back("materialize");
     names.push_back("autodiff");
     // Gradient all-reduces on stream 1 of each device, beside backward.
@@ -300,11 +321,44 @@ llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& 
   ctx.diag = [](Severity sev, const Location& loc, const std::string& msg) {
     printDiagnostic(llvm::errs(), sev, loc, msg);
   };
-  return runPipeline(g, *pipeline, ctx);
+  // One pass at a time, to time the one that chooses the configs.
+  for (auto& pass : *pipeline) {
+    auto start = std::chrono::steady_clock::now();
+    PassPipeline one;
+    one.push_back(std::move(pass));
+    if (llvm::Error e = runPipeline(g, one, ctx))
+      return e;
+    if (one[0]->name() == "parallelize" || one[0]->name() == "hypergraph")
+      strategySeconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return llvm::Error::success();
 }
 
 llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
   return buildTrainingGraph(*m.graph, withOptimizer, chosenStrategy());
+}
+
+/// The strategies --emit=plan compares.
+std::vector<std::string> allStrategies() {
+  return {"data", "model", "owt", "layerwise", "hypergraph"};
+}
+
+/// The cost model the simulator prices the step on.
+llvm::Expected<CostModel> costModel() {
+  auto spec = loadDeviceSpec(deviceSpecName());
+  if (!spec)
+    return spec.takeError();
+  std::optional<OpProfile> profile;
+  if (!costProfile.empty()) {
+    auto p = loadOpProfile(costProfile);
+    if (!p)
+      return p.takeError();
+    profile = std::move(*p);
+  }
+  CostModel model(std::move(*spec), std::move(profile));
+  model.setTf32(tf32);
+  return model;
 }
 
 std::vector<Tensor> readInputs(const Graph& g, const std::string& dir, llvm::Error& err) {
@@ -792,9 +846,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!strategy.empty() && strategy != "data" && strategy != "model" && strategy != "owt" &&
-      strategy != "layerwise") {
+      strategy != "layerwise" && strategy != "hypergraph") {
     llvm::errs() << "lwcc: --strategy=" << strategy
-                 << " is not one of: layerwise, data, model, owt\n";
+                 << " is not one of: layerwise, data, model, owt, hypergraph\n";
     return 2;
   }
   if (bucketBytes < 0) {
@@ -874,6 +928,13 @@ int main(int argc, char** argv) {
                                       device, bytes);
     if (llvm::Error e = checkDeviceMemory(*module->graph, *stats))
       return fail(std::move(e));
+    if (!traceFile.empty()) {
+      auto model = costModel();
+      if (!model)
+        return fail(model.takeError());
+      if (llvm::Error e = writeSimulatedTrace(*module->graph, *model, traceFile))
+        return fail(std::move(e));
+    }
     CodegenOptions co;
     co.target = target;
     co.modelName = llvm::sys::path::filename(modelFile.getValue()).str();
@@ -910,20 +971,28 @@ int main(int argc, char** argv) {
     llvm::errs() << "lwcc: --emit=parallel-ir needs --gpus=N with N >= 2\n";
     return 2;
   }
-  std::map<std::string, int64_t> strategyBytes;
-  if (emit == Emit::Plan && gpus > 1)
-    for (const char* strat : {"data", "model", "owt", "layerwise"}) {
-      auto copy = module->graph->clone();
-      if (llvm::Error e = buildTrainingGraph(*copy, true, strat))
-        return fail(std::move(e));
-      strategyBytes[strat] = stepCommBytes(*copy);
-    }
+  auto model = costModel();
+  if (!model)
+    return fail(model.takeError());
+  std::vector<StrategyPlan> strategyPlans;
+  if (emit == Emit::Plan && gpus > 1) {
+    auto plans = planStrategies(
+        *module->graph, allStrategies(),
+        [](Graph& g, const std::string& strat) { return buildTrainingGraph(g, true, strat); },
+        *model);
+    if (!plans)
+      return fail(plans.takeError());
+    strategyPlans = std::move(*plans);
+  }
   if (emit == Emit::TrainIR || emit == Emit::ParallelIR || emit == Emit::Plan) {
     if (llvm::Error e = buildTrainingGraph(*module, true))
       return fail(std::move(e));
     if (verbose)
       llvm::errs() << llvm::formatv("lwcc: training step: {0} ops, {1} params with state\n",
                                     module->graph->numOps(), module->graph->params().size());
+    if (!traceFile.empty())
+      if (llvm::Error e = writeSimulatedTrace(*module->graph, *model, traceFile))
+        return fail(std::move(e));
     if (emit == Emit::Plan || verbose) {
       // -v plans a copy so that --emit=train-ir prints the graph unannotated.
       std::unique_ptr<Graph> copy;
@@ -961,7 +1030,22 @@ int main(int argc, char** argv) {
   case Emit::Plan:
     printPlan(*module->graph, *plan, out.os());
     if (gpus > 1)
-      printParallelPlan(*module->graph, chosenStrategy(), gpus, strategyBytes, out.os());
+      printParallelPlan(*module->graph, *model, chosenStrategy(), gpus, strategyPlans, out.os());
+    else if (auto sim = simulate(*module->graph, simCosts(*model)))
+      out.os() << llvm::formatv("predicted step on {0}: {1:f3} ms\n", model->spec().name,
+                                sim->stepSeconds * 1e3);
+    else
+      return fail(sim.takeError());
+    if (!planJson.empty()) {
+      std::error_code jec;
+      llvm::raw_fd_ostream json(planJson, jec);
+      if (jec) {
+        llvm::errs() << planJson << ": error: cannot write: " << jec.message() << "\n";
+        return 1;
+      }
+      writePlanJson(chosenStrategy(), strategySeconds, model->spec().name, strategyPlans,
+                    layerPlans(*module->graph, *model), json);
+    }
     break;
   case Emit::Source:
   case Emit::Exe:

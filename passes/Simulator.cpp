@@ -1,0 +1,303 @@
+//===- Simulator.cpp - Replays a scheduled training step on a cost model --===//
+#include "passes/Simulator.h"
+
+#include "passes/MemoryPlan.h"
+#include "passes/Pass.h"
+#include "passes/PassOptions.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <unordered_map>
+
+namespace lwcc {
+
+namespace {
+
+/// A shared resource: one stream of a device, or one port of a link.
+struct Resource {
+  enum Kind : int { Stream, SendPort, RecvPort, NodeSend, NodeRecv } kind;
+  int64_t id, sub = 0; ///< device or node; sub: the stream
+  bool operator<(const Resource& o) const {
+    return std::tie(kind, id, sub) < std::tie(o.kind, o.id, o.sub);
+  }
+};
+
+/// Busy intervals of one link port, sorted by start.
+using Busy = std::vector<std::pair<double, double>>;
+
+/// The earliest start >= `t` at which every interval list in `busy` has a
+/// gap of `d` seconds.
+double earliestGap(double t, double d, const std::vector<const Busy*>& busy) {
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (const Busy* b : busy)
+      for (const auto& [s, e] : *b)
+        if (s < t + d && t < e) { // overlaps [t, t + d): start after it
+          t = e;
+          moved = true;
+        }
+  }
+  return t;
+}
+
+bool isRing(OpKind k) {
+  return k == OpKind::AllReduce || k == OpKind::AllGather || k == OpKind::ReduceScatter;
+}
+
+/// The devices a communication op sends from and receives on.
+void commEnds(const Op& op, std::set<int64_t>& senders, std::set<int64_t>& receivers) {
+  for (unsigned i = 0; i < op.numOperands(); ++i)
+    senders.insert(operandDevice(op, i));
+  for (unsigned r = 0; r < op.numResults(); ++r)
+    receivers.insert(*valueDevice(op.result(r)));
+  if (isRing(op.kind())) {
+    senders.insert(receivers.begin(), receivers.end());
+    receivers = senders;
+    return;
+  }
+  // Rooted ops: the root only sends (broadcast, shard, copy) or only
+  // receives (reduce_to, unshard); a copy to itself moves nothing.
+  bool rootSends = op.numOperands() == 1;
+  std::set<int64_t>& root = rootSends ? senders : receivers;
+  std::set<int64_t>& others = rootSends ? receivers : senders;
+  for (int64_t d : root)
+    others.erase(d);
+}
+
+} // namespace
+
+SimCosts simCosts(const CostModel& model) {
+  SimCosts c;
+  c.opSeconds = [&model](const Op& op) { return model.opSeconds(op); };
+  c.commSeconds = [&model](const Op& op) { return model.commSeconds(op); };
+  c.devicesPerNode = model.spec().devicesPerNode;
+  return c;
+}
+
+llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
+  SimResult res;
+  std::unordered_map<const Value*, double> ready; // results: when they are written
+  std::map<Resource, double> streamFree;          // FIFO streams: when the last op ends
+  std::map<Resource, Busy> links;
+  auto nodeOf = [&](int64_t d) { return costs.devicesPerNode > 0 ? d / costs.devicesPerNode : 0; };
+  std::map<const Op*, size_t> position;
+  for (const auto& op : g.ops())
+    position.emplace(op.get(), position.size());
+  // An assign of an update that the memory plan writes over its param
+  // copies nothing (codegen emits no kernel for it).
+  auto freeAssign = [&](const Op& op) {
+    const Value* v = op.operand(1);
+    return v->definingOp() && paramWrittenOver(*v->definingOp(), v->resultIndex(), position);
+  };
+
+  for (const auto& opPtr : g.ops()) {
+    const Op& op = *opPtr;
+    double t = 0;
+    for (const Value* v : op.operands())
+      if (v->kind() == ValueKind::Result) {
+        auto it = ready.find(v);
+        if (it == ready.end())
+          return op.emitError("simulate: an operand is defined after its use (schedule the graph "
+                              "in topological order)");
+        t = std::max(t, it->second);
+      }
+    int64_t stream = op.annotations().stream.value_or(0);
+    bool comm = op.info().isCommunication();
+    std::vector<Resource> streams;
+    std::vector<const Busy*> busy;
+    std::vector<Resource> ports;
+    double d = 0;
+    int64_t bytes = 0;
+    if (!comm) {
+      streams.push_back({Resource::Stream, opDevice(op), stream});
+      bool free = op.kind() == OpKind::Constant || (op.kind() == OpKind::Assign && freeAssign(op));
+      d = free ? 0 : costs.opSeconds(op);
+    } else {
+      std::set<int64_t> senders, receivers, devices;
+      commEnds(op, senders, receivers);
+      for (unsigned i = 0; i < op.numOperands(); ++i)
+        devices.insert(operandDevice(op, i));
+      for (unsigned r = 0; r < op.numResults(); ++r)
+        devices.insert(*valueDevice(op.result(r)));
+      for (int64_t dev : devices)
+        streams.push_back({Resource::Stream, dev, stream});
+      std::set<int64_t> nodes;
+      for (int64_t dev : devices)
+        nodes.insert(nodeOf(dev));
+      for (int64_t dev : senders) {
+        ports.push_back({Resource::SendPort, dev});
+        if (nodes.size() > 1)
+          ports.push_back({Resource::NodeSend, nodeOf(dev)});
+      }
+      for (int64_t dev : receivers) {
+        ports.push_back({Resource::RecvPort, dev});
+        if (nodes.size() > 1)
+          ports.push_back({Resource::NodeRecv, nodeOf(dev)});
+      }
+      std::sort(ports.begin(), ports.end());
+      ports.erase(
+          std::unique(ports.begin(), ports.end(),
+                      [](const Resource& a, const Resource& b) { return !(a < b) && !(b < a); }),
+          ports.end());
+      for (const Resource& p : ports)
+        busy.push_back(&links[p]);
+      bytes = commBytes(op);
+      d = bytes > 0 ? costs.commSeconds(op) : 0;
+    }
+    if (!(d >= 0) || !std::isfinite(d))
+      return op.emitError(llvm::formatv("simulate: the cost model gives {0} seconds", d).str());
+    for (const Resource& s : streams)
+      t = std::max(t, streamFree[s]);
+    t = earliestGap(t, d, busy);
+    double end = t + d;
+    for (const Resource& s : streams) {
+      streamFree[s] = end;
+      SimEvent ev;
+      ev.name = std::string(op.mnemonic());
+      ev.loc = op.loc().name;
+      ev.device = s.id;
+      ev.stream = s.sub;
+      ev.start = t;
+      ev.end = end;
+      ev.bytes = bytes;
+      ev.comm = comm;
+      (comm ? res.commSeconds : res.computeSeconds)[s.id] += d;
+      if (op.kind() != OpKind::Constant)
+        res.events.push_back(std::move(ev));
+    }
+    if (d > 0)
+      for (const Resource& p : ports) {
+        Busy& b = links[p];
+        b.insert(std::upper_bound(b.begin(), b.end(), std::make_pair(t, end)), {t, end});
+      }
+    res.commBytes += bytes;
+    for (unsigned r = 0; r < op.numResults(); ++r)
+      ready[op.result(r)] = end;
+    res.stepSeconds = std::max(res.stepSeconds, end);
+  }
+  std::stable_sort(res.events.begin(), res.events.end(), [](const SimEvent& a, const SimEvent& b) {
+    return std::tie(a.start, a.device, a.stream) < std::tie(b.start, b.device, b.stream);
+  });
+  return res;
+}
+
+void writeChromeTrace(const std::vector<SimEvent>& events, llvm::raw_ostream& os) {
+  // Microseconds, to the nanosecond: no rounding noise in the last digits.
+  auto micros = [](double seconds) { return std::round(seconds * 1e9) / 1e3; };
+  llvm::json::Array out;
+  std::set<std::pair<int64_t, int64_t>> threads;
+  for (const SimEvent& e : events)
+    threads.insert({e.device, e.stream});
+  std::set<int64_t> devices;
+  for (const auto& [dev, stream] : threads) {
+    if (devices.insert(dev).second)
+      out.push_back(llvm::json::Object{
+          {"name", "process_name"},
+          {"ph", "M"},
+          {"pid", dev},
+          {"tid", 0},
+          {"args", llvm::json::Object{{"name", "device " + std::to_string(dev)}}}});
+    out.push_back(llvm::json::Object{
+        {"name", "thread_name"},
+        {"ph", "M"},
+        {"pid", dev},
+        {"tid", stream},
+        {"args", llvm::json::Object{{"name", "stream " + std::to_string(stream)}}}});
+  }
+  for (const SimEvent& e : events) {
+    llvm::json::Object args{{"loc", e.loc}};
+    if (e.comm)
+      args["bytes"] = e.bytes;
+    out.push_back(llvm::json::Object{{"name", e.name},
+                                     {"cat", e.comm ? "comm" : "compute"},
+                                     {"ph", "X"},
+                                     {"ts", micros(e.start)},
+                                     {"dur", micros(e.end - e.start)},
+                                     {"pid", e.device},
+                                     {"tid", e.stream},
+                                     {"args", std::move(args)}});
+  }
+  // One event per line: readable, and diffable between runs.
+  os << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  for (size_t i = 0; i < out.size(); ++i)
+    os << llvm::formatv("{0}", out[i]) << (i + 1 < out.size() ? ",\n" : "\n");
+  os << "]}\n";
+}
+
+std::string describe(const SimResult& r) {
+  std::string out = llvm::formatv("simulate: step {0:f3} ms, {1} bytes communicated",
+                                  r.stepSeconds * 1e3, r.commBytes)
+                        .str();
+  std::set<int64_t> devices;
+  for (const auto& [d, s] : r.computeSeconds)
+    devices.insert(d);
+  for (const auto& [d, s] : r.commSeconds)
+    devices.insert(d);
+  for (int64_t d : devices) {
+    auto get = [&](const std::map<int64_t, double>& m) {
+      auto it = m.find(d);
+      return it == m.end() ? 0.0 : it->second;
+    };
+    out += llvm::formatv("\nsimulate: device {0}: compute {1:f3} ms, communication {2:f3} ms", d,
+                         get(r.computeSeconds) * 1e3, get(r.commSeconds) * 1e3)
+               .str();
+  }
+  return out;
+}
+
+namespace {
+
+/// --simulate=spec=NAME|FILE[,profile=FILE][,trace=FILE]: replays the graph
+/// on the cost model and reports the predicted times as notes; the graph is
+/// unchanged.
+class SimulatePass : public Pass {
+public:
+  SimulatePass(CostModel model, std::string trace) : model_(std::move(model)), trace_(trace) {}
+  std::string_view name() const override { return "simulate"; }
+
+  llvm::Error run(Graph& g, PassContext& ctx) override {
+    auto r = simulate(g, simCosts(model_));
+    if (!r)
+      return r.takeError();
+    if (ctx.diag)
+      ctx.diag(Severity::Note, {}, describe(*r));
+    if (!trace_.empty()) {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(trace_, ec);
+      if (ec)
+        return makeError(trace_ + ": cannot write: " + ec.message());
+      writeChromeTrace(r->events, os);
+    }
+    return llvm::Error::success();
+  }
+
+private:
+  CostModel model_;
+  std::string trace_;
+};
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Pass>> createSimulatePass(std::string_view options) {
+  auto opts = PassOptions::parse("simulate", options, "spec", {"spec", "profile", "trace"});
+  if (!opts)
+    return opts.takeError();
+  auto spec = loadDeviceSpec(opts->getString("spec", "h100"));
+  if (!spec)
+    return spec.takeError();
+  std::optional<OpProfile> profile;
+  if (opts->has("profile")) {
+    auto p = loadOpProfile(opts->getString("profile", ""));
+    if (!p)
+      return p.takeError();
+    profile = std::move(*p);
+  }
+  return std::make_unique<SimulatePass>(CostModel(std::move(*spec), std::move(profile)),
+                                        opts->getString("trace", ""));
+}
+
+} // namespace lwcc

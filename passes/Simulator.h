@@ -1,0 +1,97 @@
+//===- Simulator.h - Replays a scheduled training step on a cost model -*- C++ -*-===//
+//
+// The simulator predicts how long one training step takes on N devices:
+// it replays the materialized, scheduled graph (@dev, @stream, the
+// communication ops) with each op's time from a cost model, and returns the
+// step time (makespan), per-device busy times and a timeline that
+// writeChromeTrace turns into Chrome trace-event JSON (Perfetto opens it;
+// the trainer's --trace writes its measured timeline in the same format).
+//
+// The model:
+//  - Every (device, stream) is a FIFO in program order: an op starts when
+//    the ops before it on its stream have ended and its operands are ready
+//    (a value read on another stream or device is the event wait codegen
+//    inserts there). Graph inputs and params are ready at time 0.
+//  - A communication op takes the stream of every device it reads or
+//    writes (its @stream, else stream 0) for its whole duration, and the
+//    links it uses, which are shared resources:
+//      * inside a node, each device has a send port and a receive port
+//        (full duplex); a copy uses the source's send port and the
+//        destination's receive port; ring collectives (all_reduce,
+//        all_gather, reduce_scatter) use both ports of every participant;
+//        broadcast/shard send from the source, reduce_to/unshard receive
+//        at the destination;
+//      * across nodes, each node has one network port per direction, used
+//        by a communication op whose participants span several nodes.
+//    A link serves one op at a time; an op takes the earliest interval in
+//    which its streams are free and all its links are idle.
+//  - Constants, and assigns of an update the memory plan writes over its
+//    param (paramWrittenOver), take no time: codegen emits no kernel.
+//  - Reuse of planned buffers adds no ordering here (codegen's events for
+//    reused bytes are not modelled); neither does the launch of events.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "ir/CostModel.h"
+#include "ir/IR.h"
+
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lwcc {
+
+/// Where the simulator takes its times from (a CostModel, or a test's
+/// hand-written table).
+struct SimCosts {
+  /// Seconds of a compute op on its device.
+  std::function<double(const Op&)> opSeconds;
+  /// Seconds of a communication op with its links to itself.
+  std::function<double(const Op&)> commSeconds;
+  /// Devices per node (0: every device on one node).
+  int64_t devicesPerNode = 0;
+};
+
+/// The times of `model` (which must outlive the result).
+SimCosts simCosts(const CostModel& model);
+
+/// One interval of the timeline: an op on one (device, stream). A
+/// communication op has one interval per device it uses.
+struct SimEvent {
+  std::string name; ///< the op's mnemonic
+  std::string loc;  ///< the op's location name (the layer)
+  int64_t device = 0, stream = 0;
+  double start = 0, end = 0; ///< seconds from the step's start
+  int64_t bytes = 0;         ///< bytes the op moves between devices (comm ops)
+  bool comm = false;
+};
+
+struct SimResult {
+  double stepSeconds = 0;
+  /// Per device: seconds its streams spend in compute ops (summed over
+  /// streams) and in communication ops.
+  std::map<int64_t, double> computeSeconds, commSeconds;
+  /// Bytes moved between devices in one step.
+  int64_t commBytes = 0;
+  /// Ordered by start time, then device and stream.
+  std::vector<SimEvent> events;
+};
+
+/// Replays `g` (topologically ordered ops with @dev/@stream) on `costs`.
+llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs);
+
+/// The step time, and per device its compute and communication time, as
+/// lines of text ("simulate: step ... ms").
+std::string describe(const SimResult& r);
+
+/// The timeline as Chrome trace-event JSON: a complete ("X") event per
+/// interval with pid = device, tid = stream, microsecond times, and the
+/// process and thread names as metadata events.
+void writeChromeTrace(const std::vector<SimEvent>& events, llvm::raw_ostream& os);
+
+} // namespace lwcc

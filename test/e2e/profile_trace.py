@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The trainer's measured profile and timeline, and lwcc reading them back.
+
+Builds the zoo LeNet at test size as a CPU trainer (one stream, as a CPU
+trainer runs it) and checks, each as one test case:
+  - `--profile-ops=FILE` writes one entry per op of the step in the form
+    lwcc's cost model reads ({"device", "ops": [{"op", "loc", "device",
+    "seconds"}]}), with the mnemonics and locations of the training IR;
+  - `--trace=FILE` writes Chrome trace-event JSON whose complete events are
+    those ops, step after step, none overlapping on the one stream, and
+    whose per-op times agree with the profile;
+  - the simulator fed that profile (`lwcc-opt --simulate=spec=cpu,profile=`)
+    predicts a step equal to the sum of the measured op times;
+  - bad usage (no file) exits 2, an unwritable file exits 1.
+Ends with the line "N passed, M failed".
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
+LWCC = os.path.join(BIN, "lwcc")
+LWCC_OPT = os.path.join(BIN, "lwcc-opt")
+GEN = os.path.join(ROOT, "tools", "models", "gen.py")
+
+results = []
+
+
+def case(fn):
+    try:
+        fn()
+        results.append((fn.__name__, None))
+        print(f"PASS: {fn.__name__}")
+    except Exception as e:  # noqa: BLE001 - any failure fails the case
+        results.append((fn.__name__, str(e)))
+        print(f"FAIL: {fn.__name__}: {e}")
+    sys.stdout.flush()
+
+
+def run(cmd, expect=0):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if expect is not None and r.returncode != expect:
+        raise AssertionError(f"{' '.join(cmd)} exited {r.returncode} (expected {expect}): "
+                             f"{r.stderr.strip()[-1500:]}")
+    return r
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "lenet.onnx")
+        trainer = os.path.join(tmp, "trainer")
+        run([sys.executable, GEN, "lenet", "--test-size", "-o", model])
+        run([LWCC, model, "--target=cpu", "--streams=1", "-o", trainer])
+        ir = os.path.join(tmp, "train.lwir")
+        run([LWCC, model, "--streams=1", "--emit=train-ir", "-o", ir])
+        profile = os.path.join(tmp, "profile.json")
+        trace = os.path.join(tmp, "trace.json")
+        steps = 4
+        run([trainer, f"--steps={steps}", "--data=synthetic", f"--profile-ops={profile}",
+             f"--trace={trace}"])
+
+        # The ops of the training IR that run a kernel, in order.
+        expected = []
+        for line in open(ir):
+            m = re.search(r"= (\w+)\(.*loc\(\"([^\"]*)\"\)", line) or \
+                re.search(r"^\s+(\w+)\(.*loc\(\"([^\"]*)\"\)", line)
+            if m and m.group(1) not in ("constant", "assign", "reshape", "flatten", "squeeze",
+                                        "unsqueeze"):
+                expected.append((m.group(1), m.group(2)))
+
+        def profile_format():
+            p = json.load(open(profile))
+            assert isinstance(p["device"], str) and p["device"], p["device"]
+            assert p["steps"] == steps - 1, p["steps"]  # the first step is not timed
+            for e in p["ops"]:
+                assert set(e) == {"op", "loc", "device", "seconds"}, e
+                assert e["device"] == 0 and e["seconds"] >= 0, e
+            got = [(e["op"], e["loc"]) for e in p["ops"]]
+            kinds = {k for k, _ in got}
+            assert "conv2d" in kinds and "sgd_update" in kinds, kinds
+            missing = [x for x in expected if x not in got]
+            assert not missing, f"ops of the IR not in the profile: {missing[:5]}"
+
+        def trace_format():
+            t = json.load(open(trace))
+            ev = [e for e in t["traceEvents"] if e["ph"] == "X"]
+            p = json.load(open(profile))
+            n = len(p["ops"])
+            assert len(ev) == n * (steps - 1), (len(ev), n)
+            names = [m for m in t["traceEvents"] if m["ph"] == "M"]
+            assert {m["args"]["name"] for m in names} == {"device 0", "stream 0"}, names
+            for a, b in zip(ev, ev[1:]):
+                assert b["ts"] >= a["ts"] + a["dur"] - 1e-3, (a, b)
+            for i, e in enumerate(p["ops"]):
+                durs = [ev[k * n + i]["dur"] for k in range(steps - 1)]
+                assert ev[i]["name"] == e["op"] and ev[i]["args"]["loc"] == e["loc"], (ev[i], e)
+                mean = sum(durs) / len(durs) / 1e6
+                assert abs(mean - e["seconds"]) <= 1e-6 + 1e-3 * e["seconds"], (mean, e)
+
+        def simulator_reads_profile():
+            p = json.load(open(profile))
+            total = sum(e["seconds"] for e in p["ops"])
+            r = run([LWCC_OPT, f"--simulate=spec=cpu,profile={profile}", ir, "-o", os.devnull])
+            m = re.search(r"simulate: step ([0-9.]+) ms", r.stderr)
+            assert m, r.stderr
+            predicted = float(m.group(1)) / 1e3
+            # The simulator prints milliseconds to three decimals.
+            assert abs(predicted - total) <= 1e-6 + 0.01 * total, (predicted, total)
+
+        def bad_usage():
+            r = run([trainer, "--steps=2", "--profile-ops="], expect=2)
+            assert "--profile-ops" in r.stderr, r.stderr
+            r = run([trainer, "--steps=2", "--trace"], expect=2)
+            assert "--trace" in r.stderr, r.stderr
+            r = run([trainer, "--steps=2", "--data=synthetic",
+                     "--profile-ops=" + os.path.join(tmp, "no", "such", "p.json")], expect=1)
+            assert "cannot write" in r.stderr or "cannot write" in r.stdout, r.stderr
+
+        for fn in (profile_format, trace_format, simulator_reads_profile, bad_usage):
+            case(fn)
+    failed = sum(1 for _, e in results if e)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

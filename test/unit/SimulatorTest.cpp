@@ -1,0 +1,130 @@
+//===- SimulatorTest.cpp - The simulator, the hypergraph partition, profiles -===//
+#include "passes/Simulator.h"
+
+#include "TestUtil.h"
+#include "lwrt/profile.h"
+#include "passes/Hypergraph.h"
+
+#include <set>
+
+namespace lwcc::test {
+namespace {
+
+/// Every compute op 1 s, every communication op 2 s.
+SimCosts unitCosts(int64_t devicesPerNode = 0) {
+  SimCosts c;
+  c.opSeconds = [](const Op&) { return 1.0; };
+  c.commSeconds = [](const Op&) { return 2.0; };
+  c.devicesPerNode = devicesPerNode;
+  return c;
+}
+
+TEST(SimulatorTest, StreamsAreFifoAndDependencesWait) {
+  auto g = parseOk(R"(graph @g(%x: f32[4] @data) {
+  %a = relu(%x) : f32[4] @dev(0) loc("a")
+  %b = neg(%x) : f32[4] @dev(0) @stream(1) loc("b")
+  %c = add(%a, %b) : f32[4] @dev(0) loc("c")
+  %d = relu(%x) : f32[4] @dev(0) @stream(1) loc("d")
+  return %c, %d
+})");
+  ASSERT_TRUE(g);
+  auto r = simulate(*g, unitCosts());
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  // a, b 0-1 on their streams; c waits for both: 1-2; d follows b: 1-2.
+  EXPECT_DOUBLE_EQ(r->stepSeconds, 2.0);
+  EXPECT_DOUBLE_EQ(r->computeSeconds.at(0), 4.0);
+  ASSERT_EQ(r->events.size(), 4u);
+  EXPECT_EQ(r->events.back().loc, "d"); // ties at 1 s: device, then stream order
+  EXPECT_DOUBLE_EQ(r->events.back().start, 1.0);
+}
+
+TEST(SimulatorTest, CollectivesTakeEveryParticipantsStream) {
+  auto g = parseOk(R"(graph @g(%x: f32[4] @data) {
+  %a = relu(%x) : f32[4] @dev(0) loc("a")
+  %b = relu(%x) : f32[4] @dev(1) loc("b")
+  %c = relu(%b) : f32[4] @dev(1) loc("c")
+  %s0, %s1 = all_reduce(%a, %c) {devices = [0, 1]} : f32[4], f32[4] loc("sum")
+  %e = relu(%s0) : f32[4] @dev(0) loc("e")
+  return %e
+})");
+  ASSERT_TRUE(g);
+  auto r = simulate(*g, unitCosts());
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  // The all_reduce waits for c (1-2) on device 1: 2-4 on both; e 4-5.
+  EXPECT_DOUBLE_EQ(r->stepSeconds, 5.0);
+  EXPECT_DOUBLE_EQ(r->commSeconds.at(0), 2.0);
+  EXPECT_DOUBLE_EQ(r->commSeconds.at(1), 2.0);
+  EXPECT_EQ(r->commBytes, 2 * 1 * 16);
+}
+
+TEST(SimulatorTest, ABadCostIsAnError) {
+  auto g = parseOk(R"(graph @g(%x: f32[4] @data) {
+  %a = relu(%x) : f32[4] loc("a")
+  return %a
+})");
+  ASSERT_TRUE(g);
+  SimCosts c = unitCosts();
+  c.opSeconds = [](const Op&) { return -1.0; };
+  auto r = simulate(*g, c);
+  ASSERT_FALSE(static_cast<bool>(r));
+  EXPECT_NE(llvm::toString(r.takeError()).find("the cost model gives -1"), std::string::npos);
+}
+
+TEST(HypergraphTest, AChainSplitsIntoBalancedRuns) {
+  std::string text = "graph @chain(%x: f32[256] @data) {\n  %v0 = relu(%x) : f32[256]\n";
+  for (int i = 1; i < 8; ++i)
+    text += "  %v" + std::to_string(i) + " = relu(%v" + std::to_string(i - 1) + ") : f32[256]\n";
+  text += "  return %v7\n}\n";
+  auto g = parseOk(text);
+  ASSERT_TRUE(g);
+  auto stats = partitionHypergraph(*g, 4, 1.1, [](const Op&) { return 1.0; });
+  ASSERT_TRUE(static_cast<bool>(stats)) << llvm::toString(stats.takeError());
+  // Eight equal ops into four parts within 1.1 x the average: two each.
+  EXPECT_TRUE(stats->boundFeasible);
+  EXPECT_LE(stats->imbalance(), 1.1);
+  ASSERT_EQ(stats->partWeights.size(), 4u);
+  for (double w : stats->partWeights)
+    EXPECT_DOUBLE_EQ(w, stats->totalWeight / 4);
+  // Four non-empty parts of a chain cut at least three of its seven nets.
+  EXPECT_GE(stats->cutBytes, 3 * 1024);
+  std::set<int64_t> devices;
+  for (const auto& op : g->ops()) {
+    ASSERT_TRUE(op->annotations().par);
+    EXPECT_TRUE(op->annotations().par->degrees.empty());
+    ASSERT_EQ(op->annotations().par->devices.size(), 1u);
+    devices.insert(op->annotations().par->devices[0]);
+  }
+  EXPECT_EQ(devices, (std::set<int64_t>{0, 1, 2, 3}));
+  // The same partition again: Zoltan on one rank is deterministic.
+  auto again = parseOk(text);
+  ASSERT_TRUE(again);
+  auto stats2 = partitionHypergraph(*again, 4, 1.1, [](const Op&) { return 1.0; });
+  ASSERT_TRUE(static_cast<bool>(stats2));
+  EXPECT_EQ(stats2->cutBytes, stats->cutBytes);
+}
+
+TEST(HypergraphTest, AnOpHeavierThanAPartMakesTheBoundUnreachable) {
+  auto g = parseOk(R"(graph @g(%x: f32[4] @data) {
+  %a = relu(%x) : f32[4] loc("big")
+  %b = relu(%a) : f32[4] loc("small")
+  return %b
+})");
+  ASSERT_TRUE(g);
+  auto stats = partitionHypergraph(*g, 2, 1.1,
+                                   [](const Op& op) { return op.loc().name == "big" ? 9.0 : 1.0; });
+  ASSERT_TRUE(static_cast<bool>(stats));
+  EXPECT_FALSE(stats->boundFeasible);
+}
+
+TEST(ProfileTest, LabelsSplitIntoMnemonicAndLocation) {
+  using lwrt::OpTimeline;
+  EXPECT_EQ(OpTimeline::splitLabel("conv2d conv1"),
+            (std::pair<std::string, std::string>{"conv2d", "conv1"}));
+  EXPECT_EQ(OpTimeline::splitLabel("relu relu"), (std::pair<std::string, std::string>{"relu", ""}));
+  EXPECT_EQ(OpTimeline::splitLabel("gemm"), (std::pair<std::string, std::string>{"gemm", ""}));
+  EXPECT_EQ(OpTimeline::splitLabel("add block 1/add"),
+            (std::pair<std::string, std::string>{"add", "block 1/add"}));
+}
+
+} // namespace
+} // namespace lwcc::test
