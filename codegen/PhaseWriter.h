@@ -204,14 +204,8 @@ public:
       auto call = callOf(op);
       if (!call)
         return call.takeError();
-      if (call->empty()) {
-        if (op.kind() == OpKind::Assign)
-          out << "  // (" << names_(op.operand(1)) << " was written in place over "
-              << names_(op.operand(0)) << ": nothing to copy)\n";
-        else
-          out << "  // (a view of " << names_(op.operand(0)) << ": same bytes, nothing to do)\n";
+      if (nothingToDo(out, op, *call))
         continue;
-      }
       std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
       if (schedule.multi && op.kind() != OpKind::Constant) {
         int64_t s = op.annotations().stream.value_or(0);
@@ -245,6 +239,19 @@ public:
   }
 
   Names& names() { return names_; }
+
+  /// True, after saying why in a comment, when `call` is empty: a view or
+  /// an update written in place over its param leaves no code.
+  bool nothingToDo(std::ostringstream& out, const Op& op, const std::string& call) {
+    if (!call.empty())
+      return false;
+    if (op.kind() == OpKind::Assign)
+      out << "  // (" << names_(op.operand(1)) << " was written in place over "
+          << names_(op.operand(0)) << ": nothing to copy)\n";
+    else
+      out << "  // (a view of " << names_(op.operand(0)) << ": same bytes, nothing to do)\n";
+    return true;
+  }
 
   /// Whether `op` runs on `device`, or takes part there (a communication
   /// op with `device` among its devices, src or dst).
@@ -312,14 +319,8 @@ public:
           op.info().isCommunication() ? commCallOf(op, device, commIds.at(&op)) : callOf(op);
       if (!call)
         return call.takeError();
-      if (call->empty()) {
-        if (op.kind() == OpKind::Assign)
-          out << "  // (" << names_(op.operand(1)) << " was written in place over "
-              << names_(op.operand(0)) << ": nothing to copy)\n";
-        else
-          out << "  // (a view of " << names_(op.operand(0)) << ": same bytes, nothing to do)\n";
+      if (nothingToDo(out, op, *call))
         continue;
-      }
       std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
       for (int64_t e : schedule.waits[&op])
         out << check("waitEvent(b, " + std::to_string(e) + ")", label);

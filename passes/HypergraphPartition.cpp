@@ -325,18 +325,10 @@ llvm::Expected<std::unique_ptr<Pass>> createHypergraphPass(std::string_view opti
   if (!(*imbalance >= 1.0) || *imbalance > 100)
     return makeError(
         llvm::formatv("hypergraph: imbalance must be in 1..100, got {0}", *imbalance).str());
-  auto spec = loadDeviceSpec(opts->getString("spec", "h100"));
-  if (!spec)
-    return spec.takeError();
-  std::optional<OpProfile> profile;
-  if (opts->has("profile")) {
-    auto p = loadOpProfile(opts->getString("profile", ""));
-    if (!p)
-      return p.takeError();
-    profile = std::move(*p);
-  }
-  return std::make_unique<HypergraphPass>(*gpus, *imbalance,
-                                          CostModel(std::move(*spec), std::move(profile)));
+  auto cost = costModelFromOptions(*opts);
+  if (!cost)
+    return cost.takeError();
+  return std::make_unique<HypergraphPass>(*gpus, *imbalance, std::move(*cost));
 }
 
 } // namespace lwcc

@@ -181,17 +181,10 @@ llvm::Expected<std::unique_ptr<Pass>> createParallelizePass(std::string_view opt
     return tf32.takeError();
   std::optional<CostModel> cost;
   if (strategy == "layerwise" || *report) {
-    auto spec = loadDeviceSpec(opts->getString("spec", "h100"));
-    if (!spec)
-      return spec.takeError();
-    std::optional<OpProfile> profile;
-    if (opts->has("profile")) {
-      auto p = loadOpProfile(opts->getString("profile", ""));
-      if (!p)
-        return p.takeError();
-      profile = std::move(*p);
-    }
-    cost.emplace(std::move(*spec), std::move(profile));
+    auto cm = costModelFromOptions(*opts);
+    if (!cm)
+      return cm.takeError();
+    cost.emplace(std::move(*cm));
     cost->setTf32(*tf32 != 0);
   }
   return std::make_unique<ParallelizePass>(strategy, *gpus, std::move(cost), *report != 0);

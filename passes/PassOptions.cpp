@@ -1,6 +1,7 @@
 //===- PassOptions.cpp ----------------------------------------------------===//
 #include "passes/PassOptions.h"
 
+#include "ir/CostModel.h"
 #include "ir/Diagnostics.h"
 
 #include <algorithm>
@@ -72,6 +73,20 @@ llvm::Expected<int64_t> PassOptions::getInt(std::string_view key, int64_t dflt) 
     return makeError("pass '" + pass_ + "': option '" + std::string(key) +
                      "' must be an integer, got '" + it->second + "'");
   return v;
+}
+
+llvm::Expected<CostModel> costModelFromOptions(const PassOptions& opts) {
+  auto spec = loadDeviceSpec(opts.getString("spec", "h100"));
+  if (!spec)
+    return spec.takeError();
+  std::optional<OpProfile> profile;
+  if (opts.has("profile")) {
+    auto p = loadOpProfile(opts.getString("profile", ""));
+    if (!p)
+      return p.takeError();
+    profile = std::move(*p);
+  }
+  return CostModel(std::move(*spec), std::move(profile));
 }
 
 } // namespace lwcc

@@ -34,4 +34,10 @@ private:
   std::map<std::string, std::string> values_;
 };
 
+class CostModel;
+/// The cost model a pass's `spec=NAME|FILE.json` (default h100) and
+/// `profile=FILE.json` options describe (passes that price ops: layerwise,
+/// hypergraph, print-costs, simulate).
+llvm::Expected<CostModel> costModelFromOptions(const PassOptions& opts);
+
 } // namespace lwcc

@@ -55,22 +55,14 @@ llvm::Expected<std::unique_ptr<Pass>> createPrintCostsPass(std::string_view opti
   auto opts = PassOptions::parse("print-costs", options, "spec", {"spec", "profile", "tf32"});
   if (!opts)
     return opts.takeError();
-  auto spec = loadDeviceSpec(opts->getString("spec", "h100"));
-  if (!spec)
-    return spec.takeError();
-  std::optional<OpProfile> profile;
-  if (opts->has("profile")) {
-    auto p = loadOpProfile(opts->getString("profile", ""));
-    if (!p)
-      return p.takeError();
-    profile = std::move(*p);
-  }
+  auto cm = costModelFromOptions(*opts);
+  if (!cm)
+    return cm.takeError();
   auto tf32 = opts->getInt("tf32", 0);
   if (!tf32)
     return tf32.takeError();
-  CostModel cm(std::move(*spec), std::move(profile));
-  cm.setTf32(*tf32 != 0);
-  return std::make_unique<PrintCostsPass>(std::move(cm));
+  cm->setTf32(*tf32 != 0);
+  return std::make_unique<PrintCostsPass>(std::move(*cm));
 }
 
 } // namespace lwcc

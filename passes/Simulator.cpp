@@ -286,18 +286,10 @@ llvm::Expected<std::unique_ptr<Pass>> createSimulatePass(std::string_view option
   auto opts = PassOptions::parse("simulate", options, "spec", {"spec", "profile", "trace"});
   if (!opts)
     return opts.takeError();
-  auto spec = loadDeviceSpec(opts->getString("spec", "h100"));
-  if (!spec)
-    return spec.takeError();
-  std::optional<OpProfile> profile;
-  if (opts->has("profile")) {
-    auto p = loadOpProfile(opts->getString("profile", ""));
-    if (!p)
-      return p.takeError();
-    profile = std::move(*p);
-  }
-  return std::make_unique<SimulatePass>(CostModel(std::move(*spec), std::move(profile)),
-                                        opts->getString("trace", ""));
+  auto cost = costModelFromOptions(*opts);
+  if (!cost)
+    return cost.takeError();
+  return std::make_unique<SimulatePass>(std::move(*cost), opts->getString("trace", ""));
 }
 
 } // namespace lwcc
