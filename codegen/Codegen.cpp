@@ -76,9 +76,21 @@ llvm::Expected<MultiDevicePlaces> placeDevices(const Graph& g, const Places& inp
     if (p->shard().size() == 1)
       shard = std::to_string(p->shard()[0].dim) + ", " + std::to_string(p->shard()[0].offset) +
               ", " + std::to_string(p->type().shape[static_cast<size_t>(p->shard()[0].dim)]);
-    md.placements.push_back("{" + std::to_string(logicalIndex.at(p->paramName())) + ", " +
-                            std::to_string(d) + ", " + std::to_string(at) + ", " + shard +
-                            "}); // " + p->paramName() + " " + p->type().str());
+    // Appended piece by piece: GCC 12's -O3 misreads `"{" + std::string`
+    // (a -Wrestrict false positive).
+    std::string placement(1, '{');
+    placement += std::to_string(logicalIndex.at(p->paramName()));
+    placement += ", ";
+    placement += std::to_string(d);
+    placement += ", ";
+    placement += std::to_string(at);
+    placement += ", ";
+    placement += shard;
+    placement += "}); // ";
+    placement += p->paramName();
+    placement += ' ';
+    placement += p->type().str();
+    md.placements.push_back(std::move(placement));
     at = alignUp(at + p->type().sizeInBytes());
   }
   for (const auto& op : g.ops()) {

@@ -48,8 +48,11 @@ void copyShard(unsigned char* whole, unsigned char* piece, const std::vector<int
 
 std::string joined(const std::vector<int>& v) {
   std::string s;
-  for (int x : v)
-    s += (s.empty() ? "" : ",") + std::to_string(x);
+  for (int x : v) {
+    if (!s.empty())
+      s += ','; // not `"," + ...`: a GCC 12 -O3 -Wrestrict false positive
+    s += std::to_string(x);
+  }
   return s;
 }
 

@@ -63,11 +63,17 @@ std::string formatProgressLine(const ProgressOptions& o, int64_t step, double lo
   std::string line;
   if (o.stepsPerEpoch > 0) {
     const int64_t done = step > 0 ? step - 1 : 0;
-    line = "epoch " + integer(done / o.stepsPerEpoch + 1);
-    if (o.totalSteps > 0)
-      line += "/" + integer((o.totalSteps + o.stepsPerEpoch - 1) / o.stepsPerEpoch);
-    line += "  step " + integer(step > 0 ? done % o.stepsPerEpoch + 1 : 0) + "/" +
-            integer(o.stepsPerEpoch);
+    // Appended piece by piece (GCC 12's -O3 -Wrestrict false positive).
+    line = "epoch ";
+    line += integer(done / o.stepsPerEpoch + 1);
+    if (o.totalSteps > 0) {
+      line += '/';
+      line += integer((o.totalSteps + o.stepsPerEpoch - 1) / o.stepsPerEpoch);
+    }
+    line += "  step ";
+    line += integer(step > 0 ? done % o.stepsPerEpoch + 1 : 0);
+    line += '/';
+    line += integer(o.stepsPerEpoch);
   } else {
     // Appended piece by piece: GCC 12 reports a false -Wrestrict inside
     // `"literal" + std::string` here at -O3.

@@ -1080,8 +1080,11 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
       static const char* names[] = {"f32", "f64", "f16", "bf16", "i64", "i32", "bool"};
       for (const ParamInfo& p : m.params) {
         std::string shape;
-        for (int64_t d : p.shape)
-          shape += (shape.empty() ? "" : ",") + std::to_string(d);
+        for (int64_t d : p.shape) {
+          if (!shape.empty())
+            shape += ',';
+          shape += std::to_string(d);
+        }
         std::printf("%s %s [%s]%s\n", p.name.c_str(), names[static_cast<int>(p.dtype)],
                     shape.c_str(), p.zeroInit ? " zeros" : "");
       }

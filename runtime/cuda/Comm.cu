@@ -76,8 +76,11 @@ bool copyWhole(Context& exec, const TensorView& src, int srcGpu, const TensorVie
 
 std::string joined(const std::vector<int64_t>& v) {
   std::string s;
-  for (int64_t x : v)
-    s += (s.empty() ? "" : ",") + std::to_string(x);
+  for (int64_t x : v) {
+    if (!s.empty())
+      s += ','; // not `"," + ...`: a GCC 12 -O3 -Wrestrict false positive
+    s += std::to_string(x);
+  }
   return s;
 }
 
