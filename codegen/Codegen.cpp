@@ -42,15 +42,8 @@ int64_t deviceCount(const Graph& g) {
   int64_t n = 1;
   for (const auto& p : g.params())
     n = std::max(n, valueDevice(p.get()).value_or(0) + 1);
-  for (const auto& op : g.ops()) {
-    n = std::max(n, opDevice(*op) + 1);
-    for (const char* a : {"src", "dst"})
-      if (op->info().isCommunication() && op->hasAttr(a))
-        n = std::max(n, op->getInt(a) + 1);
-    if (op->info().isCommunication() && op->hasAttr("devices"))
-      for (int64_t d : op->getInts("devices"))
-        n = std::max(n, d + 1);
-  }
+  for (const auto& op : g.ops())
+    n = std::max(n, *devicesOf(*op).rbegin() + 1);
   return n;
 }
 
@@ -93,26 +86,11 @@ llvm::Expected<MultiDevicePlaces> placeDevices(const Graph& g, const Places& inp
     md.placements.push_back(std::move(placement));
     at = alignUp(at + p->type().sizeInBytes());
   }
-  for (const auto& op : g.ops()) {
-    if (op->numResults() && !op->annotations().bufferOffsets)
-      return op->emitError("codegen: has no @buf; run memory-plan first");
-    for (unsigned r = 0; r < op->numResults(); ++r) {
-      const Value* v = op->result(r);
-      size_t d = static_cast<size_t>(valueDevice(v).value_or(0));
-      Places& where = md.where[d];
-      int64_t off = (*op->annotations().bufferOffsets)[r];
-      if (off == -1) {
-        const Op* user = v->uses().size() == 1 ? v->uses().front().user : nullptr;
-        if (!user || user->kind() != OpKind::Assign || !where.count(user->operand(0)))
-          return op->emitError("codegen: @buf(-1) on a result that is not assigned to a param");
-        where[v] = where.at(user->operand(0));
-        continue;
-      }
-      where[v] = {"b.arena", off};
-      md.arenaBytes[d] = std::max(md.arenaBytes[d], alignUp(off + v->type().sizeInBytes()));
-    }
-    if (classes && op->kind() == OpKind::SoftmaxXent)
-      *classes = op->operand(0)->type().shape[1];
+  for (int64_t d = 0; d < md.devices; ++d) {
+    auto bytes = placeResults(g, md.where[static_cast<size_t>(d)], "b.arena", classes, d);
+    if (!bytes)
+      return bytes.takeError();
+    md.arenaBytes[static_cast<size_t>(d)] = *bytes;
   }
   return md;
 }

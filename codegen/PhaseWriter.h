@@ -146,6 +146,19 @@ struct DeviceCode {
   std::map<int64_t, Phase> streams;
 };
 
+/// The devices `op` runs on: its @dev, or for a communication op every
+/// device its operands and results live on (its placement rule).
+inline std::set<int64_t> devicesOf(const Op& op) {
+  if (!op.info().isCommunication())
+    return {opDevice(op)};
+  std::set<int64_t> devices;
+  for (unsigned i = 0; i < op.numOperands(); ++i)
+    devices.insert(operandDevice(op, i));
+  for (unsigned r = 0; r < op.numResults(); ++r)
+    devices.insert(valueDevice(op.result(r)).value_or(0));
+  return devices;
+}
+
 /// Writes a graph's code as function bodies over the views of `where`.
 class PhaseWriter {
 public:
@@ -255,18 +268,7 @@ public:
 
   /// Whether `op` runs on `device`, or takes part there (a communication
   /// op with `device` among its devices, src or dst).
-  static bool onDevice(const Op& op, int64_t device) {
-    if (!op.info().isCommunication())
-      return opDevice(op) == device;
-    for (const char* a : {"src", "dst"})
-      if (op.hasAttr(a) && op.getInt(a) == device)
-        return true;
-    if (op.hasAttr("devices"))
-      for (int64_t d : op.getInts("devices"))
-        if (d == device)
-          return true;
-    return false;
-  }
+  static bool onDevice(const Op& op, int64_t device) { return devicesOf(op).count(device) > 0; }
 
   /// One device's code in a multi-device step: its constants into
   /// `code.init`, the ops of its stream s in graph order into
@@ -593,31 +595,31 @@ private:
   Names names_;
 };
 
-/// Places the results of a planned graph at their @buf offsets in `region`;
-/// returns the arena's size.
+/// Places the results of a planned graph that live on `device` at their
+/// @buf offsets in `region` (that device's arena); returns the arena's size.
 inline llvm::Expected<int64_t> placeResults(const Graph& g, Places& where,
-                                            const std::string& region, int64_t* classes) {
+                                            const std::string& region, int64_t* classes,
+                                            int64_t device = 0) {
   int64_t arenaBytes = 0;
   for (const auto& op : g.ops()) {
-    if (op->annotations().device.value_or(0) != 0)
-      return op->emitError("codegen: the trainer runs one device; this op is on device " +
-                           std::to_string(*op->annotations().device));
     if (op->numResults() && !op->annotations().bufferOffsets)
       return op->emitError("codegen: has no @buf; run memory-plan first");
     for (unsigned r = 0; r < op->numResults(); ++r) {
+      const Value* v = op->result(r);
+      if (valueDevice(v).value_or(0) != device)
+        continue; // another device's arena
       int64_t off = (*op->annotations().bufferOffsets)[r];
       if (off == -1) {
         // Written over the param it updates (the memory plan's kOverParam):
         // the result's only use is that param's assign.
-        const Value* v = op->result(r);
         const Op* user = v->uses().size() == 1 ? v->uses().front().user : nullptr;
         if (!user || user->kind() != OpKind::Assign || !where.count(user->operand(0)))
           return op->emitError("codegen: @buf(-1) on a result that is not assigned to a param");
         where[v] = where.at(user->operand(0));
         continue;
       }
-      where[op->result(r)] = {region, off};
-      arenaBytes = std::max(arenaBytes, alignUp(off + op->result(r)->type().sizeInBytes()));
+      where[v] = {region, off};
+      arenaBytes = std::max(arenaBytes, alignUp(off + v->type().sizeInBytes()));
     }
     if (classes && op->kind() == OpKind::SoftmaxXent)
       *classes = op->operand(0)->type().shape[1];
