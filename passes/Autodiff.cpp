@@ -128,6 +128,7 @@ public:
       }
     }
     size_t produced = 0;
+    UniqueNames names(g);
     for (Value* p : trainable) {
       auto git = grads.find(p);
       if (git == grads.end())
@@ -142,7 +143,7 @@ public:
           return copy.takeError();
         gv = (*copy)->result();
       }
-      gv->setName(uniqueValueName(g, p->name() + ".grad"));
+      gv->setName(names(p->name() + ".grad"));
       g.addOutput(gv, p);
       ++produced;
     }

@@ -56,6 +56,7 @@ public:
       Value* lr;
     };
     std::map<int64_t, PerDevice> devices;
+    UniqueNames names(g);
     auto onDevice = [&](int64_t d) -> llvm::Expected<PerDevice> {
       auto it = devices.find(d);
       if (it != devices.end())
@@ -74,7 +75,7 @@ public:
       if (!lr)
         return lr.takeError();
       Value* lrValue = (*lr)->result();
-      lrValue->setName(uniqueValueName(g, d ? "lr.d" + std::to_string(d) : "lr"));
+      lrValue->setName(names(d ? "lr.d" + std::to_string(d) : "lr"));
       return devices[d] = PerDevice{step, lrValue};
     };
     // The step counters that exist already (read by dropout masks) advance too.
@@ -96,7 +97,7 @@ public:
       Value* step = pd->step;
       Value* lrValue = pd->lr;
       auto state = [&](const char* what) {
-        Value* s = g.addParam(uniqueValueName(g, p->name() + "." + what),
+        Value* s = g.addParam(names(p->name() + "." + what),
                               std::string("opt.") + what + "." + p->paramName(), p->type());
         s->setZeroInit(true);
         s->setDevice(p->device());

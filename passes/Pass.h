@@ -74,6 +74,9 @@ struct PassRunOptions {
   bool verifyEach = false;
   /// When set, the IR is printed here after every pass.
   llvm::raw_ostream* printAfterAll = nullptr;
+  /// When set, each pass's wall time and the op count after it are
+  /// printed here (--pass-times), one line per pass.
+  llvm::raw_ostream* timePasses = nullptr;
 };
 
 /// Runs the passes in order; stops at the first failure. With verifyEach, a

@@ -3,7 +3,10 @@
 #include "ir/Verifier.h"
 #include "passes/Pass.h"
 
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
 
 namespace lwcc {
 
@@ -57,8 +60,14 @@ llvm::Expected<PassPipeline> buildPipeline(const std::vector<std::string>& passN
 llvm::Error runPipeline(Graph& g, PassPipeline& pipeline, PassContext& ctx,
                         const PassRunOptions& opts) {
   for (auto& pass : pipeline) {
+    auto start = std::chrono::steady_clock::now();
     if (llvm::Error e = pass->run(g, ctx))
       return e;
+    if (opts.timePasses)
+      *opts.timePasses << llvm::formatv(
+          "pass-times: {0,-16} {1,10:f3} s  {2,8} ops after\n", pass->name(),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+          g.ops().size());
     if (opts.verifyEach)
       if (llvm::Error e = verifyGraph(g))
         return llvm::joinErrors(

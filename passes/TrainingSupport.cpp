@@ -42,6 +42,23 @@ std::string uniqueValueName(const Graph& g, const std::string& base) {
       return base + "." + std::to_string(k);
 }
 
+UniqueNames::UniqueNames(const Graph& g) {
+  for (const auto& v : g.inputs())
+    taken_.insert(v->name());
+  for (const auto& v : g.params())
+    taken_.insert(v->name());
+  for (const auto& op : g.ops())
+    for (unsigned i = 0; i < op->numResults(); ++i)
+      taken_.insert(op->result(i)->name());
+}
+
+std::string UniqueNames::operator()(const std::string& base) {
+  std::string name = base;
+  for (int k = 1; !taken_.insert(name).second; ++k)
+    name = base + "." + std::to_string(k);
+  return name;
+}
+
 void appendAssign(Graph& g, Value* target, Value* value, const Location& loc) {
   Op* op = g.createOp(OpKind::Assign, {target, value}, {}, loc);
   if (target->device())

@@ -4,6 +4,7 @@
 #include "ir/IR.h"
 
 #include <string>
+#include <unordered_set>
 
 namespace lwcc {
 
@@ -18,8 +19,21 @@ Value* getOrCreateStepParam(Graph& g);
 Value* getOrCreateStepParam(Graph& g, int64_t device);
 /// The param bound to `initializer`, or null.
 Value* findParam(const Graph& g, const std::string& initializer);
-/// A value name no other value of `g` has, starting from `base`.
+/// A value name no other value of `g` has, starting from `base`: `base`,
+/// else `base.1`, `base.2`, ... (scans every name: for one name).
 std::string uniqueValueName(const Graph& g, const std::string& base);
+
+/// The same names as uniqueValueName for a pass that names many values:
+/// the graph's names are collected once, and each name handed out is
+/// taken from then on.
+class UniqueNames {
+public:
+  explicit UniqueNames(const Graph& g);
+  std::string operator()(const std::string& base);
+
+private:
+  std::unordered_set<std::string> taken_;
+};
 /// Appends assign(target, value) at the end of the graph, on the target's
 /// device.
 void appendAssign(Graph& g, Value* target, Value* value, const Location& loc);

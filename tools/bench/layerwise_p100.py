@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Predicted step time of every strategy on the P100 cluster of Jia et al.
 
-For torchvision-shaped AlexNet and VGG-16 (224x224) and the zoo's inception
-(299x299), with 64 samples per device on --gpus devices (default 16) of
+For torchvision-shaped AlexNet and VGG-16 (224x224) and Inception-v3
+(299x299, the zoo's bench-only inception_v3: torchvision's layer shapes), with 64 samples per device on --gpus devices (default 16) of
 --spec (default p100-cluster): the layer-wise cost function's predicted step
 time of layerwise, data, model and owt configs, the speedups over data
 parallelism and over the best of data/model/owt, and the search time
@@ -20,7 +20,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
-MODELS = {"alexnet": 224, "vgg16": 224, "inception": 299}
+MODELS = {"alexnet": 224, "vgg16": 224, "inception_v3": 299}
 STRATEGIES = ["layerwise", "data", "model", "owt"]
 
 
@@ -37,7 +37,7 @@ def main():
     ap.add_argument("--spec", default="p100-cluster")
     ap.add_argument("--models", default=",".join(MODELS))
     args = ap.parse_args()
-    print(f"{'model':<10} {'strategy':<10} {'step_s':>10} {'vs data':>8} {'vs best':>8} search_s")
+    print(f"{'model':<12} {'strategy':<10} {'step_s':>10} {'vs data':>8} {'vs best':>8} search_s")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             onnx_path = os.path.join(tmp, name + ".onnx")
@@ -61,7 +61,7 @@ def main():
                     search = float(m.group(1))
             best = min(step[s] for s in STRATEGIES if s != "layerwise")
             for s in STRATEGIES:
-                print(f"{name:<10} {s:<10} {step[s]:>10.4f} {step['data'] / step[s]:>7.2f}x "
+                print(f"{name:<12} {s:<10} {step[s]:>10.4f} {step['data'] / step[s]:>7.2f}x "
                       f"{best / step[s]:>7.2f}x {search if s == 'layerwise' else ''}")
             sys.stdout.flush()
 

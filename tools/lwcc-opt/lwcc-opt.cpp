@@ -37,6 +37,9 @@ cl::opt<bool> verifyEach("verify-each", cl::desc("Verify the graph after every p
 cl::opt<bool> printAfterAll("print-ir-after-all",
                             cl::desc("Print the graph to stderr after every pass"),
                             cl::cat(category));
+cl::opt<bool> timePasses("pass-times",
+                         cl::desc("Print each pass's wall time and op count to stderr"),
+                         cl::cat(category));
 cl::opt<bool> verifyInput("verify-input",
                           cl::desc("Verify the input before running passes (default on; "
                                    "--verify-input=false lets shape-infer repair stale types)"),
@@ -143,6 +146,7 @@ int main(int argc, char** argv) {
   PassRunOptions opts;
   opts.verifyEach = verifyEach;
   opts.printAfterAll = printAfterAll ? &llvm::errs() : nullptr;
+  opts.timePasses = timePasses ? &llvm::errs() : nullptr;
   if (llvm::Error e = runPipeline(**graph, pipeline, ctx, opts)) {
     printErrors(llvm::errs(), std::move(e), &sm);
     return 1;

@@ -189,6 +189,9 @@ cl::opt<bool> verbose("v", cl::desc("Report what each stage produced on stderr")
                       cl::cat(category));
 cl::opt<int64_t> batch("batch", cl::desc("Value of a symbolic leading (batch) dim of the inputs"),
                        cl::init(0), cl::cat(category));
+cl::opt<bool> timePasses("pass-times",
+                         cl::desc("Print each pass's wall time and op count to stderr"),
+                         cl::cat(category));
 cl::opt<bool> runReference("run-reference", cl::desc("Run the model on the reference interpreter"),
                            cl::cat(category));
 cl::opt<std::string> inputsDir("inputs",
@@ -322,11 +325,13 @@ llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& 
     printDiagnostic(llvm::errs(), sev, loc, msg);
   };
   // One pass at a time, to time the one that chooses the configs.
+  PassRunOptions opts;
+  opts.timePasses = timePasses ? &llvm::errs() : nullptr;
   for (auto& pass : *pipeline) {
     auto start = std::chrono::steady_clock::now();
     PassPipeline one;
     one.push_back(std::move(pass));
-    if (llvm::Error e = runPipeline(g, one, ctx))
+    if (llvm::Error e = runPipeline(g, one, ctx, opts))
       return e;
     if (one[0]->name() == "parallelize" || one[0]->name() == "hypergraph")
       strategySeconds =

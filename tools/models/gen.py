@@ -30,8 +30,9 @@ def _fmt(p):
 
 
 def list_nets():
-    w = max(map(len, zoo.REGISTRY))
-    for name, fn in zoo.REGISTRY.items():
+    nets = {**zoo.REGISTRY, **zoo.BENCH_REGISTRY}
+    w = max(map(len, nets))
+    for name in nets:
         print(f"{name:<{w}}  min size {zoo.MIN_SIZE[name]:>3}  "
               f"default: {_fmt(zoo.DEFAULTS[name])}")
         print(f"{'':<{w}}  {'':<12}  test:    {_fmt(zoo.TEST_PRESETS[name])}")
@@ -60,8 +61,9 @@ def main(argv=None):
         return 0
     if not args.name or not args.output:
         ap.error("NAME and -o OUT.onnx are required (or --list)")
-    if args.name not in zoo.REGISTRY:
-        ap.error(f"unknown network {args.name!r}; known: {', '.join(zoo.REGISTRY)}")
+    known = {**zoo.REGISTRY, **zoo.BENCH_REGISTRY}
+    if args.name not in known:
+        ap.error(f"unknown network {args.name!r}; known: {', '.join(known)}")
     try:
         model = zoo.build(args.name, test_size=args.test_size, size=args.size,
                           channels=args.channels, width=args.width,

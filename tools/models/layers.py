@@ -103,20 +103,24 @@ class NetBuilder:
 
     # ------------------------------------------------------------------ ops
     def conv(self, x, cout, k, *, stride=1, pad=0, group=1, bias=True, name):
+        """Conv with kernel `k` and padding `pad` each an int (square) or a
+        (height, width) pair, as torchvision's 1x7 and 7x1 convolutions."""
         cin, h, w = self.shapes[x]
         if cin % group or cout % group:
             raise ValueError(f"{self.name}: conv '{name}' channels {cin}->{cout} "
                              f"not divisible by group {group}")
-        ho, wo = pool_out(h, k, stride, pad), pool_out(w, k, stride, pad)
+        kh, kw = (k, k) if isinstance(k, int) else k
+        ph, pw = (pad, pad) if isinstance(pad, int) else pad
+        ho, wo = pool_out(h, kh, stride, ph), pool_out(w, kw, stride, pw)
         if ho < 1 or wo < 1:
-            self._fail(name, f"{k}x{k} conv (stride {stride}, pad {pad}) on a {h}x{w} map")
-        fan_in = cin // group * k * k
+            self._fail(name, f"{kh}x{kw} conv (stride {stride}, pad {pad}) on a {h}x{w} map")
+        fan_in = cin // group * kh * kw
         inputs = [x, self.param(f"{name}.weight",
-                                self.he_normal((cout, cin // group, k, k), fan_in))]
+                                self.he_normal((cout, cin // group, kh, kw), fan_in))]
         if bias:
             inputs.append(self.param(f"{name}.bias", self.small_uniform((cout,))))
-        attrs = dict(kernel_shape=[k, k], strides=[stride, stride],
-                     pads=[pad] * 4, dilations=[1, 1])
+        attrs = dict(kernel_shape=[kh, kw], strides=[stride, stride],
+                     pads=[ph, pw, ph, pw], dilations=[1, 1])
         if group != 1:
             attrs["group"] = group
         return self._node("Conv", inputs, name, (cout, ho, wo), **attrs)
@@ -138,7 +142,7 @@ class NetBuilder:
     def relu(self, x, *, name):
         return self._node("Relu", [x], name, self.shapes[x])
 
-    def _pool(self, op, x, k, stride, pad, name):
+    def _pool(self, op, x, k, stride, pad, name, count_include_pad=False):
         c, h, w = self.shapes[x]
         if pad >= k:
             raise ValueError(f"{self.name}: pool '{name}' pad {pad} >= kernel {k}")
@@ -147,14 +151,14 @@ class NetBuilder:
             self._fail(name, f"{k}x{k} {op} (stride {stride}, pad {pad}) on a {h}x{w} map")
         attrs = dict(kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4)
         if op == "AveragePool":
-            attrs["count_include_pad"] = 0
+            attrs["count_include_pad"] = int(count_include_pad)
         return self._node(op, [x], name, (c, ho, wo), **attrs)
 
     def maxpool(self, x, k, stride, pad=0, *, name):
         return self._pool("MaxPool", x, k, stride, pad, name)
 
-    def avgpool(self, x, k, stride, pad=0, *, name):
-        return self._pool("AveragePool", x, k, stride, pad, name)
+    def avgpool(self, x, k, stride, pad=0, *, name, count_include_pad=False):
+        return self._pool("AveragePool", x, k, stride, pad, name, count_include_pad)
 
     def global_avgpool(self, x, *, name):
         c = self.shapes[x][0]

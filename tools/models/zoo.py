@@ -35,6 +35,7 @@ MIN_SIZE = {
     "vgg16": 32,
     "resnet18": 1,
     "inception": 1,
+    "inception_v3": 75,
 }
 
 
@@ -312,6 +313,114 @@ def build_inception(size=224, channels=3, width=1.0, classes=1000, batch=1,
                    width=width, classes=classes, batch=batch, seed=seed)
 
 
+# ------------------------------------------------------------- Inception-v3
+# Full-size benchmark network (not in REGISTRY: the CI suites that run every
+# zoo model at test size leave it out; the benches use it at 299x299).
+def _v3_conv(b, x, cout, k, *, stride=1, pad=0, name):
+    """torchvision's BasicConv2d: Conv (no bias) + BN (eps 1e-3) + ReLU."""
+    x = b.conv(x, cout, k, stride=stride, pad=pad, bias=False, name=f"{name}.conv")
+    return b.relu(b.bn(x, name=f"{name}.bn", eps=1e-3), name=f"{name}.relu")
+
+
+def _v3_pool_branch(b, x, cout, c, prefix):
+    """3x3 average pool (stride 1, pad 1, zeros counted) then a 1x1 conv."""
+    y = b.avgpool(x, 3, 1, 1, name=f"{prefix}.branch_pool.avg", count_include_pad=True)
+    return _v3_conv(b, y, c(cout), 1, name=f"{prefix}.branch_pool")
+
+
+def _v3_a(b, x, pool_features, c, p):
+    y1 = _v3_conv(b, x, c(64), 1, name=f"{p}.branch1x1")
+    y5 = _v3_conv(b, x, c(48), 1, name=f"{p}.branch5x5_1")
+    y5 = _v3_conv(b, y5, c(64), 5, pad=2, name=f"{p}.branch5x5_2")
+    y3 = _v3_conv(b, x, c(64), 1, name=f"{p}.branch3x3dbl_1")
+    y3 = _v3_conv(b, y3, c(96), 3, pad=1, name=f"{p}.branch3x3dbl_2")
+    y3 = _v3_conv(b, y3, c(96), 3, pad=1, name=f"{p}.branch3x3dbl_3")
+    yp = _v3_pool_branch(b, x, pool_features, c, p)
+    return b.concat([y1, y5, y3, yp], name=f"{p}.concat")
+
+
+def _v3_b(b, x, c, p):
+    y3 = _v3_conv(b, x, c(384), 3, stride=2, name=f"{p}.branch3x3")
+    yd = _v3_conv(b, x, c(64), 1, name=f"{p}.branch3x3dbl_1")
+    yd = _v3_conv(b, yd, c(96), 3, pad=1, name=f"{p}.branch3x3dbl_2")
+    yd = _v3_conv(b, yd, c(96), 3, stride=2, name=f"{p}.branch3x3dbl_3")
+    yp = b.maxpool(x, 3, 2, name=f"{p}.branch_pool")
+    return b.concat([y3, yd, yp], name=f"{p}.concat")
+
+
+def _v3_c(b, x, c7, c, p):
+    row, col = ((1, 7), (0, 3)), ((7, 1), (3, 0))  # (kernel, pad) pairs
+    y1 = _v3_conv(b, x, c(192), 1, name=f"{p}.branch1x1")
+    y7 = _v3_conv(b, x, c(c7), 1, name=f"{p}.branch7x7_1")
+    y7 = _v3_conv(b, y7, c(c7), row[0], pad=row[1], name=f"{p}.branch7x7_2")
+    y7 = _v3_conv(b, y7, c(192), col[0], pad=col[1], name=f"{p}.branch7x7_3")
+    yd = _v3_conv(b, x, c(c7), 1, name=f"{p}.branch7x7dbl_1")
+    for i, (kp, cout) in enumerate([(col, c7), (row, c7), (col, c7), (row, 192)], start=2):
+        yd = _v3_conv(b, yd, c(cout), kp[0], pad=kp[1], name=f"{p}.branch7x7dbl_{i}")
+    yp = _v3_pool_branch(b, x, 192, c, p)
+    return b.concat([y1, y7, yd, yp], name=f"{p}.concat")
+
+
+def _v3_d(b, x, c, p):
+    y3 = _v3_conv(b, x, c(192), 1, name=f"{p}.branch3x3_1")
+    y3 = _v3_conv(b, y3, c(320), 3, stride=2, name=f"{p}.branch3x3_2")
+    y7 = _v3_conv(b, x, c(192), 1, name=f"{p}.branch7x7x3_1")
+    y7 = _v3_conv(b, y7, c(192), (1, 7), pad=(0, 3), name=f"{p}.branch7x7x3_2")
+    y7 = _v3_conv(b, y7, c(192), (7, 1), pad=(3, 0), name=f"{p}.branch7x7x3_3")
+    y7 = _v3_conv(b, y7, c(192), 3, stride=2, name=f"{p}.branch7x7x3_4")
+    yp = b.maxpool(x, 3, 2, name=f"{p}.branch_pool")
+    return b.concat([y3, y7, yp], name=f"{p}.concat")
+
+
+def _v3_e(b, x, c, p):
+    def split(y, stem):  # a 1x3 and a 3x1 conv side by side, concatenated
+        ya = _v3_conv(b, y, c(384), (1, 3), pad=(0, 1), name=f"{p}.{stem}a")
+        yb = _v3_conv(b, y, c(384), (3, 1), pad=(1, 0), name=f"{p}.{stem}b")
+        return b.concat([ya, yb], name=f"{p}.{stem}.concat")
+    y1 = _v3_conv(b, x, c(320), 1, name=f"{p}.branch1x1")
+    y3 = split(_v3_conv(b, x, c(384), 1, name=f"{p}.branch3x3_1"), "branch3x3_2")
+    yd = _v3_conv(b, x, c(448), 1, name=f"{p}.branch3x3dbl_1")
+    yd = _v3_conv(b, yd, c(384), 3, pad=1, name=f"{p}.branch3x3dbl_2")
+    yd = split(yd, "branch3x3dbl_3")
+    yp = _v3_pool_branch(b, x, 192, c, p)
+    return b.concat([y1, y3, yd, yp], name=f"{p}.concat")
+
+
+def build_inception_v3(size=299, channels=3, width=1.0, classes=1000, batch=1,
+                       opset=17, seed=0, symbolic_batch=False):
+    """Inception-v3 with torchvision's layer shapes and names (no auxiliary
+    classifier, no input transform; dropout is gone in an eval-mode
+    export): stem Conv2d_1a..4a with two 3x3 s2 max pools, Mixed_5b-5d
+    (InceptionA), 6a (B), 6b-6e (C, with 1x7 and 7x1 convolutions), 7a
+    (D), 7b-7c (E), global average pool and fc. Every conv is Conv (no
+    bias) + BN (eps 1e-3) + ReLU; the pool branches average 3x3 windows
+    counting the padding, as torch's avg_pool2d does by default."""
+    name = "inception_v3"
+    _check_width(name, width), _check_classes(name, classes)
+    b = _builder(name, size, channels, batch, opset, seed, symbolic_batch)
+    c = lambda n: scale_channels(n, width)  # noqa: E731
+    x = _v3_conv(b, b.input, c(32), 3, stride=2, name="Conv2d_1a_3x3")
+    x = _v3_conv(b, x, c(32), 3, name="Conv2d_2a_3x3")
+    x = _v3_conv(b, x, c(64), 3, pad=1, name="Conv2d_2b_3x3")
+    x = b.maxpool(x, 3, 2, name="maxpool1")
+    x = _v3_conv(b, x, c(80), 1, name="Conv2d_3b_1x1")
+    x = _v3_conv(b, x, c(192), 3, name="Conv2d_4a_3x3")
+    x = b.maxpool(x, 3, 2, name="maxpool2")
+    for p, pool_features in (("Mixed_5b", 32), ("Mixed_5c", 64), ("Mixed_5d", 64)):
+        x = _v3_a(b, x, pool_features, c, p)
+    x = _v3_b(b, x, c, "Mixed_6a")
+    for p, c7 in (("Mixed_6b", 128), ("Mixed_6c", 160), ("Mixed_6d", 160), ("Mixed_6e", 192)):
+        x = _v3_c(b, x, c7, c, p)
+    x = _v3_d(b, x, c, "Mixed_7a")
+    x = _v3_e(b, x, c, "Mixed_7b")
+    x = _v3_e(b, x, c, "Mixed_7c")
+    x = b.global_avgpool(x, name="avgpool")
+    x = b.flatten(x, name="flatten")
+    x = b.gemm(x, classes, name="fc", gain=1.0)
+    return _finish(b, x, name, build_inception_v3.__doc__, size=size, channels=channels,
+                   width=width, classes=classes, batch=batch, seed=seed)
+
+
 # ----------------------------------------------------------------- registry
 REGISTRY = {
     "lenet": build_lenet,
@@ -328,6 +437,10 @@ _IMAGENET = dict(size=224, channels=3, width=1.0, classes=1000, batch=1)
 DEFAULTS = {n: dict(_IMAGENET) for n in REGISTRY}
 DEFAULTS["lenet"] = dict(size=28, channels=1, width=1.0, classes=10, batch=1)
 
+# Networks for the benches only (full size; gen.py builds them like the rest).
+BENCH_REGISTRY = {"inception_v3": build_inception_v3}
+DEFAULTS["inception_v3"] = dict(_IMAGENET, size=299)
+
 # Small presets: a plain-loop reference interpreter runs a forward pass of
 # each in well under a second.
 _SMALL = dict(channels=3, width=1 / 16, classes=10, batch=2)
@@ -341,6 +454,7 @@ TEST_PRESETS = {
     # makes the training loss too ill-conditioned for finite differences.
     "resnet18": dict(size=64, **_SMALL),
     "inception": dict(size=64, **_SMALL),
+    "inception_v3": dict(size=75, **_SMALL),
 }
 
 
@@ -348,8 +462,9 @@ def build(name, test_size=False, **overrides):
     """Builds registered network `name` from its DEFAULTS (or TEST_PRESETS
     when test_size) updated with `overrides` (keys of the builder's
     signature; None values are ignored)."""
-    if name not in REGISTRY:
-        raise KeyError(f"unknown network {name!r}; known: {', '.join(REGISTRY)}")
+    builders = {**REGISTRY, **BENCH_REGISTRY}
+    if name not in builders:
+        raise KeyError(f"unknown network {name!r}; known: {', '.join(builders)}")
     params = dict((TEST_PRESETS if test_size else DEFAULTS)[name])
     params.update({k: v for k, v in overrides.items() if v is not None})
-    return REGISTRY[name](**params)
+    return builders[name](**params)
