@@ -37,17 +37,8 @@ public:
         return makeError("autodiff: graph @" + g.name() + " is already differentiated");
     Value* loss = g.outputs()[0];
 
-    std::unordered_set<const Value*> assigned;
-    for (const auto& op : g.ops())
-      if (op->kind() == OpKind::Assign)
-        assigned.insert(op->operand(0));
-    std::vector<Value*> trainable;
-    std::unordered_set<const Value*> depends;
-    for (const auto& p : g.params())
-      if (isFloat(p->type().dtype) && !p->zeroInit() && !assigned.count(p.get())) {
-        trainable.push_back(p.get());
-        depends.insert(p.get());
-      }
+    std::vector<Value*> trainable = trainableParams(g);
+    std::unordered_set<const Value*> depends(trainable.begin(), trainable.end());
     std::vector<Op*> forward;
     for (auto& op : g.ops()) {
       forward.push_back(op.get());

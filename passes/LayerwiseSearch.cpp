@@ -1,6 +1,8 @@
 //===- LayerwiseSearch.cpp - Layer-wise parallel config search ------------===//
 #include "passes/LayerwiseSearch.h"
 
+#include "passes/TrainingSupport.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <numeric>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace lwcc {
 
@@ -333,7 +336,9 @@ public:
     std::vector<int64_t> devs = firstDevices(c.degree);
     for (unsigned j = 0; j < op.numOperands(); ++j) {
       const Value* w = op.operand(j);
-      if (w->kind() != ValueKind::Param || !isFloat(w->type().dtype) || !op.info().gradRule)
+      // Only trained params have gradients to sum and an update: running
+      // statistics (written by an assign) have neither.
+      if (!trainable_.count(w) || !op.info().gradRule)
         continue;
       double wb = static_cast<double>(w->type().sizeInBytes());
       bool whole = !p || p->operandDims[j] < 0;
@@ -361,9 +366,12 @@ public:
     return grad ? 2 * t : t;
   }
 
-  void setOutputs(const Graph& g) {
+  void setGraph(const Graph& g) {
     outputs_.clear();
     outputs_.insert(g.outputs().begin(), g.outputs().end());
+    trainable_.clear();
+    for (const Value* p : trainableParams(g))
+      trainable_.insert(p);
   }
 
 private:
@@ -429,6 +437,7 @@ private:
   int64_t gpus_;
   std::vector<int64_t> degrees_;
   std::set<const Value*> outputs_;
+  std::unordered_set<const Value*> trainable_; ///< params with gradients
 };
 
 /// The dim names @par uses (as Parallelize.cpp): n, c, h, w for rank 4,
@@ -463,7 +472,7 @@ struct Problem {
 Problem buildProblem(const Graph& g, CostFunction& cf,
                      const std::function<std::vector<LayerConfig>(const Op&)>& candidates) {
   Problem pb;
-  cf.setOutputs(g);
+  cf.setGraph(g);
   std::unordered_map<const Op*, size_t> index;
   for (const auto& op : g.ops())
     if (isNode(*op)) {

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 namespace lwcc {
 
@@ -34,6 +35,10 @@ public:
 private:
   std::unordered_set<std::string> taken_;
 };
+/// The params training updates by their gradient: float params that no
+/// assign writes (those are running statistics or optimizer state) and that
+/// are not zero-initialized state, in param order.
+std::vector<Value*> trainableParams(const Graph& g);
 /// Appends assign(target, value) at the end of the graph, on the target's
 /// device.
 void appendAssign(Graph& g, Value* target, Value* value, const Location& loc);

@@ -2,8 +2,9 @@
 """Multi-device CPU trainers train like the one-device trainer.
 
 For lenet and resnet18 at test size (batch 8), a `--gpus 1` CPU trainer and
-`--gpus 2|4 --strategy=data|model|owt` CPU trainers (resnet18: --gpus 2 with
-owt only) run 5 steps with the
+`--gpus 2|4 --strategy=data|model|owt|layerwise|hypergraph` CPU trainers
+(resnet18: --gpus 2 with owt and hypergraph only, --gpus 4 without the last
+two) run 5 steps with the
 same seed on synthetic data, then evaluate. Checks, against `--gpus 1`:
   - the 5 losses (--log) within 1e-5 relative;
   - every param after 5 steps (--dump) within 1e-4 of its largest element;
@@ -192,6 +193,9 @@ def main():
             # resnet18 (slow to build) on 2 devices with owt only.
             cases += [(m, 8, g, s) for g in gpus for s in ("data", "model", "owt")
                       if m == "lenet" or g == 4 or s == "owt"]
+            # The searched and partitioned strategies (resnet18: hypergraph on 2).
+            cases += [(m, 8, g, s) for g in gpus for s in ("layerwise", "hypergraph")
+                      if m == "lenet" or (g == 2 and s == "hypergraph")]
         if "lenet" in models:
             cases += [("lenet", 6, 1, "data"), ("lenet", 6, 4, "data"), ("lenet", 6, 4, "owt")]
         for m, batch in sorted({(c[0], c[1]) for c in cases}):
@@ -231,7 +235,7 @@ def main():
             if c[2] > 1:
                 header = r.stdout.splitlines()[0] if r.stdout else ""
                 # Data-parallel first layers split the batch: "(2+2+1+1 per device)".
-                split = c[3] == "model" or " per device) per epoch" in header
+                split = c[3] not in ("data", "owt") or " per device) per epoch" in header
                 report(f"on {c[2]} devices" in header and f"batches of {c[1]}" in header and split,
                        f"{key(c)}: the header gives the devices and the global batch", header)
             runs[c] = work

@@ -177,6 +177,46 @@ TEST(LayerwiseSearchTest, SlowLinksKeepEverythingOnOneDevice) {
   }
 }
 
+TEST(LayerwiseSearchTest, RunningStatisticsHaveNoGradientToSync) {
+  // %stat is written by an assign (a running statistic): replicating the
+  // mul that reads it on 4 devices costs what one device's mul costs, with
+  // no all-reduce of a gradient it does not have. The trained %w does pay
+  // one when its matmul is replicated.
+  constexpr const char* kStat = R"(
+graph @g(%x: f32[64,256] @data) {
+  %w = param "w" : f32[256,256]
+  %stat = param "stat" : f32[65536]
+  %h = matmul(%x, %w) : f32[64,256] loc("fc")
+  %l = reduce_mean(%h) {axes = [0, 1], keepdims = 0} : f32[] loc("loss")
+  %c = constant() {value = [0.9]} : f32[]
+  %m = mul(%stat, %c) : f32[65536] loc("decay")
+  assign(%stat, %m)
+  return %l
+}
+)";
+  CostModel cm(specWith(1e12, 1e3, 0));
+  auto costWith = [&](std::vector<int64_t> matmulDevices, std::vector<int64_t> mulDevices) {
+    auto g = parseOk(kStat);
+    EXPECT_TRUE(g);
+    for (auto& op : g->ops()) {
+      if (op->kind() == OpKind::Constant || op->kind() == OpKind::Assign)
+        continue;
+      ParallelConfig par;
+      par.devices = op->loc().name == "decay" ? mulDevices
+                    : op->loc().name == "fc"  ? matmulDevices
+                                              : std::vector<int64_t>{0};
+      op->annotations().par = par;
+    }
+    auto t = layerwiseCostOf(*g, cm, 4);
+    EXPECT_TRUE(static_cast<bool>(t)) << llvm::toString(t.takeError());
+    return t ? *t : -1.0;
+  };
+  double one = costWith({0}, {0});
+  EXPECT_NEAR(costWith({0}, {0, 1, 2, 3}), one, 1e-12 * one);
+  // w's 256 KiB over 1 KB/s links: minutes of all-reduce.
+  EXPECT_GT(costWith({0, 1, 2, 3}, {0}), one + 100);
+}
+
 TEST(LayerwiseSearchTest, MeasuredTimesDriveTheSearch) {
   // The same slow links, but a profile that measured relu at 1e8 s: now
   // splitting it over all four devices pays for any transfer.
