@@ -276,7 +276,8 @@ bool isNode(const Op& op) {
 
 class CostFunction {
 public:
-  CostFunction(const CostModel& cm, int64_t gpus) : cm_(cm), gpus_(gpus) {
+  CostFunction(const CostModel& cm, int64_t gpus, int64_t bucketBytes)
+      : cm_(cm), gpus_(gpus), bucketBytes_(bucketBytes) {
     for (int64_t k = 1; k < gpus; k *= 2)
       degrees_.push_back(k);
     degrees_.push_back(gpus);
@@ -346,7 +347,7 @@ public:
       double piece = whole ? wb : wb * f;
       t += cm_.computeSeconds(5 * piece / 4, 5 * piece);
       if (whole)
-        t += cm_.allReduceSeconds(wb, devs);
+        t += syncSeconds(wb, devs);
     }
     if (p && op.kind() == OpKind::BatchNormTrain && c.dim == 0)
       t += 2 * cm_.allReduceSeconds(static_cast<double>(op.result(1)->type().sizeInBytes()), devs);
@@ -370,11 +371,27 @@ public:
     outputs_.clear();
     outputs_.insert(g.outputs().begin(), g.outputs().end());
     trainable_.clear();
-    for (const Value* p : trainableParams(g))
+    syncBytes_ = 0;
+    for (const Value* p : trainableParams(g)) {
       trainable_.insert(p);
+      syncBytes_ += static_cast<double>(p->type().sizeInBytes());
+    }
   }
 
 private:
+  /// The all-reduce of a whole param's gradient over `devs`. Bucketed, a
+  /// bucket (bucketBytes_, or every gradient when they fit in fewer bytes)
+  /// pays the ring's 2(p-1) latencies once: a param pays them in proportion
+  /// to its bytes.
+  double syncSeconds(double bytes, const std::vector<int64_t>& devs) const {
+    double t = cm_.allReduceSeconds(bytes, devs);
+    if (bucketBytes_ <= 0 || devs.size() < 2 || bytes <= 0)
+      return t;
+    double latency = 2 * static_cast<double>(devs.size() - 1) * cm_.linkLatency(devs);
+    double bucket = std::min(static_cast<double>(bucketBytes_), syncBytes_);
+    return t - latency + latency * std::min(1.0, bytes / std::max(bucket, 1.0));
+  }
+
   bool isOutput(const Value* v) const { return outputs_.count(v) > 0; }
 
   /// Backward time as a multiple of forward: convolutions and matrix
@@ -438,6 +455,8 @@ private:
   std::vector<int64_t> degrees_;
   std::set<const Value*> outputs_;
   std::unordered_set<const Value*> trainable_; ///< params with gradients
+  int64_t bucketBytes_ = 0;
+  double syncBytes_ = 0; ///< the trained params' bytes: every gradient
 };
 
 /// The dim names @par uses (as Parallelize.cpp): n, c, h, w for rank 4,
@@ -512,9 +531,10 @@ Problem buildProblem(const Graph& g, CostFunction& cf,
 
 } // namespace
 
-llvm::Expected<LayerwiseResult> searchLayerwise(Graph& g, const CostModel& cm, int64_t gpus) {
+llvm::Expected<LayerwiseResult> searchLayerwise(Graph& g, const CostModel& cm, int64_t gpus,
+                                                int64_t bucketBytes) {
   auto start = std::chrono::steady_clock::now();
-  CostFunction cf(cm, gpus);
+  CostFunction cf(cm, gpus, bucketBytes);
   Problem pb = buildProblem(g, cf, [&](const Op& op) { return cf.candidates(op); });
   ConfigSolution s = solveConfigGraph(pb.graph);
   for (size_t n = 0; n < pb.ops.size(); ++n) {
@@ -534,8 +554,9 @@ llvm::Expected<LayerwiseResult> searchLayerwise(Graph& g, const CostModel& cm, i
   return r;
 }
 
-llvm::Expected<double> layerwiseCostOf(const Graph& g, const CostModel& cm, int64_t gpus) {
-  CostFunction cf(cm, gpus);
+llvm::Expected<double> layerwiseCostOf(const Graph& g, const CostModel& cm, int64_t gpus,
+                                       int64_t bucketBytes) {
+  CostFunction cf(cm, gpus, bucketBytes);
   std::optional<llvm::Error> err;
   auto configOf = [&](const Op& op) -> std::vector<LayerConfig> {
     LayerConfig c;

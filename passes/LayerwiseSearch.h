@@ -66,11 +66,16 @@ struct LayerwiseResult {
 };
 
 /// Chooses and records (@par) a config for every op of `g` (a training
-/// graph before autodiff) over `gpus` devices.
-llvm::Expected<LayerwiseResult> searchLayerwise(Graph& g, const CostModel& cm, int64_t gpus);
+/// graph before autodiff) over `gpus` devices. `bucketBytes` > 0: the
+/// gradients are all-reduced in buckets of that size (grad-sync), so a
+/// param pays the bandwidth of its own all-reduce but only its share of a
+/// bucket's latency; 0: every param's all-reduce on its own.
+llvm::Expected<LayerwiseResult> searchLayerwise(Graph& g, const CostModel& cm, int64_t gpus,
+                                                int64_t bucketBytes = 0);
 
 /// The same cost function for the @par configs `g` holds already (any
 /// strategy): the predicted step time the search compares.
-llvm::Expected<double> layerwiseCostOf(const Graph& g, const CostModel& cm, int64_t gpus);
+llvm::Expected<double> layerwiseCostOf(const Graph& g, const CostModel& cm, int64_t gpus,
+                                       int64_t bucketBytes = 0);
 
 } // namespace lwcc

@@ -63,7 +63,7 @@ public:
         return it->second;
       b.setLoc(loc);
       b.setDevice(d ? std::optional<int64_t>(d) : std::nullopt);
-      Value* step = getOrCreateStepParam(g, d);
+      Value* step = getOrCreateStepParam(g, d, &names);
       auto lr = b.createInferred(OpKind::LrSchedule, {step},
                                  {{"kind", Attribute(cfg_.schedule)},
                                   {"base_lr", Attribute(cfg_.lr)},

@@ -52,11 +52,16 @@ const Value* splitValue(const Op& op) {
 ///          its rule accepts, or the whole op, over devices 0..k-1 for k a
 ///          power of two up to gpus (and gpus itself).
 /// With report=1 the pass notes the predicted step time of the configs
-/// under the layer-wise cost function (and the search time).
+/// under the layer-wise cost function (and the search time). bucket_bytes:
+/// the gradient buckets grad-sync will make (the search charges a param its
+/// share of a bucket's all-reduce latency; 0, the default: a whole
+/// all-reduce per param).
 class ParallelizePass : public Pass {
 public:
-  ParallelizePass(std::string strategy, int64_t gpus, std::optional<CostModel> cost, bool report)
-      : strategy_(std::move(strategy)), gpus_(gpus), cost_(std::move(cost)), report_(report) {}
+  ParallelizePass(std::string strategy, int64_t gpus, std::optional<CostModel> cost, bool report,
+                  int64_t bucketBytes)
+      : strategy_(std::move(strategy)), gpus_(gpus), cost_(std::move(cost)), report_(report),
+        bucketBytes_(bucketBytes) {}
   std::string_view name() const override { return "parallelize"; }
 
   llvm::Error run(Graph& g, PassContext& ctx) override {
@@ -64,7 +69,7 @@ public:
       if (op->annotations().par || op->annotations().device || op->info().isCommunication())
         return op->emitError("parallelize: the graph is already parallelized");
     if (strategy_ == "layerwise") {
-      auto r = searchLayerwise(g, *cost_, gpus_);
+      auto r = searchLayerwise(g, *cost_, gpus_, bucketBytes_);
       if (!r)
         return r.takeError();
       if (report_ && ctx.diag)
@@ -79,7 +84,7 @@ public:
     if (llvm::Error e = classic(g))
       return e;
     if (report_ && ctx.diag) {
-      auto t = layerwiseCostOf(g, *cost_, gpus_);
+      auto t = layerwiseCostOf(g, *cost_, gpus_, bucketBytes_);
       if (!t)
         return t.takeError();
       ctx.diag(Severity::Note, {},
@@ -155,13 +160,15 @@ private:
   int64_t gpus_;
   std::optional<CostModel> cost_;
   bool report_;
+  int64_t bucketBytes_; ///< grad-sync's buckets (0: one all-reduce per param)
 };
 
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createParallelizePass(std::string_view options) {
-  auto opts = PassOptions::parse("parallelize", options, "strategy",
-                                 {"strategy", "gpus", "spec", "profile", "tf32", "report"});
+  auto opts =
+      PassOptions::parse("parallelize", options, "strategy",
+                         {"strategy", "gpus", "spec", "profile", "tf32", "report", "bucket_bytes"});
   if (!opts)
     return opts.takeError();
   std::string strategy = opts->getString("strategy", "data");
@@ -179,6 +186,11 @@ llvm::Expected<std::unique_ptr<Pass>> createParallelizePass(std::string_view opt
   auto tf32 = opts->getInt("tf32", 0);
   if (!tf32)
     return tf32.takeError();
+  auto bucketBytes = opts->getInt("bucket_bytes", 0);
+  if (!bucketBytes)
+    return bucketBytes.takeError();
+  if (*bucketBytes < 0)
+    return makeError("parallelize: bucket_bytes must be >= 0, got " + std::to_string(*bucketBytes));
   std::optional<CostModel> cost;
   if (strategy == "layerwise" || *report) {
     auto cm = costModelFromOptions(*opts);
@@ -187,7 +199,8 @@ llvm::Expected<std::unique_ptr<Pass>> createParallelizePass(std::string_view opt
     cost.emplace(std::move(*cm));
     cost->setTf32(*tf32 != 0);
   }
-  return std::make_unique<ParallelizePass>(strategy, *gpus, std::move(cost), *report != 0);
+  return std::make_unique<ParallelizePass>(strategy, *gpus, std::move(cost), *report != 0,
+                                           *bucketBytes);
 }
 
 } // namespace lwcc

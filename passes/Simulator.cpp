@@ -34,12 +34,18 @@ using Busy = std::vector<std::pair<double, double>>;
 double earliestGap(double t, double d, const std::vector<const Busy*>& busy) {
   for (bool moved = true; moved;) {
     moved = false;
-    for (const Busy* b : busy)
-      for (const auto& [s, e] : *b)
-        if (s < t + d && t < e) { // overlaps [t, t + d): start after it
-          t = e;
+    for (const Busy* b : busy) {
+      // A port serves one op at a time: its intervals do not overlap, so,
+      // sorted by start, they are sorted by end too. Skip those ending by t.
+      auto it = std::upper_bound(
+          b->begin(), b->end(), t,
+          [](double x, const std::pair<double, double>& iv) { return x < iv.second; });
+      for (; it != b->end() && it->first < t + d; ++it)
+        if (t < it->second) { // overlaps [t, t + d): start after it
+          t = it->second;
           moved = true;
         }
+    }
   }
   return t;
 }

@@ -77,12 +77,13 @@ void appendAssign(Graph& g, Value* target, Value* value, const Location& loc) {
     op->annotations().device = target->device();
 }
 
-Value* getOrCreateStepParam(Graph& g, int64_t device) {
+Value* getOrCreateStepParam(Graph& g, int64_t device, UniqueNames* names) {
   for (const auto& p : g.params())
     if (p->paramName() == kStepParam && p->device().value_or(0) == device)
       return p.get();
-  Value* p = g.addParam(uniqueValueName(g, device ? "step.d" + std::to_string(device) : "step"),
-                        kStepParam, TensorType(DType::I64, {}));
+  const std::string base = device ? "step.d" + std::to_string(device) : "step";
+  Value* p = g.addParam(names ? (*names)(base) : uniqueValueName(g, base), kStepParam,
+                        TensorType(DType::I64, {}));
   p->setZeroInit(true);
   if (device)
     p->setDevice(device);

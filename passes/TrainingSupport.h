@@ -15,9 +15,11 @@ inline constexpr const char* kStepParam = "train.step";
 
 /// The step counter param, created (zero-initialized) when missing.
 Value* getOrCreateStepParam(Graph& g);
+class UniqueNames;
 /// The copy of the step counter on `device` (each device that needs the
-/// step holds one), created when missing.
-Value* getOrCreateStepParam(Graph& g, int64_t device);
+/// step holds one), created when missing; named by `names` when given (a
+/// pass that already holds the graph's names), else by uniqueValueName.
+Value* getOrCreateStepParam(Graph& g, int64_t device, UniqueNames* names = nullptr);
 /// The param bound to `initializer`, or null.
 Value* findParam(const Graph& g, const std::string& initializer);
 /// A value name no other value of `g` has, starting from `base`: `base`,

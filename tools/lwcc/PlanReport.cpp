@@ -140,7 +140,7 @@ int64_t maxOver(const std::map<int64_t, int64_t>& m) {
 
 void printParallelPlan(const Graph& g, const CostModel& model, const std::string& strategy,
                        int64_t gpus, const std::vector<StrategyPlan>& strategies,
-                       llvm::raw_ostream& os) {
+                       const SearchCheck* check, llvm::raw_ostream& os) {
   os << llvm::formatv("\nparallel plan of @{0}: --strategy={1} on {2} devices, priced on {3}\n",
                       g.name(), strategy, gpus, model.spec().name);
   os << llvm::formatv("{0,-32} {1,-14} {2,-16} {3,5} {4,12} {5,14}\n", "layer", "config", "devices",
@@ -158,6 +158,13 @@ void printParallelPlan(const Graph& g, const CostModel& model, const std::string
                         s.sim.stepSeconds * 1e3, maxOver(s.sim.computeSeconds) * 1e3,
                         maxOver(s.sim.commSeconds) * 1e3, s.sim.commBytes, maxOver(s.peakBytes),
                         s.name == strategy ? "  (chosen)" : "");
+  if (check) {
+    os << "layerwise: the search's plan and the uniform ones on the simulator:";
+    for (const auto& [name, seconds] : check->candidates)
+      os << llvm::formatv(" {0} {1:f3} ms", name, seconds * 1e3);
+    os << "; kept "
+       << (check->kept == "layerwise" ? "the search's plan" : check->kept + "'s configs") << "\n";
+  }
   for (const StrategyPlan& s : strategies) {
     if (s.name != strategy)
       continue;
@@ -175,7 +182,7 @@ void printParallelPlan(const Graph& g, const CostModel& model, const std::string
 }
 
 void writePlanJson(const std::string& chosen, double searchSeconds, const std::string& spec,
-                   const std::vector<StrategyPlan>& strategies,
+                   const std::vector<StrategyPlan>& strategies, const SearchCheck* check,
                    const std::vector<LayerPlan>& layers, llvm::raw_ostream& os) {
   llvm::json::Object strats;
   for (const StrategyPlan& s : strategies) {
@@ -202,13 +209,19 @@ void writePlanJson(const std::string& chosen, double searchSeconds, const std::s
                                       {"ops", l.ops},
                                       {"compute_s", l.computeSeconds},
                                       {"comm_bytes", l.commBytes}});
-  os << llvm::formatv("{0:2}",
-                      llvm::json::Value(llvm::json::Object{{"chosen", chosen},
-                                                           {"search_s", searchSeconds},
-                                                           {"device_spec", spec},
-                                                           {"strategies", std::move(strats)},
-                                                           {"layers", std::move(rows)}}))
-     << "\n";
+  llvm::json::Object top{{"chosen", chosen},
+                         {"search_s", searchSeconds},
+                         {"device_spec", spec},
+                         {"strategies", std::move(strats)},
+                         {"layers", std::move(rows)}};
+  if (check) {
+    llvm::json::Object candidates;
+    for (const auto& [name, seconds] : check->candidates)
+      candidates[name] = seconds;
+    top["search_check"] =
+        llvm::json::Object{{"kept", check->kept}, {"candidates", std::move(candidates)}};
+  }
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(top))) << "\n";
 }
 
 } // namespace lwcc

@@ -26,6 +26,15 @@ struct StrategyPlan {
   std::map<int64_t, int64_t> peakBytes; ///< memory plan: arena per device
 };
 
+/// --strategy=layerwise checked on the simulator: the search's plan and the
+/// uniform ones it was set beside, with their simulated steps, and the one
+/// kept.
+struct SearchCheck {
+  std::vector<std::pair<std::string, double>> candidates; ///< name -> step seconds
+  std::string kept;
+  double searchSeconds = 0;
+};
+
 /// Builds the training step of `g` with the named strategy.
 using BuildStep = std::function<llvm::Error(Graph& g, const std::string& strategy)>;
 
@@ -53,16 +62,17 @@ std::vector<LayerPlan> layerPlans(const Graph& g, const CostModel& model);
 /// Per layer: the parallel config, the devices, compute time and bytes
 /// communicated per step; then the predicted step time, compute,
 /// communication and peak memory per device of every strategy side by
-/// side, `strategy` marked as chosen.
+/// side, `strategy` marked as chosen; with `check`, which plan layerwise kept.
 void printParallelPlan(const Graph& g, const CostModel& model, const std::string& strategy,
                        int64_t gpus, const std::vector<StrategyPlan>& strategies,
-                       llvm::raw_ostream& os);
+                       const SearchCheck* check, llvm::raw_ostream& os);
 
 /// --plan-json: {"chosen", "search_s", "device_spec", "strategies": {name: {"step_s",
 /// "comm_bytes", "peak_bytes", "compute_s": [per device], "comm_s": [...]}},
-/// "layers": [{"name", "config", "devices", "compute_s", "comm_bytes"}]}.
+/// "layers": [{"name", "config", "devices", "compute_s", "comm_bytes"}]}; with
+/// `check`, also "search_check": {"kept", "candidates": {name: step_s}}.
 void writePlanJson(const std::string& chosen, double searchSeconds, const std::string& spec,
-                   const std::vector<StrategyPlan>& strategies,
+                   const std::vector<StrategyPlan>& strategies, const SearchCheck* check,
                    const std::vector<LayerPlan>& layers, llvm::raw_ostream& os);
 
 } // namespace lwcc

@@ -92,6 +92,12 @@ cl::opt<std::string> planJson("plan-json",
                               cl::desc("With --emit=plan: write every strategy's predicted step "
                                        "time, bytes and peak memory, and the layers, as JSON"),
                               cl::value_desc("file.json"), cl::cat(category));
+cl::opt<bool> checkSearch(
+    "check-search",
+    cl::desc("With --strategy=layerwise on several devices: simulate the searched plan beside "
+             "data, model and owt parallelism and keep the fastest (default true; =false keeps "
+             "the search's plan)"),
+    cl::init(true), cl::cat(category));
 cl::opt<int64_t> bucketBytes("bucket-bytes",
                              cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
                              cl::init(int64_t{25} << 20), cl::cat(category));
@@ -269,6 +275,8 @@ std::string parallelizeOptions(const std::string& strat) {
     o += ",tf32=1";
   if (verbose)
     o += ",report=1";
+  // The search prices the gradient all-reduces as grad-sync buckets them.
+  o += ",bucket_bytes=" + std::to_string(bucketBytes);
   return o;
 }
 
@@ -295,9 +303,10 @@ llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats) {
                    "' has:" + over);
 }
 
-/// Runs the passes that build the training graph; `withOptimizer` false
-/// stops after autodiff (gradients as outputs, nothing updated).
-llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& strat) {
+/// Runs the passes that build the training graph with strategy `strat` as
+/// it is (no simulator check); `withOptimizer` false stops after autodiff
+/// (gradients as outputs, nothing updated).
+llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& strat) {
   std::vector<std::string> names = {"canonicalize", "append-loss=" + loss,
                                     "train-mode=bn_running_var=" + bnRunningVar};
   if (gpus > 1) {
@@ -340,8 +349,99 @@ llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& 
   return llvm::Error::success();
 }
 
+llvm::Expected<CostModel> costModel();
+
+/// --strategy=layerwise with --check-search, settled once per run, and the
+/// kept plan's training graph until the module takes it.
+std::optional<SearchCheck> searchCheck;
+std::unique_ptr<Graph> keptGraph;
+
+/// The layer-wise search minimises an additive cost (each op's compute, its
+/// operands' re-layouts, its params' gradient all-reduce: Jia et al.'s
+/// model), which cannot see the bucketed all-reduce overlapping backward
+/// that the simulator (and the trainer) has. So the searched plan is
+/// simulated beside data, owt and model parallelism (configs inside the
+/// search's space) and the fastest is kept: ties keep the search's plan.
+/// A uniform plan that wins but needs more memory than a device has is
+/// passed over.
+llvm::Error settleLayerwise(const Graph& g) {
+  auto model = costModel();
+  if (!model)
+    return model.takeError();
+  SearchCheck check;
+  std::vector<std::unique_ptr<Graph>> built;
+  for (const char* name : {"layerwise", "data", "owt", "model"}) {
+    built.push_back(g.clone());
+    if (llvm::Error e = buildWithStrategy(*built.back(), true, name))
+      return e;
+    if (check.candidates.empty())
+      check.searchSeconds = strategySeconds;
+    auto sim = simulate(*built.back(), simCosts(*model));
+    if (!sim)
+      return sim.takeError();
+    check.candidates.push_back({name, sim->stepSeconds});
+  }
+  std::vector<size_t> order(built.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return check.candidates[a].second < check.candidates[b].second;
+  });
+  check.kept = "layerwise";
+  for (size_t i : order) {
+    if (i == 0)
+      break; // the search's plan: what the compile would be without the check
+    auto probe = built[i]->clone(); // planned aside: the kept graph stays unannotated
+    auto stats = planMemory(*probe);
+    if (!stats)
+      return stats.takeError();
+    if (llvm::Error e = checkDeviceMemory(*probe, *stats)) {
+      llvm::consumeError(std::move(e));
+      continue;
+    }
+    check.kept = check.candidates[i].first;
+    break;
+  }
+  for (size_t i = 0; i < built.size(); ++i)
+    if (check.candidates[i].first == check.kept)
+      keptGraph = std::move(built[i]);
+  if (verbose) {
+    llvm::errs() << "lwcc: layerwise: simulated step:";
+    for (const auto& [name, seconds] : check.candidates)
+      llvm::errs() << llvm::formatv(" {0} {1:f3} ms", name, seconds * 1e3);
+    llvm::errs() << "; kept " << check.kept << "\n";
+  }
+  searchCheck = std::move(check);
+  return llvm::Error::success();
+}
+
+/// The training graph of strategy `strat`; layerwise (with --check-search,
+/// on several devices) keeps the fastest of its plan and the uniform ones.
+llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& strat) {
+  if (strat != "layerwise" || gpus < 2 || !checkSearch)
+    return buildWithStrategy(g, withOptimizer, strat);
+  if (!searchCheck)
+    if (llvm::Error e = settleLayerwise(g))
+      return e;
+  llvm::Error e = buildWithStrategy(g, withOptimizer, searchCheck->kept);
+  strategySeconds = searchCheck->searchSeconds; // the search's time, whichever plan is kept
+  return e;
+}
+
 llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
-  return buildTrainingGraph(*m.graph, withOptimizer, chosenStrategy());
+  const std::string strat = chosenStrategy();
+  if (strat == "layerwise" && gpus > 1 && checkSearch && withOptimizer) {
+    // The kept plan was built whole while settling: take it, not a rebuild.
+    if (!searchCheck)
+      if (llvm::Error e = settleLayerwise(*m.graph))
+        return e;
+    if (keptGraph) {
+      m.graph = std::move(keptGraph);
+      strategySeconds = searchCheck->searchSeconds;
+      return llvm::Error::success();
+    }
+  }
+  return buildTrainingGraph(*m.graph, withOptimizer, strat);
 }
 
 /// The strategies --emit=plan compares.
@@ -1035,7 +1135,8 @@ int main(int argc, char** argv) {
   case Emit::Plan:
     printPlan(*module->graph, *plan, out.os());
     if (gpus > 1)
-      printParallelPlan(*module->graph, *model, chosenStrategy(), gpus, strategyPlans, out.os());
+      printParallelPlan(*module->graph, *model, chosenStrategy(), gpus, strategyPlans,
+                        searchCheck ? &*searchCheck : nullptr, out.os());
     else if (auto sim = simulate(*module->graph, simCosts(*model)))
       out.os() << llvm::formatv("predicted step on {0}: {1:f3} ms\n", model->spec().name,
                                 sim->stepSeconds * 1e3);
@@ -1049,7 +1150,8 @@ int main(int argc, char** argv) {
         return 1;
       }
       writePlanJson(chosenStrategy(), strategySeconds, model->spec().name, strategyPlans,
-                    layerPlans(*module->graph, *model), json);
+                    searchCheck ? &*searchCheck : nullptr, layerPlans(*module->graph, *model),
+                    json);
     }
     break;
   case Emit::Source:
