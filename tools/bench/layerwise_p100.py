@@ -2,12 +2,16 @@
 """Predicted step time of every strategy on the P100 cluster of Jia et al.
 
 For torchvision-shaped AlexNet and VGG-16 (224x224) and Inception-v3
-(299x299, the zoo's bench-only inception_v3: torchvision's layer shapes), with 64 samples per device on --gpus devices (default 16) of
+(299x299, the zoo's bench-only inception_v3: torchvision's layer shapes),
+with 64 samples per device on --gpus devices (default 16) of
 --spec (default p100-cluster): the layer-wise cost function's predicted step
 time of layerwise, data, model and owt configs, the speedups over data
 parallelism and over the best of data/model/owt, and the search time
 (search_s). Runs the passes up to parallelize (lwcc-opt), not the whole
-pipeline.
+pipeline; gradients priced in lwcc's default 25 MiB all-reduce buckets.
+The simulator's figures for the whole step (what lwcc --emit=plan compares,
+and what --strategy=layerwise keeps the fastest plan by) come from
+`lwcc X.onnx --gpus 16 --device-spec=p100-cluster --emit=plan --plan-json=F`.
 
     python3 tools/bench/layerwise_p100.py [--gpus 16] [--spec p100-cluster] [--models alexnet]
 """
@@ -52,7 +56,8 @@ def main():
             for s in STRATEGIES:
                 err = run([os.path.join(BIN, "lwcc-opt"), "--canonicalize", "--append-loss",
                            "--train-mode",
-                           f"--parallelize={s},gpus={args.gpus},spec={args.spec},report=1",
+                           f"--parallelize={s},gpus={args.gpus},spec={args.spec},report=1,"
+                           f"bucket_bytes={25 << 20}",
                            ir, "-o", os.devnull])
                 m = re.search(r"predicted step ([0-9.e+-]+) s", err)
                 step[s] = float(m.group(1))
