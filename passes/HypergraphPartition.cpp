@@ -402,6 +402,9 @@ llvm::Expected<std::vector<int>> zoltanParts(Hypergraph& hg, int64_t parts, doub
   std::string nparts = std::to_string(parts);
   const std::pair<const char*, const char*> params[] = {
       {"DEBUG_LEVEL", "0"},
+      // Zoltan's random numbers restart from this seed on every call: the
+      // same graph gets the same parts however often lwcc partitions it.
+      {"SEED", "123456789"},
       {"LB_METHOD", "HYPERGRAPH"},
       {"HYPERGRAPH_PACKAGE", "PHG"},
       {"LB_APPROACH", "PARTITION"},
