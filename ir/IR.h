@@ -110,6 +110,10 @@ private:
 struct ParallelConfig {
   std::vector<std::pair<std::string, int64_t>> degrees;
   std::vector<int64_t> devices;
+  /// The entries of the split dim each device gets, in device-list order
+  /// (one split dim only). Empty: as even as possible, the first devices
+  /// taking one more.
+  std::vector<int64_t> sizes;
   int64_t totalDegree() const;
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };

@@ -534,7 +534,7 @@ llvm::Error Parser::parseAnnotation(Annotations& ann) {
         TRY(expect(Tok::Comma, "',' or ')'"));
       first = false;
       if (tok_.kind != Tok::Ident)
-        return errorHere("expected a dim name (n, c, h, w, d0, ...) or 'devices', got " +
+        return errorHere("expected a dim name (n, c, h, w, d0, ...), 'devices' or 'sizes', got " +
                          describe(tok_));
       std::string dim = tok_.text;
       TRY(advance());
@@ -544,6 +544,11 @@ llvm::Error Parser::parseAnnotation(Annotations& ann) {
         if (!devs)
           return devs.takeError();
         pc.devices = *devs;
+      } else if (dim == "sizes") {
+        auto sizes = parseIntList();
+        if (!sizes)
+          return sizes.takeError();
+        pc.sizes = *sizes;
       } else {
         auto d = parseInt();
         if (!d)

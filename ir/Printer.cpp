@@ -80,6 +80,8 @@ std::string annotationsStr(const Annotations& a) {
     if (!a.par->devices.empty())
       inner +=
           (inner.empty() ? "" : ", ") + std::string("devices = [") + ints(a.par->devices) + "]";
+    if (!a.par->sizes.empty())
+      inner += (inner.empty() ? "" : ", ") + std::string("sizes = [") + ints(a.par->sizes) + "]";
     s += " @par(" + inner + ")";
   }
   if (a.device)

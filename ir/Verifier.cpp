@@ -39,6 +39,38 @@ std::optional<int64_t> parDim(const std::string& name, int64_t rank) {
   return std::nullopt;
 }
 
+/// `sizes` of @par: one piece per device of the one split dim, each > 0,
+/// summing to the dim (on a shard, @par describes the whole op: no sum).
+llvm::Error verifyPieceSizes(const Op& op, const ParallelConfig& par, int64_t rank) {
+  std::optional<int64_t> dim;
+  std::string dimName;
+  for (const auto& [name, degree] : par.degrees)
+    if (degree > 1) {
+      if (dim)
+        return op.emitError("@par sizes need exactly one split dim, got '" + dimName + "' and '" +
+                            name + "'");
+      dim = parDim(name, rank);
+      dimName = name;
+    }
+  if (!dim)
+    return op.emitError("@par sizes need a split dim (a degree > 1)");
+  int64_t degree = par.totalDegree();
+  if (static_cast<int64_t>(par.sizes.size()) != degree)
+    return op.emitError(llvm::formatv("@par has {0} sizes for a degree of {1} along '{2}'",
+                                      par.sizes.size(), degree, dimName));
+  int64_t sum = 0;
+  for (int64_t s : par.sizes) {
+    if (s < 1)
+      return op.emitError(llvm::formatv("@par sizes must be >= 1, got {0}", s));
+    sum += s;
+  }
+  const Value* split = op.info().parOnOperand && op.numOperands() ? op.operand(0) : op.result(0);
+  if (!op.annotations().device && sum != split->type().shape[*dim])
+    return op.emitError(llvm::formatv("@par sizes sum to {0}, but '{1}' has size {2}", sum, dimName,
+                                      split->type().shape[*dim]));
+  return llvm::Error::success();
+}
+
 llvm::Error verifyAnnotations(const Op& op) {
   const Annotations& a = op.annotations();
   if (a.par) {
@@ -82,6 +114,9 @@ llvm::Error verifyAnnotations(const Op& op) {
       if (*unique.begin() < 0)
         return op.emitError("@par device ids must be >= 0");
     }
+    if (!a.par->sizes.empty())
+      if (llvm::Error e = verifyPieceSizes(op, *a.par, rank))
+        return e;
   }
   if (a.device && *a.device < 0)
     return op.emitError(llvm::formatv("@dev must be >= 0, got {0}", *a.device));

@@ -1,17 +1,25 @@
 //===- Hypergraph.h - Model parallelism by hypergraph partitioning -*- C++ -*-===//
 //
-// --strategy=hypergraph: every op of the training graph (before autodiff)
-// runs whole on one device, the devices chosen by partitioning a hypergraph
-// with Zoltan's PHG:
-//   vertices  the ops that get a parallel config, weighted by their cost;
-//   nets      each value read by ops (and each param shared by several
-//             ops), its pins the op that writes it and the ops that read
-//             it, weighted by its bytes;
+// --strategy=hypergraph: the training graph (before autodiff) is spread over
+// N devices by partitioning a hypergraph of its units of work with Zoltan's
+// PHG:
+//   vertices  units of work weighted by their cost: a light op is one unit;
+//             an op heavier than a sixteenth of a device's average share
+//             is cut into k units along a dim its parallel rule splits
+//             (the batch first, else the channels), each 1/k of its cost,
+//             and the light ops next to it are cut the same way;
+//   nets      per value (and per param), the units that produce and read
+//             an overlapping piece of it, weighted by that piece's bytes
+//             (units of the same dim and count overlap one to one; a whole
+//             op, or a different dim, reaches every unit of the other);
 // into N parts that minimise the connectivity-1 cut (the bytes copied
 // between devices, forward; backward copies the gradients back the same
 // way) with every part's weight at most IMBALANCE_TOL times the average.
-// Each op then gets @par(devices = [part]); materialize inserts the
-// device_copy ops between parts.
+// Where Zoltan's parts miss that bound (it treats it as a tolerance), a
+// repair step moves units from the heaviest part to the lightest. Each op
+// then runs on the parts that hold its units: whole on one device, or
+// split along its unit dim with a piece per device (in device order) as
+// large as the units it got (@par(..., sizes = [...])).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -28,7 +36,12 @@ namespace lwcc {
 struct HypergraphStats {
   int64_t parts = 0;
   double imbalanceTol = 0;
-  int64_t vertices = 0, nets = 0;
+  /// The ops, the ops cut into several units, the units (vertices) and nets.
+  int64_t ops = 0, splitOps = 0, vertices = 0, nets = 0;
+  /// Zoltan's heaviest part over the average, before the repair step, and
+  /// the units the repair moved.
+  double zoltanImbalance = 1;
+  int64_t repairMoves = 0;
   /// The summed vertex weights of each part, and of all.
   std::vector<double> partWeights;
   double totalWeight = 0;
@@ -36,13 +49,13 @@ struct HypergraphStats {
   int64_t cutBytes = 0;
   /// The heaviest part over the average part.
   double imbalance() const;
-  /// Whether the partitioner could meet the bound at all: no single vertex
+  /// Whether the partitioner could meet the bound at all: no single unit
   /// is heavier than the bound allows a part.
   bool boundFeasible = true;
 };
 
-/// Partitions the ops of `g` (parallelizable, not yet parallelized) into
-/// `parts` parts with Zoltan PHG and gives each op @par(devices = [part]).
+/// Partitions the units of work of `g` (not yet parallelized) into `parts`
+/// parts with Zoltan PHG and gives each op the @par its units' parts make.
 /// `weight` gives an op's cost (any unit; only ratios matter).
 llvm::Expected<HypergraphStats> partitionHypergraph(Graph& g, int64_t parts, double imbalanceTol,
                                                     const std::function<double(const Op&)>& weight);

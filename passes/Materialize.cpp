@@ -52,6 +52,20 @@ Layout wholeOn(std::vector<int64_t> devices) {
 
 /// `total` entries of `dim` split as evenly as possible, the first devices
 /// taking one more when the split is uneven.
+/// `sizes` entries of `dim` per device, in order.
+Layout splitSized(int64_t dim, std::vector<int64_t> devices, const std::vector<int64_t>& sizes) {
+  Layout l;
+  l.dim = dim;
+  int64_t off = 0;
+  for (int64_t size : sizes) {
+    l.offsets.push_back(off);
+    l.sizes.push_back(size);
+    off += size;
+  }
+  l.devices = std::move(devices);
+  return l;
+}
+
 Layout splitEven(int64_t dim, std::vector<int64_t> devices, int64_t total) {
   Layout l;
   l.dim = dim;
@@ -418,7 +432,11 @@ private:
         return op.emitError(
             llvm::formatv("materialize: the op cannot be split along dim {0}", *dim));
       const Value* sv = op.info().parOnOperand ? op.operand(0) : op.result(0);
-      split = splitEven(*dim, devices, sv->type().shape[*dim]);
+      const std::vector<int64_t>& sizes = op.annotations().par->sizes;
+      if (!sizes.empty() && sizes.size() != devices.size())
+        return op.emitError("materialize: @par sizes do not match its devices");
+      split = sizes.empty() ? splitEven(*dim, devices, sv->type().shape[*dim])
+                            : splitSized(*dim, devices, sizes);
       if (op.kind() == OpKind::BatchNormTrain && *dim == 0)
         return batchNormOverSamples(op, split);
     }

@@ -11,7 +11,7 @@ models have dropout (alexnet) and batch norm (resnet18, inception), and a
 batch that the devices do not divide evenly is checked too. Ends with the
 line "N passed, M failed".
 
-    python3 test/e2e/parallel_step.py [--models lenet,alexnet] [--quick]
+    python3 test/e2e/parallel_step.py [--models lenet,alexnet] [--strategies hypergraph] [--quick]
 """
 import argparse
 import os
@@ -105,7 +105,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", help="comma-separated zoo models (default: all cases)")
     ap.add_argument("--quick", action="store_true", help="2 devices only")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES),
+                    help=f"comma-separated strategies (default: {','.join(STRATEGIES)})")
     args = ap.parse_args()
+    strategies = args.strategies.split(",")
+    unknown = sorted(set(strategies) - set(STRATEGIES))
+    if unknown:
+        ap.error(f"unknown strategies: {', '.join(unknown)}")
     cases = CASES
     if args.models:
         keep = set(args.models.split(","))
@@ -136,7 +142,7 @@ def main():
                 failed += 1
                 continue
             for gpus in gpu_counts:
-                for strategy in STRATEGIES:
+                for strategy in strategies:
                     label = f"{tag} --gpus {gpus} --strategy={strategy}"
                     try:
                         other = reference(path, data, os.path.join(tmp, f"{tag}-{gpus}-{strategy}"),

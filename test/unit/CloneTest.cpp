@@ -160,18 +160,23 @@ TEST(Location, Str) {
 }
 
 TEST(Annotations, EqualityAndTotalDegree) {
-  ParallelConfig p{{{"n", 2}, {"c", 4}}, {0, 1, 2, 3, 4, 5, 6, 7}};
+  ParallelConfig p{{{"n", 2}, {"c", 4}}, {0, 1, 2, 3, 4, 5, 6, 7}, {}};
   EXPECT_EQ(p.totalDegree(), 8);
   EXPECT_EQ(ParallelConfig{}.totalDegree(), 1);
-  EXPECT_EQ((ParallelConfig{{{"d0", 3}}, {}}).totalDegree(), 3);
+  EXPECT_EQ((ParallelConfig{{{"d0", 3}}, {}, {}}).totalDegree(), 3);
 
   ParallelConfig q = p;
   EXPECT_EQ(p, q);
   q.devices.back() = 9;
   EXPECT_NE(p, q);
-  ParallelConfig swapped{{{"c", 4}, {"n", 2}}, p.devices};
+  ParallelConfig swapped{{{"c", 4}, {"n", 2}}, p.devices, {}};
   EXPECT_NE(p, swapped); // the order of the degrees is significant
   EXPECT_EQ(swapped.totalDegree(), 8);
+  ParallelConfig sized{{{"n", 2}}, {0, 1}, {3, 5}};
+  ParallelConfig resized = sized;
+  EXPECT_EQ(sized, resized);
+  resized.sizes = {4, 4};
+  EXPECT_NE(sized, resized); // explicit pieces are part of the config
 
   Annotations a;
   EXPECT_TRUE(a.empty());
@@ -201,7 +206,7 @@ TEST(Annotations, EqualityAndTotalDegree) {
 TEST(Annotations, PrintedForm) {
   Annotations a;
   EXPECT_EQ(annotationsStr(a), "");
-  a.par = ParallelConfig{{{"n", 2}, {"c", 2}}, {0, 1, 2, 3}};
+  a.par = ParallelConfig{{{"n", 2}, {"c", 2}}, {0, 1, 2, 3}, {}};
   a.device = 1;
   a.stream = 0;
   a.microBatch = 3;
@@ -209,8 +214,11 @@ TEST(Annotations, PrintedForm) {
   EXPECT_EQ(annotationsStr(a),
             "@par(n = 2, c = 2, devices = [0, 1, 2, 3]) @dev(1) @stream(0) @mb(3) @buf(0, 64)");
   Annotations devicesOnly;
-  devicesOnly.par = ParallelConfig{{}, {4}};
+  devicesOnly.par = ParallelConfig{{}, {4}, {}};
   EXPECT_EQ(annotationsStr(devicesOnly), "@par(devices = [4])");
+  Annotations sized;
+  sized.par = ParallelConfig{{{"n", 3}}, {0, 2, 3}, {4, 1, 3}};
+  EXPECT_EQ(annotationsStr(sized), "@par(n = 3, devices = [0, 2, 3], sizes = [4, 1, 3])");
   devicesOnly.par = ParallelConfig{};
   EXPECT_EQ(annotationsStr(devicesOnly), "@par()");
 }

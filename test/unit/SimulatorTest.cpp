@@ -5,6 +5,7 @@
 #include "lwrt/profile.h"
 #include "passes/Hypergraph.h"
 
+#include <algorithm>
 #include <set>
 
 namespace lwcc::test {
@@ -70,7 +71,7 @@ TEST(SimulatorTest, ABadCostIsAnError) {
   EXPECT_NE(llvm::toString(r.takeError()).find("the cost model gives -1"), std::string::npos);
 }
 
-TEST(HypergraphTest, AChainSplitsIntoBalancedRuns) {
+TEST(HypergraphTest, AChainOfEqualOpsIsCutIntoBalancedUnits) {
   std::string text = "graph @chain(%x: f32[256] @data) {\n  %v0 = relu(%x) : f32[256]\n";
   for (int i = 1; i < 8; ++i)
     text += "  %v" + std::to_string(i) + " = relu(%v" + std::to_string(i - 1) + ") : f32[256]\n";
@@ -79,20 +80,37 @@ TEST(HypergraphTest, AChainSplitsIntoBalancedRuns) {
   ASSERT_TRUE(g);
   auto stats = partitionHypergraph(*g, 4, 1.1, [](const Op&) { return 1.0; });
   ASSERT_TRUE(static_cast<bool>(stats)) << llvm::toString(stats.takeError());
-  // Eight equal ops into four parts within 1.1 x the average: two each.
+  // Each op weighs half a part: cut into 8 units of d0, a sixteenth of a
+  // part each.
+  EXPECT_EQ(stats->ops, 8);
+  EXPECT_EQ(stats->splitOps, 8);
+  EXPECT_EQ(stats->vertices, 8 * 8);
   EXPECT_TRUE(stats->boundFeasible);
   EXPECT_LE(stats->imbalance(), 1.1);
   ASSERT_EQ(stats->partWeights.size(), 4u);
-  for (double w : stats->partWeights)
-    EXPECT_DOUBLE_EQ(w, stats->totalWeight / 4);
-  // Four non-empty parts of a chain cut at least three of its seven nets.
-  EXPECT_GE(stats->cutBytes, 3 * 1024);
   std::set<int64_t> devices;
   for (const auto& op : g->ops()) {
-    ASSERT_TRUE(op->annotations().par);
-    EXPECT_TRUE(op->annotations().par->degrees.empty());
-    ASSERT_EQ(op->annotations().par->devices.size(), 1u);
-    devices.insert(op->annotations().par->devices[0]);
+    const auto& par = op->annotations().par;
+    ASSERT_TRUE(par);
+    for (int64_t d : par->devices)
+      devices.insert(d);
+    if (par->devices.size() == 1) {
+      EXPECT_TRUE(par->degrees.empty());
+      EXPECT_TRUE(par->sizes.empty());
+      continue;
+    }
+    // Split along d0 over its parts, a piece per part, 32 entries per unit.
+    ASSERT_EQ(par->degrees.size(), 1u);
+    EXPECT_EQ(par->degrees[0].first, "d0");
+    EXPECT_EQ(par->degrees[0].second, static_cast<int64_t>(par->devices.size()));
+    ASSERT_EQ(par->sizes.size(), par->devices.size());
+    EXPECT_TRUE(std::is_sorted(par->devices.begin(), par->devices.end()));
+    int64_t sum = 0;
+    for (int64_t s : par->sizes) {
+      EXPECT_EQ(s % 32, 0);
+      sum += s;
+    }
+    EXPECT_EQ(sum, 256);
   }
   EXPECT_EQ(devices, (std::set<int64_t>{0, 1, 2, 3}));
   // The same partition again: Zoltan on one rank is deterministic.
@@ -103,16 +121,40 @@ TEST(HypergraphTest, AChainSplitsIntoBalancedRuns) {
   EXPECT_EQ(stats2->cutBytes, stats->cutBytes);
 }
 
-TEST(HypergraphTest, AnOpHeavierThanAPartMakesTheBoundUnreachable) {
-  auto g = parseOk(R"(graph @g(%x: f32[4] @data) {
-  %a = relu(%x) : f32[4] loc("big")
-  %b = relu(%a) : f32[4] loc("small")
+TEST(HypergraphTest, LightOpsStayWholeAndFollowACutNeighbour) {
+  // "big" weighs 40 of 42: cut into units of batch rows of at most a
+  // sixteenth of a part (42 / 2 / 16); "tail" is light but follows big's
+  // cut; "side" reads a param alone: light, whole.
+  auto g = parseOk(R"(graph @g(%x: f32[64,8] @data) {
+  %w = param "w" : f32[8]
+  %a = relu(%x) : f32[64,8] loc("big")
+  %b = relu(%a) : f32[64,8] loc("tail")
+  %c = relu(%w) : f32[8] loc("side")
+  return %b, %c
+})");
+  ASSERT_TRUE(g);
+  auto stats = partitionHypergraph(
+      *g, 2, 1.1, [](const Op& op) { return op.loc().name == "big" ? 40.0 : 1.0; });
+  ASSERT_TRUE(static_cast<bool>(stats)) << llvm::toString(stats.takeError());
+  EXPECT_EQ(stats->splitOps, 2);
+  // big: 40 / (21 / 16) -> 32 units; tail follows with 32; side is one.
+  EXPECT_EQ(stats->vertices, 32 + 32 + 1);
+  EXPECT_TRUE(stats->boundFeasible);
+  EXPECT_LE(stats->imbalance(), 1.1);
+}
+
+TEST(HypergraphTest, AnOpThatCannotBeCutMakesTheBoundUnreachable) {
+  // A one-entry tensor has no dim to cut.
+  auto g = parseOk(R"(graph @g(%x: f32[1] @data) {
+  %a = relu(%x) : f32[1] loc("big")
+  %b = relu(%a) : f32[1] loc("small")
   return %b
 })");
   ASSERT_TRUE(g);
   auto stats = partitionHypergraph(*g, 2, 1.1,
                                    [](const Op& op) { return op.loc().name == "big" ? 9.0 : 1.0; });
   ASSERT_TRUE(static_cast<bool>(stats));
+  EXPECT_EQ(stats->splitOps, 0);
   EXPECT_FALSE(stats->boundFeasible);
 }
 

@@ -21,7 +21,7 @@ struct Annotated {
   }
   Annotations& ann() { return op->annotations(); }
   void par(Degrees degrees, Ints devices = {}) {
-    ann().par = ParallelConfig{std::move(degrees), std::move(devices)};
+    ann().par = ParallelConfig{std::move(degrees), std::move(devices), {}};
   }
   std::string verify() { return errorText(verifyGraph(g)); }
 };

@@ -72,8 +72,8 @@ cl::opt<std::string>
     strategy("strategy",
              cl::desc("How layers are parallelized over --gpus devices: "
                       "layerwise (default: the fastest config per layer on "
-                      "--device-spec), data, model, owt (One Weird Trick) or hypergraph (each "
-                      "op whole on one device, by Zoltan partitioning)"),
+                      "--device-spec), data, model, owt (One Weird Trick) or hypergraph (units "
+                      "of work onto devices by Zoltan partitioning)"),
              cl::cat(category));
 cl::opt<std::string> deviceSpec("device-spec",
                                 cl::desc("The devices the cost model prices: h100, h200, a100, "
