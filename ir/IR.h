@@ -118,6 +118,17 @@ struct ParallelConfig {
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 
+class Op;
+/// The value whose dims an op's @par names: operand #0 for ops whose
+/// parallel rule is on the operand (parOnOperand), else result #0.
+const Value* parSplitValue(const Op& op);
+/// @par's name of `dim` of a value of `rank`: n, c, h, w for rank 4, n, c
+/// for rank 2, d0, d1, ... otherwise.
+std::string parDimName(int64_t dim, int64_t rank);
+/// The dim that `name` denotes for a value of `rank` (n, c, h, w; n, c;
+/// d<k> for any rank), or nullopt.
+std::optional<int64_t> parDimIndex(const std::string& name, int64_t rank);
+
 /// What later passes record on an op. Unset fields print nothing.
 struct Annotations {
   std::optional<ParallelConfig> par;

@@ -10,6 +10,39 @@
 //===----------------------------------------------------------------------===//
 #include "ir/IR.h"
 
+#include "llvm/ADT/StringRef.h"
+
+namespace lwcc {
+
+const Value* parSplitValue(const Op& op) {
+  return op.info().parOnOperand && op.numOperands() ? op.operand(0) : op.result(0);
+}
+
+std::string parDimName(int64_t dim, int64_t rank) {
+  if ((rank == 4 || rank == 2) && dim >= 0 && dim < rank)
+    return std::string(1, "nchw"[dim]);
+  std::string name(1, 'd'); // not `"d" + ...`: a GCC 12 -O3 -Wrestrict false positive
+  name += std::to_string(dim);
+  return name;
+}
+
+std::optional<int64_t> parDimIndex(const std::string& name, int64_t rank) {
+  if (name.size() == 1 && (rank == 4 || rank == 2)) {
+    auto pos = std::string("nchw").find(name[0]);
+    if (pos != std::string::npos && static_cast<int64_t>(pos) < rank)
+      return static_cast<int64_t>(pos);
+  }
+  if (name.size() >= 2 && name[0] == 'd' &&
+      name.find_first_not_of("0123456789", 1) == std::string::npos) {
+    int64_t d; // getAsInteger fails (true) on overflow, where std::stoll would throw
+    if (!llvm::StringRef(name).substr(1).getAsInteger(10, d) && d < rank)
+      return d;
+  }
+  return std::nullopt;
+}
+
+} // namespace lwcc
+
 namespace lwcc::par {
 
 namespace {

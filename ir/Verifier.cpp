@@ -21,24 +21,6 @@ std::string arityText(int lo, int hi) {
   return std::to_string(lo) + " to " + std::to_string(hi);
 }
 
-/// Parallelizable output dims by name: n, c, h, w for rank-4 (and n, c for
-/// rank-2) results, d0, d1, ... for any result.
-std::optional<int64_t> parDim(const std::string& name, int64_t rank) {
-  static const char* named = "nchw";
-  if (name.size() == 1 && (rank == 4 || rank == 2)) {
-    const char* p = std::strchr(named, name[0]);
-    if (p && p - named < rank)
-      return p - named;
-  }
-  if (name.size() >= 2 && name[0] == 'd' &&
-      name.find_first_not_of("0123456789", 1) == std::string::npos) {
-    int64_t d; // getAsInteger fails (true) on overflow, where std::stoll would throw
-    if (!llvm::StringRef(name).substr(1).getAsInteger(10, d) && d < rank)
-      return d;
-  }
-  return std::nullopt;
-}
-
 /// `sizes` of @par: one piece per device of the one split dim, each > 0,
 /// summing to the dim (on a shard, @par describes the whole op: no sum).
 llvm::Error verifyPieceSizes(const Op& op, const ParallelConfig& par, int64_t rank) {
@@ -49,7 +31,7 @@ llvm::Error verifyPieceSizes(const Op& op, const ParallelConfig& par, int64_t ra
       if (dim)
         return op.emitError("@par sizes need exactly one split dim, got '" + dimName + "' and '" +
                             name + "'");
-      dim = parDim(name, rank);
+      dim = parDimIndex(name, rank);
       dimName = name;
     }
   if (!dim)
@@ -64,7 +46,7 @@ llvm::Error verifyPieceSizes(const Op& op, const ParallelConfig& par, int64_t ra
       return op.emitError(llvm::formatv("@par sizes must be >= 1, got {0}", s));
     sum += s;
   }
-  const Value* split = op.info().parOnOperand && op.numOperands() ? op.operand(0) : op.result(0);
+  const Value* split = parSplitValue(op);
   if (!op.annotations().device && sum != split->type().shape[*dim])
     return op.emitError(llvm::formatv("@par sizes sum to {0}, but '{1}' has size {2}", sum, dimName,
                                       split->type().shape[*dim]));
@@ -81,7 +63,7 @@ llvm::Error verifyAnnotations(const Op& op) {
                                                               : op.result(0)->type().rank();
     std::set<int64_t> dims;
     for (const auto& [name, degree] : a.par->degrees) {
-      auto d = parDim(name, rank);
+      auto d = parDimIndex(name, rank);
       if (!d) {
         std::string named = rank == 4 ? "n, c, h, w or " : rank == 2 ? "n, c or " : "";
         std::string hint = rank == 0   ? "it has no dims"
@@ -95,8 +77,7 @@ llvm::Error verifyAnnotations(const Op& op) {
       if (degree < 1)
         return op.emitError(
             llvm::formatv("@par degree of '{0}' must be >= 1, got {1}", name, degree));
-      const Value* split =
-          op.info().parOnOperand && op.numOperands() ? op.operand(0) : op.result(0);
+      const Value* split = parSplitValue(op);
       // On a shard (an op with @dev), @par describes the whole op it is part of.
       if (!a.device && degree > split->type().shape[*d])
         return op.emitError(llvm::formatv("@par degree {0} of '{1}' exceeds its size {2}", degree,

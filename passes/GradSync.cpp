@@ -152,8 +152,7 @@ private:
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createGradSyncPass(std::string_view options) {
-  auto opts =
-      PassOptions::parse("grad-sync", options, "bucket_bytes", {"bucket_bytes", "stream"});
+  auto opts = PassOptions::parse("grad-sync", options, "bucket_bytes", {"bucket_bytes", "stream"});
   if (!opts)
     return opts.takeError();
   auto bytes = opts->getInt("bucket_bytes", int64_t{25} << 20);

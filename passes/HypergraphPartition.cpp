@@ -148,20 +148,6 @@ bool getsConfig(const Op& op) {
 /// sixteenth of a part is 1/256 of AlexNet's work on 16 parts).
 constexpr double kUnitsPerPart = 16;
 
-const Value* splitValue(const Op& op) {
-  return op.info().parOnOperand && op.numOperands() ? op.operand(0) : op.result(0);
-}
-
-/// The dim names @par uses: n, c, h, w for rank 4, n, c for rank 2, d0,
-/// d1, ... otherwise.
-std::string dimName(int64_t dim, int64_t rank) {
-  if ((rank == 4 || rank == 2) && dim < rank)
-    return std::string(1, "nchw"[dim]);
-  std::string name(1, 'd');
-  name += std::to_string(dim);
-  return name;
-}
-
 int64_t pow2AtMost(int64_t x) {
   int64_t k = 1;
   while (k * 2 <= x)
@@ -190,7 +176,7 @@ struct OpUnits {
 /// Whether `op` splits along `dim`, into how many pieces at most (the
 /// largest power of two the dim's size allows), and how.
 std::optional<std::pair<int64_t, SplitPlan>> splitOf(const Op& op, int64_t dim) {
-  const Value* sv = splitValue(op);
+  const Value* sv = parSplitValue(op);
   if (!op.info().parallel || dim >= sv->type().rank() || sv->type().shape[dim] < 2)
     return std::nullopt;
   auto plan = op.info().parallel(op, dim);
@@ -201,7 +187,7 @@ std::optional<std::pair<int64_t, SplitPlan>> splitOf(const Op& op, int64_t dim) 
 
 void cut(OpUnits& u, int64_t dim, int64_t k, SplitPlan plan) {
   u.dim = dim;
-  u.size = splitValue(*u.op)->type().shape[dim];
+  u.size = parSplitValue(*u.op)->type().shape[dim];
   u.k = std::min(k, pow2AtMost(u.size));
   u.plan = std::move(plan);
   if (u.k < 2) {
@@ -542,7 +528,7 @@ partitionHypergraph(Graph& g, int64_t parts, double imbalanceTol,
         cfg.sizes.push_back(size);
     }
     if (pieces.size() > 1)
-      cfg.degrees.emplace_back(dimName(u.dim, splitValue(*u.op)->type().rank()),
+      cfg.degrees.emplace_back(parDimName(u.dim, parSplitValue(*u.op)->type().rank()),
                                static_cast<int64_t>(pieces.size()));
     u.op->annotations().par = std::move(cfg);
   }

@@ -265,10 +265,6 @@ std::vector<int64_t> firstDevices(int64_t k) {
   return d;
 }
 
-const Value* splitValue(const Op& op) {
-  return op.info().parOnOperand && op.numOperands() ? op.operand(0) : op.result(0);
-}
-
 /// Whether the search gives `op` a config (as the other strategies do).
 bool isNode(const Op& op) {
   return op.kind() != OpKind::Constant && op.kind() != OpKind::Assign && op.numResults() > 0;
@@ -289,7 +285,7 @@ public:
       out.push_back({-1, k});
     if (!op.info().parallel)
       return out;
-    const Value* sv = splitValue(op);
+    const Value* sv = parSplitValue(op);
     for (int64_t d = 0; d < sv->type().rank(); ++d) {
       if (!op.info().parallel(op, d))
         continue;
@@ -310,7 +306,7 @@ public:
   double fraction(const Op& op, const LayerConfig& c) const {
     if (c.dim < 0 || c.degree < 2)
       return 1;
-    double size = static_cast<double>(splitValue(op)->type().shape[c.dim]);
+    double size = static_cast<double>(parSplitValue(op)->type().shape[c.dim]);
     return std::ceil(size / static_cast<double>(c.degree)) / size;
   }
 
@@ -459,28 +455,6 @@ private:
   double syncBytes_ = 0; ///< the trained params' bytes: every gradient
 };
 
-/// The dim names @par uses (as Parallelize.cpp): n, c, h, w for rank 4,
-/// n, c for rank 2, d0, d1, ... otherwise.
-std::string dimName(int64_t dim, int64_t rank) {
-  if ((rank == 4 || rank == 2) && dim < rank)
-    return std::string(1, "nchw"[dim]);
-  std::string name(1, 'd');
-  name += std::to_string(dim);
-  return name;
-}
-
-std::optional<int64_t> dimOf(const std::string& name, int64_t rank) {
-  if (name.size() == 1 && (rank == 4 || rank == 2)) {
-    auto pos = std::string("nchw").find(name[0]);
-    if (pos != std::string::npos && static_cast<int64_t>(pos) < rank)
-      return static_cast<int64_t>(pos);
-  }
-  int64_t d;
-  if (name.size() >= 2 && name[0] == 'd' && !llvm::StringRef(name).substr(1).getAsInteger(10, d))
-    return d;
-  return std::nullopt;
-}
-
 /// The ops that get configs and the problem over their candidates.
 struct Problem {
   std::vector<Op*> ops;
@@ -543,7 +517,7 @@ llvm::Expected<LayerwiseResult> searchLayerwise(Graph& g, const CostModel& cm, i
     ParallelConfig par;
     par.devices = firstDevices(c.degree);
     if (c.dim >= 0)
-      par.degrees.emplace_back(dimName(c.dim, splitValue(op)->type().rank()), c.degree);
+      par.degrees.emplace_back(parDimName(c.dim, parSplitValue(op)->type().rank()), c.degree);
     op.annotations().par = std::move(par);
   }
   LayerwiseResult r;
@@ -567,7 +541,7 @@ llvm::Expected<double> layerwiseCostOf(const Graph& g, const CostModel& cm, int6
     for (const auto& [name, degree] : par->degrees) {
       if (degree < 2)
         continue;
-      auto d = dimOf(name, splitValue(op)->type().rank());
+      auto d = parDimIndex(name, parSplitValue(op)->type().rank());
       if (d)
         c.dim = *d;
       else if (!err)

@@ -80,18 +80,6 @@ Layout splitEven(int64_t dim, std::vector<int64_t> devices, int64_t total) {
   return l;
 }
 
-std::optional<int64_t> parDim(const std::string& name, int64_t rank) {
-  if (name.size() == 1 && (rank == 4 || rank == 2)) {
-    auto pos = std::string("nchw").find(name[0]);
-    if (pos != std::string::npos && static_cast<int64_t>(pos) < rank)
-      return static_cast<int64_t>(pos);
-  }
-  int64_t d; // getAsInteger fails (true) on junk or overflow, where stoll would throw
-  if (name.size() >= 2 && name[0] == 'd' && !llvm::StringRef(name).substr(1).getAsInteger(10, d))
-    return d;
-  return std::nullopt;
-}
-
 class Materializer {
 public:
   explicit Materializer(Graph& g) : g_(g), b_(g) {
@@ -405,13 +393,13 @@ private:
     if (devices.empty())
       for (int64_t d = 0; d < par->totalDegree(); ++d)
         devices.push_back(d);
-    const Value* split = op.info().parOnOperand && op.numOperands() ? op.operand(0) : op.result(0);
+    const Value* split = parSplitValue(op);
     for (const auto& [name, degree] : par->degrees) {
       if (degree == 1)
         continue;
       if (dim)
         return op.emitError("materialize: splitting more than one dim is not supported yet");
-      dim = parDim(name, split->type().rank());
+      dim = parDimIndex(name, split->type().rank());
       if (!dim)
         return op.emitError("materialize: unknown dim '" + name + "'");
     }
@@ -431,7 +419,7 @@ private:
       if (!plan)
         return op.emitError(
             llvm::formatv("materialize: the op cannot be split along dim {0}", *dim));
-      const Value* sv = op.info().parOnOperand ? op.operand(0) : op.result(0);
+      const Value* sv = parSplitValue(op);
       const std::vector<int64_t>& sizes = op.annotations().par->sizes;
       if (!sizes.empty() && sizes.size() != devices.size())
         return op.emitError("materialize: @par sizes do not match its devices");
@@ -497,10 +485,8 @@ private:
         y->setName(freshName(op.result(r)->name(), devices[i]));
         if (plan && plan->partial == SplitPlan::Partial::Mean && results[r].layout.partial) {
           // A mean over this device's share of the split dim, weighed by it.
-          double share =
-              static_cast<double>(split.sizes[i]) /
-              static_cast<double>(
-                  (op.info().parOnOperand ? op.operand(0) : op.result(0))->type().shape[*dim]);
+          double share = static_cast<double>(split.sizes[i]) /
+                         static_cast<double>(parSplitValue(op)->type().shape[*dim]);
           auto scaled =
               emit(devices[i], OpKind::Mul, {y, scalar(share, y->type().dtype, devices[i])});
           if (!scaled)

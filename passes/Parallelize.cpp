@@ -12,21 +12,6 @@ namespace lwcc {
 
 namespace {
 
-/// The dim names @par uses: n, c, h, w for rank 4, n, c for rank 2, d0,
-/// d1, ... otherwise.
-std::string dimName(int64_t dim, int64_t rank) {
-  if ((rank == 4 || rank == 2) && dim < rank)
-    return std::string(1, "nchw"[dim]);
-  std::string name(1, 'd'); // not `"d" + ...`: a GCC 12 -O3 -Wrestrict false positive
-  name += std::to_string(dim);
-  return name;
-}
-
-/// The value whose dims @par names for `op`.
-const Value* splitValue(const Op& op) {
-  return op.info().parOnOperand && op.numOperands() ? op.operand(0) : op.result(0);
-}
-
 /// Gives every op of a training graph (before autodiff) a parallel config
 /// over `gpus` devices, by strategy:
 ///   data   the sample dim of every op that has one: samples are split
@@ -122,8 +107,8 @@ private:
       std::optional<int64_t> dim;
       std::optional<SplitPlan> plan;
       auto accept = [&](int64_t d) {
-        if (dim || !op.info().parallel || splitValue(op)->type().rank() <= d ||
-            splitValue(op)->type().shape[d] < gpus_)
+        if (dim || !op.info().parallel || parSplitValue(op)->type().rank() <= d ||
+            parSplitValue(op)->type().shape[d] < gpus_)
           return;
         if (auto p = op.info().parallel(op, d)) {
           dim = d;
@@ -137,7 +122,7 @@ private:
         auto it = split.find(op.operand(i));
         if (it == split.end() || !op.info().parallel)
           continue;
-        for (int64_t d = 0; d < splitValue(op)->type().rank() && !dim; ++d) {
+        for (int64_t d = 0; d < parSplitValue(op)->type().rank() && !dim; ++d) {
           auto p = op.info().parallel(op, d);
           if (p && p->operandDims[i] == it->second)
             accept(d);
@@ -146,7 +131,7 @@ private:
       ParallelConfig cfg;
       cfg.devices = all;
       if (dim) {
-        cfg.degrees.emplace_back(dimName(*dim, splitValue(op)->type().rank()), gpus_);
+        cfg.degrees.emplace_back(parDimName(*dim, parSplitValue(op)->type().rank()), gpus_);
         for (unsigned r = 0; r < op.numResults(); ++r)
           if (plan->resultDims[r] >= 0)
             split[op.result(r)] = plan->resultDims[r];
