@@ -173,6 +173,15 @@ std::optional<double> CostModel::measuredSeconds(const Op& op) const {
   return profile_->lookup(op.mnemonic(), loc, opDevice(op));
 }
 
+std::optional<double> CostModel::measuredSecondsOn(const Op& op, int64_t device) const {
+  if (!profile_ || !op.info().isCommunication())
+    return std::nullopt;
+  auto it = profile_->entries.find({std::string(op.mnemonic()), op.loc().name, device});
+  if (it == profile_->entries.end() || it->second.count == 0)
+    return std::nullopt;
+  return it->second.seconds / static_cast<double>(it->second.count);
+}
+
 double CostModel::linkBandwidth(const std::vector<int64_t>& devices) const {
   return spec_.sameNode(devices) ? spec_.intraBandwidth : spec_.interBandwidth;
 }

@@ -41,7 +41,8 @@
 // the moment its last participant arrived to its end, as each saw it): the
 // op takes the mean of the entries of its participants (its operands' and
 // results' devices) under its mnemonic and loc; with none, the lookup above
-// on opDevice(op); with nothing measured, the ring formulas.
+// on opDevice(op); with nothing measured, the ring formulas. The simulator
+// keeps each participant busy for its own entry (measuredSecondsOn).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -101,6 +102,9 @@ public:
   /// The profile's time of `op` on its device (or others; a communication
   /// op: the mean over its participants), if measured.
   std::optional<double> measuredSeconds(const Op& op) const;
+  /// A communication op's entry on one participant (its own time, from the
+  /// last arrival until it went on), if measured.
+  std::optional<double> measuredSecondsOn(const Op& commOp, int64_t device) const;
   /// Time of a communication op (0 for other ops): measured, or by its
   /// kind, bytes and devices.
   double commSeconds(const Op& commOp) const;
