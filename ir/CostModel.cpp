@@ -5,6 +5,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <set>
 
 namespace lwcc {
 
@@ -42,6 +43,14 @@ llvm::Expected<OpProfile> parseOpProfile(llvm::StringRef text, const std::string
   const llvm::json::Array* ops = obj->getArray("ops");
   if (!ops)
     return makeError(origin + ": missing array 'ops'");
+  std::optional<int64_t> devices;
+  if (obj->get("devices")) {
+    auto n = obj->getInteger("devices");
+    if (!n || *n < 1)
+      return makeError(origin + ": field 'devices' must be a positive integer");
+    devices = *n;
+  }
+  int64_t lastDevice = 0;
   for (size_t i = 0; i < ops->size(); ++i) {
     std::string where = origin + ": ops[" + std::to_string(i) + "]";
     const llvm::json::Object* e = (*ops)[i].getAsObject();
@@ -65,10 +74,15 @@ llvm::Expected<OpProfile> parseOpProfile(llvm::StringRef text, const std::string
         return makeError(where + ": field 'device' must be a non-negative integer");
       device = *d;
     }
+    if (devices && device >= *devices)
+      return makeError(where + ": device " + std::to_string(device) + " of a profile of " +
+                       std::to_string(*devices) + " devices");
+    lastDevice = std::max(lastDevice, device);
     OpProfile::Entry& entry = profile.entries[{mnemonic->str(), loc->str(), device}];
     entry.seconds += *seconds;
     entry.count += 1;
   }
+  profile.devices = devices.value_or(lastDevice + 1);
   return profile;
 }
 
@@ -126,9 +140,46 @@ double CostModel::opSeconds(const Op& op) const {
 }
 
 std::optional<double> CostModel::measuredSeconds(const Op& op) const {
-  if (!profile_ || op.info().isCommunication())
+  if (!profile_)
     return std::nullopt;
-  return profile_->lookup(op.mnemonic(), op.loc().name, opDevice(op));
+  const std::string& loc = op.loc().name;
+  if (op.info().isCommunication()) {
+    // The mean of its participants' entries: each measured the op from the
+    // last arrival to its end.
+    std::set<int64_t> participants;
+    for (unsigned i = 0; i < op.numOperands(); ++i)
+      participants.insert(operandDevice(op, i));
+    for (unsigned r = 0; r < op.numResults(); ++r)
+      participants.insert(op.info().placement(op, true, r));
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t d : participants)
+      if (auto it = profile_->entries.find({std::string(op.mnemonic()), loc, d});
+          it != profile_->entries.end()) {
+        sum += it->second.seconds;
+        count += it->second.count;
+      }
+    if (count > 0)
+      return sum / static_cast<double>(count);
+    return profile_->lookup(op.mnemonic(), loc, opDevice(op));
+  }
+  // A profile of several devices holds the pieces its trainer ran: they
+  // price the ops of a parallel graph as they are, but no whole op of a
+  // graph that no strategy has split yet. (Only ops without a @dev look at
+  // the graph: device 0's in a parallel graph, every op before.)
+  if (profile_->devices > 1 && !op.annotations().device &&
+      !(op.parent() && isMultiDevice(*op.parent())))
+    return std::nullopt;
+  return profile_->lookup(op.mnemonic(), loc, opDevice(op));
+}
+
+std::optional<double> CostModel::measuredSecondsOn(const Op& op, int64_t device) const {
+  if (!profile_ || !op.info().isCommunication())
+    return std::nullopt;
+  auto it = profile_->entries.find({std::string(op.mnemonic()), op.loc().name, device});
+  if (it == profile_->entries.end() || it->second.count == 0)
+    return std::nullopt;
+  return it->second.seconds / static_cast<double>(it->second.count);
 }
 
 double CostModel::linkBandwidth(const std::vector<int64_t>& devices) const {
@@ -180,6 +231,8 @@ double CostModel::broadcastSeconds(double bytes, int64_t src,
 double CostModel::commSeconds(const Op& op) const {
   if (!op.info().isCommunication())
     return 0;
+  if (auto t = measuredSeconds(op))
+    return *t;
   auto size = [](const Value* v) { return static_cast<double>(v->type().sizeInBytes()); };
   std::vector<int64_t> devices;
   if (op.info().findAttr("devices"))

@@ -19,15 +19,30 @@
 // Measured profile (--cost-profile=FILE.json; the trainer's
 // --profile-ops=FILE.json writes it):
 //
-//   {"device": "cpu", "ops": [
+//   {"device": "cpu", "devices": 2, "ops": [
 //     {"op": "conv2d", "loc": "conv1", "device": 0, "seconds": 1.2e-4}, ...]}
 //
 // "op" is the mnemonic, "loc" the op's location name (Location::name, the
-// ONNX node name that backward ops inherit), "device" the @dev the op ran on
-// (absent: 0), "seconds" the mean time of one run of the op. Several entries
-// with the same (op, loc, device) are ops that share the key; an op takes
-// their mean. An op with no entry on its device takes the mean of its
-// (op, loc) entries on other devices; with none at all, the analytic time.
+// ONNX node name that backward ops, and the shards and communication ops
+// materialize makes of an op, inherit), "device" the @dev the op ran on
+// (absent: 0), "seconds" the mean time of one run of the op. "devices" is
+// the count of logical devices of the trainer that measured it (absent: one
+// more than the largest "device"). Several entries with the same (op, loc,
+// device) are ops that share the key; an op takes their mean. An op with
+// no entry on its device takes the mean of its (op, loc) entries on other
+// devices; with none at all, the analytic time.
+//
+// A profile of several devices holds what each device ran: the pieces of
+// the model's ops its strategy made. Its times price the ops of a parallel
+// graph (isMultiDevice: the materialized IR, whose ops are those pieces) as
+// they are, with no scaling; an op of a graph no strategy has split yet (the
+// whole op: what the layer-wise search and the hypergraph partitioner weigh)
+// takes the analytic time instead. A communication op has an entry for each participant (from
+// the moment its last participant arrived to its end, as each saw it): the
+// op takes the mean of the entries of its participants (its operands' and
+// results' devices) under its mnemonic and loc; with none, the lookup above
+// on opDevice(op); with nothing measured, the ring formulas. The simulator
+// keeps each participant busy for its own entry (measuredSecondsOn).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -53,6 +68,8 @@ struct OpProfile {
     double seconds = 0;
     int64_t count = 0;
   };
+  /// The logical devices of the trainer that measured it.
+  int64_t devices = 1;
   /// (mnemonic, loc name, device) -> summed seconds and count.
   std::map<std::tuple<std::string, std::string, int64_t>, Entry> entries;
   /// The measured time of an op with this key, or nullopt.
@@ -82,10 +99,14 @@ public:
   /// Time of one run of a compute op on its device: measured, or
   /// computeSeconds(flops, bytes). Communication ops: commSeconds.
   double opSeconds(const Op& op) const;
-  /// The profile's time of `op` on its device (or others), if measured.
+  /// The profile's time of `op` on its device (or others; a communication
+  /// op: the mean over its participants), if measured.
   std::optional<double> measuredSeconds(const Op& op) const;
-  /// Time of a communication op (0 for other ops), by its kind, bytes and
-  /// devices.
+  /// A communication op's entry on one participant (its own time, from the
+  /// last arrival until it went on), if measured.
+  std::optional<double> measuredSecondsOn(const Op& commOp, int64_t device) const;
+  /// Time of a communication op (0 for other ops): measured, or by its
+  /// kind, bytes and devices.
   double commSeconds(const Op& commOp) const;
   /// Time to move `bytes` from device `src` to device `dst` (0 when equal).
   double transferSeconds(int64_t bytes, int64_t src, int64_t dst) const;

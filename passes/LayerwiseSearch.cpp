@@ -325,8 +325,10 @@ public:
                  (p && p->resultDims[r] >= 0 ? f : 1);
     }
     double t = cm_.computeSeconds(cm_.flops(op) * f, bytes);
-    // A measured op (a profile of the whole op, e.g. from --gpus 1): its
-    // time scaled to the shard, as the analytic time scales.
+    // A measured op (a profile of the whole op, from --gpus 1): its time
+    // scaled to the shard, as the analytic time scales. A profile of a
+    // multi-device trainer measured pieces, not this whole op: the cost
+    // model gives no time for it here (CostModel.h).
     if (auto measured = cm_.measuredSeconds(op))
       t = *measured * f;
     t *= 1 + backwardFactor(op);

@@ -80,6 +80,9 @@ SimCosts simCosts(const CostModel& model) {
   SimCosts c;
   c.opSeconds = [&model](const Op& op) { return model.opSeconds(op); };
   c.commSeconds = [&model](const Op& op) { return model.commSeconds(op); };
+  c.commSecondsOn = [&model](const Op& op, int64_t device) {
+    return model.measuredSecondsOn(op, device);
+  };
   c.devicesPerNode = model.spec().devicesPerNode;
   return c;
 }
@@ -160,18 +163,27 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
       t = std::max(t, streamFree[s]);
     t = earliestGap(t, d, busy);
     double end = t + d;
+    // Each participant's own end (a measured profile), else the op's.
+    std::map<int64_t, double> ends;
     for (const Resource& s : streams) {
-      streamFree[s] = end;
+      std::optional<double> own;
+      if (comm && d > 0 && costs.commSecondsOn)
+        own = costs.commSecondsOn(op, s.id);
+      ends[s.id] = own && *own >= 0 && std::isfinite(*own) ? t + *own : end;
+    }
+    for (const Resource& s : streams) {
+      const double sEnd = ends[s.id];
+      streamFree[s] = sEnd;
       SimEvent ev;
       ev.name = std::string(op.mnemonic());
       ev.loc = op.loc().name;
       ev.device = s.id;
       ev.stream = s.sub;
       ev.start = t;
-      ev.end = end;
+      ev.end = sEnd;
       ev.bytes = bytes;
       ev.comm = comm;
-      (comm ? res.commSeconds : res.computeSeconds)[s.id] += d;
+      (comm ? res.commSeconds : res.computeSeconds)[s.id] += sEnd - t;
       if (op.kind() != OpKind::Constant)
         res.events.push_back(std::move(ev));
     }
@@ -181,8 +193,12 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
         b.insert(std::upper_bound(b.begin(), b.end(), std::make_pair(t, end)), {t, end});
       }
     res.commBytes += bytes;
-    for (unsigned r = 0; r < op.numResults(); ++r)
-      ready[op.result(r)] = end;
+    for (unsigned r = 0; r < op.numResults(); ++r) {
+      auto own = comm ? ends.find(*valueDevice(op.result(r))) : ends.end();
+      ready[op.result(r)] = own != ends.end() ? own->second : end;
+    }
+    for (const auto& [dev, e] : ends)
+      res.stepSeconds = std::max(res.stepSeconds, e);
     res.stepSeconds = std::max(res.stepSeconds, end);
   }
   std::stable_sort(res.events.begin(), res.events.end(), [](const SimEvent& a, const SimEvent& b) {

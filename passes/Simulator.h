@@ -25,6 +25,9 @@
 //        by a communication op whose participants span several nodes.
 //    A link serves one op at a time; an op takes the earliest interval in
 //    which its streams are free and all its links are idle.
+//    With a measured profile, each participant is busy for its own measured
+//    time of the op (SimCosts::commSecondsOn) and its results are ready
+//    then; the links for the op's time.
 //  - Constants, and assigns of an update the memory plan writes over its
 //    param (paramWrittenOver), take no time: codegen emits no kernel.
 //  - Reuse of planned buffers adds no ordering here (codegen's events for
@@ -41,6 +44,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +57,11 @@ struct SimCosts {
   std::function<double(const Op&)> opSeconds;
   /// Seconds of a communication op with its links to itself.
   std::function<double(const Op&)> commSeconds;
+  /// When set: one participant's own measured seconds of a communication
+  /// op, or nullopt (then commSeconds). A profiled CPU trainer measures
+  /// each participant from the last one's arrival until it goes on (the
+  /// one that performs the op at once, the others once woken).
+  std::function<std::optional<double>(const Op&, int64_t device)> commSecondsOn;
   /// Devices per node (0: every device on one node).
   int64_t devicesPerNode = 0;
 };

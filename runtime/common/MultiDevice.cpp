@@ -314,7 +314,8 @@ bool MultiDevice::init(const Hyper* hyper, std::string& error) {
   return true;
 }
 
-bool MultiDevice::step(const unsigned char* batch, const Hyper* hyper, std::string& error) {
+bool MultiDevice::step(const unsigned char* batch, const Hyper* hyper, StepMarks* marks,
+                       std::string& error) {
   std::vector<StepBuffers> buffers;
   for (size_t d = 0; d < runners_.size(); ++d) {
     unsigned char* in = inputs_[d];
@@ -325,6 +326,7 @@ bool MultiDevice::step(const unsigned char* batch, const Hyper* hyper, std::stri
       return false;
     }
     buffers.push_back(StepBuffers{arenas_[d], states_[d], in, hyper});
+    buffers.back().marks = marks;
   }
   return group_->runStep(buffers, &error);
 }

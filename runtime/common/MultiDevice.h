@@ -49,7 +49,8 @@ public:
   bool init(const Hyper* hyper, std::string& error);
   /// Launches one step on `batch` (host memory of the first runner; read
   /// in place by a runner that reads host memory, else uploaded to each).
-  bool step(const unsigned char* batch, const Hyper* hyper, std::string& error);
+  /// With `marks` (a profiled step), each op's time lands there.
+  bool step(const unsigned char* batch, const Hyper* hyper, StepMarks* marks, std::string& error);
   /// The loss of the last step into `dst` (allocateHost memory of the first
   /// runner), there once a fence taken after it has passed.
   bool downloadLossAsync(void* dst, std::string& error);

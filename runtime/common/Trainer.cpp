@@ -69,7 +69,9 @@ const char* kUsage =
     "                       what the backend chose (the cuDNN API of convolutions)\n"
     "  --profile-ops=FILE   per-op measured seconds of the profiled steps (every step\n"
     "                       after the first unless --profile=N), for lwcc --cost-profile\n"
+    "                       (multi-device CPU trainers: per device, waits left out)\n"
     "  --trace=FILE         the profiled steps' measured timeline as Chrome trace JSON\n"
+    "                       (pid the device, tid the stream)\n"
     "device:\n"
     "  --device=N   --tf32 / --no-tf32   --no-cuda-graph\n"
     "  --devices=A,B,...    multi-device trainers: the device of each logical device\n"
@@ -309,7 +311,8 @@ private:
   std::unique_ptr<JsonlLogger> log_;
   std::vector<float> evalLogits_; ///< of the first batch of the last evaluation
   int64_t lastCheckpoint_ = -1;
-  /// --profile: milliseconds per op label over the profiled steps.
+  /// --profile: milliseconds per op label over the profiled steps
+  /// ("label @device" in a multi-device trainer).
   std::map<std::string, double> opMs_;
   int64_t profiled_ = 0;
   OpTimeline timeline_; ///< --profile-ops, --trace
@@ -333,9 +336,15 @@ void Trainer::printProfile() {
     byKernel[label.substr(0, label.find(' '))] += ms;
   }
   auto share = [&](double ms) { return total > 0 ? 100.0 * ms / total : 0.0; };
-  std::printf("profile: %lld steps on %s, %.3f ms per step in %zu ops\n",
-              static_cast<long long>(profiled_), runner_->description().c_str(),
-              total / static_cast<double>(profiled_), opMs_.size());
+  if (multi_) // ops of every device: "label @device"
+    std::printf("profile: %lld steps on %s, %.3f ms of ops per step over %d devices in %zu ops "
+                "(waits left out)\n",
+                static_cast<long long>(profiled_), multi_->description().c_str(),
+                total / static_cast<double>(profiled_), multi_->numDevices(), opMs_.size());
+  else
+    std::printf("profile: %lld steps on %s, %.3f ms per step in %zu ops\n",
+                static_cast<long long>(profiled_), runner_->description().c_str(),
+                total / static_cast<double>(profiled_), opMs_.size());
   std::vector<std::pair<double, std::string>> kernels, ops;
   for (const auto& [k, ms] : byKernel)
     kernels.push_back({ms, k});
@@ -944,7 +953,10 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     StepBuffers marked = buffers_;
     if (zeroCopy) // the step reads the prepared batch where it is
       marked.inputs = const_cast<unsigned char*>(batch);
-    if (profiling) {
+    std::optional<StepMarks> deviceMarks; // multi-device: a recorder per (device, stream)
+    if (profiling && multi_)
+      deviceMarks.emplace(m_.numDevices, std::max(m_.streamsPerDevice, 1), started);
+    if (profiling && !multi_) {
       marked.mark = [](void* runner, const char* op) {
         static_cast<StepRunner*>(runner)->mark(op);
       };
@@ -954,7 +966,7 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     Launched now{s, 0, lossHost_ + 8 * (s % 2)};
     if (multi_) { // every device's functions, together
-      if (!multi_->step(batch, &o_.hyper, error) ||
+      if (!multi_->step(batch, &o_.hyper, deviceMarks ? &*deviceMarks : nullptr, error) ||
           !multi_->downloadLossAsync(const_cast<unsigned char*>(now.loss), error) ||
           !multi_->fence(&now.fence, error))
         return fail("step " + std::to_string(s + 1) + ": " + error);
@@ -973,7 +985,13 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     }
     if (zeroCopy)
       feed_->release(s); // the step has run
-    if (profiling) {
+    if (profiling && deviceMarks) {
+      std::vector<OpMark> marks = deviceMarks->take();
+      for (const OpMark& mk : marks)
+        opMs_[mk.label + " @" + std::to_string(mk.device)] += mk.ms;
+      timeline_.addStep(std::move(marks));
+      ++profiled_;
+    } else if (profiling) {
       auto marks = runner_->takeMarks();
       timeline_.addStep(markStart, marks);
       for (const auto& [op, ms] : marks)
@@ -1014,8 +1032,8 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
                 static_cast<long long>(ran), seconds,
                 static_cast<double>(ran * po.itemsPerStep) / std::max(seconds, 1e-9), lastLoss_);
   printProfile();
-  if (!o_.profileOps.empty() &&
-      !timeline_.writeProfile(o_.profileOps, runner_->description(), &error))
+  if (!o_.profileOps.empty() && !timeline_.writeProfile(o_.profileOps, runner_->description(),
+                                                        std::max(m_.numDevices, 1), &error))
     return fail(error);
   if (!o_.trace.empty() && !timeline_.writeTrace(o_.trace, &error))
     return fail(error);
@@ -1221,13 +1239,13 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     } else if (key == "--profile") {
       if (!intArg(o.profile, 1))
         return bad("takes a positive count of steps");
-      if (m.numDevices > 1)
-        return bad("does not time the ops of a multi-device trainer yet");
+      if (m.numDevices > 1 && m.target == "cuda")
+        return bad("not yet for multi-device CUDA trainers");
     } else if (key == "--profile-ops" || key == "--trace") {
       if (value.empty())
         return bad("takes a file");
-      if (m.numDevices > 1)
-        return bad("does not time the ops of a multi-device trainer yet");
+      if (m.numDevices > 1 && m.target == "cuda")
+        return bad("not yet for multi-device CUDA trainers");
       (key == "--trace" ? o.trace : o.profileOps) = value;
     } else if (key == "--weights") {
       if (value.empty())

@@ -3,8 +3,14 @@
 // rendezvous of their participants, events are per-step generation
 // counters. Threads synchronize only through the mutex of the op or event
 // they share (and the step's start and end), so a wait missing from a
-// generated step is a data race that ThreadSanitizer reports.
+// generated step is a data race that ThreadSanitizer reports. A profiled
+// step gives each thread its (device, stream)'s recorder (lwrt/profile.h):
+// a wait for an event ends the recorder's idle time when it returns, and
+// the participants of a communication op start the op's time when the last
+// of them arrived.
 #include "lwrt/comm.h"
+
+#include "lwrt/profile.h"
 
 #include <algorithm>
 #include <atomic>
@@ -79,6 +85,8 @@ struct OpSlot {
   std::vector<bool> present; ///< by device
   uint64_t doneGeneration = 0;
   bool ok = false;
+  /// When the last participant arrived (the op's work starts there).
+  std::chrono::steady_clock::time_point lastArrival;
 };
 
 struct EventSlot {
@@ -471,6 +479,9 @@ public:
     slot.present[static_cast<size_t>(b.device)] = true;
     slot.parts[static_cast<size_t>(b.device)] = std::move(part);
     if (++slot.arrived == slot.expected) {
+      slot.lastArrival = std::chrono::steady_clock::now();
+      if (recording_)
+        recording_->idleUntil(slot.lastArrival);
       bool ok = !slot.mismatch;
       if (ok) {
         Parts parts(devices, nullptr);
@@ -487,6 +498,8 @@ public:
     }
     Waiting waiting(Wait::Op, op);
     slot.cv.wait(lock, [&] { return slot.doneGeneration == generation || aborted(generation); });
+    if (recording_ && slot.doneGeneration == generation)
+      recording_->idleUntil(slot.lastArrival); // waiting for the others is not the op's time
     return slot.doneGeneration == generation && slot.ok;
   }
 
@@ -511,6 +524,8 @@ public:
     std::unique_lock<std::mutex> lock(e.mu);
     Waiting waiting(Wait::Event, event);
     e.cv.wait(lock, [&] { return e.recorded >= generation || aborted(generation); });
+    if (recording_) // the wait is the stream's idle time, no op's
+      recording_->idleUntil(std::chrono::steady_clock::now());
     return e.recorded >= generation;
   }
 
@@ -527,6 +542,8 @@ private:
     std::atomic<int> kind{Running}, index{0}, step{0};
   };
   static thread_local Wait* current_;
+  /// The calling thread's recorder in a profiled step, else null.
+  static thread_local MarkRecorder* recording_;
   /// Marks the calling function's thread as waiting while in scope.
   struct Waiting {
     Waiting(int kind, int index) {
@@ -574,13 +591,27 @@ private:
     std::string failure;
     current_ = waits_[q].get();
     current_->kind.store(Wait::Running, std::memory_order_relaxed);
+    StepMarks* marks = buffers[static_cast<size_t>(queue.device)].marks;
+    if (marks && (queue.device >= marks->devices() || queue.stream >= marks->streams()))
+      failure = "the profiled step has no recorder for device " + std::to_string(queue.device) +
+                " stream " + std::to_string(queue.stream);
+    if (marks && failure.empty()) {
+      recording_ = &marks->at(queue.device, queue.stream);
+      recording_->idleUntil(std::chrono::steady_clock::now()); // the thread starts here
+    }
     for (size_t k : queue.steps) {
+      if (!failure.empty())
+        break;
       const DeviceStep& step = m_.deviceSteps[k];
       current_->step.store(static_cast<int>(k), std::memory_order_relaxed);
       StepBuffers b = buffers[static_cast<size_t>(queue.device)];
       b.device = queue.device;
       b.stream = queue.stream;
       b.group = this;
+      if (recording_) {
+        b.mark = &MarkRecorder::markFn;
+        b.markContext = recording_;
+      }
       std::string failed;
       bool ok = false;
       try {
@@ -597,6 +628,7 @@ private:
     }
     current_->kind.store(Wait::Finished, std::memory_order_relaxed);
     current_ = nullptr;
+    recording_ = nullptr;
     progress_.fetch_add(1, std::memory_order_relaxed);
     if (!failure.empty()) {
       bool first;
@@ -647,6 +679,7 @@ private:
 };
 
 thread_local CpuGroup::Wait* CpuGroup::current_ = nullptr;
+thread_local MarkRecorder* CpuGroup::recording_ = nullptr;
 
 CpuGroup* groupOf(const StepBuffers& b) { return static_cast<CpuGroup*>(b.group); }
 

@@ -340,6 +340,8 @@ bool Group::runStep(const std::vector<StepBuffers>& buffers, std::string* error)
   if (buffers.size() != gpus_.size())
     return failed("runStep got " + std::to_string(buffers.size()) + " buffer sets for " +
                   std::to_string(gpus_.size()) + " devices");
+  if (buffers[0].marks) // the trainer refuses --profile for these
+    return failed("a multi-device CUDA step does not time its ops yet");
   buffers_ = &buffers;
   aborted_ = false;
   pending_ = workers_.size();

@@ -12,9 +12,19 @@ trainer runs it) and checks, each as one test case:
   - the simulator fed that profile (`lwcc-opt --simulate=spec=cpu,profile=`)
     predicts a step equal to the sum of the measured op times;
   - bad usage (no file) exits 2, an unwritable file exits 1.
+Then the same LeNet as `--gpus 2` CPU trainers, data and model parallel:
+  - the profile has "devices": 2 and entries on both devices, keyed as the
+    parallel IR names its ops ((mnemonic, loc, @dev) of every op that runs
+    a kernel), communication ops on each participant;
+  - the trace has events on pid 0 and 1, named, none overlapping within one
+    (pid, tid), every profiled step on both devices;
+  - lwcc --gpus 2 --strategy=S --cost-profile reads the profile back and
+    predicts a positive, finite step (no ratio to the measured one: that
+    depends on the machine).
 Ends with the line "N passed, M failed".
 """
 import json
+import math
 import os
 import re
 import subprocess
@@ -47,6 +57,97 @@ def run(cmd, expect=0):
         raise AssertionError(f"{' '.join(cmd)} exited {r.returncode} (expected {expect}): "
                              f"{r.stderr.strip()[-1500:]}")
     return r
+
+
+COMM = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "device_copy",
+        "shard", "unshard"}
+VIEWS = ("constant", "assign", "reshape", "flatten", "squeeze", "unsqueeze")
+
+
+def multi_device(tmp, model, strategy):
+    """The cases of a --gpus 2 CPU trainer of `strategy`."""
+    flags = ["--gpus=2", f"--strategy={strategy}"]
+    trainer = os.path.join(tmp, f"trainer-{strategy}")
+    ir = os.path.join(tmp, f"parallel-{strategy}.lwir")
+    profile = os.path.join(tmp, f"profile-{strategy}.json")
+    trace = os.path.join(tmp, f"trace-{strategy}.json")
+    steps = 4
+    r = None
+
+    def multi_build_and_profile():
+        nonlocal r
+        run([LWCC, model, "--target=cpu", *flags, "-o", trainer])
+        run([LWCC, model, "--target=cpu", *flags, "--emit=parallel-ir", "-o", ir])
+        r = run([trainer, f"--steps={steps}", "--data=synthetic", f"--profile-ops={profile}",
+                 f"--trace={trace}", f"--profile={steps - 1}"])
+
+    multi_build_and_profile.__name__ = f"multi_build_and_profile_{strategy}"
+    case(multi_build_and_profile)
+    if r is None:
+        return
+    # The parallel IR's ops: compute ops on their @dev (device 0's carry
+    # none), communication ops on no @dev (their participants').
+    compute, comm = set(), set()
+    for line in open(ir):
+        m = re.search(r"= (\w+)\(", line) or re.search(r"^\s+(\w+)\(", line)
+        if not m or m.group(1) in VIEWS:
+            continue
+        loc = re.search(r'loc\("([^"]*)"\)\s*$', line)
+        loc = loc.group(1) if loc else ""
+        if m.group(1) in COMM:
+            comm.add((m.group(1), loc))
+        else:
+            dev = re.search(r"@dev\((\d+)\)", line)
+            compute.add((m.group(1), loc, int(dev.group(1)) if dev else 0))
+
+    def multi_profile_format():
+        assert f"{steps - 1} steps on 2 devices" in r.stdout, r.stdout[-2000:]
+        assert re.search(r"\S+ @1 ", r.stdout), r.stdout[-2000:]
+        p = json.load(open(profile))
+        assert p["devices"] == 2 and p["steps"] == steps - 1, (p["devices"], p["steps"])
+        got = {(e["op"], e["loc"], e["device"]) for e in p["ops"]}
+        for e in p["ops"]:
+            assert set(e) == {"op", "loc", "device", "seconds"}, e
+            assert e["device"] in (0, 1) and e["seconds"] >= 0, e
+        assert {d for _, _, d in got} == {0, 1}, got
+        missing = [x for x in compute if x not in got]
+        assert not missing, f"ops of the parallel IR not in the profile: {missing[:5]}"
+        assert comm, "no communication op in the parallel IR"
+        for op, loc in comm:
+            devices = {d for o, l, d in got if (o, l) == (op, loc)}
+            assert devices == {0, 1}, (op, loc, devices)
+
+    def multi_trace_format():
+        t = json.load(open(trace))
+        ev = [e for e in t["traceEvents"] if e["ph"] == "X"]
+        names = {(m["pid"], m["name"], m["args"]["name"]) for m in t["traceEvents"]
+                 if m["ph"] == "M"}
+        assert (0, "process_name", "device 0") in names and \
+            (1, "process_name", "device 1") in names, names
+        by = {}
+        for e in ev:
+            by.setdefault((e["pid"], e["tid"]), []).append(e)
+        assert {pid for pid, _ in by} == {0, 1}, sorted(by)
+        for (pid, tid), es in by.items():
+            assert (pid, "thread_name", f"stream {tid}") in names, (pid, tid, names)
+            es.sort(key=lambda e: e["ts"])
+            for a, b in zip(es, es[1:]):
+                assert b["ts"] >= a["ts"] + a["dur"] - 1e-3, (pid, tid, a, b)
+        for pid in (0, 1):
+            assert {e["args"]["step"] for e in ev if e["pid"] == pid} == set(range(steps - 1))
+        assert any(e["cat"] == "comm" for e in ev), "no communication op in the trace"
+
+    def multi_simulator_reads_profile():
+        out = run([LWCC, model, "--target=cpu", "--device-spec=cpu", *flags,
+                   f"--cost-profile={profile}", "--emit=plan"]).stdout
+        m = re.search(r"^" + strategy + r"\s+([0-9.]+)\s", out, re.M)
+        assert m, out[-2000:]
+        predicted = float(m.group(1))
+        assert predicted > 0 and math.isfinite(predicted), predicted
+
+    for fn in (multi_profile_format, multi_trace_format, multi_simulator_reads_profile):
+        fn.__name__ = f"{fn.__name__}_{strategy}"
+        case(fn)
 
 
 def main():
@@ -122,6 +223,8 @@ def main():
 
         for fn in (profile_format, trace_format, simulator_reads_profile, bad_usage):
             case(fn)
+        for strategy in ("data", "model"):
+            multi_device(tmp, model, strategy)
     failed = sum(1 for _, e in results if e)
     print(f"{len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0

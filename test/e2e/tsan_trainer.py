@@ -8,7 +8,8 @@ same way (PREFIX, made by `tools/dev.sh test`'s ThreadSanitizer suite in
 build-tsan/) and checks:
 
   1. `--gpus 4` trainers (lenet with data and owt, resnet18 with data: batch
-     norm's all-reduces) run 3 steps with no ThreadSanitizer report;
+     norm's all-reduces) run 3 steps with no ThreadSanitizer report, and
+     again profiled (--profile-ops, --trace: a recorder per stream thread);
   2. the same lenet trainer with ONE event wait deleted from its source (the
      wait that orders the gradient all-reduce on stream 1 after backward on
      stream 0) is reported as a data race (12 steps, up to 3 runs: whether
@@ -58,11 +59,11 @@ def build(src, out, prefix):
     return r
 
 
-def train(exe, workdir, steps=3):
+def train(exe, workdir, steps=3, extra=()):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1",
                TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1")
-    return run([exe, "--data=synthetic", f"--steps={steps}", "--seed=1", "--data-threads=1"],
-               cwd=workdir, env=env)
+    return run([exe, "--data=synthetic", f"--steps={steps}", "--seed=1", "--data-threads=1",
+                *extra], cwd=workdir, env=env)
 
 
 def delete_wait(source):
@@ -114,6 +115,13 @@ def main():
             r = train(os.path.join(out, "trainer"), tmp)
             clean = r.returncode == 0 and "ThreadSanitizer" not in r.stderr
             report(clean, f"{name}: 3 steps, no ThreadSanitizer report",
+                   f"exit {r.returncode}: {r.stderr[-3000:]}")
+            # Profiled: each stream's thread records its own marks.
+            r = train(os.path.join(out, "trainer"), tmp,
+                      extra=[f"--profile-ops={out}/profile.json", f"--trace={out}/trace.json",
+                             "--profile=2"])
+            clean = r.returncode == 0 and "ThreadSanitizer" not in r.stderr
+            report(clean, f"{name}: 3 profiled steps, no ThreadSanitizer report",
                    f"exit {r.returncode}: {r.stderr[-3000:]}")
             if (model, strategy) != ("lenet", "data"):
                 continue

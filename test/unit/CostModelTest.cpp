@@ -136,5 +136,60 @@ graph @g(%x: f32[2,3,8,8] @data) {
             std::string::npos);
 }
 
+TEST(CostModelTest, MultiDeviceProfile) {
+  // A two-device trainer's profile: each participant's time of the
+  // all-reduce, and device 0's relu.
+  auto profile = parseOpProfile(R"({"device": "cpu", "devices": 2, "ops": [
+    {"op": "relu", "loc": "r", "device": 0, "seconds": 0.5},
+    {"op": "all_reduce", "loc": "sync", "device": 0, "seconds": 0.25},
+    {"op": "all_reduce", "loc": "sync", "device": 1, "seconds": 0.75}]})",
+                                "p.json");
+  ASSERT_TRUE(static_cast<bool>(profile)) << llvm::toString(profile.takeError());
+  EXPECT_EQ(profile->devices, 2);
+  auto parallel = parseOk(R"(
+graph @g(%x: f32[256] @data) {
+  %a = relu(%x) : f32[256] @dev(0) loc("r")
+  %b = relu(%x) : f32[256] @dev(1) loc("r")
+  %s0, %s1 = all_reduce(%a, %b) {devices = [0, 1]} : f32[256], f32[256] loc("sync")
+  %t0, %t1 = all_reduce(%a, %b) {devices = [0, 1]} : f32[256], f32[256] loc("other")
+  %c = relu(%s0) : f32[256] loc("r")
+  return %s0, %t1, %c
+}
+)");
+  ASSERT_TRUE(parallel);
+  CostModel cm(spec(), *profile);
+  auto it = parallel->ops().begin();
+  EXPECT_DOUBLE_EQ(cm.opSeconds(**it++), 0.5); // measured on its device
+  EXPECT_DOUBLE_EQ(cm.opSeconds(**it++), 0.5); // device 1's, from device 0's: no scaling
+  // The mean over the participants, from commSeconds and opSeconds alike.
+  EXPECT_DOUBLE_EQ(cm.commSeconds(**it), 0.5);
+  EXPECT_DOUBLE_EQ(cm.opSeconds(**it++), 0.5);
+  // Not measured: the ring formula, 2(p-1)/p * 1024 / 1e9 + 2(p-1) * 1e-6.
+  EXPECT_DOUBLE_EQ(cm.commSeconds(**it++), 1024 / 1e9 + 2e-6);
+  EXPECT_DOUBLE_EQ(cm.opSeconds(**it++), 0.5); // device 0 of a parallel graph: no @dev
+  // A graph no strategy has split: its ops are whole, the profile's pieces
+  // do not price them.
+  auto whole = parseOk(R"(
+graph @g(%x: f32[256] @data) {
+  %a = relu(%x) : f32[256] loc("r")
+  return %a
+}
+)");
+  ASSERT_TRUE(whole);
+  EXPECT_FALSE(cm.measuredSeconds(*whole->ops().front()));
+  EXPECT_DOUBLE_EQ(cm.opSeconds(*whole->ops().front()), 2048 / 1e9 + 1e-6);
+  // The same profile without "devices": its largest device counts.
+  auto implied = parseOpProfile(
+      R"({"ops": [{"op": "relu", "loc": "r", "device": 3, "seconds": 1}]})", "q.json");
+  ASSERT_TRUE(static_cast<bool>(implied));
+  EXPECT_EQ(implied->devices, 4);
+  auto outside = parseOpProfile(
+      R"({"devices": 2, "ops": [{"op": "relu", "loc": "r", "device": 2, "seconds": 1}]})",
+      "o.json");
+  ASSERT_FALSE(static_cast<bool>(outside));
+  EXPECT_NE(llvm::toString(outside.takeError()).find("o.json: ops[0]: device 2 of a profile of 2"),
+            std::string::npos);
+}
+
 } // namespace
 } // namespace lwcc

@@ -3,16 +3,19 @@
 // regression with a replicated weight (each device takes half the batch,
 // the gradient and loss all-reduced) and a sharded optimizer-like state.
 // Checks the trained params against a plain computation, and that
-// checkpoints, resume, --dump and --export go through the logical image.
+// checkpoints, resume, --dump and --export go through the logical image,
+// and that a profiled step times each device's ops without their waits.
 #include "lwrt/checkpoint.h"
 #include "lwrt/comm.h"
 #include "lwrt/feed.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <thread>
 
 using namespace lwrt;
 namespace fs = std::filesystem;
@@ -22,6 +25,7 @@ namespace {
 constexpr int kN = 8, kF = 4;
 bool perturbReplica = false; ///< device 1 nudges its replica of w
 bool failOnDevice1 = false;
+int slowDevice1Ms = 0; ///< device 1's compute takes this long (profiling)
 
 // Each device's arena: 0 local loss, 16 local gradient [4], 32 loss, 48
 // gradient [4] (both summed over devices), 64 a constant from deviceInit.
@@ -55,12 +59,18 @@ bool stepDevice(const StepBuffers& b, std::string* failed) {
   }
   a[0] = loss;
   std::memcpy(a + 4, g, sizeof g);
+  if (b.device == 1 && slowDevice1Ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(slowDevice1Ms));
+  if (b.mark)
+    b.mark(b.markContext, "gemm fc");
   if (!cpu::allReduce(b, 0, {0, 1},
                       {TensorView{a, DType::F32, {1}}, TensorView{a + 4, DType::F32, {kF}}},
                       {TensorView{a + 8, DType::F32, {1}}, TensorView{a + 12, DType::F32, {kF}}})) {
     *failed = "all_reduce 0";
     return false;
   }
+  if (b.mark)
+    b.mark(b.markContext, "all_reduce grad-sync");
   const float lr = static_cast<float>(b.hyper->lr);
   for (int f = 0; f < kF; ++f)
     w[f] -= lr * a[12 + f];
@@ -151,6 +161,7 @@ protected:
     fs::remove_all(dir);
     fs::create_directories(dir);
     perturbReplica = failOnDevice1 = false;
+    slowDevice1Ms = 0;
   }
   void TearDown() override { fs::remove_all(dir); }
 
@@ -291,7 +302,50 @@ TEST_F(MultiDeviceTrainer, DeviceFlags) {
   EXPECT_EQ(train({"--steps=1", "--devices=0,x"}, &out), 2);
   EXPECT_EQ(train({"--steps=1", "--devices="}, &out), 2);
   EXPECT_EQ(train({"--steps=1", "--device=1"}, &out), 2);
-  EXPECT_EQ(train({"--steps=1", "--profile=1"}, &out), 2);
+  model.target = "cuda"; // refused while parsing, before any runner exists
+  for (const char* flag : {"--profile=1", "--profile-ops=p.json", "--trace=t.json"}) {
+    EXPECT_EQ(train({"--steps=1", flag}, &out), 2) << flag;
+    EXPECT_NE(out.find("not yet for multi-device CUDA trainers"), std::string::npos) << out;
+  }
+}
+
+TEST_F(MultiDeviceTrainer, ProfilesEachDeviceWithoutItsWaits) {
+  // Device 1 computes for 40 ms before the all-reduce; device 0 waits there
+  // for it, which is no op's time.
+  slowDevice1Ms = 40;
+  const std::string profile = (dir / "p.json").string(), trace = (dir / "t.json").string();
+  std::string out;
+  ASSERT_EQ(train({"--steps=3", "--progress=off", "--profile-ops=" + profile, "--trace=" + trace,
+                   "--profile=2"},
+                  &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("profile: 2 steps on 2 devices"), std::string::npos) << out;
+  EXPECT_NE(out.find("gemm fc @1"), std::string::npos) << out;
+  std::vector<unsigned char> bytes = slurp(profile);
+  std::string p(bytes.begin(), bytes.end());
+  EXPECT_NE(p.find("\"devices\": 2, \"steps\": 2"), std::string::npos) << p;
+  // Per device, in (device, launch) order: the op's mean seconds.
+  std::vector<std::pair<std::string, double>> entries;
+  for (size_t at = p.find("{\"op\""); at != std::string::npos; at = p.find("{\"op\"", at + 1)) {
+    size_t sec = p.find("\"seconds\": ", at);
+    entries.push_back(
+        {p.substr(at, p.find(", \"seconds", at) - at), std::strtod(p.c_str() + sec + 11, nullptr)});
+  }
+  ASSERT_EQ(entries.size(), 4u) << p;
+  EXPECT_EQ(entries[0].first, R"({"op": "gemm", "loc": "fc", "device": 0)");
+  EXPECT_EQ(entries[1].first, R"({"op": "all_reduce", "loc": "grad-sync", "device": 0)");
+  EXPECT_EQ(entries[2].first, R"({"op": "gemm", "loc": "fc", "device": 1)");
+  EXPECT_EQ(entries[3].first, R"({"op": "all_reduce", "loc": "grad-sync", "device": 1)");
+  EXPECT_GE(entries[2].second, 0.039); // device 1's compute
+  // Device 0's all-reduce starts when device 1 arrives, 40 ms after device 0.
+  EXPECT_LT(entries[1].second, 0.02) << p;
+  EXPECT_LT(entries[3].second, 0.02) << p;
+  bytes = slurp(trace);
+  std::string t(bytes.begin(), bytes.end());
+  EXPECT_NE(t.find(R"("name":"process_name","ph":"M","pid":1,"tid":0)"), std::string::npos) << t;
+  EXPECT_NE(t.find(R"("cat":"comm")"), std::string::npos) << t;
+  EXPECT_NE(t.find(R"("ph":"X","pid":1,"tid":0,"ts":)"), std::string::npos) << t;
 }
 
 TEST_F(MultiDeviceTrainer, InconsistentDeviceTablesAreErrors) {

@@ -10,13 +10,21 @@ first quarter of the steps). Also
 prints the prediction without a profile (the cpu spec's analytic times).
 
     python3 tools/bench/sim_vs_measured.py [--models alexnet,resnet18] [--steps 40] [--rounds 3]
-    python3 tools/bench/sim_vs_measured.py --gpus 2 [--strategies data,model,owt,layerwise]
+    python3 tools/bench/sim_vs_measured.py --gpus 2 [--strategies data,model,owt,layerwise,hypergraph]
 
-With --gpus N > 1: the profile comes from the one-device trainer (a
-multi-device trainer does not time its ops yet), and each strategy's
-`--gpus N` CPU trainer's measured step is set beside the simulator's
-prediction for that strategy with that profile (ops priced by their
-measured time scaled to the shard).
+With --gpus N > 1: each strategy's own `--gpus N` CPU trainer runs with
+`--profile-ops` and `--trace` (a multi-device trainer times each device's
+ops, leaving out the waits for events and for the other participants of
+communication ops), and the simulator's prediction for that strategy with
+that profile (`--gpus N --strategy=S --cost-profile=... --emit=plan`: the
+parallel graph's ops, shards already, priced by their measured time as is,
+communication ops by their measured time) is set beside the step time
+measured in the same profiled run (the mean gap between the starts of
+consecutive profiled steps in the trace). The first row is the `--gpus 1`
+trainer, measured and predicted the same way. The strategies' searches
+(layerwise, hypergraph) choose on the cpu spec's analytic times in the
+trainer and in the prediction alike: a multi-device profile prices no whole
+op, so both see the same plan.
 """
 import argparse
 import json
@@ -60,7 +68,7 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--gpus", type=int, default=1)
-    ap.add_argument("--strategies", default="data,model,owt,layerwise")
+    ap.add_argument("--strategies", default="data,model,owt,layerwise,hypergraph")
     args = ap.parse_args()
     if args.gpus > 1:
         return multi(args)
@@ -98,10 +106,18 @@ def main():
                     sys.stdout.flush()
 
 
-def measured_ms(trainer, steps, log):
-    run([trainer, f"--steps={steps}", "--data=synthetic", f"--log={log}"])
-    ms = [json.loads(line)["step_ms"] for line in open(log) if '"type":"step"' in line]
-    return statistics.mean(ms[len(ms) // 4:])
+def profiled(trainer, steps, profile, trace):
+    """Runs `trainer` with --profile-ops and --trace; the mean step (ms) of
+    that run: the gap between the first and last profiled steps' starts."""
+    run([trainer, f"--steps={steps}", "--data=synthetic", f"--profile-ops={profile}",
+         f"--trace={trace}"])
+    starts = {}
+    for e in json.load(open(trace))["traceEvents"]:
+        if e["ph"] == "X":
+            k = e["args"]["step"]
+            starts[k] = min(starts.get(k, e["ts"]), e["ts"])
+    ts = [starts[k] for k in sorted(starts)]
+    return (ts[-1] - ts[0]) / (len(ts) - 1) / 1e3
 
 
 def multi(args):
@@ -111,22 +127,18 @@ def multi(args):
         for name in args.models.split(","):
             model = os.path.join(tmp, name + ".onnx")
             run([sys.executable, GEN, name, "--test-size", "-o", model])
-            one = os.path.join(tmp, f"{name}-1")
-            run([LWCC, model, "--target=cpu", "-o", one])
-            profile = os.path.join(tmp, f"{name}.json")
-            run([one, f"--steps={args.steps}", "--data=synthetic", f"--profile-ops={profile}"])
-            base = measured_ms(one, args.steps, os.path.join(tmp, f"{name}-1.jsonl"))
-            pred = predicted(model, 1, profile)
-            print(f"{name:10} {'-':10} {1:4} {base:12.3f} {pred:13.3f} "
-                  f"{100 * (pred - base) / base:+6.1f}%")
+            rows = [("-", 1, [])]
             for strategy in args.strategies.split(","):
-                extra = [f"--gpus={args.gpus}", f"--strategy={strategy}"]
-                trainer = os.path.join(tmp, f"{name}-{strategy}")
+                rows.append((strategy, args.gpus,
+                             [f"--gpus={args.gpus}", f"--strategy={strategy}"]))
+            for strategy, gpus, extra in rows:
+                trainer = os.path.join(tmp, f"{name}-{strategy}-{gpus}")
                 run([LWCC, model, "--target=cpu", *extra, "-o", trainer])
-                for _ in range(args.rounds):
-                    got = measured_ms(trainer, args.steps, os.path.join(tmp, f"{trainer}.jsonl"))
+                for r in range(args.rounds):
+                    profile = f"{trainer}-{r}.json"
+                    got = profiled(trainer, args.steps, profile, f"{trainer}-{r}-trace.json")
                     pred = predicted(model, 1, profile, extra)
-                    print(f"{name:10} {strategy:10} {args.gpus:4} {got:12.3f} {pred:13.3f} "
+                    print(f"{name:10} {strategy:10} {gpus:4} {got:12.3f} {pred:13.3f} "
                           f"{100 * (pred - got) / got:+6.1f}%")
                     sys.stdout.flush()
 

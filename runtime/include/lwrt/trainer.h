@@ -80,6 +80,7 @@ struct Hyper {
 
 struct StepBuffers;
 class StepRunner;
+class StepMarks;
 using PhaseFn = bool (*)(const StepBuffers&, std::string* failed);
 
 /// What the generated phases see. Pointers are device memory of the
@@ -97,6 +98,10 @@ struct StepBuffers {
   int device = 0;
   int stream = 0;
   void* group = nullptr;
+  /// Multi-device trainers, profiled steps: a recorder per (device, stream)
+  /// (lwrt/profile.h). The group points each function's `mark` and
+  /// `markContext` at its own (device, stream)'s recorder.
+  StepMarks* marks = nullptr;
 };
 
 /// Multi-device trainers: one function of the step, run on `device`'s
@@ -176,6 +181,10 @@ public:
   /// set), and returns once all have returned: on the CPU the step has run,
   /// on CUDA it is launched (ordered before later work on each runner's
   /// stream). False with `error` naming the function and what failed.
+  /// With StepBuffers::marks set (a profiled step), each op's time lands in
+  /// its (device, stream)'s recorder, without the time the stream spent
+  /// waiting for events and for the other participants of communication
+  /// ops; a group that cannot time ops fails the step.
   virtual bool runStep(const std::vector<StepBuffers>& buffers, std::string* error) = 0;
   /// What the group chose ("NCCL between 4 GPUs", "2 logical devices on
   /// GPU 0: local copies"), or "".
