@@ -144,15 +144,26 @@ bool OpTimeline::writeTrace(const std::string& file, std::string* error) const {
   std::set<int> named;
   const char* sep = "\n";
   for (const auto& [dev, stream] : threads) {
-    const std::string ids =
-        ",\"pid\":" + std::to_string(dev) + ",\"tid\":" + std::to_string(stream) + "}";
+    // Appended piece by piece: GCC 12's -O3 misreads `"x" + std::string`
+    // (a -Wrestrict false positive).
+    std::string ids = ",\"pid\":";
+    ids += std::to_string(dev);
+    ids += ",\"tid\":";
+    ids += std::to_string(stream);
+    ids += "}";
     if (named.insert(dev).second) {
-      out += sep + ("{\"args\":{\"name\":\"device " + std::to_string(dev) +
-                    "\"},\"name\":\"process_name\",\"ph\":\"M\"" + ids);
+      out += sep;
+      out += "{\"args\":{\"name\":\"device ";
+      out += std::to_string(dev);
+      out += "\"},\"name\":\"process_name\",\"ph\":\"M\"";
+      out += ids;
       sep = ",\n";
     }
-    out += sep + ("{\"args\":{\"name\":\"stream " + std::to_string(stream) +
-                  "\"},\"name\":\"thread_name\",\"ph\":\"M\"" + ids);
+    out += sep;
+    out += "{\"args\":{\"name\":\"stream ";
+    out += std::to_string(stream);
+    out += "\"},\"name\":\"thread_name\",\"ph\":\"M\"";
+    out += ids;
   }
   for (size_t k = 0; k < steps_.size(); ++k)
     for (const OpMark& m : steps_[k]) {
