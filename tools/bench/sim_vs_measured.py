@@ -85,15 +85,7 @@ def main():
                 for _ in range(args.rounds):
                     profile = os.path.join(tmp, f"{name}-s{streams}.json")
                     trace = os.path.join(tmp, f"{name}-s{streams}-trace.json")
-                    run([trainer, f"--steps={args.steps}", "--data=synthetic",
-                         f"--profile-ops={profile}", f"--trace={trace}"])
-                    starts = {}
-                    for e in json.load(open(trace))["traceEvents"]:
-                        if e["ph"] == "X":
-                            k = e["args"]["step"]
-                            starts[k] = min(starts.get(k, e["ts"]), e["ts"])
-                    ts = [starts[k] for k in sorted(starts)]
-                    same = (ts[-1] - ts[0]) / (len(ts) - 1) / 1e3
+                    same = profiled(trainer, args.steps, profile, trace)
                     log = os.path.join(tmp, f"{name}-s{streams}.jsonl")
                     run([trainer, f"--steps={args.steps}", "--data=synthetic", f"--log={log}"])
                     steps = [json.loads(line) for line in open(log)]

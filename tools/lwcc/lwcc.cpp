@@ -415,10 +415,15 @@ llvm::Error settleLayerwise(const Graph& g) {
   return llvm::Error::success();
 }
 
+/// Whether strategy `strat` is settled by settleLayerwise.
+bool checksSearch(const std::string& strat) {
+  return strat == "layerwise" && gpus > 1 && checkSearch;
+}
+
 /// The training graph of strategy `strat`; layerwise (with --check-search,
 /// on several devices) keeps the fastest of its plan and the uniform ones.
 llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& strat) {
-  if (strat != "layerwise" || gpus < 2 || !checkSearch)
+  if (!checksSearch(strat))
     return buildWithStrategy(g, withOptimizer, strat);
   if (!searchCheck)
     if (llvm::Error e = settleLayerwise(g))
@@ -430,7 +435,7 @@ llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& 
 
 llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
   const std::string strat = chosenStrategy();
-  if (strat == "layerwise" && gpus > 1 && checkSearch && withOptimizer) {
+  if (checksSearch(strat) && withOptimizer) {
     // The kept plan was built whole while settling: take it, not a rebuild.
     if (!searchCheck)
       if (llvm::Error e = settleLayerwise(*m.graph))
