@@ -5,6 +5,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace lwcc {
@@ -49,6 +50,31 @@ llvm::Expected<OpProfile> parseOpProfile(llvm::StringRef text, const std::string
     if (!n || *n < 1)
       return makeError(origin + ": field 'devices' must be a positive integer");
     devices = *n;
+  }
+  for (auto [key, field] : {std::pair{"step_gap_seconds", &profile.stepGapSeconds},
+                            std::pair{"wake_seconds", &profile.wakeSeconds}}) {
+    if (!obj->get(key))
+      continue;
+    auto v = obj->getNumber(key);
+    if (!v || !(*v >= 0) || !std::isfinite(*v))
+      return makeError(origin + ": field '" + key + "' must be a non-negative number");
+    *field = *v;
+  }
+  if (obj->get("stream_starts")) {
+    const llvm::json::Array* starts = obj->getArray("stream_starts");
+    if (!starts)
+      return makeError(origin + ": field 'stream_starts' must be an array");
+    for (size_t i = 0; i < starts->size(); ++i) {
+      std::string where = origin + ": stream_starts[" + std::to_string(i) + "]";
+      const llvm::json::Object* e = (*starts)[i].getAsObject();
+      auto d = e ? e->getInteger("device") : llvm::None;
+      auto st = e ? e->getInteger("stream") : llvm::None;
+      auto v = e ? e->getNumber("seconds") : llvm::None;
+      if (!d || *d < 0 || !st || *st < 0 || !v || !(*v >= 0) || !std::isfinite(*v))
+        return makeError(where + ": an entry must be {\"device\": D, \"stream\": S, "
+                                 "\"seconds\": T} with non-negative numbers");
+      profile.streamStarts[std::make_pair(int64_t(*d), int64_t(*st))] = *v;
+    }
   }
   int64_t lastDevice = 0;
   for (size_t i = 0; i < ops->size(); ++i) {
@@ -97,6 +123,13 @@ llvm::Expected<OpProfile> loadOpProfile(const std::string& file) {
 
 CostModel::CostModel(DeviceSpec spec, std::optional<OpProfile> profile)
     : spec_(std::move(spec)), profile_(std::move(profile)) {}
+
+double CostModel::streamStartSeconds(int64_t device, int64_t stream) const {
+  if (!profile_)
+    return 0;
+  auto it = profile_->streamStarts.find({device, stream});
+  return it == profile_->streamStarts.end() ? 0 : it->second;
+}
 
 double CostModel::flops(const Op& op) const {
   if (op.info().isCommunication())

@@ -22,6 +22,15 @@
 //   {"device": "cpu", "devices": 2, "ops": [
 //     {"op": "conv2d", "loc": "conv1", "device": 0, "seconds": 1.2e-4}, ...]}
 //
+// What a step spends outside its ops, which the simulator adds
+// (passes/Simulator.h), all optional and non-negative: "step_gap_seconds",
+// the devices' mean idle time from one step's last op to the start of the
+// next (the host's work between steps); "stream_starts", a list of
+// {"device": D, "stream": S, "seconds": T}, each stream's mean delay from
+// the step's start to its thread beginning the step; "wake_seconds", the
+// mean time a stream that blocked on an event another stream records takes
+// to go on after the record (a thread's wake-up on the CPU backend).
+//
 // "op" is the mnemonic, "loc" the op's location name (Location::name, the
 // ONNX node name that backward ops, and the shards and communication ops
 // materialize makes of an op, inherit), "device" the @dev the op ran on
@@ -72,6 +81,13 @@ struct OpProfile {
   int64_t devices = 1;
   /// (mnemonic, loc name, device) -> summed seconds and count.
   std::map<std::tuple<std::string, std::string, int64_t>, Entry> entries;
+  /// The devices' idle time between steps ("step_gap_seconds"), and a
+  /// stream's wake-up after blocking on an event ("wake_seconds"): 0 when
+  /// the profile does not say.
+  double stepGapSeconds = 0, wakeSeconds = 0;
+  /// (device, stream) -> its thread's mean delay from the step's start
+  /// ("stream_starts"; a stream not listed starts with the step).
+  std::map<std::pair<int64_t, int64_t>, double> streamStarts;
   /// The measured time of an op with this key, or nullopt.
   std::optional<double> lookup(std::string_view mnemonic, const std::string& loc,
                                int64_t device) const;
@@ -87,6 +103,13 @@ public:
 
   const DeviceSpec& spec() const { return spec_; }
   bool hasProfile() const { return profile_.has_value(); }
+  /// The profile's idle time between steps and wake-up after an event
+  /// wait (0 without a profile).
+  double stepGapSeconds() const { return profile_ ? profile_->stepGapSeconds : 0; }
+  double wakeSeconds() const { return profile_ ? profile_->wakeSeconds : 0; }
+  /// The profile's delay of (device, stream) from the step's start (0
+  /// without one).
+  double streamStartSeconds(int64_t device, int64_t stream) const;
   /// Price FLOPs at the TF32 peak (lwcc --tf32) instead of FP32's.
   void setTf32(bool on) { tf32_ = on; }
 

@@ -84,13 +84,27 @@ SimCosts simCosts(const CostModel& model) {
     return model.measuredSecondsOn(op, device);
   };
   c.devicesPerNode = model.spec().devicesPerNode;
+  c.wakeSeconds = model.wakeSeconds();
+  c.stepGapSeconds = model.stepGapSeconds();
+  if (model.hasProfile())
+    c.streamStartSeconds = [&model](int64_t device, int64_t stream) {
+      return model.streamStartSeconds(device, stream);
+    };
   return c;
 }
 
 llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
   SimResult res;
-  std::unordered_map<const Value*, double> ready; // results: when they are written
-  std::map<Resource, double> streamFree;          // FIFO streams: when the last op ends
+  std::unordered_map<const Value*, double> ready;    // results: when they are written
+  std::unordered_map<const Value*, Resource> writer; // results: the stream that writes them
+  std::map<Resource, double> streamFree;             // FIFO streams: when the last op ends
+  // A stream is free from its thread's start on.
+  auto freeAt = [&](const Resource& s) -> double& {
+    auto [it, added] = streamFree.emplace(s, 0.0);
+    if (added && costs.streamStartSeconds)
+      it->second = std::max(0.0, costs.streamStartSeconds(s.id, s.sub));
+    return it->second;
+  };
   std::map<Resource, Busy> links;
   auto nodeOf = [&](int64_t d) { return costs.devicesPerNode > 0 ? d / costs.devicesPerNode : 0; };
   std::map<const Op*, size_t> position;
@@ -106,16 +120,24 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
   for (const auto& opPtr : g.ops()) {
     const Op& op = *opPtr;
     double t = 0;
-    for (const Value* v : op.operands())
-      if (v->kind() == ValueKind::Result) {
-        auto it = ready.find(v);
-        if (it == ready.end())
-          return op.emitError("simulate: an operand is defined after its use (schedule the graph "
-                              "in topological order)");
-        t = std::max(t, it->second);
-      }
     int64_t stream = op.annotations().stream.value_or(0);
     bool comm = op.info().isCommunication();
+    for (unsigned i = 0; i < op.numOperands(); ++i) {
+      const Value* v = op.operand(i);
+      if (v->kind() != ValueKind::Result)
+        continue;
+      auto it = ready.find(v);
+      if (it == ready.end())
+        return op.emitError("simulate: an operand is defined after its use (schedule the graph "
+                            "in topological order)");
+      // The stream that reads it: the op's, on the operand's device for a
+      // communication op. Written by another stream after this one is free,
+      // it blocks there and wakes after the write.
+      Resource reader{Resource::Stream, comm ? operandDevice(op, i) : opDevice(op), stream};
+      const Resource& from = writer.at(v);
+      bool blocks = (from < reader || reader < from) && it->second > freeAt(reader);
+      t = std::max(t, it->second + (blocks ? costs.wakeSeconds : 0));
+    }
     std::vector<Resource> streams;
     std::vector<const Busy*> busy;
     std::vector<Resource> ports;
@@ -160,7 +182,7 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     if (!(d >= 0) || !std::isfinite(d))
       return op.emitError(llvm::formatv("simulate: the cost model gives {0} seconds", d).str());
     for (const Resource& s : streams)
-      t = std::max(t, streamFree[s]);
+      t = std::max(t, freeAt(s));
     t = earliestGap(t, d, busy);
     double end = t + d;
     // Each participant's own end (a measured profile), else the op's.
@@ -173,7 +195,7 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     }
     for (const Resource& s : streams) {
       const double sEnd = ends[s.id];
-      streamFree[s] = sEnd;
+      freeAt(s) = sEnd;
       SimEvent ev;
       ev.name = std::string(op.mnemonic());
       ev.loc = op.loc().name;
@@ -196,11 +218,15 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     for (unsigned r = 0; r < op.numResults(); ++r) {
       auto own = comm ? ends.find(*valueDevice(op.result(r))) : ends.end();
       ready[op.result(r)] = own != ends.end() ? own->second : end;
+      writer[op.result(r)] = {Resource::Stream, comm ? *valueDevice(op.result(r)) : opDevice(op),
+                              stream};
     }
     for (const auto& [dev, e] : ends)
       res.stepSeconds = std::max(res.stepSeconds, e);
     res.stepSeconds = std::max(res.stepSeconds, end);
   }
+  res.stepGapSeconds = costs.stepGapSeconds;
+  res.stepSeconds += costs.stepGapSeconds;
   std::stable_sort(res.events.begin(), res.events.end(), [](const SimEvent& a, const SimEvent& b) {
     return std::tie(a.start, a.device, a.stream) < std::tie(b.start, b.device, b.stream);
   });
@@ -254,6 +280,10 @@ std::string describe(const SimResult& r) {
   std::string out = llvm::formatv("simulate: step {0:f3} ms, {1} bytes communicated",
                                   r.stepSeconds * 1e3, r.commBytes)
                         .str();
+  if (r.stepGapSeconds > 0)
+    out += llvm::formatv(" ({0:f3} ms of the step: the measured idle time between steps)",
+                         r.stepGapSeconds * 1e3)
+               .str();
   std::set<int64_t> devices;
   for (const auto& [d, s] : r.computeSeconds)
     devices.insert(d);

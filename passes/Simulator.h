@@ -11,7 +11,15 @@
 //  - Every (device, stream) is a FIFO in program order: an op starts when
 //    the ops before it on its stream have ended and its operands are ready
 //    (a value read on another stream or device is the event wait codegen
-//    inserts there). Graph inputs and params are ready at time 0.
+//    inserts there). Graph inputs and params are ready at time 0. A stream
+//    that would block on such a wait (the value is written after the
+//    stream's previous op ended) goes on SimCosts::wakeSeconds after the
+//    write: a blocked thread's wake-up on the CPU backend, as its profile
+//    measures it.
+//  - A stream's first op starts no earlier than SimCosts::streamStartSeconds
+//    (its thread's measured delay from the step's start); the step is the
+//    makespan plus SimCosts::stepGapSeconds, the devices' measured idle time
+//    between steps.
 //  - A communication op takes the stream of every device it reads or
 //    writes (its @stream, else stream 0) for its whole duration, and the
 //    links it uses, which are shared resources:
@@ -64,6 +72,14 @@ struct SimCosts {
   std::function<std::optional<double>(const Op&, int64_t device)> commSecondsOn;
   /// Devices per node (0: every device on one node).
   int64_t devicesPerNode = 0;
+  /// A stream that reaches a wait for a value another stream writes before
+  /// it is written goes on this long after the write (a thread's wake-up);
+  /// and the devices idle this long between steps (the host's work). Both
+  /// measured by a profile (CostModel::wakeSeconds, stepGapSeconds), else 0.
+  double wakeSeconds = 0, stepGapSeconds = 0;
+  /// When set: the delay of (device, stream) from the step's start before
+  /// its first op may start (its thread's start, measured by a profile).
+  std::function<double(int64_t device, int64_t stream)> streamStartSeconds;
 };
 
 /// The times of `model` (which must outlive the result).
@@ -81,7 +97,9 @@ struct SimEvent {
 };
 
 struct SimResult {
+  /// The step's makespan plus the idle time between steps (stepGapSeconds).
   double stepSeconds = 0;
+  double stepGapSeconds = 0;
   /// Per device: seconds its streams spend in compute ops (summed over
   /// streams) and in communication ops.
   std::map<int64_t, double> computeSeconds, commSeconds;

@@ -376,7 +376,8 @@ std::string MultiDevice::description() const {
   std::string s = std::to_string(numDevices()) + " devices";
   if (m_.target == "cuda")
     s += " on GPUs " + joined(physical_);
-  return s + " (" + runners_[0]->description() + ")";
+  std::string notes = group_ ? group_->notes() : "";
+  return s + " (" + runners_[0]->description() + (notes.empty() ? "" : "; " + notes) + ")";
 }
 
 } // namespace lwrt

@@ -4,8 +4,11 @@
 #include "lwrt/progress.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
-#include <iterator>
+#include <cstring>
+#include <limits>
+#include <map>
 #include <set>
 
 namespace lwrt {
@@ -41,40 +44,72 @@ void MarkRecorder::start(int device, int stream, Clock::time_point origin) {
   device_ = device;
   stream_ = stream;
   origin_ = origin;
-  last_ = Clock::now();
+  last_ = begin_ = Clock::now();
+  idle_ = Clock::duration::zero();
+  began_ = false;
   marks_.clear();
+  wokeSeconds_ = 0;
+  wakes_ = 0;
+}
+
+void MarkRecorder::begin(Clock::time_point t) {
+  last_ = begin_ = t;
+  idle_ = Clock::duration::zero();
+  began_ = true;
 }
 
 void MarkRecorder::mark(const char* label) {
   Clock::time_point now = Clock::now();
-  Clock::time_point from = std::min(last_, now);
-  marks_.push_back({label, device_, stream_, std::chrono::duration<double>(from - origin_).count(),
-                    std::chrono::duration<double, std::milli>(now - from).count()});
+  Clock::duration own = std::max(Clock::duration::zero(), now - last_ - idle_);
+  marks_.push_back({label, device_, stream_,
+                    std::chrono::duration<double>(now - own - origin_).count(),
+                    std::chrono::duration<double, std::milli>(own).count()});
   last_ = now;
+  idle_ = Clock::duration::zero();
 }
 
-void MarkRecorder::idleUntil(Clock::time_point t) { last_ = std::max(last_, t); }
+void MarkRecorder::waited(Clock::time_point from, Clock::time_point to) {
+  from = std::max(from, last_);
+  if (to > from)
+    idle_ += to - from;
+}
+
+void MarkRecorder::woke(Clock::duration latency) {
+  wokeSeconds_ += std::chrono::duration<double>(latency).count();
+  ++wakes_;
+}
 
 void MarkRecorder::markFn(void* context, const char* label) {
   static_cast<MarkRecorder*>(context)->mark(label);
 }
 
+void MarkRecorder::takeInto(ProfiledStep& step) {
+  step.ops.insert(step.ops.end(), marks_.begin(), marks_.end());
+  if (began_ || !marks_.empty())
+    step.streams.push_back(
+        {device_, stream_, std::chrono::duration<double>(begin_ - origin_).count()});
+  step.wokeSeconds += wokeSeconds_;
+  step.wakes += wakes_;
+  marks_.clear();
+}
+
 StepMarks::StepMarks(int devices, int streams, MarkRecorder::Clock::time_point origin)
     : devices_(devices), streams_(streams),
       recorders_(static_cast<size_t>(devices) * static_cast<size_t>(streams)) {
-  for (int d = 0; d < devices; ++d)
-    for (int s = 0; s < streams; ++s)
+  restart(origin);
+}
+
+void StepMarks::restart(MarkRecorder::Clock::time_point origin) {
+  for (int d = 0; d < devices_; ++d)
+    for (int s = 0; s < streams_; ++s)
       at(d, s).start(d, s, origin);
 }
 
-std::vector<OpMark> StepMarks::take() {
-  std::vector<OpMark> all;
-  for (MarkRecorder& r : recorders_) {
-    std::vector<OpMark>& m = r.marks();
-    all.insert(all.end(), std::make_move_iterator(m.begin()), std::make_move_iterator(m.end()));
-    m.clear();
-  }
-  return all;
+ProfiledStep StepMarks::take() {
+  ProfiledStep step;
+  for (MarkRecorder& r : recorders_)
+    r.takeInto(step);
+  return step;
 }
 
 std::pair<std::string, std::string> OpTimeline::splitLabel(const std::string& label) {
@@ -87,15 +122,27 @@ std::pair<std::string, std::string> OpTimeline::splitLabel(const std::string& la
   return {op, loc};
 }
 
+void OpTimeline::addStep(ProfiledStep step) { steps_.push_back(std::move(step)); }
+
+std::map<std::string, double> OpTimeline::msByOp(bool byDevice) const {
+  std::map<std::string, double> ms;
+  for (const ProfiledStep& s : steps_)
+    for (const OpMark& m : s.ops)
+      ms[byDevice ? m.label + std::string(" @") + std::to_string(m.device) : m.label] += m.ms;
+  return ms;
+}
+
 void OpTimeline::addStep(double startSeconds,
-                         const std::vector<std::pair<std::string, double>>& marksMs) {
-  std::vector<OpMark> marks;
+                         const std::vector<std::pair<const char*, double>>& marksMs) {
+  ProfiledStep step;
+  step.ops.reserve(marksMs.size());
+  step.streams.push_back({0, 0, startSeconds});
   double t = startSeconds;
   for (const auto& [label, ms] : marksMs) {
-    marks.push_back({label, 0, 0, t, ms});
+    step.ops.push_back({label, 0, 0, t, ms});
     t += ms / 1e3;
   }
-  steps_.push_back(std::move(marks));
+  steps_.push_back(std::move(step));
 }
 
 bool OpTimeline::writeProfile(const std::string& file, const std::string& device, int devices,
@@ -105,23 +152,78 @@ bool OpTimeline::writeProfile(const std::string& file, const std::string& device
   // would drop the interruptions a loaded machine spreads over all ops).
   std::vector<OpMark> ops;
   std::vector<int64_t> counts;
-  for (const std::vector<OpMark>& s : steps_)
+  for (const ProfiledStep& step : steps_) {
+    const std::vector<OpMark>& s = step.ops;
     for (size_t i = 0; i < s.size(); ++i) {
       if (i >= ops.size()) {
         ops.push_back(s[i]);
         ops.back().ms = 0;
         counts.push_back(0);
       }
-      if (ops[i].label != s[i].label || ops[i].device != s[i].device)
+      if (std::strcmp(ops[i].label, s[i].label) != 0 || ops[i].device != s[i].device)
         continue; // a step that ran other ops: never for one program
       ops[i].ms += s[i].ms;
       ++counts[i];
     }
+  }
   for (size_t i = 0; i < ops.size(); ++i)
     ops[i].ms /= static_cast<double>(std::max<int64_t>(counts[i], 1));
+  // A step starts when the first of its streams' threads began it.
+  auto stepStart = [](const ProfiledStep& step) {
+    double t = std::numeric_limits<double>::infinity();
+    for (const StreamStart& st : step.streams)
+      t = std::min(t, st.start);
+    for (const OpMark& m : step.ops)
+      t = std::min(t, m.start);
+    return std::isfinite(t) ? t : 0.0;
+  };
+  // Between consecutive profiled steps (they are consecutive steps of the
+  // run): from the last op's end to the next step's start.
+  double gaps = 0, woke = 0;
+  int64_t pairs = 0, wakes = 0;
+  for (size_t k = 0; k + 1 < steps_.size(); ++k) {
+    if (steps_[k].ops.empty())
+      continue;
+    double end = 0;
+    for (const OpMark& m : steps_[k].ops)
+      end = std::max(end, m.start + m.ms / 1e3);
+    gaps += std::max(0.0, stepStart(steps_[k + 1]) - end);
+    ++pairs;
+  }
+  // Each stream's delay from its step's start.
+  std::map<std::pair<int, int>, std::pair<double, int64_t>> delays;
+  for (const ProfiledStep& step : steps_) {
+    woke += step.wokeSeconds;
+    wakes += step.wakes;
+    const double t0 = stepStart(step);
+    for (const StreamStart& st : step.streams) {
+      auto& [sum, n] = delays[{st.device, st.stream}];
+      sum += st.start - t0;
+      ++n;
+    }
+  }
   std::string out = "{\"device\": " + jsonString(device) +
                     ", \"devices\": " + std::to_string(devices) +
-                    ", \"steps\": " + std::to_string(steps_.size()) + ", \"ops\": [";
+                    ", \"steps\": " + std::to_string(steps_.size());
+  if (pairs > 0)
+    out += ", \"step_gap_seconds\": " + jsonNumber(gaps / static_cast<double>(pairs));
+  if (wakes > 0)
+    out += ", \"wake_seconds\": " + jsonNumber(woke / static_cast<double>(wakes)) +
+           ", \"wakes_per_step\": " +
+           jsonNumber(static_cast<double>(wakes) / static_cast<double>(steps_.size()));
+  if (delays.size() > 1) {
+    out += ", \"stream_starts\": [";
+    const char* sep = "";
+    for (const auto& [key, sum] : delays) {
+      out += sep;
+      out += "{\"device\": " + std::to_string(key.first) +
+             ", \"stream\": " + std::to_string(key.second) +
+             ", \"seconds\": " + jsonNumber(sum.first / static_cast<double>(sum.second)) + "}";
+      sep = ", ";
+    }
+    out += "]";
+  }
+  out += ", \"ops\": [";
   for (size_t i = 0; i < ops.size(); ++i) {
     auto [op, loc] = splitLabel(ops[i].label);
     out += std::string(i ? ",\n  " : "\n  ") + "{\"op\": " + jsonString(op) +
@@ -135,8 +237,8 @@ bool OpTimeline::writeProfile(const std::string& file, const std::string& device
 bool OpTimeline::writeTrace(const std::string& file, std::string* error) const {
   // The (device, stream) pairs that ran ops, named as lwcc --trace names them.
   std::set<std::pair<int, int>> threads;
-  for (const std::vector<OpMark>& s : steps_)
-    for (const OpMark& m : s)
+  for (const ProfiledStep& s : steps_)
+    for (const OpMark& m : s.ops)
       threads.insert({m.device, m.stream});
   if (threads.empty())
     threads.insert({0, 0});
@@ -166,7 +268,7 @@ bool OpTimeline::writeTrace(const std::string& file, std::string* error) const {
     out += ids;
   }
   for (size_t k = 0; k < steps_.size(); ++k)
-    for (const OpMark& m : steps_[k]) {
+    for (const OpMark& m : steps_[k].ops) {
       auto [op, loc] = splitLabel(m.label);
       out += ",\n{\"args\":{\"loc\":" + jsonString(loc) + ",\"step\":" + std::to_string(k) +
              "},\"cat\":" + (isCommunication(op) ? "\"comm\"" : "\"compute\"") +

@@ -311,11 +311,9 @@ private:
   std::unique_ptr<JsonlLogger> log_;
   std::vector<float> evalLogits_; ///< of the first batch of the last evaluation
   int64_t lastCheckpoint_ = -1;
-  /// --profile: milliseconds per op label over the profiled steps
-  /// ("label @device" in a multi-device trainer).
-  std::map<std::string, double> opMs_;
   int64_t profiled_ = 0;
-  OpTimeline timeline_; ///< --profile-ops, --trace
+  OpTimeline timeline_; ///< the profiled steps' marks (--profile, --profile-ops, --trace)
+  std::optional<StepMarks> stepMarks_; ///< multi-device: reused by every profiled step
   void printProfile();
   /// Last: its threads read the data sources and the runner's memory, so it
   /// goes first.
@@ -329,9 +327,12 @@ void Trainer::printProfile() {
     std::printf("backend: %s\n", notes.c_str());
   if (profiled_ == 0)
     return;
+  // Milliseconds per op label over the profiled steps ("label @device" in
+  // a multi-device trainer).
+  const std::map<std::string, double> opMs = timeline_.msByOp(multi_ != nullptr);
   double total = 0;
   std::map<std::string, double> byKernel;
-  for (const auto& [label, ms] : opMs_) {
+  for (const auto& [label, ms] : opMs) {
     total += ms;
     byKernel[label.substr(0, label.find(' '))] += ms;
   }
@@ -340,15 +341,15 @@ void Trainer::printProfile() {
     std::printf("profile: %lld steps on %s, %.3f ms of ops per step over %d devices in %zu ops "
                 "(waits left out)\n",
                 static_cast<long long>(profiled_), multi_->description().c_str(),
-                total / static_cast<double>(profiled_), multi_->numDevices(), opMs_.size());
+                total / static_cast<double>(profiled_), multi_->numDevices(), opMs.size());
   else
     std::printf("profile: %lld steps on %s, %.3f ms per step in %zu ops\n",
                 static_cast<long long>(profiled_), runner_->description().c_str(),
-                total / static_cast<double>(profiled_), opMs_.size());
+                total / static_cast<double>(profiled_), opMs.size());
   std::vector<std::pair<double, std::string>> kernels, ops;
   for (const auto& [k, ms] : byKernel)
     kernels.push_back({ms, k});
-  for (const auto& [k, ms] : opMs_)
+  for (const auto& [k, ms] : opMs)
     ops.push_back({ms, k});
   std::sort(kernels.rbegin(), kernels.rend());
   std::sort(ops.rbegin(), ops.rend());
@@ -953,9 +954,14 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     StepBuffers marked = buffers_;
     if (zeroCopy) // the step reads the prepared batch where it is
       marked.inputs = const_cast<unsigned char*>(batch);
-    std::optional<StepMarks> deviceMarks; // multi-device: a recorder per (device, stream)
-    if (profiling && multi_)
-      deviceMarks.emplace(m_.numDevices, std::max(m_.streamsPerDevice, 1), started);
+    StepMarks* deviceMarks = nullptr; // multi-device: a recorder per (device, stream)
+    if (profiling && multi_) {
+      if (!stepMarks_)
+        stepMarks_.emplace(m_.numDevices, std::max(m_.streamsPerDevice, 1), started);
+      else
+        stepMarks_->restart(started);
+      deviceMarks = &*stepMarks_;
+    }
     if (profiling && !multi_) {
       marked.mark = [](void* runner, const char* op) {
         static_cast<StepRunner*>(runner)->mark(op);
@@ -966,7 +972,7 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     Launched now{s, 0, lossHost_ + 8 * (s % 2)};
     if (multi_) { // every device's functions, together
-      if (!multi_->step(batch, &o_.hyper, deviceMarks ? &*deviceMarks : nullptr, error) ||
+      if (!multi_->step(batch, &o_.hyper, deviceMarks, error) ||
           !multi_->downloadLossAsync(const_cast<unsigned char*>(now.loss), error) ||
           !multi_->fence(&now.fence, error))
         return fail("step " + std::to_string(s + 1) + ": " + error);
@@ -985,17 +991,13 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     }
     if (zeroCopy)
       feed_->release(s); // the step has run
+    // The marks go to the timeline as they are: tallying them (--profile)
+    // waits for the end, so a profiled step costs the host little more.
     if (profiling && deviceMarks) {
-      std::vector<OpMark> marks = deviceMarks->take();
-      for (const OpMark& mk : marks)
-        opMs_[mk.label + " @" + std::to_string(mk.device)] += mk.ms;
-      timeline_.addStep(std::move(marks));
+      timeline_.addStep(deviceMarks->take());
       ++profiled_;
     } else if (profiling) {
-      auto marks = runner_->takeMarks();
-      timeline_.addStep(markStart, marks);
-      for (const auto& [op, ms] : marks)
-        opMs_[op] += ms;
+      timeline_.addStep(markStart, runner_->takeMarks());
       ++profiled_;
     }
     if (pending) {

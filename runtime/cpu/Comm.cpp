@@ -5,15 +5,17 @@
 // they share (and the step's start and end), so a wait missing from a
 // generated step is a data race that ThreadSanitizer reports. A profiled
 // step gives each thread its (device, stream)'s recorder (lwrt/profile.h):
-// a wait for an event ends the recorder's idle time when it returns, and
-// the participants of a communication op start the op's time when the last
-// of them arrived.
+// a blocked wait for an event, and a participant's wait for the last one to
+// arrive at a communication op, are waits the recorder leaves out of the
+// ops' times; a blocked wait also notes the thread's wake-up after the
+// record.
 #include "lwrt/comm.h"
 
 #include "lwrt/profile.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cblas.h>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -93,6 +95,7 @@ struct EventSlot {
   std::mutex mu;
   std::condition_variable cv;
   uint64_t recorded = 0; ///< the generation of the step that last recorded it
+  std::chrono::steady_clock::time_point recordedAt; ///< when (for a profile's wake-ups)
 };
 
 /// A thread running one posted task at a time.
@@ -398,6 +401,17 @@ public:
     }
     if (const char* v = std::getenv("LWRT_DEADLOCK_SECONDS"); v && std::atoi(v) > 0)
       deadlockSeconds_ = std::atoi(v);
+    // The emulated devices share the machine's cores: each device's matrix
+    // products get its share of OpenBLAS's threads, unless the user chose
+    // (OPENBLAS_NUM_THREADS). Left at every core, the devices' concurrent
+    // products would run several threads per core, each device stalling the
+    // others at random, so that a step took twice the time.
+    const char* chosen = std::getenv("OPENBLAS_NUM_THREADS");
+    if (m.numDevices > 1 && !(chosen && *chosen)) {
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      blasThreads_ = std::max(1, cores / m.numDevices);
+      openblas_set_num_threads(blasThreads_);
+    }
   }
 
   bool runStep(const std::vector<StepBuffers>& buffers, std::string* error) override {
@@ -437,8 +451,11 @@ public:
   }
 
   std::string notes() const override {
+    std::string blas = blasThreads_ > 0
+                           ? ", OpenBLAS threads " + std::to_string(blasThreads_) + " per device"
+                           : "";
     return std::to_string(m_.numDevices) + " emulated devices, " + std::to_string(queues_.size()) +
-           " stream threads";
+           " stream threads" + blas;
   }
 
   /// A participant's arrival at op `op` of the current step: the last one
@@ -480,8 +497,6 @@ public:
     slot.parts[static_cast<size_t>(b.device)] = std::move(part);
     if (++slot.arrived == slot.expected) {
       slot.lastArrival = std::chrono::steady_clock::now();
-      if (recording_)
-        recording_->idleUntil(slot.lastArrival);
       bool ok = !slot.mismatch;
       if (ok) {
         Parts parts(devices, nullptr);
@@ -497,9 +512,10 @@ public:
       return ok;
     }
     Waiting waiting(Wait::Op, op);
+    const auto arrived = std::chrono::steady_clock::now();
     slot.cv.wait(lock, [&] { return slot.doneGeneration == generation || aborted(generation); });
-    if (recording_ && slot.doneGeneration == generation)
-      recording_->idleUntil(slot.lastArrival); // waiting for the others is not the op's time
+    if (recording_ && slot.doneGeneration == generation) // waiting for the others is not the op's
+      recording_->waited(arrived, slot.lastArrival);
     return slot.doneGeneration == generation && slot.ok;
   }
 
@@ -511,6 +527,8 @@ public:
     {
       std::lock_guard<std::mutex> lock(e.mu);
       e.recorded = generation_;
+      if (recording_)
+        e.recordedAt = std::chrono::steady_clock::now();
     }
     e.cv.notify_all();
     return true;
@@ -523,9 +541,16 @@ public:
     EventSlot& e = events_[static_cast<size_t>(event)];
     std::unique_lock<std::mutex> lock(e.mu);
     Waiting waiting(Wait::Event, event);
+    const bool blocks = e.recorded < generation;
+    const auto from = recording_ && blocks ? std::chrono::steady_clock::now()
+                                           : std::chrono::steady_clock::time_point{};
     e.cv.wait(lock, [&] { return e.recorded >= generation || aborted(generation); });
-    if (recording_) // the wait is the stream's idle time, no op's
-      recording_->idleUntil(std::chrono::steady_clock::now());
+    if (recording_ && blocks) { // the wait is the stream's idle time, no op's
+      const auto now = std::chrono::steady_clock::now();
+      recording_->waited(from, now);
+      if (e.recorded >= generation)
+        recording_->woke(now - e.recordedAt);
+    }
     return e.recorded >= generation;
   }
 
@@ -597,7 +622,7 @@ private:
                 " stream " + std::to_string(queue.stream);
     if (marks && failure.empty()) {
       recording_ = &marks->at(queue.device, queue.stream);
-      recording_->idleUntil(std::chrono::steady_clock::now()); // the thread starts here
+      recording_->begin(std::chrono::steady_clock::now()); // the thread starts here
     }
     for (size_t k : queue.steps) {
       if (!failure.empty())
@@ -670,8 +695,9 @@ private:
   std::condition_variable done_;
   uint64_t generation_ = 0; ///< the step running (written before it starts)
   std::atomic<uint64_t> abortedGeneration_{0};
-  std::atomic<uint64_t> progress_{0};        ///< arrivals, records and finished functions
-  int deadlockSeconds_ = 10;                 ///< LWRT_DEADLOCK_SECONDS
+  std::atomic<uint64_t> progress_{0}; ///< arrivals, records and finished functions
+  int deadlockSeconds_ = 10;          ///< LWRT_DEADLOCK_SECONDS
+  int blasThreads_ = 0;               ///< OpenBLAS threads this group set (0: left as they were)
   std::vector<std::unique_ptr<Wait>> waits_; ///< by queue
   size_t remaining_ = 0;
   std::string failure_;

@@ -64,11 +64,11 @@ public:
     marks_.emplace_back(op, std::chrono::duration<double, std::milli>(now - last_).count());
     last_ = now;
   }
-  std::vector<std::pair<std::string, double>> takeMarks() override { return std::move(marks_); }
+  std::vector<std::pair<const char*, double>> takeMarks() override { return std::move(marks_); }
 
 private:
   int64_t fences_ = 0;
-  std::vector<std::pair<std::string, double>> marks_;
+  std::vector<std::pair<const char*, double>> marks_;
   std::chrono::steady_clock::time_point last_;
 };
 

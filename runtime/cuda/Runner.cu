@@ -224,9 +224,9 @@ public:
     labels_.push_back(op);
     record();
   }
-  std::vector<std::pair<std::string, double>> takeMarks() override {
+  std::vector<std::pair<const char*, double>> takeMarks() override {
     ContextScope scope(*ctx_);
-    std::vector<std::pair<std::string, double>> out;
+    std::vector<std::pair<const char*, double>> out;
     if (used_ == 0 || cudaEventSynchronize(events_[used_ - 1]) != cudaSuccess)
       return out;
     for (size_t k = 0; k < labels_.size() && k + 1 < used_; ++k) {
@@ -253,7 +253,7 @@ private:
   int64_t nextFence_ = 0;
   std::vector<cudaEvent_t> events_;
   size_t used_ = 0;
-  std::vector<std::string> labels_;
+  std::vector<const char*> labels_; ///< the generated code's literal labels
 
   struct Phase {
     int runs = 0;

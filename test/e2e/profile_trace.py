@@ -9,13 +9,19 @@ trainer runs it) and checks, each as one test case:
   - `--trace=FILE` writes Chrome trace-event JSON whose complete events are
     those ops, step after step, none overlapping on the one stream, and
     whose per-op times agree with the profile;
+  - the profile's idle time between steps is the trace's mean gap between
+    consecutive steps;
   - the simulator fed that profile (`lwcc-opt --simulate=spec=cpu,profile=`)
-    predicts a step equal to the sum of the measured op times;
+    predicts a step equal to the sum of the measured op times and that
+    idle time;
   - bad usage (no file) exits 2, an unwritable file exits 1.
 Then the same LeNet as `--gpus 2` CPU trainers, data and model parallel:
   - the profile has "devices": 2 and entries on both devices, keyed as the
     parallel IR names its ops ((mnemonic, loc, @dev) of every op that runs
     a kernel), communication ops on each participant;
+  - the profile says when each stream's thread began the step, for the
+    trace's streams, and an idle time between steps no longer than the
+    trace's gaps;
   - the trace has events on pid 0 and 1, named, none overlapping within one
     (pid, tid), every profiled step on both devices;
   - lwcc --gpus 2 --strategy=S --cost-profile reads the profile back and
@@ -105,6 +111,16 @@ def multi_device(tmp, model, strategy):
         assert re.search(r"\S+ @1 ", r.stdout), r.stdout[-2000:]
         p = json.load(open(profile))
         assert p["devices"] == 2 and p["steps"] == steps - 1, (p["devices"], p["steps"])
+        # What the step spent outside its ops: the idle time between steps,
+        # each stream thread's start, a blocked stream's wake-up (when one
+        # blocked: that depends on the timing).
+        assert p["step_gap_seconds"] >= 0, p["step_gap_seconds"]
+        starts = {(e["device"], e["stream"]): e["seconds"] for e in p["stream_starts"]}
+        assert {d for d, _ in starts} == {0, 1}, starts
+        assert all(v >= 0 for v in starts.values()), starts
+        assert ("wake_seconds" in p) == ("wakes_per_step" in p), p.keys()
+        if "wake_seconds" in p:
+            assert p["wake_seconds"] >= 0 and p["wakes_per_step"] > 0, p
         got = {(e["op"], e["loc"], e["device"]) for e in p["ops"]}
         for e in p["ops"]:
             assert set(e) == {"op", "loc", "device", "seconds"}, e
@@ -136,6 +152,19 @@ def multi_device(tmp, model, strategy):
         for pid in (0, 1):
             assert {e["args"]["step"] for e in ev if e["pid"] == pid} == set(range(steps - 1))
         assert any(e["cat"] == "comm" for e in ev), "no communication op in the trace"
+        # The profile's streams are the trace's, and its idle time between
+        # steps is at most the trace's gap from a step's last op to the next
+        # step's first (a step starts when its first thread began it, at or
+        # before its first op).
+        p = json.load(open(profile))
+        assert {(e["device"], e["stream"]) for e in p["stream_starts"]} == set(by), \
+            (p["stream_starts"], sorted(by))
+        gaps = []
+        for k in range(steps - 2):
+            end = max(e["ts"] + e["dur"] for e in ev if e["args"]["step"] == k)
+            gaps.append(min(e["ts"] for e in ev if e["args"]["step"] == k + 1) - end)
+        assert p["step_gap_seconds"] * 1e6 <= sum(gaps) / len(gaps) + 1e-3, \
+            (p["step_gap_seconds"], gaps)
 
     def multi_simulator_reads_profile():
         out = run([LWCC, model, "--target=cpu", "--device-spec=cpu", *flags,
@@ -144,6 +173,9 @@ def multi_device(tmp, model, strategy):
         assert m, out[-2000:]
         predicted = float(m.group(1))
         assert predicted > 0 and math.isfinite(predicted), predicted
+        # The step includes the measured idle time between steps.
+        gap = json.load(open(profile))["step_gap_seconds"] * 1e3
+        assert predicted >= gap, (predicted, gap)
 
     for fn in (multi_profile_format, multi_trace_format, multi_simulator_reads_profile):
         fn.__name__ = f"{fn.__name__}_{strategy}"
@@ -180,6 +212,9 @@ def main():
             for e in p["ops"]:
                 assert set(e) == {"op", "loc", "device", "seconds"}, e
                 assert e["device"] == 0 and e["seconds"] >= 0, e
+            # One stream: no stream starts, no event waits.
+            assert p["step_gap_seconds"] >= 0 and "stream_starts" not in p and \
+                "wake_seconds" not in p, p.keys()
             got = [(e["op"], e["loc"]) for e in p["ops"]]
             kinds = {k for k, _ in got}
             assert "conv2d" in kinds and "sgd_update" in kinds, kinds
@@ -201,10 +236,18 @@ def main():
                 assert ev[i]["name"] == e["op"] and ev[i]["args"]["loc"] == e["loc"], (ev[i], e)
                 mean = sum(durs) / len(durs) / 1e6
                 assert abs(mean - e["seconds"]) <= 1e-6 + 1e-3 * e["seconds"], (mean, e)
+            # The idle time between steps: the trace's gaps from a step's
+            # last op to the next step's first, on average.
+            gaps = [ev[(k + 1) * n]["ts"] - (ev[k * n + n - 1]["ts"] + ev[k * n + n - 1]["dur"])
+                    for k in range(steps - 2)]
+            assert abs(sum(gaps) / len(gaps) / 1e6 - p["step_gap_seconds"]) <= 1e-7, \
+                (gaps, p["step_gap_seconds"])
 
         def simulator_reads_profile():
             p = json.load(open(profile))
-            total = sum(e["seconds"] for e in p["ops"])
+            # One stream: its ops one after another, and the idle time
+            # between steps.
+            total = sum(e["seconds"] for e in p["ops"]) + p["step_gap_seconds"]
             r = run([LWCC_OPT, f"--simulate=spec=cpu,profile={profile}", ir, "-o", os.devnull])
             m = re.search(r"simulate: step ([0-9.]+) ms", r.stderr)
             assert m, r.stderr

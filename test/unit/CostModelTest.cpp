@@ -191,5 +191,48 @@ graph @g(%x: f32[256] @data) {
             std::string::npos);
 }
 
+TEST(CostModelTest, ProfileSyncFields) {
+  // What a multi-device trainer measured outside its ops.
+  auto profile = parseOpProfile(R"({"devices": 2, "step_gap_seconds": 4e-5,
+    "wake_seconds": 2.5e-5, "wakes_per_step": 3,
+    "stream_starts": [{"device": 0, "stream": 0, "seconds": 0},
+                      {"device": 1, "stream": 1, "seconds": 1.5e-5}],
+    "ops": [{"op": "relu", "loc": "r", "device": 0, "seconds": 1e-3}]})",
+                                "p.json");
+  ASSERT_TRUE(static_cast<bool>(profile)) << llvm::toString(profile.takeError());
+  CostModel cm(spec(), *profile);
+  EXPECT_DOUBLE_EQ(cm.stepGapSeconds(), 4e-5);
+  EXPECT_DOUBLE_EQ(cm.wakeSeconds(), 2.5e-5);
+  EXPECT_DOUBLE_EQ(cm.streamStartSeconds(1, 1), 1.5e-5);
+  EXPECT_DOUBLE_EQ(cm.streamStartSeconds(1, 0), 0); // not listed: with the step
+  // Without a profile, or a profile that does not say: nothing outside ops.
+  CostModel plain(spec());
+  EXPECT_DOUBLE_EQ(plain.stepGapSeconds(), 0);
+  EXPECT_DOUBLE_EQ(plain.wakeSeconds(), 0);
+  EXPECT_DOUBLE_EQ(plain.streamStartSeconds(1, 1), 0);
+
+  auto gap = parseOpProfile(R"({"step_gap_seconds": -1, "ops": []})", "g.json");
+  ASSERT_FALSE(static_cast<bool>(gap));
+  EXPECT_NE(llvm::toString(gap.takeError())
+                .find("g.json: field 'step_gap_seconds' must be a non-negative number"),
+            std::string::npos);
+  auto wake = parseOpProfile(R"({"wake_seconds": "fast", "ops": []})", "w.json");
+  ASSERT_FALSE(static_cast<bool>(wake));
+  EXPECT_NE(llvm::toString(wake.takeError())
+                .find("w.json: field 'wake_seconds' must be a non-negative number"),
+            std::string::npos);
+  auto starts = parseOpProfile(
+      R"({"stream_starts": [{"device": 0, "stream": 0, "seconds": 0}, {"device": 1}], "ops": []})",
+      "s.json");
+  ASSERT_FALSE(static_cast<bool>(starts));
+  EXPECT_NE(llvm::toString(starts.takeError()).find("s.json: stream_starts[1]: an entry must be"),
+            std::string::npos);
+  auto notList = parseOpProfile(R"({"stream_starts": 3, "ops": []})", "l.json");
+  ASSERT_FALSE(static_cast<bool>(notList));
+  EXPECT_NE(
+      llvm::toString(notList.takeError()).find("l.json: field 'stream_starts' must be an array"),
+      std::string::npos);
+}
+
 } // namespace
 } // namespace lwcc

@@ -9,8 +9,10 @@
 #include "lwrt/comm.h"
 #include "lwrt/feed.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -199,6 +201,15 @@ TEST_F(MultiDeviceTrainer, TrainsLikeOneDeviceAndDumpsTheLogicalParams) {
             0)
       << out;
   EXPECT_NE(out.find("fixture on 2 devices (CPU"), std::string::npos) << out;
+  // The emulated devices share the cores' OpenBLAS threads (unless the
+  // user chose their number).
+  const char* chosen = std::getenv("OPENBLAS_NUM_THREADS");
+  const unsigned share = std::max(1u, std::thread::hardware_concurrency() / 2);
+  if (!(chosen && *chosen)) {
+    EXPECT_NE(out.find("OpenBLAS threads " + std::to_string(share) + " per device"),
+              std::string::npos)
+        << out;
+  }
   EXPECT_NE(out.find("batches of 8 (4+4 per device) per epoch"), std::string::npos) << out;
   float w[kF], s[kF], loss;
   reference(model, 3, 5, w, s, loss);

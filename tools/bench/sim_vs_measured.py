@@ -4,12 +4,14 @@
 For each model (zoo, test size) and each --streams setting: builds the CPU
 trainer, runs it with `--profile-ops` to measure per-op times, feeds them
 back with `lwcc --cost-profile=... --device-spec=cpu --emit=plan`, and
-compares the predicted step with the trainer's measured step time (the
-mean and median `step_ms` of an unprofiled run's JSONL log, after the
-first quarter of the steps). Also
-prints the prediction without a profile (the cpu spec's analytic times).
+compares the predicted step with the trainer's measured step time: in the
+profiled run itself ("same run": the mean gap between the starts of
+consecutive profiled steps in its trace) and in an unprofiled run ("other
+run": the mean `step_ms` of its JSONL log after the first quarter of the
+steps). Also prints the prediction without a profile (the cpu spec's
+analytic times).
 
-    python3 tools/bench/sim_vs_measured.py [--models alexnet,resnet18] [--steps 40] [--rounds 3]
+    python3 tools/bench/sim_vs_measured.py [--models alexnet,resnet18] [--steps 200] [--rounds 3]
     python3 tools/bench/sim_vs_measured.py --gpus 2 [--strategies data,model,owt,layerwise,hypergraph]
 
 With --gpus N > 1: each strategy's own `--gpus N` CPU trainer runs with
@@ -18,10 +20,11 @@ ops, leaving out the waits for events and for the other participants of
 communication ops), and the simulator's prediction for that strategy with
 that profile (`--gpus N --strategy=S --cost-profile=... --emit=plan`: the
 parallel graph's ops, shards already, priced by their measured time as is,
-communication ops by their measured time) is set beside the step time
-measured in the same profiled run (the mean gap between the starts of
-consecutive profiled steps in the trace). The first row is the `--gpus 1`
-trainer, measured and predicted the same way. The strategies' searches
+communication ops by their measured time; with what the profile measured
+outside the ops: the idle time between steps, each stream thread's start
+and a blocked thread's wake-up) is set beside the step time measured in
+the same profiled run and in an unprofiled one. The first row is the
+`--gpus 1` trainer, measured and predicted the same way. The strategies' searches
 (layerwise, hypergraph) choose on the cpu spec's analytic times in the
 trainer and in the prediction alike: a multi-device profile prices no whole
 op, so both see the same plan.
@@ -65,7 +68,7 @@ def predicted(model, streams, profile=None, extra=()):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="alexnet,resnet18")
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--gpus", type=int, default=1)
     ap.add_argument("--strategies", default="data,model,owt,layerwise,hypergraph")
@@ -86,11 +89,7 @@ def main():
                     profile = os.path.join(tmp, f"{name}-s{streams}.json")
                     trace = os.path.join(tmp, f"{name}-s{streams}-trace.json")
                     same = profiled(trainer, args.steps, profile, trace)
-                    log = os.path.join(tmp, f"{name}-s{streams}.jsonl")
-                    run([trainer, f"--steps={args.steps}", "--data=synthetic", f"--log={log}"])
-                    steps = [json.loads(line) for line in open(log)]
-                    ms = [s["step_ms"] for s in steps if s.get("type") == "step"]
-                    other = statistics.mean(ms[len(ms) // 4:])
+                    other = unprofiled(trainer, args.steps, os.path.join(tmp, f"{name}-s{streams}.jsonl"))
                     pred = predicted(model, streams, profile)
                     print(f"{name:10} {streams:7} {same:12.3f} {100 * (pred - same) / same:+6.1f}% "
                           f"{other:13.3f} {100 * (pred - other) / other:+6.1f}% {pred:13.3f} "
@@ -112,9 +111,17 @@ def profiled(trainer, steps, profile, trace):
     return (ts[-1] - ts[0]) / (len(ts) - 1) / 1e3
 
 
+def unprofiled(trainer, steps, log):
+    """The mean step (ms) of an unprofiled run of `trainer`: its JSONL
+    log's step_ms after the first quarter of the steps."""
+    run([trainer, f"--steps={steps}", "--data=synthetic", f"--log={log}"])
+    ms = [s["step_ms"] for s in map(json.loads, open(log)) if s.get("type") == "step"]
+    return statistics.mean(ms[len(ms) // 4:])
+
+
 def multi(args):
-    print(f"{'model':10} {'strategy':10} {'gpus':>4} {'measured ms':>12} {'predicted ms':>13} "
-          f"{'error':>7}")
+    print(f"{'model':10} {'strategy':10} {'gpus':>4} {'same run ms':>12} {'error':>7} "
+          f"{'other run ms':>13} {'error':>7} {'predicted ms':>13}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             model = os.path.join(tmp, name + ".onnx")
@@ -129,9 +136,11 @@ def multi(args):
                 for r in range(args.rounds):
                     profile = f"{trainer}-{r}.json"
                     got = profiled(trainer, args.steps, profile, f"{trainer}-{r}-trace.json")
+                    other = unprofiled(trainer, args.steps, f"{trainer}-{r}.jsonl")
                     pred = predicted(model, 1, profile, extra)
-                    print(f"{name:10} {strategy:10} {gpus:4} {got:12.3f} {pred:13.3f} "
-                          f"{100 * (pred - got) / got:+6.1f}%")
+                    print(f"{name:10} {strategy:10} {gpus:4} {got:12.3f} "
+                          f"{100 * (pred - got) / got:+6.1f}% {other:13.3f} "
+                          f"{100 * (pred - other) / other:+6.1f}% {pred:13.3f}")
                     sys.stdout.flush()
 
 

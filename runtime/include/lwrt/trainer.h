@@ -246,10 +246,11 @@ public:
 
   /// Profiling: startMarks() begins a profiled phase, mark(op) ends the op
   /// launched last, and takeMarks() returns each op's time in milliseconds
-  /// (after the phase's work has run), in launch order.
+  /// (after the phase's work has run), in launch order. `op` is the
+  /// generated code's label, a string literal: kept as the pointer.
   virtual void startMarks() = 0;
   virtual void mark(const char* op) = 0;
-  virtual std::vector<std::pair<std::string, double>> takeMarks() = 0;
+  virtual std::vector<std::pair<const char*, double>> takeMarks() = 0;
   /// What the backend chose while running ("" when nothing to say), e.g.
   /// which cuDNN API took the convolutions.
   virtual std::string notes() const { return ""; }
