@@ -24,6 +24,14 @@ is glue around the runtime's kernels, which keep their -O2: at -O2 the
 resnet18 --gpus 4 source alone takes minutes to compile), except one built by
 `lwcc -o` as a user does. Ends with the line "N passed, M failed".
 
+Every trainer runs with OPENBLAS_NUM_THREADS=2: OpenBLAS's products round
+differently with its thread count, and a multi-device CPU trainer would
+otherwise give each device cores / N threads, the one-device trainer every
+core, so that the comparison would depend on the machine's cores. ResNet-18
+at test size amplifies such rounding: with one thread per device, its
+--gpus 4 owt and --gpus 2 hypergraph runs match the one-device losses to
+1e-7 for four steps and drift by 1.4e-4 at the fifth.
+
     python3 test/e2e/multi_device_trainer.py [--models lenet] [--quick]
 """
 import argparse
@@ -182,6 +190,7 @@ def main():
     ap.add_argument("--models", default="lenet,resnet18")
     ap.add_argument("--quick", action="store_true", help="lenet, --gpus 4 only")
     args = ap.parse_args()
+    os.environ["OPENBLAS_NUM_THREADS"] = "2"  # one rounding for every trainer (see above)
     models = ["lenet"] if args.quick else args.models.split(",")
     gpus = [4] if args.quick else [2, 4]
     tmp = tempfile.mkdtemp(prefix="lwcc-md-")
