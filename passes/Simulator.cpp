@@ -24,6 +24,9 @@ struct Resource {
   bool operator<(const Resource& o) const {
     return std::tie(kind, id, sub) < std::tie(o.kind, o.id, o.sub);
   }
+  bool operator==(const Resource& o) const {
+    return std::tie(kind, id, sub) == std::tie(o.kind, o.id, o.sub);
+  }
 };
 
 /// Busy intervals of one link port, sorted by start.
@@ -95,9 +98,8 @@ SimCosts simCosts(const CostModel& model) {
 
 llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
   SimResult res;
-  std::unordered_map<const Value*, double> ready;    // results: when they are written
-  std::unordered_map<const Value*, Resource> writer; // results: the stream that writes them
-  std::map<Resource, double> streamFree;             // FIFO streams: when the last op ends
+  std::unordered_map<const Value*, double> ready; // results: when they are written
+  std::map<Resource, double> streamFree;          // FIFO streams: when the last op ends
   // A stream is free from its thread's start on.
   auto freeAt = [&](const Resource& s) -> double& {
     auto [it, added] = streamFree.emplace(s, 0.0);
@@ -134,8 +136,11 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
       // communication op. Written by another stream after this one is free,
       // it blocks there and wakes after the write.
       Resource reader{Resource::Stream, comm ? operandDevice(op, i) : opDevice(op), stream};
-      const Resource& from = writer.at(v);
-      bool blocks = (from < reader || reader < from) && it->second > freeAt(reader);
+      const Op& def = *v->definingOp();
+      Resource writer{Resource::Stream,
+                      def.info().isCommunication() ? *valueDevice(v) : opDevice(def),
+                      def.annotations().stream.value_or(0)};
+      bool blocks = !(writer == reader) && it->second > freeAt(reader);
       t = std::max(t, it->second + (blocks ? costs.wakeSeconds : 0));
     }
     std::vector<Resource> streams;
@@ -170,10 +175,7 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
           ports.push_back({Resource::NodeRecv, nodeOf(dev)});
       }
       std::sort(ports.begin(), ports.end());
-      ports.erase(
-          std::unique(ports.begin(), ports.end(),
-                      [](const Resource& a, const Resource& b) { return !(a < b) && !(b < a); }),
-          ports.end());
+      ports.erase(std::unique(ports.begin(), ports.end()), ports.end());
       for (const Resource& p : ports)
         busy.push_back(&links[p]);
       bytes = commBytes(op);
@@ -218,8 +220,6 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     for (unsigned r = 0; r < op.numResults(); ++r) {
       auto own = comm ? ends.find(*valueDevice(op.result(r))) : ends.end();
       ready[op.result(r)] = own != ends.end() ? own->second : end;
-      writer[op.result(r)] = {Resource::Stream, comm ? *valueDevice(op.result(r)) : opDevice(op),
-                              stream};
     }
     for (const auto& [dev, e] : ends)
       res.stepSeconds = std::max(res.stepSeconds, e);

@@ -177,25 +177,26 @@ bool OpTimeline::writeProfile(const std::string& file, const std::string& device
       t = std::min(t, m.start);
     return std::isfinite(t) ? t : 0.0;
   };
-  // Between consecutive profiled steps (they are consecutive steps of the
-  // run): from the last op's end to the next step's start.
-  double gaps = 0, woke = 0;
+  // In one pass over the steps: the idle time between consecutive profiled
+  // steps (they are consecutive steps of the run), from a step's last op's
+  // end to the next step's start; each stream's delay from its step's start;
+  // the wake-ups.
+  double gaps = 0, woke = 0, prevEnd = 0;
   int64_t pairs = 0, wakes = 0;
-  for (size_t k = 0; k + 1 < steps_.size(); ++k) {
-    if (steps_[k].ops.empty())
-      continue;
-    double end = 0;
-    for (const OpMark& m : steps_[k].ops)
-      end = std::max(end, m.start + m.ms / 1e3);
-    gaps += std::max(0.0, stepStart(steps_[k + 1]) - end);
-    ++pairs;
-  }
-  // Each stream's delay from its step's start.
+  bool prevRan = false; // the previous step ran ops: it has an end
   std::map<std::pair<int, int>, std::pair<double, int64_t>> delays;
   for (const ProfiledStep& step : steps_) {
+    const double t0 = stepStart(step);
+    if (prevRan) {
+      gaps += std::max(0.0, t0 - prevEnd);
+      ++pairs;
+    }
+    prevRan = !step.ops.empty();
+    prevEnd = 0;
+    for (const OpMark& m : step.ops)
+      prevEnd = std::max(prevEnd, m.start + m.ms / 1e3);
     woke += step.wokeSeconds;
     wakes += step.wakes;
-    const double t0 = stepStart(step);
     for (const StreamStart& st : step.streams) {
       auto& [sum, n] = delays[{st.device, st.stream}];
       sum += st.start - t0;
