@@ -118,8 +118,11 @@ std::string padP(const Op& op) {
          "}";
 }
 std::string dropoutP(const Op& op) {
-  return "DropoutMaskParams{" + num(op.getFloat("ratio")) + ", " +
-         std::to_string(op.getInt("seed")) + "}";
+  std::string p =
+      "DropoutMaskParams{" + num(op.getFloat("ratio")) + ", " + std::to_string(op.getInt("seed"));
+  if (op.hasAttr("whole_shape"))
+    p += ", " + ints(op.getInts("whole_shape")) + ", " + ints(op.getInts("offsets"));
+  return p + "}";
 }
 std::string sgdP(const Op& op) {
   return "SgdParams{" + num(op.getFloat("momentum")) + ", " + num(op.getFloat("weight_decay")) +

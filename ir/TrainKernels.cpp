@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/Kernels.h"
+#include "runtime/include/lwrt/dropout.h"
 #include "runtime/include/lwrt/lr_schedule.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -484,34 +485,24 @@ Error evalGatherNdGrad(EvalCtx& c) {
 
 namespace kernels {
 double dropoutUniform(int64_t seed, int64_t step, int64_t k) {
-  // splitmix64 over a key mixing (seed, step, k); 53 random bits.
-  uint64_t z = static_cast<uint64_t>(seed) * 0x9E3779B97F4A7C15ull +
-               static_cast<uint64_t>(step) * 0xD1B54A32D192ED03ull + static_cast<uint64_t>(k);
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1.0p-53;
+  return lwrt::dropoutUniform(seed, step, k);
 }
 } // namespace kernels
 
 Error evalDropoutMask(EvalCtx& c) {
   double ratio = c.op.getFloat("ratio");
   int64_t seed = c.op.getInt("seed"), step = c.x().i[0];
-  double keep = 1.0 / (1.0 - ratio);
-  if (c.op.hasAttr("whole_shape")) {
-    std::vector<int64_t> strides = kernels::stridesOf(c.op.getInts("whole_shape"));
-    const auto& off = c.op.getInts("offsets");
-    kernels::forEachIndex(c.y().type.shape, [&](const std::vector<int64_t>& idx, int64_t k) {
-      int64_t w = 0;
-      for (size_t d = 0; d < idx.size(); ++d)
-        w += (idx[d] + off[d]) * strides[d];
-      c.y().f[k] = dropoutUniform(seed, step, w) >= ratio ? keep : 0.0;
-    });
-    return ok();
-  }
+  const Shape& shape = c.y().type.shape;
+  lwrt::ShardIndex piece;
+  bool fits = c.op.hasAttr("whole_shape")
+                  ? lwrt::makeShardIndex(static_cast<int>(shape.size()), shape.data(),
+                                         c.op.getInts("whole_shape").data(),
+                                         c.op.getInts("offsets").data(), piece)
+                  : lwrt::makeShardIndex(0, nullptr, nullptr, nullptr, piece);
+  if (!fits)
+    return c.op.emitError("the mask does not fit in its 'whole_shape' at its 'offsets'");
   for (int64_t k = 0; k < c.y().size(); ++k)
-    c.y().f[k] = dropoutUniform(seed, step, k) >= ratio ? keep : 0.0;
+    c.y().f[k] = lwrt::dropoutMaskValue(seed, step, ratio, piece, k);
   return ok();
 }
 

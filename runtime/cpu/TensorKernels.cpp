@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "lwrt/cpu_tensor.h"
+#include "lwrt/dropout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -503,30 +504,16 @@ bool fill(const TensorView& y, const FillParams& p) {
 
 //===--- Randomness -------------------------------------------------------===//
 
-// The runtime does not depend on the compiler, so this is a copy of the
-// reference's kernels::dropoutUniform (ir/TrainKernels.cpp); the two must
-// stay bit-identical (test/unit/RuntimeTensorKernelTest.cpp checks it).
-double dropoutUniform(int64_t seed, int64_t step, int64_t k) {
-  // splitmix64 over a key mixing (seed, step, k); 53 random bits.
-  uint64_t z = static_cast<uint64_t>(seed) * 0x9E3779B97F4A7C15ull +
-               static_cast<uint64_t>(step) * 0xD1B54A32D192ED03ull + static_cast<uint64_t>(k);
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1.0p-53;
-}
-
 bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMaskParams& p) {
   int64_t s = 0;
-  if (!intScalar(step, s) || !(p.ratio >= 0 && p.ratio < 1))
+  ShardIndex piece;
+  if (!intScalar(step, s) || !(p.ratio >= 0 && p.ratio < 1) || !dropoutPiece(mask.shape, p, piece))
     return false;
-  double keep = 1.0 / (1.0 - p.ratio);
   return dispatchFloat(mask.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* ms = mask.as<T>();
     for (int64_t k = 0, n = mask.numel(); k < n; ++k)
-      ms[k] = static_cast<T>(dropoutUniform(p.seed, s, k) >= p.ratio ? keep : 0.0);
+      ms[k] = static_cast<T>(dropoutMaskValue(p.seed, s, p.ratio, piece, k));
     return true;
   });
 }

@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 #include "cuda/Context.h"
 #include "lwrt/cuda_tensor.h"
+#include "lwrt/dropout.h"
 
 #include <algorithm>
 #include <array>
@@ -667,10 +668,10 @@ template <typename T> __global__ void chunkKernel(T* y, int64_t n, FillChunk<T> 
 
 template <typename S, typename T>
 __global__ void dropoutKernel(const S* step, T* mask, int64_t n, int64_t seed, double ratio,
-                              double keep) {
+                              ShardIndex piece) {
   auto s = static_cast<int64_t>(*step);
   for (int64_t k = firstThread(); k < n; k += gridThreads())
-    mask[k] = static_cast<T>(dropoutUniform(seed, s, k) >= ratio ? keep : 0.0);
+    mask[k] = static_cast<T>(dropoutMaskValue(seed, s, ratio, piece, k));
 }
 
 template <typename T, typename L>
@@ -857,21 +858,22 @@ bool fill(const TensorView& y, const FillParams& p) {
 //===--- Randomness -------------------------------------------------------===//
 
 bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMaskParams& p) {
-  if (!intScalar(step) || !(p.ratio >= 0 && p.ratio < 1) || !isFloat(mask.dtype))
-    return LWRT_REJECT("dropoutMask", "takes an integer step scalar, a ratio in [0, 1) and a float "
-                                      "mask, not " +
+  ShardIndex piece;
+  if (!intScalar(step) || !(p.ratio >= 0 && p.ratio < 1) || !isFloat(mask.dtype) ||
+      !dropoutPiece(mask.shape, p, piece))
+    return LWRT_REJECT("dropoutMask", "takes an integer step scalar, a ratio in [0, 1), a float "
+                                      "mask and a piece inside the whole mask, not " +
                                           describe(step) + ", " + std::to_string(p.ratio) +
                                           " and " + describe(mask));
   int64_t n = mask.numel();
   if (n == 0)
     return true;
-  double keep = 1.0 / (1.0 - p.ratio);
   return dispatchInt(step.dtype, [&](auto stag) {
     using S = decltype(stag);
     return dispatchFloat(mask.dtype, [&](auto tag) {
       using T = decltype(tag);
       dropoutKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
-          step.as<const S>(), mask.as<T>(), n, p.seed, p.ratio, keep);
+          step.as<const S>(), mask.as<T>(), n, p.seed, p.ratio, piece);
       LWRT_CUDA(cudaGetLastError());
       return true;
     });

@@ -4,7 +4,8 @@
 `lwcc MODEL -o trainer` (target cuda, the default; sm_90) must emit CUDA C++
 and link it against the CUDA runtime library, cuDNN, cuBLAS and NCCL. So must
 multi-device trainers (MULTI: --gpus 2 and 4, data-parallel and One Weird
-Trick), whose step calls the CUDA backend's group and communication
+Trick; dropnet, dropout after every layer, with model, owt, layerwise and
+hypergraph), whose step calls the CUDA backend's group and communication
 (cuda/Comm.cu). On a machine without a usable GPU the trainer must say so,
 suggest --target=cpu and exit 1 (the CI machine has none; where one is
 present the run must start instead: tools/gpu/ checks it); without the
@@ -51,6 +52,9 @@ def has_driver():
 # Multi-device cases: (model, --gpus, --strategy).
 MULTI = [("lenet", 2, "data"), ("resnet18", 4, "data"), ("alexnet_owt", 2, "owt"),
          ("alexnet_owt", 4, "owt")]
+# Dropout masks split over channels and samples (the CPU trainers of
+# test/e2e/multi_device_trainer.py train these against one device).
+MULTI += [("dropnet", g, s) for g in (2, 4) for s in ("model", "owt", "layerwise", "hypergraph")]
 
 
 def check(name, tmp, gpu, gpus=1, strategy=None):

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Multi-device CPU trainers train like the one-device trainer.
 
-For lenet and resnet18 at test size (batch 8), a `--gpus 1` CPU trainer and
+For lenet, resnet18 and dropnet at test size (batch 8), a `--gpus 1` CPU trainer and
 `--gpus 2|4 --strategy=data|model|owt|layerwise|hypergraph` CPU trainers
 (resnet18: --gpus 2 with owt and hypergraph only, --gpus 4 without the last
-two) run 5 steps with the
+two; dropnet, dropout after every layer: model, owt, layerwise, hypergraph)
+run 5 steps with the
 same seed on synthetic data, then evaluate. Checks, against `--gpus 1`:
   - the 5 losses (--log) within 1e-5 relative;
   - every param after 5 steps (--dump) within 1e-4 of its largest element;
@@ -83,9 +84,11 @@ def build(onnx_path, flags, out_dir, via_lwcc=False):
     r = run([LWCC, onnx_path, "--target=cpu", *flags, "--emit=source", "-o", out_dir])
     if r.returncode:
         return None, r.stderr[-1500:]
+    with open(os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.libs")) as f:
+        libs = f.read().split()  # the system libraries the runtime needs
     r = run(["c++", "-std=c++20", "-O0", "-I" + os.path.join(PREFIX, "include"), "trainer.cc",
-             os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.a"), "-lopenblas", "-lz",
-             "-lpthread", "-o", "trainer"], cwd=out_dir)
+             os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.a"), *libs, "-o", "trainer"],
+            cwd=out_dir)
     return (exe, "") if r.returncode == 0 else (None, r.stderr[-1500:])
 
 
@@ -187,7 +190,7 @@ def compare(name, ref, got):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="lenet,resnet18")
+    ap.add_argument("--models", default="lenet,resnet18,dropnet")
     ap.add_argument("--quick", action="store_true", help="lenet, --gpus 4 only")
     args = ap.parse_args()
     os.environ["OPENBLAS_NUM_THREADS"] = "2"  # one rounding for every trainer (see above)
@@ -197,7 +200,7 @@ def main():
     try:
         # (model, batch, gpus, strategy); gpus 1 is the reference.
         cases = []
-        for m in models:
+        for m in [m for m in models if m != "dropnet"]:
             cases.append((m, 8, 1, "data"))
             # resnet18 (slow to build) on 2 devices with owt only.
             cases += [(m, 8, g, s) for g in gpus for s in ("data", "model", "owt")
@@ -207,6 +210,12 @@ def main():
                       if m == "lenet" or (g == 2 and s == "hypergraph")]
         if "lenet" in models:
             cases += [("lenet", 6, 1, "data"), ("lenet", 6, 4, "data"), ("lenet", 6, 4, "owt")]
+        if "dropnet" in models:
+            # Dropout after convolutions and fully connected layers: masks split
+            # over channels (model), samples (owt) or as the plans choose.
+            cases.append(("dropnet", 8, 1, "data"))
+            cases += [("dropnet", 8, g, s) for g in gpus
+                      for s in ("model", "owt", "layerwise", "hypergraph")]
         for m, batch in sorted({(c[0], c[1]) for c in cases}):
             r = run([sys.executable, GEN, m, "--test-size", "--batch", str(batch), "-o",
                      os.path.join(tmp, f"{m}-{batch}.onnx")])

@@ -11,6 +11,7 @@
 #include "ir/Interpreter.h"
 #include "ir/Kernels.h"
 #include "lwrt/cpu_tensor.h"
+#include "lwrt/dropout.h"
 
 #include <algorithm>
 #include <array>
@@ -690,6 +691,15 @@ TEST(RuntimeTensorKernelTest, Fill) {
 
 //===--- Randomness and optimizers -----------------------------------------===//
 
+lwrt::DropoutMaskParams dropoutParams(const Op& op) {
+  lwrt::DropoutMaskParams p{op.getFloat("ratio"), op.getInt("seed"), {}, {}};
+  if (op.hasAttr("whole_shape")) {
+    p.whole_shape = op.getInts("whole_shape");
+    p.offsets = op.getInts("offsets");
+  }
+  return p;
+}
+
 TEST(RuntimeTensorKernelTest, DropoutMaskBitIdentical) {
   forCases(kFloats, [](KCase& c) {
     for (int rep = 0; rep < 3; ++rep) {
@@ -704,7 +714,7 @@ TEST(RuntimeTensorKernelTest, DropoutMaskBitIdentical) {
                 {"shape", Ints(c.randShape(0, 3, 6))},
                 {"dtype", std::string(dtypeName(c.dtype()))}}),
           [](const Op& op, const Views& in, const Views& out) {
-            return rt::dropoutMask(in[0], out[0], {op.getFloat("ratio"), op.getInt("seed")});
+            return rt::dropoutMask(in[0], out[0], dropoutParams(op));
           },
           /*exact=*/true);
     }
@@ -829,9 +839,99 @@ TEST(RuntimeTensorKernelTest, UpdatesInPlaceEqualOutOfPlace) {
   }
 }
 
-TEST(RuntimeTensorKernelTest, DropoutUniformMatchesReference) {
+/// A mask split along n, c, h or w (rank 4), evenly and unevenly, and a
+/// piece of a piece (two split dims): every piece, drawn by the parallel
+/// rule's localize hook, the interpreter and the CPU kernel, holds the
+/// whole mask's elements at its place.
+TEST(RuntimeTensorKernelTest, DropoutMaskPiecesAreTheWholeMask) {
+  const Ints whole = {5, 6, 7, 4};
+  const double ratio = 0.4;
+  const int64_t seed = 91, step = 17;
+  Graph g;
+  Builder b(g);
+  Value* stepValue = g.addInput("step", TensorType(DType::I64, {}));
+  auto mask = b.createInferred(
+      OpKind::DropoutMask, {stepValue},
+      {{"ratio", ratio}, {"seed", seed}, {"shape", whole}, {"dtype", std::string("f32")}});
+  ASSERT_TRUE(!!mask) << llvm::toString(mask.takeError());
+  Tensor stepTensor = Tensor::fromInts({DType::I64, {}}, {step});
+  auto wholeMask = evaluateOp(**mask, {&stepTensor}, Precision::F64);
+  ASSERT_TRUE(!!wholeMask) << llvm::toString(wholeMask.takeError());
+  std::vector<int64_t> strides = kernels::stridesOf(whole);
+  int64_t dropped = 0;
+  for (int64_t k = 0; k < (*wholeMask)[0].size(); ++k)
+    dropped += (*wholeMask)[0].f[k] == 0.0;
+  ASSERT_GT(dropped, 0);
+  ASSERT_LT(dropped, (*wholeMask)[0].size());
+
+  // The piece of `global` along `dim` from `offset`, `size` long.
+  auto pieceOf = [&](const Op& global, int64_t dim, int64_t offset, int64_t size) {
+    Ints shape = global.result()->type().shape;
+    shape[dim] = size;
+    Op* local =
+        b.create(OpKind::DropoutMask, {stepValue}, {TensorType(DType::F32, shape)}, global.attrs());
+    global.info().localize(*local, global, dim, offset);
+    return local;
+  };
+  // Checks a piece's mask, from the interpreter and the CPU kernel, against
+  // the whole mask at its offsets.
+  auto checkPiece = [&](const Op& piece, const std::string& what) {
+    SCOPED_TRACE(what);
+    const Ints& off = piece.getInts("offsets");
+    EXPECT_EQ(piece.getInts("whole_shape"), whole);
+    auto ref = evaluateOp(piece, {&stepTensor}, Precision::F64);
+    ASSERT_TRUE(!!ref) << llvm::toString(ref.takeError());
+    const Ints& shape = piece.result()->type().shape;
+    std::vector<float> got(static_cast<size_t>((*ref)[0].size()));
+    lwrt::TensorView out{got.data(), lwrt::DType::F32, shape};
+    lwrt::TensorView stepView{&stepTensor.i[0], lwrt::DType::I64, {}};
+    ASSERT_TRUE(rt::dropoutMask(stepView, out, dropoutParams(piece)));
+    kernels::forEachIndex(shape, [&](const std::vector<int64_t>& idx, int64_t k) {
+      int64_t w = 0;
+      for (size_t d = 0; d < idx.size(); ++d)
+        w += (idx[d] + off[d]) * strides[d];
+      ASSERT_EQ((*ref)[0].f[k], (*wholeMask)[0].f[w]) << "interpreter, element " << k;
+      ASSERT_EQ(got[k], static_cast<float>((*wholeMask)[0].f[w])) << "kernel, element " << k;
+    });
+  };
+  for (int64_t dim = 0; dim < 4; ++dim) {
+    // Even (2 pieces where the dim is even, else 1 + the rest) and uneven
+    // pieces: sizes that cover the dim.
+    std::vector<Ints> splits = {{whole[dim] / 2, whole[dim] - whole[dim] / 2},
+                                {1, whole[dim] - 3, 2}};
+    if (whole[dim] % 2 == 0)
+      splits.push_back({whole[dim] / 2, whole[dim] / 2});
+    for (const Ints& sizes : splits) {
+      int64_t offset = 0;
+      for (int64_t size : sizes) {
+        Op* piece = pieceOf(**mask, dim, offset, size);
+        checkPiece(*piece, "dim " + std::to_string(dim) + " piece at " + std::to_string(offset) +
+                               " of " + std::to_string(size));
+        // A piece of the piece, along the next dim: offsets in two dims.
+        int64_t next = (dim + 1) % 4;
+        Op* inner = pieceOf(*piece, next, 1, whole[next] - 2);
+        checkPiece(*inner, "and along dim " + std::to_string(next) + " from 1");
+        offset += size;
+      }
+    }
+  }
+  // A piece that does not fit in the whole mask is refused by both.
+  Op* bad = pieceOf(**mask, 2, 5, 3);
+  EXPECT_FALSE(!!evaluateOp(*bad, {&stepTensor}, Precision::F64));
+  std::vector<float> out(5 * 6 * 3 * 4);
+  lwrt::TensorView outView{out.data(), lwrt::DType::F32, {5, 6, 3, 4}};
+  lwrt::TensorView stepView{&stepTensor.i[0], lwrt::DType::I64, {}};
+  EXPECT_FALSE(rt::dropoutMask(stepView, outView, dropoutParams(*bad)));
+}
+
+// The RNG is one definition (lwrt/dropout.h) for the interpreter and both
+// backends; its values are fixed, as checkpoints resume the masks' stream.
+TEST(RuntimeTensorKernelTest, DropoutUniformIsFixed) {
+  EXPECT_EQ(lwrt::dropoutUniform(7, 3, 0), 0x1.29921ca472d0bp-1);
+  EXPECT_EQ(lwrt::dropoutUniform(7, 3, 1), 0x1.bd24ae025c182p-1);
+  EXPECT_EQ(lwrt::dropoutUniform(7, 3, 12345), 0x1.cd450ce6f7dccp-2);
   for (int64_t k = 0; k < 1000; k += 7)
-    EXPECT_EQ(rt::dropoutUniform(-3 + k, k * 13, k), kernels::dropoutUniform(-3 + k, k * 13, k));
+    EXPECT_EQ(kernels::dropoutUniform(-3 + k, k * 13, k), lwrt::dropoutUniform(-3 + k, k * 13, k));
 }
 
 } // namespace

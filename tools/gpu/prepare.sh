@@ -18,7 +18,7 @@ mkdir -p "$OUT/src" "$OUT/lib"
 cp tools/gpu/check.sh tools/gpu/compare.py tools/gpu/pack_weights.py tools/gpu/torch_bench.py "$OUT/"
 cp -r tools/models "$OUT/models"
 cp -r build/include "$OUT/include"
-cp build/lib/liblwcc_runtime_cuda.a "$OUT/lib/"
+cp build/lib/liblwcc_runtime_cuda.a build/lib/liblwcc_runtime_cuda.libs "$OUT/lib/"
 strip -g "$OUT/lib/liblwcc_runtime_cuda.a"
 # Multi-device trainers checked on the GPU: model:strategy, --gpus 2.
 MULTI="lenet:data resnet18:data alexnet_owt:owt"

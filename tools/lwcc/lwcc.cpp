@@ -24,6 +24,7 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -619,13 +620,30 @@ std::optional<CudaToolkit> findCuda(std::string& why) {
 /// The runtime library of `target` under `prefix`, or "" with a message.
 std::string runtimeLibrary(const std::string& prefix, const std::string& target) {
   std::string lib = prefix + "/lib/liblwcc_runtime_" + target + ".a";
-  if (!fs::exists(lib) || !fs::exists(prefix + "/include/lwrt/trainer.h")) {
+  if (!fs::exists(lib) || !fs::exists(prefix + "/include/lwrt/trainer.h") ||
+      !fs::exists(prefix + "/lib/liblwcc_runtime_" + target + ".libs")) {
     llvm::errs() << "lwcc: error: the " << target << " runtime is not installed under " << prefix
-                 << " (expected include/lwrt/ and lib/liblwcc_runtime_" << target << ".a"
+                 << " (expected include/lwrt/ and lib/liblwcc_runtime_" << target << ".a and .libs"
                  << (target == "cuda" ? "; lwcc was built without nvcc" : "") << ")\n";
     return "";
   }
   return lib;
+}
+
+/// The system libraries a trainer of `target` links besides the runtime
+/// library: <prefix>/lib/liblwcc_runtime_<target>.libs, one flag a line
+/// (runtime/CMakeLists.txt writes it).
+std::vector<std::string> runtimeLinkFlags(const std::string& prefix, const std::string& target) {
+  std::vector<std::string> flags;
+  auto text = llvm::MemoryBuffer::getFile(prefix + "/lib/liblwcc_runtime_" + target + ".libs");
+  if (!text)
+    return flags;
+  llvm::SmallVector<llvm::StringRef, 8> lines;
+  (*text)->getBuffer().split(lines, '\n', -1, false);
+  for (llvm::StringRef line : lines)
+    if (!line.trim().empty())
+      flags.push_back(line.trim().str());
+  return flags;
 }
 
 /// Writes the trainer's source, its blobs and a CMakeLists.txt into `dir`.
@@ -654,16 +672,17 @@ int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::str
                   "${CUDAToolkit_LIBRARY_ROOT}/lib REQUIRED)\n"
                   "find_library(NCCL nccl HINTS ${CUDAToolkit_LIBRARY_DIR} "
                   "${CUDAToolkit_LIBRARY_ROOT}/lib REQUIRED)\n"
-            : std::string("find_package(BLAS REQUIRED)\n")) +
+            : std::string()) +
       "set(LWCC_PREFIX \"" + prefix + "\" CACHE PATH \"lwcc install prefix\")\n" +
-      "find_package(Threads REQUIRED)\nfind_package(ZLIB REQUIRED)\n" + blobs +
-      "add_executable(trainer " + t.fileName + ")\n" + "set_source_files_properties(" + t.fileName +
+      "# The system libraries the runtime needs, one flag a line.\n"
+      "file(STRINGS ${LWCC_PREFIX}/lib/liblwcc_runtime_" +
+      target + ".libs LWCC_RUNTIME_LIBS)\n" + blobs + "add_executable(trainer " + t.fileName +
+      ")\n" + "set_source_files_properties(" + t.fileName +
       " PROPERTIES OBJECT_DEPENDS \"${CMAKE_CURRENT_SOURCE_DIR}/trainer.weights\")\n"
       "target_include_directories(trainer PRIVATE ${LWCC_PREFIX}/include)\n"
       "target_link_libraries(trainer PRIVATE ${LWCC_PREFIX}/lib/liblwcc_runtime_" +
-      target + ".a " +
-      (cuda ? "CUDA::cudart_static CUDA::cublas ${CUDNN} ${NCCL}" : "${BLAS_LIBRARIES}") +
-      " ZLIB::ZLIB Threads::Threads)\n" +
+      target + ".a " + (cuda ? "CUDA::cudart_static CUDA::cublas ${CUDNN} ${NCCL} " : "") +
+      "${LWCC_RUNTIME_LIBS})\n" +
       (cuda ? "# cuDNN, cuBLAS and NCCL beside the trainer first (the CUDA runtime is static).\n"
               "set_target_properties(trainer PROPERTIES BUILD_RPATH \"\\$ORIGIN\")\n"
             : "");
@@ -714,8 +733,10 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
       args.push_back("-L" + d);
       args.push_back("-Xlinker=-rpath=" + d);
     }
-    for (const char* l : {"-lcudnn", "-lcublas", "-lnccl", "-lz", "-lpthread"})
+    for (const char* l : {"-lcudnn", "-lcublas", "-lnccl"})
       args.push_back(l);
+    for (const std::string& f : runtimeLinkFlags(prefix, target))
+      args.push_back(f);
   } else {
     auto cxx = llvm::sys::findProgramByName("c++");
     if (!cxx) {
@@ -723,9 +744,11 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
       return 1;
     }
     program = *cxx;
-    args = {program,     "-std=c++20", "-O2",        "-I" + prefix + "/include",
-            src,         lib,          "-lopenblas", "-lz",
-            "-lpthread", "-o",         exe};
+    args = {program, "-std=c++20", "-O2", "-I" + prefix + "/include", src, lib};
+    for (const std::string& f : runtimeLinkFlags(prefix, target))
+      args.push_back(f);
+    args.push_back("-o");
+    args.push_back(exe);
   }
   if (target == "cuda") {
     args.push_back("-o");

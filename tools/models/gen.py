@@ -30,7 +30,7 @@ def _fmt(p):
 
 
 def list_nets():
-    nets = {**zoo.REGISTRY, **zoo.BENCH_REGISTRY}
+    nets = {**zoo.REGISTRY, **zoo.BENCH_REGISTRY, **zoo.TEST_REGISTRY}
     w = max(map(len, nets))
     for name in nets:
         print(f"{name:<{w}}  min size {zoo.MIN_SIZE[name]:>3}  "
@@ -61,7 +61,7 @@ def main(argv=None):
         return 0
     if not args.name or not args.output:
         ap.error("NAME and -o OUT.onnx are required (or --list)")
-    known = {**zoo.REGISTRY, **zoo.BENCH_REGISTRY}
+    known = {**zoo.REGISTRY, **zoo.BENCH_REGISTRY, **zoo.TEST_REGISTRY}
     if args.name not in known:
         ap.error(f"unknown network {args.name!r}; known: {', '.join(known)}")
     try:

@@ -36,6 +36,7 @@ MIN_SIZE = {
     "resnet18": 1,
     "inception": 1,
     "inception_v3": 75,
+    "dropnet": 2,
 }
 
 
@@ -421,6 +422,31 @@ def build_inception_v3(size=299, channels=3, width=1.0, classes=1000, batch=1,
                    width=width, classes=classes, batch=batch, seed=seed)
 
 
+# ------------------------------------------------- dropout after every layer
+def build_dropnet(size=16, channels=3, width=1.0, classes=10, batch=1,
+                  opset=17, seed=0, symbolic_batch=False):
+    """A small net with Dropout after its convolutions and its fully
+    connected layers (ratios 0.3 and 0.5), for the tests of dropout masks
+    split over samples, channels, rows and columns: Conv(8,3x3,p1)-Relu-
+    Dropout-Conv(8,3x3,p1)-Relu-Dropout-MaxPool2-Flatten-Gemm(32)-Relu-
+    Dropout-Gemm."""
+    name = "dropnet"
+    _check_width(name, width), _check_classes(name, classes)
+    b = _builder(name, size, channels, batch, opset, seed, symbolic_batch)
+    c = lambda n: scale_channels(n, width)  # noqa: E731
+    x = b.relu(b.conv(b.input, c(8), 3, pad=1, name="conv1"), name="relu1")
+    x = b.dropout(x, 0.3, name="drop1")
+    x = b.relu(b.conv(x, c(8), 3, pad=1, name="conv2"), name="relu2")
+    x = b.dropout(x, 0.3, name="drop2")
+    x = b.maxpool(x, 2, 2, name="pool")
+    x = b.flatten(x, name="flatten")
+    x = b.relu(b.gemm(x, c(32), name="fc1"), name="relu3")
+    x = b.dropout(x, name="drop3")
+    x = b.gemm(x, classes, name="fc2", gain=1.0)
+    return _finish(b, x, name, build_dropnet.__doc__, size=size, channels=channels,
+                   width=width, classes=classes, batch=batch, seed=seed)
+
+
 # ----------------------------------------------------------------- registry
 REGISTRY = {
     "lenet": build_lenet,
@@ -440,6 +466,9 @@ DEFAULTS["lenet"] = dict(size=28, channels=1, width=1.0, classes=10, batch=1)
 # Networks for the benches only (full size; gen.py builds them like the rest).
 BENCH_REGISTRY = {"inception_v3": build_inception_v3}
 DEFAULTS["inception_v3"] = dict(_IMAGENET, size=299)
+# Networks for particular tests only (gen.py builds them like the rest).
+TEST_REGISTRY = {"dropnet": build_dropnet}
+DEFAULTS["dropnet"] = dict(size=16, channels=3, width=1.0, classes=10, batch=1)
 
 # Small presets: a plain-loop reference interpreter runs a forward pass of
 # each in well under a second.
@@ -455,6 +484,7 @@ TEST_PRESETS = {
     "resnet18": dict(size=64, **_SMALL),
     "inception": dict(size=64, **_SMALL),
     "inception_v3": dict(size=75, **_SMALL),
+    "dropnet": dict(size=16, channels=3, width=1.0, classes=10, batch=8),
 }
 
 
@@ -462,7 +492,7 @@ def build(name, test_size=False, **overrides):
     """Builds registered network `name` from its DEFAULTS (or TEST_PRESETS
     when test_size) updated with `overrides` (keys of the builder's
     signature; None values are ignored)."""
-    builders = {**REGISTRY, **BENCH_REGISTRY}
+    builders = {**REGISTRY, **BENCH_REGISTRY, **TEST_REGISTRY}
     if name not in builders:
         raise KeyError(f"unknown network {name!r}; known: {', '.join(builders)}")
     params = dict((TEST_PRESETS if test_size else DEFAULTS)[name])

@@ -4,7 +4,7 @@
 //   sub, mul, div, pow, reluGrad, leakyReluGrad, sigmoidGrad, tanhGrad, clipGrad, reduceMean,
 //   reduceSum, copy, transpose, concat, slice, sliceGrad, split, gather, gatherGrad, gatherNd,
 //   gatherNdGrad, expand, pad,
-//   cast, fill, dropoutUniform, dropoutMask, sgdUpdate, adamUpdate, lrSchedule
+//   cast, fill, dropoutMask, sgdUpdate, adamUpdate, lrSchedule
 //
 // One function per IR op (ir/Ops.def), computing what the reference
 // interpreter computes (ir/Interpreter.cpp, ir/TrainKernels.cpp). Operands
@@ -155,10 +155,9 @@ bool fill(const TensorView& y, const FillParams& p);
 
 //===--- Randomness and optimizers -----------------------------------------===//
 
-/// Element k of the counter-based dropout RNG: uniform in [0, 1).
-double dropoutUniform(int64_t seed, int64_t step, int64_t k);
 /// (step: I64 or I32 scalar) -> mask (F32 or F64) of 0 and 1/(1-ratio):
-/// element k is kept when dropoutUniform(seed, step, k) >= ratio.
+/// element k is kept when dropoutUniform(seed, step, K) >= ratio, K its
+/// index in the whole mask (lwrt/dropout.h; p.whole_shape, p.offsets).
 bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMaskParams& p);
 /// (w, g, m, lr scalar) -> (w', m'): g' = g + wd w; m' = momentum m + g';
 /// w' = w - lr (nesterov ? g' + momentum m' : m'). w' may be w and m' may

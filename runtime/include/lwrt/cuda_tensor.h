@@ -4,7 +4,7 @@
 //   sub, mul, div, pow, reluGrad, leakyReluGrad, sigmoidGrad, tanhGrad, clipGrad, reduceMean,
 //   reduceSum, copy, transpose, concat, slice, sliceGrad, split, gather, gatherGrad, gatherNd,
 //   gatherNdGrad, expand, pad,
-//   cast, fill, dropoutUniform, dropoutMask, sgdUpdate, adamUpdate, lrSchedule
+//   cast, fill, dropoutMask, sgdUpdate, adamUpdate, lrSchedule
 //
 // The functions of lwrt/cpu_tensor.h with the same signatures and the same
 // semantics, so that a generated trainer compiles against either backend by
@@ -32,13 +32,6 @@
 
 #include <cstdint>
 #include <vector>
-
-// dropoutUniform is compiled for the device too when nvcc reads this header.
-#if defined(__CUDACC__)
-#define LWRT_HOST_DEVICE __host__ __device__
-#else
-#define LWRT_HOST_DEVICE
-#endif
 
 namespace lwrt::cuda {
 
@@ -139,18 +132,6 @@ bool fill(const TensorView& y, const FillParams& p);
 
 //===--- Randomness and optimizers -----------------------------------------===//
 
-/// Element k of the counter-based dropout RNG, uniform in [0, 1): the CPU
-/// backend's and the reference's function, bit for bit (host and device).
-inline LWRT_HOST_DEVICE double dropoutUniform(int64_t seed, int64_t step, int64_t k) {
-  // splitmix64 over a key mixing (seed, step, k); 53 random bits.
-  uint64_t z = static_cast<uint64_t>(seed) * 0x9E3779B97F4A7C15ull +
-               static_cast<uint64_t>(step) * 0xD1B54A32D192ED03ull + static_cast<uint64_t>(k);
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<double>(z >> 11) * 0x1.0p-53;
-}
 /// The step is read on the device.
 bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMaskParams& p);
 /// lr is read on the device. Outputs may be their inputs (w' = w, m' = m, v' = v).
@@ -176,5 +157,3 @@ bool recordEvent(int64_t event);
 bool waitEvent(int64_t event);
 
 } // namespace lwrt::cuda
-
-#undef LWRT_HOST_DEVICE

@@ -11,10 +11,12 @@
 #include <math.h>
 #include <stdint.h>
 
+#ifndef LWRT_HOST_DEVICE
 #if defined(__CUDACC__)
 #define LWRT_HOST_DEVICE __host__ __device__
 #else
 #define LWRT_HOST_DEVICE
+#endif
 #endif
 
 namespace lwrt {

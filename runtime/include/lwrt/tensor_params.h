@@ -1,7 +1,7 @@
 // lwrt/tensor_params.h - the parameter structs of the tensor and training-update kernels
 // defines: LeakyReluParams, ClipParams, ReduceParams, TransposeParams, ConcatParams, SliceParams,
 //   SplitParams, GatherParams, PadMode, PadParams, FillParams, DropoutMaskParams, SgdParams,
-//   AdamParams (and, from lwrt/lr_schedule.h, LrScheduleKind, LrScheduleParams)
+//   dropoutPiece, AdamParams (and, from lwrt/lr_schedule.h, LrScheduleKind, LrScheduleParams)
 //
 // Shared by every backend (lwrt/cpu_tensor.h, lwrt/cuda_tensor.h), so that a
 // generated trainer spells its parameters the same way whichever backend it
@@ -10,6 +10,7 @@
 #pragma once
 
 #include "lwrt/lr_schedule.h"
+#include "lwrt/shard_index.h"
 
 #include <cstdint>
 #include <limits>
@@ -84,10 +85,30 @@ struct FillParams {
   std::vector<int64_t> ivalue;
 };
 
+/// A mask that is a piece of a larger one (a shard on one of several
+/// devices) gives the whole mask's shape and its own offsets in it; its
+/// elements are keyed by their index in the whole mask (lwrt/dropout.h).
+/// Both empty: the mask is whole.
 struct DropoutMaskParams {
   double ratio = 0.5;
   int64_t seed = 0;
+  std::vector<int64_t> whole_shape;
+  std::vector<int64_t> offsets;
 };
+
+/// The ShardIndex of a dropout mask of `shape` under `p` (both backends
+/// check a mask's params with it before computing anything): false when
+/// only one of whole_shape and offsets is given, their ranks differ from
+/// the mask's, or the piece does not fit in the whole mask.
+inline bool dropoutPiece(const std::vector<int64_t>& shape, const DropoutMaskParams& p,
+                         ShardIndex& piece) {
+  if (p.whole_shape.empty() && p.offsets.empty())
+    return makeShardIndex(0, nullptr, nullptr, nullptr, piece);
+  if (p.whole_shape.size() != shape.size() || p.offsets.size() != shape.size())
+    return false;
+  return makeShardIndex(static_cast<int>(shape.size()), shape.data(), p.whole_shape.data(),
+                        p.offsets.data(), piece);
+}
 
 struct SgdParams {
   double momentum = 0.9;
