@@ -286,8 +286,10 @@ cmd_test() {
   suite "CUDA trainers build with nvcc" parse_counts python3 test/e2e/cuda_build.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "parallel strategies vs one device" parse_counts python3 test/e2e/parallel_step.py
+  suite "pipelines and micro-batches vs one device" parse_counts python3 test/e2e/pipeline_step.py
   suite "ThreadSanitizer: --gpus 4 CPU trainers" parse_counts tsan_suite
   suite "multi-device CPU trainers vs one device" parse_counts python3 test/e2e/multi_device_trainer.py
+  suite "pipeline CPU trainers vs one device" parse_counts python3 test/e2e/pipeline_trainer.py
   suite "trainer profile and trace vs the simulator" parse_counts python3 test/e2e/profile_trace.py
   suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
   suite "Release build (build-release/)" parse_counts release_suite
