@@ -180,15 +180,18 @@ bool jpegDecode(const unsigned char* data, size_t size, int channels, int scale,
     jpeg_crop_scanline(&cinfo, &xoff, &cw);
   const int comps = cinfo.output_components;
   const size_t stride = static_cast<size_t>(cw) * static_cast<size_t>(comps);
-  out->data.resize(stride * static_cast<size_t>(height));
-  if (y0 > 0 &&
-      jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0)) != static_cast<JDIMENSION>(y0)) {
+  // Grown only: the buffer is reused from image to image, and zeroing the
+  // part that grows would cost as much as decoding into it.
+  if (out->data.size() < stride * static_cast<size_t>(rh))
+    out->data.resize(stride * static_cast<size_t>(rh));
+  if (ry > 0 &&
+      jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(ry)) != static_cast<JDIMENSION>(ry)) {
     std::snprintf(jerr.message, sizeof jerr.message, "JPEG: cannot skip to row %lld",
-                  static_cast<long long>(y0));
+                  static_cast<long long>(ry));
     longjmp(jerr.jump, 1);
   }
-  while (cinfo.output_scanline < static_cast<JDIMENSION>(y0 + height)) {
-    JSAMPROW row = out->data.data() + (cinfo.output_scanline - y0) * stride;
+  while (cinfo.output_scanline < static_cast<JDIMENSION>(ry + rh)) {
+    JSAMPROW row = out->data.data() + (cinfo.output_scanline - ry) * stride;
     if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
       std::snprintf(jerr.message, sizeof jerr.message, "JPEG: no row %u",
                     static_cast<unsigned>(cinfo.output_scanline));
@@ -220,7 +223,6 @@ bool jpegDecode(const unsigned char* data, size_t size, int channels, int scale,
         p[3 * k + 2] = b;
       }
     }
-    out->data.resize(n * static_cast<size_t>(out->channels));
   }
   return true;
 }
@@ -305,7 +307,8 @@ bool pngDecode(const unsigned char* data, size_t size, int channels, int64_t y0,
   const int64_t rh = std::clamp<int64_t>(height, 1, int64_t(h) - ry);
   // The rectangle's rows, whole; other rows (read to reach them, or read
   // by every pass of an interlaced image) go to one scratch row at the end.
-  out->data.resize(rowBytes * static_cast<size_t>(rh + 1));
+  if (out->data.size() < rowBytes * static_cast<size_t>(rh + 1))
+    out->data.resize(rowBytes * static_cast<size_t>(rh + 1));
   unsigned char* scratch = out->data.data() + rowBytes * static_cast<size_t>(rh);
   const int64_t lastRow = passes > 1 ? int64_t(h) : ry + rh;
   for (int pass = 0; pass < passes; ++pass)
@@ -329,7 +332,6 @@ bool pngDecode(const unsigned char* data, size_t size, int channels, int64_t y0,
   if (color && channels == 1)
     for (size_t k = 0; k < n; ++k)
       p[k] = lumaOf(p[3 * k], p[3 * k + 1], p[3 * k + 2]);
-  out->data.resize(n * static_cast<size_t>(out->channels));
   return true;
 }
 

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace lwrt {
 
@@ -153,6 +154,84 @@ inline void clipTaps(int64_t lo, int64_t hi, int64_t& first, int64_t& count, int
     count = 0;
 }
 
+/// Output pixels of the pass along x, for K taps (0: any count, `taps`):
+/// C source channels to OC planes, normalized and mirrored with `flip`.
+template <int C, int OC, int K>
+void resampleRowsFixed(const float* columns, int64_t span, const int64_t* at, const float* weights,
+                       int64_t taps, int64_t outH, int64_t outW, bool flip, const Normalize& norm,
+                       float* out) {
+  const int64_t n = K > 0 ? K : taps, area = outH * outW;
+  for (int64_t y = 0; y < outH; ++y) {
+    const float* row = columns + y * span;
+    float* o = out + y * outW;
+    for (int64_t x = 0; x < outW; ++x) {
+      const float* p = row + at[x];
+      const float* w = weights + x * n;
+      float acc[C] = {};
+      for (int64_t k = 0; k < n; ++k)
+        for (int c = 0; c < C; ++c)
+          acc[c] += w[k] * p[k * C + c];
+      const int64_t i = flip ? outW - 1 - x : x;
+      for (int c = 0; c < OC; ++c)
+        o[c * area + i] = acc[C == 1 ? 0 : c] * norm.scale[c] + norm.shift[c];
+    }
+  }
+}
+
+/// The pass along x of resampleInto: each row of `columns` (span floats,
+/// source columns [xlo, xhi) interleaved) to outW pixels, normalized and
+/// written planar. The taps are padded to one count for the whole image
+/// (zero weights), and the common counts have loops of their own that the
+/// compiler unrolls.
+template <int C, int OC>
+void resampleRows(const float* columns, int64_t span, int64_t xlo, int64_t xhi, const Taps& tx,
+                  int64_t outH, int64_t outW, bool flip, const Normalize& norm, float* out) {
+  thread_local std::vector<int64_t> at;
+  thread_local std::vector<float> weights;
+  const int64_t width = xhi - xlo;
+  int64_t taps = 1;
+  for (int64_t x = 0; x < outW; ++x)
+    taps = std::max(taps, tx.count[static_cast<size_t>(x)]);
+  taps = std::min(taps, std::max<int64_t>(width, 1));
+  // Each output pixel's first column (in `columns`) and `taps` weights; a
+  // window that would run past xhi starts earlier, with leading zeros.
+  at.resize(static_cast<size_t>(outW));
+  weights.assign(static_cast<size_t>(outW * taps), 0.0f);
+  for (int64_t x = 0; x < outW; ++x) {
+    int64_t first = tx.first[static_cast<size_t>(x)], count = tx.count[static_cast<size_t>(x)],
+            skip;
+    clipTaps(xlo, xhi, first, count, skip);
+    const int64_t start = std::clamp<int64_t>(first - xlo, 0, std::max<int64_t>(width - taps, 0));
+    at[static_cast<size_t>(x)] = start * C;
+    const float* w = tx.weights.data() + x * tx.stride + skip;
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t slot = first - xlo - start + k;
+      if (slot >= 0 && slot < taps)
+        weights[static_cast<size_t>(x * taps + slot)] = w[k];
+    }
+  }
+  auto run = [&](auto k) {
+    resampleRowsFixed<C, OC, decltype(k)::value>(columns, span, at.data(), weights.data(), taps,
+                                                 outH, outW, flip, norm, out);
+  };
+  switch (taps) {
+  case 1:
+    return run(std::integral_constant<int, 1>());
+  case 2:
+    return run(std::integral_constant<int, 2>());
+  case 3:
+    return run(std::integral_constant<int, 3>());
+  case 4:
+    return run(std::integral_constant<int, 4>());
+  case 5:
+    return run(std::integral_constant<int, 5>());
+  case 6:
+    return run(std::integral_constant<int, 6>());
+  default:
+    return run(std::integral_constant<int, 0>());
+  }
+}
+
 } // namespace
 
 CropBox sampleCrop(Augment augment, int64_t width, int64_t height, int64_t outH, int64_t outW,
@@ -213,7 +292,8 @@ void resampleInto(const Pixels& src, const CropBox& box, int64_t outH, int64_t o
   const int64_t span = std::max<int64_t>(xhi - xlo, 0) * C;
   // Along y first, over those columns: contiguous rows, so the loops run
   // on vectors. Output row y goes to columns[y * span].
-  columns.resize(static_cast<size_t>(outH * span));
+  if (columns.size() < static_cast<size_t>(outH * span)) // grown only: every element is written
+    columns.resize(static_cast<size_t>(outH * span));
   const size_t stride = static_cast<size_t>(src.width * C);
   const unsigned char* base = src.data.data() + (xlo - src.x0) * C;
   for (int64_t y = 0; y < outH; ++y) {
@@ -222,51 +302,27 @@ void resampleInto(const Pixels& src, const CropBox& box, int64_t outH, int64_t o
     clipTaps(src.y0, src.y0 + src.height, first, count, skip);
     const float* w = ty.weights.data() + y * ty.stride + skip;
     float* __restrict dst = columns.data() + y * span;
-    std::fill(dst, dst + span, 0.0f);
+    if (count == 0)
+      std::fill(dst, dst + span, 0.0f);
     for (int64_t k = 0; k < count; ++k) {
       const unsigned char* __restrict row = base + static_cast<size_t>(first + k - src.y0) * stride;
       const float wk = w[k];
-      for (int64_t i = 0; i < span; ++i)
-        dst[i] += wk * static_cast<float>(row[i]);
+      if (k == 0)
+        for (int64_t i = 0; i < span; ++i)
+          dst[i] = wk * static_cast<float>(row[i]);
+      else
+        for (int64_t i = 0; i < span; ++i)
+          dst[i] += wk * static_cast<float>(row[i]);
     }
   }
   // Then along x, normalized, flipped and written planar; a gray source
   // fills every channel.
-  const int64_t area = outH * outW;
-  const float a0 = norm.scale[0], a1 = norm.scale[1], a2 = norm.scale[2];
-  const float b0 = norm.shift[0], b1 = norm.shift[1], b2 = norm.shift[2];
-  for (int64_t y = 0; y < outH; ++y) {
-    const float* row = columns.data() + y * span;
-    float* o = out + y * outW;
-    for (int64_t x = 0; x < outW; ++x) {
-      int64_t first = tx.first[static_cast<size_t>(x)], count = tx.count[static_cast<size_t>(x)],
-              skip;
-      clipTaps(xlo, xhi, first, count, skip);
-      const float* w = tx.weights.data() + x * tx.stride + skip;
-      const float* p = row + (first - xlo) * C;
-      const int64_t at = box.flip ? outW - 1 - x : x;
-      if (C == 3) {
-        float r = 0, g = 0, b = 0;
-        for (int64_t k = 0; k < count; ++k) {
-          r += w[k] * p[3 * k];
-          g += w[k] * p[3 * k + 1];
-          b += w[k] * p[3 * k + 2];
-        }
-        o[at] = r * a0 + b0;
-        o[area + at] = g * a1 + b1;
-        o[2 * area + at] = b * a2 + b2;
-      } else {
-        float v = 0;
-        for (int64_t k = 0; k < count; ++k)
-          v += w[k] * p[k];
-        o[at] = v * a0 + b0;
-        if (outC == 3) {
-          o[area + at] = v * a1 + b1;
-          o[2 * area + at] = v * a2 + b2;
-        }
-      }
-    }
-  }
+  if (C == 3)
+    resampleRows<3, 3>(columns.data(), span, xlo, xhi, tx, outH, outW, box.flip, norm, out);
+  else if (outC == 3)
+    resampleRows<1, 3>(columns.data(), span, xlo, xhi, tx, outH, outW, box.flip, norm, out);
+  else
+    resampleRows<1, 1>(columns.data(), span, xlo, xhi, tx, outH, outW, box.flip, norm, out);
 }
 
 bool transformEncoded(const unsigned char* data, size_t size, const TransformSpec& spec,

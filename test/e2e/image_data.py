@@ -98,7 +98,7 @@ def draw(rng, cls, w, h):
     for _ in range(6):
         x, y, r = rng.randint(0, w), rng.randint(0, h), rng.randint(2, max(3, min(w, h) // 8))
         d.ellipse([x - r, y - r, x + r, y + r], fill=tuple(rng.randint(60, 190) for _ in range(3)))
-    s = rng.uniform(0.45, 0.8) * min(w, h)
+    s = rng.uniform(0.6, 0.9) * min(w, h)
     cx, cy = rng.uniform(s / 2, w - s / 2), rng.uniform(s / 2, h - s / 2)
     c = tuple(max(0, min(255, v + rng.randint(-25, 25))) for v in COLORS[cls])
     x0, y0, x1, y1 = cx - s / 2, cy - s / 2, cx + s / 2, cy + s / 2
@@ -359,13 +359,13 @@ def learns(name, exe, epochs, floor, *flags):
 
 
 def lenet_learns():
-    learns("lenet", LENET, 10, 0.6, "--lr=0.02")
+    learns("lenet", LENET, 10, 0.65, "--lr=0.02")
 
 
 def alexnet_learns():
     exe = build_trainer("alexnet", "alexnet", "--size", "64", "--width", "0.25", "--classes", "4",
                         "--batch", "32", lr=0.001)
-    learns("alexnet", exe, 10, 0.6)
+    learns("alexnet", exe, 10, 0.55)
 
 
 def threads_same_bytes():

@@ -64,7 +64,9 @@ bool readFileBytes(const std::string& path, std::vector<unsigned char>& bytes, s
 /// Decoded pixels of a rectangle of an image (interleaved, 1 or 3 channels),
 /// and where it lies in the image it was decoded from.
 struct Pixels {
-  std::vector<unsigned char> data; ///< height rows of width * channels bytes
+  /// height rows of width * channels bytes (and maybe more: decoders reuse
+  /// and only grow it)
+  std::vector<unsigned char> data;
   int channels = 0;
   int64_t x0 = 0, y0 = 0, width = 0, height = 0; ///< the rectangle
   int64_t imageWidth = 0, imageHeight = 0;       ///< the (scaled) image
