@@ -51,7 +51,8 @@ const char* kUsage =
     "  --skip-bad-images    leave out unreadable images and folders with a warning\n"
     "  --train-examples=N   use the first N training examples (default all; folder:\n"
     "                       N spread over the classes)\n"
-    "  --eval-examples=N    evaluate on the first N test examples (default all)\n"
+    "  --eval-examples=N    evaluate on the first N test examples (default all; folder:\n"
+    "                       N spread over the classes)\n"
     "  --synthetic-batches=N   batches in a synthetic epoch (default 100; at most 256 MiB\n"
     "                       of them are drawn, and a longer epoch repeats them)\n"
     "  --data-threads=N     threads preparing batches ahead of the step (default: the\n"
@@ -666,7 +667,7 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   if (test_) {
     FeedOptions fo;
     fo.threads = dataThreads();
-    fo.depth = static_cast<int>(o_.prefetch) + 2;
+    fo.depth = fo.threads + 2; // a batch per thread, the one in use and one ready
     feed = createExampleFeed(*runner_, m_.inputBytes, *layout_, *test_, batches, fo, &error);
     if (!feed) {
       error = "evaluation: " + error;
