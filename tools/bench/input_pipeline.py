@@ -18,7 +18,9 @@ smooth color fields with grain, into a temporary image folder):
     DataLoader with as many workers over the same files (ImageFolder,
     RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize), in
     one run, alternating (--rounds); PyTorch's time leaves out its first
-    batch (the workers' start);
+    batch (the workers' start). Also the CPU time each spends per image
+    (user and system, every thread and worker process), which a loaded
+    machine changes less than the rates;
   - one thread's rates (build/bin/lwcc-images rate): libjpeg-turbo decoding
     each file whole (the physical limit of this path), the loader decoding
     only the crop, and the loader's decode and transform.
@@ -36,6 +38,7 @@ without --data-only gets its loader rows skipped.
 import argparse
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -96,7 +99,7 @@ def make_jpegs(root, count, seed=0):
 
 
 TORCH_LOADER = r"""
-import sys, time, torch, torchvision
+import resource, sys, time, torch, torchvision
 from torchvision import transforms as T
 root, batch, size, workers, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 torch.set_num_threads(1)
@@ -105,15 +108,24 @@ tf = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ToTensor(
 data = torchvision.datasets.ImageFolder(root, transform=tf)
 loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=True, num_workers=workers,
                                      drop_last=True)
-seen, first, started = 0, None, time.time()
+def cpu():
+    return sum(getattr(resource.getrusage(who), f) for who in
+               (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
+seen, first, started, cpu0 = 0, None, time.time(), cpu()
+it = iter(loader)
 while seen < batches + 1:
-    for images, labels in loader:
-        seen += 1
-        if first is None:
-            first = time.time()
-        if seen == batches + 1:
-            break
-print(f"torch {batches * batch / (time.time() - first):.1f} {time.time() - started:.1f}")
+    try:
+        images, labels = next(it)
+    except StopIteration:
+        it = iter(loader)
+        continue
+    seen += 1
+    if first is None:
+        first = time.time()
+rate = batches * batch / (time.time() - first)
+del it  # the workers exit, and their CPU time is counted
+time.sleep(0.5)
+print(f"torch {rate:.1f} {(cpu() - cpu0) / ((batches + 1) * batch) * 1000:.3f}")
 """
 
 
@@ -125,22 +137,30 @@ def folder_bench(args, exe, tmp):
           f"in {time.time() - t:.1f} s")
     has_torch = subprocess.run([args.torch_python, "-c", "import torch, torchvision"],
                                capture_output=True).returncode == 0
-    lw, pt = [], []
+    lw, pt, lw_cpu, pt_cpu = [], [], [], []
     for _ in range(args.rounds):  # alternating, so that both see the same load
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         out, _ = run([exe, f"--data=folder:{data}", "--data-only", f"--steps={args.steps}",
                       f"--data-threads={args.threads}", "--progress=off", *args.extra])
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         lw.append(rate(out, r"batches in [0-9.]+ s \(([0-9.]+) img/s\)"))
+        lw_cpu.append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+                      / (args.steps * args.batch) * 1000)
         if has_torch:
             out, _ = run([args.torch_python, "-c", TORCH_LOADER, os.path.join(data, "train"),
                           str(args.batch), str(args.size), str(args.threads), str(args.steps)])
             pt.append(float(out.split()[1]))
+            pt_cpu.append(float(out.split()[2]))
     print(f"folder of JPEGs, random resized crops to {args.size}x{args.size} and flips, batch "
           f"{args.batch}, {args.steps} batches, {args.threads} threads / workers, "
           f"best of {args.rounds}:")
-    print(f"  lwcc loader (--data-only)        {max(lw):>10.1f} img/s   (runs: {', '.join(f'{x:.0f}' for x in lw)})")
+    print(f"  lwcc loader (--data-only)        {max(lw):>10.1f} img/s   (runs: {', '.join(f'{x:.0f}' for x in lw)}); "
+          f"CPU {min(lw_cpu):.2f} ms/img (the whole trainer)")
     if pt:
-        print(f"  PyTorch DataLoader + torchvision {max(pt):>10.1f} img/s   (runs: {', '.join(f'{x:.0f}' for x in pt)})")
-        print(f"  lwcc / PyTorch                   {max(lw) / max(pt):>10.2f}x")
+        print(f"  PyTorch DataLoader + torchvision {max(pt):>10.1f} img/s   (runs: {', '.join(f'{x:.0f}' for x in pt)}); "
+              f"CPU {min(pt_cpu):.2f} ms/img (loader and workers)")
+        print(f"  lwcc / PyTorch                   {max(lw) / max(pt):>10.2f}x img/s, "
+              f"{min(pt_cpu) / min(lw_cpu):.2f}x less CPU per image")
     else:
         print(f"  PyTorch: no torch and torchvision in {args.torch_python}: row skipped")
     tool = os.path.join(os.path.dirname(args.lwcc), "lwcc-images")
