@@ -1179,6 +1179,8 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
       if (o.data != "synthetic" && o.data.rfind("raw:", 0) != 0 && o.data.rfind("idx:", 0) != 0 &&
           !isImageData(o.data))
         return bad("is synthetic, idx:DIR, folder:DIR, cifar10:DIR or raw:DIR");
+      if (isImageData(o.data) && o.data.back() == ':')
+        return bad("names no folder");
     } else if (key == "--augment") {
       Augment augment;
       if (!parseAugment(value, augment))
