@@ -296,6 +296,7 @@ int fuzz(const Args& a) {
       std::ofstream(name, std::ios::binary)
           .write(reinterpret_cast<const char*>(m.data()), static_cast<std::streamsize>(m.size()));
     }
+    filesChecked += 64;
     lwrt::ImageDataOptions o;
     o.skipBad = true;
     o.threads = 2;
@@ -305,7 +306,6 @@ int fuzz(const Args& a) {
       o.augment = aug;
       std::string error;
       auto d = lwrt::FolderData::open(work + "/train", {1, 3, 24, 24}, o, nullptr, &error);
-      filesChecked += 64;
       if (!d)
         continue; // every file bad, or too few: refused with a message
       filesSkipped += d->skippedAtOpen();
@@ -317,8 +317,9 @@ int fuzz(const Args& a) {
   }
   fs::remove_all(work);
   std::printf("fuzz: %ld mutants in memory: %ld decoded, %ld refused with a message; %ld files in "
-              "%ld image folders through the loader (%ld skipped at the check); %.1f s, no crash\n",
-              iterations, decoded, refused, filesChecked, rounds * 2, filesSkipped,
+              "%ld image folders through the loader, each opened and drawn twice (%ld skips at "
+              "the check); %.1f s, no crash\n",
+              iterations, decoded, refused, filesChecked, rounds, filesSkipped,
               secondsSince(started));
   return 0;
 }
