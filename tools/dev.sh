@@ -282,6 +282,7 @@ cmd_test() {
   suite "CPU trainer vs interpreter" parse_counts python3 test/e2e/trainer_vs_reference.py
   suite "exporter-pattern trainers vs interpreter" parse_counts python3 test/e2e/exporter_trainers.py
   suite "trainer as a user runs it" parse_counts python3 test/e2e/trainer_cli.py
+  suite "image folders and CIFAR-10" parse_counts python3 test/e2e/image_data.py
   suite "shared initializers and BN statistics" parse_counts python3 test/e2e/shared_initializers.py
   suite "CUDA trainers build with nvcc" parse_counts python3 test/e2e/cuda_build.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
