@@ -5,6 +5,7 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -237,6 +238,15 @@ private:
                        [](const auto& a, const auto& b) { return a.first > b.first; });
       for (size_t k = 0; given < size; ++k, ++given)
         ++scaled[rest[k % rest.size()].second];
+      // Every device keeps a piece: the largest pieces give up a sample.
+      for (int64_t& s : scaled)
+        if (s < 1) {
+          auto largest = std::max_element(scaled.begin(), scaled.end());
+          if (*largest > 1) {
+            --*largest;
+            s = 1;
+          }
+        }
       for (int64_t s : scaled)
         if (s < 1)
           return op.emitError(llvm::formatv("microbatch: micro-batch {0} has {1} samples, too "

@@ -25,9 +25,13 @@ struct Task {
   friend auto operator<=>(const Task&, const Task&) = default;
 };
 
-/// The stream of each device that carries activations to the next stage,
-/// and the one that carries their gradients back (stream 1 is grad-sync's).
-constexpr int64_t kForwardTransferStream = 2, kBackwardTransferStream = 3;
+/// The streams that carry activations to a later stage (2 and 3) and their
+/// gradients back (4 and 5); stream 1 is grad-sync's. A transfer goes on the
+/// first or second of its pair by its sender's stage parity, so that on each
+/// device what it receives and what it passes on in one direction wait in
+/// different queues: a stage's receive never waits behind a send that
+/// waits for the next stage.
+constexpr int64_t kForwardTransferStream = 2, kBackwardTransferStream = 4;
 
 std::set<int64_t> devicesOf(const Op& op) {
   if (!op.info().isCommunication())
@@ -73,7 +77,8 @@ private:
           stageOf_[op.getInt("src")] == stageOf_[op.getInt("dst")])
         continue;
       transfer_.insert(&op);
-      op.annotations().stream = backward_[i] ? kBackwardTransferStream : kForwardTransferStream;
+      op.annotations().stream = (backward_[i] ? kBackwardTransferStream : kForwardTransferStream) +
+                                stageOf_[op.getInt("src")] % 2;
     }
   }
 
@@ -192,7 +197,10 @@ private:
     std::vector<Op*> out;
     std::vector<bool> done(n, false);
     while (out.size() < n) {
-      // The earliest (in the old order) op that may go now.
+      // An op no task holds goes as soon as it is ready (a transfer as soon
+      // as its value is computed, not behind later micro-batches' work);
+      // else the earliest (in the old order) op whose devices are all in
+      // its task.
       size_t best = n;
       if (!freeReady.empty())
         best = *freeReady.begin();
@@ -200,7 +208,9 @@ private:
       for (const auto& [d, p] : pos)
         if (p < seq[d].size())
           active.insert(seq[d][p]);
-      for (const Task& t : active)
+      for (const Task& t : active) {
+        if (best < n && !task_[best])
+          break;
         for (size_t i : gatedReady[t]) {
           if (i >= best)
             break;
@@ -212,6 +222,7 @@ private:
             break;
           }
         }
+      }
       if (best == n)
         return ops_[std::find(done.begin(), done.end(), false) - done.begin()]->emitError(
             llvm::formatv("schedule: the {0} schedule of {1} micro-batches on {2} "
@@ -257,9 +268,10 @@ private:
 ///  2. A device's stage is its depth in the graph of a micro-batch's
 ///     forward transfers (device_copy) between devices; with several stages, the
 ///     transfers between them go on streams of their own on both devices
-///     (2: activations forward, 3: their gradients back), beside the
-///     compute, so that a stage never waits for its neighbour's compute to
-///     pass a value on.
+///     (2 and 3: activations forward, 4 and 5: their gradients back, by the
+///     sender's stage parity), beside the compute, so that a stage never
+///     waits for its neighbour's compute to pass a value on, nor a receive
+///     for a send.
 ///  3. Each device of stage s (of S) runs the tasks gpipe: F0..F(M-1),
 ///     B0..B(M-1); 1f1b: S-s-1 forwards, then a forward and a backward in
 ///     turn, then the remaining backwards (PipeDream's 1F1B: a stage holds
@@ -269,10 +281,11 @@ private:
 ///     micro-batches, all-reduces, updates), an op that reads what a later
 ///     task computes, and transfers between stages go as soon as what they
 ///     read is there. An assign goes after every other reader of its param.
-///  5. The ops are listed in the order a list scheduler gives: each time,
-///     the earliest op (in the old order) that is ready and whose devices
-///     are all in its task. One graph order serves every device, so
-///     communication ops meet in the same order everywhere.
+///  5. The ops are listed in the order a list scheduler gives: each time, a
+///     ready op that no task holds, else the earliest op (in the old order)
+///     that is ready and whose devices are all in its task. One graph order
+///     serves every device, so communication ops meet in the same order
+///     everywhere.
 /// A graph without micro-batches keeps its order.
 class SchedulePass : public Pass {
 public:
@@ -326,6 +339,18 @@ PipelineShape pipelineShapeOf(const Graph& g) {
   };
   for (int64_t d : devices)
     depthOf(d, 0);
+  // A micro-batch's collective over devices of several stages would need
+  // them in one task at once, which stages running their own order cannot
+  // promise: such a plan (a partition that is no pipeline) runs as one stage.
+  for (const auto& op : g.ops()) {
+    if (!op->info().isCommunication() || op->kind() == OpKind::DeviceCopy ||
+        !op->annotations().microBatch || cyclic)
+      continue;
+    std::set<int64_t> stagesOf;
+    for (int64_t d : devicesOf(*op))
+      stagesOf.insert(depth[d]);
+    cyclic = stagesOf.size() > 1;
+  }
   for (int64_t d : devices) {
     shape.stageOf[d] = cyclic ? 0 : depth[d];
     shape.stages = std::max(shape.stages, shape.stageOf[d] + 1);

@@ -473,9 +473,11 @@ std::vector<std::string> pipelineCandidates(const Graph& g) {
 /// cannot see the bucketed all-reduce overlapping backward that the
 /// simulator (and the trainer) has, nor pipelines: so the searched plan is
 /// simulated beside data, owt and model parallelism (configs inside the
-/// search's space) and the pipeline plans, and the fastest kept (ties keep
-/// the search's). When no plan fits, the search's is kept (and the compile
-/// reports the memory it needs).
+/// search's space) and the pipeline plans, and the fastest that fits the
+/// devices' memory kept (ties keep the search's). When none fits, each
+/// pipeline tries 8S, 16S, ... micro-batches (fewer activations in flight)
+/// until one does; when still none fits, the first candidate is kept and
+/// the compile reports the memory it needs.
 llvm::Error settlePlan(const Graph& g, const std::string& strat) {
   auto model = costModel();
   if (!model)
@@ -488,20 +490,23 @@ llvm::Error settlePlan(const Graph& g, const std::string& strat) {
     names.push_back(p);
   std::vector<std::unique_ptr<Graph>> built;
   std::vector<bool> fits;
-  for (const std::string& name : names) {
+  std::string firstError;
+  // Builds, simulates and memory-plans one candidate; one the batch or the
+  // memory does not allow (a pipeline's micro-batches too small for its
+  // replicas, no cut that fits) is left out, but the search's own plan must
+  // build.
+  auto consider = [&](const std::string& name) -> llvm::Error {
     auto candidate = g.clone();
-    llvm::Error e = buildWithStrategy(*candidate, true, name);
-    if (e && name != names.front()) {
-      // A pipeline the batch or memory does not allow is no candidate.
+    if (llvm::Error e = buildWithStrategy(*candidate, true, name)) {
+      if (name == "layerwise")
+        return e;
+      std::string why = llvm::toString(std::move(e));
+      if (firstError.empty())
+        firstError = why;
       if (verbose)
-        llvm::errs() << "lwcc: planner: " << name << " left out: " << llvm::toString(std::move(e))
-                     << "\n";
-      else
-        llvm::consumeError(std::move(e));
-      continue;
+        llvm::errs() << "lwcc: planner: " << name << " left out: " << why << "\n";
+      return llvm::Error::success();
     }
-    if (e)
-      return e;
     if (check.candidates.empty())
       check.searchSeconds = strategySeconds;
     auto sim = simulate(*candidate, simCosts(*model));
@@ -516,10 +521,31 @@ llvm::Error settlePlan(const Graph& g, const std::string& strat) {
     fits.push_back(!over);
     llvm::consumeError(std::move(over));
     built.push_back(std::move(candidate));
+    return llvm::Error::success();
+  };
+  for (const std::string& name : names)
+    if (llvm::Error e = consider(name))
+      return e;
+  // Nothing fits a device: smaller micro-batches hold fewer activations per
+  // stage (1F1B), so each pipeline tries twice as many until one fits.
+  if (std::find(fits.begin(), fits.end(), true) == fits.end() &&
+      !microbatches.getNumOccurrences()) {
+    int64_t n = batchOf(g);
+    for (int64_t st = stages > 0 ? stages : 2; st <= gpus; ++st) {
+      if (gpus % st || (stages > 0 && st != stages))
+        continue;
+      for (int64_t m = 8 * st; m <= n && n / m >= gpus / st; m *= 2) {
+        size_t before = built.size();
+        if (llvm::Error e = consider(pipelineName(st, m)))
+          return e;
+        if (built.size() > before && fits.back())
+          break;
+      }
+    }
   }
   if (built.empty())
     return makeError("the planner found no " + strat + " plan for --gpus=" + std::to_string(gpus) +
-                     " (see -v)");
+                     (firstError.empty() ? std::string() : ": " + firstError));
   std::vector<size_t> order(built.size());
   for (size_t i = 0; i < order.size(); ++i)
     order[i] = i;
@@ -537,7 +563,7 @@ llvm::Error settlePlan(const Graph& g, const std::string& strat) {
   if (!found)
     kept = 0; // the compile reports what the first candidate needs
   // A tie with the search's plan keeps the search's.
-  if (strat == "layerwise" && fits[0] &&
+  if (strat == "layerwise" && fits[0] && check.candidates[0].first == "layerwise" &&
       check.candidates[0].second <= check.candidates[kept].second)
     kept = 0;
   check.kept = check.candidates[kept].first;
