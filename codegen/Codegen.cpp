@@ -272,6 +272,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
         commIds[op.get()] = numComm++;
     for (int64_t d = 0; d < md.devices; ++d) {
       PhaseWriter w(g, md.where[static_cast<size_t>(d)]);
+      if (o.target == "cuda")
+        w.fuseConvRelu();
       DeviceCode code;
       if (llvm::Error e = w.writeDevice(code, d, commIds, numEvents))
         return e;
@@ -307,6 +309,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       --updateFrom;
     GraphCode code;
     PhaseWriter w(g, where);
+    if (o.target == "cuda")
+      w.fuseConvRelu();
     // Micro-batches (@mb) interleave forward and backward in the order
     // the schedule pass gave: one phase for them, then the update.
     bool micro = false;
@@ -345,6 +349,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   if (o.eval) {
     GraphCode code;
     PhaseWriter w(*o.eval, evalWhere);
+    if (o.target == "cuda")
+      w.fuseConvRelu();
     if (llvm::Error e = w.write(code, [](size_t) -> size_t { return 0; }))
       return e;
     code.phases.resize(1);
@@ -401,7 +407,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
      << "  model.lossOffset = " << placeOf(loss).second << ";\n"
      << "  model.lossType = " << dtypeEnum(loss->type().dtype) << ";\n"
      << "  model.defaults.family = " << hyper->family << ";\n"
-     << hyper->fields << "  model.tf32 = " << (o.tf32 ? "true" : "false") << ";\n";
+     << hyper->fields << "  model.tf32 = Tf32::" << o.tf32 << ";\n";
   if (!multi) {
     os << "  model.init = init;\n  model.step = step;\n";
   } else {

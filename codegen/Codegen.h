@@ -29,7 +29,9 @@ struct ExportCutSpec {
 struct CodegenOptions {
   std::string target = "cpu"; ///< "cpu" or "cuda"
   std::string modelName;
-  bool tf32 = false; ///< the trainer's default for TF32 math
+  /// The trainer's default for TF32 math (lwrt::Tf32): "Off",
+  /// "Convolutions" (PyTorch's default) or "All".
+  std::string tf32 = "Convolutions";
   /// The planned inference graph (params named as the training step's), or
   /// null: the trainer then has no --eval.
   const Graph* eval = nullptr;

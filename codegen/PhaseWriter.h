@@ -166,6 +166,17 @@ class PhaseWriter {
 public:
   PhaseWriter(const Graph& g, const Places& where) : g_(g), where_(where) {}
 
+  /// CUDA trainers: each convolution and the ReLU written over its result
+  /// become one conv2dRelu call (convReluPairs).
+  void fuseConvRelu() {
+    fused_ = convReluPairs(g_, [&](const Value* a, const Value* b) {
+      auto pa = where_.find(a), pb = where_.find(b); // absent: another device's
+      return pa != where_.end() && pb != where_.end() && pa->second == pb->second;
+    });
+    for (const auto& [conv, relu] : fused_)
+      fusedRelus_.insert(relu);
+  }
+
   /// Declarations of the views of `used`, in graph order (inputs, params,
   /// op results), for the top of a function body.
   std::string views(const std::set<const Value*>& used) {
@@ -234,7 +245,8 @@ public:
         if (!sync.empty())
           out << "  if (!" << sync << ")\n    return *failed = " << cString(label) << ", false;\n";
       }
-      out << "  if (!" << *call << ")\n    return *failed = " << cString(label) << ", false;\n";
+      if (!call->empty())
+        out << "  if (!" << *call << ")\n    return *failed = " << cString(label) << ", false;\n";
       if (auto it = schedule.records.find(&op); it != schedule.records.end())
         out << "  if (!recordEvent(" << it->second << "))\n    return *failed = " << cString(label)
             << ", false;\n";
@@ -256,10 +268,16 @@ public:
   Names& names() { return names_; }
 
   /// True, after saying why in a comment, when `call` is empty: a view or
-  /// an update written in place over its param leaves no code.
+  /// an update written in place over its param leaves no code. A ReLU
+  /// fused into its convolution has no call either, but keeps its events.
   bool nothingToDo(std::ostringstream& out, const Op& op, const std::string& call) {
     if (!call.empty())
       return false;
+    if (fusedRelus_.count(&op)) {
+      out << "  // (computed with the convolution of " << names_(op.operand(0))
+          << ": conv2dRelu)\n";
+      return false;
+    }
     if (op.kind() == OpKind::Assign)
       out << "  // (" << names_(op.operand(1)) << " was written in place over "
           << names_(op.operand(0)) << ": nothing to copy)\n";
@@ -328,7 +346,8 @@ public:
       std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
       for (int64_t e : schedule.waits[&op])
         out << check("waitEvent(b, " + std::to_string(e) + ")", label);
-      out << check(*call, label);
+      if (!call->empty())
+        out << check(*call, label);
       if (auto it = schedule.records.find(&op); it != schedule.records.end())
         out << check("recordEvent(b, " + std::to_string(it->second) + ")", label);
       if (op.kind() != OpKind::Constant)
@@ -521,8 +540,11 @@ private:
     return s;
   }
 
-  /// The runtime call of `op`; "" for a view that needs no copy.
+  /// The runtime call of `op`; "" for a view that needs no copy and for a
+  /// ReLU fused into its convolution.
   llvm::Expected<std::string> callOf(const Op& op) {
+    if (fusedRelus_.count(&op))
+      return std::string();
     auto list = [&](const std::vector<const Value*>& vs) {
       std::string s = "{";
       for (size_t i = 0; i < vs.size(); ++i)
@@ -581,12 +603,14 @@ private:
       args.push_back((optionalLast && i >= fixed ? "&" : "") + names_(op.operand(i)));
     if (optionalLast && op.numOperands() == fixed)
       args.push_back("nullptr");
+    // A fused convolution writes its ReLU's result (the same bytes).
+    auto relu = fused_.find(&op);
     for (unsigned r = 0; r < op.numResults(); ++r)
-      args.push_back(names_(op.result(r)));
+      args.push_back(names_(relu != fused_.end() ? relu->second->result() : op.result(r)));
     std::string p = params();
     if (!p.empty())
       args.push_back(p);
-    std::string call = fn + "(";
+    std::string call = (relu != fused_.end() ? std::string("conv2dRelu") : fn) + "(";
     for (size_t i = 0; i < args.size(); ++i)
       call += (i ? ", " : "") + args[i];
     return call + ")";
@@ -595,6 +619,8 @@ private:
   const Graph& g_;
   const Places& where_;
   Names names_;
+  std::map<const Op*, const Op*> fused_; ///< convolution -> its fused ReLU
+  std::set<const Op*> fusedRelus_;
 };
 
 /// Places the results of a planned graph that live on `device` at their

@@ -85,14 +85,20 @@ const char* kUsage =
     "  --trace=FILE         the profiled steps' measured timeline as Chrome trace JSON\n"
     "                       (pid the device, tid the stream)\n"
     "device:\n"
-    "  --device=N   --tf32 / --no-tf32   --no-cuda-graph\n"
+    "  --device=N   --no-cuda-graph\n"
+    "  --tf32[=conv|all|off]  float32 math on TF32 tensor cores: for convolutions by\n"
+    "                       default (PyTorch's defaults), --tf32 for matrix products\n"
+    "                       too, --no-tf32 (=off) for neither: strict float32\n"
     "  --devices=A,B,...    multi-device trainers: the device of each logical device\n"
     "                       (default round-robin over the GPUs found; the CPU backend\n"
     "                       emulates every one)\n"
     "  --check-replicas     multi-device trainers: fail when the replicas of a param\n"
     "                       differ whenever the params are read back\n"
     "  --cudnn-api=graph|legacy   cuDNN API for convolutions (default graph; a\n"
-    "                       configuration no graph engine takes uses legacy)\n";
+    "                       configuration no graph engine takes uses legacy)\n"
+    "  --kernels=cudnn|own  pooling, LRN, batch norm and softmax on cuDNN (default,\n"
+    "                       where it covers the op) or on lwcc's own kernels, which\n"
+    "                       sum in the CPU backend's order\n";
 
 struct Options {
   std::string data = "synthetic";
@@ -1366,9 +1372,17 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     } else if (key == "--check-replicas" && !hasValue) {
       o.checkReplicas = true;
     } else if (key == "--tf32" && !hasValue) {
-      o.runner.tf32 = true;
+      o.runner.tf32 = Tf32::All;
+    } else if (key == "--tf32") {
+      if (value != "conv" && value != "all" && value != "off")
+        return bad("takes conv, all or off");
+      o.runner.tf32 = value == "all" ? Tf32::All : value == "conv" ? Tf32::Convolutions : Tf32::Off;
     } else if (key == "--no-tf32" && !hasValue) {
-      o.runner.tf32 = false;
+      o.runner.tf32 = Tf32::Off;
+    } else if (key == "--kernels") {
+      if (value != "cudnn" && value != "own")
+        return bad("takes cudnn or own");
+      o.runner.cudnnOps = value == "cudnn";
     } else if (key == "--no-cuda-graph" && !hasValue) {
       o.runner.graphs = false;
     } else if (key == "--cudnn-api") {

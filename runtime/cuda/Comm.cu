@@ -146,6 +146,10 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
     return failed("the CUDA group needs one runner per logical device (" +
                   std::to_string(model.numDevices) + " devices, " + std::to_string(runners.size()) +
                   " runners)");
+  // The NCCL found must have what the group calls (cuda/Preflight.h).
+  if (std::string why = checkNcclFunctions(missingNcclFunctions(), CUDART_VERSION / 1000);
+      !why.empty())
+    return failed(why);
   streams_ = std::max(1, model.streamsPerDevice);
   if (const char* v = std::getenv("LWRT_DEADLOCK_SECONDS"); v && std::atoi(v) > 0)
     deadlockSeconds_ = std::atoi(v);

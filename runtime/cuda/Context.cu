@@ -65,6 +65,8 @@ CudaVersions foundCudaVersions() {
       cublasGetProperty(MINOR_VERSION, &v.cublasMinor) != CUBLAS_STATUS_SUCCESS ||
       cublasGetProperty(PATCH_LEVEL, &v.cublasPatch) != CUBLAS_STATUS_SUCCESS)
     v.cublasMajor = v.cublasMinor = v.cublasPatch = 0;
+  v.missingCudnn = missingCudnnFunctions();
+  v.missingCublas = missingCublasFunctions();
   return v;
 }
 
@@ -73,7 +75,7 @@ CudaVersions builtCudaVersions() {
                    CUBLAS_VER_PATCH);
 }
 
-bool initContext(Context& c, int device, bool tf32, std::string* error) {
+bool initContext(Context& c, int device, bool convTf32, bool gemmTf32, std::string* error) {
   if (c.device >= 0)
     return setError(error, "the CUDA context is already initialized");
   int count = 0;
@@ -106,7 +108,7 @@ bool initContext(Context& c, int device, bool tf32, std::string* error) {
       !cublasOk(cublasCreate(&c.cublas), "cublasCreate") ||
       !cublasOk(cublasSetStream(c.cublas, c.stream), "cublasSetStream") ||
       !cublasOk(
-          cublasSetMathMode(c.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+          cublasSetMathMode(c.cublas, gemmTf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
           "cublasSetMathMode") ||
       !cudaOk(cudaMalloc(&c.cublasWorkspace, kCublasWorkspaceBytes), "cudaMalloc") ||
       !cublasOk(cublasSetWorkspace(c.cublas, c.cublasWorkspace, kCublasWorkspaceBytes),
@@ -120,7 +122,8 @@ bool initContext(Context& c, int device, bool tf32, std::string* error) {
   c.slots.push_back({c.stream, nullptr, 0, c.cublasWorkspace});
   c.current = 0;
   c.device = device;
-  c.tf32 = tf32;
+  c.convTf32 = convTf32;
+  c.gemmTf32 = gemmTf32;
   return true;
 }
 
@@ -135,7 +138,9 @@ bool initStreamContext(Context& c, const Context& base, std::string* error) {
     return failed("initStreamContext: the context is in use, or its base is not");
   c.ownsErrorFlag = false;
   c.errorFlag = base.errorFlag;
-  c.tf32 = base.tf32;
+  c.convTf32 = base.convTf32;
+  c.gemmTf32 = base.gemmTf32;
+  c.cudnnOps = base.cudnnOps;
   c.convGraphApi = base.convGraphApi;
   cudaError_t st = cudaSetDevice(base.device);
   if (st == cudaSuccess)
@@ -153,7 +158,7 @@ bool initStreamContext(Context& c, const Context& base, std::string* error) {
   if (bl == CUBLAS_STATUS_SUCCESS)
     bl = cublasSetStream(c.cublas, c.stream);
   if (bl == CUBLAS_STATUS_SUCCESS)
-    bl = cublasSetMathMode(c.cublas, c.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    bl = cublasSetMathMode(c.cublas, c.gemmTf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
   if (bl == CUBLAS_STATUS_SUCCESS)
     bl = cublasSetWorkspace(c.cublas, c.cublasWorkspace, kCublasWorkspaceBytes);
   if (bl != CUBLAS_STATUS_SUCCESS)
@@ -169,6 +174,9 @@ void destroyContext(Context& c) {
     cudaSetDevice(c.device);
     cudaDeviceSynchronize();
   }
+  // cuDNN's lifetime rules: the plans (and the descriptors they were built
+  // from) go before the handle they were made with.
+  c.convPlans.reset();
   if (!c.slots.empty()) { // the current slot's workspace lives in the fields
     c.slots[c.current].workspace = c.workspace;
     c.slots[c.current].workspaceBytes = c.workspaceBytes;

@@ -77,12 +77,20 @@ struct Context {
   cudaStream_t stream = nullptr;
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
-  bool tf32 = false;
+  /// TF32 tensor cores for F32 convolutions (cuDNN) and matrix products
+  /// (cuBLAS's math mode): lwrt::Tf32.
+  bool convTf32 = true, gemmTf32 = false;
+  /// Pooling, LRN, batch norm and softmax on cuDNN where it covers the op
+  /// (false: the own kernels, --kernels=own).
+  bool cudnnOps = true;
   bool capturing = false;
   /// Convolutions on cuDNN's graph API (false: the legacy API for all), and
   /// how many configurations each API got.
   bool convGraphApi = true;
   int convPlansGraph = 0, convPlansLegacy = 0;
+  /// Forward configurations whose bias (and ReLU) run in the convolution's
+  /// graph-API plan.
+  int convPlansFused = 0;
   /// How many configurations fell back to the legacy API because the graph
   /// API failed on them (not merely had no engine), and the first reason.
   int convGraphFailures = 0;
@@ -108,7 +116,8 @@ struct Context {
   bool keepReplaced = false;
   std::vector<void*> replaced;
   /// The convolution plans made with this context's cuDNN handle
-  /// (NNKernels.cu owns the type).
+  /// (ConvKernels.cu owns the type). Released before the handle: a plan
+  /// must not outlive the handle it was made with.
   std::shared_ptr<void> convPlans;
 };
 
@@ -139,10 +148,10 @@ Context* runnerContext(const StepRunner* runner);
 CudaVersions foundCudaVersions();
 CudaVersions builtCudaVersions();
 
-/// Selects `device`, creates the stream, the handles (math mode from `tf32`)
-/// and the error flag in `c`. False with `error` set, e.g. when there is no
-/// GPU.
-bool initContext(Context& c, int device, bool tf32, std::string* error);
+/// Selects `device`, creates the stream, the handles (cuBLAS's math mode from
+/// `gemmTf32`) and the error flag in `c`. False with `error` set, e.g. when
+/// there is no GPU.
+bool initContext(Context& c, int device, bool convTf32, bool gemmTf32, std::string* error);
 /// A further stream of `base`'s device for a multi-device group: its own
 /// stream, handles and workspaces, `base`'s settings and error flag.
 bool initStreamContext(Context& c, const Context& base, std::string* error);

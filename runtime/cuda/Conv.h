@@ -1,11 +1,14 @@
 // cuda/Conv.h - what the two cuDNN convolution paths share (not installed)
-// defines: ConvGeom, convGeom, ConvDir, kConvWorkspaceLimit, GraphConv,
-//          buildGraphConv, runGraphConv
+// defines: ConvGeom, convGeom, ConvDir, kConvWorkspaceLimit, ConvEpilogue, GraphConv,
+//          GraphConvPtr, buildGraphConv, runGraphConv, graphConvMs
 //
 // A convolution of one configuration runs on cuDNN's graph API (the backend
 // descriptors of cudnn_graph.h, ConvGraph.cu) unless the context asks for
 // the legacy API or no graph engine takes the configuration; then it runs
-// on the legacy cudnnConvolution* calls (NNKernels.cu).
+// on the legacy cudnnConvolution* calls (ConvKernels.cu). A forward
+// convolution's bias, and the ReLU codegen fuses into it (conv2dRelu), run
+// in the same graph-API plan when an engine takes that graph and is faster
+// than the plain convolution followed by the own epilogue kernel.
 #pragma once
 
 #include "cuda/Context.h"
@@ -14,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace lwrt::cuda {
@@ -33,24 +37,45 @@ enum class ConvDir : int64_t { Forward, BackwardData, BackwardFilter };
 /// The most workspace a convolution algorithm or engine may take.
 constexpr size_t kConvWorkspaceLimit = size_t(1) << 30;
 
-/// One configuration's execution plan on the graph API (opaque).
+/// What a forward plan computes after the convolution: + bias[M] (per
+/// output channel), then max(., 0).
+struct ConvEpilogue {
+  bool bias = false;
+  bool relu = false;
+  bool any() const { return bias || relu; }
+};
+
+/// One configuration's execution plan on the graph API (opaque), with the
+/// descriptors it was built from: cuDNN's lifetime rules want those to
+/// outlive the plan, so they are released with it, after it, and all of
+/// it before the cuDNN handle (Context::convPlans).
 struct GraphConv;
+struct GraphConvDeleter {
+  void operator()(GraphConv* plan) const;
+};
+using GraphConvPtr = std::unique_ptr<GraphConv, GraphConvDeleter>;
 
 /// Builds the operation graph of one convolution (x [N,C,H,W], w
 /// [M,C/G,KH,KW], y [N,M,OH,OW]; for the backward directions x and w are
-/// the gradients dx, dw the call writes), lists the engines cuDNN's
-/// heuristics offer, keeps those that are deterministic, fit the workspace
-/// limit and (for F32 without TF32) use no tensor cores, and times up to
-/// eight of them on the real buffers, keeping the fastest. `align` is the
-/// byte alignment every buffer of the calls will have.
+/// the gradients dx, dw the call writes; a forward one with `epi`'s bias
+/// b [M] and ReLU after it), lists the engines cuDNN's heuristics offer,
+/// keeps those that are deterministic, fit the workspace limit and (for F32
+/// without TF32) use no tensor cores, and times up to eight of them on the
+/// real buffers, keeping the fastest. `align` is the byte alignment every
+/// buffer of the calls will have.
 ///
 /// Returns true with *out set, or true with *out null when no graph engine
-/// takes the configuration (the caller uses the legacy API), or false with
-/// the context's error when CUDA itself fails.
+/// takes the configuration (the caller uses the legacy API, or for an
+/// epilogue the plain convolution and its own kernel), or false with the
+/// context's error when CUDA itself fails.
 bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, int64_t align,
-                    void* x, void* w, void* y, GraphConv** out);
+                    ConvEpilogue epi, void* x, void* w, void* y, void* b, GraphConvPtr* out);
 
-/// Runs the plan on the context's stream with the context's workspace.
-bool runGraphConv(GraphConv& plan, void* x, void* w, void* y);
+/// Runs the plan on the context's stream with the context's workspace (b:
+/// the bias of a plan with one, else ignored).
+bool runGraphConv(GraphConv& plan, void* x, void* w, void* y, void* b);
+
+/// The plan's measured time per run when it was chosen.
+float graphConvMs(const GraphConv& plan);
 
 } // namespace lwrt::cuda

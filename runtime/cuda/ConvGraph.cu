@@ -1,12 +1,14 @@
 // ConvGraph.cu - convolutions on cuDNN's graph API (backend descriptors)
 //
 // One configuration (direction, element type, TF32, shapes, attributes,
-// buffer alignment) becomes, at its first call:
+// buffer alignment, epilogue) becomes, at its first call:
 //   1. tensor descriptors for x, w, y (NCHW strides, unique ids 'x' 'w' 'y'),
 //      a convolution descriptor with separate pre and post paddings (so
 //      asymmetric ONNX pads need no padded copy, unlike the legacy API),
 //      one convolution operation (forward, backward data or backward
-//      filter), and an operation graph holding it;
+//      filter), for a forward epilogue pointwise operations after it (+ the
+//      bias b [1,M,1,1], uid 'b', then ReLU) through virtual tensors, and an
+//      operation graph holding them;
 //   2. the engine configurations of heuristics mode A (mode FALLBACK when A
 //      offers none that qualifies), filtered by their numerical notes:
 //      never nondeterministic (a resumed run must compute the same weights),
@@ -21,9 +23,15 @@
 //      behind, is dropped (the error cleared); only a sticky error, after
 //      which the CUDA context cannot work at all, ends the run.
 // Any failure of steps 1 to 3 (cuDNN refusing a descriptor), or no
-// candidate left, makes the configuration fall back to the legacy API; the
-// context counts the failures and keeps the first reason for the trainer's
-// report.
+// candidate left, makes the configuration fall back to the legacy API (an
+// epilogue graph: to the plain convolution and the own epilogue kernel);
+// the context counts the failures and keeps the first reason for the
+// trainer's report.
+//
+// Lifetimes: the kept plan owns every descriptor it was built from (the
+// tensors, operations and operation graph, and its engine configuration),
+// released after the plan, as cuDNN's frontend keeps them alive with it;
+// the context releases its plans before its cuDNN handle.
 //
 // LWRT_CONV_GRAPH_FAULT=describe|time makes step 1 or every timed candidate
 // of step 4 fail for every configuration, as a cuDNN error or a faulting
@@ -37,6 +45,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -82,7 +91,9 @@ cudnnStatus_t set(Desc& d, cudnnBackendAttributeName_t name, cudnnBackendAttribu
   return cudnnBackendSetAttribute(d.get(), name, type, count, values);
 }
 
-constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y';
+constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y', kUidB = 'b';
+/// The virtual tensors between a convolution and its epilogue.
+constexpr int64_t kUidConv = 'c', kUidBiased = 'a';
 
 /// Whether LWRT_CONV_GRAPH_FAULT names `stage` (a test of the fallbacks).
 bool faultInjected(const char* stage) {
@@ -94,8 +105,10 @@ bool faultInjected(const char* stage) {
 /// invalid-configuration error, as a faulting candidate would leave one.
 __global__ void launchedWithoutThreads() {}
 
-/// An NCHW tensor descriptor with unique id `uid`.
-bool tensor(Desc& d, const int64_t (&dims)[4], cudnnDataType_t dt, int64_t uid, int64_t align) {
+/// An NCHW tensor descriptor with unique id `uid` (`virt`: an intermediate
+/// of the graph that never reaches memory).
+bool tensor(Desc& d, const int64_t (&dims)[4], cudnnDataType_t dt, int64_t uid, int64_t align,
+            bool virt = false) {
   int64_t strides[4] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
   if (faultInjected("describe")) // as cuDNN refusing the descriptor
     return fail(__FILE__, __LINE__, "cudnnBackendFinalize: refused (LWRT_CONV_GRAPH_FAULT)");
@@ -105,7 +118,35 @@ bool tensor(Desc& d, const int64_t (&dims)[4], cudnnDataType_t dt, int64_t uid, 
   LWRT_CUDNN(set(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides));
   LWRT_CUDNN(set(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
   LWRT_CUDNN(set(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
+  if (virt) {
+    bool yes = true;
+    LWRT_CUDNN(set(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes));
+  }
   LWRT_CUDNN(cudnnBackendFinalize(d.get()));
+  return true;
+}
+
+/// A pointwise operation y = mode(x[, b]) computed in `prec`.
+bool pointwise(std::deque<Desc>& keep, cudnnPointwiseMode_t mode, cudnnDataType_t prec, Desc& x,
+               Desc* b, Desc& y, Desc*& op) {
+  Desc& pw = keep.emplace_back();
+  LWRT_CUDNN(pw.create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
+  LWRT_CUDNN(set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
+  LWRT_CUDNN(set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec));
+  LWRT_CUDNN(cudnnBackendFinalize(pw.get()));
+  Desc& o = keep.emplace_back();
+  LWRT_CUDNN(o.create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR));
+  LWRT_CUDNN(set(o, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                 pw.addr()));
+  LWRT_CUDNN(
+      set(o, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, x.addr()));
+  if (b)
+    LWRT_CUDNN(
+        set(o, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, b->addr()));
+  LWRT_CUDNN(
+      set(o, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, y.addr()));
+  LWRT_CUDNN(cudnnBackendFinalize(o.get()));
+  op = &o;
   return true;
 }
 
@@ -229,8 +270,10 @@ std::vector<Desc> engineConfigs(Desc& graph, cudnnBackendHeurMode_t mode) {
   return cfgs;
 }
 
-/// A finalized execution plan and its workspace.
+/// A finalized execution plan, the engine configuration it was made from
+/// (kept with it), and its workspace.
 struct Candidate {
+  Desc cfg;
   Desc plan;
   size_t workspace = 0;
   float ms = 0;
@@ -256,13 +299,15 @@ bool makePlan(Desc& cfg, Candidate& c) {
   return true;
 }
 
-/// A finalized variant pack: the three buffers and the workspace.
-bool variantPack(Desc& d, void* x, void* w, void* y, void* ws) {
-  void* ptrs[3] = {x, w, y};
-  int64_t uids[3] = {kUidX, kUidW, kUidY};
+/// A finalized variant pack: the three buffers (and the bias, when `b` is
+/// not null) and the workspace.
+bool variantPack(Desc& d, void* x, void* w, void* y, void* b, void* ws) {
+  void* ptrs[4] = {x, w, y, b};
+  int64_t uids[4] = {kUidX, kUidW, kUidY, kUidB};
+  int64_t n = b ? 4 : 3;
   LWRT_CUDNN(d.create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
-  LWRT_CUDNN(set(d, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs));
-  LWRT_CUDNN(set(d, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs));
+  LWRT_CUDNN(set(d, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids));
   LWRT_CUDNN(set(d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
   LWRT_CUDNN(cudnnBackendFinalize(d.get()));
   return true;
@@ -293,11 +338,11 @@ enum class Timed { Ok, Dropped, ContextLost };
 /// Times `c` on the buffers: one warm-up, then kTimedRuns runs. Dropped when
 /// the candidate fails to run or leaves a CUDA error behind (cleared);
 /// ContextLost, with the context's error, when that error is sticky.
-Timed timeCandidate(Candidate& c, void* x, void* w, void* y, void* ws, cudaEvent_t start,
+Timed timeCandidate(Candidate& c, void* x, void* w, void* y, void* b, void* ws, cudaEvent_t start,
                     cudaEvent_t stop) {
   Context& ctx = context();
   Desc pack;
-  if (!variantPack(pack, x, w, y, ws)) {
+  if (!variantPack(pack, x, w, y, b, ws)) {
     ctx.error.clear();
     return Timed::Dropped;
   }
@@ -327,20 +372,31 @@ Timed timeCandidate(Candidate& c, void* x, void* w, void* y, void* ws, cudaEvent
   return Timed::ContextLost;
 }
 
-/// The operation graph of one convolution (step 1); false with the
+/// The operation graph of one convolution and its epilogue (step 1), its
+/// descriptors appended to `keep` (the graph last); false with the
 /// context's error when cuDNN refuses a descriptor.
 bool describe(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, int64_t align,
-              Desc& xd, Desc& wd, Desc& yd, Desc& conv, Desc& op, Desc& graph) {
+              ConvEpilogue epi, std::deque<Desc>& keep) {
   cudnnDataType_t dt = t == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  Desc& xd = keep.emplace_back();
+  Desc& wd = keep.emplace_back();
+  Desc& yd = keep.emplace_back();
+  Desc& conv = keep.emplace_back();
+  // With an epilogue the convolution writes a virtual tensor the pointwise
+  // operations read; their last one writes y.
+  Desc& cd = epi.any() ? keep.emplace_back() : yd;
+  const int64_t yDims[4] = {g.N, g.M, g.OH, g.OW};
   if (!tensor(xd, {g.N, g.C, g.H, g.W}, dt, kUidX, align) ||
       !tensor(wd, {g.M, g.Cg, g.KH, g.KW}, dt, kUidW, align) ||
-      !tensor(yd, {g.N, g.M, g.OH, g.OW}, dt, kUidY, align) || !convolution(conv, p, dt))
+      !tensor(yd, yDims, dt, kUidY, align) || !convolution(conv, p, dt) ||
+      (epi.any() && !tensor(cd, yDims, dt, kUidConv, align, true)))
     return false;
   OpNames names = opNames(dir);
+  Desc& op = keep.emplace_back();
   LWRT_CUDNN(op.create(names.type));
   LWRT_CUDNN(set(op, names.x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, xd.addr()));
   LWRT_CUDNN(set(op, names.w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, wd.addr()));
-  LWRT_CUDNN(set(op, names.y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, yd.addr()));
+  LWRT_CUDNN(set(op, names.y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, cd.addr()));
   LWRT_CUDNN(set(op, names.conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, conv.addr()));
   if (t == DType::F64) {
     double alpha = 1, beta = 0;
@@ -352,10 +408,30 @@ bool describe(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, in
     LWRT_CUDNN(set(op, names.beta, CUDNN_TYPE_FLOAT, 1, &beta));
   }
   LWRT_CUDNN(cudnnBackendFinalize(op.get()));
+  std::vector<cudnnBackendDescriptor_t> ops = {op.get()};
+  Desc* last = &cd; // the tensor the epilogue so far ends in
+  if (epi.bias) {
+    Desc& bd = keep.emplace_back();
+    Desc& sum = epi.relu ? keep.emplace_back() : yd;
+    Desc* add = nullptr;
+    if (!tensor(bd, {1, g.M, 1, 1}, dt, kUidB, align) ||
+        (epi.relu && !tensor(sum, yDims, dt, kUidBiased, align, true)) ||
+        !pointwise(keep, CUDNN_POINTWISE_ADD, dt, *last, &bd, sum, add))
+      return false;
+    ops.push_back(add->get());
+    last = &sum;
+  }
+  if (epi.relu) {
+    Desc* relu = nullptr;
+    if (!pointwise(keep, CUDNN_POINTWISE_RELU_FWD, dt, *last, nullptr, yd, relu))
+      return false;
+    ops.push_back(relu->get());
+  }
   cudnnHandle_t handle = context().cudnn;
+  Desc& graph = keep.emplace_back();
   LWRT_CUDNN(graph.create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
-  LWRT_CUDNN(
-      set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, op.addr()));
+  LWRT_CUDNN(set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                 static_cast<int64_t>(ops.size()), ops.data()));
   LWRT_CUDNN(set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle));
   LWRT_CUDNN(cudnnBackendFinalize(graph.get()));
   return true;
@@ -393,23 +469,41 @@ bool convGeom(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
 }
 
 struct GraphConv {
+  // Declared in the order they were made: destroyed in reverse, the plan
+  // (and the variant packs that name it) before what it was built from.
+  std::deque<Desc> sources; ///< tensors, operations, the operation graph
+  Desc cfg;
   Desc plan;
   size_t workspace = 0;
-  std::map<std::tuple<void*, void*, void*, void*>, Desc> packs;
+  float ms = 0;
+  bool bias = false;
+  std::map<std::tuple<void*, void*, void*, void*, void*>, Desc> packs;
 };
 
+void GraphConvDeleter::operator()(GraphConv* plan) const { delete plan; }
+
+float graphConvMs(const GraphConv& plan) { return plan.ms; }
+
 bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, int64_t align,
-                    void* x, void* w, void* y, GraphConv** out) {
-  *out = nullptr;
+                    ConvEpilogue epi, void* x, void* w, void* y, void* b, GraphConvPtr* out) {
+  out->reset();
   Context& ctx = context();
-  bool tensorCores = t == DType::F32 && ctx.tf32;
+  bool tensorCores = t == DType::F32 && ctx.convTf32;
+  if (dir != ConvDir::Forward)
+    epi = ConvEpilogue{};
   // 1. The operation graph; one cuDNN cannot describe is a configuration
-  // for the legacy API.
-  Desc xd, wd, yd, conv, op, graph;
+  // for the legacy API (an epilogue: for the plain convolution).
+  auto kept = std::make_unique<GraphConv>();
   if (!ctx.error.empty()) // a failure before this configuration stays one
     return false;
-  if (!describe(dir, g, p, t, align, xd, wd, yd, conv, op, graph))
+  if (!describe(dir, g, p, t, align, epi, kept->sources)) {
+    if (epi.any()) { // not a failure of the graph API: this fusion is not offered
+      ctx.error.clear();
+      return true;
+    }
     return fallBack("describing it: " + ctx.error);
+  }
+  Desc& graph = kept->sources.back();
   // 2 and 3. Qualifying engines with a finalized plan.
   std::vector<Candidate> candidates;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
@@ -418,8 +512,10 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
       if (static_cast<int>(candidates.size()) == kMaxCandidates)
         break;
       Candidate c;
-      if (qualifies(cfg, tensorCores) && makePlan(cfg, c))
+      if (qualifies(cfg, tensorCores) && makePlan(cfg, c)) {
+        c.cfg = std::move(cfg);
         candidates.push_back(std::move(c));
+      }
     }
     if (!candidates.empty())
       break;
@@ -443,8 +539,9 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
   LWRT_CUDA(cudaEventCreate(&ev.stop));
   int best = -1;
   size_t dropped = 0;
+  void* bias = epi.bias ? b : nullptr;
   for (size_t k = 0; k < candidates.size(); ++k) {
-    Timed timed = timeCandidate(candidates[k], x, w, y, ws.p, ev.start, ev.stop);
+    Timed timed = timeCandidate(candidates[k], x, w, y, bias, ws.p, ev.start, ev.stop);
     if (timed == Timed::ContextLost)
       return false;
     dropped += timed == Timed::Dropped;
@@ -452,27 +549,34 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
         (best < 0 || candidates[k].ms < candidates[static_cast<size_t>(best)].ms))
       best = static_cast<int>(k);
   }
-  if (best < 0)
+  if (best < 0) {
+    if (epi.any())
+      return true; // the plain convolution's own plan decides
     return fallBack("all " + std::to_string(dropped) + " engine(s) failed when timed");
-  auto* plan = new GraphConv;
-  plan->plan = std::move(candidates[static_cast<size_t>(best)].plan);
-  plan->workspace = candidates[static_cast<size_t>(best)].workspace;
-  *out = plan;
+  }
+  Candidate& chosen = candidates[static_cast<size_t>(best)];
+  kept->cfg = std::move(chosen.cfg);
+  kept->plan = std::move(chosen.plan);
+  kept->workspace = chosen.workspace;
+  kept->ms = chosen.ms / static_cast<float>(kTimedRuns);
+  kept->bias = epi.bias;
+  out->reset(kept.release());
   return true;
 }
 
-bool runGraphConv(GraphConv& plan, void* x, void* w, void* y) {
+bool runGraphConv(GraphConv& plan, void* x, void* w, void* y, void* b) {
   if (!ensureWorkspace(plan.workspace))
     return false;
   Context& ctx = context();
   void* ws = plan.workspace ? ctx.workspace : nullptr;
-  auto key = std::make_tuple(x, w, y, ws);
+  void* bias = plan.bias ? b : nullptr;
+  auto key = std::make_tuple(x, w, y, bias, ws);
   auto it = plan.packs.find(key);
   if (it == plan.packs.end()) {
     if (plan.packs.size() >= kMaxPacks && !ctx.capturing)
       plan.packs.clear();
     Desc pack;
-    if (!variantPack(pack, x, w, y, ws))
+    if (!variantPack(pack, x, w, y, bias, ws))
       return false;
     it = plan.packs.emplace(key, std::move(pack)).first;
   }

@@ -1,8 +1,15 @@
 // cuda/KernelSupport.cuh - what the CUDA kernel files share (not installed)
-// defines: LWRT_REJECT, LWRT_LAUNCH, kReduceThreads, blockSum
+// defines: LWRT_REJECT, LWRT_LAUNCH, LWRT_GRID_STRIDE, kReduceThreads, blockSum, isFloatType,
+//          sameType, floatOp, fitsInt, zeroBytes, PlaneGrid, planeGrid
 #pragma once
 
 #include "cuda/Context.h"
+#include "lwrt/tensor.h"
+
+#include <algorithm>
+#include <climits>
+#include <initializer_list>
+#include <string>
 
 /// Records why a kernel does not take its operands and returns false.
 #define LWRT_REJECT(what) ::lwrt::cuda::fail(__FILE__, __LINE__, what)
@@ -14,7 +21,63 @@
     LWRT_CUDA(cudaGetLastError());                                                                 \
   } while (0)
 
+/// for (i = this thread; i < n; i += every thread of the grid), in int64_t.
+#define LWRT_GRID_STRIDE(i, n)                                                                     \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);           \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
 namespace lwrt::cuda {
+
+inline bool isFloatType(DType t) { return t == DType::F32 || t == DType::F64; }
+
+/// All views have element type `t` and hold data (or no elements).
+inline bool sameType(DType t, std::initializer_list<const TensorView*> views) {
+  for (const TensorView* v : views)
+    if (v->dtype != t || (v->data == nullptr && v->numel() != 0))
+      return false;
+  return true;
+}
+
+/// Checks that `views` share a float element type (that of the first) and
+/// hold data, then runs fn(T{}) for that type; false with the context's
+/// error otherwise.
+template <typename Fn>
+bool floatOp(const char* op, std::initializer_list<const TensorView*> views, Fn fn) {
+  DType t = (*views.begin())->dtype;
+  if (!isFloatType(t) || !sameType(t, views))
+    return fail(__FILE__, __LINE__,
+                std::string(op) + ": operands must be F32 or F64, all of one type, with data");
+  if (t == DType::F32)
+    return fn(float{});
+  return fn(double{});
+}
+
+inline bool fitsInt(std::initializer_list<int64_t> values) {
+  for (int64_t v : values)
+    if (v < 0 || v > INT_MAX)
+      return false;
+  return true;
+}
+
+/// Sets `bytes` of device memory at `p` to zero, on the context's stream.
+inline bool zeroBytes(void* p, int64_t bytes) {
+  if (bytes > 0)
+    LWRT_CUDA(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), context().stream));
+  return true;
+}
+
+/// A grid over `planes` planes of `size` elements each: blockIdx.y walks
+/// the planes (looping past 65535), blockIdx.x and the threads the elements
+/// of one, so a kernel finds an element's plane (its channel) without a
+/// division per element, and small planes still give many blocks.
+struct PlaneGrid {
+  dim3 grid, block;
+};
+inline PlaneGrid planeGrid(int64_t planes, int64_t size, unsigned threads = 256) {
+  int64_t x = std::clamp<int64_t>((size + threads - 1) / threads, 1, 1024);
+  int64_t y = std::clamp<int64_t>(planes, 1, 65535);
+  return {dim3(static_cast<unsigned>(x), static_cast<unsigned>(y)), dim3(threads)};
+}
 
 /// Threads of the reduction kernels (a power of two, at most this many).
 constexpr int kReduceThreads = 256;

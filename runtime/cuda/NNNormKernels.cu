@@ -1,10 +1,12 @@
 // NNNormKernels.cu - normalization, softmax and loss kernels of lwrt/cuda_nn.h
 //
-// All are this file's own kernels, following the formulas (and, where it
-// matters, the summation order) of the CPU backend (cpu/NNNormKernels.cpp):
-// sums over many elements are kept in double. Reductions are block
-// reductions in a fixed order, never float atomics, so results are the same
-// from run to run:
+// LRN, batch norm and softmax run on cuDNN where it covers the op
+// (CudnnOps.cu; not with --kernels=own). Otherwise, and for the losses,
+// this file's own kernels follow the formulas (and, where it matters, the
+// summation order) of the CPU backend (cpu/NNNormKernels.cpp): sums over
+// many elements are kept in double. Reductions are block reductions in a
+// fixed order, never float atomics, so results are the same from run to
+// run:
 //  - batch_norm_train and batch_norm_grad: one block per channel, two passes.
 //  - softmax family along the last axis: one block per row; along another
 //    axis: one thread per row (rows of stride `inner` are then coalesced).
@@ -13,6 +15,7 @@
 // LRN recomputes each channel window's sum of squares where it needs it
 // (size is small), so it needs no scratch memory.
 #include "cuda/Context.h"
+#include "cuda/CudnnOps.h"
 #include "cuda/KernelSupport.cuh"
 #include "lwrt/cuda_nn.h"
 
@@ -25,34 +28,6 @@
 
 namespace lwrt::cuda {
 namespace {
-
-#define LWRT_GRID_STRIDE(i, n)                                                                     \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);           \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-
-bool isFloat(DType t) { return t == DType::F32 || t == DType::F64; }
-
-/// All views have element type `t` and hold data (or no elements).
-bool sameType(DType t, std::initializer_list<const TensorView*> views) {
-  for (const TensorView* v : views)
-    if (v->dtype != t || (v->data == nullptr && v->numel() != 0))
-      return false;
-  return true;
-}
-
-/// Checks that `views` share a float element type (that of the first) and
-/// hold data, then runs fn(T{}) for that type; false with the context's
-/// error otherwise.
-template <typename Fn>
-bool floatOp(const char* op, std::initializer_list<const TensorView*> views, Fn fn) {
-  DType t = (*views.begin())->dtype;
-  if (!isFloat(t) || !sameType(t, views))
-    return fail(__FILE__, __LINE__,
-                std::string(op) + ": operands must be F32 or F64, all of one type, with data");
-  if (t == DType::F32)
-    return fn(float{});
-  return fn(double{});
-}
 
 bool isVector(const TensorView& v, int64_t n) { return v.shape == std::vector<int64_t>{n}; }
 bool isScalar(const TensorView& v) { return v.rank() == 0; }
@@ -109,29 +84,39 @@ __device__ T lrnScale(const T* x, const LrnGeom& g, int64_t n, int64_t ch, int64
   return bias + scale * acc;
 }
 
+/// On a planeGrid(N * C, H * W): the plane's image and channel once per
+/// block row, positions q within it.
 template <typename T>
-__global__ void lrnForward(const T* x, T* y, LrnGeom g, T scale, T bias, T beta, int64_t count) {
-  LWRT_GRID_STRIDE(i, count) {
-    int64_t q = i % g.hw, ch = (i / g.hw) % g.C, n = i / (g.hw * g.C);
-    y[i] = x[i] / mpow(lrnScale(x, g, n, ch, q, scale, bias), beta);
+__global__ void lrnForward(const T* x, T* y, LrnGeom g, T scale, T bias, T beta, unsigned planes) {
+  for (unsigned plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    const int64_t n = plane / g.C, ch = plane % g.C;
+    for (unsigned q = blockIdx.x * blockDim.x + threadIdx.x; q < g.hw;
+         q += gridDim.x * blockDim.x) {
+      const int64_t i = static_cast<int64_t>(plane) * g.hw + q;
+      y[i] = x[i] / mpow(lrnScale(x, g, n, ch, q, scale, bias), beta);
+    }
   }
 }
 
 /// dx_j = dy_j s_j^-beta - 2 alpha beta / size * x_j * sum over the channels
-/// c whose window holds j of dy_c y_c / s_c.
+/// c whose window holds j of dy_c y_c / s_c (a planeGrid as lrnForward).
 template <typename T>
 __global__ void lrnBackward(const T* x, const T* y, const T* dy, T* dx, LrnGeom g, T scale, T bias,
-                            T beta, T coef, int64_t count) {
-  LWRT_GRID_STRIDE(i, count) {
-    int64_t q = i % g.hw, j = (i / g.hw) % g.C, n = i / (g.hw * g.C);
-    T acc = T(0);
-    int64_t c0 = max(int64_t(0), j - g.hi), c1 = min(g.C - 1, j + g.lo);
-    for (int64_t ch = c0; ch <= c1; ++ch) {
-      int64_t k = (n * g.C + ch) * g.hw + q;
-      acc += dy[k] * y[k] / lrnScale(x, g, n, ch, q, scale, bias);
+                            T beta, T coef, unsigned planes) {
+  for (unsigned plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    const int64_t n = plane / g.C, j = plane % g.C;
+    const int64_t c0 = max(int64_t(0), j - g.hi), c1 = min(g.C - 1, j + g.lo);
+    for (unsigned q = blockIdx.x * blockDim.x + threadIdx.x; q < g.hw;
+         q += gridDim.x * blockDim.x) {
+      const int64_t i = static_cast<int64_t>(plane) * g.hw + q;
+      T acc = T(0);
+      for (int64_t ch = c0; ch <= c1; ++ch) {
+        int64_t k = (n * g.C + ch) * g.hw + q;
+        acc += dy[k] * y[k] / lrnScale(x, g, n, ch, q, scale, bias);
+      }
+      T s = lrnScale(x, g, n, j, q, scale, bias);
+      dx[i] = dy[i] * mpow(s, -beta) - coef * x[i] * acc;
     }
-    T s = lrnScale(x, g, n, j, q, scale, bias);
-    dx[i] = dy[i] * mpow(s, -beta) - coef * x[i] * acc;
   }
 }
 
@@ -143,12 +128,19 @@ LrnGeom lrnGeom(const TensorView& x, const LrnParams& p) {
 template <typename T> bool lrnImpl(const TensorView& xv, const TensorView& yv, const LrnParams& p) {
   if (xv.rank() != 4 || yv.shape != xv.shape || p.size < 1)
     return LWRT_REJECT("lrn: x must be NCHW, y of x's shape, and size at least 1");
-  int64_t n = xv.numel();
-  if (n == 0)
+  if (xv.numel() == 0)
     return true;
+  if (CudnnRun r = cudnnLrn(xv, yv, p); r != CudnnRun::NotCovered)
+    return r == CudnnRun::Ran;
+  const int64_t planes = xv.shape[0] * xv.shape[1], hw = xv.shape[2] * xv.shape[3];
+  if (!fitsInt({planes, hw}))
+    return LWRT_REJECT("lrn: more than 2^31 planes or plane elements");
   T scale = static_cast<T>(p.alpha / static_cast<double>(p.size)), bias = static_cast<T>(p.bias);
-  LWRT_LAUNCH(lrnForward<T>, blocksFor(n), kThreads, xv.as<T>(), yv.as<T>(), lrnGeom(xv, p), scale,
-              bias, static_cast<T>(p.beta), n);
+  PlaneGrid pg = planeGrid(planes, hw);
+  lrnForward<T><<<pg.grid, pg.block, 0, context().stream>>>(xv.as<T>(), yv.as<T>(), lrnGeom(xv, p),
+                                                            scale, bias, static_cast<T>(p.beta),
+                                                            static_cast<unsigned>(planes));
+  LWRT_CUDA(cudaGetLastError());
   return true;
 }
 
@@ -158,13 +150,20 @@ bool lrnGradImpl(const TensorView& xv, const TensorView& yv, const TensorView& d
   if (xv.rank() != 4 || yv.shape != xv.shape || dyv.shape != xv.shape || dxv.shape != xv.shape ||
       p.size < 1)
     return LWRT_REJECT("lrn_grad: x must be NCHW, y, dy and dx of x's shape, size at least 1");
-  int64_t n = xv.numel();
-  if (n == 0)
+  if (xv.numel() == 0)
     return true;
+  if (CudnnRun r = cudnnLrnGrad(xv, yv, dyv, dxv, p); r != CudnnRun::NotCovered)
+    return r == CudnnRun::Ran;
+  const int64_t planes = xv.shape[0] * xv.shape[1], hw = xv.shape[2] * xv.shape[3];
+  if (!fitsInt({planes, hw}))
+    return LWRT_REJECT("lrn_grad: more than 2^31 planes or plane elements");
   T scale = static_cast<T>(p.alpha / static_cast<double>(p.size)), bias = static_cast<T>(p.bias);
   T coef = static_cast<T>(2.0 * p.alpha * p.beta / static_cast<double>(p.size));
-  LWRT_LAUNCH(lrnBackward<T>, blocksFor(n), kThreads, xv.as<T>(), yv.as<T>(), dyv.as<T>(),
-              dxv.as<T>(), lrnGeom(xv, p), scale, bias, static_cast<T>(p.beta), coef, n);
+  PlaneGrid pg = planeGrid(planes, hw);
+  lrnBackward<T><<<pg.grid, pg.block, 0, context().stream>>>(
+      xv.as<T>(), yv.as<T>(), dyv.as<T>(), dxv.as<T>(), lrnGeom(xv, p), scale, bias,
+      static_cast<T>(p.beta), coef, static_cast<unsigned>(planes));
+  LWRT_CUDA(cudaGetLastError());
   return true;
 }
 
@@ -186,13 +185,19 @@ bool channels(const TensorView& x, Channels& L) {
   return true;
 }
 
+/// On a planeGrid(N * C, inner): the plane's channel once per block row.
 template <typename T>
 __global__ void batchNormInference(const T* x, const T* scale, const T* bias, const T* mean,
-                                   const T* var, T* y, Channels L, T eps, int64_t count) {
-  LWRT_GRID_STRIDE(i, count) {
-    int64_t ch = (i / L.inner) % L.C;
-    T a = scale[ch] / msqrt(var[ch] + eps);
-    y[i] = a * (x[i] - mean[ch]) + bias[ch];
+                                   const T* var, T* y, unsigned C, unsigned inner, unsigned planes,
+                                   T eps) {
+  for (unsigned plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    const unsigned ch = plane % C;
+    const T a = scale[ch] / msqrt(var[ch] + eps), m = mean[ch], b = bias[ch];
+    for (unsigned q = blockIdx.x * blockDim.x + threadIdx.x; q < inner;
+         q += gridDim.x * blockDim.x) {
+      const size_t i = static_cast<size_t>(plane) * inner + q;
+      y[i] = a * (x[i] - m) + b;
+    }
   }
 }
 
@@ -280,11 +285,19 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
     ok = ok && isVector(*v, L.C);
   if (!ok)
     return LWRT_REJECT("batch_norm: x must be [N, C, ...], y of x's shape, the others [C]");
-  int64_t n = xv.numel();
-  if (n == 0)
+  if (xv.numel() == 0)
     return true;
-  LWRT_LAUNCH(batchNormInference<T>, blocksFor(n), kThreads, xv.as<T>(), sv.as<T>(), bv.as<T>(),
-              mv.as<T>(), vv.as<T>(), yv.as<T>(), L, static_cast<T>(p.epsilon), n);
+  if (CudnnRun r = cudnnBatchNorm(xv, sv, bv, mv, vv, yv, p.epsilon); r != CudnnRun::NotCovered)
+    return r == CudnnRun::Ran;
+  const int64_t planes = L.N * L.C;
+  if (!fitsInt({planes, L.inner}))
+    return LWRT_REJECT("batch_norm: more than 2^31 planes or plane elements");
+  PlaneGrid pg = planeGrid(planes, L.inner);
+  batchNormInference<T><<<pg.grid, pg.block, 0, context().stream>>>(
+      xv.as<T>(), sv.as<T>(), bv.as<T>(), mv.as<T>(), vv.as<T>(), yv.as<T>(),
+      static_cast<unsigned>(L.C), static_cast<unsigned>(L.inner), static_cast<unsigned>(planes),
+      static_cast<T>(p.epsilon));
+  LWRT_CUDA(cudaGetLastError());
   return true;
 }
 
@@ -300,6 +313,11 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
     return LWRT_REJECT("batch_norm_train: x must be [N, C, ...], y of x's shape, the others [C]");
   if (L.C == 0)
     return true;
+  if (xv.numel() > 0) {
+    CudnnRun r = cudnnBatchNormTrain(xv, sv, bv, yv, mv, vv, p.epsilon);
+    if (r != CudnnRun::NotCovered)
+      return r == CudnnRun::Ran;
+  }
   if (L.C > INT_MAX)
     return LWRT_REJECT("batch_norm_train: more than 2^31 channels");
   LWRT_LAUNCH(batchNormTrainChannel<T>, static_cast<unsigned>(L.C), kChannelThreads, xv.as<T>(),
@@ -321,6 +339,11 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
         "batch_norm_grad: x must be [N, C, ...], dy and dx of x's shape, the others [C]");
   if (L.C == 0)
     return true;
+  if (xv.numel() > 0) {
+    CudnnRun r = cudnnBatchNormGrad(xv, sv, mv, vv, dyv, dxv, dsv, dbv, p.epsilon);
+    if (r != CudnnRun::NotCovered)
+      return r == CudnnRun::Ran;
+  }
   if (L.C > INT_MAX)
     return LWRT_REJECT("batch_norm_grad: more than 2^31 channels");
   LWRT_LAUNCH(batchNormGradChannel<T>, static_cast<unsigned>(L.C), kChannelThreads, xv.as<T>(),
@@ -442,6 +465,8 @@ bool softmaxImpl(const TensorView& xv, const TensorView& yv, const SoftmaxParams
                            : "softmax: bad axis, or y not of x's shape");
   if (xv.numel() == 0)
     return true;
+  if (CudnnRun r = cudnnSoftmax(xv, yv, R.outer, R.n, R.inner, log); r != CudnnRun::NotCovered)
+    return r == CudnnRun::Ran;
   if (R.inner == 1)
     LWRT_LAUNCH(softmaxRows<T>, rowBlocks(R.outer), rowThreads(R.n), xv.as<T>(), yv.as<T>(),
                 R.outer, R.n, log);
@@ -459,6 +484,9 @@ bool softmaxGradImpl(const TensorView& yv, const TensorView& dyv, const TensorVi
                            : "softmax_grad: bad axis, or dy, dx not of y's shape");
   if (yv.numel() == 0)
     return true;
+  if (CudnnRun r = cudnnSoftmaxGrad(yv, dyv, dxv, R.outer, R.n, R.inner, log);
+      r != CudnnRun::NotCovered)
+    return r == CudnnRun::Ran;
   if (R.inner == 1)
     LWRT_LAUNCH(softmaxGradRows<T>, rowBlocks(R.outer), rowThreads(R.n), yv.as<T>(), dyv.as<T>(),
                 dxv.as<T>(), R.outer, R.n, log);

@@ -14,6 +14,16 @@ std::string cudnnVersion(int v) {
          std::to_string(v % 100);
 }
 
+/// "cudnnA" / "2 functions (cudnnA, cudnnB)", at most four names.
+std::string functionList(const std::vector<std::string>& names) {
+  if (names.size() == 1)
+    return names[0];
+  std::string s = std::to_string(names.size()) + " functions (";
+  for (size_t k = 0; k < names.size() && k < 4; ++k)
+    s += (k ? ", " : "") + names[k];
+  return s + (names.size() > 4 ? ", ...)" : ")");
+}
+
 /// The first NVIDIA driver release of a CUDA major version (Linux).
 std::string driverRelease(int cudaMajor) {
   switch (cudaMajor) {
@@ -51,25 +61,49 @@ std::string checkCudaVersions(const CudaVersions& found, const CudaVersions& bui
   else if (found.driver < built.driver)
     add("the NVIDIA driver supports CUDA " + cudaVersion(found.driver) +
         ", this trainer needs CUDA " + cudaVersion(built.driver) + ": " + driverHint);
-  std::string cudnnHint = "install cuDNN " + std::to_string(built.cudnn / 10000) + " for CUDA " +
-                          std::to_string(built.runtime / 1000) + ", version " +
-                          cudnnVersion(built.cudnn) + " or a newer " +
-                          std::to_string(built.cudnn / 10000) +
-                          ".x (libcudnn.so.9 beside the trainer, in /usr/local/cuda/lib64 or "
-                          "on LD_LIBRARY_PATH)";
-  if (found.cudnn / 10000 != built.cudnn / 10000 || found.cudnn < built.cudnn)
-    add("cuDNN " + cudnnVersion(found.cudnn) + " found, this trainer was built with " +
-        cudnnVersion(built.cudnn) + ": " + cudnnHint);
-  else if (found.cudnnCudart / 1000 != built.runtime / 1000)
+  const int cudnnMajor = built.cudnn / 10000, cudaMajor = built.runtime / 1000;
+  std::string cudnnHint = "install cuDNN " + std::to_string(cudnnMajor) + " for CUDA " +
+                          std::to_string(cudaMajor) + " (libcudnn.so." +
+                          std::to_string(cudnnMajor) +
+                          " beside the trainer, on LD_LIBRARY_PATH or in /usr/local/cuda/lib64; "
+                          "pip's nvidia-cudnn-cu" +
+                          std::to_string(cudaMajor) + " has it)";
+  if (found.cudnn / 10000 != cudnnMajor)
+    add("cuDNN " + cudnnVersion(found.cudnn) + " found, this trainer needs cuDNN " +
+        std::to_string(cudnnMajor) + " (any " + std::to_string(cudnnMajor) +
+        ".x with the functions it calls): " + cudnnHint);
+  else if (found.cudnnCudart / 1000 != cudaMajor)
     add("the cuDNN found (" + cudnnVersion(found.cudnn) + ") is built for CUDA " +
         cudaVersion(found.cudnnCudart) + ", this trainer uses CUDA " + cudaVersion(built.runtime) +
         ": " + cudnnHint);
+  else if (!found.missingCudnn.empty())
+    add("the cuDNN found (" + cudnnVersion(found.cudnn) + ") lacks " +
+        functionList(found.missingCudnn) + ", which this trainer calls: install a newer cuDNN " +
+        std::to_string(cudnnMajor) + " for CUDA " + std::to_string(cudaMajor) +
+        " (it was built with " + cudnnVersion(built.cudnn) + ", which has them)");
+  std::string cublasHint = "install the CUDA " + std::to_string(cudaMajor) +
+                           " math libraries (libcublas.so." + std::to_string(built.cublasMajor) +
+                           "; pip's nvidia-cublas has it)";
   if (found.cublasMajor != built.cublasMajor)
     add("cuBLAS " + std::to_string(found.cublasMajor) + "." + std::to_string(found.cublasMinor) +
         " found, this trainer needs cuBLAS " + std::to_string(built.cublasMajor) +
-        ".x: install the CUDA " + std::to_string(built.runtime / 1000) +
-        " math libraries (libcublas.so." + std::to_string(built.cublasMajor) + ")");
+        ".x: " + cublasHint);
+  else if (!found.missingCublas.empty())
+    add("the cuBLAS found (" + std::to_string(found.cublasMajor) + "." +
+        std::to_string(found.cublasMinor) + "." + std::to_string(found.cublasPatch) + ") lacks " +
+        functionList(found.missingCublas) + ", which this trainer calls: " + cublasHint +
+        ", version " + std::to_string(built.cublasMajor) + "." + std::to_string(built.cublasMinor) +
+        " or newer");
   return problems;
+}
+
+std::string checkNcclFunctions(const std::vector<std::string>& missing, int cudaMajor) {
+  if (missing.empty())
+    return "";
+  const std::string cuda = std::to_string(cudaMajor);
+  return "CUDA preflight: the NCCL found (libnccl.so.2) lacks " + functionList(missing) +
+         ", which this trainer calls: install a newer NCCL 2 for CUDA " + cuda +
+         " (pip's nvidia-nccl-cu" + cuda + " has one)";
 }
 
 std::string describeCudaVersions(const CudaVersions& found) {

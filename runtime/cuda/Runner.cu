@@ -7,9 +7,21 @@
 // init phases, profiled steps whose per-op events must be recorded live). A
 // phase recorded before a workspace was replaced is recorded again
 // (Context.h).
+//
+// A recording that fails (a cuDNN engine or cuBLAS refusing stream capture,
+// an instantiation CUDA turns down) is not an error of the step: nothing it
+// recorded ran, so the runner says so once on stderr and from then on runs
+// that phase directly, starting with this call.
+//
+// Uploads: a batch in page-locked memory of allocateHost goes to the GPU on
+// a copy stream of its own, into one of two staging buffers, so that the
+// next step's batch crosses PCIe while the current step computes; the
+// step's stream then waits for it and copies it into place (a device copy,
+// some 50 us for AlexNet's 77 MB batch where the host copy takes 3 ms).
 #include "cuda/Context.h"
 #include "lwrt/trainer.h"
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -47,6 +59,18 @@ public:
       cudaEventDestroy(e);
     for (cudaEvent_t e : fences_)
       cudaEventDestroy(e);
+    if (copyStream_)
+      cudaStreamSynchronize(copyStream_);
+    for (Stage& st : stages_) {
+      if (st.filled)
+        cudaEventDestroy(st.filled);
+      if (st.drained)
+        cudaEventDestroy(st.drained);
+      if (st.buffer)
+        cudaFree(st.buffer);
+    }
+    if (copyStream_)
+      cudaStreamDestroy(copyStream_);
     for (auto& [key, phase] : phases_) {
       if (phase.exec)
         cudaGraphExecDestroy(phase.exec);
@@ -64,12 +88,17 @@ public:
     std::string notes = "cuDNN convolution plans: " + std::to_string(c.convPlansGraph) +
                         " on the graph API, " + std::to_string(c.convPlansLegacy) +
                         " on the legacy API";
+    if (c.convPlansFused > 0)
+      notes += " (" + std::to_string(c.convPlansFused) +
+               " forward ones with their bias and ReLU in the plan)";
     if (c.convGraphFailures > 0)
       notes += " (" + std::to_string(c.convGraphFailures) +
                " of them after the graph API failed; first: " + c.convGraphFailure + ")";
     if (rerecorded_ > 0)
       notes +=
           "; CUDA graphs recorded again after a workspace grew: " + std::to_string(rerecorded_);
+    if (!captureFailure_.empty())
+      notes += "; CUDA graphs off (recording failed: " + captureFailure_ + ")";
     return notes;
   }
 
@@ -99,6 +128,8 @@ public:
   }
   bool upload(void* dst, const void* src, int64_t bytes, std::string* error) override {
     ContextScope scope(*ctx_);
+    if (bytes >= kStagedUploadBytes && pinned(src, bytes))
+      return stagedUpload(dst, src, static_cast<size_t>(bytes), error);
     cudaError_t st =
         cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, ctx_->stream);
     return check(st, "cudaMemcpyAsync (to the GPU)", error);
@@ -124,12 +155,19 @@ public:
       return nullptr;
     }
     std::memset(p, 0, n);
+    std::lock_guard<std::mutex> lock(pinnedMutex_);
+    pinned_[static_cast<const char*>(p)] = n;
     return p;
   }
   void releaseHost(void* memory) override {
     ContextScope scope(*ctx_);
-    if (memory)
-      cudaFreeHost(memory);
+    if (!memory)
+      return;
+    {
+      std::lock_guard<std::mutex> lock(pinnedMutex_);
+      pinned_.erase(static_cast<const char*>(memory));
+    }
+    cudaFreeHost(memory);
   }
   bool downloadAsync(void* dst, const void* src, int64_t bytes, std::string* error) override {
     ContextScope scope(*ctx_);
@@ -167,7 +205,7 @@ public:
     if (key < 0 || !options_.graphs)
       return launched(launch(error), error);
     Phase& phase = phases_[key];
-    if (phase.runs++ == 0)
+    if (phase.runs++ == 0 || phase.direct)
       return launched(launch(error), error);
     if (phase.exec && phase.generation != c.workspaceGeneration) {
       ++rerecorded_;
@@ -176,19 +214,10 @@ public:
       phase.exec = nullptr;
       phase.graph = nullptr;
     }
-    if (!phase.exec) {
-      phase.generation = c.workspaceGeneration;
-      if (!check(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal),
-                 "cudaStreamBeginCapture", error))
-        return false;
-      c.capturing = true;
-      bool ok = launch(error);
-      c.capturing = false;
-      cudaError_t st = cudaStreamEndCapture(c.stream, &phase.graph);
-      if (!launched(ok, error) || !check(st, "cudaStreamEndCapture", error))
-        return false;
-      if (!check(cudaGraphInstantiate(&phase.exec, phase.graph, 0), "cudaGraphInstantiate", error))
-        return false;
+    if (!phase.exec && !record(phase, launch)) {
+      // Nothing of the step ran: run it directly, now and from now on.
+      phase.direct = true;
+      return launched(launch(error), error);
     }
     return check(cudaGraphLaunch(phase.exec, c.stream), "cudaGraphLaunch", error);
   }
@@ -238,6 +267,111 @@ public:
   }
 
 private:
+  struct Phase {
+    int runs = 0;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    uint64_t generation = 0; ///< the workspace generation it was recorded with
+    bool direct = false;     ///< its recording failed: run directly
+  };
+
+  /// Records `launch` into the phase's graph. False, after saying once on
+  /// stderr why, when the recording or its instantiation fails; the error
+  /// state that left behind is cleared (no work of the phase ran).
+  bool record(Phase& phase, const std::function<bool(std::string*)>& launch) {
+    Context& c = *ctx_;
+    phase.generation = c.workspaceGeneration;
+    std::string why;
+    cudaError_t st = cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal);
+    if (st == cudaSuccess) {
+      c.capturing = true;
+      std::string failed;
+      bool ok = launch(&failed);
+      c.capturing = false;
+      // A phase that failed on another of its streams ends the capture on
+      // the stream it began on.
+      if (c.current != 0 && !setStream(0) && ok)
+        ok = false, failed = "returning to stream 0";
+      cudaGraph_t graph = nullptr;
+      st = cudaStreamEndCapture(c.stream, &graph);
+      if (!ok)
+        why = (failed.empty() ? std::string("an op") : failed) +
+              (c.error.empty() ? "" : ": " + c.error);
+      else if (st != cudaSuccess)
+        why = describe(st, "cudaStreamEndCapture");
+      else if ((st = cudaGraphInstantiate(&phase.exec, graph, 0)) != cudaSuccess)
+        why = describe(st, "cudaGraphInstantiate");
+      if (why.empty()) {
+        phase.graph = graph;
+        return true;
+      }
+      if (graph)
+        cudaGraphDestroy(graph);
+      phase.exec = nullptr;
+    } else {
+      why = describe(st, "cudaStreamBeginCapture");
+    }
+    c.error.clear();
+    (void)cudaGetLastError(); // a refused capture's error is not sticky
+    if (captureFailure_.empty()) {
+      captureFailure_ = why;
+      std::fprintf(stderr,
+                   "warning: the step could not be recorded as a CUDA graph (%s); it runs "
+                   "without CUDA graphs from now on\n",
+                   why.c_str());
+    }
+    return false;
+  }
+
+  /// Whether [p, p + bytes) lies in page-locked memory of allocateHost.
+  bool pinned(const void* p, int64_t bytes) {
+    const char* q = static_cast<const char*>(p);
+    std::lock_guard<std::mutex> lock(pinnedMutex_);
+    auto it = pinned_.upper_bound(q);
+    if (it == pinned_.begin())
+      return false;
+    --it;
+    return q + bytes <= it->first + it->second;
+  }
+
+  /// The batch through a staging buffer on the copy stream (see the top).
+  bool stagedUpload(void* dst, const void* src, size_t bytes, std::string* error) {
+    Context& c = *ctx_;
+    if (!copyStream_ && !check(cudaStreamCreateWithFlags(&copyStream_, cudaStreamNonBlocking),
+                               "cudaStreamCreate", error))
+      return false;
+    Stage& st = stages_[nextStage_];
+    nextStage_ = 1 - nextStage_;
+    if (!st.filled && (!check(cudaEventCreateWithFlags(&st.filled, cudaEventDisableTiming),
+                              "cudaEventCreate", error) ||
+                       !check(cudaEventCreateWithFlags(&st.drained, cudaEventDisableTiming),
+                              "cudaEventCreate", error)))
+      return false;
+    if (st.bytes < bytes) {
+      // In-flight copies may use the old buffer: replace it on idle streams.
+      if (st.buffer &&
+          (!check(cudaStreamSynchronize(copyStream_), "cudaStreamSynchronize", error) ||
+           !check(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize", error) ||
+           !check(cudaFree(st.buffer), "cudaFree", error)))
+        return false;
+      st.buffer = nullptr;
+      st.bytes = 0;
+      if (!check(cudaMalloc(&st.buffer, bytes), "cudaMalloc (upload staging)", error))
+        return false;
+      st.bytes = bytes;
+    }
+    // The copy waits until the step's stream has copied out what this
+    // buffer held last; the step's stream waits for the copy.
+    return check(cudaStreamWaitEvent(copyStream_, st.drained, 0), "cudaStreamWaitEvent", error) &&
+           check(cudaMemcpyAsync(st.buffer, src, bytes, cudaMemcpyHostToDevice, copyStream_),
+                 "cudaMemcpyAsync (to the GPU)", error) &&
+           check(cudaEventRecord(st.filled, copyStream_), "cudaEventRecord", error) &&
+           check(cudaStreamWaitEvent(c.stream, st.filled, 0), "cudaStreamWaitEvent", error) &&
+           check(cudaMemcpyAsync(dst, st.buffer, bytes, cudaMemcpyDeviceToDevice, c.stream),
+                 "cudaMemcpyAsync (staged batch)", error) &&
+           check(cudaEventRecord(st.drained, c.stream), "cudaEventRecord", error);
+  }
+
   void record() {
     if (used_ == events_.size()) {
       cudaEvent_t e;
@@ -255,12 +389,20 @@ private:
   size_t used_ = 0;
   std::vector<const char*> labels_; ///< the generated code's literal labels
 
-  struct Phase {
-    int runs = 0;
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    uint64_t generation = 0; ///< the workspace generation it was recorded with
+  /// Uploads from this size on go through the copy stream.
+  static constexpr int64_t kStagedUploadBytes = int64_t{1} << 20;
+  struct Stage {
+    void* buffer = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t filled = nullptr;  ///< the host copy into it has ended
+    cudaEvent_t drained = nullptr; ///< the step's stream has copied it out
   };
+  cudaStream_t copyStream_ = nullptr;
+  Stage stages_[2];
+  int nextStage_ = 0;
+  std::mutex pinnedMutex_; ///< the feed's threads allocate host memory too
+  std::map<const char*, size_t> pinned_;
+  std::string captureFailure_;
 
   static bool check(cudaError_t st, const char* call, std::string* error) {
     if (st == cudaSuccess)
@@ -307,9 +449,11 @@ std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::stri
     return nullptr;
   }
   auto ctx = std::make_unique<Context>();
-  if (!initContext(*ctx, options.device, options.tf32, error))
+  if (!initContext(*ctx, options.device, options.tf32 != Tf32::Off, options.tf32 == Tf32::All,
+                   error))
     return nullptr;
   ctx->convGraphApi = options.cudnnGraphApi;
+  ctx->cudnnOps = options.cudnnOps;
   if (!primaryContext())
     setPrimaryContext(ctx.get());
   cudaDeviceProp prop{};

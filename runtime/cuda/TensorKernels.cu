@@ -488,7 +488,12 @@ struct ClipGradFn {
 // Each output element sums its inputs in a fixed order: one thread walks
 // them in the CPU's order when there are few (the same sum, bit for bit);
 // otherwise one block takes strided partial sums and adds them in a fixed
-// tree. Floats sum in double, integers in wrapping uint64.
+// tree. Few outputs of many inputs each (a convolution's bias gradient: 64
+// channels of N*H*W = 387k values for AlexNet's conv1 at batch 128) would
+// leave most of the GPU idle with a block per output, so their inputs are
+// cut into consecutive chunks, a block per chunk writes its tree's sum into
+// the workspace, and one thread per output adds the chunks' sums in order.
+// Floats sum in double, integers in wrapping uint64.
 
 template <typename T>
 using AccOf = std::conditional_t<std::is_floating_point_v<T>, double, uint64_t>;
@@ -544,19 +549,84 @@ __global__ void reduceBlocks(const T* x, T* y, I m, Walk<1> kept, Walk<1> red, I
   }
 }
 
+/// One block per chunk [s * chunk, (s + 1) * chunk) of output o's inputs
+/// (blockIdx.x the chunk, blockIdx.y the output): its sum into
+/// part[o * splits + s]. Needs blockDim.x == kThreads.
+template <typename T, typename I>
+__global__ void reduceChunks(const T* x, AccOf<T>* part, I m, Walk<1> kept, Walk<1> red, I count,
+                             I chunk, unsigned splits) {
+  __shared__ AccOf<T> sums[kThreads];
+  for (I o = blockIdx.y; o < m; o += gridDim.y) {
+    int64_t base[1];
+    offsetsOf(kept, o, base);
+    for (unsigned s = blockIdx.x; s < splits; s += gridDim.x) {
+      const I begin = static_cast<I>(s) * chunk;
+      const I end = count - begin < chunk ? count : begin + chunk;
+      AccOf<T> acc = 0;
+      for (I j = begin + threadIdx.x; j < end; j += kThreads) {
+        int64_t off[1];
+        offsetsOf(red, j, off);
+        acc += static_cast<AccOf<T>>(x[base[0] + off[0]]);
+      }
+      sums[threadIdx.x] = acc;
+      __syncthreads();
+      for (unsigned half = kThreads / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half)
+          sums[threadIdx.x] += sums[threadIdx.x + half];
+        __syncthreads();
+      }
+      if (threadIdx.x == 0)
+        part[static_cast<size_t>(o) * splits + s] = sums[0];
+      __syncthreads(); // sums is reused by the next chunk
+    }
+  }
+}
+
+/// y[o] = the chunks' sums of output o, added in chunk order.
+template <typename T, typename I>
+__global__ void reduceChunkSums(const AccOf<T>* part, T* y, I m, unsigned splits, I count,
+                                bool mean) {
+  for (I o = static_cast<I>(firstThread()); o < m; o += static_cast<I>(gridThreads())) {
+    AccOf<T> acc = 0;
+    for (unsigned s = 0; s < splits; ++s)
+      acc += part[static_cast<size_t>(o) * splits + s];
+    y[o] = finishReduce<T>(acc, static_cast<int64_t>(count), mean);
+  }
+}
+
 /// Inputs per output up to which one thread sums them in the CPU's order.
 constexpr int64_t kThreadReduce = 32;
+/// Chunked reductions: the blocks to aim for (enough to fill the largest
+/// GPUs several times), and the fewest inputs a chunk holds.
+constexpr int64_t kReduceBlocksWanted = 1024;
+constexpr int64_t kReduceChunkMin = 8192;
 
 template <typename T, typename I>
 bool launchReduce(const TensorView& x, const TensorView& y, int64_t m, const Walk<1>& kept,
                   const Walk<1>& red, int64_t count, bool mean) {
   cudaStream_t s = context().stream;
-  if (count <= kThreadReduce)
+  if (count <= kThreadReduce) {
     reduceThreads<T, I><<<blocksFor(m), kThreads, 0, s>>>(
         x.as<const T>(), y.as<T>(), static_cast<I>(m), kept, red, static_cast<I>(count), mean);
-  else
+  } else if (m < kReduceBlocksWanted / 2 && count >= 2 * kReduceChunkMin) {
+    const int64_t wanted = std::min((kReduceBlocksWanted + m - 1) / m, count / kReduceChunkMin);
+    const int64_t chunk = (count + wanted - 1) / wanted;
+    const int64_t splits = (count + chunk - 1) / chunk;
+    if (!ensureWorkspace(static_cast<size_t>(m * splits) * sizeof(AccOf<T>)))
+      return false;
+    auto* part = static_cast<AccOf<T>*>(context().workspace);
+    reduceChunks<T, I>
+        <<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(m)), kThreads, 0, s>>>(
+            x.as<const T>(), part, static_cast<I>(m), kept, red, static_cast<I>(count),
+            static_cast<I>(chunk), static_cast<unsigned>(splits));
+    LWRT_CUDA(cudaGetLastError());
+    reduceChunkSums<T, I><<<blocksFor(m), kThreads, 0, s>>>(part, y.as<T>(), static_cast<I>(m),
+                                                            static_cast<unsigned>(splits),
+                                                            static_cast<I>(count), mean);
+  } else {
     reduceBlocks<T, I><<<static_cast<unsigned>(std::min<int64_t>(m, 65535 * 8)), kThreads, 0, s>>>(
         x.as<const T>(), y.as<T>(), static_cast<I>(m), kept, red, static_cast<I>(count), mean);
+  }
   LWRT_CUDA(cudaGetLastError());
   return true;
 }

@@ -11,6 +11,16 @@ suggest --target=cpu and exit 1 (the CI machine has none; where one is
 present the run must start instead: tools/gpu/ checks it); without the
 NVIDIA driver, the trainer's preflight must name the missing driver.
 
+Every trainer links cuDNN, cuBLAS (and, with several devices, NCCL) by their
+versioned sonames, which is all pip's wheels have: `readelf -d` lists
+libcudnn.so.9 and libcublas.so.13 (and libnccl.so.2 where the trainer calls
+NCCL, as every data-parallel one does), never an unversioned name, and
+neither libjpeg, libpng nor zlib (linked in statically).
+The start-up preflight accepts a cuDNN 9 of an older minor version than the
+build's when it has every function the runtime calls, and names the one it
+lacks otherwise: checked with a stand-in libcudnn.so.9 (the soname and
+symbol version of cuDNN 9, reporting 9.1.0) on LD_LIBRARY_PATH.
+
 Also the GPU check's comparison (tools/gpu/compare.py, which check.sh runs on
 a GPU machine) on CPU-made --gpus 2 dumps: it accepts a dump against itself
 and the params against the single-device step's, and rejects a gradient off
@@ -59,6 +69,84 @@ MULTI += [("dropnet", g, s) for g in (2, 4) for s in ("model", "owt", "layerwise
 MULTI += [("lenet", 2, "pipeline")]
 
 
+def needed(exe):
+    """The NEEDED entries of an executable's dynamic section."""
+    r = subprocess.run(["readelf", "-d", exe], capture_output=True, text=True, timeout=60)
+    return [line.split("[", 1)[1].rstrip("]") for line in r.stdout.splitlines()
+            if "(NEEDED)" in line and "[" in line]
+
+
+def imports_nccl(exe):
+    """Whether the executable calls NCCL (a plan with no collective does not)."""
+    r = subprocess.run(["nm", "-D", "--undefined-only", exe], capture_output=True, text=True,
+                       timeout=60)
+    return any(line.split()[-1].startswith("nccl") for line in r.stdout.splitlines()
+               if line.split())
+
+
+def check_sonames(exe, strategy):
+    """cuDNN, cuBLAS (NCCL where the trainer calls it) by versioned soname
+    only; a data-parallel trainer always calls NCCL (its gradient sums)."""
+    libs = needed(exe)
+    nccl = imports_nccl(exe)
+    if strategy == "data" and not nccl:
+        return "a data-parallel trainer that calls no NCCL function"
+    want = ["libcudnn.so.9", "libcublas.so.13"] + (["libnccl.so.2"] if nccl else [])
+    missing = [w for w in want if w not in libs]
+    unversioned = [n for n in libs if n.endswith(".so")]
+    # libjpeg, libpng and zlib are linked in: a GPU machine may lack them.
+    image = [n for n in libs if n.startswith(("libjpeg", "libpng", "libz."))]
+    if missing or unversioned or image:
+        return (f"readelf -d lists {libs}: missing {missing}, unversioned {unversioned}, "
+                f"image libraries not linked in {image}")
+    return None
+
+
+def cuda_functions():
+    """The cuDNN functions the CUDA runtime library calls (its undefined symbols)."""
+    lib = os.path.join(ROOT, "build", "lib", "liblwcc_runtime_cuda.a")
+    r = subprocess.run(["nm", "-u", lib], capture_output=True, text=True, timeout=120)
+    return sorted({line.split()[-1] for line in r.stdout.splitlines()
+                   if line.split() and line.split()[-1].startswith("cudnn")})
+
+
+def check_preflight_stub(exe, tmp):
+    """A stand-in cuDNN 9.1.0: accepted with every function the runtime calls,
+    named when it lacks one."""
+    functions = cuda_functions()
+    if "cudnnBackendExecute" not in functions or "cudnnGetVersion" not in functions:
+        return f"nm -u on the runtime lists no cuDNN graph API: {functions[:5]}"
+    for label, drop in (("complete", None), ("lacking", "cudnnBackendExecute")):
+        d = os.path.join(tmp, "stub-cudnn-" + label)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "stub.c"), "w") as f:
+            f.write("#include <stddef.h>\n"
+                    "size_t cudnnGetVersion(void) { return 90100; }\n"
+                    "size_t cudnnGetCudartVersion(void) { return 13000; }\n")
+            for fn in functions:
+                if fn not in ("cudnnGetVersion", "cudnnGetCudartVersion", drop):
+                    f.write(f"int {fn}(void) {{ return 0; }}\n")
+        with open(os.path.join(d, "stub.map"), "w") as f:
+            f.write("libcudnn.so.9 { global: *; };\n")
+        r = subprocess.run(["cc", "-shared", "-fPIC", "-o", os.path.join(d, "libcudnn.so.9"),
+                            "-Wl,-soname,libcudnn.so.9", "-Wl,--version-script=" +
+                            os.path.join(d, "stub.map"), os.path.join(d, "stub.c")],
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            return f"building the stand-in cuDNN: {r.stderr[-500:]}"
+        env = dict(os.environ, LD_LIBRARY_PATH=d)
+        r = subprocess.run([exe, "--steps=1", "--progress=off"], capture_output=True, text=True,
+                           timeout=300, env=env)
+        if "cuDNN 9.1.0" not in r.stderr:
+            return f"{label} stand-in: the preflight did not find it: {r.stderr[-600:]!r}"
+        lacks = "the cuDNN found (9.1.0) lacks cudnnBackendExecute, which this trainer calls"
+        if drop and (r.returncode != 1 or lacks not in r.stderr):
+            return f"lacking stand-in: exit {r.returncode}, no {lacks!r} in {r.stderr[-600:]!r}"
+        if not drop and "lacks" in r.stderr:
+            return f"complete stand-in refused: {r.stderr[-600:]!r}"
+    return None
+
+
 def check(name, tmp, gpu, gpus=1, strategy=None):
     path = os.path.join(tmp, name + ".onnx")  # main() saved it
     flags = [f"--gpus={gpus}", f"--strategy={strategy}"] if gpus > 1 else []
@@ -71,6 +159,11 @@ def check(name, tmp, gpu, gpus=1, strategy=None):
         return f"lwcc exited {r.returncode}: {r.stderr.strip()[-1500:]}"
     if not os.access(exe, os.X_OK):
         return "no executable"
+    if (problem := check_sonames(exe, strategy)) is not None:
+        return problem
+    if name == "lenet" and gpus == 1 and not gpu:
+        if (problem := check_preflight_stub(exe, tmp)) is not None:
+            return problem
     r = subprocess.run([exe, "--steps=1", "--progress=off"], capture_output=True, text=True,
                        timeout=600)
     if gpu:

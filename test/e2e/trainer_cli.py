@@ -327,6 +327,8 @@ def main():
         fails(["--data=csv:x"], "--data", code=2)
         fails(["--checkpoint-every=5"], "--checkpoint-dir", code=2)
         fails(["--cudnn-api=fast"], "--cudnn-api", code=2)
+        fails(["--tf32=half"], "--tf32 takes conv, all or off", code=2)
+        fails(["--kernels=fast"], "--kernels takes cudnn or own", code=2)
         fails(["--prefetch=0"], "--prefetch", code=2)
         fails(["--data-threads=x"], "--data-threads", code=2)
 

@@ -2,9 +2,14 @@
 # Runs on the GPU machine (device tool), from the repository root, over the
 # build/gpu/ folder that tools/gpu/prepare.sh made here (carry build/gpu):
 #   0. builds every trainer there with nvcc from the sources lwcc emitted,
-#      against that machine's cuDNN and cuBLAS (PyTorch's wheels hold them)
+#      against that machine's cuDNN, cuBLAS and NCCL by their versioned
+#      sonames, wherever they are (a toolkit's folders or only pip's wheels:
+#      PyTorch's), with the nvcc and compute-sanitizer on PATH or found the
+#      same way; the table's first rows name what it used
 #   1. correctness: each zoo model's CUDA trainer (TF32 off) runs its first
-#      step on the seeded batch; loss, gradients and params vs the CPU backend
+#      step on the seeded batch; loss, gradients and params vs the CPU backend;
+#      then three steps with CUDA graphs (recorded at the second, replayed at
+#      the third, no capture fallback) vs the CPU backend's three
 #   2. compute-sanitizer memcheck and racecheck on one LeNet and one ResNet-18 step
 #   3. speed: AlexNet 224x224 batch 128, lwcc (fp32, TF32) vs PyTorch eager
 #      and torch.compile (fp32, TF32) in the same run
@@ -37,25 +42,44 @@ want() { [[ " $PHASES " == *" $1 "* ]]; }
 G=build/gpu
 OUT=${OUT:-/tmp/lwcc-gpu-out}
 mkdir -p "$OUT"
-libs=$(find / -xdev \( -name 'libcudnn.so.9' -o -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
+# What this machine has, wherever it is: a CUDA toolkit's folders or only
+# pip's nvidia wheels (site-packages/nvidia/*/lib and bin: PyTorch's cuDNN,
+# cuBLAS and NCCL, pip's nvcc and compute-sanitizer). Every row of the
+# table below used these; the first rows name them.
+found() { find / -xdev \( -path /proc -o -path /sys -o -path /tmp \) -prune -o "$@" -print 2>/dev/null; }
+libs=$(found \( -name 'libcudnn.so.9' -o -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \) | xargs -r -n1 dirname | sort -u | paste -sd:)
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# A tool on PATH, else the first one found (toolkit or wheel).
+tool() { command -v "$1" 2>/dev/null || found -type f -name "$1" -perm -u+x | sort | head -1; }
+NVCC=${NVCC:-$(tool nvcc)}
+SANITIZER=${SANITIZER:-$(tool compute-sanitizer)}
 nvidia-smi -L | tee "$OUT/gpu.txt"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 declare -a ROWS
+ROWS+=("nvcc: ${NVCC:-NOT FOUND} ($([[ -n $NVCC ]] && "$NVCC" --version | grep -o 'release [0-9.]*'))")
+ROWS+=("compute-sanitizer: ${SANITIZER:-not found (the sanitizer rows are skipped)}")
+for l in libcudnn.so.9 libcublas.so.13 libnccl.so.2; do
+  where=$(for d in ${libs//:/ }; do [[ -e $d/$l ]] && readlink -f "$d/$l"; done | head -1)
+  ROWS+=("$l: ${where:-NOT FOUND}")
+done
 # 0. Build: the sources embed their blobs with .incbin, found from the source folder.
 G=$(cd "$G" && pwd)
-# As lwcc links them: the CUDA runtime static, cuDNN, cuBLAS and NCCL by RUNPATH
-# (beside the trainer first).
+# As lwcc links them: the CUDA runtime static, cuDNN, cuBLAS and NCCL by their
+# versioned sonames and RUNPATH (beside the trainer first), lazily bound, and
+# the rest of the runtime's link flags (its .libs file: libjpeg, libpng and
+# zlib statically, from the archives prepare.sh put beside the runtime).
 # shellcheck disable=SC2016 # $ORIGIN is for the linker, not the shell
-lflags=(-cudart=static -Xlinker=--enable-new-dtags '-Xlinker=-rpath=$ORIGIN')
+lflags=(-cudart=static -Xlinker=--enable-new-dtags -Xlinker=-z -Xlinker=lazy '-Xlinker=-rpath=$ORIGIN')
 for d in ${libs//:/ }; do lflags+=("-L$d" "-Xlinker=-rpath=$d"); done
+mapfile -t rtlibs <"$G/lib/liblwcc_runtime_cuda.libs"
 build() {
-  local src=$1 exe=$2 nccl=()
-  # Only multi-device trainers call NCCL (single-device ones link no NCCL object).
-  [[ $src == *-g2-* ]] && nccl=(-l:libnccl.so.2)
-  (cd "$src" && nvcc -std=c++20 -O2 -arch=sm_90 -I"$G/include" trainer.cu "$G/lib/liblwcc_runtime_cuda.a" \
-    "${lflags[@]}" -l:libcudnn.so.9 -l:libcublas.so.13 "${nccl[@]}" -l:libz.so.1 -lpthread \
-    -o "$exe") \
+  local src=$1 exe=$2 l flags=()
+  # Only multi-device trainers call NCCL: single-device ones build where it is absent.
+  for l in "${rtlibs[@]}"; do
+    [[ $l == -l:libnccl.so.2 && $src != *-g2-* ]] || flags+=("$l")
+  done
+  (cd "$src" && "$NVCC" -std=c++20 -O2 -arch=sm_90 -I"$G/include" trainer.cu "$G/lib/liblwcc_runtime_cuda.a" \
+    "${lflags[@]}" -L"$G/lib" "${flags[@]}" -o "$exe") \
     >"$OUT/build-$(basename "$exe").log" 2>&1
 }
 if want build; then
@@ -80,13 +104,27 @@ want correct && for d in "$G"/*-data; do
   fi
   ROWS+=("correctness $v (cuDNN $api API, TF32 off) vs CPU: $s $r")
   done
+  # Three steps with CUDA graphs (the second recorded, the third replayed)
+  # against the CPU backend's three steps on the same batch.
+  exe="$G/$m-cuda"
+  [[ -x $exe && -d $G/$m-cpu3 ]] || continue
+  log="$OUT/$m-3steps.log"
+  if "$exe" --steps=3 --data="raw:$d" --dump="/tmp/$m-gpu3" --no-tf32 --progress=off >"$log" 2>&1; then
+    r=$(python3 "$G/compare.py" "$G/$m-cpu3" "/tmp/$m-gpu3" 2>&1) && s=PASS || s=FAIL
+    if grep -q 'could not be recorded as a CUDA graph' "$log"; then
+      s=FAIL r="$r; $(grep -o 'could not be recorded as a CUDA graph.*' "$log" | head -c 300)"
+    fi
+  else
+    r="trainer exited $?: $(tail -c 300 "$log")"; s=FAIL
+  fi
+  ROWS+=("correctness $m, 3 steps, CUDA graph replayed (TF32 off) vs CPU: $s $r")
 done
 if ! want sanitize; then
   :
-elif command -v compute-sanitizer >/dev/null; then
+elif [[ -n $SANITIZER ]]; then
   for m in lenet resnet18; do
     for tool in memcheck racecheck; do
-      compute-sanitizer --tool "$tool" --error-exitcode 9 "$G/$m-cuda" --steps=1 --no-cuda-graph \
+      "$SANITIZER" --tool "$tool" --error-exitcode 9 "$G/$m-cuda" --steps=1 --no-cuda-graph \
         --data="raw:$G/$m-data" --progress=off >"$OUT/sanitizer-$m-$tool.log" 2>&1
       rc=$?; ROWS+=("compute-sanitizer $tool $m: exit $rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$m-$tool.log") clean summaries)")
     done
@@ -151,8 +189,8 @@ if want harden; then
       "/tmp/$m-prof" >/dev/null 2>&1 && echo 0 || echo 1)
     ROWS+=("--profile=3 $m, 2 epochs with eval: $(pass "$ok") (${prof:-no profile line}; vs --no-cuda-graph: $r)")
   done
-  if command -v compute-sanitizer >/dev/null; then
-    compute-sanitizer --tool memcheck --error-exitcode 9 "$G/inception-cuda" --data=synthetic \
+  if [[ -n $SANITIZER ]]; then
+    "$SANITIZER" --tool memcheck --error-exitcode 9 "$G/inception-cuda" --data=synthetic \
       --synthetic-batches=3 --epochs=2 --eval --progress=off >"$OUT/sanitizer-inception-eval.log" 2>&1
     ROWS+=("compute-sanitizer memcheck inception, graphs replayed after eval: $(pass $?)")
   fi
@@ -192,9 +230,9 @@ if want multi; then
       fi
       ROWS+=("multi-device $v --devices=$devs (TF32 off) vs CPU --gpus 2: $s $r")
     done
-    if command -v compute-sanitizer >/dev/null; then
+    if [[ -n $SANITIZER ]]; then
       for tool in memcheck racecheck; do
-        compute-sanitizer --tool "$tool" --error-exitcode 9 "$exe" --steps=1 --devices=0,0 \
+        "$SANITIZER" --tool "$tool" --error-exitcode 9 "$exe" --steps=1 --devices=0,0 \
           --data="raw:$G/$m-data" --progress=off >"$OUT/sanitizer-$v-$tool.log" 2>&1
         rc=$?; ROWS+=("compute-sanitizer $tool $v --devices=0,0: exit $rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$v-$tool.log") clean summaries)")
       done

@@ -4,7 +4,8 @@
 # tool): the CUDA runtime library and headers, the sources lwcc emits for
 # each trainer (built there with nvcc against that machine's cuDNN and
 # cuBLAS), and for every zoo model at test size a seeded batch and the CPU
-# backend's first step on it (loss, gradients, updated params); the same
+# backend's first step on it (loss, gradients, updated params) and its
+# params and last outputs after three steps on it; the same
 # for the dynamo exporter's layer_norm / gather_nd patterns, and for the
 # --gpus 2 trainers of MULTI (sources and the CPU backend's --gpus 2 step).
 #
@@ -20,6 +21,11 @@ cp -r tools/models "$OUT/models"
 cp -r build/include "$OUT/include"
 cp build/lib/liblwcc_runtime_cuda.a build/lib/liblwcc_runtime_cuda.libs "$OUT/lib/"
 strip -g "$OUT/lib/liblwcc_runtime_cuda.a"
+# The static archives its link flags name (libjpeg, libpng, zlib): the GPU
+# machine links them from here, needing none of them installed.
+for a in $(sed -n 's/^-l:\(lib.*\.a\)$/\1/p' build/lib/liblwcc_runtime_cuda.libs); do
+  cp "$(gcc -print-file-name="$a")" "$OUT/lib/"
+done
 # Multi-device trainers checked on the GPU: model:strategy, --gpus 2 (the
 # pipeline: 2 stages of 2 micro-batches, lenet has no batch norm, so its step
 # is the one-device step up to rounding).
@@ -49,6 +55,9 @@ PY
   fi
   "$LWCC" "$OUT/$m.onnx" --target=cpu -o "$OUT/$m-cpu-trainer"
   "$OUT/$m-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$m-cpu" --progress=off >/dev/null
+  # Three steps on the same batch: the GPU trainer's second step is recorded
+  # as a CUDA graph and its third replays it.
+  "$OUT/$m-cpu-trainer" --steps=3 --data="raw:$OUT/$m-data" --dump="$OUT/$m-cpu3" --progress=off >/dev/null
   for spec in $MULTI; do
     [[ ${spec%%:*} == "$m" ]] || continue
     v="$m-g2-${spec##*:}"

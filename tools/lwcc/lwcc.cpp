@@ -190,9 +190,15 @@ cl::opt<std::string> target("target",
 cl::opt<std::string> arch("arch", cl::desc("GPU architecture of a cuda trainer (default sm_90)"),
                           cl::init("sm_90"), cl::cat(category));
 cl::opt<bool> tf32("tf32",
-                   cl::desc("Let the cuda trainer use TF32 math in cuDNN and cuBLAS by "
-                            "default (its --no-tf32 turns it off)"),
+                   cl::desc("The cuda trainer's default: TF32 math for matrix products too, "
+                            "not only for convolutions (PyTorch's default is convolutions "
+                            "only); the plan is priced at the TF32 peak. The trainer's "
+                            "--tf32=conv|all|off overrides it"),
                    cl::cat(category));
+cl::opt<bool> noTf32("no-tf32",
+                     cl::desc("The cuda trainer's default: strict float32, no TF32 math even "
+                              "for convolutions"),
+                     cl::cat(category));
 cl::opt<int64_t> streams("streams",
                          cl::desc("Streams of the trainer's step: 1 (default) or 2 (weight "
                                   "gradients and updates on a second stream)"),
@@ -207,6 +213,11 @@ cl::opt<std::string> nvccPath("nvcc",
                               cl::desc("The nvcc to build cuda trainers with (default: "
                                        "$CUDA_HOME/bin/nvcc, /usr/local/cuda/bin/nvcc, PATH)"),
                               cl::value_desc("path"), cl::cat(category));
+cl::list<std::string> cudaLibs("cuda-libs",
+                               cl::desc("Folders holding libcudnn.so.9, libcublas.so.13 and "
+                                        "libnccl.so.2 when nvcc's own do not (pip's nvidia "
+                                        "wheels); searched first when linking and at run time"),
+                               cl::value_desc("dir"), cl::CommaSeparated, cl::cat(category));
 cl::opt<bool> verbose("v", cl::desc("Report what each stage produced on stderr"),
                       cl::cat(category));
 cl::opt<int64_t> batch("batch", cl::desc("Value of a symbolic leading (batch) dim of the inputs"),
@@ -780,6 +791,16 @@ std::optional<CudaToolkit> findCuda(std::string& why) {
           "--target=cpu";
     return std::nullopt;
   }
+  // Folders of this machine, as the trainer is linked here (--emit=source
+  // writes them as given: the source may be built elsewhere).
+  for (const std::string& d : cudaLibs) {
+    std::error_code ec;
+    if (!fs::is_directory(d, ec)) {
+      why = "--cuda-libs: " + d + " is not a folder";
+      return std::nullopt;
+    }
+    t.libDirs.push_back(fs::absolute(fs::path(d)).lexically_normal().string());
+  }
   fs::path given = fs::absolute(fs::path(t.nvcc)).lexically_normal().parent_path().parent_path();
   fs::path resolved = fs::weakly_canonical(fs::path(t.nvcc)).parent_path().parent_path();
   for (const fs::path& root : {given, resolved})
@@ -819,6 +840,14 @@ std::vector<std::string> runtimeLinkFlags(const std::string& prefix, const std::
   return flags;
 }
 
+/// --cuda-libs as a CMake list (absolute folders).
+std::string cudaLibsList() {
+  std::string out;
+  for (const std::string& d : cudaLibs)
+    out += (out.empty() ? "" : ";") + fs::absolute(fs::path(d)).lexically_normal().string();
+  return out;
+}
+
 /// Writes the trainer's source, its blobs and a CMakeLists.txt into `dir`.
 int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::string& prefix) {
   std::error_code ec;
@@ -841,10 +870,10 @@ int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::str
       (cuda ? "CXX CUDA" : "CXX") + ")\n" + "set(CMAKE_CXX_STANDARD 20)\n" +
       (cuda ? "set(CMAKE_CUDA_STANDARD 20)\nset(CMAKE_CUDA_ARCHITECTURES " + sm +
                   ")\nfind_package(CUDAToolkit REQUIRED)\n"
-                  "find_library(CUDNN cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} "
-                  "${CUDAToolkit_LIBRARY_ROOT}/lib REQUIRED)\n"
-                  "find_library(NCCL nccl HINTS ${CUDAToolkit_LIBRARY_DIR} "
-                  "${CUDAToolkit_LIBRARY_ROOT}/lib REQUIRED)\n"
+                  "# Folders holding libcudnn.so.9, libcublas.so.13 and libnccl.so.2 besides\n"
+                  "# the toolkit's (pip's nvidia wheels: site-packages/nvidia/*/lib).\n"
+                  "set(LWCC_CUDA_LIBS \"" +
+                  cudaLibsList() + "\" CACHE STRING \"folders of cuDNN, cuBLAS and NCCL\")\n"
             : std::string()) +
       "set(LWCC_PREFIX \"" + prefix + "\" CACHE PATH \"lwcc install prefix\")\n" +
       "# The system libraries the runtime needs, one flag a line.\n"
@@ -854,10 +883,16 @@ int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::str
       " PROPERTIES OBJECT_DEPENDS \"${CMAKE_CURRENT_SOURCE_DIR}/trainer.weights\")\n"
       "target_include_directories(trainer PRIVATE ${LWCC_PREFIX}/include)\n"
       "target_link_libraries(trainer PRIVATE ${LWCC_PREFIX}/lib/liblwcc_runtime_" +
-      target + ".a " + (cuda ? "CUDA::cudart_static CUDA::cublas ${CUDNN} ${NCCL} " : "") +
-      "${LWCC_RUNTIME_LIBS})\n" +
-      (cuda ? "# cuDNN, cuBLAS and NCCL beside the trainer first (the CUDA runtime is static).\n"
-              "set_target_properties(trainer PROPERTIES BUILD_RPATH \"\\$ORIGIN\")\n"
+      target + ".a " + (cuda ? "CUDA::cudart_static " : "") + "${LWCC_RUNTIME_LIBS})\n" +
+      (cuda ? "# cuDNN, cuBLAS and NCCL by their versioned sonames (the .libs file), found\n"
+              "# beside the trainer first (the CUDA runtime is static), then where they\n"
+              "# were linked; bound lazily, so that the start-up check names a function\n"
+              "# an older library lacks.\n"
+              "target_link_directories(trainer PRIVATE ${LWCC_CUDA_LIBS} "
+              "${CUDAToolkit_LIBRARY_DIR})\n"
+              "target_link_options(trainer PRIVATE \"LINKER:-z,lazy\")\n"
+              "set_target_properties(trainer PROPERTIES BUILD_RPATH "
+              "\"\\$ORIGIN;${LWCC_CUDA_LIBS};${CUDAToolkit_LIBRARY_DIR}\")\n"
             : "");
   if (ec || !writeText(dir + "/" + t.fileName, t.source) ||
       !writeBlob(dir + "/trainer.weights", t.weights) ||
@@ -894,20 +929,22 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
     program = cuda->nvcc;
     // The CUDA runtime is linked statically: the machine that runs the
     // trainer needs the NVIDIA driver, cuDNN, cuBLAS and NCCL (README,
-    // Requirements). Those are looked up (RUNPATH, so LD_LIBRARY_PATH
-    // comes first) beside the trainer, then in this toolkit's folders by
-    // their version-free path, then resolved, then in the system's.
+    // Requirements), linked by their versioned sonames (the .libs file).
+    // Those are looked up (RUNPATH, so LD_LIBRARY_PATH comes first) beside
+    // the trainer, then in --cuda-libs and this toolkit's folders by their
+    // version-free path, then resolved, then in the system's. Lazy binding
+    // lets the start-up preflight name a function an older library lacks
+    // instead of the loader failing on it (cuda/Preflight.h).
     args = {
         program, "-std=c++20", "-O2", "-arch=" + arch, "-cudart=static", "-I" + prefix + "/include",
         src,     lib};
     args.push_back("-Xlinker=--enable-new-dtags");
+    args.push_back("-Xlinker=-z,lazy");
     args.push_back("-Xlinker=-rpath=$ORIGIN");
     for (const std::string& d : cuda->libDirs) {
       args.push_back("-L" + d);
       args.push_back("-Xlinker=-rpath=" + d);
     }
-    for (const char* l : {"-lcudnn", "-lcublas", "-lnccl"})
-      args.push_back(l);
     for (const std::string& f : runtimeLinkFlags(prefix, target))
       args.push_back(f);
   } else {
@@ -1185,6 +1222,10 @@ int main(int argc, char** argv) {
     llvm::errs() << "lwcc: --streams must be 1 or 2\n";
     return 2;
   }
+  if (tf32 && noTf32) {
+    llvm::errs() << "lwcc: --tf32 and --no-tf32 contradict each other\n";
+    return 2;
+  }
   if (batch.getNumOccurrences() && batch <= 0) {
     llvm::errs() << "lwcc: --batch must be a positive integer\n";
     return 2;
@@ -1264,7 +1305,7 @@ int main(int argc, char** argv) {
     CodegenOptions co;
     co.target = target;
     co.modelName = llvm::sys::path::filename(modelFile.getValue()).str();
-    co.tf32 = tf32;
+    co.tf32 = noTf32 ? "Off" : tf32 ? "All" : "Convolutions";
     co.eval = eval->get();
     co.embedWeights = embedWeights;
     addExportTemplate(*module->graph, co);

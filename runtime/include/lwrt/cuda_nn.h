@@ -1,5 +1,6 @@
 // lwrt/cuda_nn.h - the CUDA backend's neural-network kernels
-// defines: conv2d, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d, maxPool2dGrad,
+// defines: conv2d, conv2dRelu, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d,
+// maxPool2dGrad,
 //   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormTrain,
 //   batchNormGrad, layerNorm, layerNormGrad, softmax, logSoftmax, softmaxGrad, logSoftmaxGrad,
 //   softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
@@ -24,10 +25,13 @@
 //  - A label out of range (softmax_xent*) is found on the device: the
 //    context's error flag is set to kLabelOutOfRange and the loss (the
 //    gradient's row) is written as NaN.
-//  - Convolutions go to cuDNN and matrix products to cuBLAS (TF32 only when
-//    the context was made with tf32); everything else is this library's own
-//    kernels. Results are run-to-run reproducible: reductions use fixed
-//    orders (no float atomics) and cuDNN algorithms are deterministic ones.
+//  - Convolutions go to cuDNN (TF32 tensor cores for F32 unless --no-tf32)
+//    and matrix products to cuBLAS (TF32 only with --tf32); pooling, LRN,
+//    batch norm and softmax to cuDNN where it covers the op (unless
+//    --kernels=own); everything else is this library's own kernels. Results
+//    are run-to-run reproducible: reductions use fixed orders (no float
+//    atomics), cuDNN engines and algorithms are deterministic ones, and
+//    max pooling's backward is CUDNN_POOLING_MAX_DETERMINISTIC.
 //  - The first call of each convolution configuration (and of a kernel that
 //    needs scratch memory) sizes the context's workspace; a later call while
 //    the step is captured into a CUDA graph uses that and never allocates.
@@ -60,6 +64,11 @@ using lwrt::SoftmaxParams;
 /// may be null.
 bool conv2d(const TensorView& x, const TensorView& w, const TensorView* bias, const TensorView& y,
             const Conv2dParams& p);
+/// y = max(conv(x, w) (+ bias), 0): a convolution and the ReLU that writes
+/// over its result, which nothing else reads (codegen fuses the two for
+/// CUDA trainers); one cuDNN plan when an engine takes the fused graph.
+bool conv2dRelu(const TensorView& x, const TensorView& w, const TensorView* bias,
+                const TensorView& y, const Conv2dParams& p);
 /// dx (shape: input_shape) from dy and w.
 bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView& dx,
                      const Conv2dParams& p);

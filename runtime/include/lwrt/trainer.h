@@ -113,6 +113,13 @@ struct DeviceStep {
   std::string name; ///< "step_d1_s0"
 };
 
+/// Where float32 math may run on TF32 tensor cores (CUDA trainers), as
+/// PyTorch decides it: its defaults are TF32 for convolutions
+/// (torch.backends.cudnn.allow_tf32) and IEEE float32 for matrix products
+/// (torch.backends.cuda.matmul.allow_tf32 = False). `--tf32` takes both,
+/// `--no-tf32` neither (strict float32, the CPU backend's arithmetic).
+enum class Tf32 : int { Off = 0, Convolutions = 1, All = 2 };
+
 struct ModelInfo {
   std::string name;
   std::string target; ///< "cpu" or "cuda"
@@ -125,7 +132,7 @@ struct ModelInfo {
   int64_t lossOffset = 0; ///< arena offset of the loss, a float scalar
   DType lossType = DType::F32;
   Hyper defaults;
-  bool tf32 = false; ///< the default of --tf32 / --no-tf32
+  Tf32 tf32 = Tf32::Convolutions; ///< the default of --tf32 / --no-tf32
   /// Write the constants into the arena once; false with `failed` set.
   PhaseFn init = nullptr;
   /// One training step: forward, loss, backward and update.
@@ -197,10 +204,13 @@ using GroupFactory = std::unique_ptr<DeviceGroup> (*)(const ModelInfo& model,
 
 struct RunnerOptions {
   int device = 0;
-  bool tf32 = false;
+  Tf32 tf32 = Tf32::Convolutions;
   bool graphs = true; ///< CUDA: record the step once and replay it
   /// CUDA: convolutions on cuDNN's graph API (false: its legacy API).
   bool cudnnGraphApi = true;
+  /// CUDA: pooling, LRN, batch norm and softmax on cuDNN where it covers
+  /// the op (false: lwcc's own kernels, summed in the CPU backend's order).
+  bool cudnnOps = true;
 };
 
 /// How the trainer runs generated phases on its backend.
