@@ -667,8 +667,14 @@ bool Group::ncclOverAll(const std::vector<int64_t>& devices, bool inOrder) const
 
 //===--- The backend's entry point -----------------------------------------===//
 
-std::unique_ptr<DeviceGroup>
-createGroup(const ModelInfo& model, const std::vector<StepRunner*>& runners, std::string* error) {
+std::unique_ptr<DeviceGroup> createGroup(const ModelInfo& model,
+                                         const std::vector<StepRunner*>& runners, Cluster* cluster,
+                                         std::string* error) {
+  if (cluster) {
+    if (error)
+      *error = "not yet";
+    return nullptr;
+  }
   auto group = std::make_unique<Group>();
   if (!group->init(model, runners, error))
     return nullptr;
