@@ -528,8 +528,8 @@ bool Cluster::agree(const std::vector<std::pair<std::string, std::string>>& fiel
         auto quote = [](const std::string& s) {
           return "'" + (s.size() > 300 ? s.substr(0, 300) + "..." : s) + "'";
         };
-        text += (text.empty() ? "" : "; ") + describe(r) + "'s " + fields[k].first +
-                " differ from rank 0's: " + quote(t[2 * k + 1]) + " vs " + quote(fields[k].second);
+        text += (text.empty() ? "" : "; ") + describe(r) + " differs from rank 0 in its " +
+                fields[k].first + ": " + quote(t[2 * k + 1]) + " vs " + quote(fields[k].second);
         break;
       }
     }
