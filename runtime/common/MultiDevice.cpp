@@ -142,8 +142,14 @@ int physicalDevice(const ModelInfo& m, const Cluster* cluster, const std::vector
 
 std::pair<int64_t, int64_t> localInputRows(const ModelInfo& m, const Cluster* cluster,
                                            int64_t batch) {
-  const LocalDevices here = localDevices(m, cluster);
-  if (!cluster || m.inputRows.size() != static_cast<size_t>(std::max(m.numDevices, 1)))
+  if (!cluster)
+    return {0, batch};
+  return inputRowsOf(m, localDevices(m, cluster), batch);
+}
+
+std::pair<int64_t, int64_t> inputRowsOf(const ModelInfo& m, const LocalDevices& here,
+                                        int64_t batch) {
+  if (m.inputRows.size() != static_cast<size_t>(std::max(m.numDevices, 1)))
     return {0, batch};
   int64_t first = batch, end = 0;
   for (int d = here.first; d < here.first + here.count; ++d) {

@@ -36,8 +36,12 @@ LocalDevices localDevices(const ModelInfo& m, const Cluster* cluster);
 int physicalDevice(const ModelInfo& m, const Cluster* cluster, const std::vector<int>& physical,
                    int64_t d);
 
-/// The rows [first, second) of each batch this process's devices read
-/// (ModelInfo::inputRows; the whole batch when it does not say).
+/// The rows [first, second) of each batch that the devices `here` read:
+/// the span of their ModelInfo::inputRows, the whole batch when the model
+/// does not say, {0, 0} when they read none.
+std::pair<int64_t, int64_t> inputRowsOf(const ModelInfo& m, const LocalDevices& here,
+                                        int64_t batch);
+/// Those of this process's devices under mpirun; the whole batch otherwise.
 std::pair<int64_t, int64_t> localInputRows(const ModelInfo& m, const Cluster* cluster,
                                            int64_t batch);
 
