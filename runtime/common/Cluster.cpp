@@ -40,6 +40,12 @@ std::string mpiError(int code) {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+/// What a heartbeat says of its sender's step (Cluster::setActivity).
+struct Activity {
+  uint64_t progress = 0;
+  uint64_t waiting = 0;
+};
+
 } // namespace
 
 int launchedRanks() {
@@ -82,8 +88,18 @@ struct Cluster::Impl {
   std::vector<std::shared_ptr<Request>> active;
   std::vector<Clock::time_point> lastHeard;
   std::vector<MPI_Request> beats; ///< the heartbeat in flight to each rank
+  std::vector<Activity> sent;     ///< its bytes, kept until it has left
   Clock::time_point lastBeat;
-  unsigned char beatByte = 0;
+
+  // Under mu: this process's activity (its step's, while one runs; else
+  // whether a thread waits for another rank), and the others' from their
+  // heartbeats.
+  Activity mine;
+  bool inStep = false;
+  int blocked = 0;        ///< threads waiting in await()
+  uint64_t completed = 0; ///< messages and collectives that completed
+  std::vector<Activity> theirs;
+  std::vector<Clock::time_point> theirsSince; ///< when theirs last changed
 
   void fail(const std::string& why) {
     {
@@ -176,6 +192,7 @@ struct Cluster::Impl {
       {
         std::lock_guard<std::mutex> lock(mu);
         r->done = true;
+        ++completed;
       }
       done.notify_all();
     }
@@ -193,9 +210,16 @@ struct Cluster::Impl {
       MPI_Status status;
       if (MPI_Iprobe(MPI_ANY_SOURCE, kHeartbeatTag, comm, &flag, &status) != MPI_SUCCESS || !flag)
         break;
-      unsigned char byte;
-      MPI_Recv(&byte, 1, MPI_BYTE, status.MPI_SOURCE, kHeartbeatTag, comm, MPI_STATUS_IGNORE);
-      lastHeard[static_cast<size_t>(status.MPI_SOURCE)] = now;
+      Activity a;
+      MPI_Recv(&a, sizeof a, MPI_BYTE, status.MPI_SOURCE, kHeartbeatTag, comm, MPI_STATUS_IGNORE);
+      const size_t peer = static_cast<size_t>(status.MPI_SOURCE);
+      lastHeard[peer] = now;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (a.progress != theirs[peer].progress || a.waiting != theirs[peer].waiting)
+          theirsSince[peer] = now;
+        theirs[peer] = a;
+      }
       moved = true;
     }
     for (;;) {
@@ -212,6 +236,12 @@ struct Cluster::Impl {
     }
     if (beating && seconds(now - lastBeat) >= 1) {
       lastBeat = now;
+      Activity here;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        here.progress = mine.progress + completed;
+        here.waiting = inStep ? mine.waiting : blocked > 0;
+      }
       for (int peer = 0; peer < size; ++peer) {
         MPI_Request& b = beats[static_cast<size_t>(peer)];
         if (peer == rank)
@@ -221,7 +251,9 @@ struct Cluster::Impl {
           if (MPI_Test(&b, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag)
             continue;
         }
-        int st = MPI_Isend(&beatByte, 1, MPI_BYTE, peer, kHeartbeatTag, comm, &b);
+        sent[static_cast<size_t>(peer)] = here;
+        int st = MPI_Isend(&sent[static_cast<size_t>(peer)], sizeof(Activity), MPI_BYTE, peer,
+                           kHeartbeatTag, comm, &b);
         if (st != MPI_SUCCESS)
           lost(peer, "MPI_Isend: " + mpiError(st));
       }
@@ -275,6 +307,7 @@ struct Cluster::Impl {
   void loop() {
     lastHeard.assign(static_cast<size_t>(size), Clock::now());
     beats.assign(static_cast<size_t>(size), MPI_REQUEST_NULL);
+    sent.assign(static_cast<size_t>(size), Activity{});
     lastBeat = Clock::now() - std::chrono::seconds(2);
     int idle = 0;
     for (;;) {
@@ -339,7 +372,9 @@ struct Cluster::Impl {
   bool await(const std::shared_ptr<Request>& r, std::string* error,
              const std::function<bool()>& cancelled = nullptr) {
     std::unique_lock<std::mutex> lock(mu);
+    ++blocked;
     done.wait(lock, [&] { return r->done || !failure.empty() || (cancelled && cancelled()); });
+    --blocked;
     if (r->done)
       return true;
     if (error)
@@ -371,6 +406,8 @@ std::unique_ptr<Cluster> Cluster::start(const std::string& program, std::string*
   MPI_Comm_size(im.comm, &c->size_);
   im.rank = c->rank_;
   im.size = c->size_;
+  im.theirs.assign(static_cast<size_t>(c->size_), Activity{});
+  im.theirsSince.assign(static_cast<size_t>(c->size_), Clock::now());
   MPI_Comm local;
   MPI_Comm_split_type(im.comm, MPI_COMM_TYPE_SHARED, c->rank_, MPI_INFO_NULL, &local);
   MPI_Comm_rank(local, &c->localRank_);
@@ -540,6 +577,28 @@ bool Cluster::agree(const std::vector<std::pair<std::string, std::string>>& fiel
   if (problem)
     problem->assign(verdict.begin(), verdict.end());
   return verdict.empty();
+}
+
+void Cluster::stepActivity(uint64_t progress, bool waiting) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->mine = Activity{progress, waiting ? 1u : 0u};
+  impl_->inStep = true;
+}
+
+void Cluster::stepEnded() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->inStep = false;
+  ++impl_->mine.progress;
+}
+
+bool Cluster::othersWaiting(double seconds) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const auto now = Clock::now();
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && (!impl_->theirs[static_cast<size_t>(r)].waiting ||
+                       lwrt::seconds(now - impl_->theirsSince[static_cast<size_t>(r)]) < seconds))
+      return false;
+  return true;
 }
 
 std::string Cluster::failure() const {

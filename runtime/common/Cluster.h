@@ -88,6 +88,18 @@ public:
   bool agree(const std::vector<std::pair<std::string, std::string>>& fields, std::string* problem,
              std::string* error);
 
+  /// A deadlock across processes (every rank waiting for another) shows
+  /// as no rank making progress: each says in its heartbeats how far it got
+  /// (a count that grows as its step's functions move and as its messages
+  /// complete) and whether it waits: while a step runs, whether every
+  /// function of it waits (stepActivity, from the group each second, until
+  /// stepEnded()), otherwise whether a thread waits for a message.
+  /// othersWaiting(s): every other rank has said "waiting" without moving
+  /// for `s` seconds.
+  void stepActivity(uint64_t progress, bool waiting);
+  void stepEnded();
+  bool othersWaiting(double seconds) const;
+
   /// Why the job stops ("rank 1 (on x) is lost: ..."), or "" while healthy.
   std::string failure() const;
   /// This process stops with exit status `code` because of `why` (already

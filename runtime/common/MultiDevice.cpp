@@ -140,6 +140,19 @@ int physicalDevice(const ModelInfo& m, const Cluster* cluster, const std::vector
   return cluster->localRank() * here.count + static_cast<int>(d - here.first);
 }
 
+std::string gpuPlacementHint(const ModelInfo& m, const Cluster& cluster) {
+  const LocalDevices here = localDevices(m, &cluster);
+  const int first = cluster.localRank() * here.count;
+  return "under mpirun, the k-th process on a machine drives its GPUs k*" +
+         std::to_string(here.count) + " to k*" + std::to_string(here.count) + "+" +
+         std::to_string(here.count - 1) + " (this is process " +
+         std::to_string(cluster.localRank()) + " of " + std::to_string(cluster.localSize()) +
+         " on " + cluster.host(cluster.rank()) + ": GPUs " + std::to_string(first) + " to " +
+         std::to_string(first + here.count - 1) +
+         "); start at most (the machine's GPUs) / " + std::to_string(here.count) +
+         " processes on each machine (mpirun --host NAME:COUNT), or map them with --devices";
+}
+
 std::pair<int64_t, int64_t> localInputRows(const ModelInfo& m, const Cluster* cluster,
                                            int64_t batch) {
   if (!cluster)
@@ -202,6 +215,8 @@ MultiDevice::create(const ModelInfo& m, StepRunner* first, const RunnerOptions& 
       if (!r) {
         error = "logical device " + std::to_string(d) + " on device " + std::to_string(o.device) +
                 ": " + error;
+        if (cluster && m.target == "cuda" && error.find("does not exist") != std::string::npos)
+          error += "\n" + gpuPlacementHint(m, *cluster);
         return nullptr;
       }
     } else {

@@ -36,6 +36,10 @@ LocalDevices localDevices(const ModelInfo& m, const Cluster* cluster);
 int physicalDevice(const ModelInfo& m, const Cluster* cluster, const std::vector<int>& physical,
                    int64_t d);
 
+/// Under mpirun, why a GPU physicalDevice() named may not exist: which
+/// GPUs this process drives and how to start fewer processes per machine.
+std::string gpuPlacementHint(const ModelInfo& m, const Cluster& cluster);
+
 /// The rows [first, second) of each batch that the devices `here` read:
 /// the span of their ModelInfo::inputRows, the whole batch when the model
 /// does not say, {0, 0} when they read none.

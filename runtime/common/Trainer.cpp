@@ -884,6 +884,8 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     o_.runner.device = first;
   runner_ = createRunner(o_.runner, &error);
   if (!runner_) {
+    if (m_.target == "cuda" && cluster_ && error.find("does not exist") != std::string::npos)
+      return fail(error + "\n" + gpuPlacementHint(m_, *cluster_));
     if (m_.target == "cuda")
       return fail(error + "\nthis trainer was built for CUDA GPUs; to train on the CPU, build one "
                           "with `lwcc MODEL --target=cpu -o TRAINER`");

@@ -182,20 +182,29 @@ public:
     for (size_t q = 0; q < queues_.size(); ++q)
       workers_[q]->post([this, q, generation, &buffers] { runQueue(q, generation, buffers); });
     // Every second, a look for a deadlock: every unfinished function waiting
-    // and nothing arriving or recorded for deadlockSeconds_.
+    // and nothing arriving or recorded for deadlockSeconds_ (under mpirun,
+    // where some wait for other processes: in every process).
     int stalled = 0;
     uint64_t seen = progress_.load(std::memory_order_relaxed);
     while (!done_.wait_for(lock, std::chrono::seconds(1), [&] { return remaining_ == 0; })) {
       uint64_t now = progress_.load(std::memory_order_relaxed);
-      stalled = now == seen && allWaiting() ? stalled + 1 : 0;
+      const bool waiting = allWaiting();
+      if (cluster_)
+        cluster_->stepActivity(now, waiting);
+      stalled = now == seen && waiting ? stalled + 1 : 0;
       seen = now;
       if (stalled < deadlockSeconds_ || !failure_.empty())
         continue;
-      failure_ = "the step is deadlocked, every function waits: " + whoWaits();
+      if (cluster_ && waitsForOthers() && !cluster_->othersWaiting(deadlockSeconds_))
+        continue; // another process is busy: what it sends will come
+      failure_ = std::string("the step is deadlocked, every function waits") +
+                 (cluster_ ? " in every process" : "") + ": " + whoWaits();
       lock.unlock();
       abort(generation);
       lock.lock();
     }
+    if (cluster_)
+      cluster_->stepEnded();
     if (!failure_.empty()) {
       if (!remoteError_.empty() && failure_.find(remoteError_) == std::string::npos)
         failure_ += ": " + remoteError_;
@@ -327,8 +336,11 @@ public:
       messages.emplace_back();
       std::string why;
       std::vector<std::pair<int64_t, Part>> theirs;
+      Waiting waiting(Wait::Remote, op);
       if (!cluster_->receive(r, tag, messages.back(), &why, [&] { return aborted(generation); }) ||
           !unpackInputs(sig, messages.back(), theirs, &why)) {
+        if (aborted(generation))
+          return false; // the step's own failure says why
         noteRemoteError("comm op " + std::to_string(op) + " (" + sig.str() + ") with rank " +
                         std::to_string(r) + ": " + why);
         return false;
@@ -391,7 +403,7 @@ private:
   /// What a function's thread is doing, for the deadlock report: relaxed
   /// atomics, so that reading them orders nothing.
   struct Wait {
-    enum Kind : int { Running, Op, Event, Finished };
+    enum Kind : int { Running, Op, Event, Remote, Finished };
     std::atomic<int> kind{Running}, index{0}, step{0};
   };
   static thread_local Wait* current_;
@@ -421,16 +433,22 @@ private:
     }
     return any;
   }
+  bool waitsForOthers() const {
+    return std::any_of(waits_.begin(), waits_.end(), [](const auto& w) {
+      return w->kind.load(std::memory_order_relaxed) == Wait::Remote;
+    });
+  }
   std::string whoWaits() const {
     std::string s;
     for (const auto& w : waits_) {
       int k = w->kind.load(std::memory_order_relaxed);
-      if (k != Wait::Op && k != Wait::Event)
+      if (k != Wait::Op && k != Wait::Event && k != Wait::Remote)
         continue;
       s += (s.empty() ? "" : "; ") +
            m_.deviceSteps[static_cast<size_t>(w->step.load(std::memory_order_relaxed))].name +
-           (k == Wait::Op ? " in communication op " : " for event ") +
-           std::to_string(w->index.load(std::memory_order_relaxed));
+           (k == Wait::Event ? " for event " : " in communication op ") +
+           std::to_string(w->index.load(std::memory_order_relaxed)) +
+           (k == Wait::Remote ? " (for another process)" : "");
     }
     return s;
   }

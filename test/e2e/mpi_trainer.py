@@ -19,7 +19,11 @@ Then, on lenet's owt trainer:
   - diverging: a learning rate that makes the loss non-finite stops every
     process, non-zero, within 60 s;
   - refused at start-up, exit 1: ranks given different flags, ranks running
-    different trainers; a usage error, exit 2: 3 processes for 4 devices.
+    different trainers; a usage error, exit 2: 3 processes for 4 devices;
+  - deadlocked: a --gpus 2 lenet whose device 1 skips its gradient
+    all-reduce (the call deleted from the source), as 2 processes: the
+    processes wait for each other, and the job ends within 60 s reporting
+    the deadlock (LWRT_DEADLOCK_SECONDS=3).
 
 Every trainer runs with OPENBLAS_NUM_THREADS=1 (the products' rounding
 depends on the thread count; one thread keeps the 4 processes on 2 cores
@@ -91,6 +95,11 @@ def build(onnx_path, flags, out_dir):
                        capture_output=True, text=True)
     if r.returncode:
         return None, r.stderr[-1500:]
+    return build_source(out_dir)
+
+
+def build_source(out_dir):
+    """The trainer of the source lwcc emitted in out_dir; (path or None, error)."""
     with open(os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.libs")) as f:
         libs = f.read().split()  # the system libraries the runtime needs: MPI among them
     r = subprocess.run(["c++", "-std=c++20", "-O0", "-I" + os.path.join(PREFIX, "include"),
@@ -296,6 +305,38 @@ def faults(exe, tmp):
            f"rc {r.returncode}: {r.stderr[-800:]}")
 
 
+def deadlock(onnx_path, tmp):
+    """A trainer whose device 1 skips an all-reduce: a deadlock across processes."""
+    out = os.path.join(tmp, "deadlock")
+    r = subprocess.run([LWCC, onnx_path, "--target=cpu", "--gpus=2", "--strategy=data",
+                        "--emit=source", "-o", out], capture_output=True, text=True)
+    if r.returncode:
+        report(False, "deadlock: emit", r.stderr[-800:])
+        return
+    path = os.path.join(out, "trainer.cc")
+    lines = open(path).read().split("\n")
+    device1 = [k for k, line in enumerate(lines) if "bool step_d1_s" in line][0]
+    calls = [k for k, line in enumerate(lines) if k > device1 and "if (!allReduce(b," in line]
+    if not calls:
+        report(False, "deadlock", "no all-reduce on device 1")
+        return
+    lines[calls[0]] = "  if (false)"
+    open(path, "w").write("\n".join(lines))
+    exe, error = build_source(out)
+    if not exe:
+        report(False, "deadlock: build", error)
+        return
+    env = dict(environment(), LWRT_DEADLOCK_SECONDS="3")
+    t0 = time.time()
+    r = subprocess.run(command(2, exe, ["--steps=3"]), cwd=out, capture_output=True, text=True,
+                       env=env, timeout=BOUND + 60)
+    took = time.time() - t0
+    report(r.returncode != 0 and "deadlocked" in r.stderr and "every process" in r.stderr and
+           took < BOUND and not trainer_pids(exe),
+           f"a deadlock across 2 processes is reported, non-zero, within {BOUND} s ({took:.1f} s)",
+           f"rc {r.returncode}: {r.stderr[-800:]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="lenet,resnet18")
@@ -354,6 +395,7 @@ def main():
         exe = built.get(("lenet", "owt"), (None,))[0]
         if exe:
             faults(exe, tmp)
+            deadlock(os.path.join(tmp, "lenet.onnx"), tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{passed} passed, {failed} failed")
