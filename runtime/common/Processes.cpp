@@ -41,8 +41,11 @@ int startProcesses(int argc, char** argv, const ModelInfo& m, std::unique_ptr<Cl
   // The same trainer and the same flags everywhere: the trainer's plan and
   // weights (a hash of each) and its flags, as given.
   std::string flags;
-  for (int i = 1; i < argc; ++i)
-    flags += (i > 1 ? " " : "") + std::string(argv[i]);
+  for (int i = 1; i < argc; ++i) {
+    if (i > 1)
+      flags += ' '; // not `" " + ...`: a GCC 12 -O3 -Wrestrict false positive
+    flags += argv[i];
+  }
   const uint64_t weights = m.weights ? fnv1a64(m.weights, static_cast<size_t>(m.weightsBytes)) : 0;
   const std::string trainer = m.name + ", target " + m.target + ", " +
                               std::to_string(std::max(m.numDevices, 1)) + " devices, plan " +

@@ -278,8 +278,9 @@ bool performUnshard(const Signature& s, const Parts& parts) {
 
 /// Appends the bytes of `v`.
 template <typename T> void put(std::vector<unsigned char>& b, T v) {
-  const auto* p = reinterpret_cast<const unsigned char*>(&v);
-  b.insert(b.end(), p, p + sizeof(T));
+  const size_t at = b.size(); // resize and copy: GCC 12 -O3 misreads insert here
+  b.resize(at + sizeof(T));
+  std::memcpy(b.data() + at, &v, sizeof(T));
 }
 
 /// Pads `b` to a multiple of 64 bytes: tensor data starts aligned.
@@ -343,8 +344,11 @@ std::string Signature::str() const {
                                 "reduce_to",  "device_copy", "shard",          "unshard"};
   std::string s = names[static_cast<int>(kind)];
   s += " over devices ";
-  for (size_t k = 0; k < devices.size(); ++k)
-    s += (k ? "," : "") + std::to_string(devices[k]);
+  for (size_t k = 0; k < devices.size(); ++k) {
+    if (k)
+      s += ','; // not `"," + ...`: a GCC 12 -O3 -Wrestrict false positive
+    s += std::to_string(devices[k]);
+  }
   if (src >= 0)
     s += " from " + std::to_string(src);
   if (dst >= 0)
