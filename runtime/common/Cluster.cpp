@@ -14,8 +14,8 @@
 #include <deque>
 #include <mpi.h>
 #include <mutex>
-#include <sys/prctl.h>
 #include <set>
+#include <sys/prctl.h>
 #include <thread>
 
 namespace lwrt {
@@ -316,7 +316,7 @@ struct Cluster::Impl {
       std::deque<std::shared_ptr<Request>> fresh;
       bool stopping, ending, failed;
       int code;
-      std::string why;
+      std::string why, failedWhy;
       Clock::time_point failedTime;
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -326,14 +326,16 @@ struct Cluster::Impl {
         code = abandonCode;
         why = abandonWhy;
         failed = !failure.empty();
+        failedWhy = failure;
         failedTime = failedAt;
       }
       if (ending) // the others know already when the failure came from them
         endJob(code, why, !failed);
       if (failed && seconds(Clock::now() - failedTime) > kGraceSeconds) {
-        std::string f = failure;
-        std::fprintf(stderr, "%s: error: %s; ending the job\n", program.c_str(), f.c_str());
-        endJob(1, f, false);
+        // The main loop has not ended the process itself (busy elsewhere).
+        std::fprintf(stderr, "%s (rank %d): error: %s; ending the job\n", program.c_str(), rank,
+                     failedWhy.c_str());
+        endJob(1, failedWhy, false);
       }
       for (auto& r : fresh) {
         start(*r);
@@ -357,7 +359,7 @@ struct Cluster::Impl {
                       [&] { return !queued.empty() || stop || abandoning; });
       }
     }
-    for (MPI_Request& b : beats) // heartbeats are one byte: sent by now
+    for (MPI_Request& b : beats) // heartbeats are 16 bytes: sent by now
       if (b != MPI_REQUEST_NULL)
         MPI_Wait(&b, MPI_STATUS_IGNORE);
   }

@@ -845,7 +845,7 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     if (!train_)
       return fail("data: " + error);
     batchesPerEpoch_ = train_->batchesPerEpoch();
-    if (o_.eval) {
+    if (o_.eval && leader()) { // under mpirun rank 0 alone evaluates
       io.shuffle = false;
       io.maxExamples = o_.evalExamples;
       test_ = IdxData::open(o_.data.substr(4), "t10k", layout_->shape, io, &error);

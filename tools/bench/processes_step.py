@@ -2,7 +2,10 @@
 """A --gpus N CPU trainer's step as 1, 2, 4 ... processes, beside the simulator.
 
 For each model (zoo, test size) and strategy: builds the `--gpus N` CPU
-trainer (`lwcc -o`, as a user does), measures its step as R processes
+trainer from `lwcc --emit=source` at --opt (default -O0: the step is glue
+around the runtime's kernels, which keep their -O2; at -O2 ResNet-18's
+--gpus 4 source alone takes over 15 minutes to compile on 2 loaded cores),
+measures its step as R processes
 (`mpirun --oversubscribe -np R`, R = 1 without mpirun, for each R dividing
 N up to --max-processes): the mean `step_ms` of rank 0's JSONL log after the
 first quarter of the steps, the configurations taking turns (1, 2, 4, 1, 2,
@@ -17,7 +20,7 @@ inter-node figures, MPI messages between processes of this machine):
     were measured inside one process).
 
     python3 tools/bench/processes_step.py [--models resnet18] [--strategies data,owt]
-        [--gpus 4] [--steps 60] [--rounds 3] [--batch 8]
+        [--gpus 4] [--steps 60] [--rounds 3] [--batch 8] [--opt -O0]
 
 As root, OpenMPI needs OMPI_ALLOW_RUN_AS_ROOT=1 and
 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (set here).
@@ -77,6 +80,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--opt", default="-O0")
     args = ap.parse_args()
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     counts = [r for r in range(1, args.max_processes + 1) if args.gpus % r == 0]
@@ -89,8 +93,15 @@ def main():
                  model])
             for strategy in args.strategies.split(","):
                 flags = [f"--gpus={args.gpus}", f"--strategy={strategy}"]
-                trainer = os.path.join(tmp, f"{name}-{strategy}")
-                run([LWCC, model, "--target=cpu", *flags, "-o", trainer])
+                src = os.path.join(tmp, f"{name}-{strategy}")
+                run([LWCC, model, "--target=cpu", *flags, "--emit=source", "-o", src])
+                prefix = os.path.dirname(BIN)
+                with open(os.path.join(prefix, "lib", "liblwcc_runtime_cpu.libs")) as f:
+                    libs = f.read().split()
+                trainer = os.path.join(src, "trainer")
+                run(["c++", "-std=c++20", args.opt, "-I" + os.path.join(prefix, "include"),
+                     "trainer.cc", os.path.join(prefix, "lib", "liblwcc_runtime_cpu.a"), *libs,
+                     "-o", trainer], cwd=src)
                 # The one-process trainer's compute ops, for the predictions.
                 profile = trainer + "-ops.json"
                 run([trainer, f"--steps={args.steps}", "--data=synthetic", "--progress=off",
