@@ -2,10 +2,10 @@
 """A --gpus 4 CPU trainer run as several processes under mpirun.
 
 For lenet and resnet18 at test size (batch 8), the --gpus 4 CPU trainers of
-STRATEGIES (data, owt, layerwise; pipeline too where `lwcc --help` lists it) run 5 steps
-as one process, then under `mpirun --oversubscribe -np 2` and `-np 4`: the
-5 losses (--log), every param and output after the last step (--dump) and
-the --export must be bit-identical to the one-process run's.
+STRATEGIES (data, owt, layerwise, and pipeline: the planner's stages, their
+transfers between processes) run 5 steps as one process, then under
+`mpirun --oversubscribe -np 2` and `-np 4`: the 5 losses (--log), every
+param and output after the last step (--dump) and the --export must be bit-identical to the one-process run's.
 
 Then, on lenet's owt trainer:
   - killed: rank 1 of a 2-process run is SIGKILLed once the step-3
@@ -49,7 +49,7 @@ BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
 LWCC = os.path.join(BIN, "lwcc")
 PREFIX = os.path.dirname(BIN)  # the build tree: include/ and lib/
 GEN = os.path.join(ROOT, "tools", "models", "gen.py")
-STRATEGIES = ["data", "owt", "layerwise"]  # and "pipeline" where lwcc has it (main())
+STRATEGIES = ["data", "owt", "layerwise", "pipeline"]
 PROCESSES = [2, 4]
 STEPS = 5
 SEED = 5
@@ -346,9 +346,6 @@ def main():
         report(False, "mpirun", "not found (Debian's openmpi-bin)")
         print(f"{passed} passed, {failed} failed")
         return 1
-    if "pipeline" in subprocess.run([LWCC, "--help"], capture_output=True, text=True).stdout and \
-            args.strategies == ",".join(STRATEGIES):
-        args.strategies += ",pipeline"  # --strategy=pipeline: stages on devices, micro-batches
     models, strategies = args.models.split(","), args.strategies.split(",")
     tmp = tempfile.mkdtemp(prefix="lwcc-mpi-")
     try:

@@ -187,8 +187,8 @@ TEST(RuntimeCommProcesses, ARankPreparesItsDevicesRows) {
   ASSERT_TRUE(data);
   std::vector<float> whole(16), part(16, NAN);
   std::vector<int64_t> labels(4), partLabels(4, -1);
-  data->batch({1, 2}, whole.data(), labels.data());
-  data->batch({1, 2}, part.data(), partLabels.data(), {1, 3});
+  ASSERT_TRUE(data->batch({1, 2}, whole.data(), labels.data()));
+  ASSERT_TRUE(data->batch({1, 2}, part.data(), partLabels.data(), nullptr, {1, 3}));
   for (int k = 0; k < 4; ++k) {
     const bool in = k >= 1 && k < 3;
     EXPECT_EQ(partLabels[static_cast<size_t>(k)], in ? labels[static_cast<size_t>(k)] : -1);
