@@ -44,6 +44,10 @@ mkdir -p "$OUT"
 libs=$(find / -xdev \( -name 'libcudnn.so.9' -o -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
 # Every trainer links OpenMPI's libmpi: the machine's, else the copy prepare.sh made.
 ldconfig -p | grep -q 'libmpi.so.40 ' || libs="${libs:+$libs:}$(cd "$G/lib/mpi" && pwd)"
+# And libjpeg-turbo and libpng (the data loader's image decoders): the machine's, else prepare.sh's.
+for so in libjpeg.so.62 libpng16.so.16; do
+  ldconfig -p | grep -q "$so " || { libs="${libs:+$libs:}$(cd "$G/lib/image" && pwd)"; break; }
+done
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi -L | tee "$OUT/gpu.txt"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -60,7 +64,8 @@ build() {
   # Only multi-device trainers call NCCL (single-device ones link no NCCL object).
   [[ $src == *-g2-* ]] && nccl=(-l:libnccl.so.2)
   (cd "$src" && nvcc -std=c++20 -O2 -arch=sm_90 -I"$G/include" trainer.cu "$G/lib/liblwcc_runtime_cuda.a" \
-    "${lflags[@]}" -l:libcudnn.so.9 -l:libcublas.so.13 "${nccl[@]}" -l:libmpi.so.40 -l:libz.so.1 -lpthread \
+    "${lflags[@]}" -l:libcudnn.so.9 -l:libcublas.so.13 "${nccl[@]}" -l:libmpi.so.40 -l:libjpeg.so.62 -l:libpng16.so.16 -l:libz.so.1 \
+    -lpthread \
     -o "$exe") \
     >"$OUT/build-$(basename "$exe").log" 2>&1
 }
