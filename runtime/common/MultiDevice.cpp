@@ -148,8 +148,8 @@ std::string gpuPlacementHint(const ModelInfo& m, const Cluster& cluster) {
          std::to_string(here.count - 1) + " (this is process " +
          std::to_string(cluster.localRank()) + " of " + std::to_string(cluster.localSize()) +
          " on " + cluster.host(cluster.rank()) + ": GPUs " + std::to_string(first) + " to " +
-         std::to_string(first + here.count - 1) +
-         "); start at most (the machine's GPUs) / " + std::to_string(here.count) +
+         std::to_string(first + here.count - 1) + "); start at most (the machine's GPUs) / " +
+         std::to_string(here.count) +
          " processes on each machine (mpirun --host NAME:COUNT), or map them with --devices";
 }
 
