@@ -7,7 +7,10 @@
 # backend's first step on it (loss, gradients, updated params) and its
 # params and last outputs after three steps on it; the same
 # for the dynamo exporter's layer_norm / gather_nd patterns, and for the
-# --gpus 2 trainers of MULTI (sources and the CPU backend's --gpus 2 step).
+# --gpus 2 trainers of MULTI (sources and the CPU backend's --gpus 2 step),
+# and OpenMPI's library with its dependencies (lib/mpi/: every trainer links
+# libmpi.so.40, which a GPU machine without OpenMPI lacks), and the static
+# archives of libjpeg, libpng and zlib that CUDA trainers link (lib/).
 #
 #   bash tools/gpu/prepare.sh      (after bash tools/dev.sh build)
 set -euo pipefail
@@ -21,8 +24,13 @@ cp -r tools/models "$OUT/models"
 cp -r build/include "$OUT/include"
 cp build/lib/liblwcc_runtime_cuda.a build/lib/liblwcc_runtime_cuda.libs "$OUT/lib/"
 strip -g "$OUT/lib/liblwcc_runtime_cuda.a"
-# The static archives its link flags name (libjpeg, libpng, zlib): the GPU
-# machine links them from here, needing none of them installed.
+mkdir -p "$OUT/lib/mpi"
+mpi=$(ldconfig -p | sed -n 's/.*libmpi.so.40 .*=> //p' | head -1)
+cp -L "$mpi" "$OUT/lib/mpi/"
+ldd "$mpi" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m|dl|pthread|rt|z)\.so' |
+  xargs -r -I{} cp -L {} "$OUT/lib/mpi/"
+# The static archives the runtime's link flags name (libjpeg, libpng, zlib):
+# the GPU machine links them from here, needing none of them installed.
 for a in $(sed -n 's/^-l:\(lib.*\.a\)$/\1/p' build/lib/liblwcc_runtime_cuda.libs); do
   cp "$(gcc -print-file-name="$a")" "$OUT/lib/"
 done
