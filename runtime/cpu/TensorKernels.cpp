@@ -8,6 +8,7 @@
 // once to the element type.
 //
 //===----------------------------------------------------------------------===//
+#include "Parallel.h"
 #include "lwrt/cpu_tensor.h"
 #include "lwrt/dropout.h"
 
@@ -52,6 +53,18 @@ template <typename Fn> bool dispatchValue(DType t, Fn fn) {
   if (t == DType::Bool)
     return fn(uint8_t{});
   return dispatchNumeric(t, fn);
+}
+
+/// Elements per thread at least, for the elementwise loops: below this a
+/// loop costs less than waking a thread.
+constexpr int64_t kGrain = 16384;
+
+/// Calls fn(k) for k in [0, n), spread over the pool.
+template <typename Fn> void forEachElement(int64_t n, Fn fn) {
+  detail::parallelFor(n, kGrain, [&](int64_t first, int64_t last) {
+    for (int64_t k = first; k < last; ++k)
+      fn(k);
+  });
 }
 
 bool sameLayout(const TensorView& a, const TensorView& b) {
@@ -107,8 +120,8 @@ template <typename F> bool unaryFloat(const TensorView& x, const TensorView& y, 
     using T = decltype(tag);
     const T* xs = x.as<T>();
     T* ys = y.as<T>();
-    for (int64_t k = 0, n = x.numel(); k < n; ++k)
-      ys[k] = static_cast<T>(f(static_cast<double>(xs[k])));
+    forEachElement(x.numel(),
+                   [&](int64_t k) { ys[k] = static_cast<T>(f(static_cast<double>(xs[k]))); });
     return true;
   });
 }
@@ -122,12 +135,12 @@ bool unaryNumeric(const TensorView& x, const TensorView& y, FD fd, FI fi) {
     using T = decltype(tag);
     const T* xs = x.as<T>();
     T* ys = y.as<T>();
-    for (int64_t k = 0, n = x.numel(); k < n; ++k) {
+    forEachElement(x.numel(), [&](int64_t k) {
       if constexpr (std::is_floating_point_v<T>)
         ys[k] = static_cast<T>(fd(static_cast<double>(xs[k])));
       else
         ys[k] = fi(xs[k]);
-    }
+    });
     return true;
   });
 }
@@ -173,27 +186,38 @@ void broadcastLoop(const TensorView& a, const TensorView& b, const TensorView& y
     return;
   size_t r = y.shape.size();
   if (a.shape == b.shape) {
-    for (int64_t k = 0; k < n; ++k)
-      ys[k] = f(as[k], bs[k]);
+    forEachElement(n, [&](int64_t k) { ys[k] = f(as[k], bs[k]); });
     return;
   }
   auto sa = broadcastStrides(a.shape, r), sb = broadcastStrides(b.shape, r);
   int64_t inner = y.shape[r - 1], ia = sa[r - 1], ib = sb[r - 1];
-  std::vector<int64_t> idx(r, 0);
-  int64_t oa = 0, ob = 0;
-  for (int64_t k = 0; k < n; k += inner) {
-    for (int64_t e = 0; e < inner; ++e)
-      ys[k + e] = f(as[oa + e * ia], bs[ob + e * ib]);
-    for (size_t d = r - 1; d-- > 0;) {
-      oa += sa[d];
-      ob += sb[d];
-      if (++idx[d] < y.shape[d])
-        break;
-      oa -= sa[d] * y.shape[d];
-      ob -= sb[d] * y.shape[d];
-      idx[d] = 0;
+  // Rows of the last dim, a range of them per thread, each range walking
+  // its operands' offsets from those of its first row.
+  int64_t rows = n / inner;
+  detail::parallelFor(rows, std::max<int64_t>(1, kGrain / inner), [&](int64_t first, int64_t last) {
+    std::vector<int64_t> idx(r, 0);
+    int64_t oa = 0, ob = 0;
+    for (int64_t d = static_cast<int64_t>(r) - 2, rest = first; d >= 0; --d) {
+      idx[d] = rest % y.shape[d];
+      rest /= y.shape[d];
+      oa += idx[d] * sa[d];
+      ob += idx[d] * sb[d];
     }
-  }
+    for (int64_t row = first; row < last; ++row) {
+      T* out = ys + row * inner;
+      for (int64_t e = 0; e < inner; ++e)
+        out[e] = f(as[oa + e * ia], bs[ob + e * ib]);
+      for (size_t d = r - 1; d-- > 0;) {
+        oa += sa[d];
+        ob += sb[d];
+        if (++idx[d] < y.shape[d])
+          break;
+        oa -= sa[d] * y.shape[d];
+        ob -= sb[d] * y.shape[d];
+        idx[d] = 0;
+      }
+    }
+  });
 }
 
 /// fd on floats (in double), fi on integers (null: floats only).
@@ -229,8 +253,9 @@ bool backward(const TensorView& u, const TensorView& dy, const TensorView& dx, F
     const T* us = u.as<T>();
     const T* ds = dy.as<T>();
     T* xs = dx.as<T>();
-    for (int64_t k = 0, n = u.numel(); k < n; ++k)
+    forEachElement(u.numel(), [&](int64_t k) {
       xs[k] = static_cast<T>(f(static_cast<double>(us[k]), static_cast<double>(ds[k])));
+    });
     return true;
   });
 }
@@ -255,43 +280,61 @@ bool reduce(const TensorView& x, const TensorView& y, const ReduceParams& p, boo
       want.push_back(1);
   if (x.dtype != y.dtype || y.shape != want)
     return false;
-  // Output stride of each input dim (0 where reduced).
-  std::vector<int64_t> ost(rank, 0);
-  for (int64_t d = rank, acc = 1; d-- > 0;)
-    if (!reduced[d]) {
-      ost[d] = acc;
-      acc *= x.shape[d];
-    }
+  // Each output sums its inputs in row-major order (the reference's), the
+  // outputs spread over the pool: kept dims outside, reduced dims inside,
+  // with the input strides of each.
+  std::vector<int64_t> stride(rank, 1), keptDims, keptStrides, redDims, redStrides;
+  for (int64_t d = rank - 1; d > 0; --d)
+    stride[d - 1] = stride[d] * x.shape[d];
+  for (int64_t d = 0; d < rank; ++d) {
+    (reduced[d] ? redDims : keptDims).push_back(x.shape[d]);
+    (reduced[d] ? redStrides : keptStrides).push_back(stride[d]);
+  }
   int64_t n = x.numel(), m = y.numel();
   int64_t count = n / std::max<int64_t>(1, m);
+  // Reduced dims that are contiguous and innermost fold into one run.
+  int64_t run = 1;
+  while (!redDims.empty() && redStrides.back() == run) {
+    run *= redDims.back();
+    redDims.pop_back();
+    redStrides.pop_back();
+  }
+  int64_t outer = 1;
+  for (int64_t d : redDims)
+    outer *= d;
   return dispatchNumeric(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     using Acc = std::conditional_t<std::is_floating_point_v<T>, double, uint64_t>;
     if (!std::is_floating_point_v<T> && mean && count == 0 && m > 0)
       return false;
-    std::vector<Acc> acc(m, Acc{0});
     const T* xs = x.as<T>();
-    std::vector<int64_t> idx(rank, 0);
-    int64_t o = 0;
-    for (int64_t k = 0; k < n; ++k) {
-      acc[o] += static_cast<Acc>(xs[k]);
-      for (int64_t d = rank; d-- > 0;) {
-        o += ost[d];
-        if (++idx[d] < x.shape[d])
-          break;
-        o -= ost[d] * x.shape[d];
-        idx[d] = 0;
-      }
-    }
     T* ys = y.as<T>();
-    for (int64_t k = 0; k < m; ++k) {
-      if constexpr (std::is_floating_point_v<T>)
-        ys[k] = static_cast<T>(mean ? acc[k] / static_cast<double>(count) : acc[k]);
-      else {
-        auto s = static_cast<int64_t>(acc[k]);
-        ys[k] = static_cast<T>(mean ? s / count : s);
+    int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, count));
+    detail::parallelFor(m, grain, [&](int64_t first, int64_t last) {
+      for (int64_t k = first; k < last; ++k) {
+        int64_t base = 0;
+        for (int64_t d = static_cast<int64_t>(keptDims.size()) - 1, rest = k; d >= 0; --d) {
+          base += rest % keptDims[d] * keptStrides[d];
+          rest /= keptDims[d];
+        }
+        Acc acc{0};
+        for (int64_t o = 0; o < outer; ++o) {
+          int64_t at = base;
+          for (int64_t d = static_cast<int64_t>(redDims.size()) - 1, rest = o; d >= 0; --d) {
+            at += rest % redDims[d] * redStrides[d];
+            rest /= redDims[d];
+          }
+          for (int64_t e = 0; e < run; ++e)
+            acc += static_cast<Acc>(xs[at + e]);
+        }
+        if constexpr (std::is_floating_point_v<T>)
+          ys[k] = static_cast<T>(mean ? acc / static_cast<double>(count) : acc);
+        else {
+          auto s = static_cast<int64_t>(acc);
+          ys[k] = static_cast<T>(mean ? s / count : s);
+        }
       }
-    }
+    });
     return true;
   });
 }
@@ -481,8 +524,7 @@ bool cast(const TensorView& x, const TensorView& y) {
       using To = decltype(to);
       const From* xs = x.as<From>();
       To* ys = y.as<To>();
-      for (int64_t k = 0, n = x.numel(); k < n; ++k)
-        ys[k] = convert<To>(xs[k], y.dtype);
+      forEachElement(x.numel(), [&](int64_t k) { ys[k] = convert<To>(xs[k], y.dtype); });
       return true;
     });
   });
@@ -496,8 +538,7 @@ bool fill(const TensorView& y, const FillParams& p) {
     if (have != 1 && static_cast<int64_t>(have) != n)
       return false;
     T* ys = y.as<T>();
-    for (int64_t k = 0; k < n; ++k)
-      ys[k] = fillValue<T>(p, k, y.dtype);
+    forEachElement(n, [&](int64_t k) { ys[k] = fillValue<T>(p, k, y.dtype); });
     return true;
   });
 }
@@ -512,8 +553,9 @@ bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMa
   return dispatchFloat(mask.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* ms = mask.as<T>();
-    for (int64_t k = 0, n = mask.numel(); k < n; ++k)
+    forEachElement(mask.numel(), [&](int64_t k) {
       ms[k] = static_cast<T>(dropoutMaskValue(p.seed, s, p.ratio, piece, k));
+    });
     return true;
   });
 }
@@ -531,13 +573,13 @@ bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, co
   return dispatchFloat(w.dtype, [&](auto tag) {
     using T = decltype(tag);
     bool nesterov = p.nesterov != 0;
-    for (int64_t k = 0, n = w.numel(); k < n; ++k) {
+    forEachElement(w.numel(), [&](int64_t k) {
       double wk = w.as<T>()[k];
       double gk = g.as<T>()[k] + p.weight_decay * wk;
       double mk = p.momentum * m.as<T>()[k] + gk;
       mOut.as<T>()[k] = static_cast<T>(mk);
       wOut.as<T>()[k] = static_cast<T>(wk - rate * (nesterov ? gk + p.momentum * mk : mk));
-    }
+    });
     return true;
   });
 }
@@ -558,7 +600,7 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
   bool decoupled = p.decoupled != 0;
   return dispatchFloat(w.dtype, [&](auto tag) {
     using T = decltype(tag);
-    for (int64_t k = 0, n = w.numel(); k < n; ++k) {
+    forEachElement(w.numel(), [&](int64_t k) {
       double wk = w.as<T>()[k], gk = g.as<T>()[k];
       if (decoupled)
         wk *= 1.0 - rate * p.weight_decay;
@@ -569,7 +611,7 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
       mOut.as<T>()[k] = static_cast<T>(mk);
       vOut.as<T>()[k] = static_cast<T>(vk);
       wOut.as<T>()[k] = static_cast<T>(wk - rate * (mk / c1) / (std::sqrt(vk / c2) + p.epsilon));
-    }
+    });
     return true;
   });
 }

@@ -6,6 +6,7 @@
 // 1, 2, 4 or 8 bytes, so every element type is served by one instantiation per size.
 //
 //===----------------------------------------------------------------------===//
+#include "Parallel.h"
 #include "lwrt/cpu_tensor.h"
 
 #include <algorithm>
@@ -246,8 +247,18 @@ bool gatherNdPlan(const Dims& data, const TensorView& indices, int64_t b, const 
 bool copy(const TensorView& x, const TensorView& y) {
   if (x.dtype != y.dtype || x.numel() != y.numel())
     return false;
-  if (x.data != y.data && x.bytes() > 0)
-    std::memmove(y.data, x.data, static_cast<size_t>(x.bytes()));
+  const auto* from = static_cast<const char*>(x.data);
+  auto* to = static_cast<char*>(y.data);
+  const int64_t bytes = x.bytes();
+  if (from == to || bytes <= 0)
+    return true;
+  if (from < to + bytes && to < from + bytes) { // overlapping: one memmove
+    std::memmove(to, from, static_cast<size_t>(bytes));
+    return true;
+  }
+  detail::parallelFor(bytes, int64_t{1} << 16, [&](int64_t first, int64_t last) {
+    std::memcpy(to + first, from + first, static_cast<size_t>(last - first));
+  });
   return true;
 }
 
@@ -284,14 +295,20 @@ bool concat(const std::vector<TensorView>& xs, const TensorView& y, const Concat
     return false;
   int64_t outer, inner, esize = dtypeSize(y.dtype);
   aroundAxis(y.shape, axis, outer, inner);
-  auto* out = static_cast<char*>(y.data);
-  for (int64_t o = 0; o < outer; ++o)
-    for (const TensorView& x : xs) {
-      int64_t chunk = x.shape[axis] * inner * esize;
-      if (chunk > 0)
-        std::memcpy(out, static_cast<const char*>(x.data) + o * chunk, static_cast<size_t>(chunk));
-      out += chunk;
-    }
+  const int64_t row = y.shape[axis] * inner * esize; // bytes of y per outer index
+  detail::parallelFor(outer, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, row)),
+                      [&](int64_t first, int64_t last) {
+                        for (int64_t o = first; o < last; ++o) {
+                          auto* out = static_cast<char*>(y.data) + o * row;
+                          for (const TensorView& x : xs) {
+                            int64_t chunk = x.shape[axis] * inner * esize;
+                            if (chunk > 0)
+                              std::memcpy(out, static_cast<const char*>(x.data) + o * chunk,
+                                          static_cast<size_t>(chunk));
+                            out += chunk;
+                          }
+                        }
+                      });
   return true;
 }
 
@@ -311,14 +328,20 @@ bool split(const TensorView& x, const std::vector<TensorView>& ys, const SplitPa
     return false;
   int64_t outer, inner, esize = dtypeSize(x.dtype);
   aroundAxis(x.shape, axis, outer, inner);
-  const auto* in = static_cast<const char*>(x.data);
-  for (int64_t o = 0; o < outer; ++o)
-    for (const TensorView& y : ys) {
-      int64_t chunk = y.shape[axis] * inner * esize;
-      if (chunk > 0)
-        std::memcpy(static_cast<char*>(y.data) + o * chunk, in, static_cast<size_t>(chunk));
-      in += chunk;
-    }
+  const int64_t row = x.shape[axis] * inner * esize; // bytes of x per outer index
+  detail::parallelFor(outer, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, row)),
+                      [&](int64_t first, int64_t last) {
+                        for (int64_t o = first; o < last; ++o) {
+                          const auto* in = static_cast<const char*>(x.data) + o * row;
+                          for (const TensorView& y : ys) {
+                            int64_t chunk = y.shape[axis] * inner * esize;
+                            if (chunk > 0)
+                              std::memcpy(static_cast<char*>(y.data) + o * chunk, in,
+                                          static_cast<size_t>(chunk));
+                            in += chunk;
+                          }
+                        }
+                      });
   return true;
 }
 

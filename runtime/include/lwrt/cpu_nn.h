@@ -1,5 +1,6 @@
 // lwrt/cpu_nn.h - the CPU backend's neural-network kernels
-// defines: conv2d, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d, maxPool2dGrad,
+// defines: conv2d, conv2dRelu, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d,
+// maxPool2dGrad,
 //   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormTrain,
 //   batchNormGrad, layerNorm, layerNormGrad, softmax, logSoftmax, softmaxGrad, logSoftmaxGrad,
 //   softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
@@ -20,9 +21,11 @@
 //    result views, or a label out of range (softmax_xent*).
 //  - Result views are preallocated by the caller and fully overwritten.
 //  - Float math is done in the tensors' element type (sums of many terms,
-//    the statistics of batch_norm_train and the losses, in double). Matrix
-//    products go to OpenBLAS (cblas_sgemm / cblas_dgemm).
-//  - Kernels keep no state and may run concurrently on different threads.
+//    the statistics of batch_norm_train and the losses, in double). Float32
+//    convolutions run on oneDNN, matrix products on OpenBLAS (cblas_sgemm /
+//    cblas_dgemm), both on the calling thread's pool (lwrt/cpu_threads.h).
+//  - Kernels may run concurrently on different threads. Each thread keeps
+//    the oneDNN primitives it made (one per shape) for its later calls.
 #pragma once
 
 #include "lwrt/nn_params.h"
@@ -50,6 +53,10 @@ using lwrt::SoftmaxParams;
 /// may be null.
 bool conv2d(const TensorView& x, const TensorView& w, const TensorView* bias, const TensorView& y,
             const Conv2dParams& p);
+/// relu(conv2d(x, w, bias)): a conv2d whose only use is a relu (codegen
+/// fuses the pair; the relu's result view is y).
+bool conv2dRelu(const TensorView& x, const TensorView& w, const TensorView* bias,
+                const TensorView& y, const Conv2dParams& p);
 /// dx (shape: input_shape) from dy and w.
 bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView& dx,
                      const Conv2dParams& p);
