@@ -164,6 +164,12 @@ class PhaseWriter {
 public:
   PhaseWriter(const Graph& g, const Places& where) : g_(g), where_(where) {}
 
+  /// CPU trainers: a conv2d whose only use is a relu written right after it
+  /// in the same function, with no event between, becomes one conv2dRelu
+  /// call that writes the relu's result (oneDNN applies the relu as the
+  /// convolution writes; the conv2d's own result is never read).
+  void fuseConvRelu(bool on) { fuseConvRelu_ = on; }
+
   /// Declarations of the views of `used`, in graph order (inputs, params,
   /// op results), for the top of a function body.
   std::string views(const std::set<const Value*>& used) {
@@ -188,6 +194,19 @@ public:
 
   llvm::Error write(GraphCode& code, const std::function<size_t(size_t)>& phaseOf) {
     Schedule schedule = scheduleOf();
+    {
+      std::vector<const Op*> order;
+      std::vector<size_t> phases;
+      size_t i = 0;
+      for (const auto& op : g_.ops()) {
+        if (op->kind() != OpKind::Constant) {
+          order.push_back(op.get());
+          phases.push_back(phaseOf(i));
+        }
+        ++i;
+      }
+      planFusions(order, schedule, [&](size_t k) { return phases[k] == phases[k + 1]; });
+    }
     if (schedule.multi)
       code.prologue << "  // The other streams start after what stream 0 launched before this "
                        "step.\n"
@@ -220,6 +239,14 @@ public:
       if (nothingToDo(out, op, *call))
         continue;
       std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
+      if (fused(out, op, *call)) {
+        if (auto it = schedule.records.find(&op); it != schedule.records.end())
+          out << "  if (!recordEvent(" << it->second << "))\n    return *failed = "
+              << cString(label) << ", false;\n";
+        out << "  if (b.mark)\n    b.mark(b.markContext, "
+            << cString(std::string(op.mnemonic()) + " " + label) << ");\n";
+        continue;
+      }
       if (schedule.multi && op.kind() != OpKind::Constant) {
         int64_t s = op.annotations().stream.value_or(0);
         std::string sync;
@@ -290,6 +317,13 @@ public:
     const int64_t start = multi ? nextEvent++ : -1;
     Schedule schedule = scheduleOf(ops, nextEvent);
     nextEvent = schedule.nextEvent;
+    for (int64_t s : streams) {
+      std::vector<const Op*> order;
+      for (const Op* op : ops)
+        if (op->annotations().stream.value_or(0) == s)
+          order.push_back(op);
+      planFusions(order, schedule, [](size_t) { return true; });
+    }
     for (int64_t s : streams)
       code.streams[s];
     auto check = [](const std::string& call, const std::string& label) {
@@ -324,6 +358,13 @@ public:
       if (nothingToDo(out, op, *call))
         continue;
       std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
+      if (fused(out, op, *call)) {
+        if (auto it = schedule.records.find(&op); it != schedule.records.end())
+          out << check("recordEvent(b, " + std::to_string(it->second) + ")", label);
+        out << "  if (b.mark)\n    b.mark(b.markContext, "
+            << cString(std::string(op.mnemonic()) + " " + label) << ");\n";
+        continue;
+      }
       for (int64_t e : schedule.waits[&op])
         out << check("waitEvent(b, " + std::to_string(e) + ")", label);
       out << check(*call, label);
@@ -590,9 +631,47 @@ private:
     return call + ")";
   }
 
+  /// Marks the conv2d -> relu pairs of `order` (the ops of one function, in
+  /// the order written) that fuse: the relu is the conv2d's only use, comes
+  /// next, waits for no event, and adjacent(k) says ops k and k+1 land in
+  /// one function.
+  template <typename Adjacent>
+  void planFusions(const std::vector<const Op*>& order, Schedule& schedule, Adjacent adjacent) {
+    if (!fuseConvRelu_)
+      return;
+    for (size_t k = 0; k + 1 < order.size(); ++k) {
+      const Op *conv = order[k], *relu = order[k + 1];
+      if (conv->kind() != OpKind::Conv2d || relu->kind() != OpKind::Relu ||
+          relu->operand(0) != conv->result() || conv->result()->uses().size() != 1 ||
+          !schedule.waits[relu].empty() || !adjacent(k) || !where_.count(relu->result()))
+        continue;
+      fusedInto_[conv] = relu;
+      fusedFrom_.insert(relu);
+    }
+  }
+
+  /// A fused pair's relu gets a note instead of a call (its events and
+  /// mark stay); its conv2d, the pair's call. False for other ops.
+  bool fused(std::ostringstream& out, const Op& op, std::string& call) {
+    if (fusedFrom_.count(&op)) {
+      out << "  // (computed by the conv2dRelu above)\n";
+      return true;
+    }
+    auto it = fusedInto_.find(&op);
+    if (it != fusedInto_.end())
+      call = "conv2dRelu(" + names_(op.operand(0)) + ", " + names_(op.operand(1)) + ", " +
+             (op.numOperands() > 2 ? "&" + names_(op.operand(2)) : std::string("nullptr")) +
+             ", " + names_(it->second->result()) + ", " +
+             paramsFormatters().at(OpKind::Conv2d)(op) + ")";
+    return false;
+  }
+
   const Graph& g_;
   const Places& where_;
   Names names_;
+  bool fuseConvRelu_ = false;
+  std::map<const Op*, const Op*> fusedInto_; ///< conv2d -> its relu
+  std::set<const Op*> fusedFrom_;            ///< the relus
 };
 
 /// Places the results of a planned graph that live on `device` at their
