@@ -3,10 +3,13 @@
 //
 // The pool is OpenMP's (libgomp). Debian's oneDNN is built on OpenMP, so
 // its primitives and these loops share one team of threads per calling
-// thread; OpenBLAS runs single-threaded on those threads (NNKernels.cpp
+// thread; OpenBLAS runs single-threaded on those threads (cpu/Blas.h
 // splits a product between them). Each thread that runs a step (the
 // trainer's main thread, or a multi-device trainer's stream threads) sets
-// its own team size (setThreads, lwrt/cpu_threads.h).
+// its own team size (setThreads, lwrt/cpu_threads.h). The loops enter the
+// team through libgomp's entry point for a parallel region (runTeam in
+// Parallel.cpp) rather than `#pragma omp`, so that any compiler builds them
+// and ThreadSanitizer is told of the region's fork and join.
 //
 // Splits depend only on the sizes and the team size, never on timing, so a
 // kernel gives the same bits whenever it runs with the same thread count;
@@ -15,26 +18,16 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <omp.h>
-
-// ThreadSanitizer does not see libgomp's fork and join (libgomp is not
-// instrumented), so the loops below tell it: everything the calling thread
-// did before a loop happens before each chunk, and each chunk before what
-// the caller does after it.
-#if defined(__SANITIZE_THREAD__)
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-#define LWRT_TSAN_ACQUIRE(addr) __tsan_acquire(addr)
-#define LWRT_TSAN_RELEASE(addr) __tsan_release(addr)
-#else
-#define LWRT_TSAN_ACQUIRE(addr) ((void)(addr))
-#define LWRT_TSAN_RELEASE(addr) ((void)(addr))
-#endif
 
 namespace lwrt::cpu::detail {
 
 /// The calling thread's team size (setThreads), 1 inside a parallel loop.
-inline int poolThreads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+int poolThreads();
+
+/// Runs body(context, t, team) on `parts` threads of the caller's team
+/// (fewer if the pool gives fewer), t = 0 .. team - 1, the caller being
+/// t = 0; returns when all have returned.
+void runTeam(int parts, void (*body)(void* context, int t, int team), void* context);
 
 /// Calls fn(begin, end) for contiguous ranges covering [0, n), one per
 /// thread of the calling thread's team, each of at least `grain` items
@@ -43,24 +36,25 @@ inline int poolThreads() { return omp_in_parallel() ? 1 : omp_get_max_threads();
 template <typename Fn> void parallelFor(int64_t n, int64_t grain, const Fn& fn) {
   if (n <= 0)
     return;
-  const int64_t parts = std::min<int64_t>(poolThreads(), (n + std::max<int64_t>(grain, 1) - 1) /
-                                                             std::max<int64_t>(grain, 1));
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t parts = std::min<int64_t>(poolThreads(), (n + grain - 1) / grain);
   if (parts <= 1) {
     fn(int64_t{0}, n);
     return;
   }
-  char fork = 0, join = 0;
-  LWRT_TSAN_RELEASE(&fork);
-#pragma omp parallel num_threads(static_cast <int>(parts))
-  {
-    LWRT_TSAN_ACQUIRE(&fork);
-    const int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
-    const int64_t begin = n * t / team, end = n * (t + 1) / team;
-    if (begin < end)
-      fn(begin, end);
-    LWRT_TSAN_RELEASE(&join);
-  }
-  LWRT_TSAN_ACQUIRE(&join);
+  struct Loop {
+    int64_t n;
+    const Fn* fn;
+  } loop{n, &fn};
+  runTeam(
+      static_cast<int>(parts),
+      [](void* context, int t, int team) {
+        const Loop& l = *static_cast<const Loop*>(context);
+        const int64_t begin = l.n * t / team, end = l.n * (t + 1) / team;
+        if (begin < end)
+          (*l.fn)(begin, end);
+      },
+      &loop);
 }
 
 /// Calls fn(chunk, begin, end) for the chunks [k*chunk, min(n, (k+1)*chunk))

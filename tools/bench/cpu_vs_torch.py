@@ -29,12 +29,17 @@ Needs PyTorch (/work/venv-torch); not part of CI.
 
     /work/venv-torch/bin/python tools/bench/cpu_vs_torch.py [--models lenet,alexnet]
         [--threads 1,2] [--rounds 3] [--seconds 2] [--no-compile] [--no-busy]
+
+--cpu-time (for development on a busy machine, one thread only) times each
+step by the CPU time the process used instead of the clock: lwcc's as the
+difference between a run of S steps and one of S/2.
 """
 import argparse
 import json
 import math
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -244,25 +249,28 @@ def torch_worker(args):
     for _ in range(3):  # warm-up (and compile)
         step()
     print("ready", flush=True)
+    clock = time.process_time if args.cpu_time else time.perf_counter
     for line in sys.stdin:
         seconds = float(line)
         for _ in range(2):
             step()
-        times, start = [], time.perf_counter()
-        while time.perf_counter() - start < seconds or len(times) < 5:
-            t0 = time.perf_counter()
+        times, start = [], clock()
+        while clock() - start < seconds or len(times) < 5:
+            t0 = clock()
             step()
-            times.append(time.perf_counter() - t0)
-        print(json.dumps({"step_s": statistics.median(times), "steps": len(times)}), flush=True)
+            times.append(clock() - t0)
+        step_s = (clock() - start) / len(times) if args.cpu_time else statistics.median(times)
+        print(json.dumps({"step_s": step_s, "steps": len(times)}), flush=True)
 
 
 # ------------------------------------------------------------- the parent
 class Worker:
-    def __init__(self, mode, model, batch_dir, shape, threads):
+    def __init__(self, mode, model, batch_dir, shape, threads, cpu_time):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), TORCHINDUCTOR_COMPILE_THREADS="1")
         self.p = subprocess.Popen(
             [sys.executable, __file__, "--worker", mode, "--model-file", model, "--batch-dir",
-             batch_dir, "--shape", ",".join(map(str, shape)), "--worker-threads", str(threads)],
+             batch_dir, "--shape", ",".join(map(str, shape)), "--worker-threads", str(threads)] +
+            (["--cpu-time"] if cpu_time else []),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         line = self.p.stdout.readline()
         if line.strip() != "ready":
@@ -278,16 +286,29 @@ class Worker:
         self.p.wait()
 
 
-def lwcc_measure(trainer, batch_dir, threads, steps, log):
-    """The median step time of a trainer run (its log's step_ms, after the
-    first five steps; the last step's figure is cut short and left out)."""
+def lwcc_run(trainer, batch_dir, threads, steps, log):
+    """Runs the trainer; returns the CPU seconds it used."""
     if os.path.exists(log):
         os.remove(log)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run([trainer, f"--data=raw:{batch_dir}", f"--steps={steps}",
                         f"--threads={threads}", "--progress=off", f"--log={log}"],
                        capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         sys.exit(f"{trainer} exited {r.returncode}: {r.stderr[-1500:]}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def lwcc_measure(trainer, batch_dir, threads, steps, log, cpu_time=False):
+    """The median step time of a trainer run (its log's step_ms, after the
+    first five steps; the last step's figure is cut short and left out),
+    or with cpu_time the CPU seconds of a step."""
+    if cpu_time:
+        half = lwcc_run(trainer, batch_dir, threads, steps // 2, log)
+        full = lwcc_run(trainer, batch_dir, threads, steps, log)
+        return max(full - half, 1e-9) / (steps - steps // 2)
+    lwcc_run(trainer, batch_dir, threads, steps, log)
     ms = [json.loads(line)["step_ms"] for line in open(log)
           if '"type":"step"' in line.replace(" ", "")]
     return statistics.median(ms[5:-1]) / 1000.0
@@ -324,6 +345,8 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-busy", action="store_true")
     ap.add_argument("--keep", help="keep the models and trainers in this folder")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time steps by CPU time (one thread, a busy machine)")
     # A PyTorch worker (internal).
     ap.add_argument("--worker", choices=["eager", "compile"])
     ap.add_argument("--model-file")
@@ -331,6 +354,8 @@ def main():
     ap.add_argument("--shape")
     ap.add_argument("--worker-threads", type=int)
     args = ap.parse_args()
+    if args.cpu_time and not args.worker and args.threads != "1":
+        sys.exit("--cpu-time measures one thread: use --threads 1")
     if args.worker:
         args.mode, args.model, args.threads = args.worker, args.model_file, args.worker_threads
         args.shape = [int(v) for v in args.shape.split(",")]
@@ -372,15 +397,17 @@ def main():
         path, batch_dir, dims, trainer = built[model]
         competitor = busy_process() if busy else None
         try:
-            workers = {m: Worker(m, path, batch_dir, dims, nthreads)
+            workers = {m: Worker(m, path, batch_dir, dims, nthreads, args.cpu_time)
                        for m in (["eager"] if busy else modes)}
             # Steps for ~args.seconds of lwcc, from a short first run.
             log = os.path.join(work, f"{model}.jsonl")
-            guess = lwcc_measure(trainer, batch_dir, nthreads, 12, log)
+            guess = (lwcc_run(trainer, batch_dir, nthreads, 12, log) / 12 if args.cpu_time else
+                     lwcc_measure(trainer, batch_dir, nthreads, 12, log))
             steps = int(min(2000, max(20, args.seconds / guess))) + 6
             samples = {m: [] for m in ["lwcc", *workers]}
             for _ in range(args.rounds):
-                samples["lwcc"].append(lwcc_measure(trainer, batch_dir, nthreads, steps, log))
+                samples["lwcc"].append(lwcc_measure(trainer, batch_dir, nthreads, steps, log,
+                                                    args.cpu_time))
                 for m, w in workers.items():
                     samples[m].append(w.measure(args.seconds))
             for w in workers.values():
