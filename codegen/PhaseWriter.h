@@ -241,8 +241,8 @@ public:
       std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
       if (fused(out, op, *call)) {
         if (auto it = schedule.records.find(&op); it != schedule.records.end())
-          out << "  if (!recordEvent(" << it->second << "))\n    return *failed = "
-              << cString(label) << ", false;\n";
+          out << "  if (!recordEvent(" << it->second
+              << "))\n    return *failed = " << cString(label) << ", false;\n";
         out << "  if (b.mark)\n    b.mark(b.markContext, "
             << cString(std::string(op.mnemonic()) + " " + label) << ");\n";
         continue;
@@ -660,9 +660,8 @@ private:
     auto it = fusedInto_.find(&op);
     if (it != fusedInto_.end())
       call = "conv2dRelu(" + names_(op.operand(0)) + ", " + names_(op.operand(1)) + ", " +
-             (op.numOperands() > 2 ? "&" + names_(op.operand(2)) : std::string("nullptr")) +
-             ", " + names_(it->second->result()) + ", " +
-             paramsFormatters().at(OpKind::Conv2d)(op) + ")";
+             (op.numOperands() > 2 ? "&" + names_(op.operand(2)) : std::string("nullptr")) + ", " +
+             names_(it->second->result()) + ", " + paramsFormatters().at(OpKind::Conv2d)(op) + ")";
     return false;
   }
 
