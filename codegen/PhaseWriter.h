@@ -164,11 +164,13 @@ class PhaseWriter {
 public:
   PhaseWriter(const Graph& g, const Places& where) : g_(g), where_(where) {}
 
-  /// CPU trainers: a conv2d whose only use is a relu written right after it
-  /// in the same function, with no event between, becomes one conv2dRelu
-  /// call that writes the relu's result (oneDNN applies the relu as the
-  /// convolution writes; the conv2d's own result is never read).
-  void fuseConvRelu(bool on) { fuseConvRelu_ = on; }
+  /// CPU trainers: a conv2d, batch_norm_train, batch_norm or float add whose
+  /// (first) result's only use is a relu written right after it in the same
+  /// function, with no event between, becomes one call of the kernel's
+  /// fused form (conv2dRelu, batchNormTrainRelu, batchNormRelu, addRelu)
+  /// that writes the relu's result instead (the unfused result is never
+  /// read).
+  void fuseRelu(bool on) { fuseRelu_ = on; }
 
   /// Declarations of the views of `used`, in graph order (inputs, params,
   /// op results), for the top of a function body.
@@ -620,57 +622,90 @@ private:
       args.push_back((optionalLast && i >= fixed ? "&" : "") + names_(op.operand(i)));
     if (optionalLast && op.numOperands() == fixed)
       args.push_back("nullptr");
+    // A fused call writes its relu's result in place of its first.
     for (unsigned r = 0; r < op.numResults(); ++r)
-      args.push_back(names_(op.result(r)));
+      args.push_back(names_(r == 0 && fusion_ ? fusion_->result() : op.result(r)));
     std::string p = params();
     if (!p.empty())
       args.push_back(p);
-    std::string call = fn + "(";
+    std::string call = fn + (fusion_ ? "Relu(" : "(");
     for (size_t i = 0; i < args.size(); ++i)
       call += (i ? ", " : "") + args[i];
     return call + ")";
   }
 
-  /// Marks the conv2d -> relu pairs of `order` (the ops of one function, in
-  /// the order written) that fuse: the relu is the conv2d's only use, comes
-  /// next, waits for no event, and adjacent(k) says ops k and k+1 land in
-  /// one function.
+  /// Marks the (producer, relu) pairs of `order` (the ops of one function,
+  /// in the order written) that fuse: the relu is the only use of the
+  /// producer's first result, waits for no event, adjacent(k) says ops k
+  /// and k+1 land in one function, and no op written between the two
+  /// touches the relu's result bytes (the fused call writes them early).
   template <typename Adjacent>
   void planFusions(const std::vector<const Op*>& order, Schedule& schedule, Adjacent adjacent) {
-    if (!fuseConvRelu_)
+    if (!fuseRelu_)
       return;
+    std::map<const Op*, size_t> at;
+    for (size_t k = 0; k < order.size(); ++k)
+      at[order[k]] = k;
     for (size_t k = 0; k + 1 < order.size(); ++k) {
-      const Op *conv = order[k], *relu = order[k + 1];
-      if (conv->kind() != OpKind::Conv2d || relu->kind() != OpKind::Relu ||
-          relu->operand(0) != conv->result() || conv->result()->uses().size() != 1 ||
-          !schedule.waits[relu].empty() || !adjacent(k) || !where_.count(relu->result()))
+      const Op* producer = order[k];
+      OpKind kind = producer->kind();
+      if (kind != OpKind::Conv2d && kind != OpKind::BatchNormTrain && kind != OpKind::BatchNorm &&
+          kind != OpKind::Add)
         continue;
-      fusedInto_[conv] = relu;
+      const Value* v = producer->result(0);
+      const DType t = v->type().dtype;
+      if ((t != DType::F32 && t != DType::F64) || v->uses().size() != 1)
+        continue;
+      const Op* relu = v->uses().front().user;
+      auto it = relu ? at.find(relu) : at.end();
+      if (it == at.end() || it->second <= k || relu->kind() != OpKind::Relu ||
+          !schedule.waits[relu].empty() || !where_.count(relu->result()))
+        continue;
+      const size_t r = it->second;
+      const auto& [region, offset] = where_.at(relu->result());
+      const int64_t end = offset + relu->result()->type().sizeInBytes();
+      bool clear = true;
+      for (size_t j = k; j < r && clear; ++j) {
+        clear = adjacent(j);
+        if (j > k)
+          for (const Access& a : accessesOf(*order[j]))
+            clear &= !(a.region == region && a.begin < end && offset < a.end);
+      }
+      if (!clear)
+        continue;
+      fusedInto_[producer] = relu;
       fusedFrom_.insert(relu);
     }
   }
 
   /// A fused pair's relu gets a note instead of a call (its events and
-  /// mark stay); its conv2d, the pair's call. False for other ops.
+  /// mark stay); its producer, the fused kernel's call (in `call`). False
+  /// for other ops.
   bool fused(std::ostringstream& out, const Op& op, std::string& call) {
     if (fusedFrom_.count(&op)) {
-      out << "  // (computed by the conv2dRelu above)\n";
+      out << "  // (computed with the relu by the call above)\n";
       return true;
     }
     auto it = fusedInto_.find(&op);
-    if (it != fusedInto_.end())
-      call = "conv2dRelu(" + names_(op.operand(0)) + ", " + names_(op.operand(1)) + ", " +
-             (op.numOperands() > 2 ? "&" + names_(op.operand(2)) : std::string("nullptr")) + ", " +
-             names_(it->second->result()) + ", " + paramsFormatters().at(OpKind::Conv2d)(op) + ")";
+    if (it != fusedInto_.end()) {
+      fusion_ = it->second;
+      auto fusedCall = callOf(op);
+      fusion_ = nullptr;
+      if (fusedCall)
+        call = *fusedCall;
+      else
+        llvm::consumeError(fusedCall.takeError()); // the caller already wrote the plain call
+    }
     return false;
   }
 
   const Graph& g_;
   const Places& where_;
   Names names_;
-  bool fuseConvRelu_ = false;
-  std::map<const Op*, const Op*> fusedInto_; ///< conv2d -> its relu
+  bool fuseRelu_ = false;
+  std::map<const Op*, const Op*> fusedInto_; ///< producer -> its relu
   std::set<const Op*> fusedFrom_;            ///< the relus
+  const Op* fusion_ = nullptr;               ///< while callOf writes a fused call: its relu
 };
 
 /// Places the results of a planned graph that live on `device` at their

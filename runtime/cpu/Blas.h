@@ -1,10 +1,10 @@
 // cpu/Blas.h - matrix products on the pool (not installed)
 // defines: matmulInto
 //
-// OpenBLAS runs single-threaded (the trainer starts with
-// OPENBLAS_NUM_THREADS=1, cpu/Parallel.cpp): a product is split into row
-// or column ranges of C, one OpenBLAS call per thread of the caller's team,
-// so OpenBLAS never starts threads of its own beside the pool's.
+// OpenBLAS runs single-threaded: a product is split into row or column
+// ranges of C, one OpenBLAS call per thread of the caller's team, so that
+// OpenBLAS's own threads (which wait for work spinning on sched_yield)
+// never run beside the pool's.
 #pragma once
 
 #include "Parallel.h"
@@ -14,6 +14,12 @@
 #include <cstdint>
 
 namespace lwrt::cpu::detail {
+
+/// Sets OpenBLAS to one thread, once per process (before its first product).
+inline void blasSingleThreaded() {
+  static const bool once = (openblas_set_num_threads(1), true);
+  (void)once;
+}
 
 /// Row-major C = alpha op(A) op(B) + beta C through cblas.
 inline void blasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -49,6 +55,7 @@ void matmulInto(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
         c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     return;
   }
+  blasSingleThreaded();
   const bool rows = m >= n;
   const int64_t len = rows ? m : n, blocks = (len + 15) / 16;
   const double flops =

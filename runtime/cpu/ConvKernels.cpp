@@ -12,6 +12,7 @@
 #include "lwrt/cpu_nn.h"
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 namespace lwrt::cpu {
@@ -145,6 +146,10 @@ struct ConvKernel : detail::Prepared {
   dnnl::memory bias, scratchpad;
   size_t scratchpadAt = 0, scratchBytes = 0;
   int argA = 0, argB = 0, argOut = 0;
+  /// oneDNN has no direct kernel for it and would fall back to a gemm per
+  /// image (backward weights on tiny images): ConvKernels' batched im2col
+  /// takes it instead.
+  bool gemmFallback = false;
 
   template <typename Pd> void finishPlan(const Pd& pd, ScratchPlan& plan) {
     const dnnl::engine& engine = detail::dnnlContext().engine;
@@ -241,8 +246,9 @@ bool dnnlBackwardWeights(const ConvGeom& g, const Conv2dParams& p, const TensorV
         k.argA = DNNL_ARG_SRC;
         k.argB = DNNL_ARG_DIFF_DST;
         k.argOut = DNNL_ARG_DIFF_WEIGHTS;
+        k.gemmFallback = std::string(pd.impl_info_str()).find("gemm") != std::string::npos;
       });
-  if (!k.ok)
+  if (!k.ok || k.gemmFallback)
     return false;
   k.run(x.data, dy.data, dw.data, nullptr);
   return true;
@@ -340,6 +346,43 @@ void conv2dGradInputIm2col(const ConvGeom& g, const Conv2dParams& p, const Tenso
     }
 }
 
+/// dW as one product per group over every image: dW_g [Mg, K] = dY_g [Mg,
+/// N*P] * cols_g [K, N*P]^T, dY gathered and the images' columns laid side
+/// by side in scratch (in chunks of images when they would take more than
+/// 64 MiB). For what oneDNN would run as a small gemm per image: a
+/// backward-weights on maps of a few pixels, where each image's product
+/// sums over only P.
+void conv2dGradFilterBatched(const ConvGeom& g, const Conv2dParams& p, const TensorView& xv,
+                             const TensorView& dyv, const TensorView& dwv) {
+  const float *x = xv.as<float>(), *dy = dyv.as<float>();
+  float* dw = dwv.as<float>();
+  const int64_t P = g.P(), K = g.K();
+  const int64_t perImage = (K + g.Mg) * P;
+  const int64_t chunk =
+      std::clamp<int64_t>((int64_t{16} << 20) / std::max<int64_t>(perImage, 1), 1, g.N);
+  float* cols = reinterpret_cast<float*>(
+      detail::scratch(static_cast<size_t>(chunk * perImage) * sizeof(float)));
+  float* dys = cols + chunk * K * P;
+  for (int64_t gi = 0; gi < g.G; ++gi)
+    for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+      const int64_t nb = std::min(chunk, g.N - n0), ld = nb * P;
+      detail::parallelFor(nb, 1, [&](int64_t first, int64_t last) {
+        std::vector<float> col(static_cast<size_t>(K * P));
+        for (int64_t n = first; n < last; ++n) {
+          im2col(x + ((n0 + n) * g.C + gi * g.Cg) * g.H * g.W, g, p, col.data());
+          for (int64_t k = 0; k < K; ++k)
+            std::copy(col.data() + k * P, col.data() + (k + 1) * P, cols + k * ld + n * P);
+          for (int64_t m = 0; m < g.Mg; ++m) {
+            const float* src = dy + ((n0 + n) * g.M + gi * g.Mg + m) * P;
+            std::copy(src, src + P, dys + m * ld + n * P);
+          }
+        }
+      });
+      matmulInto<float>(false, true, g.Mg, K, ld, 1.f, dys, ld, cols, ld, n0 == 0 ? 0.f : 1.f,
+                        dw + gi * g.Mg * K, K);
+    }
+}
+
 template <typename T>
 void conv2dGradFilterIm2col(const ConvGeom& g, const Conv2dParams& p, const TensorView& xv,
                             const TensorView& dyv, const TensorView& dwv) {
@@ -410,8 +453,11 @@ bool conv2dGradFilter(const TensorView& x, const TensorView& dy, const TensorVie
   ConvGeom g;
   if (!convGeom(x.shape, dw.shape, dy.shape, p, g))
     return false;
-  if (onDnnl(x.dtype, g) && dnnlBackwardWeights(g, p, x, dy, dw))
+  if (onDnnl(x.dtype, g)) {
+    if (!dnnlBackwardWeights(g, p, x, dy, dw))
+      conv2dGradFilterBatched(g, p, x, dy, dw);
     return true;
+  }
   return dispatch(x.dtype, [&](auto t) {
     conv2dGradFilterIm2col<decltype(t)>(g, p, x, dy, dw);
     return true;

@@ -131,27 +131,79 @@ bool poolShapes(const TensorView& x, const TensorView& y, const int64_t* kernel,
   return true;
 }
 
-/// Calls fn(xi, yi) for every tap of every max-pool window of (image,
-/// channel) plane `nc`, in the order of the reference's forEachMaxPoolTap;
-/// indexes are within the plane.
-template <typename Fn>
-void forEachMaxPoolTap(const std::vector<int64_t>& xs, const std::vector<int64_t>& ys,
-                       const MaxPool2dParams& p, Fn fn) {
-  for (int64_t oh = 0; oh < ys[2]; ++oh)
-    for (int64_t ow = 0; ow < ys[3]; ++ow) {
-      int64_t yi = oh * ys[3] + ow;
-      for (int64_t i = 0; i < p.kernel[0]; ++i) {
-        int64_t ih = oh * p.strides[0] - p.pads[0] + i * p.dilations[0];
-        if (ih < 0 || ih >= xs[2])
-          continue;
-        for (int64_t j = 0; j < p.kernel[1]; ++j) {
-          int64_t iw = ow * p.strides[1] - p.pads[1] + j * p.dilations[1];
-          if (iw >= 0 && iw < xs[3])
-            fn(ih * xs[3] + iw, yi);
+/// The taps of a max-pool window along one dim that land in the input:
+/// taps [first, last) of the kernel, tap i at input index start + i * dil.
+struct Taps {
+  int64_t first, last, start;
+};
+
+/// The taps of each output index along one dim.
+std::vector<Taps> tapsAlong(int64_t out, int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                            int64_t dil) {
+  std::vector<Taps> taps(static_cast<size_t>(out));
+  for (int64_t o = 0; o < out; ++o) {
+    int64_t start = o * stride - pad;
+    int64_t first = start < 0 ? (-start + dil - 1) / dil : 0;
+    int64_t last = start < in ? std::min(kernel, (in - start + dil - 1) / dil) : 0;
+    taps[static_cast<size_t>(o)] = {first, std::max(first, last), start};
+  }
+  return taps;
+}
+
+/// A max pool's windows over one (image, channel) plane, visited as the
+/// reference's forEachMaxPoolTap does: output by output, taps row-major.
+struct MaxPoolPlanes {
+  std::vector<Taps> rows, cols;
+  int64_t W, OW, dh, dw;
+  MaxPoolPlanes(const std::vector<int64_t>& xs, const std::vector<int64_t>& ys,
+                const MaxPool2dParams& p)
+      : rows(tapsAlong(ys[2], xs[2], p.kernel[0], p.strides[0], p.pads[0], p.dilations[0])),
+        cols(tapsAlong(ys[3], xs[3], p.kernel[1], p.strides[1], p.pads[1], p.dilations[1])),
+        W(xs[3]), OW(ys[3]), dh(p.dilations[0]), dw(p.dilations[1]) {}
+
+  /// y[o] = the window's maximum (-inf for an empty window).
+  template <typename T> void forward(const T* x, T* y) const {
+    for (size_t oh = 0; oh < rows.size(); ++oh) {
+      const Taps& r = rows[oh];
+      for (size_t ow = 0; ow < cols.size(); ++ow) {
+        const Taps& c = cols[ow];
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t i = r.first; i < r.last; ++i) {
+          const T* row = x + (r.start + i * dh) * W + c.start;
+          for (int64_t j = c.first; j < c.last; ++j)
+            m = m < row[j * dw] ? row[j * dw] : m;
         }
+        y[static_cast<int64_t>(oh) * OW + static_cast<int64_t>(ow)] = m;
       }
     }
-}
+  }
+
+  /// dx[first maximum of each window] += dy (dx zeroed first).
+  template <typename T> void backward(const T* x, const T* dy, T* dx, int64_t xPlane) const {
+    std::fill(dx, dx + xPlane, T(0));
+    for (size_t oh = 0; oh < rows.size(); ++oh) {
+      const Taps& r = rows[oh];
+      for (size_t ow = 0; ow < cols.size(); ++ow) {
+        const Taps& c = cols[ow];
+        if (r.first == r.last || c.first == c.last)
+          continue;
+        int64_t best = (r.start + r.first * dh) * W + c.start + c.first * dw;
+        T top = x[best];
+        for (int64_t i = r.first; i < r.last; ++i) {
+          const int64_t row = (r.start + i * dh) * W + c.start;
+          for (int64_t j = c.first; j < c.last; ++j) {
+            const T v = x[row + j * dw];
+            if (v > top) {
+              top = v;
+              best = row + j * dw;
+            }
+          }
+        }
+        dx[best] += dy[static_cast<int64_t>(oh) * OW + static_cast<int64_t>(ow)];
+      }
+    }
+  }
+};
 
 /// Calls fn(nc) for every (image, channel) plane of y, spread over the pool.
 template <typename Fn> void forEachPlane(const std::vector<int64_t>& ys, int64_t work, Fn fn) {
@@ -170,11 +222,9 @@ bool maxPool2dImpl(const TensorView& xv, const TensorView& yv, const MaxPool2dPa
     return false;
   const std::vector<int64_t>&xs = xv.shape, &ys = yv.shape;
   const int64_t xPlane = xs[2] * xs[3], yPlane = ys[2] * ys[3];
+  MaxPoolPlanes planes(xs, ys, p);
   forEachPlane(ys, yPlane * p.kernel[0] * p.kernel[1], [&](int64_t nc) {
-    const T* x = xv.as<T>() + nc * xPlane;
-    T* y = yv.as<T>() + nc * yPlane;
-    std::fill(y, y + yPlane, -std::numeric_limits<T>::infinity());
-    forEachMaxPoolTap(xs, ys, p, [&](int64_t xi, int64_t yi) { y[yi] = std::max(y[yi], x[xi]); });
+    planes.forward(xv.as<T>() + nc * xPlane, yv.as<T>() + nc * yPlane);
   });
   return true;
 }
@@ -186,26 +236,10 @@ bool maxPool2dGradImpl(const TensorView& xv, const TensorView& dyv, const Tensor
     return false;
   const std::vector<int64_t>&xs = xv.shape, &ys = dyv.shape;
   const int64_t xPlane = xs[2] * xs[3], yPlane = ys[2] * ys[3];
+  MaxPoolPlanes planes(xs, ys, p);
   forEachPlane(ys, yPlane * p.kernel[0] * p.kernel[1], [&](int64_t nc) {
-    const T *x = xv.as<T>() + nc * xPlane, *dy = dyv.as<T>() + nc * yPlane;
-    T* dx = dxv.as<T>() + nc * xPlane;
-    std::fill(dx, dx + xPlane, T(0));
-    // Each output's first maximum, taps in row-major order, gets its dy.
-    int64_t yi = -1, best = -1;
-    auto flush = [&] {
-      if (yi >= 0 && best >= 0)
-        dx[best] += dy[yi];
-    };
-    forEachMaxPoolTap(xs, ys, p, [&](int64_t xi, int64_t y) {
-      if (y != yi) {
-        flush();
-        yi = y;
-        best = xi;
-      } else if (x[xi] > x[best]) {
-        best = xi;
-      }
-    });
-    flush();
+    planes.backward(xv.as<T>() + nc * xPlane, dyv.as<T>() + nc * yPlane, dxv.as<T>() + nc * xPlane,
+                    xPlane);
   });
   return true;
 }

@@ -182,7 +182,7 @@ double channelSum(const T* x, const Channels& L, int64_t ch, F f) {
 template <typename T>
 bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
                    const TensorView& mv, const TensorView& vv, const TensorView& yv,
-                   const BatchNormParams& p) {
+                   const BatchNormParams& p, bool relu) {
   Channels L;
   if (!channels(xv, L) || yv.shape != xv.shape)
     return false;
@@ -196,8 +196,10 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
     T a = scale[ch] / std::sqrt(var[ch] + static_cast<T>(p.epsilon));
     for (int64_t n = 0; n < L.N; ++n) {
       int64_t base = (n * L.C + ch) * L.inner;
-      for (int64_t q = 0; q < L.inner; ++q)
-        y[base + q] = a * (x[base + q] - mean[ch]) + bias[ch];
+      for (int64_t q = 0; q < L.inner; ++q) {
+        T v = a * (x[base + q] - mean[ch]) + bias[ch];
+        y[base + q] = relu && !(v > T(0)) ? T(0) : v;
+      }
     }
   });
   return true;
@@ -206,7 +208,7 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
 template <typename T>
 bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
                         const TensorView& yv, const TensorView& mv, const TensorView& vv,
-                        const BatchNormTrainParams& p) {
+                        const BatchNormTrainParams& p, bool relu) {
   Channels L;
   if (!channels(xv, L) || yv.shape != xv.shape)
     return false;
@@ -227,8 +229,10 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
     double a = scale[ch] / std::sqrt(var + p.epsilon);
     for (int64_t n = 0; n < L.N; ++n) {
       int64_t base = (n * L.C + ch) * L.inner;
-      for (int64_t q = 0; q < L.inner; ++q)
-        y[base + q] = static_cast<T>(a * (x[base + q] - mean) + bias[ch]);
+      for (int64_t q = 0; q < L.inner; ++q) {
+        T v = static_cast<T>(a * (x[base + q] - mean) + bias[ch]);
+        y[base + q] = relu && !(v > T(0)) ? T(0) : v;
+      }
     }
     meanOut[ch] = static_cast<T>(mean);
     varOut[ch] = static_cast<T>(var);
@@ -480,14 +484,28 @@ bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& b
                const TensorView& mean, const TensorView& var, const TensorView& y,
                const BatchNormParams& p) {
   return floatViews(x.dtype, {&x, &scale, &bias, &mean, &var, &y}) &&
-         LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p));
+         LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p, false));
+}
+
+bool batchNormRelu(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                   const TensorView& mean, const TensorView& var, const TensorView& y,
+                   const BatchNormParams& p) {
+  return floatViews(x.dtype, {&x, &scale, &bias, &mean, &var, &y}) &&
+         LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p, true));
 }
 
 bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
                     const TensorView& y, const TensorView& mean, const TensorView& var,
                     const BatchNormTrainParams& p) {
   return floatViews(x.dtype, {&x, &scale, &bias, &y, &mean, &var}) &&
-         LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p));
+         LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p, false));
+}
+
+bool batchNormTrainRelu(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                        const TensorView& y, const TensorView& mean, const TensorView& var,
+                        const BatchNormTrainParams& p) {
+  return floatViews(x.dtype, {&x, &scale, &bias, &y, &mean, &var}) &&
+         LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p, true));
 }
 
 bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,

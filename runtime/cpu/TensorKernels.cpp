@@ -280,9 +280,10 @@ bool reduce(const TensorView& x, const TensorView& y, const ReduceParams& p, boo
       want.push_back(1);
   if (x.dtype != y.dtype || y.shape != want)
     return false;
-  // Each output sums its inputs in row-major order (the reference's), the
-  // outputs spread over the pool: kept dims outside, reduced dims inside,
-  // with the input strides of each.
+  // Each output sums its inputs in row-major order (float runs of contiguous
+  // inputs in four interleaved partial sums), the outputs spread over the
+  // pool: kept dims outside, reduced dims inside, with the input strides of
+  // each.
   std::vector<int64_t> stride(rank, 1), keptDims, keptStrides, redDims, redStrides;
   for (int64_t d = rank - 1; d > 0; --d)
     stride[d - 1] = stride[d] * x.shape[d];
@@ -324,8 +325,24 @@ bool reduce(const TensorView& x, const TensorView& y, const ReduceParams& p, boo
             at += rest % redDims[d] * redStrides[d];
             rest /= redDims[d];
           }
-          for (int64_t e = 0; e < run; ++e)
-            acc += static_cast<Acc>(xs[at + e]);
+          if constexpr (std::is_floating_point_v<T>) {
+            // Four partial sums along a contiguous run (a fixed order: the
+            // same bits on any number of threads).
+            Acc a0{0}, a1{0}, a2{0}, a3{0};
+            int64_t e = 0;
+            for (; e + 4 <= run; e += 4) {
+              a0 += static_cast<Acc>(xs[at + e]);
+              a1 += static_cast<Acc>(xs[at + e + 1]);
+              a2 += static_cast<Acc>(xs[at + e + 2]);
+              a3 += static_cast<Acc>(xs[at + e + 3]);
+            }
+            for (; e < run; ++e)
+              a0 += static_cast<Acc>(xs[at + e]);
+            acc += (a0 + a1) + (a2 + a3);
+          } else {
+            for (int64_t e = 0; e < run; ++e)
+              acc += static_cast<Acc>(xs[at + e]);
+          }
         }
         if constexpr (std::is_floating_point_v<T>)
           ys[k] = static_cast<T>(mean ? acc / static_cast<double>(count) : acc);
@@ -385,6 +402,15 @@ template <typename T> T fillValue(const FillParams& p, int64_t k, DType t) {
 //===--- Unary ------------------------------------------------------------===//
 
 bool relu(const TensorView& x, const TensorView& y) {
+  if (x.dtype == DType::F32 && sameLayout(x, y)) { // the same values, vectorized
+    const float* xs = x.as<float>();
+    float* ys = y.as<float>();
+    detail::parallelFor(x.numel(), kGrain, [&](int64_t first, int64_t last) {
+      for (int64_t k = first; k < last; ++k)
+        ys[k] = xs[k] > 0.f ? xs[k] : 0.f;
+    });
+    return true;
+  }
   return unaryFloat(x, y, [](double v) { return v > 0 ? v : 0.0; });
 }
 bool leakyRelu(const TensorView& x, const TensorView& y, const LeakyReluParams& p) {
@@ -435,11 +461,39 @@ bool sign(const TensorView& x, const TensorView& y) {
 
 //===--- Binary -----------------------------------------------------------===//
 
-bool add(const TensorView& a, const TensorView& b, const TensorView& y) {
-  return binary(
-      a, b, y, [](double u, double v) { return u + v; },
-      [](auto u, auto v) { return wrapAdd(u, v); });
+namespace {
+
+/// a + b, then relu when `relu`: float32 operands of one shape directly (a
+/// float sum rounds as the double one does), the rest through binary().
+bool addMaybeRelu(const TensorView& a, const TensorView& b, const TensorView& y, bool relu) {
+  if (a.dtype == DType::F32 && sameLayout(a, b) && sameLayout(a, y)) {
+    const float *as = a.as<float>(), *bs = b.as<float>();
+    float* ys = y.as<float>();
+    detail::parallelFor(a.numel(), kGrain, [&](int64_t first, int64_t last) {
+      for (int64_t k = first; k < last; ++k) {
+        float v = as[k] + bs[k];
+        ys[k] = relu && !(v > 0.f) ? 0.f : v;
+      }
+    });
+    return true;
+  }
+  if (!binary(
+          a, b, y, [](double u, double v) { return u + v; },
+          [](auto u, auto v) { return wrapAdd(u, v); }))
+    return false;
+  return !relu || lwrt::cpu::relu(y, y);
 }
+
+} // namespace
+
+bool add(const TensorView& a, const TensorView& b, const TensorView& y) {
+  return addMaybeRelu(a, b, y, false);
+}
+
+bool addRelu(const TensorView& a, const TensorView& b, const TensorView& y) {
+  return (a.dtype == DType::F32 || a.dtype == DType::F64) && addMaybeRelu(a, b, y, true);
+}
+
 bool sub(const TensorView& a, const TensorView& b, const TensorView& y) {
   return binary(
       a, b, y, [](double u, double v) { return u - v; },
@@ -486,6 +540,15 @@ bool pow(const TensorView& a, const TensorView& b, const TensorView& y) {
 //===--- Backward elementwise ---------------------------------------------===//
 
 bool reluGrad(const TensorView& y, const TensorView& dy, const TensorView& dx) {
+  if (y.dtype == DType::F32 && sameLayout(y, dy) && sameLayout(y, dx)) {
+    const float *ys = y.as<float>(), *ds = dy.as<float>();
+    float* xs = dx.as<float>();
+    detail::parallelFor(y.numel(), kGrain, [&](int64_t first, int64_t last) {
+      for (int64_t k = first; k < last; ++k)
+        xs[k] = ys[k] > 0.f ? ds[k] : 0.f;
+    });
+    return true;
+  }
   return backward(y, dy, dx, [](double u, double d) { return u > 0 ? d : 0.0; });
 }
 bool leakyReluGrad(const TensorView& x, const TensorView& dy, const TensorView& dx,

@@ -9,6 +9,7 @@
 #include "lwrt/cpu_tensor.h"
 #include "lwrt/cpu_threads.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -200,6 +201,55 @@ TEST(RuntimeThreads, LibraryKernelsRepeatTheirBitsAndAgreeAcrossThreadCounts) {
       EXPECT_LT(relDiff(first[0], first[k]), 1e-5) << k + 1 << " threads against one";
     }
   }
+}
+
+} // namespace
+
+namespace {
+
+TEST(RuntimeThreads, FusedReluKernelsEqualTheKernelThenRelu) {
+  using namespace lwrt::cpu;
+  Buf x({4, 16, 10, 10}, 31), w({24, 16, 3, 3}, 32), b({24}, 33);
+  Buf y({4, 24, 8, 8}), r({4, 24, 8, 8}), fused({4, 24, 8, 8});
+  Conv2dParams p{{1, 1}, {0, 0, 0, 0}, {1, 1}, 1};
+  ASSERT_TRUE(conv2d(x.t, w.t, &b.t, y.t, p));
+  ASSERT_TRUE(relu(y.t, r.t));
+  ASSERT_TRUE(conv2dRelu(x.t, w.t, &b.t, fused.t, p));
+  EXPECT_LT(relDiff(r.v, fused.v), 1e-6);
+  EXPECT_TRUE(std::all_of(fused.v.begin(), fused.v.end(), [](float v) { return v >= 0; }));
+
+  Buf s({16}, 34), c({16}, 35), m({16}), v({16}), m2({16}), v2({16});
+  Buf bn({4, 16, 10, 10}), bnRelu({4, 16, 10, 10}), bnFused({4, 16, 10, 10});
+  ASSERT_TRUE(batchNormTrain(x.t, s.t, c.t, bn.t, m.t, v.t, {}));
+  ASSERT_TRUE(relu(bn.t, bnRelu.t));
+  ASSERT_TRUE(batchNormTrainRelu(x.t, s.t, c.t, bnFused.t, m2.t, v2.t, {}));
+  EXPECT_TRUE(bnRelu.v == bnFused.v);
+  EXPECT_TRUE(m.v == m2.v && v.v == v2.v);
+  ASSERT_TRUE(batchNorm(x.t, s.t, c.t, m.t, v.t, bn.t, {}));
+  ASSERT_TRUE(relu(bn.t, bnRelu.t));
+  ASSERT_TRUE(batchNormRelu(x.t, s.t, c.t, m.t, v.t, bnFused.t, {}));
+  EXPECT_TRUE(bnRelu.v == bnFused.v);
+}
+
+} // namespace
+
+namespace {
+
+// A backward-weights on 2x2 maps (ResNet's last stage at 64 px), which
+// oneDNN has no direct kernel for: one batched product over the images,
+// against the float64 kernel (im2col per image).
+TEST(RuntimeThreads, GradFilterOnTinyMapsMatchesFloat64) {
+  using namespace lwrt::cpu;
+  Conv2dParams p{{1, 1}, {1, 1, 1, 1}, {1, 1}, 1};
+  Buf x({6, 64, 2, 2}, 41), dy({6, 48, 2, 2}, 42), dw({48, 64, 3, 3});
+  ASSERT_TRUE(conv2dGradFilter(x.t, dy.t, dw.t, p));
+  std::vector<double> xd(x.v.begin(), x.v.end()), dyd(dy.v.begin(), dy.v.end());
+  std::vector<double> dwd(dw.v.size());
+  TensorView xt{xd.data(), DType::F64, {6, 64, 2, 2}}, dyt{dyd.data(), DType::F64, {6, 48, 2, 2}};
+  TensorView dwt{dwd.data(), DType::F64, {48, 64, 3, 3}};
+  ASSERT_TRUE(conv2dGradFilter(xt, dyt, dwt, p));
+  std::vector<float> want(dwd.begin(), dwd.end());
+  EXPECT_LT(relDiff(want, dw.v), 1e-5);
 }
 
 } // namespace

@@ -1,9 +1,9 @@
 // lwrt/cpu_nn.h - the CPU backend's neural-network kernels
 // defines: conv2d, conv2dRelu, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d,
 // maxPool2dGrad,
-//   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormTrain,
-//   batchNormGrad, layerNorm, layerNormGrad, softmax, logSoftmax, softmaxGrad, logSoftmaxGrad,
-//   softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
+//   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormRelu,
+//   batchNormTrain, batchNormTrainRelu, batchNormGrad, layerNorm, layerNormGrad, softmax,
+//   logSoftmax, softmaxGrad, logSoftmaxGrad, softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
 //
 // One function per IR op (ir/Ops.def), computing what the reference
 // interpreter computes (ir/Interpreter.cpp, ir/TrainKernels.cpp). Operands
@@ -102,10 +102,20 @@ bool lrnGrad(const TensorView& x, const TensorView& y, const TensorView& dy, con
 bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& bias,
                const TensorView& mean, const TensorView& var, const TensorView& y,
                const BatchNormParams& p);
+/// relu(batchNorm(...)): a batch_norm whose only use is a relu (codegen
+/// fuses the pair; the relu's result view is y).
+bool batchNormRelu(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                   const TensorView& mean, const TensorView& var, const TensorView& y,
+                   const BatchNormParams& p);
 /// (x, scale, bias) -> (y, batch mean, batch population variance).
 bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
                     const TensorView& y, const TensorView& mean, const TensorView& var,
                     const BatchNormTrainParams& p);
+/// The same with y = relu(batch norm of x) (codegen fuses a batch_norm_train
+/// whose first result's only use is a relu).
+bool batchNormTrainRelu(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                        const TensorView& y, const TensorView& mean, const TensorView& var,
+                        const BatchNormTrainParams& p);
 /// (x, scale, mean, var, dy) -> (dx, dscale, dbias).
 bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,
                    const TensorView& var, const TensorView& dy, const TensorView& dx,

@@ -1,6 +1,6 @@
 // lwrt/cpu_tensor.h - the CPU backend's elementwise, shape, reduction and training-update kernels
 // defines: relu, leakyRelu, sigmoid, tanh, erf, exp, log, sqrt, reciprocal, clip, neg, abs, sign,
-// add,
+// add, addRelu,
 //   sub, mul, div, pow, reluGrad, leakyReluGrad, sigmoidGrad, tanhGrad, clipGrad, reduceMean,
 //   reduceSum, copy, transpose, concat, slice, sliceGrad, split, gather, gatherGrad, gatherNd,
 //   gatherNdGrad, expand, pad,
@@ -85,6 +85,9 @@ bool sign(const TensorView& x, const TensorView& y);
 //===--- Binary with numpy broadcasting (a, b -> y) ------------------------===//
 
 bool add(const TensorView& a, const TensorView& b, const TensorView& y);
+/// relu(a + b), float only: an add whose only use is a relu (codegen fuses
+/// the pair; the relu's result view is y).
+bool addRelu(const TensorView& a, const TensorView& b, const TensorView& y);
 bool sub(const TensorView& a, const TensorView& b, const TensorView& y);
 bool mul(const TensorView& a, const TensorView& b, const TensorView& y);
 /// Integers truncate toward zero; a zero divisor (or INT_MIN / -1) fails.

@@ -6,11 +6,6 @@
 // team size of its own: the trainer gives the thread that runs a step the
 // trainer's --threads, and each stream thread of a multi-device trainer its
 // device's share of them.
-//
-// The pool's idle threads spin briefly and then sleep (OpenMP's
-// GOMP_SPINCOUNT, set before the program starts unless OMP_WAIT_POLICY or
-// GOMP_SPINCOUNT is in the environment), so that a trainer does not hold
-// cores another process needs, nor stall on threads that lost theirs.
 #pragma once
 
 namespace lwrt::cpu {
