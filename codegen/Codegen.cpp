@@ -272,7 +272,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
         commIds[op.get()] = numComm++;
     for (int64_t d = 0; d < md.devices; ++d) {
       PhaseWriter w(g, md.where[static_cast<size_t>(d)]);
-      w.fuseRelu(!cuda);
+      w.fuseActivations(!cuda);
       DeviceCode code;
       if (llvm::Error e = w.writeDevice(code, d, commIds, numEvents))
         return e;
@@ -308,7 +308,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       --updateFrom;
     GraphCode code;
     PhaseWriter w(g, where);
-    w.fuseRelu(!cuda);
+    w.fuseActivations(!cuda);
     if (llvm::Error e = w.write(code, [&](size_t i) -> size_t {
           return i <= lossAt ? 0 : i < updateFrom ? 1 : 2;
         }))
@@ -330,7 +330,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   if (o.eval) {
     GraphCode code;
     PhaseWriter w(*o.eval, evalWhere);
-    w.fuseRelu(!cuda);
+    w.fuseActivations(!cuda);
     if (llvm::Error e = w.write(code, [](size_t) -> size_t { return 0; }))
       return e;
     code.phases.resize(1);

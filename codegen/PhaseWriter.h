@@ -165,12 +165,12 @@ public:
   PhaseWriter(const Graph& g, const Places& where) : g_(g), where_(where) {}
 
   /// CPU trainers: a conv2d, batch_norm_train, batch_norm or float add whose
-  /// (first) result's only use is a relu written right after it in the same
-  /// function, with no event between, becomes one call of the kernel's
-  /// fused form (conv2dRelu, batchNormTrainRelu, batchNormRelu, addRelu)
-  /// that writes the relu's result instead (the unfused result is never
-  /// read).
-  void fuseRelu(bool on) { fuseRelu_ = on; }
+  /// (first) result's only use is a relu or clip (the activation) written
+  /// later in the same function becomes one call of the kernel's fused form
+  /// (conv2dAct, batchNormTrainAct, batchNormAct, addAct) that writes the
+  /// activation's result instead (the unfused result is never read); see
+  /// planFusions for when.
+  void fuseActivations(bool on) { fuseActivations_ = on; }
 
   /// Declarations of the views of `used`, in graph order (inputs, params,
   /// op results), for the top of a function body.
@@ -622,26 +622,33 @@ private:
       args.push_back((optionalLast && i >= fixed ? "&" : "") + names_(op.operand(i)));
     if (optionalLast && op.numOperands() == fixed)
       args.push_back("nullptr");
-    // A fused call writes its relu's result in place of its first.
+    // A fused call writes its activation's result in place of its first,
+    // and takes the activation last.
     for (unsigned r = 0; r < op.numResults(); ++r)
       args.push_back(names_(r == 0 && fusion_ ? fusion_->result() : op.result(r)));
     std::string p = params();
     if (!p.empty())
       args.push_back(p);
-    std::string call = fn + (fusion_ ? "Relu(" : "(");
+    if (fusion_)
+      args.push_back(fusion_->kind() == OpKind::Relu
+                         ? std::string("Activation{Activation::Relu}")
+                         : "Activation{Activation::Clip, " + num(fusion_->getFloat("min")) + ", " +
+                               num(fusion_->getFloat("max")) + "}");
+    std::string call = fn + (fusion_ ? "Act(" : "(");
     for (size_t i = 0; i < args.size(); ++i)
       call += (i ? ", " : "") + args[i];
     return call + ")";
   }
 
-  /// Marks the (producer, relu) pairs of `order` (the ops of one function,
-  /// in the order written) that fuse: the relu is the only use of the
-  /// producer's first result, waits for no event, adjacent(k) says ops k
-  /// and k+1 land in one function, and no op written between the two
-  /// touches the relu's result bytes (the fused call writes them early).
+  /// Marks the (producer, activation) pairs of `order` (the ops of one
+  /// function, in the order written) that fuse: the activation (relu, or
+  /// clip) is the only use of the producer's first result, waits for no
+  /// event, adjacent(k) says ops k and k+1 land in one function, and no op
+  /// written between the two touches the activation's result bytes (the
+  /// fused call writes them early).
   template <typename Adjacent>
   void planFusions(const std::vector<const Op*>& order, Schedule& schedule, Adjacent adjacent) {
-    if (!fuseRelu_)
+    if (!fuseActivations_)
       return;
     std::map<const Op*, size_t> at;
     for (size_t k = 0; k < order.size(); ++k)
@@ -658,7 +665,8 @@ private:
         continue;
       const Op* relu = v->uses().front().user;
       auto it = relu ? at.find(relu) : at.end();
-      if (it == at.end() || it->second <= k || relu->kind() != OpKind::Relu ||
+      if (it == at.end() || it->second <= k ||
+          (relu->kind() != OpKind::Relu && relu->kind() != OpKind::Clip) ||
           !schedule.waits[relu].empty() || !where_.count(relu->result()))
         continue;
       const size_t r = it->second;
@@ -683,7 +691,7 @@ private:
   /// for other ops.
   bool fused(std::ostringstream& out, const Op& op, std::string& call) {
     if (fusedFrom_.count(&op)) {
-      out << "  // (computed with the relu by the call above)\n";
+      out << "  // (computed by the fused call above)\n";
       return true;
     }
     auto it = fusedInto_.find(&op);
@@ -702,10 +710,10 @@ private:
   const Graph& g_;
   const Places& where_;
   Names names_;
-  bool fuseRelu_ = false;
-  std::map<const Op*, const Op*> fusedInto_; ///< producer -> its relu
-  std::set<const Op*> fusedFrom_;            ///< the relus
-  const Op* fusion_ = nullptr;               ///< while callOf writes a fused call: its relu
+  bool fuseActivations_ = false;
+  std::map<const Op*, const Op*> fusedInto_; ///< producer -> its activation
+  std::set<const Op*> fusedFrom_;            ///< the activations
+  const Op* fusion_ = nullptr;               ///< while callOf writes a fused call: its activation
 };
 
 /// Places the results of a planned graph that live on `device` at their

@@ -12,6 +12,7 @@
 #include "lwrt/cpu_nn.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -61,7 +62,11 @@ enum KernelId : int64_t { kConvForward = 1, kConvBackwardData, kConvBackwardWeig
 
 /// The cache key of a convolution kernel: its geometry, attributes and the
 /// team it runs on.
-Key convKey(KernelId id, const ConvGeom& g, const Conv2dParams& p, bool bias, bool relu) {
+Key convKey(KernelId id, const ConvGeom& g, const Conv2dParams& p, bool bias,
+            const Activation& act) {
+  int64_t lo, hi;
+  std::memcpy(&lo, &act.min, sizeof lo);
+  std::memcpy(&hi, &act.max, sizeof hi);
   return {id,
           g.N,
           g.C,
@@ -82,7 +87,9 @@ Key convKey(KernelId id, const ConvGeom& g, const Conv2dParams& p, bool bias, bo
           p.dilations[0],
           p.dilations[1],
           bias,
-          relu,
+          act.kind,
+          lo,
+          hi,
           detail::poolThreads()};
 }
 
@@ -118,12 +125,17 @@ dnnl::primitive_attr userScratchpad() {
   return attr;
 }
 
-dnnl::convolution_forward::primitive_desc forwardDesc(const ConvDescs& d, bool bias, bool relu) {
+dnnl::convolution_forward::primitive_desc forwardDesc(const ConvDescs& d, bool bias,
+                                                      const Activation& act) {
   const dnnl::engine& engine = detail::dnnlContext().engine;
   dnnl::primitive_attr attr = userScratchpad();
-  if (relu) {
+  if (act.kind != Activation::None) {
     dnnl::post_ops ops;
-    ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    if (act.kind == Activation::Relu)
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    else
+      ops.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, static_cast<float>(act.min),
+                         static_cast<float>(act.max));
     attr.set_post_ops(ops);
   }
   using fwd = dnnl::convolution_forward;
@@ -179,11 +191,11 @@ struct ConvKernel : detail::Prepared {
 };
 
 bool dnnlForward(const ConvGeom& g, const Conv2dParams& p, const TensorView& x, const TensorView& w,
-                 const TensorView* b, const TensorView& y, bool relu) {
+                 const TensorView* b, const TensorView& y, const Activation& act) {
   auto& k = detail::prepared<ConvKernel>(
-      convKey(kConvForward, g, p, b != nullptr, relu), [&](ConvKernel& k) {
+      convKey(kConvForward, g, p, b != nullptr, act), [&](ConvKernel& k) {
         ConvDescs d = convDescs(g, p);
-        auto pd = forwardDesc(d, b != nullptr, relu);
+        auto pd = forwardDesc(d, b != nullptr, act);
         ScratchPlan plan;
         k.a.plan(d.src, pd.src_desc(), true, plan);
         k.b.plan(d.wei, pd.weights_desc(), true, plan);
@@ -203,10 +215,10 @@ bool dnnlForward(const ConvGeom& g, const Conv2dParams& p, const TensorView& x, 
 
 bool dnnlBackwardData(const ConvGeom& g, const Conv2dParams& p, const TensorView& dy,
                       const TensorView& w, const TensorView& dx) {
-  auto& k = detail::prepared<ConvKernel>(
-      convKey(kConvBackwardData, g, p, false, false), [&](ConvKernel& k) {
+  auto& k =
+      detail::prepared<ConvKernel>(convKey(kConvBackwardData, g, p, false, {}), [&](ConvKernel& k) {
         ConvDescs d = convDescs(g, p);
-        auto hint = forwardDesc(d, false, false);
+        auto hint = forwardDesc(d, false, {});
         using bwd = dnnl::convolution_backward_data;
         bwd::primitive_desc pd(bwd::desc(dnnl::algorithm::convolution_direct, d.srcAny, d.weiAny,
                                          d.dstAny, d.strides, d.dilations, d.padL, d.padR),
@@ -230,9 +242,9 @@ bool dnnlBackwardData(const ConvGeom& g, const Conv2dParams& p, const TensorView
 bool dnnlBackwardWeights(const ConvGeom& g, const Conv2dParams& p, const TensorView& x,
                          const TensorView& dy, const TensorView& dw) {
   auto& k = detail::prepared<ConvKernel>(
-      convKey(kConvBackwardWeights, g, p, false, false), [&](ConvKernel& k) {
+      convKey(kConvBackwardWeights, g, p, false, {}), [&](ConvKernel& k) {
         ConvDescs d = convDescs(g, p);
-        auto hint = forwardDesc(d, false, false);
+        auto hint = forwardDesc(d, false, {});
         using bwd = dnnl::convolution_backward_weights;
         bwd::primitive_desc pd(bwd::desc(dnnl::algorithm::convolution_direct, d.srcAny, d.weiAny,
                                          d.dstAny, d.strides, d.dilations, d.padL, d.padR),
@@ -306,7 +318,8 @@ template <typename T> void col2im(const T* col, const ConvGeom& g, const Conv2dP
 
 template <typename T>
 void conv2dIm2col(const ConvGeom& g, const Conv2dParams& p, const TensorView& xv,
-                  const TensorView& wv, const TensorView* bv, const TensorView& yv, bool relu) {
+                  const TensorView& wv, const TensorView* bv, const TensorView& yv,
+                  const Activation& act) {
   const T *x = xv.as<T>(), *w = wv.as<T>();
   T* y = yv.as<T>();
   std::vector<T> col(static_cast<size_t>(g.K() * g.P()));
@@ -325,9 +338,9 @@ void conv2dIm2col(const ConvGeom& g, const Conv2dParams& p, const TensorView& xv
           row[k] += b[m];
       }
   }
-  if (relu)
+  if (act.kind != Activation::None)
     for (int64_t k = 0, n = yv.numel(); k < n; ++k)
-      y[k] = y[k] > T(0) ? y[k] : T(0);
+      y[k] = act.apply(y[k]);
 }
 
 template <typename T>
@@ -400,7 +413,7 @@ void conv2dGradFilterIm2col(const ConvGeom& g, const Conv2dParams& p, const Tens
 }
 
 bool conv2dAny(const TensorView& x, const TensorView& w, const TensorView* bias,
-               const TensorView& y, const Conv2dParams& p, bool relu) {
+               const TensorView& y, const Conv2dParams& p, const Activation& act) {
   if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &w, &y}))
     return false;
   ConvGeom g;
@@ -409,10 +422,10 @@ bool conv2dAny(const TensorView& x, const TensorView& w, const TensorView* bias,
   if (bias && (bias->dtype != x.dtype || bias->shape != std::vector<int64_t>{g.M} ||
                (bias->data == nullptr && g.M != 0)))
     return false;
-  if (onDnnl(x.dtype, g) && dnnlForward(g, p, x, w, bias, y, relu))
+  if (onDnnl(x.dtype, g) && dnnlForward(g, p, x, w, bias, y, act))
     return true;
   return dispatch(x.dtype, [&](auto t) {
-    conv2dIm2col<decltype(t)>(g, p, x, w, bias, y, relu);
+    conv2dIm2col<decltype(t)>(g, p, x, w, bias, y, act);
     return true;
   });
 }
@@ -423,12 +436,12 @@ bool conv2dAny(const TensorView& x, const TensorView& w, const TensorView* bias,
 
 bool conv2d(const TensorView& x, const TensorView& w, const TensorView* bias, const TensorView& y,
             const Conv2dParams& p) {
-  return conv2dAny(x, w, bias, y, p, false);
+  return conv2dAny(x, w, bias, y, p, {});
 }
 
-bool conv2dRelu(const TensorView& x, const TensorView& w, const TensorView* bias,
-                const TensorView& y, const Conv2dParams& p) {
-  return conv2dAny(x, w, bias, y, p, true);
+bool conv2dAct(const TensorView& x, const TensorView& w, const TensorView* bias,
+               const TensorView& y, const Conv2dParams& p, const Activation& act) {
+  return conv2dAny(x, w, bias, y, p, act);
 }
 
 bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView& dx,

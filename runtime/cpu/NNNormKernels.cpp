@@ -182,7 +182,7 @@ double channelSum(const T* x, const Channels& L, int64_t ch, F f) {
 template <typename T>
 bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
                    const TensorView& mv, const TensorView& vv, const TensorView& yv,
-                   const BatchNormParams& p, bool relu) {
+                   const BatchNormParams& p, const Activation& act) {
   Channels L;
   if (!channels(xv, L) || yv.shape != xv.shape)
     return false;
@@ -197,8 +197,7 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
     for (int64_t n = 0; n < L.N; ++n) {
       int64_t base = (n * L.C + ch) * L.inner;
       for (int64_t q = 0; q < L.inner; ++q) {
-        T v = a * (x[base + q] - mean[ch]) + bias[ch];
-        y[base + q] = relu && !(v > T(0)) ? T(0) : v;
+        y[base + q] = act.apply(a * (x[base + q] - mean[ch]) + bias[ch]);
       }
     }
   });
@@ -208,7 +207,7 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
 template <typename T>
 bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
                         const TensorView& yv, const TensorView& mv, const TensorView& vv,
-                        const BatchNormTrainParams& p, bool relu) {
+                        const BatchNormTrainParams& p, const Activation& act) {
   Channels L;
   if (!channels(xv, L) || yv.shape != xv.shape)
     return false;
@@ -230,8 +229,7 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
     for (int64_t n = 0; n < L.N; ++n) {
       int64_t base = (n * L.C + ch) * L.inner;
       for (int64_t q = 0; q < L.inner; ++q) {
-        T v = static_cast<T>(a * (x[base + q] - mean) + bias[ch]);
-        y[base + q] = relu && !(v > T(0)) ? T(0) : v;
+        y[base + q] = act.apply(static_cast<T>(a * (x[base + q] - mean) + bias[ch]));
       }
     }
     meanOut[ch] = static_cast<T>(mean);
@@ -484,28 +482,28 @@ bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& b
                const TensorView& mean, const TensorView& var, const TensorView& y,
                const BatchNormParams& p) {
   return floatViews(x.dtype, {&x, &scale, &bias, &mean, &var, &y}) &&
-         LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p, false));
+         LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p, {}));
 }
 
-bool batchNormRelu(const TensorView& x, const TensorView& scale, const TensorView& bias,
-                   const TensorView& mean, const TensorView& var, const TensorView& y,
-                   const BatchNormParams& p) {
+bool batchNormAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                  const TensorView& mean, const TensorView& var, const TensorView& y,
+                  const BatchNormParams& p, const Activation& act) {
   return floatViews(x.dtype, {&x, &scale, &bias, &mean, &var, &y}) &&
-         LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p, true));
+         LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p, act));
 }
 
 bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
                     const TensorView& y, const TensorView& mean, const TensorView& var,
                     const BatchNormTrainParams& p) {
   return floatViews(x.dtype, {&x, &scale, &bias, &y, &mean, &var}) &&
-         LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p, false));
+         LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p, {}));
 }
 
-bool batchNormTrainRelu(const TensorView& x, const TensorView& scale, const TensorView& bias,
-                        const TensorView& y, const TensorView& mean, const TensorView& var,
-                        const BatchNormTrainParams& p) {
+bool batchNormTrainAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                       const TensorView& y, const TensorView& mean, const TensorView& var,
+                       const BatchNormTrainParams& p, const Activation& act) {
   return floatViews(x.dtype, {&x, &scale, &bias, &y, &mean, &var}) &&
-         LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p, true));
+         LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p, act));
 }
 
 bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,

@@ -438,6 +438,13 @@ bool reciprocal(const TensorView& x, const TensorView& y) {
   return unaryFloat(x, y, [](double v) { return 1.0 / v; });
 }
 bool clip(const TensorView& x, const TensorView& y, const ClipParams& p) {
+  if (x.dtype == DType::F32 && sameLayout(x, y)) {
+    const Activation act{Activation::Clip, p.min, p.max};
+    const float* xs = x.as<float>();
+    float* ys = y.as<float>();
+    forEachElement(x.numel(), [&](int64_t k) { ys[k] = act.apply(xs[k]); });
+    return true;
+  }
   return unaryFloat(x, y, [&](double v) { return std::min(std::max(v, p.min), p.max); });
 }
 bool neg(const TensorView& x, const TensorView& y) {
@@ -463,16 +470,15 @@ bool sign(const TensorView& x, const TensorView& y) {
 
 namespace {
 
-/// a + b, then relu when `relu`: float32 operands of one shape directly (a
-/// float sum rounds as the double one does), the rest through binary().
-bool addMaybeRelu(const TensorView& a, const TensorView& b, const TensorView& y, bool relu) {
+/// act(a + b): float32 operands of one shape directly (a float sum rounds
+/// as the double one does), the rest through binary().
+bool addThen(const TensorView& a, const TensorView& b, const TensorView& y, const Activation& act) {
   if (a.dtype == DType::F32 && sameLayout(a, b) && sameLayout(a, y)) {
     const float *as = a.as<float>(), *bs = b.as<float>();
     float* ys = y.as<float>();
     detail::parallelFor(a.numel(), kGrain, [&](int64_t first, int64_t last) {
       for (int64_t k = first; k < last; ++k) {
-        float v = as[k] + bs[k];
-        ys[k] = relu && !(v > 0.f) ? 0.f : v;
+        ys[k] = act.apply(as[k] + bs[k]);
       }
     });
     return true;
@@ -481,17 +487,24 @@ bool addMaybeRelu(const TensorView& a, const TensorView& b, const TensorView& y,
           a, b, y, [](double u, double v) { return u + v; },
           [](auto u, auto v) { return wrapAdd(u, v); }))
     return false;
-  return !relu || lwrt::cpu::relu(y, y);
+  if (act.kind == Activation::None)
+    return true;
+  return dispatchFloat(y.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* ys = y.as<T>();
+    forEachElement(y.numel(), [&](int64_t k) { ys[k] = act.apply(ys[k]); });
+    return true;
+  });
 }
 
 } // namespace
 
 bool add(const TensorView& a, const TensorView& b, const TensorView& y) {
-  return addMaybeRelu(a, b, y, false);
+  return addThen(a, b, y, {});
 }
 
-bool addRelu(const TensorView& a, const TensorView& b, const TensorView& y) {
-  return (a.dtype == DType::F32 || a.dtype == DType::F64) && addMaybeRelu(a, b, y, true);
+bool addAct(const TensorView& a, const TensorView& b, const TensorView& y, const Activation& act) {
+  return (a.dtype == DType::F32 || a.dtype == DType::F64) && addThen(a, b, y, act);
 }
 
 bool sub(const TensorView& a, const TensorView& b, const TensorView& y) {
@@ -563,6 +576,15 @@ bool tanhGrad(const TensorView& y, const TensorView& dy, const TensorView& dx) {
 }
 bool clipGrad(const TensorView& x, const TensorView& dy, const TensorView& dx,
               const ClipParams& p) {
+  if (x.dtype == DType::F32 && sameLayout(x, dy) && sameLayout(x, dx)) {
+    const float *xs = x.as<float>(), *ds = dy.as<float>();
+    float* out = dx.as<float>();
+    forEachElement(x.numel(), [&](int64_t k) {
+      const double u = xs[k];
+      out[k] = u >= p.min && u <= p.max ? ds[k] : 0.f;
+    });
+    return true;
+  }
   return backward(x, dy, dx,
                   [&](double u, double d) { return u >= p.min && u <= p.max ? d : 0.0; });
 }

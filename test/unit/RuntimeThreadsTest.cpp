@@ -182,7 +182,7 @@ TEST(RuntimeThreads, LibraryKernelsRepeatTheirBitsAndAgreeAcrossThreadCounts) {
   auto conv = [&] {
     Buf x({8, 16, 12, 12}, 21), w({32, 16, 3, 3}, 22), b({32}, 23), y({8, 32, 12, 12});
     Buf dy({8, 32, 12, 12}, 24), dx({8, 16, 12, 12}), dw({32, 16, 3, 3});
-    EXPECT_TRUE(conv2dRelu(x.t, w.t, &b.t, y.t, p));
+    EXPECT_TRUE(conv2dAct(x.t, w.t, &b.t, y.t, p, Activation{Activation::Relu}));
     EXPECT_TRUE(conv2dGradInput(dy.t, w.t, dx.t, p));
     EXPECT_TRUE(conv2dGradFilter(x.t, dy.t, dw.t, p));
     for (const Buf* r : {&dx, &dw})
@@ -207,28 +207,47 @@ TEST(RuntimeThreads, LibraryKernelsRepeatTheirBitsAndAgreeAcrossThreadCounts) {
 
 namespace {
 
-TEST(RuntimeThreads, FusedReluKernelsEqualTheKernelThenRelu) {
+// Each fused kernel against the kernel then the relu or clip kernel.
+TEST(RuntimeThreads, FusedActivationsEqualTheKernelThenTheActivation) {
   using namespace lwrt::cpu;
-  Buf x({4, 16, 10, 10}, 31), w({24, 16, 3, 3}, 32), b({24}, 33);
-  Buf y({4, 24, 8, 8}), r({4, 24, 8, 8}), fused({4, 24, 8, 8});
-  Conv2dParams p{{1, 1}, {0, 0, 0, 0}, {1, 1}, 1};
-  ASSERT_TRUE(conv2d(x.t, w.t, &b.t, y.t, p));
-  ASSERT_TRUE(relu(y.t, r.t));
-  ASSERT_TRUE(conv2dRelu(x.t, w.t, &b.t, fused.t, p));
-  EXPECT_LT(relDiff(r.v, fused.v), 1e-6);
-  EXPECT_TRUE(std::all_of(fused.v.begin(), fused.v.end(), [](float v) { return v >= 0; }));
+  const Activation relu6{Activation::Clip, 0.0, 6.0}, reluAct{Activation::Relu};
+  for (const Activation& act : {reluAct, relu6}) {
+    auto activate = [&](const Buf& in, Buf& out) {
+      if (act.kind == Activation::Relu)
+        return relu(in.t, out.t);
+      return clip(in.t, out.t, ClipParams{act.min, act.max});
+    };
+    Buf x({4, 16, 10, 10}, 31), w({24, 16, 3, 3}, 32), b({24}, 33);
+    for (float& v : x.v)
+      v *= 4; // values beyond the clip's 6 too
+    Buf y({4, 24, 8, 8}), r({4, 24, 8, 8}), fused({4, 24, 8, 8});
+    Conv2dParams p{{1, 1}, {0, 0, 0, 0}, {1, 1}, 1};
+    ASSERT_TRUE(conv2d(x.t, w.t, &b.t, y.t, p));
+    ASSERT_TRUE(activate(y, r));
+    ASSERT_TRUE(conv2dAct(x.t, w.t, &b.t, fused.t, p, act));
+    EXPECT_LT(relDiff(r.v, fused.v), 1e-6);
+    EXPECT_TRUE(std::all_of(fused.v.begin(), fused.v.end(), [&](float v) {
+      return v >= 0 && (act.kind == Activation::Relu || v <= 6);
+    }));
 
-  Buf s({16}, 34), c({16}, 35), m({16}), v({16}), m2({16}), v2({16});
-  Buf bn({4, 16, 10, 10}), bnRelu({4, 16, 10, 10}), bnFused({4, 16, 10, 10});
-  ASSERT_TRUE(batchNormTrain(x.t, s.t, c.t, bn.t, m.t, v.t, {}));
-  ASSERT_TRUE(relu(bn.t, bnRelu.t));
-  ASSERT_TRUE(batchNormTrainRelu(x.t, s.t, c.t, bnFused.t, m2.t, v2.t, {}));
-  EXPECT_TRUE(bnRelu.v == bnFused.v);
-  EXPECT_TRUE(m.v == m2.v && v.v == v2.v);
-  ASSERT_TRUE(batchNorm(x.t, s.t, c.t, m.t, v.t, bn.t, {}));
-  ASSERT_TRUE(relu(bn.t, bnRelu.t));
-  ASSERT_TRUE(batchNormRelu(x.t, s.t, c.t, m.t, v.t, bnFused.t, {}));
-  EXPECT_TRUE(bnRelu.v == bnFused.v);
+    Buf s({16}, 34), c({16}, 35), m({16}), v({16}), m2({16}), v2({16});
+    Buf bn({4, 16, 10, 10}), bnAct({4, 16, 10, 10}), bnFused({4, 16, 10, 10});
+    ASSERT_TRUE(batchNormTrain(x.t, s.t, c.t, bn.t, m.t, v.t, {}));
+    ASSERT_TRUE(activate(bn, bnAct));
+    ASSERT_TRUE(batchNormTrainAct(x.t, s.t, c.t, bnFused.t, m2.t, v2.t, {}, act));
+    EXPECT_TRUE(bnAct.v == bnFused.v);
+    EXPECT_TRUE(m.v == m2.v && v.v == v2.v);
+    ASSERT_TRUE(batchNorm(x.t, s.t, c.t, m.t, v.t, bn.t, {}));
+    ASSERT_TRUE(activate(bn, bnAct));
+    ASSERT_TRUE(batchNormAct(x.t, s.t, c.t, m.t, v.t, bnFused.t, {}, act));
+    EXPECT_TRUE(bnAct.v == bnFused.v);
+
+    Buf sum(x.t.shape), sumAct(x.t.shape), sumFused(x.t.shape);
+    ASSERT_TRUE(add(x.t, bn.t, sum.t));
+    ASSERT_TRUE(activate(sum, sumAct));
+    ASSERT_TRUE(addAct(x.t, bn.t, sumFused.t, act));
+    EXPECT_TRUE(sumAct.v == sumFused.v);
+  }
 }
 
 } // namespace

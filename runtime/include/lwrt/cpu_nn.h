@@ -1,8 +1,8 @@
 // lwrt/cpu_nn.h - the CPU backend's neural-network kernels
-// defines: conv2d, conv2dRelu, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d,
+// defines: conv2d, conv2dAct, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d,
 // maxPool2dGrad,
-//   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormRelu,
-//   batchNormTrain, batchNormTrainRelu, batchNormGrad, layerNorm, layerNormGrad, softmax,
+//   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormAct,
+//   batchNormTrain, batchNormTrainAct, batchNormGrad, layerNorm, layerNormGrad, softmax,
 //   logSoftmax, softmaxGrad, logSoftmaxGrad, softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
 //
 // One function per IR op (ir/Ops.def), computing what the reference
@@ -28,6 +28,7 @@
 //    the oneDNN primitives it made (one per shape) for its later calls.
 #pragma once
 
+#include "lwrt/cpu_tensor.h"
 #include "lwrt/nn_params.h"
 #include "lwrt/tensor.h"
 
@@ -53,10 +54,9 @@ using lwrt::SoftmaxParams;
 /// may be null.
 bool conv2d(const TensorView& x, const TensorView& w, const TensorView* bias, const TensorView& y,
             const Conv2dParams& p);
-/// relu(conv2d(x, w, bias)): a conv2d whose only use is a relu (codegen
-/// fuses the pair; the relu's result view is y).
-bool conv2dRelu(const TensorView& x, const TensorView& w, const TensorView* bias,
-                const TensorView& y, const Conv2dParams& p);
+/// act(conv2d(x, w, bias)) (see Activation, lwrt/cpu_tensor.h).
+bool conv2dAct(const TensorView& x, const TensorView& w, const TensorView* bias,
+               const TensorView& y, const Conv2dParams& p, const Activation& act);
 /// dx (shape: input_shape) from dy and w.
 bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView& dx,
                      const Conv2dParams& p);
@@ -102,20 +102,18 @@ bool lrnGrad(const TensorView& x, const TensorView& y, const TensorView& dy, con
 bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& bias,
                const TensorView& mean, const TensorView& var, const TensorView& y,
                const BatchNormParams& p);
-/// relu(batchNorm(...)): a batch_norm whose only use is a relu (codegen
-/// fuses the pair; the relu's result view is y).
-bool batchNormRelu(const TensorView& x, const TensorView& scale, const TensorView& bias,
-                   const TensorView& mean, const TensorView& var, const TensorView& y,
-                   const BatchNormParams& p);
+/// act(batchNorm(...)).
+bool batchNormAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                  const TensorView& mean, const TensorView& var, const TensorView& y,
+                  const BatchNormParams& p, const Activation& act);
 /// (x, scale, bias) -> (y, batch mean, batch population variance).
 bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
                     const TensorView& y, const TensorView& mean, const TensorView& var,
                     const BatchNormTrainParams& p);
-/// The same with y = relu(batch norm of x) (codegen fuses a batch_norm_train
-/// whose first result's only use is a relu).
-bool batchNormTrainRelu(const TensorView& x, const TensorView& scale, const TensorView& bias,
-                        const TensorView& y, const TensorView& mean, const TensorView& var,
-                        const BatchNormTrainParams& p);
+/// The same with y = act(batch norm of x).
+bool batchNormTrainAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                       const TensorView& y, const TensorView& mean, const TensorView& var,
+                       const BatchNormTrainParams& p, const Activation& act);
 /// (x, scale, mean, var, dy) -> (dx, dscale, dbias).
 bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,
                    const TensorView& var, const TensorView& dy, const TensorView& dx,
