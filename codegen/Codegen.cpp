@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
 
+#include "codegen/Layouts.h"
 #include "codegen/PhaseWriter.h"
 #include "ir/Printer.h"
 
@@ -243,8 +244,10 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
      << llvm::formatv("constexpr int64_t kStateBytes = {0};\n", stateBytes).str()
      << llvm::formatv("constexpr int64_t kInputBytes = {0};\n", inputBytes).str()
      << llvm::formatv("constexpr int64_t kEvalArenaBytes = {0};\n\n", evalArenaBytes).str()
-     << "TensorView at(unsigned char* base, int64_t offset, DType t, std::vector<int64_t> shape) "
-        "{\n  return TensorView{base + offset, t, std::move(shape)};\n}\n\n";
+     << "TensorView at(unsigned char* base, int64_t offset, DType t,\n"
+        "                std::vector<int64_t> shape,\n"
+        "                Layout layout = Layout::RowMajor) {\n"
+        "  return TensorView{base + offset, t, std::move(shape), layout};\n}\n\n";
 
   // `range`: the NVTX range of the function in a CUDA trainer ("": none,
   // for the one-time set-up).
@@ -260,6 +263,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       os << "  const Hyper& h = *b.hyper;\n";
     os << before << phase.body.str() << after << "  return true;\n}\n\n";
   };
+  // The activations CPU kernels keep in oneDNN's blocked layout.
+  const std::set<const Value*> blocked = cuda ? std::set<const Value*>{} : blockedValues(g);
   int64_t numEvents = 0;
   int numComm = 0, streamsPerDevice = 1;
   std::vector<std::pair<int64_t, int64_t>> deviceSteps; // (device, stream)
@@ -273,6 +278,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     for (int64_t d = 0; d < md.devices; ++d) {
       PhaseWriter w(g, md.where[static_cast<size_t>(d)]);
       w.fuseActivations(!cuda);
+      w.setBlocked(blocked);
       DeviceCode code;
       if (llvm::Error e = w.writeDevice(code, d, commIds, numEvents))
         return e;
@@ -309,6 +315,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     GraphCode code;
     PhaseWriter w(g, where);
     w.fuseActivations(!cuda);
+    w.setBlocked(blocked);
     if (llvm::Error e = w.write(code, [&](size_t i) -> size_t {
           return i <= lossAt ? 0 : i < updateFrom ? 1 : 2;
         }))
@@ -331,6 +338,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     GraphCode code;
     PhaseWriter w(*o.eval, evalWhere);
     w.fuseActivations(!cuda);
+    if (!cuda)
+      w.setBlocked(blockedValues(*o.eval));
     if (llvm::Error e = w.write(code, [](size_t) -> size_t { return 0; }))
       return e;
     code.phases.resize(1);

@@ -172,6 +172,10 @@ public:
   /// planFusions for when.
   void fuseActivations(bool on) { fuseActivations_ = on; }
 
+  /// CPU trainers: the values kept in nChw8c (codegen/Layouts.h); their
+  /// views say so.
+  void setBlocked(std::set<const Value*> blocked) { blocked_ = std::move(blocked); }
+
   /// Declarations of the views of `used`, in graph order (inputs, params,
   /// op results), for the top of a function body.
   std::string views(const std::set<const Value*>& used) {
@@ -181,8 +185,9 @@ public:
         return;
       const auto& [region, offset] = where_.at(v);
       out << "  const TensorView " << names_(v) << " = at(" << region << ", " << offset << ", "
-          << dtypeEnum(v->type().dtype) << ", " << ints(v->type().shape) << "); // "
-          << v->type().str() << "\n";
+          << dtypeEnum(v->type().dtype) << ", " << ints(v->type().shape)
+          << (blocked_.count(v) ? ", Layout::NChw8c" : "") << "); // " << v->type().str()
+          << (blocked_.count(v) ? " nChw8c" : "") << "\n";
     };
     for (const auto& in : g_.inputs())
       declare(in.get());
@@ -711,6 +716,7 @@ private:
   const Places& where_;
   Names names_;
   bool fuseActivations_ = false;
+  std::set<const Value*> blocked_;
   std::map<const Op*, const Op*> fusedInto_; ///< producer -> its activation
   std::set<const Op*> fusedFrom_;            ///< the activations
   const Op* fusion_ = nullptr;               ///< while callOf writes a fused call: its activation

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -62,8 +63,8 @@ enum KernelId : int64_t { kConvForward = 1, kConvBackwardData, kConvBackwardWeig
 
 /// The cache key of a convolution kernel: its geometry, attributes and the
 /// team it runs on.
-Key convKey(KernelId id, const ConvGeom& g, const Conv2dParams& p, bool bias,
-            const Activation& act) {
+Key convKey(KernelId id, const ConvGeom& g, const Conv2dParams& p, bool bias, const Activation& act,
+            Layout src, Layout dst) {
   int64_t lo, hi;
   std::memcpy(&lo, &act.min, sizeof lo);
   std::memcpy(&hi, &act.max, sizeof hi);
@@ -90,7 +91,9 @@ Key convKey(KernelId id, const ConvGeom& g, const Conv2dParams& p, bool bias,
           act.kind,
           lo,
           hi,
-          detail::poolThreads()};
+          detail::poolThreads(),
+          static_cast<int64_t>(src),
+          static_cast<int64_t>(dst)};
 }
 
 /// The memory descriptors of a convolution: the views' plain layouts and
@@ -100,13 +103,17 @@ struct ConvDescs {
   dims strides, dilations, padL, padR;
 };
 
-ConvDescs convDescs(const ConvGeom& g, const Conv2dParams& p) {
+/// The view's layout as a memory format tag.
+tag tagOf(Layout l) { return l == Layout::NChw8c ? tag::nChw8c : tag::nchw; }
+
+/// `src` and `dst` take the layouts of the views that hold them.
+ConvDescs convDescs(const ConvGeom& g, const Conv2dParams& p, Layout src, Layout dst) {
   using dt = dnnl::memory::data_type;
   ConvDescs d;
   dims x{g.N, g.C, g.H, g.W}, y{g.N, g.M, g.OH, g.OW};
   dims w = g.G > 1 ? dims{g.G, g.Mg, g.Cg, g.KH, g.KW} : dims{g.M, g.Cg, g.KH, g.KW};
-  d.src = {x, dt::f32, tag::nchw};
-  d.dst = {y, dt::f32, tag::nchw};
+  d.src = {x, dt::f32, tagOf(src)};
+  d.dst = {y, dt::f32, tagOf(dst)};
   d.wei = {w, dt::f32, g.G > 1 ? tag::goihw : tag::oihw};
   d.bias = {{g.M}, dt::f32, tag::x};
   d.srcAny = {x, dt::f32, tag::any};
@@ -193,8 +200,8 @@ struct ConvKernel : detail::Prepared {
 bool dnnlForward(const ConvGeom& g, const Conv2dParams& p, const TensorView& x, const TensorView& w,
                  const TensorView* b, const TensorView& y, const Activation& act) {
   auto& k = detail::prepared<ConvKernel>(
-      convKey(kConvForward, g, p, b != nullptr, act), [&](ConvKernel& k) {
-        ConvDescs d = convDescs(g, p);
+      convKey(kConvForward, g, p, b != nullptr, act, x.layout, y.layout), [&](ConvKernel& k) {
+        ConvDescs d = convDescs(g, p, x.layout, y.layout);
         auto pd = forwardDesc(d, b != nullptr, act);
         ScratchPlan plan;
         k.a.plan(d.src, pd.src_desc(), true, plan);
@@ -215,9 +222,9 @@ bool dnnlForward(const ConvGeom& g, const Conv2dParams& p, const TensorView& x, 
 
 bool dnnlBackwardData(const ConvGeom& g, const Conv2dParams& p, const TensorView& dy,
                       const TensorView& w, const TensorView& dx) {
-  auto& k =
-      detail::prepared<ConvKernel>(convKey(kConvBackwardData, g, p, false, {}), [&](ConvKernel& k) {
-        ConvDescs d = convDescs(g, p);
+  auto& k = detail::prepared<ConvKernel>(
+      convKey(kConvBackwardData, g, p, false, {}, dx.layout, dy.layout), [&](ConvKernel& k) {
+        ConvDescs d = convDescs(g, p, dx.layout, dy.layout);
         auto hint = forwardDesc(d, false, {});
         using bwd = dnnl::convolution_backward_data;
         bwd::primitive_desc pd(bwd::desc(dnnl::algorithm::convolution_direct, d.srcAny, d.weiAny,
@@ -242,8 +249,8 @@ bool dnnlBackwardData(const ConvGeom& g, const Conv2dParams& p, const TensorView
 bool dnnlBackwardWeights(const ConvGeom& g, const Conv2dParams& p, const TensorView& x,
                          const TensorView& dy, const TensorView& dw) {
   auto& k = detail::prepared<ConvKernel>(
-      convKey(kConvBackwardWeights, g, p, false, {}), [&](ConvKernel& k) {
-        ConvDescs d = convDescs(g, p);
+      convKey(kConvBackwardWeights, g, p, false, {}, x.layout, dy.layout), [&](ConvKernel& k) {
+        ConvDescs d = convDescs(g, p, x.layout, dy.layout);
         auto hint = forwardDesc(d, false, {});
         using bwd = dnnl::convolution_backward_weights;
         bwd::primitive_desc pd(bwd::desc(dnnl::algorithm::convolution_direct, d.srcAny, d.weiAny,
@@ -263,6 +270,14 @@ bool dnnlBackwardWeights(const ConvGeom& g, const Conv2dParams& p, const TensorV
   if (!k.ok || k.gemmFallback)
     return false;
   k.run(x.data, dy.data, dw.data, nullptr);
+  return true;
+}
+
+/// A convolution's activations: row-major, or float32 nChw8c.
+bool convLayouts(std::initializer_list<const TensorView*> views) {
+  for (const TensorView* v : views)
+    if (v->layout != Layout::RowMajor && !detail::blocked8({v}))
+      return false;
   return true;
 }
 
@@ -412,9 +427,39 @@ void conv2dGradFilterIm2col(const ConvGeom& g, const Conv2dParams& p, const Tens
     }
 }
 
+/// A row-major copy of an nChw8c view (or the view itself), for the paths
+/// that do not run on oneDNN; `back` writes a copy's values to the view.
+struct RowMajorCopy {
+  TensorView view;
+  std::vector<float> data;
+  explicit RowMajorCopy(const TensorView& v) : view(v) {
+    if (v.layout == Layout::RowMajor)
+      return;
+    data.resize(static_cast<size_t>(v.numel()));
+    view = TensorView{data.data(), v.dtype, v.shape};
+    convert(v.as<float>(), data.data(), true);
+  }
+  void back(const TensorView& v) {
+    if (v.layout != Layout::RowMajor)
+      convert(v.as<float>(), data.data(), false);
+  }
+  /// nChw8c <-> row-major, element by element.
+  void convert(float* blocked, float* plain, bool toPlain) const {
+    const int64_t N = view.shape[0], C = view.shape[1], HW = view.shape[2] * view.shape[3];
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t q = 0; q < HW; ++q) {
+          float& b = blocked[((n * C + c - c % 8) * HW + q * 8) + c % 8];
+          float& r = plain[(n * C + c) * HW + q];
+          (toPlain ? r : b) = toPlain ? b : r;
+        }
+  }
+};
+
 bool conv2dAny(const TensorView& x, const TensorView& w, const TensorView* bias,
                const TensorView& y, const Conv2dParams& p, const Activation& act) {
-  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &w, &y}))
+  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &w, &y}) || !detail::rowMajor({&w}) ||
+      (bias && !detail::rowMajor({bias})) || !convLayouts({&x, &y}))
     return false;
   ConvGeom g;
   if (!convGeom(x.shape, w.shape, y.shape, p, g))
@@ -424,10 +469,13 @@ bool conv2dAny(const TensorView& x, const TensorView& w, const TensorView* bias,
     return false;
   if (onDnnl(x.dtype, g) && dnnlForward(g, p, x, w, bias, y, act))
     return true;
-  return dispatch(x.dtype, [&](auto t) {
-    conv2dIm2col<decltype(t)>(g, p, x, w, bias, y, act);
+  RowMajorCopy xr(x), yr(y);
+  dispatch(x.dtype, [&](auto t) {
+    conv2dIm2col<decltype(t)>(g, p, xr.view, w, bias, yr.view, act);
     return true;
   });
+  yr.back(y);
+  return true;
 }
 
 } // namespace
@@ -446,29 +494,36 @@ bool conv2dAct(const TensorView& x, const TensorView& w, const TensorView* bias,
 
 bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView& dx,
                      const Conv2dParams& p) {
-  if (!isFloat(dy.dtype) || !sameType(dy.dtype, {&dy, &w, &dx}))
+  if (!isFloat(dy.dtype) || !sameType(dy.dtype, {&dy, &w, &dx}) || !detail::rowMajor({&w}) ||
+      !convLayouts({&dy, &dx}))
     return false;
   ConvGeom g;
   if (!convGeom(dx.shape, w.shape, dy.shape, p, g))
     return false;
   if (onDnnl(dy.dtype, g) && dnnlBackwardData(g, p, dy, w, dx))
     return true;
-  return dispatch(dy.dtype, [&](auto t) {
-    conv2dGradInputIm2col<decltype(t)>(g, p, dy, w, dx);
+  RowMajorCopy dyr(dy), dxr(dx);
+  dispatch(dy.dtype, [&](auto t) {
+    conv2dGradInputIm2col<decltype(t)>(g, p, dyr.view, w, dxr.view);
     return true;
   });
+  dxr.back(dx);
+  return true;
 }
 
 bool conv2dGradFilter(const TensorView& x, const TensorView& dy, const TensorView& dw,
                       const Conv2dParams& p) {
-  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &dy, &dw}))
+  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &dy, &dw}) || !detail::rowMajor({&dw}) ||
+      !convLayouts({&x, &dy}))
     return false;
   ConvGeom g;
   if (!convGeom(x.shape, dw.shape, dy.shape, p, g))
     return false;
   if (onDnnl(x.dtype, g)) {
-    if (!dnnlBackwardWeights(g, p, x, dy, dw))
-      conv2dGradFilterBatched(g, p, x, dy, dw);
+    if (!dnnlBackwardWeights(g, p, x, dy, dw)) {
+      RowMajorCopy xr(x), dyr(dy);
+      conv2dGradFilterBatched(g, p, xr.view, dyr.view, dw);
+    }
     return true;
   }
   return dispatch(x.dtype, [&](auto t) {

@@ -16,8 +16,10 @@
 namespace lwrt::cpu {
 namespace {
 
+using detail::blocked8;
 using detail::dispatch;
 using detail::matmulInto;
+using detail::rowMajor;
 using detail::sameType;
 
 bool isFloat(DType t) { return t == DType::F32 || t == DType::F64; }
@@ -178,6 +180,58 @@ struct MaxPoolPlanes {
     }
   }
 
+  /// forward() over one 8-channel block of an nChw8c tensor: each tap is 8
+  /// channels side by side, each channel's window as in forward().
+  void forwardBlock(const float* x, float* y) const {
+    for (size_t oh = 0; oh < rows.size(); ++oh) {
+      const Taps& r = rows[oh];
+      for (size_t ow = 0; ow < cols.size(); ++ow) {
+        const Taps& c = cols[ow];
+        float m[8];
+        std::fill(m, m + 8, -std::numeric_limits<float>::infinity());
+        for (int64_t i = r.first; i < r.last; ++i)
+          for (int64_t j = c.first; j < c.last; ++j) {
+            const float* v = x + ((r.start + i * dh) * W + c.start + j * dw) * 8;
+            for (int l = 0; l < 8; ++l)
+              m[l] = m[l] < v[l] ? v[l] : m[l];
+          }
+        std::copy(m, m + 8, y + (static_cast<int64_t>(oh) * OW + static_cast<int64_t>(ow)) * 8);
+      }
+    }
+  }
+
+  /// backward() over one 8-channel block of nChw8c tensors.
+  void backwardBlock(const float* x, const float* dy, float* dx, int64_t xBlock) const {
+    std::fill(dx, dx + xBlock, 0.f);
+    for (size_t oh = 0; oh < rows.size(); ++oh) {
+      const Taps& r = rows[oh];
+      for (size_t ow = 0; ow < cols.size(); ++ow) {
+        const Taps& c = cols[ow];
+        if (r.first == r.last || c.first == c.last)
+          continue;
+        int64_t best[8];
+        float top[8];
+        const int64_t first = (r.start + r.first * dh) * W + c.start + c.first * dw;
+        for (int l = 0; l < 8; ++l) {
+          best[l] = first;
+          top[l] = x[first * 8 + l];
+        }
+        for (int64_t i = r.first; i < r.last; ++i)
+          for (int64_t j = c.first; j < c.last; ++j) {
+            const int64_t at = (r.start + i * dh) * W + c.start + j * dw;
+            for (int l = 0; l < 8; ++l)
+              if (x[at * 8 + l] > top[l]) {
+                top[l] = x[at * 8 + l];
+                best[l] = at;
+              }
+          }
+        const float* g = dy + (static_cast<int64_t>(oh) * OW + static_cast<int64_t>(ow)) * 8;
+        for (int l = 0; l < 8; ++l)
+          dx[best[l] * 8 + l] += g[l];
+      }
+    }
+  }
+
   /// dx[first maximum of each window] += dy (dx zeroed first).
   template <typename T> void backward(const T* x, const T* dy, T* dx, int64_t xPlane) const {
     std::fill(dx, dx + xPlane, T(0));
@@ -240,6 +294,35 @@ bool maxPool2dGradImpl(const TensorView& xv, const TensorView& dyv, const Tensor
   forEachPlane(ys, yPlane * p.kernel[0] * p.kernel[1], [&](int64_t nc) {
     planes.backward(xv.as<T>() + nc * xPlane, dyv.as<T>() + nc * yPlane, dxv.as<T>() + nc * xPlane,
                     xPlane);
+  });
+  return true;
+}
+
+/// The nChw8c forms: one 8-channel block (N * C/8 of them) per task.
+bool maxPool2dBlocked(const TensorView& xv, const TensorView& yv, const MaxPool2dParams& p) {
+  if (!poolShapes(xv, yv, p.kernel, p.strides, p.pads, p.dilations))
+    return false;
+  const std::vector<int64_t>&xs = xv.shape, &ys = yv.shape;
+  const int64_t xBlock = xs[2] * xs[3] * 8, yBlock = ys[2] * ys[3] * 8;
+  MaxPoolPlanes planes(xs, ys, p);
+  std::vector<int64_t> blocks = {ys[0], ys[1] / 8};
+  forEachPlane(blocks, yBlock * p.kernel[0] * p.kernel[1], [&](int64_t nb) {
+    planes.forwardBlock(xv.as<float>() + nb * xBlock, yv.as<float>() + nb * yBlock);
+  });
+  return true;
+}
+
+bool maxPool2dGradBlocked(const TensorView& xv, const TensorView& dyv, const TensorView& dxv,
+                          const MaxPool2dParams& p) {
+  if (!poolShapes(xv, dyv, p.kernel, p.strides, p.pads, p.dilations) || dxv.shape != xv.shape)
+    return false;
+  const std::vector<int64_t>&xs = xv.shape, &ys = dyv.shape;
+  const int64_t xBlock = xs[2] * xs[3] * 8, yBlock = ys[2] * ys[3] * 8;
+  MaxPoolPlanes planes(xs, ys, p);
+  std::vector<int64_t> blocks = {ys[0], ys[1] / 8};
+  forEachPlane(blocks, yBlock * p.kernel[0] * p.kernel[1], [&](int64_t nb) {
+    planes.backwardBlock(xv.as<float>() + nb * xBlock, dyv.as<float>() + nb * yBlock,
+                         dxv.as<float>() + nb * xBlock, xBlock);
   });
   return true;
 }
@@ -335,25 +418,54 @@ template <typename T> bool globalAvgPoolImpl(const TensorView& xv, const TensorV
   return true;
 }
 
+/// globalAvgPool of an nChw8c x (y [N, C, 1, 1]): each channel's sum in the
+/// row-major kernel's order.
+bool globalAvgPoolBlocked(const TensorView& xv, const TensorView& yv) {
+  const std::vector<int64_t>& xs = xv.shape;
+  if (yv.shape != std::vector<int64_t>{xs[0], xs[1], 1, 1})
+    return false;
+  const int64_t blocks = xs[0] * xs[1] / 8, spatial = xs[2] * xs[3];
+  const float* x = xv.as<float>();
+  float* y = yv.as<float>();
+  detail::parallelFor(blocks, std::max<int64_t>(1, 2048 / std::max<int64_t>(1, spatial)),
+                      [&](int64_t first, int64_t last) {
+                        for (int64_t nb = first; nb < last; ++nb) {
+                          double sum[8] = {};
+                          for (int64_t s = 0; s < spatial; ++s)
+                            for (int l = 0; l < 8; ++l)
+                              sum[l] += x[(nb * spatial + s) * 8 + l];
+                          for (int l = 0; l < 8; ++l)
+                            y[nb * 8 + l] =
+                                static_cast<float>(sum[l] / static_cast<double>(spatial));
+                        }
+                      });
+  return true;
+}
+
 } // namespace
 
 //===--- Entry points -----------------------------------------------------===//
 
 bool gemm(const TensorView& a, const TensorView& b, const TensorView* c, const TensorView& y,
           const GemmParams& p) {
-  if (!isFloat(a.dtype) || !sameType(a.dtype, {&a, &b, &y}) || (c && !sameType(a.dtype, {c})))
+  if (!isFloat(a.dtype) || !sameType(a.dtype, {&a, &b, &y}) || (c && !sameType(a.dtype, {c})) ||
+      !rowMajor({&a, &b, &y}) || (c && !rowMajor({c})))
     return false;
   return dispatch(a.dtype, [&](auto t) { return gemmImpl<decltype(t)>(a, b, c, y, p); });
 }
 
 bool matmul(const TensorView& a, const TensorView& b, const TensorView& y) {
-  if (!isFloat(a.dtype) || !sameType(a.dtype, {&a, &b, &y}))
+  if (!isFloat(a.dtype) || !sameType(a.dtype, {&a, &b, &y}) || !rowMajor({&a, &b, &y}))
     return false;
   return dispatch(a.dtype, [&](auto t) { return matmulImpl<decltype(t)>(a, b, y); });
 }
 
 bool maxPool2d(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {
   if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &y}))
+    return false;
+  if (blocked8({&x, &y}))
+    return maxPool2dBlocked(x, y, p);
+  if (!rowMajor({&x, &y}))
     return false;
   return dispatch(x.dtype, [&](auto t) { return maxPool2dImpl<decltype(t)>(x, y, p); });
 }
@@ -362,23 +474,31 @@ bool maxPool2dGrad(const TensorView& x, const TensorView& dy, const TensorView& 
                    const MaxPool2dParams& p) {
   if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &dy, &dx}))
     return false;
+  if (blocked8({&x, &dy, &dx}))
+    return maxPool2dGradBlocked(x, dy, dx, p);
+  if (!rowMajor({&x, &dy, &dx}))
+    return false;
   return dispatch(x.dtype, [&](auto t) { return maxPool2dGradImpl<decltype(t)>(x, dy, dx, p); });
 }
 
 bool avgPool2d(const TensorView& x, const TensorView& y, const AvgPool2dParams& p) {
-  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &y}))
+  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &y}) || !rowMajor({&x, &y}))
     return false;
   return dispatch(x.dtype, [&](auto t) { return avgPool2dImpl<decltype(t)>(x, y, p); });
 }
 
 bool avgPool2dGrad(const TensorView& dy, const TensorView& dx, const AvgPool2dParams& p) {
-  if (!isFloat(dy.dtype) || !sameType(dy.dtype, {&dy, &dx}))
+  if (!isFloat(dy.dtype) || !sameType(dy.dtype, {&dy, &dx}) || !rowMajor({&dy, &dx}))
     return false;
   return dispatch(dy.dtype, [&](auto t) { return avgPool2dGradImpl<decltype(t)>(dy, dx, p); });
 }
 
 bool globalAvgPool(const TensorView& x, const TensorView& y) {
-  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &y}))
+  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &y}) || !rowMajor({&y}))
+    return false;
+  if (blocked8({&x}))
+    return globalAvgPoolBlocked(x, y);
+  if (!rowMajor({&x}))
     return false;
   return dispatch(x.dtype, [&](auto t) { return globalAvgPoolImpl<decltype(t)>(x, y); });
 }

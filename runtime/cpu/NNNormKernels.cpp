@@ -15,13 +15,24 @@
 namespace lwrt::cpu {
 namespace {
 
+using detail::blocked8;
 using detail::dispatch;
 using detail::floatViews;
+using detail::rowMajor;
 
-/// Channel layout of an [N, C, ...] tensor: element k is in channel
-/// (k / inner) % C; `count` elements per channel.
+/// The views are all row-major, or all float32 nChw8c.
+bool sameLayouts(std::initializer_list<const TensorView*> views) {
+  return rowMajor(views) || blocked8(views);
+}
+
+/// Channel layout of an [N, C, ...] tensor: `count` elements per channel,
+/// element q (of `inner`) of image n's channel c at base(n, c) + q * stride
+/// (row-major: stride 1; nChw8c: the 8 channels of a block side by side).
 struct Channels {
-  int64_t N = 0, C = 0, inner = 0, count = 0;
+  int64_t N = 0, C = 0, inner = 0, count = 0, stride = 1;
+  int64_t base(int64_t n, int64_t c) const {
+    return stride == 1 ? (n * C + c) * inner : (n * C + c - c % 8) * inner + c % 8;
+  }
 };
 bool channels(const TensorView& x, Channels& L) {
   if (x.rank() < 2)
@@ -32,6 +43,7 @@ bool channels(const TensorView& x, Channels& L) {
   for (int64_t d = 2; d < x.rank(); ++d)
     L.inner *= x.shape[d];
   L.count = L.N * L.inner;
+  L.stride = x.layout == Layout::NChw8c ? 8 : 1;
   return true;
 }
 
@@ -163,17 +175,18 @@ template <typename T, typename F>
 double channelSum(const T* x, const Channels& L, int64_t ch, F f) {
   double total = 0;
   for (int64_t n = 0; n < L.N; ++n) {
-    const T* row = x + (n * L.C + ch) * L.inner;
+    const T* row = x + L.base(n, ch);
+    const int64_t s = L.stride;
     double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     int64_t q = 0;
     for (; q + 4 <= L.inner; q += 4) {
-      a0 += f(row, q);
-      a1 += f(row, q + 1);
-      a2 += f(row, q + 2);
-      a3 += f(row, q + 3);
+      a0 += f(row, q * s);
+      a1 += f(row, (q + 1) * s);
+      a2 += f(row, (q + 2) * s);
+      a3 += f(row, (q + 3) * s);
     }
     for (; q < L.inner; ++q)
-      a0 += f(row, q);
+      a0 += f(row, q * s);
     total += (a0 + a1) + (a2 + a3);
   }
   return total;
@@ -195,10 +208,9 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
   forEachChannel(L, [&](int64_t ch) {
     T a = scale[ch] / std::sqrt(var[ch] + static_cast<T>(p.epsilon));
     for (int64_t n = 0; n < L.N; ++n) {
-      int64_t base = (n * L.C + ch) * L.inner;
-      for (int64_t q = 0; q < L.inner; ++q) {
-        y[base + q] = act.apply(a * (x[base + q] - mean[ch]) + bias[ch]);
-      }
+      const int64_t base = L.base(n, ch);
+      for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride)
+        y[e] = act.apply(a * (x[e] - mean[ch]) + bias[ch]);
     }
   });
   return true;
@@ -227,10 +239,9 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
                  count;
     double a = scale[ch] / std::sqrt(var + p.epsilon);
     for (int64_t n = 0; n < L.N; ++n) {
-      int64_t base = (n * L.C + ch) * L.inner;
-      for (int64_t q = 0; q < L.inner; ++q) {
-        y[base + q] = act.apply(static_cast<T>(a * (x[base + q] - mean) + bias[ch]));
-      }
+      const int64_t base = L.base(n, ch);
+      for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride)
+        y[e] = act.apply(static_cast<T>(a * (x[e] - mean) + bias[ch]));
     }
     meanOut[ch] = static_cast<T>(mean);
     varOut[ch] = static_cast<T>(var);
@@ -259,19 +270,19 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
     double mean = meanIn[ch], invstd = 1.0 / std::sqrt(static_cast<double>(varIn[ch]) + p.epsilon);
     double dbias = 0, dxm = 0; // sum dy, sum dy (x - mean)
     for (int64_t n = 0; n < L.N; ++n) {
-      int64_t base = (n * L.C + ch) * L.inner;
-      for (int64_t q = 0; q < L.inner; ++q) {
-        dbias += dy[base + q];
-        dxm += dy[base + q] * (x[base + q] - mean);
+      const int64_t base = L.base(n, ch);
+      for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride) {
+        dbias += dy[e];
+        dxm += dy[e] * (x[e] - mean);
       }
     }
     double dscale = dxm * invstd;
     double a = scale[ch] * invstd / m;
     for (int64_t n = 0; n < L.N; ++n) {
-      int64_t base = (n * L.C + ch) * L.inner;
-      for (int64_t q = 0; q < L.inner; ++q) {
-        double xhat = (x[base + q] - mean) * invstd;
-        dx[base + q] = static_cast<T>(a * (m * dy[base + q] - dbias - xhat * dscale));
+      const int64_t base = L.base(n, ch);
+      for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride) {
+        double xhat = (x[e] - mean) * invstd;
+        dx[e] = static_cast<T>(a * (m * dy[e] - dbias - xhat * dscale));
       }
     }
     dscaleOut[ch] = static_cast<T>(dscale);
@@ -469,12 +480,13 @@ bool mseLossGradImpl(const TensorView& pv, const TensorView& tv, const TensorVie
   })
 
 bool lrn(const TensorView& x, const TensorView& y, const LrnParams& p) {
-  return floatViews(x.dtype, {&x, &y}) && LWRT_DISPATCH(x.dtype, lrnImpl<T>(x, y, p));
+  return floatViews(x.dtype, {&x, &y}) && rowMajor({&x, &y}) &&
+         LWRT_DISPATCH(x.dtype, lrnImpl<T>(x, y, p));
 }
 
 bool lrnGrad(const TensorView& x, const TensorView& y, const TensorView& dy, const TensorView& dx,
              const LrnParams& p) {
-  return floatViews(x.dtype, {&x, &y, &dy, &dx}) &&
+  return floatViews(x.dtype, {&x, &y, &dy, &dx}) && rowMajor({&x, &y, &dy, &dx}) &&
          LWRT_DISPATCH(x.dtype, lrnGradImpl<T>(x, y, dy, dx, p));
 }
 
@@ -482,6 +494,7 @@ bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& b
                const TensorView& mean, const TensorView& var, const TensorView& y,
                const BatchNormParams& p) {
   return floatViews(x.dtype, {&x, &scale, &bias, &mean, &var, &y}) &&
+         rowMajor({&scale, &bias, &mean, &var}) && sameLayouts({&x, &y}) &&
          LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p, {}));
 }
 
@@ -489,6 +502,7 @@ bool batchNormAct(const TensorView& x, const TensorView& scale, const TensorView
                   const TensorView& mean, const TensorView& var, const TensorView& y,
                   const BatchNormParams& p, const Activation& act) {
   return floatViews(x.dtype, {&x, &scale, &bias, &mean, &var, &y}) &&
+         rowMajor({&scale, &bias, &mean, &var}) && sameLayouts({&x, &y}) &&
          LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p, act));
 }
 
@@ -496,6 +510,7 @@ bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorVi
                     const TensorView& y, const TensorView& mean, const TensorView& var,
                     const BatchNormTrainParams& p) {
   return floatViews(x.dtype, {&x, &scale, &bias, &y, &mean, &var}) &&
+         rowMajor({&scale, &bias, &mean, &var}) && sameLayouts({&x, &y}) &&
          LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p, {}));
 }
 
@@ -503,6 +518,7 @@ bool batchNormTrainAct(const TensorView& x, const TensorView& scale, const Tenso
                        const TensorView& y, const TensorView& mean, const TensorView& var,
                        const BatchNormTrainParams& p, const Activation& act) {
   return floatViews(x.dtype, {&x, &scale, &bias, &y, &mean, &var}) &&
+         rowMajor({&scale, &bias, &mean, &var}) && sameLayouts({&x, &y}) &&
          LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p, act));
 }
 
@@ -511,49 +527,54 @@ bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorVie
                    const TensorView& dscale, const TensorView& dbias,
                    const BatchNormTrainParams& p) {
   return floatViews(x.dtype, {&x, &scale, &mean, &var, &dy, &dx, &dscale, &dbias}) &&
+         rowMajor({&scale, &mean, &var, &dscale, &dbias}) && sameLayouts({&x, &dy, &dx}) &&
          LWRT_DISPATCH(x.dtype,
                        batchNormGradImpl<T>(x, scale, mean, var, dy, dx, dscale, dbias, p));
 }
 
 bool softmax(const TensorView& x, const TensorView& y, const SoftmaxParams& p) {
-  return floatViews(x.dtype, {&x, &y}) && LWRT_DISPATCH(x.dtype, softmaxImpl<T>(x, y, p, false));
+  return floatViews(x.dtype, {&x, &y}) && rowMajor({&x, &y}) &&
+         LWRT_DISPATCH(x.dtype, softmaxImpl<T>(x, y, p, false));
 }
 
 bool logSoftmax(const TensorView& x, const TensorView& y, const SoftmaxParams& p) {
-  return floatViews(x.dtype, {&x, &y}) && LWRT_DISPATCH(x.dtype, softmaxImpl<T>(x, y, p, true));
+  return floatViews(x.dtype, {&x, &y}) && rowMajor({&x, &y}) &&
+         LWRT_DISPATCH(x.dtype, softmaxImpl<T>(x, y, p, true));
 }
 
 bool softmaxGrad(const TensorView& y, const TensorView& dy, const TensorView& dx,
                  const SoftmaxParams& p) {
-  return floatViews(y.dtype, {&y, &dy, &dx}) &&
+  return floatViews(y.dtype, {&y, &dy, &dx}) && rowMajor({&y, &dy, &dx}) &&
          LWRT_DISPATCH(y.dtype, softmaxGradImpl<T>(y, dy, dx, p, false));
 }
 
 bool logSoftmaxGrad(const TensorView& y, const TensorView& dy, const TensorView& dx,
                     const SoftmaxParams& p) {
-  return floatViews(y.dtype, {&y, &dy, &dx}) &&
+  return floatViews(y.dtype, {&y, &dy, &dx}) && rowMajor({&y, &dy, &dx}) &&
          LWRT_DISPATCH(y.dtype, softmaxGradImpl<T>(y, dy, dx, p, true));
 }
 
 bool softmaxXent(const TensorView& logits, const TensorView& labels, const TensorView& loss) {
-  return floatViews(logits.dtype, {&logits, &loss}) &&
+  return floatViews(logits.dtype, {&logits, &loss}) && rowMajor({&logits, &labels}) &&
          LWRT_DISPATCH(logits.dtype, softmaxXentImpl<T>(logits, labels, loss));
 }
 
 bool softmaxXentGrad(const TensorView& logits, const TensorView& labels, const TensorView& dloss,
                      const TensorView& dlogits) {
   return floatViews(logits.dtype, {&logits, &dloss, &dlogits}) &&
+         rowMajor({&logits, &labels, &dlogits}) &&
          LWRT_DISPATCH(logits.dtype, softmaxXentGradImpl<T>(logits, labels, dloss, dlogits));
 }
 
 bool mseLoss(const TensorView& pred, const TensorView& target, const TensorView& loss) {
-  return floatViews(pred.dtype, {&pred, &target, &loss}) &&
+  return floatViews(pred.dtype, {&pred, &target, &loss}) && rowMajor({&pred, &target}) &&
          LWRT_DISPATCH(pred.dtype, mseLossImpl<T>(pred, target, loss));
 }
 
 bool mseLossGrad(const TensorView& pred, const TensorView& target, const TensorView& dloss,
                  const TensorView& dpred) {
   return floatViews(pred.dtype, {&pred, &target, &dloss, &dpred}) &&
+         rowMajor({&pred, &target, &dpred}) &&
          LWRT_DISPATCH(pred.dtype, mseLossGradImpl<T>(pred, target, dloss, dpred));
 }
 

@@ -67,8 +67,11 @@ template <typename Fn> void forEachElement(int64_t n, Fn fn) {
   });
 }
 
+/// Same element type, shape and layout: elementwise over such views is the
+/// same loop in any layout (the CPU backend keeps some activations in
+/// nChw8c, lwrt/tensor.h).
 bool sameLayout(const TensorView& a, const TensorView& b) {
-  return a.dtype == b.dtype && a.shape == b.shape;
+  return a.dtype == b.dtype && a.shape == b.shape && a.layout == b.layout;
 }
 
 /// Wrapping integer arithmetic (signed overflow is undefined in C++).
@@ -225,6 +228,10 @@ template <typename FD, typename FI>
 bool binary(const TensorView& a, const TensorView& b, const TensorView& y, FD fd, FI fi) {
   if (a.dtype != b.dtype || a.dtype != y.dtype || !broadcastsTo(a.shape, b.shape, y.shape))
     return false;
+  // Other layouts elementwise only: no broadcasting.
+  if (a.layout != y.layout || b.layout != y.layout ||
+      (y.layout != Layout::RowMajor && (a.shape != y.shape || b.shape != y.shape)))
+    return false;
   return dispatchNumeric(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<T>) {
@@ -262,7 +269,13 @@ bool backward(const TensorView& u, const TensorView& dy, const TensorView& dx, F
 
 //===--- Reductions -------------------------------------------------------===//
 
+bool reduceBlocked(const TensorView& x, const TensorView& y, const ReduceParams& p, bool mean);
+
 bool reduce(const TensorView& x, const TensorView& y, const ReduceParams& p, bool mean) {
+  if (y.layout != Layout::RowMajor)
+    return false;
+  if (x.layout != Layout::RowMajor)
+    return reduceBlocked(x, y, p, mean);
   int64_t rank = x.rank();
   std::vector<bool> reduced(rank, !p.axes);
   if (p.axes)
@@ -354,6 +367,40 @@ bool reduce(const TensorView& x, const TensorView& y, const ReduceParams& p, boo
     });
     return true;
   });
+}
+
+/// A float32 nChw8c [N, C, H, W] summed over n, h and w into [C] (a conv's
+/// bias gradient), each channel in the row-major kernel's order.
+bool reduceBlocked(const TensorView& x, const TensorView& y, const ReduceParams& p, bool mean) {
+  if (x.layout != Layout::NChw8c || x.dtype != DType::F32 || y.dtype != DType::F32 ||
+      x.rank() != 4 || x.shape[1] % 8 != 0 || p.keepdims || !p.axes ||
+      *p.axes != std::vector<int64_t>{0, 2, 3} || y.shape != std::vector<int64_t>{x.shape[1]})
+    return false;
+  const int64_t N = x.shape[0], blocks = x.shape[1] / 8, run = x.shape[2] * x.shape[3];
+  const float* xs = x.as<float>();
+  float* ys = y.as<float>();
+  detail::parallelFor(blocks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b) {
+      double acc[8] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        const float* in = xs + (n * blocks + b) * run * 8;
+        double a[4][8] = {};
+        int64_t e = 0;
+        for (; e + 4 <= run; e += 4)
+          for (int k = 0; k < 4; ++k)
+            for (int l = 0; l < 8; ++l)
+              a[k][l] += in[(e + k) * 8 + l];
+        for (; e < run; ++e)
+          for (int l = 0; l < 8; ++l)
+            a[0][l] += in[e * 8 + l];
+        for (int l = 0; l < 8; ++l)
+          acc[l] += (a[0][l] + a[1][l]) + (a[2][l] + a[3][l]);
+      }
+      for (int l = 0; l < 8; ++l)
+        ys[b * 8 + l] = static_cast<float>(mean ? acc[l] / static_cast<double>(N * run) : acc[l]);
+    }
+  });
+  return true;
 }
 
 //===--- Cast -------------------------------------------------------------===//
@@ -601,7 +648,7 @@ bool reduceSum(const TensorView& x, const TensorView& y, const ReduceParams& p) 
 //===--- Conversion and values --------------------------------------------===//
 
 bool cast(const TensorView& x, const TensorView& y) {
-  if (x.shape != y.shape)
+  if (x.shape != y.shape || x.layout != y.layout)
     return false;
   return dispatchValue(x.dtype, [&](auto from) {
     using From = decltype(from);
@@ -633,7 +680,8 @@ bool fill(const TensorView& y, const FillParams& p) {
 bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMaskParams& p) {
   int64_t s = 0;
   ShardIndex piece;
-  if (!intScalar(step, s) || !(p.ratio >= 0 && p.ratio < 1) || !dropoutPiece(mask.shape, p, piece))
+  if (!intScalar(step, s) || !(p.ratio >= 0 && p.ratio < 1) ||
+      !dropoutPiece(mask.shape, p, piece) || mask.layout != Layout::RowMajor)
     return false;
   return dispatchFloat(mask.dtype, [&](auto tag) {
     using T = decltype(tag);
