@@ -1,6 +1,6 @@
 // lwrt/cpu_tensor.h - the CPU backend's elementwise, shape, reduction and training-update kernels
 // defines: relu, leakyRelu, sigmoid, tanh, erf, exp, log, sqrt, reciprocal, clip, neg, abs, sign,
-// add,
+// add, addAct, Activation,
 //   sub, mul, div, pow, reluGrad, leakyReluGrad, sigmoidGrad, tanhGrad, clipGrad, reduceMean,
 //   reduceSum, copy, transpose, concat, slice, sliceGrad, split, gather, gatherGrad, gatherNd,
 //   gatherNdGrad, expand, pad,
@@ -42,6 +42,27 @@
 #include <vector>
 
 namespace lwrt::cpu {
+
+/// A relu or clip that a kernel applies to what it writes: codegen fuses a
+/// relu or clip that is the only use of a convolution's, batch norm's or
+/// add's result into it (conv2dAct, batchNormAct, batchNormTrainAct,
+/// addAct), which then writes the activation's result view.
+struct Activation {
+  enum Kind : uint8_t { None, Relu, Clip };
+  Kind kind = None;
+  double min = 0, max = 0; ///< Clip's bounds
+  /// v through the activation, as the relu and clip kernels compute it.
+  template <typename T> T apply(T v) const {
+    if (kind == Relu)
+      return v > T(0) ? v : T(0);
+    if (kind == Clip) {
+      double d = static_cast<double>(v);
+      d = d < min ? min : d;
+      return static_cast<T>(max < d ? max : d);
+    }
+    return v;
+  }
+};
 
 // The parameter structs live in lwrt/tensor_params.h (namespace lwrt, shared
 // with the other backends); these make the lwrt::cpu:: spellings work too.
@@ -85,6 +106,8 @@ bool sign(const TensorView& x, const TensorView& y);
 //===--- Binary with numpy broadcasting (a, b -> y) ------------------------===//
 
 bool add(const TensorView& a, const TensorView& b, const TensorView& y);
+/// act(a + b), float only (see Activation).
+bool addAct(const TensorView& a, const TensorView& b, const TensorView& y, const Activation& act);
 bool sub(const TensorView& a, const TensorView& b, const TensorView& y);
 bool mul(const TensorView& a, const TensorView& b, const TensorView& y);
 /// Integers truncate toward zero; a zero divisor (or INT_MIN / -1) fails.
