@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
 
+#include "codegen/Layouts.h"
 #include "codegen/PhaseWriter.h"
 #include "ir/Printer.h"
 
@@ -281,8 +282,10 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
      << llvm::formatv("constexpr int64_t kStateBytes = {0};\n", stateBytes).str()
      << llvm::formatv("constexpr int64_t kInputBytes = {0};\n", inputBytes).str()
      << llvm::formatv("constexpr int64_t kEvalArenaBytes = {0};\n\n", evalArenaBytes).str()
-     << "TensorView at(unsigned char* base, int64_t offset, DType t, std::vector<int64_t> shape) "
-        "{\n  return TensorView{base + offset, t, std::move(shape)};\n}\n\n";
+     << "TensorView at(unsigned char* base, int64_t offset, DType t,\n"
+        "                std::vector<int64_t> shape,\n"
+        "                Layout layout = Layout::RowMajor) {\n"
+        "  return TensorView{base + offset, t, std::move(shape), layout};\n}\n\n";
 
   // `range`: the NVTX range of the function in a CUDA trainer ("": none,
   // for the one-time set-up).
@@ -298,6 +301,11 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       os << "  const Hyper& h = *b.hyper;\n";
     os << before << phase.body.str() << after << "  return true;\n}\n\n";
   };
+  // The activations CPU kernels keep in oneDNN's blocked layout.
+  const std::set<const Value*> blocked = cuda ? std::set<const Value*>{} : blockedValues(g);
+  // CUDA fuses only what cuDNN's plans apply: a convolution's ReLU.
+  const PhaseWriter::Fusions fusions =
+      cuda ? PhaseWriter::Fusions::ConvRelu : PhaseWriter::Fusions::All;
   int64_t numEvents = 0;
   int numComm = 0, streamsPerDevice = 1;
   std::vector<std::pair<int64_t, int64_t>> deviceSteps; // (device, stream)
@@ -310,8 +318,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
         commIds[op.get()] = numComm++;
     for (int64_t d = 0; d < md.devices; ++d) {
       PhaseWriter w(g, md.where[static_cast<size_t>(d)]);
-      if (o.target == "cuda")
-        w.fuseConvRelu();
+      w.fuseActivations(fusions);
+      w.setBlocked(blocked);
       DeviceCode code;
       if (llvm::Error e = w.writeDevice(code, d, commIds, numEvents))
         return e;
@@ -347,8 +355,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       --updateFrom;
     GraphCode code;
     PhaseWriter w(g, where);
-    if (o.target == "cuda")
-      w.fuseConvRelu();
+    w.fuseActivations(fusions);
+    w.setBlocked(blocked);
     // Micro-batches (@mb) interleave forward and backward in the order
     // the schedule pass gave: one phase for them, then the update.
     bool micro = false;
@@ -387,8 +395,9 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   if (o.eval) {
     GraphCode code;
     PhaseWriter w(*o.eval, evalWhere);
-    if (o.target == "cuda")
-      w.fuseConvRelu();
+    w.fuseActivations(fusions);
+    if (!cuda)
+      w.setBlocked(blockedValues(*o.eval));
     if (llvm::Error e = w.write(code, [](size_t) -> size_t { return 0; }))
       return e;
     code.phases.resize(1);

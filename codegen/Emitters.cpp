@@ -247,22 +247,4 @@ std::string hyperParams(const Op& op) {
   }
 }
 
-std::map<const Op*, const Op*>
-convReluPairs(const Graph& g, const std::function<bool(const Value*, const Value*)>& sameBytes) {
-  std::map<const Op*, const Op*> pairs;
-  for (const auto& op : g.ops()) {
-    if (op->kind() != OpKind::Relu)
-      continue;
-    const Value* x = op->operand(0);
-    const Op* conv = x->definingOp();
-    if (!conv || conv->kind() != OpKind::Conv2d || x->uses().size() != 1 ||
-        x->type() != op->result()->type() || opDevice(*conv) != opDevice(*op) ||
-        conv->annotations().stream.value_or(0) != op->annotations().stream.value_or(0) ||
-        !sameBytes(x, op->result()))
-      continue;
-    pairs[conv] = op.get();
-  }
-  return pairs;
-}
-
 } // namespace lwcc::codegen

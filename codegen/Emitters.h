@@ -12,7 +12,6 @@
 #include "ir/IR.h"
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -45,15 +44,5 @@ std::string splitP(const Op& op);
 /// The parameter struct of an op whose settings come from the trainer's
 /// flags at run time; "" for the others.
 std::string hyperParams(const Op& op);
-
-/// The convolutions a CUDA trainer fuses with the ReLU after them
-/// (conv2dRelu: one cuDNN plan of convolution, bias and ReLU, or the own
-/// epilogue kernel in one pass), each mapped to its ReLU: the ReLU is the
-/// convolution result's only reader and writes over it (`sameBytes`: the
-/// memory plan ran it in place), on the same device and stream, so the
-/// convolution's waits cover the ReLU's and writing its result early
-/// changes no byte another op reads.
-std::map<const Op*, const Op*>
-convReluPairs(const Graph& g, const std::function<bool(const Value*, const Value*)>& sameBytes);
 
 } // namespace lwcc::codegen

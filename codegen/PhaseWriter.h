@@ -166,16 +166,26 @@ class PhaseWriter {
 public:
   PhaseWriter(const Graph& g, const Places& where) : g_(g), where_(where) {}
 
-  /// CUDA trainers: each convolution and the ReLU written over its result
-  /// become one conv2dRelu call (convReluPairs).
-  void fuseConvRelu() {
-    fused_ = convReluPairs(g_, [&](const Value* a, const Value* b) {
-      auto pa = where_.find(a), pb = where_.find(b); // absent: another device's
-      return pa != where_.end() && pb != where_.end() && pa->second == pb->second;
-    });
-    for (const auto& [conv, relu] : fused_)
-      fusedRelus_.insert(relu);
-  }
+  /// Which (producer, activation) pairs become one fused call (planFusions).
+  enum class Fusions {
+    None,
+    /// CPU trainers: a conv2d, batch_norm_train, batch_norm or float add
+    /// whose (first) result's only use is a relu or clip (the activation)
+    /// written later in the same function becomes one call of the kernel's
+    /// fused form (conv2dAct, batchNormTrainAct, batchNormAct, addAct) that
+    /// writes the activation's result instead (the unfused result is never
+    /// read).
+    All,
+    /// CUDA trainers: only a conv2d and a relu written in place over its
+    /// result (conv2dAct with Activation::Relu: one cuDNN plan of
+    /// convolution, bias and ReLU); cuDNN's plans take no other pair here.
+    ConvRelu,
+  };
+  void fuseActivations(Fusions f) { fusions_ = f; }
+
+  /// CPU trainers: the values kept in nChw8c (codegen/Layouts.h); their
+  /// views say so.
+  void setBlocked(std::set<const Value*> blocked) { blocked_ = std::move(blocked); }
 
   /// Declarations of the views of `used`, in graph order (inputs, params,
   /// op results), for the top of a function body.
@@ -186,8 +196,9 @@ public:
         return;
       const auto& [region, offset] = where_.at(v);
       out << "  const TensorView " << names_(v) << " = at(" << region << ", " << offset << ", "
-          << dtypeEnum(v->type().dtype) << ", " << ints(v->type().shape) << "); // "
-          << v->type().str() << "\n";
+          << dtypeEnum(v->type().dtype) << ", " << ints(v->type().shape)
+          << (blocked_.count(v) ? ", Layout::NChw8c" : "") << "); // " << v->type().str()
+          << (blocked_.count(v) ? " nChw8c" : "") << "\n";
     };
     for (const auto& in : g_.inputs())
       declare(in.get());
@@ -201,6 +212,19 @@ public:
 
   llvm::Error write(GraphCode& code, const std::function<size_t(size_t)>& phaseOf) {
     Schedule schedule = scheduleOf();
+    {
+      std::vector<const Op*> order;
+      std::vector<size_t> phases;
+      size_t i = 0;
+      for (const auto& op : g_.ops()) {
+        if (op->kind() != OpKind::Constant) {
+          order.push_back(op.get());
+          phases.push_back(phaseOf(i));
+        }
+        ++i;
+      }
+      planFusions(order, schedule, [&](size_t k) { return phases[k] == phases[k + 1]; });
+    }
     if (schedule.multi)
       code.prologue << "  // The other streams start after what stream 0 launched before this "
                        "step.\n"
@@ -233,6 +257,14 @@ public:
       if (nothingToDo(out, op, *call))
         continue;
       std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
+      if (fused(out, op, *call)) {
+        if (auto it = schedule.records.find(&op); it != schedule.records.end())
+          out << "  if (!recordEvent(" << it->second
+              << "))\n    return *failed = " << cString(label) << ", false;\n";
+        out << "  if (b.mark)\n    b.mark(b.markContext, "
+            << cString(std::string(op.mnemonic()) + " " + label) << ");\n";
+        continue;
+      }
       if (schedule.multi && op.kind() != OpKind::Constant) {
         int64_t s = op.annotations().stream.value_or(0);
         std::string sync;
@@ -245,8 +277,7 @@ public:
         if (!sync.empty())
           out << "  if (!" << sync << ")\n    return *failed = " << cString(label) << ", false;\n";
       }
-      if (!call->empty())
-        out << "  if (!" << *call << ")\n    return *failed = " << cString(label) << ", false;\n";
+      out << "  if (!" << *call << ")\n    return *failed = " << cString(label) << ", false;\n";
       if (auto it = schedule.records.find(&op); it != schedule.records.end())
         out << "  if (!recordEvent(" << it->second << "))\n    return *failed = " << cString(label)
             << ", false;\n";
@@ -268,16 +299,10 @@ public:
   Names& names() { return names_; }
 
   /// True, after saying why in a comment, when `call` is empty: a view or
-  /// an update written in place over its param leaves no code. A ReLU
-  /// fused into its convolution has no call either, but keeps its events.
+  /// an update written in place over its param leaves no code.
   bool nothingToDo(std::ostringstream& out, const Op& op, const std::string& call) {
     if (!call.empty())
       return false;
-    if (fusedRelus_.count(&op)) {
-      out << "  // (computed with the convolution of " << names_(op.operand(0))
-          << ": conv2dRelu)\n";
-      return false;
-    }
     if (op.kind() == OpKind::Assign)
       out << "  // (" << names_(op.operand(1)) << " was written in place over "
           << names_(op.operand(0)) << ": nothing to copy)\n";
@@ -310,6 +335,13 @@ public:
     const int64_t start = multi ? nextEvent++ : -1;
     Schedule schedule = scheduleOf(ops, nextEvent);
     nextEvent = schedule.nextEvent;
+    for (int64_t s : streams) {
+      std::vector<const Op*> order;
+      for (const Op* op : ops)
+        if (op->annotations().stream.value_or(0) == s)
+          order.push_back(op);
+      planFusions(order, schedule, [](size_t) { return true; });
+    }
     for (int64_t s : streams)
       code.streams[s];
     auto check = [](const std::string& call, const std::string& label) {
@@ -344,10 +376,16 @@ public:
       if (nothingToDo(out, op, *call))
         continue;
       std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
+      if (fused(out, op, *call)) {
+        if (auto it = schedule.records.find(&op); it != schedule.records.end())
+          out << check("recordEvent(b, " + std::to_string(it->second) + ")", label);
+        out << "  if (b.mark)\n    b.mark(b.markContext, "
+            << cString(std::string(op.mnemonic()) + " " + label) << ");\n";
+        continue;
+      }
       for (int64_t e : schedule.waits[&op])
         out << check("waitEvent(b, " + std::to_string(e) + ")", label);
-      if (!call->empty())
-        out << check(*call, label);
+      out << check(*call, label);
       if (auto it = schedule.records.find(&op); it != schedule.records.end())
         out << check("recordEvent(b, " + std::to_string(it->second) + ")", label);
       if (op.kind() != OpKind::Constant)
@@ -540,11 +578,8 @@ private:
     return s;
   }
 
-  /// The runtime call of `op`; "" for a view that needs no copy and for a
-  /// ReLU fused into its convolution.
+  /// The runtime call of `op`; "" for a view that needs no copy.
   llvm::Expected<std::string> callOf(const Op& op) {
-    if (fusedRelus_.count(&op))
-      return std::string();
     auto list = [&](const std::vector<const Value*>& vs) {
       std::string s = "{";
       for (size_t i = 0; i < vs.size(); ++i)
@@ -603,24 +638,109 @@ private:
       args.push_back((optionalLast && i >= fixed ? "&" : "") + names_(op.operand(i)));
     if (optionalLast && op.numOperands() == fixed)
       args.push_back("nullptr");
-    // A fused convolution writes its ReLU's result (the same bytes).
-    auto relu = fused_.find(&op);
+    // A fused call writes its activation's result in place of its first,
+    // and takes the activation last.
     for (unsigned r = 0; r < op.numResults(); ++r)
-      args.push_back(names_(relu != fused_.end() ? relu->second->result() : op.result(r)));
+      args.push_back(names_(r == 0 && fusion_ ? fusion_->result() : op.result(r)));
     std::string p = params();
     if (!p.empty())
       args.push_back(p);
-    std::string call = (relu != fused_.end() ? std::string("conv2dRelu") : fn) + "(";
+    if (fusion_)
+      args.push_back(fusion_->kind() == OpKind::Relu
+                         ? std::string("Activation{Activation::Relu}")
+                         : "Activation{Activation::Clip, " + num(fusion_->getFloat("min")) + ", " +
+                               num(fusion_->getFloat("max")) + "}");
+    std::string call = fn + (fusion_ ? "Act(" : "(");
     for (size_t i = 0; i < args.size(); ++i)
       call += (i ? ", " : "") + args[i];
     return call + ")";
   }
 
+  /// Marks the (producer, activation) pairs of `order` (the ops of one
+  /// function, in the order written) that fuse: the activation (relu, or
+  /// clip) is the only use of the producer's first result, waits for no
+  /// event, adjacent(k) says ops k and k+1 land in one function, and no op
+  /// written between the two touches the activation's result bytes (the
+  /// fused call writes them early). Fusions::ConvRelu takes only a conv2d
+  /// and a relu whose result has the convolution result's bytes (run in
+  /// place), so the fused call's result never shares bytes with its input.
+  template <typename Adjacent>
+  void planFusions(const std::vector<const Op*>& order, Schedule& schedule, Adjacent adjacent) {
+    if (fusions_ == Fusions::None)
+      return;
+    const bool convRelu = fusions_ == Fusions::ConvRelu;
+    std::map<const Op*, size_t> at;
+    for (size_t k = 0; k < order.size(); ++k)
+      at[order[k]] = k;
+    for (size_t k = 0; k + 1 < order.size(); ++k) {
+      const Op* producer = order[k];
+      OpKind kind = producer->kind();
+      if (kind != OpKind::Conv2d && kind != OpKind::BatchNormTrain && kind != OpKind::BatchNorm &&
+          kind != OpKind::Add)
+        continue;
+      if (convRelu && kind != OpKind::Conv2d)
+        continue;
+      const Value* v = producer->result(0);
+      const DType t = v->type().dtype;
+      if ((t != DType::F32 && t != DType::F64) || v->uses().size() != 1)
+        continue;
+      const Op* relu = v->uses().front().user;
+      auto it = relu ? at.find(relu) : at.end();
+      if (it == at.end() || it->second <= k ||
+          (relu->kind() != OpKind::Relu && relu->kind() != OpKind::Clip) ||
+          !schedule.waits[relu].empty() || !where_.count(relu->result()))
+        continue;
+      if (convRelu &&
+          (relu->kind() != OpKind::Relu || !where_.count(v) ||
+           where_.at(v) != where_.at(relu->result()) ||
+           relu->annotations().stream.value_or(0) != producer->annotations().stream.value_or(0)))
+        continue;
+      const size_t r = it->second;
+      const auto& [region, offset] = where_.at(relu->result());
+      const int64_t end = offset + relu->result()->type().sizeInBytes();
+      bool clear = true;
+      for (size_t j = k; j < r && clear; ++j) {
+        clear = adjacent(j);
+        if (j > k)
+          for (const Access& a : accessesOf(*order[j]))
+            clear &= !(a.region == region && a.begin < end && offset < a.end);
+      }
+      if (!clear)
+        continue;
+      fusedInto_[producer] = relu;
+      fusedFrom_.insert(relu);
+    }
+  }
+
+  /// A fused pair's relu gets a note instead of a call (its events and
+  /// mark stay); its producer, the fused kernel's call (in `call`). False
+  /// for other ops.
+  bool fused(std::ostringstream& out, const Op& op, std::string& call) {
+    if (fusedFrom_.count(&op)) {
+      out << "  // (computed by the fused call above)\n";
+      return true;
+    }
+    auto it = fusedInto_.find(&op);
+    if (it != fusedInto_.end()) {
+      fusion_ = it->second;
+      auto fusedCall = callOf(op);
+      fusion_ = nullptr;
+      if (fusedCall)
+        call = *fusedCall;
+      else
+        llvm::consumeError(fusedCall.takeError()); // the caller already wrote the plain call
+    }
+    return false;
+  }
+
   const Graph& g_;
   const Places& where_;
   Names names_;
-  std::map<const Op*, const Op*> fused_; ///< convolution -> its fused ReLU
-  std::set<const Op*> fusedRelus_;
+  Fusions fusions_ = Fusions::None;
+  std::set<const Value*> blocked_;
+  std::map<const Op*, const Op*> fusedInto_; ///< producer -> its activation
+  std::set<const Op*> fusedFrom_;            ///< the activations
+  const Op* fusion_ = nullptr;               ///< while callOf writes a fused call: its activation
 };
 
 /// Places the results of a planned graph that live on `device` at their

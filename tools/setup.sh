@@ -7,6 +7,8 @@ DEB_PACKAGES=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   llvm-14-dev llvm-14-tools
   libfmt-dev libgtest-dev libopenblas-dev zlib1g-dev
+  # oneDNN: the CPU backend's convolutions (its OpenMP runtime is the kernels' pool).
+  libdnnl-dev
   # Image folders: JPEG through libjpeg-turbo, PNG through libpng.
   libjpeg62-turbo-dev libpng-dev
   dataset-fashion-mnist libonnx-testdata

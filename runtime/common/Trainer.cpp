@@ -86,6 +86,8 @@ const char* kUsage =
     "  --trace=FILE         the profiled steps' measured timeline as Chrome trace JSON\n"
     "                       (pid the device, tid the stream)\n"
     "device:\n"
+    "  --threads=N          CPU trainers: the threads the step's kernels run on\n"
+    "                       (default: the cores; emulated devices share them)\n"
     "  --device=N   --no-cuda-graph\n"
     "  --tf32[=conv|all|off]  float32 math on TF32 tensor cores: for convolutions by\n"
     "                       default (PyTorch's defaults), --tf32 for matrix products\n"
@@ -1432,6 +1434,12 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
       o.runner.device = o.devices[0];
       if (m.numDevices <= 1)
         o.devices.clear();
+    } else if (key == "--threads") {
+      if (m.target != "cpu")
+        return bad("is for CPU trainers");
+      if (!intArg(iv, 1) || iv > 1024)
+        return bad("takes a count in [1, 1024]");
+      o.runner.threads = static_cast<int>(iv);
     } else if (key == "--check-replicas" && !hasValue) {
       o.checkReplicas = true;
     } else if (key == "--tf32" && !hasValue) {

@@ -22,11 +22,11 @@
 
 #include "common/Cluster.h"
 #include "cpu/CommOps.h"
+#include "lwrt/cpu_threads.h"
 #include "lwrt/profile.h"
 
 #include <algorithm>
 #include <atomic>
-#include <cblas.h>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -110,19 +110,6 @@ private:
   std::thread thread_; // last: starts after the members it uses exist
 };
 
-/// The cores this process may use: its affinity mask, shared with the
-/// other processes of the job on this machine when mpirun did not bind them.
-int coresHere(const Cluster* cluster) {
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-    cores = std::min(cores, CPU_COUNT(&set));
-  if (cluster && cluster->localSize() > 1 &&
-      cores == static_cast<int>(std::thread::hardware_concurrency()))
-    cores = std::max(1, cores / cluster->localSize());
-  return cores;
-}
-
 class CpuGroup final : public DeviceGroup {
 public:
   CpuGroup(const ModelInfo& m, Cluster* cluster)
@@ -150,16 +137,15 @@ public:
     }
     if (const char* v = std::getenv("LWRT_DEADLOCK_SECONDS"); v && std::atoi(v) > 0)
       deadlockSeconds_ = std::atoi(v);
-    // The emulated devices share the machine's cores: each device's matrix
-    // products get its share of OpenBLAS's threads, unless the user chose
-    // (OPENBLAS_NUM_THREADS). Left at every core, the devices' concurrent
-    // products would run several threads per core, each device stalling the
-    // others at random, so that a step took twice the time.
-    const char* chosen = std::getenv("OPENBLAS_NUM_THREADS");
-    if (m.numDevices > 1 && !(chosen && *chosen)) {
-      blasThreads_ = std::max(1, coresHere(cluster_) / perRank_);
-      openblas_set_num_threads(blasThreads_);
-    }
+    // The emulated devices share the trainer's threads (--threads): each
+    // device's stream threads run its kernels on its share. Left at every
+    // core, the devices' concurrent kernels would run several threads per
+    // core, each device stalling the others at random, so that a step took
+    // twice the time.
+    // Per device of the whole job (not of this process), so that a device's
+    // kernels split their work alike, and give the same bits, however many
+    // processes run the devices.
+    threadsPerDevice_ = std::max(1, threadBudget() / std::max(1, m.numDevices));
   }
 
   bool local(int64_t device) const {
@@ -216,15 +202,13 @@ public:
   }
 
   std::string notes() const override {
-    std::string blas = blasThreads_ > 0
-                           ? ", OpenBLAS threads " + std::to_string(blasThreads_) + " per device"
-                           : "";
+    std::string kernels = ", " + std::to_string(threadsPerDevice_) + " kernel threads per device";
     if (cluster_)
       return std::to_string(perRank_) + " emulated devices in each of " +
              std::to_string(cluster_->size()) + " processes (MPI between them), " +
-             std::to_string(queues_.size()) + " stream threads here" + blas;
+             std::to_string(queues_.size()) + " stream threads here" + kernels;
     return std::to_string(m_.numDevices) + " emulated devices, " + std::to_string(queues_.size()) +
-           " stream threads" + blas;
+           " stream threads, " + std::to_string(threadsPerDevice_) + " kernel threads per device";
   }
 
   /// A participant's arrival at op `op` of the current step: the last one
@@ -460,6 +444,8 @@ private:
   void runQueue(size_t q, uint64_t generation, const std::vector<StepBuffers>& buffers) {
     const Queue& queue = queues_[q];
     std::string failure;
+    if (threads() != threadsPerDevice_)
+      setThreads(threadsPerDevice_);
     current_ = waits_[q].get();
     current_->kind.store(Wait::Running, std::memory_order_relaxed);
     StepMarks* marks = buffers[static_cast<size_t>(queue.device)].marks;
@@ -548,9 +534,9 @@ private:
   std::condition_variable done_;
   uint64_t generation_ = 0; ///< the step running (written before it starts)
   std::atomic<uint64_t> abortedGeneration_{0};
-  std::atomic<uint64_t> progress_{0}; ///< arrivals, records and finished functions
-  int deadlockSeconds_ = 10;          ///< LWRT_DEADLOCK_SECONDS
-  int blasThreads_ = 0;               ///< OpenBLAS threads this group set (0: left as they were)
+  std::atomic<uint64_t> progress_{0};        ///< arrivals, records and finished functions
+  int deadlockSeconds_ = 10;                 ///< LWRT_DEADLOCK_SECONDS
+  int threadsPerDevice_ = 1;                 ///< each stream thread's kernel threads
   std::vector<std::unique_ptr<Wait>> waits_; ///< by queue
   size_t remaining_ = 0;
   std::string failure_;

@@ -1,5 +1,5 @@
 // cpu/Common.h - helpers shared by the CPU kernel files (not installed)
-// defines: dispatch, sameType, floatViews
+// defines: dispatch, sameType, floatViews, rowMajor, blocked8
 #pragma once
 
 #include "lwrt/tensor.h"
@@ -28,6 +28,23 @@ inline bool sameType(DType t, std::initializer_list<const TensorView*> views) {
 /// Like sameType, for a float element type.
 inline bool floatViews(DType t, std::initializer_list<const TensorView*> views) {
   return (t == DType::F32 || t == DType::F64) && sameType(t, views);
+}
+
+/// Every view is row-major.
+inline bool rowMajor(std::initializer_list<const TensorView*> views) {
+  for (const TensorView* v : views)
+    if (v->layout != Layout::RowMajor)
+      return false;
+  return true;
+}
+
+/// Every view is a float32 [N, C, H, W] in nChw8c (C a multiple of 8).
+inline bool blocked8(std::initializer_list<const TensorView*> views) {
+  for (const TensorView* v : views)
+    if (v->layout != Layout::NChw8c || v->dtype != DType::F32 || v->rank() != 4 ||
+        v->shape[1] % 8 != 0)
+      return false;
+  return true;
 }
 
 } // namespace lwrt::cpu::detail

@@ -1,13 +1,14 @@
-// NNKernels.cpp - convolution, matrix products and pooling of lwrt/cpu_nn.h
+// NNKernels.cpp - matrix products and pooling of lwrt/cpu_nn.h
 //
-// Convolutions lower to im2col and one BLAS gemm per (image, group); the
+// Matrix products run on OpenBLAS, split over the pool (cpu/Blas.h); the
 // pooling kernels follow the reference interpreter's loops (ir/Kernels.h)
-// so that ties, empty windows and divisors come out the same.
+// so that ties, empty windows and divisors come out the same, one (image,
+// channel) plane per task. The convolutions are in ConvKernels.cpp.
+#include "Blas.h"
 #include "Common.h"
 #include "lwrt/cpu_nn.h"
 
 #include <algorithm>
-#include <cblas.h>
 #include <initializer_list>
 #include <limits>
 #include <vector>
@@ -15,185 +16,13 @@
 namespace lwrt::cpu {
 namespace {
 
+using detail::blocked8;
 using detail::dispatch;
+using detail::matmulInto;
+using detail::rowMajor;
 using detail::sameType;
 
 bool isFloat(DType t) { return t == DType::F32 || t == DType::F64; }
-
-/// Row-major C = alpha op(A) op(B) + beta C through cblas.
-void blasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-              int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
-              static_cast<int>(std::max<int64_t>(1, lda)), b,
-              static_cast<int>(std::max<int64_t>(1, ldb)), beta, c,
-              static_cast<int>(std::max<int64_t>(1, ldc)));
-}
-void blasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-              int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
-              static_cast<int>(std::max<int64_t>(1, lda)), b,
-              static_cast<int>(std::max<int64_t>(1, ldb)), beta, c,
-              static_cast<int>(std::max<int64_t>(1, ldc)));
-}
-
-/// C = alpha op(A) op(B) + beta C, also for empty products (BLAS may not
-/// touch C when k is 0).
-template <typename T>
-void matmulInto(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  if (m == 0 || n == 0)
-    return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j)
-        c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
-    return;
-  }
-  blasGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-//===--- Convolution ------------------------------------------------------===//
-
-/// The geometry of one convolution, checked against the views.
-struct ConvGeom {
-  int64_t N, C, H, W, M, Cg, KH, KW, OH, OW, G, Mg;
-  int64_t K() const { return Cg * KH * KW; } // rows of a column matrix
-  int64_t P() const { return OH * OW; }      // its columns
-};
-
-bool convGeom(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
-              const std::vector<int64_t>& ys, const Conv2dParams& p, ConvGeom& g) {
-  if (xs.size() != 4 || ws.size() != 4 || ys.size() != 4 || p.group < 1)
-    return false;
-  g = {xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3], p.group, 0};
-  if (g.M % g.G != 0 || g.Cg * g.G != g.C || ys[0] != g.N || ys[1] != g.M)
-    return false;
-  for (int i = 0; i < 2; ++i) {
-    int64_t in = xs[2 + i], k = ws[2 + i], s = p.strides[i], d = p.dilations[i];
-    if (s < 1 || d < 1 || k < 1 || p.pads[i] < 0 || p.pads[i + 2] < 0)
-      return false;
-    int64_t room = in + p.pads[i] + p.pads[i + 2] - (d * (k - 1) + 1);
-    if (room < 0 || ys[2 + i] != room / s + 1)
-      return false;
-  }
-  g.Mg = g.M / g.G;
-  return true;
-}
-
-/// col[K, P] of the group's channels of one image (x points at channel 0
-/// of the group).
-template <typename T> void im2col(const T* x, const ConvGeom& g, const Conv2dParams& p, T* col) {
-  for (int64_t c = 0; c < g.Cg; ++c)
-    for (int64_t i = 0; i < g.KH; ++i)
-      for (int64_t j = 0; j < g.KW; ++j) {
-        T* row = col + ((c * g.KH + i) * g.KW + j) * g.P();
-        for (int64_t oh = 0; oh < g.OH; ++oh) {
-          int64_t ih = oh * p.strides[0] - p.pads[0] + i * p.dilations[0];
-          T* out = row + oh * g.OW;
-          if (ih < 0 || ih >= g.H) {
-            std::fill(out, out + g.OW, T(0));
-            continue;
-          }
-          const T* src = x + (c * g.H + ih) * g.W;
-          for (int64_t ow = 0; ow < g.OW; ++ow) {
-            int64_t iw = ow * p.strides[1] - p.pads[1] + j * p.dilations[1];
-            out[ow] = iw >= 0 && iw < g.W ? src[iw] : T(0);
-          }
-        }
-      }
-}
-
-/// Adds col[K, P] back into the group's channels of one image.
-template <typename T> void col2im(const T* col, const ConvGeom& g, const Conv2dParams& p, T* x) {
-  for (int64_t c = 0; c < g.Cg; ++c)
-    for (int64_t i = 0; i < g.KH; ++i)
-      for (int64_t j = 0; j < g.KW; ++j) {
-        const T* row = col + ((c * g.KH + i) * g.KW + j) * g.P();
-        for (int64_t oh = 0; oh < g.OH; ++oh) {
-          int64_t ih = oh * p.strides[0] - p.pads[0] + i * p.dilations[0];
-          if (ih < 0 || ih >= g.H)
-            continue;
-          T* dst = x + (c * g.H + ih) * g.W;
-          for (int64_t ow = 0; ow < g.OW; ++ow) {
-            int64_t iw = ow * p.strides[1] - p.pads[1] + j * p.dilations[1];
-            if (iw >= 0 && iw < g.W)
-              dst[iw] += row[oh * g.OW + ow];
-          }
-        }
-      }
-}
-
-template <typename T>
-bool conv2dImpl(const TensorView& xv, const TensorView& wv, const TensorView* bv,
-                const TensorView& yv, const Conv2dParams& p) {
-  ConvGeom g;
-  if (!convGeom(xv.shape, wv.shape, yv.shape, p, g))
-    return false;
-  if (bv && (bv->dtype != xv.dtype || bv->shape != std::vector<int64_t>{g.M} ||
-             (bv->data == nullptr && g.M != 0)))
-    return false;
-  const T *x = xv.as<T>(), *w = wv.as<T>();
-  T* y = yv.as<T>();
-  std::vector<T> col(static_cast<size_t>(g.K() * g.P()));
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t gi = 0; gi < g.G; ++gi) {
-      im2col(x + (n * g.C + gi * g.Cg) * g.H * g.W, g, p, col.data());
-      matmulInto<T>(false, false, g.Mg, g.P(), g.K(), T(1), w + gi * g.Mg * g.K(), g.K(),
-                    col.data(), g.P(), T(0), y + (n * g.M + gi * g.Mg) * g.P(), g.P());
-    }
-  if (bv) {
-    const T* b = bv->as<T>();
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t m = 0; m < g.M; ++m) {
-        T* row = y + (n * g.M + m) * g.P();
-        for (int64_t k = 0; k < g.P(); ++k)
-          row[k] += b[m];
-      }
-  }
-  return true;
-}
-
-template <typename T>
-bool conv2dGradInputImpl(const TensorView& dyv, const TensorView& wv, const TensorView& dxv,
-                         const Conv2dParams& p) {
-  ConvGeom g;
-  if (!convGeom(dxv.shape, wv.shape, dyv.shape, p, g))
-    return false;
-  const T *dy = dyv.as<T>(), *w = wv.as<T>();
-  T* dx = dxv.as<T>();
-  std::fill(dx, dx + dxv.numel(), T(0));
-  std::vector<T> col(static_cast<size_t>(g.K() * g.P()));
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t gi = 0; gi < g.G; ++gi) {
-      // col[K, P] = W_g^T [K, Mg] * dY_g [Mg, P]
-      matmulInto<T>(true, false, g.K(), g.P(), g.Mg, T(1), w + gi * g.Mg * g.K(), g.K(),
-                    dy + (n * g.M + gi * g.Mg) * g.P(), g.P(), T(0), col.data(), g.P());
-      col2im(col.data(), g, p, dx + (n * g.C + gi * g.Cg) * g.H * g.W);
-    }
-  return true;
-}
-
-template <typename T>
-bool conv2dGradFilterImpl(const TensorView& xv, const TensorView& dyv, const TensorView& dwv,
-                          const Conv2dParams& p) {
-  ConvGeom g;
-  if (!convGeom(xv.shape, dwv.shape, dyv.shape, p, g))
-    return false;
-  const T *x = xv.as<T>(), *dy = dyv.as<T>();
-  T* dw = dwv.as<T>();
-  std::fill(dw, dw + dwv.numel(), T(0));
-  std::vector<T> col(static_cast<size_t>(g.K() * g.P()));
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t gi = 0; gi < g.G; ++gi) {
-      im2col(x + (n * g.C + gi * g.Cg) * g.H * g.W, g, p, col.data());
-      // dW_g [Mg, K] += dY_g [Mg, P] * col^T [P, K]
-      matmulInto<T>(false, true, g.Mg, g.K(), g.P(), T(1), dy + (n * g.M + gi * g.Mg) * g.P(),
-                    g.P(), col.data(), g.P(), T(1), dw + gi * g.Mg * g.K(), g.K());
-    }
-  return true;
-}
 
 //===--- Linear algebra ---------------------------------------------------===//
 
@@ -304,37 +133,153 @@ bool poolShapes(const TensorView& x, const TensorView& y, const int64_t* kernel,
   return true;
 }
 
-/// Calls fn(xi, yi) for every tap of every max-pool window, as the
-/// reference's forEachMaxPoolTap does.
-template <typename Fn>
-void forEachMaxPoolTap(const std::vector<int64_t>& xs, const std::vector<int64_t>& ys,
-                       const MaxPool2dParams& p, Fn fn) {
-  for (int64_t nc = 0; nc < ys[0] * ys[1]; ++nc)
-    for (int64_t oh = 0; oh < ys[2]; ++oh)
-      for (int64_t ow = 0; ow < ys[3]; ++ow) {
-        int64_t yi = (nc * ys[2] + oh) * ys[3] + ow;
-        for (int64_t i = 0; i < p.kernel[0]; ++i) {
-          int64_t ih = oh * p.strides[0] - p.pads[0] + i * p.dilations[0];
-          if (ih < 0 || ih >= xs[2])
-            continue;
-          for (int64_t j = 0; j < p.kernel[1]; ++j) {
-            int64_t iw = ow * p.strides[1] - p.pads[1] + j * p.dilations[1];
-            if (iw >= 0 && iw < xs[3])
-              fn((nc * xs[2] + ih) * xs[3] + iw, yi);
+/// The taps of a max-pool window along one dim that land in the input:
+/// taps [first, last) of the kernel, tap i at input index start + i * dil.
+struct Taps {
+  int64_t first, last, start;
+};
+
+/// The taps of each output index along one dim.
+std::vector<Taps> tapsAlong(int64_t out, int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                            int64_t dil) {
+  std::vector<Taps> taps(static_cast<size_t>(out));
+  for (int64_t o = 0; o < out; ++o) {
+    int64_t start = o * stride - pad;
+    int64_t first = start < 0 ? (-start + dil - 1) / dil : 0;
+    int64_t last = start < in ? std::min(kernel, (in - start + dil - 1) / dil) : 0;
+    taps[static_cast<size_t>(o)] = {first, std::max(first, last), start};
+  }
+  return taps;
+}
+
+/// A max pool's windows over one (image, channel) plane, visited as the
+/// reference's forEachMaxPoolTap does: output by output, taps row-major.
+struct MaxPoolPlanes {
+  std::vector<Taps> rows, cols;
+  int64_t W, OW, dh, dw;
+  MaxPoolPlanes(const std::vector<int64_t>& xs, const std::vector<int64_t>& ys,
+                const MaxPool2dParams& p)
+      : rows(tapsAlong(ys[2], xs[2], p.kernel[0], p.strides[0], p.pads[0], p.dilations[0])),
+        cols(tapsAlong(ys[3], xs[3], p.kernel[1], p.strides[1], p.pads[1], p.dilations[1])),
+        W(xs[3]), OW(ys[3]), dh(p.dilations[0]), dw(p.dilations[1]) {}
+
+  /// y[o] = the window's maximum (-inf for an empty window).
+  template <typename T> void forward(const T* x, T* y) const {
+    for (size_t oh = 0; oh < rows.size(); ++oh) {
+      const Taps& r = rows[oh];
+      for (size_t ow = 0; ow < cols.size(); ++ow) {
+        const Taps& c = cols[ow];
+        T m = -std::numeric_limits<T>::infinity();
+        for (int64_t i = r.first; i < r.last; ++i) {
+          const T* row = x + (r.start + i * dh) * W + c.start;
+          for (int64_t j = c.first; j < c.last; ++j)
+            m = m < row[j * dw] ? row[j * dw] : m;
+        }
+        y[static_cast<int64_t>(oh) * OW + static_cast<int64_t>(ow)] = m;
+      }
+    }
+  }
+
+  /// forward() over one 8-channel block of an nChw8c tensor: each tap is 8
+  /// channels side by side, each channel's window as in forward().
+  void forwardBlock(const float* x, float* y) const {
+    for (size_t oh = 0; oh < rows.size(); ++oh) {
+      const Taps& r = rows[oh];
+      for (size_t ow = 0; ow < cols.size(); ++ow) {
+        const Taps& c = cols[ow];
+        float m[8];
+        std::fill(m, m + 8, -std::numeric_limits<float>::infinity());
+        for (int64_t i = r.first; i < r.last; ++i)
+          for (int64_t j = c.first; j < c.last; ++j) {
+            const float* v = x + ((r.start + i * dh) * W + c.start + j * dw) * 8;
+            for (int l = 0; l < 8; ++l)
+              m[l] = m[l] < v[l] ? v[l] : m[l];
+          }
+        std::copy(m, m + 8, y + (static_cast<int64_t>(oh) * OW + static_cast<int64_t>(ow)) * 8);
+      }
+    }
+  }
+
+  /// backward() over one 8-channel block of nChw8c tensors.
+  void backwardBlock(const float* x, const float* dy, float* dx, int64_t xBlock) const {
+    std::fill(dx, dx + xBlock, 0.f);
+    for (size_t oh = 0; oh < rows.size(); ++oh) {
+      const Taps& r = rows[oh];
+      for (size_t ow = 0; ow < cols.size(); ++ow) {
+        const Taps& c = cols[ow];
+        if (r.first == r.last || c.first == c.last)
+          continue;
+        int64_t best[8];
+        float top[8];
+        const int64_t first = (r.start + r.first * dh) * W + c.start + c.first * dw;
+        for (int l = 0; l < 8; ++l) {
+          best[l] = first;
+          top[l] = x[first * 8 + l];
+        }
+        for (int64_t i = r.first; i < r.last; ++i)
+          for (int64_t j = c.first; j < c.last; ++j) {
+            const int64_t at = (r.start + i * dh) * W + c.start + j * dw;
+            for (int l = 0; l < 8; ++l)
+              if (x[at * 8 + l] > top[l]) {
+                top[l] = x[at * 8 + l];
+                best[l] = at;
+              }
+          }
+        const float* g = dy + (static_cast<int64_t>(oh) * OW + static_cast<int64_t>(ow)) * 8;
+        for (int l = 0; l < 8; ++l)
+          dx[best[l] * 8 + l] += g[l];
+      }
+    }
+  }
+
+  /// dx[first maximum of each window] += dy (dx zeroed first).
+  template <typename T> void backward(const T* x, const T* dy, T* dx, int64_t xPlane) const {
+    std::fill(dx, dx + xPlane, T(0));
+    for (size_t oh = 0; oh < rows.size(); ++oh) {
+      const Taps& r = rows[oh];
+      for (size_t ow = 0; ow < cols.size(); ++ow) {
+        const Taps& c = cols[ow];
+        if (r.first == r.last || c.first == c.last)
+          continue;
+        int64_t best = (r.start + r.first * dh) * W + c.start + c.first * dw;
+        T top = x[best];
+        for (int64_t i = r.first; i < r.last; ++i) {
+          const int64_t row = (r.start + i * dh) * W + c.start;
+          for (int64_t j = c.first; j < c.last; ++j) {
+            const T v = x[row + j * dw];
+            if (v > top) {
+              top = v;
+              best = row + j * dw;
+            }
           }
         }
+        dx[best] += dy[static_cast<int64_t>(oh) * OW + static_cast<int64_t>(ow)];
       }
+    }
+  }
+};
+
+/// Calls fn(nc) for every (image, channel) plane of y, spread over the pool.
+template <typename Fn> void forEachPlane(const std::vector<int64_t>& ys, int64_t work, Fn fn) {
+  // Planes of little work go several to a thread (~16K taps each at least).
+  const int64_t planes = ys[0] * ys[1];
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, work));
+  detail::parallelFor(planes, grain, [&](int64_t first, int64_t last) {
+    for (int64_t nc = first; nc < last; ++nc)
+      fn(nc);
+  });
 }
 
 template <typename T>
 bool maxPool2dImpl(const TensorView& xv, const TensorView& yv, const MaxPool2dParams& p) {
   if (!poolShapes(xv, yv, p.kernel, p.strides, p.pads, p.dilations))
     return false;
-  const T* x = xv.as<T>();
-  T* y = yv.as<T>();
-  std::fill(y, y + yv.numel(), -std::numeric_limits<T>::infinity());
-  forEachMaxPoolTap(xv.shape, yv.shape, p,
-                    [&](int64_t xi, int64_t yi) { y[yi] = std::max(y[yi], x[xi]); });
+  const std::vector<int64_t>&xs = xv.shape, &ys = yv.shape;
+  const int64_t xPlane = xs[2] * xs[3], yPlane = ys[2] * ys[3];
+  MaxPoolPlanes planes(xs, ys, p);
+  forEachPlane(ys, yPlane * p.kernel[0] * p.kernel[1], [&](int64_t nc) {
+    planes.forward(xv.as<T>() + nc * xPlane, yv.as<T>() + nc * yPlane);
+  });
   return true;
 }
 
@@ -343,17 +288,42 @@ bool maxPool2dGradImpl(const TensorView& xv, const TensorView& dyv, const Tensor
                        const MaxPool2dParams& p) {
   if (!poolShapes(xv, dyv, p.kernel, p.strides, p.pads, p.dilations) || dxv.shape != xv.shape)
     return false;
-  const T *x = xv.as<T>(), *dy = dyv.as<T>();
-  T* dx = dxv.as<T>();
-  std::vector<int64_t> best(static_cast<size_t>(dyv.numel()), -1);
-  forEachMaxPoolTap(xv.shape, dyv.shape, p, [&](int64_t xi, int64_t yi) {
-    if (best[yi] < 0 || x[xi] > x[best[yi]])
-      best[yi] = xi;
+  const std::vector<int64_t>&xs = xv.shape, &ys = dyv.shape;
+  const int64_t xPlane = xs[2] * xs[3], yPlane = ys[2] * ys[3];
+  MaxPoolPlanes planes(xs, ys, p);
+  forEachPlane(ys, yPlane * p.kernel[0] * p.kernel[1], [&](int64_t nc) {
+    planes.backward(xv.as<T>() + nc * xPlane, dyv.as<T>() + nc * yPlane, dxv.as<T>() + nc * xPlane,
+                    xPlane);
   });
-  std::fill(dx, dx + dxv.numel(), T(0));
-  for (int64_t yi = 0; yi < dyv.numel(); ++yi)
-    if (best[yi] >= 0)
-      dx[best[yi]] += dy[yi];
+  return true;
+}
+
+/// The nChw8c forms: one 8-channel block (N * C/8 of them) per task.
+bool maxPool2dBlocked(const TensorView& xv, const TensorView& yv, const MaxPool2dParams& p) {
+  if (!poolShapes(xv, yv, p.kernel, p.strides, p.pads, p.dilations))
+    return false;
+  const std::vector<int64_t>&xs = xv.shape, &ys = yv.shape;
+  const int64_t xBlock = xs[2] * xs[3] * 8, yBlock = ys[2] * ys[3] * 8;
+  MaxPoolPlanes planes(xs, ys, p);
+  std::vector<int64_t> blocks = {ys[0], ys[1] / 8};
+  forEachPlane(blocks, yBlock * p.kernel[0] * p.kernel[1], [&](int64_t nb) {
+    planes.forwardBlock(xv.as<float>() + nb * xBlock, yv.as<float>() + nb * yBlock);
+  });
+  return true;
+}
+
+bool maxPool2dGradBlocked(const TensorView& xv, const TensorView& dyv, const TensorView& dxv,
+                          const MaxPool2dParams& p) {
+  if (!poolShapes(xv, dyv, p.kernel, p.strides, p.pads, p.dilations) || dxv.shape != xv.shape)
+    return false;
+  const std::vector<int64_t>&xs = xv.shape, &ys = dyv.shape;
+  const int64_t xBlock = xs[2] * xs[3] * 8, yBlock = ys[2] * ys[3] * 8;
+  MaxPoolPlanes planes(xs, ys, p);
+  std::vector<int64_t> blocks = {ys[0], ys[1] / 8};
+  forEachPlane(blocks, yBlock * p.kernel[0] * p.kernel[1], [&](int64_t nb) {
+    planes.backwardBlock(xv.as<float>() + nb * xBlock, dyv.as<float>() + nb * yBlock,
+                         dxv.as<float>() + nb * xBlock, xBlock);
+  });
   return true;
 }
 
@@ -383,18 +353,20 @@ bool avgPool2dImpl(const TensorView& xv, const TensorView& yv, const AvgPool2dPa
   if (!poolShapes(xv, yv, p.kernel, p.strides, p.pads, nullptr))
     return false;
   const std::vector<int64_t>&xs = xv.shape, &ys = yv.shape;
-  const T* x = xv.as<T>();
-  T* y = yv.as<T>();
-  for (int64_t nc = 0; nc < ys[0] * ys[1]; ++nc)
+  const int64_t xPlane = xs[2] * xs[3], yPlane = ys[2] * ys[3];
+  forEachPlane(ys, yPlane * p.kernel[0] * p.kernel[1], [&](int64_t nc) {
+    const T* x = xv.as<T>() + nc * xPlane;
+    T* y = yv.as<T>() + nc * yPlane;
     for (int64_t oh = 0; oh < ys[2]; ++oh)
       for (int64_t ow = 0; ow < ys[3]; ++ow) {
         AvgWindow win = avgWindow(p, xs, oh, ow);
         T sum = 0;
         for (int64_t ih = win.h0; ih < win.h1; ++ih)
           for (int64_t iw = win.w0; iw < win.w1; ++iw)
-            sum += x[(nc * xs[2] + ih) * xs[3] + iw];
-        y[(nc * ys[2] + oh) * ys[3] + ow] = win.count > 0 ? sum / static_cast<T>(win.count) : T(0);
+            sum += x[ih * xs[3] + iw];
+        y[oh * ys[3] + ow] = win.count > 0 ? sum / static_cast<T>(win.count) : T(0);
       }
+  });
   return true;
 }
 
@@ -403,20 +375,22 @@ bool avgPool2dGradImpl(const TensorView& dyv, const TensorView& dxv, const AvgPo
   if (!poolShapes(dxv, dyv, p.kernel, p.strides, p.pads, nullptr))
     return false;
   const std::vector<int64_t>&xs = dxv.shape, &ys = dyv.shape;
-  const T* dy = dyv.as<T>();
-  T* dx = dxv.as<T>();
-  std::fill(dx, dx + dxv.numel(), T(0));
-  for (int64_t nc = 0; nc < ys[0] * ys[1]; ++nc)
+  const int64_t xPlane = xs[2] * xs[3], yPlane = ys[2] * ys[3];
+  forEachPlane(ys, yPlane * p.kernel[0] * p.kernel[1], [&](int64_t nc) {
+    const T* dy = dyv.as<T>() + nc * yPlane;
+    T* dx = dxv.as<T>() + nc * xPlane;
+    std::fill(dx, dx + xPlane, T(0));
     for (int64_t oh = 0; oh < ys[2]; ++oh)
       for (int64_t ow = 0; ow < ys[3]; ++ow) {
         AvgWindow win = avgWindow(p, xs, oh, ow);
         if (win.count <= 0)
           continue;
-        T g = dy[(nc * ys[2] + oh) * ys[3] + ow] / static_cast<T>(win.count);
+        T g = dy[oh * ys[3] + ow] / static_cast<T>(win.count);
         for (int64_t ih = win.h0; ih < win.h1; ++ih)
           for (int64_t iw = win.w0; iw < win.w1; ++iw)
-            dx[(nc * xs[2] + ih) * xs[3] + iw] += g;
+            dx[ih * xs[3] + iw] += g;
       }
+  });
   return true;
 }
 
@@ -432,12 +406,39 @@ template <typename T> bool globalAvgPoolImpl(const TensorView& xv, const TensorV
     spatial *= xv.shape[d];
   const T* x = xv.as<T>();
   T* y = yv.as<T>();
-  for (int64_t k = 0; k < nc; ++k) {
-    double sum = 0;
-    for (int64_t s = 0; s < spatial; ++s)
-      sum += x[k * spatial + s];
-    y[k] = static_cast<T>(sum / static_cast<double>(spatial));
-  }
+  detail::parallelFor(nc, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, spatial)),
+                      [&](int64_t first, int64_t last) {
+                        for (int64_t k = first; k < last; ++k) {
+                          double sum = 0;
+                          for (int64_t s = 0; s < spatial; ++s)
+                            sum += x[k * spatial + s];
+                          y[k] = static_cast<T>(sum / static_cast<double>(spatial));
+                        }
+                      });
+  return true;
+}
+
+/// globalAvgPool of an nChw8c x (y [N, C, 1, 1]): each channel's sum in the
+/// row-major kernel's order.
+bool globalAvgPoolBlocked(const TensorView& xv, const TensorView& yv) {
+  const std::vector<int64_t>& xs = xv.shape;
+  if (yv.shape != std::vector<int64_t>{xs[0], xs[1], 1, 1})
+    return false;
+  const int64_t blocks = xs[0] * xs[1] / 8, spatial = xs[2] * xs[3];
+  const float* x = xv.as<float>();
+  float* y = yv.as<float>();
+  detail::parallelFor(blocks, std::max<int64_t>(1, 2048 / std::max<int64_t>(1, spatial)),
+                      [&](int64_t first, int64_t last) {
+                        for (int64_t nb = first; nb < last; ++nb) {
+                          double sum[8] = {};
+                          for (int64_t s = 0; s < spatial; ++s)
+                            for (int l = 0; l < 8; ++l)
+                              sum[l] += x[(nb * spatial + s) * 8 + l];
+                          for (int l = 0; l < 8; ++l)
+                            y[nb * 8 + l] =
+                                static_cast<float>(sum[l] / static_cast<double>(spatial));
+                        }
+                      });
   return true;
 }
 
@@ -445,42 +446,26 @@ template <typename T> bool globalAvgPoolImpl(const TensorView& xv, const TensorV
 
 //===--- Entry points -----------------------------------------------------===//
 
-bool conv2d(const TensorView& x, const TensorView& w, const TensorView* bias, const TensorView& y,
-            const Conv2dParams& p) {
-  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &w, &y}))
-    return false;
-  return dispatch(x.dtype, [&](auto t) { return conv2dImpl<decltype(t)>(x, w, bias, y, p); });
-}
-
-bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView& dx,
-                     const Conv2dParams& p) {
-  if (!isFloat(dy.dtype) || !sameType(dy.dtype, {&dy, &w, &dx}))
-    return false;
-  return dispatch(dy.dtype, [&](auto t) { return conv2dGradInputImpl<decltype(t)>(dy, w, dx, p); });
-}
-
-bool conv2dGradFilter(const TensorView& x, const TensorView& dy, const TensorView& dw,
-                      const Conv2dParams& p) {
-  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &dy, &dw}))
-    return false;
-  return dispatch(x.dtype, [&](auto t) { return conv2dGradFilterImpl<decltype(t)>(x, dy, dw, p); });
-}
-
 bool gemm(const TensorView& a, const TensorView& b, const TensorView* c, const TensorView& y,
           const GemmParams& p) {
-  if (!isFloat(a.dtype) || !sameType(a.dtype, {&a, &b, &y}) || (c && !sameType(a.dtype, {c})))
+  if (!isFloat(a.dtype) || !sameType(a.dtype, {&a, &b, &y}) || (c && !sameType(a.dtype, {c})) ||
+      !rowMajor({&a, &b, &y}) || (c && !rowMajor({c})))
     return false;
   return dispatch(a.dtype, [&](auto t) { return gemmImpl<decltype(t)>(a, b, c, y, p); });
 }
 
 bool matmul(const TensorView& a, const TensorView& b, const TensorView& y) {
-  if (!isFloat(a.dtype) || !sameType(a.dtype, {&a, &b, &y}))
+  if (!isFloat(a.dtype) || !sameType(a.dtype, {&a, &b, &y}) || !rowMajor({&a, &b, &y}))
     return false;
   return dispatch(a.dtype, [&](auto t) { return matmulImpl<decltype(t)>(a, b, y); });
 }
 
 bool maxPool2d(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {
   if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &y}))
+    return false;
+  if (blocked8({&x, &y}))
+    return maxPool2dBlocked(x, y, p);
+  if (!rowMajor({&x, &y}))
     return false;
   return dispatch(x.dtype, [&](auto t) { return maxPool2dImpl<decltype(t)>(x, y, p); });
 }
@@ -489,23 +474,31 @@ bool maxPool2dGrad(const TensorView& x, const TensorView& dy, const TensorView& 
                    const MaxPool2dParams& p) {
   if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &dy, &dx}))
     return false;
+  if (blocked8({&x, &dy, &dx}))
+    return maxPool2dGradBlocked(x, dy, dx, p);
+  if (!rowMajor({&x, &dy, &dx}))
+    return false;
   return dispatch(x.dtype, [&](auto t) { return maxPool2dGradImpl<decltype(t)>(x, dy, dx, p); });
 }
 
 bool avgPool2d(const TensorView& x, const TensorView& y, const AvgPool2dParams& p) {
-  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &y}))
+  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &y}) || !rowMajor({&x, &y}))
     return false;
   return dispatch(x.dtype, [&](auto t) { return avgPool2dImpl<decltype(t)>(x, y, p); });
 }
 
 bool avgPool2dGrad(const TensorView& dy, const TensorView& dx, const AvgPool2dParams& p) {
-  if (!isFloat(dy.dtype) || !sameType(dy.dtype, {&dy, &dx}))
+  if (!isFloat(dy.dtype) || !sameType(dy.dtype, {&dy, &dx}) || !rowMajor({&dy, &dx}))
     return false;
   return dispatch(dy.dtype, [&](auto t) { return avgPool2dGradImpl<decltype(t)>(dy, dx, p); });
 }
 
 bool globalAvgPool(const TensorView& x, const TensorView& y) {
-  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &y}))
+  if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &y}) || !rowMajor({&y}))
+    return false;
+  if (blocked8({&x}))
+    return globalAvgPoolBlocked(x, y);
+  if (!rowMajor({&x}))
     return false;
   return dispatch(x.dtype, [&](auto t) { return globalAvgPoolImpl<decltype(t)>(x, y); });
 }

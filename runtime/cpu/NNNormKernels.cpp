@@ -3,6 +3,7 @@
 // Each follows the formula of its reference kernel (ir/Interpreter.cpp,
 // ir/TrainKernels.cpp); sums over many elements are kept in double.
 #include "Common.h"
+#include "Parallel.h"
 #include "lwrt/cpu_nn.h"
 
 #include <algorithm>
@@ -14,13 +15,24 @@
 namespace lwrt::cpu {
 namespace {
 
+using detail::blocked8;
 using detail::dispatch;
 using detail::floatViews;
+using detail::rowMajor;
 
-/// Channel layout of an [N, C, ...] tensor: element k is in channel
-/// (k / inner) % C; `count` elements per channel.
+/// The views are all row-major, or all float32 nChw8c.
+bool sameLayouts(std::initializer_list<const TensorView*> views) {
+  return rowMajor(views) || blocked8(views);
+}
+
+/// Channel layout of an [N, C, ...] tensor: `count` elements per channel,
+/// element q (of `inner`) of image n's channel c at base(n, c) + q * stride
+/// (row-major: stride 1; nChw8c: the 8 channels of a block side by side).
 struct Channels {
-  int64_t N = 0, C = 0, inner = 0, count = 0;
+  int64_t N = 0, C = 0, inner = 0, count = 0, stride = 1;
+  int64_t base(int64_t n, int64_t c) const {
+    return stride == 1 ? (n * C + c) * inner : (n * C + c - c % 8) * inner + c % 8;
+  }
 };
 bool channels(const TensorView& x, Channels& L) {
   if (x.rank() < 2)
@@ -31,6 +43,7 @@ bool channels(const TensorView& x, Channels& L) {
   for (int64_t d = 2; d < x.rank(); ++d)
     L.inner *= x.shape[d];
   L.count = L.N * L.inner;
+  L.stride = x.layout == Layout::NChw8c ? 8 : 1;
   return true;
 }
 
@@ -38,37 +51,69 @@ bool isVector(const TensorView& v, int64_t n) { return v.shape == std::vector<in
 
 //===--- LRN --------------------------------------------------------------===//
 
-/// s = bias + alpha/size * sum of squares over the channel window, per element.
-template <typename T> void lrnScale(const TensorView& xv, const LrnParams& p, std::vector<T>& s) {
-  const std::vector<int64_t>& xs = xv.shape;
-  const T* x = xv.as<T>();
-  int64_t lo = (p.size - 1) / 2, hi = p.size - 1 - lo, C = xs[1], hw = xs[2] * xs[3];
+/// s^-beta, with the usual betas as square roots (much cheaper than pow).
+template <typename T> T powMinus(T s, T beta) {
+  if (beta == T(0.75)) {
+    T r = std::sqrt(s);
+    return T(1) / (r * std::sqrt(r));
+  }
+  if (beta == T(0.5))
+    return T(1) / std::sqrt(s);
+  if (beta == T(1))
+    return T(1) / s;
+  return std::pow(s, -beta);
+}
+
+/// The LRN window of one (image, channel) plane: channels [lo, hi].
+struct LrnGeom {
+  int64_t N, C, hw, below, above;
+  int64_t first(int64_t ch) const { return std::max<int64_t>(0, ch - below); }
+  int64_t last(int64_t ch) const { return std::min(C - 1, ch + above); }
+};
+LrnGeom lrnGeom(const TensorView& x, const LrnParams& p) {
+  int64_t below = (p.size - 1) / 2;
+  return {x.shape[0], x.shape[1], x.shape[2] * x.shape[3], below, p.size - 1 - below};
+}
+
+/// s = bias + alpha/size * sum of squares over the channel window, for the
+/// plane (n, ch) of x, into out[hw].
+template <typename T>
+void lrnScalePlane(const T* x, const LrnGeom& g, const LrnParams& p, int64_t n, int64_t ch,
+                   T* out) {
   T scale = static_cast<T>(p.alpha / static_cast<double>(p.size)), bias = static_cast<T>(p.bias);
-  s.resize(static_cast<size_t>(xv.numel()));
-  for (int64_t n = 0; n < xs[0]; ++n)
-    for (int64_t ch = 0; ch < C; ++ch) {
-      T* out = s.data() + (n * C + ch) * hw;
-      std::fill(out, out + hw, T(0));
-      for (int64_t j = std::max<int64_t>(0, ch - lo); j <= std::min(C - 1, ch + hi); ++j) {
-        const T* in = x + (n * C + j) * hw;
-        for (int64_t q = 0; q < hw; ++q)
-          out[q] += in[q] * in[q];
-      }
-      for (int64_t q = 0; q < hw; ++q)
-        out[q] = bias + scale * out[q];
-    }
+  std::fill(out, out + g.hw, T(0));
+  for (int64_t j = g.first(ch); j <= g.last(ch); ++j) {
+    const T* in = x + (n * g.C + j) * g.hw;
+    for (int64_t q = 0; q < g.hw; ++q)
+      out[q] += in[q] * in[q];
+  }
+  for (int64_t q = 0; q < g.hw; ++q)
+    out[q] = bias + scale * out[q];
+}
+
+/// Calls fn(n, ch) for every (image, channel) plane, spread over the pool.
+template <typename Fn> void forEachLrnPlane(const LrnGeom& g, int64_t work, Fn fn) {
+  int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, work));
+  detail::parallelFor(g.N * g.C, grain, [&](int64_t first, int64_t last) {
+    for (int64_t k = first; k < last; ++k)
+      fn(k / g.C, k % g.C);
+  });
 }
 
 template <typename T> bool lrnImpl(const TensorView& xv, const TensorView& yv, const LrnParams& p) {
   if (xv.rank() != 4 || yv.shape != xv.shape || p.size < 1)
     return false;
-  std::vector<T> s;
-  lrnScale<T>(xv, p, s);
+  LrnGeom g = lrnGeom(xv, p);
   const T* x = xv.as<T>();
   T* y = yv.as<T>();
   T beta = static_cast<T>(p.beta);
-  for (int64_t k = 0; k < xv.numel(); ++k)
-    y[k] = x[k] / std::pow(s[k], beta);
+  forEachLrnPlane(g, g.hw * p.size, [&](int64_t n, int64_t ch) {
+    std::vector<T> s(static_cast<size_t>(g.hw));
+    lrnScalePlane(x, g, p, n, ch, s.data());
+    int64_t base = (n * g.C + ch) * g.hw;
+    for (int64_t q = 0; q < g.hw; ++q)
+      y[base + q] = x[base + q] * powMinus(s[q], beta);
+  });
   return true;
 }
 
@@ -79,42 +124,78 @@ bool lrnGradImpl(const TensorView& xv, const TensorView& yv, const TensorView& d
       p.size < 1)
     return false;
   // dx_j = dy_j s_j^-beta - 2 alpha beta / size * x_j * sum_{c: j in win(c)} dy_c y_c / s_c.
-  std::vector<T> s;
-  lrnScale<T>(xv, p, s);
-  const std::vector<int64_t>& xs = xv.shape;
+  LrnGeom g = lrnGeom(xv, p);
   const T *x = xv.as<T>(), *y = yv.as<T>(), *dy = dyv.as<T>();
   T* dx = dxv.as<T>();
-  int64_t lo = (p.size - 1) / 2, hi = p.size - 1 - lo, C = xs[1], hw = xs[2] * xs[3];
-  std::vector<T> r(static_cast<size_t>(xv.numel())); // dy y / s
-  for (int64_t k = 0; k < xv.numel(); ++k)
-    r[k] = dy[k] * y[k] / s[k];
   T beta = static_cast<T>(p.beta);
   T coef = static_cast<T>(2.0 * p.alpha * p.beta / static_cast<double>(p.size));
-  std::vector<T> acc(static_cast<size_t>(hw));
-  for (int64_t n = 0; n < xs[0]; ++n)
-    for (int64_t j = 0; j < C; ++j) {
-      std::fill(acc.begin(), acc.end(), T(0));
-      // Channels ch whose window holds j: ch - lo <= j <= ch + hi.
-      for (int64_t ch = std::max<int64_t>(0, j - hi); ch <= std::min(C - 1, j + lo); ++ch) {
-        const T* rc = r.data() + (n * C + ch) * hw;
-        for (int64_t q = 0; q < hw; ++q)
-          acc[q] += rc[q];
-      }
-      int64_t base = (n * C + j) * hw;
-      for (int64_t q = 0; q < hw; ++q) {
-        int64_t k = base + q;
-        dx[k] = dy[k] * std::pow(s[k], -beta) - coef * x[k] * acc[q];
-      }
+  // First every plane's s^-beta (kept in dx) and r = dy y / s, then the sums.
+  std::vector<T> r(static_cast<size_t>(xv.numel()));
+  forEachLrnPlane(g, g.hw * p.size, [&](int64_t n, int64_t ch) {
+    int64_t base = (n * g.C + ch) * g.hw;
+    T* s = dx + base;
+    lrnScalePlane(x, g, p, n, ch, s);
+    for (int64_t q = 0; q < g.hw; ++q) {
+      r[base + q] = dy[base + q] * y[base + q] / s[q];
+      s[q] = powMinus(s[q], beta);
     }
+  });
+  forEachLrnPlane(g, g.hw * p.size, [&](int64_t n, int64_t j) {
+    std::vector<T> acc(static_cast<size_t>(g.hw), T(0));
+    // Channels ch whose window holds j: ch - below <= j <= ch + above.
+    for (int64_t ch = std::max<int64_t>(0, j - g.above); ch <= std::min(g.C - 1, j + g.below);
+         ++ch) {
+      const T* rc = r.data() + (n * g.C + ch) * g.hw;
+      for (int64_t q = 0; q < g.hw; ++q)
+        acc[q] += rc[q];
+    }
+    int64_t base = (n * g.C + j) * g.hw;
+    for (int64_t q = 0; q < g.hw; ++q) {
+      int64_t k = base + q;
+      dx[k] = dy[k] * dx[k] - coef * x[k] * acc[q];
+    }
+  });
   return true;
 }
 
 //===--- Batch norm -------------------------------------------------------===//
 
+/// Calls fn(ch) for every channel, spread over the pool.
+template <typename Fn> void forEachChannel(const Channels& L, Fn fn) {
+  int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, L.count));
+  detail::parallelFor(L.C, grain, [&](int64_t first, int64_t last) {
+    for (int64_t ch = first; ch < last; ++ch)
+      fn(ch);
+  });
+}
+
+/// Sum of f(row[q]) over a channel's rows, in double with four partial sums
+/// (a fixed order: the same bits on any number of threads).
+template <typename T, typename F>
+double channelSum(const T* x, const Channels& L, int64_t ch, F f) {
+  double total = 0;
+  for (int64_t n = 0; n < L.N; ++n) {
+    const T* row = x + L.base(n, ch);
+    const int64_t s = L.stride;
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    int64_t q = 0;
+    for (; q + 4 <= L.inner; q += 4) {
+      a0 += f(row, q * s);
+      a1 += f(row, (q + 1) * s);
+      a2 += f(row, (q + 2) * s);
+      a3 += f(row, (q + 3) * s);
+    }
+    for (; q < L.inner; ++q)
+      a0 += f(row, q * s);
+    total += (a0 + a1) + (a2 + a3);
+  }
+  return total;
+}
+
 template <typename T>
 bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
                    const TensorView& mv, const TensorView& vv, const TensorView& yv,
-                   const BatchNormParams& p) {
+                   const BatchNormParams& p, const Activation& act) {
   Channels L;
   if (!channels(xv, L) || yv.shape != xv.shape)
     return false;
@@ -124,21 +205,21 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
   const T *x = xv.as<T>(), *scale = sv.as<T>(), *bias = bv.as<T>(), *mean = mv.as<T>(),
           *var = vv.as<T>();
   T* y = yv.as<T>();
-  for (int64_t ch = 0; ch < L.C; ++ch) {
+  forEachChannel(L, [&](int64_t ch) {
     T a = scale[ch] / std::sqrt(var[ch] + static_cast<T>(p.epsilon));
     for (int64_t n = 0; n < L.N; ++n) {
-      int64_t base = (n * L.C + ch) * L.inner;
-      for (int64_t q = 0; q < L.inner; ++q)
-        y[base + q] = a * (x[base + q] - mean[ch]) + bias[ch];
+      const int64_t base = L.base(n, ch);
+      for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride)
+        y[e] = act.apply(a * (x[e] - mean[ch]) + bias[ch]);
     }
-  }
+  });
   return true;
 }
 
 template <typename T>
 bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
                         const TensorView& yv, const TensorView& mv, const TensorView& vv,
-                        const BatchNormTrainParams& p) {
+                        const BatchNormTrainParams& p, const Activation& act) {
   Channels L;
   if (!channels(xv, L) || yv.shape != xv.shape)
     return false;
@@ -148,31 +229,23 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
   const T *x = xv.as<T>(), *scale = sv.as<T>(), *bias = bv.as<T>();
   T *y = yv.as<T>(), *meanOut = mv.as<T>(), *varOut = vv.as<T>();
   double count = static_cast<double>(L.count);
-  for (int64_t ch = 0; ch < L.C; ++ch) {
-    double sum = 0;
-    for (int64_t n = 0; n < L.N; ++n) {
-      const T* row = x + (n * L.C + ch) * L.inner;
-      for (int64_t q = 0; q < L.inner; ++q)
-        sum += row[q];
-    }
-    double mean = sum / count, sq = 0;
-    for (int64_t n = 0; n < L.N; ++n) {
-      const T* row = x + (n * L.C + ch) * L.inner;
-      for (int64_t q = 0; q < L.inner; ++q) {
-        double d = row[q] - mean;
-        sq += d * d;
-      }
-    }
-    double var = sq / count;
+  forEachChannel(L, [&](int64_t ch) {
+    double mean = channelSum(x, L, ch, [](const T* r, int64_t q) { return double(r[q]); }) / count;
+    double var = channelSum(x, L, ch,
+                            [mean](const T* r, int64_t q) {
+                              double d = r[q] - mean;
+                              return d * d;
+                            }) /
+                 count;
     double a = scale[ch] / std::sqrt(var + p.epsilon);
     for (int64_t n = 0; n < L.N; ++n) {
-      int64_t base = (n * L.C + ch) * L.inner;
-      for (int64_t q = 0; q < L.inner; ++q)
-        y[base + q] = static_cast<T>(a * (x[base + q] - mean) + bias[ch]);
+      const int64_t base = L.base(n, ch);
+      for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride)
+        y[e] = act.apply(static_cast<T>(a * (x[e] - mean) + bias[ch]));
     }
     meanOut[ch] = static_cast<T>(mean);
     varOut[ch] = static_cast<T>(var);
-  }
+  });
   return true;
 }
 
@@ -193,27 +266,28 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
           *dy = dyv.as<T>();
   T *dx = dxv.as<T>(), *dscaleOut = dsv.as<T>(), *dbiasOut = dbv.as<T>();
   double m = static_cast<double>(L.count);
-  for (int64_t ch = 0; ch < L.C; ++ch) {
+  forEachChannel(L, [&](int64_t ch) {
     double mean = meanIn[ch], invstd = 1.0 / std::sqrt(static_cast<double>(varIn[ch]) + p.epsilon);
-    double dbias = 0, dscale = 0;
+    double dbias = 0, dxm = 0; // sum dy, sum dy (x - mean)
     for (int64_t n = 0; n < L.N; ++n) {
-      int64_t base = (n * L.C + ch) * L.inner;
-      for (int64_t q = 0; q < L.inner; ++q) {
-        dbias += dy[base + q];
-        dscale += dy[base + q] * (x[base + q] - mean) * invstd;
+      const int64_t base = L.base(n, ch);
+      for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride) {
+        dbias += dy[e];
+        dxm += dy[e] * (x[e] - mean);
       }
     }
+    double dscale = dxm * invstd;
     double a = scale[ch] * invstd / m;
     for (int64_t n = 0; n < L.N; ++n) {
-      int64_t base = (n * L.C + ch) * L.inner;
-      for (int64_t q = 0; q < L.inner; ++q) {
-        double xhat = (x[base + q] - mean) * invstd;
-        dx[base + q] = static_cast<T>(a * (m * dy[base + q] - dbias - xhat * dscale));
+      const int64_t base = L.base(n, ch);
+      for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride) {
+        double xhat = (x[e] - mean) * invstd;
+        dx[e] = static_cast<T>(a * (m * dy[e] - dbias - xhat * dscale));
       }
     }
     dscaleOut[ch] = static_cast<T>(dscale);
     dbiasOut[ch] = static_cast<T>(dbias);
-  }
+  });
   return true;
 }
 
@@ -236,6 +310,15 @@ bool rowsOf(const TensorView& x, int64_t axis, Rows& r) {
   return true;
 }
 
+/// Calls fn(outer, inner) for every row, spread over the pool.
+template <typename Fn> void forEachRow(const Rows& r, Fn fn) {
+  int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, r.n));
+  detail::parallelFor(r.outer * r.inner, grain, [&](int64_t first, int64_t last) {
+    for (int64_t k = first; k < last; ++k)
+      fn(k / r.inner, k % r.inner);
+  });
+}
+
 template <typename T>
 bool softmaxImpl(const TensorView& xv, const TensorView& yv, const SoftmaxParams& p, bool log) {
   Rows r;
@@ -243,8 +326,8 @@ bool softmaxImpl(const TensorView& xv, const TensorView& yv, const SoftmaxParams
     return false;
   const T* x = xv.as<T>();
   T* y = yv.as<T>();
-  for (int64_t o = 0; o < r.outer; ++o)
-    for (int64_t e = 0; e < r.inner; ++e) {
+  forEachRow(r, [&](int64_t o, int64_t e) {
+    {
       const T* xr = x + o * r.n * r.inner + e;
       T* yr = y + o * r.n * r.inner + e;
       T mx = -std::numeric_limits<T>::infinity();
@@ -259,6 +342,7 @@ bool softmaxImpl(const TensorView& xv, const TensorView& yv, const SoftmaxParams
         yr[j * r.inner] = log ? z - lse : std::exp(z) * inv;
       }
     }
+  });
   return true;
 }
 
@@ -270,8 +354,8 @@ bool softmaxGradImpl(const TensorView& yv, const TensorView& dyv, const TensorVi
     return false;
   const T *y = yv.as<T>(), *dy = dyv.as<T>();
   T* dx = dxv.as<T>();
-  for (int64_t o = 0; o < r.outer; ++o)
-    for (int64_t e = 0; e < r.inner; ++e) {
+  forEachRow(r, [&](int64_t o, int64_t e) {
+    {
       int64_t base = o * r.n * r.inner + e;
       double acc = 0; // sum(dy * y) for softmax, sum(dy) for log_softmax
       for (int64_t j = 0; j < r.n; ++j) {
@@ -284,6 +368,7 @@ bool softmaxGradImpl(const TensorView& yv, const TensorView& dyv, const TensorVi
         dx[i] = log ? dy[i] - std::exp(y[i]) * a : y[i] * (dy[i] - a);
       }
     }
+  });
   return true;
 }
 
@@ -395,12 +480,13 @@ bool mseLossGradImpl(const TensorView& pv, const TensorView& tv, const TensorVie
   })
 
 bool lrn(const TensorView& x, const TensorView& y, const LrnParams& p) {
-  return floatViews(x.dtype, {&x, &y}) && LWRT_DISPATCH(x.dtype, lrnImpl<T>(x, y, p));
+  return floatViews(x.dtype, {&x, &y}) && rowMajor({&x, &y}) &&
+         LWRT_DISPATCH(x.dtype, lrnImpl<T>(x, y, p));
 }
 
 bool lrnGrad(const TensorView& x, const TensorView& y, const TensorView& dy, const TensorView& dx,
              const LrnParams& p) {
-  return floatViews(x.dtype, {&x, &y, &dy, &dx}) &&
+  return floatViews(x.dtype, {&x, &y, &dy, &dx}) && rowMajor({&x, &y, &dy, &dx}) &&
          LWRT_DISPATCH(x.dtype, lrnGradImpl<T>(x, y, dy, dx, p));
 }
 
@@ -408,14 +494,32 @@ bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& b
                const TensorView& mean, const TensorView& var, const TensorView& y,
                const BatchNormParams& p) {
   return floatViews(x.dtype, {&x, &scale, &bias, &mean, &var, &y}) &&
-         LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p));
+         rowMajor({&scale, &bias, &mean, &var}) && sameLayouts({&x, &y}) &&
+         LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p, {}));
+}
+
+bool batchNormAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                  const TensorView& mean, const TensorView& var, const TensorView& y,
+                  const BatchNormParams& p, const Activation& act) {
+  return floatViews(x.dtype, {&x, &scale, &bias, &mean, &var, &y}) &&
+         rowMajor({&scale, &bias, &mean, &var}) && sameLayouts({&x, &y}) &&
+         LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p, act));
 }
 
 bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
                     const TensorView& y, const TensorView& mean, const TensorView& var,
                     const BatchNormTrainParams& p) {
   return floatViews(x.dtype, {&x, &scale, &bias, &y, &mean, &var}) &&
-         LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p));
+         rowMajor({&scale, &bias, &mean, &var}) && sameLayouts({&x, &y}) &&
+         LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p, {}));
+}
+
+bool batchNormTrainAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                       const TensorView& y, const TensorView& mean, const TensorView& var,
+                       const BatchNormTrainParams& p, const Activation& act) {
+  return floatViews(x.dtype, {&x, &scale, &bias, &y, &mean, &var}) &&
+         rowMajor({&scale, &bias, &mean, &var}) && sameLayouts({&x, &y}) &&
+         LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p, act));
 }
 
 bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,
@@ -423,49 +527,54 @@ bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorVie
                    const TensorView& dscale, const TensorView& dbias,
                    const BatchNormTrainParams& p) {
   return floatViews(x.dtype, {&x, &scale, &mean, &var, &dy, &dx, &dscale, &dbias}) &&
+         rowMajor({&scale, &mean, &var, &dscale, &dbias}) && sameLayouts({&x, &dy, &dx}) &&
          LWRT_DISPATCH(x.dtype,
                        batchNormGradImpl<T>(x, scale, mean, var, dy, dx, dscale, dbias, p));
 }
 
 bool softmax(const TensorView& x, const TensorView& y, const SoftmaxParams& p) {
-  return floatViews(x.dtype, {&x, &y}) && LWRT_DISPATCH(x.dtype, softmaxImpl<T>(x, y, p, false));
+  return floatViews(x.dtype, {&x, &y}) && rowMajor({&x, &y}) &&
+         LWRT_DISPATCH(x.dtype, softmaxImpl<T>(x, y, p, false));
 }
 
 bool logSoftmax(const TensorView& x, const TensorView& y, const SoftmaxParams& p) {
-  return floatViews(x.dtype, {&x, &y}) && LWRT_DISPATCH(x.dtype, softmaxImpl<T>(x, y, p, true));
+  return floatViews(x.dtype, {&x, &y}) && rowMajor({&x, &y}) &&
+         LWRT_DISPATCH(x.dtype, softmaxImpl<T>(x, y, p, true));
 }
 
 bool softmaxGrad(const TensorView& y, const TensorView& dy, const TensorView& dx,
                  const SoftmaxParams& p) {
-  return floatViews(y.dtype, {&y, &dy, &dx}) &&
+  return floatViews(y.dtype, {&y, &dy, &dx}) && rowMajor({&y, &dy, &dx}) &&
          LWRT_DISPATCH(y.dtype, softmaxGradImpl<T>(y, dy, dx, p, false));
 }
 
 bool logSoftmaxGrad(const TensorView& y, const TensorView& dy, const TensorView& dx,
                     const SoftmaxParams& p) {
-  return floatViews(y.dtype, {&y, &dy, &dx}) &&
+  return floatViews(y.dtype, {&y, &dy, &dx}) && rowMajor({&y, &dy, &dx}) &&
          LWRT_DISPATCH(y.dtype, softmaxGradImpl<T>(y, dy, dx, p, true));
 }
 
 bool softmaxXent(const TensorView& logits, const TensorView& labels, const TensorView& loss) {
-  return floatViews(logits.dtype, {&logits, &loss}) &&
+  return floatViews(logits.dtype, {&logits, &loss}) && rowMajor({&logits, &labels}) &&
          LWRT_DISPATCH(logits.dtype, softmaxXentImpl<T>(logits, labels, loss));
 }
 
 bool softmaxXentGrad(const TensorView& logits, const TensorView& labels, const TensorView& dloss,
                      const TensorView& dlogits) {
   return floatViews(logits.dtype, {&logits, &dloss, &dlogits}) &&
+         rowMajor({&logits, &labels, &dlogits}) &&
          LWRT_DISPATCH(logits.dtype, softmaxXentGradImpl<T>(logits, labels, dloss, dlogits));
 }
 
 bool mseLoss(const TensorView& pred, const TensorView& target, const TensorView& loss) {
-  return floatViews(pred.dtype, {&pred, &target, &loss}) &&
+  return floatViews(pred.dtype, {&pred, &target, &loss}) && rowMajor({&pred, &target}) &&
          LWRT_DISPATCH(pred.dtype, mseLossImpl<T>(pred, target, loss));
 }
 
 bool mseLossGrad(const TensorView& pred, const TensorView& target, const TensorView& dloss,
                  const TensorView& dpred) {
   return floatViews(pred.dtype, {&pred, &target, &dloss, &dpred}) &&
+         rowMajor({&pred, &target, &dpred}) &&
          LWRT_DISPATCH(pred.dtype, mseLossGradImpl<T>(pred, target, dloss, dpred));
 }
 

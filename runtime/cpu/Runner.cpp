@@ -1,6 +1,7 @@
 // The CPU backend's step runner: host memory, phases run on the calling
-// thread (the kernels use OpenBLAS's threads for the matrix products).
+// thread, whose kernels use the trainer's --threads (lwrt/cpu_threads.h).
 #include "lwrt/cpu_tensor.h"
+#include "lwrt/cpu_threads.h"
 #include "lwrt/trainer.h"
 
 #include <chrono>
@@ -15,7 +16,7 @@ namespace {
 class CpuRunner final : public StepRunner {
 public:
   std::string description() const override {
-    return "CPU, " + std::to_string(std::thread::hardware_concurrency()) + " threads";
+    return "CPU, " + std::to_string(threadBudget()) + " threads";
   }
   void* allocate(int64_t bytes, std::string* error) override {
     size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 255) / 256 * 256);
@@ -51,6 +52,8 @@ public:
   bool waitFence(int64_t, std::string*) override { return true; }
 
   bool run(int, const std::function<bool(std::string*)>& launch, std::string* error) override {
+    if (threads() != threadBudget())
+      setThreads(threadBudget());
     return launch(error);
   }
   std::string takeDeviceError() override { return ""; }
@@ -78,7 +81,8 @@ bool setStream(int64_t stream) { return stream >= 0; }
 bool recordEvent(int64_t event) { return event >= 0; }
 bool waitEvent(int64_t event) { return event >= 0; }
 
-std::unique_ptr<StepRunner> createRunner(const RunnerOptions&, std::string*) {
+std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::string*) {
+  setThreadBudget(options.threads);
   return std::make_unique<CpuRunner>();
 }
 

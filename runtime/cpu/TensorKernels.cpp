@@ -8,6 +8,7 @@
 // once to the element type.
 //
 //===----------------------------------------------------------------------===//
+#include "Parallel.h"
 #include "lwrt/cpu_tensor.h"
 #include "lwrt/dropout.h"
 
@@ -54,8 +55,23 @@ template <typename Fn> bool dispatchValue(DType t, Fn fn) {
   return dispatchNumeric(t, fn);
 }
 
+/// Elements per thread at least, for the elementwise loops: below this a
+/// loop costs less than waking a thread.
+constexpr int64_t kGrain = 16384;
+
+/// Calls fn(k) for k in [0, n), spread over the pool.
+template <typename Fn> void forEachElement(int64_t n, Fn fn) {
+  detail::parallelFor(n, kGrain, [&](int64_t first, int64_t last) {
+    for (int64_t k = first; k < last; ++k)
+      fn(k);
+  });
+}
+
+/// Same element type, shape and layout: elementwise over such views is the
+/// same loop in any layout (the CPU backend keeps some activations in
+/// nChw8c, lwrt/tensor.h).
 bool sameLayout(const TensorView& a, const TensorView& b) {
-  return a.dtype == b.dtype && a.shape == b.shape;
+  return a.dtype == b.dtype && a.shape == b.shape && a.layout == b.layout;
 }
 
 /// Wrapping integer arithmetic (signed overflow is undefined in C++).
@@ -107,8 +123,8 @@ template <typename F> bool unaryFloat(const TensorView& x, const TensorView& y, 
     using T = decltype(tag);
     const T* xs = x.as<T>();
     T* ys = y.as<T>();
-    for (int64_t k = 0, n = x.numel(); k < n; ++k)
-      ys[k] = static_cast<T>(f(static_cast<double>(xs[k])));
+    forEachElement(x.numel(),
+                   [&](int64_t k) { ys[k] = static_cast<T>(f(static_cast<double>(xs[k]))); });
     return true;
   });
 }
@@ -122,12 +138,12 @@ bool unaryNumeric(const TensorView& x, const TensorView& y, FD fd, FI fi) {
     using T = decltype(tag);
     const T* xs = x.as<T>();
     T* ys = y.as<T>();
-    for (int64_t k = 0, n = x.numel(); k < n; ++k) {
+    forEachElement(x.numel(), [&](int64_t k) {
       if constexpr (std::is_floating_point_v<T>)
         ys[k] = static_cast<T>(fd(static_cast<double>(xs[k])));
       else
         ys[k] = fi(xs[k]);
-    }
+    });
     return true;
   });
 }
@@ -173,33 +189,48 @@ void broadcastLoop(const TensorView& a, const TensorView& b, const TensorView& y
     return;
   size_t r = y.shape.size();
   if (a.shape == b.shape) {
-    for (int64_t k = 0; k < n; ++k)
-      ys[k] = f(as[k], bs[k]);
+    forEachElement(n, [&](int64_t k) { ys[k] = f(as[k], bs[k]); });
     return;
   }
   auto sa = broadcastStrides(a.shape, r), sb = broadcastStrides(b.shape, r);
   int64_t inner = y.shape[r - 1], ia = sa[r - 1], ib = sb[r - 1];
-  std::vector<int64_t> idx(r, 0);
-  int64_t oa = 0, ob = 0;
-  for (int64_t k = 0; k < n; k += inner) {
-    for (int64_t e = 0; e < inner; ++e)
-      ys[k + e] = f(as[oa + e * ia], bs[ob + e * ib]);
-    for (size_t d = r - 1; d-- > 0;) {
-      oa += sa[d];
-      ob += sb[d];
-      if (++idx[d] < y.shape[d])
-        break;
-      oa -= sa[d] * y.shape[d];
-      ob -= sb[d] * y.shape[d];
-      idx[d] = 0;
+  // Rows of the last dim, a range of them per thread, each range walking
+  // its operands' offsets from those of its first row.
+  int64_t rows = n / inner;
+  detail::parallelFor(rows, std::max<int64_t>(1, kGrain / inner), [&](int64_t first, int64_t last) {
+    std::vector<int64_t> idx(r, 0);
+    int64_t oa = 0, ob = 0;
+    for (int64_t d = static_cast<int64_t>(r) - 2, rest = first; d >= 0; --d) {
+      idx[d] = rest % y.shape[d];
+      rest /= y.shape[d];
+      oa += idx[d] * sa[d];
+      ob += idx[d] * sb[d];
     }
-  }
+    for (int64_t row = first; row < last; ++row) {
+      T* out = ys + row * inner;
+      for (int64_t e = 0; e < inner; ++e)
+        out[e] = f(as[oa + e * ia], bs[ob + e * ib]);
+      for (size_t d = r - 1; d-- > 0;) {
+        oa += sa[d];
+        ob += sb[d];
+        if (++idx[d] < y.shape[d])
+          break;
+        oa -= sa[d] * y.shape[d];
+        ob -= sb[d] * y.shape[d];
+        idx[d] = 0;
+      }
+    }
+  });
 }
 
 /// fd on floats (in double), fi on integers (null: floats only).
 template <typename FD, typename FI>
 bool binary(const TensorView& a, const TensorView& b, const TensorView& y, FD fd, FI fi) {
   if (a.dtype != b.dtype || a.dtype != y.dtype || !broadcastsTo(a.shape, b.shape, y.shape))
+    return false;
+  // Other layouts elementwise only: no broadcasting.
+  if (a.layout != y.layout || b.layout != y.layout ||
+      (y.layout != Layout::RowMajor && (a.shape != y.shape || b.shape != y.shape)))
     return false;
   return dispatchNumeric(a.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -229,15 +260,22 @@ bool backward(const TensorView& u, const TensorView& dy, const TensorView& dx, F
     const T* us = u.as<T>();
     const T* ds = dy.as<T>();
     T* xs = dx.as<T>();
-    for (int64_t k = 0, n = u.numel(); k < n; ++k)
+    forEachElement(u.numel(), [&](int64_t k) {
       xs[k] = static_cast<T>(f(static_cast<double>(us[k]), static_cast<double>(ds[k])));
+    });
     return true;
   });
 }
 
 //===--- Reductions -------------------------------------------------------===//
 
+bool reduceBlocked(const TensorView& x, const TensorView& y, const ReduceParams& p, bool mean);
+
 bool reduce(const TensorView& x, const TensorView& y, const ReduceParams& p, bool mean) {
+  if (y.layout != Layout::RowMajor)
+    return false;
+  if (x.layout != Layout::RowMajor)
+    return reduceBlocked(x, y, p, mean);
   int64_t rank = x.rank();
   std::vector<bool> reduced(rank, !p.axes);
   if (p.axes)
@@ -255,45 +293,114 @@ bool reduce(const TensorView& x, const TensorView& y, const ReduceParams& p, boo
       want.push_back(1);
   if (x.dtype != y.dtype || y.shape != want)
     return false;
-  // Output stride of each input dim (0 where reduced).
-  std::vector<int64_t> ost(rank, 0);
-  for (int64_t d = rank, acc = 1; d-- > 0;)
-    if (!reduced[d]) {
-      ost[d] = acc;
-      acc *= x.shape[d];
-    }
+  // Each output sums its inputs in row-major order (float runs of contiguous
+  // inputs in four interleaved partial sums), the outputs spread over the
+  // pool: kept dims outside, reduced dims inside, with the input strides of
+  // each.
+  std::vector<int64_t> stride(rank, 1), keptDims, keptStrides, redDims, redStrides;
+  for (int64_t d = rank - 1; d > 0; --d)
+    stride[d - 1] = stride[d] * x.shape[d];
+  for (int64_t d = 0; d < rank; ++d) {
+    (reduced[d] ? redDims : keptDims).push_back(x.shape[d]);
+    (reduced[d] ? redStrides : keptStrides).push_back(stride[d]);
+  }
   int64_t n = x.numel(), m = y.numel();
   int64_t count = n / std::max<int64_t>(1, m);
+  // Reduced dims that are contiguous and innermost fold into one run.
+  int64_t run = 1;
+  while (!redDims.empty() && redStrides.back() == run) {
+    run *= redDims.back();
+    redDims.pop_back();
+    redStrides.pop_back();
+  }
+  int64_t outer = 1;
+  for (int64_t d : redDims)
+    outer *= d;
   return dispatchNumeric(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     using Acc = std::conditional_t<std::is_floating_point_v<T>, double, uint64_t>;
     if (!std::is_floating_point_v<T> && mean && count == 0 && m > 0)
       return false;
-    std::vector<Acc> acc(m, Acc{0});
     const T* xs = x.as<T>();
-    std::vector<int64_t> idx(rank, 0);
-    int64_t o = 0;
-    for (int64_t k = 0; k < n; ++k) {
-      acc[o] += static_cast<Acc>(xs[k]);
-      for (int64_t d = rank; d-- > 0;) {
-        o += ost[d];
-        if (++idx[d] < x.shape[d])
-          break;
-        o -= ost[d] * x.shape[d];
-        idx[d] = 0;
-      }
-    }
     T* ys = y.as<T>();
-    for (int64_t k = 0; k < m; ++k) {
-      if constexpr (std::is_floating_point_v<T>)
-        ys[k] = static_cast<T>(mean ? acc[k] / static_cast<double>(count) : acc[k]);
-      else {
-        auto s = static_cast<int64_t>(acc[k]);
-        ys[k] = static_cast<T>(mean ? s / count : s);
+    int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, count));
+    detail::parallelFor(m, grain, [&](int64_t first, int64_t last) {
+      for (int64_t k = first; k < last; ++k) {
+        int64_t base = 0;
+        for (int64_t d = static_cast<int64_t>(keptDims.size()) - 1, rest = k; d >= 0; --d) {
+          base += rest % keptDims[d] * keptStrides[d];
+          rest /= keptDims[d];
+        }
+        Acc acc{0};
+        for (int64_t o = 0; o < outer; ++o) {
+          int64_t at = base;
+          for (int64_t d = static_cast<int64_t>(redDims.size()) - 1, rest = o; d >= 0; --d) {
+            at += rest % redDims[d] * redStrides[d];
+            rest /= redDims[d];
+          }
+          if constexpr (std::is_floating_point_v<T>) {
+            // Four partial sums along a contiguous run (a fixed order: the
+            // same bits on any number of threads).
+            Acc a0{0}, a1{0}, a2{0}, a3{0};
+            int64_t e = 0;
+            for (; e + 4 <= run; e += 4) {
+              a0 += static_cast<Acc>(xs[at + e]);
+              a1 += static_cast<Acc>(xs[at + e + 1]);
+              a2 += static_cast<Acc>(xs[at + e + 2]);
+              a3 += static_cast<Acc>(xs[at + e + 3]);
+            }
+            for (; e < run; ++e)
+              a0 += static_cast<Acc>(xs[at + e]);
+            acc += (a0 + a1) + (a2 + a3);
+          } else {
+            for (int64_t e = 0; e < run; ++e)
+              acc += static_cast<Acc>(xs[at + e]);
+          }
+        }
+        if constexpr (std::is_floating_point_v<T>)
+          ys[k] = static_cast<T>(mean ? acc / static_cast<double>(count) : acc);
+        else {
+          auto s = static_cast<int64_t>(acc);
+          ys[k] = static_cast<T>(mean ? s / count : s);
+        }
       }
-    }
+    });
     return true;
   });
+}
+
+/// A float32 nChw8c [N, C, H, W] summed over n, h and w into [C] (a conv's
+/// bias gradient), each channel in the row-major kernel's order.
+bool reduceBlocked(const TensorView& x, const TensorView& y, const ReduceParams& p, bool mean) {
+  if (x.layout != Layout::NChw8c || x.dtype != DType::F32 || y.dtype != DType::F32 ||
+      x.rank() != 4 || x.shape[1] % 8 != 0 || p.keepdims || !p.axes ||
+      *p.axes != std::vector<int64_t>{0, 2, 3} || y.shape != std::vector<int64_t>{x.shape[1]})
+    return false;
+  const int64_t N = x.shape[0], blocks = x.shape[1] / 8, run = x.shape[2] * x.shape[3];
+  const float* xs = x.as<float>();
+  float* ys = y.as<float>();
+  detail::parallelFor(blocks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b) {
+      double acc[8] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        const float* in = xs + (n * blocks + b) * run * 8;
+        double a[4][8] = {};
+        int64_t e = 0;
+        for (; e + 4 <= run; e += 4)
+          for (int k = 0; k < 4; ++k)
+            for (int l = 0; l < 8; ++l)
+              a[k][l] += in[(e + k) * 8 + l];
+        for (; e < run; ++e)
+          for (int l = 0; l < 8; ++l)
+            a[0][l] += in[e * 8 + l];
+        for (int l = 0; l < 8; ++l)
+          acc[l] += (a[0][l] + a[1][l]) + (a[2][l] + a[3][l]);
+      }
+      for (int l = 0; l < 8; ++l)
+        ys[b * 8 + l] = static_cast<float>(mean ? acc[l] / static_cast<double>(N * run) : acc[l]);
+    }
+  });
+  return true;
 }
 
 //===--- Cast -------------------------------------------------------------===//
@@ -342,6 +449,15 @@ template <typename T> T fillValue(const FillParams& p, int64_t k, DType t) {
 //===--- Unary ------------------------------------------------------------===//
 
 bool relu(const TensorView& x, const TensorView& y) {
+  if (x.dtype == DType::F32 && sameLayout(x, y)) { // the same values, vectorized
+    const float* xs = x.as<float>();
+    float* ys = y.as<float>();
+    detail::parallelFor(x.numel(), kGrain, [&](int64_t first, int64_t last) {
+      for (int64_t k = first; k < last; ++k)
+        ys[k] = xs[k] > 0.f ? xs[k] : 0.f;
+    });
+    return true;
+  }
   return unaryFloat(x, y, [](double v) { return v > 0 ? v : 0.0; });
 }
 bool leakyRelu(const TensorView& x, const TensorView& y, const LeakyReluParams& p) {
@@ -369,6 +485,13 @@ bool reciprocal(const TensorView& x, const TensorView& y) {
   return unaryFloat(x, y, [](double v) { return 1.0 / v; });
 }
 bool clip(const TensorView& x, const TensorView& y, const ClipParams& p) {
+  if (x.dtype == DType::F32 && sameLayout(x, y)) {
+    const Activation act{Activation::Clip, p.min, p.max};
+    const float* xs = x.as<float>();
+    float* ys = y.as<float>();
+    forEachElement(x.numel(), [&](int64_t k) { ys[k] = act.apply(xs[k]); });
+    return true;
+  }
   return unaryFloat(x, y, [&](double v) { return std::min(std::max(v, p.min), p.max); });
 }
 bool neg(const TensorView& x, const TensorView& y) {
@@ -392,11 +515,45 @@ bool sign(const TensorView& x, const TensorView& y) {
 
 //===--- Binary -----------------------------------------------------------===//
 
-bool add(const TensorView& a, const TensorView& b, const TensorView& y) {
-  return binary(
-      a, b, y, [](double u, double v) { return u + v; },
-      [](auto u, auto v) { return wrapAdd(u, v); });
+namespace {
+
+/// act(a + b): float32 operands of one shape directly (a float sum rounds
+/// as the double one does), the rest through binary().
+bool addThen(const TensorView& a, const TensorView& b, const TensorView& y, const Activation& act) {
+  if (a.dtype == DType::F32 && sameLayout(a, b) && sameLayout(a, y)) {
+    const float *as = a.as<float>(), *bs = b.as<float>();
+    float* ys = y.as<float>();
+    detail::parallelFor(a.numel(), kGrain, [&](int64_t first, int64_t last) {
+      for (int64_t k = first; k < last; ++k) {
+        ys[k] = act.apply(as[k] + bs[k]);
+      }
+    });
+    return true;
+  }
+  if (!binary(
+          a, b, y, [](double u, double v) { return u + v; },
+          [](auto u, auto v) { return wrapAdd(u, v); }))
+    return false;
+  if (act.kind == Activation::None)
+    return true;
+  return dispatchFloat(y.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* ys = y.as<T>();
+    forEachElement(y.numel(), [&](int64_t k) { ys[k] = act.apply(ys[k]); });
+    return true;
+  });
 }
+
+} // namespace
+
+bool add(const TensorView& a, const TensorView& b, const TensorView& y) {
+  return addThen(a, b, y, {});
+}
+
+bool addAct(const TensorView& a, const TensorView& b, const TensorView& y, const Activation& act) {
+  return (a.dtype == DType::F32 || a.dtype == DType::F64) && addThen(a, b, y, act);
+}
+
 bool sub(const TensorView& a, const TensorView& b, const TensorView& y) {
   return binary(
       a, b, y, [](double u, double v) { return u - v; },
@@ -443,6 +600,15 @@ bool pow(const TensorView& a, const TensorView& b, const TensorView& y) {
 //===--- Backward elementwise ---------------------------------------------===//
 
 bool reluGrad(const TensorView& y, const TensorView& dy, const TensorView& dx) {
+  if (y.dtype == DType::F32 && sameLayout(y, dy) && sameLayout(y, dx)) {
+    const float *ys = y.as<float>(), *ds = dy.as<float>();
+    float* xs = dx.as<float>();
+    detail::parallelFor(y.numel(), kGrain, [&](int64_t first, int64_t last) {
+      for (int64_t k = first; k < last; ++k)
+        xs[k] = ys[k] > 0.f ? ds[k] : 0.f;
+    });
+    return true;
+  }
   return backward(y, dy, dx, [](double u, double d) { return u > 0 ? d : 0.0; });
 }
 bool leakyReluGrad(const TensorView& x, const TensorView& dy, const TensorView& dx,
@@ -457,6 +623,15 @@ bool tanhGrad(const TensorView& y, const TensorView& dy, const TensorView& dx) {
 }
 bool clipGrad(const TensorView& x, const TensorView& dy, const TensorView& dx,
               const ClipParams& p) {
+  if (x.dtype == DType::F32 && sameLayout(x, dy) && sameLayout(x, dx)) {
+    const float *xs = x.as<float>(), *ds = dy.as<float>();
+    float* out = dx.as<float>();
+    forEachElement(x.numel(), [&](int64_t k) {
+      const double u = xs[k];
+      out[k] = u >= p.min && u <= p.max ? ds[k] : 0.f;
+    });
+    return true;
+  }
   return backward(x, dy, dx,
                   [&](double u, double d) { return u >= p.min && u <= p.max ? d : 0.0; });
 }
@@ -473,7 +648,7 @@ bool reduceSum(const TensorView& x, const TensorView& y, const ReduceParams& p) 
 //===--- Conversion and values --------------------------------------------===//
 
 bool cast(const TensorView& x, const TensorView& y) {
-  if (x.shape != y.shape)
+  if (x.shape != y.shape || x.layout != y.layout)
     return false;
   return dispatchValue(x.dtype, [&](auto from) {
     using From = decltype(from);
@@ -481,8 +656,7 @@ bool cast(const TensorView& x, const TensorView& y) {
       using To = decltype(to);
       const From* xs = x.as<From>();
       To* ys = y.as<To>();
-      for (int64_t k = 0, n = x.numel(); k < n; ++k)
-        ys[k] = convert<To>(xs[k], y.dtype);
+      forEachElement(x.numel(), [&](int64_t k) { ys[k] = convert<To>(xs[k], y.dtype); });
       return true;
     });
   });
@@ -496,8 +670,7 @@ bool fill(const TensorView& y, const FillParams& p) {
     if (have != 1 && static_cast<int64_t>(have) != n)
       return false;
     T* ys = y.as<T>();
-    for (int64_t k = 0; k < n; ++k)
-      ys[k] = fillValue<T>(p, k, y.dtype);
+    forEachElement(n, [&](int64_t k) { ys[k] = fillValue<T>(p, k, y.dtype); });
     return true;
   });
 }
@@ -507,13 +680,15 @@ bool fill(const TensorView& y, const FillParams& p) {
 bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMaskParams& p) {
   int64_t s = 0;
   ShardIndex piece;
-  if (!intScalar(step, s) || !(p.ratio >= 0 && p.ratio < 1) || !dropoutPiece(mask.shape, p, piece))
+  if (!intScalar(step, s) || !(p.ratio >= 0 && p.ratio < 1) ||
+      !dropoutPiece(mask.shape, p, piece) || mask.layout != Layout::RowMajor)
     return false;
   return dispatchFloat(mask.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* ms = mask.as<T>();
-    for (int64_t k = 0, n = mask.numel(); k < n; ++k)
+    forEachElement(mask.numel(), [&](int64_t k) {
       ms[k] = static_cast<T>(dropoutMaskValue(p.seed, s, p.ratio, piece, k));
+    });
     return true;
   });
 }
@@ -531,13 +706,13 @@ bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, co
   return dispatchFloat(w.dtype, [&](auto tag) {
     using T = decltype(tag);
     bool nesterov = p.nesterov != 0;
-    for (int64_t k = 0, n = w.numel(); k < n; ++k) {
+    forEachElement(w.numel(), [&](int64_t k) {
       double wk = w.as<T>()[k];
       double gk = g.as<T>()[k] + p.weight_decay * wk;
       double mk = p.momentum * m.as<T>()[k] + gk;
       mOut.as<T>()[k] = static_cast<T>(mk);
       wOut.as<T>()[k] = static_cast<T>(wk - rate * (nesterov ? gk + p.momentum * mk : mk));
-    }
+    });
     return true;
   });
 }
@@ -558,7 +733,7 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
   bool decoupled = p.decoupled != 0;
   return dispatchFloat(w.dtype, [&](auto tag) {
     using T = decltype(tag);
-    for (int64_t k = 0, n = w.numel(); k < n; ++k) {
+    forEachElement(w.numel(), [&](int64_t k) {
       double wk = w.as<T>()[k], gk = g.as<T>()[k];
       if (decoupled)
         wk *= 1.0 - rate * p.weight_decay;
@@ -569,7 +744,7 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
       mOut.as<T>()[k] = static_cast<T>(mk);
       vOut.as<T>()[k] = static_cast<T>(vk);
       wOut.as<T>()[k] = static_cast<T>(wk - rate * (mk / c1) / (std::sqrt(vk / c2) + p.epsilon));
-    }
+    });
     return true;
   });
 }

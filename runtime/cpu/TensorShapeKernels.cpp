@@ -6,6 +6,8 @@
 // 1, 2, 4 or 8 bytes, so every element type is served by one instantiation per size.
 //
 //===----------------------------------------------------------------------===//
+#include "Common.h"
+#include "Parallel.h"
 #include "lwrt/cpu_tensor.h"
 
 #include <algorithm>
@@ -20,6 +22,7 @@ namespace lwrt::cpu {
 namespace {
 
 using Dims = std::vector<int64_t>;
+using detail::rowMajor;
 
 /// Calls fn(U{}) with U an unsigned integer of the element size of `t`.
 template <typename Fn> bool dispatchBytes(DType t, Fn fn) {
@@ -241,17 +244,50 @@ bool gatherNdPlan(const Dims& data, const TensorView& indices, int64_t b, const 
   return true;
 }
 
+/// Concat and split move whole rows of `whole` (the concatenation) per
+/// outer index: row-major parts, or nChw8c parts joined along the channels
+/// with every part's channels a multiple of 8, whose rows are then the
+/// same bytes (each image's part is a run of whole 8-channel blocks).
+bool sameLayoutAlongChannels(const std::vector<TensorView>& parts, const TensorView& whole,
+                             int64_t axis) {
+  for (const TensorView& t : parts)
+    if (t.layout != whole.layout)
+      return false;
+  if (whole.layout == Layout::RowMajor)
+    return true;
+  if (whole.layout != Layout::NChw8c || axis != 1 || whole.rank() != 4)
+    return false;
+  for (const TensorView& t : parts)
+    if (t.rank() != 4 || t.shape[1] % 8 != 0)
+      return false;
+  return true;
+}
+
 } // namespace
 
 bool copy(const TensorView& x, const TensorView& y) {
-  if (x.dtype != y.dtype || x.numel() != y.numel())
+  // Another layout's bytes copy as they are, to a view of the same shape.
+  if (x.dtype != y.dtype || x.numel() != y.numel() || x.layout != y.layout ||
+      (x.layout != Layout::RowMajor && x.shape != y.shape))
     return false;
-  if (x.data != y.data && x.bytes() > 0)
-    std::memmove(y.data, x.data, static_cast<size_t>(x.bytes()));
+  const auto* from = static_cast<const char*>(x.data);
+  auto* to = static_cast<char*>(y.data);
+  const int64_t bytes = x.bytes();
+  if (from == to || bytes <= 0)
+    return true;
+  if (from < to + bytes && to < from + bytes) { // overlapping: one memmove
+    std::memmove(to, from, static_cast<size_t>(bytes));
+    return true;
+  }
+  detail::parallelFor(bytes, int64_t{1} << 16, [&](int64_t first, int64_t last) {
+    std::memcpy(to + first, from + first, static_cast<size_t>(last - first));
+  });
   return true;
 }
 
 bool transpose(const TensorView& x, const TensorView& y, const TransposeParams& p) {
+  if (!rowMajor({&x, &y}))
+    return false;
   int64_t r = x.rank();
   if (x.dtype != y.dtype || y.rank() != r || static_cast<int64_t>(p.perm.size()) != r)
     return false;
@@ -269,7 +305,7 @@ bool transpose(const TensorView& x, const TensorView& y, const TransposeParams& 
 
 bool concat(const std::vector<TensorView>& xs, const TensorView& y, const ConcatParams& p) {
   int64_t axis = p.axis;
-  if (xs.empty() || !normAxis(axis, y.rank()))
+  if (xs.empty() || !normAxis(axis, y.rank()) || !sameLayoutAlongChannels(xs, y, axis))
     return false;
   int64_t total = 0;
   for (const TensorView& x : xs) {
@@ -284,20 +320,27 @@ bool concat(const std::vector<TensorView>& xs, const TensorView& y, const Concat
     return false;
   int64_t outer, inner, esize = dtypeSize(y.dtype);
   aroundAxis(y.shape, axis, outer, inner);
-  auto* out = static_cast<char*>(y.data);
-  for (int64_t o = 0; o < outer; ++o)
-    for (const TensorView& x : xs) {
-      int64_t chunk = x.shape[axis] * inner * esize;
-      if (chunk > 0)
-        std::memcpy(out, static_cast<const char*>(x.data) + o * chunk, static_cast<size_t>(chunk));
-      out += chunk;
-    }
+  const int64_t row = y.shape[axis] * inner * esize; // bytes of y per outer index
+  detail::parallelFor(outer, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, row)),
+                      [&](int64_t first, int64_t last) {
+                        for (int64_t o = first; o < last; ++o) {
+                          auto* out = static_cast<char*>(y.data) + o * row;
+                          for (const TensorView& x : xs) {
+                            int64_t chunk = x.shape[axis] * inner * esize;
+                            if (chunk > 0)
+                              std::memcpy(out, static_cast<const char*>(x.data) + o * chunk,
+                                          static_cast<size_t>(chunk));
+                            out += chunk;
+                          }
+                        }
+                      });
   return true;
 }
 
 bool split(const TensorView& x, const std::vector<TensorView>& ys, const SplitParams& p) {
   int64_t axis = p.axis;
-  if (!normAxis(axis, x.rank()) || ys.size() != p.split.size())
+  if (!normAxis(axis, x.rank()) || ys.size() != p.split.size() ||
+      !sameLayoutAlongChannels(ys, x, axis))
     return false;
   int64_t total = 0;
   for (size_t i = 0; i < ys.size(); ++i) {
@@ -311,18 +354,26 @@ bool split(const TensorView& x, const std::vector<TensorView>& ys, const SplitPa
     return false;
   int64_t outer, inner, esize = dtypeSize(x.dtype);
   aroundAxis(x.shape, axis, outer, inner);
-  const auto* in = static_cast<const char*>(x.data);
-  for (int64_t o = 0; o < outer; ++o)
-    for (const TensorView& y : ys) {
-      int64_t chunk = y.shape[axis] * inner * esize;
-      if (chunk > 0)
-        std::memcpy(static_cast<char*>(y.data) + o * chunk, in, static_cast<size_t>(chunk));
-      in += chunk;
-    }
+  const int64_t row = x.shape[axis] * inner * esize; // bytes of x per outer index
+  detail::parallelFor(outer, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, row)),
+                      [&](int64_t first, int64_t last) {
+                        for (int64_t o = first; o < last; ++o) {
+                          const auto* in = static_cast<const char*>(x.data) + o * row;
+                          for (const TensorView& y : ys) {
+                            int64_t chunk = y.shape[axis] * inner * esize;
+                            if (chunk > 0)
+                              std::memcpy(static_cast<char*>(y.data) + o * chunk, in,
+                                          static_cast<size_t>(chunk));
+                            in += chunk;
+                          }
+                        }
+                      });
   return true;
 }
 
 bool slice(const TensorView& x, const TensorView& y, const SliceParams& p) {
+  if (!rowMajor({&x, &y}))
+    return false;
   SliceDims s;
   if (x.dtype != y.dtype || !resolveSlices(x.shape, p, s) || s.count != y.shape)
     return false;
@@ -333,6 +384,8 @@ bool slice(const TensorView& x, const TensorView& y, const SliceParams& p) {
 }
 
 bool sliceGrad(const TensorView& dy, const TensorView& dx, const SliceParams& p) {
+  if (!rowMajor({&dy, &dx}))
+    return false;
   SliceDims s;
   if (dy.dtype != dx.dtype || !resolveSlices(dx.shape, p, s) || s.count != dy.shape)
     return false;
@@ -352,6 +405,8 @@ bool sliceGrad(const TensorView& dy, const TensorView& dx, const SliceParams& p)
 
 bool gather(const TensorView& data, const TensorView& indices, const TensorView& y,
             const GatherParams& p) {
+  if (!rowMajor({&data, &indices, &y}))
+    return false;
   int64_t axis = p.axis;
   if (data.dtype != y.dtype || !normAxis(axis, data.rank()) ||
       !gatherShape(data.shape, indices.shape, axis, y.shape))
@@ -377,6 +432,8 @@ bool gather(const TensorView& data, const TensorView& indices, const TensorView&
 
 bool gatherGrad(const TensorView& indices, const TensorView& dy, const TensorView& dx,
                 const GatherParams& p) {
+  if (!rowMajor({&indices, &dy, &dx}))
+    return false;
   int64_t axis = p.axis;
   if (dy.dtype != dx.dtype || !normAxis(axis, dx.rank()) ||
       !gatherShape(dx.shape, indices.shape, axis, dy.shape))
@@ -406,6 +463,8 @@ bool gatherGrad(const TensorView& indices, const TensorView& dy, const TensorVie
 
 bool gatherNd(const TensorView& data, const TensorView& indices, const TensorView& y,
               const GatherNdParams& p) {
+  if (!rowMajor({&data, &indices, &y}))
+    return false;
   Dims from;
   int64_t inner = 0;
   if (data.dtype != y.dtype ||
@@ -424,6 +483,8 @@ bool gatherNd(const TensorView& data, const TensorView& indices, const TensorVie
 
 bool gatherNdGrad(const TensorView& indices, const TensorView& dy, const TensorView& dx,
                   const GatherNdParams& p) {
+  if (!rowMajor({&indices, &dy, &dx}))
+    return false;
   Dims from;
   int64_t inner = 0;
   if (dy.dtype != dx.dtype || !gatherNdPlan(dx.shape, indices, p.batchDims, dy.shape, from, inner))
@@ -444,6 +505,8 @@ bool gatherNdGrad(const TensorView& indices, const TensorView& dy, const TensorV
 }
 
 bool expand(const TensorView& x, const TensorView& y) {
+  if (!rowMajor({&x, &y}))
+    return false;
   size_t r = y.shape.size(), xr = x.shape.size();
   if (x.dtype != y.dtype || xr > r)
     return false;
@@ -460,6 +523,8 @@ bool expand(const TensorView& x, const TensorView& y) {
 }
 
 bool pad(const TensorView& x, const TensorView& y, const PadParams& p) {
+  if (!rowMajor({&x, &y}))
+    return false;
   int64_t r = x.rank();
   if (x.dtype != y.dtype || y.rank() != r || static_cast<int64_t>(p.pads.size()) != 2 * r)
     return false;

@@ -6,7 +6,7 @@
 // descriptors of cudnn_graph.h, ConvGraph.cu) unless the context asks for
 // the legacy API or no graph engine takes the configuration; then it runs
 // on the legacy cudnnConvolution* calls (ConvKernels.cu). A forward
-// convolution's bias, and the ReLU codegen fuses into it (conv2dRelu), run
+// convolution's bias, and the ReLU codegen fuses into it (conv2dAct), run
 // in the same graph-API plan when an engine takes that graph and is faster
 // than the plain convolution followed by the own epilogue kernel.
 #pragma once

@@ -15,7 +15,7 @@
 // and cropped).
 //
 // A forward convolution's bias, and the ReLU after it when codegen fuses
-// the two (conv2dRelu: the ReLU writes over the convolution's result, which
+// the two (conv2dAct: the ReLU writes over the convolution's result, which
 // nothing else reads), are the plan's epilogue: one graph-API plan of
 // convolution, bias and ReLU when cuDNN has an engine for that graph and it
 // is faster than the plain convolution followed by the own epilogue kernel
@@ -647,10 +647,13 @@ bool conv2d(const TensorView& x, const TensorView& w, const TensorView* bias, co
                  [&](auto t) { return conv2dImpl<decltype(t)>(x, w, bias, y, p, false); });
 }
 
-bool conv2dRelu(const TensorView& x, const TensorView& w, const TensorView* bias,
-                const TensorView& y, const Conv2dParams& p) {
+bool conv2dAct(const TensorView& x, const TensorView& w, const TensorView* bias,
+               const TensorView& y, const Conv2dParams& p, const Activation& act) {
+  if (act.kind == Activation::Clip)
+    return LWRT_REJECT("conv2d: a fused clip is not supported on CUDA (only relu)");
+  const bool relu = act.kind == Activation::Relu;
   return floatOp("conv2d", {&x, &w, &y},
-                 [&](auto t) { return conv2dImpl<decltype(t)>(x, w, bias, y, p, true); });
+                 [&](auto t) { return conv2dImpl<decltype(t)>(x, w, bias, y, p, relu); });
 }
 
 bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView& dx,

@@ -25,13 +25,15 @@ is glue around the runtime's kernels, which keep their -O2: at -O2 the
 resnet18 --gpus 4 source alone takes minutes to compile), except one built by
 `lwcc -o` as a user does. Ends with the line "N passed, M failed".
 
-Every trainer runs with OPENBLAS_NUM_THREADS=2: OpenBLAS's products round
-differently with its thread count, and a multi-device CPU trainer would
-otherwise give each device cores / N threads, the one-device trainer every
-core, so that the comparison would depend on the machine's cores. ResNet-18
-at test size amplifies such rounding: with one thread per device, its
---gpus 4 owt and --gpus 2 hypergraph runs match the one-device losses to
-1e-7 for four steps and drift by 1.4e-4 at the fifth.
+Every device of every trainer runs its kernels on two threads (`--threads`
+two per device): oneDNN's and OpenBLAS's sums round differently with the
+thread count, and a multi-device CPU trainer would otherwise give each
+device cores / N threads, the one-device trainer every core, so that the
+comparison would depend on the machine's cores. ResNet-18 at test size
+amplifies such rounding: with one thread per device against two for the
+one-device trainer, its --gpus 4 owt and --gpus 2 hypergraph runs matched
+the one-device losses to 1e-7 for four steps and drifted by 1.4e-4 at the
+fifth.
 
     python3 test/e2e/multi_device_trainer.py [--models lenet] [--quick]
 """
@@ -92,21 +94,27 @@ def build(onnx_path, flags, out_dir, via_lwcc=False):
     return (exe, "") if r.returncode == 0 else (None, r.stderr[-1500:])
 
 
-def train(exe, work, extra):
+def threads(devices):
+    """Two kernel threads per device, whatever the machine's cores (see above)."""
+    return f"--threads={2 * devices}"
+
+
+def train(exe, work, extra, devices):
     os.makedirs(work, exist_ok=True)
     args = [exe, "--data=synthetic", f"--seed={SEED}", "--progress=off", "--data-threads=1",
-            *extra]
+            threads(devices), *extra]
     return run(args, cwd=work)
 
 
-def kill_after_checkpoint(exe, work, step):
+def kill_after_checkpoint(exe, work, step, devices):
     """Starts a long run checkpointing every `step` steps, SIGKILLs it once the
     checkpoint of `step` is on disk (written to a temporary file and renamed:
     whole once seen); returns a copy of that checkpoint, or None."""
     ck = os.path.join(work, "ck")
     os.makedirs(work, exist_ok=True)
     p = subprocess.Popen([exe, "--data=synthetic", f"--seed={SEED}", "--progress=off",
-                          "--data-threads=1", "--steps=1000000", f"--checkpoint-dir={ck}",
+                          "--data-threads=1", threads(devices), "--steps=1000000",
+                          f"--checkpoint-dir={ck}",
                           f"--checkpoint-every={step}", "--keep-checkpoints=1000000"],
                          cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     want = os.path.join(ck, f"ckpt-{step}.lwckpt")
@@ -193,7 +201,6 @@ def main():
     ap.add_argument("--models", default="lenet,resnet18,dropnet")
     ap.add_argument("--quick", action="store_true", help="lenet, --gpus 4 only")
     args = ap.parse_args()
-    os.environ["OPENBLAS_NUM_THREADS"] = "2"  # one rounding for every trainer (see above)
     models = ["lenet"] if args.quick else args.models.split(",")
     gpus = [4] if args.quick else [2, 4]
     tmp = tempfile.mkdtemp(prefix="lwcc-md-")
@@ -246,7 +253,8 @@ def main():
             work = os.path.join(tmp, key(c), "run")
             # --check-replicas: every replica of a param has the same bits.
             r = train(exe, work, [f"--steps={STEPS}", "--eval", "--log=log.jsonl", "--dump=dump",
-                                  "--export=model.onnx"] + (["--check-replicas"] if c[2] > 1 else []))
+                                  "--export=model.onnx"] + (["--check-replicas"] if c[2] > 1 else []),
+                      c[2])
             if r.returncode:
                 report(False, f"{key(c)}: train", (r.stdout + r.stderr)[-1500:])
                 continue
@@ -270,8 +278,8 @@ def main():
                 continue
             exe, base = built[key(c)][0], os.path.join(tmp, key(c))
             full = train(exe, os.path.join(base, "full"),
-                         ["--steps=6", "--dump=dump", "--export=model.onnx"])
-            first = kill_after_checkpoint(exe, os.path.join(base, "killed"), 3)
+                         ["--steps=6", "--dump=dump", "--export=model.onnx"], 4)
+            first = kill_after_checkpoint(exe, os.path.join(base, "killed"), 3, 4)
             name = f"{m} --gpus 4 --strategy={s}: killed after step 3, resumed, bit-identical " \
                    "at step 6"
             if not first:
@@ -279,7 +287,7 @@ def main():
                 continue
             second = train(exe, os.path.join(base, "resumed"),
                            ["--steps=6", f"--resume={first}", "--dump=dump",
-                            "--export=model.onnx"])
+                            "--export=model.onnx"], 4)
             if full.returncode or second.returncode:
                 report(False, name, (full.stderr + second.stderr)[-1500:])
                 continue

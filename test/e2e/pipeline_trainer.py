@@ -7,7 +7,9 @@ thread of its own: a missing event is a real race) against
 same seed, batch 8; the checks of test/e2e/multi_device_trainer.py: the 5
 losses within 1e-5 relative, every param after 5 steps within 1e-4 of its
 largest element, the evaluation's logits, and the --export run in
-onnxruntime. Cases:
+onnxruntime. Every device runs its kernels on two threads, as in
+test/e2e/multi_device_trainer.py (the same rounding whatever the cores).
+Cases:
   - lenet: --gpus 2 (2 stages), --gpus 4 (4 stages) and --gpus 4 --stages=2
     (two stages of two replicas), each with --schedule=gpipe and 1f1b and
     M = 2, 4 and 3 (uneven);
@@ -50,7 +52,6 @@ def main():
     ap.add_argument("--models", default="lenet," + ",".join(c[0] for c in OTHERS))
     ap.add_argument("--quick", action="store_true", help="lenet, 1f1b, M = 3")
     args = ap.parse_args()
-    os.environ["OPENBLAS_NUM_THREADS"] = "2"  # one rounding for every trainer
     models = ["lenet"] if args.quick else args.models.split(",")
     tmp = tempfile.mkdtemp(prefix="lwcc-pipe-")
     try:
@@ -94,7 +95,7 @@ def main():
             work = os.path.join(tmp, key(c), "run")
             r = md.train(exe, work, [f"--steps={md.STEPS}", "--eval", "--log=log.jsonl",
                                      "--dump=dump", "--export=model.onnx"] +
-                         (["--check-replicas"] if c[1] > 1 else []))
+                         (["--check-replicas"] if c[1] > 1 else []), c[1])
             if r.returncode:
                 md.report(False, f"{key(c)}: train", (r.stdout + r.stderr)[-1500:])
                 continue
@@ -110,8 +111,8 @@ def main():
         if built.get(key(c), (None,))[0]:
             exe, base = built[key(c)][0], os.path.join(tmp, key(c))
             full = md.train(exe, os.path.join(base, "full"),
-                            ["--steps=6", "--dump=dump", "--export=model.onnx"])
-            first = md.kill_after_checkpoint(exe, os.path.join(base, "killed"), 3)
+                            ["--steps=6", "--dump=dump", "--export=model.onnx"], c[1])
+            first = md.kill_after_checkpoint(exe, os.path.join(base, "killed"), 3, c[1])
             name = f"lenet --gpus 4 --stages={c[2]} pipeline: killed after step 3, resumed, " \
                    "bit-identical at step 6"
             if not first:
@@ -119,7 +120,7 @@ def main():
             else:
                 second = md.train(exe, os.path.join(base, "resumed"),
                                   ["--steps=6", f"--resume={first}", "--dump=dump",
-                                   "--export=model.onnx"])
+                                   "--export=model.onnx"], c[1])
                 if full.returncode or second.returncode:
                     md.report(False, name, (full.stderr + second.stderr)[-1500:])
                 else:
@@ -138,7 +139,7 @@ def main():
         if built.get(key(c), (None,))[0]:
             exe, base = built[key(c)][0], os.path.join(tmp, key(c))
             work = os.path.join(base, "profiled")
-            r = md.train(exe, work, ["--steps=4", "--profile-ops=ops.json", "--trace=trace.json"])
+            r = md.train(exe, work, ["--steps=4", "--profile-ops=ops.json", "--trace=trace.json"], 4)
             name = f"lenet --gpus 4 --stages={c[2]} pipeline: --profile-ops and --trace"
             if r.returncode:
                 md.report(False, name, (r.stdout + r.stderr)[-1500:])

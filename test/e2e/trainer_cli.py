@@ -15,6 +15,10 @@ checks, each as one test case:
   - runtime flags (--lr, --optimizer settings) change the run; a different
     optimizer family is refused; the input pipeline's threads and prefetch
     depth change nothing; --data-only times the pipeline alone;
+  - --threads: runs with the same thread count are bit-identical (1 and 3
+    threads, 3 being more than this 2-core machine has), and runs with
+    different counts agree within 1e-4 (oneDNN's and OpenBLAS's sums round
+    with the split);
   - bad input stops with a clear message and exit 1 (missing and corrupt data
     files, a checkpoint of another model, a corrupt checkpoint, a diverging
     run, which names the step, writes no checkpoint after the last finite
@@ -217,6 +221,25 @@ def main():
         r = run([exe, "--help"])
         assert "--checkpoint-dir" in r.stdout and "optimizer sgd" in r.stdout
 
+    def threads():
+        base = [f"--data=idx:{FASHION}", "--train-examples=640", "--steps=20", "--progress=off"]
+        dumps = {}
+        for n in (1, 1, 3, 3):
+            d = os.path.join(tmp, f"threads_{n}_{len(dumps)}")
+            r = run([exe, *base, f"--threads={n}", f"--dump={d}"])
+            assert f"on CPU, {n} threads" in r.stdout, r.stdout
+            dumps.setdefault(n, []).append(read_params(d))
+        for n, (a, b) in dumps.items():
+            assert a and a == b, f"two runs with --threads={n} differ"
+        worst = 0.0
+        for name, blob in dumps[1][0].items():
+            x = np.frombuffer(blob, np.float32)
+            y = np.frombuffer(dumps[3][0][name], np.float32)
+            worst = max(worst, float(np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-30)))
+        print(f"  20 steps: --threads=1 and --threads=3 each bit-identical run to run; "
+              f"the two counts differ by {worst:.2e} relative")
+        assert worst < 1e-4, f"--threads=1 and --threads=3 differ by {worst}"
+
     def resume_data_and_seed():
         # Synthetic batches come from a pool drawn from the seed: a run
         # stopped after 5 steps and resumed ends where an uninterrupted one does.
@@ -331,11 +354,14 @@ def main():
         fails(["--kernels=fast"], "--kernels takes cudnn or own", code=2)
         fails(["--prefetch=0"], "--prefetch", code=2)
         fails(["--data-threads=x"], "--data-threads", code=2)
+        fails(["--threads=0"], "--threads", code=2)
+        fails(["--threads=two"], "--threads", code=2)
 
     case(fashion_accuracy)
     case(export_round_trip)
     case(kill_and_resume)
     case(runtime_flags)
+    case(threads)
     case(resume_data_and_seed)
     case(adam_trainer)
     case(bad_input)

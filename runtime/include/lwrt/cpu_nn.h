@@ -1,8 +1,9 @@
 // lwrt/cpu_nn.h - the CPU backend's neural-network kernels
-// defines: conv2d, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d, maxPool2dGrad,
-//   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormTrain,
-//   batchNormGrad, layerNorm, layerNormGrad, softmax, logSoftmax, softmaxGrad, logSoftmaxGrad,
-//   softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
+// defines: conv2d, conv2dAct, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d,
+// maxPool2dGrad,
+//   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormAct,
+//   batchNormTrain, batchNormTrainAct, batchNormGrad, layerNorm, layerNormGrad, softmax,
+//   logSoftmax, softmaxGrad, logSoftmaxGrad, softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
 //
 // One function per IR op (ir/Ops.def), computing what the reference
 // interpreter computes (ir/Interpreter.cpp, ir/TrainKernels.cpp). Operands
@@ -20,11 +21,14 @@
 //    result views, or a label out of range (softmax_xent*).
 //  - Result views are preallocated by the caller and fully overwritten.
 //  - Float math is done in the tensors' element type (sums of many terms,
-//    the statistics of batch_norm_train and the losses, in double). Matrix
-//    products go to OpenBLAS (cblas_sgemm / cblas_dgemm).
-//  - Kernels keep no state and may run concurrently on different threads.
+//    the statistics of batch_norm_train and the losses, in double). Float32
+//    convolutions run on oneDNN, matrix products on OpenBLAS (cblas_sgemm /
+//    cblas_dgemm), both on the calling thread's pool (lwrt/cpu_threads.h).
+//  - Kernels may run concurrently on different threads. Each thread keeps
+//    the oneDNN primitives it made (one per shape) for its later calls.
 #pragma once
 
+#include "lwrt/cpu_tensor.h"
 #include "lwrt/nn_params.h"
 #include "lwrt/tensor.h"
 
@@ -50,6 +54,9 @@ using lwrt::SoftmaxParams;
 /// may be null.
 bool conv2d(const TensorView& x, const TensorView& w, const TensorView* bias, const TensorView& y,
             const Conv2dParams& p);
+/// act(conv2d(x, w, bias)) (see Activation, lwrt/cpu_tensor.h).
+bool conv2dAct(const TensorView& x, const TensorView& w, const TensorView* bias,
+               const TensorView& y, const Conv2dParams& p, const Activation& act);
 /// dx (shape: input_shape) from dy and w.
 bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView& dx,
                      const Conv2dParams& p);
@@ -95,10 +102,18 @@ bool lrnGrad(const TensorView& x, const TensorView& y, const TensorView& dy, con
 bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& bias,
                const TensorView& mean, const TensorView& var, const TensorView& y,
                const BatchNormParams& p);
+/// act(batchNorm(...)).
+bool batchNormAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                  const TensorView& mean, const TensorView& var, const TensorView& y,
+                  const BatchNormParams& p, const Activation& act);
 /// (x, scale, bias) -> (y, batch mean, batch population variance).
 bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
                     const TensorView& y, const TensorView& mean, const TensorView& var,
                     const BatchNormTrainParams& p);
+/// The same with y = act(batch norm of x).
+bool batchNormTrainAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                       const TensorView& y, const TensorView& mean, const TensorView& var,
+                       const BatchNormTrainParams& p, const Activation& act);
 /// (x, scale, mean, var, dy) -> (dx, dscale, dbias).
 bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,
                    const TensorView& var, const TensorView& dy, const TensorView& dx,

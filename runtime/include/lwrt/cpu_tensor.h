@@ -1,6 +1,6 @@
 // lwrt/cpu_tensor.h - the CPU backend's elementwise, shape, reduction and training-update kernels
 // defines: relu, leakyRelu, sigmoid, tanh, erf, exp, log, sqrt, reciprocal, clip, neg, abs, sign,
-// add,
+// add, addAct, Activation,
 //   sub, mul, div, pow, reluGrad, leakyReluGrad, sigmoidGrad, tanhGrad, clipGrad, reduceMean,
 //   reduceSum, copy, transpose, concat, slice, sliceGrad, split, gather, gatherGrad, gatherNd,
 //   gatherNdGrad, expand, pad,
@@ -45,6 +45,7 @@ namespace lwrt::cpu {
 
 // The parameter structs live in lwrt/tensor_params.h (namespace lwrt, shared
 // with the other backends); these make the lwrt::cpu:: spellings work too.
+using lwrt::Activation;
 using lwrt::AdamParams;
 using lwrt::ClipParams;
 using lwrt::ConcatParams;
@@ -85,6 +86,8 @@ bool sign(const TensorView& x, const TensorView& y);
 //===--- Binary with numpy broadcasting (a, b -> y) ------------------------===//
 
 bool add(const TensorView& a, const TensorView& b, const TensorView& y);
+/// act(a + b), float only (see Activation).
+bool addAct(const TensorView& a, const TensorView& b, const TensorView& y, const Activation& act);
 bool sub(const TensorView& a, const TensorView& b, const TensorView& y);
 bool mul(const TensorView& a, const TensorView& b, const TensorView& y);
 /// Integers truncate toward zero; a zero divisor (or INT_MIN / -1) fails.

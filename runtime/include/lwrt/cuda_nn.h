@@ -1,9 +1,8 @@
 // lwrt/cuda_nn.h - the CUDA backend's neural-network kernels
-// defines: conv2d, conv2dRelu, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d,
-// maxPool2dGrad,
-//   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormTrain,
-//   batchNormGrad, layerNorm, layerNormGrad, softmax, logSoftmax, softmaxGrad, logSoftmaxGrad,
-//   softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
+// defines: conv2d, conv2dAct, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d,
+//   maxPool2dGrad, avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm,
+//   batchNormTrain, batchNormGrad, layerNorm, layerNormGrad, softmax, logSoftmax, softmaxGrad,
+//   logSoftmaxGrad, softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
 //
 // The functions of lwrt/cpu_nn.h with the same signatures and semantics, so
 // that a generated trainer compiles against either backend by switching
@@ -42,12 +41,14 @@
 
 #include "lwrt/nn_params.h"
 #include "lwrt/tensor.h"
+#include "lwrt/tensor_params.h"
 
 #include <cstdint>
 
 namespace lwrt::cuda {
 
 // The shared parameter structs, under lwrt::cuda:: too.
+using lwrt::Activation;
 using lwrt::AvgPool2dParams;
 using lwrt::BatchNormParams;
 using lwrt::BatchNormTrainParams;
@@ -64,11 +65,13 @@ using lwrt::SoftmaxParams;
 /// may be null.
 bool conv2d(const TensorView& x, const TensorView& w, const TensorView* bias, const TensorView& y,
             const Conv2dParams& p);
-/// y = max(conv(x, w) (+ bias), 0): a convolution and the ReLU that writes
+/// y = act(conv(x, w) (+ bias)): a convolution and the ReLU that writes
 /// over its result, which nothing else reads (codegen fuses the two for
 /// CUDA trainers); one cuDNN plan when an engine takes the fused graph.
-bool conv2dRelu(const TensorView& x, const TensorView& w, const TensorView* bias,
-                const TensorView& y, const Conv2dParams& p);
+/// `act` is Relu or None (conv2d); a Clip is refused: cuDNN's plans here
+/// apply no clip, so codegen leaves it unfused on CUDA.
+bool conv2dAct(const TensorView& x, const TensorView& w, const TensorView* bias,
+               const TensorView& y, const Conv2dParams& p, const Activation& act);
 /// dx (shape: input_shape) from dy and w.
 bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView& dx,
                      const Conv2dParams& p);

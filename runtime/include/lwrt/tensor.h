@@ -1,5 +1,5 @@
 // lwrt/tensor.h - tensors as the runtime sees them
-// defines: DType, TensorView, dtypeSize
+// defines: DType, Layout, TensorView, dtypeSize
 //
 // The runtime is the library compiled into every trainer that lwcc emits.
 // It knows nothing of the compiler's IR: kernels take TensorViews (a pointer
@@ -33,11 +33,19 @@ inline int64_t dtypeSize(DType t) {
   return 0;
 }
 
-/// A view of a dense, row-major tensor owned by someone else (an arena).
+/// How a view's elements lie in memory. RowMajor is the IR's (and every
+/// backend's) layout; the CPU backend also keeps some float [N, C, H, W]
+/// activations, C a multiple of 8, in oneDNN's nChw8c, [N][C/8][H][W][8]
+/// (codegen/Layouts.h decides which), and its kernels that take that layout
+/// say so (lwrt/cpu_nn.h); the others refuse it.
+enum class Layout : uint8_t { RowMajor, NChw8c };
+
+/// A view of a dense tensor owned by someone else (an arena).
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
+  Layout layout = Layout::RowMajor;
 
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
   int64_t numel() const {

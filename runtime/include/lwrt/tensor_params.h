@@ -1,7 +1,8 @@
 // lwrt/tensor_params.h - the parameter structs of the tensor and training-update kernels
 // defines: LeakyReluParams, ClipParams, ReduceParams, TransposeParams, ConcatParams, SliceParams,
 //   SplitParams, GatherParams, PadMode, PadParams, FillParams, DropoutMaskParams, SgdParams,
-//   dropoutPiece, AdamParams (and, from lwrt/lr_schedule.h, LrScheduleKind, LrScheduleParams)
+//   dropoutPiece, AdamParams, Activation (and, from lwrt/lr_schedule.h, LrScheduleKind,
+//   LrScheduleParams)
 //
 // Shared by every backend (lwrt/cpu_tensor.h, lwrt/cuda_tensor.h), so that a
 // generated trainer spells its parameters the same way whichever backend it
@@ -18,6 +19,28 @@
 #include <vector>
 
 namespace lwrt {
+
+/// A relu or clip that a kernel applies to what it writes: codegen fuses a
+/// relu or clip that is the only use of a convolution's, batch norm's or
+/// add's result into it (CPU: conv2dAct, batchNormAct, batchNormTrainAct,
+/// addAct; CUDA: conv2dAct, relu only), which then writes the activation's
+/// result view.
+struct Activation {
+  enum Kind : uint8_t { None, Relu, Clip };
+  Kind kind = None;
+  double min = 0, max = 0; ///< Clip's bounds
+  /// v through the activation, as the relu and clip kernels compute it.
+  template <typename T> T apply(T v) const {
+    if (kind == Relu)
+      return v > T(0) ? v : T(0);
+    if (kind == Clip) {
+      double d = static_cast<double>(v);
+      d = d < min ? min : d;
+      return static_cast<T>(max < d ? max : d);
+    }
+    return v;
+  }
+};
 
 struct LeakyReluParams {
   double alpha = 0.01;

@@ -216,6 +216,8 @@ using GroupFactory = std::unique_ptr<DeviceGroup> (*)(const ModelInfo& model,
 
 struct RunnerOptions {
   int device = 0;
+  /// CPU: the threads the step's kernels share (--threads; 0: every core).
+  int threads = 0;
   Tf32 tf32 = Tf32::Convolutions;
   bool graphs = true; ///< CUDA: record the step once and replay it
   /// CUDA: convolutions on cuDNN's graph API (false: its legacy API).
