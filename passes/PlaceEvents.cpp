@@ -15,7 +15,7 @@
 //     placed before, transitively: a vector clock per lane) gets an event:
 //     one `record` right after the op depended on (shared by every waiter),
 //     and one `wait` before this op per other stream, on the latest op there
-//     that it needs.
+//     that it needs, the latest first (its wait may imply the others).
 //  4. Around the step, on each device with several streams: its first
 //     stream records an event before anything else that the other streams
 //     wait for first, and waits last for an event each other stream records
@@ -118,7 +118,14 @@ public:
         }
         const int64_t self = laneIndex_[lane.device].at(lane.stream);
         Clock& front = frontier_[lane.device][static_cast<size_t>(self)];
-        for (const auto& [l, node] : latest) {
+        // The latest needed op first: a wait for it often implies the
+        // others (transitively), which then need no wait of their own.
+        std::vector<std::pair<int64_t, int>> needs(latest.begin(), latest.end());
+        std::sort(needs.begin(), needs.end(), [&](const auto& a, const auto& b) {
+          return nodes_[static_cast<size_t>(a.second)].pos >
+                 nodes_[static_cast<size_t>(b.second)].pos;
+        });
+        for (const auto& [l, node] : needs) {
           const Node& n = nodes_[static_cast<size_t>(node)];
           if (l == self || front[static_cast<size_t>(l)] >= n.pos)
             continue; // the stream's order, or an earlier wait, implies it

@@ -192,9 +192,10 @@ private:
     return clock_[static_cast<size_t>(b) * lanes_.size() + x.lane_index] >= x.pos;
   }
 
-  std::string what(int node) const {
+  /// `node`'s op and lane, as seen from an op of step `from`.
+  std::string what(int node, int from) const {
     const Node& n = nodes_[static_cast<size_t>(node)];
-    return describeOn(*n.op, n.lane) + (n.step == 0 ? " in the previous step" : "");
+    return describeOn(*n.op, n.lane) + (n.step < from ? " in the previous step" : "");
   }
 
   /// "nothing orders stream 2 after it: ..." for a missing order of
@@ -240,13 +241,13 @@ private:
                   "verify-schedule: reads " + nameOf(a.value) + " on " + lane.str() +
                   ", whose bytes " +
                   (w == overwrittenBy.end() ? std::string("hold nothing")
-                                            : what(w->second) + " wrote first") +
+                                            : what(w->second, step) + " wrote first") +
                   " (the memory plan reuses them too early)");
             }
             if (!before(s->writer, node))
               return op.emitError(llvm::formatv("verify-schedule: reads {0} on {1}, which {2} "
                                                 "writes, but {3}",
-                                                nameOf(a.value), lane.str(), what(s->writer),
+                                                nameOf(a.value), lane.str(), what(s->writer, step),
                                                 missing(s->writer, node))
                                       .str());
           }
@@ -264,7 +265,7 @@ private:
                                         "verify-schedule: writes {0} on {1} over the bytes "
                                         "of {2}, which {3} {4}, but {5}",
                                         nameOf(a.value), lane.str(), nameOf(s->values.front()),
-                                        what(x), read ? "reads" : "writes", missing(x, node))
+                                        what(x, step), read ? "reads" : "writes", missing(x, node))
                                         .str());
               }
             }
