@@ -248,7 +248,8 @@ public:
   /// `code.streams[s]`, the record and wait ops of the scheduled IR as the
   /// runtime's recordEvent and waitEvent (codegen adds no synchronization of
   /// its own). `commIds` numbers the communication ops.
-  llvm::Error writeDevice(DeviceCode& code, int64_t device, const std::map<const Op*, int>& commIds) {
+  llvm::Error writeDevice(DeviceCode& code, int64_t device,
+                          const std::map<const Op*, int>& commIds) {
     auto check = [](const std::string& call, const std::string& label) {
       return "  if (!" + call + ")\n    return *failed = " + cString(label) + ", false;\n";
     };

@@ -97,8 +97,8 @@ public:
             return;
           int64_t l = nodes_[static_cast<size_t>(node)].lane;
           auto [it, added] = latest.emplace(l, node);
-          if (!added && nodes_[static_cast<size_t>(node)].pos >
-                            nodes_[static_cast<size_t>(it->second)].pos)
+          if (!added &&
+              nodes_[static_cast<size_t>(node)].pos > nodes_[static_cast<size_t>(it->second)].pos)
             it->second = node;
         };
         for (const Access& a : acc) {

@@ -68,7 +68,7 @@ bool StepLayout::aliases(const Op& op) const {
   if (op.numOperands() == 0)
     return false;
   unsigned from = op.kind() == OpKind::Assign ? 1 : 0;
-  const Value* to = op.kind() == OpKind::Assign ? op.operand(0)
+  const Value* to = op.kind() == OpKind::Assign         ? op.operand(0)
                     : op.info().view && op.numResults() ? op.result(0)
                                                         : nullptr;
   if (!to)
@@ -157,7 +157,8 @@ void ByteTracker::write(const Value* v, const Bytes& b, int node) {
   auto& m = live_[key];
   for (const Storage* s : overlapping(b)) {
     for (const Value* x : s->values)
-      if (auto w = where_.find(x); w != where_.end() && w->second == std::make_pair(key, s->bytes.lo))
+      if (auto w = where_.find(x);
+          w != where_.end() && w->second == std::make_pair(key, s->bytes.lo))
         where_.erase(w);
     m.erase(s->bytes.lo);
   }

@@ -106,7 +106,7 @@ public:
   void write(const Value* v, const Bytes& b, int node);
 
 private:
-  using Key = std::pair<int64_t, int64_t>; // (device, region)
+  using Key = std::pair<int64_t, int64_t>;         // (device, region)
   std::map<Key, std::map<int64_t, Storage>> live_; // by lo
   std::map<const Value*, std::pair<Key, int64_t>> where_;
 };

@@ -64,9 +64,7 @@ private:
     std::vector<int> preds;
   };
 
-  int nodeOf(int step, size_t k, const Lane& l) const {
-    return nodeIds_.at({step, k, l});
-  }
+  int nodeOf(int step, size_t k, const Lane& l) const { return nodeIds_.at({step, k, l}); }
 
   llvm::Error buildNodes() {
     std::map<Lane, int> last; // per lane, its last node so far
@@ -204,8 +202,7 @@ private:
     const Node& a = nodes_[static_cast<size_t>(earlier)];
     const Node& b = nodes_[static_cast<size_t>(later)];
     if (a.lane.device != b.lane.device)
-      return "no communication op orders device " + std::to_string(b.lane.device) +
-             " after it";
+      return "no communication op orders device " + std::to_string(b.lane.device) + " after it";
     return llvm::formatv("nothing orders stream {0} after it: no wait there for an event "
                          "recorded on stream {1} at or after it",
                          b.lane.stream, a.lane.stream)
@@ -237,12 +234,12 @@ private:
             const ByteTracker::Storage* s = bytes.find(a.value);
             if (!s) {
               auto w = overwrittenBy.find(a.value);
-              return op.emitError(
-                  "verify-schedule: reads " + nameOf(a.value) + " on " + lane.str() +
-                  ", whose bytes " +
-                  (w == overwrittenBy.end() ? std::string("hold nothing")
-                                            : what(w->second, step) + " wrote first") +
-                  " (the memory plan reuses them too early)");
+              return op.emitError("verify-schedule: reads " + nameOf(a.value) + " on " +
+                                  lane.str() + ", whose bytes " +
+                                  (w == overwrittenBy.end()
+                                       ? std::string("hold nothing")
+                                       : what(w->second, step) + " wrote first") +
+                                  " (the memory plan reuses them too early)");
             }
             if (!before(s->writer, node))
               return op.emitError(llvm::formatv("verify-schedule: reads {0} on {1}, which {2} "
@@ -261,12 +258,12 @@ private:
                 if (x == node || before(x, node))
                   continue;
                 const bool read = x != s->writer;
-                return op.emitError(llvm::formatv(
-                                        "verify-schedule: writes {0} on {1} over the bytes "
-                                        "of {2}, which {3} {4}, but {5}",
-                                        nameOf(a.value), lane.str(), nameOf(s->values.front()),
-                                        what(x, step), read ? "reads" : "writes", missing(x, node))
-                                        .str());
+                return op.emitError(
+                    llvm::formatv("verify-schedule: writes {0} on {1} over the bytes "
+                                  "of {2}, which {3} {4}, but {5}",
+                                  nameOf(a.value), lane.str(), nameOf(s->values.front()),
+                                  what(x, step), read ? "reads" : "writes", missing(x, node))
+                        .str());
               }
             }
           }

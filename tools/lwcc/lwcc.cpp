@@ -204,8 +204,8 @@ cl::opt<int64_t> streams("streams",
                          cl::init(1), cl::cat(category));
 cl::opt<bool> noVerifySchedule(
     "no-verify-schedule",
-    cl::desc("Testing only: build the trainer without proving its schedule race-free"),
-    cl::Hidden, cl::cat(category));
+    cl::desc("Testing only: build the trainer without proving its schedule race-free"), cl::Hidden,
+    cl::cat(category));
 cl::opt<std::string> weightsMode("weights",
                                  cl::desc("embed (default): the initial weights inside the "
                                           "trainer; separate: in TRAINER.weights (or "
