@@ -6,7 +6,10 @@
 # cuBLAS), and for every zoo model at test size a seeded batch and the CPU
 # backend's first step on it (loss, gradients, updated params); the same
 # for the dynamo exporter's layer_norm / gather_nd patterns, and for the
-# --gpus 2 trainers of MULTI (sources and the CPU backend's --gpus 2 step).
+# --gpus 2 trainers of MULTI (sources and the CPU backend's --gpus 2 step),
+# and OpenMPI's library with its dependencies (lib/mpi/: every trainer links
+# libmpi.so.40, which a GPU machine without OpenMPI lacks), and so
+# libjpeg-turbo's and libpng's (lib/image/).
 #
 #   bash tools/gpu/prepare.sh      (after bash tools/dev.sh build)
 set -euo pipefail
@@ -20,8 +23,21 @@ cp -r tools/models "$OUT/models"
 cp -r build/include "$OUT/include"
 cp build/lib/liblwcc_runtime_cuda.a build/lib/liblwcc_runtime_cuda.libs "$OUT/lib/"
 strip -g "$OUT/lib/liblwcc_runtime_cuda.a"
-# Multi-device trainers checked on the GPU: model:strategy, --gpus 2.
-MULTI="lenet:data resnet18:data alexnet_owt:owt"
+mkdir -p "$OUT/lib/mpi"
+mpi=$(ldconfig -p | sed -n 's/.*libmpi.so.40 .*=> //p' | head -1)
+cp -L "$mpi" "$OUT/lib/mpi/"
+ldd "$mpi" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m|dl|pthread|rt|z)\.so' |
+  xargs -r -I{} cp -L {} "$OUT/lib/mpi/"
+# The image decoders every trainer links (the data loader's JPEG and PNG),
+# which a bare GPU machine may lack: lib/image/.
+mkdir -p "$OUT/lib/image"
+for so in libjpeg.so.62 libpng16.so.16; do
+  cp -L "$(ldconfig -p | sed -n "s/.*$so .*=> //p" | head -1)" "$OUT/lib/image/"
+done
+# Multi-device trainers checked on the GPU: model:strategy, --gpus 2 (the
+# pipeline: 2 stages of 2 micro-batches, lenet has no batch norm, so its step
+# is the one-device step up to rounding).
+MULTI="lenet:data resnet18:data alexnet_owt:owt lenet:pipeline"
 names=$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(zoo.REGISTRY))')
 for m in $names; do
   python3 - "$m" "$OUT" <<'PY'
@@ -50,9 +66,11 @@ PY
   for spec in $MULTI; do
     [[ ${spec%%:*} == "$m" ]] || continue
     v="$m-g2-${spec##*:}"
+    flags=(--gpus=2 --strategy="${spec##*:}")
+    [[ ${spec##*:} == pipeline ]] && flags+=(--stages=2 --microbatches=2)
     echo "+ $v: --gpus 2 CUDA sources and the CPU backend's --gpus 2 step"
-    "$LWCC" "$OUT/$m.onnx" --emit=source --gpus=2 --strategy="${spec##*:}" -o "$OUT/src/$v"
-    "$LWCC" "$OUT/$m.onnx" --target=cpu --gpus=2 --strategy="${spec##*:}" -o "$OUT/$v-cpu-trainer"
+    "$LWCC" "$OUT/$m.onnx" --emit=source "${flags[@]}" -o "$OUT/src/$v"
+    "$LWCC" "$OUT/$m.onnx" --target=cpu "${flags[@]}" -o "$OUT/$v-cpu-trainer"
     "$OUT/$v-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$v-cpu" --progress=off \
       >/dev/null
     # The reference's params after the step against the single-device one's.

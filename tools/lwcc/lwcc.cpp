@@ -87,6 +87,12 @@ cl::opt<std::string> deviceSpec("device-spec",
                                          "p100-cluster, cpu or a JSON file (default h100 for "
                                          "--target=cuda, cpu for --target=cpu)"),
                                 cl::value_desc("name|file.json"), cl::cat(category));
+cl::opt<int64_t> devicesPerNode(
+    "devices-per-node",
+    cl::desc("Devices that share a node (a machine): the cost model prices the links between "
+             "nodes apart (default the device spec's). A trainer run as several processes under "
+             "mpirun has its processes' devices on their machines"),
+    cl::init(0), cl::cat(category));
 cl::opt<std::string> costProfile("cost-profile",
                                  cl::desc("Measured per-op times (the trainer's --profile-ops "
                                           "file) that the cost model uses instead of its own"),
@@ -282,9 +288,25 @@ std::string deviceSpecName() {
   return target == "cpu" ? "cpu" : "h100";
 }
 
+/// The device spec with --devices-per-node applied.
+llvm::Expected<DeviceSpec> loadSpec() {
+  auto spec = loadDeviceSpec(deviceSpecName());
+  if (spec && devicesPerNode > 0)
+    spec->devicesPerNode = devicesPerNode;
+  return spec;
+}
+
+/// The passes' options naming the device spec (and --devices-per-node).
+std::string specOptions() {
+  std::string o = ",spec=" + deviceSpecName();
+  if (devicesPerNode > 0)
+    o += ",devices_per_node=" + std::to_string(devicesPerNode);
+  return o;
+}
+
 /// The hypergraph pass, its ops weighted by their time on the device spec.
 std::string hypergraphOptions() {
-  std::string o = "hypergraph=gpus=" + std::to_string(gpus) + ",spec=" + deviceSpecName();
+  std::string o = "hypergraph=gpus=" + std::to_string(gpus) + specOptions();
   if (!costProfile.empty())
     o += ",profile=" + costProfile;
   return o;
@@ -292,8 +314,7 @@ std::string hypergraphOptions() {
 
 /// The parallelize pass for strategy `strat`, priced on the device spec.
 std::string parallelizeOptions(const std::string& strat) {
-  std::string o = "parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus) +
-                  ",spec=" + deviceSpecName();
+  std::string o = "parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus) + specOptions();
   if (!costProfile.empty())
     o += ",profile=" + costProfile;
   if (tf32)
@@ -308,7 +329,7 @@ std::string parallelizeOptions(const std::string& strat) {
 /// A plan over a device's memory (its arena and the params it holds) is an
 /// error that gives the numbers.
 llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats) {
-  auto spec = loadDeviceSpec(deviceSpecName());
+  auto spec = loadSpec();
   if (!spec)
     return spec.takeError();
   std::map<int64_t, int64_t> params;
@@ -368,7 +389,7 @@ std::string pipelineName(int64_t s, int64_t m) {
 std::string pipelineOptions(int64_t s, int64_t m) {
   std::string o = "pipeline-partition=stages=" + std::to_string(s) +
                   ",gpus=" + std::to_string(gpus) + ",microbatches=" + std::to_string(m) +
-                  ",schedule=" + schedule + ",spec=" + deviceSpecName();
+                  ",schedule=" + schedule + specOptions();
   if (!costProfile.empty())
     o += ",profile=" + costProfile;
   if (tf32)
@@ -513,14 +534,11 @@ llvm::Error settlePlan(const Graph& g, const std::string& strat) {
   std::vector<bool> fits;
   std::string firstError;
   // Builds, simulates and memory-plans one candidate; one the batch or the
-  // memory does not allow (a pipeline's micro-batches too small for its
-  // replicas, no cut that fits) is left out, but the search's own plan must
-  // build.
+  // memory does not allow (micro-batches too small to split over a plan's
+  // devices, no pipeline cut that fits) is left out.
   auto consider = [&](const std::string& name) -> llvm::Error {
     auto candidate = g.clone();
     if (llvm::Error e = buildWithStrategy(*candidate, true, name)) {
-      if (name == "layerwise")
-        return e;
       std::string why = llvm::toString(std::move(e));
       if (firstError.empty())
         firstError = why;
@@ -654,7 +672,7 @@ std::vector<std::string> allStrategies() {
 
 /// The cost model the simulator prices the step on.
 llvm::Expected<CostModel> costModel() {
-  auto spec = loadDeviceSpec(deviceSpecName());
+  auto spec = loadSpec();
   if (!spec)
     return spec.takeError();
   std::optional<OpProfile> profile;
@@ -1227,6 +1245,11 @@ int main(int argc, char** argv) {
   // A bad spec or profile is reported before any work.
   if (auto spec = loadDeviceSpec(deviceSpecName()); !spec)
     return fail(spec.takeError());
+  if (devicesPerNode.getNumOccurrences() && devicesPerNode < 1) {
+    llvm::errs() << "lwcc: --devices-per-node takes a positive count, got " << devicesPerNode
+                 << "\n";
+    return 2;
+  }
   if (!costProfile.empty())
     if (auto p = loadOpProfile(costProfile); !p)
       return fail(p.takeError());
@@ -1329,7 +1352,7 @@ int main(int argc, char** argv) {
   std::vector<StrategyPlan> strategyPlans;
   if (emit == Emit::Plan && gpus > 1) {
     auto plans = planStrategies(
-        *module->graph, allStrategies(),
+        *module->graph, allStrategies(), chosenStrategy(),
         [](Graph& g, const std::string& strat) { return buildTrainingGraph(g, true, strat); },
         *model);
     if (!plans)
