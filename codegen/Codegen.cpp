@@ -196,7 +196,15 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       paramAt[p->paramName()] = stateBytes;
       stateBytes = alignUp(stateBytes + p->wholeType().sizeInBytes());
     }
-  const bool multi = isMultiDevice(g);
+  // Several devices, or several streams of one: one function per device and
+  // stream, run together by the runtime's device group.
+  bool multi = isMultiDevice(g);
+  int64_t numEvents = 0;
+  for (const auto& op : g.ops()) {
+    multi |= op->annotations().stream.value_or(0) != 0 || op->info().isEvent();
+    if (op->info().isEvent())
+      numEvents = std::max(numEvents, op->getInt("event") + 1);
+  }
   llvm::Expected<int64_t> arenaBytes = int64_t{0};
   MultiDevicePlaces md;
   if (multi) {
@@ -254,9 +262,10 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
        << "// and stream (step_d<device>_s<stream>) that the " << (cuda ? "CUDA" : "CPU")
        << " runtime runs together, each op a call\n"
        << "// into the runtime; communication ops are one device's part of a collective,\n"
-       << "// and events order a device's streams. Each device has its own arena (op\n"
-       << "// results at their planned offsets) and state buffer (its params and their\n"
-       << "// optimizer state, replicas or shards of the params embedded below).\n";
+       << "// and the scheduled IR's events order a device's streams. Each device has\n"
+       << "// its own arena (op results at their planned offsets) and state buffer (its\n"
+       << "// params and their optimizer state, replicas or shards of the params\n"
+       << "// embedded below).\n";
   else
     os << "// The training step of @" << g.name() << " (" << g.numOps()
        << " ops) in three phases, forward (with the loss),\n"
@@ -306,7 +315,6 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   // CUDA fuses only what cuDNN's plans apply: a convolution's ReLU.
   const PhaseWriter::Fusions fusions =
       cuda ? PhaseWriter::Fusions::ConvRelu : PhaseWriter::Fusions::All;
-  int64_t numEvents = 0;
   int numComm = 0, streamsPerDevice = 1;
   std::vector<std::pair<int64_t, int64_t>> deviceSteps; // (device, stream)
   if (multi) {
@@ -321,7 +329,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       w.fuseActivations(fusions);
       w.setBlocked(blocked);
       DeviceCode code;
-      if (llvm::Error e = w.writeDevice(code, d, commIds, numEvents))
+      if (llvm::Error e = w.writeDevice(code, d, commIds))
         return e;
       std::string dev = std::to_string(d);
       function("init_d" + dev, "",
@@ -330,8 +338,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
         std::string name = "step_d" + dev + "_s" + std::to_string(stream);
         function(name, "step",
                  "Device " + dev + ", stream " + std::to_string(stream) +
-                     (stream == 0 ? ": forward, backward and update of this device's ops."
-                                  : ": communication beside stream 0 (gradient all-reduces)."),
+                     ": its ops in graph order, ordered after the other streams' by the "
+                     "scheduled IR's events.",
                  w, phase);
         deviceSteps.emplace_back(d, stream);
         streamsPerDevice = std::max(streamsPerDevice, static_cast<int>(stream) + 1);
@@ -385,12 +393,11 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     os << "// One training step: " << (micro ? "micro-batches" : "forward, backward")
        << ", update.\n"
        << "bool step(const StepBuffers& b, std::string* failed) {\n"
-       << code.prologue.str()
        << (micro ? "  if (!microBatchesPhase(b, failed) || !updatePhase(b, failed))\n"
                  : "  if (!forwardPhase(b, failed) || !backwardPhase(b, failed) || "
                    "!updatePhase(b, failed))\n")
        << "    return false;\n"
-       << code.epilogue.str() << "  return true;\n}\n\n";
+       << "  return true;\n}\n\n";
   }
   if (o.eval) {
     GraphCode code;
@@ -403,7 +410,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     code.phases.resize(1);
     function("evalInit", "", "The evaluation pass's constants, written once.", w, code.init);
     function("eval", "eval", "Evaluation: the inference graph on the input batch.", w,
-             code.phases[0], code.prologue.str(), code.epilogue.str());
+             code.phases[0]);
   }
   os << "} // namespace\n\n";
 

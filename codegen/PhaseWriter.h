@@ -3,7 +3,7 @@
 // The parts of codegen that single- and multi-device trainers share: C names
 // for values, where each value lives (a StepBuffers region and an offset),
 // the optimizer settings, and PhaseWriter, which writes ops as runtime calls
-// into function bodies, with the events that order streams.
+// into function bodies (one per stream, with the scheduled IR's events).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -131,18 +131,16 @@ struct Phase {
   bool hyper = false; ///< reads the optimizer settings (`h`)
 };
 
-/// The code of one graph: `init` (its constants, once), `phases` (the other
-/// ops in graph order, op #i into phases[phaseOf(i)], where phaseOf never
-/// decreases), and the stream set-up and join that go around the phases
-/// (`prologue`, `epilogue`; empty on one stream).
+/// The code of one graph on one stream: `init` (its constants, once) and
+/// `phases` (the other ops in graph order, op #i into phases[phaseOf(i)],
+/// where phaseOf never decreases).
 struct GraphCode {
   Phase init;
   std::vector<Phase> phases;
-  std::ostringstream prologue, epilogue;
 };
 
-/// The code of one device of a multi-device step: its constants and one
-/// function body per stream.
+/// The code of one device of a step of several devices or streams: its
+/// constants and one function body per stream.
 struct DeviceCode {
   Phase init;
   std::map<int64_t, Phase> streams;
@@ -210,8 +208,9 @@ public:
     return out.str();
   }
 
+  /// A one-stream graph's code, op #i into code.phases[phaseOf(i)]. A graph
+  /// whose ops use several streams is written per stream (writeDevice).
   llvm::Error write(GraphCode& code, const std::function<size_t(size_t)>& phaseOf) {
-    Schedule schedule = scheduleOf();
     {
       std::vector<const Op*> order;
       std::vector<size_t> phases;
@@ -223,20 +222,15 @@ public:
         }
         ++i;
       }
-      planFusions(order, schedule, [&](size_t k) { return phases[k] == phases[k + 1]; });
+      planFusions(order, [&](size_t k) { return phases[k] == phases[k + 1]; });
     }
-    if (schedule.multi)
-      code.prologue << "  // The other streams start after what stream 0 launched before this "
-                       "step.\n"
-                    << "  if (!recordEvent(0))\n    return *failed = \"schedule\", false;\n";
-    for (int64_t t : schedule.streams)
-      code.prologue << "  if (!setStream(" << t << ") || !waitEvent(0) || !setStream(0))\n"
-                    << "    return *failed = \"schedule\", false;\n";
-    int64_t current = 0;
     size_t index = 0;
     for (const auto& opPtr : g_.ops()) {
       const Op& op = *opPtr;
       ++index;
+      if (op.annotations().stream.value_or(0) != 0 || op.info().isEvent())
+        return op.emitError("codegen: a step of several streams is written one function per "
+                            "stream");
       Phase* phase = &code.init;
       if (op.kind() != OpKind::Constant) {
         size_t k = phaseOf(index - 1);
@@ -258,40 +252,14 @@ public:
         continue;
       std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
       if (fused(out, op, *call)) {
-        if (auto it = schedule.records.find(&op); it != schedule.records.end())
-          out << "  if (!recordEvent(" << it->second
-              << "))\n    return *failed = " << cString(label) << ", false;\n";
         out << "  if (b.mark)\n    b.mark(b.markContext, "
             << cString(std::string(op.mnemonic()) + " " + label) << ");\n";
         continue;
       }
-      if (schedule.multi && op.kind() != OpKind::Constant) {
-        int64_t s = op.annotations().stream.value_or(0);
-        std::string sync;
-        if (s != current)
-          sync += "setStream(" + std::to_string(s) + ")";
-        current = s;
-        for (int64_t e : schedule.waits[&op])
-          sync +=
-              (sync.empty() ? "" : " || !") + std::string("waitEvent(") + std::to_string(e) + ")";
-        if (!sync.empty())
-          out << "  if (!" << sync << ")\n    return *failed = " << cString(label) << ", false;\n";
-      }
       out << "  if (!" << *call << ")\n    return *failed = " << cString(label) << ", false;\n";
-      if (auto it = schedule.records.find(&op); it != schedule.records.end())
-        out << "  if (!recordEvent(" << it->second << "))\n    return *failed = " << cString(label)
-            << ", false;\n";
       if (op.kind() != OpKind::Constant)
         out << "  if (b.mark)\n    b.mark(b.markContext, "
             << cString(std::string(op.mnemonic()) + " " + label) << ");\n";
-    }
-    if (schedule.multi) {
-      code.epilogue << "  // Stream 0 waits for the other streams: the step ends there.\n";
-      int64_t event = schedule.nextEvent;
-      for (int64_t t : schedule.streams)
-        code.epilogue << "  if (!setStream(" << t << ") || !recordEvent(" << event + t
-                      << ") || !setStream(0) || !waitEvent(" << event + t
-                      << "))\n    return *failed = \"schedule\", false;\n";
     }
     return llvm::Error::success();
   }
@@ -315,51 +283,48 @@ public:
   /// op with `device` among its devices, src or dst).
   static bool onDevice(const Op& op, int64_t device) { return devicesOf(op).count(device) > 0; }
 
-  /// One device's code in a multi-device step: its constants into
-  /// `code.init`, the ops of its stream s in graph order into
-  /// `code.streams[s]`, with the events that order its streams, numbered
-  /// from `nextEvent` (which advances past them). Stream 0 records a start
-  /// event that the other streams wait for first, and waits last for an
-  /// event each other stream records at its end, so a step's streams start
-  /// and end together. `commIds` numbers the communication ops.
-  llvm::Error writeDevice(DeviceCode& code, int64_t device, const std::map<const Op*, int>& commIds,
-                          int64_t& nextEvent) {
-    std::vector<const Op*> ops;
-    std::set<int64_t> streams = {0};
-    for (const auto& op : g_.ops())
-      if (op->kind() != OpKind::Constant && onDevice(*op, device)) {
-        ops.push_back(op.get());
-        streams.insert(op->annotations().stream.value_or(0));
-      }
-    const bool multi = streams.size() > 1;
-    const int64_t start = multi ? nextEvent++ : -1;
-    Schedule schedule = scheduleOf(ops, nextEvent);
-    nextEvent = schedule.nextEvent;
-    for (int64_t s : streams) {
-      std::vector<const Op*> order;
-      for (const Op* op : ops)
-        if (op->annotations().stream.value_or(0) == s)
-          order.push_back(op);
-      planFusions(order, schedule, [](size_t) { return true; });
+  /// One device's code in a step of several devices or streams: its
+  /// constants into `code.init`, the ops of its stream s in graph order into
+  /// `code.streams[s]`, the record and wait ops of the scheduled IR as the
+  /// runtime's recordEvent and waitEvent (codegen adds no synchronization of
+  /// its own). `commIds` numbers the communication ops.
+  llvm::Error writeDevice(DeviceCode& code, int64_t device,
+                          const std::map<const Op*, int>& commIds) {
+    {
+      // Each stream's ops in the order written: a fusion never spans an
+      // event (a wait before the activation, or a record after the
+      // producer, orders the two calls against another stream).
+      std::map<int64_t, std::vector<const Op*>> orders;
+      for (const auto& op : g_.ops())
+        if (op->kind() != OpKind::Constant && onDevice(*op, device))
+          orders[op->annotations().stream.value_or(0)].push_back(op.get());
+      for (const auto& [s, order] : orders)
+        planFusions(order, [&order = order](size_t k) {
+          return !order[k]->info().isEvent() && !order[k + 1]->info().isEvent();
+        });
     }
-    for (int64_t s : streams)
-      code.streams[s];
     auto check = [](const std::string& call, const std::string& label) {
       return "  if (!" + call + ")\n    return *failed = " + cString(label) + ", false;\n";
     };
-    if (multi)
-      for (int64_t s : streams)
-        code.streams[s].body
-            << (s == 0 ? "\n  // The step's other streams on this device start here.\n"
-                       : "\n  // Start once stream 0 has started the step.\n")
-            << check((s == 0 ? "recordEvent(b, " : "waitEvent(b, ") + std::to_string(start) + ")",
-                     "schedule");
+    code.streams[0];
     for (const auto& opPtr : g_.ops()) {
       const Op& op = *opPtr;
       if (!onDevice(op, device))
         continue;
       const int64_t stream = op.annotations().stream.value_or(0);
       Phase& phase = op.kind() == OpKind::Constant ? code.init : code.streams[stream];
+      std::ostringstream& out = phase.body;
+      std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
+      if (op.info().isEvent()) {
+        auto call = callOf(op);
+        if (!call)
+          return call.takeError();
+        out << "\n  // " << op.mnemonic() << " event " << op.getInt("event")
+            << (op.kind() == OpKind::Wait ? ": the ops below run after its record\n"
+                                          : ": the ops above have run\n")
+            << check(*call, label);
+        continue;
+      }
       for (const Value* v : op.operands())
         if (where_.count(v))
           phase.used.insert(v);
@@ -367,7 +332,6 @@ public:
         if (where_.count(op.result(r)))
           phase.used.insert(op.result(r));
       phase.hyper |= !hyperParams(op).empty();
-      std::ostringstream& out = phase.body;
       out << "\n  // " << statement(op, names_) << "\n";
       auto call =
           op.info().isCommunication() ? commCallOf(op, device, commIds.at(&op)) : callOf(op);
@@ -375,33 +339,16 @@ public:
         return call.takeError();
       if (nothingToDo(out, op, *call))
         continue;
-      std::string label = op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name;
       if (fused(out, op, *call)) {
-        if (auto it = schedule.records.find(&op); it != schedule.records.end())
-          out << check("recordEvent(b, " + std::to_string(it->second) + ")", label);
         out << "  if (b.mark)\n    b.mark(b.markContext, "
             << cString(std::string(op.mnemonic()) + " " + label) << ");\n";
         continue;
       }
-      for (int64_t e : schedule.waits[&op])
-        out << check("waitEvent(b, " + std::to_string(e) + ")", label);
       out << check(*call, label);
-      if (auto it = schedule.records.find(&op); it != schedule.records.end())
-        out << check("recordEvent(b, " + std::to_string(it->second) + ")", label);
       if (op.kind() != OpKind::Constant)
         out << "  if (b.mark)\n    b.mark(b.markContext, "
             << cString(std::string(op.mnemonic()) + " " + label) << ");\n";
     }
-    if (multi)
-      for (int64_t s : streams) {
-        if (s == 0)
-          continue;
-        int64_t end = nextEvent++;
-        code.streams[s].body << "\n  // The end of this stream's step, which stream 0 waits for.\n"
-                             << check("recordEvent(b, " + std::to_string(end) + ")", "schedule");
-        code.streams[0].body << "\n  // The step ends when stream " << s << " has ended.\n"
-                             << check("waitEvent(b, " + std::to_string(end) + ")", "schedule");
-      }
     return llvm::Error::success();
   }
 
@@ -484,100 +431,6 @@ public:
   }
 
 private:
-  /// The events that order an op after the ops of other streams it depends
-  /// on: through a value it reads, or through planned bytes it reads or
-  /// writes that an op of another stream wrote or read before (memory
-  /// reuse). Waits already implied by an earlier wait are left out.
-  struct Schedule {
-    bool multi = false;
-    std::vector<int64_t> streams; ///< the streams other than 0 in use
-    std::map<const Op*, std::vector<int64_t>> waits;
-    std::map<const Op*, int64_t> records; ///< event recorded after the op
-    int64_t nextEvent = 1;
-  };
-  struct Access {
-    std::string region;
-    int64_t begin, end;
-    bool write;
-  };
-
-  std::vector<Access> accessesOf(const Op& op) const {
-    std::vector<Access> out;
-    auto add = [&](const Value* v, bool write) {
-      auto it = where_.find(v);
-      if (it == where_.end())
-        return; // another device's value (a communication op's other end)
-      const auto& [region, offset] = it->second;
-      out.push_back({region, offset, offset + v->type().sizeInBytes(), write});
-    };
-    for (unsigned i = 0; i < op.numOperands(); ++i)
-      add(op.operand(i), op.kind() == OpKind::Assign && i == 0);
-    for (unsigned r = 0; r < op.numResults(); ++r)
-      add(op.result(r), true);
-    return out;
-  }
-
-  Schedule scheduleOf() {
-    std::vector<const Op*> ops;
-    for (const auto& op : g_.ops())
-      if (op->kind() != OpKind::Constant)
-        ops.push_back(op.get());
-    return scheduleOf(ops, 1);
-  }
-
-  /// The schedule of `ops` (one device's, in graph order), its events
-  /// numbered from `firstEvent`.
-  Schedule scheduleOf(const std::vector<const Op*>& ops, int64_t firstEvent) {
-    Schedule s;
-    s.nextEvent = firstEvent;
-    std::set<int64_t> used;
-    for (const Op* op : ops) {
-      int64_t st = op->annotations().stream.value_or(0);
-      if (st != 0)
-        used.insert(st);
-    }
-    s.multi = !used.empty();
-    s.streams.assign(used.begin(), used.end());
-    if (!s.multi)
-      return s;
-    std::vector<std::vector<Access>> acc;
-    for (const Op* op : ops)
-      acc.push_back(accessesOf(*op));
-    // waited[a][b]: the latest op of stream b that stream a has waited for.
-    std::map<std::pair<int64_t, int64_t>, size_t> waited;
-    std::map<size_t, int64_t> eventOf;
-    for (size_t i = 0; i < ops.size(); ++i) {
-      int64_t si = ops[i]->annotations().stream.value_or(0);
-      std::map<int64_t, size_t> latest; // per other stream, the last conflicting op
-      for (size_t j = 0; j < i; ++j) {
-        int64_t sj = ops[j]->annotations().stream.value_or(0);
-        if (sj == si)
-          continue;
-        bool conflict = false;
-        for (const Access& a : acc[i])
-          for (const Access& b : acc[j])
-            conflict |=
-                (a.write || b.write) && a.region == b.region && a.begin < b.end && b.begin < a.end;
-        if (conflict)
-          latest[sj] = j;
-      }
-      for (const auto& [sj, j] : latest) {
-        auto key = std::make_pair(si, sj);
-        auto w = waited.find(key);
-        if (w != waited.end() && w->second >= j)
-          continue;
-        waited[key] = j;
-        auto [it, added] = eventOf.emplace(j, s.nextEvent);
-        if (added) {
-          s.records[ops[j]] = s.nextEvent;
-          ++s.nextEvent;
-        }
-        s.waits[ops[i]].push_back(it->second);
-      }
-    }
-    return s;
-  }
-
   /// The runtime call of `op`; "" for a view that needs no copy.
   llvm::Expected<std::string> callOf(const Op& op) {
     auto list = [&](const std::vector<const Value*>& vs) {
@@ -625,6 +478,8 @@ private:
       break;
     case KernelSpec::Comm:
       return op.emitError("codegen: a communication op in a one-device step");
+    case KernelSpec::Event:
+      return fn + "(b, " + std::to_string(op.getInt("event")) + ")";
     }
     if (fn.empty() || formatter == paramsFormatters().end())
       return op.emitError("codegen: no runtime kernel for this op");
@@ -656,16 +511,40 @@ private:
     return call + ")";
   }
 
+  /// The bytes an op reads or writes in this device's regions (its
+  /// operands and results placed here).
+  struct Access {
+    std::string region;
+    int64_t begin, end;
+  };
+
+  std::vector<Access> accessesOf(const Op& op) const {
+    std::vector<Access> out;
+    auto add = [&](const Value* v) {
+      auto it = where_.find(v);
+      if (it == where_.end())
+        return; // another device's value (a communication op's other end)
+      const auto& [region, offset] = it->second;
+      out.push_back({region, offset, offset + v->type().sizeInBytes()});
+    };
+    for (const Value* v : op.operands())
+      add(v);
+    for (unsigned r = 0; r < op.numResults(); ++r)
+      add(op.result(r));
+    return out;
+  }
+
   /// Marks the (producer, activation) pairs of `order` (the ops of one
   /// function, in the order written) that fuse: the activation (relu, or
-  /// clip) is the only use of the producer's first result, waits for no
-  /// event, adjacent(k) says ops k and k+1 land in one function, and no op
+  /// clip) is the only use of the producer's first result, adjacent(k)
+  /// says ops k and k+1 land in one function with no event op between
+  /// them, and no op
   /// written between the two touches the activation's result bytes (the
   /// fused call writes them early). Fusions::ConvRelu takes only a conv2d
   /// and a relu whose result has the convolution result's bytes (run in
   /// place), so the fused call's result never shares bytes with its input.
   template <typename Adjacent>
-  void planFusions(const std::vector<const Op*>& order, Schedule& schedule, Adjacent adjacent) {
+  void planFusions(const std::vector<const Op*>& order, Adjacent adjacent) {
     if (fusions_ == Fusions::None)
       return;
     const bool convRelu = fusions_ == Fusions::ConvRelu;
@@ -688,12 +567,10 @@ private:
       auto it = relu ? at.find(relu) : at.end();
       if (it == at.end() || it->second <= k ||
           (relu->kind() != OpKind::Relu && relu->kind() != OpKind::Clip) ||
-          !schedule.waits[relu].empty() || !where_.count(relu->result()))
+          !where_.count(relu->result()))
         continue;
-      if (convRelu &&
-          (relu->kind() != OpKind::Relu || !where_.count(v) ||
-           where_.at(v) != where_.at(relu->result()) ||
-           relu->annotations().stream.value_or(0) != producer->annotations().stream.value_or(0)))
+      if (convRelu && (relu->kind() != OpKind::Relu || !where_.count(v) ||
+                       where_.at(v) != where_.at(relu->result())))
         continue;
       const size_t r = it->second;
       const auto& [region, offset] = where_.at(relu->result());

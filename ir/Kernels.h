@@ -119,7 +119,7 @@ AvgWindow avgPoolWindow(const Op& op, const Shape& xs, int64_t oh, int64_t ow);
           X(TanhGrad) X(ClipGrad) X(SoftmaxGrad) X(LogSoftmaxGrad) X(BatchNormTrain)               \
               X(BatchNormGrad) X(SliceGrad) X(GatherGrad) X(DropoutMask) X(SgdUpdate)              \
                   X(AdamUpdate) X(LrSchedule) X(Assign) X(LayerNorm) X(LayerNormGrad) X(GatherNd)  \
-                      X(GatherNdGrad)
+                      X(GatherNdGrad) X(Record) X(Wait)
 #define LWCC_COMM_KERNELS(X)                                                                       \
   X(AllReduce)                                                                                     \
   X(AllGather) X(ReduceScatter) X(Broadcast) X(ReduceTo) X(DeviceCopy) X(Shard) X(Unshard)

@@ -83,7 +83,8 @@ struct KernelSpec {
     ResultList,   ///< the operand, a list of the results (split)
     Fill,         ///< the result, filled once at start-up (constant)
     Assign,       ///< a copy of operand #1 over the state of operand #0
-    Comm          ///< one device's part of a communication op
+    Comm,         ///< one device's part of a communication op
+    Event         ///< the op's event number (record, wait)
   };
   const char* fn = nullptr;
   Args args = Plain;
@@ -124,6 +125,8 @@ struct OpInfo {
   }
 
   bool isCommunication() const { return placement != nullptr; }
+  /// record and wait: the schedule's events, no computation.
+  bool isEvent() const { return kind == OpKind::Record || kind == OpKind::Wait; }
 
   const AttrSpec* findAttr(std::string_view name) const;
 };
@@ -184,6 +187,8 @@ Rule sgdUpdate(const Op&);
 Rule adamUpdate(const Op&);
 Rule lrSchedule(const Op&);
 Rule assign(const Op&);
+/// Ops kept for their effect on the schedule (record, wait).
+Rule noResults(const Op&);
 Rule layerNormGrad(const Op&);
 Rule gatherNdGrad(const Op&);
 // Communication ops (CommOps.cpp).
@@ -215,6 +220,8 @@ llvm::Expected<Shape> gatherNdShape(const Shape& data, const Shape& indices, int
 namespace verify {
 llvm::Error constant(const Op&);
 llvm::Error comm(const Op&);
+/// record and wait: a non-negative event number.
+llvm::Error event(const Op&);
 } // namespace verify
 
 namespace place {

@@ -629,4 +629,10 @@ llvm::Error constant(const Op& op) {
   return llvm::Error::success();
 }
 
+llvm::Error event(const Op& op) {
+  if (op.getInt("event") < 0)
+    return makeError(llvm::formatv("event must be >= 0, got {0}", op.getInt("event")).str());
+  return llvm::Error::success();
+}
+
 } // namespace lwcc::verify

@@ -583,4 +583,9 @@ Error evalAssign(EvalCtx& c) {
   return ok();
 }
 
+// The schedule's events order streams; the interpreter runs one op at a
+// time in graph order, which every schedule allows.
+Error evalRecord(EvalCtx&) { return ok(); }
+Error evalWait(EvalCtx&) { return ok(); }
+
 } // namespace lwcc

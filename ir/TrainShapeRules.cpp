@@ -296,6 +296,8 @@ Rule assign(const Op& op) {
   return std::vector<TensorType>{};
 }
 
+Rule noResults(const Op&) { return std::vector<TensorType>{}; }
+
 Rule layerNormGrad(const Op& op) {
   // (x, scale, mean, inv_std_dev, dy) -> (dx, dscale, dbias).
   const TensorType& x = ty(op, 0);

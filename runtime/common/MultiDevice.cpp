@@ -63,8 +63,9 @@ std::string joined(const std::vector<int>& v) {
 std::string checkMultiDeviceModel(const ModelInfo& m) {
   const int n = m.numDevices;
   const size_t nd = static_cast<size_t>(n);
-  if (n < 2)
-    return "a multi-device trainer needs at least 2 devices, has " + std::to_string(n);
+  // One device runs here as a group too when its step uses several streams.
+  if (n < 1)
+    return "a multi-device trainer needs at least 1 device, has " + std::to_string(n);
   if (m.deviceArenaBytes.size() != nd || m.deviceStateBytes.size() != nd ||
       (!m.deviceInit.empty() && m.deviceInit.size() != nd))
     return "the per-device arena, state and init tables do not have " + std::to_string(n) +

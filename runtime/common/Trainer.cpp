@@ -952,7 +952,9 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   if (o_.hyper.schedule == 2 && o_.hyper.totalSteps <= 0)
     o_.hyper.totalSteps = totalSteps;
 
-  const bool multiDevice = m_.numDevices > 1;
+  // A device group runs the step functions of several devices, or of
+  // several streams of one (deviceSteps).
+  const bool multiDevice = m_.numDevices > 1 || !m_.deviceSteps.empty();
   if (cluster_)
     cluster_->setTimeout(o_.peerTimeout);
   // The first of this process's logical devices (under mpirun, rank r's).
@@ -1402,13 +1404,13 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     } else if (key == "--profile") {
       if (!intArg(o.profile, 1))
         return bad("takes a positive count of steps");
-      if (m.numDevices > 1 && m.target == "cuda")
-        return bad("not yet for multi-device CUDA trainers");
+      if ((m.numDevices > 1 || !m.deviceSteps.empty()) && m.target == "cuda")
+        return bad("not yet for multi-device CUDA trainers (nor multi-stream ones)");
     } else if (key == "--profile-ops" || key == "--trace") {
       if (value.empty())
         return bad("takes a file");
-      if (m.numDevices > 1 && m.target == "cuda")
-        return bad("not yet for multi-device CUDA trainers");
+      if ((m.numDevices > 1 || !m.deviceSteps.empty()) && m.target == "cuda")
+        return bad("not yet for multi-device CUDA trainers (nor multi-stream ones)");
       (key == "--trace" ? o.trace : o.profileOps) = value;
     } else if (key == "--weights") {
       if (value.empty())

@@ -86,12 +86,12 @@ def delete_wait(source):
     start = source.index("bool step_d0_s1(")
     end = source.index("\n}\n", start)
     body = source[start:end]
-    m = re.search(r"  if \(!waitEvent\(b, (\d+)\)\)\n    return \*failed = \"grad-sync\", false;\n"
-                  r"  if \(!allReduce\(", body)
+    m = re.search(r"\n  // wait event (\d+):[^\n]*\n  if \(!waitEvent\(b, \1\)\)\n"
+                  r"    return \*failed = \"grad-sync\", false;\n(\n  // [^\n]*\n  if \(!allReduce\()",
+                  body)
     if not m:
         raise RuntimeError("no event wait before the all_reduce in step_d0_s1")
-    cut = body[:m.start()] + body[m.start():].replace(
-        m.group(0), "  if (!allReduce(", 1)
+    cut = body[:m.start()] + body[m.start():].replace(m.group(0), m.group(2), 1)
     return source[:start] + cut + source[end:], int(m.group(1))
 
 

@@ -21,6 +21,7 @@ TEST(CodegenTable, EveryOpHasARuntimeCall) {
                        a == KernelSpec::OperandList || a == KernelSpec::ResultList;
     EXPECT_EQ(codegen::paramsFormatters().count(info.kind), takesParams ? 1u : 0u);
     EXPECT_EQ(a == KernelSpec::Comm, info.isCommunication());
+    EXPECT_EQ(a == KernelSpec::Event, info.isEvent());
   }
 }
 

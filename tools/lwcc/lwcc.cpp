@@ -19,6 +19,7 @@
 #include "passes/GradCheck.h"
 #include "passes/MemoryPlan.h"
 #include "passes/Pass.h"
+#include "passes/StepOrder.h"
 #include "tools/lwcc/PlanReport.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -49,7 +50,7 @@ cl::opt<std::string> modelFile(cl::Positional, cl::desc("<model.onnx | model.onn
                                cl::cat(category));
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(category));
-enum class Emit { IR, TrainIR, ParallelIR, Plan, Source, Exe };
+enum class Emit { IR, TrainIR, ParallelIR, ScheduledIR, Plan, Source, Exe };
 cl::opt<Emit> emit("emit", cl::desc("What to produce"),
                    cl::values(clEnumValN(Emit::IR, "ir", "the model IR (.lwir)"),
                               clEnumValN(Emit::TrainIR, "train-ir",
@@ -57,6 +58,10 @@ cl::opt<Emit> emit("emit", cl::desc("What to produce"),
                               clEnumValN(Emit::ParallelIR, "parallel-ir",
                                          "the training step on --gpus devices: per-device ops "
                                          "and their communication"),
+                              clEnumValN(Emit::ScheduledIR, "scheduled-ir",
+                                         "the training step as the trainer runs it: memory "
+                                         "plan (@buf), streams and their record and wait "
+                                         "events (lwcc-opt --verify-schedule checks it)"),
                               clEnumValN(Emit::Plan, "plan",
                                          "the training step's memory plan: a table of buffers"),
                               clEnumValN(Emit::Source, "source",
@@ -209,6 +214,10 @@ cl::opt<int64_t> streams("streams",
                          cl::desc("Streams of the trainer's step: 1 (default) or 2 (weight "
                                   "gradients and updates on a second stream)"),
                          cl::init(1), cl::cat(category));
+cl::opt<bool> noVerifySchedule(
+    "no-verify-schedule",
+    cl::desc("Testing only: build the trainer without proving its schedule race-free"), cl::Hidden,
+    cl::cat(category));
 cl::opt<std::string> weightsMode("weights",
                                  cl::desc("embed (default): the initial weights inside the "
                                           "trainer; separate: in TRAINER.weights (or "
@@ -349,6 +358,18 @@ llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats) {
     return llvm::Error::success();
   return makeError("the plan needs more memory than a device of spec '" + spec->name +
                    "' has:" + over);
+}
+
+/// The scheduled step of a memory-planned graph: the record and wait ops
+/// its streams need (codegen emits exactly these), then the proof that
+/// every access is ordered, which no trainer is built without.
+llvm::Error scheduleStep(Graph& g) {
+  auto events = placeEvents(g);
+  if (!events)
+    return events.takeError();
+  if (verbose)
+    llvm::errs() << llvm::formatv("lwcc: schedule: {0} events\n", *events);
+  return noVerifySchedule ? llvm::Error::success() : verifySchedule(g);
 }
 
 /// A plan a candidate of the planner names: a strategy, or for pipelines
@@ -1321,6 +1342,8 @@ int main(int argc, char** argv) {
                                       device, bytes);
     if (llvm::Error e = checkDeviceMemory(*module->graph, *stats))
       return fail(std::move(e));
+    if (llvm::Error e = scheduleStep(*module->graph))
+      return fail(std::move(e));
     if (!traceFile.empty()) {
       auto model = costModel();
       if (!model)
@@ -1377,7 +1400,8 @@ int main(int argc, char** argv) {
       return fail(plans.takeError());
     strategyPlans = std::move(*plans);
   }
-  if (emit == Emit::TrainIR || emit == Emit::ParallelIR || emit == Emit::Plan) {
+  if (emit == Emit::TrainIR || emit == Emit::ParallelIR || emit == Emit::ScheduledIR ||
+      emit == Emit::Plan) {
     if (llvm::Error e = buildTrainingGraph(*module, true))
       return fail(std::move(e));
     if (verbose)
@@ -1386,11 +1410,11 @@ int main(int argc, char** argv) {
     if (!traceFile.empty())
       if (llvm::Error e = writeSimulatedTrace(*module->graph, *model, traceFile))
         return fail(std::move(e));
-    if (emit == Emit::Plan || verbose) {
+    if (emit == Emit::Plan || emit == Emit::ScheduledIR || verbose) {
       // -v plans a copy so that --emit=train-ir prints the graph unannotated.
       std::unique_ptr<Graph> copy;
       Graph* target = module->graph.get();
-      if (emit != Emit::Plan) {
+      if (emit != Emit::Plan && emit != Emit::ScheduledIR) {
         copy = module->graph->clone();
         target = copy.get();
       }
@@ -1400,6 +1424,9 @@ int main(int argc, char** argv) {
       if (llvm::Error e = checkDeviceMemory(*target, *stats))
         return fail(std::move(e));
       plan = *stats;
+      if (emit == Emit::ScheduledIR)
+        if (llvm::Error e = scheduleStep(*target))
+          return fail(std::move(e));
       if (verbose)
         for (const auto& [device, bytes] : stats->peakBytes)
           llvm::errs() << llvm::formatv("lwcc: memory plan: device {0}: arena {1} bytes (peak), "
@@ -1418,6 +1445,7 @@ int main(int argc, char** argv) {
   case Emit::IR:
   case Emit::TrainIR:
   case Emit::ParallelIR:
+  case Emit::ScheduledIR:
     printGraph(*module->graph, out.os());
     break;
   case Emit::Plan:
