@@ -502,6 +502,29 @@ private:
     return call + ")";
   }
 
+  /// The bytes an op reads or writes in this device's regions (its
+  /// operands and results placed here).
+  struct Access {
+    std::string region;
+    int64_t begin, end;
+  };
+
+  std::vector<Access> accessesOf(const Op& op) const {
+    std::vector<Access> out;
+    auto add = [&](const Value* v) {
+      auto it = where_.find(v);
+      if (it == where_.end())
+        return; // another device's value (a communication op's other end)
+      const auto& [region, offset] = it->second;
+      out.push_back({region, offset, offset + v->type().sizeInBytes()});
+    };
+    for (const Value* v : op.operands())
+      add(v);
+    for (unsigned r = 0; r < op.numResults(); ++r)
+      add(op.result(r));
+    return out;
+  }
+
   /// Marks the (producer, activation) pairs of `order` (the ops of one
   /// function, in the order written) that fuse: the activation (relu, or
   /// clip) is the only use of the producer's first result, adjacent(k)
