@@ -175,7 +175,8 @@ llvm::Error importGemm(ImportContext& ctx) {
 // PyTorch's exporters compute the windows of adaptive pooling with Floor,
 // Sign, Min, Max and comparisons of values that are known at compile time
 // (shapes, Range). lwcc evaluates these ops at import; on a value computed
-// at run time they are an error that names the input.
+// at run time they are an error that names the input (Min and Max run at
+// run time too: ops/Activation.cpp, folded like any op of constants).
 
 /// `t` broadcast (numpy rules) to `shape`, which must be its broadcast.
 Tensor broadcastValue(const Tensor& t, const Shape& shape) {
@@ -260,30 +261,6 @@ double signOf(double v) { return v > 0 ? 1.0 : v < 0 ? -1.0 : 0.0; }
 llvm::Error importFloor(ImportContext& ctx) { return foldUnary(ctx, floorOf, true); }
 llvm::Error importCeil(ImportContext& ctx) { return foldUnary(ctx, ceilOf, true); }
 llvm::Error importSign(ImportContext& ctx) { return foldUnary(ctx, signOf, false); }
-
-/// Max and Min of any number of inputs of one element type.
-llvm::Error foldExtremum(ImportContext& ctx, bool max) {
-  LWCC_CHECK(ctx.checkAttrs({}));
-  if (ctx.numInputs() == 0)
-    return ctx.error("needs at least one input");
-  LWCC_TRY(vals, foldOperands(ctx));
-  Tensor out = vals[0];
-  for (size_t j = 1; j < vals.size(); ++j) {
-    if (vals[j].type.dtype != out.type.dtype)
-      return ctx.error("inputs must share one element type, got " + out.type.str() + " and " +
-                       vals[j].type.str());
-    for (int64_t k = 0; k < out.size(); ++k) {
-      if (out.isFloatData())
-        out.f[k] = max ? std::max(out.f[k], vals[j].f[k]) : std::min(out.f[k], vals[j].f[k]);
-      else
-        out.i[k] = max ? std::max(out.i[k], vals[j].i[k]) : std::min(out.i[k], vals[j].i[k]);
-    }
-  }
-  ctx.setOutput(0, ctx.constant(out));
-  return llvm::Error::success();
-}
-llvm::Error importMax(ImportContext& ctx) { return foldExtremum(ctx, true); }
-llvm::Error importMin(ImportContext& ctx) { return foldExtremum(ctx, false); }
 
 /// Comparisons: a bool result.
 enum class Cmp { Eq, Lt, Le, Gt, Ge };
@@ -440,8 +417,6 @@ const std::vector<ImporterEntry>& mathImporters() {
       {"Floor", 6, importFloor},
       {"Ceil", 6, importCeil},
       {"Sign", 9, importSign},
-      {"Max", 8, importMax},
-      {"Min", 8, importMin},
       {"Equal", 11, importEqual},
       {"Less", 9, importLess},
       {"LessOrEqual", 12, importLessOrEqual},

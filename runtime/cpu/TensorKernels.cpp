@@ -8,6 +8,7 @@
 // once to the element type.
 //
 //===----------------------------------------------------------------------===//
+#include "lwrt/activation_math.h"
 #include "lwrt/cpu_tensor.h"
 #include "lwrt/dropout.h"
 
@@ -447,7 +448,7 @@ bool reluGrad(const TensorView& y, const TensorView& dy, const TensorView& dx) {
 }
 bool leakyReluGrad(const TensorView& x, const TensorView& dy, const TensorView& dx,
                    const LeakyReluParams& p) {
-  return backward(x, dy, dx, [&](double u, double d) { return u >= 0 ? d : p.alpha * d; });
+  return backward(x, dy, dx, [&](double u, double d) { return leakyReluGradValue(u, d, p.alpha); });
 }
 bool sigmoidGrad(const TensorView& y, const TensorView& dy, const TensorView& dx) {
   return backward(y, dy, dx, [](double u, double d) { return d * u * (1.0 - u); });
@@ -457,8 +458,7 @@ bool tanhGrad(const TensorView& y, const TensorView& dy, const TensorView& dx) {
 }
 bool clipGrad(const TensorView& x, const TensorView& dy, const TensorView& dx,
               const ClipParams& p) {
-  return backward(x, dy, dx,
-                  [&](double u, double d) { return u >= p.min && u <= p.max ? d : 0.0; });
+  return backward(x, dy, dx, [&](double u, double d) { return clipGradValue(u, d, p.min, p.max); });
 }
 
 //===--- Reductions -------------------------------------------------------===//

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Every zoo model at test size builds into a CUDA trainer with nvcc.
 
+So does upnet (the ops of issue 25), on one device and on two (model).
 `lwcc MODEL -o trainer` (target cuda, the default; sm_90) must emit CUDA C++
 and link it against the CUDA runtime library, cuDNN, cuBLAS and NCCL. So must
 multi-device trainers (MULTI: --gpus 2 and 4, data-parallel and One Weird
@@ -55,6 +56,9 @@ MULTI = [("lenet", 2, "data"), ("resnet18", 4, "data"), ("alexnet_owt", 2, "owt"
 # Dropout masks split over channels and samples (the CPU trainers of
 # test/e2e/multi_device_trainer.py train these against one device).
 MULTI += [("dropnet", g, s) for g in (2, 4) for s in ("model", "owt", "layerwise", "hypergraph")]
+# The ops of issue 25 (activations, prelu, max/min, resize, stateless batch
+# norm), on one device and with resize split over channels.
+EXTRA = [("upnet", 1, None), ("upnet", 2, "model")]
 
 
 def check(name, tmp, gpu, gpus=1, strategy=None):
@@ -125,7 +129,7 @@ def check_compare(tmp):
 
 def main():
     gpu = has_gpu()
-    cases = [(name, 1, None) for name in zoo.REGISTRY] + MULTI
+    cases = [(name, 1, None) for name in zoo.REGISTRY] + MULTI + EXTRA
     failed = 0
     with tempfile.TemporaryDirectory(prefix="lwcc-cuda-build-") as tmp:
         # The ONNX files first: a model's cases share one.
