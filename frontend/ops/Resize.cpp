@@ -49,11 +49,20 @@ llvm::Error emitResize(ImportContext& ctx, Value* x, const ResizeSpec& s) {
     ctx.setOutput(0, x);
     return llvm::Error::success();
   }
-  LWCC_TRY(y, ctx.emit1(OpKind::Resize, {x},
-                        {attr("sizes", Attribute(s.sizes)), attr("scales", Attribute(s.scales)),
-                         attr("mode", s.mode), attr("coordinate_transformation_mode", s.coord),
-                         attr("nearest_mode", s.nearest), attr("cubic_coeff_a", s.cubicA),
-                         attr("exclude_outside", s.excludeOutside)}));
+  // The attributes that differ from the IR's defaults (ONNX's).
+  std::vector<NamedAttr> attrs = {attr("sizes", Attribute(s.sizes)),
+                                  attr("scales", Attribute(s.scales))};
+  if (s.mode != "nearest")
+    attrs.push_back(attr("mode", s.mode));
+  if (s.coord != "half_pixel")
+    attrs.push_back(attr("coordinate_transformation_mode", s.coord));
+  if (s.nearest != "round_prefer_floor" && s.mode == "nearest")
+    attrs.push_back(attr("nearest_mode", s.nearest));
+  if (s.cubicA != -0.75 && s.mode == "cubic")
+    attrs.push_back(attr("cubic_coeff_a", s.cubicA));
+  if (s.excludeOutside != 0 && s.mode == "cubic")
+    attrs.push_back(attr("exclude_outside", s.excludeOutside));
+  LWCC_TRY(y, ctx.emit1(OpKind::Resize, {x}, std::move(attrs)));
   ctx.setOutput(0, y);
   return llvm::Error::success();
 }

@@ -26,7 +26,7 @@ LABELS = [
     "dyn18/convnext Erf",
     # issue 25: hard activations, resize, stateless batch norm, activations
     "dyn20/mobilenetv3 HardSwish, SE HardSigmoid",
-    "ts17/unet Resize nearest, bilinear, align_corners",
+    "dyn20/unet Resize nearest, bilinear, align_corners",
     "ts17/nf_resnet StdConv BN training_mode=1",
     "dyn20/nf_resnet StdConv BN of batch moments",
     "dyn20/Elu Selu Celu Mish Softsign PRelu Clip",

@@ -132,9 +132,9 @@ def _resize_sizes(b, x, scope, size, coord):
         return b.node("Resize", [x, "", "", sizes], scope, "", (c, size, size),
                       coordinate_transformation_mode=coord, cubic_coeff_a=-0.75, mode="linear",
                       nearest_mode="floor")
-    nc = b.node("Shape", [x], scope, "", (2,), start=0, end=2)
-    hw = b.node("Cast", [hw], scope, "", (2,), to=TensorProto.INT64)
-    sizes = b.node("Concat", [nc, hw], scope, "", (4,), axis=0)
+    nc = b.node("Shape", [x], scope, "sym_size", (2,), start=0, end=2)
+    hw = b.node("Cast", [hw], scope, "_to_copy", (2,), to=TensorProto.INT64)
+    sizes = b.node("Concat", [nc, hw], scope, "cat", (4,), axis=0)
     return b.node("Resize", [x, "", "", sizes], scope, "upsample_bilinear2d", (c, size, size),
                   keep_aspect_ratio_policy="stretch", antialias=0, extrapolation_value=0.0,
                   exclude_outside=0, nearest_mode="floor", coordinate_transformation_mode=coord,
@@ -187,31 +187,34 @@ def _std_weight(b, scope, cout, cin, k):
         d = b.node("Sub", [t, mk], scope, "", None)
         sq = b.node("Mul", [d, d], scope, "", None)
         var = b.node("ReduceMean", [sq], scope, "", None, axes=[0, 1], keepdims=0)
-        bn = b.node("BatchNormalization", [view, gv, zeros, mean, var], scope, "", None, nout=3,
-                    epsilon=1e-5, momentum=1.0, training_mode=1)[0]
+        bn = b.node("BatchNormalization", [view, gv, zeros, mean, var], scope, "", [None] * 3,
+                    nout=3, epsilon=1e-5, momentum=1.0, training_mode=1)[0]
         shape = b.node("Shape", [w], scope, "", None)
         return b.node("Reshape", [bn, shape], scope, "", None, allowzero=0)
     dims = [_const_node(b, scope, [v], np.int64) for v in (1, cout, -1)]
-    s1 = b.node("Concat", dims, scope, "", None, axis=0)
+    s1 = b.node("Concat", dims, scope, "cat", None, axis=0)
     view = b.node("Reshape", [w, s1], scope, "view", None, allowzero=1)
     sc = _const_node(b, scope, 1.0 / np.sqrt(fan), np.float32)
     g = b.node("Mul", [gain, sc], scope, "mul", None)
-    m1 = b.node("Concat", [_const_node(b, scope, [-1], np.int64)], scope, "", None, axis=0)
+    m1 = b.node("Concat", [_const_node(b, scope, [-1], np.int64)], scope, "cat", None, axis=0)
     gv = b.node("Reshape", [g, m1], scope, "view", None, allowzero=1)
-    zero = b.node("CastLike", [_const_node(b, scope, [0.0], np.float32, True), view], scope, "",
-                  None)
-    cdim = b.node("Shape", [view], scope, "", None, start=1, end=2)
-    zeros = b.node("Expand", [zero, cdim], scope, "", None)
+    zero = b.node("CastLike", [_const_node(b, scope, [0.0], np.float32, True), view], scope,
+                  "zeros_like", None)
+    cdim = b.node("Shape", [view], scope, "sym_size", None, start=1, end=2)
+    zeros = b.node("Expand", [zero, cdim], scope, "expand", None)
     axes = _const_node(b, scope, [0, 2], np.int64)
-    mean = b.node("ReduceMean", [view, axes], scope, "", None, keepdims=0, noop_with_empty_axes=0)
-    mk = b.node("ReduceMean", [view, axes], scope, "", None, keepdims=1, noop_with_empty_axes=0)
-    d = b.node("Sub", [view, mk], scope, "", None)
-    sq = b.node("Mul", [d, d], scope, "", None)
-    var = b.node("ReduceMean", [sq, axes], scope, "", None, keepdims=0, noop_with_empty_axes=0)
+    mean = b.node("ReduceMean", [view, axes], scope, "mean", None, keepdims=0,
+                  noop_with_empty_axes=0)
+    mk = b.node("ReduceMean", [view, axes], scope, "mean", None, keepdims=1,
+                noop_with_empty_axes=0)
+    d = b.node("Sub", [view, mk], scope, "sub", None)
+    sq = b.node("Mul", [d, d], scope, "mul", None)
+    var = b.node("ReduceMean", [sq, axes], scope, "mean", None, keepdims=0,
+                 noop_with_empty_axes=0)
     bn = b.node("BatchNormalization", [view, gv, zeros, mean, var], scope,
                 "_native_batch_norm_legit", None, epsilon=1e-5, momentum=1.0)
     dims = [_const_node(b, scope, [v], np.int64) for v in (cout, cin, k, k)]
-    s2 = b.node("Concat", dims, scope, "", None, axis=0)
+    s2 = b.node("Concat", dims, scope, "cat", None, axis=0)
     return b.node("Reshape", [bn, s2], scope, "view", None, allowzero=1)
 
 
@@ -271,15 +274,15 @@ def _prelu(b, x, scope, per_channel):
         slope = b.node("Unsqueeze", [w, ax], scope, "", (n, 1, 1))
     else:
         shp = _const_node(b, scope, [n, 1, 1], np.int64)
-        slope = b.node("Reshape", [w, shp], scope, "", (n, 1, 1))
+        slope = b.node("Reshape", [w, shp], scope, "view", (n, 1, 1))
     return b.node("PRelu", [x, slope], scope, "prelu", b.shape[x])
 
 
 def _softsign(b, x, scope):
-    a = b.node("Abs", [x], scope, "", b.shape[x])
+    a = b.node("Abs", [x], scope, "abs", b.shape[x])
     one = _const_node(b, scope, 1.0, np.float32)
-    d = b.node("Add", [a, one], scope, "", b.shape[x])
-    return b.node("Div", [x, d], scope, "", b.shape[x])
+    d = b.node("Add", [a, one], scope, "add", b.shape[x])
+    return b.node("Div", [x, d], scope, "div", b.shape[x])
 
 
 def acts(b, classes=10):

@@ -468,11 +468,12 @@ def build_upnet(size=16, channels=3, width=1.0, classes=10, batch=1,
     (asymmetric, floor) and Resize linear 2x (half_pixel) of that, Max of
     the two, Concat with the full-resolution map; Conv(8)-Elu-Selu-Celu-
     Mish-Softplus-Softsign-Min with the Resize's sum;
-    GlobalAveragePool-Flatten-Gemm. Opset 18 (Mish). (ThresholdedRelu, a
+    GlobalAveragePool-Flatten-Gemm. Opset 18 at least (Mish). (ThresholdedRelu, a
     jump rather than a kink, would defeat finite differences: the unit tests
     check it.)"""
     name = "upnet"
     _check_width(name, width), _check_classes(name, classes)
+    opset = max(opset, 18)  # Mish is an op from opset 18 on
     b = _builder(name, size, channels, batch, opset, seed, symbolic_batch)
     c = lambda n: scale_channels(n, width)  # noqa: E731
     x = b.conv(b.input, c(8), 3, pad=1, name="conv1")
