@@ -129,8 +129,8 @@ std::vector<int64_t> samplesPerDevice(const Graph& g, int64_t devices) {
 /// <ns>_tensor.h that the ops of `g` call into (the ops of issue 25).
 std::string runtimeHeadersOf(const Graph& g, const char* ns) {
   static const std::set<OpKind> activationOps = [] {
-    std::set<OpKind> ops = {OpKind::PRelu, OpKind::PReluGrad, OpKind::Max,
-                            OpKind::Min,   OpKind::MaxGrad,   OpKind::MinGrad};
+    std::set<OpKind> ops = {OpKind::PRelu,   OpKind::PReluGrad, OpKind::Max,     OpKind::Min,
+                            OpKind::MaxGrad, OpKind::MinGrad,   OpKind::Compare, OpKind::Where};
 #define X(E, fn) ops.insert({OpKind::E, OpKind::E##Grad});
     LWRT_ACTIVATIONS(X)
 #undef X

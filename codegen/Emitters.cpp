@@ -2,6 +2,7 @@
 #include "codegen/Emitters.h"
 
 #include "ir/Printer.h"
+#include "runtime/include/lwrt/activation_math.h"
 #include "runtime/include/lwrt/resize_math.h"
 
 #include <cmath>
@@ -109,6 +110,14 @@ std::string resizeP(const Op& op) {
          num(op.getFloat("cubic_coeff_a")) + ", " + std::to_string(op.getInt("exclude_outside")) +
          ", " + piece("whole_in") + ", " + piece("in_offsets") + ", " + piece("whole_out") + ", " +
          piece("out_offsets") + "}";
+}
+/// CompareParams{CompareKind::...}; kinds in the order of kCompareKindNames.
+std::string compareP(const Op& op) {
+  static const char* ids[] = {"Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Equal"};
+  for (size_t k = 0; k < std::size(ids); ++k)
+    if (op.getString("kind") == lwrt::kCompareKindNames[k])
+      return std::string("CompareParams{CompareKind::") + ids[k] + "}";
+  return "CompareParams{}"; // the verifier rejects other kinds
 }
 std::string clipP(const Op& op) {
   return "ClipParams{" + num(op.getFloat("min")) + ", " + num(op.getFloat("max")) + "}";
@@ -283,6 +292,8 @@ const std::map<OpKind, ParamsFn>& paramsFormatters() {
       {OpKind::Min, none},
       {OpKind::MaxGrad, none},
       {OpKind::MinGrad, none},
+      {OpKind::Compare, compareP},
+      {OpKind::Where, none},
       {OpKind::Resize, resizeP},
       {OpKind::ResizeGrad, resizeP},
   };

@@ -1,9 +1,10 @@
-//===- ActivationOps.cpp - Activations, prelu and max/min of issue 25 ------===//
+//===- ActivationOps.cpp - Activations, prelu, max/min, compare, where ----===//
 //
 // Shape rules, gradient rules and reference kernels of the activations of
 // today's CNN model collections (hard_swish, hard_sigmoid, mish, softplus,
 // softsign, elu, selu, celu, thresholded_relu), prelu with a trainable
-// slope, and max/min of run-time values. The reference kernels compute with
+// slope, max/min, comparisons and where of run-time values (the dynamo
+// exporter writes Softplus's threshold with them). The reference kernels compute with
 // lwrt/activation_math.h, the functions the CPU and CUDA kernels call too.
 //
 //===----------------------------------------------------------------------===//
@@ -12,6 +13,8 @@
 #include "runtime/include/lwrt/activation_math.h"
 
 #include "llvm/Support/FormatVariadic.h"
+
+#include <iterator>
 
 namespace lwcc {
 
@@ -86,6 +89,43 @@ Rule extremumGrad(const Op& op) {
   return std::vector<TensorType>{dy, dy};
 }
 
+Rule compare(const Op& op) {
+  if (ty(op, 0).dtype != ty(op, 1).dtype)
+    return fail("operands must share one element type, got {0} and {1}", ty(op, 0).str(),
+                ty(op, 1).str());
+  bool known = false;
+  for (const char* k : lwrt::kCompareKindNames)
+    known |= op.getString("kind") == k;
+  if (!known)
+    return fail("unknown kind '{0}' (greater, greater_or_equal, less, less_or_equal, equal)",
+                op.getString("kind"));
+  if (ty(op, 0).dtype == DType::Bool && op.getString("kind") != "equal")
+    return fail("bool operands are only compared for equality");
+  auto s = broadcast(ty(op, 0).shape, ty(op, 1).shape);
+  if (!s)
+    return s.takeError();
+  if (s->size() > static_cast<size_t>(lwrt::kShardMaxRank))
+    return fail("rank {0} is above {1}", s->size(), lwrt::kShardMaxRank);
+  return std::vector<TensorType>{TensorType(DType::Bool, *s)};
+}
+
+Rule where(const Op& op) {
+  if (ty(op, 0).dtype != DType::Bool)
+    return fail("the condition must be bool, got {0}", ty(op, 0).str());
+  if (ty(op, 1).dtype != ty(op, 2).dtype)
+    return fail("x and y must share one element type, got {0} and {1}", ty(op, 1).str(),
+                ty(op, 2).str());
+  auto s = broadcast(ty(op, 0).shape, ty(op, 1).shape);
+  if (!s)
+    return s.takeError();
+  auto t = broadcast(*s, ty(op, 2).shape);
+  if (!t)
+    return t.takeError();
+  if (t->size() > static_cast<size_t>(lwrt::kShardMaxRank))
+    return fail("rank {0} is above {1}", t->size(), lwrt::kShardMaxRank);
+  return std::vector<TensorType>{TensorType(ty(op, 1).dtype, *t)};
+}
+
 } // namespace shape
 
 //===--- Gradient rules ---------------------------------------------------===//
@@ -156,6 +196,24 @@ Error extremum(GradContext& c) {
         return d.takeError();
       c.dxs[i] = *d;
     }
+  return ok();
+}
+
+/// dx = where(c, dy, 0), dy_y = where(c, 0, dy), each summed to its operand's
+/// shape; the condition has no gradient.
+Error where(GradContext& c) {
+  for (unsigned i : {1u, 2u}) {
+    if (!c.need(i))
+      continue;
+    Value* zero = c.scalar(0.0, c.dy()->type().dtype);
+    auto picked = c.emit(OpKind::Where, {c.x(0), i == 1 ? c.dy() : zero, i == 1 ? zero : c.dy()});
+    if (!picked)
+      return picked.takeError();
+    auto d = c.sumToShape(*picked, c.x(i)->type().shape);
+    if (!d)
+      return d.takeError();
+    c.dxs[i] = *d;
+  }
   return ok();
 }
 
@@ -246,6 +304,33 @@ Error evalPReluGrad(EvalCtx& c) {
     double x = c.x(0).f[k], dy = c.x(2).f[k];
     c.y(0).f[k] = lwrt::preluGradX(x, c.x(1).f[is(k)], dy);
     c.y(1).f[k] = lwrt::preluGradSlope(x, dy);
+  }
+  return ok();
+}
+
+Error evalCompare(EvalCtx& c) {
+  const Shape& out = c.y().type.shape;
+  auto ia = broadcastIndex(out, c.x(0).type.shape), ib = broadcastIndex(out, c.x(1).type.shape);
+  lwrt::CompareKind kind = lwrt::CompareKind::Greater;
+  for (size_t k = 0; k < std::size(lwrt::kCompareKindNames); ++k)
+    if (c.op.getString("kind") == lwrt::kCompareKindNames[k])
+      kind = static_cast<lwrt::CompareKind>(k);
+  for (int64_t k = 0; k < c.y().size(); ++k)
+    c.y().i[k] = c.x(0).isFloatData() ? lwrt::compareValue(c.x(0).f[ia(k)], c.x(1).f[ib(k)], kind)
+                                      : lwrt::compareValue(c.x(0).i[ia(k)], c.x(1).i[ib(k)], kind);
+  return ok();
+}
+
+Error evalWhere(EvalCtx& c) {
+  const Shape& out = c.y().type.shape;
+  auto ic = broadcastIndex(out, c.x(0).type.shape), ix = broadcastIndex(out, c.x(1).type.shape),
+       iy = broadcastIndex(out, c.x(2).type.shape);
+  for (int64_t k = 0; k < c.y().size(); ++k) {
+    bool take = c.x(0).i[ic(k)] != 0;
+    if (c.y().isFloatData())
+      c.y().f[k] = take ? c.x(1).f[ix(k)] : c.x(2).f[iy(k)];
+    else
+      c.y().i[k] = take ? c.x(1).i[ix(k)] : c.x(2).i[iy(k)];
   }
   return ok();
 }

@@ -63,6 +63,7 @@ LWCC_GRAD_RULES(X)
 llvm::Error activation(GradContext&);
 llvm::Error prelu(GradContext&);
 llvm::Error extremum(GradContext&);
+llvm::Error where(GradContext&);
 llvm::Error resize(GradContext&);
 llvm::Error batchNorm(GradContext&);
 } // namespace grad

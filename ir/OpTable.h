@@ -190,6 +190,8 @@ Rule gatherNdGrad(const Op&);
 Rule prelu(const Op&);
 Rule preluGrad(const Op&);
 Rule extremumGrad(const Op&);
+Rule compare(const Op&);
+Rule where(const Op&);
 // Resize (ResizeOps.cpp).
 Rule resize(const Op&);
 Rule resizeGrad(const Op&);

@@ -2,8 +2,8 @@
 //
 // HardSwish, HardSigmoid, Mish, Softplus, Softsign, Elu, Selu, Celu and
 // ThresholdedRelu (each an IR op of its own), PRelu with a trainable slope,
-// and Max and Min of any number of inputs (folded when every input is known
-// at compile time, as the exporters' adaptive-pool windows are).
+// and Max, Min and the comparisons (folded when every input is known at
+// compile time, as the exporters' adaptive-pool windows are).
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/ops/Common.h"
@@ -105,6 +105,25 @@ llvm::Error extremum(ImportContext& ctx, OpKind kind) {
 llvm::Error importMax(ImportContext& ctx) { return extremum(ctx, OpKind::Max); }
 llvm::Error importMin(ImportContext& ctx) { return extremum(ctx, OpKind::Min); }
 
+/// Greater, Less, ... and Equal: a bool result (folded when both inputs are
+/// known at compile time, as the exporters' index arithmetic is).
+llvm::Error comparison(ImportContext& ctx, const char* kind) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  LWCC_TRY(a, ctx.requiredInput(0, "A"));
+  LWCC_TRY(b, ctx.requiredInput(1, "B"));
+  if (a->type().dtype != b->type().dtype)
+    return ctx.error("inputs must share one element type, got " + a->type().str() + " and " +
+                     b->type().str());
+  LWCC_TRY(y, ctx.emit1(OpKind::Compare, {a, b}, {attr("kind", std::string(kind))}));
+  ctx.setOutput(0, y);
+  return llvm::Error::success();
+}
+llvm::Error importGreater(ImportContext& ctx) { return comparison(ctx, "greater"); }
+llvm::Error importGreaterOrEqual(ImportContext& ctx) { return comparison(ctx, "greater_or_equal"); }
+llvm::Error importLess(ImportContext& ctx) { return comparison(ctx, "less"); }
+llvm::Error importLessOrEqual(ImportContext& ctx) { return comparison(ctx, "less_or_equal"); }
+llvm::Error importEqual(ImportContext& ctx) { return comparison(ctx, "equal"); }
+
 } // namespace
 
 const std::vector<ImporterEntry>& activationImporters() {
@@ -121,6 +140,11 @@ const std::vector<ImporterEntry>& activationImporters() {
       {"PRelu", 7, importPRelu},
       {"Max", 8, importMax},
       {"Min", 8, importMin},
+      {"Greater", 9, importGreater},
+      {"GreaterOrEqual", 12, importGreaterOrEqual},
+      {"Less", 9, importLess},
+      {"LessOrEqual", 12, importLessOrEqual},
+      {"Equal", 11, importEqual},
   };
   return entries;
 }

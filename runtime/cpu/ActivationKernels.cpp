@@ -128,6 +128,20 @@ bool extremumGrad(const TensorView& a, const TensorView& b, const TensorView& dy
   });
 }
 
+/// Calls fn(T{}) with T the C++ type of `t`: F32, F64, I64, I32, Bool (uint8_t).
+template <typename Fn> bool dispatchValue(DType t, Fn fn) {
+  switch (t) {
+  case DType::I64:
+    return fn(int64_t{});
+  case DType::I32:
+    return fn(int32_t{});
+  case DType::Bool:
+    return fn(uint8_t{});
+  default:
+    return dispatchFloat(t, fn);
+  }
+}
+
 } // namespace
 
 #define LWRT_DEFINE_ACTIVATION(E, fn)                                                              \
@@ -170,6 +184,45 @@ bool preluGrad(const TensorView& x, const TensorView& slope, const TensorView& d
       outX[k] = static_cast<T>(preluGradX(v, ss[is(k)], d));
       outS[k] = static_cast<T>(preluGradSlope(v, d));
     }
+    return true;
+  });
+}
+
+bool compare(const TensorView& a, const TensorView& b, const TensorView& y,
+             const CompareParams& p) {
+  std::vector<int64_t> shape;
+  BroadcastIndex ia, ib;
+  if (a.dtype != b.dtype || y.dtype != DType::Bool || !broadcastShape(a, b, shape) ||
+      shape != y.shape || !indexOf(y, a, ia) || !indexOf(y, b, ib) ||
+      (a.dtype == DType::Bool && p.kind != CompareKind::Equal))
+    return false;
+  return dispatchValue(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *as = a.as<const T>(), *bs = b.as<const T>();
+    uint8_t* ys = y.as<uint8_t>();
+    for (int64_t k = 0, n = y.numel(); k < n; ++k)
+      ys[k] = compareValue(as[ia(k)], bs[ib(k)], p.kind) ? 1 : 0;
+    return true;
+  });
+}
+
+bool where(const TensorView& condition, const TensorView& x, const TensorView& y,
+           const TensorView& out) {
+  std::vector<int64_t> xy, shape;
+  BroadcastIndex ic, ix, iy;
+  if (condition.dtype != DType::Bool || x.dtype != y.dtype || out.dtype != x.dtype ||
+      !broadcastShape(x, y, xy))
+    return false;
+  if (!broadcastShape(condition, TensorView{nullptr, x.dtype, xy}, shape) || shape != out.shape ||
+      !indexOf(out, condition, ic) || !indexOf(out, x, ix) || !indexOf(out, y, iy))
+    return false;
+  return dispatchValue(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const uint8_t* cs = condition.as<const uint8_t>();
+    const T *xs = x.as<const T>(), *ys = y.as<const T>();
+    T* os = out.as<T>();
+    for (int64_t k = 0, n = out.numel(); k < n; ++k)
+      os[k] = cs[ic(k)] ? xs[ix(k)] : ys[iy(k)];
     return true;
   });
 }

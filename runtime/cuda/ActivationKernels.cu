@@ -191,6 +191,34 @@ bool extremumGrad(const char* op, const TensorView& a, const TensorView& b, cons
   });
 }
 
+/// F32, F64, I64, I32 and Bool (as uint8_t).
+template <typename Fn> bool dispatchValue(DType t, Fn fn) {
+  switch (t) {
+  case DType::I64:
+    return fn(int64_t{});
+  case DType::I32:
+    return fn(int32_t{});
+  case DType::Bool:
+    return fn(uint8_t{});
+  default:
+    return dispatchFloat(t, fn);
+  }
+}
+
+template <typename T>
+__global__ void compareKernel(const T* a, const T* b, uint8_t* y, int64_t n, BroadcastIndex ia,
+                              BroadcastIndex ib, CompareKind kind) {
+  for (int64_t k = firstThread(); k < n; k += gridThreads())
+    y[k] = compareValue(a[ia(k)], b[ib(k)], kind) ? 1 : 0;
+}
+
+template <typename T>
+__global__ void whereKernel(const uint8_t* c, const T* x, const T* y, T* out, int64_t n,
+                            BroadcastIndex ic, BroadcastIndex ix, BroadcastIndex iy) {
+  for (int64_t k = firstThread(); k < n; k += gridThreads())
+    out[k] = c[ic(k)] ? x[ix(k)] : y[iy(k)];
+}
+
 } // namespace
 
 #define LWRT_DEFINE_ACTIVATION(E, fn)                                                              \
@@ -235,6 +263,49 @@ bool preluGrad(const TensorView& x, const TensorView& slope, const TensorView& d
     using T = decltype(tag);
     LWRT_LAUNCH(preluGradKernel<T>, blocksFor(n), kThreads, x.as<const T>(), slope.as<const T>(),
                 dy.as<const T>(), dx.as<T>(), dslope.as<T>(), n, is);
+    return true;
+  });
+}
+
+bool compare(const TensorView& a, const TensorView& b, const TensorView& y,
+             const CompareParams& p) {
+  std::vector<int64_t> shape;
+  BroadcastIndex ia, ib;
+  if (a.dtype != b.dtype || y.dtype != DType::Bool || !broadcastShape(a, b, shape) ||
+      shape != y.shape || !indexOf(y, a, ia) || !indexOf(y, b, ib) ||
+      (a.dtype == DType::Bool && p.kind != CompareKind::Equal) ||
+      !dispatchValue(a.dtype, [](auto) { return true; }))
+    return LWRT_REJECT("compare: takes a and b of one type that broadcast to a bool y");
+  int64_t n = y.numel();
+  if (n == 0)
+    return true;
+  return dispatchValue(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    LWRT_LAUNCH(compareKernel<T>, blocksFor(n), kThreads, a.as<const T>(), b.as<const T>(),
+                y.as<uint8_t>(), n, ia, ib, p.kind);
+    return true;
+  });
+}
+
+bool where(const TensorView& condition, const TensorView& x, const TensorView& y,
+           const TensorView& out) {
+  std::vector<int64_t> xy, shape;
+  BroadcastIndex ic, ix, iy;
+  bool fits = condition.dtype == DType::Bool && x.dtype == y.dtype && out.dtype == x.dtype &&
+              broadcastShape(x, y, xy) &&
+              broadcastShape(condition, TensorView{nullptr, x.dtype, xy}, shape) &&
+              shape == out.shape && indexOf(out, condition, ic) && indexOf(out, x, ix) &&
+              indexOf(out, y, iy) && dispatchValue(x.dtype, [](auto) { return true; });
+  if (!fits)
+    return LWRT_REJECT("where: takes a bool condition and x and y of one type that broadcast to "
+                       "the result");
+  int64_t n = out.numel();
+  if (n == 0)
+    return true;
+  return dispatchValue(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    LWRT_LAUNCH(whereKernel<T>, blocksFor(n), kThreads, condition.as<const uint8_t>(),
+                x.as<const T>(), y.as<const T>(), out.as<T>(), n, ic, ix, iy);
     return true;
   });
 }

@@ -163,7 +163,8 @@ CASES = [
          opset=20, train=True),
     case("ts17/Elu Selu Celu Softplus Softsign PRelu Clip", zg.acts, "ts", IMG(16),
          bn_kept="identity", train=True),
-    case("dyn20/Elu Selu Celu Mish Softsign PRelu Clip", zg.acts, "dyn", IMG(16), sym=False,
+    case("dyn20/Elu Selu Celu Mish Softsign PRelu Clip Softplus-Where", zg.acts, "dyn", IMG(16),
+         sym=False,
          opset=20, train=True),
     case("ts9/Upsample nearest", zg.upsample9, "ts", IMG(8), opset=9, train=True),
 ]

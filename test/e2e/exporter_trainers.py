@@ -29,7 +29,7 @@ LABELS = [
     "dyn20/unet Resize nearest, bilinear, align_corners",
     "ts17/nf_resnet StdConv BN training_mode=1",
     "dyn20/nf_resnet StdConv BN of batch moments",
-    "dyn20/Elu Selu Celu Mish Softsign PRelu Clip",
+    "dyn20/Elu Selu Celu Mish Softsign PRelu Clip Softplus-Where",
 ]
 
 

@@ -25,8 +25,9 @@ opset 17, "dyn": dynamo at opset 20 with optimize=False) unless noted:
                moments), then Conv.
   csp_leaky    CSPDarkNet: conv + batch norm + LeakyReLU(0.01) blocks whose
                last batch norm starts at zero (every LeakyReLU input at 0).
-  acts         Elu, Selu, Celu, Softplus (ts), Mish (dyn), Softsign (ts:
-               Abs/Add/Div), PRelu per channel and shared (slope Unsqueeze'd
+  acts         Elu, Selu, Celu, Softplus (ts; dyn: its threshold as
+               Where(Greater(x, 20), x, Softplus(x))), Mish (dyn), Softsign
+               (Abs/Add/Div), PRelu per channel and shared (slope Unsqueeze'd
                or Reshape'd to [C, 1, 1]), ReLU6 as Clip.
   upsample9    nn.Upsample at opset 9 (TorchScript exporter): Upsample(x,
                scales from a Concat of Constants).
@@ -285,6 +286,18 @@ def _softsign(b, x, scope):
     return b.node("Div", [x, d], scope, "div", b.shape[x])
 
 
+def _softplus_dyn(b, x, scope):
+    """nn.Softplus() as the dynamo exporter writes it: the threshold above
+    which it is the identity as a Where of a run-time Greater."""
+    beta = _const_node(b, scope, 1.0, np.float32)
+    scaled = b.node("Mul", [x, beta], scope, "self_scaled", b.shape[x])
+    sp = b.node("Softplus", [scaled], scope, "tmp", b.shape[x])
+    y = b.node("Div", [sp, beta], scope, "softplus", b.shape[x])
+    thr = _const_node(b, scope, 20.0, np.float32)
+    above = b.node("Greater", [scaled, thr], scope, "tmp", b.shape[x])
+    return b.node("Where", [above, x, y], scope, "softplus", b.shape[x])
+
+
 def acts(b, classes=10):
     x = b.maxpool(b.input, "pool", 2, 2)
     layers = [("elu", lambda y, s: _act(b, "Elu", y, s, "elu", alpha=0.7)),
@@ -296,6 +309,8 @@ def acts(b, classes=10):
               ("prelu_c", lambda y, s: _prelu(b, y, s, True)),
               ("prelu_1", lambda y, s: _prelu(b, y, s, False)),
               ("relu6", lambda y, s: b.relu6(y, s))]
+    if not b.ts:
+        layers.append(("softplus", lambda y, s: _softplus_dyn(b, y, s)))
     for k, (name, fn) in enumerate(layers):
         x = fn(b.conv_bn(x, f"body.{k}.0", f"body.{k}.1", 6, 3, 1, 1), f"body.{k}.{name}")
     return b.model(_head(b, x, classes))

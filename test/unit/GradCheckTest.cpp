@@ -39,7 +39,7 @@ TEST(GradCheck, EveryOpWithAGradientRuleIsChecked) {
       "softmax_xent", "mse_loss", "layer_norm", "erf", "gather_nd",
       // The ops of issue 25 (GradCheckZooTest.cpp).
       "hard_swish", "hard_sigmoid", "mish", "softplus", "softsign", "elu", "selu", "celu",
-      "thresholded_relu", "prelu", "max", "min", "resize", "batch_norm",
+      "thresholded_relu", "prelu", "max", "min", "where", "resize", "batch_norm",
       // Communication (GradCheckCommTest.cpp).
       "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "device_copy",
       "shard", "unshard"};

@@ -113,6 +113,22 @@ TEST(GradCheckZoo, MaxAndMin) {
     });
 }
 
+TEST(GradCheckZoo, Where) {
+  // A run-time condition (compare of a constant), x and y broadcast.
+  forSeeds(3, [](GradCase& c, int seed) {
+    Shape s = c.randShape(1, 3);
+    Shape xs = seed == 2 ? Shape{s.back()} : s, ys = seed == 3 ? Shape{} : s;
+    c.noteShape("cond", s).noteShape("x", xs).noteShape("y", ys);
+    int64_t n = TensorType(DType::F64, s).numElements();
+    std::vector<double> v(n);
+    for (double& e : v)
+      e = c.uniform(-1, 1);
+    Value* cond = c.emit(OpKind::Compare, {c.floatConstant(s, v), c.floatConstant({}, {0.0})},
+                         {{"kind", std::string("greater")}});
+    c.test(OpKind::Where, {cond, c.param(xs), c.param(ys)});
+  });
+}
+
 TEST(GradCheckZoo, Resize) {
   struct M {
     const char *mode, *coord, *nearest;

@@ -47,6 +47,9 @@ struct Buf {
       case DType::I64:
         view.as<int64_t>()[k] = t.i[k];
         break;
+      case DType::Bool:
+        view.as<uint8_t>()[k] = static_cast<uint8_t>(t.i[k]);
+        break;
       default:
         view.as<int32_t>()[k] = static_cast<int32_t>(t.i[k]);
       }
@@ -59,6 +62,8 @@ struct Buf {
       return view.as<double>()[k];
     case lwrt::DType::I64:
       return static_cast<double>(view.as<int64_t>()[k]);
+    case lwrt::DType::Bool:
+      return view.as<uint8_t>()[k];
     default:
       return view.as<int32_t>()[k];
     }
@@ -96,6 +101,18 @@ public:
       double x = pick == 0 ? 0.0 : pick == 1 ? 3.0 * (randInt(0, 1) ? 1 : -1) : uniform(-1, 1);
       v.f[k] = t_ == DType::F32 ? static_cast<float>(x * scale) : x * scale;
     }
+    Value* in = g_.addInput("x" + std::to_string(data_.size()), t);
+    index_[in] = data_.size();
+    data_.push_back(std::move(v));
+    return in;
+  }
+
+  /// A bool input of random 0s and 1s.
+  Value* boolInput(const Shape& s) {
+    TensorType t(DType::Bool, s);
+    Tensor v(t);
+    for (int64_t& b : v.i)
+      b = randInt(0, 1);
     Value* in = g_.addInput("x" + std::to_string(data_.size()), t);
     index_[in] = data_.size();
     data_.push_back(std::move(v));
@@ -236,6 +253,33 @@ TEST(RuntimeZooKernel, MaxAndMin) {
       c.check(
           c.op(isMax ? OpKind::MaxGrad : OpKind::MinGrad, {a, b, c.input(*y)}, {}, 2),
           [&](const Views& in, const Views& o) { return bwd(in[0], in[1], in[2], o[0], o[1]); });
+    }
+  });
+}
+
+TEST(RuntimeZooKernel, CompareAndWhere) {
+  forCases({DType::F32, DType::F64, DType::I64, DType::I32}, [](Case& c) {
+    Shape out = c.randShape(0, 4);
+    auto part = [&] {
+      Shape s(out.begin() + c.randInt(0, static_cast<int64_t>(out.size())), out.end());
+      for (int64_t& d : s)
+        if (c.randInt(0, 2) == 0)
+          d = 1;
+      return s;
+    };
+    for (const char* kind : lwrt::kCompareKindNames) {
+      Shape sa = part(), sb = part();
+      lwrt::CompareParams p;
+      for (size_t k = 0; k < std::size(lwrt::kCompareKindNames); ++k)
+        if (std::string(kind) == lwrt::kCompareKindNames[k])
+          p.kind = static_cast<lwrt::CompareKind>(k);
+      // Scale 1: many values equal (the kinks 0 and 3 recur).
+      Op* cmp = c.op(OpKind::Compare, {c.input(sa, 1.0), c.input(sb, 1.0)},
+                     {{"kind", std::string(kind)}});
+      c.check(cmp,
+              [&](const Views& in, const Views& o) { return rt::compare(in[0], in[1], o[0], p); });
+      c.check(c.op(OpKind::Where, {c.boolInput(part()), c.input(part()), c.input(part())}),
+              [](const Views& in, const Views& o) { return rt::where(in[0], in[1], in[2], o[0]); });
     }
   });
 }

@@ -22,7 +22,9 @@ cp build/lib/liblwcc_runtime_cuda.a build/lib/liblwcc_runtime_cuda.libs "$OUT/li
 strip -g "$OUT/lib/liblwcc_runtime_cuda.a"
 # Multi-device trainers checked on the GPU: model:strategy, --gpus 2.
 MULTI="lenet:data resnet18:data alexnet_owt:owt"
-names=$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(zoo.REGISTRY))')
+# Every zoo model, and upnet (the activations, max/min, resize and stateless
+# batch norm of issue 25: their CUDA kernels against the CPU's).
+names=$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(list(zoo.REGISTRY) + ["upnet"]))')
 for m in $names; do
   python3 - "$m" "$OUT" <<'PY'
 import os, sys

@@ -467,7 +467,7 @@ def build_upnet(size=16, channels=3, width=1.0, classes=10, batch=1,
     BatchNormalization(training_mode=1)-LeakyRelu; Resize nearest 2x
     (asymmetric, floor) and Resize linear 2x (half_pixel) of that, Max of
     the two, Concat with the full-resolution map; Conv(8)-Elu-Selu-Celu-
-    Mish-Softplus-Softsign-Min with the Resize's sum;
+    Mish-Softplus-Softsign-Min with the Resize's sum-Where(y > 0, y, y/2);
     GlobalAveragePool-Flatten-Gemm. Opset 18 at least (Mish). (ThresholdedRelu, a
     jump rather than a kink, would defeat finite differences: the unit tests
     check it.)"""
@@ -481,6 +481,10 @@ def build_upnet(size=16, channels=3, width=1.0, classes=10, batch=1,
     g = b.global_avgpool(x, name="se.pool")
     g = b.relu(b.conv(g, c(4), 1, name="se.reduce"), name="se.relu")
     g = b.conv(g, c(8), 1, name="se.expand")
+    # A quarter of the logit: the gate stays inside its ramp (finite
+    # differences stay clear of its ends, which test/unit/KinkTest.cpp checks).
+    quarter = _const(b, "se.quarter", np.array(0.25, np.float32))
+    g = b._node("Mul", [g, quarter], "se.scale", b.shapes[g])
     g = b._node("HardSigmoid", [g], "se.gate", b.shapes[g], alpha=1.0 / 6.0, beta=0.5)
     x = b._node("Mul", [x, g], "se.mul", b.shapes[x])
     d = b.conv(b.maxpool(x, 2, 2, name="pool"), c(12), 3, pad=1, name="conv2")
@@ -511,6 +515,12 @@ def build_upnet(size=16, channels=3, width=1.0, classes=10, batch=1,
         y = b._node(op, [y], op.lower(), b.shapes[y], **attrs)
     s = b.conv(b._node("Add", [u1, u2], "up.sum", up), c(8), 1, name="conv4")
     y = b._node("Min", [y, s], "min", b.shapes[y])
+    # Where of a run-time condition: y > 0 ? y : y / 2.
+    zero = _const(b, "where.zero", np.array(0.0, np.float32))
+    half = _const(b, "where.half", np.array(0.5, np.float32))
+    pos = b._node("Greater", [y, zero], "where.pos", b.shapes[y])
+    y = b._node("Where", [pos, y, b._node("Mul", [y, half], "where.half_y", b.shapes[y])],
+                "where", b.shapes[y])
     y = b.flatten(b.global_avgpool(y, name="gap"), name="flatten")
     y = b.gemm(y, classes, name="fc", gain=1.0)
     return _finish(b, y, name, build_upnet.__doc__, size=size, channels=channels,

@@ -131,5 +131,12 @@ def build(torch, torchvision, name):
     torch.manual_seed(0)
     if name in TIMM:
         import timm
-        return timm.create_model(name, pretrained=False, num_classes=NUM_CLASSES, **TIMM[name])
+        # No dropout (some heads call F.dropout in training mode, which
+        # check.py cannot switch off by module) and no stochastic depth: an
+        # eval-mode export has neither, and lwcc would draw its own masks.
+        kw = dict(pretrained=False, num_classes=NUM_CLASSES, drop_rate=0.0, **TIMM[name])
+        try:
+            return timm.create_model(name, drop_path_rate=0.0, **kw)
+        except TypeError:  # a network without stochastic depth
+            return timm.create_model(name, **kw)
     return _local(torch, torchvision, name)

@@ -1,10 +1,11 @@
-// lwrt/activation_math.h - the math of the activations, prelu and max/min, one definition
+// lwrt/activation_math.h - the math of the activations, prelu, max/min, compare, one definition
 // defines: ActivationParams, LWRT_ACTIVATIONS, HardSwishMath, HardSigmoidMath, MishMath,
 //   SoftplusMath, SoftsignMath, EluMath, SeluMath, CeluMath, ThresholdedReluMath,
 //   leakyReluGradValue, clipGradValue, preluValue, preluGradX, preluGradSlope,
-//   extremumValue, extremumGradWeight, BroadcastIndex, makeBroadcastIndex
+//   extremumValue, extremumGradWeight, CompareKind, kCompareKindNames, CompareParams,
+//   compareValue, BroadcastIndex, makeBroadcastIndex
 //
-// The reference interpreter (ir/ActivationKernels.cpp) and the CPU and CUDA
+// The reference interpreter (ir/ActivationOps.cpp) and the CPU and CUDA
 // kernels (runtime/cpu/ActivationKernels.cpp, runtime/cuda/ActivationKernels.cu)
 // all compute these ops with the functions here, in double, so the three
 // cannot disagree and a CPU test checks the CUDA arithmetic too.
@@ -180,6 +181,30 @@ inline LWRT_HOST_DEVICE double extremumGradWeight(double a, double b, bool isMin
   if (a == b)
     return 0.5;
   return (isMin ? a < b : a > b) ? 1.0 : 0.0;
+}
+
+/// compare's kinds, and their names in the IR (ONNX's op names, snake case).
+enum class CompareKind : int32_t { Greater, GreaterOrEqual, Less, LessOrEqual, Equal };
+inline constexpr const char* kCompareKindNames[] = {"greater", "greater_or_equal", "less",
+                                                    "less_or_equal", "equal"};
+struct CompareParams {
+  CompareKind kind = CompareKind::Greater;
+};
+
+template <typename T> LWRT_HOST_DEVICE bool compareValue(T a, T b, CompareKind k) {
+  switch (k) {
+  case CompareKind::Greater:
+    return a > b;
+  case CompareKind::GreaterOrEqual:
+    return a >= b;
+  case CompareKind::Less:
+    return a < b;
+  case CompareKind::LessOrEqual:
+    return a <= b;
+  case CompareKind::Equal:
+    return a == b;
+  }
+  return false;
 }
 
 /// Where element k (row-major) of a result reads an operand that numpy

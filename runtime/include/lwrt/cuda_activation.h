@@ -1,6 +1,7 @@
 // lwrt/cuda_activation.h - the CUDA kernels of the activations, prelu and max/min of issue 25
 // defines: hardSwish, hardSigmoid, mish, softplus, softsign, elu, selu, celu, thresholdedRelu
-//   (each with its ...Grad), prelu, preluGrad, maximum, minimum, maximumGrad, minimumGrad
+//   (each with its ...Grad), prelu, preluGrad, maximum, minimum, maximumGrad, minimumGrad,
+//   compare, where
 //
 // The functions of lwrt/cpu_activation.h with the same signatures, computing
 // with the same functions of lwrt/activation_math.h on the device; the
@@ -15,6 +16,8 @@
 namespace lwrt::cuda {
 
 using lwrt::ActivationParams;
+using lwrt::CompareKind;
+using lwrt::CompareParams;
 
 /// x -> y and (x, dy) -> dx of each activation, F32 and F64, one shape.
 #define LWRT_DECLARE_ACTIVATION(E, fn)                                                             \
@@ -37,5 +40,11 @@ bool maximumGrad(const TensorView& a, const TensorView& b, const TensorView& dy,
                  const TensorView& da, const TensorView& db);
 bool minimumGrad(const TensorView& a, const TensorView& b, const TensorView& dy,
                  const TensorView& da, const TensorView& db);
+/// (a, b) -> Bool y with broadcasting: F32, F64, I64, I32 (and Bool for equal).
+bool compare(const TensorView& a, const TensorView& b, const TensorView& y, const CompareParams& p);
+/// (condition Bool, x, y) -> out with broadcasting of all three: x and y of
+/// one type (F32, F64, I64, I32, Bool).
+bool where(const TensorView& condition, const TensorView& x, const TensorView& y,
+           const TensorView& out);
 
 } // namespace lwrt::cuda
