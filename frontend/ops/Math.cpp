@@ -353,21 +353,37 @@ llvm::Error importWhere(ImportContext& ctx) {
 } // namespace
 
 const std::vector<ImporterEntry>& mathImporters() {
+  // One importer a line.
+  // clang-format off
   static const std::vector<ImporterEntry> entries = {
-      {"Relu", 1, importRelu},       {"LeakyRelu", 1, importLeakyRelu},
-      {"Sigmoid", 1, importSigmoid}, {"Tanh", 1, importTanh},
-      {"Exp", 1, importExp},         {"Log", 1, importLog},
-      {"Sqrt", 1, importSqrt},       {"Reciprocal", 1, importReciprocal},
-      {"Neg", 1, importNeg},         {"Abs", 1, importAbs},
-      {"Clip", 1, importClip},       {"Identity", 1, importIdentity},
-      {"Add", 7, importAdd},         {"Sub", 7, importSub},
-      {"Mul", 7, importMul},         {"Div", 7, importDiv},
-      {"Pow", 7, importPow},         {"Gemm", 7, importGemm},
-      {"MatMul", 1, importMatMul},   {"Erf", 9, importErf},
-      {"Gelu", 20, importGelu},      {"Floor", 6, importFloor},
-      {"Ceil", 6, importCeil},       {"Sign", 9, importSign},
-      {"Not", 1, importNot},         {"Where", 9, importWhere},
+      {"Relu", 1, importRelu},
+      {"LeakyRelu", 1, importLeakyRelu},
+      {"Sigmoid", 1, importSigmoid},
+      {"Tanh", 1, importTanh},
+      {"Exp", 1, importExp},
+      {"Log", 1, importLog},
+      {"Sqrt", 1, importSqrt},
+      {"Reciprocal", 1, importReciprocal},
+      {"Neg", 1, importNeg},
+      {"Abs", 1, importAbs},
+      {"Clip", 1, importClip},
+      {"Identity", 1, importIdentity},
+      {"Add", 7, importAdd},
+      {"Sub", 7, importSub},
+      {"Mul", 7, importMul},
+      {"Div", 7, importDiv},
+      {"Pow", 7, importPow},
+      {"Gemm", 7, importGemm},
+      {"MatMul", 1, importMatMul},
+      {"Erf", 9, importErf},
+      {"Gelu", 20, importGelu},
+      {"Floor", 6, importFloor},
+      {"Ceil", 6, importCeil},
+      {"Sign", 9, importSign},
+      {"Not", 1, importNot},
+      {"Where", 9, importWhere},
   };
+  // clang-format on
   return entries;
 }
 
