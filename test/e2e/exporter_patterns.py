@@ -167,6 +167,8 @@ CASES = [
          sym=False,
          opset=20, train=True),
     case("ts9/Upsample nearest", zg.upsample9, "ts", IMG(8), opset=9, train=True),
+    case("ts17/GroupNorm bicubic ThresholdedRelu", zg.groupnorm_bicubic, "ts", IMG(8),
+         train=True),
 ]
 
 

@@ -30,6 +30,7 @@ LABELS = [
     "ts17/nf_resnet StdConv BN training_mode=1",
     "dyn20/nf_resnet StdConv BN of batch moments",
     "dyn20/Elu Selu Celu Mish Softsign PRelu Clip Softplus-Where",
+    "ts17/GroupNorm bicubic ThresholdedRelu",
 ]
 
 

@@ -29,6 +29,9 @@ opset 17, "dyn": dynamo at opset 20 with optimize=False) unless noted:
                Where(Greater(x, 20), x, Softplus(x))), Mish (dyn), Softsign
                (Abs/Add/Div), PRelu per channel and shared (slope Unsqueeze'd
                or Reshape'd to [C, 1, 1]), ReLU6 as Clip.
+  groupnorm_bicubic  PoolFormer's nn.GroupNorm (ts: InstanceNormalization over
+               [N, groups, -1]) and F.interpolate bicubic (Resize cubic),
+               with a ThresholdedRelu.
   upsample9    nn.Upsample at opset 9 (TorchScript exporter): Upsample(x,
                scales from a Concat of Constants).
 """
@@ -314,6 +317,47 @@ def acts(b, classes=10):
     for k, (name, fn) in enumerate(layers):
         x = fn(b.conv_bn(x, f"body.{k}.0", f"body.{k}.1", 6, 3, 1, 1), f"body.{k}.{name}")
     return b.model(_head(b, x, classes))
+
+
+def _group_norm(b, x, scope, groups):
+    """nn.GroupNorm as the TorchScript exporter writes it: Reshape to
+    [N, groups, -1], InstanceNormalization (unit scale, zero bias),
+    Reshape back, then the per-channel weight and bias, Unsqueeze'd."""
+    c = b.shape[x][0]
+    to = _const_node(b, scope, [0, groups, -1], np.int64)
+    r = b.node("Reshape", [x, to], scope, "", None)
+    ones = _const_node(b, scope, np.ones(groups), np.float32)
+    zeros = _const_node(b, scope, np.zeros(groups), np.float32)
+    n = b.node("InstanceNormalization", [r, ones, zeros], scope, "", None, epsilon=1e-5)
+    shape = b.node("Shape", [x], scope, "", None)
+    back = b.node("Reshape", [n, shape], scope, "", b.shape[x])
+    w = b.param(f"{scope}.weight", b.rng.uniform(0.5, 1.5, c))
+    bias = b.param(f"{scope}.bias", b.rng.uniform(-0.1, 0.1, c))
+    ax = _const_node(b, scope, [1, 2], np.int64)
+    wu = b.node("Unsqueeze", [w, ax], scope, "", (c, 1, 1))
+    m = b.node("Mul", [back, wu], scope, "", b.shape[x])
+    ax2 = _const_node(b, scope, [1, 2], np.int64)
+    bu = b.node("Unsqueeze", [bias, ax2], scope, "", (c, 1, 1))
+    return b.node("Add", [m, bu], scope, "", b.shape[x])
+
+
+def groupnorm_bicubic(b, classes=10):
+    """PoolFormer's GroupNorm (ts form), F.interpolate(mode="bicubic") ->
+    Resize cubic (half_pixel, A = -0.75), and ONNX's ThresholdedRelu (which
+    no PyTorch module exports: here so that a CPU trainer runs every new
+    op)."""
+    assert b.ts
+    x = b.conv(b.input, "stem", 8, 3, 1, 1)
+    x = _group_norm(b, x, "norm1", 2)
+    x = _act(b, "ThresholdedRelu", x, "thr", "", alpha=-0.5)
+    c, h, w = b.shape[x]
+    a = _const_node(b, "up", [1.0, 1.0], np.float32)
+    s2 = _const_node(b, "up", [2.0, 2.0], np.float32)
+    scales = b.node("Concat", [a, s2], "up", "", (4,), axis=0)
+    x = b.node("Resize", [x, "", scales], "up", "", (c, 2 * h, 2 * w),
+               coordinate_transformation_mode="half_pixel", cubic_coeff_a=-0.75, mode="cubic",
+               nearest_mode="floor")
+    return b.model(_head(b, b.conv(x, "head", 6, 3, 2, 1), classes))
 
 
 def upsample9(b, classes=10):

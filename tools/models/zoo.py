@@ -467,10 +467,10 @@ def build_upnet(size=16, channels=3, width=1.0, classes=10, batch=1,
     BatchNormalization(training_mode=1)-LeakyRelu; Resize nearest 2x
     (asymmetric, floor) and Resize linear 2x (half_pixel) of that, Max of
     the two, Concat with the full-resolution map; Conv(8)-Elu-Selu-Celu-
-    Mish-Softplus-Softsign-Min with the Resize's sum-Where(y > 0, y, y/2);
-    GlobalAveragePool-Flatten-Gemm. Opset 18 at least (Mish). (ThresholdedRelu, a
-    jump rather than a kink, would defeat finite differences: the unit tests
-    check it.)"""
+    Mish-Softplus-Softsign-ThresholdedRelu(-2: below softsign's range, the
+    identity here: its jump would defeat finite differences)-Min with the
+    Resize's sum-Where(y > 0, y, y/2); GlobalAveragePool-Flatten-Gemm.
+    Opset 18 at least (Mish)."""
     name = "upnet"
     _check_width(name, width), _check_classes(name, classes)
     opset = max(opset, 18)  # Mish is an op from opset 18 on
@@ -511,7 +511,10 @@ def build_upnet(size=16, channels=3, width=1.0, classes=10, batch=1,
     u = b._node("Max", [u1, u2], "up.max", up)
     y = b.conv(b.concat([u, x], name="cat"), c(8), 3, pad=1, name="conv3")
     for op, attrs in (("Elu", dict(alpha=0.7)), ("Selu", {}), ("Celu", dict(alpha=1.3)),
-                      ("Mish", {}), ("Softplus", {}), ("Softsign", {})):
+                      ("Mish", {}), ("Softplus", {}), ("Softsign", {}),
+                      # Below softsign's range: the identity, no jump to trip
+                      # finite differences.
+                      ("ThresholdedRelu", dict(alpha=-2.0))):
         y = b._node(op, [y], op.lower(), b.shapes[y], **attrs)
     s = b.conv(b._node("Add", [u1, u2], "up.sum", up), c(8), 1, name="conv4")
     y = b._node("Min", [y, s], "min", b.shapes[y])
