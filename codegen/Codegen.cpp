@@ -332,22 +332,39 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       --updateFrom;
     GraphCode code;
     PhaseWriter w(g, where);
+    // Micro-batches (@mb) interleave forward and backward in the order
+    // the schedule pass gave: one phase for them, then the update.
+    bool micro = false;
+    for (const Op* op : ops)
+      micro |= op->annotations().microBatch.has_value();
     if (llvm::Error e = w.write(code, [&](size_t i) -> size_t {
+          if (micro)
+            return i < updateFrom ? 0 : 2;
           return i <= lossAt ? 0 : i < updateFrom ? 1 : 2;
         }))
       return e;
     code.phases.resize(3);
     function("init", "", "The training step's constants, written once.", w, code.init);
-    function("forwardPhase", "forward", "Forward: the model and the loss.", w, code.phases[0]);
-    function("backwardPhase", "backward", "Backward: the gradients of every param.", w,
-             code.phases[1]);
+    if (micro) {
+      function("microBatchesPhase", "microbatches",
+               "Forward and backward of each micro-batch (@mb in the comments), in the "
+               "schedule's order; gradients summed over them.",
+               w, code.phases[0]);
+    } else {
+      function("forwardPhase", "forward", "Forward: the model and the loss.", w, code.phases[0]);
+      function("backwardPhase", "backward", "Backward: the gradients of every param.", w,
+               code.phases[1]);
+    }
     function("updatePhase", "update", "Update: the optimizer's step on every param.", w,
              code.phases[2]);
-    os << "// One training step: forward, backward, update.\n"
+    os << "// One training step: " << (micro ? "micro-batches" : "forward, backward")
+       << ", update.\n"
        << "bool step(const StepBuffers& b, std::string* failed) {\n"
        << code.prologue.str()
-       << "  if (!forwardPhase(b, failed) || !backwardPhase(b, failed) || !updatePhase(b, "
-          "failed))\n    return false;\n"
+       << (micro ? "  if (!microBatchesPhase(b, failed) || !updatePhase(b, failed))\n"
+                 : "  if (!forwardPhase(b, failed) || !backwardPhase(b, failed) || "
+                   "!updatePhase(b, failed))\n")
+       << "    return false;\n"
        << code.epilogue.str() << "  return true;\n}\n\n";
   }
   if (o.eval) {

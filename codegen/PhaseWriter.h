@@ -63,6 +63,8 @@ inline std::string statement(const Op& op, Names& names) {
     text += (i ? ", " : " : ") + op.result(i)->type().str();
   if (!op.loc().name.empty())
     text += "  (" + op.loc().name + ")";
+  if (op.annotations().microBatch)
+    text += " @mb(" + std::to_string(*op.annotations().microBatch) + ")";
   return text;
 }
 

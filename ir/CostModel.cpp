@@ -147,6 +147,10 @@ double CostModel::flops(const Op& op) const {
 double CostModel::bytes(const Op& op) const {
   if (op.info().isCommunication() || op.info().view)
     return 0;
+  // A slice reads only the elements it copies (a micro-batch's rows of the
+  // batch, a device's piece of a tensor).
+  if (op.kind() == OpKind::Slice)
+    return 2 * static_cast<double>(op.result()->type().sizeInBytes());
   double b = 0;
   for (Value* v : op.operands())
     b += static_cast<double>(v->type().sizeInBytes());

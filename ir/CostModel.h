@@ -3,7 +3,8 @@
 // Prices ops and communication on a DeviceSpec:
 //  - an op's FLOPs come from its cost rule in the op table (ir/CostRules.cpp;
 //    ops without one count one FLOP per result element), its bytes are the
-//    bytes it reads and writes (operands and results; views move nothing);
+//    bytes it reads and writes (operands and results; views move nothing, a
+//    slice reads only what it copies);
 //  - opSeconds = max(flops / peak, bytes / memory bandwidth) + launch, or
 //    the measured time of the op when a profile has it;
 //  - a link between two devices is the intra-node link when both sit in one

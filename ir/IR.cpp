@@ -256,6 +256,8 @@ Op* Builder::create(OpKind kind, const std::vector<Value*>& operands,
     op->setAttr(a.name, std::move(a.value));
   if (device_ && !op->info().isCommunication())
     op->annotations().device = device_;
+  if (microBatch_)
+    op->annotations().microBatch = microBatch_;
   return op;
 }
 

@@ -272,6 +272,10 @@ public:
   /// which their attributes place, never get one.
   void setDevice(std::optional<int64_t> device) { device_ = device; }
   std::optional<int64_t> device() const { return device_; }
+  /// The micro-batch (@mb) of the ops created from now on, communication
+  /// ops included.
+  void setMicroBatch(std::optional<int64_t> mb) { microBatch_ = mb; }
+  std::optional<int64_t> microBatch() const { return microBatch_; }
 
   Op* create(OpKind kind, const std::vector<Value*>& operands,
              const std::vector<TensorType>& resultTypes, std::vector<NamedAttr> attrs = {});
@@ -288,6 +292,7 @@ private:
   Op* before_ = nullptr;
   Location loc_;
   std::optional<int64_t> device_;
+  std::optional<int64_t> microBatch_;
 };
 
 /// Where values live. A graph input is host data that every device may

@@ -102,6 +102,10 @@ public:
       c.dxs.assign(op->numOperands(), nullptr);
       b.setLoc(op->loc());
       b.setDevice(op->annotations().device);
+      // Backward ops belong to their forward op's micro-batch (as do the
+      // sums of its operands' gradients made here: the schedule pass frees
+      // a sum that waits for later micro-batches).
+      b.setMicroBatch(op->annotations().microBatch);
       if (llvm::Error e = rule(c))
         return e;
       for (unsigned i = 0; i < op->numOperands(); ++i) {
@@ -119,6 +123,7 @@ public:
       }
     }
     size_t produced = 0;
+    b.setMicroBatch(std::nullopt);
     UniqueNames names(g);
     for (Value* p : trainable) {
       auto git = grads.find(p);

@@ -16,6 +16,14 @@
 
 namespace lwcc {
 
+double backwardTimeFactor(const Op& op) {
+  if (!op.info().gradRule)
+    return 0;
+  if (op.kind() == OpKind::Conv2d || op.kind() == OpKind::Gemm || op.kind() == OpKind::MatMul)
+    return op.operand(0)->kind() == ValueKind::Input ? 1 : 2;
+  return 1;
+}
+
 //===--- The solver ----------------------------------------------------===//
 
 double ConfigGraph::cost(const std::vector<size_t>& choice) const {
@@ -392,16 +400,7 @@ private:
 
   bool isOutput(const Value* v) const { return outputs_.count(v) > 0; }
 
-  /// Backward time as a multiple of forward: convolutions and matrix
-  /// products compute the input's and the weight's gradient (only the
-  /// weight's for a graph input), other differentiable ops one gradient.
-  static double backwardFactor(const Op& op) {
-    if (!op.info().gradRule)
-      return 0;
-    if (op.kind() == OpKind::Conv2d || op.kind() == OpKind::Gemm || op.kind() == OpKind::MatMul)
-      return op.operand(0)->kind() == ValueKind::Input ? 1 : 2;
-    return 1;
-  }
+  static double backwardFactor(const Op& op) { return backwardTimeFactor(op); }
 
   Placement produced(const Op& op, const LayerConfig& c, unsigned r) const {
     auto p = plan(op, c);

@@ -73,6 +73,12 @@ struct LayerwiseResult {
 llvm::Expected<LayerwiseResult> searchLayerwise(Graph& g, const CostModel& cm, int64_t gpus,
                                                 int64_t bucketBytes = 0);
 
+/// Backward time as a multiple of forward (the search's and the pipeline
+/// partition's estimate): convolutions and matrix products compute the
+/// input's and the weight's gradient (only the weight's for a graph
+/// input), other differentiable ops one gradient, the rest none.
+double backwardTimeFactor(const Op& op);
+
 /// The same cost function for the @par configs `g` holds already (any
 /// strategy): the predicted step time the search compares.
 llvm::Expected<double> layerwiseCostOf(const Graph& g, const CostModel& cm, int64_t gpus,

@@ -99,6 +99,9 @@ public:
     for (Op* op : original) {
       b_.setInsertionPointBefore(op);
       b_.setLoc(op->loc());
+      // What an op of a micro-batch needs (its shards, the slices and
+      // transfers of its operands) belongs to that micro-batch.
+      b_.setMicroBatch(op->annotations().microBatch);
       if (op->kind() == OpKind::Constant)
         continue; // placed where it is read
       if (llvm::Error e = op->kind() == OpKind::Assign ? assign(*op) : materialize(*op))
@@ -106,6 +109,7 @@ public:
     }
     b_.setInsertionPointToEnd();
     b_.setLoc({});
+    b_.setMicroBatch(std::nullopt);
     for (unsigned i = 0; i < g_.outputs().size(); ++i) {
       auto pieces = realize(g_.outputs()[i], wholeOn({0}));
       if (!pieces)

@@ -90,14 +90,20 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
   const size_t end = order.size(); // graph outputs are read after the last op
 
   // When each value is last read: graph outputs are read after the step,
-  // and so, conservatively, is a value read on another stream than the one
-  // that wrote it (the streams meet only at the step's end), which keeps
-  // its bytes from being reused while the other stream may still read them.
+  // and so is a value that the step's own work (no micro-batch: gradient
+  // all-reduces, weight gradients and updates on stream 1) reads on another
+  // stream than the one that wrote it: its bytes are not reused while that
+  // stream may still read them, so reuse never makes stream 0 wait for it.
+  // Within micro-batches (@mb: activations and gradients passed between
+  // pipeline stages on streams of their own) a value is free after its last
+  // reader, the reuse ordered by codegen's events: that bounds the
+  // activations a 1F1B stage holds.
   std::map<const Value*, size_t> lastUse;
   auto streamOf = [](const Op* op) { return op ? op->annotations().stream.value_or(0) : 0; };
   for (size_t pos = 0; pos < order.size(); ++pos)
     for (Value* x : order[pos]->operands())
-      lastUse[x] = x->definingOp() && streamOf(x->definingOp()) != streamOf(order[pos])
+      lastUse[x] = x->definingOp() && streamOf(x->definingOp()) != streamOf(order[pos]) &&
+                           !order[pos]->annotations().microBatch
                        ? end
                        : std::max(lastUse[x], pos);
   for (Value* out : g.outputs())

@@ -17,7 +17,8 @@ namespace {
 ///     are updated by assign ops at the end of the step: running =
 ///     running * momentum + batch * (1 - momentum), as ONNX defines it. The
 ///     batch variance is the unbiased one, times n/(n-1) for n values per
-///     channel, as PyTorch updates it (bn_running_var=unbiased, the
+///     channel (a multiply by that constant of its own, which the
+///     micro-batch pass finds), as PyTorch updates it (bn_running_var=unbiased, the
 ///     default), or the population variance batch norm normalizes with, as
 ///     ONNX's reference does (bn_running_var=biased). A batch norm whose
 ///     mean and variance are computed in the graph, not params, has no
@@ -117,13 +118,21 @@ private:
     };
     Value* keep = scalar(m);
     Value* take = scalar(1.0 - m);
-    Value* takeVar = varScale == 1.0 ? take : scalar((1.0 - m) * varScale);
     for (unsigned k = 0; k < 2; ++k) {
       Value* running = k == 0 ? runMean : runVar;
       auto old = b.createInferred(OpKind::Mul, {running, keep});
       if (!old)
         return old.takeError();
-      auto fresh = b.createInferred(OpKind::Mul, {(*bn)->result(1 + k), k == 0 ? take : takeVar});
+      Value* stat = (*bn)->result(1 + k);
+      if (k == 1 && varScale != 1.0) {
+        // The unbiased variance, a multiply of its own: the micro-batch
+        // pass gives each micro-batch its own n/(n-1).
+        auto unbiased = b.createInferred(OpKind::Mul, {stat, scalar(varScale)});
+        if (!unbiased)
+          return unbiased.takeError();
+        stat = (*unbiased)->result();
+      }
+      auto fresh = b.createInferred(OpKind::Mul, {stat, take});
       if (!fresh)
         return fresh.takeError();
       auto sum = b.createInferred(OpKind::Add, {(*old)->result(), (*fresh)->result()});

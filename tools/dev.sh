@@ -53,6 +53,9 @@ cmd_build() {
 # machine has a GPU) and into a CPU trainer, and trains it on Fashion-MNIST
 # (resized to 64x64, gray replicated to 3 channels) with a progress line,
 # a JSONL log, evaluation on the test split, a checkpoint and an export.
+# Then the same AlexNet for 4 devices: every strategy's predicted step side
+# by side (pipelines included) and the chosen plan's layers or stages,
+# trained on 4 emulated devices, its losses beside the one-device run's.
 cmd_run() {
   cmd_build
   local dir="$BUILD_DIR/example"
@@ -77,10 +80,34 @@ cmd_run() {
     step "$lwcc" "$dir/alexnet.onnx" --lr=0.001 --target=cpu -o "$dir/alexnet-trainer"
   fi
   rm -rf "$dir/checkpoints"
-  step "$trainer" --data="idx:$data" --train-examples=9600 --eval-examples=2000 --epochs=1 \
-    --eval --progress=lines --print-every=25 --log="$dir/alexnet.jsonl" \
+  local run=(--data="idx:$data" --train-examples=9600 --eval-examples=2000 --epochs=1 --eval
+    --progress=lines --print-every=25)
+  step "$trainer" "${run[@]}" --log="$dir/alexnet.jsonl" \
     --checkpoint-dir="$dir/checkpoints" --export="$dir/alexnet-trained.onnx"
   echo "  (log: $dir/alexnet.jsonl; checkpoint: $(ls "$dir/checkpoints"))"
+
+  # Four devices: the plan of every strategy, and the chosen one trained.
+  local target=cpu
+  [[ $trainer == *cuda* ]] && target=cuda
+  step "$lwcc" "$dir/alexnet.onnx" --gpus=4 --target="$target" --emit=plan \
+    -o "$dir/alexnet-plan-4.txt"
+  sed -n '/^parallel plan/,$p' "$dir/alexnet-plan-4.txt"
+  step "$lwcc" "$dir/alexnet.onnx" --gpus=4 --target="$target" --lr=0.001 \
+    -o "$dir/alexnet-trainer-4"
+  step "$dir/alexnet-trainer-4" "${run[@]}" --log="$dir/alexnet-4.jsonl"
+  python3 - "$dir/alexnet.jsonl" "$dir/alexnet-4.jsonl" <<'PY'
+import json, sys
+def steps(path):
+    rows = [json.loads(line) for line in open(path)]
+    return [r for r in rows if r.get("type") == "step"], [r for r in rows if r.get("type") == "eval"]
+(one, e1), (four, e4) = steps(sys.argv[1]), steps(sys.argv[2])
+print("\n  step   loss, 1 device   loss, 4 devices")
+for a, b in list(zip(one, four))[:: max(1, len(one) // 8)] + list(zip(one, four))[-1:]:
+    print(f"  {a['step']:>4}   {a['loss']:>14.6f}   {b['loss']:>15.6f}")
+if e1 and e4:
+    print(f"  evaluation accuracy: {e1[-1].get('accuracy')} on 1 device, "
+          f"{e4[-1].get('accuracy')} on 4")
+PY
 }
 
 # ---------------------------------------------------------------------------
@@ -282,12 +309,15 @@ cmd_test() {
   suite "CPU trainer vs interpreter" parse_counts python3 test/e2e/trainer_vs_reference.py
   suite "exporter-pattern trainers vs interpreter" parse_counts python3 test/e2e/exporter_trainers.py
   suite "trainer as a user runs it" parse_counts python3 test/e2e/trainer_cli.py
+  suite "image folders and CIFAR-10" parse_counts python3 test/e2e/image_data.py
   suite "shared initializers and BN statistics" parse_counts python3 test/e2e/shared_initializers.py
   suite "CUDA trainers build with nvcc" parse_counts python3 test/e2e/cuda_build.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "parallel strategies vs one device" parse_counts python3 test/e2e/parallel_step.py
+  suite "pipelines and micro-batches vs one device" parse_counts python3 test/e2e/pipeline_step.py
   suite "ThreadSanitizer: --gpus 4 CPU trainers" parse_counts tsan_suite
   suite "multi-device CPU trainers vs one device" parse_counts python3 test/e2e/multi_device_trainer.py
+  suite "pipeline CPU trainers vs one device" parse_counts python3 test/e2e/pipeline_trainer.py
   suite "trainer profile and trace vs the simulator" parse_counts python3 test/e2e/profile_trace.py
   suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
   suite "Release build (build-release/)" parse_counts release_suite

@@ -7,6 +7,8 @@ DEB_PACKAGES=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   llvm-14-dev llvm-14-tools
   libfmt-dev libgtest-dev libopenblas-dev zlib1g-dev
+  # Image folders: JPEG through libjpeg-turbo, PNG through libpng.
+  libjpeg62-turbo-dev libpng-dev
   dataset-fashion-mnist libonnx-testdata
   cmake ninja-build g++ clang-format
   # Zoltan's hypergraph partitioner (--strategy=hypergraph) and the MPI it runs on.
@@ -17,8 +19,8 @@ if [[ -n ${LWCC_TEST_CLANG:-} ]]; then
   DEB_PACKAGES+=(clang-14)
 fi
 # Pinned to the versions the tests were written against.
-PY_PACKAGES=(lit==23.1.5 onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6)
-PY_IMPORTS="import lit, onnx, onnxruntime, numpy"
+PY_PACKAGES=(lit==23.1.5 onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6 Pillow==13.0.0)
+PY_IMPORTS="import lit, onnx, onnxruntime, numpy, PIL"
 
 # Root runs apt-get directly; otherwise sudo, where it exists.
 SUDO=()

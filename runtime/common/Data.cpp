@@ -22,16 +22,6 @@ uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-/// A stateless hash of a few words (splitmix64's finalizer, chained).
-uint64_t hashWords(uint64_t a, uint64_t b, uint64_t c) {
-  uint64_t s = a;
-  uint64_t h = splitmix64(s);
-  s = h ^ b;
-  h = splitmix64(s);
-  s = h ^ c;
-  return splitmix64(s);
-}
-
 /// Uniform in [0, bound) without modulo bias.
 uint64_t below(uint64_t& state, uint64_t bound) {
   uint64_t limit = UINT64_MAX - UINT64_MAX % bound; // multiples of bound fit below it
@@ -206,6 +196,15 @@ bool readIdx(const std::string& base, uint32_t ndim, IdxFile& out, std::string* 
 
 } // namespace
 
+uint64_t hashWords(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t s = a;
+  uint64_t h = splitmix64(s);
+  s = h ^ b;
+  h = splitmix64(s);
+  s = h ^ c;
+  return splitmix64(s);
+}
+
 std::vector<int64_t> shuffledOrder(int64_t n, uint64_t seed, uint64_t epoch) {
   std::vector<int64_t> order(static_cast<size_t>(std::max<int64_t>(n, 0)));
   for (size_t k = 0; k < order.size(); ++k)
@@ -254,23 +253,33 @@ int64_t DataSource::exampleAt(uint64_t epoch, int64_t slot) const {
   return shuffle_ ? (*orderOf(epoch))[static_cast<size_t>(slot)] : slot;
 }
 
-void DataSource::batch(Position p, float* images, int64_t* labels) const {
+bool DataSource::batch(Position p, float* images, int64_t* labels, std::string* error) const {
   int64_t n = batchSize(), size = imageSize();
   int64_t first = static_cast<int64_t>(p.batch) * n;
   std::shared_ptr<const std::vector<int64_t>> order;
   if (shuffle_)
     order = orderOf(p.epoch);
   for (int64_t k = 0; k < n; ++k)
-    load(order ? (*order)[static_cast<size_t>(first + k)] : first + k, images + k * size,
-         labels + k);
+    if (!load(order ? (*order)[static_cast<size_t>(first + k)] : first + k, p.epoch,
+              images + k * size, labels + k, error))
+      return false;
+  return true;
 }
 
-void DataSource::next(float* images, int64_t* labels) {
-  batch(pos_, images, labels);
+bool DataSource::next(float* images, int64_t* labels, std::string* error) {
+  bool ok = batch(pos_, images, labels, error);
   if (++pos_.batch >= static_cast<uint64_t>(batchesPerEpoch())) {
     pos_.batch = 0;
     ++pos_.epoch;
   }
+  return ok;
+}
+
+void DataSource::setSeed(uint64_t seed) {
+  seed_ = seed;
+  std::lock_guard<std::mutex> lock(orders_->mutex);
+  orders_->order[0].reset();
+  orders_->order[1].reset();
 }
 
 bool DataSource::seek(Position p, std::string* error) {
@@ -307,7 +316,8 @@ std::unique_ptr<SyntheticData> SyntheticData::create(const std::vector<int64_t>&
   return std::unique_ptr<SyntheticData>(new SyntheticData(shape, classes, seed, examples));
 }
 
-void SyntheticData::load(int64_t index, float* image, int64_t* label) const {
+bool SyntheticData::load(int64_t index, uint64_t, float* image, int64_t* label,
+                         std::string*) const {
   const double twoPi = 6.283185307179586476925;
   uint64_t base = hashWords(seed_, static_cast<uint64_t>(index), 0x1A6E5ull);
   int64_t size = imageSize();
@@ -320,6 +330,7 @@ void SyntheticData::load(int64_t index, float* image, int64_t* label) const {
   }
   uint64_t h = hashWords(seed_, static_cast<uint64_t>(index), 0x1ABE1ull);
   *label = static_cast<int64_t>(((h >> 32) * static_cast<uint64_t>(classes_)) >> 32);
+  return true;
 }
 
 // --- IdxData ------------------------------------------------------------------
@@ -443,7 +454,7 @@ void IdxData::resize(const unsigned char* src, float* image, float* rows) const 
   }
 }
 
-void IdxData::load(int64_t index, float* image, int64_t* label) const {
+bool IdxData::load(int64_t index, uint64_t, float* image, int64_t* label, std::string*) const {
   const std::vector<int64_t>& s = shape();
   int64_t h = s[2], w = s[3];
   const unsigned char* src = pixels_.data() + static_cast<size_t>(index) * size_t(rows_ * cols_);
@@ -459,6 +470,7 @@ void IdxData::load(int64_t index, float* image, int64_t* label) const {
   for (int64_t c = 1; c < s[1]; ++c)
     std::memcpy(image + c * h * w, image, static_cast<size_t>(h * w) * sizeof(float));
   *label = labels_[static_cast<size_t>(index)];
+  return true;
 }
 
 } // namespace lwrt

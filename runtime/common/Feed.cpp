@@ -336,4 +336,32 @@ std::unique_ptr<BatchFeed> createPoolFeed(StepRunner& runner, int64_t bytes, Fil
   return feed;
 }
 
+std::unique_ptr<BatchFeed> createExampleFeed(StepRunner& runner, int64_t bytes,
+                                             const ImageLayout& layout, const DataSource& data,
+                                             int64_t batches, const FeedOptions& options,
+                                             std::string* error) {
+  const ImageLayout l = layout;
+  const DataSource* source = &data;
+  return createPrefetchFeed(
+      runner, bytes,
+      [l, source](int64_t b, unsigned char* dst, std::string* e) {
+        const int64_t n = l.shape[0], size = l.shape[1] * l.shape[2] * l.shape[3];
+        const int64_t examples = source->numExamples();
+        thread_local std::vector<float> images;
+        thread_local std::vector<int64_t> labels;
+        labels.resize(static_cast<size_t>(n));
+        float* img = reinterpret_cast<float*>(dst + l.image->offset);
+        if (l.image->dtype != DType::F32) { // converted from floats
+          images.resize(static_cast<size_t>(n * size));
+          img = images.data();
+        }
+        for (int64_t k = 0; k < n; ++k)
+          if (!source->example((b * n + k) % examples, img + k * size, &labels[k], e))
+            return false;
+        storeBatch(l, img, labels.data(), dst);
+        return true;
+      },
+      0, batches, options, error);
+}
+
 } // namespace lwrt

@@ -313,6 +313,8 @@ void JsonlLogger::eval(const EvalRecord& r) {
     line += ",\"step\":" + integer(*r.step);
   line += ",\"epoch\":" + integer(r.epoch);
   line += ",\"accuracy\":" + jsonNumber(r.accuracy);
+  if (r.top5)
+    line += ",\"top5\":" + jsonNumber(*r.top5);
   if (r.loss)
     line += ",\"loss\":" + jsonNumber(*r.loss);
   writeLine(line + "}");

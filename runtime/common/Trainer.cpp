@@ -9,6 +9,7 @@
 #include "lwrt/data.h"
 #include "lwrt/export.h"
 #include "lwrt/feed.h"
+#include "lwrt/image_data.h"
 #include "lwrt/lr_schedule.h"
 #include "lwrt/profile.h"
 #include "lwrt/progress.h"
@@ -36,11 +37,22 @@ namespace {
 const char* kUsage =
     "usage: %s [options]\n"
     "data:\n"
-    "  --data=synthetic|idx:DIR|raw:DIR   batches (default synthetic: seeded random inputs)\n"
-    "      idx:DIR   MNIST-style IDX files (train-*, t10k-*; .gz or plain)\n"
-    "      raw:DIR   one fixed batch, input_<k>.bin raw bytes per model input\n"
-    "  --train-examples=N   use the first N training examples (default all)\n"
-    "  --eval-examples=N    evaluate on the first N test examples (default all)\n"
+    "  --data=synthetic|idx:DIR|folder:DIR|cifar10:DIR|raw:DIR   batches (default synthetic:\n"
+    "                       seeded random inputs)\n"
+    "      idx:DIR      MNIST-style IDX files (train-*, t10k-*; .gz or plain)\n"
+    "      folder:DIR   JPEG/PNG images in DIR/train/CLASS/ and DIR/val/CLASS/\n"
+    "      cifar10:DIR  CIFAR-10's binary files (data_batch_1..5.bin, test_batch.bin)\n"
+    "      raw:DIR      one fixed batch, input_<k>.bin raw bytes per model input\n"
+    "  --augment=standard|flip|none   folder and cifar10 training transform: random\n"
+    "                       resized crop and flip (folder default), flip (cifar10\n"
+    "                       default), or resize alone\n"
+    "  --mean=A[,B,C] --std=A[,B,C]   folder and cifar10 normalization per channel\n"
+    "                       (default ImageNet's; 0.5, 0.5 for one channel)\n"
+    "  --skip-bad-images    leave out unreadable images and folders with a warning\n"
+    "  --train-examples=N   use the first N training examples (default all; folder:\n"
+    "                       N spread over the classes)\n"
+    "  --eval-examples=N    evaluate on the first N test examples (default all; folder:\n"
+    "                       N spread over the classes)\n"
     "  --synthetic-batches=N   batches in a synthetic epoch (default 100; at most 256 MiB\n"
     "                       of them are drawn, and a longer epoch repeats them)\n"
     "  --data-threads=N     threads preparing batches ahead of the step (default: the\n"
@@ -50,7 +62,7 @@ const char* kUsage =
     "                       run's batches without training, and print img/s\n"
     "schedule:\n"
     "  --epochs=N (default 1)   --steps=N (overrides --epochs)   --seed=S\n"
-    "  --eval                   accuracy on the test split after each epoch\n"
+    "  --eval                   top-1 and top-5 accuracy on the test split after each epoch\n"
     "optimizer (defaults: what lwcc compiled in, see --help):\n"
     "  --optimizer=sgd|adam|adamw --lr=X --momentum=X --weight-decay=X --nesterov[=0|1]\n"
     "  --beta1=X --beta2=X --eps=X --lr-schedule=constant|step|cosine --warmup-steps=N\n"
@@ -84,6 +96,9 @@ const char* kUsage =
 
 struct Options {
   std::string data = "synthetic";
+  std::string augment;          ///< "" (the data's default), standard, flip, none
+  std::vector<float> mean, std; ///< folder and cifar10 normalization (empty: defaults)
+  bool skipBadImages = false;
   int64_t trainExamples = 0, evalExamples = 0, syntheticBatches = 100;
   int64_t dataThreads = 0, prefetch = 2; ///< 0: from the core count
   bool dataOnly = false;
@@ -124,6 +139,10 @@ bool parseInt(const std::string& text, int64_t& out) {
     return false;
   out = v;
   return true;
+}
+
+bool isImageData(const std::string& data) {
+  return data.rfind("folder:", 0) == 0 || data.rfind("cifar10:", 0) == 0;
 }
 
 bool parseDouble(const std::string& text, double& out) {
@@ -248,6 +267,12 @@ private:
   bool resumeFrom(const std::string& path, std::string& error);
   /// The input pipeline of the training steps [first, end).
   bool makeFeed(int64_t first, int64_t end, std::string& error);
+  /// Threads preparing batches: --data-threads, or the cores less one (1 to 4).
+  int dataThreads() const {
+    unsigned cores = std::thread::hardware_concurrency();
+    return o_.dataThreads > 0 ? static_cast<int>(o_.dataThreads)
+                              : static_cast<int>(std::clamp<unsigned>(cores, 2, 5) - 1);
+  }
   /// A launched step whose loss (copied back asynchronously) is read later.
   struct Launched {
     int64_t step;
@@ -440,8 +465,7 @@ bool Trainer::resumeFrom(const std::string& path, std::string& error) {
 bool Trainer::makeFeed(int64_t first, int64_t end, std::string& error) {
   FeedOptions fo;
   unsigned cores = std::thread::hardware_concurrency();
-  fo.threads = o_.dataThreads > 0 ? static_cast<int>(o_.dataThreads)
-                                  : static_cast<int>(std::clamp<unsigned>(cores, 2, 5) - 1);
+  fo.threads = dataThreads();
   // Buffers: the prepared ones, the step's, and the previous step's while
   // its upload may still run.
   fo.depth = static_cast<int>(o_.prefetch) + 2;
@@ -478,7 +502,7 @@ bool Trainer::makeFeed(int64_t first, int64_t end, std::string& error) {
     const DataSource* train = train_.get();
     feed_ = createPrefetchFeed(
         *runner_, bytes,
-        [layout, perEpoch, n, train](int64_t step, unsigned char* dst, std::string*) {
+        [layout, perEpoch, n, train](int64_t step, unsigned char* dst, std::string* error) {
           DataSource::Position p{static_cast<uint64_t>(step / perEpoch),
                                  static_cast<uint64_t>(step % perEpoch)};
           thread_local std::vector<int64_t> labels;
@@ -489,7 +513,8 @@ bool Trainer::makeFeed(int64_t first, int64_t end, std::string& error) {
             images.resize(static_cast<size_t>(numelOf(layout.shape)));
             img = images.data();
           }
-          train->batch(p, img, labels.data());
+          if (!train->batch(p, img, labels.data(), error))
+            return false;
           storeBatch(layout, img, labels.data(), dst);
           return true;
         },
@@ -627,9 +652,8 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
     return false;
   }
   int64_t examples = o_.data == "synthetic" ? n * 10 : test_ ? test_->numExamples() : n;
-  int64_t batches = (examples + n - 1) / n, correct = 0;
+  int64_t batches = (examples + n - 1) / n, correct = 0, top5 = 0;
   double lossSum = 0;
-  std::vector<float> images(static_cast<size_t>(numelOf(layout_->shape)));
   std::vector<int64_t> labels(static_cast<size_t>(n));
   std::vector<unsigned char> logits(static_cast<size_t>(bytesOf(m_.logitsType, m_.logitsShape)));
   // Multi-device trainers evaluate on device 0 with the whole params.
@@ -638,20 +662,31 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
     error = "evaluation: " + error;
     return false;
   }
+  // A test split's batches are decoded ahead on the data threads.
+  std::unique_ptr<BatchFeed> feed;
+  if (test_) {
+    FeedOptions fo;
+    fo.threads = dataThreads();
+    fo.depth = fo.threads + 2; // a batch per thread, the one in use and one ready
+    feed = createExampleFeed(*runner_, m_.inputBytes, *layout_, *test_, batches, fo, &error);
+    if (!feed) {
+      error = "evaluation: " + error;
+      return false;
+    }
+  }
   for (int64_t b = 0; b < batches; ++b) {
+    const unsigned char* batch = hostInputs_.data();
     if (o_.data == "synthetic") {
       fillSyntheticInputs(m_, hostInputs_.data(), o_.seed ^ 0x5EED5EED5EEDull, 1000000000ull + b);
     } else if (!test_) {
       std::memcpy(hostInputs_.data(), rawBatch_.data(), rawBatch_.size());
-    } else {
-      int64_t size = layout_->shape[1] * layout_->shape[2] * layout_->shape[3];
-      for (int64_t k = 0; k < n; ++k)
-        test_->example((b * n + k) % examples, images.data() + k * size, &labels[k]);
-      storeBatch(*layout_, images.data(), labels.data(), hostInputs_.data());
+    } else if (!(batch = feed->acquire(b, &error))) {
+      error = "evaluation: " + error;
+      return false;
     }
-    // The labels as the model sees them (synthetic and raw batches hold them).
+    // The labels as the model sees them.
     for (int64_t k = 0; k < n; ++k) {
-      const unsigned char* lab = hostInputs_.data() + layout_->label->offset;
+      const unsigned char* lab = batch + layout_->label->offset;
       if (layout_->label->dtype == DType::I64) {
         std::memcpy(&labels[k], lab + 8 * k, 8);
       } else {
@@ -660,7 +695,7 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
         labels[k] = v;
       }
     }
-    if (!runner_->upload(inputs_.ptr, hostInputs_.data(), m_.inputBytes, &error) ||
+    if (!runner_->upload(inputs_.ptr, batch, m_.inputBytes, &error) ||
         !runner_->run(
             1, [&](std::string* e) { return m_.eval(evalBuffers_, e); }, &error) ||
         !runner_->download(logits.data(), evalArena_.ptr + m_.logitsOffset,
@@ -668,6 +703,8 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
       error = "evaluation: " + error;
       return false;
     }
+    if (feed) // the download waited for the step, and so for the upload
+      feed->release(b);
     int64_t valid = std::min(n, examples - b * n);
     for (int64_t k = 0; k < valid; ++k) {
       std::vector<double> row(static_cast<size_t>(classes));
@@ -680,9 +717,18 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
           row[j] = f;
         }
       }
-      int64_t best = std::max_element(row.begin(), row.end()) - row.begin();
-      correct += best == labels[k];
-      double mx = row[best], sum = 0;
+      // The label's rank: logits above it, and equal ones before it (the
+      // first maximum is the prediction).
+      const int64_t label = labels[k];
+      int64_t rank = classes;
+      if (label >= 0 && label < classes && std::isfinite(row[label])) {
+        rank = 0;
+        for (int64_t j = 0; j < classes; ++j)
+          rank += row[j] > row[label] || (row[j] == row[label] && j < label);
+      }
+      correct += rank == 0;
+      top5 += rank < 5;
+      double mx = *std::max_element(row.begin(), row.end()), sum = 0;
       for (double v : row)
         sum += std::exp(v - mx);
       if (labels[k] >= 0 && labels[k] < classes)
@@ -704,14 +750,17 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   double accuracy = static_cast<double>(correct) / static_cast<double>(examples);
   double loss = lossSum / static_cast<double>(examples);
   char line[256];
-  std::snprintf(line, sizeof line, "eval  epoch %lld  accuracy %.4f (%lld/%lld)  loss %.4f",
+  double accuracy5 = static_cast<double>(top5) / static_cast<double>(examples);
+  std::snprintf(line, sizeof line,
+                "eval  epoch %lld  accuracy %.4f (%lld/%lld)  top-5 %.4f  loss %.4f",
                 static_cast<long long>(epoch), accuracy, static_cast<long long>(correct),
-                static_cast<long long>(examples), loss);
+                static_cast<long long>(examples), accuracy5, loss);
   progress_->message(line);
   if (log_) {
     EvalRecord r;
     r.epoch = epoch;
     r.accuracy = accuracy;
+    r.top5 = accuracy5;
     r.loss = loss;
     r.step = step;
     log_->eval(r);
@@ -814,6 +863,28 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
       if (!test_)
         return fail("data: " + error);
     }
+  } else if (isImageData(o_.data)) {
+    if (!layout_)
+      return fail("--data=" + o_.data + ": " + why);
+    ImageDataOptions io;
+    io.mean = o_.mean;
+    io.std = o_.std;
+    io.seed = o_.seed;
+    io.maxExamples = o_.trainExamples;
+    io.skipBad = o_.skipBadImages;
+    io.threads = dataThreads();
+    io.warn = [program = program_](const std::string& w) {
+      std::fprintf(stderr, "%s: warning: %s\n", program, w.c_str());
+    };
+    ImageDataSet set;
+    if (!openImageDataSet(o_.data, layout_->shape, io, o_.augment, o_.eval, o_.evalExamples,
+                          m_.classes, set, &error))
+      return fail("data: " + error);
+    for (const std::string& note : set.notes)
+      std::printf("%s: data: %s\n", program_, note.c_str());
+    train_ = std::move(set.train);
+    test_ = std::move(set.test);
+    batchesPerEpoch_ = train_->batchesPerEpoch();
   } else if (o_.data.rfind("raw:", 0) == 0) {
     rawBatch_.assign(static_cast<size_t>(m_.inputBytes), 0);
     std::string dir = o_.data.substr(4);
@@ -875,16 +946,10 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     if (!resumeFrom(resumePath, error))
       return fail("resume: " + error);
     lastCheckpoint_ = startStep_;
-    // The checkpoint's seed shuffles the training set from here on.
-    if (train_ && o_.seed != seed) {
-      IdxOptions io;
-      io.seed = o_.seed;
-      io.classes = m_.classes;
-      io.maxExamples = o_.trainExamples;
-      train_ = IdxData::open(o_.data.substr(4), "train", layout_->shape, io, &error);
-      if (!train_)
-        return fail("data: " + error);
-    }
+    // The checkpoint's seed shuffles (and augments) the training set from
+    // here on.
+    if (train_ && o_.seed != seed)
+      train_->setSeed(o_.seed);
   }
   if (!runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error) ||
       (multi_ && !multi_->upload(hostState_.data(), error)))
@@ -1111,8 +1176,33 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
       return 0;
     } else if (key == "--data") {
       o.data = value;
-      if (o.data != "synthetic" && o.data.rfind("raw:", 0) != 0 && o.data.rfind("idx:", 0) != 0)
-        return bad("is synthetic, idx:DIR or raw:DIR");
+      if (o.data != "synthetic" && o.data.rfind("raw:", 0) != 0 && o.data.rfind("idx:", 0) != 0 &&
+          !isImageData(o.data))
+        return bad("is synthetic, idx:DIR, folder:DIR, cifar10:DIR or raw:DIR");
+      if (isImageData(o.data) && o.data.back() == ':')
+        return bad("names no folder");
+    } else if (key == "--augment") {
+      Augment augment;
+      if (!parseAugment(value, augment))
+        return bad("is standard, flip or none");
+      o.augment = value;
+    } else if (key == "--mean" || key == "--std") {
+      std::vector<float>& v = key == "--mean" ? o.mean : o.std;
+      v.clear();
+      for (size_t at = 0; hasValue && at <= value.size();) {
+        size_t comma = std::min(value.find(',', at), value.size());
+        double d;
+        if (!parseDouble(value.substr(at, comma - at), d))
+          return bad("takes 1 or 3 comma-separated numbers");
+        v.push_back(static_cast<float>(d));
+        at = comma + 1;
+      }
+      if (v.empty() || v.size() == 2 || v.size() > 3 ||
+          (key == "--std" && std::any_of(v.begin(), v.end(), [](float x) { return !(x > 0); })))
+        return bad(key == "--std" ? "takes 1 or 3 comma-separated positive numbers"
+                                  : "takes 1 or 3 comma-separated numbers");
+    } else if (key == "--skip-bad-images" && !hasValue) {
+      o.skipBadImages = true;
     } else if (key == "--train-examples") {
       if (!intArg(o.trainExamples, 1))
         return bad("takes a positive count");
@@ -1293,6 +1383,10 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     return usageError(program, "--lr-schedule=step needs --step-size=N");
   if (o.checkpointEvery > 0 && o.checkpointDir.empty())
     return usageError(program, "--checkpoint-every needs --checkpoint-dir");
+  if ((!o.augment.empty() || !o.mean.empty() || !o.std.empty() || o.skipBadImages) &&
+      !isImageData(o.data))
+    return usageError(program, "--augment, --mean, --std and --skip-bad-images apply to "
+                               "--data=folder:DIR and --data=cifar10:DIR");
   Trainer t(program, m, std::move(o));
   return t.run(createRunner, createGroup);
 }

@@ -56,6 +56,8 @@ MULTI = [("lenet", 2, "data"), ("resnet18", 4, "data"), ("alexnet_owt", 2, "owt"
 # Dropout masks split over channels and samples (the CPU trainers of
 # test/e2e/multi_device_trainer.py train these against one device).
 MULTI += [("dropnet", g, s) for g in (2, 4) for s in ("model", "owt", "layerwise", "hypergraph")]
+# A pipeline: 2 stages, 2 micro-batches (1F1B), transfers on streams 2 and 3.
+MULTI += [("lenet", 2, "pipeline")]
 # The ops of issue 25 (activations, prelu, max/min, resize, stateless batch
 # norm), on one device and with resize split over channels.
 EXTRA = [("upnet", 1, None), ("upnet", 2, "model")]
@@ -64,6 +66,8 @@ EXTRA = [("upnet", 1, None), ("upnet", 2, "model")]
 def check(name, tmp, gpu, gpus=1, strategy=None):
     path = os.path.join(tmp, name + ".onnx")  # main() saved it
     flags = [f"--gpus={gpus}", f"--strategy={strategy}"] if gpus > 1 else []
+    if strategy == "pipeline":
+        flags += ["--stages=2", "--microbatches=2"]
     exe = os.path.join(tmp, name + (f"-g{gpus}-{strategy}" if gpus > 1 else "") + "-cuda")
     r = subprocess.run([LWCC, path, "-o", exe] + flags, capture_output=True, text=True,
                        timeout=900)

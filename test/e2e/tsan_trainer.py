@@ -8,7 +8,9 @@ same way (PREFIX, made by `tools/dev.sh test`'s ThreadSanitizer suite in
 build-tsan/) and checks:
 
   1. `--gpus 4` trainers (lenet with data and owt, resnet18 with data: batch
-     norm's all-reduces) run 3 steps with no ThreadSanitizer report, and
+     norm's all-reduces; lenet as a 4-stage pipeline of 4 micro-batches,
+     1F1B, its transfers on streams 2 and 3) run 3 steps with no
+     ThreadSanitizer report, and
      again profiled (--profile-ops, --trace: a recorder per stream thread);
   2. the same lenet trainer with ONE event wait deleted from its source (the
      wait that orders the gradient all-reduce on stream 1 after backward on
@@ -92,8 +94,11 @@ def main():
         return 1
     tmp = tempfile.mkdtemp(prefix="lwcc-tsan-")
     try:
-        cases = [("lenet", "data"), ("lenet", "owt"), ("resnet18", "data")]
-        for model, strategy in cases:
+        # (model, strategy, lwcc flags): the pipeline runs 4 stages of 4
+        # micro-batches, its transfers on streams of their own (1F1B).
+        cases = [("lenet", "data", []), ("lenet", "owt", []), ("resnet18", "data", []),
+                 ("lenet", "pipeline", ["--stages=4", "--microbatches=4", "--schedule=1f1b"])]
+        for model, strategy, extra in cases:
             onnx_path = os.path.join(tmp, f"{model}.onnx")
             if not os.path.exists(onnx_path):
                 r = run([sys.executable, GEN, model, "--test-size", "--batch", "8", "-o", onnx_path])
@@ -103,7 +108,7 @@ def main():
             name = f"{model} --gpus 4 --strategy={strategy}"
             src = os.path.join(tmp, f"{model}-{strategy}-src")
             r = run([LWCC, onnx_path, "--target=cpu", "--gpus=4", f"--strategy={strategy}",
-                     "--bucket-bytes=20000", "--emit=source", "-o", src])
+                     "--bucket-bytes=20000", *extra, "--emit=source", "-o", src])
             if r.returncode:
                 report(False, f"{name}: lwcc", r.stderr[-1000:])
                 continue

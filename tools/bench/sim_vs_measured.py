@@ -12,7 +12,8 @@ steps). Also prints the prediction without a profile (the cpu spec's
 analytic times).
 
     python3 tools/bench/sim_vs_measured.py [--models alexnet,resnet18] [--steps 200] [--rounds 3]
-    python3 tools/bench/sim_vs_measured.py --gpus 2 [--strategies data,model,owt,layerwise,hypergraph]
+    python3 tools/bench/sim_vs_measured.py --gpus 2 [--strategies data,model,owt,layerwise,hypergraph,pipeline]
+        [--microbatches 4] [--batch 8]
 
 With --gpus N > 1: each strategy's own `--gpus N` CPU trainer runs with
 `--profile-ops` and `--trace` (a multi-device trainer times each device's
@@ -24,7 +25,8 @@ communication ops by their measured time; with what the profile measured
 outside the ops: the idle time between steps, each stream thread's start
 and a blocked thread's wake-up) is set beside the step time measured in
 the same profiled run and in an unprofiled one. The first row is the
-`--gpus 1` trainer, measured and predicted the same way. The strategies' searches
+`--gpus 1` trainer, measured and predicted the same way. `pipeline` is N
+stages of --microbatches micro-batches (1F1B). The strategies' searches
 (layerwise, hypergraph) choose on the cpu spec's analytic times in the
 trainer and in the prediction alike: a multi-device profile prices no whole
 op, so both see the same plan.
@@ -72,6 +74,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--gpus", type=int, default=1)
     ap.add_argument("--strategies", default="data,model,owt,layerwise,hypergraph")
+    ap.add_argument("--microbatches", type=int, default=4, help="of the pipeline strategy")
+    ap.add_argument("--batch", type=int, help="the models' batch (default: the test preset's)")
     args = ap.parse_args()
     if args.gpus > 1:
         return multi(args)
@@ -125,11 +129,14 @@ def multi(args):
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             model = os.path.join(tmp, name + ".onnx")
-            run([sys.executable, GEN, name, "--test-size", "-o", model])
+            run([sys.executable, GEN, name, "--test-size", "-o", model] +
+                ([f"--batch={args.batch}"] if args.batch else []))
             rows = [("-", 1, [])]
             for strategy in args.strategies.split(","):
-                rows.append((strategy, args.gpus,
-                             [f"--gpus={args.gpus}", f"--strategy={strategy}"]))
+                extra = [f"--gpus={args.gpus}", f"--strategy={strategy}"]
+                if strategy == "pipeline":
+                    extra += [f"--stages={args.gpus}", f"--microbatches={args.microbatches}"]
+                rows.append((strategy, args.gpus, extra))
             for strategy, gpus, extra in rows:
                 trainer = os.path.join(tmp, f"{name}-{strategy}-{gpus}")
                 run([LWCC, model, "--target=cpu", *extra, "-o", trainer])

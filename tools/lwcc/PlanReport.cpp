@@ -1,6 +1,8 @@
 //===- PlanReport.cpp - lwcc --emit=plan's tables -------------------------===//
 #include "tools/lwcc/PlanReport.h"
 
+#include "passes/Schedule.h"
+
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -138,9 +140,58 @@ int64_t maxOver(const std::map<int64_t, int64_t>& m) {
 
 } // namespace
 
+PipelinePlan pipelinePlan(const Graph& g, const StrategyPlan& s, const std::string& schedule) {
+  PipelinePlan p;
+  PipelineShape shape = pipelineShapeOf(g);
+  p.stages = shape.stages;
+  p.microbatches = shape.microbatches;
+  p.schedule = schedule;
+  if (!p.microbatches)
+    return p;
+  std::map<int64_t, StagePlan> devices;
+  for (const auto& [d, stage] : shape.stageOf) {
+    StagePlan& sp = devices[d];
+    sp.device = d;
+    sp.stage = stage;
+    auto it = s.sim.computeSeconds.find(d);
+    sp.computeSeconds = it == s.sim.computeSeconds.end() ? 0 : it->second;
+    sp.bubble =
+        s.sim.stepSeconds > 0 ? std::max(0.0, 1 - sp.computeSeconds / s.sim.stepSeconds) : 0;
+    auto pk = s.peakBytes.find(d);
+    sp.peakBytes = pk == s.peakBytes.end() ? 0 : pk->second;
+  }
+  size_t k = 0;
+  for (const auto& op : g.ops()) {
+    bool backward = shape.backward[k++];
+    if (op->kind() == OpKind::Constant)
+      continue;
+    if (op->kind() == OpKind::DeviceCopy) {
+      int64_t src = op->getInt("src"), dst = op->getInt("dst");
+      if (shape.stageOf[src] != shape.stageOf[dst])
+        devices[src].bytesOut += op->result()->type().sizeInBytes();
+      continue;
+    }
+    if (op->info().isCommunication())
+      continue;
+    StagePlan& sp = devices[opDevice(*op)];
+    ++sp.ops;
+    if (!op->loc().name.empty() && !llvm::StringRef(op->loc().name).startswith("optimizer") &&
+        op->loc().name != "loss.grad") {
+      if (sp.first.empty())
+        sp.first = op->loc().name;
+      if (!backward) // forward ops name the stage's last layer
+        sp.last = op->loc().name;
+    }
+  }
+  for (auto& [d, sp] : devices)
+    p.devices.push_back(sp);
+  return p;
+}
+
 void printParallelPlan(const Graph& g, const CostModel& model, const std::string& strategy,
                        int64_t gpus, const std::vector<StrategyPlan>& strategies,
-                       const SearchCheck* check, llvm::raw_ostream& os) {
+                       const std::map<std::string, SearchCheck>& checks,
+                       const std::string& schedule, llvm::raw_ostream& os) {
   os << llvm::formatv("\nparallel plan of @{0}: --strategy={1} on {2} devices, priced on {3}\n",
                       g.name(), strategy, gpus, model.spec().name);
   os << llvm::formatv("{0,-32} {1,-14} {2,-16} {3,5} {4,12} {5,14}\n", "layer", "config", "devices",
@@ -158,12 +209,37 @@ void printParallelPlan(const Graph& g, const CostModel& model, const std::string
                         s.sim.stepSeconds * 1e3, maxOver(s.sim.computeSeconds) * 1e3,
                         maxOver(s.sim.commSeconds) * 1e3, s.sim.commBytes, maxOver(s.peakBytes),
                         s.name == strategy ? "  (chosen)" : "");
-  if (check) {
-    os << "layerwise: the search's plan and the uniform ones on the simulator:";
-    for (const auto& [name, seconds] : check->candidates)
-      os << llvm::formatv(" {0} {1:f3} ms", name, seconds * 1e3);
-    os << "; kept "
-       << (check->kept == "layerwise" ? "the search's plan" : check->kept + "'s configs") << "\n";
+  for (const auto& [name, check] : checks) {
+    os << name
+       << (name == "layerwise" ? ": the search's plan, the uniform ones and the pipelines"
+                               : ": the pipelines")
+       << " on the simulator:";
+    for (const auto& [candidate, seconds] : check.candidates)
+      os << llvm::formatv(" {0} {1:f3} ms", candidate, seconds * 1e3);
+    os << "; kept " << (check.kept == "layerwise" ? "the search's plan" : check.kept + "'s configs")
+       << "\n";
+  }
+  for (const StrategyPlan& s : strategies) {
+    if (s.name != strategy)
+      continue;
+    PipelinePlan p = pipelinePlan(g, s, schedule);
+    if (!p.microbatches)
+      break;
+    double bubble = 0;
+    for (const StagePlan& sp : p.devices)
+      bubble = std::max(bubble, sp.bubble);
+    os << llvm::formatv("\n{0} stage(s), {1} micro-batches, {2} schedule; bubble: the fraction of "
+                        "the step a device's compute is idle (largest {3:f3}; a uniform pipeline's "
+                        "(S-1)/(M+S-1) = {4:f3})\n",
+                        p.stages, p.microbatches, p.schedule, bubble,
+                        static_cast<double>(p.stages - 1) /
+                            static_cast<double>(p.microbatches + p.stages - 1));
+    os << llvm::formatv("{0,6} {1,5} {2,6} {3,-40} {4,11} {5,7} {6,14} {7,12}\n", "device", "stage",
+                        "ops", "layers", "compute ms", "bubble", "peak bytes", "bytes out");
+    for (const StagePlan& sp : p.devices)
+      os << llvm::formatv("{0,6} {1,5} {2,6} {3,-40} {4,11:f3} {5,7:f3} {6,14} {7,12}\n", sp.device,
+                          sp.stage, sp.ops, (sp.first + " .. " + sp.last).substr(0, 40),
+                          sp.computeSeconds * 1e3, sp.bubble, sp.peakBytes, sp.bytesOut);
   }
   for (const StrategyPlan& s : strategies) {
     if (s.name != strategy)
@@ -183,7 +259,8 @@ void printParallelPlan(const Graph& g, const CostModel& model, const std::string
 
 void writePlanJson(const std::string& chosen, double searchSeconds, const std::string& spec,
                    const std::vector<StrategyPlan>& strategies, const SearchCheck* check,
-                   const std::vector<LayerPlan>& layers, llvm::raw_ostream& os) {
+                   const std::vector<LayerPlan>& layers, const PipelinePlan* pipeline,
+                   llvm::raw_ostream& os) {
   llvm::json::Object strats;
   for (const StrategyPlan& s : strategies) {
     llvm::json::Array compute, comm, peaks;
@@ -220,6 +297,23 @@ void writePlanJson(const std::string& chosen, double searchSeconds, const std::s
       candidates[name] = seconds;
     top["search_check"] =
         llvm::json::Object{{"kept", check->kept}, {"candidates", std::move(candidates)}};
+  }
+  if (pipeline && pipeline->microbatches) {
+    llvm::json::Array devs;
+    for (const StagePlan& sp : pipeline->devices)
+      devs.push_back(llvm::json::Object{{"device", sp.device},
+                                        {"stage", sp.stage},
+                                        {"ops", sp.ops},
+                                        {"first", sp.first},
+                                        {"last", sp.last},
+                                        {"compute_s", sp.computeSeconds},
+                                        {"bubble", sp.bubble},
+                                        {"peak_bytes", sp.peakBytes},
+                                        {"bytes_out", sp.bytesOut}});
+    top["pipeline"] = llvm::json::Object{{"stages", pipeline->stages},
+                                         {"microbatches", pipeline->microbatches},
+                                         {"schedule", pipeline->schedule},
+                                         {"devices", std::move(devs)}};
   }
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(top))) << "\n";
 }

@@ -59,20 +59,45 @@ struct LayerPlan {
 /// The layers of a training step priced on `model`.
 std::vector<LayerPlan> layerPlans(const Graph& g, const CostModel& model);
 
+/// One device of a micro-batched step (a pipeline stage, or with one stage
+/// a device running its micro-batches in turn), as the simulator sees it.
+struct StagePlan {
+  int64_t device = 0, stage = 0, ops = 0;
+  std::string first, last; ///< the first and last layer (location) it runs
+  double computeSeconds = 0;
+  double bubble = 0;                   ///< the fraction of the step its compute is idle
+  int64_t peakBytes = 0, bytesOut = 0; ///< arena; sent to other stages per step
+};
+struct PipelinePlan {
+  int64_t stages = 1, microbatches = 0; ///< no micro-batches: 0
+  std::string schedule;
+  std::vector<StagePlan> devices;
+};
+
+/// The stages of the micro-batched step `g`, priced by its simulation `s`.
+PipelinePlan pipelinePlan(const Graph& g, const StrategyPlan& s, const std::string& schedule);
+
 /// Per layer: the parallel config, the devices, compute time and bytes
 /// communicated per step; then the predicted step time, compute,
 /// communication and peak memory per device of every strategy side by
-/// side, `strategy` marked as chosen; with `check`, which plan layerwise kept.
+/// side, `strategy` marked as chosen; for each strategy the planner
+/// settled (`checks`: layerwise, pipeline), its candidates and the plan it
+/// kept; for a micro-batched step, its stages, schedule and bubble.
 void printParallelPlan(const Graph& g, const CostModel& model, const std::string& strategy,
                        int64_t gpus, const std::vector<StrategyPlan>& strategies,
-                       const SearchCheck* check, llvm::raw_ostream& os);
+                       const std::map<std::string, SearchCheck>& checks,
+                       const std::string& schedule, llvm::raw_ostream& os);
 
 /// --plan-json: {"chosen", "search_s", "device_spec", "strategies": {name: {"step_s",
 /// "comm_bytes", "peak_bytes", "compute_s": [per device], "comm_s": [...]}},
 /// "layers": [{"name", "config", "devices", "compute_s", "comm_bytes"}]}; with
-/// `check`, also "search_check": {"kept", "candidates": {name: step_s}}.
+/// `check`, also "search_check": {"kept", "candidates": {name: step_s}}; for a
+/// micro-batched chosen step, "pipeline": {"stages", "microbatches",
+/// "schedule", "devices": [{"device", "stage", "ops", "first", "last",
+/// "compute_s", "bubble", "peak_bytes", "bytes_out"}]}.
 void writePlanJson(const std::string& chosen, double searchSeconds, const std::string& spec,
                    const std::vector<StrategyPlan>& strategies, const SearchCheck* check,
-                   const std::vector<LayerPlan>& layers, llvm::raw_ostream& os);
+                   const std::vector<LayerPlan>& layers, const PipelinePlan* pipeline,
+                   llvm::raw_ostream& os);
 
 } // namespace lwcc

@@ -73,8 +73,9 @@ cl::opt<std::string>
     strategy("strategy",
              cl::desc("How layers are parallelized over --gpus devices: "
                       "layerwise (default: the fastest config per layer on "
-                      "--device-spec), data, model, owt (One Weird Trick) or hypergraph (units "
-                      "of work onto devices by Zoltan partitioning)"),
+                      "--device-spec, or a pipeline when one is faster), data, model, owt (One "
+                      "Weird Trick), hypergraph (units of work onto devices by Zoltan "
+                      "partitioning) or pipeline (stages of consecutive layers, micro-batches)"),
              cl::cat(category));
 cl::opt<std::string> deviceSpec("device-spec",
                                 cl::desc("The devices the cost model prices: h100, h200, a100, "
@@ -99,6 +100,20 @@ cl::opt<bool> checkSearch(
              "data, model and owt parallelism and keep the fastest (default true; =false keeps "
              "the search's plan)"),
     cl::init(true), cl::cat(category));
+cl::opt<int64_t> microbatches(
+    "microbatches",
+    cl::desc("Micro-batches per step (default 1): forward and backward run on M slices of the "
+             "batch, their gradients summed before one update (any strategy; the pipeline "
+             "planner's choice for --strategy=pipeline when not given)"),
+    cl::init(1), cl::cat(category));
+cl::opt<int64_t> stages("stages",
+                        cl::desc("--strategy=pipeline: pipeline stages, dividing --gpus (default: "
+                                 "the planner's choice)"),
+                        cl::init(0), cl::cat(category));
+cl::opt<std::string> schedule("schedule",
+                              cl::desc("The order of each device's micro-batches: 1f1b "
+                                       "(default) or gpipe"),
+                              cl::init("1f1b"), cl::cat(category));
 cl::opt<int64_t> bucketBytes("bucket-bytes",
                              cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
                              cl::init(int64_t{25} << 20), cl::cat(category));
@@ -304,21 +319,70 @@ llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats) {
                    "' has:" + over);
 }
 
-/// Runs the passes that build the training graph with strategy `strat` as
-/// it is (no simulator check); `withOptimizer` false stops after autodiff
-/// (gradients as outputs, nothing updated).
-llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& strat) {
+/// A plan a candidate of the planner names: a strategy, or for pipelines
+/// "pipeline/S/M" (S stages, M micro-batches).
+struct PlanName {
+  std::string strategy;
+  int64_t stages = 0, microbatches = 1;
+};
+
+PlanName parsePlanName(const std::string& name) {
+  PlanName p;
+  p.microbatches = microbatches;
+  llvm::SmallVector<llvm::StringRef, 3> parts;
+  llvm::StringRef(name).split(parts, '/');
+  p.strategy = parts[0].str();
+  if (parts.size() == 3) {
+    parts[1].getAsInteger(10, p.stages);
+    parts[2].getAsInteger(10, p.microbatches);
+  }
+  return p;
+}
+
+std::string pipelineName(int64_t s, int64_t m) {
+  return "pipeline/" + std::to_string(s) + "/" + std::to_string(m);
+}
+
+/// The pipeline pass for S stages of M micro-batches.
+std::string pipelineOptions(int64_t s, int64_t m) {
+  std::string o = "pipeline-partition=stages=" + std::to_string(s) +
+                  ",gpus=" + std::to_string(gpus) + ",microbatches=" + std::to_string(m) +
+                  ",schedule=" + schedule + ",spec=" + deviceSpecName();
+  if (!costProfile.empty())
+    o += ",profile=" + costProfile;
+  if (tf32)
+    o += ",tf32=1";
+  if (verbose)
+    o += ",report=1";
+  return o;
+}
+
+/// Runs the passes that build the training graph with the plan `name`
+/// (a strategy, or pipeline/S/M) as it is (no simulator check);
+/// `withOptimizer` false stops after autodiff (gradients as outputs,
+/// nothing updated).
+llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& name) {
+  PlanName plan = parsePlanName(name);
+  const std::string& strat = plan.strategy;
   std::vector<std::string> names = {"canonicalize", "append-loss=" + loss,
                                     "train-mode=bn_running_var=" + bnRunningVar};
+  std::string micro = "microbatch=m=" + std::to_string(plan.microbatches);
   if (gpus > 1) {
     // Materialize before autodiff: the backward pass differentiates the
     // per-device ops and their communication; replicas' gradients are summed.
-    names.push_back(strat == "hypergraph" ? hypergraphOptions() : parallelizeOptions(strat));
+    names.push_back(strat == "hypergraph" ? hypergraphOptions()
+                    : strat == "pipeline" ? pipelineOptions(plan.stages, plan.microbatches)
+                                          : parallelizeOptions(strat));
+    // Micro-batches copy the configs the strategy chose.
+    if (plan.microbatches > 1)
+      names.push_back(micro);
     names.push_back("materialize");
     names.push_back("autodiff");
     // Gradient all-reduces on stream 1 of each device, beside backward.
     names.push_back("grad-sync=bucket_bytes=" + std::to_string(bucketBytes) + ",stream=1");
   } else {
+    if (plan.microbatches > 1)
+      names.push_back(micro);
     names.push_back("autodiff");
   }
   if (withOptimizer)
@@ -326,6 +390,8 @@ llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& s
   names.push_back("dce");
   if (streams > 1)
     names.push_back("stream-assign=streams=" + std::to_string(streams));
+  if (plan.microbatches > 1)
+    names.push_back("schedule=" + schedule);
   names.push_back("verify");
   auto pipeline = buildPipeline(names);
   if (!pipeline)
@@ -343,7 +409,8 @@ llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& s
     one.push_back(std::move(pass));
     if (llvm::Error e = runPipeline(g, one, ctx, opts))
       return e;
-    if (one[0]->name() == "parallelize" || one[0]->name() == "hypergraph")
+    if (one[0]->name() == "parallelize" || one[0]->name() == "hypergraph" ||
+        one[0]->name() == "pipeline-partition")
       strategySeconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
@@ -352,85 +419,194 @@ llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& s
 
 llvm::Expected<CostModel> costModel();
 
-/// --strategy=layerwise with --check-search, settled once per run, and the
-/// kept plan's training graph until the module takes it.
-std::optional<SearchCheck> searchCheck;
-std::unique_ptr<Graph> keptGraph;
+/// The plan the planner settled on (--strategy=layerwise with
+/// --check-search, or --strategy=pipeline without --stages or
+/// --microbatches), once per run, and its training graph until the module
+/// takes it.
+std::map<std::string, SearchCheck> settled;
+std::map<std::string, std::unique_ptr<Graph>> keptGraphs;
 
-/// The layer-wise search minimises an additive cost (each op's compute, its
-/// operands' re-layouts, its params' gradient all-reduce: Jia et al.'s
-/// model), which cannot see the bucketed all-reduce overlapping backward
-/// that the simulator (and the trainer) has. So the searched plan is
+/// What the planner settled for strategy `strat`, or null.
+const SearchCheck* settledFor(const std::string& strat) {
+  auto it = settled.find(strat);
+  return it == settled.end() ? nullptr : &it->second;
+}
+
+/// The batch: dim 0 of the model's first input.
+int64_t batchOf(const Graph& g) {
+  for (const auto& in : g.inputs())
+    if (in->type().rank() > 0)
+      return in->type().shape[0];
+  return 1;
+}
+
+/// The pipeline plans the planner tries: S stages for each S > 1 dividing
+/// --gpus (only --stages when given), with --microbatches when given, else
+/// S, 2S and 4S micro-batches (at most one per sample, and enough samples
+/// per micro-batch for a stage's replicas).
+std::vector<std::string> pipelineCandidates(const Graph& g) {
+  std::vector<std::string> out;
+  int64_t n = batchOf(g);
+  for (int64_t s = stages > 0 ? stages : 2; s <= gpus; ++s) {
+    if (gpus % s || (stages > 0 && s != stages))
+      continue;
+    int64_t replicas = gpus / s;
+    std::vector<int64_t> ms;
+    if (microbatches.getNumOccurrences())
+      ms = {microbatches};
+    else
+      for (int64_t m : {s, 2 * s, 4 * s})
+        if (m <= n && n / m >= replicas)
+          ms.push_back(m);
+    if (ms.empty())
+      ms = {std::max<int64_t>(1, n / replicas)};
+    for (int64_t m : ms)
+      out.push_back(pipelineName(s, m));
+  }
+  return out;
+}
+
+/// The planner: builds each candidate plan, simulates its step and keeps
+/// the fastest one that fits the devices' memory. For layerwise, the
+/// search minimises an additive cost (each op's compute, its operands'
+/// re-layouts, its params' gradient all-reduce: Jia et al.'s model), which
+/// cannot see the bucketed all-reduce overlapping backward that the
+/// simulator (and the trainer) has, nor pipelines: so the searched plan is
 /// simulated beside data, owt and model parallelism (configs inside the
-/// search's space) and the fastest is kept: ties keep the search's plan.
-/// A uniform plan that wins but needs more memory than a device has is
-/// passed over.
-llvm::Error settleLayerwise(const Graph& g) {
+/// search's space) and the pipeline plans, and the fastest that fits the
+/// devices' memory kept (ties keep the search's). When none fits, each
+/// pipeline tries 8S, 16S, ... micro-batches (fewer activations in flight)
+/// until one does; when still none fits, the first candidate is kept and
+/// the compile reports the memory it needs.
+llvm::Error settlePlan(const Graph& g, const std::string& strat) {
   auto model = costModel();
   if (!model)
     return model.takeError();
   SearchCheck check;
+  std::vector<std::string> names;
+  if (strat == "layerwise")
+    names = {"layerwise", "data", "owt", "model"};
+  for (const std::string& p : pipelineCandidates(g))
+    names.push_back(p);
   std::vector<std::unique_ptr<Graph>> built;
-  for (const char* name : {"layerwise", "data", "owt", "model"}) {
-    built.push_back(g.clone());
-    if (llvm::Error e = buildWithStrategy(*built.back(), true, name))
-      return e;
+  std::vector<bool> fits;
+  std::string firstError;
+  // Builds, simulates and memory-plans one candidate; one the batch or the
+  // memory does not allow (a pipeline's micro-batches too small for its
+  // replicas, no cut that fits) is left out, but the search's own plan must
+  // build.
+  auto consider = [&](const std::string& name) -> llvm::Error {
+    auto candidate = g.clone();
+    if (llvm::Error e = buildWithStrategy(*candidate, true, name)) {
+      if (name == "layerwise")
+        return e;
+      std::string why = llvm::toString(std::move(e));
+      if (firstError.empty())
+        firstError = why;
+      if (verbose)
+        llvm::errs() << "lwcc: planner: " << name << " left out: " << why << "\n";
+      return llvm::Error::success();
+    }
     if (check.candidates.empty())
       check.searchSeconds = strategySeconds;
-    auto sim = simulate(*built.back(), simCosts(*model));
+    auto sim = simulate(*candidate, simCosts(*model));
     if (!sim)
       return sim.takeError();
     check.candidates.push_back({name, sim->stepSeconds});
+    auto probe = candidate->clone(); // planned aside: the kept graph stays unannotated
+    auto stats = planMemory(*probe);
+    if (!stats)
+      return stats.takeError();
+    llvm::Error over = checkDeviceMemory(*probe, *stats);
+    fits.push_back(!over);
+    llvm::consumeError(std::move(over));
+    built.push_back(std::move(candidate));
+    return llvm::Error::success();
+  };
+  for (const std::string& name : names)
+    if (llvm::Error e = consider(name))
+      return e;
+  // Nothing fits a device: smaller micro-batches hold fewer activations per
+  // stage (1F1B), so each pipeline tries twice as many until one fits.
+  if (std::find(fits.begin(), fits.end(), true) == fits.end() &&
+      !microbatches.getNumOccurrences()) {
+    int64_t n = batchOf(g);
+    for (int64_t st = stages > 0 ? stages : 2; st <= gpus; ++st) {
+      if (gpus % st || (stages > 0 && st != stages))
+        continue;
+      for (int64_t m = 8 * st; m <= n && n / m >= gpus / st; m *= 2) {
+        size_t before = built.size();
+        if (llvm::Error e = consider(pipelineName(st, m)))
+          return e;
+        if (built.size() > before && fits.back())
+          break;
+      }
+    }
   }
+  if (built.empty())
+    return makeError("the planner found no " + strat + " plan for --gpus=" + std::to_string(gpus) +
+                     (firstError.empty() ? std::string() : ": " + firstError));
   std::vector<size_t> order(built.size());
   for (size_t i = 0; i < order.size(); ++i)
     order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return check.candidates[a].second < check.candidates[b].second;
   });
-  check.kept = "layerwise";
-  for (size_t i : order) {
-    if (i == 0)
-      break; // the search's plan: what the compile would be without the check
-    auto probe = built[i]->clone(); // planned aside: the kept graph stays unannotated
-    auto stats = planMemory(*probe);
-    if (!stats)
-      return stats.takeError();
-    if (llvm::Error e = checkDeviceMemory(*probe, *stats)) {
-      llvm::consumeError(std::move(e));
-      continue;
+  size_t kept = order.front();
+  bool found = false;
+  for (size_t i : order)
+    if (fits[i]) {
+      kept = i;
+      found = true;
+      break;
     }
-    check.kept = check.candidates[i].first;
-    break;
-  }
-  for (size_t i = 0; i < built.size(); ++i)
-    if (check.candidates[i].first == check.kept)
-      keptGraph = std::move(built[i]);
+  if (!found)
+    kept = 0; // the compile reports what the first candidate needs
+  // A tie with the search's plan keeps the search's.
+  if (strat == "layerwise" && fits[0] && check.candidates[0].first == "layerwise" &&
+      check.candidates[0].second <= check.candidates[kept].second)
+    kept = 0;
+  check.kept = check.candidates[kept].first;
+  keptGraphs[strat] = std::move(built[kept]);
   if (verbose) {
-    llvm::errs() << "lwcc: layerwise: simulated step:";
-    for (const auto& [name, seconds] : check.candidates)
-      llvm::errs() << llvm::formatv(" {0} {1:f3} ms", name, seconds * 1e3);
+    llvm::errs() << "lwcc: " << strat << ": simulated step:";
+    for (size_t i = 0; i < check.candidates.size(); ++i)
+      llvm::errs() << llvm::formatv(" {0} {1:f3} ms{2}", check.candidates[i].first,
+                                    check.candidates[i].second * 1e3,
+                                    fits[i] ? "" : " (over memory)");
     llvm::errs() << "; kept " << check.kept << "\n";
   }
-  searchCheck = std::move(check);
+  settled[strat] = std::move(check);
   return llvm::Error::success();
 }
 
-/// Whether strategy `strat` is settled by settleLayerwise.
+/// Whether strategy `strat` is settled by settlePlan: layerwise with
+/// --check-search on several devices, pipeline unless --stages and
+/// --microbatches both fix it.
 bool checksSearch(const std::string& strat) {
+  if (strat == "pipeline")
+    return !(stages > 0 && microbatches.getNumOccurrences());
   return strat == "layerwise" && gpus > 1 && checkSearch;
 }
 
+/// The plan name strategy `strat` builds when the planner does not settle it.
+std::string fixedPlan(const std::string& strat) {
+  if (strat == "pipeline")
+    return pipelineName(stages, microbatches);
+  return strat;
+}
+
 /// The training graph of strategy `strat`; layerwise (with --check-search,
-/// on several devices) keeps the fastest of its plan and the uniform ones.
+/// on several devices) and pipeline keep the planner's plan.
 llvm::Error buildTrainingGraph(Graph& g, bool withOptimizer, const std::string& strat) {
   if (!checksSearch(strat))
-    return buildWithStrategy(g, withOptimizer, strat);
-  if (!searchCheck)
-    if (llvm::Error e = settleLayerwise(g))
+    return buildWithStrategy(g, withOptimizer, fixedPlan(strat));
+  if (!settledFor(strat))
+    if (llvm::Error e = settlePlan(g, strat))
       return e;
-  llvm::Error e = buildWithStrategy(g, withOptimizer, searchCheck->kept);
-  strategySeconds = searchCheck->searchSeconds; // the search's time, whichever plan is kept
+  const SearchCheck& check = *settledFor(strat);
+  llvm::Error e = buildWithStrategy(g, withOptimizer, check.kept);
+  strategySeconds = check.searchSeconds; // the search's time, whichever plan is kept
   return e;
 }
 
@@ -438,12 +614,12 @@ llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
   const std::string strat = chosenStrategy();
   if (checksSearch(strat) && withOptimizer) {
     // The kept plan was built whole while settling: take it, not a rebuild.
-    if (!searchCheck)
-      if (llvm::Error e = settleLayerwise(*m.graph))
+    if (!settledFor(strat))
+      if (llvm::Error e = settlePlan(*m.graph, strat))
         return e;
-    if (keptGraph) {
-      m.graph = std::move(keptGraph);
-      strategySeconds = searchCheck->searchSeconds;
+    if (auto& kept = keptGraphs[strat]) {
+      m.graph = std::move(kept);
+      strategySeconds = settledFor(strat)->searchSeconds;
       return llvm::Error::success();
     }
   }
@@ -452,7 +628,7 @@ llvm::Error buildTrainingGraph(Module& m, bool withOptimizer) {
 
 /// The strategies --emit=plan compares.
 std::vector<std::string> allStrategies() {
-  return {"data", "model", "owt", "layerwise", "hypergraph"};
+  return {"data", "model", "owt", "layerwise", "hypergraph", "pipeline"};
 }
 
 /// The cost model the simulator prices the step on.
@@ -979,9 +1155,29 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!strategy.empty() && strategy != "data" && strategy != "model" && strategy != "owt" &&
-      strategy != "layerwise" && strategy != "hypergraph") {
+      strategy != "layerwise" && strategy != "hypergraph" && strategy != "pipeline") {
     llvm::errs() << "lwcc: --strategy=" << strategy
-                 << " is not one of: layerwise, data, model, owt, hypergraph\n";
+                 << " is not one of: layerwise, data, model, owt, hypergraph, pipeline\n";
+    return 2;
+  }
+  if (microbatches < 1 || microbatches > 4096) {
+    llvm::errs() << "lwcc: --microbatches must be in 1..4096\n";
+    return 2;
+  }
+  if (schedule != "1f1b" && schedule != "gpipe") {
+    llvm::errs() << "lwcc: --schedule=" << schedule << " is not one of: 1f1b, gpipe\n";
+    return 2;
+  }
+  if (stages.getNumOccurrences() && strategy != "pipeline") {
+    llvm::errs() << "lwcc: --stages is for --strategy=pipeline\n";
+    return 2;
+  }
+  if (strategy == "pipeline" && gpus < 2) {
+    llvm::errs() << "lwcc: --strategy=pipeline needs --gpus=N with N >= 2\n";
+    return 2;
+  }
+  if (stages.getNumOccurrences() && (stages < 1 || gpus % stages != 0)) {
+    llvm::errs() << "lwcc: --stages=" << stages << " does not divide --gpus=" << gpus << "\n";
     return 2;
   }
   if (bucketBytes < 0) {
@@ -1163,8 +1359,8 @@ int main(int argc, char** argv) {
   case Emit::Plan:
     printPlan(*module->graph, *plan, out.os());
     if (gpus > 1)
-      printParallelPlan(*module->graph, *model, chosenStrategy(), gpus, strategyPlans,
-                        searchCheck ? &*searchCheck : nullptr, out.os());
+      printParallelPlan(*module->graph, *model, chosenStrategy(), gpus, strategyPlans, settled,
+                        schedule, out.os());
     else if (auto sim = simulate(*module->graph, simCosts(*model)))
       out.os() << llvm::formatv("predicted step on {0}: {1:f3} ms\n", model->spec().name,
                                 sim->stepSeconds * 1e3);
@@ -1177,9 +1373,14 @@ int main(int argc, char** argv) {
         llvm::errs() << planJson << ": error: cannot write: " << jec.message() << "\n";
         return 1;
       }
+      std::optional<PipelinePlan> pipe;
+      for (const StrategyPlan& sp : strategyPlans)
+        if (sp.name == chosenStrategy())
+          pipe = pipelinePlan(*module->graph, sp, schedule);
       writePlanJson(chosenStrategy(), strategySeconds, model->spec().name, strategyPlans,
-                    searchCheck ? &*searchCheck : nullptr, layerPlans(*module->graph, *model),
-                    json);
+                    settledFor(chosenStrategy()) ? settledFor(chosenStrategy())
+                                                 : settledFor("layerwise"),
+                    layerPlans(*module->graph, *model), pipe ? &*pipe : nullptr, json);
     }
     break;
   case Emit::Source:

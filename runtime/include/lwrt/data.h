@@ -1,5 +1,5 @@
 // lwrt/data.h - the trainer's data loaders: input batches for a model
-// defines: DataSource, SyntheticData, IdxOptions, IdxData, shuffledOrder
+// defines: DataSource, SyntheticData, IdxOptions, IdxData, shuffledOrder, hashWords
 //
 // A DataSource yields batches in the model's input layout: float32 images
 // [N, C, H, W] and int64 labels [N]. An epoch is numExamples() / N batches
@@ -26,6 +26,10 @@ namespace lwrt {
 /// 0..n-1 driven by splitmix64 seeded from (seed, epoch) alone.
 std::vector<int64_t> shuffledOrder(int64_t n, uint64_t seed, uint64_t epoch);
 
+/// A stateless hash of three words (splitmix64's finalizer, chained): the
+/// loaders' counter-based randomness.
+uint64_t hashWords(uint64_t a, uint64_t b, uint64_t c);
+
 class DataSource {
 public:
   /// Where the next batch comes from: batch `batch` of epoch `epoch`.
@@ -46,31 +50,44 @@ public:
   int64_t batchesPerEpoch() const { return examples_ / shape_[0]; }
 
   /// Writes the next batch, N * C * H * W floats and N labels, and advances
-  /// (past the last batch of an epoch to batch 0 of the next).
-  void next(float* images, int64_t* labels);
+  /// (past the last batch of an epoch to batch 0 of the next). False with
+  /// `error` set when an example cannot be loaded (a bad image file); the
+  /// position advances all the same.
+  bool next(float* images, int64_t* labels, std::string* error = nullptr);
 
   /// Writes the batch at `p` (p.batch below batchesPerEpoch()), what next()
   /// writes at that position, without moving the position. Safe to call
   /// from several threads at once: the input pipeline prepares batches
-  /// ahead of the step this way.
-  void batch(Position p, float* images, int64_t* labels) const;
+  /// ahead of the step this way. False with `error` set as next().
+  bool batch(Position p, float* images, int64_t* labels, std::string* error = nullptr) const;
 
   Position position() const { return pos_; }
   /// Makes `p` the next batch; false (nothing changed) when p.batch is not
   /// below batchesPerEpoch().
   bool seek(Position p, std::string* error = nullptr);
+  /// The seed of the shuffle (and of random augmentations): a resumed run
+  /// takes its checkpoint's. Not while batches are being drawn.
+  void setSeed(uint64_t seed);
+  uint64_t seed() const { return seed_; }
 
-  /// Writes example `index` (< numExamples(), in file order): an evaluation
-  /// covers every example, the last partial batch included.
-  void example(int64_t index, float* image, int64_t* label) const { load(index, image, label); }
+  /// Writes example `index` (< numExamples(), in file order) as epoch
+  /// `epoch` draws it: an evaluation covers every example, the last partial
+  /// batch included. False with `error` set as next().
+  bool example(int64_t index, float* image, int64_t* label, std::string* error = nullptr,
+               uint64_t epoch = 0) const {
+    return load(index, epoch, image, label, error);
+  }
   /// The example at slot `slot` (< N * batchesPerEpoch) of epoch `epoch`.
   int64_t exampleAt(uint64_t epoch, int64_t slot) const;
 
 protected:
   /// `shape` and `examples` already validated by the subclass's factory.
   DataSource(std::vector<int64_t> shape, int64_t examples, bool shuffle, uint64_t seed);
-  /// Writes example `index`'s image (C * H * W floats) and label.
-  virtual void load(int64_t index, float* image, int64_t* label) const = 0;
+  /// Writes example `index`'s image (C * H * W floats) and label as epoch
+  /// `epoch` draws it (random augmentations are a function of the seed,
+  /// the epoch and the index alone). False with `error` set when it cannot.
+  virtual bool load(int64_t index, uint64_t epoch, float* image, int64_t* label,
+                    std::string* error) const = 0;
 
 private:
   /// The visiting order of `epoch` (shuffling only), cached for the two
@@ -100,7 +117,8 @@ public:
                                                std::string* error = nullptr);
 
 protected:
-  void load(int64_t index, float* image, int64_t* label) const override;
+  bool load(int64_t index, uint64_t epoch, float* image, int64_t* label,
+            std::string* error) const override;
 
 private:
   SyntheticData(std::vector<int64_t> shape, int64_t classes, uint64_t seed, int64_t examples);
@@ -146,7 +164,8 @@ public:
   int64_t label(int64_t index) const { return labels_[static_cast<size_t>(index)]; }
 
 protected:
-  void load(int64_t index, float* image, int64_t* label) const override;
+  bool load(int64_t index, uint64_t epoch, float* image, int64_t* label,
+            std::string* error) const override;
 
 private:
   IdxData(std::vector<int64_t> shape, int64_t examples, const IdxOptions& options);

@@ -1,6 +1,6 @@
 // lwrt/feed.h - the trainer's input pipeline: each step's input buffer, prepared ahead
 // defines: ImageLayout, imageLayout, storeBatch, fillSyntheticInputs, FillFn, FeedOptions,
-//          BatchFeed, createPrefetchFeed, createPoolFeed
+//          BatchFeed, createPrefetchFeed, createPoolFeed, createExampleFeed
 //
 // A BatchFeed hands the trainer, for each training step in turn, a host
 // buffer holding that step's inputs in the model's layout (ModelInfo's
@@ -12,6 +12,7 @@
 // resumed at step s sees the batches an uninterrupted run saw from s on.
 #pragma once
 
+#include "lwrt/data.h"
 #include "lwrt/trainer.h"
 
 #include <cstdint>
@@ -80,5 +81,13 @@ std::unique_ptr<BatchFeed> createPrefetchFeed(StepRunner& runner, int64_t bytes,
 std::unique_ptr<BatchFeed> createPoolFeed(StepRunner& runner, int64_t bytes, FillFn fill,
                                           int64_t batches, const FeedOptions& options,
                                           std::string* error);
+
+/// Evaluation batches prepared ahead like training ones: batch b (below
+/// `batches`) holds examples b * N .. b * N + N - 1 of `data` in file order
+/// (wrapping past the last), in the layout `layout`.
+std::unique_ptr<BatchFeed> createExampleFeed(StepRunner& runner, int64_t bytes,
+                                             const ImageLayout& layout, const DataSource& data,
+                                             int64_t batches, const FeedOptions& options,
+                                             std::string* error);
 
 } // namespace lwrt

@@ -2,7 +2,7 @@
 // defines: PhaseRange
 //
 // A generated CUDA trainer opens a PhaseRange at the top of each phase
-// (forwardPhase, backwardPhase, updatePhase, eval), so that Nsight Systems
+// (forwardPhase, backwardPhase or microBatchesPhase, updatePhase, eval), so that Nsight Systems
 // shows the step's phases over the kernels they launch. NVTX 3 is header
 // only and costs a branch when no profiler is attached; where the CUDA
 // toolkit lacks its headers the ranges compile to nothing.

@@ -12,7 +12,7 @@
 // The JSONL logger writes one JSON object per line and flushes each:
 //   {"type":"step","step":120,"epoch":2,"loss":0.421300012,"img_per_s":1234,"step_ms":25.9,"lr":0.01}
 // (a multi-device trainer adds "batch", the global batch, and "devices")
-//   {"type":"eval","epoch":2,"accuracy":0.9712,"loss":0.0931}
+//   {"type":"eval","epoch":2,"accuracy":0.9712,"top5":0.9981,"loss":0.0931}
 // Numbers are printed with %.9g (floats read back exactly); a non-finite
 // number is written as null, as JSON has no NaN.
 #pragma once
@@ -118,9 +118,10 @@ struct StepRecord {
 
 struct EvalRecord {
   int64_t epoch = 0;
-  double accuracy = 0;
+  double accuracy = 0; ///< top-1
   std::optional<double> loss;
   std::optional<int64_t> step;
+  std::optional<double> top5; ///< top-5: the label among the 5 largest logits
 };
 
 class JsonlLogger {

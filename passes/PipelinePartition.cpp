@@ -1,0 +1,323 @@
+//===- PipelinePartition.cpp - Stages of a pipeline by PipeDream's DP -----===//
+#include "ir/CostModel.h"
+#include "passes/LayerwiseSearch.h"
+#include "passes/Pass.h"
+#include "passes/PassOptions.h"
+#include "passes/TrainingSupport.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace lwcc {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct PipelineOptions {
+  int64_t gpus = 1, stages = 1, microbatches = 1;
+  bool gpipe = false;
+  bool report = false;
+};
+
+class Partitioner {
+public:
+  Partitioner(Graph& g, const CostModel& cm, const PipelineOptions& o) : g_(g), cm_(cm), o_(o) {}
+
+  llvm::Error run(PassContext& ctx) {
+    for (auto& op : g_.ops())
+      if (op->kind() != OpKind::Constant && op->kind() != OpKind::Assign && op->numResults())
+        units_.push_back(op.get());
+    const int64_t S = o_.stages, L = static_cast<int64_t>(units_.size());
+    if (o_.gpus % S != 0)
+      return makeError(
+          llvm::formatv("pipeline: {0} stages do not divide the {1} devices", S, o_.gpus).str());
+    if (S > L)
+      return makeError(llvm::formatv("pipeline: {0} stages for a step of {1} ops: at most one "
+                                     "stage per op",
+                                     S, L)
+                           .str());
+    replicas_ = o_.gpus / S;
+    measure();
+    // best[s][j]: the least slowest-stage time of units 0..j in stages 0..s.
+    std::vector<std::vector<double>> best(S, std::vector<double>(L, kInf));
+    std::vector<std::vector<int64_t>> from(S, std::vector<int64_t>(L, -1));
+    for (int64_t j = 0; j < L; ++j)
+      if (fits(0, 0, j))
+        best[0][j] = stageSeconds(0, 0, j);
+    for (int64_t s = 1; s < S; ++s)
+      for (int64_t j = s; j < L; ++j)
+        for (int64_t i = s; i <= j; ++i) {
+          if (best[s - 1][i - 1] == kInf || !fits(s, i, j))
+            continue;
+          double t = std::max(best[s - 1][i - 1], stageSeconds(s, i, j));
+          if (t < best[s][j]) {
+            best[s][j] = t;
+            from[s][j] = i;
+          }
+        }
+    if (best[S - 1][L - 1] == kInf)
+      return makeError(llvm::formatv(
+          "pipeline: no cut of the step into {0} stages fits a device of spec '{1}' ({2} "
+          "bytes) with {3} micro-batches ({4}); use more stages or micro-batches",
+          S, cm_.spec().name, cm_.spec().memoryBytes, o_.microbatches,
+          o_.gpipe ? "gpipe keeps every micro-batch's activations" : "1f1b"));
+    std::vector<std::pair<int64_t, int64_t>> ranges(S);
+    for (int64_t s = S - 1, j = L - 1; s >= 0; --s) {
+      int64_t i = s == 0 ? 0 : from[s][j];
+      ranges[s] = {i, j};
+      j = i - 1;
+    }
+    for (int64_t s = 0; s < S; ++s)
+      assign(s, ranges[s].first, ranges[s].second);
+    if (o_.report && ctx.diag)
+      report(ctx, ranges, best[S - 1][L - 1]);
+    return llvm::Error::success();
+  }
+
+private:
+  /// Per unit: forward and backward seconds of one micro-batch, the bytes
+  /// of its results (the activations a micro-batch keeps for backward),
+  /// the bytes of the trained params it reads first; per cut after unit c,
+  /// the bytes of values that cross it (per micro-batch).
+  void measure() {
+    const size_t L = units_.size();
+    std::unordered_map<const Op*, size_t> at;
+    for (size_t i = 0; i < L; ++i)
+      at[units_[i]] = i;
+    std::unordered_set<const Value*> trained;
+    for (const Value* p : trainableParams(g_))
+      trained.insert(p);
+    std::unordered_set<const Value*> seenParams;
+    seconds_.assign(L + 1, 0);
+    acts_.assign(L + 1, 0);
+    params_.assign(L + 1, 0);
+    std::vector<double> delta(L + 1, 0);
+    const double share = 1.0 / static_cast<double>(o_.microbatches);
+    for (size_t i = 0; i < L; ++i) {
+      const Op& op = *units_[i];
+      double f = cm_.computeSeconds(cm_.flops(op) * share, cm_.bytes(op) * share);
+      if (auto measured = cm_.measuredSeconds(op))
+        f = *measured * share;
+      seconds_[i + 1] = seconds_[i] + f * (1 + backwardTimeFactor(op));
+      double bytes = 0;
+      for (unsigned r = 0; r < op.numResults(); ++r) {
+        const Value* v = op.result(r);
+        double vb = static_cast<double>(v->type().sizeInBytes()) * share;
+        if (!op.info().view)
+          bytes += vb;
+        size_t last = i;
+        for (const Use& u : v->uses())
+          if (u.user && at.count(u.user))
+            last = std::max(last, at.at(u.user));
+        if (last > i && isFloat(v->type().dtype)) { // crosses the cuts i .. last-1
+          delta[i] += vb;
+          delta[last] -= vb;
+        }
+      }
+      acts_[i + 1] = acts_[i] + bytes;
+      double pb = 0;
+      for (const Value* v : op.operands())
+        if (trained.count(v) && seenParams.insert(v).second)
+          pb += static_cast<double>(v->type().sizeInBytes());
+      params_[i + 1] = params_[i] + pb;
+    }
+    cross_.assign(L, 0);
+    double run = 0;
+    for (size_t c = 0; c < L; ++c) {
+      run += delta[c];
+      cross_[c] = run;
+    }
+  }
+
+  int64_t firstDevice(int64_t stage) const { return stage * replicas_; }
+
+  /// The bytes crossing the cut after unit c, each way, moved per micro-
+  /// batch between stage s and s+1 (a replica's share each).
+  double transfer(int64_t c, int64_t s) const {
+    if (c < 0 || c + 1 >= static_cast<int64_t>(cross_.size()))
+      return 0;
+    double bytes = cross_[static_cast<size_t>(c)] / static_cast<double>(replicas_);
+    return 2 * cm_.transferSeconds(static_cast<int64_t>(bytes), firstDevice(s), firstDevice(s + 1));
+  }
+
+  /// Stage s holding units i..j: its compute per micro-batch (a replica's
+  /// share), or the transfers at its ends when they take longer (they run
+  /// beside the compute, on streams of their own).
+  double stageSeconds(int64_t s, int64_t i, int64_t j) const {
+    double compute = (seconds_[static_cast<size_t>(j + 1)] - seconds_[static_cast<size_t>(i)]) /
+                     static_cast<double>(replicas_);
+    return std::max(compute, transfer(i - 1, s - 1) + transfer(j, s));
+  }
+
+  /// Whether stage s holding units i..j fits a device: its params with
+  /// their gradient and optimizer state, and the activations of the
+  /// micro-batches it holds at once (1f1b: S-s of them, gpipe: all).
+  bool fits(int64_t s, int64_t i, int64_t j) const {
+    if (cm_.spec().memoryBytes <= 0)
+      return true;
+    double inFlight =
+        static_cast<double>(o_.gpipe ? o_.microbatches : std::min(o_.stages - s, o_.microbatches));
+    double params = params_[static_cast<size_t>(j + 1)] - params_[static_cast<size_t>(i)];
+    double acts = (acts_[static_cast<size_t>(j + 1)] - acts_[static_cast<size_t>(i)]) /
+                  static_cast<double>(replicas_);
+    return 4 * params + inFlight * acts <= static_cast<double>(cm_.spec().memoryBytes);
+  }
+
+  /// The configs of stage s (units i..j): whole on the stage's device, or
+  /// with replicas the samples split over them from the stage's inputs on
+  /// (as data parallelism does), ops that cannot follow whole on each.
+  void assign(int64_t s, int64_t i, int64_t j) {
+    std::vector<int64_t> devices;
+    for (int64_t k = 0; k < replicas_; ++k)
+      devices.push_back(firstDevice(s) + k);
+    for (int64_t u = i; u <= j; ++u) {
+      Op& op = *units_[static_cast<size_t>(u)];
+      ParallelConfig cfg;
+      cfg.devices = devices;
+      if (replicas_ > 1 && op.info().parallel) {
+        const Value* sv = parSplitValue(op);
+        for (int64_t d = 0; d < sv->type().rank(); ++d) {
+          if (sv->type().shape[d] < replicas_)
+            continue;
+          auto plan = op.info().parallel(op, d);
+          bool follows = false;
+          for (unsigned k = 0; plan && k < op.numOperands() && !follows; ++k) {
+            const Value* v = op.operand(k);
+            auto it = split_.find(v);
+            int64_t have = it != split_.end() ? it->second
+                           : v->kind() == ValueKind::Input && v->type().rank() > 0 &&
+                                   v->type().shape[0] >= replicas_
+                               ? 0
+                               : -1;
+            follows = have >= 0 && plan->operandDims[k] == have;
+          }
+          if (!follows)
+            continue;
+          cfg.degrees.emplace_back(parDimName(d, sv->type().rank()), replicas_);
+          for (unsigned r = 0; r < op.numResults(); ++r)
+            if (plan->resultDims[r] >= 0)
+              split_[op.result(r)] = plan->resultDims[r];
+          break;
+        }
+      }
+      op.annotations().par = std::move(cfg);
+    }
+  }
+
+  void report(PassContext& ctx, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+              double slowest) {
+    const int64_t S = o_.stages, M = o_.microbatches;
+    for (int64_t s = 0; s < S; ++s) {
+      auto [i, j] = ranges[static_cast<size_t>(s)];
+      ctx.diag(Severity::Note, {},
+               llvm::formatv("pipeline: stage {0}: {1} ops ({2} .. {3}) on devices {4}..{5}: "
+                             "{6:e3} s per micro-batch, activations {7} bytes, {8} bytes out",
+                             s, j - i + 1, units_[static_cast<size_t>(i)]->loc().name,
+                             units_[static_cast<size_t>(j)]->loc().name, firstDevice(s),
+                             firstDevice(s) + replicas_ - 1, stageSeconds(s, i, j),
+                             static_cast<int64_t>((acts_[static_cast<size_t>(j + 1)] -
+                                                   acts_[static_cast<size_t>(i)]) /
+                                                  static_cast<double>(replicas_)),
+                             static_cast<int64_t>(s + 1 < S ? cross_[static_cast<size_t>(j)] : 0))
+                   .str());
+    }
+    ctx.diag(Severity::Note, {},
+             llvm::formatv("pipeline: {0} stages x {1} replicas, {2} micro-batches ({3}): "
+                           "slowest stage {4:e3} s, estimated step {5:e3} s, bubble {6:f3}",
+                           S, replicas_, M, o_.gpipe ? "gpipe" : "1f1b", slowest,
+                           slowest * static_cast<double>(M + S - 1),
+                           static_cast<double>(S - 1) / static_cast<double>(M + S - 1))
+                 .str());
+  }
+
+  Graph& g_;
+  const CostModel& cm_;
+  PipelineOptions o_;
+  std::vector<Op*> units_;
+  int64_t replicas_ = 1;
+  std::vector<double> seconds_, acts_, params_, cross_;
+  std::unordered_map<const Value*, int64_t> split_;
+};
+
+/// --strategy=pipeline: cuts a training graph (before micro-batching and
+/// materialize) into `stages` stages of consecutive ops and gives each op
+/// its stage's config (@par). Steps:
+///  1. The units are the ops in graph order (a topological order) but
+///     constants and assigns. Per unit, from the cost model: forward and
+///     backward time of one micro-batch (backward as the layer-wise
+///     search estimates it), the bytes of its results, the trained params
+///     it reads; per cut, the bytes of the values that cross it.
+///  2. PipeDream's dynamic program: best[s][j] = min over i of
+///     max(best[s-1][i-1], T(s, i..j)), T the stage's compute per
+///     micro-batch (a replica's share) or the transfers at its two cuts
+///     (activations and their gradients) when those take longer; a stage
+///     must fit its device's memory: 4x its params (weights, gradients,
+///     optimizer state) and the activations of the micro-batches it holds
+///     at once (1f1b: S-s, gpipe: all M).
+///  3. With gpus = S * r devices, stage s runs on devices s*r .. s*r+r-1: r
+///     replicas splitting the samples (data parallelism inside the stage),
+///     each op following the split of its operands or whole on each.
+/// Options: gpus, stages, microbatches, schedule=1f1b|gpipe (for memory),
+/// spec, profile, report=1 (a note per stage and the estimated bubble).
+class PipelinePass : public Pass {
+public:
+  PipelinePass(PipelineOptions o, CostModel cm) : o_(o), cm_(std::move(cm)) {}
+  std::string_view name() const override { return "pipeline-partition"; }
+
+  llvm::Error run(Graph& g, PassContext& ctx) override {
+    for (const auto& op : g.ops())
+      if (op->annotations().par || op->annotations().device || op->info().isCommunication() ||
+          op->annotations().microBatch)
+        return op->emitError("pipeline: the graph is already parallelized");
+    return Partitioner(g, cm_, o_).run(ctx);
+  }
+
+private:
+  PipelineOptions o_;
+  CostModel cm_;
+};
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Pass>> createPipelinePass(std::string_view options) {
+  auto opts = PassOptions::parse(
+      "pipeline-partition", options, "stages",
+      {"stages", "gpus", "microbatches", "schedule", "spec", "profile", "tf32", "report"});
+  if (!opts)
+    return opts.takeError();
+  PipelineOptions o;
+  for (auto [key, field, lo] :
+       {std::tuple{"gpus", &o.gpus, int64_t{1}}, std::tuple{"stages", &o.stages, int64_t{1}},
+        std::tuple{"microbatches", &o.microbatches, int64_t{1}}}) {
+    auto v = opts->getInt(key, *field);
+    if (!v)
+      return v.takeError();
+    if (*v < lo || *v > 4096)
+      return makeError(
+          llvm::formatv("pipeline: {0} must be in {1}..4096, got {2}", key, lo, *v).str());
+    *field = *v;
+  }
+  std::string schedule = opts->getString("schedule", "1f1b");
+  if (schedule != "1f1b" && schedule != "gpipe")
+    return makeError("pipeline: unknown schedule '" + schedule + "' (expected 1f1b or gpipe)");
+  o.gpipe = schedule == "gpipe";
+  auto report = opts->getInt("report", 0);
+  if (!report)
+    return report.takeError();
+  o.report = *report != 0;
+  auto tf32 = opts->getInt("tf32", 0);
+  if (!tf32)
+    return tf32.takeError();
+  auto cm = costModelFromOptions(*opts);
+  if (!cm)
+    return cm.takeError();
+  cm->setTf32(*tf32 != 0);
+  return std::make_unique<PipelinePass>(o, std::move(*cm));
+}
+
+} // namespace lwcc

@@ -1,0 +1,371 @@
+//===- Schedule.cpp - The order of micro-batches on each device -----------===//
+#include "passes/Schedule.h"
+
+#include "passes/Pass.h"
+#include "passes/PassOptions.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace lwcc {
+
+namespace {
+
+/// A unit of a device's schedule: the forward or the backward of one
+/// micro-batch.
+struct Task {
+  int64_t mb = 0;
+  bool backward = false;
+  friend bool operator==(const Task&, const Task&) = default;
+  friend auto operator<=>(const Task&, const Task&) = default;
+};
+
+/// The streams that carry activations to a later stage (2 and 3) and their
+/// gradients back (4 and 5); stream 1 is grad-sync's. A transfer goes on the
+/// first or second of its pair by its sender's stage parity, so that on each
+/// device what it receives and what it passes on in one direction wait in
+/// different queues: a stage's receive never waits behind a send that
+/// waits for the next stage.
+constexpr int64_t kForwardTransferStream = 2, kBackwardTransferStream = 4;
+
+std::set<int64_t> devicesOf(const Op& op) {
+  if (!op.info().isCommunication())
+    return {opDevice(op)};
+  std::set<int64_t> devices;
+  for (unsigned i = 0; i < op.numOperands(); ++i)
+    devices.insert(operandDevice(op, i));
+  for (unsigned r = 0; r < op.numResults(); ++r)
+    devices.insert(valueDevice(op.result(r)).value_or(0));
+  return devices;
+}
+
+class Scheduler {
+public:
+  Scheduler(Graph& g, bool gpipe) : g_(g), gpipe_(gpipe) {}
+
+  llvm::Error run() {
+    for (auto& op : g_.ops()) {
+      index_[op.get()] = ops_.size();
+      ops_.push_back(op.get());
+      if (op->annotations().microBatch)
+        m_ = std::max(m_, *op->annotations().microBatch + 1);
+    }
+    if (m_ == 0)
+      return llvm::Error::success(); // no micro-batches: the order stays
+    findStages();
+    gate();
+    return order();
+  }
+
+private:
+  /// Transfers between stages go on streams of their own.
+  void findStages() {
+    PipelineShape shape = pipelineShapeOf(g_);
+    backward_ = shape.backward;
+    stageOf_ = shape.stageOf;
+    stages_ = shape.stages;
+    if (stages_ == 1)
+      return;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      Op& op = *ops_[i];
+      if (op.kind() != OpKind::DeviceCopy ||
+          stageOf_[op.getInt("src")] == stageOf_[op.getInt("dst")])
+        continue;
+      transfer_.insert(&op);
+      op.annotations().stream = (backward_[i] ? kBackwardTransferStream : kForwardTransferStream) +
+                                stageOf_[op.getInt("src")] % 2;
+    }
+  }
+
+  /// The tasks of a device of stage `s`, in order: GPipe runs every
+  /// forward, then every backward; 1F1B runs S-s-1 forwards (the warm-up),
+  /// then a forward and a backward in turn, then the remaining backwards.
+  std::vector<Task> sequence(int64_t s) const {
+    std::vector<Task> seq;
+    if (gpipe_) {
+      for (int64_t k = 0; k < m_; ++k)
+        seq.push_back({k, false});
+      for (int64_t k = 0; k < m_; ++k)
+        seq.push_back({k, true});
+      return seq;
+    }
+    int64_t warm = std::min(stages_ - s - 1, m_), f = 0, b = 0;
+    for (; f < warm; ++f)
+      seq.push_back({f, false});
+    for (; f < m_; ++f, ++b) {
+      seq.push_back({f, false});
+      seq.push_back({b, true});
+    }
+    for (; b < m_; ++b)
+      seq.push_back({b, true});
+    return seq;
+  }
+
+  /// Which ops the schedule places: an op of a micro-batch runs in that
+  /// micro-batch's forward or backward on each of its devices, unless it
+  /// waits for a later task of its devices (a gradient summed over
+  /// micro-batches, a value every micro-batch shares) or is a transfer
+  /// between stages; those run as soon as what they read is there.
+  void gate() {
+    struct Deps {
+      int64_t maxF = -1, maxB = -1;
+    };
+    std::vector<Deps> deps(ops_.size());
+    task_.assign(ops_.size(), std::nullopt);
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      const Op& op = *ops_[i];
+      Deps d;
+      for (Value* v : op.operands()) {
+        const Op* p = v->definingOp();
+        if (!p)
+          continue;
+        size_t j = index_.at(p);
+        if (task_[j]) {
+          (task_[j]->backward ? d.maxB : d.maxF) =
+              std::max(task_[j]->backward ? d.maxB : d.maxF, task_[j]->mb);
+        } else {
+          d.maxF = std::max(d.maxF, deps[j].maxF);
+          d.maxB = std::max(d.maxB, deps[j].maxB);
+        }
+      }
+      deps[i] = d;
+      auto mb = op.annotations().microBatch;
+      if (!mb || op.kind() == OpKind::Constant || transfer_.count(&op))
+        continue;
+      bool ok = backward_[i] ? std::max(d.maxF, d.maxB) <= *mb : d.maxB < 0 && d.maxF <= *mb;
+      if (ok)
+        task_[i] = Task{*mb, backward_[i]};
+    }
+  }
+
+  llvm::Error order() {
+    const size_t n = ops_.size();
+    // What each op waits for: the ops whose results it reads, and for an
+    // assign every other reader of its param (it overwrites the param).
+    std::vector<int64_t> waiting(n, 0);
+    std::vector<std::vector<size_t>> after(n);
+    auto edge = [&](size_t from, size_t to) {
+      after[from].push_back(to);
+      ++waiting[to];
+    };
+    for (size_t i = 0; i < n; ++i) {
+      for (Value* v : ops_[i]->operands())
+        if (const Op* p = v->definingOp())
+          edge(index_.at(p), i);
+      if (ops_[i]->kind() == OpKind::Assign)
+        for (const Use& u : ops_[i]->operand(0)->uses())
+          if (u.user && u.user != ops_[i])
+            edge(index_.at(u.user), i);
+    }
+    // Each device's tasks and the gated ops each still holds.
+    std::map<int64_t, std::vector<Task>> seq;
+    std::map<int64_t, size_t> pos;
+    std::map<std::pair<int64_t, Task>, int64_t> left;
+    for (const auto& [d, s] : stageOf_) {
+      seq[d] = sequence(s);
+      pos[d] = 0;
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (task_[i])
+        for (int64_t d : devicesOf(*ops_[i]))
+          ++left[{d, *task_[i]}];
+    auto advance = [&](int64_t d) {
+      while (pos[d] < seq[d].size() && left[{d, seq[d][pos[d]]}] == 0)
+        ++pos[d];
+    };
+    for (auto& [d, p] : pos)
+      advance(d);
+    std::set<size_t> freeReady;
+    std::map<Task, std::set<size_t>> gatedReady;
+    auto makeReady = [&](size_t i) {
+      if (task_[i])
+        gatedReady[*task_[i]].insert(i);
+      else
+        freeReady.insert(i);
+    };
+    for (size_t i = 0; i < n; ++i)
+      if (!waiting[i])
+        makeReady(i);
+    auto at = [&](int64_t d, const Task& t) {
+      return pos[d] < seq[d].size() && seq[d][pos[d]] == t;
+    };
+    std::vector<Op*> out;
+    std::vector<bool> done(n, false);
+    while (out.size() < n) {
+      // An op no task holds goes as soon as it is ready (a transfer as soon
+      // as its value is computed, not behind later micro-batches' work);
+      // else the earliest (in the old order) op whose devices are all in
+      // its task.
+      size_t best = n;
+      if (!freeReady.empty())
+        best = *freeReady.begin();
+      std::set<Task> active;
+      for (const auto& [d, p] : pos)
+        if (p < seq[d].size())
+          active.insert(seq[d][p]);
+      for (const Task& t : active) {
+        if (best < n && !task_[best])
+          break;
+        for (size_t i : gatedReady[t]) {
+          if (i >= best)
+            break;
+          bool all = true;
+          for (int64_t d : devicesOf(*ops_[i]))
+            all &= at(d, t);
+          if (all) {
+            best = i;
+            break;
+          }
+        }
+      }
+      if (best == n)
+        return ops_[std::find(done.begin(), done.end(), false) - done.begin()]->emitError(
+            llvm::formatv("schedule: the {0} schedule of {1} micro-batches on {2} "
+                          "stages cannot order this op (its devices wait for each "
+                          "other)",
+                          gpipe_ ? "gpipe" : "1f1b", m_, stages_)
+                .str());
+      if (task_[best]) {
+        gatedReady[*task_[best]].erase(best);
+        for (int64_t d : devicesOf(*ops_[best])) {
+          --left[{d, *task_[best]}];
+          advance(d);
+        }
+      } else {
+        freeReady.erase(best);
+      }
+      out.push_back(ops_[best]);
+      done[best] = true;
+      for (size_t u : after[best])
+        if (--waiting[u] == 0)
+          makeReady(u);
+    }
+    for (Op* op : out)
+      g_.moveOp(op, nullptr);
+    return llvm::Error::success();
+  }
+
+  Graph& g_;
+  bool gpipe_;
+  std::vector<Op*> ops_;
+  std::unordered_map<const Op*, size_t> index_;
+  int64_t m_ = 0, stages_ = 1;
+  std::vector<bool> backward_;
+  std::map<int64_t, int64_t> stageOf_;
+  std::set<const Op*> transfer_;
+  std::vector<std::optional<Task>> task_;
+};
+
+/// Orders the ops of a micro-batched training graph (after autodiff, grad-
+/// sync and the optimizer) so that each device runs its micro-batches'
+/// forwards and backwards as the schedule says (schedule=gpipe|1f1b):
+///  1. An op is backward when it is computed from the loss gradient's seed.
+///  2. A device's stage is its depth in the graph of a micro-batch's
+///     forward transfers (device_copy) between devices; with several stages, the
+///     transfers between them go on streams of their own on both devices
+///     (2 and 3: activations forward, 4 and 5: their gradients back, by the
+///     sender's stage parity), beside the compute, so that a stage never
+///     waits for its neighbour's compute to pass a value on, nor a receive
+///     for a send.
+///  3. Each device of stage s (of S) runs the tasks gpipe: F0..F(M-1),
+///     B0..B(M-1); 1f1b: S-s-1 forwards, then a forward and a backward in
+///     turn, then the remaining backwards (PipeDream's 1F1B: a stage holds
+///     the activations of at most S-s micro-batches).
+///  4. An op of micro-batch m (@mb) runs in its task on each of its
+///     devices; ops of no micro-batch (shared values, gradients summed over
+///     micro-batches, all-reduces, updates), an op that reads what a later
+///     task computes, and transfers between stages go as soon as what they
+///     read is there. An assign goes after every other reader of its param.
+///  5. The ops are listed in the order a list scheduler gives: each time, a
+///     ready op that no task holds, else the earliest op (in the old order)
+///     that is ready and whose devices are all in its task. One graph order
+///     serves every device, so communication ops meet in the same order
+///     everywhere.
+/// A graph without micro-batches keeps its order.
+class SchedulePass : public Pass {
+public:
+  explicit SchedulePass(bool gpipe) : gpipe_(gpipe) {}
+  std::string_view name() const override { return "schedule"; }
+
+  llvm::Error run(Graph& g, PassContext&) override { return Scheduler(g, gpipe_).run(); }
+
+private:
+  bool gpipe_;
+};
+
+} // namespace
+
+PipelineShape pipelineShapeOf(const Graph& g) {
+  PipelineShape shape;
+  std::unordered_map<const Op*, size_t> index;
+  std::set<int64_t> devices;
+  std::map<int64_t, std::set<int64_t>> from; // device -> devices it receives from
+  for (const auto& opPtr : g.ops()) {
+    const Op& op = *opPtr;
+    size_t i = shape.backward.size();
+    index[&op] = i;
+    if (op.annotations().microBatch)
+      shape.microbatches = std::max(shape.microbatches, *op.annotations().microBatch + 1);
+    bool b = op.kind() == OpKind::Constant && op.loc().name == "loss.grad";
+    for (Value* v : op.operands())
+      if (const Op* d = v->definingOp())
+        b = b || shape.backward[index.at(d)];
+    shape.backward.push_back(b);
+    for (int64_t d : devicesOf(op))
+      devices.insert(d);
+    if (op.kind() == OpKind::DeviceCopy && !b && op.annotations().microBatch &&
+        op.getInt("src") != op.getInt("dst"))
+      from[op.getInt("dst")].insert(op.getInt("src"));
+  }
+  // Longest path from a device without senders; a cycle: one stage.
+  std::map<int64_t, int64_t> depth;
+  bool cyclic = false;
+  std::function<int64_t(int64_t, size_t)> depthOf = [&](int64_t d, size_t guard) -> int64_t {
+    if (auto it = depth.find(d); it != depth.end())
+      return it->second;
+    if (guard > devices.size()) {
+      cyclic = true;
+      return 0;
+    }
+    int64_t k = 0;
+    for (int64_t s : from[d])
+      k = std::max(k, depthOf(s, guard + 1) + 1);
+    return depth[d] = k;
+  };
+  for (int64_t d : devices)
+    depthOf(d, 0);
+  // A micro-batch's collective over devices of several stages would need
+  // them in one task at once, which stages running their own order cannot
+  // promise: such a plan (a partition that is no pipeline) runs as one stage.
+  for (const auto& op : g.ops()) {
+    if (!op->info().isCommunication() || op->kind() == OpKind::DeviceCopy ||
+        !op->annotations().microBatch || cyclic)
+      continue;
+    std::set<int64_t> stagesOf;
+    for (int64_t d : devicesOf(*op))
+      stagesOf.insert(depth[d]);
+    cyclic = stagesOf.size() > 1;
+  }
+  for (int64_t d : devices) {
+    shape.stageOf[d] = cyclic ? 0 : depth[d];
+    shape.stages = std::max(shape.stages, shape.stageOf[d] + 1);
+  }
+  return shape;
+}
+
+llvm::Expected<std::unique_ptr<Pass>> createSchedulePass(std::string_view options) {
+  auto opts = PassOptions::parse("schedule", options, "schedule", {"schedule"});
+  if (!opts)
+    return opts.takeError();
+  std::string kind = opts->getString("schedule", "1f1b");
+  if (kind != "gpipe" && kind != "1f1b")
+    return makeError("schedule: unknown schedule '" + kind + "' (expected gpipe or 1f1b)");
+  return std::make_unique<SchedulePass>(kind == "gpipe");
+}
+
+} // namespace lwcc

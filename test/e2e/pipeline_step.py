@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Pipelines and micro-batches compute the step of one device with the same micro-batches.
+
+On the reference interpreter (float64), for every zoo model at test size on
+a seeded batch of 8, five training steps of
+  - `--gpus 1 --microbatches=M` (the oracle), M = 2, 4 and 3 (uneven: 3+3+2);
+  - `--gpus 2|4 --strategy=pipeline --stages=2|4` (one device per stage) with
+    `--schedule=gpipe` and `--schedule=1f1b`, each M;
+  - `--gpus 4 --stages=2` (two stages of two replicas that split the
+    samples), each schedule and M;
+must give the oracle's 5 losses within 1e-5 relative and every param after
+5 steps (and every first-step gradient) within 1e-4 of its largest element.
+The models have dropout (alexnet, vgg) and batch norm (resnet18, inception),
+which normalizes each micro-batch by its own statistics. Also:
+  - `--microbatches=1` builds exactly today's training step (the same IR);
+  - for models without batch norm, `--microbatches=M` is the plain step up
+    to float reassociation (gradient accumulation).
+Ends with the line "N passed, M failed".
+
+    python3 test/e2e/pipeline_step.py [--models lenet,resnet18] [--quick]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
+import zoo  # noqa: E402
+
+LWCC = os.path.join(os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin"), "lwcc")
+STEPS = 5
+LOSS_TOL = 1e-5
+PARAM_TOL = 1e-4
+BATCH = 8
+MICROBATCHES = [2, 4, 3]
+# (gpus, stages): one device per stage, and two stages of two replicas.
+LAYOUTS = [(2, 2), (4, 4), (4, 2)]
+WITHOUT_BN = {"lenet", "alexnet", "alexnet_owt", "vgg11", "vgg16"}
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[2:3] + cmd[-5:])} exited {r.returncode}: "
+                           f"{r.stderr.strip()[-2000:]}")
+    return r.stdout
+
+
+def load(path):
+    return numpy_helper.to_array(onnx.load_tensor(path)).astype(np.float64)
+
+
+def reference(model_path, data, dump, flags):
+    run([LWCC, model_path, "--train-reference", "--inputs", data, "--dump", dump, "--steps",
+         str(STEPS), "--precision=f64", "--lr=0.05", *flags])
+    losses = [float(load(os.path.join(dump, f"loss_{s}.pb"))) for s in range(STEPS)]
+    tensors = {f: load(os.path.join(dump, f)) for f in os.listdir(dump)
+               if f.startswith(("param_", "grad_"))}
+    return losses, tensors
+
+
+def compare(base, other):
+    (l0, t0), (l1, t1) = base, other
+    problems = []
+    for s, (a, b) in enumerate(zip(l0, l1)):
+        if abs(a - b) > LOSS_TOL * max(abs(a), 1e-12):
+            problems.append(f"loss of step {s + 1}: {b!r} vs {a!r}")
+    if sorted(t0) != sorted(t1):
+        problems.append(f"different dumps: {sorted(set(t0) ^ set(t1))[:4]}")
+    for name in sorted(set(t0) & set(t1)):
+        a, b = t0[name], t1[name]
+        scale = max(float(np.max(np.abs(a))) if a.size else 0.0, 1e-12)
+        err = float(np.max(np.abs(a - b))) / scale if a.size else 0.0
+        if err > PARAM_TOL:
+            problems.append(f"{name}: relative error {err:.2e}")
+    return problems
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(zoo.REGISTRY),
+                    help="comma-separated zoo models (default: all)")
+    ap.add_argument("--quick", action="store_true", help="M = 3 and 1f1b only")
+    args = ap.parse_args()
+    passed = failed = 0
+
+    def report(problems, label, detail):
+        nonlocal passed, failed
+        if problems:
+            failed += 1
+            print(f"FAIL {label}: " + "; ".join(problems[:5]), flush=True)
+        else:
+            passed += 1
+            print(f"ok   {label}: {detail}", flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            model = zoo.build(name, test_size=True, batch=BATCH)
+            path = os.path.join(tmp, name + ".onnx")
+            onnx.save(model, path)
+            dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+            classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
+            rng = np.random.default_rng(5)
+            data = os.path.join(tmp, name + "-data")
+            os.makedirs(data)
+            x = rng.standard_normal(dims).astype(np.float32)
+            y = rng.integers(0, classes, size=dims[0]).astype(np.int64)
+            for k, arr in enumerate([x, y]):
+                with open(os.path.join(data, f"input_{k}.pb"), "wb") as f:
+                    f.write(numpy_helper.from_array(arr).SerializeToString())
+
+            # --microbatches=1 is today's step, op for op.
+            try:
+                plain = run([LWCC, path, "--emit=train-ir"])
+                one = run([LWCC, path, "--emit=train-ir", "--microbatches=1"])
+                report([] if plain == one else ["the training IR differs"],
+                       f"{name} --microbatches=1", "the same training IR as without the flag")
+            except RuntimeError as e:
+                report([str(e)], f"{name} --microbatches=1", "")
+            try:
+                whole = reference(path, data, os.path.join(tmp, name + "-m1"), [])
+            except RuntimeError as e:
+                report([str(e)], f"{name} --gpus 1", "")
+                continue
+            for m in [3] if args.quick else MICROBATCHES:
+                label = f"{name} batch {BATCH} --microbatches={m}"
+                try:
+                    oracle = reference(path, data, os.path.join(tmp, f"{name}-m{m}"),
+                                       [f"--microbatches={m}"])
+                except RuntimeError as e:
+                    report([str(e)], label, "")
+                    continue
+                if name in WITHOUT_BN:
+                    report(compare(whole, oracle), f"{label} vs the plain step",
+                           "gradient accumulation: the same step")
+                for gpus, stages in LAYOUTS:
+                    for sched in ["1f1b"] if args.quick else ["gpipe", "1f1b"]:
+                        flags = [f"--gpus={gpus}", "--strategy=pipeline", f"--stages={stages}",
+                                 f"--microbatches={m}", f"--schedule={sched}",
+                                 "--bucket-bytes=4096"]
+                        what = f"{label} --gpus {gpus} --stages {stages} --schedule={sched}"
+                        try:
+                            other = reference(path, data,
+                                              os.path.join(tmp, f"{name}-{gpus}-{stages}-{m}-"
+                                                                f"{sched}"), flags)
+                            problems = compare(oracle, other)
+                        except RuntimeError as e:
+                            problems = [str(e)]
+                        report(problems, what, f"5 losses and {len(oracle[1])} tensors agree "
+                               f"with --gpus 1 (loss {oracle[0][0]:.6f} -> {oracle[0][-1]:.6f})")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
