@@ -16,7 +16,10 @@ onnxruntime. Cases:
     dropout masks of the global sample index);
   - a --gpus 4 pipeline trainer killed (SIGKILL) once its step-3 checkpoint
     is on disk and resumed from it ends bit-identical at step 6 to an
-    uninterrupted run (params, outputs and export).
+    uninterrupted run (params, outputs and export);
+  - the same trainer profiled (--profile-ops, --trace): every device's ops
+    in the profile, the transfers between stages on their streams in the
+    trace, and the profile read back by `lwcc --cost-profile`.
 Ends with the line "N passed, M failed".
 
     python3 test/e2e/pipeline_trainer.py [--models lenet,resnet18] [--quick]
@@ -131,6 +134,33 @@ def main():
                     md.report(files and not differ,
                               name + f" ({len(files)} dumped files and the export)",
                               f"differ: {differ[:5]}")
+        # Profiled: each device's ops and the transfer streams, read back.
+        if built.get(key(c), (None,))[0]:
+            exe, base = built[key(c)][0], os.path.join(tmp, key(c))
+            work = os.path.join(base, "profiled")
+            r = md.train(exe, work, ["--steps=4", "--profile-ops=ops.json", "--trace=trace.json"])
+            name = f"lenet --gpus 4 --stages={c[2]} pipeline: --profile-ops and --trace"
+            if r.returncode:
+                md.report(False, name, (r.stdout + r.stderr)[-1500:])
+            else:
+                import json
+                with open(os.path.join(work, "ops.json")) as f:
+                    ops = json.load(f)
+                with open(os.path.join(work, "trace.json")) as f:
+                    events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+                devices = {e.get("device", 0) for e in ops["ops"]}
+                copies = {(e["pid"], e["tid"]) for e in events if e["name"] == "device_copy"}
+                ok = devices == set(range(4)) and copies and all(t >= 2 for _, t in copies)
+                md.report(ok, name + f" ({len(ops['ops'])} profiled ops on devices "
+                          f"{sorted(devices)}, transfers on (device, stream) {sorted(copies)})",
+                          f"devices {devices}, copies {copies}")
+                flags = ["--gpus=4", "--strategy=pipeline", f"--stages={c[2]}",
+                         f"--microbatches={c[4]}", "--target=cpu", "--device-spec=cpu",
+                         f"--cost-profile={os.path.join(work, 'ops.json')}", "--emit=plan"]
+                r = md.run([md.LWCC, os.path.join(tmp, "lenet.onnx"), *flags])
+                md.report(r.returncode == 0 and "(chosen)" in r.stdout,
+                          "lwcc --cost-profile reads the pipeline trainer's profile",
+                          r.stderr[-1000:])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{md.passed} passed, {md.failed} failed")

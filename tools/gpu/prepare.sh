@@ -20,8 +20,10 @@ cp -r tools/models "$OUT/models"
 cp -r build/include "$OUT/include"
 cp build/lib/liblwcc_runtime_cuda.a build/lib/liblwcc_runtime_cuda.libs "$OUT/lib/"
 strip -g "$OUT/lib/liblwcc_runtime_cuda.a"
-# Multi-device trainers checked on the GPU: model:strategy, --gpus 2.
-MULTI="lenet:data resnet18:data alexnet_owt:owt"
+# Multi-device trainers checked on the GPU: model:strategy, --gpus 2 (the
+# pipeline: 2 stages of 2 micro-batches, lenet has no batch norm, so its step
+# is the one-device step up to rounding).
+MULTI="lenet:data resnet18:data alexnet_owt:owt lenet:pipeline"
 # Every zoo model, and upnet (the activations, max/min, resize and stateless
 # batch norm of issue 25: their CUDA kernels against the CPU's).
 names=$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(list(zoo.REGISTRY) + ["upnet"]))')
@@ -52,9 +54,11 @@ PY
   for spec in $MULTI; do
     [[ ${spec%%:*} == "$m" ]] || continue
     v="$m-g2-${spec##*:}"
+    flags=(--gpus=2 --strategy="${spec##*:}")
+    [[ ${spec##*:} == pipeline ]] && flags+=(--stages=2 --microbatches=2)
     echo "+ $v: --gpus 2 CUDA sources and the CPU backend's --gpus 2 step"
-    "$LWCC" "$OUT/$m.onnx" --emit=source --gpus=2 --strategy="${spec##*:}" -o "$OUT/src/$v"
-    "$LWCC" "$OUT/$m.onnx" --target=cpu --gpus=2 --strategy="${spec##*:}" -o "$OUT/$v-cpu-trainer"
+    "$LWCC" "$OUT/$m.onnx" --emit=source "${flags[@]}" -o "$OUT/src/$v"
+    "$LWCC" "$OUT/$m.onnx" --target=cpu "${flags[@]}" -o "$OUT/$v-cpu-trainer"
     "$OUT/$v-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$v-cpu" --progress=off \
       >/dev/null
     # The reference's params after the step against the single-device one's.

@@ -44,15 +44,21 @@ int64_t stepCommBytes(const Graph& g) {
   return total;
 }
 
-llvm::Expected<std::vector<StrategyPlan>> planStrategies(const Graph& g,
-                                                         const std::vector<std::string>& names,
-                                                         const BuildStep& build,
-                                                         const CostModel& model) {
+llvm::Expected<std::vector<StrategyPlan>>
+planStrategies(const Graph& g, const std::vector<std::string>& names, const std::string& chosen,
+               const BuildStep& build, const CostModel& model) {
   std::vector<StrategyPlan> out;
   for (const std::string& name : names) {
     auto copy = g.clone();
-    if (llvm::Error e = build(*copy, name))
-      return e;
+    if (llvm::Error e = build(*copy, name)) {
+      if (name == chosen)
+        return e;
+      StrategyPlan p;
+      p.name = name;
+      p.error = llvm::toString(std::move(e));
+      out.push_back(std::move(p));
+      continue;
+    }
     auto stats = planMemory(*copy);
     if (!stats)
       return stats.takeError();
@@ -205,10 +211,14 @@ void printParallelPlan(const Graph& g, const CostModel& model, const std::string
   os << llvm::formatv("{0,-12} {1,12} {2,12} {3,12} {4,14} {5,14}\n", "strategy", "step ms",
                       "compute ms", "comm ms", "comm bytes", "peak bytes");
   for (const StrategyPlan& s : strategies)
-    os << llvm::formatv("{0,-12} {1,12:f3} {2,12:f3} {3,12:f3} {4,14} {5,14}{6}\n", s.name,
-                        s.sim.stepSeconds * 1e3, maxOver(s.sim.computeSeconds) * 1e3,
-                        maxOver(s.sim.commSeconds) * 1e3, s.sim.commBytes, maxOver(s.peakBytes),
-                        s.name == strategy ? "  (chosen)" : "");
+    if (!s.error.empty())
+      os << llvm::formatv("{0,-12} {1,12} (no plan: {2})\n", s.name, "-",
+                          llvm::StringRef(s.error).rtrim());
+    else
+      os << llvm::formatv("{0,-12} {1,12:f3} {2,12:f3} {3,12:f3} {4,14} {5,14}{6}\n", s.name,
+                          s.sim.stepSeconds * 1e3, maxOver(s.sim.computeSeconds) * 1e3,
+                          maxOver(s.sim.commSeconds) * 1e3, s.sim.commBytes, maxOver(s.peakBytes),
+                          s.name == strategy ? "  (chosen)" : "");
   for (const auto& [name, check] : checks) {
     os << name
        << (name == "layerwise" ? ": the search's plan, the uniform ones and the pipelines"
@@ -263,6 +273,10 @@ void writePlanJson(const std::string& chosen, double searchSeconds, const std::s
                    llvm::raw_ostream& os) {
   llvm::json::Object strats;
   for (const StrategyPlan& s : strategies) {
+    if (!s.error.empty()) {
+      strats[s.name] = llvm::json::Object{{"error", s.error}};
+      continue;
+    }
     llvm::json::Array compute, comm, peaks;
     for (const auto& [d, b] : s.peakBytes) {
       auto get = [&](const std::map<int64_t, double>& m) {

@@ -24,6 +24,9 @@ struct StrategyPlan {
   std::string name;
   SimResult sim;
   std::map<int64_t, int64_t> peakBytes; ///< memory plan: arena per device
+  /// Why the strategy has no plan here (say, its micro-batches too small to
+  /// split over its devices); empty when it has one.
+  std::string error;
 };
 
 /// --strategy=layerwise checked on the simulator: the search's plan and the
@@ -39,11 +42,11 @@ struct SearchCheck {
 using BuildStep = std::function<llvm::Error(Graph& g, const std::string& strategy)>;
 
 /// Each strategy's step built from a copy of `g`, memory-planned and
-/// simulated on `model`.
-llvm::Expected<std::vector<StrategyPlan>> planStrategies(const Graph& g,
-                                                         const std::vector<std::string>& names,
-                                                         const BuildStep& build,
-                                                         const CostModel& model);
+/// simulated on `model`. A strategy other than `chosen` that cannot build
+/// gets its error instead of a plan.
+llvm::Expected<std::vector<StrategyPlan>>
+planStrategies(const Graph& g, const std::vector<std::string>& names, const std::string& chosen,
+               const BuildStep& build, const CostModel& model);
 
 /// Simulates the training step `g` on `model` and writes the timeline to
 /// `file` as Chrome trace-event JSON.

@@ -492,14 +492,11 @@ llvm::Error settlePlan(const Graph& g, const std::string& strat) {
   std::vector<bool> fits;
   std::string firstError;
   // Builds, simulates and memory-plans one candidate; one the batch or the
-  // memory does not allow (a pipeline's micro-batches too small for its
-  // replicas, no cut that fits) is left out, but the search's own plan must
-  // build.
+  // memory does not allow (micro-batches too small to split over a plan's
+  // devices, no pipeline cut that fits) is left out.
   auto consider = [&](const std::string& name) -> llvm::Error {
     auto candidate = g.clone();
     if (llvm::Error e = buildWithStrategy(*candidate, true, name)) {
-      if (name == "layerwise")
-        return e;
       std::string why = llvm::toString(std::move(e));
       if (firstError.empty())
         firstError = why;
@@ -1306,7 +1303,7 @@ int main(int argc, char** argv) {
   std::vector<StrategyPlan> strategyPlans;
   if (emit == Emit::Plan && gpus > 1) {
     auto plans = planStrategies(
-        *module->graph, allStrategies(),
+        *module->graph, allStrategies(), chosenStrategy(),
         [](Graph& g, const std::string& strat) { return buildTrainingGraph(g, true, strat); },
         *model);
     if (!plans)
