@@ -136,7 +136,29 @@ def build(torch, torchvision, name):
         # eval-mode export has neither, and lwcc would draw its own masks.
         kw = dict(pretrained=False, num_classes=NUM_CLASSES, drop_rate=0.0, **TIMM[name])
         try:
-            return timm.create_model(name, drop_path_rate=0.0, **kw)
+            model = timm.create_model(name, drop_path_rate=0.0, **kw)
         except TypeError:  # a network without stochastic depth
-            return timm.create_model(name, **kw)
-    return _local(torch, torchvision, name)
+            model = timm.create_model(name, **kw)
+    else:
+        model = _local(torch, torchvision, name)
+    return _float32_constants(model) if name in FLOAT32_CONSTANTS else model
+
+
+# Normalizer-free nets multiply by Python floats (a block's alpha and beta,
+# the activation's gamma, the weight standardization's scale): both exporters
+# write these as float32 constant tensors, so PyTorch's float64 reference gets
+# them rounded as in the ONNX file (without it nf_resnet26's float64 loss
+# differs from lwcc's by 4e-9 relative). Floats the exporters write as
+# attributes (eps, slopes) stay: lwcc reads those as the decimal written.
+FLOAT32_CONSTANTS = {"nf_resnet26", "nf_regnet_b0"}
+ROUNDED = ("alpha", "beta", "gamma", "scale")
+
+
+def _float32_constants(model):
+    """`model` with its modules' ROUNDED float attributes rounded to float32."""
+    import numpy as np
+    for m in model.modules():
+        for k, v in list(vars(m).items()):
+            if k in ROUNDED and type(v) is float:
+                setattr(m, k, float(np.float32(v)))
+    return model
