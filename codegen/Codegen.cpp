@@ -31,6 +31,9 @@ using namespace codegen;
 
 namespace {
 
+/// Stands for the plan's hash in the source until the source is whole.
+constexpr const char* kPlanHashMark = "LWCC_PLAN_HASH";
+
 /// Where each device's values live in a multi-device step.
 struct MultiDevicePlaces {
   int64_t devices = 0;
@@ -147,6 +150,41 @@ std::string runtimeHeadersOf(const Graph& g, const char* ns) {
   if (resize)
     out += std::string("#include \"lwrt/") + ns + "_resize.h\"\n";
   return out;
+}
+
+/// Per device, the rows [begin, end) of dim 0 of the inputs it reads: the
+/// rows of its dim-0 slices of them, all of them for any other read; {0, 0}
+/// for a device that reads no input. Empty when a reader is not placed on
+/// one of the devices. (A process under mpirun prepares only its devices'
+/// rows of each batch.)
+std::vector<std::pair<int64_t, int64_t>> inputRowsPerDevice(const Graph& g, int64_t devices) {
+  std::vector<std::pair<int64_t, int64_t>> rows(static_cast<size_t>(devices), {0, 0});
+  for (const auto& in : g.inputs()) {
+    if (in->type().rank() == 0)
+      continue;
+    const int64_t n = in->type().shape[0];
+    for (const Use& u : in->uses()) {
+      if (!u.user)
+        return {};
+      const Op& op = *u.user;
+      const int64_t d = operandDevice(op, u.index);
+      if (d < 0 || d >= devices)
+        return {};
+      int64_t begin = 0, end = n;
+      if (op.kind() == OpKind::Slice && op.hasAttr("axes") &&
+          op.getInts("axes") == std::vector<int64_t>{0} && op.getInts("starts").size() == 1 &&
+          op.getInts("ends").size() == 1 &&
+          (!op.hasAttr("steps") || op.getInts("steps") == std::vector<int64_t>{1}) &&
+          op.getInts("starts")[0] >= 0 && op.getInts("ends")[0] >= op.getInts("starts")[0]) {
+        begin = std::min(op.getInts("starts")[0], n);
+        end = std::min(op.getInts("ends")[0], n);
+      }
+      auto& r = rows[static_cast<size_t>(d)];
+      r = r.first >= r.second ? std::make_pair(begin, end)
+                              : std::make_pair(std::min(r.first, begin), std::max(r.second, end));
+    }
+  }
+  return rows;
 }
 
 } // namespace
@@ -397,7 +435,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   os << "int main(int argc, char** argv) {\n  ModelInfo model;\n"
      << "  model.name = " << cString(o.modelName) << ";\n"
      << "  model.target = \"" << o.target << "\";\n"
-     << "  model.fingerprint = " << fingerprint << "ull;\n";
+     << "  model.fingerprint = " << fingerprint << "ull;\n"
+     << "  model.planHash = " << kPlanHashMark << ";\n";
   for (const auto& in : g.inputs())
     os << "  model.inputs.push_back({" << cString(in->name()) << ", " << dtypeEnum(in->type().dtype)
        << ", " << ints(in->type().shape) << ", "
@@ -448,6 +487,11 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
        << "  model.numEvents = " << numEvents << ";\n"
        << "  model.lossDevice = " << valueDevice(loss).value_or(0) << ";\n"
        << "  model.samplesPerDevice = " << ints(samplesPerDevice(g, md.devices)) << ";\n";
+    os << "  model.inputRows = {";
+    const auto rows = inputRowsPerDevice(g, md.devices);
+    for (size_t d = 0; d < rows.size(); ++d)
+      os << (d ? ", " : "") << "{" << rows[d].first << ", " << rows[d].second << "}";
+    os << "};\n";
   }
   if (o.eval)
     os << "  model.evalInit = evalInit;\n  model.eval = eval;\n"
@@ -475,6 +519,13 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   GeneratedTrainer out;
   out.fileName = cuda ? "trainer.cu" : "trainer.cc";
   out.source = os.str();
+  // The plan's hash: of the whole source (every op, placement and offset),
+  // the mark standing for itself.
+  uint64_t planHash = 0xcbf29ce484222325ull;
+  for (unsigned char c : out.source)
+    planHash = (planHash ^ c) * 0x100000001b3ull;
+  out.source.replace(out.source.find(kPlanHashMark), std::strlen(kPlanHashMark),
+                     std::to_string(planHash) + "ull");
   out.exportTemplate = o.exportTemplate;
   for (const Value* p : logical) {
     if (p->zeroInit())

@@ -151,9 +151,9 @@ private:
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createParallelizePass(std::string_view options) {
-  auto opts =
-      PassOptions::parse("parallelize", options, "strategy",
-                         {"strategy", "gpus", "spec", "profile", "tf32", "report", "bucket_bytes"});
+  auto opts = PassOptions::parse("parallelize", options, "strategy",
+                                 {"strategy", "gpus", "spec", "devices_per_node", "profile", "tf32",
+                                  "report", "bucket_bytes"});
   if (!opts)
     return opts.takeError();
   std::string strategy = opts->getString("strategy", "data");

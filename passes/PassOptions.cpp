@@ -79,6 +79,14 @@ llvm::Expected<CostModel> costModelFromOptions(const PassOptions& opts) {
   auto spec = loadDeviceSpec(opts.getString("spec", "h100"));
   if (!spec)
     return spec.takeError();
+  if (opts.has("devices_per_node")) { // lwcc --devices-per-node
+    auto k = opts.getInt("devices_per_node", 0);
+    if (!k)
+      return k.takeError();
+    if (*k < 1)
+      return makeError("option 'devices_per_node' must be positive, got " + std::to_string(*k));
+    spec->devicesPerNode = *k;
+  }
   std::optional<OpProfile> profile;
   if (opts.has("profile")) {
     auto p = loadOpProfile(opts.getString("profile", ""));

@@ -35,7 +35,8 @@ private:
 };
 
 class CostModel;
-/// The cost model a pass's `spec=NAME|FILE.json` (default h100) and
+/// The cost model a pass's `spec=NAME|FILE.json` (default h100),
+/// `devices_per_node=K` (the spec's devices per node replaced) and
 /// `profile=FILE.json` options describe (passes that price ops: layerwise,
 /// hypergraph, print-costs, simulate).
 llvm::Expected<CostModel> costModelFromOptions(const PassOptions& opts);

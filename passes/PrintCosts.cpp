@@ -52,7 +52,8 @@ private:
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createPrintCostsPass(std::string_view options) {
-  auto opts = PassOptions::parse("print-costs", options, "spec", {"spec", "profile", "tf32"});
+  auto opts = PassOptions::parse("print-costs", options, "spec",
+                                 {"spec", "devices_per_node", "profile", "tf32"});
   if (!opts)
     return opts.takeError();
   auto cm = costModelFromOptions(*opts);

@@ -335,7 +335,8 @@ private:
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createSimulatePass(std::string_view options) {
-  auto opts = PassOptions::parse("simulate", options, "spec", {"spec", "profile", "trace"});
+  auto opts = PassOptions::parse("simulate", options, "spec",
+                                 {"spec", "devices_per_node", "profile", "trace"});
   if (!opts)
     return opts.takeError();
   auto cost = costModelFromOptions(*opts);

@@ -11,8 +11,9 @@ DEB_PACKAGES=(
   libjpeg62-turbo-dev libpng-dev
   dataset-fashion-mnist libonnx-testdata
   cmake ninja-build g++ clang-format
-  # Zoltan's hypergraph partitioner (--strategy=hypergraph) and the MPI it runs on.
-  libtrilinos-zoltan-dev libopenmpi-dev
+  # Zoltan's hypergraph partitioner (--strategy=hypergraph) and the MPI it runs on;
+  # mpirun runs a trainer as several processes (test/e2e/mpi_trainer.py).
+  libtrilinos-zoltan-dev libopenmpi-dev openmpi-bin
 )
 # The optional Clang build suite (LWCC_TEST_CLANG=1 bash tools/dev.sh test).
 if [[ -n ${LWCC_TEST_CLANG:-} ]]; then

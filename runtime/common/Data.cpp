@@ -253,13 +253,15 @@ int64_t DataSource::exampleAt(uint64_t epoch, int64_t slot) const {
   return shuffle_ ? (*orderOf(epoch))[static_cast<size_t>(slot)] : slot;
 }
 
-bool DataSource::batch(Position p, float* images, int64_t* labels, std::string* error) const {
+bool DataSource::batch(Position p, float* images, int64_t* labels, std::string* error,
+                       std::pair<int64_t, int64_t> rows) const {
   int64_t n = batchSize(), size = imageSize();
   int64_t first = static_cast<int64_t>(p.batch) * n;
   std::shared_ptr<const std::vector<int64_t>> order;
   if (shuffle_)
     order = orderOf(p.epoch);
-  for (int64_t k = 0; k < n; ++k)
+  const int64_t end = rows.second < 0 ? n : std::min(rows.second, n);
+  for (int64_t k = std::max<int64_t>(rows.first, 0); k < end; ++k)
     if (!load(order ? (*order)[static_cast<size_t>(first + k)] : first + k, p.epoch,
               images + k * size, labels + k, error))
       return false;

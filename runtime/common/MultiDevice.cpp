@@ -3,6 +3,8 @@
 // params' placements (replicas whole, shards a range of one dim).
 #include "MultiDevice.h"
 
+#include "Cluster.h"
+
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -120,6 +122,59 @@ std::string checkMultiDeviceModel(const ModelInfo& m) {
   return "";
 }
 
+LocalDevices localDevices(const ModelInfo& m, const Cluster* cluster) {
+  const int n = std::max(m.numDevices, 1);
+  if (!cluster)
+    return {0, n};
+  const int per = n / cluster->size();
+  return {cluster->rank() * per, per};
+}
+
+int physicalDevice(const ModelInfo& m, const Cluster* cluster, const std::vector<int>& physical,
+                   int64_t d) {
+  if (!physical.empty())
+    return physical[static_cast<size_t>(d)];
+  if (!cluster)
+    return -1;
+  const LocalDevices here = localDevices(m, cluster);
+  return cluster->localRank() * here.count + static_cast<int>(d - here.first);
+}
+
+std::string gpuPlacementHint(const ModelInfo& m, const Cluster& cluster) {
+  const LocalDevices here = localDevices(m, &cluster);
+  const int first = cluster.localRank() * here.count;
+  return "under mpirun, the k-th process on a machine drives its GPUs k*" +
+         std::to_string(here.count) + " to k*" + std::to_string(here.count) + "+" +
+         std::to_string(here.count - 1) + " (this is process " +
+         std::to_string(cluster.localRank()) + " of " + std::to_string(cluster.localSize()) +
+         " on " + cluster.host(cluster.rank()) + ": GPUs " + std::to_string(first) + " to " +
+         std::to_string(first + here.count - 1) + "); start at most (the machine's GPUs) / " +
+         std::to_string(here.count) +
+         " processes on each machine (mpirun --host NAME:COUNT), or map them with --devices";
+}
+
+std::pair<int64_t, int64_t> localInputRows(const ModelInfo& m, const Cluster* cluster,
+                                           int64_t batch) {
+  if (!cluster)
+    return {0, batch};
+  return inputRowsOf(m, localDevices(m, cluster), batch);
+}
+
+std::pair<int64_t, int64_t> inputRowsOf(const ModelInfo& m, const LocalDevices& here,
+                                        int64_t batch) {
+  if (m.inputRows.size() != static_cast<size_t>(std::max(m.numDevices, 1)))
+    return {0, batch};
+  int64_t first = batch, end = 0;
+  for (int d = here.first; d < here.first + here.count; ++d) {
+    auto [b, e] = m.inputRows[static_cast<size_t>(d)];
+    if (b >= e)
+      continue; // reads no input
+    first = std::min(first, std::max<int64_t>(b, 0));
+    end = std::max(end, std::min(e, batch));
+  }
+  return first < end ? std::make_pair(first, end) : std::make_pair(int64_t(0), int64_t(0));
+}
+
 bool parseDeviceList(const std::string& text, std::vector<int>& out) {
   out.clear();
   size_t at = 0;
@@ -139,22 +194,29 @@ bool parseDeviceList(const std::string& text, std::vector<int>& out) {
 
 std::unique_ptr<MultiDevice>
 MultiDevice::create(const ModelInfo& m, StepRunner* first, const RunnerOptions& options,
-                    const std::vector<int>& physical, RunnerFactory createRunner,
+                    const std::vector<int>& physical, Cluster* cluster, RunnerFactory createRunner,
                     GroupFactory createGroup, std::string& warning, std::string& error) {
   std::unique_ptr<MultiDevice> md(new MultiDevice(m));
   const int n = m.numDevices;
-  md->runners_.push_back(first);
-  md->physical_.push_back(physical.empty() ? options.device : physical[0]);
+  md->cluster_ = cluster;
+  md->local_ = localDevices(m, cluster);
+  const LocalDevices here = md->local_;
+  md->runners_.assign(static_cast<size_t>(n), nullptr);
+  md->physical_.assign(static_cast<size_t>(n), -1);
+  md->runners_[static_cast<size_t>(here.first)] = first;
+  md->physical_[static_cast<size_t>(here.first)] = options.device;
   int found = 1; // round-robin: the devices opened so far, 0 .. found - 1
-  for (int d = 1; d < n; ++d) {
+  for (int d = here.first + 1; d < here.first + here.count; ++d) {
     RunnerOptions o = options;
     std::unique_ptr<StepRunner> r;
-    if (!physical.empty()) {
-      o.device = physical[static_cast<size_t>(d)];
+    if (int want = physicalDevice(m, cluster, physical, d); want >= 0) {
+      o.device = want;
       r = createRunner(o, &error);
       if (!r) {
         error = "logical device " + std::to_string(d) + " on device " + std::to_string(o.device) +
                 ": " + error;
+        if (cluster && m.target == "cuda" && error.find("does not exist") != std::string::npos)
+          error += "\n" + gpuPlacementHint(m, *cluster);
         return nullptr;
       }
     } else {
@@ -174,18 +236,20 @@ MultiDevice::create(const ModelInfo& m, StepRunner* first, const RunnerOptions& 
         }
       }
     }
-    md->physical_.push_back(o.device);
-    md->runners_.push_back(r.get());
+    md->physical_[static_cast<size_t>(d)] = o.device;
+    md->runners_[static_cast<size_t>(d)] = r.get();
     md->owned_.push_back(std::move(r));
   }
   if (m.target == "cuda") {
-    std::set<int> distinct(md->physical_.begin(), md->physical_.end());
-    if (distinct.size() < md->physical_.size())
-      warning = std::to_string(n) + " logical devices share " + std::to_string(distinct.size()) +
-                " GPU" + (distinct.size() == 1 ? "" : "s") + " (devices " + joined(md->physical_) +
-                "): transfers between them are local copies";
+    std::vector<int> mine(md->physical_.begin() + here.first,
+                          md->physical_.begin() + here.first + here.count);
+    std::set<int> distinct(mine.begin(), mine.end());
+    if (distinct.size() < mine.size())
+      warning = std::to_string(mine.size()) + " logical devices share " +
+                std::to_string(distinct.size()) + " GPU" + (distinct.size() == 1 ? "" : "s") +
+                " (devices " + joined(mine) + "): transfers between them are local copies";
   }
-  md->group_ = createGroup(m, md->runners_, &error);
+  md->group_ = createGroup(m, md->runners_, cluster, &error);
   if (!md->group_) {
     error = "device group: " + error;
     return nullptr;
@@ -213,7 +277,10 @@ bool MultiDevice::allocateOn(int device, int64_t bytes, const char* what, Memory
 }
 
 bool MultiDevice::allocate(std::string& error) {
-  for (int d = 0; d < numDevices(); ++d) {
+  arenas_.assign(runners_.size(), nullptr);
+  states_.assign(runners_.size(), nullptr);
+  inputs_.assign(runners_.size(), nullptr);
+  for (int d = local_.first; d < local_.first + local_.count; ++d) {
     Memory arena, state, inputs;
     if (!allocateOn(d, m_.deviceArenaBytes[static_cast<size_t>(d)], "arena", arena, error) ||
         !allocateOn(d, m_.deviceStateBytes[static_cast<size_t>(d)], "state", state, error))
@@ -221,9 +288,9 @@ bool MultiDevice::allocate(std::string& error) {
     if (!runners_[static_cast<size_t>(d)]->readsHostMemory() &&
         !allocateOn(d, m_.inputBytes, "inputs", inputs, error))
       return false;
-    arenas_.push_back(arena.ptr);
-    states_.push_back(state.ptr);
-    inputs_.push_back(inputs.ptr);
+    arenas_[static_cast<size_t>(d)] = arena.ptr;
+    states_[static_cast<size_t>(d)] = state.ptr;
+    inputs_[static_cast<size_t>(d)] = inputs.ptr;
   }
   return true;
 }
@@ -231,6 +298,8 @@ bool MultiDevice::allocate(std::string& error) {
 bool MultiDevice::upload(const unsigned char* hostState, std::string& error) {
   std::vector<unsigned char> piece;
   for (const ParamPlacement& pl : m_.placements) {
+    if (!local_.holds(pl.device))
+      continue; // its process uploads it
     const ParamInfo& p = m_.params[static_cast<size_t>(pl.param)];
     const int64_t bytes = bytesOf(p.dtype, placedShape(p, pl));
     const unsigned char* src = hostState + p.offset;
@@ -250,12 +319,28 @@ bool MultiDevice::upload(const unsigned char* hostState, std::string& error) {
 }
 
 bool MultiDevice::download(unsigned char* hostState, bool checkReplicas, std::string& error) {
-  std::vector<bool> done(m_.params.size(), false);
+  // The placements read, in order: the first replica of each param (every
+  // replica with checkReplicas), then the shards of params without one.
+  std::vector<const ParamPlacement*> read;
+  std::vector<bool> replicated(m_.params.size(), false), seen(m_.params.size(), false);
+  for (const ParamPlacement& pl : m_.placements)
+    if (pl.shardDim < 0) {
+      replicated[static_cast<size_t>(pl.param)] = true;
+      if (!seen[static_cast<size_t>(pl.param)] || checkReplicas)
+        read.push_back(&pl);
+      seen[static_cast<size_t>(pl.param)] = true;
+    }
+  for (const ParamPlacement& pl : m_.placements)
+    if (pl.shardDim >= 0 && !replicated[static_cast<size_t>(pl.param)])
+      read.push_back(&pl);
+  auto bytesOfPlacement = [&](const ParamPlacement& pl) {
+    const ParamInfo& p = m_.params[static_cast<size_t>(pl.param)];
+    return bytesOf(p.dtype, placedShape(p, pl));
+  };
   std::vector<unsigned char> piece;
-  auto fetch = [&](const ParamPlacement& pl, int64_t bytes) {
-    piece.assign(static_cast<size_t>(bytes), 0);
+  auto fetch = [&](const ParamPlacement& pl, unsigned char* dst) {
     StepRunner* r = runners_[static_cast<size_t>(pl.device)];
-    if (!r->download(piece.data(), states_[static_cast<size_t>(pl.device)] + pl.offset, bytes,
+    if (!r->download(dst, states_[static_cast<size_t>(pl.device)] + pl.offset, bytesOfPlacement(pl),
                      &error)) {
       error = "param '" + m_.params[static_cast<size_t>(pl.param)].name + "' from device " +
               std::to_string(pl.device) + ": " + error;
@@ -263,36 +348,59 @@ bool MultiDevice::download(unsigned char* hostState, bool checkReplicas, std::st
     }
     return true;
   };
-  // Replicas first: the first one of each param is the param.
-  std::vector<int> from(m_.params.size(), -1);
-  for (const ParamPlacement& pl : m_.placements) {
-    if (pl.shardDim >= 0)
-      continue;
-    const ParamInfo& p = m_.params[static_cast<size_t>(pl.param)];
-    const int64_t bytes = bytesOf(p.dtype, p.shape);
-    if (done[static_cast<size_t>(pl.param)] && !checkReplicas)
-      continue;
-    if (!fetch(pl, bytes))
-      return false;
-    if (!done[static_cast<size_t>(pl.param)]) {
-      std::memcpy(hostState + p.offset, piece.data(), piece.size());
-      done[static_cast<size_t>(pl.param)] = true;
-      from[static_cast<size_t>(pl.param)] = pl.device;
-    } else if (std::memcmp(hostState + p.offset, piece.data(), piece.size()) != 0) {
-      error = "param '" + p.name + "': the replica on device " + std::to_string(pl.device) +
-              " differs from the one on device " +
-              std::to_string(from[static_cast<size_t>(pl.param)]);
+  // Under mpirun the other processes send their pieces to rank 0, in order.
+  const int ranks = cluster_ ? cluster_->size() : 1;
+  if (cluster_ && cluster_->rank() != 0) {
+    std::vector<unsigned char> message;
+    for (const ParamPlacement* pl : read) {
+      if (!local_.holds(pl->device))
+        continue;
+      const size_t at = message.size();
+      message.resize(at + static_cast<size_t>(bytesOfPlacement(*pl)));
+      if (!fetch(*pl, message.data() + at))
+        return false;
+    }
+    cluster_->send(0, Cluster::kGather, std::move(message));
+    return true;
+  }
+  std::vector<std::vector<unsigned char>> received(static_cast<size_t>(ranks));
+  std::vector<size_t> used(static_cast<size_t>(ranks), 0);
+  for (int q = 1; q < ranks; ++q)
+    if (!cluster_->receive(q, Cluster::kGather, received[static_cast<size_t>(q)], &error)) {
+      error = "gathering the params: " + error;
       return false;
     }
-  }
-  for (const ParamPlacement& pl : m_.placements) {
-    if (pl.shardDim < 0 || done[static_cast<size_t>(pl.param)])
-      continue;
-    const ParamInfo& p = m_.params[static_cast<size_t>(pl.param)];
-    if (!fetch(pl, bytesOf(p.dtype, placedShape(p, pl))))
+  auto take = [&](const ParamPlacement& pl) {
+    const size_t bytes = static_cast<size_t>(bytesOfPlacement(pl));
+    piece.resize(bytes);
+    if (local_.holds(pl.device))
+      return fetch(pl, piece.data());
+    const size_t q = static_cast<size_t>(rankOf(pl.device));
+    if (received[q].size() - used[q] < bytes) {
+      error = "rank " + std::to_string(q) + " sent fewer params than its devices hold";
       return false;
-    copyShard(hostState + p.offset, piece.data(), p.shape, dtypeSize(p.dtype), pl.shardDim,
-              pl.shardBegin, pl.shardSize, false);
+    }
+    std::memcpy(piece.data(), received[q].data() + used[q], bytes);
+    used[q] += bytes;
+    return true;
+  };
+  std::vector<int> from(m_.params.size(), -1); // the replica each param came from
+  for (const ParamPlacement* pl : read) {
+    const ParamInfo& p = m_.params[static_cast<size_t>(pl->param)];
+    if (!take(*pl))
+      return false;
+    int& first = from[static_cast<size_t>(pl->param)];
+    if (pl->shardDim >= 0) {
+      copyShard(hostState + p.offset, piece.data(), p.shape, dtypeSize(p.dtype), pl->shardDim,
+                pl->shardBegin, pl->shardSize, false);
+    } else if (first < 0) {
+      std::memcpy(hostState + p.offset, piece.data(), piece.size());
+      first = pl->device;
+    } else if (std::memcmp(hostState + p.offset, piece.data(), piece.size()) != 0) {
+      error = "param '" + p.name + "': the replica on device " + std::to_string(pl->device) +
+              " differs from the one on device " + std::to_string(first);
+      return false;
+    }
   }
   return true;
 }
@@ -300,7 +408,7 @@ bool MultiDevice::download(unsigned char* hostState, bool checkReplicas, std::st
 bool MultiDevice::init(const Hyper* hyper, std::string& error) {
   for (size_t d = 0; d < m_.deviceInit.size(); ++d) {
     PhaseFn fn = m_.deviceInit[d];
-    if (!fn)
+    if (!fn || !runners_[d])
       continue;
     StepBuffers b{arenas_[d], states_[d], inputs_[d], hyper};
     b.device = static_cast<int>(d);
@@ -319,6 +427,10 @@ bool MultiDevice::step(const unsigned char* batch, const Hyper* hyper, StepMarks
   std::vector<StepBuffers> buffers;
   for (size_t d = 0; d < runners_.size(); ++d) {
     unsigned char* in = inputs_[d];
+    if (!runners_[d]) { // another process's device
+      buffers.push_back(StepBuffers{nullptr, nullptr, nullptr, hyper});
+      continue;
+    }
     if (!in) { // the step reads the prepared batch where it is
       in = const_cast<unsigned char*>(batch);
     } else if (!runners_[d]->upload(in, batch, m_.inputBytes, &error)) {
@@ -333,14 +445,38 @@ bool MultiDevice::step(const unsigned char* batch, const Hyper* hyper, StepMarks
 
 bool MultiDevice::downloadLossAsync(void* dst, std::string& error) {
   const size_t d = static_cast<size_t>(m_.lossDevice);
+  if (!runners_[d])
+    return true; // shareLoss brings it
   return runners_[d]->downloadAsync(dst, arenas_[d] + m_.lossOffset, dtypeSize(m_.lossType),
                                     &error);
 }
 
+bool MultiDevice::shareLoss(void* loss, std::string& error) {
+  if (!cluster_)
+    return true;
+  const size_t bytes = static_cast<size_t>(dtypeSize(m_.lossType));
+  const int owner = rankOf(m_.lossDevice);
+  std::vector<unsigned char> value(bytes);
+  if (owner == cluster_->rank()) {
+    std::memcpy(value.data(), loss, bytes);
+    for (int q = 0; q < cluster_->size(); ++q)
+      if (q != owner)
+        cluster_->send(q, Cluster::kLoss, value);
+    return true;
+  }
+  if (!cluster_->receive(owner, Cluster::kLoss, value, &error) || value.size() != bytes) {
+    error = "the loss from rank " + std::to_string(owner) + ": " +
+            (error.empty() ? "a message of the wrong size" : error);
+    return false;
+  }
+  std::memcpy(loss, value.data(), bytes);
+  return true;
+}
+
 bool MultiDevice::fence(int64_t* id, std::string& error) {
-  std::vector<int64_t> ids(runners_.size());
+  std::vector<int64_t> ids(runners_.size(), -1);
   for (size_t d = 0; d < runners_.size(); ++d)
-    if (!runners_[d]->fence(&ids[d], &error))
+    if (runners_[d] && !runners_[d]->fence(&ids[d], &error))
       return false;
   *id = nextFence_++;
   fences_[*id] = std::move(ids);
@@ -352,7 +488,7 @@ bool MultiDevice::waitFence(int64_t id, std::string& error) {
   if (it == fences_.end())
     return true; // waited for already
   for (size_t d = 0; d < runners_.size(); ++d)
-    if (!runners_[d]->waitFence(it->second[d], &error))
+    if (runners_[d] && !runners_[d]->waitFence(it->second[d], &error))
       return false;
   fences_.erase(fences_.begin(), std::next(it)); // the earlier ones have passed too
   return true;
@@ -360,12 +496,33 @@ bool MultiDevice::waitFence(int64_t id, std::string& error) {
 
 bool MultiDevice::downloadOutput(const OutputInfo& o, void* dst, std::string& error) {
   const size_t d = static_cast<size_t>(o.device);
-  return runners_[d]->download(dst, arenas_[d] + o.offset, bytesOf(o.dtype, o.shape), &error);
+  const int64_t bytes = bytesOf(o.dtype, o.shape);
+  const int owner = cluster_ ? rankOf(o.device) : 0, me = cluster_ ? cluster_->rank() : 0;
+  if (owner == me) {
+    if (!runners_[d]->download(dst, arenas_[d] + o.offset, bytes, &error))
+      return false;
+    if (me != 0)
+      cluster_->send(0, Cluster::kGather,
+                     std::vector<unsigned char>(static_cast<unsigned char*>(dst),
+                                                static_cast<unsigned char*>(dst) + bytes));
+    return true;
+  }
+  if (me != 0)
+    return true; // rank 0 gathers it
+  std::vector<unsigned char> value;
+  if (!cluster_->receive(owner, Cluster::kGather, value, &error) ||
+      static_cast<int64_t>(value.size()) != bytes) {
+    error = "output '" + o.name + "' from rank " + std::to_string(owner) + ": " +
+            (error.empty() ? "a message of the wrong size" : error);
+    return false;
+  }
+  std::memcpy(dst, value.data(), value.size());
+  return true;
 }
 
 std::string MultiDevice::takeDeviceError() {
   for (size_t d = 0; d < runners_.size(); ++d) {
-    std::string e = runners_[d]->takeDeviceError();
+    std::string e = runners_[d] ? runners_[d]->takeDeviceError() : "";
     if (!e.empty())
       return "device " + std::to_string(d) + ": " + e;
   }
@@ -374,10 +531,17 @@ std::string MultiDevice::takeDeviceError() {
 
 std::string MultiDevice::description() const {
   std::string s = std::to_string(numDevices()) + " devices";
-  if (m_.target == "cuda")
-    s += " on GPUs " + joined(physical_);
+  if (cluster_)
+    s += ", " + std::to_string(local_.count) + " in each of " + std::to_string(cluster_->size()) +
+         " processes";
+  if (m_.target == "cuda") {
+    std::vector<int> mine(physical_.begin() + local_.first,
+                          physical_.begin() + local_.first + local_.count);
+    s += cluster_ ? ", rank 0's on GPUs " + joined(mine) : " on GPUs " + joined(mine);
+  }
   std::string notes = group_ ? group_->notes() : "";
-  return s + " (" + runners_[0]->description() + (notes.empty() ? "" : "; " + notes) + ")";
+  return s + " (" + runners_[static_cast<size_t>(local_.first)]->description() +
+         (notes.empty() ? "" : "; " + notes) + ")";
 }
 
 } // namespace lwrt

@@ -2,7 +2,11 @@
 // main loop (common/Trainer.cpp) sees them: a runner, an arena, a state and
 // an input buffer per logical device, the backend's group running the step
 // over them, and the logical host image of the state (ParamInfo offsets)
-// scattered into and gathered from the devices' placements.
+// scattered into and gathered from the devices' placements. Under mpirun
+// (a Cluster) this process holds some of the devices (LocalDevices): it
+// runs, uploads and fences those; reading the params back, the loss and
+// the outputs are collective, each process sending its devices' pieces to
+// rank 0, which alone evaluates, checkpoints and exports.
 #pragma once
 
 #include "lwrt/trainer.h"
@@ -13,6 +17,37 @@
 #include <vector>
 
 namespace lwrt {
+
+class Cluster;
+
+/// The logical devices this process holds: every one in a one-process
+/// run; under mpirun, rank r holds N/R consecutive ones from r * N/R.
+struct LocalDevices {
+  int first = 0, count = 0;
+  bool holds(int64_t d) const { return d >= first && d < first + count; }
+};
+LocalDevices localDevices(const ModelInfo& m, const Cluster* cluster);
+
+/// The device to open for local logical device `d`: its entry of
+/// `physical` (--devices) when given; under mpirun, the GPUs of this
+/// process's place among those of its machine (node-local rank k: GPUs
+/// k * count ...); -1 in a one-process run without --devices (round-robin
+/// over the devices found).
+int physicalDevice(const ModelInfo& m, const Cluster* cluster, const std::vector<int>& physical,
+                   int64_t d);
+
+/// Under mpirun, why a GPU physicalDevice() named may not exist: which
+/// GPUs this process drives and how to start fewer processes per machine.
+std::string gpuPlacementHint(const ModelInfo& m, const Cluster& cluster);
+
+/// The rows [first, second) of each batch that the devices `here` read:
+/// the span of their ModelInfo::inputRows, the whole batch when the model
+/// does not say, {0, 0} when they read none.
+std::pair<int64_t, int64_t> inputRowsOf(const ModelInfo& m, const LocalDevices& here,
+                                        int64_t batch);
+/// Those of this process's devices under mpirun; the whole batch otherwise.
+std::pair<int64_t, int64_t> localInputRows(const ModelInfo& m, const Cluster* cluster,
+                                           int64_t batch);
 
 /// "" when the multi-device tables of `m` hang together (devices, buffer
 /// sizes, placements covering every param once, outputs inside their
@@ -25,14 +60,15 @@ bool parseDeviceList(const std::string& text, std::vector<int>& out);
 
 class MultiDevice {
 public:
-  /// The runners of logical devices 1.. (device 0's is `first`, created by
-  /// the caller on physical[0]), the group and nothing else. `physical`:
-  /// the device of each logical one (empty: round-robin over the devices
-  /// the backend opens, probing 1, 2, ... until one fails). `warning` says
+  /// The runners of this process's logical devices after its first (whose
+  /// runner is `first`, created by the caller on physicalDevice()), the
+  /// group and nothing else. `physical`: the device of each logical one
+  /// (empty: round-robin over the devices the backend opens, probing 1, 2,
+  /// ... until one fails; under mpirun see physicalDevice). `warning` says
   /// when several logical devices share a GPU. Null with `error` set.
   static std::unique_ptr<MultiDevice> create(const ModelInfo& m, StepRunner* first,
                                              const RunnerOptions& options,
-                                             const std::vector<int>& physical,
+                                             const std::vector<int>& physical, Cluster* cluster,
                                              RunnerFactory createRunner, GroupFactory createGroup,
                                              std::string& warning, std::string& error);
   ~MultiDevice();
@@ -43,7 +79,8 @@ public:
   /// The logical host image -> every placement of every param.
   bool upload(const unsigned char* hostState, std::string& error);
   /// Every param from its first replica (or its shards) -> the host image;
-  /// with `checkReplicas`, fails when another replica differs.
+  /// with `checkReplicas`, fails when another replica differs. Under
+  /// mpirun every process calls it; rank 0 gets the image.
   bool download(unsigned char* hostState, bool checkReplicas, std::string& error);
   /// Each device's deviceInit, on its runner.
   bool init(const Hyper* hyper, std::string& error);
@@ -54,15 +91,20 @@ public:
   /// The loss of the last step into `dst` (allocateHost memory of the first
   /// runner), there once a fence taken after it has passed.
   bool downloadLossAsync(void* dst, std::string& error);
+  /// Under mpirun, after that fence: the loss from the process holding it
+  /// to every other (each stops on the same non-finite loss).
+  bool shareLoss(void* loss, std::string& error);
   /// A fence over every device; waitFence returns once each has passed.
   bool fence(int64_t* id, std::string& error);
   bool waitFence(int64_t id, std::string& error);
-  /// Output `o` from its device's arena (after the work launched so far).
+  /// Output `o` from its device's arena (after the work launched so far);
+  /// under mpirun every process calls it, rank 0 gets it.
   bool downloadOutput(const OutputInfo& o, void* dst, std::string& error);
   std::string takeDeviceError();
   /// "4 logical devices on CPU, 2 threads" or "... on GPUs 0,1 (NVIDIA ...)".
   std::string description() const;
   int numDevices() const { return static_cast<int>(runners_.size()); }
+  const LocalDevices& local() const { return local_; }
 
 private:
   MultiDevice(const ModelInfo& m) : m_(m) {}
@@ -71,11 +113,15 @@ private:
     unsigned char* ptr = nullptr;
   };
   bool allocateOn(int device, int64_t bytes, const char* what, Memory& out, std::string& error);
+  /// The rank holding logical device `d`.
+  int rankOf(int64_t d) const { return static_cast<int>(d / local_.count); }
 
   const ModelInfo& m_;
-  std::vector<int> physical_;
-  std::vector<std::unique_ptr<StepRunner>> owned_; ///< devices 1.. (device 0's is the caller's)
-  std::vector<StepRunner*> runners_;               ///< by logical device
+  Cluster* cluster_ = nullptr;
+  LocalDevices local_;
+  std::vector<int> physical_;                      ///< by logical device (-1: another process's)
+  std::vector<std::unique_ptr<StepRunner>> owned_; ///< the local ones but the first (the caller's)
+  std::vector<StepRunner*> runners_;               ///< by logical device (null: another process's)
   std::vector<Memory> memory_;                     ///< every allocation, released at the end
   std::vector<unsigned char*> arenas_, states_, inputs_;
   std::map<int64_t, std::vector<int64_t>> fences_; ///< id -> each runner's fence

@@ -5,6 +5,7 @@
 #include "lwrt/trainer.h"
 
 #include "MultiDevice.h"
+#include "Processes.h"
 #include "lwrt/checkpoint.h"
 #include "lwrt/data.h"
 #include "lwrt/export.h"
@@ -92,7 +93,10 @@ const char* kUsage =
     "  --check-replicas     multi-device trainers: fail when the replicas of a param\n"
     "                       differ whenever the params are read back\n"
     "  --cudnn-api=graph|legacy   cuDNN API for convolutions (default graph; a\n"
-    "                       configuration no graph engine takes uses legacy)\n";
+    "                       configuration no graph engine takes uses legacy)\n"
+    "several processes (mpirun -np R TRAINER ..., R dividing the logical devices):\n"
+    "  --peer-timeout=S     a process that hears nothing from another for S seconds\n"
+    "                       ends the job, naming it (default 60)\n";
 
 struct Options {
   std::string data = "synthetic";
@@ -122,10 +126,13 @@ struct Options {
   RunnerOptions runner;
   std::vector<int> devices; ///< --devices: the device of each logical device
   bool checkReplicas = false;
+  double peerTimeout = 60; ///< --peer-timeout, under mpirun
   Hyper hyper;
 };
 
 int usageError(const char* program, const std::string& problem) {
+  if (launchedRank() != 0) // under mpirun every rank fails alike: rank 0 says it
+    return 2;
   std::fprintf(stderr, "%s: %s\n", program, problem.c_str());
   std::fprintf(stderr, kUsage, program);
   return 2;
@@ -250,18 +257,27 @@ std::string firstNonFinite(const ModelInfo& m, const unsigned char* state) {
 
 class Trainer {
 public:
-  Trainer(const char* program, const ModelInfo& m, Options o)
-      : program_(program), m_(m), o_(std::move(o)) {}
+  Trainer(const char* program, const ModelInfo& m, Options o, Cluster* cluster)
+      : program_(program), m_(m), o_(std::move(o)), cluster_(cluster) {}
 
   int run(RunnerFactory createRunner, GroupFactory createGroup);
+  /// The error the run stopped on ("" after a success).
+  const std::string& lastError() const { return lastError_; }
 
 private:
   int fail(const std::string& what) {
     if (progress_)
       progress_->finish();
-    std::fprintf(stderr, "%s: error: %s\n", program_, what.c_str());
+    if (cluster_)
+      std::fprintf(stderr, "%s (rank %d): error: %s\n", program_, cluster_->rank(), what.c_str());
+    else
+      std::fprintf(stderr, "%s: error: %s\n", program_, what.c_str());
+    lastError_ = what;
     return 1;
   }
+  /// Under mpirun only rank 0 prints progress, logs, evaluates and writes
+  /// checkpoints, exports and dumps; every rank reads the params back.
+  bool leader() const { return !cluster_ || cluster_->rank() == 0; }
   bool allocate(DeviceBuffer& b, int64_t bytes, const char* what, std::string& error);
   bool loadInitialState(std::string& error);
   bool resumeFrom(const std::string& path, std::string& error);
@@ -303,6 +319,8 @@ private:
   const char* program_;
   const ModelInfo& m_;
   Options o_;
+  Cluster* cluster_ = nullptr; ///< under mpirun
+  std::string lastError_;
   RunnerFactory createRunner_ = nullptr;
   std::unique_ptr<StepRunner> runner_;
   DeviceBuffer arena_, evalArena_, state_, inputs_;
@@ -500,9 +518,11 @@ bool Trainer::makeFeed(int64_t first, int64_t end, std::string& error) {
     const ImageLayout layout = *layout_;
     const int64_t perEpoch = batchesPerEpoch_, n = layout.shape[0];
     const DataSource* train = train_.get();
+    // Under mpirun, the samples this process's devices read.
+    const std::pair<int64_t, int64_t> rows = localInputRows(m_, cluster_, n);
     feed_ = createPrefetchFeed(
         *runner_, bytes,
-        [layout, perEpoch, n, train](int64_t step, unsigned char* dst, std::string* error) {
+        [layout, perEpoch, n, train, rows](int64_t step, unsigned char* dst, std::string* error) {
           DataSource::Position p{static_cast<uint64_t>(step / perEpoch),
                                  static_cast<uint64_t>(step % perEpoch)};
           thread_local std::vector<int64_t> labels;
@@ -513,7 +533,7 @@ bool Trainer::makeFeed(int64_t first, int64_t end, std::string& error) {
             images.resize(static_cast<size_t>(numelOf(layout.shape)));
             img = images.data();
           }
-          if (!train->batch(p, img, labels.data(), error))
+          if (!train->batch(p, img, labels.data(), error, rows))
             return false;
           storeBatch(layout, img, labels.data(), dst);
           return true;
@@ -527,7 +547,8 @@ bool Trainer::makeFeed(int64_t first, int64_t end, std::string& error) {
 std::string Trainer::finishStep(const Launched& l, bool sync) {
   std::string error;
   const std::string at = "step " + std::to_string(l.step + 1) + ": ";
-  if (!waitFence(l.fence, &error))
+  if (!waitFence(l.fence, &error) ||
+      (multi_ && !multi_->shareLoss(const_cast<unsigned char*>(l.loss), error)))
     return at + error;
   if (!runner_->readsHostMemory())
     feed_->release(l.step); // its upload has ended
@@ -599,6 +620,8 @@ int Trainer::timeDataOnly(int64_t totalSteps) {
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   int64_t ran = std::max<int64_t>(0, totalSteps - startStep_);
+  if (!leader())
+    return 0;
   if (drawnUpFront_ > 0) // a pool: drawing it is the pipeline's work
     std::printf("%s: data only: drew %lld batches up front in %.2f s (%.1f img/s)\n", program_,
                 static_cast<long long>(drawnUpFront_), drawSeconds_,
@@ -613,6 +636,10 @@ int Trainer::timeDataOnly(int64_t totalSteps) {
 bool Trainer::saveCheckpoint(int64_t step, std::string& error) {
   if (!downloadState(error))
     return false;
+  if (!leader()) { // rank 0 writes it
+    lastCheckpoint_ = step;
+    return true;
+  }
   std::string bad = firstNonFinite(m_, hostState_.data());
   if (!bad.empty()) {
     error = "after step " + std::to_string(step) + " " + bad +
@@ -656,12 +683,16 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   double lossSum = 0;
   std::vector<int64_t> labels(static_cast<size_t>(n));
   std::vector<unsigned char> logits(static_cast<size_t>(bytesOf(m_.logitsType, m_.logitsShape)));
-  // Multi-device trainers evaluate on device 0 with the whole params.
-  if (multi_ && (!downloadState(error) ||
-                 !runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error))) {
+  // Multi-device trainers evaluate on device 0 with the whole params
+  // (under mpirun: rank 0, the others send it their devices' params).
+  if (multi_ &&
+      (!downloadState(error) ||
+       (leader() && !runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error)))) {
     error = "evaluation: " + error;
     return false;
   }
+  if (!leader())
+    return true;
   // A test split's batches are decoded ahead on the data threads.
   std::unique_ptr<BatchFeed> feed;
   if (test_) {
@@ -776,6 +807,8 @@ bool Trainer::writeExport(std::string& error) {
   }
   if (!downloadState(error))
     return false;
+  if (!leader())
+    return true;
   std::vector<const void*> params;
   for (const ParamInfo& p : m_.params)
     params.push_back(hostState_.data() + p.offset);
@@ -786,10 +819,13 @@ bool Trainer::writeExport(std::string& error) {
 
 bool Trainer::dump(std::string& error) {
   std::error_code ec;
-  std::filesystem::create_directories(o_.dump, ec);
+  if (leader())
+    std::filesystem::create_directories(o_.dump, ec);
   if (!downloadState(error))
     return false;
   for (const ParamInfo& p : m_.params) {
+    if (!leader())
+      break;
     std::string path = o_.dump + "/param_" + fileSafe(p.name) + ".bin";
     if (!writeFile(path, hostState_.data() + p.offset, bytesOf(p.dtype, p.shape))) {
       error = path + ": cannot write";
@@ -803,13 +839,15 @@ bool Trainer::dump(std::string& error) {
                : !runner_->download(bytes.data(), arena_.ptr + out.offset,
                                     static_cast<int64_t>(bytes.size()), &error))
       return false;
+    if (!leader())
+      continue;
     std::string path = o_.dump + "/output_" + std::to_string(k) + ".bin";
     if (!writeFile(path, bytes.data(), static_cast<int64_t>(bytes.size()))) {
       error = path + ": cannot write";
       return false;
     }
   }
-  if (!evalLogits_.empty()) {
+  if (!evalLogits_.empty() && leader()) {
     std::string path = o_.dump + "/eval_logits.bin";
     if (!writeFile(path, evalLogits_.data(), static_cast<int64_t>(evalLogits_.size() * 4))) {
       error = path + ": cannot write";
@@ -830,8 +868,8 @@ bool Trainer::createDevices(GroupFactory createGroup, std::string& error) {
     return false;
   }
   std::string warning;
-  multi_ = MultiDevice::create(m_, runner_.get(), o_.runner, o_.devices, createRunner_, createGroup,
-                               warning, error);
+  multi_ = MultiDevice::create(m_, runner_.get(), o_.runner, o_.devices, cluster_, createRunner_,
+                               createGroup, warning, error);
   if (!multi_)
     return false;
   if (!warning.empty())
@@ -856,7 +894,7 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     if (!train_)
       return fail("data: " + error);
     batchesPerEpoch_ = train_->batchesPerEpoch();
-    if (o_.eval) {
+    if (o_.eval && leader()) { // under mpirun rank 0 alone evaluates
       io.shuffle = false;
       io.maxExamples = o_.evalExamples;
       test_ = IdxData::open(o_.data.substr(4), "t10k", layout_->shape, io, &error);
@@ -907,10 +945,18 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     o_.hyper.totalSteps = totalSteps;
 
   const bool multiDevice = m_.numDevices > 1;
-  if (multiDevice && !o_.devices.empty())
-    o_.runner.device = o_.devices[0];
+  if (cluster_)
+    cluster_->setTimeout(o_.peerTimeout);
+  // The first of this process's logical devices (under mpirun, rank r's).
+  if (int first = multiDevice
+                      ? physicalDevice(m_, cluster_, o_.devices, localDevices(m_, cluster_).first)
+                      : -1;
+      first >= 0)
+    o_.runner.device = first;
   runner_ = createRunner(o_.runner, &error);
   if (!runner_) {
+    if (m_.target == "cuda" && cluster_ && error.find("does not exist") != std::string::npos)
+      return fail(error + "\n" + gpuPlacementHint(m_, *cluster_));
     if (m_.target == "cuda")
       return fail(error + "\nthis trainer was built for CUDA GPUs; to train on the CPU, build one "
                           "with `lwcc MODEL --target=cpu -o TRAINER`");
@@ -918,10 +964,12 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   }
   hostState_.assign(static_cast<size_t>(m_.stateBytes), 0);
   hostInputs_.assign(static_cast<size_t>(m_.inputBytes), 0);
+  // Under mpirun, rank 0 alone evaluates: the others need no whole state.
+  const bool evaluates = m_.eval && leader();
   if (!allocate(arena_, m_.arenaBytes, "arena", error) ||
-      !allocate(state_, m_.stateBytes, "state", error) ||
+      (leader() && !allocate(state_, m_.stateBytes, "state", error)) ||
       !allocate(inputs_, m_.inputBytes, "inputs", error) ||
-      (m_.eval && !allocate(evalArena_, m_.evalArenaBytes, "eval arena", error)))
+      (evaluates && !allocate(evalArena_, m_.evalArenaBytes, "eval arena", error)))
     return fail(error);
   if (multiDevice && !createDevices(createGroup, error))
     return fail(error);
@@ -951,14 +999,17 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     if (train_ && o_.seed != seed)
       train_->setSeed(o_.seed);
   }
-  if (!runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error) ||
+  if (cluster_ &&
+      !agreeOnState(*cluster_, hostState_.data(), hostState_.size(), startStep_, o_.seed, error))
+    return fail(error);
+  if ((state_.ptr && !runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error)) ||
       (multi_ && !multi_->upload(hostState_.data(), error)))
     return fail(error);
   if ((multi_ ? !multi_->init(&o_.hyper, error)
               : !runner_->run(
                     -1, [&](std::string* e) { return m_.init(buffers_, e); }, &error)) ||
-      (m_.eval && !runner_->run(
-                      -1, [&](std::string* e) { return m_.evalInit(evalBuffers_, e); }, &error)))
+      (evaluates && !runner_->run(
+                        -1, [&](std::string* e) { return m_.evalInit(evalBuffers_, e); }, &error)))
     return fail("initializing: " + error);
 
   ProgressOptions po;
@@ -969,8 +1020,9 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
             : o_.progress == "lines" ? LiveMode::Off
                                      : LiveMode::Auto;
   po.every = o_.printEvery > 0 ? o_.printEvery : std::max<int64_t>(1, totalSteps / 20);
-  progress_ = std::make_unique<ProgressReporter>(o_.progress == "off" ? nullptr : stdout, po);
-  if (!o_.log.empty()) {
+  progress_ =
+      std::make_unique<ProgressReporter>(o_.progress == "off" || !leader() ? nullptr : stdout, po);
+  if (!o_.log.empty() && leader()) {
     log_ = JsonlLogger::open(o_.log, startStep_ > 0, error);
     if (!log_)
       return fail(error);
@@ -989,12 +1041,13 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     perDevice += (perDevice.empty() ? " (" : "+") + std::to_string(n);
   if (!perDevice.empty())
     perDevice += " per device)";
-  std::printf("%s: %s on %s: %lld steps from step %lld, %lld batches of %lld%s per epoch\n",
-              program_, m_.name.c_str(),
-              (multi_ ? multi_->description() : runner_->description()).c_str(),
-              static_cast<long long>(totalSteps), static_cast<long long>(startStep_),
-              static_cast<long long>(batchesPerEpoch_), static_cast<long long>(po.itemsPerStep),
-              perDevice.c_str());
+  if (leader())
+    std::printf("%s: %s on %s: %lld steps from step %lld, %lld batches of %lld%s per epoch\n",
+                program_, m_.name.c_str(),
+                (multi_ ? multi_->description() : runner_->description()).c_str(),
+                static_cast<long long>(totalSteps), static_cast<long long>(startStep_),
+                static_cast<long long>(batchesPerEpoch_), static_cast<long long>(po.itemsPerStep),
+                perDevice.c_str());
   std::fflush(stdout);
   progress_->begin(startStep_);
 
@@ -1094,7 +1147,7 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   int64_t ran = std::max<int64_t>(0, totalSteps - startStep_);
-  if (ran > 0)
+  if (ran > 0 && leader())
     std::printf("%s: %lld steps in %.1f s (%.1f img/s), last loss %.6g\n", program_,
                 static_cast<long long>(ran), seconds,
                 static_cast<double>(ran * po.itemsPerStep) / std::max(seconds, 1e-9), lastLoss_);
@@ -1110,7 +1163,8 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   if (!o_.exportPath.empty()) {
     if (!writeExport(error))
       return fail("export: " + error);
-    std::printf("%s: exported the trained model to %s\n", program_, o_.exportPath.c_str());
+    if (leader())
+      std::printf("%s: exported the trained model to %s\n", program_, o_.exportPath.c_str());
   }
   if (!o_.dump.empty() && !dump(error))
     return fail("dump: " + error);
@@ -1125,9 +1179,14 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
   return trainerMain(argc, argv, m, createRunner, nullptr);
 }
 
-int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createRunner,
-                GroupFactory createGroup) {
+namespace {
+
+/// The trainer's flags and run; `cluster` under mpirun, `why` the error it
+/// stopped on.
+int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createRunner,
+                GroupFactory createGroup, Cluster* cluster, std::string& why) {
   const char* program = argc > 0 ? argv[0] : "trainer";
+  const bool talks = !cluster || cluster->rank() == 0; // under mpirun rank 0 prints
   Options o;
   o.hyper = m.defaults;
   o.runner.tf32 = m.tf32;
@@ -1147,6 +1206,8 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     auto bad = [&](const std::string& what) { return usageError(program, key + " " + what); };
     int64_t iv = 0;
     if (key == "--help" || key == "-h") {
+      if (!talks)
+        return 0;
       std::printf(kUsage, program);
       std::printf("\nthis trainer: %s, target %s%s, optimizer %s, lr %g, schedule %s\n",
                   m.name.c_str(), m.target.c_str(),
@@ -1162,6 +1223,8 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
                                              : "constant");
       return 0;
     } else if (key == "--list-params" && !hasValue) {
+      if (!talks)
+        return 0;
       static const char* names[] = {"f32", "f64", "f16", "bf16", "i64", "i32", "bool"};
       for (const ParamInfo& p : m.params) {
         std::string shape;
@@ -1375,6 +1438,9 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
       if (value != "graph" && value != "legacy")
         return bad("takes graph or legacy");
       o.runner.cudnnGraphApi = value == "graph";
+    } else if (key == "--peer-timeout") {
+      if (!numArg(o.peerTimeout) || o.peerTimeout < 1)
+        return bad("takes a number of seconds, at least 1");
     } else {
       return usageError(program, "unknown argument '" + a + "'");
     }
@@ -1387,8 +1453,27 @@ int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
       !isImageData(o.data))
     return usageError(program, "--augment, --mean, --std and --skip-bad-images apply to "
                                "--data=folder:DIR and --data=cifar10:DIR");
-  Trainer t(program, m, std::move(o));
-  return t.run(createRunner, createGroup);
+  if (cluster && (o.profile > 0 || !o.profileOps.empty() || !o.trace.empty()))
+    return usageError(program, "--profile, --profile-ops and --trace: not yet under mpirun (run "
+                               "the trainer as one process to profile it)");
+  Trainer t(program, m, std::move(o), cluster);
+  int status = t.run(createRunner, createGroup);
+  why = t.lastError();
+  return status;
+}
+
+} // namespace
+
+int trainerMain(int argc, char** argv, const ModelInfo& m, RunnerFactory createRunner,
+                GroupFactory createGroup) {
+  // Under mpirun (more than one rank): MPI, and the check that every rank
+  // runs this trainer with these flags; a plain run starts no MPI.
+  std::unique_ptr<Cluster> cluster;
+  if (int status = startProcesses(argc, argv, m, cluster); status != 0)
+    return status;
+  std::string why;
+  int status = parseAndRun(argc, argv, m, createRunner, createGroup, cluster.get(), why);
+  return endProcesses(cluster.get(), argc > 0 ? argv[0] : "trainer", status, why);
 }
 
 } // namespace lwrt

@@ -9,8 +9,19 @@
 // arrive at a communication op, are waits the recorder leaves out of the
 // ops' times; a blocked wait also notes the thread's wake-up after the
 // record.
+//
+// Under mpirun (a Cluster), the group runs this process's devices only. An
+// op whose participants span processes is met by this process's
+// participants as above; the last of them sends the inputs of its sending
+// devices to every other process holding a receiving device, receives the
+// inputs it needs from the others, and performs the op for its own
+// receivers (cpu/CommOps.h: sums in device order, so the bits are those of
+// one process). A failed process or a lost one fails the op with the
+// Cluster's message.
 #include "lwrt/comm.h"
 
+#include "common/Cluster.h"
+#include "cpu/CommOps.h"
 #include "lwrt/profile.h"
 
 #include <algorithm>
@@ -25,55 +36,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sched.h>
+#include <set>
 #include <thread>
 
 namespace lwrt::cpu {
 
 namespace {
-
-enum class Kind : uint8_t {
-  AllReduce,
-  AllGather,
-  ReduceScatter,
-  Broadcast,
-  ReduceTo,
-  DeviceCopy,
-  Shard,
-  Unshard
-};
-
-/// What every participant of a communication op must agree on.
-struct Signature {
-  Kind kind = Kind::AllReduce;
-  std::vector<int64_t> devices;
-  int64_t src = -1, dst = -1; ///< -1: the op has none
-  int64_t axis = 0;
-  std::vector<int64_t> sizes;
-
-  bool operator==(const Signature& o) const {
-    return kind == o.kind && devices == o.devices && src == o.src && dst == o.dst &&
-           axis == o.axis && sizes == o.sizes;
-  }
-  /// The devices that call the op: `devices`, src and dst.
-  std::vector<int64_t> participants() const {
-    std::vector<int64_t> p = devices;
-    if (src >= 0)
-      p.push_back(src);
-    if (dst >= 0)
-      p.push_back(dst);
-    std::sort(p.begin(), p.end());
-    p.erase(std::unique(p.begin(), p.end()), p.end());
-    return p;
-  }
-};
-
-/// One device's views of an op (in and out: one each, or a bucket's).
-struct Part {
-  std::vector<TensorView> in, out;
-  bool hasIn = false, hasOut = false;
-};
-
-using Parts = std::vector<const Part*>; ///< by device; null: not a participant
 
 /// A communication op's meeting point, reused every step.
 struct OpSlot {
@@ -141,254 +110,34 @@ private:
   std::thread thread_; // last: starts after the members it uses exist
 };
 
-bool isSumType(DType t) { return t == DType::F32 || t == DType::F64; }
-
-bool usable(const TensorView& v) { return v.data != nullptr || v.numel() == 0; }
-
-bool sameType(const TensorView& a, const TensorView& b) {
-  return a.dtype == b.dtype && a.shape == b.shape;
-}
-
-/// `whole` with dim `axis` set to `rows`.
-std::vector<int64_t> withDim(std::vector<int64_t> whole, int64_t axis, int64_t rows) {
-  whole[static_cast<size_t>(axis)] = rows;
-  return whole;
-}
-
-/// Copies `rows` entries of dim `axis` from `src` (from entry srcRow) to
-/// `dst` (from entry dstRow); the other dims are those of `src`.
-void copyRows(const unsigned char* src, const std::vector<int64_t>& srcShape, int64_t srcRow,
-              unsigned char* dst, int64_t dstRows, int64_t dstRow, int64_t axis, int64_t rows,
-              int64_t elemBytes) {
-  int64_t outer = 1, inner = elemBytes;
-  for (int64_t d = 0; d < axis; ++d)
-    outer *= srcShape[static_cast<size_t>(d)];
-  for (size_t d = static_cast<size_t>(axis) + 1; d < srcShape.size(); ++d)
-    inner *= srcShape[d];
-  const int64_t srcRows = srcShape[static_cast<size_t>(axis)];
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(dst + (o * dstRows + dstRow) * inner, src + (o * srcRows + srcRow) * inner,
-                static_cast<size_t>(rows * inner));
-}
-
-/// Into `sum`: the element-wise sum of `views` in their order (the first
-/// one copied, the others added), as the reference interpreter adds.
-template <typename T> void sumViews(const std::vector<const TensorView*>& views, T* sum) {
-  const int64_t n = views[0]->numel();
-  const T* first = views[0]->as<const T>();
-  for (int64_t i = 0; i < n; ++i)
-    sum[i] = first[i];
-  for (size_t v = 1; v < views.size(); ++v) {
-    const T* x = views[v]->as<const T>();
-    for (int64_t i = 0; i < n; ++i)
-      sum[i] += x[i];
-  }
-}
-
-std::vector<unsigned char> sumOf(const std::vector<const TensorView*>& views) {
-  std::vector<unsigned char> sum(static_cast<size_t>(views[0]->bytes()));
-  if (views[0]->dtype == DType::F32)
-    sumViews(views, reinterpret_cast<float*>(sum.data()));
-  else
-    sumViews(views, reinterpret_cast<double*>(sum.data()));
-  return sum;
-}
-
-void copyOut(const std::vector<unsigned char>& bytes, const TensorView& out) {
-  if (!bytes.empty())
-    std::memcpy(out.data, bytes.data(), bytes.size());
-}
-
-/// Checks that the views of `sizes[i]` entries of `axis` on each device
-/// concatenate into `whole`: same element type and rank, the other dims
-/// equal.
-bool piecesFit(const Signature& s, const std::vector<const TensorView*>& pieces,
-               const TensorView& whole) {
-  if (s.sizes.size() != s.devices.size() || s.axis < 0 || s.axis >= whole.rank())
-    return false;
-  int64_t total = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    if (s.sizes[i] < 0 || !usable(*pieces[i]) || pieces[i]->dtype != whole.dtype ||
-        pieces[i]->shape != withDim(whole.shape, s.axis, s.sizes[i]))
-      return false;
-    total += s.sizes[i];
-  }
-  return total == whole.shape[static_cast<size_t>(s.axis)];
-}
-
-/// The views `which` (in or out) of `devices`' parts; false when one is
-/// missing.
-bool viewsOf(const Parts& parts, const std::vector<int64_t>& devices, bool in,
-             std::vector<const TensorView*>& views) {
-  views.clear();
-  for (int64_t d : devices) {
-    const Part* p = parts[static_cast<size_t>(d)];
-    const std::vector<TensorView>& v = in ? p->in : p->out;
-    if (!(in ? p->hasIn : p->hasOut) || v.size() != 1 || !usable(v[0]))
-      return false;
-    views.push_back(&v[0]);
-  }
-  return true;
-}
-
-bool performAllReduce(const Signature& s, const Parts& parts) {
-  const Part& first = *parts[static_cast<size_t>(s.devices[0])];
-  const size_t k = first.in.size();
-  for (int64_t d : s.devices) {
-    const Part& p = *parts[static_cast<size_t>(d)];
-    if (p.in.size() != k || p.out.size() != k)
-      return false;
-    for (size_t t = 0; t < k; ++t)
-      if (!isSumType(p.in[t].dtype) || !sameType(p.in[t], first.in[t]) ||
-          !sameType(p.out[t], first.in[t]) || !usable(p.in[t]) || !usable(p.out[t]))
-        return false;
-  }
-  for (size_t t = 0; t < k; ++t) {
-    std::vector<const TensorView*> ins;
-    for (int64_t d : s.devices)
-      ins.push_back(&parts[static_cast<size_t>(d)]->in[t]);
-    std::vector<unsigned char> sum = sumOf(ins); // outputs may alias inputs
-    for (int64_t d : s.devices)
-      copyOut(sum, parts[static_cast<size_t>(d)]->out[t]);
-  }
-  return true;
-}
-
-bool performAllGather(const Signature& s, const Parts& parts) {
-  std::vector<const TensorView*> ins, outs;
-  if (!viewsOf(parts, s.devices, true, ins) || !viewsOf(parts, s.devices, false, outs))
-    return false;
-  for (const TensorView* o : outs)
-    if (!sameType(*o, *outs[0]))
-      return false;
-  if (!piecesFit(s, ins, *outs[0]))
-    return false;
-  const TensorView& whole = *outs[0];
-  std::vector<unsigned char> all(static_cast<size_t>(whole.bytes()));
-  int64_t row = 0, rows = whole.shape[static_cast<size_t>(s.axis)];
-  for (size_t i = 0; i < ins.size(); ++i) {
-    copyRows(static_cast<const unsigned char*>(ins[i]->data), ins[i]->shape, 0, all.data(), rows,
-             row, s.axis, s.sizes[i], dtypeSize(whole.dtype));
-    row += s.sizes[i];
-  }
-  for (const TensorView* o : outs)
-    copyOut(all, *o);
-  return true;
-}
-
-bool performReduceScatter(const Signature& s, const Parts& parts) {
-  std::vector<const TensorView*> ins, outs;
-  if (!viewsOf(parts, s.devices, true, ins) || !viewsOf(parts, s.devices, false, outs))
-    return false;
-  for (const TensorView* in : ins)
-    if (!isSumType(in->dtype) || !sameType(*in, *ins[0]))
-      return false;
-  if (!piecesFit(s, outs, *ins[0]))
-    return false;
-  std::vector<unsigned char> sum = sumOf(ins);
-  const TensorView& whole = *ins[0];
-  int64_t row = 0;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    if (outs[i]->numel() > 0)
-      copyRows(sum.data(), whole.shape, row, static_cast<unsigned char*>(outs[i]->data), s.sizes[i],
-               0, s.axis, s.sizes[i], dtypeSize(whole.dtype));
-    row += s.sizes[i];
-  }
-  return true;
-}
-
-/// broadcast, device_copy: `in` on src to `out` on each of `devices`.
-bool performCopy(const Signature& s, const Parts& parts) {
-  std::vector<const TensorView*> in, outs;
-  if (!viewsOf(parts, {s.src}, true, in) || !viewsOf(parts, s.devices, false, outs))
-    return false;
-  for (const TensorView* o : outs)
-    if (!sameType(*o, *in[0]))
-      return false;
-  std::vector<unsigned char> bytes(static_cast<size_t>(in[0]->bytes()));
-  if (!bytes.empty())
-    std::memcpy(bytes.data(), in[0]->data, bytes.size());
-  for (const TensorView* o : outs)
-    copyOut(bytes, *o);
-  return true;
-}
-
-bool performReduceTo(const Signature& s, const Parts& parts) {
-  std::vector<const TensorView*> ins, out;
-  if (!viewsOf(parts, s.devices, true, ins) || !viewsOf(parts, {s.dst}, false, out))
-    return false;
-  for (const TensorView* in : ins)
-    if (!isSumType(in->dtype) || !sameType(*in, *ins[0]))
-      return false;
-  if (!sameType(*out[0], *ins[0]))
-    return false;
-  copyOut(sumOf(ins), *out[0]);
-  return true;
-}
-
-bool performShard(const Signature& s, const Parts& parts) {
-  std::vector<const TensorView*> in, outs;
-  if (!viewsOf(parts, {s.src}, true, in) || !viewsOf(parts, s.devices, false, outs) ||
-      !piecesFit(s, outs, *in[0]))
-    return false;
-  const TensorView& whole = *in[0];
-  std::vector<unsigned char> bytes(static_cast<size_t>(whole.bytes()));
-  if (!bytes.empty())
-    std::memcpy(bytes.data(), whole.data, bytes.size());
-  int64_t row = 0;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    if (outs[i]->numel() > 0)
-      copyRows(bytes.data(), whole.shape, row, static_cast<unsigned char*>(outs[i]->data),
-               s.sizes[i], 0, s.axis, s.sizes[i], dtypeSize(whole.dtype));
-    row += s.sizes[i];
-  }
-  return true;
-}
-
-bool performUnshard(const Signature& s, const Parts& parts) {
-  std::vector<const TensorView*> ins, out;
-  if (!viewsOf(parts, s.devices, true, ins) || !viewsOf(parts, {s.dst}, false, out) ||
-      !piecesFit(s, ins, *out[0]))
-    return false;
-  const TensorView& whole = *out[0];
-  std::vector<unsigned char> all(static_cast<size_t>(whole.bytes()));
-  int64_t row = 0, rows = whole.shape[static_cast<size_t>(s.axis)];
-  for (size_t i = 0; i < ins.size(); ++i) {
-    copyRows(static_cast<const unsigned char*>(ins[i]->data), ins[i]->shape, 0, all.data(), rows,
-             row, s.axis, s.sizes[i], dtypeSize(whole.dtype));
-    row += s.sizes[i];
-  }
-  copyOut(all, whole);
-  return true;
-}
-
-bool perform(const Signature& s, const Parts& parts) {
-  switch (s.kind) {
-  case Kind::AllReduce:
-    return performAllReduce(s, parts);
-  case Kind::AllGather:
-    return performAllGather(s, parts);
-  case Kind::ReduceScatter:
-    return performReduceScatter(s, parts);
-  case Kind::Broadcast:
-  case Kind::DeviceCopy:
-    return performCopy(s, parts);
-  case Kind::ReduceTo:
-    return performReduceTo(s, parts);
-  case Kind::Shard:
-    return performShard(s, parts);
-  case Kind::Unshard:
-    return performUnshard(s, parts);
-  }
-  return false;
+/// The cores this process may use: its affinity mask, shared with the
+/// other processes of the job on this machine when mpirun did not bind them.
+int coresHere(const Cluster* cluster) {
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    cores = std::min(cores, CPU_COUNT(&set));
+  if (cluster && cluster->localSize() > 1 &&
+      cores == static_cast<int>(std::thread::hardware_concurrency()))
+    cores = std::max(1, cores / cluster->localSize());
+  return cores;
 }
 
 class CpuGroup final : public DeviceGroup {
 public:
-  CpuGroup(const ModelInfo& m) : m_(m), ops_(static_cast<size_t>(m.numCommOps)) {
+  CpuGroup(const ModelInfo& m, Cluster* cluster)
+      : m_(m), cluster_(cluster), ops_(static_cast<size_t>(m.numCommOps)) {
+    if (cluster_) {
+      perRank_ = m.numDevices / cluster_->size();
+      firstLocal_ = cluster_->rank() * perRank_;
+    } else {
+      perRank_ = m.numDevices;
+    }
     events_ = std::vector<EventSlot>(static_cast<size_t>(m.numEvents));
     std::map<std::pair<int, int>, size_t> index;
     for (size_t k = 0; k < m.deviceSteps.size(); ++k) {
+      if (!local(m.deviceSteps[k].device))
+        continue; // another process runs it
       auto key = std::make_pair(m.deviceSteps[k].device, m.deviceSteps[k].stream);
       auto [it, added] = index.emplace(key, queues_.size());
       if (added)
@@ -408,11 +157,15 @@ public:
     // others at random, so that a step took twice the time.
     const char* chosen = std::getenv("OPENBLAS_NUM_THREADS");
     if (m.numDevices > 1 && !(chosen && *chosen)) {
-      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      blasThreads_ = std::max(1, cores / m.numDevices);
+      blasThreads_ = std::max(1, coresHere(cluster_) / perRank_);
       openblas_set_num_threads(blasThreads_);
     }
   }
+
+  bool local(int64_t device) const {
+    return device >= firstLocal_ && device < firstLocal_ + perRank_;
+  }
+  int rankOf(int64_t device) const { return static_cast<int>(device / perRank_); }
 
   bool runStep(const std::vector<StepBuffers>& buffers, std::string* error) override {
     if (buffers.size() != static_cast<size_t>(m_.numDevices)) {
@@ -425,24 +178,36 @@ public:
     const uint64_t generation = ++generation_;
     remaining_ = queues_.size();
     failure_.clear();
+    remoteError_.clear();
     for (size_t q = 0; q < queues_.size(); ++q)
       workers_[q]->post([this, q, generation, &buffers] { runQueue(q, generation, buffers); });
     // Every second, a look for a deadlock: every unfinished function waiting
-    // and nothing arriving or recorded for deadlockSeconds_.
+    // and nothing arriving or recorded for deadlockSeconds_ (under mpirun,
+    // where some wait for other processes: in every process).
     int stalled = 0;
     uint64_t seen = progress_.load(std::memory_order_relaxed);
     while (!done_.wait_for(lock, std::chrono::seconds(1), [&] { return remaining_ == 0; })) {
       uint64_t now = progress_.load(std::memory_order_relaxed);
-      stalled = now == seen && allWaiting() ? stalled + 1 : 0;
+      const bool waiting = allWaiting();
+      if (cluster_)
+        cluster_->stepActivity(now, waiting);
+      stalled = now == seen && waiting ? stalled + 1 : 0;
       seen = now;
       if (stalled < deadlockSeconds_ || !failure_.empty())
         continue;
-      failure_ = "the step is deadlocked, every function waits: " + whoWaits();
+      if (cluster_ && waitsForOthers() && !cluster_->othersWaiting(deadlockSeconds_))
+        continue; // another process is busy: what it sends will come
+      failure_ = std::string("the step is deadlocked, every function waits") +
+                 (cluster_ ? " in every process" : "") + ": " + whoWaits();
       lock.unlock();
       abort(generation);
       lock.lock();
     }
+    if (cluster_)
+      cluster_->stepEnded();
     if (!failure_.empty()) {
+      if (!remoteError_.empty() && failure_.find(remoteError_) == std::string::npos)
+        failure_ += ": " + remoteError_;
       if (error)
         *error = failure_;
       return false;
@@ -454,6 +219,10 @@ public:
     std::string blas = blasThreads_ > 0
                            ? ", OpenBLAS threads " + std::to_string(blasThreads_) + " per device"
                            : "";
+    if (cluster_)
+      return std::to_string(perRank_) + " emulated devices in each of " +
+             std::to_string(cluster_->size()) + " processes (MPI between them), " +
+             std::to_string(queues_.size()) + " stream threads here" + blas;
     return std::to_string(m_.numDevices) + " emulated devices, " + std::to_string(queues_.size()) +
            " stream threads" + blas;
   }
@@ -476,14 +245,15 @@ public:
     if (hasSrc != (sig.src >= 0) || hasDst != (sig.dst >= 0))
       return false;
     if (sig.devices.empty() || who.front() < 0 || who.back() >= m_.numDevices ||
-        !std::binary_search(who.begin(), who.end(), int64_t(b.device)))
+        !std::binary_search(who.begin(), who.end(), int64_t(b.device)) || !local(b.device))
       return false;
     OpSlot& slot = ops_[static_cast<size_t>(op)];
     std::unique_lock<std::mutex> lock(slot.mu);
     if (slot.generation != generation) { // the first to arrive this step
       slot.generation = generation;
       slot.arrived = 0;
-      slot.expected = who.size();
+      slot.expected = static_cast<size_t>(
+          std::count_if(who.begin(), who.end(), [&](int64_t d) { return local(d); }));
       slot.mismatch = false;
       slot.sig = sig;
       slot.parts.assign(devices, Part{});
@@ -498,11 +268,17 @@ public:
     if (++slot.arrived == slot.expected) {
       slot.lastArrival = std::chrono::steady_clock::now();
       bool ok = !slot.mismatch;
-      if (ok) {
-        Parts parts(devices, nullptr);
-        for (size_t d = 0; d < devices; ++d)
-          if (slot.present[d])
-            parts[d] = &slot.parts[d];
+      Parts parts(devices, nullptr);
+      for (size_t d = 0; d < devices; ++d)
+        if (slot.present[d])
+          parts[d] = &slot.parts[d];
+      if (ok && cluster_ && spansProcesses(who)) {
+        // The others wait for doneGeneration: the slot is this thread's
+        // until then, and the lock is free for abort() meanwhile.
+        lock.unlock();
+        ok = exchange(op, generation, slot, parts);
+        lock.lock();
+      } else if (ok) {
         ok = perform(slot.sig, parts);
       }
       slot.ok = ok;
@@ -517,6 +293,70 @@ public:
     if (recording_ && slot.doneGeneration == generation) // waiting for the others is not the op's
       recording_->waited(arrived, slot.lastArrival);
     return slot.doneGeneration == generation && slot.ok;
+  }
+
+  void noteRemoteError(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (remoteError_.empty())
+      remoteError_ = why;
+  }
+
+  /// Whether `who` has devices of other processes.
+  bool spansProcesses(const std::vector<int64_t>& who) const {
+    return std::any_of(who.begin(), who.end(), [&](int64_t d) { return !local(d); });
+  }
+
+  /// The op across processes (see the file's comment), by the last local
+  /// participant; `parts` holds the local ones.
+  bool exchange(int op, uint64_t generation, OpSlot& slot, Parts& parts) {
+    const Signature& sig = slot.sig;
+    const int me = cluster_->rank(), tag = Cluster::kOpBase + op;
+    std::set<int> receiving, sending;
+    for (int64_t d : sig.receivers())
+      receiving.insert(rankOf(d));
+    for (int64_t d : sig.senders())
+      sending.insert(rankOf(d));
+    std::vector<std::pair<int64_t, const Part*>> mine;
+    for (int64_t d : sig.senders())
+      if (local(d))
+        mine.emplace_back(d, parts[static_cast<size_t>(d)]);
+    if (!mine.empty()) {
+      std::vector<unsigned char> message = packInputs(sig, mine);
+      for (int r : receiving)
+        if (r != me)
+          cluster_->send(r, tag, message);
+    }
+    if (!receiving.count(me))
+      return true; // this process only sends
+    std::vector<std::vector<unsigned char>> messages;
+    std::vector<std::pair<int64_t, Part>> remote;
+    for (int r : sending) {
+      if (r == me)
+        continue;
+      messages.emplace_back();
+      std::string why;
+      std::vector<std::pair<int64_t, Part>> theirs;
+      Waiting waiting(Wait::Remote, op);
+      if (!cluster_->receive(r, tag, messages.back(), &why, [&] { return aborted(generation); }) ||
+          !unpackInputs(sig, messages.back(), theirs, &why)) {
+        if (aborted(generation))
+          return false; // the step's own failure says why
+        noteRemoteError("comm op " + std::to_string(op) + " (" + sig.str() + ") with rank " +
+                        std::to_string(r) + ": " + why);
+        return false;
+      }
+      for (auto& t : theirs)
+        remote.push_back(std::move(t));
+    }
+    for (auto& [d, p] : remote) {
+      if (d < 0 || d >= m_.numDevices || local(d) || parts[static_cast<size_t>(d)]) {
+        noteRemoteError("comm op " + std::to_string(op) + ": another process sent device " +
+                        std::to_string(d) + "'s inputs");
+        return false;
+      }
+      parts[static_cast<size_t>(d)] = &p;
+    }
+    return perform(sig, parts);
   }
 
   bool record(int event) {
@@ -563,7 +403,7 @@ private:
   /// What a function's thread is doing, for the deadlock report: relaxed
   /// atomics, so that reading them orders nothing.
   struct Wait {
-    enum Kind : int { Running, Op, Event, Finished };
+    enum Kind : int { Running, Op, Event, Remote, Finished };
     std::atomic<int> kind{Running}, index{0}, step{0};
   };
   static thread_local Wait* current_;
@@ -593,16 +433,22 @@ private:
     }
     return any;
   }
+  bool waitsForOthers() const {
+    return std::any_of(waits_.begin(), waits_.end(), [](const auto& w) {
+      return w->kind.load(std::memory_order_relaxed) == Wait::Remote;
+    });
+  }
   std::string whoWaits() const {
     std::string s;
     for (const auto& w : waits_) {
       int k = w->kind.load(std::memory_order_relaxed);
-      if (k != Wait::Op && k != Wait::Event)
+      if (k != Wait::Op && k != Wait::Event && k != Wait::Remote)
         continue;
       s += (s.empty() ? "" : "; ") +
            m_.deviceSteps[static_cast<size_t>(w->step.load(std::memory_order_relaxed))].name +
-           (k == Wait::Op ? " in communication op " : " for event ") +
-           std::to_string(w->index.load(std::memory_order_relaxed));
+           (k == Wait::Event ? " for event " : " in communication op ") +
+           std::to_string(w->index.load(std::memory_order_relaxed)) +
+           (k == Wait::Remote ? " (for another process)" : "");
     }
     return s;
   }
@@ -677,6 +523,8 @@ private:
   /// so the ops and events it would have reached never complete.
   void abort(uint64_t generation) {
     abortedGeneration_.store(generation, std::memory_order_relaxed);
+    if (cluster_) // a function waiting for another process's inputs
+      cluster_->wakeWaiters();
     for (OpSlot& s : ops_) {
       std::lock_guard<std::mutex> lock(s.mu);
       s.cv.notify_all();
@@ -688,6 +536,11 @@ private:
   }
 
   const ModelInfo& m_;
+  Cluster* cluster_ = nullptr;
+  int perRank_ = 1, firstLocal_ = 0; ///< this process's devices
+  /// Why an op across processes failed this step (under mu_), for the
+  /// step's error: the other functions of the op only see that it failed.
+  std::string remoteError_;
   std::vector<OpSlot> ops_;
   std::vector<EventSlot> events_;
   std::vector<Queue> queues_;
@@ -788,8 +641,9 @@ bool waitEvent(const StepBuffers& b, int event) {
   return g && g->wait(event);
 }
 
-std::unique_ptr<DeviceGroup>
-createGroup(const ModelInfo& model, const std::vector<StepRunner*>& runners, std::string* error) {
+std::unique_ptr<DeviceGroup> createGroup(const ModelInfo& model,
+                                         const std::vector<StepRunner*>& runners, Cluster* cluster,
+                                         std::string* error) {
   auto bad = [&](const std::string& why) -> std::unique_ptr<DeviceGroup> {
     if (error)
       *error = why;
@@ -809,7 +663,22 @@ createGroup(const ModelInfo& model, const std::vector<StepRunner*>& runners, std
                  " stream " + std::to_string(s.stream) + ", outside the model's " +
                  std::to_string(model.numDevices) + " devices of " +
                  std::to_string(model.streamsPerDevice) + " streams");
-  return std::make_unique<CpuGroup>(model);
+  if (cluster) {
+    if (model.numDevices % cluster->size() != 0)
+      return bad(std::to_string(cluster->size()) + " processes cannot share " +
+                 std::to_string(model.numDevices) + " devices evenly");
+    if (int64_t(Cluster::kOpBase) + model.numCommOps > cluster->maxTag())
+      return bad("the step's " + std::to_string(model.numCommOps) +
+                 " communication ops need more message tags than MPI has (" +
+                 std::to_string(cluster->maxTag()) + ")");
+    const int per = model.numDevices / cluster->size(), first = cluster->rank() * per;
+    for (int d = 0; d < model.numDevices; ++d)
+      if ((runners[static_cast<size_t>(d)] != nullptr) != (d >= first && d < first + per))
+        return bad("device " + std::to_string(d) + "'s runner is " +
+                   (runners[static_cast<size_t>(d)] ? "here, but the device is another process's"
+                                                    : "missing"));
+  }
+  return std::make_unique<CpuGroup>(model, cluster);
 }
 
 } // namespace lwrt::cpu

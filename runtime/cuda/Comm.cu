@@ -1,11 +1,13 @@
 // The CUDA backend's multi-device group: worker threads, events, the host
 // rendezvous and its local copies and sums, NCCL communicators (Group.h).
+#include "common/Cluster.h"
 #include "cuda/Group.h"
 #include "cuda/KernelSupport.cuh"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 
 namespace lwrt::cuda {
@@ -18,9 +20,33 @@ template <typename T> __global__ void sumInto(T* acc, const T* x, int64_t n, boo
     acc[i] = first ? x[i] : acc[i] + x[i];
 }
 
-/// Copies `rows` entries along `axis` from `src` (from row srcRow) into
-/// `dst` (from row dstRow); the other dims of the two are equal. Issued on
-/// `exec`'s stream; peer copies where the GPUs differ.
+std::string joined(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t x : v) {
+    if (!s.empty())
+      s += ','; // not `"," + ...`: a GCC 12 -O3 -Wrestrict false positive
+    s += std::to_string(x);
+  }
+  return s;
+}
+
+} // namespace
+
+bool accumulate(Context& exec, void* acc, const void* x, DType t, int64_t n, bool first) {
+  if (n == 0)
+    return true;
+  if (t == DType::F32)
+    sumInto<float><<<blocksFor(n), kThreads, 0, exec.stream>>>(
+        static_cast<float*>(acc), static_cast<const float*>(x), n, first);
+  else if (t == DType::F64)
+    sumInto<double><<<blocksFor(n), kThreads, 0, exec.stream>>>(
+        static_cast<double*>(acc), static_cast<const double*>(x), n, first);
+  else
+    return fail(__FILE__, __LINE__, "sums take F32 or F64 tensors");
+  LWRT_CUDA(cudaGetLastError());
+  return true;
+}
+
 bool copyRows(Context& exec, const TensorView& src, int srcGpu, int64_t srcRow,
               const TensorView& dst, int dstGpu, int64_t dstRow, int64_t axis, int64_t rows) {
   int64_t outer = 1, inner = dtypeSize(src.dtype);
@@ -59,6 +85,8 @@ bool copyRows(Context& exec, const TensorView& src, int srcGpu, int64_t srcRow,
   return true;
 }
 
+namespace {
+
 /// A whole tensor `src` -> `dst` (same byte size).
 bool copyWhole(Context& exec, const TensorView& src, int srcGpu, const TensorView& dst,
                int dstGpu) {
@@ -72,16 +100,6 @@ bool copyWhole(Context& exec, const TensorView& src, int srcGpu, const TensorVie
   else
     LWRT_CUDA(cudaMemcpyPeerAsync(dst.data, dstGpu, src.data, srcGpu, n, exec.stream));
   return true;
-}
-
-std::string joined(const std::vector<int64_t>& v) {
-  std::string s;
-  for (int64_t x : v) {
-    if (!s.empty())
-      s += ','; // not `"," + ...`: a GCC 12 -O3 -Wrestrict false positive
-    s += std::to_string(x);
-  }
-  return s;
 }
 
 } // namespace
@@ -111,6 +129,28 @@ std::vector<int64_t> CommSpec::participants() const {
   return p;
 }
 
+std::vector<int64_t> CommSpec::senders() const {
+  switch (kind) {
+  case CommKind::Broadcast:
+  case CommKind::Copy:
+  case CommKind::Shard:
+    return {src};
+  default:
+    return devices;
+  }
+}
+
+std::vector<int64_t> CommSpec::receivers() const {
+  switch (kind) {
+  case CommKind::ReduceTo:
+  case CommKind::Unshard:
+  case CommKind::Copy:
+    return {dst};
+  default:
+    return devices;
+  }
+}
+
 const char* CommSpec::name() const {
   switch (kind) {
   case CommKind::AllReduce:
@@ -135,7 +175,7 @@ const char* CommSpec::name() const {
 
 //===--- The group ---------------------------------------------------------===//
 
-bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners,
+bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners, Cluster* cluster,
                  std::string* error) {
   auto failed = [&](const std::string& what) {
     if (error)
@@ -147,9 +187,14 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
                   std::to_string(model.numDevices) + " devices, " + std::to_string(runners.size()) +
                   " runners)");
   streams_ = std::max(1, model.streamsPerDevice);
+  cluster_ = cluster;
   if (const char* v = std::getenv("LWRT_DEADLOCK_SECONDS"); v && std::atoi(v) > 0)
     deadlockSeconds_ = std::atoi(v);
   for (StepRunner* r : runners) {
+    if (!r && cluster) { // another process's device
+      gpus_.push_back(-1);
+      continue;
+    }
     Context* c = runnerContext(r);
     if (!c || c->device < 0)
       return failed("the CUDA group got a runner that is not a CUDA runner");
@@ -158,6 +203,8 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
   int n = model.numDevices;
   contexts_.assign(static_cast<size_t>(n * streams_), nullptr);
   for (int d = 0; d < n; ++d) {
+    if (!local(d))
+      continue;
     contexts_[static_cast<size_t>(d * streams_)] = runnerContext(runners[static_cast<size_t>(d)]);
     for (int s = 1; s < streams_; ++s) {
       auto c = std::make_unique<Context>();
@@ -169,7 +216,8 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
     }
   }
   for (Context* c : contexts_)
-    c->keepReplaced = true;
+    if (c)
+      c->keepReplaced = true;
   // Events and the rendezvous' ready/done events, each on its device.
   numEvents_ = std::max(0, model.numEvents);
   events_.assign(static_cast<size_t>(n * numEvents_), nullptr);
@@ -180,6 +228,8 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
     m.done.assign(static_cast<size_t>(n), nullptr);
   }
   for (int d = 0; d < n; ++d) {
+    if (!local(d))
+      continue;
     cudaError_t st = cudaSetDevice(gpus_[static_cast<size_t>(d)]);
     auto create = [&](cudaEvent_t* e) {
       if (st == cudaSuccess)
@@ -197,12 +247,15 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
   }
   // NCCL when every device has a GPU of its own: one communicator set per
   // stream index, rank = logical device.
-  if (distinctGpus([&] {
-        std::vector<int64_t> all;
-        for (int d = 0; d < n; ++d)
-          all.push_back(d);
-        return all;
-      }())) {
+  if (cluster) {
+    if (!initAcrossProcesses(n, error))
+      return false;
+  } else if (distinctGpus([&] {
+               std::vector<int64_t> all;
+               for (int d = 0; d < n; ++d)
+                 all.push_back(d);
+               return all;
+             }())) {
     for (int s = 0; s < streams_; ++s) {
       std::vector<ncclComm_t> set(static_cast<size_t>(n), nullptr);
       ncclResult_t st = ncclCommInitAll(set.data(), n, gpus_.data());
@@ -220,13 +273,17 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
   // Notes: which path the devices get.
   std::map<int, std::vector<int64_t>> byGpu;
   for (int d = 0; d < n; ++d)
-    byGpu[gpus_[static_cast<size_t>(d)]].push_back(d);
+    if (local(d))
+      byGpu[gpus_[static_cast<size_t>(d)]].push_back(d);
   std::string shared;
   for (const auto& [g, ds] : byGpu)
     if (ds.size() > 1)
       shared += (shared.empty() ? "" : "; ") + std::string("logical devices ") + joined(ds) +
                 " share GPU " + std::to_string(g);
-  if (nccl())
+  if (cluster)
+    notes_ = "NCCL between the " + std::to_string(n) + " GPUs of " +
+             std::to_string(cluster->size()) + " processes";
+  else if (nccl())
     notes_ = "NCCL between " + std::to_string(byGpu.size()) + " GPUs";
   else if (byGpu.size() > 1)
     notes_ = "peer copies between " + std::to_string(byGpu.size()) +
@@ -236,12 +293,15 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
               " (local copies and reductions on their GPU, no NCCL between them)";
   notes_ += "; the step is launched directly on " + std::to_string(n * streams_) +
             " streams (no CUDA graphs with several devices)";
-  // The workers, one per function, alive until the group ends.
+  // The workers, one per function of this process's devices, alive until
+  // the group ends.
   for (const DeviceStep& s : model.deviceSteps) {
     if (s.device < 0 || s.device >= n || s.stream < 0 || s.stream >= streams_ || !s.fn)
       return failed("step function " + s.name + " names device " + std::to_string(s.device) +
                     ", stream " + std::to_string(s.stream) + " outside the model's " +
                     std::to_string(n) + " devices and " + std::to_string(streams_) + " streams");
+    if (!local(s.device))
+      continue; // another process runs it
     auto w = std::make_unique<Worker>();
     w->step = s;
     w->ctx = contexts_[static_cast<size_t>(s.device * streams_ + s.stream)];
@@ -262,6 +322,8 @@ Group::~Group() {
     if (w->thread.joinable())
       w->thread.join();
   for (size_t d = 0; d < gpus_.size(); ++d) {
+    if (gpus_[d] < 0)
+      continue;
     cudaSetDevice(gpus_[d]);
     cudaDeviceSynchronize();
   }
@@ -281,6 +343,8 @@ Group::~Group() {
         cudaEventDestroy(e);
   }
   for (auto& [key, mem] : staging_)
+    cudaFree(mem.first);
+  for (auto& [key, mem] : received_)
     cudaFree(mem.first);
   for (void* p : retired_)
     cudaFree(p);
@@ -667,10 +731,11 @@ bool Group::ncclOverAll(const std::vector<int64_t>& devices, bool inOrder) const
 
 //===--- The backend's entry point -----------------------------------------===//
 
-std::unique_ptr<DeviceGroup>
-createGroup(const ModelInfo& model, const std::vector<StepRunner*>& runners, std::string* error) {
+std::unique_ptr<DeviceGroup> createGroup(const ModelInfo& model,
+                                         const std::vector<StepRunner*>& runners, Cluster* cluster,
+                                         std::string* error) {
   auto group = std::make_unique<Group>();
-  if (!group->init(model, runners, error))
+  if (!group->init(model, runners, cluster, error))
     return nullptr;
   return group;
 }

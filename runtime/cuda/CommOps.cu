@@ -1,6 +1,7 @@
 // The communication calls of a multi-device CUDA step (lwrt/comm.h): each
-// checks this device's views, then takes NCCL or the group's host
-// rendezvous (cuda/Group.h says which, and why).
+// checks this device's views, then takes NCCL's collectives, or the
+// group's host rendezvous, or, across processes, NCCL's sends and receives
+// (cuda/Group.h says which, and why).
 #include "cuda/Group.h"
 
 #include <algorithm>
@@ -128,7 +129,7 @@ bool allReduce(const StepBuffers& b, int op, const std::vector<int64_t>& devices
         !check.summable(in[k]) || !check.sameSize(in[k], out[k]))
       return false;
   if (!g->ncclOverAll(devices, false))
-    return g->meet(spec, {b.device, &context(), &in, &out, nullptr, nullptr});
+    return g->fallback(spec, {b.device, &context(), &in, &out, nullptr, nullptr, b.stream});
   ncclComm_t comm = g->communicator(b.device, b.stream);
   // The bucket in one NCCL group: out[k] = the sum of in[k].
   LWRT_NCCL(ncclGroupStart());
@@ -155,7 +156,7 @@ bool allGather(const StepBuffers& b, int op, const std::vector<int64_t>& devices
   int64_t outer, rowBytes;
   geometry(in, axis, &outer, &rowBytes);
   if (!g->ncclOverAll(devices, true) || !equalSizes(sizes))
-    return g->meet(spec, {b.device, &context(), nullptr, nullptr, &in, &out});
+    return g->fallback(spec, {b.device, &context(), nullptr, nullptr, &in, &out, b.stream});
   ncclComm_t comm = g->communicator(b.device, b.stream);
   if (outer == 1) {
     LWRT_NCCL(ncclAllGather(in.data, out.data, static_cast<size_t>(in.bytes()), ncclUint8, comm,
@@ -191,7 +192,7 @@ bool reduceScatter(const StepBuffers& b, int op, const std::vector<int64_t>& dev
   int64_t outer, rowBytes;
   geometry(in, axis, &outer, &rowBytes);
   if (!g->ncclOverAll(devices, true) || !equalSizes(sizes))
-    return g->meet(spec, {b.device, &context(), nullptr, nullptr, &in, &out});
+    return g->fallback(spec, {b.device, &context(), nullptr, nullptr, &in, &out, b.stream});
   ncclComm_t comm = g->communicator(b.device, b.stream);
   const void* send = in.data;
   if (outer != 1) {
@@ -229,7 +230,7 @@ bool broadcast(const StepBuffers& b, int op, int64_t src, const std::vector<int6
     return false;
   std::vector<int64_t> p = spec.participants();
   if (!g->ncclOverAll(p, false))
-    return g->meet(spec, {b.device, &context(), nullptr, nullptr, in, out});
+    return g->fallback(spec, {b.device, &context(), nullptr, nullptr, in, out, b.stream});
   ncclComm_t comm = g->communicator(b.device, b.stream);
   const TensorView& mine = isSrc ? *in : *out;
   void* recv = receives ? out->data : in->data; // the root without an output: in place
@@ -251,7 +252,7 @@ bool reduceTo(const StepBuffers& b, int op, const std::vector<int64_t>& devices,
       (isDst && !check.present(out, "output")) || (sends && isDst && !check.sameSize(*in, *out)))
     return false;
   if (!g->ncclOverAll(devices, false))
-    return g->meet(spec, {b.device, &context(), nullptr, nullptr, in, out});
+    return g->fallback(spec, {b.device, &context(), nullptr, nullptr, in, out, b.stream});
   ncclComm_t comm = g->communicator(b.device, b.stream);
   LWRT_NCCL(ncclReduce(in->data, isDst ? out->data : in->data, static_cast<size_t>(in->numel()),
                        ncclType(in->dtype), ncclSum, static_cast<int>(dst), comm,
@@ -272,7 +273,7 @@ bool deviceCopy(const StepBuffers& b, int op, int64_t src, int64_t dst, const Te
   if ((isSrc && !check.present(in, "input")) || (!isSrc && !check.present(out, "output")))
     return false;
   if (!g->nccl())
-    return g->meet(spec, {b.device, &context(), nullptr, nullptr, in, out});
+    return g->fallback(spec, {b.device, &context(), nullptr, nullptr, in, out, b.stream});
   ncclComm_t comm = g->communicator(b.device, b.stream);
   if (isSrc)
     LWRT_NCCL(ncclSend(in->data, static_cast<size_t>(in->bytes()), ncclUint8, static_cast<int>(dst),
@@ -302,7 +303,7 @@ bool shard(const StepBuffers& b, int op, int64_t src, const std::vector<int64_t>
   int64_t outer, rowBytes;
   geometry(isSrc ? *in : *out, axis, &outer, &rowBytes);
   if (!g->nccl() || outer != 1)
-    return g->meet(spec, {b.device, &context(), nullptr, nullptr, in, out});
+    return g->fallback(spec, {b.device, &context(), nullptr, nullptr, in, out, b.stream});
   ncclComm_t comm = g->communicator(b.device, b.stream);
   // Contiguous slabs: the source sends slab i to devices[i] (its own by a copy).
   LWRT_NCCL(ncclGroupStart());
@@ -354,7 +355,7 @@ bool unshard(const StepBuffers& b, int op, const std::vector<int64_t>& devices, 
   int64_t outer, rowBytes;
   geometry(isDst ? *out : *in, axis, &outer, &rowBytes);
   if (!g->nccl() || outer != 1)
-    return g->meet(spec, {b.device, &context(), nullptr, nullptr, in, out});
+    return g->fallback(spec, {b.device, &context(), nullptr, nullptr, in, out, b.stream});
   ncclComm_t comm = g->communicator(b.device, b.stream);
   // Contiguous slabs: devices[i] sends its piece to the destination, which
   // places it at its offset (its own by a copy).

@@ -29,6 +29,19 @@
 // Events (recordEvent / waitEvent): one CUDA event per (device, event id); a
 // wait first waits on the host until this step's record was issued, since
 // the functions launch concurrently.
+//
+// Under mpirun (a Cluster), the group holds this process's logical devices
+// only, each on a GPU of its own (its node-local rank's, common/
+// MultiDevice.h), and NCCL spans every process: one communicator set per
+// stream index over all N logical devices (ncclCommInitRank, rank = logical
+// device, the unique id from rank 0 by MPI_Bcast), after a check that no
+// GPU of a machine went to two processes (NCCL refuses that: the group says
+// which ranks share which GPU instead). An op whose participants are all
+// here takes the paths above; one that spans processes and that NCCL's
+// collectives do not serve (a subset of the devices, uneven or strided
+// pieces) goes through NCCL's sends and receives (cuda/CommP2p.cu): each
+// receiver gets every sender's input and computes its own result, sums in
+// `devices` order, so that replicas get identical bits.
 #pragma once
 
 #include "cuda/Context.h"
@@ -41,6 +54,7 @@
 #include <nccl.h>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -51,6 +65,10 @@
       return ::lwrt::cuda::fail(__FILE__, __LINE__,                                                \
                                 std::string(#call) + ": " + ncclGetErrorString(lwrt_nccl_));       \
   } while (0)
+
+namespace lwrt {
+class Cluster;
+}
 
 namespace lwrt::cuda {
 
@@ -75,8 +93,19 @@ struct CommSpec {
   /// Who takes part: `devices`, with src (broadcast, shard) or dst
   /// (reduce_to, unshard) added when not among them; {src, dst} for a copy.
   std::vector<int64_t> participants() const;
+  /// The devices whose input the op reads, and those whose output it writes.
+  std::vector<int64_t> senders() const;
+  std::vector<int64_t> receivers() const;
   const char* name() const;
 };
+
+/// Copies `rows` entries along `axis` from `src` (from row srcRow) into
+/// `dst` (from row dstRow), the other dims of the two equal, on `exec`'s
+/// stream (peer copies where the GPUs differ).
+bool copyRows(Context& exec, const TensorView& src, int srcGpu, int64_t srcRow,
+              const TensorView& dst, int dstGpu, int64_t dstRow, int64_t axis, int64_t rows);
+/// acc = x (first) or acc + x, `n` F32 or F64 elements, on `exec`'s stream.
+bool accumulate(Context& exec, void* acc, const void* x, DType t, int64_t n, bool first);
 
 /// One participant's views (null where it has none).
 struct CommPart {
@@ -86,17 +115,23 @@ struct CommPart {
   const std::vector<TensorView>* outs = nullptr;
   const TensorView* in = nullptr;
   const TensorView* out = nullptr;
+  int stream = 0; ///< the stream index of the calling function
 };
 
 class Group final : public DeviceGroup {
 public:
   ~Group() override;
-  bool init(const ModelInfo& model, const std::vector<StepRunner*>& runners, std::string* error);
+  /// `runners`: one per logical device, null for another process's
+  /// (`cluster` then set).
+  bool init(const ModelInfo& model, const std::vector<StepRunner*>& runners, Cluster* cluster,
+            std::string* error);
   bool runStep(const std::vector<StepBuffers>& buffers, std::string* error) override;
   std::string notes() const override { return notes_; }
 
-  /// The physical GPU of logical device d.
+  /// The physical GPU of logical device d (-1: another process's).
   int gpu(int64_t d) const { return gpus_[static_cast<size_t>(d)]; }
+  /// Whether logical device d is this process's.
+  bool local(int64_t d) const { return gpu(d) >= 0; }
   int numDevices() const { return static_cast<int>(gpus_.size()); }
   /// True when the participants are on distinct GPUs.
   bool distinctGpus(const std::vector<int64_t>& participants) const;
@@ -107,6 +142,10 @@ public:
   /// The host rendezvous path: returns once the op is launched (by whoever
   /// arrived last) and this participant's stream waits for it.
   bool meet(const CommSpec& spec, const CommPart& part);
+  /// The path of an op NCCL's collectives do not serve: the host
+  /// rendezvous when its participants are all this process's, else NCCL's
+  /// sends and receives (cuda/CommP2p.cu).
+  bool fallback(const CommSpec& spec, const CommPart& part);
   /// Whether NCCL serves the group (every device on a GPU of its own).
   bool nccl() const { return !comms_.empty(); }
   /// True when `devices` are all the group's devices (in rank order when
@@ -127,6 +166,15 @@ public:
   }
 
 private:
+  /// Under mpirun: each GPU of a machine driven by one process, then the
+  /// communicators over every process's devices.
+  bool initAcrossProcesses(int n, std::string* error);
+  /// NCCL's sends and receives for an op across processes (CommP2p.cu).
+  bool sendReceive(const CommSpec& spec, const CommPart& part);
+  /// Device memory of at least `bytes` on `gpu` for tensor `k` of device
+  /// `from`'s input of op `op` received by device `to` (kept across steps;
+  /// from -1: `to`'s sum). Null when it cannot be had.
+  void* received(int op, size_t k, int64_t to, int64_t from, int gpu, size_t bytes);
   void work(size_t index);
   /// Waits on the host for `ready` while the step is live; false with the
   /// context's error set (naming `what`) when a function failed meanwhile,
@@ -175,6 +223,10 @@ private:
   std::vector<std::vector<ncclComm_t>> comms_; ///< [stream][device]; empty: no NCCL
   std::map<std::pair<int, int>, std::pair<void*, size_t>> staging_; ///< (op, gpu)
   std::vector<void*> retired_; ///< staging replaced by a larger one
+  Cluster* cluster_ = nullptr; ///< under mpirun
+  /// (op, tensor, receiving device, sending device) -> its staging for
+  /// sendReceive.
+  std::map<std::tuple<int, size_t, int64_t, int64_t>, std::pair<void*, size_t>> received_;
 };
 
 } // namespace lwrt::cuda

@@ -12,6 +12,13 @@ suggest --target=cpu and exit 1 (the CI machine has none; where one is
 present the run must start instead: tools/gpu/ checks it); without the
 NVIDIA driver, the trainer's preflight must name the missing driver.
 
+Every trainer links OpenMPI and a multi-device one NCCL (PROCESSES: the
+--gpus 4 ResNet-18 needs libmpi.so.40 and libnccl.so.2), and runs under
+mpirun: `mpirun -np 3` is a usage error (3 processes cannot share 4
+devices, exit 2), `mpirun -np 2` starts MPI in both processes, which then
+stop without a GPU as one process does (exit 1 with the hint; on a GPU
+machine tools/gpu/check.sh runs it).
+
 Also the GPU check's comparison (tools/gpu/compare.py, which check.sh runs on
 a GPU machine) on CPU-made --gpus 2 dumps: it accepts a dump against itself
 and the params against the single-device step's, and rejects a gradient off
@@ -19,6 +26,7 @@ by 5% and a missing file. Ends with the line "N passed, M failed".
 """
 import concurrent.futures
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,6 +70,32 @@ MULTI += [("lenet", 2, "pipeline")]
 # norm), on one device and with resize split over channels.
 EXTRA = [("upnet", 1, None), ("upnet", 2, "model")]
 
+# The trainer checked as several processes under mpirun.
+PROCESSES = ("resnet18", 4, "data")
+
+
+def check_processes(exe, gpu):
+    """The --gpus 4 trainer links MPI and NCCL and starts under mpirun."""
+    r = subprocess.run(["readelf", "-d", exe], capture_output=True, text=True)
+    needed = [lib for lib in ("libmpi.so.40", "libnccl.so.2") if lib not in r.stdout]
+    if needed:
+        return f"does not link {', '.join(needed)}"
+    if not shutil.which("mpirun"):
+        return "mpirun not found (Debian's openmpi-bin)"
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    mpirun = ["mpirun", "--oversubscribe", "-np"]
+    r = subprocess.run(mpirun + ["3", exe, "--steps=1", "--progress=off"], capture_output=True,
+                       text=True, timeout=300, env=env)
+    if r.returncode != 2 or "cannot share evenly" not in r.stderr:
+        return f"mpirun -np 3: exit {r.returncode}, not 2: {r.stderr.strip()[-400:]!r}"
+    if gpu:
+        return None  # tools/gpu/check.sh runs it on the GPUs
+    r = subprocess.run(mpirun + ["2", exe, "--steps=1", "--progress=off"], capture_output=True,
+                       text=True, timeout=300, env=env)
+    if r.returncode != 1 or "(rank " not in r.stderr or "--target=cpu" not in r.stderr:
+        return f"mpirun -np 2 without a GPU: exit {r.returncode}: {r.stderr.strip()[-400:]!r}"
+    return None
+
 
 def check(name, tmp, gpu, gpus=1, strategy=None):
     path = os.path.join(tmp, name + ".onnx")  # main() saved it
@@ -77,13 +111,17 @@ def check(name, tmp, gpu, gpus=1, strategy=None):
         return "no executable"
     r = subprocess.run([exe, "--steps=1", "--progress=off"], capture_output=True, text=True,
                        timeout=600)
+    if gpu and r.returncode != 0:
+        return f"trainer exited {r.returncode}: {r.stderr[-800:]}"
     if gpu:
-        return None if r.returncode == 0 else f"trainer exited {r.returncode}: {r.stderr[-800:]}"
+        return check_processes(exe, gpu) if (name, gpus, strategy) == PROCESSES else None
     if r.returncode != 1 or "--target=cpu" not in r.stderr or "GPU" not in r.stderr:
         return f"without a GPU: exit {r.returncode}, stderr {r.stderr.strip()[:400]!r}"
     # Without a driver the start-up preflight says so, and what to install.
     if not has_driver() and "CUDA preflight: no NVIDIA driver found" not in r.stderr:
         return f"without a driver: no preflight message in {r.stderr.strip()[:400]!r}"
+    if (name, gpus, strategy) == PROCESSES:
+        return check_processes(exe, gpu)
     return None
 
 

@@ -45,7 +45,7 @@ struct Devices {
       arenas.emplace_back(4096, 0);
     }
     std::string error;
-    group = cpu::createGroup(m, raw, &error);
+    group = cpu::createGroup(m, raw, nullptr, &error);
     EXPECT_TRUE(group) << error;
   }
   bool step(std::string* error) {
@@ -364,12 +364,12 @@ TEST(RuntimeComm, CreateGroupRejectsAModelItCannotRun) {
   m.deviceSteps.push_back({0, 1, runBody, "step_d0_s1"}); // one stream only
   auto r0 = cpu::createRunner(RunnerOptions{}, nullptr), r1 = cpu::createRunner({}, nullptr);
   std::string error;
-  EXPECT_FALSE(cpu::createGroup(m, {r0.get(), r1.get()}, &error));
+  EXPECT_FALSE(cpu::createGroup(m, {r0.get(), r1.get()}, nullptr, &error));
   EXPECT_NE(error.find("step_d0_s1"), std::string::npos) << error;
   m.deviceSteps[0].stream = 0;
-  EXPECT_FALSE(cpu::createGroup(m, {r0.get()}, &error));
+  EXPECT_FALSE(cpu::createGroup(m, {r0.get()}, nullptr, &error));
   EXPECT_NE(error.find("runners"), std::string::npos) << error;
-  EXPECT_TRUE(cpu::createGroup(m, {r0.get(), r1.get()}, &error)) << error;
+  EXPECT_TRUE(cpu::createGroup(m, {r0.get(), r1.get()}, nullptr, &error)) << error;
 }
 
 } // namespace

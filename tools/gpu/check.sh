@@ -23,7 +23,11 @@
 #      where the machine has two GPUs or more, on GPUs 0 and 1
 #      (--devices=0,1: NCCL); loss, gradients and params vs the CPU
 #      backend's --gpus 2 step (compare.py, 1e-3), and compute-sanitizer
-#      memcheck and racecheck on the shared-GPU run
+#      memcheck and racecheck on the shared-GPU run; with OpenMPI's mpirun
+#      there, each one again as 2 processes (mpirun -np 2): on GPUs 0 and 1
+#      (NCCL over both processes) vs the CPU's --gpus 2 step, or on a machine
+#      of one GPU, both processes given GPU 0 (--devices=0,0), which the
+#      trainer must refuse with a message naming the two ranks
 # and prints a table. Logs go to $OUT. Convolutions run on cuDNN's graph API
 # (the trainers' default) and, for comparison, on its legacy API
 # (--cudnn-api=legacy): both are checked against the CPU and timed.
@@ -38,6 +42,12 @@ G=build/gpu
 OUT=${OUT:-/tmp/lwcc-gpu-out}
 mkdir -p "$OUT"
 libs=$(find / -xdev \( -name 'libcudnn.so.9' -o -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd:)
+# Every trainer links OpenMPI's libmpi: the machine's, else the copy prepare.sh made.
+ldconfig -p | grep -q 'libmpi.so.40 ' || libs="${libs:+$libs:}$(cd "$G/lib/mpi" && pwd)"
+# And libjpeg-turbo and libpng (the data loader's image decoders): the machine's, else prepare.sh's.
+for so in libjpeg.so.62 libpng16.so.16; do
+  ldconfig -p | grep -q "$so " || { libs="${libs:+$libs:}$(cd "$G/lib/image" && pwd)"; break; }
+done
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi -L | tee "$OUT/gpu.txt"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -54,7 +64,8 @@ build() {
   # Only multi-device trainers call NCCL (single-device ones link no NCCL object).
   [[ $src == *-g2-* ]] && nccl=(-l:libnccl.so.2)
   (cd "$src" && nvcc -std=c++20 -O2 -arch=sm_90 -I"$G/include" trainer.cu "$G/lib/liblwcc_runtime_cuda.a" \
-    "${lflags[@]}" -l:libcudnn.so.9 -l:libcublas.so.13 "${nccl[@]}" -l:libz.so.1 -lpthread \
+    "${lflags[@]}" -l:libcudnn.so.9 -l:libcublas.so.13 "${nccl[@]}" -l:libmpi.so.40 -l:libjpeg.so.62 -l:libpng16.so.16 -l:libz.so.1 \
+    -lpthread \
     -o "$exe") \
     >"$OUT/build-$(basename "$exe").log" 2>&1
 }
@@ -201,6 +212,34 @@ if want multi; then
     fi
   done
   (( ngpu >= 2 )) || ROWS+=("multi-device on distinct GPUs (NCCL): not run, $ngpu GPU on this machine")
+  # As 2 processes under mpirun: NCCL over both, or the refusal of one GPU for two.
+  if command -v mpirun >/dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    for src in "$G"/src/*-g2-*; do
+      [[ -d $src ]] || continue
+      v=$(basename "$src"); m=${v%%-g2-*}; exe="$G/$v-cuda"
+      [[ -x $exe ]] || continue
+      log="$OUT/$v-mpirun.log"
+      if (( ngpu >= 2 )); then
+        if mpirun -np 2 "$exe" --steps=1 --data="raw:$G/$m-data" --dump="/tmp/$v-mpirun" --no-tf32 \
+          --progress=off >"$log" 2>&1; then
+          r=$(python3 "$G/compare.py" "$G/$v-cpu" "/tmp/$v-mpirun" 2>&1) && s=PASS || s=FAIL
+          r="$r; $(grep -o 'NCCL between the [0-9]* GPUs of [0-9]* processes' "$log" | head -1)"
+        else
+          r="mpirun exited $?: $(tail -c 300 "$log")"; s=FAIL
+        fi
+        ROWS+=("multi-device $v as 2 processes (mpirun -np 2, GPUs 0 and 1) vs CPU --gpus 2: $s $r")
+      else
+        mpirun -np 2 "$exe" --steps=1 --data="raw:$G/$m-data" --devices=0,0 --progress=off \
+          >"$log" 2>&1
+        rc=$?
+        grep -q 'ranks 0 and 1 both drive GPU 0' "$log" && (( rc == 1 )) && s=PASS || s=FAIL
+        ROWS+=("multi-device $v as 2 processes on one GPU (--devices=0,0): $s, exit $rc, $(grep -o 'ranks 0 and 1 both drive GPU 0[^:]*' "$log" | head -1)")
+      fi
+    done
+  else
+    ROWS+=("multi-device as 2 processes: not run, no mpirun (OpenMPI) on this machine")
+  fi
 fi
 {
   echo "==== lwcc GPU checks on $GPU ===="

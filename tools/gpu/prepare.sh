@@ -6,7 +6,10 @@
 # cuBLAS), and for every zoo model at test size a seeded batch and the CPU
 # backend's first step on it (loss, gradients, updated params); the same
 # for the dynamo exporter's layer_norm / gather_nd patterns, and for the
-# --gpus 2 trainers of MULTI (sources and the CPU backend's --gpus 2 step).
+# --gpus 2 trainers of MULTI (sources and the CPU backend's --gpus 2 step),
+# and OpenMPI's library with its dependencies (lib/mpi/: every trainer links
+# libmpi.so.40, which a GPU machine without OpenMPI lacks), and so
+# libjpeg-turbo's and libpng's (lib/image/).
 #
 #   bash tools/gpu/prepare.sh      (after bash tools/dev.sh build)
 set -euo pipefail
@@ -20,6 +23,17 @@ cp -r tools/models "$OUT/models"
 cp -r build/include "$OUT/include"
 cp build/lib/liblwcc_runtime_cuda.a build/lib/liblwcc_runtime_cuda.libs "$OUT/lib/"
 strip -g "$OUT/lib/liblwcc_runtime_cuda.a"
+mkdir -p "$OUT/lib/mpi"
+mpi=$(ldconfig -p | sed -n 's/.*libmpi.so.40 .*=> //p' | head -1)
+cp -L "$mpi" "$OUT/lib/mpi/"
+ldd "$mpi" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m|dl|pthread|rt|z)\.so' |
+  xargs -r -I{} cp -L {} "$OUT/lib/mpi/"
+# The image decoders every trainer links (the data loader's JPEG and PNG),
+# which a bare GPU machine may lack: lib/image/.
+mkdir -p "$OUT/lib/image"
+for so in libjpeg.so.62 libpng16.so.16; do
+  cp -L "$(ldconfig -p | sed -n "s/.*$so .*=> //p" | head -1)" "$OUT/lib/image/"
+done
 # Multi-device trainers checked on the GPU: model:strategy, --gpus 2 (the
 # pipeline: 2 stages of 2 micro-batches, lenet has no batch norm, so its step
 # is the one-device step up to rounding).

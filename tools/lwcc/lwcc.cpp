@@ -82,6 +82,12 @@ cl::opt<std::string> deviceSpec("device-spec",
                                          "p100-cluster, cpu or a JSON file (default h100 for "
                                          "--target=cuda, cpu for --target=cpu)"),
                                 cl::value_desc("name|file.json"), cl::cat(category));
+cl::opt<int64_t> devicesPerNode(
+    "devices-per-node",
+    cl::desc("Devices that share a node (a machine): the cost model prices the links between "
+             "nodes apart (default the device spec's). A trainer run as several processes under "
+             "mpirun has its processes' devices on their machines"),
+    cl::init(0), cl::cat(category));
 cl::opt<std::string> costProfile("cost-profile",
                                  cl::desc("Measured per-op times (the trainer's --profile-ops "
                                           "file) that the cost model uses instead of its own"),
@@ -273,9 +279,25 @@ std::string deviceSpecName() {
   return target == "cpu" ? "cpu" : "h100";
 }
 
+/// The device spec with --devices-per-node applied.
+llvm::Expected<DeviceSpec> loadSpec() {
+  auto spec = loadDeviceSpec(deviceSpecName());
+  if (spec && devicesPerNode > 0)
+    spec->devicesPerNode = devicesPerNode;
+  return spec;
+}
+
+/// The passes' options naming the device spec (and --devices-per-node).
+std::string specOptions() {
+  std::string o = ",spec=" + deviceSpecName();
+  if (devicesPerNode > 0)
+    o += ",devices_per_node=" + std::to_string(devicesPerNode);
+  return o;
+}
+
 /// The hypergraph pass, its ops weighted by their time on the device spec.
 std::string hypergraphOptions() {
-  std::string o = "hypergraph=gpus=" + std::to_string(gpus) + ",spec=" + deviceSpecName();
+  std::string o = "hypergraph=gpus=" + std::to_string(gpus) + specOptions();
   if (!costProfile.empty())
     o += ",profile=" + costProfile;
   return o;
@@ -283,8 +305,7 @@ std::string hypergraphOptions() {
 
 /// The parallelize pass for strategy `strat`, priced on the device spec.
 std::string parallelizeOptions(const std::string& strat) {
-  std::string o = "parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus) +
-                  ",spec=" + deviceSpecName();
+  std::string o = "parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus) + specOptions();
   if (!costProfile.empty())
     o += ",profile=" + costProfile;
   if (tf32)
@@ -299,7 +320,7 @@ std::string parallelizeOptions(const std::string& strat) {
 /// A plan over a device's memory (its arena and the params it holds) is an
 /// error that gives the numbers.
 llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats) {
-  auto spec = loadDeviceSpec(deviceSpecName());
+  auto spec = loadSpec();
   if (!spec)
     return spec.takeError();
   std::map<int64_t, int64_t> params;
@@ -347,7 +368,7 @@ std::string pipelineName(int64_t s, int64_t m) {
 std::string pipelineOptions(int64_t s, int64_t m) {
   std::string o = "pipeline-partition=stages=" + std::to_string(s) +
                   ",gpus=" + std::to_string(gpus) + ",microbatches=" + std::to_string(m) +
-                  ",schedule=" + schedule + ",spec=" + deviceSpecName();
+                  ",schedule=" + schedule + specOptions();
   if (!costProfile.empty())
     o += ",profile=" + costProfile;
   if (tf32)
@@ -630,7 +651,7 @@ std::vector<std::string> allStrategies() {
 
 /// The cost model the simulator prices the step on.
 llvm::Expected<CostModel> costModel() {
-  auto spec = loadDeviceSpec(deviceSpecName());
+  auto spec = loadSpec();
   if (!spec)
     return spec.takeError();
   std::optional<OpProfile> profile;
@@ -1203,6 +1224,11 @@ int main(int argc, char** argv) {
   // A bad spec or profile is reported before any work.
   if (auto spec = loadDeviceSpec(deviceSpecName()); !spec)
     return fail(spec.takeError());
+  if (devicesPerNode.getNumOccurrences() && devicesPerNode < 1) {
+    llvm::errs() << "lwcc: --devices-per-node takes a positive count, got " << devicesPerNode
+                 << "\n";
+    return 2;
+  }
   if (!costProfile.empty())
     if (auto p = loadOpProfile(costProfile); !p)
       return fail(p.takeError());

@@ -39,15 +39,19 @@
 namespace lwrt {
 namespace cpu {
 #include "lwrt/comm_decls.inc"
-/// The CPU backend's group: a worker thread per (device, stream).
-std::unique_ptr<DeviceGroup>
-createGroup(const ModelInfo& model, const std::vector<StepRunner*>& runners, std::string* error);
+/// The CPU backend's group: a worker thread per (device, stream) of this
+/// process's devices; MPI (`cluster`) to the devices of other processes.
+std::unique_ptr<DeviceGroup> createGroup(const ModelInfo& model,
+                                         const std::vector<StepRunner*>& runners, Cluster* cluster,
+                                         std::string* error);
 } // namespace cpu
 namespace cuda {
 #include "lwrt/comm_decls.inc"
-/// The CUDA backend's group: NCCL between distinct GPUs, local copies and
-/// reductions between logical devices that share one. Null with `error` set.
-std::unique_ptr<DeviceGroup>
-createGroup(const ModelInfo& model, const std::vector<StepRunner*>& runners, std::string* error);
+/// The CUDA backend's group: NCCL between distinct GPUs (one communicator
+/// over every process's GPUs under mpirun), local copies and reductions
+/// between logical devices that share one. Null with `error` set.
+std::unique_ptr<DeviceGroup> createGroup(const ModelInfo& model,
+                                         const std::vector<StepRunner*>& runners, Cluster* cluster,
+                                         std::string* error);
 } // namespace cuda
 } // namespace lwrt

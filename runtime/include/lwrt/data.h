@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lwrt {
@@ -58,8 +59,11 @@ public:
   /// Writes the batch at `p` (p.batch below batchesPerEpoch()), what next()
   /// writes at that position, without moving the position. Safe to call
   /// from several threads at once: the input pipeline prepares batches
-  /// ahead of the step this way. False with `error` set as next().
-  bool batch(Position p, float* images, int64_t* labels, std::string* error = nullptr) const;
+  /// ahead of the step this way. False with `error` set as next(). With
+  /// `rows` [first, end), only those examples of the batch, at their places
+  /// (a process under mpirun prepares its devices' samples alone).
+  bool batch(Position p, float* images, int64_t* labels, std::string* error = nullptr,
+             std::pair<int64_t, int64_t> rows = {0, -1}) const;
 
   Position position() const { return pos_; }
   /// Makes `p` the next batch; false (nothing changed) when p.batch is not

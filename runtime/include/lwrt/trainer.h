@@ -168,6 +168,13 @@ struct ModelInfo {
   /// What each step trains on, per device: the samples of the batch the
   /// device computes with (empty: every device sees the whole batch).
   std::vector<int64_t> samplesPerDevice;
+  /// Per device, the rows [first, second) of dim 0 of the inputs its step
+  /// reads (empty: the whole batch): a process under mpirun prepares only
+  /// its devices' rows of each batch.
+  std::vector<std::pair<int64_t, int64_t>> inputRows;
+  /// A hash of the generated step (its ops, placements and offsets): the
+  /// processes of a run under mpirun check that they run the same trainer.
+  uint64_t planHash = 0;
 };
 
 /// Multi-device trainers: runs the step's functions together. Built from
@@ -191,9 +198,14 @@ public:
   virtual std::string notes() const { return ""; }
 };
 
+class Cluster; // common/Cluster.h: the processes of a run under mpirun
+
+/// `runners` has one entry per logical device: null for the devices of
+/// other processes, when `cluster` is set (a run under mpirun, this process
+/// holding some of the devices); `cluster` is null in a one-process run.
 using GroupFactory = std::unique_ptr<DeviceGroup> (*)(const ModelInfo& model,
                                                       const std::vector<StepRunner*>& runners,
-                                                      std::string* error);
+                                                      Cluster* cluster, std::string* error);
 
 struct RunnerOptions {
   int device = 0;
