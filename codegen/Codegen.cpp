@@ -15,6 +15,7 @@
 #include "codegen/Layouts.h"
 #include "codegen/PhaseWriter.h"
 #include "ir/Printer.h"
+#include "runtime/include/lwrt/activation_math.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -126,6 +127,30 @@ std::vector<int64_t> samplesPerDevice(const Graph& g, int64_t devices) {
     if (r < 0)
       return {};
   return rows;
+}
+
+/// The include lines of the runtime headers beyond <ns>_nn.h and
+/// <ns>_tensor.h that the ops of `g` call into (the ops of issue 25).
+std::string runtimeHeadersOf(const Graph& g, const char* ns) {
+  static const std::set<OpKind> activationOps = [] {
+    std::set<OpKind> ops = {OpKind::PRelu,   OpKind::PReluGrad, OpKind::Max,     OpKind::Min,
+                            OpKind::MaxGrad, OpKind::MinGrad,   OpKind::Compare, OpKind::Where};
+#define X(E, fn) ops.insert({OpKind::E, OpKind::E##Grad});
+    LWRT_ACTIVATIONS(X)
+#undef X
+    return ops;
+  }();
+  bool activation = false, resize = false;
+  for (const auto& op : g.ops()) {
+    activation |= activationOps.count(op->kind()) > 0;
+    resize |= op->kind() == OpKind::Resize || op->kind() == OpKind::ResizeGrad;
+  }
+  std::string out;
+  if (activation)
+    out += std::string("#include \"lwrt/") + ns + "_activation.h\"\n";
+  if (resize)
+    out += std::string("#include \"lwrt/") + ns + "_resize.h\"\n";
+  return out;
 }
 
 /// Per device, the rows [begin, end) of dim 0 of the inputs it reads: the
@@ -275,7 +300,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
        << "// state buffer, initialized from the weights embedded below.\n";
   os << "#include <limits>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
      << "#include \"lwrt/" << ns << "_nn.h\"\n#include \"lwrt/" << ns << "_tensor.h\"\n"
-     << "#include \"lwrt/trainer.h\"\n"
+     << runtimeHeadersOf(g, ns) << "#include \"lwrt/trainer.h\"\n"
      << (multi ? "#include \"lwrt/comm.h\"\n" : "") << (cuda ? "#include \"lwrt/nvtx.h\"\n" : "")
      << "\n";
   // The assembler embeds the blobs (nvcc's device pass must not see them).

@@ -2,8 +2,11 @@
 #include "codegen/Emitters.h"
 
 #include "ir/Printer.h"
+#include "runtime/include/lwrt/activation_math.h"
+#include "runtime/include/lwrt/resize_math.h"
 
 #include <cmath>
+#include <iterator>
 
 namespace lwcc::codegen {
 
@@ -78,6 +81,44 @@ std::string gemmP(const Op& op) {
          num(op.getFloat("beta")) + "}";
 }
 std::string leaky(const Op& op) { return "LeakyReluParams{" + num(op.getFloat("alpha")) + "}"; }
+/// ActivationParams{alpha, beta, gamma}: the attributes an activation has.
+std::string activationP(const Op& op) {
+  auto at = [&](const char* n) { return op.info().findAttr(n) ? num(op.getFloat(n)) : "0.0"; };
+  return "ActivationParams{" + at("alpha") + ", " + at("beta") + ", " + at("gamma") + "}";
+}
+/// ResizeParams of resize and resize_grad; enumerators in the order of
+/// lwrt/resize_math.h's name tables.
+std::string resizeP(const Op& op) {
+  auto pick = [&](const char* attr, const auto& names, const char* type, const auto& ids) {
+    for (size_t k = 0; k < std::size(names); ++k)
+      if (op.getString(attr) == names[k])
+        return std::string(type) + "::" + ids[k];
+    return std::string(type) + "::" + ids[0]; // the verifier rejects other names
+  };
+  static const char* modes[] = {"Nearest", "Linear", "Cubic"};
+  static const char* coords[] = {"HalfPixel",  "PytorchHalfPixel", "AlignCorners",
+                                 "Asymmetric", "TfHalfPixelForNn", "HalfPixelSymmetric"};
+  static const char* nearests[] = {"RoundPreferFloor", "RoundPreferCeil", "Floor", "Ceil",
+                                   "Simple"};
+  auto piece = [&](const char* name) {
+    return op.hasAttr(name) ? ints(op.getInts(name)) : std::string("{}");
+  };
+  return "ResizeParams{" + floats(op.getFloats("scales")) + ", " +
+         pick("mode", lwrt::kResizeModeNames, "ResizeMode", modes) + ", " +
+         pick("coordinate_transformation_mode", lwrt::kResizeCoordNames, "ResizeCoord", coords) +
+         ", " + pick("nearest_mode", lwrt::kResizeNearestNames, "ResizeNearest", nearests) + ", " +
+         num(op.getFloat("cubic_coeff_a")) + ", " + std::to_string(op.getInt("exclude_outside")) +
+         ", " + piece("whole_in") + ", " + piece("in_offsets") + ", " + piece("whole_out") + ", " +
+         piece("out_offsets") + "}";
+}
+/// CompareParams{CompareKind::...}; kinds in the order of kCompareKindNames.
+std::string compareP(const Op& op) {
+  static const char* ids[] = {"Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Equal"};
+  for (size_t k = 0; k < std::size(ids); ++k)
+    if (op.getString("kind") == lwrt::kCompareKindNames[k])
+      return std::string("CompareParams{CompareKind::") + ids[k] + "}";
+  return "CompareParams{}"; // the verifier rejects other kinds
+}
 std::string clipP(const Op& op) {
   return "ClipParams{" + num(op.getFloat("min")) + ", " + num(op.getFloat("max")) + "}";
 }
@@ -227,6 +268,34 @@ const std::map<OpKind, ParamsFn>& paramsFormatters() {
       {OpKind::Erf, none},
       {OpKind::GatherNd, gatherNdP},
       {OpKind::GatherNdGrad, gatherNdP},
+      {OpKind::HardSwish, activationP},
+      {OpKind::HardSwishGrad, activationP},
+      {OpKind::HardSigmoid, activationP},
+      {OpKind::HardSigmoidGrad, activationP},
+      {OpKind::Mish, activationP},
+      {OpKind::MishGrad, activationP},
+      {OpKind::Softplus, activationP},
+      {OpKind::SoftplusGrad, activationP},
+      {OpKind::Softsign, activationP},
+      {OpKind::SoftsignGrad, activationP},
+      {OpKind::Elu, activationP},
+      {OpKind::EluGrad, activationP},
+      {OpKind::Selu, activationP},
+      {OpKind::SeluGrad, activationP},
+      {OpKind::Celu, activationP},
+      {OpKind::CeluGrad, activationP},
+      {OpKind::ThresholdedRelu, activationP},
+      {OpKind::ThresholdedReluGrad, activationP},
+      {OpKind::PRelu, none},
+      {OpKind::PReluGrad, none},
+      {OpKind::Max, none},
+      {OpKind::Min, none},
+      {OpKind::MaxGrad, none},
+      {OpKind::MinGrad, none},
+      {OpKind::Compare, compareP},
+      {OpKind::Where, none},
+      {OpKind::Resize, resizeP},
+      {OpKind::ResizeGrad, resizeP},
   };
   return table;
 }

@@ -175,6 +175,8 @@ std::vector<double> attrValues(const google::protobuf::RepeatedField<float>& fs)
 
 } // namespace
 
+double decimalOfFloat(float f) { return attrValue(f); }
+
 #define ATTR_GETTER(RET, NAME, ENUM, EXTRACT)                                                      \
   llvm::Expected<RET> ImportContext::NAME(const std::string& name, std::optional<RET> dflt)        \
       const {                                                                                      \
@@ -281,10 +283,16 @@ llvm::Expected<Value*> ImportContext::emit1(OpKind kind, const std::vector<Value
   return r->front();
 }
 
+namespace {
+using Family = const std::vector<ImporterEntry>& (*)();
+constexpr Family kFamilies[] = {&nnImporters,     &mathImporters,       &tensorImporters,
+                                &reduceImporters, &activationImporters, &resizeImporters};
+} // namespace
+
 ImportFn findImporter(const std::string& opType, int64_t opset) {
   static const std::map<std::string, std::vector<ImporterEntry>> table = [] {
     std::map<std::string, std::vector<ImporterEntry>> t;
-    for (auto* family : {&nnImporters, &mathImporters, &tensorImporters, &reduceImporters})
+    for (auto* family : kFamilies)
       for (const ImporterEntry& e : family())
         t[e.opType].push_back(e);
     for (auto& [name, entries] : t)
@@ -304,7 +312,7 @@ ImportFn findImporter(const std::string& opType, int64_t opset) {
 
 std::vector<std::string> supportedOnnxOps() {
   std::vector<std::string> ops;
-  for (auto* family : {&nnImporters, &mathImporters, &tensorImporters, &reduceImporters})
+  for (auto* family : kFamilies)
     for (const ImporterEntry& e : family())
       if (std::find(ops.begin(), ops.end(), e.opType) == ops.end())
         ops.push_back(e.opType);

@@ -135,6 +135,12 @@ const std::vector<ImporterEntry>& nnImporters();
 const std::vector<ImporterEntry>& mathImporters();
 const std::vector<ImporterEntry>& tensorImporters();
 const std::vector<ImporterEntry>& reduceImporters();
+const std::vector<ImporterEntry>& activationImporters();
+const std::vector<ImporterEntry>& resizeImporters();
+
+/// A float32 value as the decimal its writer meant (0.1f as 0.1), as
+/// attrFloat reads float attributes.
+double decimalOfFloat(float f);
 
 /// The importer of `opType` at `opset`, or null.
 ImportFn findImporter(const std::string& opType, int64_t opset);

@@ -57,6 +57,15 @@ namespace grad {
 #define X(name) llvm::Error name(GradContext&);
 LWCC_GRAD_RULES(X)
 #undef X
+// The ops of issue 25: unary activations (one rule for all), prelu, max and
+// min (ActivationOps.cpp), resize (ResizeOps.cpp), batch norm's inference
+// form (BatchNormGrad.cpp).
+llvm::Error activation(GradContext&);
+llvm::Error prelu(GradContext&);
+llvm::Error extremum(GradContext&);
+llvm::Error where(GradContext&);
+llvm::Error resize(GradContext&);
+llvm::Error batchNorm(GradContext&);
 } // namespace grad
 
 } // namespace lwcc

@@ -191,6 +191,15 @@ Rule assign(const Op&);
 Rule noResults(const Op&);
 Rule layerNormGrad(const Op&);
 Rule gatherNdGrad(const Op&);
+// Activations, prelu and max/min of issue 25 (ActivationOps.cpp).
+Rule prelu(const Op&);
+Rule preluGrad(const Op&);
+Rule extremumGrad(const Op&);
+Rule compare(const Op&);
+Rule where(const Op&);
+// Resize (ResizeOps.cpp).
+Rule resize(const Op&);
+Rule resizeGrad(const Op&);
 // Communication ops (CommOps.cpp).
 Rule allReduce(const Op&);
 Rule allGather(const Op&);
@@ -249,6 +258,9 @@ void localizeShape(Op& local, const Op& global, int64_t dim, int64_t offset);
 /// input's borders.
 void localizeWindow(Op& local, const Op& global, int64_t dim, int64_t offset);
 void localizeDropoutMask(Op& local, const Op& global, int64_t dim, int64_t offset);
+/// Resize along any dim: each device reads the input its taps need (ResizeOps.cpp).
+std::optional<SplitPlan> resize(const Op&, int64_t dim);
+void localizeResize(Op& local, const Op& global, int64_t dim, int64_t offset);
 } // namespace par
 
 /// Cost rules (ir/CostRules.cpp): FLOPs of one run of the op.
@@ -267,6 +279,7 @@ double sgdUpdate(const Op&, const CostContext&);
 double adamUpdate(const Op&, const CostContext&);
 double reduce(const Op&, const CostContext&);
 double none(const Op&, const CostContext&);
+double resize(const Op&, const CostContext&);
 } // namespace cost
 
 } // namespace lwcc

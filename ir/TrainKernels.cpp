@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/Kernels.h"
+#include "runtime/include/lwrt/activation_math.h"
 #include "runtime/include/lwrt/dropout.h"
 #include "runtime/include/lwrt/lr_schedule.h"
 
@@ -191,7 +192,7 @@ Error evalReluGrad(EvalCtx& c) {
 Error evalLeakyReluGrad(EvalCtx& c) {
   double alpha = c.op.getFloat("alpha");
   for (int64_t k = 0; k < c.y().size(); ++k)
-    c.y().f[k] = c.x(0).f[k] >= 0 ? c.x(1).f[k] : alpha * c.x(1).f[k];
+    c.y().f[k] = lwrt::leakyReluGradValue(c.x(0).f[k], c.x(1).f[k], alpha);
   return ok();
 }
 
@@ -210,7 +211,7 @@ Error evalTanhGrad(EvalCtx& c) {
 Error evalClipGrad(EvalCtx& c) {
   double lo = c.op.getFloat("min"), hi = c.op.getFloat("max");
   for (int64_t k = 0; k < c.y().size(); ++k)
-    c.y().f[k] = c.x(0).f[k] >= lo && c.x(0).f[k] <= hi ? c.x(1).f[k] : 0.0;
+    c.y().f[k] = lwrt::clipGradValue(c.x(0).f[k], c.x(1).f[k], lo, hi);
   return ok();
 }
 

@@ -15,7 +15,8 @@
 //    bias reductions), which nothing on the data-gradient chain waits for.
 // The rule does not propagate further up: a data gradient that only weight
 // gradients use (the first layer's) could go too, but then, transitively,
-// would the whole chain above it. Options: streams=N (1 or 2; 1 puts
+// would the whole chain above it. Streams chosen earlier (grad-sync's
+// all-reduces, a pipeline's transfers) stay. Options: streams=N (1 or 2; 1 puts
 // everything on stream 0, which prints as no annotation).
 //
 //===----------------------------------------------------------------------===//
@@ -34,10 +35,11 @@ public:
   std::string_view name() const override { return "stream-assign"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
-    for (auto& op : g.ops())
-      op->annotations().stream.reset();
-    if (streams_ < 2)
+    if (streams_ < 2) {
+      for (auto& op : g.ops())
+        op->annotations().stream.reset();
       return llvm::Error::success();
+    }
     std::set<const Op*> side;
     std::vector<Op*> order;
     for (auto& op : g.ops())
@@ -48,7 +50,10 @@ public:
         side.insert(op);
     const std::set<const Op*> optimizer = side;
     for (Op* op : order) {
-      if (side.count(op) || op->numResults() == 0)
+      // Communication ops keep the streams their passes chose (grad-sync's
+      // all-reduces, a pipeline's transfers) and are placed by their
+      // attributes, not by @dev.
+      if (side.count(op) || op->numResults() == 0 || op->info().isCommunication())
         continue;
       bool onlySide = true;
       for (unsigned r = 0; r < op->numResults() && onlySide; ++r) {
@@ -63,6 +68,8 @@ public:
     }
     for (const Op* op : side) { // a stream belongs to a device: the one there is
       Op* o = const_cast<Op*>(op);
+      if (o->annotations().stream.value_or(0) != 0)
+        continue; // already on a stream of its own
       o->annotations().device = o->annotations().device.value_or(0);
       o->annotations().stream = 1;
     }

@@ -20,7 +20,9 @@ namespace {
 ///     channel (a multiply by that constant of its own, which the
 ///     micro-batch pass finds), as PyTorch updates it (bn_running_var=unbiased, the
 ///     default), or the population variance batch norm normalizes with, as
-///     ONNX's reference does (bn_running_var=biased).
+///     ONNX's reference does (bn_running_var=biased). A batch norm whose
+///     mean and variance are computed in the graph, not params, has no
+///     running statistics: it stays as it is.
 class TrainModePass : public Pass {
 public:
   explicit TrainModePass(bool unbiasedVar) : unbiasedVar_(unbiasedVar) {}
@@ -78,6 +80,15 @@ private:
   static llvm::Error rewriteBatchNorm(Graph& g, Builder& b, Op* op, bool unbiasedVar) {
     Value* runMean = op->operand(3);
     Value* runVar = op->operand(4);
+    // Statistics the graph computes from its data (F.batch_norm without
+    // running statistics): nothing to update; the op stays as it is,
+    // differentiable. Constant statistics are refused below, as params'.
+    auto computed = [](Value* v) {
+      return v->kind() != ValueKind::Param && v->definingOp() &&
+             v->definingOp()->kind() != OpKind::Constant;
+    };
+    if (computed(runMean) && computed(runVar))
+      return llvm::Error::success();
     if (runMean->kind() != ValueKind::Param || runVar->kind() != ValueKind::Param)
       return op->emitError("the running mean and variance must be params to be updated in "
                            "training");

@@ -175,7 +175,9 @@ llvm::Error importGemm(ImportContext& ctx) {
 // PyTorch's exporters compute the windows of adaptive pooling with Floor,
 // Sign, Min, Max and comparisons of values that are known at compile time
 // (shapes, Range). lwcc evaluates these ops at import; on a value computed
-// at run time they are an error that names the input.
+// at run time they are an error that names the input (Min and Max run at
+// run time too, as do comparisons: ops/Activation.cpp, folded like any op of
+// constants).
 
 /// `t` broadcast (numpy rules) to `shape`, which must be its broadcast.
 Tensor broadcastValue(const Tensor& t, const Shape& shape) {
@@ -261,72 +263,6 @@ llvm::Error importFloor(ImportContext& ctx) { return foldUnary(ctx, floorOf, tru
 llvm::Error importCeil(ImportContext& ctx) { return foldUnary(ctx, ceilOf, true); }
 llvm::Error importSign(ImportContext& ctx) { return foldUnary(ctx, signOf, false); }
 
-/// Max and Min of any number of inputs of one element type.
-llvm::Error foldExtremum(ImportContext& ctx, bool max) {
-  LWCC_CHECK(ctx.checkAttrs({}));
-  if (ctx.numInputs() == 0)
-    return ctx.error("needs at least one input");
-  LWCC_TRY(vals, foldOperands(ctx));
-  Tensor out = vals[0];
-  for (size_t j = 1; j < vals.size(); ++j) {
-    if (vals[j].type.dtype != out.type.dtype)
-      return ctx.error("inputs must share one element type, got " + out.type.str() + " and " +
-                       vals[j].type.str());
-    for (int64_t k = 0; k < out.size(); ++k) {
-      if (out.isFloatData())
-        out.f[k] = max ? std::max(out.f[k], vals[j].f[k]) : std::min(out.f[k], vals[j].f[k]);
-      else
-        out.i[k] = max ? std::max(out.i[k], vals[j].i[k]) : std::min(out.i[k], vals[j].i[k]);
-    }
-  }
-  ctx.setOutput(0, ctx.constant(out));
-  return llvm::Error::success();
-}
-llvm::Error importMax(ImportContext& ctx) { return foldExtremum(ctx, true); }
-llvm::Error importMin(ImportContext& ctx) { return foldExtremum(ctx, false); }
-
-/// Comparisons: a bool result.
-enum class Cmp { Eq, Lt, Le, Gt, Ge };
-llvm::Error foldCompare(ImportContext& ctx, Cmp cmp) {
-  LWCC_CHECK(ctx.checkAttrs({}));
-  LWCC_TRY(vals, foldOperands(ctx, 2));
-  if (vals[0].type.dtype != vals[1].type.dtype)
-    return ctx.error("inputs must share one element type, got " + vals[0].type.str() + " and " +
-                     vals[1].type.str());
-  Tensor out(TensorType(DType::Bool, vals[0].type.shape));
-  for (int64_t k = 0; k < out.size(); ++k) {
-    bool isF = vals[0].isFloatData();
-    double a = vals[0].get(k), b = vals[1].get(k);
-    int64_t ia = isF ? 0 : vals[0].i[k], ib = isF ? 0 : vals[1].i[k];
-    bool r = false;
-    switch (cmp) {
-    case Cmp::Eq:
-      r = isF ? a == b : ia == ib;
-      break;
-    case Cmp::Lt:
-      r = isF ? a < b : ia < ib;
-      break;
-    case Cmp::Le:
-      r = isF ? a <= b : ia <= ib;
-      break;
-    case Cmp::Gt:
-      r = isF ? a > b : ia > ib;
-      break;
-    case Cmp::Ge:
-      r = isF ? a >= b : ia >= ib;
-      break;
-    }
-    out.i[k] = r ? 1 : 0;
-  }
-  ctx.setOutput(0, ctx.constant(out));
-  return llvm::Error::success();
-}
-llvm::Error importEqual(ImportContext& ctx) { return foldCompare(ctx, Cmp::Eq); }
-llvm::Error importLess(ImportContext& ctx) { return foldCompare(ctx, Cmp::Lt); }
-llvm::Error importLessOrEqual(ImportContext& ctx) { return foldCompare(ctx, Cmp::Le); }
-llvm::Error importGreater(ImportContext& ctx) { return foldCompare(ctx, Cmp::Gt); }
-llvm::Error importGreaterOrEqual(ImportContext& ctx) { return foldCompare(ctx, Cmp::Ge); }
-
 /// Not of a compile-time bool.
 llvm::Error importNot(ImportContext& ctx) {
   LWCC_CHECK(ctx.checkAttrs({}));
@@ -343,7 +279,8 @@ llvm::Error importNot(ImportContext& ctx) {
 /// exporters' masks): X * c + Y * (1 - c) with c the condition as 0/1 of
 /// X's type, which selects exactly for finite values; a term whose value
 /// is known to be all zeros (masked_fill with 0) is left out. Where of
-/// compile-time values folds.
+/// compile-time values folds. A condition computed at run time (the dynamo
+/// exporter's Softplus threshold) selects with lwcc's where op.
 llvm::Error importWhere(ImportContext& ctx) {
   LWCC_CHECK(ctx.checkAttrs({}));
   LWCC_TRY(cond, ctx.requiredInput(0, "condition"));
@@ -355,10 +292,11 @@ llvm::Error importWhere(ImportContext& ctx) {
     return ctx.error("inputs 'X' and 'Y' must share one element type, got " + x->type().str() +
                      " and " + y->type().str());
   const Tensor* c = ctx.constantValue(cond);
-  if (!c)
-    return ctx.error("input 'condition' ('" + ctx.node().input(0) +
-                     "') is computed at run time: lwcc supports Where only with a condition "
-                     "known at compile time");
+  if (!c) {
+    LWCC_TRY(w, ctx.emit1(OpKind::Where, {cond, x, y}));
+    ctx.setOutput(0, w);
+    return llvm::Error::success();
+  }
   Shape shape = cond->type().shape;
   for (Value* v : {x, y}) {
     auto s = shape::broadcast(shape, v->type().shape);
@@ -415,6 +353,8 @@ llvm::Error importWhere(ImportContext& ctx) {
 } // namespace
 
 const std::vector<ImporterEntry>& mathImporters() {
+  // One importer a line.
+  // clang-format off
   static const std::vector<ImporterEntry> entries = {
       {"Relu", 1, importRelu},
       {"LeakyRelu", 1, importLeakyRelu},
@@ -440,16 +380,10 @@ const std::vector<ImporterEntry>& mathImporters() {
       {"Floor", 6, importFloor},
       {"Ceil", 6, importCeil},
       {"Sign", 9, importSign},
-      {"Max", 8, importMax},
-      {"Min", 8, importMin},
-      {"Equal", 11, importEqual},
-      {"Less", 9, importLess},
-      {"LessOrEqual", 12, importLessOrEqual},
-      {"Greater", 9, importGreater},
-      {"GreaterOrEqual", 12, importGreaterOrEqual},
       {"Not", 1, importNot},
       {"Where", 9, importWhere},
   };
+  // clang-format on
   return entries;
 }
 

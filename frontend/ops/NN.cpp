@@ -193,6 +193,36 @@ llvm::Error importLRN(ImportContext& ctx) {
   return llvm::Error::success();
 }
 
+/// BatchNormalization with training_mode=1 normalizes with the batch's own
+/// statistics. The TorchScript exporter writes it for F.batch_norm with
+/// training=True and no running statistics (weight standardization in
+/// normalizer-free networks), with computed input_mean and input_var that
+/// only its unused running-statistics outputs would read: lwcc imports it
+/// as batch_norm_train, which computes the same in inference and training.
+/// A batch norm layer exported in training mode (its running statistics
+/// initializers, which the step would have to update) is refused.
+llvm::Error importStatelessBatchNorm(ImportContext& ctx) {
+  for (size_t o = 1; o < ctx.numOutputs(); ++o)
+    if (ctx.outputUsed(o))
+      return ctx.error("training_mode=1 with its running-statistics outputs read is not "
+                       "supported");
+  for (size_t k : {3, 4})
+    if (Value* v = ctx.input(k); v && v->kind() == ValueKind::Param)
+      return ctx.error("training_mode=1 on running statistics held in initializers is not "
+                       "supported: export the model in eval mode (lwcc builds the training form "
+                       "itself, --emit=train-ir)");
+  static const char* names[] = {"X", "scale", "B"};
+  std::vector<Value*> operands;
+  for (size_t k = 0; k < 3; ++k) {
+    LWCC_TRY(v, ctx.requiredInput(k, names[k]));
+    operands.push_back(v);
+  }
+  LWCC_TRY(eps, ctx.attrFloat("epsilon", 1e-5));
+  LWCC_TRY(ys, ctx.emit(OpKind::BatchNormTrain, operands, {attr("epsilon", eps)}, 3));
+  ctx.setOutput(0, ys[0]);
+  return llvm::Error::success();
+}
+
 llvm::Error importBatchNormalization(ImportContext& ctx) {
   LWCC_CHECK(ctx.checkAttrs({"epsilon", "momentum", "spatial", "training_mode", "is_test"}));
   LWCC_TRY(spatial, ctx.attrInt("spatial", 1));
@@ -200,8 +230,7 @@ llvm::Error importBatchNormalization(ImportContext& ctx) {
     return ctx.error("spatial=0 (per-activation statistics) is not supported");
   LWCC_TRY(training, ctx.attrInt("training_mode", 0));
   if (training != 0)
-    return ctx.error("training_mode=1 is not supported at import: lwcc builds the training "
-                     "form itself (--emit=train-ir)");
+    return importStatelessBatchNorm(ctx);
   for (size_t o = 1; o < ctx.numOutputs(); ++o)
     if (ctx.hasOutput(o))
       return ctx.error("the running statistics outputs are not supported (inference form only)");
@@ -273,6 +302,38 @@ llvm::Error importLayerNormalization(ImportContext& ctx) {
   LWCC_TRY(ys, ctx.emit(OpKind::LayerNorm, {x, s, b}, {attr("axis", a), attr("epsilon", eps)}, 3));
   for (size_t o = 0; o < 3; ++o)
     ctx.setOutput(o, ys[o]);
+  return llvm::Error::success();
+}
+
+/// InstanceNormalization: each (sample, channel) normalized over its
+/// spatial dims, then scaled and shifted per channel. lwcc writes it as
+/// layer_norm from dim 2 on (unit scale, zero bias) and a per-channel Mul
+/// and Add; the exporters write nn.GroupNorm as it, over [N, groups, -1].
+llvm::Error importInstanceNormalization(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"epsilon"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "input"));
+  LWCC_TRY(scale, ctx.requiredInput(1, "scale"));
+  LWCC_TRY(bias, ctx.requiredInput(2, "B"));
+  const TensorType& xt = x->type();
+  if (!isFloat(xt.dtype) || xt.rank() < 3)
+    return ctx.error("input 'input' must be a float tensor of rank >= 3 (N, C, D1, ...), got " +
+                     xt.str());
+  int64_t c = xt.shape[1];
+  for (Value* v : {scale, bias})
+    if (v->type() != TensorType(xt.dtype, {c}))
+      return ctx.error("inputs 'scale' and 'B' must be " + TensorType(xt.dtype, {c}).str() +
+                       ", got " + v->type().str());
+  LWCC_TRY(eps, ctx.attrFloat("epsilon", 1e-5));
+  TensorType inner(xt.dtype, Shape(xt.shape.begin() + 2, xt.shape.end()));
+  LWCC_TRY(ys, ctx.emit(OpKind::LayerNorm, {x, ctx.splat(inner, 1.0), ctx.splat(inner, 0.0)},
+                        {attr("axis", int64_t{2}), attr("epsilon", eps)}, 3));
+  Shape perChannel(static_cast<size_t>(xt.rank() - 1), 1);
+  perChannel[0] = c;
+  LWCC_TRY(s, reshapeTo(ctx, scale, perChannel));
+  LWCC_TRY(b, reshapeTo(ctx, bias, perChannel));
+  LWCC_TRY(scaled, ctx.emit1(OpKind::Mul, {ys[0], s}));
+  LWCC_TRY(y, ctx.emit1(OpKind::Add, {scaled, b}));
+  ctx.setOutput(0, y);
   return llvm::Error::success();
 }
 
@@ -350,6 +411,7 @@ const std::vector<ImporterEntry>& nnImporters() {
       {"BatchNormalization", 1, importBatchNormalization},
       {"Dropout", 1, importDropout},
       {"LayerNormalization", 17, importLayerNormalization},
+      {"InstanceNormalization", 6, importInstanceNormalization},
       {"Softmax", 1, importSoftmax},
       {"LogSoftmax", 1, importLogSoftmax},
   };

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Parallel.h"
+#include "lwrt/activation_math.h"
 #include "lwrt/cpu_tensor.h"
 #include "lwrt/dropout.h"
 
@@ -613,7 +614,7 @@ bool reluGrad(const TensorView& y, const TensorView& dy, const TensorView& dx) {
 }
 bool leakyReluGrad(const TensorView& x, const TensorView& dy, const TensorView& dx,
                    const LeakyReluParams& p) {
-  return backward(x, dy, dx, [&](double u, double d) { return u >= 0 ? d : p.alpha * d; });
+  return backward(x, dy, dx, [&](double u, double d) { return leakyReluGradValue(u, d, p.alpha); });
 }
 bool sigmoidGrad(const TensorView& y, const TensorView& dy, const TensorView& dx) {
   return backward(y, dy, dx, [](double u, double d) { return d * u * (1.0 - u); });
@@ -627,13 +628,11 @@ bool clipGrad(const TensorView& x, const TensorView& dy, const TensorView& dx,
     const float *xs = x.as<float>(), *ds = dy.as<float>();
     float* out = dx.as<float>();
     forEachElement(x.numel(), [&](int64_t k) {
-      const double u = xs[k];
-      out[k] = u >= p.min && u <= p.max ? ds[k] : 0.f;
+      out[k] = static_cast<float>(clipGradValue(xs[k], ds[k], p.min, p.max));
     });
     return true;
   }
-  return backward(x, dy, dx,
-                  [&](double u, double d) { return u >= p.min && u <= p.max ? d : 0.0; });
+  return backward(x, dy, dx, [&](double u, double d) { return clipGradValue(u, d, p.min, p.max); });
 }
 
 //===--- Reductions -------------------------------------------------------===//

@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "cuda/Context.h"
+#include "lwrt/activation_math.h"
 #include "lwrt/cuda_tensor.h"
 #include "lwrt/dropout.h"
 
@@ -470,7 +471,7 @@ struct ReluGradFn {
 };
 struct LeakyReluGradFn {
   double alpha;
-  __device__ double operator()(double u, double d) const { return u >= 0 ? d : alpha * d; }
+  __device__ double operator()(double u, double d) const { return leakyReluGradValue(u, d, alpha); }
 };
 struct SigmoidGradFn {
   __device__ double operator()(double u, double d) const { return d * u * (1.0 - u); }
@@ -480,7 +481,7 @@ struct TanhGradFn {
 };
 struct ClipGradFn {
   double lo, hi;
-  __device__ double operator()(double u, double d) const { return u >= lo && u <= hi ? d : 0.0; }
+  __device__ double operator()(double u, double d) const { return clipGradValue(u, d, lo, hi); }
 };
 
 //===--- Reductions -------------------------------------------------------===//

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Every zoo model at test size builds into a CUDA trainer with nvcc.
 
+So does upnet (the ops of issue 25), on one device and on two (model).
 `lwcc MODEL -o trainer` (target cuda, the default; sm_90) must emit CUDA C++
 and link it against the CUDA runtime library, cuDNN, cuBLAS and NCCL. So must
 multi-device trainers (MULTI: --gpus 2 and 4, data-parallel and One Weird
@@ -75,6 +76,9 @@ MULTI = [("lenet", 2, "data"), ("resnet18", 4, "data"), ("alexnet_owt", 2, "owt"
 MULTI += [("dropnet", g, s) for g in (2, 4) for s in ("model", "owt", "layerwise", "hypergraph")]
 # A pipeline: 2 stages, 2 micro-batches (1F1B), transfers on streams 2 and 3.
 MULTI += [("lenet", 2, "pipeline")]
+# The ops of issue 25 (activations, prelu, max/min, resize, stateless batch
+# norm), on one device and with resize split over channels.
+EXTRA = [("upnet", 1, None), ("upnet", 2, "model")]
 
 # The trainer checked as several processes under mpirun.
 PROCESSES = ("resnet18", 4, "data")
@@ -260,7 +264,7 @@ def check_compare(tmp):
 
 def main():
     gpu = has_gpu()
-    cases = [(name, 1, None) for name in zoo.REGISTRY] + MULTI
+    cases = [(name, 1, None) for name in zoo.REGISTRY] + MULTI + EXTRA
     failed = 0
     with tempfile.TemporaryDirectory(prefix="lwcc-cuda-build-") as tmp:
         # The ONNX files first: a model's cases share one.

@@ -6,7 +6,10 @@ vgg11/16, resnet18/50, googlenet, inception_v3, squeezenet1_0, mobilenet_v2
 and densenet121: the TorchScript exporter at opset 17 and the dynamo
 exporter at opset 18.  exporter_graphs.py rebuilds those graphs node for node
 with onnx.helper (small widths and inputs; the node patterns, attributes,
-constant forms and naming are the exporters'; see its docstring).
+constant forms and naming are the exporters'; see its docstring);
+zoo_graphs.py the blocks of timm's networks and torchvision's segmentation
+networks (hard activations, upsampling, stateless batch norm, the other
+activations).
 
 For each graph: onnx.checker, onnxruntime and `lwcc --run-reference` on the
 same seeded input (batch 2; symbolic batch dims are fixed with --batch=2),
@@ -35,6 +38,7 @@ sys.path.insert(0, HERE)
 import exporter_graphs as eg  # noqa: E402
 from exporter_graphs import Builder  # noqa: E402
 import dynamo_graphs as dg  # noqa: E402
+import zoo_graphs as zg  # noqa: E402
 
 TOLERANCE = 1e-4
 BATCH = 2
@@ -137,6 +141,34 @@ CASES = [
     case("dyn20/convnext Gelu", dg.convnext, "dyn", IMG(32), sym=False, opset=20,
          make=dg.DecompBuilder),
     case("dyn18/convnext Erf", dg.convnext, "dyn", IMG(32), opset=18, make=dg.DecompBuilder),
+    # ---------------- today's model collections (zoo_graphs.py; issue 25)
+    case("ts17/mobilenetv3 HardSwish, SE HardSigmoid", zg.hard_block, "ts", IMG(16),
+         bn_kept="identity", train=True),
+    case("dyn20/mobilenetv3 HardSwish, SE HardSigmoid", zg.hard_block, "dyn", IMG(16), sym=False,
+         opset=20, train=True),
+    case("ts17/hrnet fuse Resize nearest 2x", zg.hrnet_fuse, "ts", IMG(16), bn_kept="identity",
+         train=True),
+    case("dyn20/hrnet fuse Resize nearest 2x", zg.hrnet_fuse, "dyn", IMG(16), sym=False, opset=20,
+         train=True),
+    case("ts17/unet Resize nearest, bilinear, align_corners", zg.unet_up, "ts", IMG(16),
+         bn_kept="identity", train=True),
+    case("dyn20/unet Resize nearest, bilinear, align_corners", zg.unet_up, "dyn", IMG(16),
+         sym=False, opset=20, train=True),
+    case("ts17/nf_resnet StdConv BN training_mode=1", zg.nf_stdconv, "ts", IMG(16), train=True),
+    case("dyn20/nf_resnet StdConv BN of batch moments", zg.nf_stdconv, "dyn", IMG(16), sym=False,
+         opset=20, train=True),
+    case("ts17/cspdarknet LeakyRelu, zero batch norm", zg.csp_leaky, "ts", IMG(16),
+         bn_kept="identity", train=True),
+    case("dyn20/cspdarknet LeakyRelu, zero batch norm", zg.csp_leaky, "dyn", IMG(16), sym=False,
+         opset=20, train=True),
+    case("ts17/Elu Selu Celu Softplus Softsign PRelu Clip", zg.acts, "ts", IMG(16),
+         bn_kept="identity", train=True),
+    case("dyn20/Elu Selu Celu Mish Softsign PRelu Clip Softplus-Where", zg.acts, "dyn", IMG(16),
+         sym=False,
+         opset=20, train=True),
+    case("ts9/Upsample nearest", zg.upsample9, "ts", IMG(8), opset=9, train=True),
+    case("ts17/GroupNorm bicubic ThresholdedRelu", zg.groupnorm_bicubic, "ts", IMG(8),
+         train=True),
 ]
 
 

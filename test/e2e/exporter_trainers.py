@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Compiled CPU trainers of the dynamo exporter's new patterns against lwcc's
+"""Compiled CPU trainers of the exporters' new patterns against lwcc's
 reference interpreter.
 
 The graphs of exporter_patterns.py that need layer_norm, gather_nd, erf and
-the folded adaptive-pool arithmetic (dynamo_graphs.py) are compiled with
+the folded adaptive-pool arithmetic (dynamo_graphs.py), and those of the ops
+of today's model collections (zoo_graphs.py) are compiled with
 `lwcc --emit=exe --target=cpu`; one training step on a seeded batch must
 match `lwcc --train-reference` (loss, every gradient, every updated param)
 within a relative error of 1e-4, as trainer_vs_reference.py checks the zoo.
@@ -23,6 +24,13 @@ LABELS = [
     "dyn20/vgg11@64 pool 2->7 GatherND+Where",
     "dyn20/convnext Gelu",
     "dyn18/convnext Erf",
+    # issue 25: hard activations, resize, stateless batch norm, activations
+    "dyn20/mobilenetv3 HardSwish, SE HardSigmoid",
+    "dyn20/unet Resize nearest, bilinear, align_corners",
+    "ts17/nf_resnet StdConv BN training_mode=1",
+    "dyn20/nf_resnet StdConv BN of batch moments",
+    "dyn20/Elu Selu Celu Mish Softsign PRelu Clip Softplus-Where",
+    "ts17/GroupNorm bicubic ThresholdedRelu",
 ]
 
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Multi-device CPU trainers train like the one-device trainer.
 
-For lenet, resnet18 and dropnet at test size (batch 8), a `--gpus 1` CPU trainer and
-`--gpus 2|4 --strategy=data|model|owt|layerwise|hypergraph` CPU trainers
-(resnet18: --gpus 2 with owt and hypergraph only, --gpus 4 without the last
-two; dropnet, dropout after every layer: model, owt, layerwise, hypergraph)
-run 5 steps with the
+For lenet, resnet18, dropnet and upnet at test size (batch 8), a `--gpus 1` CPU
+trainer and `--gpus 2|4 --strategy=data|model|owt|layerwise|hypergraph` CPU
+trainers (resnet18: --gpus 2 with owt and hypergraph only, --gpus 4 without the
+last two; dropnet, dropout after every layer: model, owt, layerwise,
+hypergraph; upnet, upsampling and the activations of issue 25: --gpus 2 with
+data and model) run 5 steps with the
 same seed on synthetic data, then evaluate. Checks, against `--gpus 1`:
   - the 5 losses (--log) within 1e-5 relative;
   - every param after 5 steps (--dump) within 1e-4 of its largest element;
@@ -198,7 +199,7 @@ def compare(name, ref, got):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="lenet,resnet18,dropnet")
+    ap.add_argument("--models", default="lenet,resnet18,dropnet,upnet")
     ap.add_argument("--quick", action="store_true", help="lenet, --gpus 4 only")
     args = ap.parse_args()
     models = ["lenet"] if args.quick else args.models.split(",")
@@ -207,7 +208,7 @@ def main():
     try:
         # (model, batch, gpus, strategy); gpus 1 is the reference.
         cases = []
-        for m in [m for m in models if m != "dropnet"]:
+        for m in [m for m in models if m not in ("dropnet", "upnet")]:
             cases.append((m, 8, 1, "data"))
             # resnet18 (slow to build) on 2 devices with owt only.
             cases += [(m, 8, g, s) for g in gpus for s in ("data", "model", "owt")
@@ -217,6 +218,10 @@ def main():
                       if m == "lenet" or (g == 2 and s == "hypergraph")]
         if "lenet" in models:
             cases += [("lenet", 6, 1, "data"), ("lenet", 6, 4, "data"), ("lenet", 6, 4, "owt")]
+        if "upnet" in models:
+            # Upsampling: resize split over samples (data) and channels (model).
+            cases.append(("upnet", 8, 1, "data"))
+            cases += [("upnet", 8, 2, s) for s in ("data", "model")]
         if "dropnet" in models:
             # Dropout after convolutions and fully connected layers: masks split
             # over channels (model), samples (owt) or as the plans choose.

@@ -7,8 +7,9 @@ reference interpreter (float64, and float32 for two models) with `--gpus N --str
 steps with `--gpus 1`, on the same seeded batch. The losses of all five
 steps must agree within 1e-5 relative, and every param after five steps
 (and every first-step gradient) within 1e-4 of its largest element. The
-models have dropout (alexnet) and batch norm (resnet18, inception), and a
-batch that the devices do not divide evenly is checked too. Ends with the
+models have dropout (alexnet), batch norm (resnet18, inception) and
+upsampling (upnet), and a batch that the devices do not divide evenly is
+checked too. Ends with the
 line "N passed, M failed".
 
     python3 test/e2e/parallel_step.py [--models lenet,alexnet] [--strategies hypergraph] [--quick]
@@ -48,6 +49,10 @@ CASES = [
     # Float32, as trainers compute: the same step up to rounding.
     ("alexnet", 4, [4], "f32"),
     ("resnet18", 4, [2], "f32"),
+    # Upsampling (resize split over samples, channels and, under layerwise,
+    # rows and columns with halos), the activations of issue 25, stateless
+    # batch norm over a sample split.
+    ("upnet", 4, [2], "f64"),
 ]
 STRATEGIES = ["data", "model", "owt", "layerwise", "hypergraph"]
 # At test size the real presets make layerwise keep almost every op whole on

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """lwcc's own checks on every zoo model at test size.
 
-For each network's test-size preset (tools/models/zoo.py):
+For each network's test-size preset (tools/models/zoo.py), and upnet's (the
+ops of issue 25: activations, prelu, max/min, resize, stateless batch norm):
   --check-gradients    every param's gradient of the training step against
                        five-point finite differences in float64 (tolerance
                        1e-6 per param);
@@ -42,7 +43,7 @@ def main():
     lwcc = os.path.join(ROOT, "build", "bin", "lwcc")
     passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for name in zoo.REGISTRY:
+        for name in list(zoo.REGISTRY) + ["upnet"]:
             path = os.path.join(tmp, name + ".onnx")
             onnx.save(zoo.build(name, test_size=True), path)
             for flag, summarize in CHECKS:

@@ -120,11 +120,11 @@ COMPILE_TIME_INPUTS = {
     "Range": (0, 1, 2),              # start, limit, delta (folded)
     # Index arithmetic that lwcc folds at import (the exporters' window
     # computations), and Where's condition (a mask known at compile time).
+    # (Min, Max, the comparisons and Where run at run time too: their
+    # inputs stay inputs.)
     "Floor": (0,), "Ceil": (0,), "Sign": (0,), "Not": (0,),
-    "Min": tuple(range(8)), "Max": tuple(range(8)),
-    "Equal": (0, 1), "Less": (0, 1), "LessOrEqual": (0, 1), "Greater": (0, 1),
-    "GreaterOrEqual": (0, 1),
-    "Where": (0,),                   # condition
+    "Resize": (1, 2, 3),             # roi, scales, sizes
+    "Upsample": (1,),                # scales
 }
 
 

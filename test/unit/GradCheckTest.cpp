@@ -26,7 +26,8 @@ namespace {
 //===----------------------------------------------------------------------===//
 
 TEST(GradCheck, EveryOpWithAGradientRuleIsChecked) {
-  // The ops the tests of this file and GradCheckTensorTest.cpp check. A new
+  // The ops the tests of this file, GradCheckTensorTest.cpp and
+  // GradCheckZooTest.cpp check. A new
   // gradient rule needs a test there and an entry here.
   // clang-format off
   const std::set<std::string_view> checked = {
@@ -36,6 +37,9 @@ TEST(GradCheck, EveryOpWithAGradientRuleIsChecked) {
       "reshape", "flatten", "transpose", "concat", "slice", "split", "gather", "expand", "pad",
       "cast", "softmax", "log_softmax", "batch_norm_train", "dropout", "identity",
       "softmax_xent", "mse_loss", "layer_norm", "erf", "gather_nd",
+      // The ops of issue 25 (GradCheckZooTest.cpp).
+      "hard_swish", "hard_sigmoid", "mish", "softplus", "softsign", "elu", "selu", "celu",
+      "thresholded_relu", "prelu", "max", "min", "where", "resize", "batch_norm",
       // Communication (GradCheckCommTest.cpp).
       "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "device_copy",
       "shard", "unshard"};
@@ -265,22 +269,21 @@ TEST(GradCheck, MseLoss) {
 //===----------------------------------------------------------------------===//
 
 TEST(Autodiff, OpWithoutGradientRuleIsAnErrorNamingIt) {
-  // batch_norm (the inference form) has no gradient rule.
+  // sign (which abs's rule uses, never differentiated itself) has no
+  // gradient rule.
   auto g = parseOk(R"(graph @g(%x: f64[2,3] @data) {
   %s = param "s" : f64[3]
-  %b = param "b" : f64[3]
-  %m = param "m" : f64[3]
-  %v = param "v" : f64[3]
-  %y = batch_norm(%x, %s, %b, %m, %v) : f64[2,3] loc("bn1")
+  %t = sign(%s) : f64[3] loc("sign1")
+  %y = mul(%x, %t) : f64[2,3] loc("mul")
   %l = reduce_sum(%y) {keepdims = 0} : f64[]
   return %l
 }
 )",
-                   "bn.lwir");
+                   "sign.lwir");
   ASSERT_TRUE(g);
   ErrorParts e = inspect(runPassesOn(*g, {"autodiff"}));
   ASSERT_TRUE(e.located) << e.full;
-  EXPECT_EQ(e.full, "bn.lwir:6:3: 'batch_norm' op \"bn1\": has no gradient rule, but the loss "
+  EXPECT_EQ(e.full, "sign.lwir:3:3: 'sign' op \"sign1\": has no gradient rule, but the loss "
                     "depends on it through a trainable param");
 
   // Pad has a rule for constant padding only.

@@ -38,7 +38,9 @@ done
 # pipeline: 2 stages of 2 micro-batches, lenet has no batch norm, so its step
 # is the one-device step up to rounding).
 MULTI="lenet:data resnet18:data alexnet_owt:owt lenet:pipeline"
-names=$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(zoo.REGISTRY))')
+# Every zoo model, and upnet (the activations, max/min, resize and stateless
+# batch norm of issue 25: their CUDA kernels against the CPU's).
+names=$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(list(zoo.REGISTRY) + ["upnet"]))')
 for m in $names; do
   python3 - "$m" "$OUT" <<'PY'
 import os, sys

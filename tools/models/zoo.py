@@ -20,6 +20,7 @@ import os
 import sys
 
 import numpy as np
+from onnx import helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,6 +38,7 @@ MIN_SIZE = {
     "inception": 1,
     "inception_v3": 75,
     "dropnet": 2,
+    "upnet": 2,
 }
 
 
@@ -447,6 +449,87 @@ def build_dropnet(size=16, channels=3, width=1.0, classes=10, batch=1,
                    width=width, classes=classes, batch=batch, seed=seed)
 
 
+# -------------------------------------- the ops of today's model collections
+def _const(b, name, array):
+    """A Constant node (no initializer: nothing that could train)."""
+    out = b._unique(name)
+    b.nodes.append(helper.make_node("Constant", [], [out], name=out,
+                                    value=numpy_helper.from_array(np.asarray(array), out)))
+    return out
+
+
+def build_upnet(size=16, channels=3, width=1.0, classes=10, batch=1,
+                opset=18, seed=0, symbolic_batch=False):
+    """A small net with upsampling and the activations of today's model
+    collections, for the tests of the ops of issue 25: Conv(8)-HardSwish
+    with squeeze-excitation (GlobalAveragePool-Conv-Relu-Conv-HardSigmoid
+    (1/6, 1/2)-Mul); MaxPool2-Conv(12)-PRelu(per channel)-stateless
+    BatchNormalization(training_mode=1)-LeakyRelu; Resize nearest 2x
+    (asymmetric, floor) and Resize linear 2x (half_pixel) of that, Max of
+    the two, Concat with the full-resolution map; Conv(8)-Elu-Selu-Celu-
+    Mish-Softplus-Softsign-ThresholdedRelu(-2: below softsign's range, the
+    identity here: its jump would defeat finite differences)-Min with the
+    Resize's sum-Where(y > 0, y, y/2); GlobalAveragePool-Flatten-Gemm.
+    Opset 18 at least (Mish)."""
+    name = "upnet"
+    _check_width(name, width), _check_classes(name, classes)
+    opset = max(opset, 18)  # Mish is an op from opset 18 on
+    b = _builder(name, size, channels, batch, opset, seed, symbolic_batch)
+    c = lambda n: scale_channels(n, width)  # noqa: E731
+    x = b.conv(b.input, c(8), 3, pad=1, name="conv1")
+    x = b._node("HardSwish", [x], "hswish", b.shapes[x])
+    g = b.global_avgpool(x, name="se.pool")
+    g = b.relu(b.conv(g, c(4), 1, name="se.reduce"), name="se.relu")
+    g = b.conv(g, c(8), 1, name="se.expand")
+    # A quarter of the logit: the gate stays inside its ramp (finite
+    # differences stay clear of its ends, which test/unit/KinkTest.cpp checks).
+    quarter = _const(b, "se.quarter", np.array(0.25, np.float32))
+    g = b._node("Mul", [g, quarter], "se.scale", b.shapes[g])
+    g = b._node("HardSigmoid", [g], "se.gate", b.shapes[g], alpha=1.0 / 6.0, beta=0.5)
+    x = b._node("Mul", [x, g], "se.mul", b.shapes[x])
+    d = b.conv(b.maxpool(x, 2, 2, name="pool"), c(12), 3, pad=1, name="conv2")
+    n = b.shapes[d][0]
+    slope = b.param("prelu.weight", np.full((n, 1, 1), 0.25))
+    d = b._node("PRelu", [d, slope], "prelu", b.shapes[d])
+    bn = [b.param("bn.weight", b.rng.uniform(0.5, 1.5, (n,))),
+          b.param("bn.bias", b.rng.uniform(-0.1, 0.1, (n,))),
+          _const(b, "bn.mean", np.zeros(n, np.float32)),
+          _const(b, "bn.var", np.ones(n, np.float32))]
+    # F.batch_norm(d, None, None, weight, bias, training=True): the running
+    # statistics outputs, which training mode must have, go unread.
+    d = b._node("BatchNormalization", [d] + bn, "bn", b.shapes[d], epsilon=1e-5, momentum=1.0,
+                training_mode=1)
+    b.nodes[-1].output.extend([b._unique("bn.running_mean"), b._unique("bn.running_var")])
+    d = b._node("LeakyRelu", [d], "leaky", b.shapes[d], alpha=0.1)
+    h, w = b.shapes[d][1:]
+    up = (n, 2 * h, 2 * w)
+    scales = _const(b, "up.scales", np.array([1, 1, 2, 2], np.float32))
+    u1 = b._node("Resize", [d, "", scales], "up.nearest", up, mode="nearest",
+                 coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    u2 = b._node("Resize", [d, "", scales], "up.linear", up, mode="linear",
+                 coordinate_transformation_mode="half_pixel")
+    u = b._node("Max", [u1, u2], "up.max", up)
+    y = b.conv(b.concat([u, x], name="cat"), c(8), 3, pad=1, name="conv3")
+    for op, attrs in (("Elu", dict(alpha=0.7)), ("Selu", {}), ("Celu", dict(alpha=1.3)),
+                      ("Mish", {}), ("Softplus", {}), ("Softsign", {}),
+                      # Below softsign's range: the identity, no jump to trip
+                      # finite differences.
+                      ("ThresholdedRelu", dict(alpha=-2.0))):
+        y = b._node(op, [y], op.lower(), b.shapes[y], **attrs)
+    s = b.conv(b._node("Add", [u1, u2], "up.sum", up), c(8), 1, name="conv4")
+    y = b._node("Min", [y, s], "min", b.shapes[y])
+    # Where of a run-time condition: y > 0 ? y : y / 2.
+    zero = _const(b, "where.zero", np.array(0.0, np.float32))
+    half = _const(b, "where.half", np.array(0.5, np.float32))
+    pos = b._node("Greater", [y, zero], "where.pos", b.shapes[y])
+    y = b._node("Where", [pos, y, b._node("Mul", [y, half], "where.half_y", b.shapes[y])],
+                "where", b.shapes[y])
+    y = b.flatten(b.global_avgpool(y, name="gap"), name="flatten")
+    y = b.gemm(y, classes, name="fc", gain=1.0)
+    return _finish(b, y, name, build_upnet.__doc__, size=size, channels=channels,
+                   width=width, classes=classes, batch=batch, seed=seed)
+
+
 # ----------------------------------------------------------------- registry
 REGISTRY = {
     "lenet": build_lenet,
@@ -467,8 +550,9 @@ DEFAULTS["lenet"] = dict(size=28, channels=1, width=1.0, classes=10, batch=1)
 BENCH_REGISTRY = {"inception_v3": build_inception_v3}
 DEFAULTS["inception_v3"] = dict(_IMAGENET, size=299)
 # Networks for particular tests only (gen.py builds them like the rest).
-TEST_REGISTRY = {"dropnet": build_dropnet}
+TEST_REGISTRY = {"dropnet": build_dropnet, "upnet": build_upnet}
 DEFAULTS["dropnet"] = dict(size=16, channels=3, width=1.0, classes=10, batch=1)
+DEFAULTS["upnet"] = dict(size=16, channels=3, width=1.0, classes=10, batch=1, opset=18)
 
 # Small presets: a plain-loop reference interpreter runs a forward pass of
 # each in well under a second.
@@ -485,6 +569,7 @@ TEST_PRESETS = {
     "inception": dict(size=64, **_SMALL),
     "inception_v3": dict(size=75, **_SMALL),
     "dropnet": dict(size=16, channels=3, width=1.0, classes=10, batch=8),
+    "upnet": dict(size=8, channels=3, width=1.0, classes=10, batch=4, opset=18),
 }
 
 

@@ -21,9 +21,12 @@ For each model (random weights, 10 classes, batch 2) and exporter:
            to the tensor's largest element where that is above 1)
 
 and prints one table row per export. Exit status 1 if any row failed.
+`--set zoo` checks the models of zoo.py (timm's and a few written there)
+instead of torchvision's.
 
     /work/venv-torch/bin/python tools/torch_check/check.py --lwcc build/bin/lwcc \\
-        [--models resnet18 ...] [--exporter torchscript|dynamo|both] [--keep DIR]
+        [--set torchvision|zoo] [--models resnet18 ...] [--exporter torchscript|dynamo|both]
+        [--keep DIR]
 """
 import argparse
 import copy
@@ -35,6 +38,9 @@ import time
 import warnings
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zoo  # noqa: E402
 
 MODELS = ["resnet18", "resnet50", "googlenet", "inception_v3", "mobilenet_v2", "densenet121",
           "shufflenet_v2_x1_0", "efficientnet_b0", "regnet_y_400mf", "squeezenet1_0", "alexnet",
@@ -53,6 +59,8 @@ LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4
 
 
 def build_model(torch, torchvision, name):
+    if name in zoo.MODELS:
+        return zoo.build(torch, torchvision, name)
     torch.manual_seed(0)
     kw = {"num_classes": NUM_CLASSES}
     if name in ("googlenet", "inception_v3"):
@@ -102,7 +110,8 @@ def torch_step(torch, model, x, labels):
     # compare the step without them.
     for mod in m.modules():
         cls = type(mod).__name__
-        if cls.startswith("Dropout") or cls in ("StochasticDepth", "AlphaDropout"):
+        if cls.startswith("Dropout") or cls in ("StochasticDepth", "AlphaDropout", "DropPath",
+                                                 "DropBlock2d"):
             mod.eval()
     opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
     opt.zero_grad()
@@ -181,7 +190,7 @@ def check_one(args, mods, name, exporter, work):
     torch, torchvision, onnx_mod, numpy_helper, ort = mods
     row = {"model": name, "exporter": exporter, "import": "-", "forward": "-", "loss": "-",
            "grad": "-", "param": "-", "ok": False, "note": ""}
-    size = SIZE.get(name, 64)
+    size = SIZE.get(name, zoo.SIZE.get(name, 64))
     rng = np.random.default_rng(1)
     x = rng.standard_normal((BATCH, 3, size, size)).astype(np.float32)
     labels = rng.integers(0, NUM_CLASSES, size=BATCH).astype(np.int64)
@@ -242,7 +251,8 @@ def check_one(args, mods, name, exporter, work):
 
 
 def print_table(rows):
-    cols = [("model", 18), ("exporter", 11), ("import", 6), ("forward", 8), ("loss", 8),
+    width = max([18] + [len(r["model"]) for r in rows])
+    cols = [("model", width), ("exporter", 11), ("import", 6), ("forward", 8), ("loss", 8),
             ("grad", 8), ("param", 8), ("result", 6)]
     head = " ".join(f"{c:<{w}}" for c, w in cols) + " note"
     print(head)
@@ -258,8 +268,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lwcc", default="build/bin/lwcc")
-    ap.add_argument("--models", nargs="+", default=MODELS, metavar="MODEL",
-                    help="torchvision model names (default: all of " + ", ".join(MODELS) + ")")
+    ap.add_argument("--set", choices=["torchvision", "zoo"], default="torchvision",
+                    help="the models checked by default: torchvision's, or zoo.py's")
+    ap.add_argument("--models", nargs="+", metavar="MODEL",
+                    help="model names of the set (default: all of it; torchvision: " +
+                    ", ".join(MODELS) + "; zoo: " + ", ".join(zoo.MODELS) + ")")
     ap.add_argument("--exporter", choices=["torchscript", "dynamo", "both"], default="both")
     ap.add_argument("--dynamo-optimize", action="store_true",
                     help="let the dynamo exporter run its optimizer (which folds batch norm)")
@@ -267,6 +280,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per lwcc run")
     args = ap.parse_args()
     args.lwcc = os.path.abspath(args.lwcc)
+    if not args.models:
+        args.models = zoo.MODELS if args.set == "zoo" else MODELS
     if not os.path.isfile(args.lwcc):
         print(f"check.py: no lwcc at {args.lwcc} (build first, or give --lwcc)", file=sys.stderr)
         return 2

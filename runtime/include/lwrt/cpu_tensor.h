@@ -99,14 +99,14 @@ bool pow(const TensorView& a, const TensorView& b, const TensorView& y);
 
 /// (y, dy) -> dx = y > 0 ? dy : 0.
 bool reluGrad(const TensorView& y, const TensorView& dy, const TensorView& dx);
-/// (x, dy) -> dx = x >= 0 ? dy : alpha dy.
+/// (x, dy) -> dx = x > 0 ? dy : alpha dy (PyTorch's rule at 0).
 bool leakyReluGrad(const TensorView& x, const TensorView& dy, const TensorView& dx,
                    const LeakyReluParams& p);
 /// (y, dy) -> dx = dy y (1 - y).
 bool sigmoidGrad(const TensorView& y, const TensorView& dy, const TensorView& dx);
 /// (y, dy) -> dx = dy (1 - y^2).
 bool tanhGrad(const TensorView& y, const TensorView& dy, const TensorView& dx);
-/// (x, dy) -> dx = min <= x <= max ? dy : 0.
+/// (x, dy) -> dx = min < x < max ? dy : 0 (nothing at a bound, as PyTorch).
 bool clipGrad(const TensorView& x, const TensorView& dy, const TensorView& dx, const ClipParams& p);
 
 //===--- Reductions (numeric; sums in double or int64) ---------------------===//

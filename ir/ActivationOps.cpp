@@ -1,0 +1,343 @@
+//===- ActivationOps.cpp - Activations, prelu, max/min, compare, where ----===//
+//
+// Shape rules, gradient rules and reference kernels of the activations of
+// today's CNN model collections (hard_swish, hard_sigmoid, mish, softplus,
+// softsign, elu, selu, celu, thresholded_relu), prelu with a trainable
+// slope, max/min, comparisons and where of run-time values (the dynamo
+// exporter writes Softplus's threshold with them). The reference kernels compute with
+// lwrt/activation_math.h, the functions the CPU and CUDA kernels call too.
+//
+//===----------------------------------------------------------------------===//
+#include "ir/GradRules.h"
+#include "ir/Kernels.h"
+#include "runtime/include/lwrt/activation_math.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <iterator>
+
+namespace lwcc {
+
+using llvm::Error;
+
+namespace {
+
+Error ok() { return Error::success(); }
+
+template <typename... Args> Error fail(const char* fmt, Args&&... args) {
+  return makeError(llvm::formatv(fmt, std::forward<Args>(args)...).str());
+}
+
+const TensorType& ty(const Op& op, unsigned i) { return op.operand(i)->type(); }
+
+/// Whether `from` broadcasts to exactly `to` (numpy rules, `to` unchanged).
+bool broadcastsTo(const Shape& from, const Shape& to) {
+  if (from.size() > to.size())
+    return false;
+  for (size_t d = 0; d < from.size(); ++d) {
+    int64_t f = from[from.size() - 1 - d], t = to[to.size() - 1 - d];
+    if (f != t && f != 1)
+      return false;
+  }
+  return true;
+}
+
+Error expectRankAtMost(const Op& op, unsigned i) {
+  if (ty(op, i).rank() > lwrt::kShardMaxRank)
+    return fail("operand #{0} has rank {1}; at most {2} is supported", i, ty(op, i).rank(),
+                lwrt::kShardMaxRank);
+  return ok();
+}
+
+#define TRY(expr)                                                                                  \
+  if (Error e = (expr))                                                                            \
+  return e
+
+} // namespace
+
+//===--- Shape rules ------------------------------------------------------===//
+
+namespace shape {
+
+Rule prelu(const Op& op) {
+  if (!isFloat(ty(op, 0).dtype) || ty(op, 1).dtype != ty(op, 0).dtype)
+    return fail("operands must share one float element type, got {0} and {1}", ty(op, 0).str(),
+                ty(op, 1).str());
+  TRY(expectRankAtMost(op, 0));
+  if (!broadcastsTo(ty(op, 1).shape, ty(op, 0).shape))
+    return fail("the slope {0} does not broadcast to x {1}", ty(op, 1).str(), ty(op, 0).str());
+  return std::vector<TensorType>{ty(op, 0)};
+}
+
+Rule preluGrad(const Op& op) {
+  auto y = prelu(op);
+  if (!y)
+    return y.takeError();
+  if (ty(op, 2) != ty(op, 0))
+    return fail("dy {0} must have x's type {1}", ty(op, 2).str(), ty(op, 0).str());
+  return std::vector<TensorType>{ty(op, 0), ty(op, 0)};
+}
+
+Rule extremumGrad(const Op& op) {
+  const TensorType& dy = ty(op, 2);
+  if (!isFloat(dy.dtype))
+    return fail("dy must have a float element type, got {0}", dy.str());
+  TRY(expectRankAtMost(op, 2));
+  for (unsigned i : {0u, 1u})
+    if (ty(op, i).dtype != dy.dtype || !broadcastsTo(ty(op, i).shape, dy.shape))
+      return fail("operand #{0} {1} does not broadcast to dy {2}", i, ty(op, i).str(), dy.str());
+  return std::vector<TensorType>{dy, dy};
+}
+
+Rule compare(const Op& op) {
+  if (ty(op, 0).dtype != ty(op, 1).dtype)
+    return fail("operands must share one element type, got {0} and {1}", ty(op, 0).str(),
+                ty(op, 1).str());
+  bool known = false;
+  for (const char* k : lwrt::kCompareKindNames)
+    known |= op.getString("kind") == k;
+  if (!known)
+    return fail("unknown kind '{0}' (greater, greater_or_equal, less, less_or_equal, equal)",
+                op.getString("kind"));
+  if (ty(op, 0).dtype == DType::Bool && op.getString("kind") != "equal")
+    return fail("bool operands are only compared for equality");
+  auto s = broadcast(ty(op, 0).shape, ty(op, 1).shape);
+  if (!s)
+    return s.takeError();
+  if (s->size() > static_cast<size_t>(lwrt::kShardMaxRank))
+    return fail("rank {0} is above {1}", s->size(), lwrt::kShardMaxRank);
+  return std::vector<TensorType>{TensorType(DType::Bool, *s)};
+}
+
+Rule where(const Op& op) {
+  if (ty(op, 0).dtype != DType::Bool)
+    return fail("the condition must be bool, got {0}", ty(op, 0).str());
+  if (ty(op, 1).dtype != ty(op, 2).dtype)
+    return fail("x and y must share one element type, got {0} and {1}", ty(op, 1).str(),
+                ty(op, 2).str());
+  auto s = broadcast(ty(op, 0).shape, ty(op, 1).shape);
+  if (!s)
+    return s.takeError();
+  auto t = broadcast(*s, ty(op, 2).shape);
+  if (!t)
+    return t.takeError();
+  if (t->size() > static_cast<size_t>(lwrt::kShardMaxRank))
+    return fail("rank {0} is above {1}", t->size(), lwrt::kShardMaxRank);
+  return std::vector<TensorType>{TensorType(ty(op, 1).dtype, *t)};
+}
+
+} // namespace shape
+
+//===--- Gradient rules ---------------------------------------------------===//
+
+namespace grad {
+
+namespace {
+
+/// The backward op of each unary activation.
+OpKind gradKindOf(OpKind k) {
+  switch (k) {
+#define X(E, fn)                                                                                   \
+  case OpKind::E:                                                                                  \
+    return OpKind::E##Grad;
+    LWRT_ACTIVATIONS(X)
+#undef X
+  default:
+    return k;
+  }
+}
+
+} // namespace
+
+Error activation(GradContext& c) {
+  if (!c.need(0))
+    return ok();
+  // The backward op takes the forward op's attributes, defaults spelled out.
+  std::vector<NamedAttr> attrs;
+  for (const AttrSpec& a : c.op.info().attrs) {
+    const Attribute* v = c.op.findAttr(a.name);
+    attrs.push_back({a.name, v ? *v : a.defaultValue});
+  }
+  auto dx = c.emit(gradKindOf(c.op.kind()), {c.x(0), c.dy()}, std::move(attrs));
+  if (!dx)
+    return dx.takeError();
+  c.dxs[0] = *dx;
+  return ok();
+}
+
+Error prelu(GradContext& c) {
+  if (!c.need(0) && !c.need(1))
+    return ok();
+  auto r = c.emitN(OpKind::PReluGrad, {c.x(0), c.x(1), c.dy()}, {}, 2);
+  if (!r)
+    return r.takeError();
+  if (c.need(0))
+    c.dxs[0] = (*r)[0];
+  if (c.need(1)) {
+    auto ds = c.sumToShape((*r)[1], c.x(1)->type().shape);
+    if (!ds)
+      return ds.takeError();
+    c.dxs[1] = *ds;
+  }
+  return ok();
+}
+
+Error extremum(GradContext& c) {
+  if (!c.need(0) && !c.need(1))
+    return ok();
+  OpKind k = c.op.kind() == OpKind::Max ? OpKind::MaxGrad : OpKind::MinGrad;
+  auto r = c.emitN(k, {c.x(0), c.x(1), c.dy()}, {}, 2);
+  if (!r)
+    return r.takeError();
+  for (unsigned i = 0; i < 2; ++i)
+    if (c.need(i)) {
+      auto d = c.sumToShape((*r)[i], c.x(i)->type().shape);
+      if (!d)
+        return d.takeError();
+      c.dxs[i] = *d;
+    }
+  return ok();
+}
+
+/// dx = where(c, dy, 0), dy_y = where(c, 0, dy), each summed to its operand's
+/// shape; the condition has no gradient.
+Error where(GradContext& c) {
+  for (unsigned i : {1u, 2u}) {
+    if (!c.need(i))
+      continue;
+    Value* zero = c.scalar(0.0, c.dy()->type().dtype);
+    auto picked = c.emit(OpKind::Where, {c.x(0), i == 1 ? c.dy() : zero, i == 1 ? zero : c.dy()});
+    if (!picked)
+      return picked.takeError();
+    auto d = c.sumToShape(*picked, c.x(i)->type().shape);
+    if (!d)
+      return d.takeError();
+    c.dxs[i] = *d;
+  }
+  return ok();
+}
+
+} // namespace grad
+
+//===--- Reference kernels ------------------------------------------------===//
+
+namespace {
+
+/// alpha, beta and gamma of an activation op, where it has them.
+lwrt::ActivationParams activationParams(const Op& op) {
+  lwrt::ActivationParams p;
+  if (op.info().findAttr("alpha"))
+    p.alpha = op.getFloat("alpha");
+  if (op.info().findAttr("beta"))
+    p.beta = op.getFloat("beta");
+  if (op.info().findAttr("gamma"))
+    p.gamma = op.getFloat("gamma");
+  return p;
+}
+
+template <typename M> Error forwardOf(EvalCtx& c) {
+  lwrt::ActivationParams p = activationParams(c.op);
+  for (int64_t k = 0; k < c.y().size(); ++k)
+    c.y().f[k] = M::forward(c.x().f[k], p);
+  return ok();
+}
+
+template <typename M> Error backwardOf(EvalCtx& c) {
+  lwrt::ActivationParams p = activationParams(c.op);
+  for (int64_t k = 0; k < c.y().size(); ++k)
+    c.y().f[k] = M::backward(c.x(0).f[k], c.x(1).f[k], p);
+  return ok();
+}
+
+lwrt::BroadcastIndex broadcastIndex(const Shape& to, const Shape& from) {
+  lwrt::BroadcastIndex b;
+  // The shape rules checked rank and broadcasting.
+  lwrt::makeBroadcastIndex(static_cast<int>(to.size()), to.data(), static_cast<int>(from.size()),
+                           from.data(), b);
+  return b;
+}
+
+Error extremumOf(EvalCtx& c, bool isMin) {
+  const Shape& out = c.y().type.shape;
+  auto ia = broadcastIndex(out, c.x(0).type.shape), ib = broadcastIndex(out, c.x(1).type.shape);
+  for (int64_t k = 0; k < c.y().size(); ++k) {
+    if (c.y().isFloatData()) {
+      double a = c.x(0).f[ia(k)], b = c.x(1).f[ib(k)];
+      c.y().f[k] = lwrt::extremumValue(a, b, isMin);
+    } else {
+      int64_t a = c.x(0).i[ia(k)], b = c.x(1).i[ib(k)];
+      c.y().i[k] = isMin ? std::min(a, b) : std::max(a, b);
+    }
+  }
+  return ok();
+}
+
+Error extremumGradOf(EvalCtx& c, bool isMin) {
+  const Shape& out = c.x(2).type.shape;
+  auto ia = broadcastIndex(out, c.x(0).type.shape), ib = broadcastIndex(out, c.x(1).type.shape);
+  for (int64_t k = 0; k < c.x(2).size(); ++k) {
+    double a = c.x(0).f[ia(k)], b = c.x(1).f[ib(k)], dy = c.x(2).f[k];
+    c.y(0).f[k] = dy * lwrt::extremumGradWeight(a, b, isMin);
+    c.y(1).f[k] = dy * lwrt::extremumGradWeight(b, a, isMin);
+  }
+  return ok();
+}
+
+} // namespace
+
+#define X(E, fn)                                                                                   \
+  Error eval##E(EvalCtx& c) { return forwardOf<lwrt::E##Math>(c); }                                \
+  Error eval##E##Grad(EvalCtx& c) { return backwardOf<lwrt::E##Math>(c); }
+LWRT_ACTIVATIONS(X)
+#undef X
+
+Error evalPRelu(EvalCtx& c) {
+  auto is = broadcastIndex(c.y().type.shape, c.x(1).type.shape);
+  for (int64_t k = 0; k < c.y().size(); ++k)
+    c.y().f[k] = lwrt::preluValue(c.x(0).f[k], c.x(1).f[is(k)]);
+  return ok();
+}
+
+Error evalPReluGrad(EvalCtx& c) {
+  auto is = broadcastIndex(c.x(0).type.shape, c.x(1).type.shape);
+  for (int64_t k = 0; k < c.x(0).size(); ++k) {
+    double x = c.x(0).f[k], dy = c.x(2).f[k];
+    c.y(0).f[k] = lwrt::preluGradX(x, c.x(1).f[is(k)], dy);
+    c.y(1).f[k] = lwrt::preluGradSlope(x, dy);
+  }
+  return ok();
+}
+
+Error evalCompare(EvalCtx& c) {
+  const Shape& out = c.y().type.shape;
+  auto ia = broadcastIndex(out, c.x(0).type.shape), ib = broadcastIndex(out, c.x(1).type.shape);
+  lwrt::CompareKind kind = lwrt::CompareKind::Greater;
+  for (size_t k = 0; k < std::size(lwrt::kCompareKindNames); ++k)
+    if (c.op.getString("kind") == lwrt::kCompareKindNames[k])
+      kind = static_cast<lwrt::CompareKind>(k);
+  for (int64_t k = 0; k < c.y().size(); ++k)
+    c.y().i[k] = c.x(0).isFloatData() ? lwrt::compareValue(c.x(0).f[ia(k)], c.x(1).f[ib(k)], kind)
+                                      : lwrt::compareValue(c.x(0).i[ia(k)], c.x(1).i[ib(k)], kind);
+  return ok();
+}
+
+Error evalWhere(EvalCtx& c) {
+  const Shape& out = c.y().type.shape;
+  auto ic = broadcastIndex(out, c.x(0).type.shape), ix = broadcastIndex(out, c.x(1).type.shape),
+       iy = broadcastIndex(out, c.x(2).type.shape);
+  for (int64_t k = 0; k < c.y().size(); ++k) {
+    bool take = c.x(0).i[ic(k)] != 0;
+    if (c.y().isFloatData())
+      c.y().f[k] = take ? c.x(1).f[ix(k)] : c.x(2).f[iy(k)];
+    else
+      c.y().i[k] = take ? c.x(1).i[ix(k)] : c.x(2).i[iy(k)];
+  }
+  return ok();
+}
+
+Error evalMax(EvalCtx& c) { return extremumOf(c, false); }
+Error evalMin(EvalCtx& c) { return extremumOf(c, true); }
+Error evalMaxGrad(EvalCtx& c) { return extremumGradOf(c, false); }
+Error evalMinGrad(EvalCtx& c) { return extremumGradOf(c, true); }
+
+} // namespace lwcc
