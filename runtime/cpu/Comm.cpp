@@ -141,10 +141,9 @@ public:
     // device's stream threads run its kernels on its share. Left at every
     // core, the devices' concurrent kernels would run several threads per
     // core, each device stalling the others at random, so that a step took
-    // twice the time.
-    // Per device of the whole job (not of this process), so that a device's
-    // kernels split their work alike, and give the same bits, however many
-    // processes run the devices.
+    // twice the time. The share is of the whole job's devices, not this
+    // process's, so that a device's kernels split their work alike, and give
+    // the same bits, however many processes run the devices.
     threadsPerDevice_ = std::max(1, threadBudget() / std::max(1, m.numDevices));
   }
 
@@ -208,7 +207,7 @@ public:
              std::to_string(cluster_->size()) + " processes (MPI between them), " +
              std::to_string(queues_.size()) + " stream threads here" + kernels;
     return std::to_string(m_.numDevices) + " emulated devices, " + std::to_string(queues_.size()) +
-           " stream threads, " + std::to_string(threadsPerDevice_) + " kernel threads per device";
+           " stream threads" + kernels;
   }
 
   /// A participant's arrival at op `op` of the current step: the last one

@@ -28,6 +28,7 @@ Ends with the line "N passed, M failed".
 """
 import argparse
 import concurrent.futures
+import json
 import os
 import shutil
 import sys
@@ -144,7 +145,6 @@ def main():
             if r.returncode:
                 md.report(False, name, (r.stdout + r.stderr)[-1500:])
             else:
-                import json
                 with open(os.path.join(work, "ops.json")) as f:
                     ops = json.load(f)
                 with open(os.path.join(work, "trace.json")) as f:
