@@ -155,12 +155,27 @@ std::vector<const ByteTracker::Storage*> ByteTracker::overlapping(const Bytes& b
 void ByteTracker::write(const Value* v, const Bytes& b, int node) {
   Key key{b.device, b.region};
   auto& m = live_[key];
+  std::vector<Storage> rests;
   for (const Storage* s : overlapping(b)) {
     for (const Value* x : s->values)
       if (auto w = where_.find(x);
           w != where_.end() && w->second == std::make_pair(key, s->bytes.lo))
         where_.erase(w);
+    // The bytes of s that b leaves alone hold no value any more (find() no
+    // longer finds s's values), but a later write over them still comes
+    // after s's writer and readers: keep them, with that history.
+    for (auto [lo, hi] : {std::pair{s->bytes.lo, b.lo}, std::pair{b.hi, s->bytes.hi}})
+      if (lo < hi) {
+        Storage rest = *s;
+        rest.bytes.lo = lo;
+        rest.bytes.hi = hi;
+        rests.push_back(std::move(rest));
+      }
     m.erase(s->bytes.lo);
+  }
+  for (Storage& rest : rests) {
+    const int64_t lo = rest.bytes.lo;
+    m.emplace(lo, std::move(rest));
   }
   Storage s;
   s.bytes = b;

@@ -90,7 +90,10 @@ public:
     Bytes bytes;
     int writer = -1;
     std::vector<int> readers;
-    std::vector<const Value*> values; ///< the value and views of it that live here
+    /// The value and views of it that live here; or, in what is left of a
+    /// storage that a write partly covered, that lived here (find() no
+    /// longer finds them).
+    std::vector<const Value*> values;
   };
   /// The storage that holds `v` now, or null (never written, or its bytes
   /// were written since).

@@ -279,7 +279,8 @@ private:
             }
             for (const ByteTracker::Storage* s : bytes.overlapping(a.bytes))
               for (const Value* v : s->values)
-                overwrittenBy[v] = node;
+                if (bytes.find(v) == s) // still lives there
+                  overwrittenBy[v] = node;
             bytes.write(a.value, a.bytes, node);
           }
         }
