@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/Interpreter.h"
+#include "runtime/include/lwrt/bf16.h"
 
 #include "ir/Kernels.h"
 #include "ir/Verifier.h"
@@ -607,14 +608,19 @@ constexpr EvalFn kEval[] = {
 #undef OP
 };
 
-/// Rounds float results to what an f32 (or narrower) tensor holds.
+/// Rounds float results to what an f32 (or narrower) tensor holds: a bf16
+/// result is rounded to float32 first, then to bf16, as the CPU kernels do
+/// (they compute in float32 and round their result once).
 void roundResults(std::vector<Tensor>& out, Precision p) {
   if (p != Precision::F32)
     return;
   for (Tensor& t : out)
-    if (t.type.dtype == DType::F32 || t.type.dtype == DType::F16 || t.type.dtype == DType::BF16)
+    if (t.type.dtype == DType::F32 || t.type.dtype == DType::F16)
       for (double& v : t.f)
         v = static_cast<double>(static_cast<float>(v));
+    else if (t.type.dtype == DType::BF16)
+      for (double& v : t.f)
+        v = static_cast<double>(lwrt::roundToBf16(static_cast<float>(v)));
 }
 
 } // namespace

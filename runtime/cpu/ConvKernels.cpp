@@ -7,6 +7,7 @@
 // Float64, and any case oneDNN does not take, lowers to im2col and one
 // gemm per (image, group), the reference's order of operations.
 #include "Blas.h"
+#include "Bf16.h"
 #include "Common.h"
 #include "Dnnl.h"
 #include "lwrt/cpu_nn.h"
@@ -458,6 +459,12 @@ struct RowMajorCopy {
 
 bool conv2dAny(const TensorView& x, const TensorView& w, const TensorView* bias,
                const TensorView& y, const Conv2dParams& p, const Activation& act) {
+  if (detail::Float32Views::any({&x, &w, bias, &y})) {
+    detail::Float32Views f;
+    return sameType(x.dtype, {&x, &w, &y}) && (!bias || bias->dtype == x.dtype) &&
+           conv2dAny(f.in(x), f.in(w), bias ? &f.in(*bias) : nullptr, f.out(y), p, act) &&
+           f.commit();
+  }
   if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &w, &y}) || !detail::rowMajor({&w}) ||
       (bias && !detail::rowMajor({bias})) || !convLayouts({&x, &y}))
     return false;
@@ -494,6 +501,11 @@ bool conv2dAct(const TensorView& x, const TensorView& w, const TensorView* bias,
 
 bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView& dx,
                      const Conv2dParams& p) {
+  if (detail::Float32Views::any({&dy, &w, &dx})) {
+    detail::Float32Views f;
+    return sameType(dy.dtype, {&dy, &w, &dx}) &&
+           conv2dGradInput(f.in(dy), f.in(w), f.out(dx), p) && f.commit();
+  }
   if (!isFloat(dy.dtype) || !sameType(dy.dtype, {&dy, &w, &dx}) || !detail::rowMajor({&w}) ||
       !convLayouts({&dy, &dx}))
     return false;
@@ -513,6 +525,11 @@ bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView
 
 bool conv2dGradFilter(const TensorView& x, const TensorView& dy, const TensorView& dw,
                       const Conv2dParams& p) {
+  if (detail::Float32Views::any({&x, &dy, &dw})) {
+    detail::Float32Views f;
+    return sameType(x.dtype, {&x, &dy, &dw}) &&
+           conv2dGradFilter(f.in(x), f.in(dy), f.out(dw), p) && f.commit();
+  }
   if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &dy, &dw}) || !detail::rowMajor({&dw}) ||
       !convLayouts({&x, &dy}))
     return false;

@@ -5,6 +5,7 @@
 // so that ties, empty windows and divisors come out the same, one (image,
 // channel) plane per task. The convolutions are in ConvKernels.cpp.
 #include "Blas.h"
+#include "Bf16.h"
 #include "Common.h"
 #include "lwrt/cpu_nn.h"
 
@@ -448,6 +449,11 @@ bool globalAvgPoolBlocked(const TensorView& xv, const TensorView& yv) {
 
 bool gemm(const TensorView& a, const TensorView& b, const TensorView* c, const TensorView& y,
           const GemmParams& p) {
+  if (detail::Float32Views::any({&a, &b, c, &y})) {
+    detail::Float32Views f;
+    return sameType(a.dtype, {&a, &b, &y}) && (!c || c->dtype == a.dtype) &&
+           gemm(f.in(a), f.in(b), c ? &f.in(*c) : nullptr, f.out(y), p) && f.commit();
+  }
   if (!isFloat(a.dtype) || !sameType(a.dtype, {&a, &b, &y}) || (c && !sameType(a.dtype, {c})) ||
       !rowMajor({&a, &b, &y}) || (c && !rowMajor({c})))
     return false;

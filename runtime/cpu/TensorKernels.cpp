@@ -10,12 +10,14 @@
 //===----------------------------------------------------------------------===//
 #include "Parallel.h"
 #include "lwrt/activation_math.h"
+#include "lwrt/bf16.h"
 #include "lwrt/cpu_tensor.h"
 #include "lwrt/dropout.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -649,6 +651,29 @@ bool reduceSum(const TensorView& x, const TensorView& y, const ReduceParams& p) 
 bool cast(const TensorView& x, const TensorView& y) {
   if (x.shape != y.shape || x.layout != y.layout)
     return false;
+  if (x.dtype == DType::BF16 || y.dtype == DType::BF16) {
+    // bf16 to and from float32 (rounded to nearest even, lwrt/bf16.h), and
+    // bf16 to bf16; bf16 meets no other type in a step.
+    if (x.data == nullptr || y.data == nullptr || x.layout != Layout::RowMajor)
+      return x.numel() == 0 && y.numel() == 0;
+    if (x.dtype == DType::F32 && y.dtype == DType::BF16) {
+      const float* xs = x.as<float>();
+      auto* ys = static_cast<uint16_t*>(y.data);
+      forEachElement(x.numel(), [&](int64_t k) { ys[k] = floatToBf16(xs[k]); });
+      return true;
+    }
+    if (x.dtype == DType::BF16 && y.dtype == DType::F32) {
+      const auto* xs = static_cast<const uint16_t*>(x.data);
+      float* ys = y.as<float>();
+      forEachElement(x.numel(), [&](int64_t k) { ys[k] = bf16ToFloat(xs[k]); });
+      return true;
+    }
+    if (x.dtype == DType::BF16 && y.dtype == DType::BF16) {
+      std::memmove(y.data, x.data, static_cast<size_t>(x.bytes()));
+      return true;
+    }
+    return false;
+  }
   return dispatchValue(x.dtype, [&](auto from) {
     using From = decltype(from);
     return dispatchValue(y.dtype, [&](auto to) {

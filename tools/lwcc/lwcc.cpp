@@ -159,6 +159,12 @@ cl::opt<std::string> bnRunningVar("bn-running-var",
                                   cl::desc("Batch norm's running variance update: unbiased "
                                            "(default; PyTorch's rule) or biased (ONNX's rule)"),
                                   cl::init("unbiased"), cl::cat(category));
+cl::opt<std::string> mixedPrecision(
+    "mixed-precision",
+    cl::desc("off (default) or bf16: convolutions and gemms (and their gradients) compute on "
+             "bf16 operands, as PyTorch's autocast runs them; params, their updates, batch norm "
+             "and the loss stay float32 (CPU trainers so far)"),
+    cl::init("off"), cl::cat(category));
 cl::opt<std::string> tiedInitializers(
     "tied-initializers",
     cl::desc("An initializer several nodes read (PyTorch's exporter deduplicates equal "
@@ -419,6 +425,8 @@ llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& n
   const std::string& strat = plan.strategy;
   std::vector<std::string> names = {"canonicalize", "append-loss=" + loss,
                                     "train-mode=bn_running_var=" + bnRunningVar};
+  if (mixedPrecision != "off")
+    names.push_back("mixed-precision=dtype=" + mixedPrecision);
   std::string micro = "microbatch=m=" + std::to_string(plan.microbatches);
   if (gpus > 1) {
     // Materialize before autodiff: the backward pass differentiates the
@@ -1027,7 +1035,10 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
 /// evaluation pass.
 llvm::Expected<std::unique_ptr<Graph>> evalGraph(const Graph& imported) {
   std::unique_ptr<Graph> g = imported.clone();
-  auto pipeline = buildPipeline({"canonicalize", "dce", "verify"});
+  std::vector<std::string> names = {"canonicalize", "dce", "verify"};
+  if (mixedPrecision != "off") // evaluation computes as training does
+    names.insert(names.begin() + 1, "mixed-precision=dtype=" + mixedPrecision);
+  auto pipeline = buildPipeline(names);
   if (!pipeline)
     return pipeline.takeError();
   PassContext ctx;
@@ -1268,6 +1279,29 @@ int main(int argc, char** argv) {
     llvm::errs() << "lwcc: --tf32 and --no-tf32 contradict each other\n";
     return 2;
   }
+  if (mixedPrecision != "off") {
+    if (mixedPrecision == "fp16") {
+      llvm::errs() << "lwcc: --mixed-precision=fp16 needs dynamic loss scaling, which lwcc does "
+                      "not have yet; use bf16 (float32's range, no scaling)\n";
+      return 2;
+    }
+    if (mixedPrecision != "bf16") {
+      llvm::errs() << "lwcc: --mixed-precision=" << mixedPrecision
+                   << " is not one of: off, bf16\n";
+      return 2;
+    }
+    if (gpus > 1 && strategy != "data") {
+      llvm::errs() << "lwcc: --mixed-precision=bf16 on several devices takes --strategy=data "
+                      "only so far (the other strategies would send bf16 values between "
+                      "devices, which the collectives do not take yet)\n";
+      return 2;
+    }
+    if (precision != Precision::F32) {
+      llvm::errs() << "lwcc: --mixed-precision=bf16 rounds float32 values: it does not go with "
+                      "--precision=f64\n";
+      return 2;
+    }
+  }
   if (batch.getNumOccurrences() && batch <= 0) {
     llvm::errs() << "lwcc: --batch must be a positive integer\n";
     return 2;
@@ -1324,6 +1358,11 @@ int main(int argc, char** argv) {
   }
   if ((emit == Emit::Source || emit == Emit::Exe) && outputFile == "-") {
     llvm::errs() << "lwcc: --emit=source and --emit=exe need -o\n";
+    return 2;
+  }
+  if ((emit == Emit::Source || emit == Emit::Exe) && mixedPrecision != "off" && target != "cpu") {
+    llvm::errs() << "lwcc: --mixed-precision=bf16 builds CPU trainers only so far (the CUDA "
+                    "runtime has no bf16 kernels yet): add --target=cpu\n";
     return 2;
   }
   std::optional<MemoryPlanStats> plan;

@@ -1,0 +1,190 @@
+//===- Bf16Test.cpp - bf16 rounding, the cast kernel, bf16 convolutions ---===//
+//
+// lwrt/bf16.h's rounding (to nearest, ties to even; overflow to infinity; a
+// NaN stays NaN), the CPU cast kernel and the reference interpreter against
+// it bit for bit, and the CPU kernels of the ops mixed precision runs in
+// bf16 (conv2d, its two gradients, gemm) against the interpreter: the same
+// bf16 result, or one bf16 step apart where float32 sums in another order
+// land on the other side of a rounding boundary.
+//
+//===----------------------------------------------------------------------===//
+#include "lwrt/bf16.h"
+
+#include "TestUtil.h"
+#include "ir/Interpreter.h"
+#include "lwrt/cpu_nn.h"
+#include "lwrt/cpu_tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <gtest/gtest.h>
+#include <limits>
+#include <random>
+
+namespace lwcc::test {
+namespace {
+
+namespace rt = lwrt::cpu;
+
+uint32_t bitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+float floatOf(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+TEST(Bf16Test, RoundsToNearestTiesToEven) {
+  EXPECT_EQ(lwrt::floatToBf16(1.0f), 0x3F80);
+  EXPECT_EQ(lwrt::floatToBf16(floatOf(0x3F808000)), 0x3F80); // 1 + 2^-8: a tie, to even
+  EXPECT_EQ(lwrt::floatToBf16(floatOf(0x3F818000)), 0x3F82); // a tie above an odd one: up
+  EXPECT_EQ(lwrt::floatToBf16(floatOf(0x3F808001)), 0x3F81); // just above the tie
+  EXPECT_EQ(lwrt::floatToBf16(floatOf(0x3F807FFF)), 0x3F80); // just below it
+  EXPECT_EQ(lwrt::floatToBf16(-2.5f), 0xC020);
+  EXPECT_EQ(lwrt::floatToBf16(-0.0f), 0x8000);
+  EXPECT_EQ(lwrt::floatToBf16(std::numeric_limits<float>::infinity()), 0x7F80);
+  EXPECT_EQ(lwrt::floatToBf16(std::numeric_limits<float>::max()), 0x7F80); // overflows
+  EXPECT_EQ(lwrt::floatToBf16(std::numeric_limits<float>::denorm_min()), 0x0000);
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(lwrt::bf16ToFloat(lwrt::floatToBf16(nan))));
+  EXPECT_TRUE(std::isnan(lwrt::bf16ToFloat(lwrt::floatToBf16(floatOf(0x7F800001))))); // signaling
+  EXPECT_EQ(lwrt::bf16ToFloat(0x3F81), 1.0078125f);
+  EXPECT_EQ(lwrt::roundToBf16(3.14159265f), 3.140625f);
+}
+
+/// Random floats over many magnitudes, and the special values.
+std::vector<float> samples(uint64_t seed, size_t n) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::max(),
+                          floatOf(0x3F808000)};
+  while (v.size() < n) {
+    uint32_t u = static_cast<uint32_t>(rng());
+    if ((u & 0x7F800000u) != 0x7F800000u) // no NaN or infinity at random
+      v.push_back(floatOf(u));
+  }
+  return v;
+}
+
+TEST(Bf16Test, CastKernelAndInterpreterRoundAlike) {
+  std::vector<float> x = samples(1, 4096);
+  std::vector<uint16_t> h(x.size());
+  std::vector<float> back(x.size());
+  int64_t n = static_cast<int64_t>(x.size());
+  lwrt::TensorView xv{x.data(), lwrt::DType::F32, {n}};
+  lwrt::TensorView hv{h.data(), lwrt::DType::BF16, {n}};
+  lwrt::TensorView bv{back.data(), lwrt::DType::F32, {n}};
+  ASSERT_TRUE(rt::cast(xv, hv));
+  ASSERT_TRUE(rt::cast(hv, bv));
+  Graph g("cast");
+  Builder b(g);
+  Value* in = g.addInput("x", TensorType(DType::F32, {n}));
+  auto op = b.createInferred(OpKind::Cast, {in}, {{"to", Attribute(std::string("bf16"))}});
+  ASSERT_TRUE(!!op) << llvm::toString(op.takeError());
+  Tensor t(TensorType(DType::F32, {n}));
+  for (int64_t k = 0; k < n; ++k)
+    t.f[k] = x[k];
+  auto want = evaluateOp(**op, {&t}, Precision::F32);
+  ASSERT_TRUE(!!want) << llvm::toString(want.takeError());
+  for (int64_t k = 0; k < n; ++k) {
+    ASSERT_EQ(h[k], lwrt::floatToBf16(x[k])) << "element " << k << ": " << x[k];
+    ASSERT_EQ(bitsOf(back[k]), static_cast<uint32_t>(h[k]) << 16) << "element " << k;
+    ASSERT_EQ(bitsOf(static_cast<float>((*want)[0].f[k])), bitsOf(back[k])) << "element " << k;
+  }
+}
+
+/// bf16 values (random, rounded) in both forms: the runtime's bits and the
+/// interpreter's doubles.
+struct Bf16Data {
+  std::vector<uint16_t> bits;
+  Tensor tensor;
+  lwrt::TensorView view;
+  Bf16Data(const Shape& s, std::mt19937_64& rng) : tensor(TensorType(DType::BF16, s)) {
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    bits.resize(static_cast<size_t>(tensor.size()));
+    for (size_t k = 0; k < bits.size(); ++k) {
+      bits[k] = lwrt::floatToBf16(u(rng));
+      tensor.f[k] = lwrt::bf16ToFloat(bits[k]);
+    }
+    view = lwrt::TensorView{bits.data(), lwrt::DType::BF16, s};
+  }
+};
+
+/// The kernel's bf16 result against the interpreter's (float64 sums
+/// rounded to float32, then to bf16): equal, or one bf16 step apart.
+void expectClose(const std::vector<uint16_t>& got, const Tensor& want, const char* what) {
+  int64_t apart = 0;
+  for (size_t k = 0; k < got.size(); ++k) {
+    uint16_t w = lwrt::floatToBf16(static_cast<float>(want.f[k]));
+    int diff = std::abs(static_cast<int>(got[k]) - static_cast<int>(w));
+    ASSERT_LE(diff, 1) << what << " element " << k << ": " << lwrt::bf16ToFloat(got[k]) << " vs "
+                       << want.f[k];
+    apart += diff;
+  }
+  EXPECT_LE(apart, static_cast<int64_t>(got.size()) / 20 + 1) << what;
+}
+
+TEST(Bf16Test, ConvolutionAndGemmKernelsMatchTheInterpreter) {
+  std::mt19937_64 rng(7);
+  Shape xs{2, 3, 7, 6}, ws{4, 3, 3, 3}, ys{2, 4, 5, 4};
+  Bf16Data x(xs, rng), w(ws, rng), dy(ys, rng);
+  Graph g("conv");
+  Builder b(g);
+  Value* xi = g.addInput("x", TensorType(DType::BF16, xs));
+  Value* wi = g.addInput("w", TensorType(DType::BF16, ws));
+  Value* dyi = g.addInput("dy", TensorType(DType::BF16, ys));
+  std::vector<NamedAttr> conv = {{"strides", Attribute(std::vector<int64_t>{1, 1})},
+                                 {"pads", Attribute(std::vector<int64_t>{0, 0, 0, 0})},
+                                 {"dilations", Attribute(std::vector<int64_t>{1, 1})},
+                                 {"group", Attribute(int64_t{1})}};
+  auto fwd = b.createInferred(OpKind::Conv2d, {xi, wi}, conv);
+  auto gi = conv, gf = conv;
+  gi.push_back({"input_shape", Attribute(xs)});
+  gf.push_back({"filter_shape", Attribute(ws)});
+  auto gin = b.createInferred(OpKind::Conv2dGradInput, {dyi, wi}, gi);
+  auto gfi = b.createInferred(OpKind::Conv2dGradFilter, {xi, dyi}, gf);
+  ASSERT_TRUE(fwd && gin && gfi);
+  ASSERT_EQ((*fwd)->result()->type().dtype, DType::BF16);
+  lwrt::Conv2dParams p;
+  std::vector<uint16_t> y(static_cast<size_t>(TensorType(DType::BF16, ys).numElements()));
+  std::vector<uint16_t> dx(x.bits.size()), dw(w.bits.size());
+  ASSERT_TRUE(rt::conv2d(x.view, w.view, nullptr, {y.data(), lwrt::DType::BF16, ys}, p));
+  ASSERT_TRUE(rt::conv2dGradInput(dy.view, w.view, {dx.data(), lwrt::DType::BF16, xs}, p));
+  ASSERT_TRUE(rt::conv2dGradFilter(x.view, dy.view, {dw.data(), lwrt::DType::BF16, ws}, p));
+  auto wy = evaluateOp(**fwd, {&x.tensor, &w.tensor}, Precision::F32);
+  auto wdx = evaluateOp(**gin, {&dy.tensor, &w.tensor}, Precision::F32);
+  auto wdw = evaluateOp(**gfi, {&x.tensor, &dy.tensor}, Precision::F32);
+  ASSERT_TRUE(wy && wdx && wdw);
+  expectClose(y, (*wy)[0], "conv2d");
+  expectClose(dx, (*wdx)[0], "conv2d_grad_input");
+  expectClose(dw, (*wdw)[0], "conv2d_grad_filter");
+  // A float32 view among bf16 ones is refused, not misread.
+  std::vector<float> w32(w.bits.size());
+  EXPECT_FALSE(rt::conv2d(x.view, {w32.data(), lwrt::DType::F32, ws}, nullptr,
+                          {y.data(), lwrt::DType::BF16, ys}, p));
+
+  // gemm with transB, as a linear layer's forward.
+  Shape as{5, 9}, bs{6, 9};
+  Bf16Data a(as, rng), bm(bs, rng);
+  Value* ai = g.addInput("a", TensorType(DType::BF16, as));
+  Value* bi = g.addInput("b", TensorType(DType::BF16, bs));
+  auto gemm = b.createInferred(OpKind::Gemm, {ai, bi}, {{"transB", Attribute(int64_t{1})}});
+  ASSERT_TRUE(!!gemm);
+  std::vector<uint16_t> out(30);
+  lwrt::GemmParams gp;
+  gp.transB = 1;
+  ASSERT_TRUE(rt::gemm(a.view, bm.view, nullptr, {out.data(), lwrt::DType::BF16, {5, 6}}, gp));
+  auto wg = evaluateOp(**gemm, {&a.tensor, &bm.tensor}, Precision::F32);
+  ASSERT_TRUE(!!wg);
+  expectClose(out, (*wg)[0], "gemm");
+}
+
+} // namespace
+} // namespace lwcc::test
