@@ -6,8 +6,8 @@
 // reordered from and to the arena's plain NCHW through scratch memory.
 // Float64, and any case oneDNN does not take, lowers to im2col and one
 // gemm per (image, group), the reference's order of operations.
-#include "Blas.h"
 #include "Bf16.h"
+#include "Blas.h"
 #include "Common.h"
 #include "Dnnl.h"
 #include "lwrt/cpu_nn.h"
@@ -503,8 +503,8 @@ bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView
                      const Conv2dParams& p) {
   if (detail::Float32Views::any({&dy, &w, &dx})) {
     detail::Float32Views f;
-    return sameType(dy.dtype, {&dy, &w, &dx}) &&
-           conv2dGradInput(f.in(dy), f.in(w), f.out(dx), p) && f.commit();
+    return sameType(dy.dtype, {&dy, &w, &dx}) && conv2dGradInput(f.in(dy), f.in(w), f.out(dx), p) &&
+           f.commit();
   }
   if (!isFloat(dy.dtype) || !sameType(dy.dtype, {&dy, &w, &dx}) || !detail::rowMajor({&w}) ||
       !convLayouts({&dy, &dx}))
@@ -527,8 +527,8 @@ bool conv2dGradFilter(const TensorView& x, const TensorView& dy, const TensorVie
                       const Conv2dParams& p) {
   if (detail::Float32Views::any({&x, &dy, &dw})) {
     detail::Float32Views f;
-    return sameType(x.dtype, {&x, &dy, &dw}) &&
-           conv2dGradFilter(f.in(x), f.in(dy), f.out(dw), p) && f.commit();
+    return sameType(x.dtype, {&x, &dy, &dw}) && conv2dGradFilter(f.in(x), f.in(dy), f.out(dw), p) &&
+           f.commit();
   }
   if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &dy, &dw}) || !detail::rowMajor({&dw}) ||
       !convLayouts({&x, &dy}))

@@ -4,8 +4,8 @@
 // pooling kernels follow the reference interpreter's loops (ir/Kernels.h)
 // so that ties, empty windows and divisors come out the same, one (image,
 // channel) plane per task. The convolutions are in ConvKernels.cpp.
-#include "Blas.h"
 #include "Bf16.h"
+#include "Blas.h"
 #include "Common.h"
 #include "lwrt/cpu_nn.h"
 

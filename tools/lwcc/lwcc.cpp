@@ -1286,8 +1286,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (mixedPrecision != "bf16") {
-      llvm::errs() << "lwcc: --mixed-precision=" << mixedPrecision
-                   << " is not one of: off, bf16\n";
+      llvm::errs() << "lwcc: --mixed-precision=" << mixedPrecision << " is not one of: off, bf16\n";
       return 2;
     }
     if (gpus > 1 && strategy != "data") {
