@@ -3,14 +3,14 @@
 //
 // The CPU backend computes a bf16 op (a convolution, its gradients, a gemm)
 // in float32: its bf16 operands widened exactly, float32 accumulation, and
-// its result rounded to bf16 once (lwrt/bf16.h), which is what a GPU's bf16
-// kernels compute up to the order of their sums.
+// its result rounded to bf16 once, both conversions by the cast kernel
+// (lwrt/bf16.h's rounding), which is what a GPU's bf16 kernels compute up to
+// the order of their sums.
 #pragma once
 
-#include "lwrt/bf16.h"
+#include "lwrt/cpu_tensor.h"
 #include "lwrt/tensor.h"
 
-#include <cstdint>
 #include <deque>
 #include <initializer_list>
 #include <vector>
@@ -31,10 +31,7 @@ public:
     if (v.dtype != DType::BF16)
       return v;
     TensorView& f = widened(v);
-    const auto* src = static_cast<const uint16_t*>(v.data);
-    float* dst = static_cast<float*>(f.data);
-    for (int64_t k = 0, n = v.numel(); k < n; ++k)
-      dst[k] = bf16ToFloat(src[k]);
+    ok_ = cast(v, f) && ok_;
     return f;
   }
   /// `v` itself unless it is bf16; else a float32 stand-in that commit()
@@ -46,15 +43,12 @@ public:
     outs_.push_back({&v, &f});
     return f;
   }
-  /// Rounds the stand-ins into their bf16 views; true.
+  /// Rounds the stand-ins into their bf16 views (the cast kernel); false
+  /// when a view could not be converted.
   bool commit() {
-    for (const auto& [to, from] : outs_) {
-      const float* src = static_cast<const float*>(from->data);
-      auto* dst = static_cast<uint16_t*>(to->data);
-      for (int64_t k = 0, n = to->numel(); k < n; ++k)
-        dst[k] = floatToBf16(src[k]);
-    }
-    return true;
+    for (const auto& [to, from] : outs_)
+      ok_ = cast(*from, *to) && ok_;
+    return ok_;
   }
 
 private:
@@ -66,6 +60,7 @@ private:
   std::deque<std::vector<float>> buffers_;
   std::deque<TensorView> views_;
   std::vector<std::pair<const TensorView*, const TensorView*>> outs_;
+  bool ok_ = true;
 };
 
 } // namespace lwrt::cpu::detail
