@@ -104,8 +104,16 @@ llvm::Expected<OpProfile> parseOpProfile(llvm::StringRef text, const std::string
       return makeError(where + ": device " + std::to_string(device) + " of a profile of " +
                        std::to_string(*devices) + " devices");
     lastDevice = std::max(lastDevice, device);
+    double waited = 0;
+    if (e->get("waited_seconds")) {
+      auto w = e->getNumber("waited_seconds");
+      if (!w || !(*w >= 0) || !std::isfinite(*w))
+        return makeError(where + ": field 'waited_seconds' must be a non-negative number");
+      waited = *w;
+    }
     OpProfile::Entry& entry = profile.entries[{mnemonic->str(), loc->str(), device}];
     entry.seconds += *seconds;
+    entry.waitedSeconds += waited;
     entry.count += 1;
   }
   profile.devices = devices.value_or(lastDevice + 1);
@@ -176,6 +184,25 @@ double CostModel::opSeconds(const Op& op) const {
   return computeSeconds(flops(op), bytes(op));
 }
 
+double CostModel::fill(const Op& op) const {
+  if (spec_.concurrency <= 0 || op.info().isCommunication())
+    return 1;
+  double items = 0;
+  for (unsigned r = 0; r < op.numResults(); ++r)
+    items = std::max(items, static_cast<double>(op.result(r)->type().numElements()));
+  for (unsigned i = 0; i < op.numOperands(); ++i)
+    items = std::max(items, static_cast<double>(op.operand(i)->type().numElements()) / 64);
+  return std::clamp(items / static_cast<double>(spec_.concurrency), 1e-6, 1.0);
+}
+
+double CostModel::hostFill(const Op& op, int64_t devices) const {
+  if (spec_.hostCores <= 0 || op.info().isCommunication() || measuredSeconds(op))
+    return 0;
+  const int64_t cores = spec_.hostCores;
+  return static_cast<double>(std::max<int64_t>(1, cores / std::max<int64_t>(devices, 1))) /
+         static_cast<double>(cores);
+}
+
 std::optional<double> CostModel::measuredSeconds(const Op& op) const {
   if (!profile_)
     return std::nullopt;
@@ -217,6 +244,15 @@ std::optional<double> CostModel::measuredSecondsOn(const Op& op, int64_t device)
   if (it == profile_->entries.end() || it->second.count == 0)
     return std::nullopt;
   return it->second.seconds / static_cast<double>(it->second.count);
+}
+
+std::optional<double> CostModel::measuredWaitOn(const Op& op, int64_t device) const {
+  if (!profile_ || !op.info().isCommunication())
+    return std::nullopt;
+  auto it = profile_->entries.find({std::string(op.mnemonic()), op.loc().name, device});
+  if (it == profile_->entries.end() || it->second.count == 0)
+    return std::nullopt;
+  return it->second.waitedSeconds / static_cast<double>(it->second.count);
 }
 
 double CostModel::linkBandwidth(const std::vector<int64_t>& devices) const {

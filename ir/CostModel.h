@@ -76,6 +76,7 @@ struct OpProfile {
   std::string device; ///< the spec or machine the times were measured on
   struct Entry {
     double seconds = 0;
+    double waitedSeconds = 0; ///< summed "waited_seconds": its stream's waits before it
     int64_t count = 0;
   };
   /// The logical devices of the trainer that measured it.
@@ -123,12 +124,25 @@ public:
   /// Time of one run of a compute op on its device: measured, or
   /// computeSeconds(flops, bytes). Communication ops: commSeconds.
   double opSeconds(const Op& op) const;
+  /// The share of its device a compute op's kernel occupies, in (0, 1]: its
+  /// parallel work items (the elements of its largest result, or of its
+  /// largest operand / 64 for a reduction to few outputs) over the spec's
+  /// concurrency; 1 when the spec has none (every kernel fills the device).
+  double fill(const Op& op) const;
+  /// The share of its node's cores a compute op of a trainer of `devices`
+  /// devices takes: max(1, cores / devices) / cores on a spec whose devices
+  /// share host_cores, when the op is priced analytically; 0 otherwise (a
+  /// measured time already holds the cores it shared).
+  double hostFill(const Op& op, int64_t devices) const;
   /// The profile's time of `op` on its device (or others; a communication
   /// op: the mean over its participants), if measured.
   std::optional<double> measuredSeconds(const Op& op) const;
   /// A communication op's entry on one participant (its own time, from the
   /// last arrival until it went on), if measured.
   std::optional<double> measuredSecondsOn(const Op& commOp, int64_t device) const;
+  /// A participant's measured mean wait right before a communication op
+  /// (for events and for the other participants), or nullopt.
+  std::optional<double> measuredWaitOn(const Op& commOp, int64_t device) const;
   /// Time of a communication op (0 for other ops): measured, or by its
   /// kind, bytes and devices.
   double commSeconds(const Op& commOp) const;

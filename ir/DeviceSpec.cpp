@@ -32,6 +32,8 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 ///         datasheet, 10.6 TFLOP/s FP32 (no TF32), 732 GB/s HBM2, 16 GB;
 ///         4 GPUs per node on NVLink 1 (20 GB/s one way per link, one link
 ///         between a pair), nodes on 100 Gb/s EDR InfiniBand (12.5 GB/s).
+/// concurrency: SMs times 2048 resident threads per SM (the same on the
+/// three GPUs): H100 SXM5 132 SMs, A100 108, P100 56 (the datasheets).
 /// Launch overhead and latencies are typical measured orders (a few
 /// microseconds for a kernel launch and an NVLink hop, more through the
 /// network stack), not datasheet figures.
@@ -40,8 +42,16 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 ///         CPU trainer's kernels use them, machine under load): sgemm
 ///         56 GFLOP/s at 512^3 and 1024^3, memcpy of 64 MiB 9.1 GB/s (18 GB/s
 ///         of read plus write traffic, what `bytes` counts); a transfer
-///         between emulated devices is such a memcpy, its latency a thread
-///         hand-off (a few us); a kernel call ~1 us. Between nodes: the
+///         between emulated devices is such a memcpy. Redone with the
+///         oneDNN and threaded kernels (2026-11-24, quiet, from the CPU
+///         trainers' --profile-ops): a kernel call 1.7 us (what the
+///         analytic step of the zoo's resnet18 and inception at test size
+///         misses per op against their measured steps, fork and join of
+///         the kernel threads included), a link's latency 11 us (an
+///         all-reduce of a batch norm's few statistics between two devices
+///         takes 22 us per participant, 2(p-1) latencies: a thread
+///         hand-off and wake-up each way); host_cores 2, the machine's.
+///         Between nodes: the
 ///         processes of a trainer under mpirun (--devices-per-node; all
 ///         1024 devices are one node otherwise), measured here (2026-11-23,
 ///         load ~7) as messages between two processes through lwcc's
@@ -61,6 +71,7 @@ DeviceSpec preset(const std::string& name) {
     s.interBandwidth = 50 * kGB;
     s.interLatency = 8e-6;
     s.devicesPerNode = 8;
+    s.concurrency = 132 * 2048; // SMs x resident threads per SM
   } else if (name == "a100") {
     s.fp32Flops = 19.5e12;
     s.tf32Flops = 156e12;
@@ -72,6 +83,7 @@ DeviceSpec preset(const std::string& name) {
     s.interBandwidth = 25 * kGB;
     s.interLatency = 8e-6;
     s.devicesPerNode = 8;
+    s.concurrency = 108 * 2048;
   } else if (name == "p100-cluster") {
     s.fp32Flops = 10.6e12;
     s.tf32Flops = 10.6e12;
@@ -83,17 +95,19 @@ DeviceSpec preset(const std::string& name) {
     s.interBandwidth = 12.5 * kGB;
     s.interLatency = 1e-5;
     s.devicesPerNode = 4;
+    s.concurrency = 56 * 2048;
   } else if (name == "cpu") {
     s.fp32Flops = 56e9;
     s.tf32Flops = 56e9;
     s.memBandwidth = 18 * kGB;
     s.memoryBytes = 4 * kGiB;
-    s.launchSeconds = 1e-6;
+    s.launchSeconds = 1.7e-6;
     s.intraBandwidth = 9 * kGB;
-    s.intraLatency = 5e-6;
+    s.intraLatency = 11e-6;
     s.interBandwidth = 2.5 * kGB;
     s.interLatency = 1.5e-5;
     s.devicesPerNode = 1024;
+    s.hostCores = 2;
   }
   return s;
 }
@@ -137,7 +151,9 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
                                       "intra_latency",
                                       "inter_bandwidth",
                                       "inter_latency",
-                                      "devices_per_node"};
+                                      "devices_per_node",
+                                      "concurrency",
+                                      "host_cores"};
   for (const auto& kv : *obj)
     if (std::find(std::begin(known), std::end(known), kv.first.str()) == std::end(known))
       return makeError(origin + ": unknown field '" + kv.first.str() + "'");
@@ -164,7 +180,7 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
     out = *d;
     return llvm::Error::success();
   };
-  double memory = 0, perNode = 0;
+  double memory = 0, perNode = 0, concurrency = 0, hostCores = 0;
   struct Field {
     const char* name;
     double* out;
@@ -181,6 +197,8 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
       {"inter_bandwidth", &s.interBandwidth, true, false},
       {"inter_latency", &s.interLatency, true, true},
       {"devices_per_node", &perNode, true, false},
+      {"concurrency", &concurrency, false, true},
+      {"host_cores", &hostCores, false, true},
   };
   for (const Field& f : fields)
     if (llvm::Error e = number(f.name, *f.out, f.required, f.allowZero))
@@ -189,8 +207,13 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
     s.tf32Flops = s.fp32Flops;
   if (perNode != static_cast<double>(static_cast<int64_t>(perNode)))
     return makeError(origin + ": field 'devices_per_node' must be an integer");
+  for (auto [field, v] : {std::pair{"concurrency", concurrency}, {"host_cores", hostCores}})
+    if (v != static_cast<double>(static_cast<int64_t>(v)))
+      return makeError(origin + ": field '" + field + "' must be an integer");
   s.memoryBytes = static_cast<int64_t>(memory);
   s.devicesPerNode = static_cast<int64_t>(perNode);
+  s.concurrency = static_cast<int64_t>(concurrency);
+  s.hostCores = static_cast<int64_t>(hostCores);
   return s;
 }
 

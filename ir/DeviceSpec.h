@@ -10,11 +10,27 @@
 //   {"name": "mygpu", "fp32_flops": 1.0e13, "tf32_flops": 1.0e13,
 //    "mem_bandwidth": 9.0e11, "launch_seconds": 5e-6, "memory_bytes": 17179869184,
 //    "intra_bandwidth": 4.0e10, "intra_latency": 1e-5,
-//    "inter_bandwidth": 1.25e10, "inter_latency": 2e-5, "devices_per_node": 4}
+//    "inter_bandwidth": 1.25e10, "inter_latency": 2e-5, "devices_per_node": 4,
+//    "concurrency": 163840, "host_cores": 0}
 //
 // Bandwidths are bytes per second, latencies and launch overhead seconds.
-// Every field is required except name (default: the file's stem) and
-// tf32_flops (default: fp32_flops).
+// Every field is required except name (default: the file's stem),
+// tf32_flops (default: fp32_flops), concurrency and host_cores (default 0).
+//
+// concurrency: the threads the device keeps in flight at once (a GPU's SMs
+// times the resident threads per SM). A kernel with fewer parallel work
+// items than that leaves the rest of the device to kernels of other
+// streams; the simulator lets kernels of a device's streams overlap while
+// their shares add up to at most the whole. 0: every kernel fills the
+// device (the CPU backend: each kernel is threaded over all the device's
+// cores), so a device's streams overlap communication, never compute.
+//
+// host_cores: the cores a node's devices share (the CPU backend's emulated
+// devices, each running its kernels on max(1, cores / devices) of them;
+// 0: each device has its own). The simulator lets the kernels of a node's
+// devices run at once while their cores add up to at most host_cores, for
+// the ops it prices analytically (a measured op's time already holds the
+// cores it shared).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -37,6 +53,11 @@ struct DeviceSpec {
   double intraBandwidth = 0, intraLatency = 0; ///< one link inside a node, bytes/s and s
   double interBandwidth = 0, interLatency = 0; ///< between nodes, bytes/s and s
   int64_t devicesPerNode = 1;
+  int64_t concurrency = 0; ///< threads in flight (0: every kernel fills the device)
+  /// Cores the devices of a node share (0: each device has its own): the
+  /// CPU backend's emulated devices split the machine's cores, each
+  /// device's kernels running on max(1, cores / devices) of them.
+  int64_t hostCores = 0;
 
   /// The node that logical device `device` belongs to.
   int64_t node(int64_t device) const { return devicesPerNode > 0 ? device / devicesPerNode : 0; }

@@ -53,6 +53,48 @@ double earliestGap(double t, double d, const std::vector<const Busy*>& busy) {
   return t;
 }
 
+/// How much of a device its running kernels occupy over time: a step
+/// function, the level from each key until the next.
+class Occupancy {
+public:
+  /// The earliest start >= `t` at which `fill` more fits for `d` seconds.
+  double earliest(double t, double d, double fill) const {
+    for (;;) {
+      auto it = levels_.upper_bound(t);
+      if (it != levels_.begin())
+        --it;
+      bool fits = true;
+      for (; it != levels_.end() && it->first < t + d; ++it)
+        if (it->second + fill > 1 + 1e-9) {
+          auto next = std::next(it);
+          if (next == levels_.end())
+            return t; // unreachable: the level after the last key is 0
+          t = std::max(t, next->first);
+          fits = false;
+          break;
+        }
+      if (fits)
+        return t;
+    }
+  }
+  void add(double start, double end, double fill) {
+    if (!(end > start))
+      return;
+    split(start);
+    split(end);
+    for (auto it = levels_.find(start); it != levels_.end() && it->first < end; ++it)
+      it->second += fill;
+  }
+
+private:
+  void split(double t) {
+    auto it = levels_.upper_bound(t);
+    double level = it == levels_.begin() ? 0 : std::prev(it)->second;
+    levels_.emplace(t, level);
+  }
+  std::map<double, double> levels_;
+};
+
 bool isRing(OpKind k) {
   return k == OpKind::AllReduce || k == OpKind::AllGather || k == OpKind::ReduceScatter;
 }
@@ -87,6 +129,11 @@ SimCosts simCosts(const CostModel& model) {
     return model.measuredSecondsOn(op, device);
   };
   c.devicesPerNode = model.spec().devicesPerNode;
+  c.opFill = [&model](const Op& op) { return model.fill(op); };
+  c.hostFill = [&model](const Op& op, int64_t devices) { return model.hostFill(op, devices); };
+  c.commWaitOn = [&model](const Op& op, int64_t device) {
+    return model.measuredWaitOn(op, device);
+  };
   c.wakeSeconds = model.wakeSeconds();
   c.stepGapSeconds = model.stepGapSeconds();
   if (model.hasProfile())
@@ -108,6 +155,12 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     return it->second;
   };
   std::map<Resource, Busy> links;
+  std::map<int64_t, Occupancy> occupancy; // per device, its compute ops
+  std::map<int64_t, Occupancy> cores;     // per node, its devices' compute ops
+  int64_t devices = 1;                    // the trainer's: each device's share of its node's cores
+  for (const auto& op : g.ops())
+    if (!op->info().isCommunication() && !op->info().isEvent())
+      devices = std::max(devices, opDevice(*op) + 1);
   auto nodeOf = [&](int64_t d) { return costs.devicesPerNode > 0 ? d / costs.devicesPerNode : 0; };
   std::map<const Op*, size_t> position;
   for (const auto& op : g.ops())
@@ -185,8 +238,38 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
       return op.emitError(llvm::formatv("simulate: the cost model gives {0} seconds", d).str());
     for (const Resource& s : streams)
       t = std::max(t, freeAt(s));
+    if (comm && d > 0 && costs.commWaitOn) {
+      double measured = 0, replayed = 0;
+      int64_t n = 0;
+      for (const Resource& s : streams)
+        if (auto w = costs.commWaitOn(op, s.id); w && std::isfinite(*w)) {
+          measured += *w;
+          replayed += t - freeAt(s);
+          ++n;
+        }
+      if (n > 0)
+        t += std::max(0.0, (measured - replayed) / static_cast<double>(n));
+    }
     t = earliestGap(t, d, busy);
+    double fill = 0, host = 0;
+    if (!comm && d > 0 && costs.opFill)
+      fill = std::clamp(costs.opFill(op), 1e-6, 1.0);
+    if (!comm && d > 0 && costs.hostFill)
+      host = std::clamp(costs.hostFill(op, devices), 0.0, 1.0);
+    // The earliest start at which both its device and its node's cores have
+    // room (moving on for one may take the other's room: until both agree).
+    for (double prev = -1; fill + host > 0 && t != prev;) {
+      prev = t;
+      if (fill > 0)
+        t = occupancy[opDevice(op)].earliest(t, d, fill);
+      if (host > 0)
+        t = cores[nodeOf(opDevice(op))].earliest(t, d, host);
+    }
     double end = t + d;
+    if (fill > 0)
+      occupancy[opDevice(op)].add(t, end, fill);
+    if (host > 0)
+      cores[nodeOf(opDevice(op))].add(t, end, host);
     // Each participant's own end (a measured profile), else the op's.
     std::map<int64_t, double> ends;
     for (const Resource& s : streams) {

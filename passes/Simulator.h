@@ -36,8 +36,20 @@
 //    With a measured profile, each participant is busy for its own measured
 //    time of the op (SimCosts::commSecondsOn) and its results are ready
 //    then; the links for the op's time.
+//    With a profile that measured each participant's wait right before the
+//    op (SimCosts::commWaitOn), the op starts later by what the measured
+//    waits exceed the replayed ones, on average over its participants.
 //  - Constants, and assigns of an update the memory plan writes over its
 //    param (paramWrittenOver), take no time: codegen emits no kernel.
+//  - Compute ops of a device's streams share the device: each takes
+//    SimCosts::opFill of it (CostModel::fill: its parallel work over the
+//    spec's concurrency) for its duration, and starts when its share is
+//    free as well as its stream: small kernels of several streams run side
+//    by side, kernels that fill the device one after another (every kernel
+//    of a spec without concurrency, the CPU's). Without opFill, a device's
+//    streams run their compute independently. Likewise a node's devices
+//    share its cores (SimCosts::hostFill: the CPU backend's emulated
+//    devices on the machine's cores).
 //  - Reuse of planned buffers adds no ordering here (codegen's events for
 //    reused bytes are not modelled); neither does the launch of events.
 //
@@ -80,6 +92,20 @@ struct SimCosts {
   /// When set: the delay of (device, stream) from the step's start before
   /// its first op may start (its thread's start, measured by a profile).
   std::function<double(int64_t device, int64_t stream)> streamStartSeconds;
+  /// When set: a participant's measured mean wait right before a
+  /// communication op (for events and for the other participants to
+  /// arrive), or nullopt. Where the participants' measured waits exceed, on
+  /// average, those of the replayed schedule, the op starts later by the
+  /// difference: the last participant of a collective arrives, on average,
+  /// later than the mean op times make it (their spread from step to step),
+  /// which a replay of means cannot see.
+  std::function<std::optional<double>(const Op&, int64_t device)> commWaitOn;
+  /// When set: the share of its device, in (0, 1], that a compute op
+  /// occupies while it runs.
+  std::function<double(const Op&)> opFill;
+  /// When set: the share of its node's cores, in [0, 1], a compute op of a
+  /// trainer of `devices` devices takes while it runs (0: none counted).
+  std::function<double(const Op&, int64_t devices)> hostFill;
 };
 
 /// The times of `model` (which must outlive the result).

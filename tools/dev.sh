@@ -319,6 +319,7 @@ cmd_test() {
   suite "ThreadSanitizer: --gpus 4 CPU trainers" parse_counts tsan_suite
   suite "multi-device CPU trainers vs one device" parse_counts python3 test/e2e/multi_device_trainer.py
   suite "pipeline CPU trainers vs one device" parse_counts python3 test/e2e/pipeline_trainer.py
+  suite "streams: 2-4 per device vs one, the verifier on every zoo schedule" parse_counts python3 test/e2e/streams_trainer.py
   suite "--gpus 4 CPU trainers as 2 and 4 processes (mpirun)" parse_counts python3 test/e2e/mpi_trainer.py
   suite "trainer profile and trace vs the simulator" parse_counts python3 test/e2e/profile_trace.py
   suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py

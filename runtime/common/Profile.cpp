@@ -63,7 +63,8 @@ void MarkRecorder::mark(const char* label) {
   Clock::duration own = std::max(Clock::duration::zero(), now - last_ - idle_);
   marks_.push_back({label, device_, stream_,
                     std::chrono::duration<double>(now - own - origin_).count(),
-                    std::chrono::duration<double, std::milli>(own).count()});
+                    std::chrono::duration<double, std::milli>(own).count(),
+                    std::chrono::duration<double, std::milli>(idle_).count()});
   last_ = now;
   idle_ = Clock::duration::zero();
 }
@@ -158,16 +159,20 @@ bool OpTimeline::writeProfile(const std::string& file, const std::string& device
       if (i >= ops.size()) {
         ops.push_back(s[i]);
         ops.back().ms = 0;
+        ops.back().waitedMs = 0;
         counts.push_back(0);
       }
       if (std::strcmp(ops[i].label, s[i].label) != 0 || ops[i].device != s[i].device)
         continue; // a step that ran other ops: never for one program
       ops[i].ms += s[i].ms;
+      ops[i].waitedMs += s[i].waitedMs;
       ++counts[i];
     }
   }
-  for (size_t i = 0; i < ops.size(); ++i)
+  for (size_t i = 0; i < ops.size(); ++i) {
     ops[i].ms /= static_cast<double>(std::max<int64_t>(counts[i], 1));
+    ops[i].waitedMs /= static_cast<double>(std::max<int64_t>(counts[i], 1));
+  }
   // A step starts when the first of its streams' threads began it.
   auto stepStart = [](const ProfiledStep& step) {
     double t = std::numeric_limits<double>::infinity();
@@ -229,7 +234,10 @@ bool OpTimeline::writeProfile(const std::string& file, const std::string& device
     auto [op, loc] = splitLabel(ops[i].label);
     out += std::string(i ? ",\n  " : "\n  ") + "{\"op\": " + jsonString(op) +
            ", \"loc\": " + jsonString(loc) + ", \"device\": " + std::to_string(ops[i].device) +
-           ", \"seconds\": " + jsonNumber(ops[i].ms / 1e3) + "}";
+           ", \"seconds\": " + jsonNumber(ops[i].ms / 1e3) +
+           (ops[i].waitedMs > 0 ? ", \"waited_seconds\": " + jsonNumber(ops[i].waitedMs / 1e3)
+                                : std::string()) +
+           "}";
   }
   out += "\n]}\n";
   return writeFile(file, out, error);

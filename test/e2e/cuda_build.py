@@ -79,6 +79,8 @@ MULTI += [("lenet", 2, "pipeline")]
 # The ops of issue 25 (activations, prelu, max/min, resize, stateless batch
 # norm), on one device and with resize split over channels.
 EXTRA = [("upnet", 1, None), ("upnet", 2, "model")]
+# Four streams: inception's branches on streams 2 and 3 (--stream-policy=all).
+EXTRA += [("inception", 1, "streams")]
 
 # The trainer checked as several processes under mpirun.
 PROCESSES = ("resnet18", 4, "data")
@@ -190,7 +192,10 @@ def check(name, tmp, gpu, gpus=1, strategy=None):
     flags = [f"--gpus={gpus}", f"--strategy={strategy}"] if gpus > 1 else []
     if strategy == "pipeline":
         flags += ["--stages=2", "--microbatches=2"]
-    exe = os.path.join(tmp, name + (f"-g{gpus}-{strategy}" if gpus > 1 else "") + "-cuda")
+    if strategy == "streams":
+        flags = ["--streams=4", "--stream-policy=all"]
+    exe = os.path.join(tmp, name + (f"-g{gpus}-{strategy}" if gpus > 1 or strategy else "") +
+                       "-cuda")
     r = subprocess.run([LWCC, path, "-o", exe] + flags, capture_output=True, text=True,
                        timeout=900)
     if r.returncode != 0:
@@ -274,7 +279,8 @@ def main():
             futures = {c: ex.submit(check, c[0], tmp, gpu, c[1], c[2]) for c in cases}
             compared = ex.submit(check_compare, tmp)
             for c in cases:
-                name = c[0] + (f" --gpus {c[1]} --strategy={c[2]}" if c[1] > 1 else "")
+                name = c[0] + (f" --gpus {c[1]} --strategy={c[2]}" if c[1] > 1 else
+                               " --streams=4" if c[2] == "streams" else "")
                 try:
                     problem = futures[c].result()
                 except Exception as e:  # noqa: BLE001 - any failure fails the case

@@ -123,8 +123,13 @@ def multi_device(tmp, model, strategy):
             assert p["wake_seconds"] >= 0 and p["wakes_per_step"] > 0, p
         got = {(e["op"], e["loc"], e["device"]) for e in p["ops"]}
         for e in p["ops"]:
-            assert set(e) == {"op", "loc", "device", "seconds"}, e
+            assert set(e) - {"waited_seconds"} == {"op", "loc", "device", "seconds"}, e
             assert e["device"] in (0, 1) and e["seconds"] >= 0, e
+            assert e.get("waited_seconds", 1) > 0, e  # written only where it is not 0
+        # A collective's participants wait for each other (and for the
+        # events before it): the profile says how long, on average.
+        waited = {(e["op"], e["loc"]) for e in p["ops"] if "waited_seconds" in e}
+        assert waited & set(comm), f"no communication op with waited_seconds: {sorted(comm)[:5]}"
         assert {d for _, _, d in got} == {0, 1}, got
         missing = [x for x in compute if x not in got]
         assert not missing, f"ops of the parallel IR not in the profile: {missing[:5]}"

@@ -14,7 +14,8 @@ build-tsan/) and checks:
      again profiled (--profile-ops, --trace: a recorder per stream thread),
      each device's kernels on two threads of the pool (`--threads=8`: every
      stream thread with a team of its own), as does a one-device lenet
-     trainer on two threads;
+     trainer on two threads, and a one-device inception trainer on four
+     streams (its branches on streams 2 and 3, --stream-policy=all);
   2. the same lenet trainer with ONE event wait deleted from its source (the
      wait that orders the gradient all-reduce on stream 1 after backward on
      stream 0) is reported as a data race (12 steps, up to 3 runs: whether
@@ -112,7 +113,10 @@ def main():
         # strategy None: one device.
         cases = [("lenet", "data", []), ("lenet", "owt", []), ("resnet18", "data", []),
                  ("lenet", "pipeline", ["--stages=4", "--microbatches=4", "--schedule=1f1b"]),
-                 ("lenet", None, [])]
+                 ("lenet", None, []),
+                 # Four streams: weight gradients on 1, the inception blocks'
+                 # branches (and their gradients) on 2 and 3.
+                 ("inception", None, ["--streams=4", "--stream-policy=all"])]
         for model, strategy, extra in cases:
             onnx_path = os.path.join(tmp, f"{model}.onnx")
             if not os.path.exists(onnx_path):
@@ -120,7 +124,8 @@ def main():
                 if r.returncode:
                     report(False, f"{model}: generate", r.stderr[-500:])
                     continue
-            name = f"{model} --gpus 4 --strategy={strategy}" if strategy else f"{model} one device"
+            name = (f"{model} --gpus 4 --strategy={strategy}" if strategy
+                    else f"{model} one device {' '.join(extra)}".rstrip())
             parallel = ["--gpus=4", f"--strategy={strategy}", "--bucket-bytes=20000"]
             threads = 8 if strategy else 2
             src = os.path.join(tmp, f"{model}-{strategy}-src")

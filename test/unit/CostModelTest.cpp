@@ -68,6 +68,57 @@ TEST(DeviceSpecTest, JsonErrorsNameTheFileAndField) {
             std::string::npos);
 }
 
+TEST(DeviceSpecTest, ConcurrencyGivesAKernelsShareOfTheDevice) {
+  EXPECT_EQ(spec().concurrency, 0); // optional: every kernel fills the device
+  std::string with = kSpec;
+  with.insert(1, "\"concurrency\": 1024, ");
+  auto s = parseDeviceSpec(with, "f.json");
+  ASSERT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
+  EXPECT_EQ(s->concurrency, 1024);
+  std::string half = kSpec;
+  half.insert(1, "\"concurrency\": 10.5, ");
+  EXPECT_NE(errorOf(parseDeviceSpec(half, "g.json"))
+                .find("g.json: field 'concurrency' must be an integer"),
+            std::string::npos);
+  auto h100 = loadDeviceSpec("h100");
+  ASSERT_TRUE(static_cast<bool>(h100));
+  EXPECT_EQ(h100->concurrency, 132 * 2048);
+  EXPECT_EQ(loadDeviceSpec("cpu")->concurrency, 0);
+
+  auto g = parseOk(R"(
+graph @g(%x: f32[2,3,8,8] @data) {
+  %w = param "w" : f32[4,3,3,3]
+  %c = conv2d(%x, %w) {pads = [1, 1, 1, 1]} : f32[2,4,8,8] loc("conv")
+  %s = reduce_sum(%c) {axes = [0, 1, 2, 3], keepdims = 0} : f32[] loc("sum")
+  return %s
+})");
+  ASSERT_TRUE(g);
+  const Op& conv = *g->ops().front();
+  const Op& sum = *std::next(g->ops().begin())->get();
+  CostModel small(*s), fills(spec());
+  EXPECT_DOUBLE_EQ(small.fill(conv), 512.0 / 1024);     // its 512 outputs
+  EXPECT_DOUBLE_EQ(small.fill(sum), 512.0 / 64 / 1024); // a reduction: its input / 64
+  EXPECT_DOUBLE_EQ(fills.fill(conv), 1.0);
+
+  // host_cores: the devices of a node share them, each on max(1, cores /
+  // devices) of its cores.
+  EXPECT_EQ(spec().hostCores, 0);
+  EXPECT_EQ(loadDeviceSpec("cpu")->hostCores, 2);
+  EXPECT_EQ(h100->hostCores, 0);
+  std::string cores = kSpec;
+  cores.insert(1, "\"host_cores\": 4, ");
+  auto c = parseDeviceSpec(cores, "h.json");
+  ASSERT_TRUE(static_cast<bool>(c)) << llvm::toString(c.takeError());
+  CostModel shared(*c);
+  EXPECT_DOUBLE_EQ(shared.hostFill(conv, 1), 1.0);  // every core
+  EXPECT_DOUBLE_EQ(shared.hostFill(conv, 2), 0.5);  // two of four
+  EXPECT_DOUBLE_EQ(shared.hostFill(conv, 8), 0.25); // one each, at least
+  EXPECT_DOUBLE_EQ(fills.hostFill(conv, 8), 0.0);   // devices with cores of their own
+  OpProfile measured;
+  measured.entries[{"conv2d", "conv", 0}] = {1e-3, 0, 1};
+  EXPECT_DOUBLE_EQ(CostModel(*c, measured).hostFill(conv, 2), 0.0); // a measured time holds it
+}
+
 TEST(CostModelTest, ComputeAndCommunication) {
   auto g = parseOk(R"(
 graph @g(%x: f32[2,3,8,8] @data) {
@@ -188,6 +239,35 @@ graph @g(%x: f32[256] @data) {
       "o.json");
   ASSERT_FALSE(static_cast<bool>(outside));
   EXPECT_NE(llvm::toString(outside.takeError()).find("o.json: ops[0]: device 2 of a profile of 2"),
+            std::string::npos);
+}
+
+TEST(CostModelTest, MeasuredWaitsBeforeCommunication) {
+  auto profile = parseOpProfile(R"({"devices": 2, "ops": [
+    {"op": "all_reduce", "loc": "sync", "device": 0, "seconds": 0.25, "waited_seconds": 0.5},
+    {"op": "all_reduce", "loc": "sync", "device": 1, "seconds": 0.75},
+    {"op": "relu", "loc": "r", "device": 0, "seconds": 0.5, "waited_seconds": 0.125}]})",
+                                "w.json");
+  ASSERT_TRUE(static_cast<bool>(profile)) << llvm::toString(profile.takeError());
+  auto g = parseOk(R"(
+graph @g(%x: f32[256] @data) {
+  %a = relu(%x) : f32[256] @dev(0) loc("r")
+  %s0, %s1 = all_reduce(%a, %x) {devices = [0, 1]} : f32[256], f32[256] loc("sync")
+  return %s0
+}
+)");
+  ASSERT_TRUE(g);
+  CostModel cm(spec(), *profile);
+  const Op& relu = *g->ops().front();
+  const Op& sum = *std::next(g->ops().begin())->get();
+  EXPECT_DOUBLE_EQ(*cm.measuredWaitOn(sum, 0), 0.5);
+  EXPECT_DOUBLE_EQ(*cm.measuredWaitOn(sum, 1), 0.0); // measured, never waited
+  EXPECT_FALSE(cm.measuredWaitOn(relu, 0));          // communication ops only
+  auto bad = parseOpProfile(
+      R"({"ops": [{"op": "relu", "loc": "a", "seconds": 1, "waited_seconds": -1}]})", "x.json");
+  ASSERT_FALSE(static_cast<bool>(bad));
+  EXPECT_NE(llvm::toString(bad.takeError())
+                .find("x.json: ops[0]: field 'waited_seconds' must be a non-negative number"),
             std::string::npos);
 }
 

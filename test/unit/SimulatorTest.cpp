@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 namespace lwcc::test {
 namespace {
@@ -37,6 +38,99 @@ TEST(SimulatorTest, StreamsAreFifoAndDependencesWait) {
   ASSERT_EQ(r->events.size(), 4u);
   EXPECT_EQ(r->events.back().loc, "d"); // ties at 1 s: device, then stream order
   EXPECT_DOUBLE_EQ(r->events.back().start, 1.0);
+}
+
+TEST(SimulatorTest, StreamsShareTheirDeviceByTheKernelsFill) {
+  // Three 1 s kernels on three streams of one device, then one that reads
+  // them all. Each taking half the device: two run at once, the third after
+  // them; each filling it: one at a time; a second device is another.
+  auto g = parseOk(R"(graph @g(%x: f32[4] @data) {
+  %a = relu(%x) : f32[4] @dev(0) loc("a")
+  %b = neg(%x) : f32[4] @dev(0) @stream(2) loc("b")
+  %c = neg(%x) : f32[4] @dev(0) @stream(3) loc("c")
+  %o = relu(%x) : f32[4] @dev(1) @stream(2) loc("o")
+  %s = add(%a, %b) : f32[4] @dev(0) loc("s")
+  %t = add(%s, %c) : f32[4] @dev(0) loc("t")
+  return %t, %o
+})");
+  ASSERT_TRUE(g);
+  // fill 0.5: a and b 0-1, c 1-2 with s beside it, t 2-3; fill 0.3: a, b
+  // and c 0-1, s 1-2, t 2-3; fill 1: a 0-1, b 1-2, c 2-3, s 3-4, t 4-5.
+  // o, on device 1, runs 0-1 whatever device 0 does.
+  for (auto [fill, want] : {std::pair{0.5, 3.0}, {0.3, 3.0}, {1.0, 5.0}}) {
+    SimCosts c = unitCosts();
+    c.opFill = [fill = fill](const Op&) { return fill; };
+    auto r = simulate(*g, c);
+    ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+    EXPECT_DOUBLE_EQ(r->stepSeconds, want) << "fill " << fill;
+    for (const SimEvent& e : r->events) {
+      if (e.loc == "o") {
+        EXPECT_DOUBLE_EQ(e.start, 0.0) << "fill " << fill;
+      }
+      if (e.loc == "c") {
+        EXPECT_DOUBLE_EQ(e.start, fill == 0.3 ? 0.0 : fill == 0.5 ? 1.0 : 2.0) << "fill " << fill;
+      }
+    }
+  }
+  // Without opFill the streams run their compute independently.
+  auto r = simulate(*g, unitCosts());
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  EXPECT_DOUBLE_EQ(r->stepSeconds, 3.0);
+}
+
+TEST(SimulatorTest, DevicesShareTheirNodesCores) {
+  // One 1 s kernel on each of four devices of one node, each taking half of
+  // its cores: two at a time, the step 2 s; on one device each (or without
+  // hostFill) all at once.
+  auto g = parseOk(R"(graph @g(%x: f32[4] @data) {
+  %a = relu(%x) : f32[4] @dev(0) loc("a")
+  %b = relu(%x) : f32[4] @dev(1) loc("b")
+  %c = relu(%x) : f32[4] @dev(2) loc("c")
+  %d = relu(%x) : f32[4] @dev(3) loc("d")
+  return %a, %b, %c, %d
+})");
+  ASSERT_TRUE(g);
+  SimCosts c = unitCosts();
+  int64_t seen = 0;
+  c.hostFill = [&seen](const Op&, int64_t devices) {
+    seen = devices;
+    return 0.5;
+  };
+  auto r = simulate(*g, c);
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  EXPECT_EQ(seen, 4);
+  EXPECT_DOUBLE_EQ(r->stepSeconds, 2.0);
+  c.devicesPerNode = 1; // a node per device
+  r = simulate(*g, c);
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  EXPECT_DOUBLE_EQ(r->stepSeconds, 1.0);
+  r = simulate(*g, unitCosts());
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  EXPECT_DOUBLE_EQ(r->stepSeconds, 1.0);
+}
+
+TEST(SimulatorTest, MeasuredWaitsBeyondTheReplayDelayACollective) {
+  // Device 1 reaches the all-reduce at 1 s, device 0 at 2 s: the replay
+  // waits 1 s on device 1, 0.5 s on average. Measured waits of 1.5 s on
+  // average start the op 1 s later (3-5), fewer than the replay's change
+  // nothing.
+  auto g = parseOk(R"(graph @g(%x: f32[4] @data) {
+  %a = relu(%x) : f32[4] @dev(0) loc("a")
+  %b = relu(%a) : f32[4] @dev(0) loc("b")
+  %c = relu(%x) : f32[4] @dev(1) loc("c")
+  %s0, %s1 = all_reduce(%b, %c) {devices = [0, 1]} : f32[4], f32[4] loc("sum")
+  return %s0, %s1
+})");
+  ASSERT_TRUE(g);
+  for (auto [w0, w1, step] : {std::tuple{1.0, 2.0, 5.0}, {0.0, 0.5, 4.0}}) {
+    SimCosts c = unitCosts();
+    c.commWaitOn = [w0 = w0, w1 = w1](const Op&, int64_t d) -> std::optional<double> {
+      return d == 0 ? w0 : w1;
+    };
+    auto r = simulate(*g, c);
+    ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+    EXPECT_DOUBLE_EQ(r->stepSeconds, step) << w0 << " " << w1;
+  }
 }
 
 TEST(SimulatorTest, CollectivesTakeEveryParticipantsStream) {

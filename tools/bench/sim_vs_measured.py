@@ -9,9 +9,13 @@ profiled run itself ("same run": the mean gap between the starts of
 consecutive profiled steps in its trace) and in an unprofiled run ("other
 run": the mean `step_ms` of its JSONL log after the first quarter of the
 steps). Also prints the prediction without a profile (the cpu spec's
-analytic times).
+analytic times). With 3 and more streams the trainer and the prediction
+take the same --stream-policy (default all: the branches on streams of
+their own, where the simulator would keep them on stream 0 on the cpu
+spec), so both see the same schedule.
 
     python3 tools/bench/sim_vs_measured.py [--models alexnet,resnet18] [--steps 200] [--rounds 3]
+        [--streams 1,2] [--stream-policy sim|all]
     python3 tools/bench/sim_vs_measured.py --gpus 2 [--strategies data,model,owt,layerwise,hypergraph,pipeline]
         [--microbatches 4] [--batch 8]
 
@@ -53,9 +57,9 @@ def run(cmd):
     return r
 
 
-def predicted(model, streams, profile=None, extra=()):
+def predicted(model, streams, profile=None, extra=(), policy="all"):
     cmd = [LWCC, model, "--target=cpu", "--device-spec=cpu", f"--streams={streams}",
-           "--emit=plan", *extra]
+           f"--stream-policy={policy}", "--emit=plan", *extra]
     if profile:
         cmd.append(f"--cost-profile={profile}")
     out = run(cmd).stdout
@@ -76,6 +80,8 @@ def main():
     ap.add_argument("--strategies", default="data,model,owt,layerwise,hypergraph")
     ap.add_argument("--microbatches", type=int, default=4, help="of the pipeline strategy")
     ap.add_argument("--batch", type=int, help="the models' batch (default: the test preset's)")
+    ap.add_argument("--streams", default="1,2", help="one device: the --streams settings")
+    ap.add_argument("--stream-policy", default="all", choices=["sim", "all"])
     args = ap.parse_args()
     if args.gpus > 1:
         return multi(args)
@@ -84,17 +90,19 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             model = os.path.join(tmp, name + ".onnx")
-            run([sys.executable, GEN, name, "--test-size", "-o", model])
-            for streams in (1, 2):
+            run([sys.executable, GEN, name, "--test-size", "-o", model] +
+                ([f"--batch={args.batch}"] if args.batch else []))
+            for streams in map(int, args.streams.split(",")):
                 trainer = os.path.join(tmp, f"{name}-s{streams}")
-                run([LWCC, model, "--target=cpu", f"--streams={streams}", "-o", trainer])
-                analytic = predicted(model, streams)
+                run([LWCC, model, "--target=cpu", f"--streams={streams}",
+                     f"--stream-policy={args.stream_policy}", "-o", trainer])
+                analytic = predicted(model, streams, policy=args.stream_policy)
                 for _ in range(args.rounds):
                     profile = os.path.join(tmp, f"{name}-s{streams}.json")
                     trace = os.path.join(tmp, f"{name}-s{streams}-trace.json")
                     same = profiled(trainer, args.steps, profile, trace)
                     other = unprofiled(trainer, args.steps, os.path.join(tmp, f"{name}-s{streams}.jsonl"))
-                    pred = predicted(model, streams, profile)
+                    pred = predicted(model, streams, profile, policy=args.stream_policy)
                     print(f"{name:10} {streams:7} {same:12.3f} {100 * (pred - same) / same:+6.1f}% "
                           f"{other:13.3f} {100 * (pred - other) / other:+6.1f}% {pred:13.3f} "
                           f"{analytic:12.3f}")

@@ -44,6 +44,56 @@ int64_t stepCommBytes(const Graph& g) {
   return total;
 }
 
+llvm::Error printStreamPlan(const Graph& g, const CostModel& model, llvm::raw_ostream& os) {
+  struct Lane {
+    int64_t ops = 0;
+    double seconds = 0;
+    std::string first, last;
+    bool weightGradients = false;
+  };
+  std::map<std::pair<int64_t, int64_t>, Lane> lanes;
+  bool several = false;
+  for (const auto& op : g.ops()) {
+    if (op->info().isCommunication() || op->info().isEvent() || op->kind() == OpKind::Constant)
+      continue;
+    int64_t stream = op->annotations().stream.value_or(0);
+    several |= stream != 0;
+    Lane& l = lanes[{op->annotations().device.value_or(0), stream}];
+    ++l.ops;
+    l.seconds += model.opSeconds(*op);
+    if (l.first.empty())
+      l.first = op->loc().name;
+    l.last = op->loc().name;
+    l.weightGradients |= op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate;
+  }
+  if (!several)
+    return llvm::Error::success();
+  os << "streams (compute ops, their predicted time on " << model.spec().name << "):\n";
+  for (const auto& [key, l] : lanes) {
+    os << llvm::formatv("  device {0} stream {1}: {2} ops, {3:f3} ms", key.first, key.second, l.ops,
+                        l.seconds * 1e3);
+    if (key.second == 1 && l.weightGradients)
+      os << " (weight gradients and updates)";
+    else if (key.second > 1)
+      os << " (branches: " << l.first << " .. " << l.last << ")";
+    os << "\n";
+  }
+  auto sim = simulate(g, simCosts(model));
+  if (!sim)
+    return sim.takeError();
+  auto one = g.clone();
+  for (auto& op : one->ops())
+    if (!op->info().isCommunication())
+      op->annotations().stream.reset();
+  auto flat = simulate(*one, simCosts(model));
+  if (!flat)
+    return flat.takeError();
+  os << llvm::formatv("predicted step with these streams: {0:f3} ms; on one stream per device: "
+                      "{1:f3} ms\n",
+                      sim->stepSeconds * 1e3, flat->stepSeconds * 1e3);
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::vector<StrategyPlan>>
 planStrategies(const Graph& g, const std::vector<std::string>& names, const std::string& chosen,
                const BuildStep& build, const CostModel& model) {

@@ -19,6 +19,11 @@ namespace lwcc {
 void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& os);
 /// The bytes a multi-device training step moves between devices.
 int64_t stepCommBytes(const Graph& g);
+/// What runs on each stream of each device (ops, their predicted time, the
+/// layers of a branch stream) and the predicted step beside the same step
+/// on one stream per device (communication keeping its streams). Prints
+/// nothing when every compute op is on stream 0.
+llvm::Error printStreamPlan(const Graph& g, const CostModel& model, llvm::raw_ostream& os);
 /// What one strategy's step costs, predicted by the simulator.
 struct StrategyPlan {
   std::string name;

@@ -217,9 +217,15 @@ cl::opt<bool> noTf32("no-tf32",
                               "for convolutions"),
                      cl::cat(category));
 cl::opt<int64_t> streams("streams",
-                         cl::desc("Streams of the trainer's step: 1 (default) or 2 (weight "
-                                  "gradients and updates on a second stream)"),
+                         cl::desc("Streams per device of the trainer's step, 1 (default) to 8: "
+                                  "2 puts weight gradients and updates on a second stream, 3 "
+                                  "and more add streams for independent branches"),
                          cl::init(1), cl::cat(category));
+cl::opt<std::string>
+    streamPolicy("stream-policy",
+                 cl::desc("Which branches get streams of their own with --streams=3 or more: "
+                          "sim (default: where the simulator predicts a shorter step) or all"),
+                 cl::init("sim"), cl::cat(category));
 cl::opt<bool> noVerifySchedule(
     "no-verify-schedule",
     cl::desc("Testing only: build the trainer without proving its schedule race-free"), cl::Hidden,
@@ -314,6 +320,23 @@ llvm::Expected<DeviceSpec> loadSpec() {
 }
 
 /// The passes' options naming the device spec (and --devices-per-node).
+/// Whether --cost-profile also guides the planner (the searches, the
+/// candidates it compares, the streams it assigns): a one-device profile
+/// prices the whole ops they weigh. A profile of several devices holds one
+/// plan's pieces: it prices that plan (the final simulation), and the
+/// planner chooses on the spec as it did for the trainer that measured it.
+bool planProfile() {
+  static std::optional<bool> known;
+  if (!known) {
+    auto p =
+        costProfile.empty() ? llvm::Expected<OpProfile>(OpProfile{}) : loadOpProfile(costProfile);
+    known = costProfile.empty() ? false : (p ? p->devices <= 1 : true);
+    if (!p)
+      llvm::consumeError(p.takeError()); // costModel() reports it
+  }
+  return *known;
+}
+
 std::string specOptions() {
   std::string o = ",spec=" + deviceSpecName();
   if (devicesPerNode > 0)
@@ -321,10 +344,23 @@ std::string specOptions() {
   return o;
 }
 
+/// What a planning pass prices with: the profile (where it guides the
+/// planner), TF32, and with -v a report.
+std::string pricingOptions() {
+  std::string o;
+  if (planProfile())
+    o += ",profile=" + costProfile;
+  if (tf32)
+    o += ",tf32=1";
+  if (verbose)
+    o += ",report=1";
+  return o;
+}
+
 /// The hypergraph pass, its ops weighted by their time on the device spec.
 std::string hypergraphOptions() {
   std::string o = "hypergraph=gpus=" + std::to_string(gpus) + specOptions();
-  if (!costProfile.empty())
+  if (planProfile())
     o += ",profile=" + costProfile;
   return o;
 }
@@ -332,12 +368,7 @@ std::string hypergraphOptions() {
 /// The parallelize pass for strategy `strat`, priced on the device spec.
 std::string parallelizeOptions(const std::string& strat) {
   std::string o = "parallelize=strategy=" + strat + ",gpus=" + std::to_string(gpus) + specOptions();
-  if (!costProfile.empty())
-    o += ",profile=" + costProfile;
-  if (tf32)
-    o += ",tf32=1";
-  if (verbose)
-    o += ",report=1";
+  o += pricingOptions();
   // The search prices the gradient all-reduces as grad-sync buckets them.
   o += ",bucket_bytes=" + std::to_string(bucketBytes);
   return o;
@@ -407,12 +438,7 @@ std::string pipelineOptions(int64_t s, int64_t m) {
   std::string o = "pipeline-partition=stages=" + std::to_string(s) +
                   ",gpus=" + std::to_string(gpus) + ",microbatches=" + std::to_string(m) +
                   ",schedule=" + schedule + specOptions();
-  if (!costProfile.empty())
-    o += ",profile=" + costProfile;
-  if (tf32)
-    o += ",tf32=1";
-  if (verbose)
-    o += ",report=1";
+  o += pricingOptions();
   return o;
 }
 
@@ -449,8 +475,12 @@ llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& n
   if (withOptimizer)
     names.push_back("optimizer=" + optimizerOptions());
   names.push_back("dce");
-  if (streams > 1)
-    names.push_back("stream-assign=streams=" + std::to_string(streams));
+  if (streams > 1) {
+    std::string o = "stream-assign=streams=" + std::to_string(streams) + ",policy=" + streamPolicy +
+                    specOptions();
+    o += pricingOptions();
+    names.push_back(o);
+  }
   if (plan.microbatches > 1)
     names.push_back("schedule=" + schedule);
   names.push_back("verify");
@@ -478,7 +508,7 @@ llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& n
   return llvm::Error::success();
 }
 
-llvm::Expected<CostModel> costModel();
+llvm::Expected<CostModel> costModel(bool withProfile = true);
 
 /// The plan the planner settled on (--strategy=layerwise with
 /// --check-search, or --strategy=pipeline without --stages or
@@ -540,7 +570,7 @@ std::vector<std::string> pipelineCandidates(const Graph& g) {
 /// until one does; when still none fits, the first candidate is kept and
 /// the compile reports the memory it needs.
 llvm::Error settlePlan(const Graph& g, const std::string& strat) {
-  auto model = costModel();
+  auto model = costModel(planProfile());
   if (!model)
     return model.takeError();
   SearchCheck check;
@@ -690,12 +720,12 @@ std::vector<std::string> allStrategies() {
 }
 
 /// The cost model the simulator prices the step on.
-llvm::Expected<CostModel> costModel() {
+llvm::Expected<CostModel> costModel(bool withProfile) {
   auto spec = loadSpec();
   if (!spec)
     return spec.takeError();
   std::optional<OpProfile> profile;
-  if (!costProfile.empty()) {
+  if (!costProfile.empty() && withProfile) {
     auto p = loadOpProfile(costProfile);
     if (!p)
       return p.takeError();
@@ -1271,8 +1301,12 @@ int main(int argc, char** argv) {
     llvm::errs() << "lwcc: --bucket-bytes must be >= 0\n";
     return 2;
   }
-  if (streams < 1 || streams > 2) {
-    llvm::errs() << "lwcc: --streams must be 1 or 2\n";
+  if (streams < 1 || streams > 8) {
+    llvm::errs() << "lwcc: --streams must be in 1..8\n";
+    return 2;
+  }
+  if (streamPolicy != "sim" && streamPolicy != "all") {
+    llvm::errs() << "lwcc: --stream-policy must be sim or all\n";
     return 2;
   }
   if (tf32 && noTf32) {
@@ -1488,6 +1522,8 @@ int main(int argc, char** argv) {
     break;
   case Emit::Plan:
     printPlan(*module->graph, *plan, out.os());
+    if (llvm::Error e = printStreamPlan(*module->graph, *model, out.os()))
+      return fail(std::move(e));
     if (gpus > 1)
       printParallelPlan(*module->graph, *model, chosenStrategy(), gpus, strategyPlans, settled,
                         schedule, out.os());

@@ -28,7 +28,11 @@
 //    beginning the step; "wake_seconds", the mean time from an event's
 //    record to the resumption of a stream that had blocked waiting for it
 //    (a thread's wake-up; only when a stream blocked), "wakes_per_step" how
-//    often that happened;
+//    often that happened; and in an op's entry "waited_seconds" (only where
+//    it is not 0), the mean time its stream waited right before it: for
+//    events, and in a communication op for the other participants to
+//    arrive (on a loaded machine the last of them arrives later, on
+//    average, than the mean op times say);
 //  - writeTrace() writes the measured timeline as Chrome trace-event JSON,
 //    the format of lwcc --trace: pid the device, tid the stream, ts the
 //    op's start in microseconds since the run began, dur its time.
@@ -59,8 +63,9 @@ struct OpMark {
   /// as long as the program (a profiled step copies no string).
   const char* label = "";
   int device = 0, stream = 0;
-  double start = 0; ///< seconds since the run began
-  double ms = 0;    ///< the op's own time: it ended at start + ms
+  double start = 0;    ///< seconds since the run began
+  double ms = 0;       ///< the op's own time: it ended at start + ms
+  double waitedMs = 0; ///< the stream's waits since the previous op (events, other participants)
 };
 
 /// When the thread of one (device, stream) began a profiled step.
