@@ -185,7 +185,11 @@ double CostModel::opSeconds(const Op& op) const {
 }
 
 double CostModel::fill(const Op& op) const {
-  if (spec_.concurrency <= 0 || op.info().isCommunication())
+  if (op.info().isCommunication())
+    return 1;
+  if (measuredSeconds(op))
+    return 0; // its measured time holds what it shared of the device
+  if (spec_.concurrency <= 0)
     return 1;
   double items = 0;
   for (unsigned r = 0; r < op.numResults(); ++r)

@@ -127,7 +127,9 @@ public:
   /// The share of its device a compute op's kernel occupies, in (0, 1]: its
   /// parallel work items (the elements of its largest result, or of its
   /// largest operand / 64 for a reduction to few outputs) over the spec's
-  /// concurrency; 1 when the spec has none (every kernel fills the device).
+  /// concurrency; 1 when the spec has none (every kernel fills the device);
+  /// 0 (none counted) for an op the profile measured: its time already
+  /// holds what it shared of the device with the other streams' kernels.
   double fill(const Op& op) const;
   /// The share of its node's cores a compute op of a trainer of `devices`
   /// devices takes: max(1, cores / devices) / cores on a spec whose devices

@@ -253,7 +253,7 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     t = earliestGap(t, d, busy);
     double fill = 0, host = 0;
     if (!comm && d > 0 && costs.opFill)
-      fill = std::clamp(costs.opFill(op), 1e-6, 1.0);
+      fill = std::clamp(costs.opFill(op), 0.0, 1.0); // 0: none counted
     if (!comm && d > 0 && costs.hostFill)
       host = std::clamp(costs.hostFill(op, devices), 0.0, 1.0);
     // The earliest start at which both its device and its node's cores have

@@ -100,8 +100,8 @@ struct SimCosts {
   /// later than the mean op times make it (their spread from step to step),
   /// which a replay of means cannot see.
   std::function<std::optional<double>(const Op&, int64_t device)> commWaitOn;
-  /// When set: the share of its device, in (0, 1], that a compute op
-  /// occupies while it runs.
+  /// When set: the share of its device, in [0, 1], that a compute op
+  /// occupies while it runs (0: none counted, as for a measured op).
   std::function<double(const Op&)> opFill;
   /// When set: the share of its node's cores, in [0, 1], a compute op of a
   /// trainer of `devices` devices takes while it runs (0: none counted).

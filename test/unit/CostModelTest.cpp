@@ -117,6 +117,8 @@ graph @g(%x: f32[2,3,8,8] @data) {
   OpProfile measured;
   measured.entries[{"conv2d", "conv", 0}] = {1e-3, 0, 1};
   EXPECT_DOUBLE_EQ(CostModel(*c, measured).hostFill(conv, 2), 0.0); // a measured time holds it
+  EXPECT_DOUBLE_EQ(CostModel(*c, measured).fill(conv), 0.0);        // the device's share too
+  EXPECT_DOUBLE_EQ(CostModel(*c, measured).fill(sum), 1.0); // not measured: every kernel fills it
 }
 
 TEST(CostModelTest, ComputeAndCommunication) {
