@@ -241,22 +241,23 @@ std::optional<double> CostModel::measuredSeconds(const Op& op) const {
   return profile_->lookup(op.mnemonic(), loc, opDevice(op));
 }
 
-std::optional<double> CostModel::measuredSecondsOn(const Op& op, int64_t device) const {
+const OpProfile::Entry* CostModel::commEntryOn(const Op& op, int64_t device) const {
   if (!profile_ || !op.info().isCommunication())
-    return std::nullopt;
+    return nullptr;
   auto it = profile_->entries.find({std::string(op.mnemonic()), op.loc().name, device});
-  if (it == profile_->entries.end() || it->second.count == 0)
-    return std::nullopt;
-  return it->second.seconds / static_cast<double>(it->second.count);
+  return it == profile_->entries.end() || it->second.count == 0 ? nullptr : &it->second;
+}
+
+std::optional<double> CostModel::measuredSecondsOn(const Op& op, int64_t device) const {
+  if (const OpProfile::Entry* e = commEntryOn(op, device))
+    return e->seconds / static_cast<double>(e->count);
+  return std::nullopt;
 }
 
 std::optional<double> CostModel::measuredWaitOn(const Op& op, int64_t device) const {
-  if (!profile_ || !op.info().isCommunication())
-    return std::nullopt;
-  auto it = profile_->entries.find({std::string(op.mnemonic()), op.loc().name, device});
-  if (it == profile_->entries.end() || it->second.count == 0)
-    return std::nullopt;
-  return it->second.waitedSeconds / static_cast<double>(it->second.count);
+  if (const OpProfile::Entry* e = commEntryOn(op, device))
+    return e->waitedSeconds / static_cast<double>(e->count);
+  return std::nullopt;
 }
 
 double CostModel::linkBandwidth(const std::vector<int64_t>& devices) const {

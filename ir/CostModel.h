@@ -164,6 +164,9 @@ public:
   double linkLatency(const std::vector<int64_t>& devices) const;
 
 private:
+  /// A communication op's profile entry on one participant, or null.
+  const OpProfile::Entry* commEntryOn(const Op& op, int64_t device) const;
+
   DeviceSpec spec_;
   std::optional<OpProfile> profile_;
   bool tf32_ = false;

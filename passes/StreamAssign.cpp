@@ -17,15 +17,15 @@
 //
 // streams=3 and more: independent branches on streams of their own (the
 // branches of an inception block, a residual block's shortcut, and their
-// gradients in the backward pass), as Nimble assigns streams: the rest of
-// each device's ops are covered by chains, paths of the dependence graph in
-// which each op is the first reader, in graph order, of the op before it;
-// an op no chain can take (its operands' chains already went on) starts a
-// new one. A device's first chain (the trunk) stays on stream 0; each other
-// chain is a branch that may run beside the ops of the chains it does not
-// depend on. Branches go round-robin on streams-2 branch streams, numbered
-// after every stream already in use (grad-sync's all-reduces on 1, a
-// pipeline's transfers on 2..5).
+// gradients in the backward pass). As Nimble does, the rest of each device's
+// ops are covered by chains, paths of the dependence graph; here each chain
+// follows, from its last op, the reader with the most work after it (the
+// critical path), so that the first chain of a device (the trunk, kept on
+// stream 0) is its longest; an op no chain continues starts a new one. Each
+// other chain is a branch that may run beside the ops it does not depend
+// on. Branches go round-robin on streams-2 branch streams, numbered after
+// every stream already in use (grad-sync's all-reduces on 1, a pipeline's
+// transfers on 2..5).
 //
 // policy=sim (the default) keeps a branch on its stream only where the
 // simulator predicts a shorter step with it there than without (greedily,
@@ -181,7 +181,9 @@ private:
       for (Value* v : op->operands()) {
         const Op* def = v->definingOp();
         auto it = def ? chainOf.find(def) : chainOf.end();
-        if (it != chainOf.end() && heir[def] == op && chains[it->second].ops.back() == def) {
+        auto h = def ? heir.find(def) : heir.end();
+        if (it != chainOf.end() && h != heir.end() && h->second == op &&
+            chains[it->second].ops.back() == def) {
           joined = it->second;
           break;
         }
@@ -220,20 +222,22 @@ private:
       if (!(c.seconds > 0) || (!o_.simPolicy && !c.heavy))
         continue;
       ++branchCount;
-      int64_t stream = base + next[c.device] % count;
-      auto place = [&](std::optional<int64_t> s) {
-        for (Op* op : c.ops) {
-          op->annotations().device = c.device;
-          op->annotations().stream = s;
-        }
-      };
-      place(stream);
+      const int64_t stream = base + next[c.device] % count;
+      std::vector<std::optional<int64_t>> devices; // as they were, to undo the move
+      for (Op* op : c.ops) {
+        devices.push_back(op->annotations().device);
+        op->annotations().device = c.device; // a stream belongs to a device
+        op->annotations().stream = stream;
+      }
       if (o_.simPolicy) {
         auto sim = simulate(g, simCosts(cm_));
         if (!sim)
           return sim.takeError();
         if (!(sim->stepSeconds < best * (1 - 1e-9))) {
-          place(std::nullopt); // no gain: back on stream 0
+          for (size_t k = 0; k < c.ops.size(); ++k) { // no gain: back on stream 0
+            c.ops[k]->annotations().device = devices[k];
+            c.ops[k]->annotations().stream.reset();
+          }
           continue;
         }
         best = sim->stepSeconds;

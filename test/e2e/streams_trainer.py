@@ -160,7 +160,7 @@ def waits_matter(tmp):
         return
     lines = r.stdout.split("\n")
     waits = [i for i, line in enumerate(lines)
-             if re.search(r"= wait\(|\bwait\(\)", line) and re.search(r"@stream\([23]\)", line)
+             if re.search(r"\bwait\(\)", line) and re.search(r"@stream\([23]\)", line)
              and "step start" not in line]
     if not waits:
         md.report(False, "inception --streams=4: waits on branch streams", "none found")

@@ -319,24 +319,26 @@ llvm::Expected<DeviceSpec> loadSpec() {
   return spec;
 }
 
-/// The passes' options naming the device spec (and --devices-per-node).
 /// Whether --cost-profile also guides the planner (the searches, the
 /// candidates it compares, the streams it assigns): a one-device profile
 /// prices the whole ops they weigh. A profile of several devices holds one
 /// plan's pieces: it prices that plan (the final simulation), and the
 /// planner chooses on the spec as it did for the trainer that measured it.
 bool planProfile() {
-  static std::optional<bool> known;
-  if (!known) {
-    auto p =
-        costProfile.empty() ? llvm::Expected<OpProfile>(OpProfile{}) : loadOpProfile(costProfile);
-    known = costProfile.empty() ? false : (p ? p->devices <= 1 : true);
-    if (!p)
-      llvm::consumeError(p.takeError()); // costModel() reports it
-  }
-  return *known;
+  static const bool guides = [] {
+    if (costProfile.empty())
+      return false;
+    auto p = loadOpProfile(costProfile);
+    if (!p) {
+      llvm::consumeError(p.takeError()); // the passes given it report it
+      return true;
+    }
+    return p->devices <= 1;
+  }();
+  return guides;
 }
 
+/// The passes' options naming the device spec (and --devices-per-node).
 std::string specOptions() {
   std::string o = ",spec=" + deviceSpecName();
   if (devicesPerNode > 0)
