@@ -464,10 +464,15 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
        << ", " << ints(in->type().shape) << ", "
        << (in->role() == InputRole::Label ? "true" : "false") << ", " << where.at(in.get()).second
        << "});\n";
-  for (const Value* p : logical)
+  for (size_t i = 0; i < logical.size(); ++i) {
+    const Value* p = logical[i];
     os << "  model.params.push_back({" << cString(p->paramName()) << ", "
        << dtypeEnum(p->type().dtype) << ", " << ints(p->wholeType().shape) << ", "
        << paramAt.at(p->paramName()) << ", " << (p->zeroInit() ? "true" : "false") << "});\n";
+    if (p->paramName() == "loss_scale" && o.lossScaleInit > 0)
+      os << "  model.lossScaleParam = " << i << ";\n"
+         << "  model.lossScaleInit = " << num(o.lossScaleInit) << ";\n";
+  }
   auto placeOf = [&](const Value* v) -> const std::pair<std::string, int64_t>& {
     return multi ? md.where[static_cast<size_t>(valueDevice(v).value_or(0))].at(v) : where.at(v);
   };

@@ -32,6 +32,9 @@ struct CodegenOptions {
   /// The trainer's default for TF32 math (lwrt::Tf32): "Off",
   /// "Convolutions" (PyTorch's default) or "All".
   std::string tf32 = "Convolutions";
+  /// fp16 training: the loss scale a fresh loss_scale param stands for
+  /// (passes/LossScale.cpp); 0 without one.
+  double lossScaleInit = 0;
   /// The planned inference graph (params named as the training step's), or
   /// null: the trainer then has no --eval.
   const Graph* eval = nullptr;

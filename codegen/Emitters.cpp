@@ -263,6 +263,7 @@ const std::map<OpKind, ParamsFn>& paramsFormatters() {
       {OpKind::SgdUpdate, sgdP},
       {OpKind::AdamUpdate, adamP},
       {OpKind::LrSchedule, lrP},
+      {OpKind::AllFinite, [](const Op&) { return std::string("AllFiniteParams{}"); }},
       {OpKind::LayerNorm, layerNormP},
       {OpKind::LayerNormGrad, layerNormP},
       {OpKind::Erf, none},

@@ -90,6 +90,14 @@ double adamUpdate(const Op& op, const CostContext&) { return numel(op.operand(0)
 /// Reductions: one add per input element.
 double reduce(const Op& op, const CostContext&) { return numel(op.operand(0)); }
 
+/// A test of every operand element (all_finite).
+double operandElements(const Op& op, const CostContext&) {
+  double n = 0;
+  for (const Value* v : op.operands())
+    n += numel(v);
+  return n;
+}
+
 /// Views and data movement: no arithmetic.
 double none(const Op&, const CostContext&) { return 0; }
 

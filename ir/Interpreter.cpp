@@ -6,10 +6,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/Interpreter.h"
-#include "runtime/include/lwrt/bf16.h"
 
 #include "ir/Kernels.h"
 #include "ir/Verifier.h"
+#include "runtime/include/lwrt/bf16.h"
+#include "runtime/include/lwrt/f16.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -609,18 +610,21 @@ constexpr EvalFn kEval[] = {
 };
 
 /// Rounds float results to what an f32 (or narrower) tensor holds: a bf16
-/// result is rounded to float32 first, then to bf16, as the CPU kernels do
-/// (they compute in float32 and round their result once).
+/// or fp16 result is rounded to float32 first, then to its type, as the CPU
+/// kernels do (they compute in float32 and round their result once).
 void roundResults(std::vector<Tensor>& out, Precision p) {
   if (p != Precision::F32)
     return;
   for (Tensor& t : out)
-    if (t.type.dtype == DType::F32 || t.type.dtype == DType::F16)
+    if (t.type.dtype == DType::F32)
       for (double& v : t.f)
         v = static_cast<double>(static_cast<float>(v));
     else if (t.type.dtype == DType::BF16)
       for (double& v : t.f)
         v = static_cast<double>(lwrt::roundToBf16(static_cast<float>(v)));
+    else if (t.type.dtype == DType::F16)
+      for (double& v : t.f)
+        v = static_cast<double>(lwrt::roundToF16(static_cast<float>(v)));
 }
 
 } // namespace

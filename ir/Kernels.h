@@ -114,21 +114,23 @@ AvgWindow avgPoolWindow(const Op& op, const Shape& xs, int64_t oh, int64_t ow);
 #define LWCC_TRAIN_KERNELS(X)                                                                      \
   X(Sign)                                                                                          \
   X(SoftmaxXent)                                                                                   \
-  X(MseLoss) X(SoftmaxXentGrad) X(MseLossGrad) X(Conv2dGradInput) X(Conv2dGradFilter)              \
-      X(MaxPool2dGrad) X(AvgPool2dGrad) X(LrnGrad) X(ReluGrad) X(LeakyReluGrad) X(SigmoidGrad)     \
-          X(TanhGrad) X(ClipGrad) X(SoftmaxGrad) X(LogSoftmaxGrad) X(BatchNormTrain)               \
-              X(BatchNormGrad) X(SliceGrad) X(GatherGrad) X(DropoutMask) X(SgdUpdate)              \
-                  X(AdamUpdate) X(LrSchedule) X(Assign) X(LayerNorm) X(LayerNormGrad) X(GatherNd)  \
-                      X(GatherNdGrad) X(Record) X(Wait)
+  X(MseLoss)                                                                                       \
+  X(SoftmaxXentGrad) X(MseLossGrad) X(Conv2dGradInput) X(Conv2dGradFilter) X(MaxPool2dGrad)        \
+      X(AvgPool2dGrad) X(LrnGrad) X(ReluGrad) X(LeakyReluGrad) X(SigmoidGrad) X(TanhGrad)          \
+          X(ClipGrad) X(SoftmaxGrad) X(LogSoftmaxGrad) X(BatchNormTrain) X(BatchNormGrad)          \
+              X(SliceGrad) X(GatherGrad) X(DropoutMask) X(SgdUpdate) X(AdamUpdate) X(LrSchedule)   \
+                  X(AllFinite) X(Assign) X(LayerNorm) X(LayerNormGrad) X(GatherNd) X(GatherNdGrad) \
+                      X(Record) X(Wait)
 #define LWCC_COMM_KERNELS(X)                                                                       \
   X(AllReduce)                                                                                     \
   X(AllGather) X(ReduceScatter) X(Broadcast) X(ReduceTo) X(DeviceCopy) X(Shard) X(Unshard)
 // The ops of issue 25 (ir/ActivationOps.cpp, ir/ResizeOps.cpp).
 #define LWCC_ZOO_KERNELS(X)                                                                        \
-  X(HardSwish) X(HardSigmoid) X(Mish) X(Softplus) X(Softsign) X(Elu) X(Selu) X(Celu)               \
-  X(ThresholdedRelu) X(HardSwishGrad) X(HardSigmoidGrad) X(MishGrad) X(SoftplusGrad)               \
-  X(SoftsignGrad) X(EluGrad) X(SeluGrad) X(CeluGrad) X(ThresholdedReluGrad) X(PRelu) X(PReluGrad)  \
-  X(Max) X(Min) X(MaxGrad) X(MinGrad) X(Compare) X(Where) X(Resize) X(ResizeGrad)
+  X(HardSwish)                                                                                     \
+  X(HardSigmoid) X(Mish) X(Softplus) X(Softsign) X(Elu) X(Selu) X(Celu) X(ThresholdedRelu)         \
+      X(HardSwishGrad) X(HardSigmoidGrad) X(MishGrad) X(SoftplusGrad) X(SoftsignGrad) X(EluGrad)   \
+          X(SeluGrad) X(CeluGrad) X(ThresholdedReluGrad) X(PRelu) X(PReluGrad) X(Max) X(Min)       \
+              X(MaxGrad) X(MinGrad) X(Compare) X(Where) X(Resize) X(ResizeGrad)
 #define X(E) llvm::Error eval##E(EvalCtx&);
 LWCC_TRAIN_KERNELS(X)
 LWCC_COMM_KERNELS(X)

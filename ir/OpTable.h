@@ -186,6 +186,7 @@ Rule dropoutMask(const Op&);
 Rule sgdUpdate(const Op&);
 Rule adamUpdate(const Op&);
 Rule lrSchedule(const Op&);
+Rule allFinite(const Op&);
 Rule assign(const Op&);
 /// Ops kept for their effect on the schedule (record, wait).
 Rule noResults(const Op&);
@@ -278,6 +279,7 @@ double softmax(const Op&, const CostContext&);
 double sgdUpdate(const Op&, const CostContext&);
 double adamUpdate(const Op&, const CostContext&);
 double reduce(const Op&, const CostContext&);
+double operandElements(const Op&, const CostContext&);
 double none(const Op&, const CostContext&);
 double resize(const Op&, const CostContext&);
 } // namespace cost

@@ -544,6 +544,15 @@ Error evalAdamUpdate(EvalCtx& c) {
   return ok();
 }
 
+Error evalAllFinite(EvalCtx& c) {
+  bool finite = true;
+  for (const Tensor* x : c.in)
+    for (double v : x->f)
+      finite = finite && std::isfinite(v);
+  c.y().i[0] = finite ? 1 : 0;
+  return ok();
+}
+
 Error evalLrSchedule(EvalCtx& c) {
   const std::string& kind = c.op.getString("kind");
   lwrt::LrScheduleParams p;

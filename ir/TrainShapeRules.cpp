@@ -289,6 +289,13 @@ Rule lrSchedule(const Op& op) {
   return std::vector<TensorType>{TensorType(DType::F32, {})};
 }
 
+Rule allFinite(const Op& op) {
+  for (unsigned i = 0; i < op.numOperands(); ++i)
+    if (!isFloat(op.operand(i)->type().dtype))
+      return fail("operand #{0} must be a float tensor", i);
+  return std::vector<TensorType>{TensorType(DType::Bool, {})};
+}
+
 Rule assign(const Op& op) {
   if (op.operand(0)->kind() != ValueKind::Param)
     return fail("the target (operand #0) must be a param");

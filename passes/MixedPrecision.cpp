@@ -1,9 +1,9 @@
-//===- MixedPrecision.cpp - Convolutions and matrix products in bf16 ------===//
+//===- MixedPrecision.cpp - Convolutions and matrix products in 16 bits ---===//
 //
-// `mixed-precision=dtype=bf16` runs each float32 conv2d and gemm of the
-// model in bf16, the way PyTorch's autocast does for these ops, and leaves
-// everything else in float32 (batch norm and its statistics, softmax, the
-// loss, the params and their updates):
+// `mixed-precision=dtype=bf16` (or fp16) runs each float32 conv2d and gemm
+// of the model in bf16 (fp16), the way PyTorch's autocast does for these
+// ops, and leaves everything else in float32 (batch norm and its
+// statistics, softmax, the loss, the params and their updates):
 //
 //   %x.bf16 = cast(%x) {to = bf16}        one cast per use: an activation
 //   %w.bf16 = cast(%w) {to = bf16}        that feeds several convolutions
@@ -18,6 +18,9 @@
 // it as bf16 (conv2d_grad_input, conv2d_grad_filter and the transposed
 // gemms run in bf16 too) and each param's gradient is cast back to float32
 // before the update touches the float32 master weights.
+//
+// fp16's range ends at 65504: its gradients need a loss scale
+// (passes/LossScale.cpp), which lwcc adds after the optimizer.
 //
 // Run before autodiff and before any parallelization (each cast becomes an
 // elementwise op like the others).
@@ -111,10 +114,9 @@ llvm::Expected<std::unique_ptr<Pass>> createMixedPrecisionPass(std::string_view 
   if (!opts)
     return opts.takeError();
   std::string dtype = opts->getString("dtype", "bf16");
-  if (dtype != "bf16")
-    return makeError("mixed-precision: unknown dtype '" + dtype +
-                     "' (bf16 is the one so far; fp16 needs loss scaling, not built yet)");
-  return std::make_unique<MixedPrecisionPass>(DType::BF16);
+  if (dtype != "bf16" && dtype != "fp16")
+    return makeError("mixed-precision: unknown dtype '" + dtype + "' (expected bf16 or fp16)");
+  return std::make_unique<MixedPrecisionPass>(dtype == "bf16" ? DType::BF16 : DType::F16);
 }
 
 } // namespace lwcc

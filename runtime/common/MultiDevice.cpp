@@ -452,6 +452,15 @@ bool MultiDevice::downloadLossAsync(void* dst, std::string& error) {
                                     &error);
 }
 
+bool MultiDevice::downloadParamAsync(int param, void* dst, int64_t bytes, std::string& error) {
+  for (const ParamPlacement& pl : m_.placements)
+    if (pl.param == param && pl.shardDim < 0 && runners_[static_cast<size_t>(pl.device)]) {
+      const size_t d = static_cast<size_t>(pl.device);
+      return runners_[d]->downloadAsync(dst, states_[d] + pl.offset, bytes, &error);
+    }
+  return true;
+}
+
 bool MultiDevice::shareLoss(void* loss, std::string& error) {
   if (!cluster_)
     return true;

@@ -91,6 +91,11 @@ public:
   /// The loss of the last step into `dst` (allocateHost memory of the first
   /// runner), there once a fence taken after it has passed.
   bool downloadLossAsync(void* dst, std::string& error);
+  /// Starts copying the first `bytes` of param `param` (an index in
+  /// ModelInfo::params) from the first of this process's devices that holds
+  /// a replica of it to `dst` (host memory of runner 0); nothing where none
+  /// does. Ordered after the launched step like downloadLossAsync.
+  bool downloadParamAsync(int param, void* dst, int64_t bytes, std::string& error);
   /// Under mpirun, after that fence: the loss from the process holding it
   /// to every other (each stops on the same non-finite loss).
   bool shareLoss(void* loss, std::string& error);

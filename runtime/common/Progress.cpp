@@ -304,6 +304,10 @@ void JsonlLogger::step(const StepRecord& r) {
     line += ",\"batch\":" + integer(*r.batch);
   if (r.devices)
     line += ",\"devices\":" + integer(*r.devices);
+  if (r.lossScale)
+    line += ",\"loss_scale\":" + jsonNumber(*r.lossScale);
+  if (r.skipped)
+    line += ",\"skipped\":true";
   writeLine(line + "}");
 }
 

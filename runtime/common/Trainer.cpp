@@ -301,7 +301,7 @@ private:
   struct Launched {
     int64_t step;
     int64_t fence;
-    const unsigned char* loss; ///< host copy of the loss
+    const unsigned char* loss; ///< host copy of the loss (then the loss scale, fp16)
   };
   /// Waits for a launched step and reports it: progress, log, the device's
   /// data errors (every `deviceCheckEvery_` steps and when `sync`), a
@@ -343,7 +343,11 @@ private:
         runner->releaseHost(ptr);
     }
   } lossMemory_;
-  unsigned char* lossHost_ = nullptr; ///< in lossMemory_: two steps' losses
+  unsigned char* lossHost_ = nullptr; ///< in lossMemory_: two steps' losses (and scales)
+  /// fp16 training: the loss scale before the step being finished, and the
+  /// steps skipped for overflow so far in this run.
+  double lossScale_ = 0;
+  int64_t skippedSteps_ = 0;
   int64_t deviceCheckEvery_ = 1;
   int64_t progressItems_ = 0; ///< items per step
   /// Batches drawn up front (a pool) and the seconds that took.
@@ -577,6 +581,24 @@ std::string Trainer::finishStep(const Launched& l, bool sync) {
     if (!deviceError.empty())
       return at + deviceError;
   }
+  // fp16: the scale after the step; a smaller one means the step's
+  // gradients overflowed and its update was skipped.
+  bool skipped = false;
+  if (m_.lossScaleParam >= 0) {
+    float v = 0;
+    std::memcpy(&v, l.loss + 8, sizeof v);
+    const double scale = v == 0 ? m_.lossScaleInit : v;
+    skipped = scale < lossScale_;
+    if (skipped) {
+      ++skippedSteps_;
+      if (leader())
+        std::fprintf(stderr,
+                     "%s: step %lld: fp16 gradients overflowed at loss scale %.9g; the update is "
+                     "skipped and the scale now %.9g\n",
+                     program_, static_cast<long long>(l.step + 1), lossScale_, scale);
+    }
+    lossScale_ = scale;
+  }
   progress_->step(l.step + 1, loss);
   if (log_) {
     StepRecord r;
@@ -591,6 +613,10 @@ std::string Trainer::finishStep(const Launched& l, bool sync) {
     if (multi_) {
       r.batch = progressItems_;
       r.devices = multi_->numDevices();
+    }
+    if (m_.lossScaleParam >= 0) {
+      r.lossScale = lossScale_;
+      r.skipped = skipped;
     }
     log_->step(r);
   }
@@ -1040,12 +1066,18 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   progressItems_ = po.itemsPerStep;
   deviceCheckEvery_ = po.every;
   lossMemory_.runner = runner_.get();
-  lossMemory_.ptr = runner_->allocateHost(16, &error);
+  lossMemory_.ptr = runner_->allocateHost(32, &error);
   lossHost_ = static_cast<unsigned char*>(lossMemory_.ptr);
   if (!lossHost_ || !makeFeed(startStep_, std::max(totalSteps, startStep_ + 1), error))
     return fail("data: " + error);
   if (o_.dataOnly)
     return timeDataOnly(totalSteps);
+  if (m_.lossScaleParam >= 0) { // the scale the first step starts from
+    float v = 0;
+    std::memcpy(&v, hostState_.data() + m_.params[static_cast<size_t>(m_.lossScaleParam)].offset,
+                sizeof v);
+    lossScale_ = v == 0 ? m_.lossScaleInit : v;
+  }
   std::string perDevice; // multi-device trainers: how the batch is split
   for (int64_t n : m_.samplesPerDevice)
     perDevice += (perDevice.empty() ? " (" : "+") + std::to_string(n);
@@ -1098,10 +1130,13 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     }
     const double markStart =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    Launched now{s, 0, lossHost_ + 8 * (s % 2)};
+    Launched now{s, 0, lossHost_ + 16 * (s % 2)};
+    unsigned char* scaleHost = const_cast<unsigned char*>(now.loss) + 8;
+    const int scaleParam = m_.lossScaleParam;
     if (multi_) { // every device's functions, together
       if (!multi_->step(batch, &o_.hyper, deviceMarks, error) ||
           !multi_->downloadLossAsync(const_cast<unsigned char*>(now.loss), error) ||
+          (scaleParam >= 0 && !multi_->downloadParamAsync(scaleParam, scaleHost, 4, error)) ||
           !multi_->fence(&now.fence, error))
         return fail("step " + std::to_string(s + 1) + ": " + error);
     } else {
@@ -1114,6 +1149,10 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
       if (!launched ||
           !runner_->downloadAsync(const_cast<unsigned char*>(now.loss), arena_.ptr + m_.lossOffset,
                                   dtypeSize(m_.lossType), &error) ||
+          (scaleParam >= 0 &&
+           !runner_->downloadAsync(scaleHost,
+                                   state_.ptr + m_.params[static_cast<size_t>(scaleParam)].offset,
+                                   4, &error)) ||
           !runner_->fence(&now.fence, &error))
         return fail("step " + std::to_string(s + 1) + ": op " + error);
     }
@@ -1161,6 +1200,10 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     std::printf("%s: %lld steps in %.1f s (%.1f img/s), last loss %.6g\n", program_,
                 static_cast<long long>(ran), seconds,
                 static_cast<double>(ran * po.itemsPerStep) / std::max(seconds, 1e-9), lastLoss_);
+  if (ran > 0 && leader() && m_.lossScaleParam >= 0)
+    std::printf("%s: fp16: %lld of %lld steps skipped for overflowing gradients; loss scale %.9g\n",
+                program_, static_cast<long long>(skippedSteps_), static_cast<long long>(ran),
+                lossScale_);
   printProfile();
   if (!o_.profileOps.empty() && !timeline_.writeProfile(o_.profileOps, runner_->description(),
                                                         std::max(m_.numDevices, 1), &error))

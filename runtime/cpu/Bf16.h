@@ -1,11 +1,12 @@
-// cpu/Bf16.h - bf16 operands through the float32 kernels (not installed)
+// cpu/Bf16.h - bf16 and fp16 operands through the float32 kernels (not installed)
 // defines: Float32Views
 //
-// The CPU backend computes a bf16 op (a convolution, its gradients, a gemm)
-// in float32: its bf16 operands widened exactly, float32 accumulation, and
-// its result rounded to bf16 once, both conversions by the cast kernel
-// (lwrt/bf16.h's rounding), which is what a GPU's bf16 kernels compute up to
-// the order of their sums.
+// The CPU backend computes a bf16 or fp16 op (a convolution, its
+// gradients, a gemm) in float32: its 16-bit operands widened exactly,
+// float32 accumulation, and its result rounded to its type once, both
+// conversions by the cast kernel (lwrt/bf16.h's and lwrt/f16.h's
+// rounding), which is what a GPU's 16-bit kernels compute up to the order
+// of their sums.
 #pragma once
 
 #include "lwrt/cpu_tensor.h"
@@ -19,31 +20,33 @@ namespace lwrt::cpu::detail {
 
 class Float32Views {
 public:
-  /// Whether any of `views` (null ones skipped) is bf16.
+  /// Whether `t` is one of the 16-bit float types.
+  static bool narrow(DType t) { return t == DType::BF16 || t == DType::F16; }
+  /// Whether any of `views` (null ones skipped) is bf16 or fp16.
   static bool any(std::initializer_list<const TensorView*> views) {
     for (const TensorView* v : views)
-      if (v && v->dtype == DType::BF16)
+      if (v && narrow(v->dtype))
         return true;
     return false;
   }
-  /// `v` itself unless it is bf16; else a float32 copy of it (exact).
+  /// `v` itself unless it is bf16 or fp16; else a float32 copy of it (exact).
   const TensorView& in(const TensorView& v) {
-    if (v.dtype != DType::BF16)
+    if (!narrow(v.dtype))
       return v;
     TensorView& f = widened(v);
     ok_ = cast(v, f) && ok_;
     return f;
   }
-  /// `v` itself unless it is bf16; else a float32 stand-in that commit()
-  /// rounds into `v`.
+  /// `v` itself unless it is bf16 or fp16; else a float32 stand-in that
+  /// commit() rounds into `v`.
   const TensorView& out(const TensorView& v) {
-    if (v.dtype != DType::BF16)
+    if (!narrow(v.dtype))
       return v;
     TensorView& f = widened(v);
     outs_.push_back({&v, &f});
     return f;
   }
-  /// Rounds the stand-ins into their bf16 views (the cast kernel); false
+  /// Rounds the stand-ins into their 16-bit views (the cast kernel); false
   /// when a view could not be converted.
   bool commit() {
     for (const auto& [to, from] : outs_)

@@ -13,6 +13,7 @@
 #include "lwrt/bf16.h"
 #include "lwrt/cpu_tensor.h"
 #include "lwrt/dropout.h"
+#include "lwrt/f16.h"
 
 #include <algorithm>
 #include <cmath>
@@ -651,24 +652,33 @@ bool reduceSum(const TensorView& x, const TensorView& y, const ReduceParams& p) 
 bool cast(const TensorView& x, const TensorView& y) {
   if (x.shape != y.shape || x.layout != y.layout)
     return false;
-  if (x.dtype == DType::BF16 || y.dtype == DType::BF16) {
-    // bf16 to and from float32 (rounded to nearest even, lwrt/bf16.h), and
-    // bf16 to bf16; bf16 meets no other type in a step.
+  const bool bf16 = x.dtype == DType::BF16 || y.dtype == DType::BF16;
+  if (bf16 || x.dtype == DType::F16 || y.dtype == DType::F16) {
+    // bf16 or fp16 to and from float32 (rounded to nearest even,
+    // lwrt/bf16.h and lwrt/f16.h), and either to itself; they meet no
+    // other type in a step.
     if (x.data == nullptr || y.data == nullptr || x.layout != Layout::RowMajor)
       return x.numel() == 0 && y.numel() == 0;
-    if (x.dtype == DType::F32 && y.dtype == DType::BF16) {
+    const DType low = bf16 ? DType::BF16 : DType::F16;
+    if (x.dtype == DType::F32 && y.dtype == low) {
       const float* xs = x.as<float>();
       auto* ys = static_cast<uint16_t*>(y.data);
-      forEachElement(x.numel(), [&](int64_t k) { ys[k] = floatToBf16(xs[k]); });
+      if (bf16)
+        forEachElement(x.numel(), [&](int64_t k) { ys[k] = floatToBf16(xs[k]); });
+      else
+        forEachElement(x.numel(), [&](int64_t k) { ys[k] = floatToF16(xs[k]); });
       return true;
     }
-    if (x.dtype == DType::BF16 && y.dtype == DType::F32) {
+    if (x.dtype == low && y.dtype == DType::F32) {
       const auto* xs = static_cast<const uint16_t*>(x.data);
       float* ys = y.as<float>();
-      forEachElement(x.numel(), [&](int64_t k) { ys[k] = bf16ToFloat(xs[k]); });
+      if (bf16)
+        forEachElement(x.numel(), [&](int64_t k) { ys[k] = bf16ToFloat(xs[k]); });
+      else
+        forEachElement(x.numel(), [&](int64_t k) { ys[k] = f16ToFloat(xs[k]); });
       return true;
     }
-    if (x.dtype == DType::BF16 && y.dtype == DType::BF16) {
+    if (x.dtype == low && y.dtype == low) {
       std::memmove(y.data, x.data, static_cast<size_t>(x.bytes()));
       return true;
     }
@@ -785,6 +795,36 @@ bool lrSchedule(const TensorView& step, const TensorView& lr, const LrSchedulePa
     *lr.as<T>() = static_cast<T>(rate);
     return true;
   });
+}
+
+bool allFinite(const std::vector<TensorView>& xs, const TensorView& y, const AllFiniteParams&) {
+  if (y.dtype != DType::Bool || y.numel() != 1 || !y.data)
+    return false;
+  bool finite = true;
+  for (const TensorView& x : xs) {
+    const int64_t n = x.numel();
+    if (n > 0 && !x.data)
+      return false;
+    if (x.dtype == DType::F32) {
+      const float* v = x.as<float>();
+      for (int64_t k = 0; k < n && finite; ++k)
+        finite = isFiniteFloat(v[k]);
+    } else if (x.dtype == DType::F64) {
+      const double* v = x.as<double>();
+      for (int64_t k = 0; k < n && finite; ++k)
+        finite = std::isfinite(v[k]);
+    } else if (x.dtype == DType::F16 || x.dtype == DType::BF16) {
+      // Infinite or NaN: the exponent bits all ones.
+      const uint16_t mask = x.dtype == DType::F16 ? 0x7c00u : 0x7f80u;
+      const auto* v = static_cast<const uint16_t*>(x.data);
+      for (int64_t k = 0; k < n && finite; ++k)
+        finite = (v[k] & mask) != mask;
+    } else {
+      return false;
+    }
+  }
+  *static_cast<uint8_t*>(y.data) = finite ? 1 : 0;
+  return true;
 }
 
 } // namespace lwrt::cpu

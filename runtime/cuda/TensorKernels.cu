@@ -1025,4 +1025,47 @@ bool lrSchedule(const TensorView& step, const TensorView& lr, const LrSchedulePa
   });
 }
 
+/// Clears *finite where an element of x is infinite or NaN: its exponent
+/// bits (`mask`, in units of `U`, the type's width) all ones.
+template <typename U>
+__global__ void nonFiniteKernel(const U* x, int64_t n, U mask, uint8_t* finite) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if ((x[k] & mask) == mask)
+      *finite = 0; // every writer stores the same byte
+}
+
+bool allFinite(const std::vector<TensorView>& xs, const TensorView& y, const AllFiniteParams&) {
+  if (y.dtype != DType::Bool || y.numel() != 1)
+    return LWRT_REJECT("allFinite", "writes a bool scalar, not " + describe(y));
+  cudaStream_t s = context().stream;
+  LWRT_CUDA(cudaMemsetAsync(y.data, 1, 1, s));
+  auto* finite = static_cast<uint8_t*>(y.data);
+  for (const TensorView& x : xs) {
+    const int64_t n = x.numel();
+    if (n == 0)
+      continue;
+    switch (x.dtype) {
+    case DType::F32:
+      nonFiniteKernel<<<blocksFor(n), kThreads, 0, s>>>(x.as<const uint32_t>(), n,
+                                                        uint32_t{0x7f800000u}, finite);
+      break;
+    case DType::F64:
+      nonFiniteKernel<<<blocksFor(n), kThreads, 0, s>>>(x.as<const uint64_t>(), n,
+                                                        uint64_t{0x7ff0000000000000ull}, finite);
+      break;
+    case DType::F16:
+    case DType::BF16:
+      nonFiniteKernel<<<blocksFor(n), kThreads, 0, s>>>(
+          static_cast<const uint16_t*>(x.data), n,
+          static_cast<uint16_t>(x.dtype == DType::F16 ? 0x7c00u : 0x7f80u), finite);
+      break;
+    default:
+      return LWRT_REJECT("allFinite", "takes float tensors, not " + describe(x));
+    }
+    LWRT_CUDA(cudaGetLastError());
+  }
+  return true;
+}
+
 } // namespace lwrt::cuda

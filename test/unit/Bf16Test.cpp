@@ -1,11 +1,14 @@
-//===- Bf16Test.cpp - bf16 rounding, the cast kernel, bf16 convolutions ---===//
+//===- Bf16Test.cpp - bf16 and fp16 rounding, casts, 16-bit convolutions --===//
 //
 // lwrt/bf16.h's rounding (to nearest, ties to even; overflow to infinity; a
 // NaN stays NaN), the CPU cast kernel and the reference interpreter against
 // it bit for bit, and the CPU kernels of the ops mixed precision runs in
 // bf16 (conv2d, its two gradients, gemm) against the interpreter: the same
 // bf16 result, or one bf16 step apart where float32 sums in another order
-// land on the other side of a rounding boundary.
+// land on the other side of a rounding boundary. lwrt/f16.h's rounding
+// against exact arithmetic over every fp16 value and the boundaries between
+// them, the cast kernel and the interpreter in fp16, and the all_finite
+// kernel.
 //
 //===----------------------------------------------------------------------===//
 #include "lwrt/bf16.h"
@@ -14,6 +17,7 @@
 #include "ir/Interpreter.h"
 #include "lwrt/cpu_nn.h"
 #include "lwrt/cpu_tensor.h"
+#include "lwrt/f16.h"
 
 #include <cmath>
 #include <cstring>
@@ -184,6 +188,102 @@ TEST(Bf16Test, ConvolutionAndGemmKernelsMatchTheInterpreter) {
   auto wg = evaluateOp(**gemm, {&a.tensor, &bm.tensor}, Precision::F32);
   ASSERT_TRUE(!!wg);
   expectClose(out, (*wg)[0], "gemm");
+}
+
+TEST(F16Test, EveryHalfRoundTripsAndEveryMidpointTiesToEven) {
+  // The fp16 values in order of magnitude: bits 0 .. 0x7bff (65504).
+  for (uint32_t h = 0; h <= 0x7bffu; ++h) {
+    const float f = lwrt::f16ToFloat(static_cast<uint16_t>(h));
+    // Exact value from the encoding: subnormals m 2^-24, normals (1 + m/1024) 2^(e-15).
+    const uint32_t e = h >> 10, m = h & 0x3ffu;
+    const double want = e == 0 ? std::ldexp(static_cast<double>(m), -24)
+                               : std::ldexp(1.0 + m / 1024.0, static_cast<int>(e) - 15);
+    ASSERT_EQ(static_cast<double>(f), want) << "bits " << h;
+    ASSERT_EQ(lwrt::floatToF16(f), h) << "bits " << h;
+    ASSERT_EQ(lwrt::floatToF16(-f), h | 0x8000u) << "bits " << h;
+    if (h == 0x7bffu)
+      break;
+    // The midpoint to the next value (exact in float32) goes to the even
+    // one; a float32 step either side goes to the nearer.
+    const float next = lwrt::f16ToFloat(static_cast<uint16_t>(h + 1));
+    const float mid = static_cast<float>((static_cast<double>(f) + next) / 2);
+    ASSERT_EQ(static_cast<double>(mid), (static_cast<double>(f) + next) / 2);
+    ASSERT_EQ(lwrt::floatToF16(mid), (h & 1u) ? h + 1 : h) << "midpoint above bits " << h;
+    ASSERT_EQ(lwrt::floatToF16(std::nextafter(mid, 0.0f)), h) << "below the midpoint " << h;
+    ASSERT_EQ(lwrt::floatToF16(std::nextafter(mid, 1e9f)), h + 1) << "above the midpoint " << h;
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(lwrt::floatToF16(65519.996f), 0x7bff); // below the midpoint to 65536
+  EXPECT_EQ(lwrt::floatToF16(65520.0f), 0x7c00);   // the midpoint: to even, infinity
+  EXPECT_EQ(lwrt::floatToF16(1e10f), 0x7c00);
+  EXPECT_EQ(lwrt::floatToF16(-inf), 0xfc00);
+  EXPECT_EQ(lwrt::floatToF16(std::ldexp(1.0f, -25)), 0x0000); // half of 2^-24: to even, 0
+  EXPECT_EQ(lwrt::floatToF16(std::nextafter(std::ldexp(1.0f, -25), 1.0f)), 0x0001);
+  EXPECT_EQ(lwrt::floatToF16(std::numeric_limits<float>::denorm_min()), 0x0000);
+  EXPECT_EQ(lwrt::floatToF16(-0.0f), 0x8000);
+  EXPECT_EQ(lwrt::f16ToFloat(0x7c00), inf);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(lwrt::f16ToFloat(lwrt::floatToF16(nan))));
+  EXPECT_TRUE(std::isnan(lwrt::f16ToFloat(lwrt::floatToF16(-nan))));
+}
+
+TEST(F16Test, CastKernelAndInterpreterRoundAlike) {
+  std::vector<float> x = samples(2, 4096);
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> u(-70000.0f, 70000.0f);
+  for (int k = 0; k < 1024; ++k) // fp16's own range, and past it
+    x.push_back(u(rng) * (k % 2 ? 1.0f : std::ldexp(1.0f, -static_cast<int>(k % 40))));
+  std::vector<uint16_t> h(x.size());
+  std::vector<float> back(x.size());
+  int64_t n = static_cast<int64_t>(x.size());
+  ASSERT_TRUE(rt::cast({x.data(), lwrt::DType::F32, {n}}, {h.data(), lwrt::DType::F16, {n}}));
+  ASSERT_TRUE(rt::cast({h.data(), lwrt::DType::F16, {n}}, {back.data(), lwrt::DType::F32, {n}}));
+  Graph g("cast");
+  Builder b(g);
+  Value* in = g.addInput("x", TensorType(DType::F32, {n}));
+  auto op = b.createInferred(OpKind::Cast, {in}, {{"to", Attribute(std::string("f16"))}});
+  ASSERT_TRUE(!!op) << llvm::toString(op.takeError());
+  Tensor t(TensorType(DType::F32, {n}));
+  for (int64_t k = 0; k < n; ++k)
+    t.f[k] = x[k];
+  auto want = evaluateOp(**op, {&t}, Precision::F32);
+  ASSERT_TRUE(!!want) << llvm::toString(want.takeError());
+  for (int64_t k = 0; k < n; ++k) {
+    ASSERT_EQ(h[k], lwrt::floatToF16(x[k])) << "element " << k << ": " << x[k];
+    ASSERT_EQ(bitsOf(back[k]), bitsOf(lwrt::f16ToFloat(h[k]))) << "element " << k;
+    ASSERT_EQ(bitsOf(static_cast<float>((*want)[0].f[k])), bitsOf(back[k])) << "element " << k;
+  }
+  // bf16 and fp16 do not convert into each other directly.
+  std::vector<uint16_t> other(x.size());
+  EXPECT_FALSE(rt::cast({h.data(), lwrt::DType::F16, {n}}, {other.data(), lwrt::DType::BF16, {n}}));
+}
+
+TEST(F16Test, AllFiniteSeesEveryOperand) {
+  std::vector<float> a(100, 1.0f), c(7, -3.0f);
+  std::vector<uint16_t> h(9, lwrt::floatToF16(2.0f));
+  uint8_t flag = 7;
+  auto run = [&] {
+    std::vector<lwrt::TensorView> xs = {{a.data(), lwrt::DType::F32, {10, 10}},
+                                        {h.data(), lwrt::DType::F16, {9}},
+                                        {c.data(), lwrt::DType::F32, {7}}};
+    EXPECT_TRUE(rt::allFinite(xs, {&flag, lwrt::DType::Bool, {}}, {}));
+    return flag;
+  };
+  EXPECT_EQ(run(), 1);
+  c[6] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(run(), 0);
+  c[6] = 0;
+  h[3] = 0x7c00; // fp16 infinity
+  EXPECT_EQ(run(), 0);
+  h[3] = 0;
+  a[99] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(run(), 0);
+  a[99] = std::numeric_limits<float>::max(); // large but finite
+  EXPECT_EQ(run(), 1);
+  // A non-bool result is refused.
+  float wrong = 0;
+  EXPECT_FALSE(
+      rt::allFinite({{a.data(), lwrt::DType::F32, {100}}}, {&wrong, lwrt::DType::F32, {}}, {}));
 }
 
 } // namespace

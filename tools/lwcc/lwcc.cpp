@@ -33,10 +33,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <sstream>
 
 using namespace lwcc;
 namespace cl = llvm::cl;
@@ -161,10 +163,19 @@ cl::opt<std::string> bnRunningVar("bn-running-var",
                                   cl::init("unbiased"), cl::cat(category));
 cl::opt<std::string> mixedPrecision(
     "mixed-precision",
-    cl::desc("off (default) or bf16: convolutions and gemms (and their gradients) compute on "
-             "bf16 operands, as PyTorch's autocast runs them; params, their updates, batch norm "
-             "and the loss stay float32 (CPU trainers so far)"),
+    cl::desc("off (default), bf16 or fp16: convolutions and gemms (and their gradients) "
+             "compute on 16-bit operands, as PyTorch's autocast runs them; params, their "
+             "updates, batch norm and the loss stay float32; fp16 with dynamic loss scaling "
+             "(CPU trainers so far)"),
     cl::init("off"), cl::cat(category));
+cl::opt<double> lossScale("loss-scale",
+                          cl::desc("fp16: the initial loss scale, a power of two (default 65536, "
+                                   "as PyTorch's GradScaler)"),
+                          cl::init(65536.0), cl::cat(category));
+cl::opt<int64_t> lossScaleInterval(
+    "loss-scale-interval",
+    cl::desc("fp16: finite steps in a row after which the loss scale doubles (default 2000)"),
+    cl::init(2000), cl::cat(category));
 cl::opt<std::string> tiedInitializers(
     "tied-initializers",
     cl::desc("An initializer several nodes read (PyTorch's exporter deduplicates equal "
@@ -444,6 +455,15 @@ std::string pipelineOptions(int64_t s, int64_t m) {
   return o;
 }
 
+/// fp16's loss-scale pass, with --loss-scale and --loss-scale-interval.
+std::string lossScaleOptions() {
+  std::ostringstream o;
+  o.precision(17);
+  o << "loss-scale=init=" << static_cast<double>(lossScale)
+    << ",interval=" << static_cast<int64_t>(lossScaleInterval);
+  return o.str();
+}
+
 /// Runs the passes that build the training graph with the plan `name`
 /// (a strategy, or pipeline/S/M) as it is (no simulator check);
 /// `withOptimizer` false stops after autodiff (gradients as outputs,
@@ -476,6 +496,8 @@ llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& n
   }
   if (withOptimizer)
     names.push_back("optimizer=" + optimizerOptions());
+  if (mixedPrecision == "fp16")
+    names.push_back(lossScaleOptions());
   names.push_back("dce");
   if (streams > 1) {
     std::string o = "stream-assign=streams=" + std::to_string(streams) + ",policy=" + streamPolicy +
@@ -1316,24 +1338,38 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (mixedPrecision != "off") {
-    if (mixedPrecision == "fp16") {
-      llvm::errs() << "lwcc: --mixed-precision=fp16 needs dynamic loss scaling, which lwcc does "
-                      "not have yet; use bf16 (float32's range, no scaling)\n";
-      return 2;
-    }
-    if (mixedPrecision != "bf16") {
-      llvm::errs() << "lwcc: --mixed-precision=" << mixedPrecision << " is not one of: off, bf16\n";
+    if (mixedPrecision != "bf16" && mixedPrecision != "fp16") {
+      llvm::errs() << "lwcc: --mixed-precision=" << mixedPrecision
+                   << " is not one of: off, bf16, fp16\n";
       return 2;
     }
     if (gpus > 1 && strategy != "data") {
-      llvm::errs() << "lwcc: --mixed-precision=bf16 on several devices takes --strategy=data "
+      llvm::errs() << "lwcc: --mixed-precision on several devices takes --strategy=data "
                       "only so far (the other strategies would send bf16 values between "
                       "devices, which the collectives do not take yet)\n";
       return 2;
     }
     if (precision != Precision::F32) {
-      llvm::errs() << "lwcc: --mixed-precision=bf16 rounds float32 values: it does not go with "
+      llvm::errs() << "lwcc: --mixed-precision rounds float32 values: it does not go with "
                       "--precision=f64\n";
+      return 2;
+    }
+  }
+  if (lossScale.getNumOccurrences() || lossScaleInterval.getNumOccurrences()) {
+    int exponent = 0;
+    if (mixedPrecision != "fp16") {
+      llvm::errs() << "lwcc: --loss-scale and --loss-scale-interval go with "
+                      "--mixed-precision=fp16 (bf16 and float32 need no scaling)\n";
+      return 2;
+    }
+    if (!(lossScale > 0) || std::frexp(static_cast<double>(lossScale), &exponent) != 0.5 ||
+        std::abs(exponent) > 100) {
+      llvm::errs() << "lwcc: --loss-scale must be a power of two (e.g. 65536), not "
+                   << static_cast<double>(lossScale) << "\n";
+      return 2;
+    }
+    if (lossScaleInterval < 1) {
+      llvm::errs() << "lwcc: --loss-scale-interval must be >= 1\n";
       return 2;
     }
   }
@@ -1396,8 +1432,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   if ((emit == Emit::Source || emit == Emit::Exe) && mixedPrecision != "off" && target != "cpu") {
-    llvm::errs() << "lwcc: --mixed-precision=bf16 builds CPU trainers only so far (the CUDA "
-                    "runtime has no bf16 kernels yet): add --target=cpu\n";
+    llvm::errs() << "lwcc: --mixed-precision=" << mixedPrecision
+                 << " builds CPU trainers only so far (the CUDA runtime has no 16-bit "
+                    "convolution and gemm kernels yet): add --target=cpu\n";
     return 2;
   }
   std::optional<MemoryPlanStats> plan;
@@ -1429,6 +1466,8 @@ int main(int argc, char** argv) {
     co.target = target;
     co.modelName = llvm::sys::path::filename(modelFile.getValue()).str();
     co.tf32 = noTf32 ? "Off" : tf32 ? "All" : "Convolutions";
+    if (mixedPrecision == "fp16")
+      co.lossScaleInit = lossScale;
     co.eval = eval->get();
     co.embedWeights = embedWeights;
     addExportTemplate(*module->graph, co);

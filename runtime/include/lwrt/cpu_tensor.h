@@ -4,7 +4,7 @@
 //   sub, mul, div, pow, reluGrad, leakyReluGrad, sigmoidGrad, tanhGrad, clipGrad, reduceMean,
 //   reduceSum, copy, transpose, concat, slice, sliceGrad, split, gather, gatherGrad, gatherNd,
 //   gatherNdGrad, expand, pad,
-//   cast, fill, dropoutMask, sgdUpdate, adamUpdate, lrSchedule
+//   cast, fill, dropoutMask, sgdUpdate, adamUpdate, lrSchedule, allFinite
 //
 // One function per IR op (ir/Ops.def), computing what the reference
 // interpreter computes (ir/Interpreter.cpp, ir/TrainKernels.cpp). Operands
@@ -47,6 +47,7 @@ namespace lwrt::cpu {
 // with the other backends); these make the lwrt::cpu:: spellings work too.
 using lwrt::Activation;
 using lwrt::AdamParams;
+using lwrt::AllFiniteParams;
 using lwrt::ClipParams;
 using lwrt::ConcatParams;
 using lwrt::DropoutMaskParams;
@@ -174,6 +175,9 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
                 const TensorView& mOut, const TensorView& vOut, const AdamParams& p);
 /// (step: int scalar) -> lr (F32 or F64 scalar).
 bool lrSchedule(const TensorView& step, const TensorView& lr, const LrScheduleParams& p);
+/// (xs: float tensors) -> y (Bool scalar): 1 when every element of every x
+/// is finite, else 0 (dynamic loss scaling's overflow test).
+bool allFinite(const std::vector<TensorView>& xs, const TensorView& y, const AllFiniteParams& p);
 
 //===--- The step's schedule: streams and events ---------------------------===//
 

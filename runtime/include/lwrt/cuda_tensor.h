@@ -4,7 +4,7 @@
 //   sub, mul, div, pow, reluGrad, leakyReluGrad, sigmoidGrad, tanhGrad, clipGrad, reduceMean,
 //   reduceSum, copy, transpose, concat, slice, sliceGrad, split, gather, gatherGrad, gatherNd,
 //   gatherNdGrad, expand, pad,
-//   cast, fill, dropoutMask, sgdUpdate, adamUpdate, lrSchedule
+//   cast, fill, dropoutMask, sgdUpdate, adamUpdate, lrSchedule, allFinite
 //
 // The functions of lwrt/cpu_tensor.h with the same signatures and the same
 // semantics, so that a generated trainer compiles against either backend by
@@ -36,6 +36,7 @@
 namespace lwrt::cuda {
 
 using lwrt::AdamParams;
+using lwrt::AllFiniteParams;
 using lwrt::ClipParams;
 using lwrt::ConcatParams;
 using lwrt::DropoutMaskParams;
@@ -143,6 +144,9 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
                 const TensorView& mOut, const TensorView& vOut, const AdamParams& p);
 /// The step is read and lr written on the device.
 bool lrSchedule(const TensorView& step, const TensorView& lr, const LrScheduleParams& p);
+/// (xs: float tensors) -> y (Bool scalar): 1 when every element of every x
+/// is finite, else 0 (dynamic loss scaling's overflow test).
+bool allFinite(const std::vector<TensorView>& xs, const TensorView& y, const AllFiniteParams& p);
 
 //===--- The step's schedule: streams and events ---------------------------===//
 

@@ -114,6 +114,10 @@ struct StepRecord {
   std::optional<double> lr;
   /// Multi-device trainers: the global batch and the number of devices.
   std::optional<int64_t> batch, devices;
+  /// fp16 training: the loss scale after the step, and whether the step
+  /// was skipped (its gradients overflowed).
+  std::optional<double> lossScale;
+  bool skipped = false;
 };
 
 struct EvalRecord {

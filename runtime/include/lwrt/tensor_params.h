@@ -63,6 +63,9 @@ struct TransposeParams {
   std::vector<int64_t> perm;
 };
 
+/// allFinite (no settings; a params struct like every operand-list kernel's).
+struct AllFiniteParams {};
+
 /// concat. A negative axis counts from the end (also for split and gather).
 struct ConcatParams {
   int64_t axis = 0;

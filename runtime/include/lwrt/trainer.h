@@ -133,6 +133,12 @@ struct ModelInfo {
   DType lossType = DType::F32;
   Hyper defaults;
   Tf32 tf32 = Tf32::Convolutions; ///< the default of --tf32 / --no-tf32
+  /// fp16 training (lwcc --mixed-precision=fp16): the index in `params` of
+  /// the float32 loss scale (0 there stands for `lossScaleInit`, its value
+  /// before the first step), or -1. A step whose gradients overflow leaves
+  /// the params as they were and halves the scale.
+  int lossScaleParam = -1;
+  double lossScaleInit = 0;
   /// Write the constants into the arena once; false with `failed` set.
   PhaseFn init = nullptr;
   /// One training step: forward, loss, backward and update.
