@@ -167,11 +167,21 @@ double CostModel::bytes(const Op& op) const {
   return b;
 }
 
-double CostModel::computeSeconds(double flops, double bytes) const {
+double CostModel::peakFlops(const Op* op) const {
+  if (op)
+    for (const Value* v : op->operands()) {
+      if (v->type().dtype == DType::BF16)
+        return spec_.bf16Flops;
+      if (v->type().dtype == DType::F16)
+        return spec_.fp16Flops;
+    }
+  return tf32_ ? spec_.tf32Flops : spec_.fp32Flops;
+}
+
+double CostModel::computeSeconds(double flops, double bytes, const Op* op) const {
   if (flops <= 0 && bytes <= 0)
     return 0;
-  double peak = tf32_ ? spec_.tf32Flops : spec_.fp32Flops;
-  return std::max(flops / peak, bytes / spec_.memBandwidth) + spec_.launchSeconds;
+  return std::max(flops / peakFlops(op), bytes / spec_.memBandwidth) + spec_.launchSeconds;
 }
 
 double CostModel::opSeconds(const Op& op) const {
@@ -181,7 +191,7 @@ double CostModel::opSeconds(const Op& op) const {
     return 0; // no kernel: a view aliases, a constant is set up once
   if (auto t = measuredSeconds(op))
     return *t;
-  return computeSeconds(flops(op), bytes(op));
+  return computeSeconds(flops(op), bytes(op), &op);
 }
 
 double CostModel::fill(const Op& op) const {

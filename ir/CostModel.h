@@ -119,8 +119,12 @@ public:
   double flops(const Op& op) const;
   /// Bytes `op` reads and writes in device memory (0 for views).
   double bytes(const Op& op) const;
-  /// The analytic time of an op with these figures on one device.
-  double computeSeconds(double flops, double bytes) const;
+  /// The analytic time of an op with these figures on one device: at the
+  /// spec's bf16 or fp16 peak where `op` (when given) has a bf16 or fp16
+  /// operand, else float32's (TF32's with setTf32).
+  double computeSeconds(double flops, double bytes, const Op* op = nullptr) const;
+  /// The peak FLOP/s `op` runs at (see computeSeconds).
+  double peakFlops(const Op* op) const;
   /// Time of one run of a compute op on its device: measured, or
   /// computeSeconds(flops, bytes). Communication ops: commSeconds.
   double opSeconds(const Op& op) const;

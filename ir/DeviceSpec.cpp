@@ -63,6 +63,7 @@ DeviceSpec preset(const std::string& name) {
   if (name == "h100" || name == "h200") {
     s.fp32Flops = 67e12;
     s.tf32Flops = 494.7e12;
+    s.bf16Flops = s.fp16Flops = 989.4e12;
     s.memBandwidth = name == "h100" ? 3.35e12 : 4.8e12;
     s.memoryBytes = name == "h100" ? 80 * kGiB : 141 * kGiB;
     s.launchSeconds = 4e-6;
@@ -75,6 +76,7 @@ DeviceSpec preset(const std::string& name) {
   } else if (name == "a100") {
     s.fp32Flops = 19.5e12;
     s.tf32Flops = 156e12;
+    s.bf16Flops = s.fp16Flops = 312e12;
     s.memBandwidth = 2.039e12;
     s.memoryBytes = 80 * kGiB;
     s.launchSeconds = 4e-6;
@@ -87,6 +89,8 @@ DeviceSpec preset(const std::string& name) {
   } else if (name == "p100-cluster") {
     s.fp32Flops = 10.6e12;
     s.tf32Flops = 10.6e12;
+    s.bf16Flops = 10.6e12; // no bf16 arithmetic: float32's
+    s.fp16Flops = 21.2e12; // packed half2, no tensor cores
     s.memBandwidth = 732 * kGB;
     s.memoryBytes = 16 * kGiB;
     s.launchSeconds = 5e-6;
@@ -99,6 +103,7 @@ DeviceSpec preset(const std::string& name) {
   } else if (name == "cpu") {
     s.fp32Flops = 56e9;
     s.tf32Flops = 56e9;
+    s.bf16Flops = s.fp16Flops = 56e9; // widened to float32
     s.memBandwidth = 18 * kGB;
     s.memoryBytes = 4 * kGiB;
     s.launchSeconds = 1.7e-6;
@@ -144,6 +149,8 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
   static const char* const known[] = {"name",
                                       "fp32_flops",
                                       "tf32_flops",
+                                      "bf16_flops",
+                                      "fp16_flops",
                                       "mem_bandwidth",
                                       "launch_seconds",
                                       "memory_bytes",
@@ -189,6 +196,8 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
   const Field fields[] = {
       {"fp32_flops", &s.fp32Flops, true, false},
       {"tf32_flops", &s.tf32Flops, false, false},
+      {"bf16_flops", &s.bf16Flops, false, false},
+      {"fp16_flops", &s.fp16Flops, false, false},
       {"mem_bandwidth", &s.memBandwidth, true, false},
       {"launch_seconds", &s.launchSeconds, true, true},
       {"memory_bytes", &memory, true, false},
@@ -205,6 +214,10 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
       return e;
   if (!obj->get("tf32_flops"))
     s.tf32Flops = s.fp32Flops;
+  if (!obj->get("bf16_flops"))
+    s.bf16Flops = s.tf32Flops;
+  if (!obj->get("fp16_flops"))
+    s.fp16Flops = s.tf32Flops;
   if (perNode != static_cast<double>(static_cast<int64_t>(perNode)))
     return makeError(origin + ": field 'devices_per_node' must be an integer");
   for (auto [field, v] : {std::pair{"concurrency", concurrency}, {"host_cores", hostCores}})

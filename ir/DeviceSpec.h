@@ -8,6 +8,7 @@
 // A spec is a preset (h100, h200, a100, p100-cluster, cpu) or a JSON file:
 //
 //   {"name": "mygpu", "fp32_flops": 1.0e13, "tf32_flops": 1.0e13,
+//    "bf16_flops": 2.0e13, "fp16_flops": 2.0e13,
 //    "mem_bandwidth": 9.0e11, "launch_seconds": 5e-6, "memory_bytes": 17179869184,
 //    "intra_bandwidth": 4.0e10, "intra_latency": 1e-5,
 //    "inter_bandwidth": 1.25e10, "inter_latency": 2e-5, "devices_per_node": 4,
@@ -15,7 +16,13 @@
 //
 // Bandwidths are bytes per second, latencies and launch overhead seconds.
 // Every field is required except name (default: the file's stem),
-// tf32_flops (default: fp32_flops), concurrency and host_cores (default 0).
+// tf32_flops (default: fp32_flops), bf16_flops and fp16_flops (default:
+// tf32_flops), concurrency and host_cores (default 0).
+//
+// bf16_flops, fp16_flops: the peak of an op on bf16 or fp16 operands
+// (lwcc --mixed-precision), the tensor cores' dense rate on GPUs that have
+// them; on the CPU backend, which widens 16-bit operands to float32, the
+// float32 rate.
 //
 // concurrency: the threads the device keeps in flight at once (a GPU's SMs
 // times the resident threads per SM). A kernel with fewer parallel work
@@ -47,6 +54,8 @@ struct DeviceSpec {
   std::string name;
   double fp32Flops = 0;     ///< peak FP32 FLOP/s
   double tf32Flops = 0;     ///< peak TF32 tensor-core FLOP/s (fp32Flops where there is none)
+  double bf16Flops = 0;     ///< peak FLOP/s on bf16 operands (tensor cores, dense)
+  double fp16Flops = 0;     ///< peak FLOP/s on fp16 operands (tensor cores, dense)
   double memBandwidth = 0;  ///< device memory, bytes/s
   double launchSeconds = 0; ///< fixed cost of one kernel
   int64_t memoryBytes = 0;  ///< device memory size

@@ -21,9 +21,10 @@
 // counts steps, as a PyTorch scheduler stepped in the loop does).
 //
 // The scale lives in float32 params named loss_scale and
-// loss_scale.good_steps, one pair per device that holds gradients; with
-// data parallelism every replica computes the same flag from the same
-// all-reduced gradients, so the pairs stay equal. Checkpoints keep them.
+// loss_scale.good_steps, one pair per device that holds gradients or the
+// loss. On several devices an all-reduce of their overflow counts gives
+// all one flag, so every device skips the same steps and the pairs stay
+// equal. Checkpoints keep them.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Pass.h"
@@ -166,26 +167,64 @@ public:
     }
     b.setLoc(loc);
 
-    // The flag of each device after its last gradient.
-    std::map<int64_t, Value*> finite;
-    for (auto& [d, pd] : devices) {
-      if (pd.grads.empty())
-        return makeError("loss-scale: device " + std::to_string(d) +
-                         " holds the loss but no gradient");
-      std::unordered_set<const Op*> mine;
+    // The flag of each device after its last gradient. Several devices
+    // agree on one: each counts its own non-finite gradients (0 or 1), an
+    // all-reduce sums the counts, and a step is skipped everywhere or
+    // nowhere (a device may hold the loss and no gradient, or gradients of
+    // params no other device has).
+    std::unordered_set<const Op*> unscaling;
+    for (const auto& [d, pd] : devices)
       for (const Value* u : pd.grads)
-        mine.insert(u->definingOp());
-      Op* last = nullptr;
-      for (const auto& op : g.ops())
-        if (mine.count(op.get()))
-          last = op.get();
-      b.setInsertionPointAfter(last);
+        unscaling.insert(u->definingOp());
+    Op* last = nullptr;
+    for (const auto& op : g.ops())
+      if (unscaling.count(op.get()))
+        last = op.get();
+    if (!last)
+      return makeError("loss-scale: graph @" + g.name() + " has no param gradient");
+    b.setInsertionPointAfter(last);
+    auto flagName = [&](int64_t d) {
+      return names(d ? "grads_finite.d" + std::to_string(d) : "grads_finite");
+    };
+    std::map<int64_t, Value*> finite;
+    std::vector<Value*> counts;
+    std::vector<int64_t> ids;
+    for (auto& [d, pd] : devices) {
       b.setDevice(d ? std::optional<int64_t>(d) : std::nullopt);
-      auto all = b.createInferred(OpKind::AllFinite, pd.grads);
-      if (!all)
-        return all.takeError();
-      finite[d] = (*all)->result();
-      finite[d]->setName(names(d ? "grads_finite.d" + std::to_string(d) : "grads_finite"));
+      Value* count = nullptr;
+      if (!pd.grads.empty()) {
+        auto all = b.createInferred(OpKind::AllFinite, pd.grads);
+        if (!all)
+          return all.takeError();
+        finite[d] = (*all)->result();
+        if (devices.size() == 1) {
+          finite[d]->setName(flagName(d));
+          break;
+        }
+        auto c = b.createInferred(OpKind::Where, {finite[d], constant(0), constant(1)});
+        if (!c)
+          return c.takeError();
+        count = (*c)->result();
+      } else {
+        count = constant(0);
+      }
+      counts.push_back(count);
+      ids.push_back(d);
+    }
+    if (devices.size() > 1) {
+      b.setDevice(std::nullopt);
+      auto sums = b.createInferred(OpKind::AllReduce, counts, {{"devices", Attribute(ids)}},
+                                   static_cast<unsigned>(counts.size()));
+      if (!sums)
+        return sums.takeError();
+      for (size_t i = 0; i < ids.size(); ++i) {
+        b.setDevice(ids[i] ? std::optional<int64_t>(ids[i]) : std::nullopt);
+        auto none = compare((*sums)->result(static_cast<unsigned>(i)), constant(0), "equal");
+        if (!none)
+          return none.takeError();
+        finite[ids[i]] = (*none)->result();
+        finite[ids[i]]->setName(flagName(ids[i]));
+      }
     }
 
     // Params and optimizer state keep their values where the flag is down.

@@ -1,8 +1,8 @@
 //===- MixedPrecision.cpp - Convolutions and matrix products in 16 bits ---===//
 //
-// `mixed-precision=dtype=bf16` (or fp16) runs each float32 conv2d and gemm
-// of the model in bf16 (fp16), the way PyTorch's autocast does for these
-// ops, and leaves everything else in float32 (batch norm and its
+// `mixed-precision=dtype=bf16` (or fp16) runs each float32 conv2d, gemm
+// and matmul of the model in bf16 (fp16), the way PyTorch's autocast does
+// for these ops, and leaves everything else in float32 (batch norm and its
 // statistics, softmax, the loss, the params and their updates):
 //
 //   %x.bf16 = cast(%x) {to = bf16}        one cast per use: an activation
@@ -41,7 +41,8 @@ public:
   llvm::Error run(Graph& g, PassContext&) override {
     std::vector<Op*> work;
     for (auto& op : g.ops())
-      if ((op->kind() == OpKind::Conv2d || op->kind() == OpKind::Gemm) &&
+      if ((op->kind() == OpKind::Conv2d || op->kind() == OpKind::Gemm ||
+           op->kind() == OpKind::MatMul) &&
           op->result()->type().dtype == DType::F32)
         work.push_back(op.get());
     for (Op* op : work)

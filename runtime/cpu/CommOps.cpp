@@ -3,6 +3,9 @@
 // messages that carry other processes' inputs.
 #include "cpu/CommOps.h"
 
+#include "lwrt/bf16.h"
+#include "lwrt/f16.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -10,7 +13,9 @@ namespace lwrt::cpu {
 
 namespace {
 
-bool isSumType(DType t) { return t == DType::F32 || t == DType::F64; }
+bool isSumType(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::F16;
+}
 
 bool usable(const TensorView& v) { return v.data != nullptr || v.numel() == 0; }
 
@@ -56,10 +61,28 @@ template <typename T> void sumViews(const std::vector<const TensorView*>& views,
 
 std::vector<unsigned char> sumOf(const std::vector<const TensorView*>& views) {
   std::vector<unsigned char> sum(static_cast<size_t>(views[0]->bytes()));
-  if (views[0]->dtype == DType::F32)
+  const DType t = views[0]->dtype;
+  if (t == DType::F32) {
     sumViews(views, reinterpret_cast<float*>(sum.data()));
-  else
+  } else if (t == DType::F64) {
     sumViews(views, reinterpret_cast<double*>(sum.data()));
+  } else {
+    // bf16, fp16: summed in float32, in order, and rounded once (the
+    // interpreter sums exactly and rounds through float32 alike).
+    const int64_t n = views[0]->numel();
+    std::vector<float> acc(static_cast<size_t>(n), 0.0f);
+    for (size_t v = 0; v < views.size(); ++v) {
+      const auto* x = static_cast<const uint16_t*>(views[v]->data);
+      for (int64_t i = 0; i < n; ++i) {
+        const float f = t == DType::BF16 ? bf16ToFloat(x[i]) : f16ToFloat(x[i]);
+        acc[static_cast<size_t>(i)] = v == 0 ? f : acc[static_cast<size_t>(i)] + f;
+      }
+    }
+    auto* out = reinterpret_cast<uint16_t*>(sum.data());
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = t == DType::BF16 ? floatToBf16(acc[static_cast<size_t>(i)])
+                                : floatToF16(acc[static_cast<size_t>(i)]);
+  }
   return sum;
 }
 

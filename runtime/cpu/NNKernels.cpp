@@ -461,6 +461,10 @@ bool gemm(const TensorView& a, const TensorView& b, const TensorView* c, const T
 }
 
 bool matmul(const TensorView& a, const TensorView& b, const TensorView& y) {
+  if (detail::Float32Views::any({&a, &b, &y})) {
+    detail::Float32Views f;
+    return sameType(a.dtype, {&a, &b, &y}) && matmul(f.in(a), f.in(b), f.out(y)) && f.commit();
+  }
   if (!isFloat(a.dtype) || !sameType(a.dtype, {&a, &b, &y}) || !rowMajor({&a, &b, &y}))
     return false;
   return dispatch(a.dtype, [&](auto t) { return matmulImpl<decltype(t)>(a, b, y); });

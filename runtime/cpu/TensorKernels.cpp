@@ -8,6 +8,7 @@
 // once to the element type.
 //
 //===----------------------------------------------------------------------===//
+#include "Bf16.h"
 #include "Parallel.h"
 #include "lwrt/activation_math.h"
 #include "lwrt/bf16.h"
@@ -227,9 +228,16 @@ void broadcastLoop(const TensorView& a, const TensorView& b, const TensorView& y
   });
 }
 
-/// fd on floats (in double), fi on integers (null: floats only).
+/// fd on floats (in double), fi on integers (null: floats only). bf16 and
+/// fp16 operands through float32 (a micro-batched step sums their partial
+/// weight gradients), the result rounded once.
 template <typename FD, typename FI>
 bool binary(const TensorView& a, const TensorView& b, const TensorView& y, FD fd, FI fi) {
+  if (detail::Float32Views::any({&a, &b, &y})) {
+    detail::Float32Views f;
+    return a.dtype == b.dtype && a.dtype == y.dtype && binary(f.in(a), f.in(b), f.out(y), fd, fi) &&
+           f.commit();
+  }
   if (a.dtype != b.dtype || a.dtype != y.dtype || !broadcastsTo(a.shape, b.shape, y.shape))
     return false;
   // Other layouts elementwise only: no broadcasting.
@@ -698,6 +706,18 @@ bool cast(const TensorView& x, const TensorView& y) {
 
 bool fill(const TensorView& y, const FillParams& p) {
   int64_t n = y.numel();
+  if (y.dtype == DType::BF16 || y.dtype == DType::F16) { // each value rounded to the type
+    const size_t have = p.value.size();
+    if (have != 1 && static_cast<int64_t>(have) != n)
+      return false;
+    auto* ys = static_cast<uint16_t*>(y.data);
+    const bool bf16 = y.dtype == DType::BF16;
+    forEachElement(n, [&](int64_t k) {
+      const float v = static_cast<float>(p.value[have == 1 ? 0 : static_cast<size_t>(k)]);
+      ys[k] = bf16 ? floatToBf16(v) : floatToF16(v);
+    });
+    return true;
+  }
   return dispatchValue(y.dtype, [&](auto tag) {
     using T = decltype(tag);
     size_t have = std::is_floating_point_v<T> ? p.value.size() : p.ivalue.size();

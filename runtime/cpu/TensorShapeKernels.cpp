@@ -392,7 +392,11 @@ bool sliceGrad(const TensorView& dy, const TensorView& dx, const SliceParams& p)
   Dims st;
   int64_t base;
   sliceWalk(dx.shape, s, st, base);
-  return dispatchFloat(dx.dtype, [&](auto tag) {
+  if (dx.dtype != DType::F32 && dx.dtype != DType::F64 && dx.dtype != DType::BF16 &&
+      dx.dtype != DType::F16)
+    return false;
+  // Zeros (all bits clear in every float type) and copies: by the bytes.
+  return dispatchBytes(dx.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* in = dy.as<T>();
     T* out = dx.as<T>();

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """bf16 and fp16 mixed precision (`lwcc --mixed-precision=bf16|fp16`) in CPU trainers.
 
-- For zoo models at test size, one step of the bf16 CPU trainer against the
+- For zoo models at test size (and an alexnet whose linear layers are
+  MatMul + Add, as the dynamo exporter writes them), one step of the bf16
+  CPU trainer against the
   reference interpreter's bf16 step (`lwcc --train-reference` with the same
   flag): loss, gradients and updated params within a relative 1e-2 (the two
   round the same float32 values to bf16; a sum in another order may land one
@@ -9,18 +11,21 @@
   flag changes the arithmetic.
 - LeNet trained one epoch on Fashion-MNIST: bf16's and fp16's top-1 within
   0.01 of float32's (the same seed and batches).
-- Data parallelism: a `--gpus 2 --strategy=data` bf16 trainer's losses
-  within 1e-2 of the one-device bf16 trainer's (each device rounds its half
-  batch's weight gradient to bf16 before the float32 all-reduce).
+- Every strategy (data, model, owt, layerwise, hypergraph, a 2-stage
+  pipeline): the `--gpus 2` bf16 and fp16 trainers' 3 losses, and params
+  and momenta after a step, within 1e-2 and 2e-2 of the one-device
+  trainer's (each device rounds
+  its pieces and partial sums, and the collectives carry 16-bit values).
 - fp16 with dynamic loss scaling: the trainer's step against the
   interpreter's (lenet, alexnet); a LeNet trainer started at a loss scale
-  of 2^24 (one device, and two with data parallelism) skips the steps
+  of 2^24 (one device, two with data and with model parallelism) skips the
+  steps
   whose fp16 gradients overflow, says so on stderr, in its log and in its
   summary, halves the scale at each and doubles it after
   `--loss-scale-interval` finite steps; a skipped step leaves every param
   (every replica) bit for bit as it was.
 - Usage errors exit 2 with the reason: an unknown type, a CUDA trainer,
-  model parallelism, --precision=f64, a loss scale that is not a power of
+  --precision=f64, a loss scale that is not a power of
   two or without fp16.
 Ends with the line "N passed, M failed".
 """
@@ -36,6 +41,7 @@ import onnx
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import exporter_graphs as eg  # noqa: E402
 import trainer_vs_reference as tvr  # noqa: E402
 import zoo  # noqa: E402
 
@@ -72,8 +78,8 @@ def accuracy(log):
         return [r["accuracy"] for r in map(json.loads, f) if r.get("type") == "eval"][-1]
 
 
-def check_reference(name, tmp, flags=(BF16,)):
-    model = zoo.build(name, test_size=True)
+def check_reference(name, tmp, flags=(BF16,), model=None):
+    model = model or zoo.build(name, test_size=True)
     tvr.run = with_flags(list(flags))
     worst, checked, nparams, ngrads = tvr.check_model(model, name, tmp)
     # A NaN would slip through the comparison: every output must be finite.
@@ -121,12 +127,25 @@ def check_lenet_epoch(tmp):
                 f"float32 {acc['off']:.4f}")
 
 
+def check_matmul(tmp):
+    """Linear layers as the dynamo exporter writes them (MatMul + Add) run in
+    bf16 too: the step against the interpreter's."""
+    model = eg.alexnet(eg.Builder("mm", "dyn", (3, 99, 99), batch=2, sym_batch=False, seed=5),
+                       lin="matmul")
+    ok, msg = check_reference("alexnet_mm", tmp, model=model)
+    ir = run([LWCC, os.path.join(tmp, "alexnet_mm.onnx"), BF16, "--emit=train-ir"])
+    mm = [line for line in ir.splitlines() if "= matmul(" in line]
+    low = [line for line in mm if ": bf16[" in line]
+    ok = ok and len(mm) > 0 and len(low) == len(mm)
+    return ok, f"{msg}; {len(low)} of {len(mm)} matmuls in bf16"
+
+
 def step_records(log):
     with open(log) as f:
         return [r for r in map(json.loads, f) if r.get("type") == "step"]
 
 
-def check_fp16_skips(tmp, gpus):
+def check_fp16_skips(tmp, gpus, strategy="data"):
     """A loss scale of 2^24 overflows LeNet's fp16 gradients: those steps are
     skipped, reported, and change no param (on every device); the scale
     follows the rule."""
@@ -134,7 +153,7 @@ def check_fp16_skips(tmp, gpus):
     model = zoo.build("lenet", test_size=True)
     onnx.save(model, path)
     exe = os.path.join(tmp, f"lenet_fp16_g{gpus}")
-    extra = ["--gpus", str(gpus), "--strategy=data"] if gpus > 1 else []
+    extra = ["--gpus", str(gpus), f"--strategy={strategy}"] if gpus > 1 else []
     run([LWCC, path, "--target=cpu", FP16, "--loss-scale=16777216", "--loss-scale-interval=2",
          "-o", exe] + extra)
     log = os.path.join(tmp, "fp16.jsonl")
@@ -161,7 +180,7 @@ def check_fp16_skips(tmp, gpus):
     ok = (len(recs) == 24 and skipped[0] and not all(skipped) and not bad and
           said == sum(skipped) and summary in r.stdout)
     # The first step is skipped: one step changes no param (bit for bit).
-    dump = os.path.join(tmp, f"fp16_dump_g{gpus}")
+    dump = os.path.join(tmp, f"fp16_dump_g{gpus}_{strategy}")
     replicas = ["--check-replicas"] if gpus > 1 else []
     run([exe, "--steps=1", "--data=synthetic", "--seed=3", "--progress=off",
          f"--dump={dump}"] + replicas)
@@ -179,32 +198,57 @@ def check_fp16_skips(tmp, gpus):
                 f"{len(changed)} params, scale after it {scale1.tolist()}")
 
 
-def check_data_parallel(tmp):
+STRATEGIES = {
+    "data": ["--strategy=data"],
+    "model": ["--strategy=model"],
+    "owt": ["--strategy=owt"],
+    "layerwise": ["--strategy=layerwise"],
+    "hypergraph": ["--strategy=hypergraph"],
+    "pipeline": ["--strategy=pipeline", "--stages=2", "--microbatches=2"],
+}
+
+
+def run_lenet(tmp, flags, extra, name):
+    """LeNet (test size) trained 3 steps: its losses and skips; and its
+    params and optimizer state after one step."""
     path = os.path.join(tmp, "lenet8.onnx")
-    onnx.save(zoo.build("lenet", test_size=True), path)
-    msgs, ok = [], True
-    # fp16 at a scale where no step overflows: a device's fp16 gradients
-    # are of its half batch, so where overflow starts differs from one
-    # device's (as with any data-parallel fp16 training).
-    for flags in ([BF16], [FP16, "--loss-scale=256"]):
-        got, skips = {}, {}
-        for gpus in (1, 2):
-            exe = os.path.join(tmp, f"lenet_mp_g{gpus}")
-            extra = ["--gpus", "2", "--strategy=data"] if gpus == 2 else []
-            run([LWCC, path, "--target=cpu", "-o", exe] + flags + extra)
-            log = os.path.join(tmp, f"dp{gpus}.jsonl")
-            run([exe, "--steps=8", "--data=synthetic", "--seed=3", "--progress=off",
-                 f"--log={log}"])
-            got[gpus] = losses(log)
-            skips[gpus] = [rec.get("skipped", False) for rec in step_records(log)]
-        worst = max(abs(a - b) / abs(b) for a, b in zip(got[2], got[1]))
-        ok = ok and len(got[2]) == 8 and worst < 1e-2 and all(np.isfinite(got[2]))
-        kind = flags[0].split("=")[1]
-        if kind == "fp16":
-            ok = ok and not any(skips[1]) and not any(skips[2])
-            kind += f" ({sum(skips[1])} and {sum(skips[2])} of 8 steps skipped)"
-        msgs.append(f"{kind}: worst relative difference {worst:.2e}")
-    return ok, "--gpus 2 data vs one device, 8 losses: " + "; ".join(msgs)
+    if not os.path.exists(path):
+        onnx.save(zoo.build("lenet", test_size=True), path)
+    exe = os.path.join(tmp, name)
+    run([LWCC, path, "--target=cpu", "-o", exe] + flags + extra)
+    log, dump = os.path.join(tmp, name + ".jsonl"), os.path.join(tmp, name + "_dump")
+    run([exe, "--steps=3", "--data=synthetic", "--seed=3", "--progress=off", f"--log={log}"])
+    run([exe, "--steps=1", "--data=synthetic", "--seed=3", "--progress=off", f"--dump={dump}"])
+    params = {f: np.fromfile(os.path.join(dump, f), np.float32)
+              for f in os.listdir(dump) if f.startswith("param_")}
+    return losses(log), [r.get("skipped", False) for r in step_records(log)], params
+
+
+def check_strategy(tmp, strategy, flags, one):
+    """The 2-device trainer of `strategy` against the one-device trainer,
+    both in 16 bits: 3 losses, and every param and momentum (the first
+    step's gradient) after one step, within 1e-2 and 2e-2 (relative to the
+    tensor's largest entry). Each strategy rounds its pieces, partial sums and
+    exchanged values to 16 bits where one device rounds the whole: one bf16
+    step is 2^-8 of a value (later steps' momenta, sums of tiny gradients,
+    part by more as training goes on). fp16 at a scale
+    where no step overflows: a device's fp16 gradients are those of its
+    piece of the work, so where overflow starts differs from one device's
+    (as in any parallel fp16 training)."""
+    kind = flags[0].split("=")[1]
+    if kind not in one:
+        one[kind] = run_lenet(tmp, flags, [], f"lenet_{kind}_one")
+    want_loss, want_skips, want = one[kind]
+    got_loss, got_skips, got = run_lenet(tmp, flags, ["--gpus", "2"] + STRATEGIES[strategy],
+                                         f"lenet_{kind}_{strategy}")
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got_loss, want_loss))
+    worst_param = max(float(np.max(np.abs(got[f] - want[f]))) / float(np.max(np.abs(want[f])))
+                      for f in want)
+    ok = (len(got_loss) == 3 and worst < 1e-2 and all(np.isfinite(got_loss)) and
+          worst_param < 2e-2 and set(got) == set(want) and not any(got_skips) and
+          not any(want_skips))
+    return ok, (f"--gpus 2 vs one device, {kind}: 3 losses within {worst:.2e}, "
+                f"{len(got)} params and momenta after a step within {worst_param:.2e}")
 
 
 def check_usage(tmp):
@@ -218,7 +262,6 @@ def check_usage(tmp):
         ([FP16, "--target=cpu", "--loss-scale-interval=0"], ">= 1"),
         ([FP16], "CPU trainers only"),
         ([BF16], "CPU trainers only"),
-        ([BF16, "--target=cpu", "--gpus", "2", "--strategy=model"], "--strategy=data"),
         ([BF16, "--target=cpu", "--precision=f64"], "f64"),
     ]
     bad = []
@@ -244,11 +287,17 @@ def main():
         checks += [(f"{name} fp16 reference",
                     lambda n=name: check_reference(n, tmp, (FP16, "--loss-scale=256")))
                    for name in ("lenet", "alexnet")]
+        checks += [("alexnet MatMul bf16", lambda: check_matmul(tmp))]
         checks += [("fp16 skips", lambda: check_fp16_skips(tmp, 1)),
-                   ("fp16 skips, 2 devices", lambda: check_fp16_skips(tmp, 2)),
-                   ("lenet epoch", lambda: check_lenet_epoch(tmp)),
-                   ("data parallel", lambda: check_data_parallel(tmp)),
-                   ("usage", lambda: check_usage(tmp))]
+                   ("fp16 skips, data", lambda: check_fp16_skips(tmp, 2)),
+                   ("fp16 skips, model", lambda: check_fp16_skips(tmp, 2, "model")),
+                   ("lenet epoch", lambda: check_lenet_epoch(tmp))]
+        one = {}  # the one-device runs, shared
+        checks += [(f"{strategy} {kind}",
+                    lambda s=strategy, f=flags: check_strategy(tmp, s, f, one))
+                   for strategy in STRATEGIES
+                   for kind, flags in (("bf16", [BF16]), ("fp16", [FP16, "--loss-scale=256"]))]
+        checks += [("usage", lambda: check_usage(tmp))]
         for label, fn in checks:
             try:
                 ok, msg = fn()

@@ -77,6 +77,24 @@ std::vector<float> samples(uint64_t seed, size_t n) {
   return v;
 }
 
+/// The reference interpreter's cast of `x` to `to` (bf16 or f16).
+std::vector<double> interpretedCast(const std::vector<float>& x, const char* to) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  Graph g("cast");
+  Builder b(g);
+  Value* in = g.addInput("x", TensorType(DType::F32, {n}));
+  auto op = b.createInferred(OpKind::Cast, {in}, {{"to", Attribute(std::string(to))}});
+  EXPECT_TRUE(!!op) << llvm::toString(op.takeError());
+  if (!op)
+    return {};
+  Tensor t(TensorType(DType::F32, {n}));
+  for (int64_t k = 0; k < n; ++k)
+    t.f[k] = x[k];
+  auto want = evaluateOp(**op, {&t}, Precision::F32);
+  EXPECT_TRUE(!!want) << llvm::toString(want.takeError());
+  return want ? (*want)[0].f : std::vector<double>{};
+}
+
 TEST(Bf16Test, CastKernelAndInterpreterRoundAlike) {
   std::vector<float> x = samples(1, 4096);
   std::vector<uint16_t> h(x.size());
@@ -87,20 +105,12 @@ TEST(Bf16Test, CastKernelAndInterpreterRoundAlike) {
   lwrt::TensorView bv{back.data(), lwrt::DType::F32, {n}};
   ASSERT_TRUE(rt::cast(xv, hv));
   ASSERT_TRUE(rt::cast(hv, bv));
-  Graph g("cast");
-  Builder b(g);
-  Value* in = g.addInput("x", TensorType(DType::F32, {n}));
-  auto op = b.createInferred(OpKind::Cast, {in}, {{"to", Attribute(std::string("bf16"))}});
-  ASSERT_TRUE(!!op) << llvm::toString(op.takeError());
-  Tensor t(TensorType(DType::F32, {n}));
-  for (int64_t k = 0; k < n; ++k)
-    t.f[k] = x[k];
-  auto want = evaluateOp(**op, {&t}, Precision::F32);
-  ASSERT_TRUE(!!want) << llvm::toString(want.takeError());
+  const std::vector<double> want = interpretedCast(x, "bf16");
+  ASSERT_EQ(want.size(), x.size());
   for (int64_t k = 0; k < n; ++k) {
     ASSERT_EQ(h[k], lwrt::floatToBf16(x[k])) << "element " << k << ": " << x[k];
     ASSERT_EQ(bitsOf(back[k]), static_cast<uint32_t>(h[k]) << 16) << "element " << k;
-    ASSERT_EQ(bitsOf(static_cast<float>((*want)[0].f[k])), bitsOf(back[k])) << "element " << k;
+    ASSERT_EQ(bitsOf(static_cast<float>(want[k])), bitsOf(back[k])) << "element " << k;
   }
 }
 
@@ -238,20 +248,12 @@ TEST(F16Test, CastKernelAndInterpreterRoundAlike) {
   int64_t n = static_cast<int64_t>(x.size());
   ASSERT_TRUE(rt::cast({x.data(), lwrt::DType::F32, {n}}, {h.data(), lwrt::DType::F16, {n}}));
   ASSERT_TRUE(rt::cast({h.data(), lwrt::DType::F16, {n}}, {back.data(), lwrt::DType::F32, {n}}));
-  Graph g("cast");
-  Builder b(g);
-  Value* in = g.addInput("x", TensorType(DType::F32, {n}));
-  auto op = b.createInferred(OpKind::Cast, {in}, {{"to", Attribute(std::string("f16"))}});
-  ASSERT_TRUE(!!op) << llvm::toString(op.takeError());
-  Tensor t(TensorType(DType::F32, {n}));
-  for (int64_t k = 0; k < n; ++k)
-    t.f[k] = x[k];
-  auto want = evaluateOp(**op, {&t}, Precision::F32);
-  ASSERT_TRUE(!!want) << llvm::toString(want.takeError());
+  const std::vector<double> want = interpretedCast(x, "f16");
+  ASSERT_EQ(want.size(), x.size());
   for (int64_t k = 0; k < n; ++k) {
     ASSERT_EQ(h[k], lwrt::floatToF16(x[k])) << "element " << k << ": " << x[k];
     ASSERT_EQ(bitsOf(back[k]), bitsOf(lwrt::f16ToFloat(h[k]))) << "element " << k;
-    ASSERT_EQ(bitsOf(static_cast<float>((*want)[0].f[k])), bitsOf(back[k])) << "element " << k;
+    ASSERT_EQ(bitsOf(static_cast<float>(want[k])), bitsOf(back[k])) << "element " << k;
   }
   // bf16 and fp16 do not convert into each other directly.
   std::vector<uint16_t> other(x.size());

@@ -156,6 +156,57 @@ graph @g(%x: f32[2,3,8,8] @data) {
   EXPECT_DOUBLE_EQ(cm.allReduceSeconds(4000, {2}), 0);
 }
 
+TEST(CostModelTest, SixteenBitOpsAtTheirOwnPeak) {
+  EXPECT_EQ(spec().bf16Flops, 1e9); // default: tf32_flops, itself fp32's
+  EXPECT_EQ(spec().fp16Flops, 1e9);
+  for (const std::string& name : deviceSpecPresets()) {
+    auto s = loadDeviceSpec(name);
+    ASSERT_TRUE(static_cast<bool>(s)) << name;
+    EXPECT_GE(s->bf16Flops, s->fp32Flops) << name;
+    EXPECT_GE(s->fp16Flops, s->fp32Flops) << name;
+  }
+  auto h100 = loadDeviceSpec("h100");
+  ASSERT_TRUE(static_cast<bool>(h100));
+  EXPECT_DOUBLE_EQ(h100->bf16Flops, 2 * h100->tf32Flops); // dense tensor cores: twice TF32
+  EXPECT_DOUBLE_EQ(loadDeviceSpec("cpu")->bf16Flops, loadDeviceSpec("cpu")->fp32Flops);
+  std::string with = kSpec;
+  with.insert(1, "\"bf16_flops\": 4e9, \"fp16_flops\": 8e9, ");
+  auto s = parseDeviceSpec(with, "i.json");
+  ASSERT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
+  std::string zero = kSpec;
+  zero.insert(1, "\"bf16_flops\": 0, ");
+  EXPECT_NE(errorOf(parseDeviceSpec(zero, "j.json")).find("j.json: field 'bf16_flops' must be"),
+            std::string::npos);
+
+  // The same convolution on float32, bf16 and fp16 operands: compute-bound
+  // at each type's peak; its bytes (half as many in 16 bits) the same way.
+  auto g = parseOk(R"(
+graph @g(%x: f32[2,3,8,8] @data, %xb: bf16[2,3,8,8] @data, %xh: f16[2,3,8,8] @data) {
+  %w = param "w" : f32[4,3,3,3]
+  %wb = param "wb" : bf16[4,3,3,3]
+  %wh = param "wh" : f16[4,3,3,3]
+  %c = conv2d(%x, %w) {pads = [1, 1, 1, 1]} : f32[2,4,8,8] loc("conv")
+  %cb = conv2d(%xb, %wb) {pads = [1, 1, 1, 1]} : bf16[2,4,8,8] loc("conv.bf16")
+  %ch = conv2d(%xh, %wh) {pads = [1, 1, 1, 1]} : f16[2,4,8,8] loc("conv.fp16")
+  %cast = cast(%cb) {to = "f32"} : f32[2,4,8,8] loc("cast")
+  return %c, %cb, %ch, %cast
+})");
+  ASSERT_TRUE(g);
+  auto it = g->ops().begin();
+  const Op& conv = **it++;
+  const Op& convB = **it++;
+  const Op& convH = **it++;
+  const Op& cast = **it++;
+  CostModel cm(*s);
+  EXPECT_DOUBLE_EQ(cm.opSeconds(conv), 512 * 54 / 1e9 + 1e-6);
+  EXPECT_DOUBLE_EQ(cm.opSeconds(convB), 512 * 54 / 4e9 + 1e-6);
+  EXPECT_DOUBLE_EQ(cm.opSeconds(convH), 512 * 54 / 8e9 + 1e-6);
+  EXPECT_DOUBLE_EQ(cm.bytes(convB), cm.bytes(conv) / 2);
+  EXPECT_DOUBLE_EQ(cm.opSeconds(cast), (1024 + 2048) / 1e9 + 1e-6); // bound by its bytes
+  cm.setTf32(true); // TF32 is for float32 operands; 16-bit ones keep their peak
+  EXPECT_DOUBLE_EQ(cm.opSeconds(convB), 512 * 54 / 4e9 + 1e-6);
+}
+
 TEST(CostModelTest, MeasuredProfile) {
   auto profile = parseOpProfile(R"({"device": "cpu", "ops": [
     {"op": "conv2d", "loc": "conv", "device": 1, "seconds": 0.5},

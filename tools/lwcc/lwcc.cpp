@@ -163,10 +163,10 @@ cl::opt<std::string> bnRunningVar("bn-running-var",
                                   cl::init("unbiased"), cl::cat(category));
 cl::opt<std::string> mixedPrecision(
     "mixed-precision",
-    cl::desc("off (default), bf16 or fp16: convolutions and gemms (and their gradients) "
-             "compute on 16-bit operands, as PyTorch's autocast runs them; params, their "
-             "updates, batch norm and the loss stay float32; fp16 with dynamic loss scaling "
-             "(CPU trainers so far)"),
+    cl::desc("off (default), bf16 or fp16: convolutions and matrix products (and their "
+             "gradients) compute on 16-bit operands, as PyTorch's autocast runs them; params, "
+             "their updates, batch norm and the loss stay float32; fp16 with dynamic loss "
+             "scaling (CPU trainers so far)"),
     cl::init("off"), cl::cat(category));
 cl::opt<double> lossScale("loss-scale",
                           cl::desc("fp16: the initial loss scale, a power of two (default 65536, "
@@ -1341,12 +1341,6 @@ int main(int argc, char** argv) {
     if (mixedPrecision != "bf16" && mixedPrecision != "fp16") {
       llvm::errs() << "lwcc: --mixed-precision=" << mixedPrecision
                    << " is not one of: off, bf16, fp16\n";
-      return 2;
-    }
-    if (gpus > 1 && strategy != "data") {
-      llvm::errs() << "lwcc: --mixed-precision on several devices takes --strategy=data "
-                      "only so far (the other strategies would send bf16 values between "
-                      "devices, which the collectives do not take yet)\n";
       return 2;
     }
     if (precision != Precision::F32) {
