@@ -175,7 +175,10 @@ double CostModel::peakFlops(const Op* op) const {
       if (v->type().dtype == DType::F16)
         return spec_.fp16Flops;
     }
-  return tf32_ ? spec_.tf32Flops : spec_.fp32Flops;
+  const bool conv = op && (op->kind() == OpKind::Conv2d || op->kind() == OpKind::Conv2dGradInput ||
+                           op->kind() == OpKind::Conv2dGradFilter);
+  const bool tf32 = tf32_ == Tf32::All || (tf32_ == Tf32::Convolutions && conv);
+  return tf32 ? spec_.tf32Flops : spec_.fp32Flops;
 }
 
 double CostModel::computeSeconds(double flops, double bytes, const Op* op) const {

@@ -112,8 +112,11 @@ public:
   /// The profile's delay of (device, stream) from the step's start (0
   /// without one).
   double streamStartSeconds(int64_t device, int64_t stream) const;
-  /// Price FLOPs at the TF32 peak (lwcc --tf32) instead of FP32's.
-  void setTf32(bool on) { tf32_ = on; }
+  /// Which float32 ops are priced at the TF32 peak, as the trainers run
+  /// them: convolutions (the default, PyTorch's and the trainers'), every
+  /// op (lwcc --tf32), or none (--no-tf32).
+  enum class Tf32 { Off, Convolutions, All };
+  void setTf32(Tf32 mode) { tf32_ = mode; }
 
   /// FLOPs of one run of `op` (0 for communication ops).
   double flops(const Op& op) const;
@@ -121,7 +124,7 @@ public:
   double bytes(const Op& op) const;
   /// The analytic time of an op with these figures on one device: at the
   /// spec's bf16 or fp16 peak where `op` (when given) has a bf16 or fp16
-  /// operand, else float32's (TF32's with setTf32).
+  /// operand, else float32's or TF32's (setTf32).
   double computeSeconds(double flops, double bytes, const Op* op = nullptr) const;
   /// The peak FLOP/s `op` runs at (see computeSeconds).
   double peakFlops(const Op* op) const;
@@ -173,7 +176,7 @@ private:
 
   DeviceSpec spec_;
   std::optional<OpProfile> profile_;
-  bool tf32_ = false;
+  Tf32 tf32_ = Tf32::Convolutions;
 };
 
 } // namespace lwcc

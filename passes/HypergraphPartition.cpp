@@ -599,8 +599,9 @@ private:
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createHypergraphPass(std::string_view options) {
-  auto opts = PassOptions::parse("hypergraph", options, "gpus",
-                                 {"gpus", "imbalance", "spec", "devices_per_node", "profile"});
+  auto opts =
+      PassOptions::parse("hypergraph", options, "gpus",
+                         {"gpus", "imbalance", "spec", "devices_per_node", "profile", "tf32"});
   if (!opts)
     return opts.takeError();
   auto gpus = opts->getInt("gpus", 1);

@@ -168,9 +168,6 @@ llvm::Expected<std::unique_ptr<Pass>> createParallelizePass(std::string_view opt
   auto report = opts->getInt("report", 0);
   if (!report)
     return report.takeError();
-  auto tf32 = opts->getInt("tf32", 0);
-  if (!tf32)
-    return tf32.takeError();
   auto bucketBytes = opts->getInt("bucket_bytes", 0);
   if (!bucketBytes)
     return bucketBytes.takeError();
@@ -182,7 +179,6 @@ llvm::Expected<std::unique_ptr<Pass>> createParallelizePass(std::string_view opt
     if (!cm)
       return cm.takeError();
     cost.emplace(std::move(*cm));
-    cost->setTf32(*tf32 != 0);
   }
   return std::make_unique<ParallelizePass>(strategy, *gpus, std::move(cost), *report != 0,
                                            *bucketBytes);

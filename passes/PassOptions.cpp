@@ -94,7 +94,19 @@ llvm::Expected<CostModel> costModelFromOptions(const PassOptions& opts) {
       return p.takeError();
     profile = std::move(*p);
   }
-  return CostModel(std::move(*spec), std::move(profile));
+  CostModel model(std::move(*spec), std::move(profile));
+  // tf32: conv (default: convolutions on TF32, as trainers run them),
+  // all or 1 (lwcc --tf32), off or 0 (--no-tf32).
+  const std::string tf32 = opts.getString("tf32", "conv");
+  if (tf32 == "conv")
+    model.setTf32(CostModel::Tf32::Convolutions);
+  else if (tf32 == "all" || tf32 == "1")
+    model.setTf32(CostModel::Tf32::All);
+  else if (tf32 == "off" || tf32 == "0")
+    model.setTf32(CostModel::Tf32::Off);
+  else
+    return makeError("option 'tf32' must be conv, all or off, got '" + tf32 + "'");
+  return model;
 }
 
 } // namespace lwcc

@@ -310,13 +310,9 @@ llvm::Expected<std::unique_ptr<Pass>> createPipelinePass(std::string_view option
   if (!report)
     return report.takeError();
   o.report = *report != 0;
-  auto tf32 = opts->getInt("tf32", 0);
-  if (!tf32)
-    return tf32.takeError();
   auto cm = costModelFromOptions(*opts);
   if (!cm)
     return cm.takeError();
-  cm->setTf32(*tf32 != 0);
   return std::make_unique<PipelinePass>(o, std::move(*cm));
 }
 

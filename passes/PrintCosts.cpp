@@ -59,10 +59,6 @@ llvm::Expected<std::unique_ptr<Pass>> createPrintCostsPass(std::string_view opti
   auto cm = costModelFromOptions(*opts);
   if (!cm)
     return cm.takeError();
-  auto tf32 = opts->getInt("tf32", 0);
-  if (!tf32)
-    return tf32.takeError();
-  cm->setTf32(*tf32 != 0);
   return std::make_unique<PrintCostsPass>(std::move(*cm));
 }
 

@@ -419,7 +419,7 @@ private:
 
 llvm::Expected<std::unique_ptr<Pass>> createSimulatePass(std::string_view options) {
   auto opts = PassOptions::parse("simulate", options, "spec",
-                                 {"spec", "devices_per_node", "profile", "trace"});
+                                 {"spec", "devices_per_node", "profile", "tf32", "trace"});
   if (!opts)
     return opts.takeError();
   auto cost = costModelFromOptions(*opts);

@@ -288,13 +288,9 @@ llvm::Expected<std::unique_ptr<Pass>> createStreamAssignPass(std::string_view op
   if (!report)
     return report.takeError();
   o.report = *report != 0;
-  auto tf32 = parsed->getInt("tf32", 0);
-  if (!tf32)
-    return tf32.takeError();
   auto cm = costModelFromOptions(*parsed);
   if (!cm)
     return cm.takeError();
-  cm->setTf32(*tf32 != 0);
   return std::make_unique<StreamAssignPass>(o, std::move(*cm));
 }
 

@@ -203,8 +203,37 @@ graph @g(%x: f32[2,3,8,8] @data, %xb: bf16[2,3,8,8] @data, %xh: f16[2,3,8,8] @da
   EXPECT_DOUBLE_EQ(cm.opSeconds(convH), 512 * 54 / 8e9 + 1e-6);
   EXPECT_DOUBLE_EQ(cm.bytes(convB), cm.bytes(conv) / 2);
   EXPECT_DOUBLE_EQ(cm.opSeconds(cast), (1024 + 2048) / 1e9 + 1e-6); // bound by its bytes
-  cm.setTf32(true); // TF32 is for float32 operands; 16-bit ones keep their peak
+  cm.setTf32(CostModel::Tf32::All); // TF32 is for float32 operands; 16-bit ones keep theirs
   EXPECT_DOUBLE_EQ(cm.opSeconds(convB), 512 * 54 / 4e9 + 1e-6);
+}
+
+TEST(CostModelTest, Tf32AsTheTrainersRunIt) {
+  std::string with = kSpec;
+  with.insert(1, "\"tf32_flops\": 4e9, ");
+  auto s = parseDeviceSpec(with, "k.json");
+  ASSERT_TRUE(static_cast<bool>(s)) << llvm::toString(s.takeError());
+  auto g = parseOk(R"(
+graph @g(%x: f32[2,3,8,8] @data, %a: f32[16,32] @data) {
+  %w = param "w" : f32[4,3,3,3]
+  %v = param "v" : f32[32,32]
+  %c = conv2d(%x, %w) {pads = [1, 1, 1, 1]} : f32[2,4,8,8] loc("conv")
+  %m = gemm(%a, %v) : f32[16,32] loc("fc")
+  return %c, %m
+})");
+  ASSERT_TRUE(g);
+  const Op& conv = *g->ops().front();
+  const Op& gemm = *std::next(g->ops().begin())->get();
+  CostModel cm(*s);
+  const double convFlops = 512 * 54, gemmFlops = cm.flops(gemm);
+  ASSERT_GT(gemmFlops / 1e9, cm.bytes(gemm) / 1e9); // compute-bound at float32's peak
+  // The default, as trainers run without --tf32 / --no-tf32: convolutions
+  // on TF32, matrix products in float32.
+  EXPECT_DOUBLE_EQ(cm.opSeconds(conv), convFlops / 4e9 + 1e-6);
+  EXPECT_DOUBLE_EQ(cm.opSeconds(gemm), gemmFlops / 1e9 + 1e-6);
+  cm.setTf32(CostModel::Tf32::All);
+  EXPECT_DOUBLE_EQ(cm.opSeconds(gemm), std::max(gemmFlops / 4e9, cm.bytes(gemm) / 1e9) + 1e-6);
+  cm.setTf32(CostModel::Tf32::Off);
+  EXPECT_DOUBLE_EQ(cm.opSeconds(conv), convFlops / 1e9 + 1e-6);
 }
 
 TEST(CostModelTest, MeasuredProfile) {

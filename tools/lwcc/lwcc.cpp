@@ -363,8 +363,8 @@ std::string pricingOptions() {
   std::string o;
   if (planProfile())
     o += ",profile=" + costProfile;
-  if (tf32)
-    o += ",tf32=1";
+  if (tf32 || noTf32) // the trainers' default (convolutions on TF32) otherwise
+    o += noTf32 ? ",tf32=off" : ",tf32=all";
   if (verbose)
     o += ",report=1";
   return o;
@@ -756,7 +756,9 @@ llvm::Expected<CostModel> costModel(bool withProfile) {
     profile = std::move(*p);
   }
   CostModel model(std::move(*spec), std::move(profile));
-  model.setTf32(tf32);
+  model.setTf32(noTf32 ? CostModel::Tf32::Off
+                : tf32 ? CostModel::Tf32::All
+                       : CostModel::Tf32::Convolutions);
   return model;
 }
 
