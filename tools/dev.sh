@@ -307,7 +307,7 @@ cmd_test() {
   suite "zoo gradients and memory plans" parse_counts python3 test/e2e/zoo_checks.py
   suite "gradient checks at kinks" parse_counts python3 test/e2e/gradcheck_kinks.py
   suite "CPU trainer vs interpreter" parse_counts python3 test/e2e/trainer_vs_reference.py
-  suite "bf16 mixed precision CPU trainers" parse_counts python3 test/e2e/mixed_precision.py
+  suite "bf16 and fp16 mixed precision CPU trainers" parse_counts python3 test/e2e/mixed_precision.py
   suite "exporter-pattern trainers vs interpreter" parse_counts python3 test/e2e/exporter_trainers.py
   suite "trainer as a user runs it" parse_counts python3 test/e2e/trainer_cli.py
   suite "image folders and CIFAR-10" parse_counts python3 test/e2e/image_data.py
