@@ -144,17 +144,15 @@ public:
       Value* grad = g.outputs()[i];
       if (grad->type().dtype != DType::F32)
         return makeError("loss-scale: the gradient of '%" + p->name() + "' is not float32");
-      auto pd = onDevice(p->device().value_or(0));
-      if (!pd)
-        return pd.takeError();
+      const int64_t d = p->device().value_or(0);
+      PerDevice& pd = devices.at(d); // made above
       Op* def = grad->definingOp();
       if (!def)
         return makeError("loss-scale: the gradient of '%" + p->name() + "' is not computed");
       b.setInsertionPointAfter(def);
-      const int64_t d = p->device().value_or(0);
       b.setDevice(d ? std::optional<int64_t>(d) : std::nullopt);
       b.setLoc(def->loc());
-      auto unscaled = b.createInferred(OpKind::Mul, {grad, (*pd)->inverse});
+      auto unscaled = b.createInferred(OpKind::Mul, {grad, pd.inverse});
       if (!unscaled)
         return unscaled.takeError();
       Value* u = (*unscaled)->result();
@@ -163,7 +161,7 @@ public:
       const std::string name = grad->name();
       grad->setName(names(name + ".scaled"));
       u->setName(name);
-      (*pd)->grads.push_back(u);
+      pd.grads.push_back(u);
     }
     b.setLoc(loc);
 

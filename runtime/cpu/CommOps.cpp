@@ -3,8 +3,7 @@
 // messages that carry other processes' inputs.
 #include "cpu/CommOps.h"
 
-#include "lwrt/bf16.h"
-#include "lwrt/f16.h"
+#include "cpu/Bf16.h"
 
 #include <algorithm>
 #include <cstring>
@@ -67,21 +66,15 @@ std::vector<unsigned char> sumOf(const std::vector<const TensorView*>& views) {
   } else if (t == DType::F64) {
     sumViews(views, reinterpret_cast<double*>(sum.data()));
   } else {
-    // bf16, fp16: summed in float32, in order, and rounded once (the
+    // bf16, fp16: widened, summed in float32 in order and rounded once (the
     // interpreter sums exactly and rounds through float32 alike).
-    const int64_t n = views[0]->numel();
-    std::vector<float> acc(static_cast<size_t>(n), 0.0f);
-    for (size_t v = 0; v < views.size(); ++v) {
-      const auto* x = static_cast<const uint16_t*>(views[v]->data);
-      for (int64_t i = 0; i < n; ++i) {
-        const float f = t == DType::BF16 ? bf16ToFloat(x[i]) : f16ToFloat(x[i]);
-        acc[static_cast<size_t>(i)] = v == 0 ? f : acc[static_cast<size_t>(i)] + f;
-      }
-    }
-    auto* out = reinterpret_cast<uint16_t*>(sum.data());
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = t == DType::BF16 ? floatToBf16(acc[static_cast<size_t>(i)])
-                                : floatToF16(acc[static_cast<size_t>(i)]);
+    detail::Float32Views f;
+    std::vector<const TensorView*> wide;
+    for (const TensorView* v : views)
+      wide.push_back(&f.in(*v));
+    const TensorView out{sum.data(), t, views[0]->shape, views[0]->layout};
+    sumViews(wide, f.out(out).as<float>());
+    f.commit();
   }
   return sum;
 }

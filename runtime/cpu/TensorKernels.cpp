@@ -706,17 +706,9 @@ bool cast(const TensorView& x, const TensorView& y) {
 
 bool fill(const TensorView& y, const FillParams& p) {
   int64_t n = y.numel();
-  if (y.dtype == DType::BF16 || y.dtype == DType::F16) { // each value rounded to the type
-    const size_t have = p.value.size();
-    if (have != 1 && static_cast<int64_t>(have) != n)
-      return false;
-    auto* ys = static_cast<uint16_t*>(y.data);
-    const bool bf16 = y.dtype == DType::BF16;
-    forEachElement(n, [&](int64_t k) {
-      const float v = static_cast<float>(p.value[have == 1 ? 0 : static_cast<size_t>(k)]);
-      ys[k] = bf16 ? floatToBf16(v) : floatToF16(v);
-    });
-    return true;
+  if (detail::Float32Views::any({&y})) { // float32 values, each rounded to the type
+    detail::Float32Views f;
+    return fill(f.out(y), p) && f.commit();
   }
   return dispatchValue(y.dtype, [&](auto tag) {
     using T = decltype(tag);

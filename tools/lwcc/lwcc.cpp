@@ -455,11 +455,12 @@ std::string pipelineOptions(int64_t s, int64_t m) {
   return o;
 }
 
-/// fp16's loss-scale pass, with --loss-scale and --loss-scale-interval.
+/// The options of fp16's loss-scale pass: --loss-scale and
+/// --loss-scale-interval.
 std::string lossScaleOptions() {
   std::ostringstream o;
   o.precision(17);
-  o << "loss-scale=init=" << static_cast<double>(lossScale)
+  o << "init=" << static_cast<double>(lossScale)
     << ",interval=" << static_cast<int64_t>(lossScaleInterval);
   return o.str();
 }
@@ -497,7 +498,7 @@ llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& n
   if (withOptimizer)
     names.push_back("optimizer=" + optimizerOptions());
   if (mixedPrecision == "fp16")
-    names.push_back(lossScaleOptions());
+    names.push_back("loss-scale=" + lossScaleOptions());
   names.push_back("dce");
   if (streams > 1) {
     std::string o = "stream-assign=streams=" + std::to_string(streams) + ",policy=" + streamPolicy +
@@ -1352,20 +1353,14 @@ int main(int argc, char** argv) {
     }
   }
   if (lossScale.getNumOccurrences() || lossScaleInterval.getNumOccurrences()) {
-    int exponent = 0;
     if (mixedPrecision != "fp16") {
       llvm::errs() << "lwcc: --loss-scale and --loss-scale-interval go with "
                       "--mixed-precision=fp16 (bf16 and float32 need no scaling)\n";
       return 2;
     }
-    if (!(lossScale > 0) || std::frexp(static_cast<double>(lossScale), &exponent) != 0.5 ||
-        std::abs(exponent) > 100) {
-      llvm::errs() << "lwcc: --loss-scale must be a power of two (e.g. 65536), not "
-                   << static_cast<double>(lossScale) << "\n";
-      return 2;
-    }
-    if (lossScaleInterval < 1) {
-      llvm::errs() << "lwcc: --loss-scale-interval must be >= 1\n";
+    // The pass checks its options (a power of two, an interval >= 1).
+    if (auto pass = createLossScalePass(lossScaleOptions()); !pass) {
+      llvm::errs() << "lwcc: " << llvm::toString(pass.takeError()) << "\n";
       return 2;
     }
   }
