@@ -3,6 +3,8 @@
 #include "common/Cluster.h"
 #include "cuda/Group.h"
 #include "cuda/KernelSupport.cuh"
+#include "lwrt/bf16.h"
+#include "lwrt/f16.h"
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +22,39 @@ template <typename T> __global__ void sumInto(T* acc, const T* x, int64_t n, boo
     acc[i] = first ? x[i] : acc[i] + x[i];
 }
 
+/// sumInto for bf16 (fp16 when !bf16) values: each addition in float32,
+/// rounded to the type (lwrt/bf16.h, lwrt/f16.h). Two devices' sum is the
+/// CPU backend's (float32, rounded once); more round after each addition.
+__global__ void sumInto16(uint16_t* acc, const uint16_t* x, int64_t n, bool first, bool bf16) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{blockDim.x} * gridDim.x) {
+    if (first) {
+      acc[i] = x[i];
+    } else if (bf16) {
+      acc[i] = floatToBf16(bf16ToFloat(acc[i]) + bf16ToFloat(x[i]));
+    } else {
+      acc[i] = floatToF16(f16ToFloat(acc[i]) + f16ToFloat(x[i]));
+    }
+  }
+}
+
+/// acc = x (first) or acc + x, n elements of type t, on `stream`; false
+/// for a type that is not summed.
+bool launchSum(cudaStream_t stream, void* acc, const void* x, DType t, int64_t n, bool first) {
+  if (t == DType::F32)
+    sumInto<float><<<blocksFor(n), kThreads, 0, stream>>>(static_cast<float*>(acc),
+                                                          static_cast<const float*>(x), n, first);
+  else if (t == DType::F64)
+    sumInto<double><<<blocksFor(n), kThreads, 0, stream>>>(static_cast<double*>(acc),
+                                                           static_cast<const double*>(x), n, first);
+  else if (is16Bit(t))
+    sumInto16<<<blocksFor(n), kThreads, 0, stream>>>(
+        static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(x), n, first, t == DType::BF16);
+  else
+    return false;
+  return true;
+}
+
 std::string joined(const std::vector<int64_t>& v) {
   std::string s;
   for (int64_t x : v) {
@@ -35,14 +70,8 @@ std::string joined(const std::vector<int64_t>& v) {
 bool accumulate(Context& exec, void* acc, const void* x, DType t, int64_t n, bool first) {
   if (n == 0)
     return true;
-  if (t == DType::F32)
-    sumInto<float><<<blocksFor(n), kThreads, 0, exec.stream>>>(
-        static_cast<float*>(acc), static_cast<const float*>(x), n, first);
-  else if (t == DType::F64)
-    sumInto<double><<<blocksFor(n), kThreads, 0, exec.stream>>>(
-        static_cast<double*>(acc), static_cast<const double*>(x), n, first);
-  else
-    return fail(__FILE__, __LINE__, "sums take F32 or F64 tensors");
+  if (!launchSum(exec.stream, acc, x, t, n, first))
+    return fail(__FILE__, __LINE__, "sums take F32, F64, bf16 or fp16 tensors");
   LWRT_CUDA(cudaGetLastError());
   return true;
 }
@@ -603,14 +632,9 @@ bool Group::executeLocal(const CommSpec& spec, const std::vector<CommPart>& part
         LWRT_CUDA(cudaMemcpyPeerAsync(remote, eg, x->data, gpu(p->device), bytes, exec.stream));
         src = remote;
       }
-      if (t == DType::F32)
-        LWRT_LAUNCH(sumInto<float>, blocksFor(n), kThreads, static_cast<float*>(acc),
-                    static_cast<const float*>(src), n, k == 0);
-      else if (t == DType::F64)
-        LWRT_LAUNCH(sumInto<double>, blocksFor(n), kThreads, static_cast<double*>(acc),
-                    static_cast<const double*>(src), n, k == 0);
-      else
-        return reject("sums take F32 or F64 tensors");
+      if (!launchSum(context().stream, acc, src, t, n, k == 0))
+        return reject("sums take F32, F64, bf16 or fp16 tensors");
+      LWRT_CUDA(cudaGetLastError());
     }
     return true;
   };

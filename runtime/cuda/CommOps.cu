@@ -47,8 +47,9 @@ struct Checker {
     return v && v->data ? true : reject(std::string("no ") + what + " view");
   }
   bool summable(const TensorView& v) const {
-    return v.dtype == DType::F32 || v.dtype == DType::F64 ? true
-                                                          : reject("sums take F32 or F64 views");
+    const bool ok = v.dtype == DType::F32 || v.dtype == DType::F64 || v.dtype == DType::BF16 ||
+                    v.dtype == DType::F16;
+    return ok ? true : reject("sums take F32, F64, bf16 or fp16 views");
   }
   bool sameSize(const TensorView& a, const TensorView& b) const {
     return a.dtype == b.dtype && a.numel() == b.numel()
@@ -109,7 +110,21 @@ bool equalSizes(const std::vector<int64_t>& sizes) {
   return std::adjacent_find(sizes.begin(), sizes.end(), std::not_equal_to<>()) == sizes.end();
 }
 
-ncclDataType_t ncclType(DType t) { return t == DType::F64 ? ncclFloat64 : ncclFloat32; }
+/// NCCL's type for a summable DType (bf16 and fp16 sums round their partial
+/// sums to the type: equal to the CPU backend's float32 sum rounded once on
+/// two devices, within reassociation on more).
+ncclDataType_t ncclType(DType t) {
+  switch (t) {
+  case DType::F64:
+    return ncclFloat64;
+  case DType::BF16:
+    return ncclBfloat16;
+  case DType::F16:
+    return ncclFloat16;
+  default:
+    return ncclFloat32;
+  }
+}
 
 char* at(const TensorView& v, int64_t bytes) { return static_cast<char*>(v.data) + bytes; }
 

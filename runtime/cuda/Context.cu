@@ -51,6 +51,14 @@ bool setError(std::string* error, const std::string& what) {
     *error = what;
   return false;
 }
+
+/// cuBLAS's math mode: TF32 for float32 products when asked; bf16 and fp16
+/// products (which use tensor cores either way) sum in float32 throughout,
+/// never in 16 bits between split parts, as the CPU backend's do.
+cublasMath_t blasMathMode(bool gemmTf32) {
+  return static_cast<cublasMath_t>((gemmTf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                                   CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+}
 } // namespace
 
 CudaVersions foundCudaVersions() {
@@ -107,9 +115,7 @@ bool initContext(Context& c, int device, bool convTf32, bool gemmTf32, std::stri
       !cudnnOk(cudnnSetStream(c.cudnn, c.stream), "cudnnSetStream") ||
       !cublasOk(cublasCreate(&c.cublas), "cublasCreate") ||
       !cublasOk(cublasSetStream(c.cublas, c.stream), "cublasSetStream") ||
-      !cublasOk(
-          cublasSetMathMode(c.cublas, gemmTf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-          "cublasSetMathMode") ||
+      !cublasOk(cublasSetMathMode(c.cublas, blasMathMode(gemmTf32)), "cublasSetMathMode") ||
       !cudaOk(cudaMalloc(&c.cublasWorkspace, kCublasWorkspaceBytes), "cudaMalloc") ||
       !cublasOk(cublasSetWorkspace(c.cublas, c.cublasWorkspace, kCublasWorkspaceBytes),
                 "cublasSetWorkspace") ||
@@ -158,7 +164,7 @@ bool initStreamContext(Context& c, const Context& base, std::string* error) {
   if (bl == CUBLAS_STATUS_SUCCESS)
     bl = cublasSetStream(c.cublas, c.stream);
   if (bl == CUBLAS_STATUS_SUCCESS)
-    bl = cublasSetMathMode(c.cublas, c.gemmTf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    bl = cublasSetMathMode(c.cublas, blasMathMode(c.gemmTf32));
   if (bl == CUBLAS_STATUS_SUCCESS)
     bl = cublasSetWorkspace(c.cublas, c.cublasWorkspace, kCublasWorkspaceBytes);
   if (bl != CUBLAS_STATUS_SUCCESS)

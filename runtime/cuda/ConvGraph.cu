@@ -377,7 +377,11 @@ Timed timeCandidate(Candidate& c, void* x, void* w, void* y, void* b, void* ws, 
 /// context's error when cuDNN refuses a descriptor.
 bool describe(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, int64_t align,
               ConvEpilogue epi, std::deque<Desc>& keep) {
-  cudnnDataType_t dt = t == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  // bf16 and fp16 tensors are computed in float32, as F32's.
+  const cudnnDataType_t compute = t == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  const cudnnDataType_t dt = t == DType::BF16  ? CUDNN_DATA_BFLOAT16
+                             : t == DType::F16 ? CUDNN_DATA_HALF
+                                               : compute;
   Desc& xd = keep.emplace_back();
   Desc& wd = keep.emplace_back();
   Desc& yd = keep.emplace_back();
@@ -388,7 +392,7 @@ bool describe(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, in
   const int64_t yDims[4] = {g.N, g.M, g.OH, g.OW};
   if (!tensor(xd, {g.N, g.C, g.H, g.W}, dt, kUidX, align) ||
       !tensor(wd, {g.M, g.Cg, g.KH, g.KW}, dt, kUidW, align) ||
-      !tensor(yd, yDims, dt, kUidY, align) || !convolution(conv, p, dt) ||
+      !tensor(yd, yDims, dt, kUidY, align) || !convolution(conv, p, compute) ||
       (epi.any() && !tensor(cd, yDims, dt, kUidConv, align, true)))
     return false;
   OpNames names = opNames(dir);
@@ -416,14 +420,14 @@ bool describe(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, in
     Desc* add = nullptr;
     if (!tensor(bd, {1, g.M, 1, 1}, dt, kUidB, align) ||
         (epi.relu && !tensor(sum, yDims, dt, kUidBiased, align, true)) ||
-        !pointwise(keep, CUDNN_POINTWISE_ADD, dt, *last, &bd, sum, add))
+        !pointwise(keep, CUDNN_POINTWISE_ADD, compute, *last, &bd, sum, add))
       return false;
     ops.push_back(add->get());
     last = &sum;
   }
   if (epi.relu) {
     Desc* relu = nullptr;
-    if (!pointwise(keep, CUDNN_POINTWISE_RELU_FWD, dt, *last, nullptr, yd, relu))
+    if (!pointwise(keep, CUDNN_POINTWISE_RELU_FWD, compute, *last, nullptr, yd, relu))
       return false;
     ops.push_back(relu->get());
   }
@@ -488,7 +492,7 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
                     ConvEpilogue epi, void* x, void* w, void* y, void* b, GraphConvPtr* out) {
   out->reset();
   Context& ctx = context();
-  bool tensorCores = t == DType::F32 && ctx.convTf32;
+  bool tensorCores = t == DType::BF16 || t == DType::F16 || (t == DType::F32 && ctx.convTf32);
   if (dir != ConvDir::Forward)
     epi = ConvEpilogue{};
   // 1. The operation graph; one cuDNN cannot describe is a configuration

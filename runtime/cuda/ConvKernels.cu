@@ -24,6 +24,11 @@
 //
 // TF32: F32 convolutions use TF32 tensor cores unless the trainer runs with
 // --no-tf32 (Context::convTf32, PyTorch's default); F64 never.
+//
+// bf16 and fp16 (mixed precision): x, w and y in 16 bits, cuDNN computing
+// in float32 on tensor cores, each result rounded once, as the CPU
+// backend's 16-bit kernels do. Such a convolution carries no bias or ReLU
+// (mixed precision adds the bias in float32, after the cast back).
 #include "cuda/Conv.h"
 #include "cuda/KernelSupport.cuh"
 #include "lwrt/cuda_nn.h"
@@ -132,8 +137,9 @@ struct ConvPlan {
   cudnnTensorDescriptor_t y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  int algo = 0;         ///< a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
-  size_t algoBytes = 0; ///< the algorithm's workspace
+  DType dtype = DType::F32; ///< of x, w and y
+  int algo = 0;             ///< a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
+  size_t algoBytes = 0;     ///< the algorithm's workspace
   /// Asymmetric pads: cuDNN pads both sides by the smaller pad and the input
   /// is copied into [N, C, Hp, Wp] at (offH, offW), padBytes at the start of
   /// the workspace.
@@ -151,10 +157,27 @@ ConvPlans& convPlans() {
   return *static_cast<ConvPlans*>(c.convPlans.get());
 }
 
-/// True when the context lets F32 convolutions use TF32 tensor cores.
-bool tensorOpsAllowed(DType t) { return t == DType::F32 && context().convTf32; }
+/// True when convolutions of type t may use tensor cores: bf16 and fp16
+/// always, F32 when the context allows TF32.
+bool tensorOpsAllowed(DType t) { return is16Bit(t) || (t == DType::F32 && context().convTf32); }
 
+/// The element type of the tensors cuDNN sees.
 cudnnDataType_t cudnnType(DType t) {
+  switch (t) {
+  case DType::F64:
+    return CUDNN_DATA_DOUBLE;
+  case DType::BF16:
+    return CUDNN_DATA_BFLOAT16;
+  case DType::F16:
+    return CUDNN_DATA_HALF;
+  default:
+    return CUDNN_DATA_FLOAT;
+  }
+}
+
+/// The type cuDNN computes a convolution of tensors of type t in: float32
+/// for everything but F64.
+cudnnDataType_t cudnnComputeType(DType t) {
   return t == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 }
 
@@ -199,13 +222,14 @@ bool makeDescriptors(const ConvGeom& g, const Conv2dParams& p, DType t, ConvPlan
   LWRT_CUDNN(cudnnCreateConvolutionDescriptor(&plan.conv));
   LWRT_CUDNN(cudnnSetConvolution2dDescriptor(plan.conv, i(ph), i(pw), i(p.strides[0]),
                                              i(p.strides[1]), i(p.dilations[0]), i(p.dilations[1]),
-                                             CUDNN_CROSS_CORRELATION, dt));
+                                             CUDNN_CROSS_CORRELATION, cudnnComputeType(t)));
   LWRT_CUDNN(cudnnSetConvolutionGroupCount(plan.conv, i(g.G)));
   // FP32 without TF32 must stay on FMA kernels: cuDNN's default math lets
   // Ampere and later use TF32 tensor cores.
-  cudnnMathType_t math = t == DType::F64      ? CUDNN_DEFAULT_MATH
-                         : context().convTf32 ? CUDNN_TENSOR_OP_MATH
-                                              : CUDNN_FMA_MATH;
+  cudnnMathType_t math = t == DType::F64       ? CUDNN_DEFAULT_MATH
+                         : tensorOpsAllowed(t) ? CUDNN_TENSOR_OP_MATH
+                                               : CUDNN_FMA_MATH;
+  plan.dtype = t;
   LWRT_CUDNN(cudnnSetConvolutionMathType(plan.conv, math));
   return true;
 }
@@ -294,7 +318,7 @@ const char* kNoAlgo = "conv2d: cuDNN offers no deterministic algorithm for this 
 template <typename T>
 bool searchForward(ConvPlan& plan, const ConvGeom& g, const void* x, const void* w, void* y) {
   Context& c = context();
-  bool tc = tensorOpsAllowed(sizeof(T) == 4 ? DType::F32 : DType::F64);
+  bool tc = tensorOpsAllowed(plan.dtype);
   int maxCount = 0;
   LWRT_CUDNN(cudnnGetConvolutionForwardAlgorithmMaxCount(c.cudnn, &maxCount));
   std::vector<cudnnConvolutionFwdAlgoPerf_t> heur(std::max(maxCount, 1)), found(heur.size());
@@ -331,7 +355,7 @@ bool searchForward(ConvPlan& plan, const ConvGeom& g, const void* x, const void*
 template <typename T>
 bool searchBackwardData(ConvPlan& plan, const void* w, const void* dy, void* dx) {
   Context& c = context();
-  bool tc = tensorOpsAllowed(sizeof(T) == 4 ? DType::F32 : DType::F64);
+  bool tc = tensorOpsAllowed(plan.dtype);
   int maxCount = 0;
   LWRT_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(c.cudnn, &maxCount));
   std::vector<cudnnConvolutionBwdDataAlgoPerf_t> heur(std::max(maxCount, 1)), found(heur.size());
@@ -364,7 +388,7 @@ template <typename T>
 bool searchBackwardFilter(ConvPlan& plan, const ConvGeom& g, const void* x, const void* dy,
                           void* dw) {
   Context& c = context();
-  bool tc = tensorOpsAllowed(sizeof(T) == 4 ? DType::F32 : DType::F64);
+  bool tc = tensorOpsAllowed(plan.dtype);
   int maxCount = 0;
   LWRT_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(c.cudnn, &maxCount));
   std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> heur(std::max(maxCount, 1)), found(heur.size());
@@ -410,15 +434,20 @@ int64_t commonAlignment(std::initializer_list<const void*> ptrs) {
 template <typename T> bool runEpilogue(const ConvGeom& g, T* y, const T* b, bool relu) {
   if (!b && !relu)
     return true;
-  const int64_t planes = g.N * g.M, P = g.OH * g.OW;
-  if (!fitsInt({planes, P}))
-    return LWRT_REJECT("conv2d: more than 2^31 planes or plane elements for the epilogue");
-  PlaneGrid pg = planeGrid(planes, P);
-  convEpilogue<T><<<pg.grid, pg.block, 0, context().stream>>>(y, b, static_cast<unsigned>(g.M),
-                                                              static_cast<unsigned>(P),
-                                                              static_cast<unsigned>(planes), relu);
-  LWRT_CUDA(cudaGetLastError());
-  return true;
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    return LWRT_REJECT("conv2d: a bf16 or fp16 convolution takes no bias or ReLU (mixed precision "
+                       "adds them in float32)");
+  } else {
+    const int64_t planes = g.N * g.M, P = g.OH * g.OW;
+    if (!fitsInt({planes, P}))
+      return LWRT_REJECT("conv2d: more than 2^31 planes or plane elements for the epilogue");
+    PlaneGrid pg = planeGrid(planes, P);
+    convEpilogue<T><<<pg.grid, pg.block, 0, context().stream>>>(
+        y, b, static_cast<unsigned>(g.M), static_cast<unsigned>(P), static_cast<unsigned>(planes),
+        relu);
+    LWRT_CUDA(cudaGetLastError());
+    return true;
+  }
 }
 
 /// The own epilogue's time per run on the real buffers (ms), for choosing
@@ -529,6 +558,9 @@ bool conv2dImpl(const TensorView& xv, const TensorView& wv, const TensorView* bv
   if (bv && (bv->dtype != xv.dtype || bv->shape != std::vector<int64_t>{g.M} ||
              (bv->data == nullptr && g.M != 0)))
     return LWRT_REJECT("conv2d: the bias must be [M] of x's element type");
+  if (is16Bit(xv.dtype) && (bv || relu))
+    return LWRT_REJECT("conv2d: a bf16 or fp16 convolution takes no bias or ReLU (mixed precision "
+                       "adds them in float32)");
   if (yv.numel() == 0)
     return true;
   T* y = yv.as<T>();
@@ -563,7 +595,7 @@ bool conv2dImpl(const TensorView& xv, const TensorView& wv, const TensorView* bv
       return false;
     xin = pad;
   }
-  T one = 1, zeroScale = 0;
+  ScaleOf<T> one = 1, zeroScale = 0;
   LWRT_CUDNN(cudnnConvolutionForward(context().cudnn, &one, plan->x, xin, plan->w, wv.data,
                                      plan->conv, static_cast<cudnnConvolutionFwdAlgo_t>(plan->algo),
                                      ws, plan->algoBytes, &zeroScale, plan->y, y));
@@ -590,7 +622,7 @@ bool conv2dGradInputImpl(const TensorView& dyv, const TensorView& wv, const Tens
   if (!plan || !planWorkspace(*plan, pad, ws))
     return false;
   void* out = plan->padded ? static_cast<void*>(pad) : dxv.data;
-  T one = 1, zeroScale = 0;
+  ScaleOf<T> one = 1, zeroScale = 0;
   LWRT_CUDNN(cudnnConvolutionBackwardData(context().cudnn, &one, plan->w, wv.data, plan->y,
                                           dyv.data, plan->conv,
                                           static_cast<cudnnConvolutionBwdDataAlgo_t>(plan->algo),
@@ -629,7 +661,7 @@ bool conv2dGradFilterImpl(const TensorView& xv, const TensorView& dyv, const Ten
       return false;
     xin = pad;
   }
-  T one = 1, zeroScale = 0;
+  ScaleOf<T> one = 1, zeroScale = 0;
   LWRT_CUDNN(cudnnConvolutionBackwardFilter(
       context().cudnn, &one, plan->x, xin, plan->y, dyv.data, plan->conv,
       static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan->algo), ws, plan->algoBytes, &zeroScale,
@@ -643,8 +675,8 @@ bool conv2dGradFilterImpl(const TensorView& xv, const TensorView& dyv, const Ten
 
 bool conv2d(const TensorView& x, const TensorView& w, const TensorView* bias, const TensorView& y,
             const Conv2dParams& p) {
-  return floatOp("conv2d", {&x, &w, &y},
-                 [&](auto t) { return conv2dImpl<decltype(t)>(x, w, bias, y, p, false); });
+  return floatOr16Op("conv2d", {&x, &w, &y},
+                     [&](auto t) { return conv2dImpl<decltype(t)>(x, w, bias, y, p, false); });
 }
 
 bool conv2dAct(const TensorView& x, const TensorView& w, const TensorView* bias,
@@ -652,20 +684,20 @@ bool conv2dAct(const TensorView& x, const TensorView& w, const TensorView* bias,
   if (act.kind == Activation::Clip)
     return LWRT_REJECT("conv2d: a fused clip is not supported on CUDA (only relu)");
   const bool relu = act.kind == Activation::Relu;
-  return floatOp("conv2d", {&x, &w, &y},
-                 [&](auto t) { return conv2dImpl<decltype(t)>(x, w, bias, y, p, relu); });
+  return floatOr16Op("conv2d", {&x, &w, &y},
+                     [&](auto t) { return conv2dImpl<decltype(t)>(x, w, bias, y, p, relu); });
 }
 
 bool conv2dGradInput(const TensorView& dy, const TensorView& w, const TensorView& dx,
                      const Conv2dParams& p) {
-  return floatOp("conv2d_grad_input", {&dy, &w, &dx},
-                 [&](auto t) { return conv2dGradInputImpl<decltype(t)>(dy, w, dx, p); });
+  return floatOr16Op("conv2d_grad_input", {&dy, &w, &dx},
+                     [&](auto t) { return conv2dGradInputImpl<decltype(t)>(dy, w, dx, p); });
 }
 
 bool conv2dGradFilter(const TensorView& x, const TensorView& dy, const TensorView& dw,
                       const Conv2dParams& p) {
-  return floatOp("conv2d_grad_filter", {&x, &dy, &dw},
-                 [&](auto t) { return conv2dGradFilterImpl<decltype(t)>(x, dy, dw, p); });
+  return floatOr16Op("conv2d_grad_filter", {&x, &dy, &dw},
+                     [&](auto t) { return conv2dGradFilterImpl<decltype(t)>(x, dy, dw, p); });
 }
 
 } // namespace lwrt::cuda

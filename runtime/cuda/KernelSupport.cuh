@@ -1,6 +1,6 @@
 // cuda/KernelSupport.cuh - what the CUDA kernel files share (not installed)
 // defines: LWRT_REJECT, LWRT_LAUNCH, LWRT_GRID_STRIDE, kReduceThreads, blockSum, isFloatType,
-//          sameType, floatOp, fitsInt, zeroBytes, PlaneGrid, planeGrid
+//          sameType, floatOp, is16Bit, floatOr16Op, fitsInt, zeroBytes, PlaneGrid, planeGrid
 #pragma once
 
 #include "cuda/Context.h"
@@ -10,6 +10,7 @@
 #include <climits>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 /// Records why a kernel does not take its operands and returns false.
 #define LWRT_REJECT(what) ::lwrt::cuda::fail(__FILE__, __LINE__, what)
@@ -51,6 +52,28 @@ bool floatOp(const char* op, std::initializer_list<const TensorView*> views, Fn 
     return fn(float{});
   return fn(double{});
 }
+
+/// bf16 and fp16: stored as their 16 bits (uint16_t in kernels), computed
+/// by cuDNN and cuBLAS in float32.
+inline bool is16Bit(DType t) { return t == DType::BF16 || t == DType::F16; }
+
+/// floatOp for the ops that take bf16 and fp16 operands too (convolutions
+/// and matrix products): fn(uint16_t{}) for those, the kernel reading the
+/// element type from its views.
+template <typename Fn>
+bool floatOr16Op(const char* op, std::initializer_list<const TensorView*> views, Fn fn) {
+  DType t = (*views.begin())->dtype;
+  if (!is16Bit(t))
+    return floatOp(op, views, fn);
+  if (!sameType(t, views))
+    return fail(__FILE__, __LINE__,
+                std::string(op) + ": operands must be of one element type, with data");
+  return fn(uint16_t{});
+}
+
+/// The type of the alpha and beta that cuDNN and cuBLAS take for elements
+/// of type T: double for double, float for float, bf16 and fp16.
+template <typename T> using ScaleOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 inline bool fitsInt(std::initializer_list<int64_t> values) {
   for (int64_t v : values)

@@ -4,7 +4,10 @@
 // Matrix products go to cuBLAS (row-major operands seen as their column-major
 // transposes, so C^T = B^T A^T), in IEEE float32 unless the trainer runs
 // with --tf32 (cuBLAS's math mode, Context::gemmTf32: PyTorch's default
-// rule for matmuls).
+// rule for matmuls). bf16 and fp16 products (mixed precision) read 16-bit
+// operands and write a 16-bit result, accumulating in float32
+// (cublasGemmEx with CUBLAS_COMPUTE_32F; the context's math mode forbids
+// reductions in 16 bits), as the CPU backend's 16-bit products do.
 //
 // Pooling runs on cuDNN (cudnnPoolingForward / Backward) where it computes
 // what the op asks: symmetric pads smaller than the window, no dilation, the
@@ -48,28 +51,45 @@ template <typename T> __global__ void scaleInPlace(T* y, T s, int64_t n) {
 
 //===--- Linear algebra ---------------------------------------------------===//
 
-// cuBLAS by element type. Operands are column-major, as cuBLAS sees them.
-cublasStatus_t blasGemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+// cuBLAS by element type (t: the tensors' DType, which tells bf16 from fp16
+// when T is uint16_t). Operands are column-major, as cuBLAS sees them.
+cublasStatus_t blasGemm(DType, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                         const float* alpha, const float* a, int lda, const float* b, int ldb,
                         const float* beta, float* c, int ldc) {
   return cublasSgemm(context().cublas, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-cublasStatus_t blasGemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+cublasStatus_t blasGemm(DType, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                         const double* alpha, const double* a, int lda, const double* b, int ldb,
                         const double* beta, double* c, int ldc) {
   return cublasDgemm(context().cublas, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-cublasStatus_t blasGemmBatched(int m, int n, int k, const float* alpha, const float* a, int lda,
-                               long long sa, const float* b, int ldb, long long sb,
+cudaDataType_t blasType16(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F; }
+cublasStatus_t blasGemm(DType t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                        const float* alpha, const uint16_t* a, int lda, const uint16_t* b, int ldb,
+                        const float* beta, uint16_t* c, int ldc) {
+  const cudaDataType_t dt = blasType16(t);
+  return cublasGemmEx(context().cublas, ta, tb, m, n, k, alpha, a, dt, lda, b, dt, ldb, beta, c, dt,
+                      ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+cublasStatus_t blasGemmBatched(DType, int m, int n, int k, const float* alpha, const float* a,
+                               int lda, long long sa, const float* b, int ldb, long long sb,
                                const float* beta, float* c, int ldc, long long sc, int count) {
   return cublasSgemmStridedBatched(context().cublas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, alpha, a,
                                    lda, sa, b, ldb, sb, beta, c, ldc, sc, count);
 }
-cublasStatus_t blasGemmBatched(int m, int n, int k, const double* alpha, const double* a, int lda,
-                               long long sa, const double* b, int ldb, long long sb,
+cublasStatus_t blasGemmBatched(DType, int m, int n, int k, const double* alpha, const double* a,
+                               int lda, long long sa, const double* b, int ldb, long long sb,
                                const double* beta, double* c, int ldc, long long sc, int count) {
   return cublasDgemmStridedBatched(context().cublas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, alpha, a,
                                    lda, sa, b, ldb, sb, beta, c, ldc, sc, count);
+}
+cublasStatus_t blasGemmBatched(DType t, int m, int n, int k, const float* alpha, const uint16_t* a,
+                               int lda, long long sa, const uint16_t* b, int ldb, long long sb,
+                               const float* beta, uint16_t* c, int ldc, long long sc, int count) {
+  const cudaDataType_t dt = blasType16(t);
+  return cublasGemmStridedBatchedEx(context().cublas, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, alpha, a,
+                                    dt, lda, sa, b, dt, ldb, sb, beta, c, dt, ldc, sc, count,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 template <typename T>
@@ -103,7 +123,7 @@ bool gemmImpl(const TensorView& av, const TensorView& bv, const TensorView* cv,
     return LWRT_REJECT("gemm: a dimension is too large for cuBLAS (2^31)");
   T* y = yv.as<T>();
   int64_t n = M * N;
-  T beta = T(0);
+  ScaleOf<T> beta = 0;
   if (cv) {
     if (!fitsInt({M, N}))
       return LWRT_REJECT("gemm: a dimension is too large for cuBLAS (2^31)");
@@ -111,18 +131,21 @@ bool gemmImpl(const TensorView& av, const TensorView& bv, const TensorView* cv,
     broadcastMatrix<T><<<pg.grid, pg.block, 0, context().stream>>>(
         cv->as<T>(), y, static_cast<unsigned>(M), static_cast<unsigned>(N), cs[0], cs[1]);
     LWRT_CUDA(cudaGetLastError());
-    beta = static_cast<T>(p.beta);
+    beta = static_cast<ScaleOf<T>>(p.beta);
   }
   if (K == 0) { // an empty product: y = beta c
     if (!cv)
       return zeroBytes(y, yv.bytes());
-    LWRT_LAUNCH(scaleInPlace<T>, blocksFor(n), kThreads, y, beta, n);
+    if constexpr (std::is_same_v<T, uint16_t>)
+      return LWRT_REJECT("gemm: a bf16 or fp16 gemm takes no c");
+    else
+      LWRT_LAUNCH(scaleInPlace<T>, blocksFor(n), kThreads, y, beta, n);
     return true;
   }
   // Row-major y = op(A) op(B) is column-major y^T = op(B)^T op(A)^T, and a
   // row-major matrix is its column-major transpose: pass B first.
-  T alpha = static_cast<T>(p.alpha);
-  LWRT_CUBLAS(blasGemm(tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+  ScaleOf<T> alpha = static_cast<ScaleOf<T>>(p.alpha);
+  LWRT_CUBLAS(blasGemm(av.dtype, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                        static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha,
                        bv.as<T>(), static_cast<int>(bv.shape[1]), av.as<T>(),
                        static_cast<int>(av.shape[1]), &beta, y, static_cast<int>(N)));
@@ -195,15 +218,15 @@ bool matmulImpl(const TensorView& av, const TensorView& bv, const TensorView& yv
   if (!fitsInt({M, N, K}))
     return LWRT_REJECT("matmul: a dimension is too large for cuBLAS (2^31)");
   const T *a = av.as<T>(), *b = bv.as<T>();
-  T one = 1, zeroScale = 0;
+  ScaleOf<T> one = 1, zeroScale = 0;
   int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
   // b shared by every batch and a's batches contiguous: one product with
   // nb * M rows.
   int64_t strideA = 0, strideB = 0;
   if (linearOffsets(sa, batch, 0, strideA) && linearOffsets(sb, batch, 0, strideB) &&
       strideB == 0 && (strideA == 1 || nb == 1) && fitsInt({nb * M})) {
-    LWRT_CUBLAS(blasGemm(CUBLAS_OP_N, CUBLAS_OP_N, n, static_cast<int>(nb * M), k, &one, b, n, a, k,
-                         &zeroScale, y, n));
+    LWRT_CUBLAS(blasGemm(av.dtype, CUBLAS_OP_N, CUBLAS_OP_N, n, static_cast<int>(nb * M), k, &one,
+                         b, n, a, k, &zeroScale, y, n));
     return true;
   }
   // Otherwise strided batches over the innermost batch dims whose offsets
@@ -223,9 +246,9 @@ bool matmulImpl(const TensorView& av, const TensorView& bv, const TensorView& yv
       oa += idx[d] * sa[d];
       ob += idx[d] * sb[d];
     }
-    LWRT_CUBLAS(blasGemmBatched(n, m, k, &one, b + ob * K * N, n, strideB * K * N, a + oa * M * K,
-                                k, strideA * M * K, &zeroScale, y + o * inner * M * N, n, M * N,
-                                static_cast<int>(inner)));
+    LWRT_CUBLAS(blasGemmBatched(av.dtype, n, m, k, &one, b + ob * K * N, n, strideB * K * N,
+                                a + oa * M * K, k, strideA * M * K, &zeroScale,
+                                y + o * inner * M * N, n, M * N, static_cast<int>(inner)));
     for (size_t d = from; d-- > 0;) {
       if (++idx[d] < batch[d])
         break;
@@ -642,12 +665,16 @@ bool gemm(const TensorView& a, const TensorView& b, const TensorView* c, const T
           const GemmParams& p) {
   if (c && !sameType(a.dtype, {c}))
     return LWRT_REJECT("gemm: c must have a's element type and hold data");
-  return floatOp("gemm", {&a, &b, &y},
-                 [&](auto t) { return gemmImpl<decltype(t)>(a, b, c, y, p); });
+  if (c && is16Bit(a.dtype))
+    return LWRT_REJECT("gemm: a bf16 or fp16 gemm takes no c (mixed precision adds the bias in "
+                       "float32)");
+  return floatOr16Op("gemm", {&a, &b, &y},
+                     [&](auto t) { return gemmImpl<decltype(t)>(a, b, c, y, p); });
 }
 
 bool matmul(const TensorView& a, const TensorView& b, const TensorView& y) {
-  return floatOp("matmul", {&a, &b, &y}, [&](auto t) { return matmulImpl<decltype(t)>(a, b, y); });
+  return floatOr16Op("matmul", {&a, &b, &y},
+                     [&](auto t) { return matmulImpl<decltype(t)>(a, b, y); });
 }
 
 bool maxPool2d(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {

@@ -16,8 +16,10 @@
 //===----------------------------------------------------------------------===//
 #include "cuda/Context.h"
 #include "lwrt/activation_math.h"
+#include "lwrt/bf16.h"
 #include "lwrt/cuda_tensor.h"
 #include "lwrt/dropout.h"
+#include "lwrt/f16.h"
 
 #include <algorithm>
 #include <array>
@@ -401,17 +403,52 @@ struct PowFn {
   }
 };
 
-/// Ints: whether the op also takes I64 and I32.
+/// A bf16 (fp16 when !bf16) element as a float32 and back, with the
+/// rounding of lwrt/bf16.h and lwrt/f16.h.
+__device__ float widen16(uint16_t h, bool bf16) { return bf16 ? bf16ToFloat(h) : f16ToFloat(h); }
+__device__ uint16_t narrow16(float v, bool bf16) { return bf16 ? floatToBf16(v) : floatToF16(v); }
+
+/// A binary op on bf16 or fp16 operands as the CPU backend computes it:
+/// both widened to float32, f in double, the result rounded to float32 and
+/// then to the type. `w` walks broadcast operands (null: same shapes).
+template <typename F>
+__global__ void binary16Kernel(const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n,
+                               Walk<2> w, bool walk, bool bf16, F f) {
+  for (int64_t k = firstThread(); k < n; k += gridThreads()) {
+    int64_t off[2] = {k, k};
+    if (walk)
+      offsetsOf(w, k, off);
+    const double u = widen16(a[off[0]], bf16), v = widen16(b[off[1]], bf16);
+    y[k] = narrow16(static_cast<float>(f(u, v)), bf16);
+  }
+}
+
+/// Ints: whether the op also takes I64 and I32. Every op also takes bf16
+/// and fp16 (a micro-batched step sums 16-bit partial gradients).
 template <bool Ints, typename F>
 bool binary(const char* op, const TensorView& a, const TensorView& b, const TensorView& y, F f) {
+  const bool low = a.dtype == DType::BF16 || a.dtype == DType::F16;
   if (a.dtype != b.dtype || a.dtype != y.dtype || !broadcastsTo(a.shape, b.shape, y.shape) ||
-      !(Ints ? isNumeric(a.dtype) : isFloat(a.dtype)))
+      !(low || (Ints ? isNumeric(a.dtype) : isFloat(a.dtype))))
     return LWRT_REJECT(op, std::string("takes operands of one ") + (Ints ? "numeric" : "float") +
                                " type broadcasting to the result, not " + describe(a) + ", " +
                                describe(b) + " -> " + describe(y));
   int64_t n = y.numel();
   if (n == 0)
     return true;
+  if (low) {
+    Walk<2> w{};
+    const bool walk = a.shape != b.shape;
+    size_t r = y.shape.size();
+    if (walk &&
+        !makeWalk<2>(y.shape, {broadcastStrides(a.shape, r), broadcastStrides(b.shape, r)}, w))
+      return LWRT_REJECT(op, "broadcasts over more than 8 dims: " + describe(y));
+    binary16Kernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
+        static_cast<const uint16_t*>(a.data), static_cast<const uint16_t*>(b.data),
+        static_cast<uint16_t*>(y.data), n, w, walk, a.dtype == DType::BF16, f);
+    LWRT_CUDA(cudaGetLastError());
+    return true;
+  }
   auto run = [&](auto tag) {
     using T = decltype(tag);
     cudaStream_t s = context().stream;
@@ -710,6 +747,17 @@ __global__ void castKernel(const From* x, To* y, int64_t n, bool toBool) {
   }
 }
 
+/// float32 to bf16 or fp16 and back, element by element, with the rounding
+/// the CPU backend and the interpreter use (lwrt/bf16.h, lwrt/f16.h).
+__global__ void narrowKernel(const float* x, uint16_t* y, int64_t n, bool bf16) {
+  for (int64_t k = firstThread(); k < n; k += gridThreads())
+    y[k] = bf16 ? floatToBf16(x[k]) : floatToF16(x[k]);
+}
+__global__ void widenKernel(const uint16_t* x, float* y, int64_t n, bool bf16) {
+  for (int64_t k = firstThread(); k < n; k += gridThreads())
+    y[k] = bf16 ? bf16ToFloat(x[k]) : f16ToFloat(x[k]);
+}
+
 template <typename T> T fillValue(const FillParams& p, int64_t k, DType t) {
   if constexpr (std::is_floating_point_v<T>) {
     return static_cast<T>(p.value.size() == 1 ? p.value[0] : p.value[k]);
@@ -877,11 +925,36 @@ bool reduceSum(const TensorView& x, const TensorView& y, const ReduceParams& p) 
 //===--- Conversion and values --------------------------------------------===//
 
 bool cast(const TensorView& x, const TensorView& y) {
-  bool types = (isNumeric(x.dtype) || x.dtype == DType::Bool) &&
-               (isNumeric(y.dtype) || y.dtype == DType::Bool);
+  auto castable = [](DType t) {
+    return isNumeric(t) || t == DType::Bool || t == DType::BF16 || t == DType::F16;
+  };
+  bool types = castable(x.dtype) && castable(y.dtype);
   if (x.shape != y.shape || !types)
     return LWRT_REJECT("cast", "cannot cast " + describe(x) + " to " + describe(y));
   int64_t n = x.numel();
+  const bool bf16 = x.dtype == DType::BF16 || y.dtype == DType::BF16;
+  if (bf16 || x.dtype == DType::F16 || y.dtype == DType::F16) {
+    // bf16 or fp16 to and from float32, and either to itself: they meet no
+    // other type in a step (as on the CPU).
+    const DType low = bf16 ? DType::BF16 : DType::F16;
+    if (n == 0)
+      return true;
+    cudaStream_t s = context().stream;
+    if (x.dtype == DType::F32 && y.dtype == low)
+      narrowKernel<<<blocksFor(n), kThreads, 0, s>>>(x.as<const float>(),
+                                                     static_cast<uint16_t*>(y.data), n, bf16);
+    else if (x.dtype == low && y.dtype == DType::F32)
+      widenKernel<<<blocksFor(n), kThreads, 0, s>>>(static_cast<const uint16_t*>(x.data),
+                                                    y.as<float>(), n, bf16);
+    else if (x.dtype == low && y.dtype == low)
+      LWRT_CUDA(cudaMemcpyAsync(y.data, x.data, static_cast<size_t>(x.bytes()),
+                                cudaMemcpyDeviceToDevice, s));
+    else
+      return LWRT_REJECT("cast", "casts bf16 and fp16 to and from F32 only, not " + describe(x) +
+                                     " to " + describe(y));
+    LWRT_CUDA(cudaGetLastError());
+    return true;
+  }
   if (n == 0)
     return true;
   bool toBool = y.dtype == DType::Bool;
@@ -899,6 +972,34 @@ bool cast(const TensorView& x, const TensorView& y) {
 
 bool fill(const TensorView& y, const FillParams& p) {
   int64_t n = y.numel();
+  if (y.dtype == DType::BF16 || y.dtype == DType::F16) {
+    // Each value rounded to float32 and then to the type, as on the CPU.
+    const bool bf16 = y.dtype == DType::BF16;
+    if (p.value.size() != 1 && static_cast<int64_t>(p.value.size()) != n)
+      return LWRT_REJECT("fill", std::to_string(p.value.size()) + " values for " + describe(y));
+    if (n == 0)
+      return true;
+    auto bits = [&](int64_t k) {
+      const float v = static_cast<float>(p.value.size() == 1 ? p.value[0] : p.value[k]);
+      return bf16 ? floatToBf16(v) : floatToF16(v);
+    };
+    cudaStream_t s = context().stream;
+    auto* out = static_cast<uint16_t*>(y.data);
+    if (p.value.size() == 1) {
+      splatKernel<<<blocksFor(n), kThreads, 0, s>>>(out, n, bits(0));
+      LWRT_CUDA(cudaGetLastError());
+      return true;
+    }
+    for (int64_t start = 0; start < n; start += FillChunk<uint16_t>::kCount) {
+      FillChunk<uint16_t> c{};
+      int64_t count = std::min(FillChunk<uint16_t>::kCount, n - start);
+      for (int64_t k = 0; k < count; ++k)
+        c.v[k] = bits(start + k);
+      chunkKernel<<<blocksFor(count), kThreads, 0, s>>>(out + start, count, c);
+      LWRT_CUDA(cudaGetLastError());
+    }
+    return true;
+  }
   if (!isNumeric(y.dtype) && y.dtype != DType::Bool)
     return LWRT_REJECT("fill", "cannot fill " + describe(y));
   return dispatchValue(y.dtype, [&](auto tag) {

@@ -544,7 +544,7 @@ bool slice(const TensorView& x, const TensorView& y, const SliceParams& p) {
 bool sliceGrad(const TensorView& dy, const TensorView& dx, const SliceParams& p) {
   SliceDims s;
   if (dy.dtype != dx.dtype || !resolveSlices(dx.shape, p, s) || s.count != dy.shape ||
-      !isFloat(dx.dtype))
+      !(isFloat(dx.dtype) || dx.dtype == DType::BF16 || dx.dtype == DType::F16))
     return LWRT_REJECT("sliceGrad",
                        "the float slice of " + describe(dx) + " is not " + describe(dy));
   Dims st;

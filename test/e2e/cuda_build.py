@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Every zoo model at test size builds into a CUDA trainer with nvcc.
 
-So does upnet (the ops of issue 25), on one device and on two (model).
+So does upnet (the ops of issue 25), on one device and on two (model), and
+every zoo model with --mixed-precision=bf16 (LeNet in fp16 too, and 16-bit
+trainers of two devices: data, OWT, a pipeline).
 `lwcc MODEL -o trainer` (target cuda, the default; sm_90) must emit CUDA C++
 and link it against the CUDA runtime library, cuDNN, cuBLAS and NCCL. So must
 multi-device trainers (MULTI: --gpus 2 and 4, data-parallel and One Weird
@@ -81,6 +83,13 @@ MULTI += [("lenet", 2, "pipeline")]
 EXTRA = [("upnet", 1, None), ("upnet", 2, "model")]
 # Four streams: inception's branches on streams 2 and 3 (--stream-policy=all).
 EXTRA += [("inception", 1, "streams")]
+# Mixed precision: every zoo model in bf16 on one device (conv2d, gemm and
+# their gradients in 16 bits on cuDNN and cuBLAS, the casts), LeNet in fp16
+# (loss scaling: all_finite and the scale's update), and 16-bit collectives
+# (NCCL's bf16 and fp16 sums, 16-bit slice gradients and partial sums).
+MIXED = [(name, 1, None, "bf16") for name in zoo.REGISTRY]
+MIXED += [("lenet", 1, None, "fp16"), ("lenet", 2, "data", "fp16"),
+          ("alexnet_owt", 2, "owt", "bf16"), ("lenet", 2, "pipeline", "bf16")]
 
 # The trainer checked as several processes under mpirun.
 PROCESSES = ("resnet18", 4, "data")
@@ -187,15 +196,17 @@ def check_preflight_stub(exe, tmp):
     return None
 
 
-def check(name, tmp, gpu, gpus=1, strategy=None):
+def check(name, tmp, gpu, gpus=1, strategy=None, mixed=None):
     path = os.path.join(tmp, name + ".onnx")  # main() saved it
     flags = [f"--gpus={gpus}", f"--strategy={strategy}"] if gpus > 1 else []
     if strategy == "pipeline":
         flags += ["--stages=2", "--microbatches=2"]
     if strategy == "streams":
         flags = ["--streams=4", "--stream-policy=all"]
+    if mixed:
+        flags += [f"--mixed-precision={mixed}"]
     exe = os.path.join(tmp, name + (f"-g{gpus}-{strategy}" if gpus > 1 or strategy else "") +
-                       "-cuda")
+                       (f"-{mixed}" if mixed else "") + "-cuda")
     r = subprocess.run([LWCC, path, "-o", exe] + flags, capture_output=True, text=True,
                        timeout=900)
     if r.returncode != 0:
@@ -204,7 +215,7 @@ def check(name, tmp, gpu, gpus=1, strategy=None):
         return "no executable"
     if (problem := check_sonames(exe, strategy)) is not None:
         return problem
-    if name == "lenet" and gpus == 1 and not gpu:
+    if name == "lenet" and gpus == 1 and not gpu and not mixed:
         if (problem := check_preflight_stub(exe, tmp)) is not None:
             return problem
     r = subprocess.run([exe, "--steps=1", "--progress=off"], capture_output=True, text=True,
@@ -269,18 +280,19 @@ def check_compare(tmp):
 
 def main():
     gpu = has_gpu()
-    cases = [(name, 1, None) for name in zoo.REGISTRY] + MULTI + EXTRA
+    cases = [(name, 1, None) for name in zoo.REGISTRY] + MULTI + EXTRA + MIXED
     failed = 0
     with tempfile.TemporaryDirectory(prefix="lwcc-cuda-build-") as tmp:
         # The ONNX files first: a model's cases share one.
         for name in {c[0] for c in cases}:
             onnx.save(zoo.build(name, test_size=True), os.path.join(tmp, name + ".onnx"))
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as ex:
-            futures = {c: ex.submit(check, c[0], tmp, gpu, c[1], c[2]) for c in cases}
+            futures = {c: ex.submit(check, c[0], tmp, gpu, *c[1:]) for c in cases}
             compared = ex.submit(check_compare, tmp)
             for c in cases:
                 name = c[0] + (f" --gpus {c[1]} --strategy={c[2]}" if c[1] > 1 else
                                " --streams=4" if c[2] == "streams" else "")
+                name += f" --mixed-precision={c[3]}" if len(c) > 3 else ""
                 try:
                     problem = futures[c].result()
                 except Exception as e:  # noqa: BLE001 - any failure fails the case

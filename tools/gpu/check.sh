@@ -9,10 +9,11 @@
 #   1. correctness: each zoo model's CUDA trainer (TF32 off) runs its first
 #      step on the seeded batch; loss, gradients and params vs the CPU backend;
 #      then three steps with CUDA graphs (recorded at the second, replayed at
-#      the third, no capture fallback) vs the CPU backend's three
+#      the third, no capture fallback) vs the CPU backend's three; bf16
+#      trainers (--mixed-precision=bf16) vs the CPU backend's bf16 steps
 #   2. compute-sanitizer memcheck and racecheck on one LeNet and one ResNet-18 step
-#   3. speed: AlexNet 224x224 batch 128, lwcc (fp32, TF32) vs PyTorch eager
-#      and torch.compile (fp32, TF32) in the same run
+#   3. speed: AlexNet 224x224 batch 128, lwcc (fp32, TF32, bf16) vs PyTorch
+#      eager and torch.compile (fp32, TF32, bf16 autocast) in the same run
 #   4. harden: the start-up line names the driver, cuDNN and cuBLAS found
 #      (the preflight passed); --profile times real steps (ops listed, the
 #      profiled run trains as an unprofiled one) with an evaluation pass
@@ -130,6 +131,23 @@ want correct && for d in "$G"/*-data; do
   fi
   ROWS+=("correctness $m, 3 steps, CUDA graph replayed (TF32 off) vs CPU: $s $r")
 done
+# bf16 mixed precision: one step and three (the third replaying the CUDA
+# graph) against the CPU backend's bf16 steps, within 2e-2: both round the
+# same float32 values to bf16, but cuDNN and the CPU sum a convolution in
+# different orders, so a value may land on the neighbouring bf16.
+want correct && for src in "$G"/src/*-bf16; do
+  v=$(basename "$src"); m=${v%-bf16}; exe="$G/$v-cuda"
+  [[ -x $exe ]] || { ROWS+=("correctness $v: NOT BUILT"); continue; }
+  for n in 1 3; do
+    ref="$G/$v-cpu$([[ $n == 3 ]] && echo 3)"; log="$OUT/$v-$n.log"
+    if "$exe" --steps=$n --data="raw:$G/$m-data" --dump="/tmp/$v-gpu$n" --progress=off >"$log" 2>&1; then
+      r=$(python3 "$G/compare.py" --tol=2e-2 "$ref" "/tmp/$v-gpu$n" 2>&1) && s=PASS || s=FAIL
+    else
+      r="trainer exited $?: $(tail -c 300 "$log")"; s=FAIL
+    fi
+    ROWS+=("correctness $m bf16, $n step(s) vs the CPU backend's bf16: $s $r")
+  done
+done
 if ! want sanitize; then
   :
 elif [[ -n $SANITIZER ]]; then
@@ -147,7 +165,7 @@ fi
 if want speed; then
 python3 "$G/models/gen.py" alexnet --size 224 --batch 128 --classes 1000 -o /tmp/alexnet224.onnx
 rate() { python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; r=[x for x in r if x.get("type")=="step"][10:]; print("%.1f" % (128*len(r)/(sum(x["step_ms"] for x in r)/1000)))' "$1"; }
-for s in 1 2 1/legacy; do
+for s in 1 2 1/legacy bf16; do
   exe="$G/alexnet224-s${s%/legacy}-cuda"
   api=graph; [[ $s == */legacy ]] && api=legacy
   tag="s${s/\//-}"
@@ -169,9 +187,10 @@ for api in graph legacy; do
   ROWS+=("per-op profile of lwcc alexnet224 (fp32, cuDNN $api API): $OUT/alexnet-profile-$api.txt")
 done
 for mode in eager compile; do
-  for tf in 0 1; do
+  for tf in 0 1 bf16; do
     r=$(python3 "$G/torch_bench.py" $mode $tf 2>"$OUT/torch-$mode-$tf.err" | sed -n 's/img_per_s //p')
-    ROWS+=("pytorch $mode tf32=$tf alexnet224 b128: ${r:-FAILED} img/s")
+    label="tf32=$tf"; [[ $tf == bf16 ]] && label="bf16 autocast"
+    ROWS+=("pytorch $mode $label alexnet224 b128: ${r:-FAILED} img/s")
   done
 done
 fi

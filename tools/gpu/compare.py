@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Compares a CUDA trainer's first-step dump with the CPU backend's.
 
-compare.py [--params-only] CPU_DIR GPU_DIR: every output_<k>.bin (the loss,
-then the gradients) and param_<name>.bin must agree within 1e-3 relative
+compare.py [--params-only] [--tol=T] CPU_DIR GPU_DIR: every output_<k>.bin
+(the loss, then the gradients) and param_<name>.bin must agree within T
+(default 1e-3) relative
 (max |a - b| / max |b|, floored at 1e-3 of the largest gradient as in
 test/e2e/trainer_vs_reference.py). Prints the worst error; exit 1 above it,
 or when a file is missing or differs in size. --params-only compares the
 params alone (a --gpus 2 step against a single-device one, whose outputs
-are numbered differently: the gradients of each device).
+are numbered differently: the gradients of each device). A bf16 step takes
+a larger T: the CPU and cuDNN sum a convolution's products in different
+orders, so a value may round to the neighbouring bf16 (2^-8 apart).
 """
 import glob
 import os
@@ -15,9 +18,18 @@ import sys
 
 import numpy as np
 
-args = [a for a in sys.argv[1:] if a != "--params-only"]
-params_only = len(args) != len(sys.argv) - 1
-if len(args) != 2:
+tol = 1e-3
+args = []
+for a in sys.argv[1:]:
+    if a.startswith("--tol="):
+        try:
+            tol = float(a[len("--tol="):])
+        except ValueError:
+            tol = -1.0
+    elif a != "--params-only":
+        args.append(a)
+params_only = "--params-only" in sys.argv[1:]
+if len(args) != 2 or not tol > 0:
     print(__doc__.strip())
     sys.exit(2)
 cpu, gpu = args
@@ -48,4 +60,4 @@ for f in files:
     if not np.isfinite(err) or err > worst:
         worst, where = err, f
 print(f"worst {worst:.2e} ({where})")
-sys.exit(0 if worst < 1e-3 else 1)
+sys.exit(0 if worst < tol else 1)

@@ -38,6 +38,9 @@ done
 # pipeline: 2 stages of 2 micro-batches, lenet has no batch norm, so its step
 # is the one-device step up to rounding).
 MULTI="lenet:data resnet18:data alexnet_owt:owt lenet:pipeline"
+# Models checked in bf16 (conv2d, gemm and their gradients on cuDNN and
+# cuBLAS in 16 bits, casts, batch norm in float32).
+BF16="lenet alexnet resnet18"
 # Every zoo model, and upnet (the activations, max/min, resize and stateless
 # batch norm of issue 25: their CUDA kernels against the CPU's).
 names=$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(list(zoo.REGISTRY) + ["upnet"]))')
@@ -68,6 +71,18 @@ PY
   # Three steps on the same batch: the GPU trainer's second step is recorded
   # as a CUDA graph and its third replays it.
   "$OUT/$m-cpu-trainer" --steps=3 --data="raw:$OUT/$m-data" --dump="$OUT/$m-cpu3" --progress=off >/dev/null
+  # bf16 mixed precision: the CUDA trainer's first step and three steps
+  # (the third a replayed CUDA graph) against the CPU backend's bf16 steps.
+  if [[ " $BF16 " == *" $m "* ]]; then
+    echo "+ $m-bf16: --mixed-precision=bf16 CUDA sources and the CPU backend's bf16 steps"
+    "$LWCC" "$OUT/$m.onnx" --emit=source --mixed-precision=bf16 -o "$OUT/src/$m-bf16"
+    "$LWCC" "$OUT/$m.onnx" --target=cpu --mixed-precision=bf16 -o "$OUT/$m-bf16-cpu-trainer"
+    for n in 1 3; do
+      "$OUT/$m-bf16-cpu-trainer" --steps=$n --data="raw:$OUT/$m-data" \
+        --dump="$OUT/$m-bf16-cpu$([[ $n == 3 ]] && echo 3)" --progress=off >/dev/null
+    done
+    rm -f "$OUT/$m-bf16-cpu-trainer"
+  fi
   for spec in $MULTI; do
     [[ ${spec%%:*} == "$m" ]] || continue
     v="$m-g2-${spec##*:}"
@@ -115,8 +130,10 @@ PY
 done
 echo "+ alexnet 224x224, batch 128: CUDA sources without embedded weights"
 python3 tools/models/gen.py alexnet --size 224 --batch 128 --classes 1000 -o "$OUT/alexnet224.onnx"
-for s in 1 2; do
-  "$LWCC" "$OUT/alexnet224.onnx" --weights=separate --streams=$s --emit=source \
+for s in 1 2 bf16; do
+  flags=(--streams=$s)
+  [[ $s == bf16 ]] && flags=(--mixed-precision=bf16)
+  "$LWCC" "$OUT/alexnet224.onnx" --weights=separate "${flags[@]}" --emit=source \
     -o "$OUT/src/alexnet224-s$s"
   rm -f "$OUT/src/alexnet224-s$s/trainer.weights" # 244 MB: check.sh packs them there
 done

@@ -2,7 +2,8 @@
 """PyTorch's training throughput on AlexNet, for comparison in the same run.
 
 torch_bench.py MODE TF32 [BATCH] [SIZE]: MODE eager (cudnn.benchmark on) or
-compile (torch.compile); TF32 0 or 1. SGD with momentum 0.9 and weight
+compile (torch.compile); TF32 0 or 1, or bf16 (TF32 on, and the forward
+pass and loss under torch.autocast in bfloat16, as --mixed-precision=bf16). SGD with momentum 0.9 and weight
 decay 5e-4, lr 0.01, cross-entropy, synthetic data already on the GPU (as
 the lwcc trainer's --data=synthetic uploads a batch per step, which makes
 this comparison slightly favour PyTorch). Prints "img_per_s X".
@@ -13,7 +14,7 @@ import time
 import torch
 import torchvision
 
-mode, tf32 = sys.argv[1], sys.argv[2] == "1"
+mode, tf32, bf16 = sys.argv[1], sys.argv[2] in ("1", "bf16"), sys.argv[2] == "bf16"
 batch = int(sys.argv[3]) if len(sys.argv) > 3 else 128
 size = int(sys.argv[4]) if len(sys.argv) > 4 else 224
 torch.backends.cudnn.benchmark = True
@@ -28,7 +29,8 @@ y = torch.randint(0, 1000, (batch,), device="cuda")
 
 def step():
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(model(x), y)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        loss = loss_fn(model(x), y)
     loss.backward()
     opt.step()
     return loss

@@ -166,7 +166,7 @@ cl::opt<std::string> mixedPrecision(
     cl::desc("off (default), bf16 or fp16: convolutions and matrix products (and their "
              "gradients) compute on 16-bit operands, as PyTorch's autocast runs them; params, "
              "their updates, batch norm and the loss stay float32; fp16 with dynamic loss "
-             "scaling (CPU trainers so far)"),
+             "scaling"),
     cl::init("off"), cl::cat(category));
 cl::opt<double> lossScale("loss-scale",
                           cl::desc("fp16: the initial loss scale, a power of two (default 65536, "
@@ -1420,12 +1420,6 @@ int main(int argc, char** argv) {
   }
   if ((emit == Emit::Source || emit == Emit::Exe) && outputFile == "-") {
     llvm::errs() << "lwcc: --emit=source and --emit=exe need -o\n";
-    return 2;
-  }
-  if ((emit == Emit::Source || emit == Emit::Exe) && mixedPrecision != "off" && target != "cpu") {
-    llvm::errs() << "lwcc: --mixed-precision=" << mixedPrecision
-                 << " builds CPU trainers only so far (the CUDA runtime has no 16-bit "
-                    "convolution and gemm kernels yet): add --target=cpu\n";
     return 2;
   }
   std::optional<MemoryPlanStats> plan;
