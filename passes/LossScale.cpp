@@ -18,7 +18,11 @@
 // changes no param and no optimizer state; it halves the scale. After
 // `interval` finite steps in a row the scale doubles. Batch norm's running
 // statistics and the step counter advance on every step (the lr schedule
-// counts steps, as a PyTorch scheduler stepped in the loop does).
+// counts steps, as a PyTorch scheduler stepped in the loop does). Adam's
+// bias correction counts the updates made, as PyTorch's Adam, whose step
+// GradScaler skips, does: its updates read a counter of their own
+// (`opt.adam_step`, an int64 param per device) that advances on finite
+// steps only.
 //
 // The scale lives in float32 params named loss_scale and
 // loss_scale.good_steps, one pair per device that holds gradients or the
@@ -247,8 +251,41 @@ public:
       assign->setOperand(1, (*kept)->result());
     }
 
+    // Adam's updates count the finite steps, not every step.
+    std::map<int64_t, Value*> adamSteps;
+    std::vector<Op*> adams;
+    for (const auto& op : g.ops())
+      if (op->kind() == OpKind::AdamUpdate)
+        adams.push_back(op.get());
+    for (Op* adam : adams) {
+      const int64_t d = adam->annotations().device.value_or(0);
+      if (!finite.count(d))
+        return adam->emitError("loss-scale: no gradient on the device of this Adam update");
+      Value*& counter = adamSteps[d];
+      if (!counter) {
+        counter = g.addParam(names(d ? "opt.adam_step.d" + std::to_string(d) : "opt.adam_step"),
+                             "opt.adam_step", adam->operand(5)->type());
+        counter->setZeroInit(true);
+        if (d)
+          counter->setDevice(d);
+      }
+      adam->setOperand(5, counter);
+    }
+
     // The scale's own update, at the end of the step.
     b.setInsertionPointToEnd();
+    for (auto& [d, counter] : adamSteps) {
+      b.setDevice(d ? std::optional<int64_t>(d) : std::nullopt);
+      auto made =
+          b.createInferred(OpKind::Cast, {finite.at(d)},
+                           {{"to", Attribute(std::string(dtypeName(counter->type().dtype)))}});
+      if (!made)
+        return made.takeError();
+      auto next = b.createInferred(OpKind::Add, {counter, (*made)->result()});
+      if (!next)
+        return next.takeError();
+      appendAssign(g, counter, (*next)->result(), loc);
+    }
     for (auto& [d, pd] : devices) {
       b.setDevice(d ? std::optional<int64_t>(d) : std::nullopt);
       Value* ok = finite.at(d);

@@ -198,6 +198,44 @@ def check_fp16_skips(tmp, gpus, strategy="data"):
                 f"{len(changed)} params, scale after it {scale1.tolist()}")
 
 
+def check_fp16_adam(tmp):
+    """Adam under fp16 loss scaling counts its updates, not the steps: after
+    the skipped steps from 2^24, the first update made is Adam's first
+    (bias-corrected to lr * g / (|g| + eps), so each tensor's largest change
+    is lr), as PyTorch's Adam behind GradScaler; the lr schedule's counter
+    still counts every step."""
+    path = os.path.join(tmp, "lenet8.onnx")
+    model = zoo.build("lenet", test_size=True)
+    onnx.save(model, path)
+    exe = os.path.join(tmp, "lenet_fp16_adam")
+    lr = 0.001
+    run([LWCC, path, "--target=cpu", FP16, "--loss-scale=16777216", "--optimizer=adam",
+         f"--lr={lr}", "-o", exe])
+    log = os.path.join(tmp, "fp16_adam.jsonl")
+    run([exe, "--steps=12", "--data=synthetic", "--seed=3", "--progress=off", f"--log={log}"])
+    skipped = [rec.get("skipped", False) for rec in step_records(log)]
+    first = skipped.index(False) if False in skipped else None
+    if not first:
+        return False, f"no skipped step before a finite one: {skipped}"
+    dump = os.path.join(tmp, "fp16_adam_dump")
+    run([exe, f"--steps={first + 1}", "--data=synthetic", "--seed=3", "--progress=off",
+         f"--dump={dump}"])
+    changes = {}
+    for init in model.graph.initializer:
+        want = onnx.numpy_helper.to_array(init).astype(np.float32).ravel()
+        have = np.fromfile(os.path.join(dump, f"param_{tvr.safe(init.name)}.bin"), np.float32)
+        changes[init.name] = float(np.max(np.abs(have.astype(np.float64) - want)))
+    counters = {}
+    for name in ("opt.adam_step", "train.step"):
+        f = os.path.join(dump, f"param_{tvr.safe(name)}.bin")
+        counters[name] = np.fromfile(f, np.int64).tolist() if os.path.exists(f) else None
+    worst = max(abs(c / lr - 1) for c in changes.values())
+    ok = (worst < 1e-2 and counters["opt.adam_step"] == [1] and
+          counters["train.step"] == [first + 1])
+    return ok, (f"{first} steps skipped, then the first update: each tensor's largest change "
+                f"within {worst:.1e} of lr; counters {counters}")
+
+
 STRATEGIES = {
     "data": ["--strategy=data"],
     "model": ["--strategy=model"],
@@ -289,6 +327,7 @@ def main():
         checks += [("fp16 skips", lambda: check_fp16_skips(tmp, 1)),
                    ("fp16 skips, data", lambda: check_fp16_skips(tmp, 2)),
                    ("fp16 skips, model", lambda: check_fp16_skips(tmp, 2, "model")),
+                   ("fp16 adam", lambda: check_fp16_adam(tmp)),
                    ("lenet epoch", lambda: check_lenet_epoch(tmp))]
         one = {}  # the one-device runs, shared
         checks += [(f"{strategy} {kind}",
