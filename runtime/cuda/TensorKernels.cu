@@ -970,6 +970,26 @@ bool cast(const TensorView& x, const TensorView& y) {
   });
 }
 
+/// y[k] = value(k) for k < n: one splat launch when `have` is 1, else the
+/// values in chunks carried by the launches' parameters.
+template <typename T, typename Value> bool fillWith(T* y, int64_t n, size_t have, Value value) {
+  cudaStream_t s = context().stream;
+  if (have == 1) {
+    splatKernel<<<blocksFor(n), kThreads, 0, s>>>(y, n, value(0));
+    LWRT_CUDA(cudaGetLastError());
+    return true;
+  }
+  for (int64_t start = 0; start < n; start += FillChunk<T>::kCount) {
+    FillChunk<T> c{};
+    int64_t count = std::min(FillChunk<T>::kCount, n - start);
+    for (int64_t k = 0; k < count; ++k)
+      c.v[k] = value(start + k);
+    chunkKernel<<<blocksFor(count), kThreads, 0, s>>>(y + start, count, c);
+    LWRT_CUDA(cudaGetLastError());
+  }
+  return true;
+}
+
 bool fill(const TensorView& y, const FillParams& p) {
   int64_t n = y.numel();
   if (y.dtype == DType::BF16 || y.dtype == DType::F16) {
@@ -979,26 +999,10 @@ bool fill(const TensorView& y, const FillParams& p) {
       return LWRT_REJECT("fill", std::to_string(p.value.size()) + " values for " + describe(y));
     if (n == 0)
       return true;
-    auto bits = [&](int64_t k) {
+    return fillWith(static_cast<uint16_t*>(y.data), n, p.value.size(), [&](int64_t k) {
       const float v = static_cast<float>(p.value.size() == 1 ? p.value[0] : p.value[k]);
       return bf16 ? floatToBf16(v) : floatToF16(v);
-    };
-    cudaStream_t s = context().stream;
-    auto* out = static_cast<uint16_t*>(y.data);
-    if (p.value.size() == 1) {
-      splatKernel<<<blocksFor(n), kThreads, 0, s>>>(out, n, bits(0));
-      LWRT_CUDA(cudaGetLastError());
-      return true;
-    }
-    for (int64_t start = 0; start < n; start += FillChunk<uint16_t>::kCount) {
-      FillChunk<uint16_t> c{};
-      int64_t count = std::min(FillChunk<uint16_t>::kCount, n - start);
-      for (int64_t k = 0; k < count; ++k)
-        c.v[k] = bits(start + k);
-      chunkKernel<<<blocksFor(count), kThreads, 0, s>>>(out + start, count, c);
-      LWRT_CUDA(cudaGetLastError());
-    }
-    return true;
+    });
   }
   if (!isNumeric(y.dtype) && y.dtype != DType::Bool)
     return LWRT_REJECT("fill", "cannot fill " + describe(y));
@@ -1009,21 +1013,7 @@ bool fill(const TensorView& y, const FillParams& p) {
       return LWRT_REJECT("fill", std::to_string(have) + " values for " + describe(y));
     if (n == 0)
       return true;
-    cudaStream_t s = context().stream;
-    if (have == 1) {
-      splatKernel<<<blocksFor(n), kThreads, 0, s>>>(y.as<T>(), n, fillValue<T>(p, 0, y.dtype));
-      LWRT_CUDA(cudaGetLastError());
-      return true;
-    }
-    for (int64_t start = 0; start < n; start += FillChunk<T>::kCount) {
-      FillChunk<T> c{};
-      int64_t count = std::min(FillChunk<T>::kCount, n - start);
-      for (int64_t k = 0; k < count; ++k)
-        c.v[k] = fillValue<T>(p, start + k, y.dtype);
-      chunkKernel<<<blocksFor(count), kThreads, 0, s>>>(y.as<T>() + start, count, c);
-      LWRT_CUDA(cudaGetLastError());
-    }
-    return true;
+    return fillWith(y.as<T>(), n, have, [&](int64_t k) { return fillValue<T>(p, k, y.dtype); });
   });
 }
 
