@@ -111,10 +111,12 @@ llvm::Expected<OpProfile> parseOpProfile(llvm::StringRef text, const std::string
         return makeError(where + ": field 'waited_seconds' must be a non-negative number");
       waited = *w;
     }
-    OpProfile::Entry& entry = profile.entries[{mnemonic->str(), loc->str(), device}];
+    const std::tuple<std::string, std::string, int64_t> key{mnemonic->str(), loc->str(), device};
+    OpProfile::Entry& entry = profile.entries[key];
     entry.seconds += *seconds;
     entry.waitedSeconds += waited;
     entry.count += 1;
+    profile.occurrences[key].push_back({*seconds, waited, 1});
   }
   profile.devices = devices.value_or(lastDevice + 1);
   return profile;
@@ -254,21 +256,30 @@ std::optional<double> CostModel::measuredSeconds(const Op& op) const {
   return profile_->lookup(op.mnemonic(), loc, opDevice(op));
 }
 
-const OpProfile::Entry* CostModel::commEntryOn(const Op& op, int64_t device) const {
+const OpProfile::Entry* CostModel::commEntryOn(const Op& op, int64_t device,
+                                               int64_t occurrence) const {
   if (!profile_ || !op.info().isCommunication())
     return nullptr;
-  auto it = profile_->entries.find({std::string(op.mnemonic()), op.loc().name, device});
+  const std::tuple<std::string, std::string, int64_t> key{std::string(op.mnemonic()), op.loc().name,
+                                                          device};
+  if (occurrence >= 0)
+    if (auto it = profile_->occurrences.find(key);
+        it != profile_->occurrences.end() && occurrence < static_cast<int64_t>(it->second.size()))
+      return &it->second[static_cast<size_t>(occurrence)];
+  auto it = profile_->entries.find(key);
   return it == profile_->entries.end() || it->second.count == 0 ? nullptr : &it->second;
 }
 
-std::optional<double> CostModel::measuredSecondsOn(const Op& op, int64_t device) const {
-  if (const OpProfile::Entry* e = commEntryOn(op, device))
+std::optional<double> CostModel::measuredSecondsOn(const Op& op, int64_t device,
+                                                   int64_t occurrence) const {
+  if (const OpProfile::Entry* e = commEntryOn(op, device, occurrence))
     return e->seconds / static_cast<double>(e->count);
   return std::nullopt;
 }
 
-std::optional<double> CostModel::measuredWaitOn(const Op& op, int64_t device) const {
-  if (const OpProfile::Entry* e = commEntryOn(op, device))
+std::optional<double> CostModel::measuredWaitOn(const Op& op, int64_t device,
+                                                int64_t occurrence) const {
+  if (const OpProfile::Entry* e = commEntryOn(op, device, occurrence))
     return e->waitedSeconds / static_cast<double>(e->count);
   return std::nullopt;
 }

@@ -83,6 +83,10 @@ struct OpProfile {
   int64_t devices = 1;
   /// (mnemonic, loc name, device) -> summed seconds and count.
   std::map<std::tuple<std::string, std::string, int64_t>, Entry> entries;
+  /// The same keys -> each entry in the profile's order: the k-th op of a
+  /// key on a device (a forward transfer and the backward one of the same
+  /// layer share a loc, but not their times and waits).
+  std::map<std::tuple<std::string, std::string, int64_t>, std::vector<Entry>> occurrences;
   /// The devices' idle time between steps ("step_gap_seconds"), and a
   /// stream's wake-up after blocking on an event ("wake_seconds"): 0 when
   /// the profile does not say.
@@ -108,7 +112,9 @@ public:
   /// The profile's idle time between steps and wake-up after an event
   /// wait (0 without a profile).
   double stepGapSeconds() const { return profile_ ? profile_->stepGapSeconds : 0; }
-  double wakeSeconds() const { return profile_ ? profile_->wakeSeconds : 0; }
+  /// A blocked stream's wake-up: with a profile, what it measured (0 where
+  /// its trainer never blocked); without, the spec's.
+  double wakeSeconds() const { return profile_ ? profile_->wakeSeconds : spec_.wakeSeconds; }
   /// The profile's delay of (device, stream) from the step's start (0
   /// without one).
   double streamStartSeconds(int64_t device, int64_t stream) const;
@@ -147,11 +153,17 @@ public:
   /// op: the mean over its participants), if measured.
   std::optional<double> measuredSeconds(const Op& op) const;
   /// A communication op's entry on one participant (its own time, from the
-  /// last arrival until it went on), if measured.
-  std::optional<double> measuredSecondsOn(const Op& commOp, int64_t device) const;
+  /// last arrival until it went on), if measured. `occurrence` >= 0: the
+  /// op is that participant's k-th of its mnemonic and loc in the step, and
+  /// the k-th such entry of the profile prices it (where the profile has
+  /// it; the mean of them otherwise).
+  std::optional<double> measuredSecondsOn(const Op& commOp, int64_t device,
+                                          int64_t occurrence = -1) const;
   /// A participant's measured mean wait right before a communication op
-  /// (for events and for the other participants), or nullopt.
-  std::optional<double> measuredWaitOn(const Op& commOp, int64_t device) const;
+  /// (for events and for the other participants), or nullopt; `occurrence`
+  /// as for measuredSecondsOn.
+  std::optional<double> measuredWaitOn(const Op& commOp, int64_t device,
+                                       int64_t occurrence = -1) const;
   /// Time of a communication op (0 for other ops): measured, or by its
   /// kind, bytes and devices.
   double commSeconds(const Op& commOp) const;
@@ -172,7 +184,7 @@ public:
 
 private:
   /// A communication op's profile entry on one participant, or null.
-  const OpProfile::Entry* commEntryOn(const Op& op, int64_t device) const;
+  const OpProfile::Entry* commEntryOn(const Op& op, int64_t device, int64_t occurrence) const;
 
   DeviceSpec spec_;
   std::optional<OpProfile> profile_;

@@ -50,7 +50,10 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 ///         the kernel threads included), a link's latency 11 us (an
 ///         all-reduce of a batch norm's few statistics between two devices
 ///         takes 22 us per participant, 2(p-1) latencies: a thread
-///         hand-off and wake-up each way); host_cores 2, the machine's.
+///         hand-off and wake-up each way); host_cores 2, the machine's;
+///         a blocked stream thread's wake-up 27 us (2026-11-24, the
+///         --gpus 4 layer-wise AlexNet at test size: 26.7 us, 5.1 wakes
+///         per step, in its --profile-ops).
 ///         Between nodes: the
 ///         processes of a trainer under mpirun (--devices-per-node; all
 ///         1024 devices are one node otherwise), measured here (2026-11-23,
@@ -113,6 +116,7 @@ DeviceSpec preset(const std::string& name) {
     s.interLatency = 1.5e-5;
     s.devicesPerNode = 1024;
     s.hostCores = 2;
+    s.wakeSeconds = 27e-6;
   }
   return s;
 }
@@ -160,7 +164,8 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
                                       "inter_latency",
                                       "devices_per_node",
                                       "concurrency",
-                                      "host_cores"};
+                                      "host_cores",
+                                      "wake_seconds"};
   for (const auto& kv : *obj)
     if (std::find(std::begin(known), std::end(known), kv.first.str()) == std::end(known))
       return makeError(origin + ": unknown field '" + kv.first.str() + "'");
@@ -208,6 +213,7 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
       {"devices_per_node", &perNode, true, false},
       {"concurrency", &concurrency, false, true},
       {"host_cores", &hostCores, false, true},
+      {"wake_seconds", &s.wakeSeconds, false, true},
   };
   for (const Field& f : fields)
     if (llvm::Error e = number(f.name, *f.out, f.required, f.allowZero))

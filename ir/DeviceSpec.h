@@ -12,12 +12,12 @@
 //    "mem_bandwidth": 9.0e11, "launch_seconds": 5e-6, "memory_bytes": 17179869184,
 //    "intra_bandwidth": 4.0e10, "intra_latency": 1e-5,
 //    "inter_bandwidth": 1.25e10, "inter_latency": 2e-5, "devices_per_node": 4,
-//    "concurrency": 163840, "host_cores": 0}
+//    "concurrency": 163840, "host_cores": 0, "wake_seconds": 0}
 //
 // Bandwidths are bytes per second, latencies and launch overhead seconds.
 // Every field is required except name (default: the file's stem),
 // tf32_flops (default: fp32_flops), bf16_flops and fp16_flops (default:
-// tf32_flops), concurrency and host_cores (default 0).
+// tf32_flops), concurrency, host_cores and wake_seconds (default 0).
 //
 // bf16_flops, fp16_flops: the peak of an op on bf16 or fp16 operands
 // (lwcc --mixed-precision), the tensor cores' dense rate on GPUs that have
@@ -39,6 +39,12 @@
 // the ops it prices analytically (a measured op's time already holds the
 // cores it shared).
 //
+//
+// wake_seconds: what a stream that waits for another stream's (or
+// device's) result loses when it has to block: the CPU backend's stream
+// threads sleep on the event and take a hand-off and a wake-up to go on;
+// 0 on GPUs, whose streams wait on events in hardware. With a profile
+// (lwcc --cost-profile) the simulator takes the wake-up it measured.
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -67,6 +73,8 @@ struct DeviceSpec {
   /// CPU backend's emulated devices split the machine's cores, each
   /// device's kernels running on max(1, cores / devices) of them.
   int64_t hostCores = 0;
+  /// A blocked stream's wake-up after the result it waited for (seconds).
+  double wakeSeconds = 0;
 
   /// The node that logical device `device` belongs to.
   int64_t node(int64_t device) const { return devicesPerNode > 0 ? device / devicesPerNode : 0; }

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
+#include <tuple>
 #include <unordered_map>
 
 namespace lwcc {
@@ -125,14 +127,14 @@ SimCosts simCosts(const CostModel& model) {
   SimCosts c;
   c.opSeconds = [&model](const Op& op) { return model.opSeconds(op); };
   c.commSeconds = [&model](const Op& op) { return model.commSeconds(op); };
-  c.commSecondsOn = [&model](const Op& op, int64_t device) {
-    return model.measuredSecondsOn(op, device);
+  c.commSecondsOn = [&model](const Op& op, int64_t device, int64_t occurrence) {
+    return model.measuredSecondsOn(op, device, occurrence);
   };
   c.devicesPerNode = model.spec().devicesPerNode;
   c.opFill = [&model](const Op& op) { return model.fill(op); };
   c.hostFill = [&model](const Op& op, int64_t devices) { return model.hostFill(op, devices); };
-  c.commWaitOn = [&model](const Op& op, int64_t device) {
-    return model.measuredWaitOn(op, device);
+  c.commWaitOn = [&model](const Op& op, int64_t device, int64_t occurrence) {
+    return model.measuredWaitOn(op, device, occurrence);
   };
   c.wakeSeconds = model.wakeSeconds();
   c.stepGapSeconds = model.stepGapSeconds();
@@ -172,6 +174,9 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     return v->definingOp() && paramWrittenOver(*v->definingOp(), v->resultIndex(), position);
   };
 
+  // (mnemonic, loc, device) -> the communication ops of that key the device
+  // has met so far.
+  std::map<std::tuple<std::string, std::string, int64_t>, int64_t> commSeen;
   for (const auto& opPtr : g.ops()) {
     const Op& op = *opPtr;
     double t = 0;
@@ -238,11 +243,17 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
       return op.emitError(llvm::formatv("simulate: the cost model gives {0} seconds", d).str());
     for (const Resource& s : streams)
       t = std::max(t, freeAt(s));
+    // Each participant's count of the communication ops of this mnemonic
+    // and loc it met before this one (as its profile lists them).
+    std::map<int64_t, int64_t> occurrence;
+    if (comm)
+      for (const Resource& s : streams)
+        occurrence[s.id] = commSeen[{std::string(op.mnemonic()), op.loc().name, s.id}]++;
     if (comm && d > 0 && costs.commWaitOn) {
       double measured = 0, replayed = 0;
       int64_t n = 0;
       for (const Resource& s : streams)
-        if (auto w = costs.commWaitOn(op, s.id); w && std::isfinite(*w)) {
+        if (auto w = costs.commWaitOn(op, s.id, occurrence[s.id]); w && std::isfinite(*w)) {
           measured += *w;
           replayed += t - freeAt(s);
           ++n;
@@ -275,7 +286,7 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     for (const Resource& s : streams) {
       std::optional<double> own;
       if (comm && d > 0 && costs.commSecondsOn)
-        own = costs.commSecondsOn(op, s.id);
+        own = costs.commSecondsOn(op, s.id, occurrence[s.id]);
       ends[s.id] = own && *own >= 0 && std::isfinite(*own) ? t + *own : end;
     }
     for (const Resource& s : streams) {

@@ -81,7 +81,10 @@ struct SimCosts {
   /// op, or nullopt (then commSeconds). A profiled CPU trainer measures
   /// each participant from the last one's arrival until it goes on (the
   /// one that performs the op at once, the others once woken).
-  std::function<std::optional<double>(const Op&, int64_t device)> commSecondsOn;
+  /// `occurrence`: the op is the participant's k-th communication op of its
+  /// mnemonic and loc in the step (its forward and backward transfers may
+  /// share a loc).
+  std::function<std::optional<double>(const Op&, int64_t device, int64_t occurrence)> commSecondsOn;
   /// Devices per node (0: every device on one node).
   int64_t devicesPerNode = 0;
   /// A stream that reaches a wait for a value another stream writes before
@@ -99,7 +102,8 @@ struct SimCosts {
   /// difference: the last participant of a collective arrives, on average,
   /// later than the mean op times make it (their spread from step to step),
   /// which a replay of means cannot see.
-  std::function<std::optional<double>(const Op&, int64_t device)> commWaitOn;
+  /// `occurrence` as for commSecondsOn.
+  std::function<std::optional<double>(const Op&, int64_t device, int64_t occurrence)> commWaitOn;
   /// When set: the share of its device, in [0, 1], that a compute op
   /// occupies while it runs (0: none counted, as for a measured op).
   std::function<double(const Op&)> opFill;

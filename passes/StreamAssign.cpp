@@ -32,7 +32,8 @@
 // in graph order, on the cost model of spec/profile): a branch of kernels
 // that each fill the device gains nothing, since the simulator lets a
 // device's streams share it by the kernels' parallel work (CostModel::fill),
-// and an event costs a wake-up where the profile measured one. policy=all
+// and an event costs a wake-up (the spec's, or the one the profile
+// measured); a gain of less than one wake-up is not taken. policy=all
 // moves every branch with compute-bound work (to measure, and to test the
 // events).
 //
@@ -233,7 +234,10 @@ private:
         auto sim = simulate(g, simCosts(cm_));
         if (!sim)
           return sim.takeError();
-        if (!(sim->stepSeconds < best * (1 - 1e-9))) {
+        // A gain must exceed one wake-up: the events a branch adds block
+        // their streams at times a replay of mean op times places only
+        // roughly (0 on GPUs, whose streams wait in hardware).
+        if (!(sim->stepSeconds < best * (1 - 1e-9) - cm_.wakeSeconds())) {
           for (size_t k = 0; k < c.ops.size(); ++k) { // no gain: back on stream 0
             c.ops[k]->annotations().device = devices[k];
             c.ops[k]->annotations().stream.reset();

@@ -119,6 +119,24 @@ graph @g(%x: f32[2,3,8,8] @data) {
   EXPECT_DOUBLE_EQ(CostModel(*c, measured).hostFill(conv, 2), 0.0); // a measured time holds it
   EXPECT_DOUBLE_EQ(CostModel(*c, measured).fill(conv), 0.0);        // the device's share too
   EXPECT_DOUBLE_EQ(CostModel(*c, measured).fill(sum), 1.0); // not measured: every kernel fills it
+
+  // wake_seconds: a blocked stream's wake-up, the CPU backend's thread
+  // hand-off; GPUs' streams wait in hardware.
+  EXPECT_DOUBLE_EQ(h100->wakeSeconds, 0);
+  EXPECT_GT(loadDeviceSpec("cpu")->wakeSeconds, 0);
+  std::string wakes = kSpec;
+  wakes.insert(1, "\"wake_seconds\": 3e-5, ");
+  auto w = parseDeviceSpec(wakes, "w.json");
+  ASSERT_TRUE(static_cast<bool>(w)) << llvm::toString(w.takeError());
+  EXPECT_DOUBLE_EQ(CostModel(*w).wakeSeconds(), 3e-5);
+  // A profile says what its trainer measured: none where it never blocked.
+  EXPECT_DOUBLE_EQ(CostModel(*w, measured).wakeSeconds(), 0);
+  std::string negative = kSpec;
+  negative.insert(1, "\"wake_seconds\": -1, ");
+  auto bad = parseDeviceSpec(negative, "n.json");
+  ASSERT_FALSE(static_cast<bool>(bad));
+  EXPECT_NE(llvm::toString(bad.takeError()).find("n.json: field 'wake_seconds' must be"),
+            std::string::npos);
 }
 
 TEST(CostModelTest, ComputeAndCommunication) {
@@ -345,6 +363,29 @@ graph @g(%x: f32[256] @data) {
   EXPECT_DOUBLE_EQ(*cm.measuredWaitOn(sum, 0), 0.5);
   EXPECT_DOUBLE_EQ(*cm.measuredWaitOn(sum, 1), 0.0); // measured, never waited
   EXPECT_FALSE(cm.measuredWaitOn(relu, 0));          // communication ops only
+
+  // A device's forward and backward transfers of one layer share a loc: the
+  // k-th of them takes the profile's k-th entry, not the mean of both.
+  auto twice = parseOpProfile(R"({"devices": 2, "ops": [
+    {"op": "device_copy", "loc": "fc", "device": 1, "seconds": 1e-5},
+    {"op": "device_copy", "loc": "fc", "device": 1, "seconds": 9e-5, "waited_seconds": 3e-4}]})",
+                              "t.json");
+  ASSERT_TRUE(static_cast<bool>(twice)) << llvm::toString(twice.takeError());
+  auto copies = parseOk(R"(
+graph @g(%x: f32[256] @data) {
+  %a = device_copy(%x) {src = 0, dst = 1} : f32[256] loc("fc")
+  return %a
+}
+)");
+  ASSERT_TRUE(copies);
+  CostModel occ(spec(), *twice);
+  const Op& copy = *copies->ops().front();
+  EXPECT_DOUBLE_EQ(*occ.measuredSecondsOn(copy, 1, 0), 1e-5);
+  EXPECT_DOUBLE_EQ(*occ.measuredWaitOn(copy, 1, 0), 0.0);
+  EXPECT_DOUBLE_EQ(*occ.measuredSecondsOn(copy, 1, 1), 9e-5);
+  EXPECT_DOUBLE_EQ(*occ.measuredWaitOn(copy, 1, 1), 3e-4);
+  EXPECT_DOUBLE_EQ(*occ.measuredSecondsOn(copy, 1), 5e-5);   // no occurrence: the mean
+  EXPECT_DOUBLE_EQ(*occ.measuredWaitOn(copy, 1, 2), 1.5e-4); // past the profile's: the mean
   auto bad = parseOpProfile(
       R"({"ops": [{"op": "relu", "loc": "a", "seconds": 1, "waited_seconds": -1}]})", "x.json");
   ASSERT_FALSE(static_cast<bool>(bad));

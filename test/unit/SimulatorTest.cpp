@@ -124,7 +124,7 @@ TEST(SimulatorTest, MeasuredWaitsBeyondTheReplayDelayACollective) {
   ASSERT_TRUE(g);
   for (auto [w0, w1, step] : {std::tuple{1.0, 2.0, 5.0}, {0.0, 0.5, 4.0}}) {
     SimCosts c = unitCosts();
-    c.commWaitOn = [w0 = w0, w1 = w1](const Op&, int64_t d) -> std::optional<double> {
+    c.commWaitOn = [w0 = w0, w1 = w1](const Op&, int64_t d, int64_t) -> std::optional<double> {
       return d == 0 ? w0 : w1;
     };
     auto r = simulate(*g, c);
