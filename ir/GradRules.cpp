@@ -552,6 +552,11 @@ Error batchNormTrain(GradContext& c) {
   }
   if (c.need(0) && (c.dy(1) || c.dy(2))) {
     const TensorType& x = c.x(0)->type();
+    if (x.dtype != c.y(1)->type().dtype)
+      return c.op.emitError("the loss reads the batch statistics of a batch norm of " +
+                            std::string(dtypeName(x.dtype)) +
+                            " activations: their gradient is only made in one type (keep this "
+                            "batch norm's input float32)");
     Shape perChannel(x.shape.size(), 1); // [1, C, 1, ...]: broadcasts over x
     perChannel[1] = x.shape[1];
     double m = static_cast<double>(x.numElements() / std::max<int64_t>(1, x.shape[1]));

@@ -517,8 +517,13 @@ Rule batchNorm(const Op& op) {
     return fail("operand #0 must have rank >= 2 (N, C, ...), got {0}", ty(op, 0).str());
   int64_t c = ty(op, 0).shape[1];
   static const char* names[] = {"", "scale", "bias", "mean", "var"};
+  // A bf16 or fp16 x (mixed precision's activations) is normalized with
+  // float32 parameters and statistics.
+  const DType per = channelDType(ty(op, 0).dtype);
   for (unsigned i = 1; i < 5; ++i) {
-    TRY(expectSameDType(op, 0, i));
+    if (ty(op, i).dtype != per)
+      return fail("{0} (operand #{1}) must be {2} for x {3}, got {4}", names[i], i, dtypeName(per),
+                  ty(op, 0).str(), ty(op, i).str());
     if (ty(op, i).shape != Shape{c})
       return fail("{0} (operand #{1}) must have shape [{2}], got {3}", names[i], i, c,
                   ty(op, i).str());

@@ -161,7 +161,8 @@ Rule batchNormTrain(const Op& op) {
   TRY(expectFloatOperand(op, 0));
   if (ty(op, 0).rank() < 2)
     return fail("operand #0 must have rank >= 2 (N, C, ...), got {0}", ty(op, 0).str());
-  TensorType c(ty(op, 0).dtype, {ty(op, 0).shape[1]});
+  // A bf16 or fp16 x: float32 scale, bias and statistics.
+  TensorType c(channelDType(ty(op, 0).dtype), {ty(op, 0).shape[1]});
   for (unsigned i = 1; i < 3; ++i)
     if (ty(op, i) != c)
       return fail("operand #{0} must be {1}, got {2}", i, c.str(), ty(op, i).str());
@@ -175,7 +176,7 @@ Rule batchNormGrad(const Op& op) {
   TRY(expectFloatOperand(op, 0));
   if (ty(op, 0).rank() < 2)
     return fail("operand #0 must have rank >= 2 (N, C, ...), got {0}", ty(op, 0).str());
-  TensorType c(ty(op, 0).dtype, {ty(op, 0).shape[1]});
+  TensorType c(channelDType(ty(op, 0).dtype), {ty(op, 0).shape[1]});
   for (unsigned i = 1; i < 4; ++i)
     if (ty(op, i) != c)
       return fail("operand #{0} must be {1}, got {2}", i, c.str(), ty(op, i).str());

@@ -23,6 +23,10 @@ std::optional<DType> parseDType(std::string_view name);
 int64_t dtypeSize(DType t);
 bool isFloat(DType t);
 bool isInteger(DType t);
+/// The type of a normalization's per-channel values (scale, bias, mean,
+/// variance) for activations of type `t`: float32 for bf16 and fp16 (mixed
+/// precision keeps them float32, as autocast does), `t` otherwise.
+DType channelDType(DType t);
 
 using Shape = std::vector<int64_t>;
 

@@ -520,7 +520,18 @@ private:
     if (!bias)
       return bias.takeError();
     const TensorType& xt = op.operand(0)->type();
-    DType dt = xt.dtype;
+    // A 16-bit x (mixed precision) is normalized in float32, its parameters'
+    // and statistics' type, and y rounded to x's type once, as one device's
+    // kernel computes it.
+    const DType low = xt.dtype, dt = channelDType(low);
+    if (dt != low)
+      for (size_t i = 0; i < x->size(); ++i) {
+        auto wide = emit(split.devices[i], OpKind::Cast, {(*x)[i]},
+                         {{"to", Attribute(std::string(dtypeName(dt)))}});
+        if (!wide)
+          return wide.takeError();
+        (*x)[i] = *wide;
+      }
     int64_t rank = xt.rank(), count = xt.numElements() / xt.shape[1];
     std::vector<int64_t> axes{0}, bshape(rank, 1);
     for (int64_t d = 2; d < rank; ++d)
@@ -573,6 +584,11 @@ private:
       TRY_V(norm, emit(d, OpKind::Mul, {centered[i], kB}));
       TRY_V(biasB, emit(d, OpKind::Reshape, {(*bias)[i]}, toB));
       TRY_V(out, emit(d, OpKind::Add, {norm, biasB}));
+      if (dt != low) {
+        TRY_V(narrow,
+              emit(d, OpKind::Cast, {out}, {{"to", Attribute(std::string(dtypeName(low)))}}));
+        out = narrow;
+      }
       out->setName(freshName(op.result(0)->name(), d));
       y.pieces.push_back(out);
       var.pieces.push_back(v);

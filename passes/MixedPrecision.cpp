@@ -2,13 +2,13 @@
 //
 // `mixed-precision=dtype=bf16` (or fp16) runs each float32 conv2d, gemm
 // and matmul of the model in bf16 (fp16), the way PyTorch's autocast does
-// for these ops, and leaves everything else in float32 (batch norm and its
-// statistics, softmax, the loss, the params and their updates):
+// for these ops; batch norm and its statistics, softmax, the loss, the
+// params and their updates stay float32:
 //
-//   %x.bf16 = cast(%x) {to = bf16}        one cast per use: an activation
-//   %w.bf16 = cast(%w) {to = bf16}        that feeds several convolutions
-//   %y.bf16 = conv2d(%x.bf16, %w.bf16)    gets float32 gradients from each,
-//   %y      = cast(%y.bf16) {to = f32}    summed in float32
+//   %x.bf16 = cast(%x) {to = bf16}        one cast per use (an activation
+//   %w.bf16 = cast(%w) {to = bf16}        that stays float32 and feeds
+//   %y.bf16 = conv2d(%x.bf16, %w.bf16)    several convolutions sums their
+//   %y      = cast(%y.bf16) {to = f32}    gradients in float32)
 //   %y.bias = add(%y, reshape(%b))        a bias in float32, after the cast
 //
 // A bf16 op's kernels read bf16 operands, accumulate in float32 and round
@@ -22,6 +22,33 @@
 // fp16's range ends at 65504: its gradients need a loss scale
 // (passes/LossScale.cpp), which lwcc adds after the optimizer.
 //
+// Activations between layers stay in 16 bits, as under autocast: the cast
+// of a convolution's input moves up through relu, max_pool2d, flatten,
+// reshape and concat, through a training batch norm (x and y in 16 bits;
+// scale, bias and the statistics float32; computed in float32 from the
+// widened x and rounded once) and through an add of two values that are
+// 16-bit already (two convolutions' results, a residual sum), as long as
+// every reader of the float32 value wants it in 16 bits (a cast, or another
+// op that moves). The ops that move are chosen together, as the largest
+// such set, so a residual chain (conv, batch norm, add, relu, the next
+// block's add) turns 16-bit as a whole. A bias (a float32 param) is still
+// added in float32, and the sum rounded once.
+//
+// Rounding commutes with relu, the max pool, flatten, reshape and concat
+// (it is monotone, and they only select or move values), and a batch norm
+// or an add of two widened 16-bit values rounds its float32 result once
+// either way, so where those ops move the forward computes the same bits
+// as with float32 activations; a residual add of a batch norm's result now
+// adds the 16-bit rounded value (as autocast does). Gradients are 16-bit
+// where the values are (a pool's overlapping windows and a fan-out's
+// gradients summed in float32 and rounded once per op). `activations=f32`
+// keeps every activation float32: each 16-bit result cast back at once.
+//
+//   %a      = add(%y, %bias)                 float32
+//   %a.bf16 = cast(%a) {to = bf16}
+//   %r      = relu(%a.bf16)        : bf16    was relu(%a), then a cast
+//   %p      = max_pool2d(%r)       : bf16    before the next conv2d
+//
 // Run before autodiff and before any parallelization (each cast becomes an
 // elementwise op like the others).
 //
@@ -29,13 +56,16 @@
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
 
+#include <set>
+#include <unordered_map>
+
 namespace lwcc {
 
 namespace {
 
 class MixedPrecisionPass : public Pass {
 public:
-  explicit MixedPrecisionPass(DType low) : low_(low) {}
+  MixedPrecisionPass(DType low, bool lowActivations) : low_(low), lowActivations_(lowActivations) {}
   std::string_view name() const override { return "mixed-precision"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
@@ -48,11 +78,175 @@ public:
     for (Op* op : work)
       if (llvm::Error e = rewrite(g, op))
         return e;
+    if (lowActivations_)
+      return hoistCasts(g);
     return llvm::Error::success();
   }
 
 private:
   DType low_;
+  bool lowActivations_;
+
+  bool isCastTo(const Op* op, DType t) const {
+    return op && op->kind() == OpKind::Cast && op->result()->type().dtype == t;
+  }
+
+  /// The 16-bit value `v` widens, when `v` is cast(w) {to = f32} of a
+  /// value `w` of the low type; null otherwise.
+  Value* widenedFrom(Value* v) const {
+    Op* def = v->definingOp();
+    if (isCastTo(def, DType::F32) && def->operand(0)->type().dtype == low_)
+      return def->operand(0);
+    return nullptr;
+  }
+
+  /// The ops whose float32 activation may be kept in the low type.
+  static bool activationKind(OpKind k) {
+    switch (k) {
+    case OpKind::Relu:
+    case OpKind::MaxPool2d:
+    case OpKind::Flatten:
+    case OpKind::Reshape:
+    case OpKind::Concat:
+    case OpKind::Add:
+    case OpKind::BatchNormTrain:
+      return true;
+    default:
+      return false;
+    }
+  }
+
+  /// The operands of `op` that become low: a batch norm's x (its scale and
+  /// bias stay float32), every operand of the others.
+  static unsigned lowOperands(const Op* op) { return isNormalization(op) ? 1 : op->numOperands(); }
+
+  /// The largest set of activation ops that can all run in the low type at
+  /// once: an op stays in the set while every use of its result is a cast
+  /// to the low type or an op of the set, and its result is not returned;
+  /// an add (and a batch norm's x) only reads values that are low already
+  /// (widened low values, or results of the set other than a reshape or
+  /// flatten, which may reshape a float32 param such as a bias), so no
+  /// float32 param or statistic is rounded to be added.
+  std::vector<Op*> lowActivationOps(const Graph& g) const {
+    std::set<const Op*> set;
+    for (const auto& op : g.ops())
+      if (activationKind(op->kind()) && op->numResults() > 0 &&
+          op->result(0)->type().dtype == DType::F32 && op->result(0)->hasUses() &&
+          !isGraphOutput(g, op->result(0))) {
+        bool f32 = true;
+        for (unsigned i = 0; i < op->numOperands(); ++i)
+          f32 &= op->operand(i)->type().dtype == DType::F32;
+        if (f32)
+          set.insert(op.get());
+      }
+    auto inSet = [&](const Value* v) {
+      const Op* def = v->definingOp();
+      return def && set.count(def) && v == def->result(0);
+    };
+    auto lowAlready = [&](Value* v) {
+      const Op* def = v->definingOp();
+      return widenedFrom(v) ||
+             (inSet(v) && def->kind() != OpKind::Reshape && def->kind() != OpKind::Flatten);
+    };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (const auto& op : g.ops()) {
+        if (!set.count(op.get()))
+          continue;
+        bool keep = true;
+        if (op->kind() == OpKind::Add || isNormalization(op.get()))
+          for (unsigned i = 0; i < lowOperands(op.get()); ++i)
+            keep &= lowAlready(op->operand(i));
+        for (const Use& u : op->result(0)->uses())
+          keep &= isCastTo(u.user, low_) || (set.count(u.user) && u.index < lowOperands(u.user));
+        if (!keep) {
+          set.erase(op.get());
+          changed = true;
+        }
+      }
+    }
+    std::vector<Op*> ordered;
+    for (const auto& op : g.ops())
+      if (set.count(op.get()))
+        ordered.push_back(op.get());
+    return ordered;
+  }
+
+  /// Rebuilds the ops of lowActivationOps() on low operands, in graph
+  /// order: an operand made low by the set or a widened low value is used
+  /// as it is, anything else gets a cast; the casts to the low type of
+  /// their results are replaced by the new results.
+  llvm::Error hoistCasts(Graph& g) {
+    std::vector<Op*> ops = lowActivationOps(g);
+    std::unordered_map<const Value*, Value*> lowOf;
+    std::vector<Op*> casts;
+    for (Op* op : ops) {
+      Builder b(g);
+      b.setInsertionPointBefore(op);
+      b.setLoc(op->loc());
+      std::vector<Value*> operands;
+      for (unsigned i = 0; i < op->numOperands(); ++i) {
+        Value* v = op->operand(i);
+        if (i >= lowOperands(op)) {
+          operands.push_back(v);
+        } else if (auto it = lowOf.find(v); it != lowOf.end()) {
+          operands.push_back(it->second);
+        } else if (Value* w = widenedFrom(v)) {
+          operands.push_back(w);
+        } else {
+          auto cast = b.createInferred(OpKind::Cast, {v},
+                                       {{"to", Attribute(std::string(dtypeName(low_)))}});
+          if (!cast)
+            return cast.takeError();
+          operands.push_back((*cast)->result());
+        }
+      }
+      auto low = b.createInferred(op->kind(), operands, op->attrs(), op->numResults());
+      if (!low)
+        return low.takeError();
+      lowOf[op->result(0)] = (*low)->result(0);
+      for (const Use& u : op->result(0)->uses())
+        if (isCastTo(u.user, low_))
+          casts.push_back(u.user);
+    }
+    for (Op* cast : casts) {
+      cast->result()->replaceAllUsesWith(lowOf.at(cast->operand(0)));
+      g.eraseOp(cast);
+    }
+    // The old ops, last first (each one's users in the set are gone by
+    // then); a batch norm's statistics move to the new op.
+    for (auto it = ops.rbegin(); it != ops.rend(); ++it) {
+      Op* op = *it;
+      Op* fresh = lowOf.at(op->result(0))->definingOp();
+      std::vector<std::string> names;
+      for (unsigned r = 0; r < op->numResults(); ++r) {
+        names.push_back(op->result(r)->name());
+        if (r > 0)
+          op->result(r)->replaceAllUsesWith(fresh->result(r));
+      }
+      g.eraseOp(op);
+      for (unsigned r = 0; r < names.size(); ++r)
+        fresh->result(r)->setName(names[r]);
+    }
+    // The widening casts no op reads any more.
+    std::vector<Op*> dead;
+    for (auto& op : g.ops())
+      if (isCastTo(op.get(), DType::F32) && !op->result()->hasUses() &&
+          !isGraphOutput(g, op->result()))
+        dead.push_back(op.get());
+    for (Op* op : dead)
+      g.eraseOp(op);
+    return llvm::Error::success();
+  }
+
+  static bool isNormalization(const Op* op) { return op->kind() == OpKind::BatchNormTrain; }
+
+  static bool isGraphOutput(const Graph& g, const Value* v) {
+    for (const Value* out : g.outputs())
+      if (out == v)
+        return true;
+    return false;
+  }
 
   llvm::Error rewrite(Graph& g, Op* op) {
     Builder b(g);
@@ -111,13 +305,18 @@ private:
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createMixedPrecisionPass(std::string_view options) {
-  auto opts = PassOptions::parse("mixed-precision", options, "dtype", {"dtype"});
+  auto opts = PassOptions::parse("mixed-precision", options, "dtype", {"dtype", "activations"});
   if (!opts)
     return opts.takeError();
   std::string dtype = opts->getString("dtype", "bf16");
   if (dtype != "bf16" && dtype != "fp16")
     return makeError("mixed-precision: unknown dtype '" + dtype + "' (expected bf16 or fp16)");
-  return std::make_unique<MixedPrecisionPass>(dtype == "bf16" ? DType::BF16 : DType::F16);
+  std::string activations = opts->getString("activations", "low");
+  if (activations != "low" && activations != "f32")
+    return makeError("mixed-precision: unknown activations '" + activations +
+                     "' (expected low: 16 bits between layers, or f32)");
+  return std::make_unique<MixedPrecisionPass>(dtype == "bf16" ? DType::BF16 : DType::F16,
+                                              activations == "low");
 }
 
 } // namespace lwcc

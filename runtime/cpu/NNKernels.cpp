@@ -471,6 +471,12 @@ bool matmul(const TensorView& a, const TensorView& b, const TensorView& y) {
 }
 
 bool maxPool2d(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {
+  if (detail::Float32Views::any({&x, &y})) {
+    // Mixed precision's 16-bit activations: the maximum of widened values
+    // is one of them, so the result rounds back exactly.
+    detail::Float32Views f;
+    return sameType(x.dtype, {&x, &y}) && maxPool2d(f.in(x), f.out(y), p) && f.commit();
+  }
   if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &y}))
     return false;
   if (blocked8({&x, &y}))
@@ -482,6 +488,13 @@ bool maxPool2d(const TensorView& x, const TensorView& y, const MaxPool2dParams& 
 
 bool maxPool2dGrad(const TensorView& x, const TensorView& dy, const TensorView& dx,
                    const MaxPool2dParams& p) {
+  if (detail::Float32Views::any({&x, &dy, &dx})) {
+    // A tap in several windows sums their gradients in float32; rounded
+    // once to the type.
+    detail::Float32Views f;
+    return sameType(x.dtype, {&x, &dy, &dx}) && maxPool2dGrad(f.in(x), f.in(dy), f.out(dx), p) &&
+           f.commit();
+  }
   if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &dy, &dx}))
     return false;
   if (blocked8({&x, &dy, &dx}))

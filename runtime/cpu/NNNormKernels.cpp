@@ -2,6 +2,7 @@
 //
 // Each follows the formula of its reference kernel (ir/Interpreter.cpp,
 // ir/TrainKernels.cpp); sums over many elements are kept in double.
+#include "Bf16.h"
 #include "Common.h"
 #include "Parallel.h"
 #include "lwrt/cpu_nn.h"
@@ -493,6 +494,11 @@ bool lrnGrad(const TensorView& x, const TensorView& y, const TensorView& dy, con
 bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& bias,
                const TensorView& mean, const TensorView& var, const TensorView& y,
                const BatchNormParams& p) {
+  if (detail::Float32Views::narrow(x.dtype)) { // mixed precision: float32 parameters
+    detail::Float32Views f;
+    return y.dtype == x.dtype && batchNorm(f.in(x), scale, bias, mean, var, f.out(y), p) &&
+           f.commit();
+  }
   return floatViews(x.dtype, {&x, &scale, &bias, &mean, &var, &y}) &&
          rowMajor({&scale, &bias, &mean, &var}) && sameLayouts({&x, &y}) &&
          LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p, {}));
@@ -501,6 +507,11 @@ bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& b
 bool batchNormAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
                   const TensorView& mean, const TensorView& var, const TensorView& y,
                   const BatchNormParams& p, const Activation& act) {
+  if (detail::Float32Views::narrow(x.dtype)) {
+    detail::Float32Views f;
+    return y.dtype == x.dtype && batchNormAct(f.in(x), scale, bias, mean, var, f.out(y), p, act) &&
+           f.commit();
+  }
   return floatViews(x.dtype, {&x, &scale, &bias, &mean, &var, &y}) &&
          rowMajor({&scale, &bias, &mean, &var}) && sameLayouts({&x, &y}) &&
          LWRT_DISPATCH(x.dtype, batchNormImpl<T>(x, scale, bias, mean, var, y, p, act));
@@ -509,6 +520,11 @@ bool batchNormAct(const TensorView& x, const TensorView& scale, const TensorView
 bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
                     const TensorView& y, const TensorView& mean, const TensorView& var,
                     const BatchNormTrainParams& p) {
+  if (detail::Float32Views::narrow(x.dtype)) {
+    detail::Float32Views f;
+    return y.dtype == x.dtype && batchNormTrain(f.in(x), scale, bias, f.out(y), mean, var, p) &&
+           f.commit();
+  }
   return floatViews(x.dtype, {&x, &scale, &bias, &y, &mean, &var}) &&
          rowMajor({&scale, &bias, &mean, &var}) && sameLayouts({&x, &y}) &&
          LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p, {}));
@@ -517,6 +533,11 @@ bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorVi
 bool batchNormTrainAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
                        const TensorView& y, const TensorView& mean, const TensorView& var,
                        const BatchNormTrainParams& p, const Activation& act) {
+  if (detail::Float32Views::narrow(x.dtype)) {
+    detail::Float32Views f;
+    return y.dtype == x.dtype &&
+           batchNormTrainAct(f.in(x), scale, bias, f.out(y), mean, var, p, act) && f.commit();
+  }
   return floatViews(x.dtype, {&x, &scale, &bias, &y, &mean, &var}) &&
          rowMajor({&scale, &bias, &mean, &var}) && sameLayouts({&x, &y}) &&
          LWRT_DISPATCH(x.dtype, batchNormTrainImpl<T>(x, scale, bias, y, mean, var, p, act));
@@ -526,6 +547,12 @@ bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorVie
                    const TensorView& var, const TensorView& dy, const TensorView& dx,
                    const TensorView& dscale, const TensorView& dbias,
                    const BatchNormTrainParams& p) {
+  if (detail::Float32Views::narrow(x.dtype)) {
+    detail::Float32Views f;
+    return dy.dtype == x.dtype && dx.dtype == x.dtype &&
+           batchNormGrad(f.in(x), scale, mean, var, f.in(dy), f.out(dx), dscale, dbias, p) &&
+           f.commit();
+  }
   return floatViews(x.dtype, {&x, &scale, &mean, &var, &dy, &dx, &dscale, &dbias}) &&
          rowMajor({&scale, &mean, &var, &dscale, &dbias}) && sameLayouts({&x, &dy, &dx}) &&
          LWRT_DISPATCH(x.dtype,

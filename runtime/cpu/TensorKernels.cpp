@@ -124,6 +124,12 @@ bool intScalar(const TensorView& t, int64_t& out) {
 template <typename F> bool unaryFloat(const TensorView& x, const TensorView& y, F f) {
   if (!sameLayout(x, y))
     return false;
+  if (detail::Float32Views::narrow(x.dtype)) {
+    // bf16 and fp16 (mixed precision's activations): f in double, rounded
+    // to float32 and then to the type, as the interpreter rounds.
+    detail::Float32Views w;
+    return unaryFloat(w.in(x), w.out(y), f) && w.commit();
+  }
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* xs = x.as<T>();
@@ -267,6 +273,10 @@ template <typename F>
 bool backward(const TensorView& u, const TensorView& dy, const TensorView& dx, F f) {
   if (!sameLayout(u, dy) || !sameLayout(u, dx))
     return false;
+  if (detail::Float32Views::narrow(u.dtype)) {
+    detail::Float32Views w;
+    return backward(w.in(u), w.in(dy), w.out(dx), f) && w.commit();
+  }
   return dispatchFloat(u.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* us = u.as<T>();

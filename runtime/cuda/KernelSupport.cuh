@@ -1,9 +1,12 @@
 // cuda/KernelSupport.cuh - what the CUDA kernel files share (not installed)
 // defines: LWRT_REJECT, LWRT_LAUNCH, LWRT_GRID_STRIDE, kReduceThreads, blockSum, isFloatType,
-//          sameType, floatOp, is16Bit, floatOr16Op, fitsInt, zeroBytes, PlaneGrid, planeGrid
+//          sameType, floatOp, is16Bit, floatOr16Op, Elem, StoreOf, ParamOf, withElem,
+//          activationOp, fitsInt, zeroBytes, PlaneGrid, planeGrid
 #pragma once
 
 #include "cuda/Context.h"
+#include "lwrt/bf16.h"
+#include "lwrt/f16.h"
 #include "lwrt/tensor.h"
 
 #include <algorithm>
@@ -69,6 +72,66 @@ bool floatOr16Op(const char* op, std::initializer_list<const TensorView*> views,
     return fail(__FILE__, __LINE__,
                 std::string(op) + ": operands must be of one element type, with data");
   return fn(uint16_t{});
+}
+
+/// Element types of the kernels that take mixed precision's 16-bit
+/// activations (pooling, batch norm): float and double as they are; bf16
+/// and fp16 (tags) stored as their 16 bits and computed in float32, each
+/// result rounded once with lwrt/bf16.h's and lwrt/f16.h's rounding, as
+/// the CPU backend computes them. ParamOf: the type of a normalization's
+/// per-channel values (float32 for the 16-bit types).
+struct Bf16Tag {};
+struct F16Tag {};
+template <typename T> struct Elem {
+  using Store = T;
+  using Value = T;
+  static __device__ T load(T v) { return v; }
+  static __device__ T store(T v) { return v; }
+};
+template <> struct Elem<Bf16Tag> {
+  using Store = uint16_t;
+  using Value = float;
+  static __device__ float load(uint16_t h) { return bf16ToFloat(h); }
+  static __device__ uint16_t store(float v) { return floatToBf16(v); }
+};
+template <> struct Elem<F16Tag> {
+  using Store = uint16_t;
+  using Value = float;
+  static __device__ float load(uint16_t h) { return f16ToFloat(h); }
+  static __device__ uint16_t store(float v) { return floatToF16(v); }
+};
+template <typename T> using StoreOf = typename Elem<T>::Store;
+template <typename T> using ParamOf = std::conditional_t<std::is_floating_point_v<T>, T, float>;
+
+/// fn(E{}) with E the Elem tag of floatOr16Op's type T: T itself for float
+/// and double, Bf16Tag or F16Tag (by `t`) for uint16_t.
+template <typename T, typename Fn> bool withElem(DType t, T, Fn fn) {
+  if constexpr (std::is_same_v<T, uint16_t>)
+    return t == DType::BF16 ? fn(Bf16Tag{}) : fn(F16Tag{});
+  else
+    return fn(T{});
+}
+
+/// The ops that take 16-bit activations with float32 parameters (batch
+/// norm): `acts` of one float type, or bf16 or fp16, `params` of float32
+/// for those and of the activations' type otherwise; fn(E{}) with E the
+/// Elem tag (float, double, Bf16Tag, F16Tag).
+template <typename Fn>
+bool activationOp(const char* op, std::initializer_list<const TensorView*> acts,
+                  std::initializer_list<const TensorView*> params, Fn fn) {
+  DType t = (*acts.begin())->dtype;
+  if (!(isFloatType(t) || is16Bit(t)) || !sameType(t, acts) ||
+      !sameType(is16Bit(t) ? DType::F32 : t, params))
+    return fail(__FILE__, __LINE__,
+                std::string(op) + ": activations must be F32 or F64 with parameters of their type, "
+                                  "or BF16 or F16 with F32 parameters, each with data");
+  if (t == DType::BF16)
+    return fn(Bf16Tag{});
+  if (t == DType::F16)
+    return fn(F16Tag{});
+  if (t == DType::F32)
+    return fn(float{});
+  return fn(double{});
 }
 
 /// The type of the alpha and beta that cuDNN and cuBLAS take for elements

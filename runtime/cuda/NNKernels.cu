@@ -313,13 +313,15 @@ bool poolGeom(const TensorView& x, const TensorView& y, const int64_t* kernel,
 
 /// y = the max of each window's taps, -inf where it has none. `acc < v`
 /// keeps the CPU's std::max, which skips NaNs.
-template <typename T> __global__ void maxPoolForward(const T* x, T* y, PoolGeom g) {
+template <typename T>
+__global__ void maxPoolForward(const StoreOf<T>* x, StoreOf<T>* y, PoolGeom g) {
+  using V = typename Elem<T>::Value;
   const unsigned out = static_cast<unsigned>(g.OH * g.OW), in = static_cast<unsigned>(g.H * g.W);
   LWRT_FOR_PLANES(plane, q, g, out) {
     const int oh = static_cast<int>(q / static_cast<unsigned>(g.OW)),
               ow = static_cast<int>(q) - oh * g.OW;
-    const T* xp = x + plane * in;
-    T acc = negInf<T>();
+    const StoreOf<T>* xp = x + plane * in;
+    V acc = negInf<V>();
     for (int kh = 0; kh < g.k[0]; ++kh) {
       int ih = oh * g.s[0] - g.pads[0] + kh * g.d[0];
       if (ih < 0 || ih >= g.H)
@@ -327,26 +329,27 @@ template <typename T> __global__ void maxPoolForward(const T* x, T* y, PoolGeom 
       for (int kw = 0; kw < g.k[1]; ++kw) {
         int iw = ow * g.s[1] - g.pads[1] + kw * g.d[1];
         if (iw >= 0 && iw < g.W) {
-          T v = xp[ih * g.W + iw];
+          V v = Elem<T>::load(xp[ih * g.W + iw]);
           if (acc < v)
             acc = v;
         }
       }
     }
-    y[plane * out + q] = acc;
+    y[plane * out + q] = Elem<T>::store(acc);
   }
 }
 
 /// arg[yi] = the in-plane index of the first maximum of window yi (taps in
 /// row-major order), -1 for an empty window.
-template <typename T> __global__ void maxPoolArgmax(const T* x, int* arg, PoolGeom g) {
+template <typename T> __global__ void maxPoolArgmax(const StoreOf<T>* x, int* arg, PoolGeom g) {
+  using V = typename Elem<T>::Value;
   const unsigned out = static_cast<unsigned>(g.OH * g.OW), in = static_cast<unsigned>(g.H * g.W);
   LWRT_FOR_PLANES(plane, q, g, out) {
     const int oh = static_cast<int>(q / static_cast<unsigned>(g.OW)),
               ow = static_cast<int>(q) - oh * g.OW;
-    const T* xp = x + plane * in;
+    const StoreOf<T>* xp = x + plane * in;
     int best = -1;
-    T bestV = T(0);
+    V bestV = V(0);
     for (int kh = 0; kh < g.k[0]; ++kh) {
       int ih = oh * g.s[0] - g.pads[0] + kh * g.d[0];
       if (ih < 0 || ih >= g.H)
@@ -355,7 +358,7 @@ template <typename T> __global__ void maxPoolArgmax(const T* x, int* arg, PoolGe
         int iw = ow * g.s[1] - g.pads[1] + kw * g.d[1];
         if (iw < 0 || iw >= g.W)
           continue;
-        T v = xp[ih * g.W + iw];
+        V v = Elem<T>::load(xp[ih * g.W + iw]);
         if (best < 0 || v > bestV) {
           best = ih * g.W + iw;
           bestV = v;
@@ -374,15 +377,16 @@ __device__ __forceinline__ int floorDiv(int a, int b) {
 /// dx[xi] = the sum of dy over the windows whose first maximum is xi, added
 /// in increasing window order as the CPU scatters them.
 template <typename T>
-__global__ void maxPoolGather(const int* arg, const T* dy, T* dx, PoolGeom g) {
+__global__ void maxPoolGather(const int* arg, const StoreOf<T>* dy, StoreOf<T>* dx, PoolGeom g) {
+  using V = typename Elem<T>::Value;
   const unsigned out = static_cast<unsigned>(g.OH * g.OW), in = static_cast<unsigned>(g.H * g.W);
   LWRT_FOR_PLANES(plane, q, g, in) {
     const int ih = static_cast<int>(q / static_cast<unsigned>(g.W)),
               iw = static_cast<int>(q) - ih * g.W;
     const int self = static_cast<int>(q);
     const int* ap = arg + plane * out;
-    const T* dp = dy + plane * out;
-    T acc = T(0);
+    const StoreOf<T>* dp = dy + plane * out;
+    V acc = V(0);
     // Tap kh of window oh reads row oh*s - pad + kh*d: decreasing kh visits
     // increasing oh.
     for (int kh = g.k[0] - 1; kh >= 0; --kh) {
@@ -396,10 +400,10 @@ __global__ void maxPoolGather(const int* arg, const T* dy, T* dx, PoolGeom g) {
           continue;
         int yi = oh * g.OW + u / g.s[1];
         if (ap[yi] == self)
-          acc += dp[yi];
+          acc += Elem<T>::load(dp[yi]);
       }
     }
-    dx[plane * in + q] = acc;
+    dx[plane * in + q] = Elem<T>::store(acc);
   }
 }
 
@@ -552,16 +556,18 @@ bool maxPool2dImpl(const TensorView& xv, const TensorView& yv, const MaxPool2dPa
     return true;
   if (!poolGeom(xv, yv, p.kernel, p.strides, p.pads, p.dilations, g))
     return false;
-  if (cudnnPoolFits(xv, yv, g)) {
-    CudnnPool d;
-    T one = 1, zero = 0;
-    if (!cudnnPool(xv, yv, g, CUDNN_POOLING_MAX_DETERMINISTIC, d))
-      return false;
-    LWRT_CUDNN(
-        cudnnPoolingForward(context().cudnn, d.pool, &one, d.x, xv.data, &zero, d.y, yv.data));
-    return true;
-  }
-  return launchPlanes(maxPoolForward<T>, g, g.OH * g.OW, xv.as<T>(), yv.as<T>(), g);
+  if constexpr (std::is_floating_point_v<T>)
+    if (cudnnPoolFits(xv, yv, g)) {
+      CudnnPool d;
+      T one = 1, zero = 0;
+      if (!cudnnPool(xv, yv, g, CUDNN_POOLING_MAX_DETERMINISTIC, d))
+        return false;
+      LWRT_CUDNN(
+          cudnnPoolingForward(context().cudnn, d.pool, &one, d.x, xv.data, &zero, d.y, yv.data));
+      return true;
+    }
+  return launchPlanes(maxPoolForward<T>, g, g.OH * g.OW, xv.as<StoreOf<T>>(), yv.as<StoreOf<T>>(),
+                      g);
 }
 
 template <typename T>
@@ -577,25 +583,26 @@ bool maxPool2dGradImpl(const TensorView& xv, const TensorView& dyv, const Tensor
   PoolGeom g;
   if (!poolGeom(xv, dyv, p.kernel, p.strides, p.pads, p.dilations, g))
     return false;
-  if (cudnnPoolFits(xv, dyv, g)) {
-    // cuDNN's backward reads the forward's y: recomputed in the workspace.
-    CudnnPool d;
-    T one = 1, zero = 0;
-    if (!cudnnPool(xv, dyv, g, CUDNN_POOLING_MAX_DETERMINISTIC, d) ||
-        !ensureWorkspace(static_cast<size_t>(ny) * sizeof(T)))
-      return false;
-    void* y = context().workspace;
-    LWRT_CUDNN(cudnnPoolingForward(context().cudnn, d.pool, &one, d.x, xv.data, &zero, d.y, y));
-    LWRT_CUDNN(cudnnPoolingBackward(context().cudnn, d.pool, &one, d.y, y, d.y, dyv.data, d.x,
-                                    xv.data, &zero, d.x, dxv.data));
-    return true;
-  }
+  if constexpr (std::is_floating_point_v<T>)
+    if (cudnnPoolFits(xv, dyv, g)) {
+      // cuDNN's backward reads the forward's y: recomputed in the workspace.
+      CudnnPool d;
+      T one = 1, zero = 0;
+      if (!cudnnPool(xv, dyv, g, CUDNN_POOLING_MAX_DETERMINISTIC, d) ||
+          !ensureWorkspace(static_cast<size_t>(ny) * sizeof(T)))
+        return false;
+      void* y = context().workspace;
+      LWRT_CUDNN(cudnnPoolingForward(context().cudnn, d.pool, &one, d.x, xv.data, &zero, d.y, y));
+      LWRT_CUDNN(cudnnPoolingBackward(context().cudnn, d.pool, &one, d.y, y, d.y, dyv.data, d.x,
+                                      xv.data, &zero, d.x, dxv.data));
+      return true;
+    }
   if (!ensureWorkspace(static_cast<size_t>(ny) * sizeof(int)))
     return false;
   int* arg = static_cast<int*>(context().workspace);
-  return launchPlanes(maxPoolArgmax<T>, g, g.OH * g.OW, xv.as<T>(), arg, g) &&
-         launchPlanes(maxPoolGather<T>, g, g.H * g.W, static_cast<const int*>(arg), dyv.as<T>(),
-                      dxv.as<T>(), g);
+  return launchPlanes(maxPoolArgmax<T>, g, g.OH * g.OW, xv.as<StoreOf<T>>(), arg, g) &&
+         launchPlanes(maxPoolGather<T>, g, g.H * g.W, static_cast<const int*>(arg),
+                      dyv.as<StoreOf<T>>(), dxv.as<StoreOf<T>>(), g);
 }
 
 template <typename T>
@@ -678,14 +685,17 @@ bool matmul(const TensorView& a, const TensorView& b, const TensorView& y) {
 }
 
 bool maxPool2d(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {
-  return floatOp("max_pool2d", {&x, &y},
-                 [&](auto t) { return maxPool2dImpl<decltype(t)>(x, y, p); });
+  return floatOr16Op("max_pool2d", {&x, &y}, [&](auto t) {
+    return withElem(x.dtype, t, [&](auto e) { return maxPool2dImpl<decltype(e)>(x, y, p); });
+  });
 }
 
 bool maxPool2dGrad(const TensorView& x, const TensorView& dy, const TensorView& dx,
                    const MaxPool2dParams& p) {
-  return floatOp("max_pool2d_grad", {&x, &dy, &dx},
-                 [&](auto t) { return maxPool2dGradImpl<decltype(t)>(x, dy, dx, p); });
+  return floatOr16Op("max_pool2d_grad", {&x, &dy, &dx}, [&](auto t) {
+    return withElem(x.dtype, t,
+                    [&](auto e) { return maxPool2dGradImpl<decltype(e)>(x, dy, dx, p); });
+  });
 }
 
 bool avgPool2d(const TensorView& x, const TensorView& y, const AvgPool2dParams& p) {

@@ -185,18 +185,31 @@ bool channels(const TensorView& x, Channels& L) {
   return true;
 }
 
+// The batch norm kernels take E, an Elem tag: x, y, dy and dx are
+// StoreOf<E> (16 bits for bf16 and fp16, read as float32 and rounded once
+// when written), scale, bias and the statistics ParamOf<E> (float32 then).
+
+/// A stored element as a double, and a double rounded to E's value type
+/// (float32 for the 16-bit types) and stored.
+template <typename E> __device__ double loadD(StoreOf<E> v) {
+  return static_cast<double>(Elem<E>::load(v));
+}
+template <typename E> __device__ StoreOf<E> storeD(double v) {
+  return Elem<E>::store(static_cast<typename Elem<E>::Value>(v));
+}
+
 /// On a planeGrid(N * C, inner): the plane's channel once per block row.
-template <typename T>
-__global__ void batchNormInference(const T* x, const T* scale, const T* bias, const T* mean,
-                                   const T* var, T* y, unsigned C, unsigned inner, unsigned planes,
-                                   T eps) {
+template <typename E, typename P = ParamOf<E>>
+__global__ void batchNormInference(const StoreOf<E>* x, const P* scale, const P* bias,
+                                   const P* mean, const P* var, StoreOf<E>* y, unsigned C,
+                                   unsigned inner, unsigned planes, P eps) {
   for (unsigned plane = blockIdx.y; plane < planes; plane += gridDim.y) {
     const unsigned ch = plane % C;
-    const T a = scale[ch] / msqrt(var[ch] + eps), m = mean[ch], b = bias[ch];
+    const P a = scale[ch] / msqrt(var[ch] + eps), m = mean[ch], b = bias[ch];
     for (unsigned q = blockIdx.x * blockDim.x + threadIdx.x; q < inner;
          q += gridDim.x * blockDim.x) {
       const size_t i = static_cast<size_t>(plane) * inner + q;
-      y[i] = a * (x[i] - m) + b;
+      y[i] = Elem<E>::store(a * (static_cast<P>(Elem<E>::load(x[i])) - m) + b);
     }
   }
 }
@@ -223,55 +236,55 @@ template <typename Fn> __device__ void forEachInChannel(const Channels& L, int64
 
 /// One block per channel: the batch mean and population variance (two
 /// passes, in double), then y.
-template <typename T>
-__global__ void batchNormTrainChannel(const T* x, const T* scale, const T* bias, T* y, T* meanOut,
-                                      T* varOut, Channels L, double eps) {
+template <typename E, typename P = ParamOf<E>>
+__global__ void batchNormTrainChannel(const StoreOf<E>* x, const P* scale, const P* bias,
+                                      StoreOf<E>* y, P* meanOut, P* varOut, Channels L,
+                                      double eps) {
   __shared__ double shared[kChannelThreads];
   int64_t ch = blockIdx.x;
   double count = static_cast<double>(L.N * L.inner);
   double sum = 0;
-  forEachInChannel(L, ch, [&](int64_t e) { sum += static_cast<double>(x[e]); });
+  forEachInChannel(L, ch, [&](int64_t e) { sum += loadD<E>(x[e]); });
   double mean = blockSum(sum, shared) / count;
   double sq = 0;
   forEachInChannel(L, ch, [&](int64_t e) {
-    double d = static_cast<double>(x[e]) - mean;
+    double d = loadD<E>(x[e]) - mean;
     sq += d * d;
   });
   double var = blockSum(sq, shared) / count;
   double a = static_cast<double>(scale[ch]) / sqrt(var + eps), b = static_cast<double>(bias[ch]);
-  forEachInChannel(
-      L, ch, [&](int64_t e) { y[e] = static_cast<T>(a * (static_cast<double>(x[e]) - mean) + b); });
+  forEachInChannel(L, ch, [&](int64_t e) { y[e] = storeD<E>(a * (loadD<E>(x[e]) - mean) + b); });
   if (threadIdx.x == 0) {
-    meanOut[ch] = static_cast<T>(mean);
-    varOut[ch] = static_cast<T>(var);
+    meanOut[ch] = static_cast<P>(mean);
+    varOut[ch] = static_cast<P>(var);
   }
 }
 
 /// One block per channel: xhat = (x - mean) invstd; dbias = sum dy;
 /// dscale = sum dy xhat; dx = scale invstd / m (m dy - dbias - xhat dscale).
-template <typename T>
-__global__ void batchNormGradChannel(const T* x, const T* scale, const T* meanIn, const T* varIn,
-                                     const T* dy, T* dx, T* dscaleOut, T* dbiasOut, Channels L,
-                                     double eps) {
+template <typename E, typename P = ParamOf<E>>
+__global__ void batchNormGradChannel(const StoreOf<E>* x, const P* scale, const P* meanIn,
+                                     const P* varIn, const StoreOf<E>* dy, StoreOf<E>* dx,
+                                     P* dscaleOut, P* dbiasOut, Channels L, double eps) {
   __shared__ double shared[kChannelThreads];
   int64_t ch = blockIdx.x;
   double mean = static_cast<double>(meanIn[ch]);
   double invstd = 1.0 / sqrt(static_cast<double>(varIn[ch]) + eps);
   double db = 0, ds = 0;
   forEachInChannel(L, ch, [&](int64_t e) {
-    double g = static_cast<double>(dy[e]);
+    double g = loadD<E>(dy[e]);
     db += g;
-    ds += g * (static_cast<double>(x[e]) - mean) * invstd;
+    ds += g * (loadD<E>(x[e]) - mean) * invstd;
   });
   double dbias = blockSum(db, shared), dscale = blockSum(ds, shared);
   double m = static_cast<double>(L.N * L.inner), a = static_cast<double>(scale[ch]) * invstd / m;
   forEachInChannel(L, ch, [&](int64_t e) {
-    double xhat = (static_cast<double>(x[e]) - mean) * invstd;
-    dx[e] = static_cast<T>(a * (m * static_cast<double>(dy[e]) - dbias - xhat * dscale));
+    double xhat = (loadD<E>(x[e]) - mean) * invstd;
+    dx[e] = storeD<E>(a * (m * loadD<E>(dy[e]) - dbias - xhat * dscale));
   });
   if (threadIdx.x == 0) {
-    dscaleOut[ch] = static_cast<T>(dscale);
-    dbiasOut[ch] = static_cast<T>(dbias);
+    dscaleOut[ch] = static_cast<P>(dscale);
+    dbiasOut[ch] = static_cast<P>(dbias);
   }
 }
 
@@ -287,16 +300,18 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
     return LWRT_REJECT("batch_norm: x must be [N, C, ...], y of x's shape, the others [C]");
   if (xv.numel() == 0)
     return true;
-  if (CudnnRun r = cudnnBatchNorm(xv, sv, bv, mv, vv, yv, p.epsilon); r != CudnnRun::NotCovered)
-    return r == CudnnRun::Ran;
+  if constexpr (std::is_floating_point_v<T>)
+    if (CudnnRun r = cudnnBatchNorm(xv, sv, bv, mv, vv, yv, p.epsilon); r != CudnnRun::NotCovered)
+      return r == CudnnRun::Ran;
+  using P = ParamOf<T>;
   const int64_t planes = L.N * L.C;
   if (!fitsInt({planes, L.inner}))
     return LWRT_REJECT("batch_norm: more than 2^31 planes or plane elements");
   PlaneGrid pg = planeGrid(planes, L.inner);
   batchNormInference<T><<<pg.grid, pg.block, 0, context().stream>>>(
-      xv.as<T>(), sv.as<T>(), bv.as<T>(), mv.as<T>(), vv.as<T>(), yv.as<T>(),
+      xv.as<StoreOf<T>>(), sv.as<P>(), bv.as<P>(), mv.as<P>(), vv.as<P>(), yv.as<StoreOf<T>>(),
       static_cast<unsigned>(L.C), static_cast<unsigned>(L.inner), static_cast<unsigned>(planes),
-      static_cast<T>(p.epsilon));
+      static_cast<P>(p.epsilon));
   LWRT_CUDA(cudaGetLastError());
   return true;
 }
@@ -313,15 +328,18 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
     return LWRT_REJECT("batch_norm_train: x must be [N, C, ...], y of x's shape, the others [C]");
   if (L.C == 0)
     return true;
-  if (xv.numel() > 0) {
-    CudnnRun r = cudnnBatchNormTrain(xv, sv, bv, yv, mv, vv, p.epsilon);
-    if (r != CudnnRun::NotCovered)
-      return r == CudnnRun::Ran;
-  }
+  if constexpr (std::is_floating_point_v<T>)
+    if (xv.numel() > 0) {
+      CudnnRun r = cudnnBatchNormTrain(xv, sv, bv, yv, mv, vv, p.epsilon);
+      if (r != CudnnRun::NotCovered)
+        return r == CudnnRun::Ran;
+    }
   if (L.C > INT_MAX)
     return LWRT_REJECT("batch_norm_train: more than 2^31 channels");
-  LWRT_LAUNCH(batchNormTrainChannel<T>, static_cast<unsigned>(L.C), kChannelThreads, xv.as<T>(),
-              sv.as<T>(), bv.as<T>(), yv.as<T>(), mv.as<T>(), vv.as<T>(), L, p.epsilon);
+  using P = ParamOf<T>;
+  LWRT_LAUNCH(batchNormTrainChannel<T>, static_cast<unsigned>(L.C), kChannelThreads,
+              xv.as<StoreOf<T>>(), sv.as<P>(), bv.as<P>(), yv.as<StoreOf<T>>(), mv.as<P>(),
+              vv.as<P>(), L, p.epsilon);
   return true;
 }
 
@@ -339,16 +357,18 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
         "batch_norm_grad: x must be [N, C, ...], dy and dx of x's shape, the others [C]");
   if (L.C == 0)
     return true;
-  if (xv.numel() > 0) {
-    CudnnRun r = cudnnBatchNormGrad(xv, sv, mv, vv, dyv, dxv, dsv, dbv, p.epsilon);
-    if (r != CudnnRun::NotCovered)
-      return r == CudnnRun::Ran;
-  }
+  if constexpr (std::is_floating_point_v<T>)
+    if (xv.numel() > 0) {
+      CudnnRun r = cudnnBatchNormGrad(xv, sv, mv, vv, dyv, dxv, dsv, dbv, p.epsilon);
+      if (r != CudnnRun::NotCovered)
+        return r == CudnnRun::Ran;
+    }
   if (L.C > INT_MAX)
     return LWRT_REJECT("batch_norm_grad: more than 2^31 channels");
-  LWRT_LAUNCH(batchNormGradChannel<T>, static_cast<unsigned>(L.C), kChannelThreads, xv.as<T>(),
-              sv.as<T>(), mv.as<T>(), vv.as<T>(), dyv.as<T>(), dxv.as<T>(), dsv.as<T>(),
-              dbv.as<T>(), L, p.epsilon);
+  using P = ParamOf<T>;
+  LWRT_LAUNCH(batchNormGradChannel<T>, static_cast<unsigned>(L.C), kChannelThreads,
+              xv.as<StoreOf<T>>(), sv.as<P>(), mv.as<P>(), vv.as<P>(), dyv.as<StoreOf<T>>(),
+              dxv.as<StoreOf<T>>(), dsv.as<P>(), dbv.as<P>(), L, p.epsilon);
   return true;
 }
 
@@ -680,7 +700,7 @@ bool lrnGrad(const TensorView& x, const TensorView& y, const TensorView& dy, con
 bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& bias,
                const TensorView& mean, const TensorView& var, const TensorView& y,
                const BatchNormParams& p) {
-  return floatOp("batch_norm", {&x, &scale, &bias, &mean, &var, &y}, [&](auto t) {
+  return activationOp("batch_norm", {&x, &y}, {&scale, &bias, &mean, &var}, [&](auto t) {
     return batchNormImpl<decltype(t)>(x, scale, bias, mean, var, y, p);
   });
 }
@@ -688,7 +708,7 @@ bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& b
 bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
                     const TensorView& y, const TensorView& mean, const TensorView& var,
                     const BatchNormTrainParams& p) {
-  return floatOp("batch_norm_train", {&x, &scale, &bias, &y, &mean, &var}, [&](auto t) {
+  return activationOp("batch_norm_train", {&x, &y}, {&scale, &bias, &mean, &var}, [&](auto t) {
     return batchNormTrainImpl<decltype(t)>(x, scale, bias, y, mean, var, p);
   });
 }
@@ -697,8 +717,8 @@ bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorVie
                    const TensorView& var, const TensorView& dy, const TensorView& dx,
                    const TensorView& dscale, const TensorView& dbias,
                    const BatchNormTrainParams& p) {
-  return floatOp(
-      "batch_norm_grad", {&x, &scale, &mean, &var, &dy, &dx, &dscale, &dbias}, [&](auto t) {
+  return activationOp(
+      "batch_norm_grad", {&x, &dy, &dx}, {&scale, &mean, &var, &dscale, &dbias}, [&](auto t) {
         return batchNormGradImpl<decltype(t)>(x, scale, mean, var, dy, dx, dscale, dbias, p);
       });
 }

@@ -232,6 +232,21 @@ constexpr int64_t kSmallIndex = INT32_MAX;
 
 //===--- Unary ------------------------------------------------------------===//
 
+/// A bf16 (fp16 when !bf16) element as a float32 and back, with the
+/// rounding of lwrt/bf16.h and lwrt/f16.h.
+__device__ float widen16(uint16_t h, bool bf16) { return bf16 ? bf16ToFloat(h) : f16ToFloat(h); }
+__device__ uint16_t narrow16(float v, bool bf16) { return bf16 ? floatToBf16(v) : floatToF16(v); }
+
+bool is16(DType t) { return t == DType::BF16 || t == DType::F16; }
+
+/// A float op on bf16 or fp16 elements as the CPU backend computes it:
+/// widened to float32, f in double, rounded to float32 and then to the type.
+template <typename F>
+__global__ void map16Kernel(const uint16_t* x, uint16_t* y, int64_t n, bool bf16, F f) {
+  for (int64_t k = firstThread(); k < n; k += gridThreads())
+    y[k] = narrow16(static_cast<float>(f(static_cast<double>(widen16(x[k], bf16)))), bf16);
+}
+
 template <typename T, typename F> __global__ void mapKernel(const T* x, T* y, int64_t n, F f) {
   for (int64_t k = firstThread(); k < n; k += gridThreads())
     y[k] = f(x[k]);
@@ -256,9 +271,19 @@ template <typename F> struct InDouble {
 
 template <typename F>
 bool unaryFloat(const char* op, const TensorView& x, const TensorView& y, F f) {
-  if (!sameLayout(x, y) || !isFloat(x.dtype))
+  if (!sameLayout(x, y) || !(isFloat(x.dtype) || is16(x.dtype)))
     return LWRT_REJECT(op, "takes x and y of one float type and shape, not " + describe(x) +
                                " and " + describe(y));
+  if (is16(x.dtype)) { // mixed precision's activations
+    int64_t n = x.numel();
+    if (n == 0)
+      return true;
+    map16Kernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
+        static_cast<const uint16_t*>(x.data), static_cast<uint16_t*>(y.data), n,
+        x.dtype == DType::BF16, f);
+    LWRT_CUDA(cudaGetLastError());
+    return true;
+  }
   return dispatchFloat(x.dtype,
                        [&](auto tag) { return launchMap<decltype(tag)>(x, y, InDouble<F>{f}); });
 }
@@ -403,11 +428,6 @@ struct PowFn {
   }
 };
 
-/// A bf16 (fp16 when !bf16) element as a float32 and back, with the
-/// rounding of lwrt/bf16.h and lwrt/f16.h.
-__device__ float widen16(uint16_t h, bool bf16) { return bf16 ? bf16ToFloat(h) : f16ToFloat(h); }
-__device__ uint16_t narrow16(float v, bool bf16) { return bf16 ? floatToBf16(v) : floatToF16(v); }
-
 /// A binary op on bf16 or fp16 operands as the CPU backend computes it:
 /// both widened to float32, f in double, the result rounded to float32 and
 /// then to the type. `w` walks broadcast operands (null: same shapes).
@@ -484,16 +504,33 @@ __global__ void backwardKernel(const T* u, const T* d, T* x, int64_t n, F f) {
     x[k] = static_cast<T>(f(static_cast<double>(u[k]), static_cast<double>(d[k])));
 }
 
-/// dx[k] = f(u[k], dy[k]) in double; all three views of one float type and shape.
+template <typename F>
+__global__ void backward16Kernel(const uint16_t* u, const uint16_t* d, uint16_t* x, int64_t n,
+                                 bool bf16, F f) {
+  for (int64_t k = firstThread(); k < n; k += gridThreads())
+    x[k] = narrow16(static_cast<float>(f(static_cast<double>(widen16(u[k], bf16)),
+                                         static_cast<double>(widen16(d[k], bf16)))),
+                    bf16);
+}
+
+/// dx[k] = f(u[k], dy[k]) in double; all three views of one float type and
+/// shape (bf16 and fp16 widened, the result rounded to float32, then to the type).
 template <typename F>
 bool backward(const char* op, const TensorView& u, const TensorView& dy, const TensorView& dx,
               F f) {
-  if (!sameLayout(u, dy) || !sameLayout(u, dx) || !isFloat(u.dtype))
+  if (!sameLayout(u, dy) || !sameLayout(u, dx) || !(isFloat(u.dtype) || is16(u.dtype)))
     return LWRT_REJECT(op, "takes three views of one float type and shape, not " + describe(u) +
                                ", " + describe(dy) + " -> " + describe(dx));
   int64_t n = u.numel();
   if (n == 0)
     return true;
+  if (is16(u.dtype)) {
+    backward16Kernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
+        static_cast<const uint16_t*>(u.data), static_cast<const uint16_t*>(dy.data),
+        static_cast<uint16_t*>(dx.data), n, u.dtype == DType::BF16, f);
+    LWRT_CUDA(cudaGetLastError());
+    return true;
+  }
   return dispatchFloat(u.dtype, [&](auto tag) {
     using T = decltype(tag);
     backwardKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(

@@ -8,16 +8,19 @@
 // land on the other side of a rounding boundary. lwrt/f16.h's rounding
 // against exact arithmetic over every fp16 value and the boundaries between
 // them, the cast kernel and the interpreter in fp16, and the all_finite
-// kernel.
+// kernel. Mixed precision's 16-bit activations leave the forward's values
+// as they were, bit for bit.
 //
 //===----------------------------------------------------------------------===//
 #include "lwrt/bf16.h"
 
+#include "GradCheckCase.h"
 #include "TestUtil.h"
 #include "ir/Interpreter.h"
 #include "lwrt/cpu_nn.h"
 #include "lwrt/cpu_tensor.h"
 #include "lwrt/f16.h"
+#include "passes/Pass.h"
 
 #include <cmath>
 #include <cstring>
@@ -286,6 +289,115 @@ TEST(F16Test, AllFiniteSeesEveryOperand) {
   float wrong = 0;
   EXPECT_FALSE(
       rt::allFinite({{a.data(), lwrt::DType::F32, {100}}}, {&wrong, lwrt::DType::F32, {}}, {}));
+}
+
+} // namespace
+} // namespace lwcc::test
+
+namespace lwcc::test {
+namespace {
+
+/// A block with each op the 16-bit activations move through (relu, max
+/// pool, concat, a residual add of two convolutions, a training batch
+/// norm, flatten) and the ones they stop at (bias adds, a float32 reader,
+/// the output).
+constexpr const char* kActivationBlock = R"(
+graph @g(%x: f32[2,3,8,8] @data) {
+  %w1 = param "w1" : f32[4,3,3,3]
+  %b1 = param "b1" : f32[4]
+  %w2 = param "w2" : f32[4,3,3,3]
+  %w3 = param "w3" : f32[8,8,3,3]
+  %w4 = param "w4" : f32[8,8,3,3]
+  %w5 = param "w5" : f32[8,8,3,3]
+  %g = param "g" : f32[8]
+  %bb = param "bb" : f32[8]
+  %m = param "m" : f32[8]
+  %v = param "v" : f32[8]
+  %fc = param "fc" : f32[5,32]
+  %c1 = conv2d(%x, %w1, %b1) {strides = [1, 1], pads = [1, 1, 1, 1], dilations = [1, 1], group = 1} : f32[2,4,8,8]
+  %r1 = relu(%c1) : f32[2,4,8,8]
+  %c2 = conv2d(%x, %w2) {strides = [1, 1], pads = [1, 1, 1, 1], dilations = [1, 1], group = 1} : f32[2,4,8,8]
+  %r2 = relu(%c2) : f32[2,4,8,8]
+  %mean = reduce_mean(%r2) {keepdims = 0} : f32[]
+  %cat = concat(%r1, %r2) {axis = 1} : f32[2,8,8,8]
+  %pool = max_pool2d(%cat) {kernel = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1], dilations = [1, 1], ceil_mode = 0} : f32[2,8,4,4]
+  %p = conv2d(%pool, %w3) {strides = [1, 1], pads = [1, 1, 1, 1], dilations = [1, 1], group = 1} : f32[2,8,4,4]
+  %q = conv2d(%pool, %w4) {strides = [1, 1], pads = [1, 1, 1, 1], dilations = [1, 1], group = 1} : f32[2,8,4,4]
+  %sum = add(%p, %q) : f32[2,8,4,4]
+  %s = relu(%sum) : f32[2,8,4,4]
+  %u = conv2d(%s, %w5) {strides = [1, 1], pads = [1, 1, 1, 1], dilations = [1, 1], group = 1} : f32[2,8,4,4]
+  %bn = batch_norm(%u, %g, %bb, %m, %v) {epsilon = 1.0e-05, momentum = 0.9} : f32[2,8,4,4]
+  %t = relu(%bn) : f32[2,8,4,4]
+  %tp = max_pool2d(%t) {kernel = [2, 2], strides = [2, 2], pads = [0, 0, 0, 0], dilations = [1, 1], ceil_mode = 0} : f32[2,8,2,2]
+  %flat = flatten(%tp) {axis = 1} : f32[2,32]
+  %y = gemm(%flat, %fc) {transA = 0, transB = 1} : f32[2,5]
+  return %y, %mean
+}
+)";
+
+TEST(Bf16Test, SixteenBitActivationsKeepTheForwardBits) {
+  for (const char* dtype : {"bf16", "fp16"}) {
+    SCOPED_TRACE(dtype);
+    auto low = parseOk(kActivationBlock), wide = parseOk(kActivationBlock);
+    ASSERT_TRUE(low && wide);
+    // Training batch norm (train-mode), as lwcc runs it.
+    const std::string mp = std::string("mixed-precision=dtype=") + dtype;
+    ASSERT_EQ(errorText(runPassesOn(*low, {"train-mode", mp})), "");
+    ASSERT_EQ(errorText(runPassesOn(*wide, {"train-mode", mp + ",activations=f32"})), "");
+    // The activations between the layers are 16-bit in one and float32 in
+    // the other.
+    auto count16 = [](const Graph& g, OpKind kind) {
+      int n = 0;
+      for (const auto& op : g.ops())
+        n += op->kind() == kind && op->result()->type().dtype != DType::F32;
+      return n;
+    };
+    // r1, s and t (not r2: reduce_mean reads it in float32, so the concat
+    // casts it), the concat, both pools, the residual add (not the bias
+    // add), the batch norm, the flatten.
+    EXPECT_EQ(count16(*low, OpKind::Relu), 3) << printGraph(*low);
+    EXPECT_EQ(count16(*low, OpKind::Concat), 1);
+    EXPECT_EQ(count16(*low, OpKind::MaxPool2d), 2);
+    EXPECT_EQ(count16(*low, OpKind::Add), 1);
+    EXPECT_EQ(count16(*low, OpKind::Flatten), 1);
+    EXPECT_EQ(count16(*low, OpKind::BatchNormTrain), 1);
+    EXPECT_EQ(count16(*wide, OpKind::Relu) + count16(*wide, OpKind::Concat) +
+                  count16(*wide, OpKind::MaxPool2d) + count16(*wide, OpKind::Add) +
+                  count16(*wide, OpKind::BatchNormTrain),
+              0);
+    std::mt19937_64 rng(11);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    auto random = [&](const TensorType& t) {
+      std::vector<double> v(static_cast<size_t>(t.numElements()));
+      for (double& e : v)
+        e = normal(rng);
+      return Tensor::fromFloats(t, std::move(v));
+    };
+    WeightMap weights;
+    for (const auto& prm : low->params()) {
+      Tensor t = random(prm->type());
+      if (prm->name() == "v")
+        for (double& e : t.f)
+          e = std::fabs(e) + 0.5; // a variance
+      weights[prm->paramName()] = t;
+    }
+    std::vector<Tensor> inputs{random(low->input(0)->type())};
+    WeightMap stateA = weights, stateB = weights;
+    auto a = runStep(*low, inputs, stateA), b = runStep(*wide, inputs, stateB);
+    ASSERT_TRUE(a && b) << (a ? "" : llvm::toString(a.takeError()));
+    // The running statistics too.
+    for (const char* stat : {"m", "v"})
+      for (size_t e = 0; e < stateA.at(stat).f.size(); ++e)
+        ASSERT_EQ(stateA.at(stat).f[e], stateB.at(stat).f[e]) << stat << " element " << e;
+    ASSERT_EQ(a->size(), 2u);
+    // Rounding commutes with what moved (and a sum of two 16-bit values
+    // rounds alike either way): every bit of both outputs agrees.
+    for (size_t k = 0; k < a->size(); ++k) {
+      ASSERT_EQ((*a)[k].type, (*b)[k].type);
+      for (size_t e = 0; e < (*a)[k].f.size(); ++e)
+        ASSERT_EQ((*a)[k].f[e], (*b)[k].f[e]) << "output " << k << " element " << e;
+    }
+  }
 }
 
 } // namespace
