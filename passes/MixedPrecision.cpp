@@ -26,8 +26,11 @@
 // of a convolution's input moves up through relu, max_pool2d, flatten,
 // reshape and concat, through a training batch norm (x and y in 16 bits;
 // scale, bias and the statistics float32; computed in float32 from the
-// widened x and rounded once) and through an add of two values that are
-// 16-bit already (two convolutions' results, a residual sum), as long as
+// widened x and rounded once), through an add of two values that are
+// 16-bit already (two convolutions' results, a residual sum) and through
+// a dropout of a 16-bit value (train-mode's mul by a dropout_mask, the mask
+// made in the 16-bit type; only where 1/(1-ratio) is exactly a 16-bit
+// value, as for ratio 0.5), as long as
 // every reader of the float32 value wants it in 16 bits (a cast, or another
 // op that moves). The ops that move are chosen together, as the largest
 // such set, so a residual chain (conv, batch norm, add, relu, the next
@@ -55,7 +58,10 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
+#include "runtime/include/lwrt/bf16.h"
+#include "runtime/include/lwrt/f16.h"
 
+#include <functional>
 #include <set>
 #include <unordered_map>
 
@@ -100,9 +106,28 @@ private:
     return nullptr;
   }
 
-  /// The ops whose float32 activation may be kept in the low type.
-  static bool activationKind(OpKind k) {
-    switch (k) {
+  /// For a dropout (train-mode's mul by a dropout_mask), the mask's operand
+  /// index; -1 otherwise, and where the mask's nonzero value 1/(1-ratio)
+  /// is not exactly a value of the low type (then the product stays
+  /// float32: a rounded mask would change it).
+  int maskOperand(const Op* op) const {
+    if (op->kind() != OpKind::Mul)
+      return -1;
+    for (unsigned i = 0; i < 2; ++i) {
+      const Op* def = op->operand(i)->definingOp();
+      if (!def || def->kind() != OpKind::DropoutMask || def->result()->type().dtype != DType::F32 ||
+          op->operand(1 - i)->type() != op->result()->type())
+        continue;
+      const float scale = static_cast<float>(1.0 / (1.0 - def->getFloat("ratio")));
+      const float low = low_ == DType::BF16 ? lwrt::roundToBf16(scale) : lwrt::roundToF16(scale);
+      return low == scale ? static_cast<int>(i) : -1;
+    }
+    return -1;
+  }
+
+  /// Whether `op`'s float32 activation may be kept in the low type.
+  bool activationOp(const Op* op) const {
+    switch (op->kind()) {
     case OpKind::Relu:
     case OpKind::MaxPool2d:
     case OpKind::Flatten:
@@ -111,26 +136,40 @@ private:
     case OpKind::Add:
     case OpKind::BatchNormTrain:
       return true;
+    case OpKind::Mul:
+      return maskOperand(op) >= 0;
     default:
       return false;
     }
   }
 
-  /// The operands of `op` that become low: a batch norm's x (its scale and
-  /// bias stay float32), every operand of the others.
-  static unsigned lowOperands(const Op* op) { return isNormalization(op) ? 1 : op->numOperands(); }
+  /// Whether operand `i` of `op` becomes low: not a batch norm's scale and
+  /// bias (float32), not a dropout's mask (made anew in the low type).
+  bool lowOperand(const Op* op, unsigned i) const {
+    if (isNormalization(op))
+      return i == 0;
+    if (op->kind() == OpKind::Mul)
+      return static_cast<int>(i) != maskOperand(op);
+    return true;
+  }
+
+  /// The ops whose low operands must be low already (rounding them first
+  /// would change the result): adds, batch norms, dropouts.
+  static bool readsLowOnly(const Op* op) {
+    return op->kind() == OpKind::Add || op->kind() == OpKind::Mul || isNormalization(op);
+  }
 
   /// The largest set of activation ops that can all run in the low type at
   /// once: an op stays in the set while every use of its result is a cast
   /// to the low type or an op of the set, and its result is not returned;
-  /// an add (and a batch norm's x) only reads values that are low already
-  /// (widened low values, or results of the set other than a reshape or
-  /// flatten, which may reshape a float32 param such as a bias), so no
-  /// float32 param or statistic is rounded to be added.
+  /// an add (a batch norm's x, a dropout's input) only reads values that
+  /// are low already (widened low values, or results of the set; a reshape
+  /// or flatten only of such a value, not of a float32 param such as a
+  /// bias), so no float32 param or statistic is rounded to be added.
   std::vector<Op*> lowActivationOps(const Graph& g) const {
     std::set<const Op*> set;
     for (const auto& op : g.ops())
-      if (activationKind(op->kind()) && op->numResults() > 0 &&
+      if (activationOp(op.get()) && op->numResults() > 0 &&
           op->result(0)->type().dtype == DType::F32 && op->result(0)->hasUses() &&
           !isGraphOutput(g, op->result(0))) {
         bool f32 = true;
@@ -143,10 +182,15 @@ private:
       const Op* def = v->definingOp();
       return def && set.count(def) && v == def->result(0);
     };
-    auto lowAlready = [&](Value* v) {
+    std::function<bool(Value*)> lowAlready = [&](Value* v) {
+      if (widenedFrom(v))
+        return true;
+      if (!inSet(v))
+        return false;
       const Op* def = v->definingOp();
-      return widenedFrom(v) ||
-             (inSet(v) && def->kind() != OpKind::Reshape && def->kind() != OpKind::Flatten);
+      if (def->kind() == OpKind::Reshape || def->kind() == OpKind::Flatten)
+        return lowAlready(def->operand(0));
+      return true;
     };
     for (bool changed = true; changed;) {
       changed = false;
@@ -154,11 +198,11 @@ private:
         if (!set.count(op.get()))
           continue;
         bool keep = true;
-        if (op->kind() == OpKind::Add || isNormalization(op.get()))
-          for (unsigned i = 0; i < lowOperands(op.get()); ++i)
-            keep &= lowAlready(op->operand(i));
+        if (readsLowOnly(op.get()))
+          for (unsigned i = 0; i < op->numOperands(); ++i)
+            keep &= !lowOperand(op.get(), i) || lowAlready(op->operand(i));
         for (const Use& u : op->result(0)->uses())
-          keep &= isCastTo(u.user, low_) || (set.count(u.user) && u.index < lowOperands(u.user));
+          keep &= isCastTo(u.user, low_) || (set.count(u.user) && lowOperand(u.user, u.index));
         if (!keep) {
           set.erase(op.get());
           changed = true;
@@ -187,7 +231,19 @@ private:
       std::vector<Value*> operands;
       for (unsigned i = 0; i < op->numOperands(); ++i) {
         Value* v = op->operand(i);
-        if (i >= lowOperands(op)) {
+        if (static_cast<int>(i) == maskOperand(op)) {
+          // The same mask (seed, step, piece) in the low type.
+          const Op* mask = v->definingOp();
+          std::vector<NamedAttr> attrs = mask->attrs();
+          for (NamedAttr& a : attrs)
+            if (a.name == "dtype")
+              a.value = Attribute(std::string(dtypeName(low_)));
+          auto lowMask =
+              b.createInferred(OpKind::DropoutMask, {mask->operand(0)}, std::move(attrs));
+          if (!lowMask)
+            return lowMask.takeError();
+          operands.push_back((*lowMask)->result());
+        } else if (!lowOperand(op, i)) {
           operands.push_back(v);
         } else if (auto it = lowOf.find(v); it != lowOf.end()) {
           operands.push_back(it->second);
@@ -228,11 +284,11 @@ private:
       for (unsigned r = 0; r < names.size(); ++r)
         fresh->result(r)->setName(names[r]);
     }
-    // The widening casts no op reads any more.
+    // The widening casts and float32 dropout masks no op reads any more.
     std::vector<Op*> dead;
     for (auto& op : g.ops())
-      if (isCastTo(op.get(), DType::F32) && !op->result()->hasUses() &&
-          !isGraphOutput(g, op->result()))
+      if ((isCastTo(op.get(), DType::F32) || op->kind() == OpKind::DropoutMask) &&
+          !op->result()->hasUses() && !isGraphOutput(g, op->result()))
         dead.push_back(op.get());
     for (Op* op : dead)
       g.eraseOp(op);

@@ -739,6 +739,10 @@ bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMa
   if (!intScalar(step, s) || !(p.ratio >= 0 && p.ratio < 1) ||
       !dropoutPiece(mask.shape, p, piece) || mask.layout != Layout::RowMajor)
     return false;
+  if (detail::Float32Views::narrow(mask.dtype)) { // mixed precision's dropout
+    detail::Float32Views w;
+    return dropoutMask(step, w.out(mask), p) && w.commit();
+  }
   return dispatchFloat(mask.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* ms = mask.as<T>();

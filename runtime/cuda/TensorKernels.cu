@@ -830,6 +830,16 @@ __global__ void dropoutKernel(const S* step, T* mask, int64_t n, int64_t seed, d
     mask[k] = static_cast<T>(dropoutMaskValue(seed, s, ratio, piece, k));
 }
 
+/// A 16-bit mask (mixed precision's dropout): each value rounded to float32
+/// and then to the type, as the CPU backend rounds it.
+template <typename S>
+__global__ void dropout16Kernel(const S* step, uint16_t* mask, int64_t n, int64_t seed,
+                                double ratio, ShardIndex piece, bool bf16) {
+  auto s = static_cast<int64_t>(*step);
+  for (int64_t k = firstThread(); k < n; k += gridThreads())
+    mask[k] = narrow16(static_cast<float>(dropoutMaskValue(seed, s, ratio, piece, k)), bf16);
+}
+
 template <typename T, typename L>
 __global__ void sgdKernel(const T* w, const T* g, const T* m, const L* lr, T* wOut, T* mOut,
                           int64_t n, SgdParams p) {
@@ -1058,8 +1068,8 @@ bool fill(const TensorView& y, const FillParams& p) {
 
 bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMaskParams& p) {
   ShardIndex piece;
-  if (!intScalar(step) || !(p.ratio >= 0 && p.ratio < 1) || !isFloat(mask.dtype) ||
-      !dropoutPiece(mask.shape, p, piece))
+  if (!intScalar(step) || !(p.ratio >= 0 && p.ratio < 1) ||
+      !(isFloat(mask.dtype) || is16(mask.dtype)) || !dropoutPiece(mask.shape, p, piece))
     return LWRT_REJECT("dropoutMask", "takes an integer step scalar, a ratio in [0, 1), a float "
                                       "mask and a piece inside the whole mask, not " +
                                           describe(step) + ", " + std::to_string(p.ratio) +
@@ -1069,6 +1079,13 @@ bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMa
     return true;
   return dispatchInt(step.dtype, [&](auto stag) {
     using S = decltype(stag);
+    if (is16(mask.dtype)) {
+      dropout16Kernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
+          step.as<const S>(), static_cast<uint16_t*>(mask.data), n, p.seed, p.ratio, piece,
+          mask.dtype == DType::BF16);
+      LWRT_CUDA(cudaGetLastError());
+      return true;
+    }
     return dispatchFloat(mask.dtype, [&](auto tag) {
       using T = decltype(tag);
       dropoutKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(

@@ -299,7 +299,8 @@ namespace {
 
 /// A block with each op the 16-bit activations move through (relu, max
 /// pool, concat, a residual add of two convolutions, a training batch
-/// norm, flatten) and the ones they stop at (bias adds, a float32 reader,
+/// norm, flatten, a dropout of ratio 0.5) and the ones they stop at (bias
+/// adds, a float32 reader, a dropout whose 1/(1-ratio) bf16 cannot hold,
 /// the output).
 constexpr const char* kActivationBlock = R"(
 graph @g(%x: f32[2,3,8,8] @data) {
@@ -314,6 +315,7 @@ graph @g(%x: f32[2,3,8,8] @data) {
   %m = param "m" : f32[8]
   %v = param "v" : f32[8]
   %fc = param "fc" : f32[5,32]
+  %fc2 = param "fc2" : f32[5,5]
   %c1 = conv2d(%x, %w1, %b1) {strides = [1, 1], pads = [1, 1, 1, 1], dilations = [1, 1], group = 1} : f32[2,4,8,8]
   %r1 = relu(%c1) : f32[2,4,8,8]
   %c2 = conv2d(%x, %w2) {strides = [1, 1], pads = [1, 1, 1, 1], dilations = [1, 1], group = 1} : f32[2,4,8,8]
@@ -330,8 +332,11 @@ graph @g(%x: f32[2,3,8,8] @data) {
   %t = relu(%bn) : f32[2,8,4,4]
   %tp = max_pool2d(%t) {kernel = [2, 2], strides = [2, 2], pads = [0, 0, 0, 0], dilations = [1, 1], ceil_mode = 0} : f32[2,8,2,2]
   %flat = flatten(%tp) {axis = 1} : f32[2,32]
-  %y = gemm(%flat, %fc) {transA = 0, transB = 1} : f32[2,5]
-  return %y, %mean
+  %drop = dropout(%flat) {ratio = 0.5} : f32[2,32]
+  %y = gemm(%drop, %fc) {transA = 0, transB = 1} : f32[2,5]
+  %odd = dropout(%y) {ratio = 0.1} : f32[2,5]
+  %z = gemm(%odd, %fc2) {transA = 0, transB = 1} : f32[2,5]
+  return %z, %mean
 }
 )";
 
@@ -361,9 +366,11 @@ TEST(Bf16Test, SixteenBitActivationsKeepTheForwardBits) {
     EXPECT_EQ(count16(*low, OpKind::Add), 1);
     EXPECT_EQ(count16(*low, OpKind::Flatten), 1);
     EXPECT_EQ(count16(*low, OpKind::BatchNormTrain), 1);
+    EXPECT_EQ(count16(*low, OpKind::Mul), 1); // the dropout of ratio 0.5, not 0.1's
+    EXPECT_EQ(count16(*low, OpKind::DropoutMask), 1);
     EXPECT_EQ(count16(*wide, OpKind::Relu) + count16(*wide, OpKind::Concat) +
                   count16(*wide, OpKind::MaxPool2d) + count16(*wide, OpKind::Add) +
-                  count16(*wide, OpKind::BatchNormTrain),
+                  count16(*wide, OpKind::BatchNormTrain) + count16(*wide, OpKind::Mul),
               0);
     std::mt19937_64 rng(11);
     std::normal_distribution<double> normal(0.0, 1.0);
@@ -375,6 +382,8 @@ TEST(Bf16Test, SixteenBitActivationsKeepTheForwardBits) {
     };
     WeightMap weights;
     for (const auto& prm : low->params()) {
+      if (!isFloat(prm->type().dtype))
+        continue; // the step counter: zeros
       Tensor t = random(prm->type());
       if (prm->name() == "v")
         for (double& e : t.f)
