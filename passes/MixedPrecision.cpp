@@ -30,12 +30,11 @@
 // 16-bit already (two convolutions' results, a residual sum) and through
 // a dropout of a 16-bit value (train-mode's mul by a dropout_mask, the mask
 // made in the 16-bit type; only where 1/(1-ratio) is exactly a 16-bit
-// value, as for ratio 0.5), as long as
-// every reader of the float32 value wants it in 16 bits (a cast, or another
-// op that moves). The ops that move are chosen together, as the largest
-// such set, so a residual chain (conv, batch norm, add, relu, the next
-// block's add) turns 16-bit as a whole. A bias (a float32 param) is still
-// added in float32, and the sum rounded once.
+// value, as for ratio 0.5), as long as every reader of the float32 value
+// wants it in 16 bits (a cast, or another op that moves). The ops that move are chosen together, as
+// the largest such set, so a residual chain (conv, batch norm, add, relu, the next block's add)
+// turns 16-bit as a whole. A bias (a float32 param) is still added in float32, and the sum rounded
+// once.
 //
 // Rounding commutes with relu, the max pool, flatten, reshape and concat
 // (it is monotone, and they only select or move values), and a batch norm
@@ -92,6 +91,14 @@ public:
 private:
   DType low_;
   bool lowActivations_;
+
+  /// cast(v) {to = t}, made by `b`.
+  static llvm::Expected<Value*> castTo(Builder& b, Value* v, DType t) {
+    auto cast = b.createInferred(OpKind::Cast, {v}, {{"to", Attribute(std::string(dtypeName(t)))}});
+    if (!cast)
+      return cast.takeError();
+    return (*cast)->result();
+  }
 
   bool isCastTo(const Op* op, DType t) const {
     return op && op->kind() == OpKind::Cast && op->result()->type().dtype == t;
@@ -250,11 +257,10 @@ private:
         } else if (Value* w = widenedFrom(v)) {
           operands.push_back(w);
         } else {
-          auto cast = b.createInferred(OpKind::Cast, {v},
-                                       {{"to", Attribute(std::string(dtypeName(low_)))}});
+          auto cast = castTo(b, v, low_);
           if (!cast)
             return cast.takeError();
-          operands.push_back((*cast)->result());
+          operands.push_back(*cast);
         }
       }
       auto low = b.createInferred(op->kind(), operands, op->attrs(), op->numResults());
@@ -308,22 +314,20 @@ private:
     Builder b(g);
     b.setInsertionPointBefore(op);
     b.setLoc(op->loc());
-    const std::string low(dtypeName(low_));
     std::vector<Value*> operands;
     for (unsigned i = 0; i < 2; ++i) {
-      auto cast = b.createInferred(OpKind::Cast, {op->operand(i)}, {{"to", Attribute(low)}});
+      auto cast = castTo(b, op->operand(i), low_);
       if (!cast)
         return cast.takeError();
-      operands.push_back((*cast)->result());
+      operands.push_back(*cast);
     }
     auto lowOp = b.createInferred(op->kind(), operands, op->attrs());
     if (!lowOp)
       return lowOp.takeError();
-    auto back = b.createInferred(OpKind::Cast, {(*lowOp)->result()},
-                                 {{"to", Attribute(std::string("f32"))}});
+    auto back = castTo(b, (*lowOp)->result(), DType::F32);
     if (!back)
       return back.takeError();
-    Value* y = (*back)->result();
+    Value* y = *back;
     if (op->numOperands() == 3) {
       // The bias in float32: conv2d's [C] over [N, C, H, W], gemm's beta * C
       // broadcast over [M, N].

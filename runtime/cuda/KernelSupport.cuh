@@ -1,7 +1,7 @@
 // cuda/KernelSupport.cuh - what the CUDA kernel files share (not installed)
 // defines: LWRT_REJECT, LWRT_LAUNCH, LWRT_GRID_STRIDE, kReduceThreads, blockSum, isFloatType,
-//          sameType, floatOp, is16Bit, floatOr16Op, Elem, StoreOf, ParamOf, withElem,
-//          activationOp, fitsInt, zeroBytes, PlaneGrid, planeGrid
+//          sameType, floatOp, is16Bit, floatOr16Op, Elem, StoreOf, ParamOf, activationOp,
+//          fitsInt, zeroBytes, PlaneGrid, planeGrid
 #pragma once
 
 #include "cuda/Context.h"
@@ -103,18 +103,10 @@ template <> struct Elem<F16Tag> {
 template <typename T> using StoreOf = typename Elem<T>::Store;
 template <typename T> using ParamOf = std::conditional_t<std::is_floating_point_v<T>, T, float>;
 
-/// fn(E{}) with E the Elem tag of floatOr16Op's type T: T itself for float
-/// and double, Bf16Tag or F16Tag (by `t`) for uint16_t.
-template <typename T, typename Fn> bool withElem(DType t, T, Fn fn) {
-  if constexpr (std::is_same_v<T, uint16_t>)
-    return t == DType::BF16 ? fn(Bf16Tag{}) : fn(F16Tag{});
-  else
-    return fn(T{});
-}
-
-/// The ops that take 16-bit activations with float32 parameters (batch
-/// norm): `acts` of one float type, or bf16 or fp16, `params` of float32
-/// for those and of the activations' type otherwise; fn(E{}) with E the
+/// The ops that take mixed precision's 16-bit activations (max pooling;
+/// batch norm, with float32 parameters): `acts` of one float type, or bf16
+/// or fp16, `params` (none for pooling) of float32 for those and of the
+/// activations' type otherwise; fn(E{}) with E the
 /// Elem tag (float, double, Bf16Tag, F16Tag).
 template <typename Fn>
 bool activationOp(const char* op, std::initializer_list<const TensorView*> acts,

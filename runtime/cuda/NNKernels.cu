@@ -685,17 +685,14 @@ bool matmul(const TensorView& a, const TensorView& b, const TensorView& y) {
 }
 
 bool maxPool2d(const TensorView& x, const TensorView& y, const MaxPool2dParams& p) {
-  return floatOr16Op("max_pool2d", {&x, &y}, [&](auto t) {
-    return withElem(x.dtype, t, [&](auto e) { return maxPool2dImpl<decltype(e)>(x, y, p); });
-  });
+  return activationOp("max_pool2d", {&x, &y}, {},
+                      [&](auto e) { return maxPool2dImpl<decltype(e)>(x, y, p); });
 }
 
 bool maxPool2dGrad(const TensorView& x, const TensorView& dy, const TensorView& dx,
                    const MaxPool2dParams& p) {
-  return floatOr16Op("max_pool2d_grad", {&x, &dy, &dx}, [&](auto t) {
-    return withElem(x.dtype, t,
-                    [&](auto e) { return maxPool2dGradImpl<decltype(e)>(x, dy, dx, p); });
-  });
+  return activationOp("max_pool2d_grad", {&x, &dy, &dx}, {},
+                      [&](auto e) { return maxPool2dGradImpl<decltype(e)>(x, dy, dx, p); });
 }
 
 bool avgPool2d(const TensorView& x, const TensorView& y, const AvgPool2dParams& p) {
