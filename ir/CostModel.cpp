@@ -183,10 +183,11 @@ double CostModel::peakFlops(const Op* op) const {
   return tf32 ? spec_.tf32Flops : spec_.fp32Flops;
 }
 
-double CostModel::computeSeconds(double flops, double bytes, const Op* op) const {
+double CostModel::computeSeconds(double flops, double bytes, const Op* op, double share) const {
   if (flops <= 0 && bytes <= 0)
     return 0;
-  return std::max(flops / peakFlops(op), bytes / spec_.memBandwidth) + spec_.launchSeconds;
+  const double s = std::clamp(share, 1e-6, 1.0);
+  return std::max(flops / (peakFlops(op) * s), bytes / spec_.memBandwidth) + spec_.launchSeconds;
 }
 
 double CostModel::opSeconds(const Op& op) const {
@@ -196,10 +197,10 @@ double CostModel::opSeconds(const Op& op) const {
     return 0; // no kernel: a view aliases, a constant is set up once
   if (auto t = measuredSeconds(op))
     return *t;
-  return computeSeconds(flops(op), bytes(op), &op);
+  return computeSeconds(flops(op), bytes(op), &op, fill(op));
 }
 
-double CostModel::fill(const Op& op) const {
+double CostModel::fill(const Op& op, double share) const {
   if (op.info().isCommunication())
     return 1;
   if (measuredSeconds(op))
@@ -211,7 +212,11 @@ double CostModel::fill(const Op& op) const {
     items = std::max(items, static_cast<double>(op.result(r)->type().numElements()));
   for (unsigned i = 0; i < op.numOperands(); ++i)
     items = std::max(items, static_cast<double>(op.operand(i)->type().numElements()) / 64);
-  return std::clamp(items / static_cast<double>(spec_.concurrency), 1e-6, 1.0);
+  // A matrix product of few outputs splits its reduction dim over thread
+  // blocks (cuBLAS's split-K): 64 multiply-adds a work item.
+  if (op.kind() == OpKind::Gemm || op.kind() == OpKind::MatMul)
+    items = std::max(items, flops(op) / 128);
+  return std::clamp(items * share / static_cast<double>(spec_.concurrency), 1e-6, 1.0);
 }
 
 double CostModel::hostFill(const Op& op, int64_t devices) const {

@@ -130,20 +130,29 @@ public:
   double bytes(const Op& op) const;
   /// The analytic time of an op with these figures on one device: at the
   /// spec's bf16 or fp16 peak where `op` (when given) has a bf16 or fp16
-  /// operand, else float32's or TF32's (setTf32).
-  double computeSeconds(double flops, double bytes, const Op* op = nullptr) const;
+  /// operand, else float32's or TF32's (setTf32); a kernel that fills
+  /// `share` of the device (fill) computes at that share of the peak (its
+  /// arithmetic runs on that share of the SMs: a wave of few threads takes
+  /// as long however few they are, so pieces of it side by side gain
+  /// nothing), while its memory traffic still streams at the full
+  /// bandwidth (a few threads, each with several loads in flight, keep the
+  /// memory busy).
+  double computeSeconds(double flops, double bytes, const Op* op = nullptr, double share = 1) const;
   /// The peak FLOP/s `op` runs at (see computeSeconds).
   double peakFlops(const Op* op) const;
   /// Time of one run of a compute op on its device: measured, or
-  /// computeSeconds(flops, bytes). Communication ops: commSeconds.
+  /// computeSeconds(flops, bytes, op, fill). Communication ops: commSeconds.
   double opSeconds(const Op& op) const;
   /// The share of its device a compute op's kernel occupies, in (0, 1]: its
   /// parallel work items (the elements of its largest result, or of its
-  /// largest operand / 64 for a reduction to few outputs) over the spec's
+  /// largest operand / 64 for a reduction to few outputs, or a matrix
+  /// product's multiply-adds / 64, split-K) over the spec's
   /// concurrency; 1 when the spec has none (every kernel fills the device);
   /// 0 (none counted) for an op the profile measured: its time already
   /// holds what it shared of the device with the other streams' kernels.
-  double fill(const Op& op) const;
+  /// `share` < 1: the fill of that share of the op's work (a device's
+  /// piece of a split op).
+  double fill(const Op& op, double share = 1) const;
   /// The share of its node's cores a compute op of a trainer of `devices`
   /// devices takes: max(1, cores / devices) / cores on a spec whose devices
   /// share host_cores, when the op is priced analytically; 0 otherwise (a

@@ -332,7 +332,7 @@ public:
         bytes += static_cast<double>(op.result(r)->type().sizeInBytes()) *
                  (p && p->resultDims[r] >= 0 ? f : 1);
     }
-    double t = cm_.computeSeconds(cm_.flops(op) * f, bytes, &op);
+    double t = cm_.computeSeconds(cm_.flops(op) * f, bytes, &op, cm_.fill(op, f));
     // A measured op (a profile of the whole op, from --gpus 1): its time
     // scaled to the shard, as the analytic time scales. A profile of a
     // multi-device trainer measured pieces, not this whole op: the cost

@@ -100,7 +100,8 @@ private:
     const double share = 1.0 / static_cast<double>(o_.microbatches);
     for (size_t i = 0; i < L; ++i) {
       const Op& op = *units_[i];
-      double f = cm_.computeSeconds(cm_.flops(op) * share, cm_.bytes(op) * share, &op);
+      double f = cm_.computeSeconds(cm_.flops(op) * share, cm_.bytes(op) * share, &op,
+                                    cm_.fill(op, share));
       if (auto measured = cm_.measuredSeconds(op))
         f = *measured * share;
       seconds_[i + 1] = seconds_[i] + f * (1 + backwardTimeFactor(op));

@@ -85,6 +85,9 @@ MULTI += [("lenet", 2, "pipeline")]
 EXTRA = [("upnet", 1, None), ("upnet", 2, "model")]
 # Four streams: inception's branches on streams 2 and 3 (--stream-policy=all).
 EXTRA += [("inception", 1, "streams")]
+# Fragments: alexnet's batch in two halves through its layers (slices and
+# concats of rows, fragments on branch streams, per-fragment dropout masks).
+EXTRA += [("alexnet", 1, "fragments")]
 # Mixed precision: every zoo model in bf16 on one device (conv2d, gemm and
 # their gradients in 16 bits on cuDNN and cuBLAS, the casts), LeNet in fp16
 # (loss scaling: all_finite and the scale's update), and 16-bit collectives
@@ -205,6 +208,8 @@ def check(name, tmp, gpu, gpus=1, strategy=None, mixed=None):
         flags += ["--stages=2", "--microbatches=2"]
     if strategy == "streams":
         flags = ["--streams=4", "--stream-policy=all"]
+    if strategy == "fragments":
+        flags = ["--streams=4", "--stream-policy=all", "--fragments=2"]
     if mixed:
         flags += [f"--mixed-precision={mixed}"]
     exe = os.path.join(tmp, name + (f"-g{gpus}-{strategy}" if gpus > 1 or strategy else "") +
@@ -300,7 +305,8 @@ def main():
             compared = ex.submit(check_compare, tmp)
             for c in cases:
                 name = c[0] + (f" --gpus {c[1]} --strategy={c[2]}" if c[1] > 1 else
-                               " --streams=4" if c[2] == "streams" else "")
+                               " --streams=4" if c[2] == "streams" else
+                               " --streams=4 --fragments=2" if c[2] == "fragments" else "")
                 name += f" --mixed-precision={c[3]}" if len(c) > 3 else ""
                 try:
                     problem = futures[c].result()

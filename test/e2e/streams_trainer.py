@@ -14,11 +14,15 @@ every schedule lwcc makes is proven race-free.
    streams against 1) and inception (2, 3 and 4 against 1). The CPU
    backend runs each stream on a thread of its own, so a missing event is a
    real race; with 3 and more streams resnet18's and inception's trainer
-   sources have a step function for each branch stream of device 0.
+   sources have a step function for each branch stream of device 0. And
+   fragments (`--fragments=K`, every run cut): lenet, resnet18 (4 streams,
+   2 fragments), inception (3 streams, 2) and alexnet (4 streams, 3
+   uneven fragments, its dropouts) train like one stream, their sources
+   holding each fragment's values and branch streams.
 2. Verifier sweep. For every zoo model at test size, every strategy on 2
    and 4 devices (data, model, owt, layerwise, hypergraph, a 1F1B pipeline
    of 2 or 4 stages) and on one device, with 1, 2, 3 and 4 streams (policy
-   all):
+   all), and on one device with 4 streams and the batch in 2 fragments:
    `lwcc --emit=scheduled-ir` (which places the events and refuses a
    schedule the verifier cannot prove) succeeds, and `lwcc-opt
    --verify-schedule` accepts what it printed.
@@ -71,6 +75,12 @@ def trainers(tmp):
             cases += [(m, 1, 1), (m, 1, 4)]
     cases += [("resnet18", 2, 1), ("resnet18", 2, 4)]
     cases += [("inception", 2, s) for s in (1, 2, 3, 4)]
+    # Fragments (--fragments=K, every run cut): K pieces of the batch through
+    # runs of layers on the branch streams; alexnet's dropouts draw each
+    # fragment's rows of the whole mask, and 3 fragments of 8 samples are
+    # uneven (3, 3, 2).
+    cases += [("lenet", 1, "4f2"), ("resnet18", 1, "4f2"), ("inception", 1, "3f2"),
+              ("alexnet", 1, "4f3")]
     for m in sorted({c[0] for c in cases}):
         r = run([sys.executable, GEN, m, "--test-size", "--batch", "8", "-o",
                  os.path.join(tmp, f"{m}.onnx")])
@@ -83,7 +93,9 @@ def trainers(tmp):
 
     def make(c):
         m, g, s = c
-        flags = [f"--streams={s}", "--stream-policy=all"]
+        flags = [f"--streams={str(s).split('f')[0]}", "--stream-policy=all"]
+        if "f" in str(s):
+            flags.append(f"--fragments={str(s).split('f')[1]}")
         if g > 1:
             flags += [f"--gpus={g}", "--strategy=data"]
         return md.build(os.path.join(tmp, f"{m}.onnx"), flags, os.path.join(tmp, key(c)))
@@ -102,7 +114,7 @@ def trainers(tmp):
         if r.returncode:
             md.report(False, f"{key(c)}: train", (r.stdout + r.stderr)[-1500:])
             continue
-        if c[2] >= 3 and c[0] in ("resnet18", "inception"):
+        if isinstance(c[2], int) and c[2] >= 3 and c[0] in ("resnet18", "inception"):
             # Shortcuts and inception branches: a step function per branch stream.
             with open(os.path.join(tmp, key(c), "trainer.cc")) as f:
                 text = f.read()
@@ -110,12 +122,23 @@ def trainers(tmp):
             md.report(len(branch) >= 1,
                       f"{key(c)}: device 0 runs branch streams {sorted(branch)}",
                       "no step function for a stream above 1")
+        if "f" in str(c[2]):
+            # The pieces of the batch: values of each fragment, on branch streams.
+            with open(os.path.join(tmp, key(c), "trainer.cc")) as f:
+                text = f.read()
+            k = int(str(c[2]).split("f")[1])
+            named = all(f"_fr{i}" in text for i in range(k))
+            branch = [int(s) for s in set(re.findall(r"bool step_d0_s(\d+)\(", text)) if int(s) > 1]
+            md.report(named and branch, f"{key(c)}: {k} fragments, on branch streams {sorted(branch)}",
+                      f"fragment values named: {named}; branch streams: {branch}")
         runs[c] = work
     for c, work in runs.items():
         ref = runs.get((c[0], c[1], 1))
-        if c[2] > 1 and ref:
+        if c[2] != 1 and ref:
             where = f" --gpus {c[1]} --strategy=data" if c[1] > 1 else ""
-            md.compare(f"{c[0]}{where} --streams={c[2]} vs --streams=1", ref, work)
+            streams = str(c[2]).split("f")
+            what = f"--streams={streams[0]}" + (f" --fragments={streams[1]}" if len(streams) > 1 else "")
+            md.compare(f"{c[0]}{where} {what} vs --streams=1", ref, work)
 
 
 def sweep(tmp):
@@ -145,8 +168,18 @@ def sweep(tmp):
                 v = run([LWCC_OPT, "--verify-schedule", "-"], stdin=r.stdout)
                 if v.returncode:
                     bad.append(f"{name} --streams={s}: lwcc-opt: {v.stderr[-400:]}")
-        md.report(not bad, f"{m}: {count} schedules (devices x strategies x streams 1-4) verify",
-                  "; ".join(bad[:3]))
+        # One device, the batch in 2 fragments through every run.
+        count += 1
+        r = run([LWCC, path, "--target=cpu", "--streams=4", "--fragments=2",
+                 "--stream-policy=all", "--emit=scheduled-ir"])
+        if r.returncode or ".fr1" not in r.stdout:
+            bad.append(f"--fragments=2: lwcc: exit {r.returncode}, {r.stderr[-400:]}")
+        else:
+            v = run([LWCC_OPT, "--verify-schedule", "-"], stdin=r.stdout)
+            if v.returncode:
+                bad.append(f"--fragments=2: lwcc-opt: {v.stderr[-400:]}")
+        md.report(not bad, f"{m}: {count} schedules (devices x strategies x streams 1-4, and "
+                  "2 fragments) verify", "; ".join(bad[:3]))
 
 
 def waits_matter(tmp):

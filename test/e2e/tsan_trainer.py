@@ -14,8 +14,10 @@ build-tsan/) and checks:
      again profiled (--profile-ops, --trace: a recorder per stream thread),
      each device's kernels on two threads of the pool (`--threads=8`: every
      stream thread with a team of its own), as does a one-device lenet
-     trainer on two threads, and a one-device inception trainer on four
-     streams (its branches on streams 2 and 3, --stream-policy=all);
+     trainer on two threads, a one-device inception trainer on four
+     streams (its branches on streams 2 and 3, --stream-policy=all), and a
+     one-device alexnet trainer whose batch flows through its layers as two
+     fragments (--fragments=2), the second on the branch streams;
   2. the same lenet trainer with ONE event wait deleted from its source (the
      wait that orders the gradient all-reduce on stream 1 after backward on
      stream 0) is reported as a data race (12 steps, up to 3 runs: whether
@@ -116,7 +118,10 @@ def main():
                  ("lenet", None, []),
                  # Four streams: weight gradients on 1, the inception blocks'
                  # branches (and their gradients) on 2 and 3.
-                 ("inception", None, ["--streams=4", "--stream-policy=all"])]
+                 ("inception", None, ["--streams=4", "--stream-policy=all"]),
+                 # Fragments: two halves of the batch through alexnet's
+                 # layers, the second on branch streams.
+                 ("alexnet", None, ["--streams=4", "--stream-policy=all", "--fragments=2"])]
         for model, strategy, extra in cases:
             onnx_path = os.path.join(tmp, f"{model}.onnx")
             if not os.path.exists(onnx_path):

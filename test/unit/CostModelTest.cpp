@@ -99,6 +99,22 @@ graph @g(%x: f32[2,3,8,8] @data) {
   EXPECT_DOUBLE_EQ(small.fill(conv), 512.0 / 1024);     // its 512 outputs
   EXPECT_DOUBLE_EQ(small.fill(sum), 512.0 / 64 / 1024); // a reduction: its input / 64
   EXPECT_DOUBLE_EQ(fills.fill(conv), 1.0);
+  // A kernel filling a share of the device computes at that share of the
+  // peak (a quarter of the op: a quarter of the share); its bytes still
+  // move at the full bandwidth.
+  const double launch = s->launchSeconds;
+  auto expected = [&](double flops, double bytes, double share) {
+    return std::max(flops / (small.peakFlops(&conv) * share), bytes / s->memBandwidth) + launch;
+  };
+  EXPECT_DOUBLE_EQ(small.opSeconds(conv),
+                   expected(small.flops(conv), small.bytes(conv), 512.0 / 1024));
+  EXPECT_DOUBLE_EQ(fills.opSeconds(conv), expected(small.flops(conv), small.bytes(conv), 1));
+  EXPECT_DOUBLE_EQ(small.fill(conv, 0.25), 128.0 / 1024);
+  EXPECT_DOUBLE_EQ(small.computeSeconds(small.flops(conv) / 4, small.bytes(conv) / 4, &conv,
+                                        small.fill(conv, 0.25)),
+                   expected(small.flops(conv) / 4, small.bytes(conv) / 4, 128.0 / 1024));
+  EXPECT_DOUBLE_EQ(small.computeSeconds(1e12, 0, nullptr, 0.5),
+                   small.computeSeconds(2e12, 0, nullptr, 1));
 
   // host_cores: the devices of a node share them, each on max(1, cores /
   // devices) of its cores.

@@ -15,7 +15,7 @@ their own, where the simulator would keep them on stream 0 on the cpu
 spec), so both see the same schedule.
 
     python3 tools/bench/sim_vs_measured.py [--models alexnet,resnet18] [--steps 200] [--rounds 3]
-        [--streams 1,2] [--stream-policy sim|all]
+        [--streams 1,2,4f2] [--stream-policy sim|all]   (4f2: 4 streams, --fragments=2)
     python3 tools/bench/sim_vs_measured.py --gpus 2 [--strategies data,model,owt,layerwise,hypergraph,pipeline]
         [--microbatches 4] [--batch 8]
 
@@ -80,7 +80,8 @@ def main():
     ap.add_argument("--strategies", default="data,model,owt,layerwise,hypergraph")
     ap.add_argument("--microbatches", type=int, default=4, help="of the pipeline strategy")
     ap.add_argument("--batch", type=int, help="the models' batch (default: the test preset's)")
-    ap.add_argument("--streams", default="1,2", help="one device: the --streams settings")
+    ap.add_argument("--streams", default="1,2",
+                    help="one device: the --streams settings (4f2: 4 streams, --fragments=2)")
     ap.add_argument("--stream-policy", default="all", choices=["sim", "all"])
     args = ap.parse_args()
     if args.gpus > 1:
@@ -92,18 +93,21 @@ def main():
             model = os.path.join(tmp, name + ".onnx")
             run([sys.executable, GEN, name, "--test-size", "-o", model] +
                 ([f"--batch={args.batch}"] if args.batch else []))
-            for streams in map(int, args.streams.split(",")):
-                trainer = os.path.join(tmp, f"{name}-s{streams}")
+            for setting in args.streams.split(","):
+                # "4f2": 4 streams, the batch in 2 fragments (--fragments).
+                streams = int(setting.split("f")[0])
+                frag = [f"--fragments={setting.split('f')[1]}"] if "f" in setting else []
+                trainer = os.path.join(tmp, f"{name}-s{setting}")
                 run([LWCC, model, "--target=cpu", f"--streams={streams}",
-                     f"--stream-policy={args.stream_policy}", "-o", trainer])
-                analytic = predicted(model, streams, policy=args.stream_policy)
+                     f"--stream-policy={args.stream_policy}", *frag, "-o", trainer])
+                analytic = predicted(model, streams, extra=frag, policy=args.stream_policy)
                 for _ in range(args.rounds):
-                    profile = os.path.join(tmp, f"{name}-s{streams}.json")
-                    trace = os.path.join(tmp, f"{name}-s{streams}-trace.json")
+                    profile = os.path.join(tmp, f"{name}-s{setting}.json")
+                    trace = os.path.join(tmp, f"{name}-s{setting}-trace.json")
                     same = profiled(trainer, args.steps, profile, trace)
-                    other = unprofiled(trainer, args.steps, os.path.join(tmp, f"{name}-s{streams}.jsonl"))
-                    pred = predicted(model, streams, profile, policy=args.stream_policy)
-                    print(f"{name:10} {streams:7} {same:12.3f} {100 * (pred - same) / same:+6.1f}% "
+                    other = unprofiled(trainer, args.steps, os.path.join(tmp, f"{name}-s{setting}.jsonl"))
+                    pred = predicted(model, streams, profile, extra=frag, policy=args.stream_policy)
+                    print(f"{name:10} {setting:>7} {same:12.3f} {100 * (pred - same) / same:+6.1f}% "
                           f"{other:13.3f} {100 * (pred - other) / other:+6.1f}% {pred:13.3f} "
                           f"{analytic:12.3f}")
                     sys.stdout.flush()

@@ -237,6 +237,13 @@ cl::opt<std::string>
                  cl::desc("Which branches get streams of their own with --streams=3 or more: "
                           "sim (default: where the simulator predicts a shorter step) or all"),
                  cl::init("sim"), cl::cat(category));
+cl::opt<int64_t> fragments(
+    "fragments",
+    cl::desc("Fragments of the batch inside a device (FiLayer), 1 (default) to 64, with "
+             "--streams=3 or more on one device: K pieces of the batch flow through runs of "
+             "layers (or through one heavy op) on the branch streams, where the simulator "
+             "predicts a shorter step (every run with --stream-policy=all)"),
+    cl::init(1), cl::cat(category));
 cl::opt<bool> noVerifySchedule(
     "no-verify-schedule",
     cl::desc("Testing only: build the trainer without proving its schedule race-free"), cl::Hidden,
@@ -493,6 +500,16 @@ llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& n
   } else {
     if (plan.microbatches > 1)
       names.push_back(micro);
+    if (fragments > 1) {
+      std::string o = "fragment=k=" + std::to_string(fragments) +
+                      ",streams=" + std::to_string(streams) + ",policy=" + streamPolicy +
+                      specOptions();
+      if (planProfile())
+        o += ",profile=" + costProfile;
+      if (tf32 || noTf32)
+        o += noTf32 ? ",tf32=off" : ",tf32=all";
+      names.push_back(o);
+    }
     names.push_back("autodiff");
   }
   if (withOptimizer)
@@ -1334,6 +1351,16 @@ int main(int argc, char** argv) {
   }
   if (streamPolicy != "sim" && streamPolicy != "all") {
     llvm::errs() << "lwcc: --stream-policy must be sim or all\n";
+    return 2;
+  }
+  if (fragments < 1 || fragments > 64) {
+    llvm::errs() << "lwcc: --fragments must be in 1..64\n";
+    return 2;
+  }
+  if (fragments > 1 && (streams < 3 || gpus > 1 || microbatches > 1)) {
+    llvm::errs() << "lwcc: --fragments=" << fragments
+                 << " cuts the batch of one device's step into pieces on its branch streams: "
+                    "it needs --streams=3 or more, --gpus 1 and --microbatches 1\n";
     return 2;
   }
   if (tf32 && noTf32) {
