@@ -226,7 +226,10 @@ Error evalMaxPool2d(EvalCtx& c) {
   return ok();
 }
 
-Error evalAvgPool2d(EvalCtx& c) {
+/// A window's mean: in double, or for a 16-bit result (mixed precision's
+/// 16-bit activations) in float32 in the trainers' order, so that the one
+/// rounding to 16 bits lands where theirs does.
+template <typename Acc> Error avgPool2dIn(EvalCtx& c) {
   const Tensor& x = c.x();
   Tensor& y = c.y();
   const Shape &xs = x.type.shape, &ys = y.type.shape;
@@ -234,13 +237,18 @@ Error evalAvgPool2d(EvalCtx& c) {
     for (int64_t oh = 0; oh < ys[2]; ++oh)
       for (int64_t ow = 0; ow < ys[3]; ++ow) {
         kernels::AvgWindow win = kernels::avgPoolWindow(c.op, xs, oh, ow);
-        double sum = 0;
+        Acc sum = 0;
         for (int64_t ih = win.h0; ih < win.h1; ++ih)
           for (int64_t iw = win.w0; iw < win.w1; ++iw)
-            sum += x.f[(nc * xs[2] + ih) * xs[3] + iw];
-        y.f[(nc * ys[2] + oh) * ys[3] + ow] = win.count > 0 ? sum / win.count : 0.0;
+            sum += static_cast<Acc>(x.f[(nc * xs[2] + ih) * xs[3] + iw]);
+        y.f[(nc * ys[2] + oh) * ys[3] + ow] =
+            win.count > 0 ? static_cast<double>(sum / static_cast<Acc>(win.count)) : 0.0;
       }
   return ok();
+}
+
+Error evalAvgPool2d(EvalCtx& c) {
+  return is16BitFloat(c.y().type.dtype) ? avgPool2dIn<float>(c) : avgPool2dIn<double>(c);
 }
 
 Error evalGlobalAvgPool(EvalCtx& c) {

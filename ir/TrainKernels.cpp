@@ -132,21 +132,31 @@ Error evalMaxPool2dGrad(EvalCtx& c) {
   return ok();
 }
 
-Error evalAvgPool2dGrad(EvalCtx& c) {
+/// Each window's share of dy added to its taps: in double, or for 16-bit
+/// gradients in float32 in the trainers' order (see evalAvgPool2d).
+template <typename Acc> Error avgPool2dGradIn(EvalCtx& c) {
   const Tensor& dy = c.x(0);
   const Shape &xs = c.y().type.shape, &ys = dy.type.shape;
+  std::vector<Acc> dx(c.y().f.size(), Acc(0));
   for (int64_t nc = 0; nc < ys[0] * ys[1]; ++nc)
     for (int64_t oh = 0; oh < ys[2]; ++oh)
       for (int64_t ow = 0; ow < ys[3]; ++ow) {
         AvgWindow win = avgPoolWindow(c.op, xs, oh, ow);
         if (win.count <= 0)
           continue;
-        double g = dy.f[(nc * ys[2] + oh) * ys[3] + ow] / static_cast<double>(win.count);
+        Acc g =
+            static_cast<Acc>(dy.f[(nc * ys[2] + oh) * ys[3] + ow]) / static_cast<Acc>(win.count);
         for (int64_t ih = win.h0; ih < win.h1; ++ih)
           for (int64_t iw = win.w0; iw < win.w1; ++iw)
-            c.y().f[(nc * xs[2] + ih) * xs[3] + iw] += g;
+            dx[static_cast<size_t>((nc * xs[2] + ih) * xs[3] + iw)] += g;
       }
+  for (size_t i = 0; i < dx.size(); ++i)
+    c.y().f[i] = static_cast<double>(dx[i]);
   return ok();
+}
+
+Error evalAvgPool2dGrad(EvalCtx& c) {
+  return is16BitFloat(c.y().type.dtype) ? avgPool2dGradIn<float>(c) : avgPool2dGradIn<double>(c);
 }
 
 Error evalLrnGrad(EvalCtx& c) {

@@ -30,7 +30,7 @@ bool isFloat(DType t) {
   return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16;
 }
 bool isInteger(DType t) { return t == DType::I64 || t == DType::I32; }
-DType channelDType(DType t) { return t == DType::BF16 || t == DType::F16 ? DType::F32 : t; }
+DType channelDType(DType t) { return is16BitFloat(t) ? DType::F32 : t; }
 
 int64_t TensorType::numElements() const {
   int64_t n = 1;

@@ -23,6 +23,8 @@ std::optional<DType> parseDType(std::string_view name);
 int64_t dtypeSize(DType t);
 bool isFloat(DType t);
 bool isInteger(DType t);
+/// bf16 or fp16: mixed precision's 16-bit types.
+inline bool is16BitFloat(DType t) { return t == DType::BF16 || t == DType::F16; }
 /// The type of a normalization's per-channel values (scale, bias, mean,
 /// variance) for activations of type `t`: float32 for bf16 and fp16 (mixed
 /// precision keeps them float32, as autocast does), `t` otherwise.

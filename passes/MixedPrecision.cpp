@@ -27,7 +27,9 @@
 // reshape and concat, through a training batch norm (x and y in 16 bits;
 // scale, bias and the statistics float32; computed in float32 from the
 // widened x and rounded once), through an add of two values that are
-// 16-bit already (two convolutions' results, a residual sum) and through
+// 16-bit already (two convolutions' results, a residual sum), through an
+// average pool of a value that is 16-bit already (summed and divided in
+// float32, rounded once: inception's pool branches) and through
 // a dropout of a 16-bit value (train-mode's mul by a dropout_mask, the mask
 // made in the 16-bit type; only where 1/(1-ratio) is exactly a 16-bit
 // value, as for ratio 0.5), as long as every reader of the float32 value
@@ -37,8 +39,9 @@
 // once.
 //
 // Rounding commutes with relu, the max pool, flatten, reshape and concat
-// (it is monotone, and they only select or move values), and a batch norm
-// or an add of two widened 16-bit values rounds its float32 result once
+// (it is monotone, and they only select or move values), and a batch
+// norm, an average pool or an add of widened 16-bit values rounds its
+// float32 result once
 // either way, so where those ops move the forward computes the same bits
 // as with float32 activations; a residual add of a batch norm's result now
 // adds the 16-bit rounded value (as autocast does). Gradients are 16-bit
@@ -137,6 +140,7 @@ private:
     switch (op->kind()) {
     case OpKind::Relu:
     case OpKind::MaxPool2d:
+    case OpKind::AvgPool2d:
     case OpKind::Flatten:
     case OpKind::Reshape:
     case OpKind::Concat:
@@ -161,9 +165,11 @@ private:
   }
 
   /// The ops whose low operands must be low already (rounding them first
-  /// would change the result): adds, batch norms, dropouts.
+  /// would change the result): adds, average pooling, batch norms,
+  /// dropouts.
   static bool readsLowOnly(const Op* op) {
-    return op->kind() == OpKind::Add || op->kind() == OpKind::Mul || isNormalization(op);
+    return op->kind() == OpKind::Add || op->kind() == OpKind::Mul ||
+           op->kind() == OpKind::AvgPool2d || isNormalization(op);
   }
 
   /// The largest set of activation ops that can all run in the low type at

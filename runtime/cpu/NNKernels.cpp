@@ -505,12 +505,23 @@ bool maxPool2dGrad(const TensorView& x, const TensorView& dy, const TensorView& 
 }
 
 bool avgPool2d(const TensorView& x, const TensorView& y, const AvgPool2dParams& p) {
+  if (detail::Float32Views::any({&x, &y})) {
+    // Mixed precision's 16-bit activations: summed and divided in float32,
+    // rounded once.
+    detail::Float32Views f;
+    return sameType(x.dtype, {&x, &y}) && avgPool2d(f.in(x), f.out(y), p) && f.commit();
+  }
   if (!isFloat(x.dtype) || !sameType(x.dtype, {&x, &y}) || !rowMajor({&x, &y}))
     return false;
   return dispatch(x.dtype, [&](auto t) { return avgPool2dImpl<decltype(t)>(x, y, p); });
 }
 
 bool avgPool2dGrad(const TensorView& dy, const TensorView& dx, const AvgPool2dParams& p) {
+  if (detail::Float32Views::any({&dy, &dx})) {
+    // A tap in several windows sums their shares in float32; rounded once.
+    detail::Float32Views f;
+    return sameType(dy.dtype, {&dy, &dx}) && avgPool2dGrad(f.in(dy), f.out(dx), p) && f.commit();
+  }
   if (!isFloat(dy.dtype) || !sameType(dy.dtype, {&dy, &dx}) || !rowMajor({&dy, &dx}))
     return false;
   return dispatch(dy.dtype, [&](auto t) { return avgPool2dGradImpl<decltype(t)>(dy, dx, p); });

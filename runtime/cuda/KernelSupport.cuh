@@ -103,7 +103,7 @@ template <> struct Elem<F16Tag> {
 template <typename T> using StoreOf = typename Elem<T>::Store;
 template <typename T> using ParamOf = std::conditional_t<std::is_floating_point_v<T>, T, float>;
 
-/// The ops that take mixed precision's 16-bit activations (max pooling;
+/// The ops that take mixed precision's 16-bit activations (max and average pooling;
 /// batch norm, with float32 parameters): `acts` of one float type, or bf16
 /// or fp16, `params` (none for pooling) of float32 for those and of the
 /// activations' type otherwise; fn(E{}) with E the

@@ -427,25 +427,27 @@ __device__ AvgWindow avgWindow(const PoolGeom& g, bool includePad, int oh, int o
 }
 
 template <typename T>
-__global__ void avgPoolForward(const T* x, T* y, PoolGeom g, bool includePad) {
+__global__ void avgPoolForward(const StoreOf<T>* x, StoreOf<T>* y, PoolGeom g, bool includePad) {
+  using V = typename Elem<T>::Value;
   const unsigned out = static_cast<unsigned>(g.OH * g.OW), in = static_cast<unsigned>(g.H * g.W);
   LWRT_FOR_PLANES(plane, q, g, out) {
     const int oh = static_cast<int>(q / static_cast<unsigned>(g.OW)),
               ow = static_cast<int>(q) - oh * g.OW;
     AvgWindow win = avgWindow(g, includePad, oh, ow);
-    const T* xp = x + plane * in;
-    T sum = T(0);
+    const StoreOf<T>* xp = x + plane * in;
+    V sum = V(0);
     for (int ih = win.h0; ih < win.h1; ++ih)
       for (int iw = win.w0; iw < win.w1; ++iw)
-        sum += xp[ih * g.W + iw];
-    y[plane * out + q] = win.count > 0 ? sum / static_cast<T>(win.count) : T(0);
+        sum += Elem<T>::load(xp[ih * g.W + iw]);
+    y[plane * out + q] = Elem<T>::store(win.count > 0 ? sum / static_cast<V>(win.count) : V(0));
   }
 }
 
 /// dx[xi] = the sum of dy / count over the windows holding xi, in
 /// increasing window order as the CPU scatters them.
 template <typename T>
-__global__ void avgPoolGather(const T* dy, T* dx, PoolGeom g, bool includePad) {
+__global__ void avgPoolGather(const StoreOf<T>* dy, StoreOf<T>* dx, PoolGeom g, bool includePad) {
+  using V = typename Elem<T>::Value;
   const unsigned out = static_cast<unsigned>(g.OH * g.OW), in = static_cast<unsigned>(g.H * g.W);
   LWRT_FOR_PLANES(plane, q, g, in) {
     const int ih = static_cast<int>(q / static_cast<unsigned>(g.W)),
@@ -456,16 +458,16 @@ __global__ void avgPoolGather(const T* dy, T* dx, PoolGeom g, bool includePad) {
     int oh1 = min(floorDiv(ih + g.pads[0], g.s[0]), g.OH - 1);
     int ow0 = max(floorDiv(iw + g.pads[1] - g.k[1], g.s[1]) + 1, 0);
     int ow1 = min(floorDiv(iw + g.pads[1], g.s[1]), g.OW - 1);
-    const T* dp = dy + plane * out;
-    T acc = T(0);
+    const StoreOf<T>* dp = dy + plane * out;
+    V acc = V(0);
     for (int oh = oh0; oh <= oh1; ++oh)
       for (int ow = ow0; ow <= ow1; ++ow) {
         AvgWindow win = avgWindow(g, includePad, oh, ow);
         if (win.count <= 0 || ih < win.h0 || ih >= win.h1 || iw < win.w0 || iw >= win.w1)
           continue;
-        acc += dp[oh * g.OW + ow] / static_cast<T>(win.count);
+        acc += Elem<T>::load(dp[oh * g.OW + ow]) / static_cast<V>(win.count);
       }
-    dx[plane * in + q] = acc;
+    dx[plane * in + q] = Elem<T>::store(acc);
   }
 }
 
@@ -614,20 +616,21 @@ bool avgPool2dImpl(const TensorView& xv, const TensorView& yv, const AvgPool2dPa
   PoolGeom g;
   if (!poolGeom(xv, yv, p.kernel, p.strides, p.pads, nullptr, g))
     return false;
-  if (cudnnPoolFits(xv, yv, g)) {
-    CudnnPool d;
-    T one = 1, zero = 0;
-    if (!cudnnPool(xv, yv, g,
-                   p.count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
-                                       : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
-                   d))
-      return false;
-    LWRT_CUDNN(
-        cudnnPoolingForward(context().cudnn, d.pool, &one, d.x, xv.data, &zero, d.y, yv.data));
-    return true;
-  }
-  return launchPlanes(avgPoolForward<T>, g, g.OH * g.OW, xv.as<T>(), yv.as<T>(), g,
-                      p.count_include_pad != 0);
+  if constexpr (std::is_floating_point_v<T>)
+    if (cudnnPoolFits(xv, yv, g)) {
+      CudnnPool d;
+      T one = 1, zero = 0;
+      if (!cudnnPool(xv, yv, g,
+                     p.count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                         : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING,
+                     d))
+        return false;
+      LWRT_CUDNN(
+          cudnnPoolingForward(context().cudnn, d.pool, &one, d.x, xv.data, &zero, d.y, yv.data));
+      return true;
+    }
+  return launchPlanes(avgPoolForward<T>, g, g.OH * g.OW, xv.as<StoreOf<T>>(), yv.as<StoreOf<T>>(),
+                      g, p.count_include_pad != 0);
 }
 
 template <typename T>
@@ -641,7 +644,7 @@ bool avgPool2dGradImpl(const TensorView& dyv, const TensorView& dxv, const AvgPo
   PoolGeom g;
   if (!poolGeom(dxv, dyv, p.kernel, p.strides, p.pads, nullptr, g))
     return false;
-  return launchPlanes(avgPoolGather<T>, g, g.H * g.W, dyv.as<T>(), dxv.as<T>(), g,
+  return launchPlanes(avgPoolGather<T>, g, g.H * g.W, dyv.as<StoreOf<T>>(), dxv.as<StoreOf<T>>(), g,
                       p.count_include_pad != 0);
 }
 
@@ -696,13 +699,13 @@ bool maxPool2dGrad(const TensorView& x, const TensorView& dy, const TensorView& 
 }
 
 bool avgPool2d(const TensorView& x, const TensorView& y, const AvgPool2dParams& p) {
-  return floatOp("avg_pool2d", {&x, &y},
-                 [&](auto t) { return avgPool2dImpl<decltype(t)>(x, y, p); });
+  return activationOp("avg_pool2d", {&x, &y}, {},
+                      [&](auto e) { return avgPool2dImpl<decltype(e)>(x, y, p); });
 }
 
 bool avgPool2dGrad(const TensorView& dy, const TensorView& dx, const AvgPool2dParams& p) {
-  return floatOp("avg_pool2d_grad", {&dy, &dx},
-                 [&](auto t) { return avgPool2dGradImpl<decltype(t)>(dy, dx, p); });
+  return activationOp("avg_pool2d_grad", {&dy, &dx}, {},
+                      [&](auto e) { return avgPool2dGradImpl<decltype(e)>(dy, dx, p); });
 }
 
 bool globalAvgPool(const TensorView& x, const TensorView& y) {

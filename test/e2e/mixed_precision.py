@@ -8,7 +8,8 @@
   flag): loss, gradients and updated params within a relative 1e-2 (the two
   round the same float32 values to bf16; a sum in another order may land one
   bf16 step away). The bf16 step must differ from the float32 reference: the
-  flag changes the arithmetic.
+  flag changes the arithmetic. The same for an Inception-v3 block, whose
+  pool branch's average pool and its gradient must run in bf16.
 - LeNet trained one epoch on Fashion-MNIST: bf16's and fp16's top-1 within
   0.01 of float32's (the same seed and batches).
 - Every strategy (data, model, owt, layerwise, hypergraph, a 2-stage
@@ -140,6 +141,27 @@ def check_matmul(tmp):
     low = [line for line in mm if ": bf16[" in line]
     ok = ok and len(mm) > 0 and len(low) == len(mm)
     return ok, f"{msg}; {len(low)} of {len(mm)} matmuls in bf16"
+
+
+def check_avgpool(tmp):
+    """Average pooling of bf16 activations (an Inception-v3 block: its pool
+    branch averages 3x3 windows counting the padding, then a 1x1 conv): the
+    pool and its gradient run in bf16, and the step equals the
+    interpreter's."""
+    import zoo  # noqa: E402  (tools/models)
+    b = zoo.NetBuilder("v3_block", size=12, channels=3, batch=4, opset=17, seed=3,
+                       symbolic_batch=False, min_size=1)
+    c = lambda n: max(2, n // 8)  # noqa: E731
+    x = zoo._v3_conv(b, b.input, 8, 3, pad=1, name="stem")
+    x = zoo._v3_a(b, x, 16, c, "Mixed_5b")
+    x = b.flatten(b.global_avgpool(x, name="avgpool"), name="flatten")
+    model = b.model(b.gemm(x, 10, name="fc", gain=1.0), doc="an Inception-v3 block")
+    ok, msg = check_reference("v3_block", tmp, model=model)
+    ir = run([LWCC, os.path.join(tmp, "v3_block.onnx"), BF16, "--emit=train-ir"])
+    pools = [line for line in ir.splitlines() if "avg_pool2d" in line]
+    low = [line for line in pools if ": bf16[" in line]
+    ok = ok and len(pools) == 2 and len(low) == 2
+    return ok, f"{msg}; {len(low)} of {len(pools)} avg_pool2d and gradient in bf16"
 
 
 def step_records(log):
@@ -343,6 +365,7 @@ def main():
                     lambda n=name: check_reference(n, tmp, (FP16, "--loss-scale=256")))
                    for name in ("lenet", "alexnet")]
         checks += [("alexnet MatMul bf16", lambda: check_matmul(tmp))]
+        checks += [("avg pool bf16", lambda: check_avgpool(tmp))]
         checks += [("fp16 skips", lambda: check_fp16_skips(tmp, 1)),
                    ("fp16 skips, data", lambda: check_fp16_skips(tmp, 2)),
                    ("fp16 skips, model", lambda: check_fp16_skips(tmp, 2, "model")),

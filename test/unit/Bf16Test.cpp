@@ -310,6 +310,7 @@ graph @g(%x: f32[2,3,8,8] @data) {
   %w3 = param "w3" : f32[8,8,3,3]
   %w4 = param "w4" : f32[8,8,3,3]
   %w5 = param "w5" : f32[8,8,3,3]
+  %w6 = param "w6" : f32[8,8,3,3]
   %g = param "g" : f32[8]
   %bb = param "bb" : f32[8]
   %m = param "m" : f32[8]
@@ -325,7 +326,9 @@ graph @g(%x: f32[2,3,8,8] @data) {
   %pool = max_pool2d(%cat) {kernel = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1], dilations = [1, 1], ceil_mode = 0} : f32[2,8,4,4]
   %p = conv2d(%pool, %w3) {strides = [1, 1], pads = [1, 1, 1, 1], dilations = [1, 1], group = 1} : f32[2,8,4,4]
   %q = conv2d(%pool, %w4) {strides = [1, 1], pads = [1, 1, 1, 1], dilations = [1, 1], group = 1} : f32[2,8,4,4]
-  %sum = add(%p, %q) : f32[2,8,4,4]
+  %pa = avg_pool2d(%p) {kernel = [3, 3], strides = [1, 1], pads = [1, 1, 1, 1], ceil_mode = 0, count_include_pad = 0} : f32[2,8,4,4]
+  %pc = conv2d(%pa, %w6) {strides = [1, 1], pads = [1, 1, 1, 1], dilations = [1, 1], group = 1} : f32[2,8,4,4]
+  %sum = add(%pc, %q) : f32[2,8,4,4]
   %s = relu(%sum) : f32[2,8,4,4]
   %u = conv2d(%s, %w5) {strides = [1, 1], pads = [1, 1, 1, 1], dilations = [1, 1], group = 1} : f32[2,8,4,4]
   %bn = batch_norm(%u, %g, %bb, %m, %v) {epsilon = 1.0e-05, momentum = 0.9} : f32[2,8,4,4]
@@ -358,19 +361,22 @@ TEST(Bf16Test, SixteenBitActivationsKeepTheForwardBits) {
       return n;
     };
     // r1, s and t (not r2: reduce_mean reads it in float32, so the concat
-    // casts it), the concat, both pools, the residual add (not the bias
-    // add), the batch norm, the flatten.
+    // casts it), the concat, both max pools, the average pool of a
+    // convolution's result, the residual add (not the bias add), the batch
+    // norm, the flatten.
     EXPECT_EQ(count16(*low, OpKind::Relu), 3) << printGraph(*low);
     EXPECT_EQ(count16(*low, OpKind::Concat), 1);
     EXPECT_EQ(count16(*low, OpKind::MaxPool2d), 2);
+    EXPECT_EQ(count16(*low, OpKind::AvgPool2d), 1);
     EXPECT_EQ(count16(*low, OpKind::Add), 1);
     EXPECT_EQ(count16(*low, OpKind::Flatten), 1);
     EXPECT_EQ(count16(*low, OpKind::BatchNormTrain), 1);
     EXPECT_EQ(count16(*low, OpKind::Mul), 1); // the dropout of ratio 0.5, not 0.1's
     EXPECT_EQ(count16(*low, OpKind::DropoutMask), 1);
     EXPECT_EQ(count16(*wide, OpKind::Relu) + count16(*wide, OpKind::Concat) +
-                  count16(*wide, OpKind::MaxPool2d) + count16(*wide, OpKind::Add) +
-                  count16(*wide, OpKind::BatchNormTrain) + count16(*wide, OpKind::Mul),
+                  count16(*wide, OpKind::MaxPool2d) + count16(*wide, OpKind::AvgPool2d) +
+                  count16(*wide, OpKind::Add) + count16(*wide, OpKind::BatchNormTrain) +
+                  count16(*wide, OpKind::Mul),
               0);
     std::mt19937_64 rng(11);
     std::normal_distribution<double> normal(0.0, 1.0);
