@@ -1,13 +1,12 @@
-//===- MicroBatch.cpp - The batch as micro-batches or fragments -----------===//
+//===- MicroBatch.cpp - The step as M micro-batches -----------------------===//
+#include "passes/BatchSplit.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
-#include "passes/Simulator.h"
 #include "passes/TrainingSupport.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -647,16 +646,6 @@ private:
   std::vector<std::pair<Value*, std::string>> renamed_;
 };
 
-/// An error unless `g` is not differentiated yet (`pass` runs before
-/// autodiff).
-llvm::Error notDifferentiated(const Graph& g, const std::string& pass) {
-  for (size_t i = 0; i < g.outputs().size(); ++i)
-    if (g.outputGradOf(i))
-      return makeError(pass + ": graph @" + g.name() + " is differentiated already (" + pass +
-                       " runs before autodiff)");
-  return llvm::Error::success();
-}
-
 /// Cuts the step's batch into M micro-batches (m=M): each op that reads
 /// the batch runs once per micro-batch on its rows, and the step sums what
 /// the micro-batches give (gradient accumulation once autodiff has run):
@@ -688,7 +677,7 @@ public:
   llvm::Error run(Graph& g, PassContext&) override {
     if (m_ == 1)
       return llvm::Error::success();
-    if (llvm::Error e = notDifferentiated(g, "microbatch"))
+    if (llvm::Error e = requireNotDifferentiated(g, "microbatch"))
       return e;
     for (const auto& op : g.ops()) {
       if (op->annotations().microBatch)
@@ -704,252 +693,25 @@ private:
   int64_t m_;
 };
 
-/// Fragments (FiLayer's inter- and intra-layer parallelism inside a
-/// device, k=K): K fragments of the batch flow through a run of layers,
-/// each fragment on its own stream once stream-assign places the chains, so
-/// that fragment i of a layer runs beside fragment i+1 of the layer before;
-/// a run of one heavy op is that op split along its samples.
-///  - A run is a connected set of ops that can run on fragments (they read
-///    rows of the batch and their rule splits them along the samples into
-///    results of rows: convolutions, pooling, activations, matrix products
-///    of samples, concat of branches, residual adds, dropout); a batch
-///    norm's statistics, a loss or a mean over samples ends a run. Ops that
-///    run once read the fragments concatenated, fragments read slices of
-///    what those ops give (a dropout mask: its fragment's rows, drawn as
-///    for the whole batch); each fragment reads the same params, whose
-///    gradients autodiff then sums over the fragments.
-///  - policy=sim (the default): runs in graph order, each kept where the
-///    simulator predicts a shorter forward with it cut (fragment 0 on
-///    stream 0, fragment f on branch stream 2 + (f-1) mod (streams-2)) by
-///    more than one wake-up and 1%; a run that does not pay is tried op by op
-///    (intra-layer splits). The cost model prices a kernel that fills a
-///    share s of the device at s of its throughput, so a cut pays only
-///    where the pieces overlap work that would leave the device idle.
-///    policy=all: every run with compute-bound work is cut (to measure,
-///    and to test the schedule).
-/// Runs before autodiff, on one device (no micro-batches, not
-/// materialized); the values of fragment f are named x.frF. A note says
-/// what was cut and the predicted forward. Options: k, streams (>= 3, as
-/// stream-assign's), policy=sim|all, spec, devices_per_node, profile,
-/// tf32.
-class FragmentPass : public Pass {
-  static constexpr double kMinGain = 0.01;
-
-public:
-  FragmentPass(int64_t k, int64_t streams, bool simPolicy, CostModel cm)
-      : k_(k), streams_(streams), simPolicy_(simPolicy), cm_(std::move(cm)) {}
-  std::string_view name() const override { return "fragment"; }
-
-  llvm::Error run(Graph& g, PassContext& ctx) override {
-    if (k_ == 1)
-      return llvm::Error::success();
-    if (llvm::Error e = notDifferentiated(g, "fragment"))
-      return e;
-    for (const auto& op : g.ops()) {
-      if (op->annotations().microBatch)
-        return op->emitError("fragment: the graph has micro-batches already (fragments and "
-                             "micro-batches both cut the batch: use one of them)");
-      if (op->annotations().device || op->info().isCommunication() || op->annotations().par)
-        return op->emitError("fragment: the graph is parallelized already (fragments cut the "
-                             "batch of a one-device step)");
-    }
-    for (const auto& in : g.inputs())
-      if (in->type().rank() > 0 && in->type().shape[0] < k_)
-        return makeError(in->loc(), llvm::formatv("fragment: {0} fragments of a batch of {1}: "
-                                                  "at most one fragment per sample",
-                                                  k_, in->type().shape[0])
-                                        .str());
-    auto splittable = MicroBatcher(g, k_).splittable();
-    if (!splittable)
-      return splittable.takeError();
-    std::map<const Op*, size_t> position;
-    for (auto& op : g.ops())
-      position.emplace(op.get(), position.size());
-
-    // The runs: connected components of the splittable ops, joined by the
-    // values one of them gives another.
-    std::map<const Op*, const Op*> parent;
-    for (Op* op : *splittable)
-      parent[op] = op;
-    std::function<const Op*(const Op*)> root = [&](const Op* op) {
-      const Op* r = parent.at(op);
-      return r == op ? r : parent[op] = root(r);
-    };
-    for (Op* op : *splittable)
-      for (Value* v : op->operands())
-        if (const Op* d = v->definingOp(); d && parent.count(d))
-          parent[root(op)] = root(d);
-    std::map<const Op*, std::vector<const Op*>> byRoot;
-    for (Op* op : *splittable)
-      byRoot[root(op)].push_back(op);
-    std::vector<std::vector<const Op*>> runs;
-    for (auto& [r, ops] : byRoot)
-      runs.push_back(ops);
-    std::sort(runs.begin(), runs.end(), [&](const auto& a, const auto& b) {
-      return position.at(a.front()) < position.at(b.front());
-    });
-
-    std::set<const Op*> cut;
-    int64_t kept = 0, splits = 0, candidates = 0;
-    std::vector<std::string> named; // what was cut, first..last op of a run
-    auto before = forwardSeconds(g, cut, position);
-    if (!before)
-      return before.takeError();
-    double best = *before;
-    for (const auto& run : runs) {
-      std::vector<const Op*> heavy;
-      for (const Op* op : run)
-        if (isHeavy(*op))
-          heavy.push_back(op);
-      if (heavy.empty())
-        continue;
-      ++candidates;
-      auto tryCut = [&](const std::vector<const Op*>& ops) -> llvm::Expected<bool> {
-        std::set<const Op*> with = cut;
-        with.insert(ops.begin(), ops.end());
-        if (!simPolicy_) {
-          cut = std::move(with);
-          return true;
-        }
-        auto t = forwardSeconds(g, with, position);
-        if (!t)
-          return t.takeError();
-        // A gain must exceed one wake-up and 1% of the forward: less is
-        // below what a model no GPU has calibrated resolves, and a cut adds
-        // ops, events and memory.
-        if (!(*t < best * (1 - kMinGain) - cm_.wakeSeconds()))
-          return false;
-        best = *t;
-        cut = std::move(with);
-        return true;
-      };
-      auto whole = tryCut(run);
-      if (!whole)
-        return whole.takeError();
-      if (*whole) {
-        ++kept;
-        named.push_back(run.size() == 1 ? run.front()->loc().name
-                                        : run.front()->loc().name + ".." + run.back()->loc().name);
-        continue;
-      }
-      if (run.size() == 1)
-        continue;
-      for (const Op* op : heavy) {
-        auto one = tryCut({op});
-        if (!one)
-          return one.takeError();
-        if (*one) {
-          ++splits;
-          named.push_back(op->loc().name + " (alone)");
-        }
-      }
-    }
-    double after = best;
-    if (!simPolicy_) {
-      auto t = forwardSeconds(g, cut, position);
-      if (!t)
-        return t.takeError();
-      after = *t;
-    }
-    if (!cut.empty()) {
-      if (llvm::Error e = MicroBatcher(g, k_, &cut, "fr").run())
-        return e;
-      for (auto& op : g.ops())
-        op->annotations().microBatch.reset();
-    }
-    std::string what;
-    for (size_t i = 0; i < named.size() && i < 6; ++i)
-      what += (i ? ", " : ": ") + named[i];
-    if (named.size() > 6)
-      what += llvm::formatv(" and {0} more", named.size() - 6).str();
-    if (ctx.diag)
-      ctx.diag(Severity::Note, Location{},
-               llvm::formatv("fragment: {0} of {1} runs with compute-bound work cut into {2} "
-                             "fragments, {3} ops split alone ({4} ops cut){5}; predicted "
-                             "forward on {6}: {7:f3} ms, {8:f3} ms uncut",
-                             kept, candidates, k_, splits, cut.size(), what, cm_.spec().name,
-                             after * 1e3, *before * 1e3)
-                   .str());
-    return llvm::Error::success();
-  }
-
-private:
-  /// An op of more than a few FLOPs per element it writes (convolutions,
-  /// matrix products, pooling), as stream-assign's branches.
-  bool isHeavy(const Op& op) const {
-    double written = 0;
-    for (unsigned r = 0; r < op.numResults(); ++r)
-      written += static_cast<double>(op.result(r)->type().numElements());
-    return !op.info().view && cm_.flops(op) > 4 * written;
-  }
-
-  /// The predicted forward with the ops `cut` on fragments, each on its
-  /// stream (on a copy of the graph).
-  llvm::Expected<double> forwardSeconds(const Graph& g, const std::set<const Op*>& cut,
-                                        const std::map<const Op*, size_t>& position) {
-    if (cut.empty()) {
-      auto sim = simulate(g, simCosts(cm_));
-      if (!sim)
-        return sim.takeError();
-      return sim->stepSeconds;
-    }
-    auto copy = g.clone();
-    std::vector<Op*> ops;
-    for (auto& op : copy->ops())
-      ops.push_back(op.get());
-    std::set<const Op*> mapped;
-    for (const Op* op : cut)
-      mapped.insert(ops.at(position.at(op)));
-    if (llvm::Error e = MicroBatcher(*copy, k_, &mapped, "fr").run())
-      return e;
-    const int64_t branches = std::max<int64_t>(1, streams_ - 2);
-    for (auto& op : copy->ops()) {
-      auto f = op->annotations().microBatch;
-      op->annotations().microBatch.reset();
-      if (!f || *f == 0)
-        continue;
-      op->annotations().device = 0;
-      op->annotations().stream = 2 + (*f - 1) % branches;
-    }
-    auto sim = simulate(*copy, simCosts(cm_));
-    if (!sim)
-      return sim.takeError();
-    return sim->stepSeconds;
-  }
-
-  int64_t k_, streams_;
-  bool simPolicy_;
-  CostModel cm_;
-};
-
 } // namespace
 
-llvm::Expected<std::unique_ptr<Pass>> createFragmentPass(std::string_view options) {
-  auto parsed =
-      PassOptions::parse("fragment", options, "k",
-                         {"k", "streams", "policy", "spec", "devices_per_node", "profile", "tf32"});
-  if (!parsed)
-    return parsed.takeError();
-  auto k = parsed->getInt("k", 2);
-  if (!k)
-    return k.takeError();
-  if (*k < 1 || *k > 64)
-    return makeError("fragment: k must be in 1..64, got " + std::to_string(*k));
-  auto streams = parsed->getInt("streams", 3);
-  if (!streams)
-    return streams.takeError();
-  if (*streams < 3 || *streams > 8)
-    return makeError(llvm::formatv("fragment: streams={0}: fragments run on branch streams, "
-                                   "which need streams in 3..8",
-                                   *streams)
-                         .str());
-  std::string policy = parsed->getString("policy", "sim");
-  if (policy != "sim" && policy != "all")
-    return makeError("fragment: unknown policy '" + policy + "' (expected sim or all)");
-  auto cm = costModelFromOptions(*parsed);
-  if (!cm)
-    return cm.takeError();
-  return std::make_unique<FragmentPass>(*k, *streams, policy == "sim", std::move(*cm));
+llvm::Error splitBatch(Graph& g, int64_t pieces, const std::set<const Op*>* only,
+                       const std::string& suffix) {
+  return MicroBatcher(g, pieces, only, suffix).run();
+}
+
+llvm::Expected<std::vector<Op*>> batchSplittableOps(Graph& g) {
+  return MicroBatcher(g, 1).splittable();
+}
+
+/// An error unless `g` is not differentiated yet (`pass` runs before
+/// autodiff).
+llvm::Error requireNotDifferentiated(const Graph& g, const std::string& pass) {
+  for (size_t i = 0; i < g.outputs().size(); ++i)
+    if (g.outputGradOf(i))
+      return makeError(pass + ": graph @" + g.name() + " is differentiated already (" + pass +
+                       " runs before autodiff)");
+  return llvm::Error::success();
 }
 
 llvm::Expected<std::unique_ptr<Pass>> createMicroBatchPass(std::string_view options) {

@@ -17,11 +17,16 @@ every schedule lwcc makes is proven race-free.
    fragments (`--fragments=K`, every run cut): lenet, resnet18 (4 streams,
    2 fragments), inception (3 streams, 2) and alexnet (4 streams, 3
    uneven fragments, its dropouts) train like one stream, their sources
-   holding each fragment's values and branch streams.
+   holding each fragment's values and branch streams; and splits along the
+   channels (`--fragment-along=channels`, every heavy op as K ops on slices
+   of its output channels): inception (4 streams, 2 pieces: its branches'
+   convolutions, their concats) and alexnet (3 streams, 3 uneven pieces:
+   convolutions, pools and the classifier's products) likewise.
 2. Verifier sweep. For every zoo model at test size, every strategy on 2
    and 4 devices (data, model, owt, layerwise, hypergraph, a 1F1B pipeline
    of 2 or 4 stages) and on one device, with 1, 2, 3 and 4 streams (policy
-   all), and on one device with 4 streams and the batch in 2 fragments:
+   all), and on one device with 4 streams and the batch in 2 fragments,
+   and with 4 streams and every heavy op in 2 pieces of its channels:
    `lwcc --emit=scheduled-ir` (which places the events and refuses a
    schedule the verifier cannot prove) succeeds, and `lwcc-opt
    --verify-schedule` accepts what it printed.
@@ -64,6 +69,14 @@ def zoo_models():
             if line and not line.startswith(" ")]
 
 
+def pieces(s):
+    """A case's streams: N, or "NfK" (K fragments of the batch) or "NcK" (K
+    pieces of each heavy op's channels): (streams, along or None, K)."""
+    m = re.fullmatch(r"(\d+)(?:([fc])(\d+))?", str(s))
+    along = {"f": "samples", "c": "channels", None: None}[m.group(2)]
+    return int(m.group(1)), along, int(m.group(3) or 1)
+
+
 def trainers(tmp):
     # (model, gpus, streams); streams 1 is each (model, gpus)'s reference.
     cases = []
@@ -75,6 +88,9 @@ def trainers(tmp):
     # uneven (3, 3, 2).
     cases += [("lenet", 1, "4f2"), ("resnet18", 1, "4f2"), ("inception", 1, "3f2"),
               ("alexnet", 1, "4f3")]
+    # Splits along the channels (--fragment-along=channels): each heavy op as
+    # K ops on slices of its output channels, on the branch streams.
+    cases += [("inception", 1, "4c2"), ("alexnet", 1, "3c3")]
     for m in sorted({c[0] for c in cases}):
         r = run([sys.executable, GEN, m, "--test-size", "--batch", "8", "-o",
                  os.path.join(tmp, f"{m}.onnx")])
@@ -87,9 +103,10 @@ def trainers(tmp):
 
     def make(c):
         m, g, s = c
-        flags = [f"--streams={str(s).split('f')[0]}", "--stream-policy=all"]
-        if "f" in str(s):
-            flags.append(f"--fragments={str(s).split('f')[1]}")
+        streams, along, k = pieces(s)
+        flags = [f"--streams={streams}", "--stream-policy=all"]
+        if along:
+            flags += [f"--fragments={k}", f"--fragment-along={along}"]
         if g > 1:
             flags += [f"--gpus={g}", "--strategy=data"]
         return md.build(os.path.join(tmp, f"{m}.onnx"), flags, os.path.join(tmp, key(c)))
@@ -116,22 +133,26 @@ def trainers(tmp):
             md.report(len(branch) >= 1,
                       f"{key(c)}: device 0 runs branch streams {sorted(branch)}",
                       "no step function for a stream above 1")
-        if "f" in str(c[2]):
-            # The pieces of the batch: values of each fragment, on branch streams.
+        _, along, k = pieces(c[2])
+        if along:
+            # The pieces of the batch (or of the channels): values of each
+            # piece, on branch streams.
             with open(os.path.join(tmp, key(c), "trainer.cc")) as f:
                 text = f.read()
-            k = int(str(c[2]).split("f")[1])
-            named = all(f"_fr{i}" in text for i in range(k))
+            tag = "fr" if along == "samples" else "ch"
+            named = all(f"_{tag}{i}" in text for i in range(k))
             branch = [int(s) for s in set(re.findall(r"bool step_d0_s(\d+)\(", text)) if int(s) > 1]
-            md.report(named and branch, f"{key(c)}: {k} fragments, on branch streams {sorted(branch)}",
-                      f"fragment values named: {named}; branch streams: {branch}")
+            md.report(named and branch,
+                      f"{key(c)}: {k} pieces along the {along}, on branch streams {sorted(branch)}",
+                      f"piece values named: {named}; branch streams: {branch}")
         runs[c] = work
     for c, work in runs.items():
         ref = runs.get((c[0], c[1], 1))
         if c[2] != 1 and ref:
             where = f" --gpus {c[1]} --strategy=data" if c[1] > 1 else ""
-            streams = str(c[2]).split("f")
-            what = f"--streams={streams[0]}" + (f" --fragments={streams[1]}" if len(streams) > 1 else "")
+            streams, along, k = pieces(c[2])
+            what = f"--streams={streams}" + (
+                f" --fragments={k} --fragment-along={along}" if along else "")
             md.compare(f"{c[0]}{where} {what} vs --streams=1", ref, work)
 
 
@@ -162,18 +183,21 @@ def sweep(tmp):
                 v = run([LWCC_OPT, "--verify-schedule", "-"], stdin=r.stdout)
                 if v.returncode:
                     bad.append(f"{name} --streams={s}: lwcc-opt: {v.stderr[-400:]}")
-        # One device, the batch in 2 fragments through every run.
-        count += 1
-        r = run([LWCC, path, "--target=cpu", "--streams=4", "--fragments=2",
-                 "--stream-policy=all", "--emit=scheduled-ir"])
-        if r.returncode or ".fr1" not in r.stdout:
-            bad.append(f"--fragments=2: lwcc: exit {r.returncode}, {r.stderr[-400:]}")
-        else:
+        # One device, the batch in 2 fragments through every run; every heavy
+        # op in 2 pieces of its channels.
+        for along, piece in (("samples", ".fr1"), ("channels", ".ch1")):
+            count += 1
+            what = f"--fragments=2 --fragment-along={along}"
+            r = run([LWCC, path, "--target=cpu", "--streams=4", "--fragments=2",
+                     f"--fragment-along={along}", "--stream-policy=all", "--emit=scheduled-ir"])
+            if r.returncode or piece not in r.stdout:
+                bad.append(f"{what}: lwcc: exit {r.returncode}, {r.stderr[-400:]}")
+                continue
             v = run([LWCC_OPT, "--verify-schedule", "-"], stdin=r.stdout)
             if v.returncode:
-                bad.append(f"--fragments=2: lwcc-opt: {v.stderr[-400:]}")
-        md.report(not bad, f"{m}: {count} schedules (devices x strategies x streams 1-4, and "
-                  "2 fragments) verify", "; ".join(bad[:3]))
+                bad.append(f"{what}: lwcc-opt: {v.stderr[-400:]}")
+        md.report(not bad, f"{m}: {count} schedules (devices x strategies x streams 1-4, 2 "
+                  "fragments, 2 channel pieces) verify", "; ".join(bad[:3]))
 
 
 def waits_matter(tmp):

@@ -15,7 +15,8 @@ their own, where the simulator would keep them on stream 0 on the cpu
 spec), so both see the same schedule.
 
     python3 tools/bench/sim_vs_measured.py [--models alexnet,resnet18] [--steps 200] [--rounds 3]
-        [--streams 1,2,4f2] [--stream-policy sim|all]   (4f2: 4 streams, --fragments=2)
+        [--streams 1,2,4f2,4c2] [--stream-policy sim|all]
+        (4f2: 4 streams, --fragments=2; 4c2: 4 streams, heavy ops in 2 pieces of their channels)
     python3 tools/bench/sim_vs_measured.py --gpus 2 [--strategies data,model,owt,layerwise,hypergraph,pipeline]
         [--microbatches 4] [--batch 8]
 
@@ -81,7 +82,8 @@ def main():
     ap.add_argument("--microbatches", type=int, default=4, help="of the pipeline strategy")
     ap.add_argument("--batch", type=int, help="the models' batch (default: the test preset's)")
     ap.add_argument("--streams", default="1,2",
-                    help="one device: the --streams settings (4f2: 4 streams, --fragments=2)")
+                    help="one device: the --streams settings (4f2: 4 streams, --fragments=2; "
+                    "4c2: --fragments=2 --fragment-along=channels)")
     ap.add_argument("--stream-policy", default="all", choices=["sim", "all"])
     args = ap.parse_args()
     if args.gpus > 1:
@@ -94,9 +96,15 @@ def main():
             run([sys.executable, GEN, name, "--test-size", "-o", model] +
                 ([f"--batch={args.batch}"] if args.batch else []))
             for setting in args.streams.split(","):
-                # "4f2": 4 streams, the batch in 2 fragments (--fragments).
-                streams = int(setting.split("f")[0])
-                frag = [f"--fragments={setting.split('f')[1]}"] if "f" in setting else []
+                # "4f2": 4 streams, the batch in 2 fragments (--fragments); "4c2":
+                # each heavy op in 2 pieces of its channels.
+                m = re.fullmatch(r"(\d+)(?:([fc])(\d+))?", setting)
+                if not m:
+                    sys.exit(f"--streams: '{setting}' is not N, NfK or NcK")
+                streams = int(m.group(1))
+                frag = ([f"--fragments={m.group(3)}",
+                         "--fragment-along=" + ("samples" if m.group(2) == "f" else "channels")]
+                        if m.group(2) else [])
                 trainer = os.path.join(tmp, f"{name}-s{setting}")
                 run([LWCC, model, "--target=cpu", f"--streams={streams}",
                      f"--stream-policy={args.stream_policy}", *frag, "-o", trainer])

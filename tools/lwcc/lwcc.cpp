@@ -244,6 +244,11 @@ cl::opt<int64_t> fragments(
              "layers (or through one heavy op) on the branch streams, where the simulator "
              "predicts a shorter step (every run with --stream-policy=all)"),
     cl::init(1), cl::cat(category));
+cl::opt<std::string> fragmentAlong(
+    "fragment-along",
+    cl::desc("What --fragments may cut: samples (fragments of the batch), channels (one heavy "
+             "op as K ops on slices of its output channels: batch 1 too) or any (default)"),
+    cl::init("any"), cl::cat(category));
 cl::opt<bool> noVerifySchedule(
     "no-verify-schedule",
     cl::desc("Testing only: build the trainer without proving its schedule race-free"), cl::Hidden,
@@ -503,7 +508,7 @@ llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& n
     if (fragments > 1) {
       std::string o = "fragment=k=" + std::to_string(fragments) +
                       ",streams=" + std::to_string(streams) + ",policy=" + streamPolicy +
-                      specOptions();
+                      ",along=" + fragmentAlong + specOptions();
       if (planProfile())
         o += ",profile=" + costProfile;
       if (tf32 || noTf32)
@@ -1355,6 +1360,10 @@ int main(int argc, char** argv) {
   }
   if (fragments < 1 || fragments > 64) {
     llvm::errs() << "lwcc: --fragments must be in 1..64\n";
+    return 2;
+  }
+  if (fragmentAlong != "samples" && fragmentAlong != "channels" && fragmentAlong != "any") {
+    llvm::errs() << "lwcc: --fragment-along must be samples, channels or any\n";
     return 2;
   }
   if (fragments > 1 && (streams < 3 || gpus > 1 || microbatches > 1)) {
