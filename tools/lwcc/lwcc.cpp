@@ -21,13 +21,12 @@
 #include "passes/Pass.h"
 #include "passes/StepOrder.h"
 #include "tools/lwcc/PlanReport.h"
+#include "tools/lwcc/TrainerBuild.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/Program.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -871,245 +870,6 @@ int checkMemoryPlanMode(Module& m) {
   return differ ? 1 : 0;
 }
 
-/// <prefix> of this lwcc: the folder above the one holding the executable.
-std::string installPrefix(const char* argv0) {
-  std::string exe =
-      llvm::sys::fs::getMainExecutable(argv0, reinterpret_cast<void*>(&installPrefix));
-  return llvm::sys::path::parent_path(llvm::sys::path::parent_path(exe)).str();
-}
-
-bool writeText(const std::string& path, const std::string& text) {
-  std::error_code ec;
-  llvm::raw_fd_ostream out(path, ec, llvm::sys::fs::OF_None);
-  if (ec)
-    return false;
-  out << text;
-  return !out.has_error();
-}
-
-bool writeBlob(const std::string& path, const std::string& bytes) { return writeText(path, bytes); }
-
-/// The CUDA toolkit lwcc builds cuda trainers with: nvcc and the folders of
-/// cuDNN and cuBLAS (as reached through nvcc's path, e.g. the version-free
-/// /usr/local/cuda/lib64, and resolved, e.g. /usr/local/cuda-13.0/lib64).
-struct CudaToolkit {
-  std::string nvcc;
-  std::vector<std::string> libDirs;
-};
-
-std::optional<CudaToolkit> findCuda(std::string& why) {
-  CudaToolkit t;
-  if (!nvccPath.empty()) {
-    t.nvcc = nvccPath;
-  } else {
-    std::vector<std::string> tries;
-    if (const char* home = std::getenv("CUDA_HOME"))
-      tries.push_back(std::string(home) + "/bin/nvcc");
-    tries.push_back("/usr/local/cuda/bin/nvcc");
-    for (const std::string& c : tries)
-      if (fs::exists(c)) {
-        t.nvcc = c;
-        break;
-      }
-    if (t.nvcc.empty())
-      if (auto p = llvm::sys::findProgramByName("nvcc"))
-        t.nvcc = *p;
-  }
-  if (t.nvcc.empty() || !fs::exists(t.nvcc)) {
-    why = "no nvcc found (give --nvcc=PATH or set CUDA_HOME), or build a CPU trainer with "
-          "--target=cpu";
-    return std::nullopt;
-  }
-  // Folders of this machine, as the trainer is linked here (--emit=source
-  // writes them as given: the source may be built elsewhere).
-  for (const std::string& d : cudaLibs) {
-    std::error_code ec;
-    if (!fs::is_directory(d, ec)) {
-      why = "--cuda-libs: " + d + " is not a folder";
-      return std::nullopt;
-    }
-    t.libDirs.push_back(fs::absolute(fs::path(d)).lexically_normal().string());
-  }
-  fs::path given = fs::absolute(fs::path(t.nvcc)).lexically_normal().parent_path().parent_path();
-  fs::path resolved = fs::weakly_canonical(fs::path(t.nvcc)).parent_path().parent_path();
-  for (const fs::path& root : {given, resolved})
-    for (const char* sub : {"lib64", "lib", "targets/x86_64-linux/lib"})
-      if (fs::exists(root / sub) &&
-          std::find(t.libDirs.begin(), t.libDirs.end(), (root / sub).string()) == t.libDirs.end())
-        t.libDirs.push_back((root / sub).string());
-  return t;
-}
-
-/// The runtime library of `target` under `prefix`, or "" with a message.
-std::string runtimeLibrary(const std::string& prefix, const std::string& target) {
-  std::string lib = prefix + "/lib/liblwcc_runtime_" + target + ".a";
-  if (!fs::exists(lib) || !fs::exists(prefix + "/include/lwrt/trainer.h") ||
-      !fs::exists(prefix + "/lib/liblwcc_runtime_" + target + ".libs")) {
-    llvm::errs() << "lwcc: error: the " << target << " runtime is not installed under " << prefix
-                 << " (expected include/lwrt/ and lib/liblwcc_runtime_" << target << ".a and .libs"
-                 << (target == "cuda" ? "; lwcc was built without nvcc" : "") << ")\n";
-    return "";
-  }
-  return lib;
-}
-
-/// The system libraries a trainer of `target` links besides the runtime
-/// library: <prefix>/lib/liblwcc_runtime_<target>.libs, one flag a line
-/// (runtime/CMakeLists.txt writes it).
-std::vector<std::string> runtimeLinkFlags(const std::string& prefix, const std::string& target) {
-  std::vector<std::string> flags;
-  auto text = llvm::MemoryBuffer::getFile(prefix + "/lib/liblwcc_runtime_" + target + ".libs");
-  if (!text)
-    return flags;
-  llvm::SmallVector<llvm::StringRef, 8> lines;
-  (*text)->getBuffer().split(lines, '\n', -1, false);
-  for (llvm::StringRef line : lines)
-    if (!line.trim().empty())
-      flags.push_back(line.trim().str());
-  return flags;
-}
-
-/// --cuda-libs as a CMake list (absolute folders).
-std::string cudaLibsList() {
-  std::string out;
-  for (const std::string& d : cudaLibs)
-    out += (out.empty() ? "" : ";") + fs::absolute(fs::path(d)).lexically_normal().string();
-  return out;
-}
-
-/// Writes the trainer's source, its blobs and a CMakeLists.txt into `dir`.
-int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::string& prefix) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  bool cuda = target == "cuda";
-  std::string sm = arch.getValue().substr(3);
-  std::string blobs = "configure_file(trainer.weights trainer.weights COPYONLY)\n";
-  if (!t.exportTemplate.empty())
-    blobs += "configure_file(trainer.onnx-template trainer.onnx-template COPYONLY)\n";
-  std::string cmake =
-      "# Builds the trainer lwcc generated. LWCC_PREFIX is the folder holding\n"
-      "# lwcc's include/ (runtime headers) and lib/ (liblwcc_runtime_" +
-      target +
-      ".a).\n"
-      "# The source embeds trainer.weights" +
-      (t.exportTemplate.empty() ? "" : " and trainer.onnx-template") +
-      " with the assembler's .incbin,\n"
-      "# which finds them in the build folder: build this project on its own.\n"
-      "cmake_minimum_required(VERSION 3.20)\nproject(trainer " +
-      (cuda ? "CXX CUDA" : "CXX") + ")\n" + "set(CMAKE_CXX_STANDARD 20)\n" +
-      (cuda ? "set(CMAKE_CUDA_STANDARD 20)\nset(CMAKE_CUDA_ARCHITECTURES " + sm +
-                  ")\nfind_package(CUDAToolkit REQUIRED)\n"
-                  "# Folders holding libcudnn.so.9, libcublas.so.13 and libnccl.so.2 besides\n"
-                  "# the toolkit's (pip's nvidia wheels: site-packages/nvidia/*/lib).\n"
-                  "set(LWCC_CUDA_LIBS \"" +
-                  cudaLibsList() + "\" CACHE STRING \"folders of cuDNN, cuBLAS and NCCL\")\n"
-            : std::string()) +
-      "set(LWCC_PREFIX \"" + prefix + "\" CACHE PATH \"lwcc install prefix\")\n" +
-      "# The system libraries the runtime needs, one flag a line.\n"
-      "file(STRINGS ${LWCC_PREFIX}/lib/liblwcc_runtime_" +
-      target + ".libs LWCC_RUNTIME_LIBS)\n" + blobs + "add_executable(trainer " + t.fileName +
-      ")\n" + "set_source_files_properties(" + t.fileName +
-      " PROPERTIES OBJECT_DEPENDS \"${CMAKE_CURRENT_SOURCE_DIR}/trainer.weights\")\n"
-      "target_include_directories(trainer PRIVATE ${LWCC_PREFIX}/include)\n"
-      "target_link_libraries(trainer PRIVATE ${LWCC_PREFIX}/lib/liblwcc_runtime_" +
-      target + ".a " + (cuda ? "CUDA::cudart_static " : "") + "${LWCC_RUNTIME_LIBS})\n" +
-      (cuda ? "# cuDNN, cuBLAS and NCCL by their versioned sonames (the .libs file), found\n"
-              "# beside the trainer first (the CUDA runtime is static), then where they\n"
-              "# were linked; bound lazily, so that the start-up check names a function\n"
-              "# an older library lacks.\n"
-              "target_link_directories(trainer PRIVATE ${LWCC_CUDA_LIBS} "
-              "${CUDAToolkit_LIBRARY_DIR})\n"
-              "target_link_options(trainer PRIVATE \"LINKER:-z,lazy\")\n"
-              "set_target_properties(trainer PROPERTIES BUILD_RPATH "
-              "\"\\$ORIGIN;${LWCC_CUDA_LIBS};${CUDAToolkit_LIBRARY_DIR}\")\n"
-            : "");
-  if (ec || !writeText(dir + "/" + t.fileName, t.source) ||
-      !writeBlob(dir + "/trainer.weights", t.weights) ||
-      (!t.exportTemplate.empty() && !writeBlob(dir + "/trainer.onnx-template", t.exportTemplate)) ||
-      !writeText(dir + "/CMakeLists.txt", cmake)) {
-    llvm::errs() << dir << ": error: cannot write the trainer's sources\n";
-    return 1;
-  }
-  return 0;
-}
-
-/// Compiles the trainer into `exe`: with the host compiler for the CPU,
-/// with nvcc for CUDA.
-int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::string& exe,
-             const std::string& prefix) {
-  std::string src = dir + "/" + t.fileName;
-  if (!writeText(src, t.source) || !writeBlob(dir + "/trainer.weights", t.weights) ||
-      (!t.exportTemplate.empty() && !writeBlob(dir + "/trainer.onnx-template", t.exportTemplate))) {
-    llvm::errs() << dir << ": error: cannot write the trainer's sources\n";
-    return 1;
-  }
-  std::string lib = runtimeLibrary(prefix, target);
-  if (lib.empty())
-    return 1;
-  std::vector<std::string> args;
-  std::string program;
-  if (target == "cuda") {
-    std::string why;
-    auto cuda = findCuda(why);
-    if (!cuda) {
-      llvm::errs() << "lwcc: error: " << why << "\n";
-      return 1;
-    }
-    program = cuda->nvcc;
-    // The CUDA runtime is linked statically: the machine that runs the
-    // trainer needs the NVIDIA driver, cuDNN, cuBLAS and NCCL (README,
-    // Requirements), linked by their versioned sonames (the .libs file).
-    // Those are looked up (RUNPATH, so LD_LIBRARY_PATH comes first) beside
-    // the trainer, then in --cuda-libs and this toolkit's folders by their
-    // version-free path, then resolved, then in the system's. Lazy binding
-    // lets the start-up preflight name a function an older library lacks
-    // instead of the loader failing on it (cuda/Preflight.h).
-    args = {
-        program, "-std=c++20", "-O2", "-arch=" + arch, "-cudart=static", "-I" + prefix + "/include",
-        src,     lib};
-    args.push_back("-Xlinker=--enable-new-dtags");
-    args.push_back("-Xlinker=-z,lazy");
-    args.push_back("-Xlinker=-rpath=$ORIGIN");
-    for (const std::string& d : cuda->libDirs) {
-      args.push_back("-L" + d);
-      args.push_back("-Xlinker=-rpath=" + d);
-    }
-    for (const std::string& f : runtimeLinkFlags(prefix, target))
-      args.push_back(f);
-  } else {
-    auto cxx = llvm::sys::findProgramByName("c++");
-    if (!cxx) {
-      llvm::errs() << "lwcc: error: no host C++ compiler (c++) on PATH\n";
-      return 1;
-    }
-    program = *cxx;
-    args = {program, "-std=c++20", "-O2", "-I" + prefix + "/include", src, lib};
-    for (const std::string& f : runtimeLinkFlags(prefix, target))
-      args.push_back(f);
-    args.push_back("-o");
-    args.push_back(exe);
-  }
-  if (target == "cuda") {
-    args.push_back("-o");
-    args.push_back(exe);
-  }
-  if (verbose) {
-    llvm::errs() << "lwcc:";
-    for (const std::string& a : args)
-      llvm::errs() << " " << a;
-    llvm::errs() << "\n";
-  }
-  std::vector<llvm::StringRef> refs(args.begin(), args.end());
-  std::string message;
-  int rc = llvm::sys::ExecuteAndWait(program, refs, llvm::None, {}, 0, 0, &message);
-  if (rc != 0) {
-    llvm::errs() << "lwcc: error: compiling the trainer failed" << (message.empty() ? "" : ": ")
-                 << message << "\n";
-    return 1;
-  }
-  return 0;
-}
-
 /// The inference graph of the imported model, planned: the trainer's
 /// evaluation pass.
 llvm::Expected<std::unique_ptr<Graph>> evalGraph(const Graph& imported) {
@@ -1493,11 +1253,17 @@ int main(int argc, char** argv) {
     co.embedWeights = embedWeights;
     addExportTemplate(*module->graph, co);
     std::string prefix = installPrefix(argv[0]);
+    TrainerBuildOptions bo;
+    bo.target = target;
+    bo.arch = arch;
+    bo.nvcc = nvccPath;
+    bo.cudaLibs.assign(cudaLibs.begin(), cudaLibs.end());
+    bo.verbose = verbose;
     if (emit == Emit::Source) {
       auto trainer = generateTrainer(*module, co);
       if (!trainer)
         return fail(trainer.takeError());
-      return emitSource(*trainer, outputFile, prefix);
+      return emitSource(*trainer, outputFile, prefix, bo);
     }
     // The blobs are embedded from the build folder by absolute path.
     llvm::SmallString<128> dir;
@@ -1509,7 +1275,7 @@ int main(int argc, char** argv) {
     co.weightsFile = tmp + "/trainer.weights";
     co.exportFile = tmp + "/trainer.onnx-template";
     auto trainer = generateTrainer(*module, co);
-    int rc = trainer ? buildExe(*trainer, tmp, outputFile, prefix) : fail(trainer.takeError());
+    int rc = trainer ? buildExe(*trainer, tmp, outputFile, prefix, bo) : fail(trainer.takeError());
     if (rc == 0 && !embedWeights && !writeBlob(outputFile + ".weights", trainer->weights)) {
       llvm::errs() << outputFile << ".weights: error: cannot write\n";
       rc = 1;
