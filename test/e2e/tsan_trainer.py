@@ -18,11 +18,15 @@ build-tsan/) and checks:
      streams (its branches on streams 2 and 3, --stream-policy=all), and a
      one-device alexnet trainer whose batch flows through its layers as two
      fragments (--fragments=2), the second on the branch streams;
-  2. the same lenet trainer with ONE event wait deleted from its source (the
-     wait that orders the gradient all-reduce on stream 1 after backward on
-     stream 0) is reported as a data race (12 steps, up to 3 runs: whether
-     a given step's accesses land in ThreadSanitizer's history depends on
-     which thread gets there first).
+  2. the same lenet trainer's scheduled IR (`--emit=scheduled-ir`) with ONE
+     wait deleted (device 0's, that orders the first gradient all-reduce on
+     stream 1 after backward on stream 0) is refused at compile time
+     (`lwcc --step-ir=FILE`: exit 1, the verifier naming the all-reduce and
+     the op it is not ordered after), and, built with the verifier turned
+     off (`--no-verify-schedule`, for this test only), is reported as a
+     data race at run time (12 steps, up to 3 runs: whether a given step's
+     accesses land in ThreadSanitizer's history depends on which thread
+     gets there first).
 
 oneDNN (Debian's libdnnl, not instrumented) synchronizes its own state
 (its primitive cache, made from several stream threads at once) in ways
@@ -84,18 +88,21 @@ def train(exe, workdir, steps=3, extra=(), threads=8):
                 f"--threads={threads}", *extra], cwd=workdir, env=env)
 
 
-def delete_wait(source):
-    """Deletes, in step_d0_s1, the event wait right before the all_reduce."""
-    start = source.index("bool step_d0_s1(")
-    end = source.index("\n}\n", start)
-    body = source[start:end]
-    m = re.search(r"\n  // wait event (\d+):[^\n]*\n  if \(!waitEvent\(b, \1\)\)\n"
-                  r"    return \*failed = \"grad-sync\", false;\n(\n  // [^\n]*\n  if \(!allReduce\()",
-                  body)
-    if not m:
-        raise RuntimeError("no event wait before the all_reduce in step_d0_s1")
-    cut = body[:m.start()] + body[m.start():].replace(m.group(0), m.group(2), 1)
-    return source[:start] + cut + source[end:], int(m.group(1))
+def delete_wait(ir):
+    """Deletes, from a scheduled IR, device 0's wait on stream 1 among the
+    waits right before the first all_reduce: (the IR, the event)."""
+    lines = ir.split("\n")
+    for i, line in enumerate(lines):
+        if "= all_reduce(" not in line:
+            continue
+        j = i - 1
+        while j >= 0 and re.match(r"\s*wait\(\)", lines[j]):
+            m = re.match(r"\s*wait\(\) \{event = (\d+)\} @dev\(0\) @stream\(1\)", lines[j])
+            if m:
+                return "\n".join(lines[:j] + lines[j + 1:]), int(m.group(1))
+            j -= 1
+        break
+    raise RuntimeError("no wait of device 0 stream 1 right before the first all_reduce")
 
 
 def main():
@@ -157,14 +164,34 @@ def main():
                    f"exit {r.returncode}: {r.stderr[-3000:]}")
             if (model, strategy) != ("lenet", "data"):
                 continue
-            # The same program with one event wait deleted.
-            with open(os.path.join(src, "trainer.cc")) as f:
-                text = f.read()
-            broken, event = delete_wait(text)
-            bsrc = os.path.join(tmp, "deleted-event-src")
-            shutil.copytree(src, bsrc)
-            with open(os.path.join(bsrc, "trainer.cc"), "w") as f:
+            # The same step with one event wait deleted from its scheduled IR.
+            ir_path = os.path.join(tmp, "step.lwir")
+            r = run([LWCC, onnx_path, "--target=cpu", *parallel, "--emit=scheduled-ir",
+                     "-o", ir_path])
+            if r.returncode:
+                report(False, f"{name}: --emit=scheduled-ir", r.stderr[-1000:])
+                continue
+            with open(ir_path) as f:
+                broken, event = delete_wait(f.read())
+            bad = os.path.join(tmp, "deleted-wait.lwir")
+            with open(bad, "w") as f:
                 f.write(broken)
+            bsrc = os.path.join(tmp, "deleted-event-src")
+            # Compile time: lwcc proves the schedule before building anything.
+            r = run([LWCC, onnx_path, "--target=cpu", f"--step-ir={bad}", "--emit=source",
+                     "-o", bsrc])
+            refused = (r.returncode == 1 and "verify-schedule" in r.stderr and
+                       "'all_reduce' op" in r.stderr and "nothing orders stream 1" in r.stderr and
+                       not os.path.exists(os.path.join(bsrc, "trainer.cc")))
+            report(refused, f"{name} without wait {event} before the all-reduce: lwcc --step-ir "
+                            "refuses the schedule, naming the unordered ops",
+                   f"exit {r.returncode}: {r.stderr[-1500:]}")
+            # Run time: built without the proof, ThreadSanitizer sees the race.
+            r = run([LWCC, onnx_path, "--target=cpu", f"--step-ir={bad}", "--no-verify-schedule",
+                     "--emit=source", "-o", bsrc])
+            if r.returncode:
+                report(False, "deleted wait: lwcc --no-verify-schedule", r.stderr[-1000:])
+                continue
             bout = os.path.join(tmp, "deleted-event-build")
             r = build(bsrc, bout, prefix)
             if r.returncode:
@@ -178,7 +205,7 @@ def main():
                 caught = r.returncode != 0 and "data race" in r.stderr
                 if caught:
                     break
-            report(caught, f"{name} without waitEvent({event}) before the all-reduce: "
+            report(caught, f"{name} without wait {event} before the all-reduce, built unverified: "
                            "ThreadSanitizer reports a data race",
                    f"exit {r.returncode}; stderr tail: {r.stderr[-1500:]}")
     finally:

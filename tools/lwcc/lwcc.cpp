@@ -15,7 +15,9 @@
 #include "ir/CostModel.h"
 #include "ir/Interpreter.h"
 #include "ir/Kernels.h"
+#include "ir/Parser.h"
 #include "ir/Printer.h"
+#include "ir/Verifier.h"
 #include "passes/GradCheck.h"
 #include "passes/MemoryPlan.h"
 #include "passes/Pass.h"
@@ -26,7 +28,9 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -248,6 +252,12 @@ cl::opt<std::string> fragmentAlong(
     cl::desc("What --fragments may cut: samples (fragments of the batch), channels (one heavy "
              "op as K ops on slices of its output channels: batch 1 too) or any (default)"),
     cl::init("any"), cl::cat(category));
+cl::opt<std::string> stepIr(
+    "step-ir",
+    cl::desc("Build the trainer from this scheduled IR (what --emit=scheduled-ir printed, "
+             "perhaps edited) instead of the model's compiled step; the model gives the initial "
+             "weights, the evaluation pass and the export. Its schedule is proven as lwcc's own"),
+    cl::value_desc("FILE.lwir"), cl::cat(category));
 cl::opt<bool> noVerifySchedule(
     "no-verify-schedule",
     cl::desc("Testing only: build the trainer without proving its schedule race-free"), cl::Hidden,
@@ -431,6 +441,49 @@ llvm::Error scheduleStep(Graph& g) {
   if (verbose)
     llvm::errs() << llvm::formatv("lwcc: schedule: {0} events\n", *events);
   return noVerifySchedule ? llvm::Error::success() : verifySchedule(g);
+}
+
+/// --step-ir: the scheduled step read back in place of `m`'s, checked as
+/// lwcc checks its own (a valid graph, every result placed in the memory
+/// plan, every param's initial value known, the schedule proven). Errors
+/// are printed with the file's line:col; returns 0 or 1.
+int loadStepIr(Module& m) {
+  llvm::SourceMgr sm;
+  auto buffer = llvm::MemoryBuffer::getFile(stepIr);
+  if (!buffer) {
+    llvm::errs() << stepIr << ": error: cannot read: " << buffer.getError().message() << "\n";
+    return 1;
+  }
+  unsigned id = sm.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
+  auto g = parseGraph(sm, id);
+  if (!g) {
+    printErrors(llvm::errs(), g.takeError(), &sm);
+    return 1;
+  }
+  llvm::Error e = verifyGraph(**g);
+  for (const auto& op : (*g)->ops()) {
+    if (e)
+      break;
+    if (op->numResults() && !op->annotations().bufferOffsets)
+      e = op->emitError("--step-ir: the op has no place in the memory plan (@buf): give the "
+                        "scheduled IR that lwcc --emit=scheduled-ir prints");
+  }
+  for (const auto& p : (*g)->params()) {
+    if (e)
+      break;
+    if (!p->zeroInit() && !m.weights.count(p->paramName()))
+      e = makeError(p->loc(), "--step-ir: param '%" + p->name() + "' starts from initializer '" +
+                                  p->paramName() + "', which " + modelFile.getValue() +
+                                  " does not have");
+  }
+  if (!e && !noVerifySchedule)
+    e = verifySchedule(**g);
+  if (e) {
+    printErrors(llvm::errs(), std::move(e), &sm);
+    return 1;
+  }
+  m.graph = std::move(*g);
+  return 0;
 }
 
 /// A plan a candidate of the planner names: a strategy, or for pipelines
@@ -1218,24 +1271,34 @@ int main(int argc, char** argv) {
     llvm::errs() << "lwcc: --emit=source and --emit=exe need -o\n";
     return 2;
   }
+  if (!stepIr.empty() && emit != Emit::Source && emit != Emit::Exe) {
+    llvm::errs() << "lwcc: --step-ir builds a trainer from a scheduled step: it goes with -o "
+                    "(or --emit=source)\n";
+    return 2;
+  }
   std::optional<MemoryPlanStats> plan;
   if (emit == Emit::Source || emit == Emit::Exe) {
     auto eval = evalGraph(*module->graph);
     if (!eval)
       return fail(eval.takeError());
-    if (llvm::Error e = buildTrainingGraph(*module, true))
-      return fail(std::move(e));
-    auto stats = planMemory(*module->graph);
-    if (!stats)
-      return fail(stats.takeError());
-    if (verbose)
-      for (const auto& [device, bytes] : stats->peakBytes)
-        llvm::errs() << llvm::formatv("lwcc: memory plan: device {0}: arena {1} bytes (peak)\n",
-                                      device, bytes);
-    if (llvm::Error e = checkDeviceMemory(*module->graph, *stats))
-      return fail(std::move(e));
-    if (llvm::Error e = scheduleStep(*module->graph))
-      return fail(std::move(e));
+    if (!stepIr.empty()) {
+      if (int rc = loadStepIr(*module))
+        return rc;
+    } else {
+      if (llvm::Error e = buildTrainingGraph(*module, true))
+        return fail(std::move(e));
+      auto stats = planMemory(*module->graph);
+      if (!stats)
+        return fail(stats.takeError());
+      if (verbose)
+        for (const auto& [device, bytes] : stats->peakBytes)
+          llvm::errs() << llvm::formatv("lwcc: memory plan: device {0}: arena {1} bytes (peak)\n",
+                                        device, bytes);
+      if (llvm::Error e = checkDeviceMemory(*module->graph, *stats))
+        return fail(std::move(e));
+      if (llvm::Error e = scheduleStep(*module->graph))
+        return fail(std::move(e));
+    }
     if (!traceFile.empty()) {
       auto model = costModel();
       if (!model)
