@@ -25,6 +25,7 @@ enum class Along { Samples, Channels, Any };
 struct Cuts {
   std::set<const Op*> samples, channels;
   size_t size() const { return samples.size() + channels.size(); }
+  bool empty() const { return samples.empty() && channels.empty(); }
 };
 
 /// Fragments and splits (FiLayer's inter- and intra-layer parallelism
@@ -138,19 +139,19 @@ public:
       cut = std::move(with);
       return true;
     };
-    auto tryChannels = [&](const Op* op) -> llvm::Error {
-      if (along_ == Along::Samples || !channelPlan(*op))
-        return llvm::Error::success();
+    // One heavy op cut alone, along its samples or its channels.
+    auto tryAlone = [&](const Op* op, Along dim) -> llvm::Expected<bool> {
+      bool channels = dim == Along::Channels;
+      if (channels && (along_ == Along::Samples || !channelPlan(*op)))
+        return false;
       Cuts with = cut;
-      with.channels.insert(op);
+      (channels ? with.channels : with.samples).insert(op);
       auto one = tryCut(std::move(with));
-      if (!one)
-        return one.takeError();
-      if (*one) {
-        ++channelSplits;
-        named.push_back(op->loc().name + " (channels)");
+      if (one && *one) {
+        ++(channels ? channelSplits : splits);
+        named.push_back(op->loc().name + (channels ? " (channels)" : " (alone)"));
       }
-      return llvm::Error::success();
+      return one;
     };
     std::set<const Op*> tried;
     for (const auto& run : runs) {
@@ -174,28 +175,20 @@ public:
         continue;
       }
       for (const Op* op : heavy) {
-        if (run.size() > 1) {
-          Cuts alone = cut;
-          alone.samples.insert(op);
-          auto one = tryCut(std::move(alone));
-          if (!one)
-            return one.takeError();
-          if (*one) {
-            ++splits;
-            named.push_back(op->loc().name + " (alone)");
-            continue;
-          }
-        }
-        if (llvm::Error e = tryChannels(op))
-          return e;
+        // A run of one op was just tried along its samples.
+        auto one = run.size() > 1 ? tryAlone(op, Along::Samples) : llvm::Expected<bool>(false);
+        if (one && !*one)
+          one = tryAlone(op, Along::Channels);
+        if (!one)
+          return one.takeError();
       }
     }
     // Heavy ops no run holds (no samples to cut, or a rule that splits
     // them along the channels only).
     for (auto& op : g.ops())
       if (!tried.count(op.get()) && isHeavy(*op))
-        if (llvm::Error e = tryChannels(op.get()))
-          return e;
+        if (auto one = tryAlone(op.get(), Along::Channels); !one)
+          return one.takeError();
 
     double after = best;
     if (!simPolicy_) {
@@ -204,7 +197,7 @@ public:
         return t.takeError();
       after = *t;
     }
-    if (cut.size()) {
+    if (!cut.empty()) {
       if (llvm::Error e = apply(g, cut))
         return e;
       for (auto& op : g.ops())
@@ -371,7 +364,7 @@ private:
   /// a copy of the graph).
   llvm::Expected<double> forwardSeconds(const Graph& g, const Cuts& cut,
                                         const std::map<const Op*, size_t>& position) {
-    if (!cut.size()) {
+    if (cut.empty()) {
       auto sim = simulate(g, simCosts(cm_));
       if (!sim)
         return sim.takeError();
