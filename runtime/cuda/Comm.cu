@@ -211,7 +211,9 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
       *error = what;
     return false;
   };
-  if (model.numDevices < 2 || static_cast<int>(runners.size()) != model.numDevices)
+  // One device with several streams comes here too (the step's streams
+  // are the group's workers); it needs no NCCL.
+  if (model.numDevices < 1 || static_cast<int>(runners.size()) != model.numDevices)
     return failed("the CUDA group needs one runner per logical device (" +
                   std::to_string(model.numDevices) + " devices, " + std::to_string(runners.size()) +
                   " runners)");
@@ -283,7 +285,7 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
   if (cluster) {
     if (!initAcrossProcesses(n, error))
       return false;
-  } else if (distinctGpus([&] {
+  } else if (n > 1 && distinctGpus([&] {
                std::vector<int64_t> all;
                for (int d = 0; d < n; ++d)
                  all.push_back(d);

@@ -993,10 +993,13 @@ bool cast(const TensorView& x, const TensorView& y) {
     else if (x.dtype == low && y.dtype == DType::F32)
       widenKernel<<<blocksFor(n), kThreads, 0, s>>>(static_cast<const uint16_t*>(x.data),
                                                     y.as<float>(), n, bf16);
-    else if (x.dtype == low && y.dtype == low)
-      LWRT_CUDA(cudaMemcpyAsync(y.data, x.data, static_cast<size_t>(x.bytes()),
-                                cudaMemcpyDeviceToDevice, s));
-    else
+    else if (x.dtype == low && y.dtype == low) {
+      // In place (the planner may give y x's bytes) there is nothing to copy:
+      // a copy onto itself is undefined for cudaMemcpyAsync.
+      if (x.data != y.data)
+        LWRT_CUDA(cudaMemcpyAsync(y.data, x.data, static_cast<size_t>(x.bytes()),
+                                  cudaMemcpyDeviceToDevice, s));
+    } else
       return LWRT_REJECT("cast", "casts bf16 and fp16 to and from F32 only, not " + describe(x) +
                                      " to " + describe(y));
     LWRT_CUDA(cudaGetLastError());

@@ -94,7 +94,10 @@ static std::string runtimeLibrary(const std::string& prefix, const std::string& 
       !fs::exists(prefix + "/lib/liblwcc_runtime_" + target + ".libs")) {
     llvm::errs() << "lwcc: error: the " << target << " runtime is not installed under " << prefix
                  << " (expected include/lwrt/ and lib/liblwcc_runtime_" << target << ".a and .libs"
-                 << (target == "cuda" ? "; lwcc was built without nvcc" : "") << ")\n";
+                 << (target == "cuda"  ? "; lwcc was built without nvcc"
+                     : target == "emu" ? "; lwcc was built without the CUDA headers"
+                                       : "")
+                 << ")\n";
     return "";
   }
   return lib;
@@ -104,9 +107,10 @@ static std::string runtimeLibrary(const std::string& prefix, const std::string& 
 /// library: <prefix>/lib/liblwcc_runtime_<target>.libs, one flag a line
 /// (runtime/CMakeLists.txt writes it).
 static std::vector<std::string> runtimeLinkFlags(const std::string& prefix,
-                                                 const std::string& target) {
+                                                 const std::string& target,
+                                                 const std::string& kind = "libs") {
   std::vector<std::string> flags;
-  auto text = llvm::MemoryBuffer::getFile(prefix + "/lib/liblwcc_runtime_" + target + ".libs");
+  auto text = llvm::MemoryBuffer::getFile(prefix + "/lib/liblwcc_runtime_" + target + "." + kind);
   if (!text)
     return flags;
   llvm::SmallVector<llvm::StringRef, 8> lines;
@@ -195,12 +199,38 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
     llvm::errs() << dir << ": error: cannot write the trainer's sources\n";
     return 1;
   }
-  std::string lib = runtimeLibrary(prefix, target);
+  std::string runtime = target == "cuda" && o.emulateGpu ? "emu" : target;
+  std::string lib = runtimeLibrary(prefix, runtime);
   if (lib.empty())
     return 1;
   std::vector<std::string> args;
   std::string program;
-  if (target == "cuda") {
+  if (runtime == "emu") {
+    // The generated CUDA source as host C++: lwemu/cuda_emu.h gives it what
+    // nvcc would (the trainer itself launches no kernel), the CUDA headers
+    // declare what the emulated runtime defines.
+    auto cxx = llvm::sys::findProgramByName("c++");
+    if (!cxx) {
+      llvm::errs() << "lwcc: error: no host C++ compiler (c++) on PATH\n";
+      return 1;
+    }
+    program = *cxx;
+    args = {program,
+            "-std=c++20",
+            "-O2",
+            "-x",
+            "c++",
+            "-include",
+            prefix + "/include/lwemu/cuda_emu.h",
+            "-I" + prefix + "/include"};
+    for (const std::string& f : runtimeLinkFlags(prefix, "emu", "cflags"))
+      args.push_back(f);
+    args.insert(args.end(), {src, "-x", "none", lib});
+    for (const std::string& f : runtimeLinkFlags(prefix, "emu"))
+      args.push_back(f);
+    args.push_back("-o");
+    args.push_back(exe);
+  } else if (target == "cuda") {
     std::string why;
     auto cuda = findCuda(o, why);
     if (!cuda) {
@@ -246,7 +276,7 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
     args.push_back("-o");
     args.push_back(exe);
   }
-  if (target == "cuda") {
+  if (runtime == "cuda") {
     args.push_back("-o");
     args.push_back(exe);
   }

@@ -15,6 +15,9 @@ struct TrainerBuildOptions {
   std::string nvcc;                  ///< the nvcc to use; empty: CUDA_HOME, /usr/local/cuda, PATH
   std::vector<std::string> cudaLibs; ///< folders of cuDNN, cuBLAS and NCCL
   bool verbose = false;              ///< print the compiler's command line
+  /// A cuda trainer built with the host compiler against the emulated CUDA
+  /// device (liblwcc_runtime_emu.a) instead of nvcc and the real libraries.
+  bool emulateGpu = false;
 };
 
 /// <prefix> of this lwcc: the folder above the one holding the executable.

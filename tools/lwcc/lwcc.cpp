@@ -218,6 +218,12 @@ cl::opt<std::string> target("target",
                             cl::desc("Where the trainer runs: cuda (default; built with nvcc) or "
                                      "cpu (built with the host compiler)"),
                             cl::init("cuda"), cl::cat(category));
+cl::opt<bool> emulateGpu(
+    "emulate-gpu",
+    cl::desc("Build the cuda trainer against the emulated CUDA device (a test device: the "
+             "same generated CUDA source and CUDA runtime, compiled with the host compiler "
+             "and run on emulated GPUs; no GPU or nvcc needed). Implies --target=cuda"),
+    cl::cat(category));
 cl::opt<std::string> arch("arch", cl::desc("GPU architecture of a cuda trainer (default sm_90)"),
                           cl::init("sm_90"), cl::cat(category));
 cl::opt<bool> tf32("tf32",
@@ -1224,6 +1230,13 @@ int main(int argc, char** argv) {
   opts.diag = [](Severity sev, const Location& loc, const std::string& msg) {
     printDiagnostic(llvm::errs(), sev, loc, msg);
   };
+  if (emulateGpu) {
+    if (target.getNumOccurrences() && target != "cuda") {
+      llvm::errs() << "lwcc: --emulate-gpu builds a cuda trainer, not --target=" << target << "\n";
+      return 2;
+    }
+    target = "cuda";
+  }
   if (target != "cpu" && target != "cuda") {
     llvm::errs() << "lwcc: --target=" << target << " is not one of: cuda, cpu\n";
     return 2;
@@ -1322,6 +1335,7 @@ int main(int argc, char** argv) {
     bo.nvcc = nvccPath;
     bo.cudaLibs.assign(cudaLibs.begin(), cudaLibs.end());
     bo.verbose = verbose;
+    bo.emulateGpu = emulateGpu;
     if (emit == Emit::Source) {
       auto trainer = generateTrainer(*module, co);
       if (!trainer)
