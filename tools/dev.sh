@@ -313,6 +313,9 @@ cmd_test() {
   suite "image folders and CIFAR-10" parse_counts python3 test/e2e/image_data.py
   suite "shared initializers and BN statistics" parse_counts python3 test/e2e/shared_initializers.py
   suite "CUDA trainers build with nvcc" parse_counts python3 test/e2e/cuda_build.py
+  suite "emulated GPU: its CUDA runtime, cuBLAS, cuDNN and NCCL (GoogleTest)" parse_gtest \
+    "$BIN_DIR/lwemu-unittests" --gtest_brief=1
+  suite "CUDA trainers on the emulated GPU vs CPU trainers" parse_counts python3 test/e2e/emulated_gpu.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "parallel strategies vs one device" parse_counts python3 test/e2e/parallel_step.py
   suite "pipelines and micro-batches vs one device" parse_counts python3 test/e2e/pipeline_step.py

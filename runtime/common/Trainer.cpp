@@ -99,6 +99,9 @@ const char* kUsage =
     "                       differ whenever the params are read back\n"
     "  --cudnn-api=graph|legacy   cuDNN API for convolutions (default graph; a\n"
     "                       configuration no graph engine takes uses legacy)\n"
+    "  --cudnn-benchmark    choose each convolution's algorithm by timing the\n"
+    "                       candidates (the fastest, but runs may then differ in their\n"
+    "                       bits); default: cuDNN's heuristics, the same in every run\n"
     "  --kernels=cudnn|own  pooling, LRN, batch norm and softmax on cuDNN (default,\n"
     "                       where it covers the op) or on lwcc's own kernels, which\n"
     "                       sum in the CPU backend's order\n"
@@ -1501,6 +1504,8 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
       o.runner.cudnnOps = value == "cudnn";
     } else if (key == "--no-cuda-graph" && !hasValue) {
       o.runner.graphs = false;
+    } else if (key == "--cudnn-benchmark" && !hasValue) {
+      o.runner.cudnnBenchmark = true;
     } else if (key == "--cudnn-api") {
       if (value != "graph" && value != "legacy")
         return bad("takes graph or legacy");

@@ -280,6 +280,33 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
       return failed(std::string("cudaEventCreateWithFlags on GPU ") +
                     std::to_string(gpus_[static_cast<size_t>(d)]) + ": " + cudaGetErrorString(st));
   }
+  // Peer access between this process's GPUs where the hardware has it
+  // (NVLink, PCIe): the device-to-device copies of the steps that do not go
+  // through NCCL then travel directly instead of through host memory. A
+  // pair without it keeps the staged copies.
+  std::string peerNotes;
+  {
+    int current = 0;
+    (void)cudaGetDevice(&current);
+    std::set<int> gpus;
+    for (int d = 0; d < n; ++d)
+      if (local(d))
+        gpus.insert(gpus_[static_cast<size_t>(d)]);
+    for (int a : gpus)
+      for (int b : gpus) {
+        int can = 0;
+        if (a == b || cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || !can ||
+            cudaSetDevice(a) != cudaSuccess)
+          continue;
+        cudaError_t st = cudaDeviceEnablePeerAccess(b, 0);
+        if (st != cudaSuccess && st != cudaErrorPeerAccessAlreadyEnabled)
+          peerNotes += (peerNotes.empty() ? "" : "; ") + std::string("no peer access from GPU ") +
+                        std::to_string(a) + " to " + std::to_string(b) + ": " +
+                        cudaGetErrorString(st);
+      }
+    (void)cudaGetLastError(); // an already-enabled pair is not an error
+    (void)cudaSetDevice(current);
+  }
   // NCCL when every device has a GPU of its own: one communicator set per
   // stream index, rank = logical device.
   if (cluster) {
@@ -323,6 +350,8 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
   else if (byGpu.size() > 1)
     notes_ = "peer copies between " + std::to_string(byGpu.size()) +
              " GPUs (no NCCL: " + "some share a GPU)";
+  if (!peerNotes.empty())
+    notes_ += (notes_.empty() ? "" : "; ") + peerNotes;
   if (!shared.empty())
     notes_ += (notes_.empty() ? "" : "; ") + std::string("warning: ") + shared +
               " (local copies and reductions on their GPU, no NCCL between them)";

@@ -148,6 +148,7 @@ bool initStreamContext(Context& c, const Context& base, std::string* error) {
   c.gemmTf32 = base.gemmTf32;
   c.cudnnOps = base.cudnnOps;
   c.convGraphApi = base.convGraphApi;
+  c.timeAlgorithms = base.timeAlgorithms;
   cudaError_t st = cudaSetDevice(base.device);
   if (st == cudaSuccess)
     st = cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking);

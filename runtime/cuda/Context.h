@@ -87,6 +87,9 @@ struct Context {
   /// Convolutions on cuDNN's graph API (false: the legacy API for all), and
   /// how many configurations each API got.
   bool convGraphApi = true;
+  /// Choose convolution algorithms and engines by timing them
+  /// (--cudnn-benchmark); by cuDNN's heuristics, without timing, otherwise.
+  bool timeAlgorithms = false;
   int convPlansGraph = 0, convPlansLegacy = 0;
   /// Forward configurations whose bias (and ReLU) run in the convolution's
   /// graph-API plan.

@@ -17,11 +17,13 @@
 //   3. an execution plan for each qualifying configuration (configurations
 //      that cannot be finalized, or want more than kConvWorkspaceLimit, are
 //      skipped), at most kMaxCandidates of them;
-//   4. each candidate timed on the real buffers (one warm-up, then
+//   4. with --cudnn-benchmark, each candidate timed on the real buffers (one warm-up, then
 //      kTimedRuns runs between CUDA events); the fastest is kept and the
 //      rest destroyed. A candidate that fails to run, or leaves a CUDA error
 //      behind, is dropped (the error cleared); only a sticky error, after
-//      which the CUDA context cannot work at all, ends the run.
+//      which the CUDA context cannot work at all, ends the run. Without it
+//      (the default) the heuristics' first candidate is kept untimed, the
+//      same in every run.
 // Any failure of steps 1 to 3 (cuDNN refusing a descriptor), or no
 // candidate left, makes the configuration fall back to the legacy API (an
 // epilogue graph: to the plain convolution and the own epilogue kernel);
@@ -526,7 +528,10 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
   }
   if (candidates.empty())
     return true; // no engine takes it: the legacy API's, not a failure
-  // 4. The fastest on the real buffers.
+  // 4. The fastest on the real buffers (--cudnn-benchmark); otherwise the
+  // heuristics' first, untimed, the same in every run.
+  if (!ctx.timeAlgorithms)
+    candidates.resize(1);
   size_t most = 0;
   for (const Candidate& c : candidates)
     most = std::max(most, c.workspace);

@@ -3,12 +3,15 @@
 // Each convolution configuration (direction, element type, TF32, shapes,
 // attributes, buffer alignment, epilogue) gets a plan at its first call. By
 // default that is an execution plan of cuDNN's graph API (ConvGraph.cu: the
-// fastest qualifying engine, timed on the real buffers). Configurations no
-// graph engine takes, and all of them when the trainer runs with
-// --cudnn-api=legacy, use cuDNN's legacy API (NCHW descriptors, groups,
-// dilations): the fastest deterministic algorithm that
-// cudnnFind*AlgorithmEx measures on the real buffers, within a 1 GiB
-// workspace. The legacy API takes symmetric pads only, so there a
+// heuristics' first qualifying engine). Configurations no graph engine
+// takes, and all of them when the trainer runs with --cudnn-api=legacy, use
+// cuDNN's legacy API (NCHW descriptors, groups, dilations): the first
+// deterministic algorithm of cudnnGet*Algorithm_v7's heuristics, within a
+// 1 GiB workspace. Both choices are the same in every run (for a model, GPU
+// and cuDNN), so runs and resumed runs compute the same bits; with
+// --cudnn-benchmark the candidates are timed on the real buffers
+// (cudnnFind*AlgorithmEx, graph plans between CUDA events) and the fastest
+// kept, which may differ from run to run. The legacy API takes symmetric pads only, so there a
 // convolution with pads[top] != pads[bottom] (or left != right) runs on a
 // copy of its input padded by the difference, kept at the start of the
 // context's workspace (the gradient for the input is computed for that copy
@@ -314,6 +317,20 @@ template <typename Perf> bool adopt(ConvPlan& plan, const Perf& q, bool tensorOp
 const char* kNoAlgo = "conv2d: cuDNN offers no deterministic algorithm for this convolution "
                       "within the workspace limit";
 
+/// Adopts the first acceptable algorithm of cuDNN's heuristics (no timing);
+/// `workspace(algo)` asks cuDNN for its workspace into plan.algoBytes.
+template <typename Perf, typename Workspace>
+bool adoptHeuristic(ConvPlan& plan, const std::vector<Perf>& heur, int nh, bool tc,
+                    Workspace workspace) {
+  const Perf* q = firstAcceptable(heur, nh, tc);
+  if (!q)
+    return LWRT_REJECT(kNoAlgo);
+  if (!adopt(plan, *q, tc))
+    return false;
+  LWRT_CUDNN(workspace(q->algo));
+  return true;
+}
+
 /// Forward: picks the algorithm; `x` is the unpadded input.
 template <typename T>
 bool searchForward(ConvPlan& plan, const ConvGeom& g, const void* x, const void* w, void* y) {
@@ -325,6 +342,11 @@ bool searchForward(ConvPlan& plan, const ConvGeom& g, const void* x, const void*
   int nh = 0, nf = 0;
   LWRT_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(c.cudnn, plan.x, plan.w, plan.conv, plan.y,
                                                     maxCount, &nh, heur.data()));
+  if (!c.timeAlgorithms) // cuDNN's heuristics alone: the same choice in every run
+    return adoptHeuristic(plan, heur, nh, tc, [&](cudnnConvolutionFwdAlgo_t a) {
+      return cudnnGetConvolutionForwardWorkspaceSize(c.cudnn, plan.x, plan.w, plan.conv, plan.y, a,
+                                                     &plan.algoBytes);
+    });
   SearchScratch s;
   if (!s.allocate(plan.padBytes, searchBytes(heur, nh, tc)))
     return false;
@@ -362,6 +384,11 @@ bool searchBackwardData(ConvPlan& plan, const void* w, const void* dy, void* dx)
   int nh = 0, nf = 0;
   LWRT_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(c.cudnn, plan.w, plan.y, plan.conv, plan.x,
                                                          maxCount, &nh, heur.data()));
+  if (!c.timeAlgorithms) // cuDNN's heuristics alone: the same choice in every run
+    return adoptHeuristic(plan, heur, nh, tc, [&](cudnnConvolutionBwdDataAlgo_t a) {
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(c.cudnn, plan.w, plan.y, plan.conv,
+                                                          plan.x, a, &plan.algoBytes);
+    });
   SearchScratch s;
   if (!s.allocate(plan.padBytes, searchBytes(heur, nh, tc)))
     return false;
@@ -395,6 +422,11 @@ bool searchBackwardFilter(ConvPlan& plan, const ConvGeom& g, const void* x, cons
   int nh = 0, nf = 0;
   LWRT_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.cudnn, plan.x, plan.y, plan.conv,
                                                            plan.w, maxCount, &nh, heur.data()));
+  if (!c.timeAlgorithms) // cuDNN's heuristics alone: the same choice in every run
+    return adoptHeuristic(plan, heur, nh, tc, [&](cudnnConvolutionBwdFilterAlgo_t a) {
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(c.cudnn, plan.x, plan.y, plan.conv,
+                                                            plan.w, a, &plan.algoBytes);
+    });
   SearchScratch s;
   if (!s.allocate(plan.padBytes, searchBytes(heur, nh, tc)))
     return false;

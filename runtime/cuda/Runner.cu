@@ -453,6 +453,7 @@ std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::stri
                    error))
     return nullptr;
   ctx->convGraphApi = options.cudnnGraphApi;
+  ctx->timeAlgorithms = options.cudnnBenchmark;
   ctx->cudnnOps = options.cudnnOps;
   if (!primaryContext())
     setPrimaryContext(ctx.get());

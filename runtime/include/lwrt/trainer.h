@@ -228,6 +228,13 @@ struct RunnerOptions {
   bool graphs = true; ///< CUDA: record the step once and replay it
   /// CUDA: convolutions on cuDNN's graph API (false: its legacy API).
   bool cudnnGraphApi = true;
+  /// CUDA: each convolution configuration's algorithm (legacy API) or engine
+  /// (graph API) chosen by timing the candidates on the real buffers, the
+  /// fastest kept (--cudnn-benchmark, PyTorch's cudnn.benchmark). Timings
+  /// vary, so two runs, or a run and its resume, may choose differently and
+  /// differ in their bits; off (the default), cuDNN's heuristics choose,
+  /// the same for a model, GPU and cuDNN in every run.
+  bool cudnnBenchmark = false;
   /// CUDA: pooling, LRN, batch norm and softmax on cuDNN where it covers
   /// the op (false: lwcc's own kernels, summed in the CPU backend's order).
   bool cudnnOps = true;

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""CUDA trainers on the emulated CUDA device against the CPU backend's trainers.
+
+The emulated device (runtime/emu) runs lwcc's unchanged CUDA runtime and the
+generated trainer.cu, compiled with the host compiler, on emulated GPUs: an
+emulated CUDA runtime (streams as threads, events, graphs), kernels with a
+block's threads as fibers, and cuBLAS, cuDNN (legacy API; the graph API
+offers no engine, so convolutions take the runtime's documented fallback)
+and NCCL computed from the libraries' documented semantics.
+
+Each case builds the same model as a CUDA trainer for the emulated device
+and as a CPU trainer, trains both 3 steps with the same seed on synthetic
+data (--no-tf32: strict float32 on the CUDA side), evaluates and exports,
+and compares (multi_device_trainer.compare): the losses within 1e-5
+relative, every param within 1e-4 of its largest element, the evaluation
+logits, and the export in onnxruntime. Cases:
+  - every zoo model at test size on one GPU, float32;
+  - bf16 and fp16 mixed precision (within their rounding: 2e-2);
+  - --gpus 2 data, --gpus 4 layerwise and model, a --gpus 4 1F1B pipeline,
+    --streams=4 on one GPU, --kernels=own, CUDA graphs off, cuDNN's legacy
+    API asked for;
+  - kill-and-resume on the emulated device: a run killed after its step-3
+    checkpoint and resumed ends bit-identical to an uninterrupted one;
+  - the trainer says on its first line that it runs on an emulated GPU.
+Ends with the line "N passed, M failed".
+
+    python3 test/e2e/emulated_gpu.py [--cases lenet,...] [--jobs 2]
+"""
+import argparse
+import concurrent.futures
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import multi_device_trainer as md  # noqa: E402
+
+ROOT = md.ROOT
+LWCC = md.LWCC
+PREFIX = md.PREFIX
+GEN = md.GEN
+STEPS = 3
+SEED = 5
+LOW_TOL = 2e-2  # bf16 and fp16: a value may land on the neighbouring 16-bit number
+
+
+def zoo_models():
+    r = md.run([sys.executable, GEN, "--list"])
+    return [line.split()[0] for line in r.stdout.splitlines()
+            if line and not line.startswith(" ")]
+
+
+def build_emulated(onnx_path, flags, out_dir, via_lwcc=False):
+    """The CUDA trainer of onnx_path for the emulated device; (path or None, error).
+    From `lwcc --emit=source`, compiled at -O0 as multi_device_trainer builds
+    its CPU trainers (the kernels are in the runtime library, built once), or
+    by `lwcc --emulate-gpu -o` as a user does."""
+    exe = os.path.join(out_dir, "trainer")
+    os.makedirs(out_dir, exist_ok=True)
+    if via_lwcc:
+        r = md.run([LWCC, onnx_path, "--emulate-gpu", *flags, "-o", exe])
+        return (exe, "") if r.returncode == 0 else (None, r.stderr[-1500:])
+    r = md.run([LWCC, onnx_path, "--target=cuda", *flags, "--emit=source", "-o", out_dir])
+    if r.returncode:
+        return None, r.stderr[-1500:]
+    lib = os.path.join(PREFIX, "lib")
+    with open(os.path.join(lib, "liblwcc_runtime_emu.cflags")) as f:
+        cflags = f.read().split()
+    with open(os.path.join(lib, "liblwcc_runtime_emu.libs")) as f:
+        libs = f.read().split()
+    r = md.run(["c++", "-std=c++20", "-O0", "-x", "c++", "-include",
+                os.path.join(PREFIX, "include", "lwemu", "cuda_emu.h"),
+                "-I" + os.path.join(PREFIX, "include"), *cflags, "trainer.cu", "-x", "none",
+                os.path.join(lib, "liblwcc_runtime_emu.a"), *libs, "-o", "trainer"], cwd=out_dir)
+    return (exe, "") if r.returncode == 0 else (None, r.stderr[-1500:])
+
+
+def train(exe, work, extra, cuda):
+    os.makedirs(work, exist_ok=True)
+    args = [exe, "--data=synthetic", f"--seed={SEED}", "--progress=off", "--data-threads=1",
+            *extra]
+    if cuda:
+        args.append("--no-tf32")
+    else:
+        args.append("--threads=2")
+    return md.run(args, cwd=work)
+
+
+def run_args(steps=STEPS):
+    return [f"--steps={steps}", "--eval", "--log=log.jsonl", "--dump=dump",
+            "--export=model.onnx"]
+
+
+# (name, model, lwcc flags, trainer flags of the emulated run, tolerance scale).
+def cases(models):
+    out = []
+    for m in models:
+        out.append((f"{m}", m, [], [], 1))
+    out += [
+        ("lenet bf16", "lenet", ["--mixed-precision=bf16"], [], "low"),
+        ("resnet18 bf16", "resnet18", ["--mixed-precision=bf16"], [], "low"),
+        ("lenet fp16", "lenet", ["--mixed-precision=fp16"], [], "low"),
+        ("lenet --gpus 2 data", "lenet", ["--gpus=2", "--strategy=data"], [], 1),
+        ("resnet18 --gpus 2 data", "resnet18", ["--gpus=2", "--strategy=data"], [], 1),
+        ("lenet --gpus 4 layerwise", "lenet", ["--gpus=4", "--strategy=layerwise"], [], 1),
+        ("alexnet --gpus 4 model", "alexnet", ["--gpus=4", "--strategy=model"], [], 1),
+        ("lenet --gpus 4 1f1b pipeline", "lenet",
+         ["--gpus=4", "--strategy=pipeline", "--microbatches=4", "--schedule=1f1b"], [], 1),
+        ("inception --streams=4 on one GPU", "inception", ["--streams=4", "--stream-policy=all"],
+         [], 1),
+        ("lenet --streams=2 on one GPU", "lenet", ["--streams=2"], [], 1),
+        ("lenet --gpus 2 --streams=2", "lenet", ["--gpus=2", "--strategy=data", "--streams=2"],
+         [], 1),
+        ("alexnet --cudnn-benchmark", "alexnet", [], ["--cudnn-benchmark"], 1),
+        ("resnet18 --kernels=own", "resnet18", [], ["--kernels=own"], 1),
+        ("resnet18 --no-cuda-graph", "resnet18", [], ["--no-cuda-graph"], 1),
+        ("alexnet --cudnn-api=legacy", "alexnet", [], ["--cudnn-api=legacy"], 1),
+    ]
+    return [c for c in out if c[1] in models]
+
+
+def compare(name, ref, got, tol):
+    if tol == "low":
+        saved = md.LOSS_TOL, md.PARAM_TOL
+        md.LOSS_TOL = md.PARAM_TOL = LOW_TOL
+        try:
+            md.compare(name, ref, got)
+        finally:
+            md.LOSS_TOL, md.PARAM_TOL = saved
+    else:
+        md.compare(name, ref, got)
+
+
+def kill_after_checkpoint(exe, work, step):
+    ck = os.path.join(work, "ck")
+    os.makedirs(work, exist_ok=True)
+    p = subprocess.Popen([exe, "--data=synthetic", f"--seed={SEED}", "--progress=off",
+                          "--data-threads=1", "--no-tf32", "--steps=1000000",
+                          f"--checkpoint-dir={ck}", f"--checkpoint-every={step}",
+                          "--keep-checkpoints=1000000"],
+                         cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    want = os.path.join(ck, f"ckpt-{step}.lwckpt")
+    kept = os.path.join(work, "kept.lwckpt")
+    deadline = time.time() + 300
+    try:
+        while time.time() < deadline and p.poll() is None and not os.path.exists(want):
+            time.sleep(0.01)
+        if os.path.exists(want):
+            shutil.copyfile(want, kept)
+    finally:
+        p.kill()
+        p.wait()
+    return kept if os.path.exists(kept) else None
+
+
+def resume_case(exe, base, label):
+    name = f"{label}: killed after step 3 on the emulated GPU, resumed, bit-identical at step 6"
+    full = train(exe, os.path.join(base, "full"), ["--steps=6", "--dump=dump",
+                                                    "--export=model.onnx"], True)
+    first = kill_after_checkpoint(exe, os.path.join(base, "killed"), 3)
+    if not first:
+        md.report(False, name, "no step-3 checkpoint before the run ended")
+        return
+    second = train(exe, os.path.join(base, "resumed"),
+                   ["--steps=6", f"--resume={first}", "--dump=dump", "--export=model.onnx"],
+                   True)
+    if full.returncode or second.returncode:
+        md.report(False, name, (full.stderr + second.stderr)[-1500:])
+        return
+    a, b = os.path.join(base, "full"), os.path.join(base, "resumed")
+    files = sorted(os.listdir(os.path.join(a, "dump")))
+    differ = [f for f in files if open(os.path.join(a, "dump", f), "rb").read() !=
+              open(os.path.join(b, "dump", f), "rb").read()]
+    if open(os.path.join(a, "model.onnx"), "rb").read() != \
+            open(os.path.join(b, "model.onnx"), "rb").read():
+        differ.append("model.onnx")
+    md.report(files and not differ, name + f" ({len(files)} dumped files and the export)",
+              f"differ: {differ[:5]}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", help="comma-separated models to run (default: all)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = ap.parse_args()
+    if not os.path.exists(os.path.join(PREFIX, "lib", "liblwcc_runtime_emu.a")):
+        md.report(False, "the emulated CUDA runtime is built",
+                  "no liblwcc_runtime_emu.a (the CUDA headers were not found)")
+        print(f"{md.passed} passed, {md.failed} failed")
+        return 1
+    models = zoo_models()
+    if args.cases:
+        models = [m for m in models if m in args.cases.split(",")]
+    tmp = tempfile.mkdtemp(prefix="lwcc-emu-")
+    try:
+        for m in models:
+            r = md.run([sys.executable, GEN, m, "--test-size", "--batch", "4", "-o",
+                        os.path.join(tmp, f"{m}.onnx")])
+            if r.returncode:
+                md.report(False, f"{m}: generate", r.stderr[-500:])
+        todo = cases(models)
+        slug = {c[0]: c[0].replace(" ", "_").replace("=", "-").replace("/", "_") for c in todo}
+
+        def make(c):
+            name, m, flags, _, _ = c
+            onnx_path = os.path.join(tmp, f"{m}.onnx")
+            base = os.path.join(tmp, slug[name])
+            cuda = build_emulated(onnx_path, flags, os.path.join(base, "emu"),
+                                  via_lwcc=(name == "lenet"))
+            cpu = md.build(onnx_path, flags, os.path.join(base, "cpu"))
+            return cuda, cpu
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            built = dict(zip([c[0] for c in todo], pool.map(make, todo)))
+        for c in todo:
+            name, m, flags, extra, tol = c
+            (cuda, cerr), (cpu, perr) = built[name]
+            if not cuda or not cpu:
+                md.report(False, f"{name}: build", cerr or perr)
+                continue
+            base = os.path.join(tmp, slug[name])
+            rc = train(cuda, os.path.join(base, "emu-run"), [*run_args(), *extra], True)
+            rp = train(cpu, os.path.join(base, "cpu-run"), run_args(), False)
+            if rc.returncode or rp.returncode:
+                md.report(False, f"{name}: train",
+                          (rc.stdout + rc.stderr)[-2500:] + (rp.stderr)[-500:])
+                continue
+            if name == models[0]:
+                first = (rc.stdout.splitlines() or [""])[0]
+                md.report("emulated GPU" in first,
+                          f"{name}: the trainer's first line says it runs on an emulated GPU",
+                          first)
+            compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(base, "cpu-run"),
+                    os.path.join(base, "emu-run"), tol)
+            if name == "lenet --gpus 2 data":
+                resume_case(cuda, os.path.join(base, "resume"), name)
+    finally:
+        if args.keep:
+            print(f"work folder: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{md.passed} passed, {md.failed} failed")
+    return 0 if md.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
