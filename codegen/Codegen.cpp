@@ -130,7 +130,8 @@ std::vector<int64_t> samplesPerDevice(const Graph& g, int64_t devices) {
 }
 
 /// The include lines of the runtime headers beyond <ns>_nn.h and
-/// <ns>_tensor.h that the ops of `g` call into (the ops of issue 25).
+/// <ns>_tensor.h that the ops of `g` call into (activations, resize, and
+/// the position-encoding and norm ops).
 std::string runtimeHeadersOf(const Graph& g, const char* ns) {
   static const std::set<OpKind> activationOps = [] {
     std::set<OpKind> ops = {OpKind::PRelu,   OpKind::PReluGrad, OpKind::Max,     OpKind::Min,
@@ -140,16 +141,22 @@ std::string runtimeHeadersOf(const Graph& g, const char* ns) {
 #undef X
     return ops;
   }();
-  bool activation = false, resize = false;
+  static const std::set<OpKind> encodingOps = {
+      OpKind::CumSum, OpKind::Tile,     OpKind::Mod,      OpKind::Sin,
+      OpKind::Cos,    OpKind::ReduceL1, OpKind::ReduceL2, OpKind::ReduceSumSquare};
+  bool activation = false, resize = false, encoding = false;
   for (const auto& op : g.ops()) {
     activation |= activationOps.count(op->kind()) > 0;
     resize |= op->kind() == OpKind::Resize || op->kind() == OpKind::ResizeGrad;
+    encoding |= encodingOps.count(op->kind()) > 0;
   }
   std::string out;
   if (activation)
     out += std::string("#include \"lwrt/") + ns + "_activation.h\"\n";
   if (resize)
     out += std::string("#include \"lwrt/") + ns + "_resize.h\"\n";
+  if (encoding)
+    out += std::string("#include \"lwrt/") + ns + "_encoding.h\"\n";
   return out;
 }
 

@@ -125,6 +125,12 @@ std::string clipP(const Op& op) {
 std::string reduceP(const Op& op) {
   return "ReduceParams{" + optInts(op, "axes") + ", " + std::to_string(op.getInt("keepdims")) + "}";
 }
+std::string cumSumP(const Op& op) {
+  return "CumSumParams{" + std::to_string(op.getInt("axis")) + ", " +
+         std::to_string(op.getInt("exclusive")) + ", " + std::to_string(op.getInt("reverse")) + "}";
+}
+std::string tileP(const Op& op) { return "TileParams{" + ints(op.getInts("repeats")) + "}"; }
+std::string modP(const Op& op) { return "ModParams{" + std::to_string(op.getInt("fmod")) + "}"; }
 std::string softmaxP(const Op& op) {
   return "SoftmaxParams{" + std::to_string(op.getInt("axis")) + "}";
 }
@@ -297,6 +303,14 @@ const std::map<OpKind, ParamsFn>& paramsFormatters() {
       {OpKind::Where, none},
       {OpKind::Resize, resizeP},
       {OpKind::ResizeGrad, resizeP},
+      {OpKind::CumSum, cumSumP},
+      {OpKind::Tile, tileP},
+      {OpKind::Mod, modP},
+      {OpKind::Sin, none},
+      {OpKind::Cos, none},
+      {OpKind::ReduceL1, reduceP},
+      {OpKind::ReduceL2, reduceP},
+      {OpKind::ReduceSumSquare, reduceP},
   };
   return table;
 }

@@ -66,6 +66,15 @@ llvm::Error extremum(GradContext&);
 llvm::Error where(GradContext&);
 llvm::Error resize(GradContext&);
 llvm::Error batchNorm(GradContext&);
+// Position encodings and norms (EncodingOps.cpp).
+llvm::Error cumSum(GradContext&);
+llvm::Error tile(GradContext&);
+llvm::Error mod(GradContext&);
+llvm::Error sin(GradContext&);
+llvm::Error cos(GradContext&);
+llvm::Error reduceL1(GradContext&);
+llvm::Error reduceL2(GradContext&);
+llvm::Error reduceSumSquare(GradContext&);
 } // namespace grad
 
 } // namespace lwcc

@@ -131,10 +131,14 @@ AvgWindow avgPoolWindow(const Op& op, const Shape& xs, int64_t oh, int64_t ow);
       X(HardSwishGrad) X(HardSigmoidGrad) X(MishGrad) X(SoftplusGrad) X(SoftsignGrad) X(EluGrad)   \
           X(SeluGrad) X(CeluGrad) X(ThresholdedReluGrad) X(PRelu) X(PReluGrad) X(Max) X(Min)       \
               X(MaxGrad) X(MinGrad) X(Compare) X(Where) X(Resize) X(ResizeGrad)
+// Position encodings and norms (ir/EncodingOps.cpp).
+#define LWCC_ENCODING_KERNELS(X)                                                                   \
+  X(CumSum) X(Tile) X(Mod) X(Sin) X(Cos) X(ReduceL1) X(ReduceL2) X(ReduceSumSquare)
 #define X(E) llvm::Error eval##E(EvalCtx&);
 LWCC_TRAIN_KERNELS(X)
 LWCC_COMM_KERNELS(X)
 LWCC_ZOO_KERNELS(X)
+LWCC_ENCODING_KERNELS(X)
 #undef X
 
 namespace kernels {

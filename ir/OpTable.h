@@ -201,6 +201,14 @@ Rule where(const Op&);
 // Resize (ResizeOps.cpp).
 Rule resize(const Op&);
 Rule resizeGrad(const Op&);
+// Position encodings and norms (EncodingOps.cpp).
+Rule cumSum(const Op&);
+Rule tile(const Op&);
+Rule mod(const Op&);
+/// reduce's rule for operands of rank at most kShardMaxRank; floatReduce
+/// also wants a float operand.
+Rule normReduce(const Op&);
+Rule floatReduce(const Op&);
 // Communication ops (CommOps.cpp).
 Rule allReduce(const Op&);
 Rule allGather(const Op&);
@@ -262,6 +270,10 @@ void localizeDropoutMask(Op& local, const Op& global, int64_t dim, int64_t offse
 /// Resize along any dim: each device reads the input its taps need (ResizeOps.cpp).
 std::optional<SplitPlan> resize(const Op&, int64_t dim);
 void localizeResize(Op& local, const Op& global, int64_t dim, int64_t offset);
+/// Position encodings and norms (EncodingOps.cpp).
+std::optional<SplitPlan> cumSum(const Op&, int64_t dim);
+std::optional<SplitPlan> tile(const Op&, int64_t dim);
+std::optional<SplitPlan> reduceL2(const Op&, int64_t dim);
 } // namespace par
 
 /// Cost rules (ir/CostRules.cpp): FLOPs of one run of the op.
@@ -282,6 +294,7 @@ double reduce(const Op&, const CostContext&);
 double operandElements(const Op&, const CostContext&);
 double none(const Op&, const CostContext&);
 double resize(const Op&, const CostContext&);
+double normReduce(const Op&, const CostContext&);
 } // namespace cost
 
 } // namespace lwcc

@@ -30,6 +30,8 @@ UNARY(Reciprocal, Reciprocal)
 UNARY(Neg, Neg)
 UNARY(Abs, Abs)
 UNARY(Erf, Erf)
+UNARY(Sin, Sin)
+UNARY(Cos, Cos)
 #undef UNARY
 
 /// Gelu (opset 20), written with lwcc's elementwise ops:
@@ -121,6 +123,19 @@ llvm::Error binary(ImportContext& ctx, OpKind kind) {
   LWCC_TRY(a, ctx.requiredInput(0, "A"));
   LWCC_TRY(b, ctx.requiredInput(1, "B"));
   LWCC_TRY(y, ctx.emit1(kind, {a, b}));
+  ctx.setOutput(0, y);
+  return llvm::Error::success();
+}
+
+/// Mod (opsets 10, 13): integers with either sign rule, floats with
+/// fmod = 1. Index arithmetic on shapes (shifted-window attention) folds at
+/// import like any op of constants.
+llvm::Error importMod(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"fmod"}));
+  LWCC_TRY(a, ctx.requiredInput(0, "A"));
+  LWCC_TRY(b, ctx.requiredInput(1, "B"));
+  LWCC_TRY(fmod, ctx.attrInt("fmod", 0));
+  LWCC_TRY(y, ctx.emit1(OpKind::Mod, {a, b}, {attr("fmod", fmod)}));
   ctx.setOutput(0, y);
   return llvm::Error::success();
 }
@@ -382,6 +397,9 @@ const std::vector<ImporterEntry>& mathImporters() {
       {"Sign", 9, importSign},
       {"Not", 1, importNot},
       {"Where", 9, importWhere},
+      {"Sin", 7, importSin},
+      {"Cos", 7, importCos},
+      {"Mod", 10, importMod},
   };
   // clang-format on
   return entries;

@@ -1,4 +1,4 @@
-//===- Reduce.cpp - ReduceMean and ReduceSum ------------------------------===//
+//===- Reduce.cpp - ReduceMean, ReduceSum and the norm reductions ---------===//
 #include "frontend/ops/Common.h"
 
 namespace lwcc {
@@ -43,6 +43,11 @@ llvm::Error importReduceMean(ImportContext& ctx) {
   return importReduce(ctx, OpKind::ReduceMean, 18);
 }
 llvm::Error importReduceSum(ImportContext& ctx) { return importReduce(ctx, OpKind::ReduceSum, 13); }
+llvm::Error importReduceL1(ImportContext& ctx) { return importReduce(ctx, OpKind::ReduceL1, 18); }
+llvm::Error importReduceL2(ImportContext& ctx) { return importReduce(ctx, OpKind::ReduceL2, 18); }
+llvm::Error importReduceSumSquare(ImportContext& ctx) {
+  return importReduce(ctx, OpKind::ReduceSumSquare, 18);
+}
 
 } // namespace
 
@@ -50,6 +55,9 @@ const std::vector<ImporterEntry>& reduceImporters() {
   static const std::vector<ImporterEntry> entries = {
       {"ReduceMean", 1, importReduceMean},
       {"ReduceSum", 1, importReduceSum},
+      {"ReduceL1", 1, importReduceL1},
+      {"ReduceL2", 1, importReduceL2},
+      {"ReduceSumSquare", 1, importReduceSumSquare},
   };
   return entries;
 }

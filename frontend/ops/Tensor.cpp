@@ -526,6 +526,33 @@ Error importExpand(ImportContext& ctx) {
   return Error::success();
 }
 
+/// CumSum (opsets 11, 14): the axis is a constant scalar input.
+Error importCumSum(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"exclusive", "reverse"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "x"));
+  LWCC_TRY(axes, ctx.constInts(1, "axis"));
+  if (axes.size() != 1)
+    return ctx.error("input #1 (axis) must hold one value, got " + std::to_string(axes.size()));
+  LWCC_TRY(axis, normalizeAxis(ctx, axes[0], x->type().rank()));
+  LWCC_TRY(exclusive, ctx.attrInt("exclusive", 0));
+  LWCC_TRY(reverse, ctx.attrInt("reverse", 0));
+  LWCC_TRY(y,
+           ctx.emit1(OpKind::CumSum, {x},
+                     {attr("axis", axis), attr("exclusive", exclusive), attr("reverse", reverse)}));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
+/// Tile (opsets 6, 13): the repeats are a constant input.
+Error importTile(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  LWCC_TRY(x, ctx.requiredInput(0, "input"));
+  LWCC_TRY(repeats, ctx.constInts(1, "repeats"));
+  LWCC_TRY(y, ctx.emit1(OpKind::Tile, {x}, {attr("repeats", repeats)}));
+  ctx.setOutput(0, y);
+  return Error::success();
+}
+
 Error importPad(ImportContext& ctx) {
   LWCC_TRY(x, ctx.requiredInput(0, "data"));
   int64_t rank = x->type().rank();
@@ -594,6 +621,8 @@ const std::vector<ImporterEntry>& tensorImporters() {
       {"SequenceAt", 11, importSequenceAt},
       {"Expand", 8, importExpand},
       {"Pad", 2, importPad},
+      {"CumSum", 11, importCumSum},
+      {"Tile", 6, importTile},
   };
   return entries;
 }

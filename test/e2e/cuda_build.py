@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Every zoo model at test size builds into a CUDA trainer with nvcc.
 
-So does upnet (the ops of issue 25), on one device and on two (model), and
+So does upnet (the ops of issue 25), on one device and on two (model), the
+position-encoding pattern of exporter_patterns.py (CumSum, Sin, Cos, Tile,
+the norm reductions), and
 every zoo model with --mixed-precision=bf16 (LeNet in fp16 too, and 16-bit
 trainers of two devices: data, OWT, a pipeline).
 `lwcc MODEL -o trainer` (target cuda, the default; sm_90) must emit CUDA C++
@@ -50,6 +52,8 @@ import onnx
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
 import zoo  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+import exporter_patterns as ep  # noqa: E402
 
 LWCC = os.path.join(ROOT, "build", "bin", "lwcc")
 
@@ -88,6 +92,10 @@ EXTRA += [("inception", 1, "streams")]
 # Fragments: alexnet's batch in two halves through its layers (slices and
 # concats of rows, fragments on branch streams, per-fragment dropout masks).
 EXTRA += [("alexnet", 1, "fragments")]
+# Exporter patterns (exporter_patterns.py) by case label, built beside the
+# zoo: the position encodings' CumSum, Sin, Cos, Tile and norm reductions.
+PATTERNS = {"pos-encoding": "dyn20/pos-encoding CumSum Sin Cos Tile Mod ReduceL2"}
+EXTRA += [("pos-encoding", 1, None)]
 # Mixed precision: every zoo model in bf16 on one device (conv2d, gemm and
 # their gradients in 16 bits on cuDNN and cuBLAS, the casts), LeNet in fp16
 # (loss scaling: all_finite and the scale's update), and 16-bit collectives
@@ -292,6 +300,12 @@ def check_compare(tmp):
     return None
 
 
+def build_pattern(label):
+    """The exporter pattern of this label, with a static batch."""
+    case = next(c for c in ep.CASES if c["label"] == label)
+    return ep.build(dict(case, sym=False))
+
+
 def main():
     gpu = has_gpu()
     cases = [(name, 1, None) for name in zoo.REGISTRY] + MULTI + EXTRA + MIXED
@@ -299,7 +313,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="lwcc-cuda-build-") as tmp:
         # The ONNX files first: a model's cases share one.
         for name in {c[0] for c in cases}:
-            onnx.save(zoo.build(name, test_size=True), os.path.join(tmp, name + ".onnx"))
+            model = (build_pattern(PATTERNS[name]) if name in PATTERNS else
+                     zoo.build(name, test_size=True))
+            onnx.save(model, os.path.join(tmp, name + ".onnx"))
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as ex:
             futures = {c: ex.submit(check, c[0], tmp, gpu, *c[1:]) for c in cases}
             compared = ex.submit(check_compare, tmp)

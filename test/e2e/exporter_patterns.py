@@ -9,7 +9,9 @@ with onnx.helper (small widths and inputs; the node patterns, attributes,
 constant forms and naming are the exporters'; see its docstring);
 zoo_graphs.py the blocks of timm's networks and torchvision's segmentation
 networks (hard activations, upsampling, stateless batch norm, the other
-activations).
+activations); encoding_graphs.py the position encodings and normalized
+attention of small vision transformers (CumSum, Tile, Mod, Sin, Cos, the norm
+reductions).
 
 For each graph: onnx.checker, onnxruntime and `lwcc --run-reference` on the
 same seeded input (batch 2; symbolic batch dims are fixed with --batch=2),
@@ -39,6 +41,7 @@ import exporter_graphs as eg  # noqa: E402
 from exporter_graphs import Builder  # noqa: E402
 import dynamo_graphs as dg  # noqa: E402
 import zoo_graphs as zg  # noqa: E402
+import encoding_graphs as encg  # noqa: E402
 
 TOLERANCE = 1e-4
 BATCH = 2
@@ -169,6 +172,13 @@ CASES = [
     case("ts9/Upsample nearest", zg.upsample9, "ts", IMG(8), opset=9, train=True),
     case("ts17/GroupNorm bicubic ThresholdedRelu", zg.groupnorm_bicubic, "ts", IMG(8),
          train=True),
+    # ---------------- position encodings and normalized attention
+    # (encoding_graphs.py): CumSum, Sin/Cos, Tile over the batch, Mod folded
+    # on index arithmetic, ReduceL2/L1/SumSquare
+    case("ts17/pos-encoding CumSum Sin Cos Tile Mod ReduceL2", encg.encoding_block, "ts", IMG(8),
+         sym=False, train=True),
+    case("dyn20/pos-encoding CumSum Sin Cos Tile Mod ReduceL2", encg.encoding_block, "dyn",
+         IMG(8), sym=False, opset=20, train=True),
 ]
 
 

@@ -3,8 +3,9 @@
 reference interpreter.
 
 The graphs of exporter_patterns.py that need layer_norm, gather_nd, erf and
-the folded adaptive-pool arithmetic (dynamo_graphs.py), and those of the ops
-of today's model collections (zoo_graphs.py) are compiled with
+the folded adaptive-pool arithmetic (dynamo_graphs.py), those of the ops
+of today's model collections (zoo_graphs.py) and the position encodings of
+encoding_graphs.py are compiled with
 `lwcc --emit=exe --target=cpu`; one training step on a seeded batch must
 match `lwcc --train-reference` (loss, every gradient, every updated param)
 within a relative error of 1e-4, as trainer_vs_reference.py checks the zoo.
@@ -31,6 +32,10 @@ LABELS = [
     "dyn20/nf_resnet StdConv BN of batch moments",
     "dyn20/Elu Selu Celu Mish Softsign PRelu Clip Softplus-Where",
     "ts17/GroupNorm bicubic ThresholdedRelu",
+    # position encodings and normalized attention: CumSum, Sin, Cos, Tile,
+    # ReduceL2, ReduceL1, ReduceSumSquare (Mod folds at import)
+    "ts17/pos-encoding CumSum Sin Cos Tile Mod ReduceL2",
+    "dyn20/pos-encoding CumSum Sin Cos Tile Mod ReduceL2",
 ]
 
 

@@ -112,6 +112,11 @@ COMPILE_TIME_INPUTS = {
     "Pad": (1, 2, 3),                # pads, constant_value, axes
     "ReduceMean": (1,),              # axes
     "ReduceSum": (1,),               # axes
+    "ReduceL1": (1,),                # axes
+    "ReduceL2": (1,),                # axes
+    "ReduceSumSquare": (1,),         # axes
+    "CumSum": (1,),                  # axis
+    "Tile": (1,),                    # repeats
     "Reshape": (1,),                 # shape
     "Slice": (1, 2, 3, 4),           # starts, ends, axes, steps
     "Split": (1,),                   # split

@@ -26,8 +26,8 @@ namespace {
 //===----------------------------------------------------------------------===//
 
 TEST(GradCheck, EveryOpWithAGradientRuleIsChecked) {
-  // The ops the tests of this file, GradCheckTensorTest.cpp and
-  // GradCheckZooTest.cpp check. A new
+  // The ops the tests of this file, GradCheckTensorTest.cpp,
+  // GradCheckZooTest.cpp and GradCheckEncodingTest.cpp check. A new
   // gradient rule needs a test there and an entry here.
   // clang-format off
   const std::set<std::string_view> checked = {
@@ -40,6 +40,8 @@ TEST(GradCheck, EveryOpWithAGradientRuleIsChecked) {
       // The ops of issue 25 (GradCheckZooTest.cpp).
       "hard_swish", "hard_sigmoid", "mish", "softplus", "softsign", "elu", "selu", "celu",
       "thresholded_relu", "prelu", "max", "min", "where", "resize", "batch_norm",
+      // Position encodings and norms (GradCheckEncodingTest.cpp).
+      "cumsum", "tile", "mod", "sin", "cos", "reduce_l1", "reduce_l2", "reduce_sum_square",
       // Communication (GradCheckCommTest.cpp).
       "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "device_copy",
       "shard", "unshard"};

@@ -1,0 +1,37 @@
+// lwrt/cuda_encoding.h - the CUDA kernels of cumsum, tile, mod, sin, cos and the norm reductions
+// defines: cumSum, tile, mod, sin, cos, reduceL1, reduceL2, reduceSumSquare
+//
+// The functions of lwrt/cpu_encoding.h with the same signatures, computing
+// with the same functions of lwrt/encoding_math.h on the device; the
+// conventions of lwrt/cuda_tensor.h hold (device pointers, work enqueued on
+// the context's stream, false with the context's error set for what the
+// kernel does not take, shapes of rank at most 8).
+#pragma once
+
+#include "lwrt/encoding_math.h"
+#include "lwrt/tensor.h"
+#include "lwrt/tensor_params.h"
+
+namespace lwrt::cuda {
+
+using lwrt::CumSumParams;
+using lwrt::ModParams;
+using lwrt::ReduceParams;
+using lwrt::TileParams;
+
+/// x -> y of x's type and shape: F32, F64, I64, I32.
+bool cumSum(const TensorView& x, const TensorView& y, const CumSumParams& p);
+/// x -> y, x repeated along each dim: F32, F64, I64, I32, Bool.
+bool tile(const TensorView& x, const TensorView& y, const TileParams& p);
+/// (a, b) -> y with broadcasting: F32 and F64 with fmod = 1, I64 and I32.
+bool mod(const TensorView& a, const TensorView& b, const TensorView& y, const ModParams& p);
+/// x -> y, F32 and F64, one shape.
+bool sin(const TensorView& x, const TensorView& y);
+bool cos(const TensorView& x, const TensorView& y);
+/// Reductions with reduceSum's axes and keepdims: F32, F64 (and I64, I32
+/// but for reduceL2).
+bool reduceL1(const TensorView& x, const TensorView& y, const ReduceParams& p);
+bool reduceL2(const TensorView& x, const TensorView& y, const ReduceParams& p);
+bool reduceSumSquare(const TensorView& x, const TensorView& y, const ReduceParams& p);
+
+} // namespace lwrt::cuda
