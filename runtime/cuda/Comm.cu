@@ -301,8 +301,8 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
         cudaError_t st = cudaDeviceEnablePeerAccess(b, 0);
         if (st != cudaSuccess && st != cudaErrorPeerAccessAlreadyEnabled)
           peerNotes += (peerNotes.empty() ? "" : "; ") + std::string("no peer access from GPU ") +
-                        std::to_string(a) + " to " + std::to_string(b) + ": " +
-                        cudaGetErrorString(st);
+                       std::to_string(a) + " to " + std::to_string(b) + ": " +
+                       cudaGetErrorString(st);
       }
     (void)cudaGetLastError(); // an already-enabled pair is not an error
     (void)cudaSetDevice(current);

@@ -287,7 +287,12 @@ bool deviceCopy(const StepBuffers& b, int op, int64_t src, int64_t dst, const Te
   bool isSrc = b.device == src;
   if ((isSrc && !check.present(in, "input")) || (!isSrc && !check.present(out, "output")))
     return false;
-  if (!g->nccl())
+  // Between two GPUs of this process: a peer copy (a copy engine, no NCCL
+  // kernel). NCCL's sends and receives, each a kernel on its own stream
+  // and communicator, could deadlock when a GPU does not run two of them
+  // at once and the devices issue them in different orders (a pipeline's
+  // forward and backward transfers); across processes there is no other way.
+  if (!g->nccl() || (g->local(src) && g->local(dst)))
     return g->fallback(spec, {b.device, &context(), nullptr, nullptr, in, out, b.stream});
   ncclComm_t comm = g->communicator(b.device, b.stream);
   if (isSrc)

@@ -261,7 +261,13 @@ void endCaptureOf(Capture* c) {
     s->capture = nullptr;
     s->captureDeps.clear();
   }
+  for (Event* e : st().events) // an event recorded in the capture is complete after it
+    if (e->capture == c) {
+      e->capture = nullptr;
+      e->captureNodes.clear();
+    }
   st().captures.erase(c);
+  delete c;
 }
 
 /// Whether the calling thread may not synchronize now (lock held); invalidates.

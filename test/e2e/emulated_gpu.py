@@ -44,7 +44,8 @@ PREFIX = md.PREFIX
 GEN = md.GEN
 STEPS = 3
 SEED = 5
-LOW_TOL = 2e-2  # bf16 and fp16: a value may land on the neighbouring 16-bit number
+LOW_TOL = 2e-2
+md.STEPS = STEPS  # compare() counts the losses of this many steps  # bf16 and fp16: a value may land on the neighbouring 16-bit number
 
 
 def zoo_models():
@@ -185,6 +186,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", help="comma-separated models to run (default: all)")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     args = ap.parse_args()
     if not os.path.exists(os.path.join(PREFIX, "lib", "liblwcc_runtime_emu.a")):
@@ -198,7 +200,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="lwcc-emu-")
     try:
         for m in models:
-            r = md.run([sys.executable, GEN, m, "--test-size", "--batch", "4", "-o",
+            r = md.run([sys.executable, GEN, m, "--test-size", "--batch", str(args.batch), "-o",
                         os.path.join(tmp, f"{m}.onnx")])
             if r.returncode:
                 md.report(False, f"{m}: generate", r.stderr[-500:])
