@@ -134,6 +134,9 @@ std::string modP(const Op& op) { return "ModParams{" + std::to_string(op.getInt(
 std::string softmaxP(const Op& op) {
   return "SoftmaxParams{" + std::to_string(op.getInt("axis")) + "}";
 }
+std::string xentP(const Op& op) {
+  return "XentParams{" + num(op.getFloat("label_smoothing")) + "}";
+}
 std::string bnP(const Op& op) {
   return "BatchNormParams{" + num(op.getFloat("epsilon")) + ", " + num(op.getFloat("momentum")) +
          "}";
@@ -171,14 +174,18 @@ std::string dropoutP(const Op& op) {
     p += ", " + ints(op.getInts("whole_shape")) + ", " + ints(op.getInts("offsets"));
   return p + "}";
 }
+/// An update op's weight decay: its parameter group's, else the optimizer's.
+double decayOf(const Op& op) {
+  return op.getFloat("group_decay") >= 0 ? op.getFloat("group_decay") : op.getFloat("weight_decay");
+}
 std::string sgdP(const Op& op) {
-  return "SgdParams{" + num(op.getFloat("momentum")) + ", " + num(op.getFloat("weight_decay")) +
-         ", " + std::to_string(op.getInt("nesterov")) + "}";
+  return "SgdParams{" + num(op.getFloat("momentum")) + ", " + num(decayOf(op)) + ", " +
+         std::to_string(op.getInt("nesterov")) + ", " + num(op.getFloat("lr_scale")) + "}";
 }
 std::string adamP(const Op& op) {
   return "AdamParams{" + num(op.getFloat("beta1")) + ", " + num(op.getFloat("beta2")) + ", " +
-         num(op.getFloat("epsilon")) + ", " + num(op.getFloat("weight_decay")) + ", " +
-         std::to_string(op.getInt("decoupled")) + "}";
+         num(op.getFloat("epsilon")) + ", " + num(decayOf(op)) + ", " +
+         std::to_string(op.getInt("decoupled")) + ", " + num(op.getFloat("lr_scale")) + "}";
 }
 std::string lrP(const Op& op) {
   const std::string& k = op.getString("kind");
@@ -256,8 +263,8 @@ const std::map<OpKind, ParamsFn>& paramsFormatters() {
       {OpKind::BatchNorm, bnP},
       {OpKind::BatchNormTrain, bnTrainP},
       {OpKind::BatchNormGrad, bnTrainP},
-      {OpKind::SoftmaxXent, none},
-      {OpKind::SoftmaxXentGrad, none},
+      {OpKind::SoftmaxXent, xentP},
+      {OpKind::SoftmaxXentGrad, xentP},
       {OpKind::MseLoss, none},
       {OpKind::MseLossGrad, none},
       {OpKind::ReluGrad, none},
@@ -318,14 +325,25 @@ const std::map<OpKind, ParamsFn>& paramsFormatters() {
 /// The parameter struct of an op whose settings come from the trainer's
 /// flags at run time; "" for the others.
 std::string hyperParams(const Op& op) {
+  // A parameter group's own weight decay is compiled in; the others take
+  // the trainer's --weight-decay.
+  auto decay = [&] {
+    return op.getFloat("group_decay") >= 0 ? num(op.getFloat("group_decay"))
+                                           : std::string("h.weightDecay");
+  };
   switch (op.kind()) {
   case OpKind::SgdUpdate:
-    return "SgdParams{h.momentum, h.weightDecay, h.nesterov}";
+    return "SgdParams{h.momentum, " + decay() + ", h.nesterov, " + num(op.getFloat("lr_scale")) +
+           "}";
   case OpKind::AdamUpdate:
-    return "AdamParams{h.beta1, h.beta2, h.epsilon, h.weightDecay, h.decoupled}";
+    return "AdamParams{h.beta1, h.beta2, h.epsilon, " + decay() + ", h.decoupled, " +
+           num(op.getFloat("lr_scale")) + "}";
   case OpKind::LrSchedule:
     return "LrScheduleParams{static_cast<LrScheduleKind>(h.schedule), h.lr, h.warmupSteps, "
            "h.totalSteps, h.stepSize, h.gamma, h.minLr}";
+  case OpKind::SoftmaxXent:
+  case OpKind::SoftmaxXentGrad:
+    return "XentParams{h.labelSmoothing}";
   default:
     return "";
   }

@@ -14,6 +14,7 @@
 
 #include "llvm/ADT/StringRef.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -71,8 +72,9 @@ inline std::string statement(const Op& op, Names& names) {
 /// Where each value lives: a buffer of StepBuffers and an offset in it.
 using Places = std::map<const Value*, std::pair<std::string, int64_t>>;
 
-/// The optimizer settings the update ops share; they become the trainer's
-/// defaults and the generated calls read them from `h` (StepBuffers::hyper).
+/// The optimizer settings the update ops share (and the loss's label
+/// smoothing); they become the trainer's defaults and the generated calls
+/// read them from `h` (StepBuffers::hyper).
 struct HyperDefaults {
   std::string family = "Hyper::None";
   std::string fields; ///< assignments to model.defaults
@@ -80,10 +82,25 @@ struct HyperDefaults {
 
 inline llvm::Expected<HyperDefaults> hyperDefaults(const Graph& g) {
   HyperDefaults d;
-  const Op *update = nullptr, *schedule = nullptr;
+  const Op *update = nullptr, *schedule = nullptr, *xent = nullptr;
   for (const auto& op : g.ops()) {
+    if (op->kind() == OpKind::SoftmaxXent || op->kind() == OpKind::SoftmaxXentGrad) {
+      if (xent && xent->getFloat("label_smoothing") != op->getFloat("label_smoothing"))
+        return op->emitError("codegen: the softmax_xent ops differ in label_smoothing");
+      xent = op.get();
+    }
     if (op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate) {
-      if (update && (update->kind() != op->kind() || update->attrs() != op->attrs()))
+      // Parameter groups differ in lr_scale and group_decay only.
+      auto shared = [](const Op* o) {
+        auto a = o->attrs();
+        a.erase(std::remove_if(a.begin(), a.end(),
+                               [](const NamedAttr& n) {
+                                 return n.name == "lr_scale" || n.name == "group_decay";
+                               }),
+                a.end());
+        return a;
+      };
+      if (update && (update->kind() != op->kind() || shared(update) != shared(op.get())))
         return op->emitError("codegen: the update ops do not share one optimizer's settings");
       update = op.get();
     } else if (op->kind() == OpKind::LrSchedule) {
@@ -120,6 +137,8 @@ inline llvm::Expected<HyperDefaults> hyperDefaults(const Graph& g) {
       << "  model.defaults.gamma = " << num(schedule->getFloat("gamma")) << ";\n"
       << "  model.defaults.minLr = " << num(schedule->getFloat("min_lr")) << ";\n";
   }
+  if (xent)
+    f << "  model.defaults.labelSmoothing = " << num(xent->getFloat("label_smoothing")) << ";\n";
   d.fields = f.str();
   return d;
 }

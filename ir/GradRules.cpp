@@ -590,7 +590,10 @@ Error batchNormTrain(GradContext& c) {
 Error softmaxXent(GradContext& c) {
   if (!c.need(0))
     return ok();
-  TRY_V(dx, c.emit(OpKind::SoftmaxXentGrad, {c.x(0), c.x(1), c.dy()}));
+  std::vector<NamedAttr> attrs;
+  if (c.op.hasAttr("label_smoothing"))
+    attrs.push_back({"label_smoothing", Attribute(c.op.getFloat("label_smoothing"))});
+  TRY_V(dx, c.emit(OpKind::SoftmaxXentGrad, {c.x(0), c.x(1), c.dy()}, std::move(attrs)));
   c.dxs[0] = dx;
   return ok();
 }

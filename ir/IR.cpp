@@ -233,6 +233,7 @@ std::unique_ptr<Graph> Graph::clone() const {
     Value* v = g->addParam(p->name(), p->paramName(), p->type());
     v->setLoc(p->loc());
     v->setZeroInit(p->zeroInit());
+    v->setFrozen(p->frozen());
     v->setDevice(p->device());
     v->setShard(p->shard());
     map[p.get()] = v;

@@ -65,6 +65,10 @@ public:
   /// (optimizer state, counters).
   bool zeroInit() const { return zeroInit_; }
   void setZeroInit(bool z) { zeroInit_ = z; }
+  /// For params: kept as initialized (fine-tuning's frozen weights): no
+  /// gradient, no optimizer state, no update. Printed `frozen`.
+  bool frozen() const { return frozen_; }
+  void setFrozen(bool f) { frozen_ = f; }
   /// For params: the device that holds it (device 0 when unset), printed
   /// @dev(N) after the type.
   std::optional<int64_t> device() const { return device_; }
@@ -99,6 +103,7 @@ private:
   std::string paramName_;
   InputRole role_ = InputRole::Data;
   bool zeroInit_ = false;
+  bool frozen_ = false;
   std::optional<int64_t> device_;
   std::vector<ShardDim> shard_;
   Location loc_;

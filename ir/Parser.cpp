@@ -456,6 +456,9 @@ llvm::Error Parser::parseParam(const Token& name) {
   bool zeros = isIdent("zeros");
   if (zeros)
     TRY(advance());
+  bool frozen = isIdent("frozen");
+  if (frozen)
+    TRY(advance());
   // shard(dim: offset of whole, ...): where this shard lies in its initializer.
   std::vector<ShardDim> shard;
   if (isIdent("shard")) {
@@ -510,6 +513,7 @@ llvm::Error Parser::parseParam(const Token& name) {
   Value* v = graph_->addParam("", init, *type);
   v->setLoc(locOf(name.pos));
   v->setZeroInit(zeros);
+  v->setFrozen(frozen);
   v->setShard(std::move(shard));
   v->setDevice(device);
   return define(name, v);

@@ -106,7 +106,7 @@ void printGraph(const Graph& g, llvm::raw_ostream& os) {
   os << ") {\n";
   for (const auto& p : g.params()) {
     os << "  %" << namer.name(p.get()) << " = param " << quoteString(p->paramName())
-       << (p->zeroInit() ? " zeros" : "");
+       << (p->zeroInit() ? " zeros" : "") << (p->frozen() ? " frozen" : "");
     if (!p->shard().empty()) {
       os << " shard(";
       for (size_t i = 0; i < p->shard().size(); ++i)

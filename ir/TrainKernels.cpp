@@ -59,29 +59,39 @@ Error evalSign(EvalCtx& c) {
 }
 
 Error evalSoftmaxXent(EvalCtx& c) {
+  // Per row: (1-E)·(lse - z[label]) + E·mean_j(lse - z[j]).
   if (Error e = checkLabels(c))
     return e;
   const Tensor& z = c.x(0);
   int64_t n = z.type.shape[0], k = z.type.shape[1];
+  double smoothing = c.op.getFloat("label_smoothing");
   double total = 0;
-  for (int64_t r = 0; r < n; ++r)
-    total += rowLogSumExp(z, r) - z.f[r * k + c.x(1).i[r]];
+  for (int64_t r = 0; r < n; ++r) {
+    double lse = rowLogSumExp(z, r), sum = 0;
+    for (int64_t j = 0; j < k; ++j)
+      sum += z.f[r * k + j];
+    total +=
+        lse - (1 - smoothing) * z.f[r * k + c.x(1).i[r]] - smoothing * sum / static_cast<double>(k);
+  }
   c.y().f[0] = total / static_cast<double>(n);
   return ok();
 }
 
 Error evalSoftmaxXentGrad(EvalCtx& c) {
-  // (softmax(z) - onehot(label)) * dloss / N
+  // (softmax(z) - (1-E)·onehot(label) - E/K) * dloss / N
   if (Error e = checkLabels(c))
     return e;
   const Tensor& z = c.x(0);
   int64_t n = z.type.shape[0], k = z.type.shape[1];
+  double smoothing = c.op.getFloat("label_smoothing");
   double scale = c.x(2).f[0] / static_cast<double>(n);
+  double uniform = smoothing / static_cast<double>(k);
   for (int64_t r = 0; r < n; ++r) {
     double lse = rowLogSumExp(z, r);
     for (int64_t j = 0; j < k; ++j)
       c.y().f[r * k + j] =
-          (std::exp(z.f[r * k + j] - lse) - (j == c.x(1).i[r] ? 1.0 : 0.0)) * scale;
+          (std::exp(z.f[r * k + j] - lse) - (j == c.x(1).i[r] ? 1.0 - smoothing : 0.0) - uniform) *
+          scale;
   }
   return ok();
 }
@@ -520,7 +530,9 @@ Error evalDropoutMask(EvalCtx& c) {
 Error evalSgdUpdate(EvalCtx& c) {
   // g' = g + wd w; m' = momentum m + g'; w' = w - lr (nesterov ? g' + momentum m' : m').
   const Tensor &w = c.x(0), &g = c.x(1), &m = c.x(2);
-  double lr = c.x(3).f[0], mom = c.op.getFloat("momentum"), wd = c.op.getFloat("weight_decay");
+  double lr = c.x(3).f[0] * c.op.getFloat("lr_scale"), mom = c.op.getFloat("momentum");
+  double wd = c.op.getFloat("group_decay") >= 0 ? c.op.getFloat("group_decay")
+                                                : c.op.getFloat("weight_decay");
   bool nesterov = c.op.getInt("nesterov") != 0;
   for (int64_t k = 0; k < w.size(); ++k) {
     double gk = g.f[k] + wd * w.f[k];
@@ -533,10 +545,11 @@ Error evalSgdUpdate(EvalCtx& c) {
 
 Error evalAdamUpdate(EvalCtx& c) {
   const Tensor &w = c.x(0), &g = c.x(1), &m = c.x(2), &v = c.x(3);
-  double lr = c.x(4).f[0];
+  double lr = c.x(4).f[0] * c.op.getFloat("lr_scale");
   double t = static_cast<double>(c.x(5).i[0] + 1);
   double b1 = c.op.getFloat("beta1"), b2 = c.op.getFloat("beta2"), eps = c.op.getFloat("epsilon");
-  double wd = c.op.getFloat("weight_decay");
+  double wd = c.op.getFloat("group_decay") >= 0 ? c.op.getFloat("group_decay")
+                                                : c.op.getFloat("weight_decay");
   bool decoupled = c.op.getInt("decoupled") != 0;
   double c1 = 1.0 - std::pow(b1, t), c2 = 1.0 - std::pow(b2, t);
   for (int64_t k = 0; k < w.size(); ++k) {

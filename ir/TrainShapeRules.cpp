@@ -61,6 +61,9 @@ Rule softmaxXent(const Op& op) {
   if (!isInteger(ty(op, 1).dtype) || ty(op, 1).shape != Shape{ty(op, 0).shape[0]})
     return fail("labels must be integers of shape [{0}], got {1}", ty(op, 0).shape[0],
                 ty(op, 1).str());
+  double e = op.getFloat("label_smoothing");
+  if (!(e >= 0 && e <= 1))
+    return fail("label_smoothing must be in [0, 1], got {0}", e);
   return std::vector<TensorType>{TensorType(ty(op, 0).dtype, {})};
 }
 

@@ -11,13 +11,15 @@ namespace {
 ///  1. Take the graph's first output; further outputs are dropped.
 ///  2. softmax-xent: strip a trailing softmax or log_softmax over the last
 ///     axis, require logits [N, K], add an i64[N] label input and
-///     softmax_xent (mean over the batch).
+///     softmax_xent (mean over the batch; label_smoothing=E smooths the
+///     target to (1-E)·onehot + E/K).
 ///     mse: add a target input of the output's type and mse_loss (mean).
 ///     none: the output must already be a float scalar.
 ///  3. The loss becomes the only output.
 class AppendLossPass : public Pass {
 public:
-  explicit AppendLossPass(std::string loss) : loss_(std::move(loss)) {}
+  AppendLossPass(std::string loss, double labelSmoothing)
+      : loss_(std::move(loss)), labelSmoothing_(labelSmoothing) {}
   std::string_view name() const override { return "append-loss"; }
 
   llvm::Error run(Graph& g, PassContext& ctx) override {
@@ -67,7 +69,10 @@ public:
       auto label = labelInput("label", TensorType(DType::I64, {t.shape[0]}));
       if (!label)
         return label.takeError();
-      auto op = b.createInferred(OpKind::SoftmaxXent, {logits, *label});
+      std::vector<NamedAttr> attrs;
+      if (labelSmoothing_ != 0)
+        attrs.push_back({"label_smoothing", Attribute(labelSmoothing_)});
+      auto op = b.createInferred(OpKind::SoftmaxXent, {logits, *label}, std::move(attrs));
       if (!op)
         return op.takeError();
       loss = (*op)->result();
@@ -99,19 +104,27 @@ public:
 
 private:
   std::string loss_;
+  double labelSmoothing_;
 };
 
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createAppendLossPass(std::string_view options) {
-  auto opts = PassOptions::parse("append-loss", options, "loss", {"loss"});
+  auto opts = PassOptions::parse("append-loss", options, "loss", {"loss", "label_smoothing"});
   if (!opts)
     return opts.takeError();
   std::string loss = opts->getString("loss", "softmax-xent");
   if (loss != "softmax-xent" && loss != "mse" && loss != "none")
     return makeError("append-loss: unknown loss '" + loss +
                      "' (expected softmax-xent, mse or none)");
-  return std::make_unique<AppendLossPass>(loss);
+  auto smoothing = opts->getFloat("label_smoothing", 0.0);
+  if (!smoothing)
+    return smoothing.takeError();
+  if (!(*smoothing >= 0 && *smoothing <= 1))
+    return makeError("append-loss: label_smoothing must be in [0, 1]");
+  if (*smoothing != 0 && loss != "softmax-xent")
+    return makeError("append-loss: label_smoothing applies to the softmax-xent loss only");
+  return std::make_unique<AppendLossPass>(loss, *smoothing);
 }
 
 } // namespace lwcc

@@ -12,8 +12,8 @@ namespace {
 
 /// Appends the backward pass of the loss (output #0):
 ///  1. Trainable params are the float params that no assign updates (those
-///     are running statistics or optimizer state) and that are not zero-
-///     initialized state.
+///     are running statistics or optimizer state) and that are neither zero-
+///     initialized state nor frozen.
 ///  2. Forward: a value depends on a trainable param if an operand does.
 ///     Backward from the loss: a value reaches the loss if some use does.
 ///     A value needs a gradient when both hold.

@@ -198,6 +198,7 @@ private:
       q = g_.addParam(freshName(base, device), p->paramName(), t);
       q->setLoc(p->loc());
       q->setZeroInit(p->zeroInit());
+      q->setFrozen(p->frozen());
       q->setDevice(device);
       q->setShard(sd);
     }

@@ -3,7 +3,9 @@
 #include "passes/PassOptions.h"
 #include "passes/TrainingSupport.h"
 
+#include <cstdlib>
 #include <map>
+#include <set>
 
 namespace lwcc {
 
@@ -16,7 +18,28 @@ struct OptimizerConfig {
   std::string schedule = "constant"; // constant, step, cosine
   int64_t warmup = 0, totalSteps = 0, stepSize = 0;
   double gamma = 0.1, minLr = 0.0;
+  /// Parameter groups, first match wins: a glob over initializer names, an
+  /// lr multiplier and a weight decay (negative: the optimizer's).
+  struct Group {
+    std::string pattern;
+    double lrScale = 1.0, decay = -1.0;
+  };
+  std::vector<Group> groups;
+  /// No weight decay on 1-D params: biases, normalization scales and shifts.
+  bool noDecayBias = false, noDecayNorm = false;
 };
+
+/// The 1-D params that are a normalization's scale or shift.
+std::set<const Value*> normParams(const Graph& g) {
+  std::set<const Value*> out;
+  for (const auto& op : g.ops())
+    if (op->kind() == OpKind::BatchNorm || op->kind() == OpKind::BatchNormTrain ||
+        op->kind() == OpKind::LayerNorm)
+      for (unsigned i : {1u, 2u})
+        if (i < op->numOperands() && op->operand(i)->kind() == ValueKind::Param)
+          out.insert(op->operand(i));
+  return out;
+}
 
 /// Updates every param that has a @grad output, in place:
 ///  1. lr = lr_schedule(step) (constant, step or cosine, with linear
@@ -24,7 +47,12 @@ struct OptimizerConfig {
 ///  2. Per param: SGD with momentum and weight decay keeps a momentum
 ///     buffer; Adam and AdamW keep first and second moments. The state is
 ///     zero-initialized params named opt.<state>.<param initializer>.
-///  3. assign ops write the new param and state values, and step + 1, at
+///  3. Parameter groups (timm's and PyTorch's param_groups): the first group
+///     whose glob matches the param's initializer name scales its lr and
+///     may set its weight decay; no_decay gives 1-D params (biases,
+///     normalization scales and shifts) no decay unless a group sets one.
+///     A group that matches no updated param is an error naming it.
+///  4. assign ops write the new param and state values, and step + 1, at
 ///     the end of the step. The @grad outputs stay, for inspection.
 class OptimizerPass : public Pass {
 public:
@@ -84,6 +112,22 @@ public:
         if (auto pd = onDevice(*p->device()); !pd)
           return pd.takeError();
 
+    std::set<const Value*> norms = normParams(g);
+    std::vector<bool> groupUsed(cfg_.groups.size(), false);
+    // (lr_scale, group_decay) of a param.
+    auto groupOf = [&](const Value* p) {
+      std::pair<double, double> out{1.0, -1.0};
+      for (size_t i = 0; i < cfg_.groups.size(); ++i)
+        if (globMatch(cfg_.groups[i].pattern, p->paramName())) {
+          groupUsed[i] = true;
+          out = {cfg_.groups[i].lrScale, cfg_.groups[i].decay};
+          break;
+        }
+      if (out.second < 0 && p->wholeType().rank() <= 1 &&
+          (norms.count(p) ? cfg_.noDecayNorm : cfg_.noDecayBias))
+        out.second = 0;
+      return out;
+    };
     std::vector<std::pair<Value*, Value*>> assigns;
     for (const auto& update : updates) {
       // Not a structured binding: Clang 14 cannot capture one in a lambda.
@@ -107,13 +151,19 @@ public:
       Location ploc;
       ploc.name = "optimizer/" + p->paramName();
       b.setLoc(ploc);
+      auto [lrScale, groupDecay] = groupOf(p);
+      std::vector<NamedAttr> groupAttrs;
+      if (lrScale != 1.0)
+        groupAttrs.push_back({"lr_scale", Attribute(lrScale)});
+      if (groupDecay >= 0)
+        groupAttrs.push_back({"group_decay", Attribute(groupDecay)});
       if (cfg_.kind == "sgd") {
         Value* m = state("momentum");
-        auto up = b.createInferred(OpKind::SgdUpdate, {p, grad, m, lrValue},
-                                   {{"momentum", Attribute(cfg_.momentum)},
-                                    {"weight_decay", Attribute(cfg_.weightDecay)},
-                                    {"nesterov", Attribute(cfg_.nesterov)}},
-                                   2);
+        std::vector<NamedAttr> attrs = {{"momentum", Attribute(cfg_.momentum)},
+                                        {"weight_decay", Attribute(cfg_.weightDecay)},
+                                        {"nesterov", Attribute(cfg_.nesterov)}};
+        attrs.insert(attrs.end(), groupAttrs.begin(), groupAttrs.end());
+        auto up = b.createInferred(OpKind::SgdUpdate, {p, grad, m, lrValue}, std::move(attrs), 2);
         if (!up)
           return up.takeError();
         assigns.emplace_back(p, (*up)->result(0));
@@ -121,13 +171,14 @@ public:
       } else {
         Value* m = state("m");
         Value* v = state("v");
+        std::vector<NamedAttr> attrs = {{"beta1", Attribute(cfg_.beta1)},
+                                        {"beta2", Attribute(cfg_.beta2)},
+                                        {"epsilon", Attribute(cfg_.eps)},
+                                        {"weight_decay", Attribute(cfg_.weightDecay)},
+                                        {"decoupled", Attribute(int64_t{cfg_.kind == "adamw"})}};
+        attrs.insert(attrs.end(), groupAttrs.begin(), groupAttrs.end());
         auto up = b.createInferred(OpKind::AdamUpdate, {p, grad, m, v, lrValue, step},
-                                   {{"beta1", Attribute(cfg_.beta1)},
-                                    {"beta2", Attribute(cfg_.beta2)},
-                                    {"epsilon", Attribute(cfg_.eps)},
-                                    {"weight_decay", Attribute(cfg_.weightDecay)},
-                                    {"decoupled", Attribute(int64_t{cfg_.kind == "adamw"})}},
-                                   3);
+                                   std::move(attrs), 3);
         if (!up)
           return up.takeError();
         assigns.emplace_back(p, (*up)->result(0));
@@ -135,6 +186,10 @@ public:
         assigns.emplace_back(v, (*up)->result(2));
       }
     }
+    for (size_t i = 0; i < cfg_.groups.size(); ++i)
+      if (!groupUsed[i])
+        return makeError("optimizer: the parameter group '" + cfg_.groups[i].pattern +
+                         "' matches no trained parameter of graph @" + g.name());
     b.setLoc(loc);
     std::vector<std::pair<Value*, Value*>> steps;
     for (const auto& [d, pd] : devices) {
@@ -163,7 +218,7 @@ llvm::Expected<std::unique_ptr<Pass>> createOptimizerPass(std::string_view optio
   auto opts = PassOptions::parse("optimizer", options, "kind",
                                  {"kind", "lr", "momentum", "weight_decay", "nesterov", "beta1",
                                   "beta2", "eps", "schedule", "warmup", "total_steps", "step_size",
-                                  "gamma", "min_lr"});
+                                  "gamma", "min_lr", "no_decay", "groups"});
   if (!opts)
     return opts.takeError();
   OptimizerConfig c;
@@ -197,6 +252,39 @@ llvm::Expected<std::unique_ptr<Pass>> createOptimizerPass(std::string_view optio
     if (!v)
       return v.takeError();
     *i.out = *v;
+  }
+  for (const std::string& what : splitPatterns(opts->getString("no_decay", ""))) {
+    if (what == "bias")
+      c.noDecayBias = true;
+    else if (what == "norm")
+      c.noDecayNorm = true;
+    else
+      return makeError("optimizer: no_decay takes bias and norm, got '" + what + "'");
+  }
+  // groups=PATTERN:lr=X:wd=Y;...
+  for (const std::string& spec : splitPatterns(opts->getString("groups", ""))) {
+    OptimizerConfig::Group grp;
+    size_t colon = spec.find(':');
+    grp.pattern = spec.substr(0, colon);
+    if (grp.pattern.empty())
+      return makeError("optimizer: the parameter group '" + spec + "' has no pattern");
+    while (colon != std::string::npos) {
+      size_t next = spec.find(':', colon + 1);
+      std::string item =
+          spec.substr(colon + 1, next == std::string::npos ? next : next - colon - 1);
+      colon = next;
+      size_t eq = item.find('=');
+      std::string key = item.substr(0, eq);
+      double* out = key == "lr" ? &grp.lrScale : key == "wd" ? &grp.decay : nullptr;
+      char* end = nullptr;
+      std::string text = eq == std::string::npos ? "" : item.substr(eq + 1);
+      double value = text.empty() ? -1 : std::strtod(text.c_str(), &end);
+      if (!out || text.empty() || *end != '\0' || !(value >= 0))
+        return makeError("optimizer: the parameter group '" + spec +
+                         "' takes lr=X (an lr multiplier) and wd=Y (a weight decay), each >= 0");
+      *out = value;
+    }
+    c.groups.push_back(grp);
   }
   c.schedule = opts->getString("schedule", "constant");
   if (!(c.lr > 0))

@@ -22,7 +22,8 @@ namespace {
 ///     default), or the population variance batch norm normalizes with, as
 ///     ONNX's reference does (bn_running_var=biased). A batch norm whose
 ///     mean and variance are computed in the graph, not params, has no
-///     running statistics: it stays as it is.
+///     running statistics, or whose running statistics are frozen (the
+///     freeze pass's bn=1), stays as it is.
 class TrainModePass : public Pass {
 public:
   explicit TrainModePass(bool unbiasedVar) : unbiasedVar_(unbiasedVar) {}
@@ -88,6 +89,10 @@ private:
              v->definingOp()->kind() != OpKind::Constant;
     };
     if (computed(runMean) && computed(runVar))
+      return llvm::Error::success();
+    // Frozen running statistics (freeze's bn=1): the batch norm stays in
+    // its inference form, normalizing by them.
+    if (runMean->frozen() && runVar->frozen())
       return llvm::Error::success();
     if (runMean->kind() != ValueKind::Param || runVar->kind() != ValueKind::Param)
       return op->emitError("the running mean and variance must be params to be updated in "

@@ -49,7 +49,7 @@ std::vector<Value*> trainableParams(const Graph& g) {
       assigned.insert(op->operand(0));
   std::vector<Value*> out;
   for (const auto& p : g.params())
-    if (isFloat(p->type().dtype) && !p->zeroInit() && !assigned.count(p.get()))
+    if (isFloat(p->type().dtype) && !p->zeroInit() && !p->frozen() && !assigned.count(p.get()))
       out.push_back(p.get());
   return out;
 }
@@ -88,6 +88,42 @@ Value* getOrCreateStepParam(Graph& g, int64_t device, UniqueNames* names) {
   if (device)
     p->setDevice(device);
   return p;
+}
+
+bool globMatch(std::string_view pattern, std::string_view name) {
+  // Iterative matching with one backtrack point: the last '*' seen.
+  size_t p = 0, n = 0, star = std::string_view::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*')
+    ++p;
+  return p == pattern.size();
+}
+
+std::vector<std::string> splitPatterns(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(';', start);
+    if (end == std::string::npos)
+      end = text.size();
+    if (end > start)
+      out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
 }
 
 } // namespace lwcc

@@ -4,6 +4,7 @@
 #include "ir/IR.h"
 
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -38,9 +39,14 @@ private:
   std::unordered_set<std::string> taken_;
 };
 /// The params training updates by their gradient: float params that no
-/// assign writes (those are running statistics or optimizer state) and that
-/// are not zero-initialized state, in param order.
+/// assign writes (those are running statistics or optimizer state), that
+/// are not zero-initialized state and not frozen, in param order.
 std::vector<Value*> trainableParams(const Graph& g);
+/// Whether `name` matches the glob `pattern`: `*` matches any run of
+/// characters (none too), `?` any one character, others themselves.
+bool globMatch(std::string_view pattern, std::string_view name);
+/// The patterns of a pass option, separated by ';' (empty ones dropped).
+std::vector<std::string> splitPatterns(const std::string& text);
 /// Appends assign(target, value) at the end of the graph, on the target's
 /// device.
 void appendAssign(Graph& g, Value* target, Value* value, const Location& loc);

@@ -68,6 +68,7 @@ const char* kUsage =
     "  --optimizer=sgd|adam|adamw --lr=X --momentum=X --weight-decay=X --nesterov[=0|1]\n"
     "  --beta1=X --beta2=X --eps=X --lr-schedule=constant|step|cosine --warmup-steps=N\n"
     "  --total-steps=N --step-size=N --gamma=X --min-lr=X\n"
+    "  --label-smoothing=E  the cross-entropy's label smoothing, in [0, 1]\n"
     "output:\n"
     "  --progress=auto|live|lines|off   --print-every=K   --log=FILE.jsonl\n"
     "  --checkpoint-dir=DIR --checkpoint-every=K --keep-checkpoints=K (default 3)\n"
@@ -1418,6 +1419,12 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     } else if (key == "--min-lr") {
       if (!numArg(o.hyper.minLr) || o.hyper.minLr < 0)
         return bad("takes a non-negative number");
+    } else if (key == "--label-smoothing") {
+      if (m.classes == 0)
+        return bad("needs a softmax cross-entropy loss, which this trainer does not have");
+      if (!numArg(o.hyper.labelSmoothing) || !(o.hyper.labelSmoothing >= 0) ||
+          o.hyper.labelSmoothing > 1)
+        return bad("takes a number in [0, 1]");
     } else if (key == "--progress") {
       if (value != "auto" && value != "live" && value != "lines" && value != "off")
         return bad("is auto, live, lines or off");

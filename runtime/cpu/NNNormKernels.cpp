@@ -410,34 +410,44 @@ template <typename T> double rowLogSumExp(const T* z, int64_t k) {
 bool isScalar(const TensorView& v) { return v.rank() == 0; }
 
 template <typename T>
-bool softmaxXentImpl(const TensorView& zv, const TensorView& lv, const TensorView& loss) {
+bool softmaxXentImpl(const TensorView& zv, const TensorView& lv, const TensorView& loss,
+                     const XentParams& p) {
   std::vector<int64_t> labels;
   if (!readLabels(zv, lv, labels) || !isScalar(loss))
     return false;
   int64_t n = zv.shape[0], k = zv.shape[1];
   const T* z = zv.as<T>();
+  double e = p.labelSmoothing;
   double total = 0;
-  for (int64_t r = 0; r < n; ++r)
-    total += rowLogSumExp(z + r * k, k) - z[r * k + labels[r]];
+  for (int64_t r = 0; r < n; ++r) {
+    // (1-E)·(lse - z[label]) + E·mean_j(lse - z[j])
+    double sum = 0;
+    if (e != 0)
+      for (int64_t j = 0; j < k; ++j)
+        sum += z[r * k + j];
+    total += rowLogSumExp(z + r * k, k) - (1 - e) * z[r * k + labels[r]] -
+             e * sum / static_cast<double>(k);
+  }
   *loss.as<T>() = static_cast<T>(total / static_cast<double>(n));
   return true;
 }
 
 template <typename T>
 bool softmaxXentGradImpl(const TensorView& zv, const TensorView& lv, const TensorView& dlv,
-                         const TensorView& dzv) {
+                         const TensorView& dzv, const XentParams& p) {
   std::vector<int64_t> labels;
   if (!readLabels(zv, lv, labels) || !isScalar(dlv) || dzv.shape != zv.shape)
     return false;
   int64_t n = zv.shape[0], k = zv.shape[1];
   const T* z = zv.as<T>();
   T* dz = dzv.as<T>();
+  double e = p.labelSmoothing, uniform = e / static_cast<double>(k);
   double scale = static_cast<double>(*dlv.as<T>()) / static_cast<double>(n);
   for (int64_t r = 0; r < n; ++r) {
     double lse = rowLogSumExp(z + r * k, k);
     for (int64_t j = 0; j < k; ++j)
-      dz[r * k + j] =
-          static_cast<T>((std::exp(z[r * k + j] - lse) - (j == labels[r] ? 1.0 : 0.0)) * scale);
+      dz[r * k + j] = static_cast<T>(
+          (std::exp(z[r * k + j] - lse) - (j == labels[r] ? 1.0 - e : 0.0) - uniform) * scale);
   }
   return true;
 }
@@ -581,16 +591,17 @@ bool logSoftmaxGrad(const TensorView& y, const TensorView& dy, const TensorView&
          LWRT_DISPATCH(y.dtype, softmaxGradImpl<T>(y, dy, dx, p, true));
 }
 
-bool softmaxXent(const TensorView& logits, const TensorView& labels, const TensorView& loss) {
+bool softmaxXent(const TensorView& logits, const TensorView& labels, const TensorView& loss,
+                 const XentParams& p) {
   return floatViews(logits.dtype, {&logits, &loss}) && rowMajor({&logits, &labels}) &&
-         LWRT_DISPATCH(logits.dtype, softmaxXentImpl<T>(logits, labels, loss));
+         LWRT_DISPATCH(logits.dtype, softmaxXentImpl<T>(logits, labels, loss, p));
 }
 
 bool softmaxXentGrad(const TensorView& logits, const TensorView& labels, const TensorView& dloss,
-                     const TensorView& dlogits) {
+                     const TensorView& dlogits, const XentParams& p) {
   return floatViews(logits.dtype, {&logits, &dloss, &dlogits}) &&
          rowMajor({&logits, &labels, &dlogits}) &&
-         LWRT_DISPATCH(logits.dtype, softmaxXentGradImpl<T>(logits, labels, dloss, dlogits));
+         LWRT_DISPATCH(logits.dtype, softmaxXentGradImpl<T>(logits, labels, dloss, dlogits, p));
 }
 
 bool mseLoss(const TensorView& pred, const TensorView& target, const TensorView& loss) {

@@ -760,6 +760,7 @@ bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, co
   double rate = 0;
   if (!floatScalar(lr, rate))
     return false;
+  rate *= p.lr_scale;
   for (const TensorView* t : {&g, &m, &wOut, &mOut})
     if (!sameLayout(w, *t))
       return false;
@@ -784,6 +785,7 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
   int64_t s = 0;
   if (!floatScalar(lr, rate) || !intScalar(step, s))
     return false;
+  rate *= p.lr_scale;
   for (const TensorView* t : {&g, &m, &v, &wOut, &mOut, &vOut})
     if (!sameLayout(w, *t))
       return false;

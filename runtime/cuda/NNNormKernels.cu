@@ -548,33 +548,41 @@ template <typename T> __device__ double rowLogSumExp(const T* z, int64_t k, doub
   return mx + log(blockSum(sum, shared));
 }
 
-/// One block per row: rowLoss[r] = logsumexp(z_r) - z_r[label], NaN (and
-/// the error flag) for a label out of range.
+/// One block per row: rowLoss[r] = lse(z_r) - (1-e)·z_r[label] - e·mean_j z_r[j],
+/// NaN (and the error flag) for a label out of range.
 template <typename T>
 __global__ void xentRows(const T* z, const void* labels, bool i64, double* rowLoss, int64_t rows,
-                         int64_t k, int* flag) {
+                         int64_t k, double e, int* flag) {
   __shared__ double shared[kReduceThreads];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     double lse = rowLogSumExp(z + r * k, k, shared);
+    double mean = 0;
+    if (e != 0) { // e is the same in every thread: the whole block reduces
+      double sum = 0;
+      for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
+        sum += static_cast<double>(z[r * k + j]);
+      mean = blockSum(sum, shared) / static_cast<double>(k);
+    }
     if (threadIdx.x == 0) {
       int64_t label = labelAt(labels, i64, r);
       if (label < 0 || label >= k) {
         raiseError(flag, kLabelOutOfRange);
         rowLoss[r] = NAN;
       } else {
-        rowLoss[r] = lse - static_cast<double>(z[r * k + label]);
+        rowLoss[r] = lse - (1 - e) * static_cast<double>(z[r * k + label]) - e * mean;
       }
     }
   }
 }
 
-/// One block per row: dz = (softmax(z) - onehot(label)) * dloss / rows; a
-/// row with a label out of range is NaN (and raises the error flag).
+/// One block per row: dz = (softmax(z) - (1-e)·onehot(label) - e/k) * dloss /
+/// rows; a row with a label out of range is NaN (and raises the error flag).
 template <typename T>
 __global__ void xentGradRows(const T* z, const void* labels, bool i64, const T* dloss, T* dz,
-                             int64_t rows, int64_t k, int* flag) {
+                             int64_t rows, int64_t k, double e, int* flag) {
   __shared__ double shared[kReduceThreads];
   double scale = static_cast<double>(*dloss) / static_cast<double>(rows);
+  double uniform = e / static_cast<double>(k);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     double lse = rowLogSumExp(z + r * k, k, shared);
     int64_t label = labelAt(labels, i64, r);
@@ -582,7 +590,8 @@ __global__ void xentGradRows(const T* z, const void* labels, bool i64, const T* 
     if (bad && threadIdx.x == 0)
       raiseError(flag, kLabelOutOfRange);
     for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
-      double p = exp(static_cast<double>(z[r * k + j]) - lse) - (j == label ? 1.0 : 0.0);
+      double p =
+          exp(static_cast<double>(z[r * k + j]) - lse) - (j == label ? 1.0 - e : 0.0) - uniform;
       dz[r * k + j] = bad ? static_cast<T>(NAN) : static_cast<T>(p * scale);
     }
   }
@@ -625,7 +634,8 @@ __global__ void mseGrad(const T* pred, const T* target, const T* dloss, T* dp, i
 }
 
 template <typename T>
-bool softmaxXentImpl(const TensorView& zv, const TensorView& lv, const TensorView& loss) {
+bool softmaxXentImpl(const TensorView& zv, const TensorView& lv, const TensorView& loss,
+                     const XentParams& p) {
   if (!labelsFit(zv, lv) || !isScalar(loss))
     return LWRT_REJECT("softmax_xent: logits must be [N, K], labels I64 or I32 [N], the loss a "
                        "scalar");
@@ -635,7 +645,7 @@ bool softmaxXentImpl(const TensorView& zv, const TensorView& lv, const TensorVie
   double* rowLoss = static_cast<double*>(context().workspace);
   if (n > 0)
     LWRT_LAUNCH(xentRows<T>, rowBlocks(n), rowThreads(k), zv.as<T>(), lv.data,
-                lv.dtype == DType::I64, rowLoss, n, k, context().errorFlag);
+                lv.dtype == DType::I64, rowLoss, n, k, p.labelSmoothing, context().errorFlag);
   // n == 0 gives 0 / 0 = NaN, as the CPU's mean over no row.
   LWRT_LAUNCH(sumParts<T>, 1, kReduceThreads, rowLoss, n, static_cast<double>(n), loss.as<T>());
   return true;
@@ -643,7 +653,7 @@ bool softmaxXentImpl(const TensorView& zv, const TensorView& lv, const TensorVie
 
 template <typename T>
 bool softmaxXentGradImpl(const TensorView& zv, const TensorView& lv, const TensorView& dlv,
-                         const TensorView& dzv) {
+                         const TensorView& dzv, const XentParams& p) {
   if (!labelsFit(zv, lv) || !isScalar(dlv) || dzv.shape != zv.shape)
     return LWRT_REJECT("softmax_xent_grad: logits must be [N, K], labels I64 or I32 [N], dloss a "
                        "scalar, dlogits of the logits' shape");
@@ -651,7 +661,8 @@ bool softmaxXentGradImpl(const TensorView& zv, const TensorView& lv, const Tenso
   if (n == 0)
     return true;
   LWRT_LAUNCH(xentGradRows<T>, rowBlocks(n), rowThreads(k), zv.as<T>(), lv.data,
-              lv.dtype == DType::I64, dlv.as<T>(), dzv.as<T>(), n, k, context().errorFlag);
+              lv.dtype == DType::I64, dlv.as<T>(), dzv.as<T>(), n, k, p.labelSmoothing,
+              context().errorFlag);
   return true;
 }
 
@@ -745,15 +756,16 @@ bool logSoftmaxGrad(const TensorView& y, const TensorView& dy, const TensorView&
                  [&](auto t) { return softmaxGradImpl<decltype(t)>(y, dy, dx, p, true); });
 }
 
-bool softmaxXent(const TensorView& logits, const TensorView& labels, const TensorView& loss) {
+bool softmaxXent(const TensorView& logits, const TensorView& labels, const TensorView& loss,
+                 const XentParams& p) {
   return floatOp("softmax_xent", {&logits, &loss},
-                 [&](auto t) { return softmaxXentImpl<decltype(t)>(logits, labels, loss); });
+                 [&](auto t) { return softmaxXentImpl<decltype(t)>(logits, labels, loss, p); });
 }
 
 bool softmaxXentGrad(const TensorView& logits, const TensorView& labels, const TensorView& dloss,
-                     const TensorView& dlogits) {
+                     const TensorView& dlogits, const XentParams& p) {
   return floatOp("softmax_xent_grad", {&logits, &dloss, &dlogits}, [&](auto t) {
-    return softmaxXentGradImpl<decltype(t)>(logits, labels, dloss, dlogits);
+    return softmaxXentGradImpl<decltype(t)>(logits, labels, dloss, dlogits, p);
   });
 }
 

@@ -843,7 +843,7 @@ __global__ void dropout16Kernel(const S* step, uint16_t* mask, int64_t n, int64_
 template <typename T, typename L>
 __global__ void sgdKernel(const T* w, const T* g, const T* m, const L* lr, T* wOut, T* mOut,
                           int64_t n, SgdParams p) {
-  double rate = static_cast<double>(*lr);
+  double rate = static_cast<double>(*lr) * p.lr_scale;
   bool nesterov = p.nesterov != 0;
   for (int64_t k = firstThread(); k < n; k += gridThreads()) {
     double wk = w[k];
@@ -865,7 +865,7 @@ __global__ void adamKernel(const T* w, const T* g, const T* m, const T* v, const
     corr[1] = 1.0 - ::pow(p.beta2, t);
   }
   __syncthreads();
-  double rate = static_cast<double>(*lr), c1 = corr[0], c2 = corr[1];
+  double rate = static_cast<double>(*lr) * p.lr_scale, c1 = corr[0], c2 = corr[1];
   double b1 = p.beta1, b2 = p.beta2;
   bool decoupled = p.decoupled != 0;
   for (int64_t k = firstThread(); k < n; k += gridThreads()) {

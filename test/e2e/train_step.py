@@ -8,7 +8,9 @@ every first-step gradient, every param after the last step, and the
 parameter change (param - initial param), against a float64 numpy
 implementation of the forward pass, mean softmax cross-entropy, the
 backward pass, the optimizers (SGD with momentum / Nesterov and weight decay,
-Adam, AdamW) and the LR schedules (linear warm-up, step, cosine).
+Adam, AdamW), the LR schedules (linear warm-up, step, cosine) and the
+recipes (label smoothing as PyTorch's CrossEntropyLoss(label_smoothing=E),
+frozen params: no gradient, unchanged bit for bit).
 
 Errors are normwise: max|lwcc - numpy| / max|numpy| over a tensor.
   * float64 models (TensorProto.DOUBLE) with --precision=f64: < 1e-9
@@ -19,6 +21,7 @@ Also checks that 50 steps of SGD with momentum (all lwcc's defaults) bring the M
 Prints one line per check and ends with "N passed, M failed"; exits 1 on
 any failure. Seeded; runs in a few seconds.
 """
+import fnmatch
 import math
 import os
 import re
@@ -65,11 +68,11 @@ class Mlp:
         return nodes, [helper.make_tensor_value_info("x", elem, [self.n, self.d])], \
             [helper.make_tensor_value_info("logits", elem, [self.n, self.c])]
 
-    def loss_grad(self, p, x, labels):
+    def loss_grad(self, p, x, labels, smoothing=0.0):
         h = x @ p["fc1.weight"].T + p["fc1.bias"]
         r = np.maximum(h, 0.0)
         y = r @ p["fc2.weight"].T + p["fc2.bias"]
-        loss, dy = softmax_xent(y, labels)
+        loss, dy = softmax_xent(y, labels, smoothing)
         g = {"fc2.weight": dy.T @ r, "fc2.bias": dy.sum(0)}
         dh = (dy @ p["fc2.weight"]) * (h > 0)
         g["fc1.weight"] = dh.T @ x
@@ -116,7 +119,7 @@ class Cnn:
                 cols[:, i, j] = xp[:, :, i:i + 3, j:j + 3]
         return cols.reshape(n, s * s, ci * 9)
 
-    def loss_grad(self, p, x, labels):
+    def loss_grad(self, p, x, labels, smoothing=0.0):
         n, co, s, h2 = x.shape[0], self.co, self.s, self.s // 2
         cols = self.im2col(x)                                  # [N, S*S, Ci*9]
         wmat = p["conv.weight"].reshape(co, -1)                # [Co, Ci*9]
@@ -128,7 +131,7 @@ class Cnn:
         pool = np.take_along_axis(win, arg[..., None], -1)[..., 0]
         flat = pool.reshape(n, -1)
         y = flat @ p["fc.weight"].T + p["fc.bias"]
-        loss, dy = softmax_xent(y, labels)
+        loss, dy = softmax_xent(y, labels, smoothing)
         g = {"fc.weight": dy.T @ flat, "fc.bias": dy.sum(0)}
         dpool = (dy @ p["fc.weight"]).reshape(n, co, h2, h2)
         dwin = np.zeros((n, co, h2, h2, 4))
@@ -141,15 +144,19 @@ class Cnn:
         return loss, g
 
 
-def softmax_xent(y, labels):
-    """Mean over the batch of -log softmax(y)[label]; returns (loss, dloss/dy)."""
-    n = y.shape[0]
+def softmax_xent(y, labels, smoothing=0.0):
+    """Mean over the batch of PyTorch's CrossEntropyLoss(label_smoothing=E):
+    (1-E)·(-log softmax(y)[label]) + E·mean_k(-log softmax(y)[k]); returns
+    (loss, dloss/dy)."""
+    n, k = y.shape
     z = y - y.max(1, keepdims=True)
     lse = np.log(np.exp(z).sum(1))
-    loss = float(np.mean(lse - z[np.arange(n), labels]))
-    sm = np.exp(z - lse[:, None])
-    sm[np.arange(n), labels] -= 1.0
-    return loss, sm / n
+    logp = z - lse[:, None]
+    nll = -logp[np.arange(n), labels]
+    loss = float(np.mean((1.0 - smoothing) * nll + smoothing * (-logp).mean(1)))
+    target = np.full((n, k), smoothing / k)
+    target[np.arange(n), labels] += 1.0 - smoothing
+    return loss, (np.exp(logp) - target) / n
 
 
 # ---------------------------------------------------------------------------
@@ -164,7 +171,8 @@ DEFAULTS = {
 
 class Optimizer:
     def __init__(self, kind="sgd", lr=None, momentum=None, wd=None, nesterov=False, beta1=None,
-                 beta2=None, schedule="constant", warmup=0, total=0, step_size=0, gamma=None):
+                 beta2=None, schedule="constant", warmup=0, total=0, step_size=0, gamma=None,
+                 smoothing=0.0, freeze=(), no_decay=False, groups=()):
         d = DEFAULTS[kind]
         self.kind = kind
         self.lr = d["lr"] if lr is None else lr
@@ -192,6 +200,34 @@ class Optimizer:
             self.flags.append(f"--total-steps={total}")
         if step_size:
             self.flags.append(f"--step-size={step_size}")
+        # Recipes: label smoothing, frozen params (globs), no decay on 1-D
+        # params (these models have no norms: their biases), parameter groups
+        # (glob, lr multiplier, weight decay or None; the first match wins).
+        self.smoothing, self.freeze = smoothing, list(freeze)
+        self.no_decay, self.groups = no_decay, list(groups)
+        if smoothing:
+            self.flags.append(f"--label-smoothing={smoothing!r}")
+        if self.freeze:
+            self.flags.append("--freeze=" + ",".join(self.freeze))
+        if no_decay:
+            self.flags.append("--no-decay=bias,norm")
+        for pat, mult, gwd in self.groups:
+            items = [f"lr={mult!r}"] + ([f"wd={gwd!r}"] if gwd is not None else [])
+            self.flags.append(f"--param-group={pat}:" + ",".join(items))
+
+    def group(self, name, ndim):
+        """(lr multiplier, weight decay) of a param."""
+        for pat, mult, gwd in self.groups:
+            if fnmatch.fnmatchcase(name, pat):
+                if gwd is not None:
+                    return mult, gwd
+                break
+        else:
+            mult = 1.0
+        return mult, 0.0 if self.no_decay and ndim <= 1 else self.wd
+
+    def frozen(self, name):
+        return any(fnmatch.fnmatchcase(name, pat) for pat in self.freeze)
 
     def lr_at(self, s):
         """PyTorch-style: linear warm-up, then constant / StepLR / cosine annealing (min 0)."""
@@ -207,22 +243,26 @@ class Optimizer:
 
     def update(self, p, g, state, s):
         """One step (step counter s, 0-based) of every param; returns the new params."""
-        lr = self.lr_at(s)
         out = {}
         for k, w in p.items():
+            if self.frozen(k):
+                out[k] = w
+                continue
+            mult, wd = self.group(k, w.ndim)
+            lr = self.lr_at(s) * mult
             gk = g[k]
             if self.kind == "sgd":
                 # torch.optim.SGD (dampening 0): buf = momentum*buf + (g + wd*w).
-                gk = gk + self.wd * w
+                gk = gk + wd * w
                 m = self.momentum * state.get(("m", k), 0.0) + gk
                 state[("m", k)] = m
                 out[k] = w - lr * (gk + self.momentum * m if self.nesterov else m)
             else:
                 # torch.optim.Adam (L2 in the gradient) / AdamW (decoupled decay).
                 if self.kind == "adamw":
-                    w = w * (1.0 - lr * self.wd)
+                    w = w * (1.0 - lr * wd)
                 else:
-                    gk = gk + self.wd * w
+                    gk = gk + wd * w
                 m = self.b1 * state.get(("m", k), 0.0) + (1.0 - self.b1) * gk
                 v = self.b2 * state.get(("v", k), 0.0) + (1.0 - self.b2) * gk * gk
                 state[("m", k)], state[("v", k)] = m, v
@@ -238,7 +278,7 @@ def reference(model, params, x, labels, opt, steps):
     p = {k: v.astype(np.float64) for k, v in params.items()}
     state, losses, grads0 = {}, [], None
     for s in range(steps):
-        loss, g = model.loss_grad(p, x, labels)
+        loss, g = model.loss_grad(p, x, labels, opt.smoothing)
         losses.append(loss)
         if grads0 is None:
             grads0 = g
@@ -276,7 +316,9 @@ def load(path):
     return numpy_helper.to_array(onnx.load_tensor(path)).astype(np.float64)
 
 
-def run_lwcc(model_path, inputs_dir, out_dir, precision, steps, flags, names):
+def run_lwcc(model_path, inputs_dir, out_dir, precision, steps, flags, names, trained=None):
+    """`trained`: the params that get a gradient (default: all of `names`)."""
+    trained = names if trained is None else trained
     cmd = [LWCC, model_path, "--train-reference", "--inputs", inputs_dir, "--steps", str(steps),
            "--dump", out_dir, "--precision=" + precision] + flags
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -284,12 +326,12 @@ def run_lwcc(model_path, inputs_dir, out_dir, precision, steps, flags, names):
         raise RuntimeError(f"exit {r.returncode}: {' '.join(cmd)}\n{r.stdout}{r.stderr}")
     losses = [float(load(os.path.join(out_dir, f"loss_{s}.pb"))) for s in range(steps)]
     files = set(os.listdir(out_dir))
-    want = {f"grad_{safe(n)}.pb" for n in names} | {f"param_{safe(n)}.pb" for n in names}
+    want = {f"grad_{safe(n)}.pb" for n in trained} | {f"param_{safe(n)}.pb" for n in names}
     missing = sorted(want - files)
     extra = sorted(f for f in files if f.startswith(("grad_", "param_")) and f not in want)
     if missing or extra:
         raise RuntimeError(f"dump files: missing {missing}, unexpected {extra}")
-    grads = {n: load(os.path.join(out_dir, f"grad_{safe(n)}.pb")) for n in names}
+    grads = {n: load(os.path.join(out_dir, f"grad_{safe(n)}.pb")) for n in trained}
     params = {n: load(os.path.join(out_dir, f"param_{safe(n)}.pb")) for n in names}
     return losses, grads, params
 
@@ -326,9 +368,10 @@ def compare(res, tmp, model, dtype, opt, steps, label):
     out_dir = tempfile.mkdtemp(dir=tmp)
     name = f"{tag} {label}, {steps} step{'s' if steps > 1 else ''} [{' '.join(opt.flags)}]"
     names = list(model.init)
+    trained = [n for n in names if not opt.frozen(n)]
     try:
         got_l, got_g, got_p = run_lwcc(model_path, inputs_dir, out_dir, precision, steps,
-                                       opt.flags, names)
+                                       opt.flags, names, trained)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         res.record(False, f"{name}: {e}")
         return
@@ -338,16 +381,19 @@ def compare(res, tmp, model, dtype, opt, steps, label):
     want_l, want_g, want_p = reference(model, init, x, model.labels, opt, steps)
     errs = {
         "loss": max(relerr(a, b) for a, b in zip(got_l, want_l)),
-        "grad": max(relerr(got_g[n], want_g[n]) for n in names),
+        "grad": max(relerr(got_g[n], want_g[n]) for n in trained),
         "param": max(relerr(got_p[n], want_p[n]) for n in names),
     }
     worst_at = {
-        "grad": max(names, key=lambda n: relerr(got_g[n], want_g[n])),
+        "grad": max(trained, key=lambda n: relerr(got_g[n], want_g[n])),
         "param": max(names, key=lambda n: relerr(got_p[n], want_p[n])),
     }
     if dtype == np.float64:
         # The change of each param: not hidden behind the param's own magnitude.
-        errs["update"] = max(relerr(got_p[n] - init[n], want_p[n] - init[n]) for n in names)
+        errs["update"] = max(relerr(got_p[n] - init[n], want_p[n] - init[n]) for n in trained)
+        # Frozen params: bit for bit what they started as.
+        errs["frozen"] = max([float(np.max(np.abs(got_p[n] - init[n])))
+                              for n in names if n not in trained] or [0.0])
         worst_at["update"] = max(names, key=lambda n: relerr(got_p[n] - init[n],
                                                              want_p[n] - init[n]))
     for k, e in errs.items():
@@ -413,8 +459,29 @@ def main():
                 compare(res, tmp, model, dtype,
                         Optimizer("adam", lr=0.01, schedule="step", warmup=2, step_size=1,
                                   gamma=0.7), 6, "warmup+step")
+                # 5. Recipes: label smoothing, frozen params.
+                compare(res, tmp, model, dtype, Optimizer("sgd", smoothing=0.1), 3,
+                        "label smoothing")
+                compare(res, tmp, model, dtype, Optimizer("adamw", smoothing=0.25), 3,
+                        "label smoothing")
+                first = list(model.init)[0].split(".")[0]
+                compare(res, tmp, model, dtype, Optimizer("sgd", freeze=[first + ".*"]), 3,
+                        "frozen " + first)
+                compare(res, tmp, model, dtype,
+                        Optimizer("adam", smoothing=0.1, freeze=["*.b?as"]), 3,
+                        "frozen biases + smoothing")
+                compare(res, tmp, model, dtype, Optimizer("sgd", wd=0.05, no_decay=True), 3,
+                        "no decay on biases")
+                last = list(model.init)[-1].split(".")[0]
+                compare(res, tmp, model, dtype,
+                        Optimizer("sgd", wd=0.01, no_decay=True,
+                                  groups=[(last + ".*", 0.1, None), ("*", 2.0, 0.03)]), 3,
+                        "param groups")
+                compare(res, tmp, model, dtype,
+                        Optimizer("adamw", groups=[(last + ".weight", 3.0, 0.2)]), 3,
+                        "param groups")
 
-        # 5. 50 steps of SGD with momentum on one batch, all of lwcc's defaults
+        # 6. 50 steps of SGD with momentum on one batch, all of lwcc's defaults
         # (lr 0.01, momentum 0.9, weight decay 5e-4): the loss falls >= 10x.
         mlp = models[0]
         out_dir = tempfile.mkdtemp(dir=tmp)

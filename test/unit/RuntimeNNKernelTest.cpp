@@ -575,14 +575,20 @@ TEST(RuntimeNNKernels, LogSoftmaxAndGrad) {
 TEST(RuntimeNNKernels, SoftmaxXentAndGrad) {
   forSeeds(kSeeds, [](KernelCase& c) {
     int64_t N = c.randInt(1, 8), K = c.randInt(1, 9);
-    c.note("N ").note(N).note(" K ").note(K);
+    // Label smoothing: none in half the cases, else E in [0, 1].
+    double e = c.randInt(0, 1) ? 0.0 : c.randInt(0, 10) / 10.0;
+    c.note("N ").note(N).note(" K ").note(K).note(" E ").note(e);
+    std::vector<NamedAttr> attrs;
+    if (e != 0)
+      attrs.push_back({"label_smoothing", Attribute(e)});
+    lwrt::XentParams p{e};
     Value *z = c.input({N, K}, -5, 5), *l = c.labels(N, K);
-    c.check(c.emit(OpKind::SoftmaxXent, {z, l}), [](const Views& in, const Views& out) {
-      return lwrt::cpu::softmaxXent(in[0], in[1], out[0]);
+    c.check(c.emit(OpKind::SoftmaxXent, {z, l}, attrs), [&](const Views& in, const Views& out) {
+      return lwrt::cpu::softmaxXent(in[0], in[1], out[0], p);
     });
-    c.check(c.emit(OpKind::SoftmaxXentGrad, {z, l, c.input({}, -2, 2)}),
-            [](const Views& in, const Views& out) {
-              return lwrt::cpu::softmaxXentGrad(in[0], in[1], in[2], out[0]);
+    c.check(c.emit(OpKind::SoftmaxXentGrad, {z, l, c.input({}, -2, 2)}, attrs),
+            [&](const Views& in, const Views& out) {
+              return lwrt::cpu::softmaxXentGrad(in[0], in[1], in[2], out[0], p);
             });
   });
 }
@@ -630,9 +636,9 @@ TEST(RuntimeNNKernels, RefusesOtherTypesAndMismatchedShapes) {
   // Labels out of range, and the shape check of a loss.
   lwrt::TensorView z{f.data(), lwrt::DType::F32, {2, 4}}, loss{g.data(), lwrt::DType::F32, {}};
   lwrt::TensorView labels{ints.data(), lwrt::DType::I64, {2}};
-  EXPECT_FALSE(lwrt::cpu::softmaxXent(z, labels, loss));
+  EXPECT_FALSE(lwrt::cpu::softmaxXent(z, labels, loss, {}));
   ints[0] = ints[1] = 3;
-  EXPECT_TRUE(lwrt::cpu::softmaxXent(z, labels, loss));
+  EXPECT_TRUE(lwrt::cpu::softmaxXent(z, labels, loss, {}));
   EXPECT_NEAR(g[0], std::log(4.0), 1e-6);
   EXPECT_FALSE(lwrt::cpu::mseLoss(z, a, loss));
 }

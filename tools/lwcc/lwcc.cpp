@@ -23,6 +23,7 @@
 #include "passes/Pass.h"
 #include "passes/StepOrder.h"
 #include "tools/lwcc/PlanReport.h"
+#include "tools/lwcc/Recipes.h"
 #include "tools/lwcc/TrainerBuild.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -329,7 +330,7 @@ std::string optimizerOptions() {
   o += ",warmup=" + std::to_string(warmupSteps);
   o += ",total_steps=" + std::to_string(totalSteps);
   o += ",step_size=" + std::to_string(stepSize);
-  return o;
+  return o + recipes::optimizerOptions();
 }
 
 /// Seconds the last strategy pass (parallelize, hypergraph) took.
@@ -542,8 +543,10 @@ std::string lossScaleOptions() {
 llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& name) {
   PlanName plan = parsePlanName(name);
   const std::string& strat = plan.strategy;
-  std::vector<std::string> names = {"canonicalize", "append-loss=" + loss,
-                                    "train-mode=bn_running_var=" + bnRunningVar};
+  std::vector<std::string> names = {"canonicalize", recipes::appendLossPass(loss)};
+  for (std::string& p : recipes::beforeTrainMode())
+    names.push_back(std::move(p));
+  names.push_back("train-mode=bn_running_var=" + bnRunningVar);
   if (mixedPrecision != "off")
     names.push_back("mixed-precision=dtype=" + mixedPrecision);
   std::string micro = "microbatch=m=" + std::to_string(plan.microbatches);
@@ -1096,7 +1099,7 @@ int runReferenceMode(const Module& m) {
 } // namespace
 
 int main(int argc, char** argv) {
-  cl::HideUnrelatedOptions(category);
+  cl::HideUnrelatedOptions({&category, &recipes::optionCategory()});
   if (!cl::ParseCommandLineOptions(argc, argv, "lwcc: ONNX to training programs\n", &llvm::errs()))
     return 2;
   if (listOnnxOps) {
@@ -1127,6 +1130,8 @@ int main(int argc, char** argv) {
                  << " is not one of: " << list << "\n";
     return 2;
   }
+  if (int rc = recipes::checkUsage(loss))
+    return rc;
   if (lrSchedule == "cosine" && totalSteps < 1) {
     llvm::errs() << "lwcc: --lr-schedule=cosine needs --total-steps=N (N >= 1)\n";
     return 2;

@@ -47,6 +47,7 @@ using lwrt::LayerNormParams;
 using lwrt::LrnParams;
 using lwrt::MaxPool2dParams;
 using lwrt::SoftmaxParams;
+using lwrt::XentParams;
 
 //===--- Convolution ------------------------------------------------------===//
 
@@ -140,11 +141,14 @@ bool softmaxGrad(const TensorView& y, const TensorView& dy, const TensorView& dx
 /// (y, dy) -> dx = dy - exp(y) * sum(dy).
 bool logSoftmaxGrad(const TensorView& y, const TensorView& dy, const TensorView& dx,
                     const SoftmaxParams& p);
-/// (logits[N,K], labels I64 or I32 [N]) -> scalar mean cross-entropy.
-bool softmaxXent(const TensorView& logits, const TensorView& labels, const TensorView& loss);
-/// (logits, labels, dloss scalar) -> dlogits = (softmax - onehot) * dloss / N.
+/// (logits[N,K], labels I64 or I32 [N]) -> scalar mean cross-entropy
+/// against (1 - E)·onehot(label) + E/K, E = p.labelSmoothing.
+bool softmaxXent(const TensorView& logits, const TensorView& labels, const TensorView& loss,
+                 const XentParams& p);
+/// (logits, labels, dloss scalar) -> dlogits = (softmax - (1 - E)·onehot - E/K)
+/// * dloss / N.
 bool softmaxXentGrad(const TensorView& logits, const TensorView& labels, const TensorView& dloss,
-                     const TensorView& dlogits);
+                     const TensorView& dlogits, const XentParams& p);
 /// (pred, target) -> scalar mean of squared differences (sum / max(1, n)).
 bool mseLoss(const TensorView& pred, const TensorView& target, const TensorView& loss);
 /// (pred, target, dloss scalar) -> dpred = 2 (pred - target) dloss / max(1, n).

@@ -1,6 +1,6 @@
 // lwrt/nn_params.h - the parameter structs of the neural-network kernels
 // defines: Conv2dParams, MaxPool2dParams, AvgPool2dParams, LrnParams, GemmParams, SoftmaxParams,
-//   BatchNormParams, BatchNormTrainParams
+//   XentParams, BatchNormParams, BatchNormTrainParams
 //
 // Shared by every backend (lwrt/cpu_nn.h, lwrt/cuda_nn.h), so that a
 // generated trainer spells its parameters the same way whichever backend it
@@ -59,6 +59,12 @@ struct GemmParams {
 /// axis counts from the end.
 struct SoftmaxParams {
   int64_t axis = -1;
+};
+
+/// softmax_xent and softmax_xent_grad: the target distribution is
+/// (1 - labelSmoothing)·onehot(label) + labelSmoothing / K.
+struct XentParams {
+  double labelSmoothing = 0;
 };
 
 /// batch_norm (inference). momentum does not affect inference.

@@ -136,10 +136,12 @@ inline bool dropoutPiece(const std::vector<int64_t>& shape, const DropoutMaskPar
                         p.offsets.data(), piece);
 }
 
+/// sgd_update. A parameter group's step takes lr * lr_scale.
 struct SgdParams {
   double momentum = 0.9;
   double weight_decay = 5e-4;
   int64_t nesterov = 0;
+  double lr_scale = 1.0;
 };
 
 struct AdamParams {
@@ -148,6 +150,7 @@ struct AdamParams {
   double epsilon = 1e-8;
   double weight_decay = 0.0;
   int64_t decoupled = 0;
+  double lr_scale = 1.0;
 };
 
 } // namespace lwrt

@@ -76,6 +76,7 @@ struct Hyper {
   int schedule = 0;      ///< LrScheduleKind: 0 constant, 1 step, 2 cosine
   int64_t warmupSteps = 0, totalSteps = 0, stepSize = 0;
   double gamma = 0.1, minLr = 0;
+  double labelSmoothing = 0; ///< of the softmax cross-entropy loss
 };
 
 struct StepBuffers;

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The training recipes on several devices train like one device.
+
+LeNet at test size (batch 8) compiled with label smoothing, frozen
+convolutions, no decay on biases and a parameter group
+(`--label-smoothing=0.1 --freeze=conv1.* --no-decay=bias,norm
+--param-group=fc3.*:lr=0.5,wd=0.002`), as a `--gpus 1` CPU trainer and as
+`--gpus 2 --strategy=data|model` and `--gpus 4 --strategy=owt|layerwise`
+ones, and the same in bf16 mixed precision (`--gpus 1` and `--gpus 2
+--strategy=data`): 5 steps on synthetic data with the same seed, checked
+with multi_device_trainer.py's comparison (losses, params, evaluation
+logits and the export against one device's; in bf16 the first loss only,
+as 16-bit gradients of each device's piece round differently). Every trainer keeps the
+frozen params bit for bit as the model has them (the exported
+initializers). Ends with "N passed, M failed".
+
+    python3 test/e2e/recipes_multi_device.py
+"""
+import concurrent.futures
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import multi_device_trainer as md
+import onnx
+from onnx import numpy_helper
+
+RECIPES = ["--label-smoothing=0.1", "--freeze=conv1.*", "--no-decay=bias,norm",
+           "--param-group=fc3.*:lr=0.5,wd=0.002"]
+FROZEN = ("conv1.weight", "conv1.bias")
+
+
+def initializers(path):
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="lwcc-recipes-")
+    try:
+        model = os.path.join(tmp, "lenet.onnx")
+        r = md.run([sys.executable, md.GEN, "lenet", "--test-size", "--batch", "8", "-o", model])
+        if r.returncode:
+            md.report(False, "lenet: generate", r.stderr[-500:])
+            return 1
+        # (precision, gpus, strategy); gpus 1 is each precision's reference.
+        cases = [("f32", 1, "data"), ("f32", 2, "data"), ("f32", 2, "model"),
+                 ("f32", 4, "owt"), ("f32", 4, "layerwise"), ("bf16", 1, "data"),
+                 ("bf16", 2, "data")]
+
+        def key(c):
+            return f"{c[0]}-g{c[1]}-{c[2]}"
+
+        def make(c):
+            flags = list(RECIPES)
+            if c[0] != "f32":
+                flags.append(f"--mixed-precision={c[0]}")
+            if c[1] > 1:
+                flags += [f"--gpus={c[1]}", f"--strategy={c[2]}"]
+            return md.build(model, flags, os.path.join(tmp, key(c)))
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            built = dict(zip(map(key, cases), pool.map(make, cases)))
+        start = initializers(model)
+        runs = {}
+        for c in cases:
+            exe, err = built[key(c)]
+            if not exe:
+                md.report(False, f"{key(c)}: build", err)
+                continue
+            work = os.path.join(tmp, key(c), "run")
+            r = md.train(exe, work, [f"--steps={md.STEPS}", "--eval", "--log=log.jsonl",
+                                     "--dump=dump", "--export=model.onnx"] +
+                         (["--check-replicas"] if c[1] > 1 else []), c[1])
+            if r.returncode:
+                md.report(False, f"{key(c)}: train", (r.stdout + r.stderr)[-1500:])
+                continue
+            runs[c] = work
+            trained = initializers(os.path.join(work, "model.onnx"))
+            same = [n for n in FROZEN if (trained[n] == start[n]).all()]
+            moved = [n for n in ("fc3.weight", "fc1.bias") if not (trained[n] == start[n]).all()]
+            md.report(len(same) == len(FROZEN) and len(moved) == 2,
+                      f"{key(c)}: frozen params bit-identical after training, the others moved",
+                      f"unchanged frozen {same}, moved {moved}")
+        for c, work in runs.items():
+            ref = runs.get((c[0], 1, "data"))
+            if c[1] > 1 and ref and c[0] == "f32":
+                md.compare(f"lenet recipes {c[0]} --gpus {c[1]} --strategy={c[2]}", ref, work)
+            elif c[1] > 1 and ref:
+                # 16-bit gradients of each device's piece round differently from
+                # one device's, and SGD amplifies it: the first step only.
+                a = md.losses(os.path.join(ref, "log.jsonl"))[0]
+                b = md.losses(os.path.join(work, "log.jsonl"))[0]
+                md.report(abs(a - b) <= md.LOSS_TOL * abs(a),
+                          f"lenet recipes {c[0]} --gpus {c[1]} --strategy={c[2]}: first loss "
+                          f"within {md.LOSS_TOL} relative", f"{b} vs {a}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{md.passed} passed, {md.failed} failed")
+    return 0 if md.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
