@@ -317,6 +317,8 @@ cmd_test() {
     "$BIN_DIR/lwemu-unittests" --gtest_brief=1
   suite "CUDA trainers on the emulated GPU vs CPU trainers" parse_counts python3 test/e2e/emulated_gpu.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
+  suite "training recipes on several devices vs one" parse_counts python3 test/e2e/recipes_multi_device.py
+  suite "fine-tuning with frozen layers" parse_counts python3 test/e2e/finetune.py
   suite "parallel strategies vs one device" parse_counts python3 test/e2e/parallel_step.py
   suite "pipelines and micro-batches vs one device" parse_counts python3 test/e2e/pipeline_step.py
   suite "ThreadSanitizer: --gpus 4 CPU trainers" parse_counts tsan_suite

@@ -18,7 +18,8 @@ logits, and the export in onnxruntime. Cases:
   - bf16 and fp16 mixed precision (within their rounding: 2e-2);
   - --gpus 2 data, --gpus 4 layerwise and model, a --gpus 4 1F1B pipeline,
     --streams=4 on one GPU, --kernels=own, CUDA graphs off, cuDNN's legacy
-    API asked for;
+    API asked for, algorithms chosen by timing (--cudnn-benchmark), the
+    training recipes (label smoothing, frozen layers, parameter groups);
   - kill-and-resume on the emulated device: a run killed after its step-3
     checkpoint and resumed ends bit-identical to an uninterrupted one;
   - the trainer says on its first line that it runs on an emulated GPU.
@@ -123,6 +124,9 @@ def cases(models):
         ("lenet --gpus 2 --streams=2", "lenet", ["--gpus=2", "--strategy=data", "--streams=2"],
          [], 1),
         ("alexnet --cudnn-benchmark", "alexnet", [], ["--cudnn-benchmark"], 1),
+        ("lenet recipes", "lenet", ["--label-smoothing=0.1", "--freeze=conv1.*",
+                                    "--no-decay=bias,norm", "--param-group=fc3.*:lr=0.5,wd=0.002"],
+         [], 1),
         ("resnet18 --kernels=own", "resnet18", [], ["--kernels=own"], 1),
         ("resnet18 --no-cuda-graph", "resnet18", [], ["--no-cuda-graph"], 1),
         ("alexnet --cudnn-api=legacy", "alexnet", [], ["--cudnn-api=legacy"], 1),
