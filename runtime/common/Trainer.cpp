@@ -69,6 +69,7 @@ const char* kUsage =
     "  --beta1=X --beta2=X --eps=X --lr-schedule=constant|step|cosine --warmup-steps=N\n"
     "  --total-steps=N --step-size=N --gamma=X --min-lr=X\n"
     "  --label-smoothing=E  the cross-entropy's label smoothing, in [0, 1]\n"
+    "  --clip-grad-norm=X   the gradients' largest global L2 norm (lwcc --clip-grad-norm)\n"
     "output:\n"
     "  --progress=auto|live|lines|off   --print-every=K   --log=FILE.jsonl\n"
     "  --checkpoint-dir=DIR --checkpoint-every=K --keep-checkpoints=K (default 3)\n"
@@ -603,7 +604,14 @@ std::string Trainer::finishStep(const Launched& l, bool sync) {
     }
     lossScale_ = scale;
   }
-  progress_->step(l.step + 1, loss);
+  // Clipped gradients: their norm in the step, after the scale.
+  std::optional<double> gradNorm;
+  if (m_.gradNormParam >= 0) {
+    float v = 0;
+    std::memcpy(&v, l.loss + 12, sizeof v);
+    gradNorm = v;
+  }
+  progress_->step(l.step + 1, loss, gradNorm);
   if (log_) {
     StepRecord r;
     r.step = l.step + 1;
@@ -622,6 +630,7 @@ std::string Trainer::finishStep(const Launched& l, bool sync) {
       r.lossScale = lossScale_;
       r.skipped = skipped;
     }
+    r.gradNorm = gradNorm;
     log_->step(r);
   }
   std::string bad = checkFiniteLoss(l.step + 1, loss);
@@ -1136,11 +1145,13 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     Launched now{s, 0, lossHost_ + 16 * (s % 2)};
     unsigned char* scaleHost = const_cast<unsigned char*>(now.loss) + 8;
-    const int scaleParam = m_.lossScaleParam;
+    unsigned char* normHost = const_cast<unsigned char*>(now.loss) + 12;
+    const int scaleParam = m_.lossScaleParam, normParam = m_.gradNormParam;
     if (multi_) { // every device's functions, together
       if (!multi_->step(batch, &o_.hyper, deviceMarks, error) ||
           !multi_->downloadLossAsync(const_cast<unsigned char*>(now.loss), error) ||
           (scaleParam >= 0 && !multi_->downloadParamAsync(scaleParam, scaleHost, 4, error)) ||
+          (normParam >= 0 && !multi_->downloadParamAsync(normParam, normHost, 4, error)) ||
           !multi_->fence(&now.fence, error))
         return fail("step " + std::to_string(s + 1) + ": " + error);
     } else {
@@ -1157,6 +1168,10 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
            !runner_->downloadAsync(scaleHost,
                                    state_.ptr + m_.params[static_cast<size_t>(scaleParam)].offset,
                                    4, &error)) ||
+          (normParam >= 0 &&
+           !runner_->downloadAsync(normHost,
+                                   state_.ptr + m_.params[static_cast<size_t>(normParam)].offset, 4,
+                                   &error)) ||
           !runner_->fence(&now.fence, &error))
         return fail("step " + std::to_string(s + 1) + ": op " + error);
     }
@@ -1425,6 +1440,12 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
       if (!numArg(o.hyper.labelSmoothing) || !(o.hyper.labelSmoothing >= 0) ||
           o.hyper.labelSmoothing > 1)
         return bad("takes a number in [0, 1]");
+    } else if (key == "--clip-grad-norm") {
+      if (m.defaults.clipGradNorm == 0)
+        return bad("needs a trainer whose step clips gradients (lwcc --clip-grad-norm=X)");
+      if (!numArg(o.hyper.clipGradNorm) || !(o.hyper.clipGradNorm > 0) ||
+          !std::isfinite(o.hyper.clipGradNorm))
+        return bad("takes a finite number > 0");
     } else if (key == "--progress") {
       if (value != "auto" && value != "live" && value != "lines" && value != "off")
         return bad("is auto, live, lines or off");
