@@ -47,6 +47,9 @@ const char* kUsage =
     "  --augment=standard|flip|none   folder and cifar10 training transform: random\n"
     "                       resized crop and flip (folder default), flip (cifar10\n"
     "                       default), or resize alone\n"
+    "  --eval-crop=F        folder and cifar10 evaluation: Resize(size / F) + CenterCrop\n"
+    "                       (F in (0, 1], e.g. 0.875); default: a folder's 0.875 crop after\n"
+    "                       --augment=standard, the resized whole image otherwise\n"
     "  --mean=A[,B,C] --std=A[,B,C]   folder and cifar10 normalization per channel\n"
     "                       (default ImageNet's; 0.5, 0.5 for one channel)\n"
     "  --skip-bad-images    leave out unreadable images and folders with a warning\n"
@@ -114,6 +117,7 @@ const char* kUsage =
 struct Options {
   std::string data = "synthetic";
   std::string augment;          ///< "" (the data's default), standard, flip, none
+  double evalCrop = 0;          ///< --eval-crop: the evaluation center crop's fraction (0: none)
   std::vector<float> mean, std; ///< folder and cifar10 normalization (empty: defaults)
   bool skipBadImages = false;
   int64_t trainExamples = 0, evalExamples = 0, syntheticBatches = 100;
@@ -957,6 +961,7 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     io.seed = o_.seed;
     io.maxExamples = o_.trainExamples;
     io.skipBad = o_.skipBadImages;
+    io.evalCrop = o_.evalCrop;
     io.threads = dataThreads();
     io.warn = [program = program_](const std::string& w) {
       std::fprintf(stderr, "%s: warning: %s\n", program, w.c_str());
@@ -1316,6 +1321,9 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
         return bad("is synthetic, idx:DIR, folder:DIR, cifar10:DIR or raw:DIR");
       if (isImageData(o.data) && o.data.back() == ':')
         return bad("names no folder");
+    } else if (key == "--eval-crop") {
+      if (!numArg(o.evalCrop) || !(o.evalCrop > 0) || o.evalCrop > 1)
+        return bad("takes a fraction in (0, 1], such as 0.875");
     } else if (key == "--augment") {
       Augment augment;
       if (!parseAugment(value, augment))
@@ -1549,10 +1557,11 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     return usageError(program, "--lr-schedule=step needs --step-size=N");
   if (o.checkpointEvery > 0 && o.checkpointDir.empty())
     return usageError(program, "--checkpoint-every needs --checkpoint-dir");
-  if ((!o.augment.empty() || !o.mean.empty() || !o.std.empty() || o.skipBadImages) &&
+  if ((!o.augment.empty() || !o.mean.empty() || !o.std.empty() || o.skipBadImages ||
+       o.evalCrop > 0) &&
       !isImageData(o.data))
-    return usageError(program, "--augment, --mean, --std and --skip-bad-images apply to "
-                               "--data=folder:DIR and --data=cifar10:DIR");
+    return usageError(program, "--augment, --eval-crop, --mean, --std and --skip-bad-images "
+                               "apply to --data=folder:DIR and --data=cifar10:DIR");
   if (cluster && (o.profile > 0 || !o.profileOps.empty() || !o.trace.empty()))
     return usageError(program, "--profile, --profile-ops and --trace: not yet under mpirun (run "
                                "the trainer as one process to profile it)");
