@@ -130,8 +130,8 @@ std::vector<int64_t> samplesPerDevice(const Graph& g, int64_t devices) {
 }
 
 /// The include lines of the runtime headers beyond <ns>_nn.h and
-/// <ns>_tensor.h that the ops of `g` call into (activations, resize, and
-/// the position-encoding and norm ops).
+/// <ns>_tensor.h that the ops of `g` call into (activations, resize, the
+/// position-encoding and norm ops, and gradient clipping).
 std::string runtimeHeadersOf(const Graph& g, const char* ns) {
   static const std::set<OpKind> activationOps = [] {
     std::set<OpKind> ops = {OpKind::PRelu,   OpKind::PReluGrad, OpKind::Max,     OpKind::Min,
@@ -144,9 +144,10 @@ std::string runtimeHeadersOf(const Graph& g, const char* ns) {
   static const std::set<OpKind> encodingOps = {
       OpKind::CumSum, OpKind::Tile,     OpKind::Mod,      OpKind::Sin,
       OpKind::Cos,    OpKind::ReduceL1, OpKind::ReduceL2, OpKind::ReduceSumSquare};
-  bool activation = false, resize = false, encoding = false;
+  bool activation = false, resize = false, encoding = false, clip = false;
   for (const auto& op : g.ops()) {
     activation |= activationOps.count(op->kind()) > 0;
+    clip |= op->kind() == OpKind::SquareSum || op->kind() == OpKind::ClipCoef;
     resize |= op->kind() == OpKind::Resize || op->kind() == OpKind::ResizeGrad;
     encoding |= encodingOps.count(op->kind()) > 0;
   }
@@ -157,6 +158,8 @@ std::string runtimeHeadersOf(const Graph& g, const char* ns) {
     out += std::string("#include \"lwrt/") + ns + "_resize.h\"\n";
   if (encoding)
     out += std::string("#include \"lwrt/") + ns + "_encoding.h\"\n";
+  if (clip)
+    out += std::string("#include \"lwrt/") + ns + "_grad_clip.h\"\n";
   return out;
 }
 
@@ -479,6 +482,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     if (p->paramName() == "loss_scale" && o.lossScaleInit > 0)
       os << "  model.lossScaleParam = " << i << ";\n"
          << "  model.lossScaleInit = " << num(o.lossScaleInit) << ";\n";
+    if (p->paramName() == "grad_norm" && p->type().dtype == DType::F32)
+      os << "  model.gradNormParam = " << i << ";\n";
   }
   auto placeOf = [&](const Value* v) -> const std::pair<std::string, int64_t>& {
     return multi ? md.where[static_cast<size_t>(valueDevice(v).value_or(0))].at(v) : where.at(v);

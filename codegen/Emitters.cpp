@@ -277,6 +277,9 @@ const std::map<OpKind, ParamsFn>& paramsFormatters() {
       {OpKind::AdamUpdate, adamP},
       {OpKind::LrSchedule, lrP},
       {OpKind::AllFinite, [](const Op&) { return std::string("AllFiniteParams{}"); }},
+      {OpKind::SquareSum, [](const Op&) { return std::string("SquareSumParams{}"); }},
+      {OpKind::ClipCoef,
+       [](const Op& op) { return "ClipCoefParams{" + num(op.getFloat("max_norm")) + "}"; }},
       {OpKind::LayerNorm, layerNormP},
       {OpKind::LayerNormGrad, layerNormP},
       {OpKind::Erf, none},
@@ -344,6 +347,8 @@ std::string hyperParams(const Op& op) {
   case OpKind::SoftmaxXent:
   case OpKind::SoftmaxXentGrad:
     return "XentParams{h.labelSmoothing}";
+  case OpKind::ClipCoef:
+    return "ClipCoefParams{h.clipGradNorm}";
   default:
     return "";
   }

@@ -73,8 +73,8 @@ inline std::string statement(const Op& op, Names& names) {
 using Places = std::map<const Value*, std::pair<std::string, int64_t>>;
 
 /// The optimizer settings the update ops share (and the loss's label
-/// smoothing); they become the trainer's defaults and the generated calls
-/// read them from `h` (StepBuffers::hyper).
+/// smoothing, the gradients' clipping norm); they become the trainer's
+/// defaults and the generated calls read them from `h` (StepBuffers::hyper).
 struct HyperDefaults {
   std::string family = "Hyper::None";
   std::string fields; ///< assignments to model.defaults
@@ -82,8 +82,13 @@ struct HyperDefaults {
 
 inline llvm::Expected<HyperDefaults> hyperDefaults(const Graph& g) {
   HyperDefaults d;
-  const Op *update = nullptr, *schedule = nullptr, *xent = nullptr;
+  const Op *update = nullptr, *schedule = nullptr, *xent = nullptr, *clip = nullptr;
   for (const auto& op : g.ops()) {
+    if (op->kind() == OpKind::ClipCoef) {
+      if (clip && clip->getFloat("max_norm") != op->getFloat("max_norm"))
+        return op->emitError("codegen: the clip_coef ops differ in max_norm");
+      clip = op.get();
+    }
     if (op->kind() == OpKind::SoftmaxXent || op->kind() == OpKind::SoftmaxXentGrad) {
       if (xent && xent->getFloat("label_smoothing") != op->getFloat("label_smoothing"))
         return op->emitError("codegen: the softmax_xent ops differ in label_smoothing");
@@ -139,6 +144,8 @@ inline llvm::Expected<HyperDefaults> hyperDefaults(const Graph& g) {
   }
   if (xent)
     f << "  model.defaults.labelSmoothing = " << num(xent->getFloat("label_smoothing")) << ";\n";
+  if (clip)
+    f << "  model.defaults.clipGradNorm = " << num(clip->getFloat("max_norm")) << ";\n";
   d.fields = f.str();
   return d;
 }

@@ -134,11 +134,14 @@ AvgWindow avgPoolWindow(const Op& op, const Shape& xs, int64_t oh, int64_t ow);
 // Position encodings and norms (ir/EncodingOps.cpp).
 #define LWCC_ENCODING_KERNELS(X)                                                                   \
   X(CumSum) X(Tile) X(Mod) X(Sin) X(Cos) X(ReduceL1) X(ReduceL2) X(ReduceSumSquare)
+// Gradient clipping (ir/GradClipOps.cpp).
+#define LWCC_GRAD_CLIP_KERNELS(X) X(SquareSum) X(ClipCoef)
 #define X(E) llvm::Error eval##E(EvalCtx&);
 LWCC_TRAIN_KERNELS(X)
 LWCC_COMM_KERNELS(X)
 LWCC_ZOO_KERNELS(X)
 LWCC_ENCODING_KERNELS(X)
+LWCC_GRAD_CLIP_KERNELS(X)
 #undef X
 
 namespace kernels {

@@ -187,6 +187,9 @@ Rule sgdUpdate(const Op&);
 Rule adamUpdate(const Op&);
 Rule lrSchedule(const Op&);
 Rule allFinite(const Op&);
+// Gradient clipping (GradClipOps.cpp).
+Rule squareSum(const Op&);
+Rule clipCoef(const Op&);
 Rule assign(const Op&);
 /// Ops kept for their effect on the schedule (record, wait).
 Rule noResults(const Op&);

@@ -66,6 +66,7 @@ bool makeSpec(const std::vector<int64_t>& shape, const ImageDataOptions& options
   spec.outW = shape[3];
   spec.outC = channels;
   spec.norm = Normalize::of(mean, std);
+  spec.cropFraction = options.cropFraction;
   return true;
 }
 
@@ -440,7 +441,27 @@ bool openImageDataSet(const std::string& spec, const std::vector<int64_t>& shape
   ImageDataOptions evalOptions = options;
   evalOptions.shuffle = false;
   evalOptions.maxExamples = evalExamples;
+  // Evaluation sees what training saw: a folder's ImageNet center crop
+  // after random resized crops, the whole image after resizes of the whole
+  // image (and CIFAR-10's whole 32x32 images).
+  if (options.evalCrop > 0) {
+    evalOptions.augment = Augment::CenterCrop;
+    evalOptions.cropFraction = options.evalCrop;
+  } else {
+    evalOptions.augment =
+        folder && options.augment == Augment::Standard ? Augment::CenterCrop : Augment::None;
+    evalOptions.cropFraction = kDefaultCropFraction;
+  }
   out.notes.clear();
+  const int64_t outH = shape.size() == 4 ? shape[2] : 0, outW = shape.size() == 4 ? shape[3] : 0;
+  auto transformNotes = [&] {
+    out.notes.push_back("training transform: " +
+                        describeTransform(options.augment, outH, outW, options.cropFraction));
+    if (eval)
+      out.notes.push_back("evaluation transform: " + describeTransform(evalOptions.augment, outH,
+                                                                       outW,
+                                                                       evalOptions.cropFraction));
+  };
   if (folder) {
     auto train = FolderData::open(dir + "/train", shape, options, nullptr, error);
     if (!train)
@@ -455,8 +476,8 @@ bool openImageDataSet(const std::string& spec, const std::vector<int64_t>& shape
     if (modelClasses > classes)
       out.notes.push_back("the model's output has " + std::to_string(modelClasses) +
                           " logits for " + std::to_string(classes) + " classes");
+    transformNotes();
     if (eval) {
-      evalOptions.augment = Augment::CenterCrop;
       auto val = FolderData::open(dir + "/val", shape, evalOptions, &train->classNames(), error);
       if (!val)
         return false;
@@ -475,13 +496,13 @@ bool openImageDataSet(const std::string& spec, const std::vector<int64_t>& shape
   out.notes.push_back(train->folder() + ": CIFAR-10, 10 classes, " +
                       std::to_string(train->numExamples()) + " training images");
   if (eval) {
-    evalOptions.augment = Augment::None;
     auto test = Cifar10Data::open(dir, false, shape, evalOptions, error);
     if (!test)
       return false;
     out.notes.back() += ", " + std::to_string(test->numExamples()) + " test images";
     out.test = std::move(test);
   }
+  transformNotes();
   out.train = std::move(train);
   return true;
 }

@@ -74,11 +74,17 @@ CropBox randomResizedCrop(int64_t width, int64_t height, uint64_t& state) {
           static_cast<double>(w), static_cast<double>(h)};
 }
 
-/// Resize(shorter side to min(outH, outW) / 0.875), then CenterCrop(outH,
+/// The shorter side of CenterCrop's resize: torchvision's
+/// int(size / fraction).
+int64_t centerCropSide(int64_t outH, int64_t outW, double fraction) {
+  return static_cast<int64_t>(static_cast<double>(std::min(outH, outW)) / fraction);
+}
+
+/// Resize(shorter side to min(outH, outW) / fraction), then CenterCrop(outH,
 /// outW), as a box of the source image (resizing and then cropping reads the
 /// same pixels with the same weights as resampling that box).
-CropBox centerCrop(int64_t width, int64_t height, int64_t outH, int64_t outW) {
-  const int64_t side = static_cast<int64_t>(static_cast<double>(std::min(outH, outW)) / 0.875);
+CropBox centerCrop(int64_t width, int64_t height, int64_t outH, int64_t outW, double fraction) {
+  const int64_t side = centerCropSide(outH, outW, fraction);
   const int64_t shortIn = std::min(width, height), longIn = std::max(width, height);
   const int64_t longOut = static_cast<int64_t>(
       static_cast<double>(side) * static_cast<double>(longIn) / static_cast<double>(shortIn));
@@ -235,7 +241,7 @@ void resampleRows(const float* columns, int64_t span, int64_t xlo, int64_t xhi, 
 } // namespace
 
 CropBox sampleCrop(Augment augment, int64_t width, int64_t height, int64_t outH, int64_t outW,
-                   uint64_t sampleSeed) {
+                   uint64_t sampleSeed, double cropFraction) {
   uint64_t state = sampleSeed;
   CropBox box{0, 0, static_cast<double>(width), static_cast<double>(height), false};
   switch (augment) {
@@ -249,10 +255,26 @@ CropBox sampleCrop(Augment augment, int64_t width, int64_t height, int64_t outH,
   case Augment::None:
     break;
   case Augment::CenterCrop:
-    box = centerCrop(width, height, outH, outW);
+    box = centerCrop(width, height, outH, outW, cropFraction);
     break;
   }
   return box;
+}
+
+std::string describeTransform(Augment augment, int64_t outH, int64_t outW, double cropFraction) {
+  const std::string size = std::to_string(outH) + "x" + std::to_string(outW);
+  switch (augment) {
+  case Augment::Standard:
+    return "RandomResizedCrop(" + size + ") + RandomHorizontalFlip";
+  case Augment::Flip:
+    return "Resize(" + size + ") + RandomHorizontalFlip";
+  case Augment::None:
+    return "Resize(" + size + ")";
+  case Augment::CenterCrop:
+    return "Resize(" + std::to_string(centerCropSide(outH, outW, cropFraction)) +
+           ") + CenterCrop(" + size + ")";
+  }
+  return "";
 }
 
 Normalize Normalize::of(const std::vector<float>& mean, const std::vector<float>& std) {
@@ -330,8 +352,8 @@ bool transformEncoded(const unsigned char* data, size_t size, const TransformSpe
   ImageHeader header;
   if (!readImageHeader(data, size, header, error))
     return false;
-  const CropBox box =
-      sampleCrop(spec.augment, header.width, header.height, spec.outH, spec.outW, sampleSeed);
+  const CropBox box = sampleCrop(spec.augment, header.width, header.height, spec.outH, spec.outW,
+                                 sampleSeed, spec.cropFraction);
   // JPEG's DCT-domain scaling: the smallest of 1/8, 1/4, 1/2 at which the
   // crop still has at least the input's pixels (the resampling then shrinks
   // it by less than 2); libjpeg-turbo's scaled IDCTs do the rest for free.
@@ -365,7 +387,7 @@ bool transformEncoded(const unsigned char* data, size_t size, const TransformSpe
 void transformPixels(const Pixels& image, const TransformSpec& spec, uint64_t sampleSeed,
                      float* out) {
   const CropBox box = sampleCrop(spec.augment, image.imageWidth, image.imageHeight, spec.outH,
-                                 spec.outW, sampleSeed);
+                                 spec.outW, sampleSeed, spec.cropFraction);
   if (image.channels == 3 && spec.outC == 1) { // luma first, as PIL's convert("L")
     thread_local Pixels gray;
     gray = image;

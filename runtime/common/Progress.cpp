@@ -59,7 +59,7 @@ std::string formatDuration(double seconds) {
 }
 
 std::string formatProgressLine(const ProgressOptions& o, int64_t step, double loss,
-                               double msPerStep) {
+                               double msPerStep, std::optional<double> gradNorm) {
   std::string line;
   if (o.stepsPerEpoch > 0) {
     const int64_t done = step > 0 ? step - 1 : 0;
@@ -85,6 +85,8 @@ std::string formatProgressLine(const ProgressOptions& o, int64_t step, double lo
     }
   }
   line += "  loss " + format("%.4f", loss);
+  if (gradNorm)
+    line += "  grad norm " + format("%.4g", *gradNorm);
   if (std::isfinite(msPerStep) && msPerStep > 0) {
     if (o.itemsPerStep > 0)
       line += "  " + rate(static_cast<double>(o.itemsPerStep) * 1000.0 / msPerStep) + " " + o.unit +
@@ -169,7 +171,7 @@ void ProgressReporter::draw(const std::string& line) {
   std::fflush(out_);
 }
 
-void ProgressReporter::step(int64_t step, double loss) {
+void ProgressReporter::step(int64_t step, double loss, std::optional<double> gradNorm) {
   const double now = options_.clock();
   if (!window_.empty() && step <= window_.back().first)
     window_.clear(); // went back (a restart): time afresh from here
@@ -178,12 +180,13 @@ void ProgressReporter::step(int64_t step, double loss) {
     window_.pop_front();
   lastStep_ = step;
   lastLoss_ = loss;
+  lastGradNorm_ = gradNorm;
 
   const bool last = options_.totalSteps > 0 && step >= options_.totalSteps;
   const bool epochEnd = options_.stepsPerEpoch > 0 && step % options_.stepsPerEpoch == 0;
   if (live_) {
     if (liveLength_ == 0 || last || now - lastDraw_ >= options_.liveInterval) {
-      draw(formatProgressLine(options_, step, loss, msPerStep()));
+      draw(formatProgressLine(options_, step, loss, msPerStep(), gradNorm));
       lastDraw_ = now;
       pending_ = false;
     } else {
@@ -192,7 +195,7 @@ void ProgressReporter::step(int64_t step, double loss) {
     return;
   }
   if (step % options_.every == 0 || last || epochEnd)
-    draw(formatProgressLine(options_, step, loss, msPerStep()));
+    draw(formatProgressLine(options_, step, loss, msPerStep(), gradNorm));
 }
 
 void ProgressReporter::message(const std::string& text) {
@@ -209,7 +212,7 @@ void ProgressReporter::message(const std::string& text) {
     shown.append(liveLength_ - text.size(), ' ');
   std::fputs((shown + "\n").c_str(), out_);
   liveLength_ = 0;
-  draw(formatProgressLine(options_, lastStep_, lastLoss_, msPerStep()));
+  draw(formatProgressLine(options_, lastStep_, lastLoss_, msPerStep(), lastGradNorm_));
   pending_ = false;
 }
 
@@ -217,7 +220,7 @@ void ProgressReporter::finish() {
   if (!live_ || !out_)
     return;
   if (pending_)
-    draw(formatProgressLine(options_, lastStep_, lastLoss_, msPerStep()));
+    draw(formatProgressLine(options_, lastStep_, lastLoss_, msPerStep(), lastGradNorm_));
   pending_ = false;
   if (liveLength_ > 0) {
     std::fputs("\n", out_);
@@ -308,6 +311,8 @@ void JsonlLogger::step(const StepRecord& r) {
     line += ",\"loss_scale\":" + jsonNumber(*r.lossScale);
   if (r.skipped)
     line += ",\"skipped\":true";
+  if (r.gradNorm)
+    line += ",\"grad_norm\":" + jsonNumber(*r.gradNorm);
   writeLine(line + "}");
 }
 

@@ -47,6 +47,9 @@ const char* kUsage =
     "  --augment=standard|flip|none   folder and cifar10 training transform: random\n"
     "                       resized crop and flip (folder default), flip (cifar10\n"
     "                       default), or resize alone\n"
+    "  --eval-crop=F        folder and cifar10 evaluation: Resize(size / F) + CenterCrop\n"
+    "                       (F in (0, 1], e.g. 0.875); default: a folder's 0.875 crop after\n"
+    "                       --augment=standard, the resized whole image otherwise\n"
     "  --mean=A[,B,C] --std=A[,B,C]   folder and cifar10 normalization per channel\n"
     "                       (default ImageNet's; 0.5, 0.5 for one channel)\n"
     "  --skip-bad-images    leave out unreadable images and folders with a warning\n"
@@ -69,6 +72,7 @@ const char* kUsage =
     "  --beta1=X --beta2=X --eps=X --lr-schedule=constant|step|cosine --warmup-steps=N\n"
     "  --total-steps=N --step-size=N --gamma=X --min-lr=X\n"
     "  --label-smoothing=E  the cross-entropy's label smoothing, in [0, 1]\n"
+    "  --clip-grad-norm=X   the gradients' largest global L2 norm (lwcc --clip-grad-norm)\n"
     "output:\n"
     "  --progress=auto|live|lines|off   --print-every=K   --log=FILE.jsonl\n"
     "  --checkpoint-dir=DIR --checkpoint-every=K --keep-checkpoints=K (default 3)\n"
@@ -113,6 +117,7 @@ const char* kUsage =
 struct Options {
   std::string data = "synthetic";
   std::string augment;          ///< "" (the data's default), standard, flip, none
+  double evalCrop = 0;          ///< --eval-crop: the evaluation center crop's fraction (0: none)
   std::vector<float> mean, std; ///< folder and cifar10 normalization (empty: defaults)
   bool skipBadImages = false;
   int64_t trainExamples = 0, evalExamples = 0, syntheticBatches = 100;
@@ -603,7 +608,14 @@ std::string Trainer::finishStep(const Launched& l, bool sync) {
     }
     lossScale_ = scale;
   }
-  progress_->step(l.step + 1, loss);
+  // Clipped gradients: their norm in the step, after the scale.
+  std::optional<double> gradNorm;
+  if (m_.gradNormParam >= 0) {
+    float v = 0;
+    std::memcpy(&v, l.loss + 12, sizeof v);
+    gradNorm = v;
+  }
+  progress_->step(l.step + 1, loss, gradNorm);
   if (log_) {
     StepRecord r;
     r.step = l.step + 1;
@@ -622,6 +634,7 @@ std::string Trainer::finishStep(const Launched& l, bool sync) {
       r.lossScale = lossScale_;
       r.skipped = skipped;
     }
+    r.gradNorm = gradNorm;
     log_->step(r);
   }
   std::string bad = checkFiniteLoss(l.step + 1, loss);
@@ -948,6 +961,7 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     io.seed = o_.seed;
     io.maxExamples = o_.trainExamples;
     io.skipBad = o_.skipBadImages;
+    io.evalCrop = o_.evalCrop;
     io.threads = dataThreads();
     io.warn = [program = program_](const std::string& w) {
       std::fprintf(stderr, "%s: warning: %s\n", program, w.c_str());
@@ -1136,11 +1150,13 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     Launched now{s, 0, lossHost_ + 16 * (s % 2)};
     unsigned char* scaleHost = const_cast<unsigned char*>(now.loss) + 8;
-    const int scaleParam = m_.lossScaleParam;
+    unsigned char* normHost = const_cast<unsigned char*>(now.loss) + 12;
+    const int scaleParam = m_.lossScaleParam, normParam = m_.gradNormParam;
     if (multi_) { // every device's functions, together
       if (!multi_->step(batch, &o_.hyper, deviceMarks, error) ||
           !multi_->downloadLossAsync(const_cast<unsigned char*>(now.loss), error) ||
           (scaleParam >= 0 && !multi_->downloadParamAsync(scaleParam, scaleHost, 4, error)) ||
+          (normParam >= 0 && !multi_->downloadParamAsync(normParam, normHost, 4, error)) ||
           !multi_->fence(&now.fence, error))
         return fail("step " + std::to_string(s + 1) + ": " + error);
     } else {
@@ -1157,6 +1173,10 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
            !runner_->downloadAsync(scaleHost,
                                    state_.ptr + m_.params[static_cast<size_t>(scaleParam)].offset,
                                    4, &error)) ||
+          (normParam >= 0 &&
+           !runner_->downloadAsync(normHost,
+                                   state_.ptr + m_.params[static_cast<size_t>(normParam)].offset, 4,
+                                   &error)) ||
           !runner_->fence(&now.fence, &error))
         return fail("step " + std::to_string(s + 1) + ": op " + error);
     }
@@ -1301,6 +1321,9 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
         return bad("is synthetic, idx:DIR, folder:DIR, cifar10:DIR or raw:DIR");
       if (isImageData(o.data) && o.data.back() == ':')
         return bad("names no folder");
+    } else if (key == "--eval-crop") {
+      if (!numArg(o.evalCrop) || !(o.evalCrop > 0) || o.evalCrop > 1)
+        return bad("takes a fraction in (0, 1], such as 0.875");
     } else if (key == "--augment") {
       Augment augment;
       if (!parseAugment(value, augment))
@@ -1425,6 +1448,12 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
       if (!numArg(o.hyper.labelSmoothing) || !(o.hyper.labelSmoothing >= 0) ||
           o.hyper.labelSmoothing > 1)
         return bad("takes a number in [0, 1]");
+    } else if (key == "--clip-grad-norm") {
+      if (m.defaults.clipGradNorm == 0)
+        return bad("needs a trainer whose step clips gradients (lwcc --clip-grad-norm=X)");
+      if (!numArg(o.hyper.clipGradNorm) || !(o.hyper.clipGradNorm > 0) ||
+          !std::isfinite(o.hyper.clipGradNorm))
+        return bad("takes a finite number > 0");
     } else if (key == "--progress") {
       if (value != "auto" && value != "live" && value != "lines" && value != "off")
         return bad("is auto, live, lines or off");
@@ -1528,10 +1557,11 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     return usageError(program, "--lr-schedule=step needs --step-size=N");
   if (o.checkpointEvery > 0 && o.checkpointDir.empty())
     return usageError(program, "--checkpoint-every needs --checkpoint-dir");
-  if ((!o.augment.empty() || !o.mean.empty() || !o.std.empty() || o.skipBadImages) &&
+  if ((!o.augment.empty() || !o.mean.empty() || !o.std.empty() || o.skipBadImages ||
+       o.evalCrop > 0) &&
       !isImageData(o.data))
-    return usageError(program, "--augment, --mean, --std and --skip-bad-images apply to "
-                               "--data=folder:DIR and --data=cifar10:DIR");
+    return usageError(program, "--augment, --eval-crop, --mean, --std and --skip-bad-images "
+                               "apply to --data=folder:DIR and --data=cifar10:DIR");
   if (cluster && (o.profile > 0 || !o.profileOps.empty() || !o.trace.empty()))
     return usageError(program, "--profile, --profile-ops and --trace: not yet under mpirun (run "
                                "the trainer as one process to profile it)");

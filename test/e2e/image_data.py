@@ -17,6 +17,10 @@ files. Checks, each a test case:
     torchvision composes them; JPEGs far larger than the crop (DCT-domain
     scaling) stay close to them; --augment=standard draws other crops each
     epoch, the same ones for the same (seed, epoch);
+  - the evaluation split follows the training transform: the resized whole
+    image after --augment=none|flip, the center crop after standard or with
+    --eval-crop=F, as Pillow computes them; the trainer's first lines name
+    both transforms, and a bad --eval-crop exits 2;
   - CIFAR-10 files written by the test read back to their images and labels
     (3 channels and luma), and a trainer on them reports top-5 accuracy
     that agrees with its own dumped logits;
@@ -288,6 +292,71 @@ def transforms_match_pillow():
     assert all(np.any(a0[k] != s1[k]) for k in range(len(sizes))), "a seed kept its crop"
 
 
+def eval_transform_follows_training():
+    """The evaluation split as a trainer reads it (lwcc-images dump --split=eval):
+    after --augment=none or flip the resized whole image; after standard, or
+    with --eval-crop=F whatever --augment, Resize(int(size / F)) + CenterCrop;
+    the trainer's first lines name both splits' transforms."""
+    folder = os.path.join(TMP, "evalsplit")
+    rng = random.Random(7)
+    sizes = [(50, 40), (40, 50), (97, 61), (33, 33)]
+    for split in ("train", "val"):
+        for k, (w, h) in enumerate(sizes):
+            os.makedirs(os.path.join(folder, split, f"c{k}"))
+            draw(rng, k % 4, w, h).save(os.path.join(folder, split, f"c{k}", "x.png"))
+    images = [Image.open(os.path.join(folder, "val", f"c{k}", "x.png")).convert("RGB")
+              for k in range(len(sizes))]
+
+    def whole(im):
+        return np.asarray(im.resize((32, 32), Image.BILINEAR), np.float32).transpose(2, 0, 1)
+
+    def center(im, fraction):
+        w, h = im.size
+        side = int(32 / fraction)
+        nw, nh = (side, int(side * h / w)) if w <= h else (int(side * w / h), side)
+        r = im.resize((nw, nh), Image.BILINEAR)
+        top, left = int(round((nh - 32) / 2.0)), int(round((nw - 32) / 2.0))
+        return np.asarray(r.crop((left, top, left + 32, top + 32)),
+                          np.float32).transpose(2, 0, 1)
+
+    out = os.path.join(TMP, "eval-dump.bin")
+    for flags, want, note in (
+            (["--augment=none"], whole, "evaluation transform: Resize(32x32)"),
+            (["--augment=flip"], whole, "evaluation transform: Resize(32x32)"),
+            (["--augment=standard"], lambda im: center(im, 0.875),
+             "evaluation transform: Resize(36) + CenterCrop(32x32)"),
+            (["--augment=none", "--eval-crop=0.875"], lambda im: center(im, 0.875),
+             "evaluation transform: Resize(36) + CenterCrop(32x32)"),
+            (["--augment=flip", "--eval-crop=0.5"], lambda im: center(im, 0.5),
+             "evaluation transform: Resize(64) + CenterCrop(32x32)")):
+        r = run([IMAGES, "dump", f"--data=folder:{folder}", "--shape=1,3,32,32", "--split=eval",
+                 "--mean=0", "--std=1", *flags, "-o", out])
+        assert note in r.stdout, f"{flags}: {r.stdout}"
+        got = np.fromfile(out, np.float32).reshape(len(sizes), 3, 32, 32)
+        for k, im in enumerate(images):
+            err = float(np.max(np.abs(got[k] * 255 - want(im))))
+            # Pillow rounds to bytes between its two passes; the loader keeps floats.
+            assert err <= 1.51, f"{flags}: a {im.size} image off Pillow by {err} levels"
+    # The trainer names its transforms in its first lines, and checks the flag.
+    for flags, train, evaluation in (
+            (["--augment=none"], "Resize(32x32)", "Resize(32x32)"),
+            ([], "RandomResizedCrop(32x32) + RandomHorizontalFlip",
+             "Resize(36) + CenterCrop(32x32)"),
+            (["--augment=flip", "--eval-crop=0.875"], "Resize(32x32) + RandomHorizontalFlip",
+             "Resize(36) + CenterCrop(32x32)")):
+        r = run([LENET, f"--data=folder:{DATA}", "--steps=1", "--eval", "--progress=off",
+                 *flags])
+        lines = r.stdout.splitlines()[:8]
+        assert any(f"data: training transform: {train}" in x for x in lines) and \
+            any(f"data: evaluation transform: {evaluation}" in x for x in lines), \
+            f"{flags}: {r.stdout[:1500]}"
+    for bad in ("--eval-crop=0", "--eval-crop=1.5", "--eval-crop=x"):
+        r = run([LENET, f"--data=folder:{DATA}", "--steps=1", bad], expect=2)
+        assert "--eval-crop" in r.stderr, r.stderr
+    r = run([LENET, "--data=synthetic", "--eval-crop=0.875"], expect=2)
+    assert "apply to --data=folder:DIR" in r.stderr, r.stderr
+
+
 def write_cifar(folder, files, records, seed):
     """CIFAR-10 binary files: `records` random images each; their labels and pixels."""
     rng = np.random.default_rng(seed)
@@ -526,7 +595,8 @@ def main():
     lenet = ["lenet", "--batch", "32", "--size", "32", "--channels", "3"]
     LENET = build_trainer("lenet", *lenet, "--classes", "4")
     LENET10 = build_trainer("lenet10", *lenet, "--classes", "10")
-    cases = (decode_formats, transforms_match_pillow, cifar10, lenet_learns, alexnet_learns,
+    cases = (decode_formats, transforms_match_pillow, eval_transform_follows_training, cifar10,
+             lenet_learns, alexnet_learns,
              threads_same_bytes, kill_and_resume, bad_inputs, fuzz)
     only = sys.argv[1:]  # names of cases to run (default all)
     for fn in cases:

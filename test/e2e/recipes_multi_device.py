@@ -2,9 +2,10 @@
 """The training recipes on several devices train like one device.
 
 LeNet at test size (batch 8) compiled with label smoothing, frozen
-convolutions, no decay on biases and a parameter group
+convolutions, no decay on biases, a parameter group and gradient clipping
 (`--label-smoothing=0.1 --freeze=conv1.* --no-decay=bias,norm
---param-group=fc3.*:lr=0.5,wd=0.002`), as a `--gpus 1` CPU trainer and as
+--param-group=fc3.*:lr=0.5,wd=0.002 --clip-grad-norm=0.5`), as a `--gpus 1`
+CPU trainer and as
 `--gpus 2 --strategy=data|model` and `--gpus 4 --strategy=owt|layerwise`
 ones, and the same in bf16 mixed precision (`--gpus 1` and `--gpus 2
 --strategy=data`): 5 steps on synthetic data with the same seed, checked
@@ -12,11 +13,14 @@ with multi_device_trainer.py's comparison (losses, params, evaluation
 logits and the export against one device's; in bf16 the first loss only,
 as 16-bit gradients of each device's piece round differently). Every trainer keeps the
 frozen params bit for bit as the model has them (the exported
-initializers). Ends with "N passed, M failed".
+initializers). The gradients' global norm that each trainer logs
+(`grad_norm`) is the one device's within 1e-5 on every step (float32; the
+first step within 1e-2 in bf16), and above 0.5 (the clipping is active). Ends with "N passed, M failed".
 
     python3 test/e2e/recipes_multi_device.py
 """
 import concurrent.futures
+import json
 import os
 import shutil
 import subprocess
@@ -28,12 +32,20 @@ import onnx
 from onnx import numpy_helper
 
 RECIPES = ["--label-smoothing=0.1", "--freeze=conv1.*", "--no-decay=bias,norm",
-           "--param-group=fc3.*:lr=0.5,wd=0.002"]
+           "--param-group=fc3.*:lr=0.5,wd=0.002", "--clip-grad-norm=0.5"]
+CLIP = 0.5
+# 16-bit gradients of each device's piece round differently from one device's.
+BF16_NORM_TOL = 1e-2
 FROZEN = ("conv1.weight", "conv1.bias")
 
 
 def initializers(path):
     return {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+
+
+def grad_norms(work):
+    with open(os.path.join(work, "log.jsonl")) as f:
+        return [json.loads(line).get("grad_norm") for line in f if '"type":"step"' in line]
 
 
 def main():
@@ -85,6 +97,16 @@ def main():
                       f"unchanged frozen {same}, moved {moved}")
         for c, work in runs.items():
             ref = runs.get((c[0], 1, "data"))
+            if c[1] > 1 and ref:
+                # The norm every device computes: the sum over the devices' pieces,
+                # each replicated param counted once.
+                a, b = grad_norms(ref), grad_norms(work)
+                n, tol = (md.STEPS, md.LOSS_TOL) if c[0] == "f32" else (1, BF16_NORM_TOL)
+                ok = (len(a) == len(b) == md.STEPS and None not in a + b and a[0] > CLIP and
+                      all(abs(x - y) <= tol * abs(x) for x, y in zip(a[:n], b[:n])))
+                md.report(ok, f"lenet recipes {c[0]} --gpus {c[1]} --strategy={c[2]}: grad_norm "
+                          f"of {n} step(s) within {tol} relative, above {CLIP}",
+                          f"{b} vs {a}")
             if c[1] > 1 and ref and c[0] == "f32":
                 md.compare(f"lenet recipes {c[0]} --gpus {c[1]} --strategy={c[2]}", ref, work)
             elif c[1] > 1 and ref:

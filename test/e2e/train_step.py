@@ -10,7 +10,8 @@ implementation of the forward pass, mean softmax cross-entropy, the
 backward pass, the optimizers (SGD with momentum / Nesterov and weight decay,
 Adam, AdamW), the LR schedules (linear warm-up, step, cosine) and the
 recipes (label smoothing as PyTorch's CrossEntropyLoss(label_smoothing=E),
-frozen params: no gradient, unchanged bit for bit).
+frozen params: no gradient, unchanged bit for bit; gradients clipped by their
+global L2 norm as torch.nn.utils.clip_grad_norm_, active and inactive).
 
 Errors are normwise: max|lwcc - numpy| / max|numpy| over a tensor.
   * float64 models (TensorProto.DOUBLE) with --precision=f64: < 1e-9
@@ -172,7 +173,7 @@ DEFAULTS = {
 class Optimizer:
     def __init__(self, kind="sgd", lr=None, momentum=None, wd=None, nesterov=False, beta1=None,
                  beta2=None, schedule="constant", warmup=0, total=0, step_size=0, gamma=None,
-                 smoothing=0.0, freeze=(), no_decay=False, groups=()):
+                 smoothing=0.0, freeze=(), no_decay=False, groups=(), clip=None):
         d = DEFAULTS[kind]
         self.kind = kind
         self.lr = d["lr"] if lr is None else lr
@@ -205,6 +206,9 @@ class Optimizer:
         # (glob, lr multiplier, weight decay or None; the first match wins).
         self.smoothing, self.freeze = smoothing, list(freeze)
         self.no_decay, self.groups = no_decay, list(groups)
+        self.clip = clip
+        if clip is not None:
+            self.flags.append(f"--clip-grad-norm={clip!r}")
         if smoothing:
             self.flags.append(f"--label-smoothing={smoothing!r}")
         if self.freeze:
@@ -225,6 +229,16 @@ class Optimizer:
         else:
             mult = 1.0
         return mult, 0.0 if self.no_decay and ndim <= 1 else self.wd
+
+    def clipped(self, g):
+        """torch.nn.utils.clip_grad_norm_(trained params, clip): the gradients
+        times min(clip / (total norm + 1e-6), 1), and the total norm."""
+        trained = [k for k in g if not self.frozen(k)]
+        total = math.sqrt(sum(float(np.sum(g[k] ** 2)) for k in trained))
+        if self.clip is None:
+            return g, total
+        coef = min(self.clip / (total + 1e-6), 1.0)
+        return {k: (v * coef if k in trained else v) for k, v in g.items()}, total
 
     def frozen(self, name):
         return any(fnmatch.fnmatchcase(name, pat) for pat in self.freeze)
@@ -282,6 +296,7 @@ def reference(model, params, x, labels, opt, steps):
         losses.append(loss)
         if grads0 is None:
             grads0 = g
+        g, _ = opt.clipped(g)
         p = opt.update(p, g, state, s)
     return losses, grads0, p
 
@@ -480,6 +495,16 @@ def main():
                 compare(res, tmp, model, dtype,
                         Optimizer("adamw", groups=[(last + ".weight", 3.0, 0.2)]), 3,
                         "param groups")
+                # Clipping by the global norm: active (every step's norm is
+                # above 0.05: the gradients shrink), inactive (never above 100:
+                # the step of no clipping), and with frozen params (not counted).
+                compare(res, tmp, model, dtype, Optimizer("sgd", lr=0.1, clip=0.05), 3,
+                        "clip-grad-norm active")
+                compare(res, tmp, model, dtype, Optimizer("sgd", clip=100.0), 3,
+                        "clip-grad-norm inactive")
+                compare(res, tmp, model, dtype,
+                        Optimizer("adamw", freeze=[first + ".*"], clip=0.1), 3,
+                        "clip-grad-norm frozen " + first)
 
         # 6. 50 steps of SGD with momentum on one batch, all of lwcc's defaults
         # (lr 0.01, momentum 0.9, weight decay 5e-4): the loss falls >= 10x.

@@ -1,11 +1,15 @@
 // lwcc-images: the trainer's image loaders outside a trainer, for tests and
 // benchmarks.
 //
-//   lwcc-images dump --data=folder:DIR|cifar10:DIR --shape=N,C,H,W [--split=train|val]
-//       [--augment=standard|flip|none|eval] [--mean=..] [--std=..] [--seed=S] [--epoch=E]
-//       [--skip-bad-images] -o FILE
+//   lwcc-images dump --data=folder:DIR|cifar10:DIR --shape=N,C,H,W [--split=train|val|eval]
+//       [--augment=standard|flip|none|eval] [--eval-crop=F] [--mean=..] [--std=..] [--seed=S]
+//       [--epoch=E] [--skip-bad-images] -o FILE
 //     writes every example of the split (file order, as epoch E transforms it)
 //     as float32 [count, C, H, W] to FILE and its labels as int64 to FILE.labels;
+//     --split=eval is a trainer's evaluation split: DIR/val (CIFAR-10's test
+//     file) with the evaluation transform a trainer given --augment (the
+//     training transform, standard|flip|none) and --eval-crop would take,
+//     which it prints;
 //   lwcc-images fuzz DIR [--iterations=N] [--seed=S] [--work=TMPDIR]
 //     mutates the JPEG and PNG files below DIR (bit flips, bytes, fields set to
 //     extremes, cuts, insertions; PNG chunks' CRCs mended half the time, so the
@@ -120,13 +124,23 @@ int dump(const Args& a) {
   o.skipBad = a.has("--skip-bad-images");
   std::string augment = a.get("--augment", "none");
   bool folder = data.rfind("folder:", 0) == 0;
-  if (augment == "eval")
+  std::unique_ptr<lwrt::DataSource> source;
+  std::string error, dir = data.substr(data.find(':') + 1);
+  if (split == "eval") { // what a trainer evaluates on
+    o.evalCrop = std::strtod(a.get("--eval-crop", "0").c_str(), nullptr);
+    lwrt::ImageDataSet set;
+    if (!lwrt::openImageDataSet(data, shape, o, a.get("--augment", ""), true, 0, 0, set, &error)) {
+      std::fprintf(stderr, "lwcc-images: %s\n", error.c_str());
+      return 1;
+    }
+    for (const std::string& note : set.notes)
+      std::printf("%s\n", note.c_str());
+    source = std::move(set.test);
+  } else if (augment == "eval")
     o.augment = folder ? lwrt::Augment::CenterCrop : lwrt::Augment::None;
   else if (!lwrt::parseAugment(augment, o.augment))
     return usage("--augment is standard, flip, none or eval");
-  std::string error, dir = data.substr(data.find(':') + 1);
-  std::unique_ptr<lwrt::DataSource> source;
-  if (folder) {
+  if (split != "eval" && folder) {
     std::unique_ptr<lwrt::FolderData> train;
     if (split == "val") {
       train = lwrt::FolderData::open(dir + "/train", shape, o, nullptr, &error);
@@ -135,9 +149,9 @@ int dump(const Args& a) {
     } else {
       source = lwrt::FolderData::open(dir + "/train", shape, o, nullptr, &error);
     }
-  } else if (data.rfind("cifar10:", 0) == 0) {
+  } else if (split != "eval" && data.rfind("cifar10:", 0) == 0) {
     source = lwrt::Cifar10Data::open(dir, split != "val", shape, o, &error);
-  } else {
+  } else if (split != "eval") {
     return usage("--data is folder:DIR or cifar10:DIR");
   }
   if (!source) {

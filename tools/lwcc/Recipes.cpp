@@ -5,6 +5,8 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
+
 namespace lwcc::recipes {
 
 namespace {
@@ -41,6 +43,13 @@ cl::list<std::string> paramGroups(
              "times X with weight decay Y (either may be left out); the first matching group "
              "wins; a group that matches no param is an error"),
     cl::cat(category));
+
+cl::opt<double> clipGradNorm(
+    "clip-grad-norm",
+    cl::desc("X > 0: clip the gradients by their global L2 norm before each update, as "
+             "torch.nn.utils.clip_grad_norm_(params, X) (over every device; the trainer's "
+             "--clip-grad-norm overrides X and logs the norm)"),
+    cl::init(0.0), cl::cat(category));
 
 std::vector<std::string> splitComma(const std::string& s) {
   std::vector<std::string> out;
@@ -97,6 +106,10 @@ int checkUsage(const std::string& loss) {
       return 2;
     }
   }
+  if (clipGradNorm.getNumOccurrences() && !(clipGradNorm > 0 && std::isfinite(clipGradNorm))) {
+    llvm::errs() << "lwcc: --clip-grad-norm must be a finite number > 0\n";
+    return 2;
+  }
   if (freezeBn && !freeze.getNumOccurrences()) {
     llvm::errs() << "lwcc: --freeze-bn needs --freeze=PATTERN\n";
     return 2;
@@ -119,6 +132,14 @@ std::vector<std::string> beforeTrainMode() {
       patterns += (patterns.empty() ? "" : ";") + p;
     passes.push_back("freeze=params=" + patterns + ",bn=" + (freezeBn ? "1" : "0"));
   }
+  return passes;
+}
+
+std::vector<std::string> afterOptimizer() {
+  std::vector<std::string> passes;
+  if (clipGradNorm.getNumOccurrences())
+    passes.push_back("clip-grad-norm=max_norm=" +
+                     llvm::formatv("{0:e16}", clipGradNorm.getValue()).str());
   return passes;
 }
 

@@ -1,7 +1,8 @@
 //===- Recipes.h - lwcc's fine-tuning and regularization flags --*- C++ -*-===//
 //
 // The training recipes users bring from torchvision and timm, as lwcc flags:
-// --label-smoothing, --freeze, --freeze-bn, --no-decay, --param-group. Each becomes a pass option
+// --label-smoothing, --freeze, --freeze-bn, --no-decay, --param-group,
+// --clip-grad-norm. Each becomes a pass option
 // of the training pipeline (passes/Passes.def).
 //
 //===----------------------------------------------------------------------===//
@@ -25,5 +26,7 @@ std::string appendLossPass(const std::string& loss);
 std::string optimizerOptions();
 /// The passes between append-loss and train-mode (--freeze, --freeze-bn).
 std::vector<std::string> beforeTrainMode();
+/// The passes right after the optimizer (--clip-grad-norm).
+std::vector<std::string> afterOptimizer();
 
 } // namespace lwcc::recipes

@@ -578,8 +578,11 @@ llvm::Error buildWithStrategy(Graph& g, bool withOptimizer, const std::string& n
     }
     names.push_back("autodiff");
   }
-  if (withOptimizer)
+  if (withOptimizer) {
     names.push_back("optimizer=" + optimizerOptions());
+    for (std::string& p : recipes::afterOptimizer())
+      names.push_back(std::move(p));
+  }
   if (mixedPrecision == "fp16")
     names.push_back("loss-scale=" + lossScaleOptions());
   names.push_back("dce");

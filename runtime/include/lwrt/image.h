@@ -90,8 +90,9 @@ enum class Augment : uint8_t {
   Flip,
   /// Resize to the input size.
   None,
-  /// Evaluation: resize so that the shorter side is the input's / 0.875,
-  /// then CenterCrop to the input size.
+  /// Evaluation: resize so that the shorter side is the input's / the crop
+  /// fraction (ImageNet's 0.875 by default), then CenterCrop to the input
+  /// size.
   CenterCrop,
 };
 
@@ -101,10 +102,18 @@ struct CropBox {
   bool flip = false;
 };
 
+/// ImageNet's evaluation crop: the center 87.5% of the resized image.
+constexpr double kDefaultCropFraction = 0.875;
+
 /// The crop (and flip) of an example of width x height pixels for an input
-/// of outH x outW, drawn from `sampleSeed` (a hash of seed, epoch, index).
+/// of outH x outW, drawn from `sampleSeed` (a hash of seed, epoch, index);
+/// CenterCrop keeps `cropFraction` of the resized shorter side.
 CropBox sampleCrop(Augment augment, int64_t width, int64_t height, int64_t outH, int64_t outW,
-                   uint64_t sampleSeed);
+                   uint64_t sampleSeed, double cropFraction = kDefaultCropFraction);
+
+/// The transform in torchvision's words ("Resize(73) + CenterCrop(64x64)").
+std::string describeTransform(Augment augment, int64_t outH, int64_t outW,
+                              double cropFraction = kDefaultCropFraction);
 
 /// Per channel: x -> (x / 255 - mean) / std, as multiply and add.
 struct Normalize {
@@ -131,6 +140,7 @@ struct TransformSpec {
   int64_t outH = 0, outW = 0;
   int outC = 3; ///< 1 or 3
   Normalize norm;
+  double cropFraction = kDefaultCropFraction; ///< CenterCrop's
 };
 
 /// The whole path for an encoded image: header, crop, scaled decode of the

@@ -23,9 +23,16 @@
 namespace lwrt {
 
 struct ImageDataOptions {
-  /// The transform (training: Standard, Flip or None; evaluation:
-  /// CenterCrop for folders, None for CIFAR-10).
+  /// The transform (training: Standard, Flip or None; evaluation: see
+  /// openImageDataSet).
   Augment augment = Augment::Standard;
+  /// CenterCrop's fraction: the shorter side is resized to the input's /
+  /// cropFraction before the crop.
+  double cropFraction = kDefaultCropFraction;
+  /// openImageDataSet (--eval-crop): > 0, the evaluation split takes
+  /// Resize + CenterCrop with this fraction, whatever the training
+  /// transform; 0, the evaluation transform follows the training one.
+  double evalCrop = 0;
   /// Per channel (one value: every channel); empty: ImageNet's statistics
   /// for 3 channels, 0.5 and 0.5 for 1.
   std::vector<float> mean, std;
@@ -138,8 +145,12 @@ struct ImageDataSet {
 /// takes the training split's classes) or "cifar10:DIR", for batches of
 /// `shape`. `options` are the training split's; `augment` ("" for the
 /// default: standard for folders, flip for CIFAR-10) its transform; the
-/// evaluation split takes the evaluation transform, file order and at most
-/// `evalExamples` examples (0: all). Fails when the data has more classes
+/// evaluation split takes file order, at most `evalExamples` examples (0:
+/// all) and the evaluation transform: with options.evalCrop, Resize +
+/// CenterCrop of that fraction; else after folders' standard transform,
+/// ImageNet's Resize(size / 0.875) + CenterCrop, and after flip or none (and
+/// for CIFAR-10), the resize of the whole image. `notes` name each split's
+/// transform. Fails when the data has more classes
 /// than the model's `modelClasses` logits.
 bool openImageDataSet(const std::string& spec, const std::vector<int64_t>& shape,
                       ImageDataOptions options, const std::string& augment, bool eval,

@@ -55,10 +55,11 @@ struct ProgressOptions {
 /// "12s", "1m12s", "2h05m", "3d04h"; "--" for a negative or non-finite time.
 std::string formatDuration(double seconds);
 
-/// The line for `step` (steps completed, from 1) ending with `loss`, given
-/// the time per step in milliseconds (NaN: not known yet, no rates or ETA).
+/// The line for `step` (steps completed, from 1) ending with `loss` (and the
+/// gradients' norm when given), given the time per step in milliseconds
+/// (NaN: not known yet, no rates or ETA).
 std::string formatProgressLine(const ProgressOptions& options, int64_t step, double loss,
-                               double msPerStep);
+                               double msPerStep, std::optional<double> gradNorm = std::nullopt);
 
 class ProgressReporter {
 public:
@@ -70,8 +71,9 @@ public:
 
   /// Restarts timing at `step` steps completed (a resumed run's step).
   void begin(int64_t step = 0);
-  /// `step` (steps completed, from 1) has finished with `loss`.
-  void step(int64_t step, double loss);
+  /// `step` (steps completed, from 1) has finished with `loss` (and the
+  /// gradients' global L2 norm, when the step clips them).
+  void step(int64_t step, double loss, std::optional<double> gradNorm = std::nullopt);
   /// Prints `text` as a line of its own (an evaluation's result), keeping a
   /// live line intact below it.
   void message(const std::string& text);
@@ -97,6 +99,7 @@ private:
   double lastDraw_ = 0;
   int64_t lastStep_ = 0;
   double lastLoss_ = 0;
+  std::optional<double> lastGradNorm_;
   bool pending_ = false; ///< live mode: a step not drawn yet
 };
 
@@ -118,6 +121,9 @@ struct StepRecord {
   /// was skipped (its gradients overflowed).
   std::optional<double> lossScale;
   bool skipped = false;
+  /// Clipped gradients (lwcc --clip-grad-norm): their global L2 norm before
+  /// clipping.
+  std::optional<double> gradNorm;
 };
 
 struct EvalRecord {

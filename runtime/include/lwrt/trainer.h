@@ -77,6 +77,9 @@ struct Hyper {
   int64_t warmupSteps = 0, totalSteps = 0, stepSize = 0;
   double gamma = 0.1, minLr = 0;
   double labelSmoothing = 0; ///< of the softmax cross-entropy loss
+  /// The gradients' largest global L2 norm (clip_coef's max_norm); 0 when
+  /// the step does not clip (lwcc --clip-grad-norm).
+  double clipGradNorm = 0;
 };
 
 struct StepBuffers;
@@ -140,6 +143,9 @@ struct ModelInfo {
   /// the params as they were and halves the scale.
   int lossScaleParam = -1;
   double lossScaleInit = 0;
+  /// The index in `params` of the float32 scalar that holds the gradients'
+  /// global L2 norm of the last step (lwcc --clip-grad-norm), or -1.
+  int gradNormParam = -1;
   /// Write the constants into the arena once; false with `failed` set.
   PhaseFn init = nullptr;
   /// One training step: forward, loss, backward and update.

@@ -1,0 +1,28 @@
+// lwrt/cpu_grad_clip.h - the CPU kernels of gradient clipping by the global L2 norm
+// defines: squareSum, clipCoef
+//
+// One function per IR op (ir/Ops.def), computing with the functions of
+// lwrt/grad_clip_math.h, which the reference interpreter and the CUDA
+// kernels call too. The conventions of lwrt/cpu_tensor.h hold: true on
+// success, false (nothing written) for element types or shapes the op does
+// not take; result views preallocated.
+#pragma once
+
+#include "lwrt/grad_clip_math.h"
+#include "lwrt/tensor.h"
+
+#include <vector>
+
+namespace lwrt::cpu {
+
+using lwrt::ClipCoefParams;
+using lwrt::SquareSumParams;
+
+/// xs (F32 or F64, all of y's type) -> y, a scalar: the sum of the squares
+/// of their elements, in double, in operand and element order.
+bool squareSum(const std::vector<TensorView>& xs, const TensorView& y, const SquareSumParams& p);
+/// s (a scalar sum of squares) -> (norm, coef), scalars of s's type.
+bool clipCoef(const TensorView& s, const TensorView& norm, const TensorView& coef,
+              const ClipCoefParams& p);
+
+} // namespace lwrt::cpu
