@@ -19,7 +19,8 @@ logits, and the export in onnxruntime. Cases:
   - --gpus 2 data, --gpus 4 layerwise and model, a --gpus 4 1F1B pipeline,
     --streams=4 on one GPU, --kernels=own, CUDA graphs off, cuDNN's legacy
     API asked for, algorithms chosen by timing (--cudnn-benchmark), the
-    training recipes (label smoothing, frozen layers, parameter groups);
+    training recipes (label smoothing, frozen layers, parameter groups,
+    gradient clipping) on one and two GPUs;
   - kill-and-resume on the emulated device: a run killed after its step-3
     checkpoint and resumed ends bit-identical to an uninterrupted one;
   - the trainer says on its first line that it runs on an emulated GPU.
@@ -103,6 +104,11 @@ def run_args(steps=STEPS):
             "--export=model.onnx"]
 
 
+# The training recipes: label smoothing, frozen layers, parameter groups, clipping.
+RECIPES = ["--label-smoothing=0.1", "--freeze=conv1.*", "--no-decay=bias,norm",
+           "--param-group=fc3.*:lr=0.5,wd=0.002", "--clip-grad-norm=0.5"]
+
+
 # (name, model, lwcc flags, trainer flags of the emulated run, tolerance scale).
 def cases(models):
     out = []
@@ -123,10 +129,12 @@ def cases(models):
         ("lenet --streams=2 on one GPU", "lenet", ["--streams=2"], [], 1),
         ("lenet --gpus 2 --streams=2", "lenet", ["--gpus=2", "--strategy=data", "--streams=2"],
          [], 1),
+        ("resnet18 --gpus 2 --streams=3", "resnet18",
+         ["--gpus=2", "--strategy=data", "--streams=3", "--stream-policy=all"], [], 1),
         ("alexnet --cudnn-benchmark", "alexnet", [], ["--cudnn-benchmark"], 1),
-        ("lenet recipes", "lenet", ["--label-smoothing=0.1", "--freeze=conv1.*",
-                                    "--no-decay=bias,norm", "--param-group=fc3.*:lr=0.5,wd=0.002"],
-         [], 1),
+        ("lenet recipes", "lenet", RECIPES, [], 1),
+        ("lenet recipes --gpus 2 model", "lenet", [*RECIPES, "--gpus=2", "--strategy=model"], [],
+         1),
         ("resnet18 --kernels=own", "resnet18", [], ["--kernels=own"], 1),
         ("resnet18 --no-cuda-graph", "resnet18", [], ["--no-cuda-graph"], 1),
         ("alexnet --cudnn-api=legacy", "alexnet", [], ["--cudnn-api=legacy"], 1),

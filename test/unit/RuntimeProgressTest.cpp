@@ -363,10 +363,11 @@ TEST(RuntimeProgress, JsonlLinesAreJsonAndFlushed) {
   MemStream out;
   lwrt::JsonlLogger log(out.file());
   const float loss = 0.4213f;
-  log.step({120, loss, 1234.5, 25.9, 2, 0.01, std::nullopt, std::nullopt, std::nullopt, false});
+  log.step({120, loss, 1234.5, 25.9, 2, 0.01, std::nullopt, std::nullopt, std::nullopt, false,
+            std::nullopt});
   EXPECT_NE(out.flushed().find('\n'), std::string::npos) << "not flushed per line";
   log.step({121, kNaN, kNaN, 25.9, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-            std::nullopt, false});
+            std::nullopt, false, std::nullopt});
   log.eval({2, 0.9712, 0.0931, std::nullopt, 0.9981});
   log.eval({3, 0.98, std::nullopt, 5625, std::nullopt});
   EXPECT_TRUE(log.ok());
@@ -393,7 +394,7 @@ TEST(RuntimeProgress, JsonlLinesAreJsonAndFlushed) {
 TEST(RuntimeProgress, JsonlStepOfAMultiDeviceTrainerGivesTheGlobalBatch) {
   MemStream out;
   lwrt::JsonlLogger log(out.file());
-  log.step({3, 0.5, 100, 10, 1, std::nullopt, 64, 4, std::nullopt, false});
+  log.step({3, 0.5, 100, 10, 1, std::nullopt, 64, 4, std::nullopt, false, std::nullopt});
   auto got = lines(out.flushed());
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0], R"({"type":"step","step":3,"epoch":1,"loss":0.5,"img_per_s":100,)"
@@ -403,8 +404,10 @@ TEST(RuntimeProgress, JsonlStepOfAMultiDeviceTrainerGivesTheGlobalBatch) {
 TEST(RuntimeProgress, JsonlStepOfAnFp16TrainerGivesTheScaleAndSkips) {
   MemStream out;
   lwrt::JsonlLogger log(out.file());
-  log.step({1, 2.5, 100, 10, 1, std::nullopt, std::nullopt, std::nullopt, 32768.0, true});
-  log.step({2, 2.25, 100, 10, 1, std::nullopt, std::nullopt, std::nullopt, 32768.0, false});
+  log.step(
+      {1, 2.5, 100, 10, 1, std::nullopt, std::nullopt, std::nullopt, 32768.0, true, std::nullopt});
+  log.step({2, 2.25, 100, 10, 1, std::nullopt, std::nullopt, std::nullopt, 32768.0, false,
+            std::nullopt});
   auto got = lines(out.flushed());
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0], R"({"type":"step","step":1,"epoch":1,"loss":2.5,"img_per_s":100,)"
@@ -418,8 +421,8 @@ TEST(RuntimeProgress, JsonlFloatsReadBackExactly) {
   lwrt::JsonlLogger log(out.file());
   const float values[] = {0.1f, 1.0f / 3.0f, 3.4028235e38f, 1.17549435e-38f, 1e-45f, -2.5f, 0.0f};
   for (float v : values)
-    log.step(
-        {1, v, 0, 0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, false});
+    log.step({1, v, 0, 0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+              false, std::nullopt});
   auto got = lines(out.flushed());
   ASSERT_EQ(got.size(), std::size(values));
   for (size_t i = 0; i < got.size(); ++i) {
