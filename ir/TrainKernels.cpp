@@ -1,15 +1,17 @@
 //===- TrainKernels.cpp - Reference kernels of the training ops -----------===//
 //
 // Losses, backward ops, the dropout RNG and optimizer updates, written as
-// the textbook formulas; the optimizers' update of an element is
-// lwrt/optimizer_math.h's, which the CPU and CUDA kernels call too. Their
-// gradients are checked against finite differences of the forward kernels
+// the textbook formulas; the optimizers' update of an element and the
+// losses' row math are lwrt/optimizer_math.h's and lwrt/loss_math.h's,
+// which the CPU and CUDA kernels call too. Their gradients are checked
+// against finite differences of the forward kernels
 // (test/unit/GradCheckTest.cpp).
 //
 //===----------------------------------------------------------------------===//
 #include "ir/Kernels.h"
 #include "runtime/include/lwrt/activation_math.h"
 #include "runtime/include/lwrt/dropout.h"
+#include "runtime/include/lwrt/loss_math.h"
 #include "runtime/include/lwrt/lr_schedule.h"
 #include "runtime/include/lwrt/optimizer_math.h"
 
@@ -31,13 +33,7 @@ Error ok() { return Error::success(); }
 /// log(sum_j exp(z[r, j])) of row r of logits [N, K], computed stably.
 double rowLogSumExp(const Tensor& logits, int64_t r) {
   int64_t k = logits.type.shape[1];
-  double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < k; ++j)
-    mx = std::max(mx, logits.f[r * k + j]);
-  double sum = 0;
-  for (int64_t j = 0; j < k; ++j)
-    sum += std::exp(logits.f[r * k + j] - mx);
-  return mx + std::log(sum);
+  return lwrt::rowLogSumExp(logits.f.data() + r * k, k);
 }
 
 Error checkLabels(const EvalCtx& c) {
@@ -73,8 +69,7 @@ Error evalSoftmaxXent(EvalCtx& c) {
     double lse = rowLogSumExp(z, r), sum = 0;
     for (int64_t j = 0; j < k; ++j)
       sum += z.f[r * k + j];
-    total +=
-        lse - (1 - smoothing) * z.f[r * k + c.x(1).i[r]] - smoothing * sum / static_cast<double>(k);
+    total += lwrt::xentRowLoss(lse, z.f[r * k + c.x(1).i[r]], sum, k, smoothing);
   }
   c.y().f[0] = total / static_cast<double>(n);
   return ok();
@@ -93,24 +88,21 @@ Error evalSoftmaxXentGrad(EvalCtx& c) {
     double lse = rowLogSumExp(z, r);
     for (int64_t j = 0; j < k; ++j)
       c.y().f[r * k + j] =
-          (std::exp(z.f[r * k + j] - lse) - (j == c.x(1).i[r] ? 1.0 - smoothing : 0.0) - uniform) *
-          scale;
+          lwrt::xentGradValue(z.f[r * k + j], lse, j == c.x(1).i[r], smoothing, uniform, scale);
   }
   return ok();
 }
 
 Error evalMseLoss(EvalCtx& c) {
   double sum = 0;
-  for (int64_t k = 0; k < c.x(0).size(); ++k) {
-    double d = c.x(0).f[k] - c.x(1).f[k];
-    sum += d * d;
-  }
+  for (int64_t k = 0; k < c.x(0).size(); ++k)
+    sum += lwrt::squaredDiff(c.x(0).f[k], c.x(1).f[k]);
   c.y().f[0] = sum / static_cast<double>(std::max<int64_t>(1, c.x(0).size()));
   return ok();
 }
 
 Error evalMseLossGrad(EvalCtx& c) {
-  double scale = 2.0 * c.x(2).f[0] / static_cast<double>(std::max<int64_t>(1, c.x(0).size()));
+  double scale = lwrt::mseGradScale(c.x(2).f[0], c.x(0).size());
   for (int64_t k = 0; k < c.y().size(); ++k)
     c.y().f[k] = (c.x(0).f[k] - c.x(1).f[k]) * scale;
   return ok();
