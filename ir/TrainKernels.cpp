@@ -1,14 +1,19 @@
 //===- TrainKernels.cpp - Reference kernels of the training ops -----------===//
 //
 // Losses, backward ops, the dropout RNG and optimizer updates, written as
-// the textbook formulas. Their gradients are checked against finite
-// differences of the forward kernels (test/unit/GradCheckTest.cpp).
+// the textbook formulas; the optimizers' update of an element and the
+// losses' row math are lwrt/optimizer_math.h's and lwrt/loss_math.h's,
+// which the CPU and CUDA kernels call too. Their gradients are checked
+// against finite differences of the forward kernels
+// (test/unit/GradCheckTest.cpp).
 //
 //===----------------------------------------------------------------------===//
 #include "ir/Kernels.h"
 #include "runtime/include/lwrt/activation_math.h"
 #include "runtime/include/lwrt/dropout.h"
+#include "runtime/include/lwrt/loss_math.h"
 #include "runtime/include/lwrt/lr_schedule.h"
+#include "runtime/include/lwrt/optimizer_math.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -28,13 +33,7 @@ Error ok() { return Error::success(); }
 /// log(sum_j exp(z[r, j])) of row r of logits [N, K], computed stably.
 double rowLogSumExp(const Tensor& logits, int64_t r) {
   int64_t k = logits.type.shape[1];
-  double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < k; ++j)
-    mx = std::max(mx, logits.f[r * k + j]);
-  double sum = 0;
-  for (int64_t j = 0; j < k; ++j)
-    sum += std::exp(logits.f[r * k + j] - mx);
-  return mx + std::log(sum);
+  return lwrt::rowLogSumExp(logits.f.data() + r * k, k);
 }
 
 Error checkLabels(const EvalCtx& c) {
@@ -70,8 +69,7 @@ Error evalSoftmaxXent(EvalCtx& c) {
     double lse = rowLogSumExp(z, r), sum = 0;
     for (int64_t j = 0; j < k; ++j)
       sum += z.f[r * k + j];
-    total +=
-        lse - (1 - smoothing) * z.f[r * k + c.x(1).i[r]] - smoothing * sum / static_cast<double>(k);
+    total += lwrt::xentRowLoss(lse, z.f[r * k + c.x(1).i[r]], sum, k, smoothing);
   }
   c.y().f[0] = total / static_cast<double>(n);
   return ok();
@@ -90,24 +88,21 @@ Error evalSoftmaxXentGrad(EvalCtx& c) {
     double lse = rowLogSumExp(z, r);
     for (int64_t j = 0; j < k; ++j)
       c.y().f[r * k + j] =
-          (std::exp(z.f[r * k + j] - lse) - (j == c.x(1).i[r] ? 1.0 - smoothing : 0.0) - uniform) *
-          scale;
+          lwrt::xentGradValue(z.f[r * k + j], lse, j == c.x(1).i[r], smoothing, uniform, scale);
   }
   return ok();
 }
 
 Error evalMseLoss(EvalCtx& c) {
   double sum = 0;
-  for (int64_t k = 0; k < c.x(0).size(); ++k) {
-    double d = c.x(0).f[k] - c.x(1).f[k];
-    sum += d * d;
-  }
+  for (int64_t k = 0; k < c.x(0).size(); ++k)
+    sum += lwrt::squaredDiff(c.x(0).f[k], c.x(1).f[k]);
   c.y().f[0] = sum / static_cast<double>(std::max<int64_t>(1, c.x(0).size()));
   return ok();
 }
 
 Error evalMseLossGrad(EvalCtx& c) {
-  double scale = 2.0 * c.x(2).f[0] / static_cast<double>(std::max<int64_t>(1, c.x(0).size()));
+  double scale = lwrt::mseGradScale(c.x(2).f[0], c.x(0).size());
   for (int64_t k = 0; k < c.y().size(); ++k)
     c.y().f[k] = (c.x(0).f[k] - c.x(1).f[k]) * scale;
   return ok();
@@ -527,42 +522,39 @@ Error evalDropoutMask(EvalCtx& c) {
   return ok();
 }
 
+namespace {
+/// The weight decay of an optimizer update: its param's group_decay where it
+/// has one (>= 0), the op's weight_decay otherwise.
+double resolvedDecay(const Op& op) {
+  return op.getFloat("group_decay") >= 0 ? op.getFloat("group_decay") : op.getFloat("weight_decay");
+}
+} // namespace
+
 Error evalSgdUpdate(EvalCtx& c) {
-  // g' = g + wd w; m' = momentum m + g'; w' = w - lr (nesterov ? g' + momentum m' : m').
+  // lwrt::sgdElement, the CPU's and CUDA's update of each element.
   const Tensor &w = c.x(0), &g = c.x(1), &m = c.x(2);
-  double lr = c.x(3).f[0] * c.op.getFloat("lr_scale"), mom = c.op.getFloat("momentum");
-  double wd = c.op.getFloat("group_decay") >= 0 ? c.op.getFloat("group_decay")
-                                                : c.op.getFloat("weight_decay");
-  bool nesterov = c.op.getInt("nesterov") != 0;
+  double lr = c.x(3).f[0] * c.op.getFloat("lr_scale");
+  lwrt::SgdHyper h{c.op.getFloat("momentum"), resolvedDecay(c.op), c.op.getInt("nesterov") != 0};
   for (int64_t k = 0; k < w.size(); ++k) {
-    double gk = g.f[k] + wd * w.f[k];
-    double mk = mom * m.f[k] + gk;
-    c.y(1).f[k] = mk;
-    c.y(0).f[k] = w.f[k] - lr * (nesterov ? gk + mom * mk : mk);
+    lwrt::SgdElement e = lwrt::sgdElement(w.f[k], g.f[k], m.f[k], lr, h);
+    c.y(1).f[k] = e.m;
+    c.y(0).f[k] = e.w;
   }
   return ok();
 }
 
 Error evalAdamUpdate(EvalCtx& c) {
+  // lwrt::adamElement, the CPU's and CUDA's update of each element.
   const Tensor &w = c.x(0), &g = c.x(1), &m = c.x(2), &v = c.x(3);
   double lr = c.x(4).f[0] * c.op.getFloat("lr_scale");
-  double t = static_cast<double>(c.x(5).i[0] + 1);
-  double b1 = c.op.getFloat("beta1"), b2 = c.op.getFloat("beta2"), eps = c.op.getFloat("epsilon");
-  double wd = c.op.getFloat("group_decay") >= 0 ? c.op.getFloat("group_decay")
-                                                : c.op.getFloat("weight_decay");
-  bool decoupled = c.op.getInt("decoupled") != 0;
-  double c1 = 1.0 - std::pow(b1, t), c2 = 1.0 - std::pow(b2, t);
+  lwrt::AdamHyper h{c.op.getFloat("beta1"), c.op.getFloat("beta2"), c.op.getFloat("epsilon"),
+                    resolvedDecay(c.op), c.op.getInt("decoupled") != 0};
+  lwrt::AdamCorrection corr = lwrt::adamCorrection(h, c.x(5).i[0]);
   for (int64_t k = 0; k < w.size(); ++k) {
-    double wk = w.f[k], gk = g.f[k];
-    if (decoupled)
-      wk *= 1.0 - lr * wd;
-    else
-      gk += wd * wk;
-    double mk = b1 * m.f[k] + (1.0 - b1) * gk;
-    double vk = b2 * v.f[k] + (1.0 - b2) * gk * gk;
-    c.y(1).f[k] = mk;
-    c.y(2).f[k] = vk;
-    c.y(0).f[k] = wk - lr * (mk / c1) / (std::sqrt(vk / c2) + eps);
+    lwrt::AdamElement e = lwrt::adamElement(w.f[k], g.f[k], m.f[k], v.f[k], lr, h, corr);
+    c.y(1).f[k] = e.m;
+    c.y(2).f[k] = e.v;
+    c.y(0).f[k] = e.w;
   }
   return ok();
 }

@@ -6,6 +6,7 @@
 #include "Common.h"
 #include "Parallel.h"
 #include "lwrt/cpu_nn.h"
+#include "lwrt/loss_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -328,21 +329,8 @@ bool softmaxImpl(const TensorView& xv, const TensorView& yv, const SoftmaxParams
   const T* x = xv.as<T>();
   T* y = yv.as<T>();
   forEachRow(r, [&](int64_t o, int64_t e) {
-    {
-      const T* xr = x + o * r.n * r.inner + e;
-      T* yr = y + o * r.n * r.inner + e;
-      T mx = -std::numeric_limits<T>::infinity();
-      for (int64_t j = 0; j < r.n; ++j)
-        mx = std::max(mx, xr[j * r.inner]);
-      double sum = 0;
-      for (int64_t j = 0; j < r.n; ++j)
-        sum += std::exp(xr[j * r.inner] - mx);
-      T lse = static_cast<T>(std::log(sum)), inv = static_cast<T>(1.0 / sum);
-      for (int64_t j = 0; j < r.n; ++j) {
-        T z = xr[j * r.inner] - mx;
-        yr[j * r.inner] = log ? z - lse : std::exp(z) * inv;
-      }
-    }
+    int64_t base = o * r.n * r.inner + e;
+    softmaxRow(x + base, y + base, r.n, r.inner, log);
   });
   return true;
 }
@@ -356,19 +344,8 @@ bool softmaxGradImpl(const TensorView& yv, const TensorView& dyv, const TensorVi
   const T *y = yv.as<T>(), *dy = dyv.as<T>();
   T* dx = dxv.as<T>();
   forEachRow(r, [&](int64_t o, int64_t e) {
-    {
-      int64_t base = o * r.n * r.inner + e;
-      double acc = 0; // sum(dy * y) for softmax, sum(dy) for log_softmax
-      for (int64_t j = 0; j < r.n; ++j) {
-        int64_t i = base + j * r.inner;
-        acc += log ? dy[i] : dy[i] * y[i];
-      }
-      T a = static_cast<T>(acc);
-      for (int64_t j = 0; j < r.n; ++j) {
-        int64_t i = base + j * r.inner;
-        dx[i] = log ? dy[i] - std::exp(y[i]) * a : y[i] * (dy[i] - a);
-      }
-    }
+    int64_t base = o * r.n * r.inner + e;
+    softmaxGradRow(y + base, dy + base, dx + base, r.n, r.inner, log);
   });
   return true;
 }
@@ -396,17 +373,6 @@ bool readLabels(const TensorView& logits, const TensorView& labels, std::vector<
   return true;
 }
 
-/// log(sum_j exp(z[j])) of one row of k logits, in double.
-template <typename T> double rowLogSumExp(const T* z, int64_t k) {
-  double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < k; ++j)
-    mx = std::max(mx, static_cast<double>(z[j]));
-  double sum = 0;
-  for (int64_t j = 0; j < k; ++j)
-    sum += std::exp(z[j] - mx);
-  return mx + std::log(sum);
-}
-
 bool isScalar(const TensorView& v) { return v.rank() == 0; }
 
 template <typename T>
@@ -425,8 +391,7 @@ bool softmaxXentImpl(const TensorView& zv, const TensorView& lv, const TensorVie
     if (e != 0)
       for (int64_t j = 0; j < k; ++j)
         sum += z[r * k + j];
-    total += rowLogSumExp(z + r * k, k) - (1 - e) * z[r * k + labels[r]] -
-             e * sum / static_cast<double>(k);
+    total += xentRowLoss(rowLogSumExp(z + r * k, k), z[r * k + labels[r]], sum, k, e);
   }
   *loss.as<T>() = static_cast<T>(total / static_cast<double>(n));
   return true;
@@ -446,8 +411,8 @@ bool softmaxXentGradImpl(const TensorView& zv, const TensorView& lv, const Tenso
   for (int64_t r = 0; r < n; ++r) {
     double lse = rowLogSumExp(z + r * k, k);
     for (int64_t j = 0; j < k; ++j)
-      dz[r * k + j] = static_cast<T>(
-          (std::exp(z[r * k + j] - lse) - (j == labels[r] ? 1.0 - e : 0.0) - uniform) * scale);
+      dz[r * k + j] =
+          static_cast<T>(xentGradValue(z[r * k + j], lse, j == labels[r], e, uniform, scale));
   }
   return true;
 }
@@ -458,10 +423,8 @@ bool mseLossImpl(const TensorView& pv, const TensorView& tv, const TensorView& l
     return false;
   const T *pred = pv.as<T>(), *target = tv.as<T>();
   double sum = 0;
-  for (int64_t k = 0; k < pv.numel(); ++k) {
-    double d = static_cast<double>(pred[k]) - static_cast<double>(target[k]);
-    sum += d * d;
-  }
+  for (int64_t k = 0; k < pv.numel(); ++k)
+    sum += squaredDiff(pred[k], target[k]);
   *loss.as<T>() = static_cast<T>(sum / static_cast<double>(std::max<int64_t>(1, pv.numel())));
   return true;
 }
@@ -473,8 +436,7 @@ bool mseLossGradImpl(const TensorView& pv, const TensorView& tv, const TensorVie
     return false;
   const T *pred = pv.as<T>(), *target = tv.as<T>();
   T* dp = dpv.as<T>();
-  T scale = static_cast<T>(2.0 * static_cast<double>(*dlv.as<T>()) /
-                           static_cast<double>(std::max<int64_t>(1, pv.numel())));
+  T scale = mseGradScale(*dlv.as<T>(), pv.numel());
   for (int64_t k = 0; k < pv.numel(); ++k)
     dp[k] = (pred[k] - target[k]) * scale;
   return true;

@@ -15,6 +15,7 @@
 #include "lwrt/cpu_tensor.h"
 #include "lwrt/dropout.h"
 #include "lwrt/f16.h"
+#include "lwrt/optimizer_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -764,15 +765,13 @@ bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, co
   for (const TensorView* t : {&g, &m, &wOut, &mOut})
     if (!sameLayout(w, *t))
       return false;
+  SgdHyper h{p.momentum, p.weight_decay, p.nesterov != 0};
   return dispatchFloat(w.dtype, [&](auto tag) {
     using T = decltype(tag);
-    bool nesterov = p.nesterov != 0;
     forEachElement(w.numel(), [&](int64_t k) {
-      double wk = w.as<T>()[k];
-      double gk = g.as<T>()[k] + p.weight_decay * wk;
-      double mk = p.momentum * m.as<T>()[k] + gk;
-      mOut.as<T>()[k] = static_cast<T>(mk);
-      wOut.as<T>()[k] = static_cast<T>(wk - rate * (nesterov ? gk + p.momentum * mk : mk));
+      SgdElement e = sgdElement(w.as<T>()[k], g.as<T>()[k], m.as<T>()[k], rate, h);
+      mOut.as<T>()[k] = static_cast<T>(e.m);
+      wOut.as<T>()[k] = static_cast<T>(e.w);
     });
     return true;
   });
@@ -789,23 +788,16 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
   for (const TensorView* t : {&g, &m, &v, &wOut, &mOut, &vOut})
     if (!sameLayout(w, *t))
       return false;
-  double t = static_cast<double>(s + 1);
-  double b1 = p.beta1, b2 = p.beta2;
-  double c1 = 1.0 - std::pow(b1, t), c2 = 1.0 - std::pow(b2, t);
-  bool decoupled = p.decoupled != 0;
+  AdamHyper h{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0};
+  AdamCorrection corr = adamCorrection(h, s);
   return dispatchFloat(w.dtype, [&](auto tag) {
     using T = decltype(tag);
     forEachElement(w.numel(), [&](int64_t k) {
-      double wk = w.as<T>()[k], gk = g.as<T>()[k];
-      if (decoupled)
-        wk *= 1.0 - rate * p.weight_decay;
-      else
-        gk += p.weight_decay * wk;
-      double mk = b1 * m.as<T>()[k] + (1.0 - b1) * gk;
-      double vk = b2 * v.as<T>()[k] + (1.0 - b2) * gk * gk;
-      mOut.as<T>()[k] = static_cast<T>(mk);
-      vOut.as<T>()[k] = static_cast<T>(vk);
-      wOut.as<T>()[k] = static_cast<T>(wk - rate * (mk / c1) / (std::sqrt(vk / c2) + p.epsilon));
+      AdamElement e =
+          adamElement(w.as<T>()[k], g.as<T>()[k], m.as<T>()[k], v.as<T>()[k], rate, h, corr);
+      mOut.as<T>()[k] = static_cast<T>(e.m);
+      vOut.as<T>()[k] = static_cast<T>(e.v);
+      wOut.as<T>()[k] = static_cast<T>(e.w);
     });
     return true;
   });

@@ -18,6 +18,7 @@
 #include "cuda/CudnnOps.h"
 #include "cuda/KernelSupport.cuh"
 #include "lwrt/cuda_nn.h"
+#include "lwrt/loss_math.h"
 
 #include <algorithm>
 #include <climits>
@@ -33,8 +34,6 @@ bool isVector(const TensorView& v, int64_t n) { return v.shape == std::vector<in
 bool isScalar(const TensorView& v) { return v.rank() == 0; }
 
 // Math in the element type, as the CPU's std:: overloads do.
-__device__ __forceinline__ float mexp(float v) { return expf(v); }
-__device__ __forceinline__ double mexp(double v) { return exp(v); }
 __device__ __forceinline__ float mpow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double mpow(double a, double b) { return pow(a, b); }
 __device__ __forceinline__ float msqrt(float v) { return sqrtf(v); }
@@ -406,13 +405,11 @@ __global__ void softmaxRows(const T* x, T* y, int64_t rows, int64_t n, bool logO
     mx = static_cast<T>(blockMax(static_cast<double>(mx), shared));
     double sum = 0;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-      sum += static_cast<double>(mexp(xr[j] - mx));
+      sum += softmaxSumTerm(xr[j], mx);
     sum = blockSum(sum, shared);
     T lse = static_cast<T>(log(sum)), inv = static_cast<T>(1.0 / sum);
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      T z = xr[j] - mx;
-      yr[j] = logOut ? z - lse : mexp(z) * inv;
-    }
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      yr[j] = softmaxValue(xr[j], mx, lse, inv, logOut);
   }
 }
 
@@ -421,30 +418,8 @@ __global__ void softmaxRows(const T* x, T* y, int64_t rows, int64_t n, bool logO
 template <typename T> __global__ void softmaxStrided(const T* x, T* y, Rows R, bool logOut) {
   LWRT_GRID_STRIDE(r, R.count()) {
     int64_t base = (r / R.inner) * R.n * R.inner + r % R.inner;
-    const T* xr = x + base;
-    T* yr = y + base;
-    T mx = negInf<T>();
-    for (int64_t j = 0; j < R.n; ++j)
-      if (mx < xr[j * R.inner])
-        mx = xr[j * R.inner];
-    double sum = 0;
-    for (int64_t j = 0; j < R.n; ++j)
-      sum += static_cast<double>(mexp(xr[j * R.inner] - mx));
-    T lse = static_cast<T>(log(sum)), inv = static_cast<T>(1.0 / sum);
-    for (int64_t j = 0; j < R.n; ++j) {
-      T z = xr[j * R.inner] - mx;
-      yr[j * R.inner] = logOut ? z - lse : mexp(z) * inv;
-    }
+    softmaxRow(x + base, y + base, R.n, R.inner, logOut);
   }
-}
-
-/// The term of a softmax gradient's row sum: dy for log-softmax, dy * y
-/// (rounded to T, as the CPU does) for softmax.
-template <typename T> __device__ __forceinline__ double gradTerm(T y, T dy, bool logIn) {
-  return logIn ? static_cast<double>(dy) : static_cast<double>(static_cast<T>(dy * y));
-}
-template <typename T> __device__ __forceinline__ T gradOut(T y, T dy, T a, bool logIn) {
-  return logIn ? dy - mexp(y) * a : y * (dy - a);
 }
 
 template <typename T>
@@ -455,10 +430,10 @@ __global__ void softmaxGradRows(const T* y, const T* dy, T* dx, int64_t rows, in
     int64_t base = r * n;
     double acc = 0;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-      acc += gradTerm(y[base + j], dy[base + j], logIn);
+      acc += softmaxGradTerm(y[base + j], dy[base + j], logIn);
     T a = static_cast<T>(blockSum(acc, shared));
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-      dx[base + j] = gradOut(y[base + j], dy[base + j], a, logIn);
+      dx[base + j] = softmaxGradValue(y[base + j], dy[base + j], a, logIn);
   }
 }
 
@@ -466,14 +441,7 @@ template <typename T>
 __global__ void softmaxGradStrided(const T* y, const T* dy, T* dx, Rows R, bool logIn) {
   LWRT_GRID_STRIDE(r, R.count()) {
     int64_t base = (r / R.inner) * R.n * R.inner + r % R.inner;
-    double acc = 0;
-    for (int64_t j = 0; j < R.n; ++j)
-      acc += gradTerm(y[base + j * R.inner], dy[base + j * R.inner], logIn);
-    T a = static_cast<T>(acc);
-    for (int64_t j = 0; j < R.n; ++j) {
-      int64_t i = base + j * R.inner;
-      dx[i] = gradOut(y[i], dy[i], a, logIn);
-    }
+    softmaxGradRow(y + base, dy + base, dx + base, R.n, R.inner, logIn);
   }
 }
 
@@ -534,7 +502,7 @@ __device__ __forceinline__ int64_t labelAt(const void* labels, bool i64, int64_t
 __device__ __forceinline__ void raiseError(int* flag, int code) { atomicCAS(flag, 0, code); }
 
 /// log(sum_j exp(z[j])) of a row of k logits, in double, reduced over the block.
-template <typename T> __device__ double rowLogSumExp(const T* z, int64_t k, double* shared) {
+template <typename T> __device__ double blockLogSumExp(const T* z, int64_t k, double* shared) {
   double mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
     double v = static_cast<double>(z[j]);
@@ -555,13 +523,12 @@ __global__ void xentRows(const T* z, const void* labels, bool i64, double* rowLo
                          int64_t k, double e, int* flag) {
   __shared__ double shared[kReduceThreads];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    double lse = rowLogSumExp(z + r * k, k, shared);
-    double mean = 0;
+    double lse = blockLogSumExp(z + r * k, k, shared);
+    double sum = 0;
     if (e != 0) { // e is the same in every thread: the whole block reduces
-      double sum = 0;
       for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
         sum += static_cast<double>(z[r * k + j]);
-      mean = blockSum(sum, shared) / static_cast<double>(k);
+      sum = blockSum(sum, shared);
     }
     if (threadIdx.x == 0) {
       int64_t label = labelAt(labels, i64, r);
@@ -569,7 +536,7 @@ __global__ void xentRows(const T* z, const void* labels, bool i64, double* rowLo
         raiseError(flag, kLabelOutOfRange);
         rowLoss[r] = NAN;
       } else {
-        rowLoss[r] = lse - (1 - e) * static_cast<double>(z[r * k + label]) - e * mean;
+        rowLoss[r] = xentRowLoss(lse, static_cast<double>(z[r * k + label]), sum, k, e);
       }
     }
   }
@@ -584,15 +551,15 @@ __global__ void xentGradRows(const T* z, const void* labels, bool i64, const T* 
   double scale = static_cast<double>(*dloss) / static_cast<double>(rows);
   double uniform = e / static_cast<double>(k);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    double lse = rowLogSumExp(z + r * k, k, shared);
+    double lse = blockLogSumExp(z + r * k, k, shared);
     int64_t label = labelAt(labels, i64, r);
     bool bad = label < 0 || label >= k;
     if (bad && threadIdx.x == 0)
       raiseError(flag, kLabelOutOfRange);
     for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
-      double p =
-          exp(static_cast<double>(z[r * k + j]) - lse) - (j == label ? 1.0 - e : 0.0) - uniform;
-      dz[r * k + j] = bad ? static_cast<T>(NAN) : static_cast<T>(p * scale);
+      double g =
+          xentGradValue(static_cast<double>(z[r * k + j]), lse, j == label, e, uniform, scale);
+      dz[r * k + j] = bad ? static_cast<T>(NAN) : static_cast<T>(g);
     }
   }
 }
@@ -605,10 +572,7 @@ template <typename T>
 __global__ void squaredDiffPartials(const T* pred, const T* target, double* parts, int64_t n) {
   __shared__ double shared[kReduceThreads];
   double sum = 0;
-  LWRT_GRID_STRIDE(i, n) {
-    double d = static_cast<double>(pred[i]) - static_cast<double>(target[i]);
-    sum += d * d;
-  }
+  LWRT_GRID_STRIDE(i, n) { sum += squaredDiff(pred[i], target[i]); }
   sum = blockSum(sum, shared);
   if (threadIdx.x == 0)
     parts[blockIdx.x] = sum;
@@ -628,8 +592,7 @@ __global__ void sumParts(const double* parts, int64_t count, double divisor, T* 
 
 template <typename T>
 __global__ void mseGrad(const T* pred, const T* target, const T* dloss, T* dp, int64_t n) {
-  T scale = static_cast<T>(2.0 * static_cast<double>(*dloss) /
-                           static_cast<double>(n > 1 ? n : int64_t(1)));
+  T scale = mseGradScale(*dloss, n);
   LWRT_GRID_STRIDE(i, n) { dp[i] = (pred[i] - target[i]) * scale; }
 }
 

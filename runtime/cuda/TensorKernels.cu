@@ -20,6 +20,7 @@
 #include "lwrt/cuda_tensor.h"
 #include "lwrt/dropout.h"
 #include "lwrt/f16.h"
+#include "lwrt/optimizer_math.h"
 
 #include <algorithm>
 #include <array>
@@ -842,43 +843,30 @@ __global__ void dropout16Kernel(const S* step, uint16_t* mask, int64_t n, int64_
 
 template <typename T, typename L>
 __global__ void sgdKernel(const T* w, const T* g, const T* m, const L* lr, T* wOut, T* mOut,
-                          int64_t n, SgdParams p) {
-  double rate = static_cast<double>(*lr) * p.lr_scale;
-  bool nesterov = p.nesterov != 0;
+                          int64_t n, double lrScale, SgdHyper h) {
+  double rate = static_cast<double>(*lr) * lrScale;
   for (int64_t k = firstThread(); k < n; k += gridThreads()) {
-    double wk = w[k];
-    double gk = g[k] + p.weight_decay * wk;
-    double mk = p.momentum * m[k] + gk;
-    mOut[k] = static_cast<T>(mk);
-    wOut[k] = static_cast<T>(wk - rate * (nesterov ? gk + p.momentum * mk : mk));
+    SgdElement e = sgdElement(w[k], g[k], m[k], rate, h);
+    mOut[k] = static_cast<T>(e.m);
+    wOut[k] = static_cast<T>(e.w);
   }
 }
 
 template <typename T, typename L, typename S>
 __global__ void adamKernel(const T* w, const T* g, const T* m, const T* v, const L* lr,
-                           const S* step, T* wOut, T* mOut, T* vOut, int64_t n, AdamParams p) {
+                           const S* step, T* wOut, T* mOut, T* vOut, int64_t n, double lrScale,
+                           AdamHyper h) {
   // Bias corrections at t = step + 1, once per block.
-  __shared__ double corr[2];
-  if (threadIdx.x == 0) {
-    double t = static_cast<double>(static_cast<int64_t>(*step) + 1);
-    corr[0] = 1.0 - ::pow(p.beta1, t);
-    corr[1] = 1.0 - ::pow(p.beta2, t);
-  }
+  __shared__ AdamCorrection corr;
+  if (threadIdx.x == 0)
+    corr = adamCorrection(h, static_cast<int64_t>(*step));
   __syncthreads();
-  double rate = static_cast<double>(*lr) * p.lr_scale, c1 = corr[0], c2 = corr[1];
-  double b1 = p.beta1, b2 = p.beta2;
-  bool decoupled = p.decoupled != 0;
+  double rate = static_cast<double>(*lr) * lrScale;
   for (int64_t k = firstThread(); k < n; k += gridThreads()) {
-    double wk = w[k], gk = g[k];
-    if (decoupled)
-      wk *= 1.0 - rate * p.weight_decay;
-    else
-      gk += p.weight_decay * wk;
-    double mk = b1 * m[k] + (1.0 - b1) * gk;
-    double vk = b2 * v[k] + (1.0 - b2) * gk * gk;
-    mOut[k] = static_cast<T>(mk);
-    vOut[k] = static_cast<T>(vk);
-    wOut[k] = static_cast<T>(wk - rate * (mk / c1) / (::sqrt(vk / c2) + p.epsilon));
+    AdamElement e = adamElement(w[k], g[k], m[k], v[k], rate, h, corr);
+    mOut[k] = static_cast<T>(e.m);
+    vOut[k] = static_cast<T>(e.v);
+    wOut[k] = static_cast<T>(e.w);
   }
 }
 
@@ -1117,9 +1105,9 @@ bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, co
     using L = decltype(ltag);
     return dispatchFloat(w.dtype, [&](auto tag) {
       using T = decltype(tag);
-      sgdKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(w.as<const T>(), g.as<const T>(),
-                                                                 m.as<const T>(), lr.as<const L>(),
-                                                                 wOut.as<T>(), mOut.as<T>(), n, p);
+      sgdKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
+          w.as<const T>(), g.as<const T>(), m.as<const T>(), lr.as<const L>(), wOut.as<T>(),
+          mOut.as<T>(), n, p.lr_scale, SgdHyper{p.momentum, p.weight_decay, p.nesterov != 0});
       LWRT_CUDA(cudaGetLastError());
       return true;
     });
@@ -1148,7 +1136,8 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
         using T = decltype(tag);
         adamKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
             w.as<const T>(), g.as<const T>(), m.as<const T>(), v.as<const T>(), lr.as<const L>(),
-            step.as<const S>(), wOut.as<T>(), mOut.as<T>(), vOut.as<T>(), n, p);
+            step.as<const S>(), wOut.as<T>(), mOut.as<T>(), vOut.as<T>(), n, p.lr_scale,
+            AdamHyper{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0});
         LWRT_CUDA(cudaGetLastError());
         return true;
       });
