@@ -9,14 +9,14 @@
 // (cublasGemmEx with CUBLAS_COMPUTE_32F; the context's math mode forbids
 // reductions in 16 bits), as the CPU backend's 16-bit products do.
 //
-// Pooling runs on cuDNN (cudnnPoolingForward / Backward) where it computes
+// Pooling's forward runs on cuDNN (cudnnPoolingForward) where it computes
 // what the op asks: symmetric pads smaller than the window, no dilation, the
 // floor-mode output size (ceil mode adding no window), sizes within int.
-// Max pooling uses CUDNN_POOLING_MAX_DETERMINISTIC (plain CUDNN_POOLING_MAX's
-// backward adds with atomics: not reproducible); its backward recomputes y
-// in the workspace, as cuDNN's takes it and the op does not. Average
-// pooling's backward, whose op has neither x nor y, and every other case
-// (and --kernels=own) use this file's own kernels, which follow the CPU
+// Max pooling uses CUDNN_POOLING_MAX_DETERMINISTIC. The backward of both
+// poolings, and every other case (and --kernels=own), use this file's own
+// kernels: cuDNN's max-pooling backward documents no rule for a window whose
+// maximum appears twice, and needs the forward's y, which the op does not
+// have; average pooling's op has neither x nor y. The own kernels follow the CPU
 // backend's loops (cpu/NNKernels.cpp) so that ties, empty windows and
 // divisors come out the same; their gradients gather per input element,
 // summing in the CPU's order, so no float atomics are needed. They walk
@@ -585,20 +585,11 @@ bool maxPool2dGradImpl(const TensorView& xv, const TensorView& dyv, const Tensor
   PoolGeom g;
   if (!poolGeom(xv, dyv, p.kernel, p.strides, p.pads, p.dilations, g))
     return false;
-  if constexpr (std::is_floating_point_v<T>)
-    if (cudnnPoolFits(xv, dyv, g)) {
-      // cuDNN's backward reads the forward's y: recomputed in the workspace.
-      CudnnPool d;
-      T one = 1, zero = 0;
-      if (!cudnnPool(xv, dyv, g, CUDNN_POOLING_MAX_DETERMINISTIC, d) ||
-          !ensureWorkspace(static_cast<size_t>(ny) * sizeof(T)))
-        return false;
-      void* y = context().workspace;
-      LWRT_CUDNN(cudnnPoolingForward(context().cudnn, d.pool, &one, d.x, xv.data, &zero, d.y, y));
-      LWRT_CUDNN(cudnnPoolingBackward(context().cudnn, d.pool, &one, d.y, y, d.y, dyv.data, d.x,
-                                      xv.data, &zero, d.x, dxv.data));
-      return true;
-    }
+  // Always the own kernels, also where cuDNN would take the op: cuDNN
+  // documents no rule for a window whose maximum appears twice (its
+  // backward may route the gradient to another of them than the first, the
+  // CPU backend's and PyTorch's rule), and it reads the forward's y, which
+  // would have to be recomputed every step.
   if (!ensureWorkspace(static_cast<size_t>(ny) * sizeof(int)))
     return false;
   int* arg = static_cast<int*>(context().workspace);

@@ -23,6 +23,8 @@ logits, and the export in onnxruntime. Cases:
     gradient clipping) on one and two GPUs;
   - kill-and-resume on the emulated device: a run killed after its step-3
     checkpoint and resumed ends bit-identical to an uninterrupted one;
+  - a max pooling whose windows hold their maximum twice routes the
+    gradient as the CPU trainer does (to the first maximum);
   - the trainer says on its first line that it runs on an emulated GPU.
 Ends with the line "N passed, M failed".
 
@@ -261,6 +263,49 @@ def resume_case(exe, base, label):
               f"differ: {differ[:5]}")
 
 
+def tied_max_pool(tmp):
+    """A max pooling whose windows hold their maximum several times (a
+    constant input times constant weights): the gradient goes to the first
+    maximum of each window on both backends, as PyTorch routes it."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    base = os.path.join(tmp, "tied-max-pool")
+    os.makedirs(os.path.join(base, "raw"), exist_ok=True)
+    n, c, hw = 2, 2, 4
+    inits = [numpy_helper.from_array(np.full((1, c, hw, hw), 0.5, np.float32), "w"),
+             numpy_helper.from_array(np.random.default_rng(0).standard_normal(
+                 (3, c * 4)).astype(np.float32), "w2")]
+    nodes = [helper.make_node("Mul", ["x", "w"], ["m"], name="scale"),
+             helper.make_node("MaxPool", ["m"], ["p"], kernel_shape=[2, 2], strides=[2, 2],
+                              name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "w2"], ["y"], transB=1, name="fc")]
+    graph = helper.make_graph(
+        nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 3])], inits)
+    path = os.path.join(base, "tied.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    np.ones((n, c, hw, hw), np.float32).tofile(os.path.join(base, "raw", "input_0.bin"))
+    np.array([0, 1], np.int64).tofile(os.path.join(base, "raw", "input_1.bin"))
+    cuda, cerr = build_emulated(path, [], os.path.join(base, "emu"), via_lwcc=True)
+    cpu, perr = md.build(path, [], os.path.join(base, "cpu"), via_lwcc=True)
+    name = "max pooling with tied maxima: the same gradient on the emulated GPU as on the CPU"
+    if not cuda or not cpu:
+        md.report(False, name, cerr or perr)
+        return
+    raw = "--data=raw:" + os.path.join(base, "raw")
+    rc = train(cuda, os.path.join(base, "emu-run"), ["--steps=1", raw, "--dump=dump"], True)
+    rp = train(cpu, os.path.join(base, "cpu-run"), ["--steps=1", raw, "--dump=dump"], False)
+    if rc.returncode or rp.returncode:
+        md.report(False, name, (rc.stderr + rp.stderr)[-1500:])
+        return
+    got = np.fromfile(os.path.join(base, "emu-run", "dump", "param_w.bin"), np.float32)
+    want = np.fromfile(os.path.join(base, "cpu-run", "dump", "param_w.bin"), np.float32)
+    md.report(got.shape == want.shape and float(np.max(np.abs(got - want))) <= 1e-6, name,
+              f"param w off by {float(np.max(np.abs(got - want)))}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", help="comma-separated models to run (default: all)")
@@ -326,6 +371,7 @@ def main():
                     os.path.join(base, "emu-run"), tol)
             if name == "lenet --gpus 2 data":
                 resume_case(cuda, os.path.join(base, "resume"), name)
+        tied_max_pool(tmp)
     finally:
         if args.keep:
             print(f"work folder: {tmp}")
