@@ -34,10 +34,8 @@ import argparse
 import concurrent.futures
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import multi_device_trainer as md  # noqa: E402
@@ -216,33 +214,11 @@ def compare(name, ref, got, tol):
         md.compare(name, ref, got)
 
 
-def kill_after_checkpoint(exe, work, step):
-    ck = os.path.join(work, "ck")
-    os.makedirs(work, exist_ok=True)
-    p = subprocess.Popen([exe, "--data=synthetic", f"--seed={SEED}", "--progress=off",
-                          "--data-threads=1", "--no-tf32", "--steps=1000000",
-                          f"--checkpoint-dir={ck}", f"--checkpoint-every={step}",
-                          "--keep-checkpoints=1000000"],
-                         cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    want = os.path.join(ck, f"ckpt-{step}.lwckpt")
-    kept = os.path.join(work, "kept.lwckpt")
-    deadline = time.time() + 300
-    try:
-        while time.time() < deadline and p.poll() is None and not os.path.exists(want):
-            time.sleep(0.01)
-        if os.path.exists(want):
-            shutil.copyfile(want, kept)
-    finally:
-        p.kill()
-        p.wait()
-    return kept if os.path.exists(kept) else None
-
-
 def resume_case(exe, base, label):
     name = f"{label}: killed after step 3 on the emulated GPU, resumed, bit-identical at step 6"
     full = train(exe, os.path.join(base, "full"), ["--steps=6", "--dump=dump",
                                                     "--export=model.onnx"], True)
-    first = kill_after_checkpoint(exe, os.path.join(base, "killed"), 3)
+    first = md.kill_after_checkpoint(exe, os.path.join(base, "killed"), 3, 1, ["--no-tf32"])
     if not first:
         md.report(False, name, "no step-3 checkpoint before the run ended")
         return

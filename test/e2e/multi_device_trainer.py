@@ -107,14 +107,16 @@ def train(exe, work, extra, devices):
     return run(args, cwd=work)
 
 
-def kill_after_checkpoint(exe, work, step, devices):
+def kill_after_checkpoint(exe, work, step, devices, flags=None):
     """Starts a long run checkpointing every `step` steps, SIGKILLs it once the
     checkpoint of `step` is on disk (written to a temporary file and renamed:
-    whole once seen); returns a copy of that checkpoint, or None."""
+    whole once seen); returns a copy of that checkpoint, or None. `flags`:
+    the trainer's own (default: the kernel threads of `devices`)."""
     ck = os.path.join(work, "ck")
     os.makedirs(work, exist_ok=True)
+    flags = [threads(devices)] if flags is None else flags
     p = subprocess.Popen([exe, "--data=synthetic", f"--seed={SEED}", "--progress=off",
-                          "--data-threads=1", threads(devices), "--steps=1000000",
+                          "--data-threads=1", *flags, "--steps=1000000",
                           f"--checkpoint-dir={ck}",
                           f"--checkpoint-every={step}", "--keep-checkpoints=1000000"],
                          cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
