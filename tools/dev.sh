@@ -251,15 +251,21 @@ release_suite() {
   end_checks
 }
 
-# ThreadSanitizer: the CPU runtime built with -fsanitize=thread in
-# build-tsan/, then --gpus 4 CPU trainers built and run against it (clean),
-# and one with an event wait deleted (a race it must report).
+# ThreadSanitizer: the CPU runtime and the emulated CUDA device's runtime
+# built with -fsanitize=thread in build-tsan/, then --gpus 4 CPU and
+# emulated CUDA trainers built and run against them (clean), and ones with
+# an event wait deleted (a race they must report).
 tsan_suite() {
+  local targets=(lwcc_runtime_cpu)
+  # The emulated device is configured only where the CUDA headers are.
   # shellcheck disable=SC2046 # the launcher flags are words
-  if ! { cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  if cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS=-fsanitize=thread $(launcher_flags) >/dev/null &&
-    cmake --build build-tsan -j "$(nproc)" --target lwcc_runtime_cpu; }; then
-    echo "FAIL the CPU runtime with -fsanitize=thread does not build"
+    ninja -C build-tsan -t query lwcc_runtime_emu >/dev/null 2>&1; then
+    targets+=(lwcc_runtime_emu)
+  fi
+  if ! cmake --build build-tsan -j "$(nproc)" --target "${targets[@]}"; then
+    echo "FAIL the runtimes (${targets[*]}) with -fsanitize=thread do not build"
     echo "0 passed, 1 failed"
     return 1
   fi
@@ -316,12 +322,14 @@ cmd_test() {
   suite "emulated GPU: its CUDA runtime, cuBLAS, cuDNN and NCCL (GoogleTest)" parse_gtest \
     "$BIN_DIR/lwemu-unittests" --gtest_brief=1
   suite "CUDA trainers on the emulated GPU vs CPU trainers" parse_counts python3 test/e2e/emulated_gpu.py
+  suite "tools/gpu checks on the emulated GPU (build, correct, multi)" parse_counts \
+    python3 test/e2e/gpu_check_emulated.py
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "training recipes on several devices vs one" parse_counts python3 test/e2e/recipes_multi_device.py
   suite "fine-tuning with frozen layers" parse_counts python3 test/e2e/finetune.py
   suite "parallel strategies vs one device" parse_counts python3 test/e2e/parallel_step.py
   suite "pipelines and micro-batches vs one device" parse_counts python3 test/e2e/pipeline_step.py
-  suite "ThreadSanitizer: --gpus 4 CPU trainers" parse_counts tsan_suite
+  suite "ThreadSanitizer: --gpus 4 CPU and emulated CUDA trainers" parse_counts tsan_suite
   suite "multi-device CPU trainers vs one device" parse_counts python3 test/e2e/multi_device_trainer.py
   suite "pipeline CPU trainers vs one device" parse_counts python3 test/e2e/pipeline_trainer.py
   suite "streams: 2-4 per device vs one, the verifier on every zoo schedule" parse_counts python3 test/e2e/streams_trainer.py

@@ -19,6 +19,7 @@
 // step's stream then waits for it and copies it into place (a device copy,
 // some 50 us for AlexNet's 77 MB batch where the host copy takes 3 ms).
 #include "cuda/Context.h"
+#include "lwrt/nvtx.h"
 #include "lwrt/trainer.h"
 
 #include <cstdio>
@@ -452,6 +453,10 @@ std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::stri
   if (!initContext(*ctx, options.device, options.tf32 != Tf32::Off, options.tf32 == Tf32::All,
                    error))
     return nullptr;
+  // NVTX initializes itself at its first call, filling a table of function
+  // pointers that later calls read without a lock: make that first call
+  // here, on the main thread, before a multi-device step's threads start.
+  { PhaseRange startUp("lwcc start-up"); }
   ctx->convGraphApi = options.cudnnGraphApi;
   ctx->timeAlgorithms = options.cudnnBenchmark;
   ctx->cudnnOps = options.cudnnOps;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Multi-device CPU trainers under ThreadSanitizer: clean, and a deleted event is caught.
+"""Multi-device CPU and emulated CUDA trainers under ThreadSanitizer; a deleted event is caught.
 
 The CPU backend runs each (device, stream) of a `--gpus N` trainer on a
 thread of its own; only events and collectives order them. This script
@@ -27,6 +27,24 @@ build-tsan/) and checks:
      data race at run time (12 steps, up to 3 runs: whether a given step's
      accesses land in ThreadSanitizer's history depends on which thread
      gets there first).
+
+  3. on the emulated CUDA device (runtime/emu, its library built with
+     -fsanitize=thread in PREFIX too: every emulated stream is a thread, a
+     block's GPU threads are fibers that tell ThreadSanitizer of their
+     switches), `--gpus 4` CUDA trainers (lenet, data-parallel; and with
+     --streams=2) run 3 steps with no report, and the CUDA trainer of the
+     same scheduled IR with one wait deleted (device 0's, that orders its
+     optimizer on stream 0 after the last gradient all-reduce on stream 1),
+     built unverified, is reported as a data race or trains to other losses
+     than the intact trainer (up to 3 runs). Deleting 2.'s wait instead
+     deadlocks the emulated run (device 0's all-reduce takes the device's
+     NCCL slot before the loss's reduce on stream 0 that the other devices'
+     all-reduces wait behind; the emulator reports the hang). The emulated
+     streams take one lock between their tasks, which orders for
+     ThreadSanitizer any two tasks that did not overlap in time, so it sees
+     the race only when the update and the all-reduce really overlap; when
+     they do not, the update reads the previous step's sum. Skipped when
+     PREFIX has no emulated runtime (no CUDA headers).
 
 oneDNN (Debian's libdnnl, not instrumented) synchronizes its own state
 (its primitive cache, made from several stream threads at once) in ways
@@ -79,13 +97,133 @@ def build(src, out, prefix):
 
 
 def train(exe, workdir, steps=3, extra=(), threads=8):
+    """Runs a trainer under ThreadSanitizer; threads=None for a CUDA trainer."""
     suppressions = os.path.join(workdir, "tsan-suppressions.txt")
     with open(suppressions, "w") as f:
         f.write("race:libdnnl.so.2\n")  # oneDNN's own state (see above)
     env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 "
-               f"suppressions={suppressions}")
+               f"suppressions={suppressions}", LWEMU_HANG_SECONDS="10")
     return run([exe, "--data=synthetic", f"--steps={steps}", "--seed=1", "--data-threads=1",
-                f"--threads={threads}", *extra], cwd=workdir, env=env)
+                *([f"--threads={threads}"] if threads else []), *extra], cwd=workdir, env=env)
+
+
+def build_emulated(src, prefix):
+    """Compiles the CUDA trainer lwcc emitted in src (trainer.cu) for the
+    emulated device with -fsanitize=thread, against PREFIX's emulated
+    runtime (as lwcc --emulate-gpu builds one; -O0: the kernels are in the
+    library)."""
+    lib = os.path.join(prefix, "lib")
+    with open(os.path.join(lib, "liblwcc_runtime_emu.cflags")) as f:
+        cflags = f.read().split()
+    with open(os.path.join(lib, "liblwcc_runtime_emu.libs")) as f:
+        libs = f.read().split()
+    return run(["c++", "-std=c++20", "-fsanitize=thread", "-g1", "-O0", "-x", "c++", "-include",
+                os.path.join(prefix, "include", "lwemu", "cuda_emu.h"),
+                "-I" + os.path.join(prefix, "include"), *cflags, "trainer.cu", "-x", "none",
+                os.path.join(lib, "liblwcc_runtime_emu.a"), *libs, "-o", "trainer"], cwd=src)
+
+
+def losses(workdir):
+    """The losses of the steps a trainer logged to workdir/log.jsonl."""
+    out = []
+    with open(os.path.join(workdir, "log.jsonl")) as f:
+        for line in f:
+            m = re.search(r'"type":"step".*"loss":([-+0-9.eE]+|nan|inf)', line)
+            if m:
+                out.append(float(m.group(1)))
+    return out
+
+
+def emulated_cases(tmp, prefix):
+    """3. of the docstring: --gpus 4 CUDA trainers on the emulated device."""
+    onnx_path = os.path.join(tmp, "lenet.onnx")
+    if not os.path.exists(onnx_path):
+        r = run([sys.executable, GEN, "lenet", "--test-size", "--batch", "8", "-o", onnx_path])
+        if r.returncode:
+            report(False, "lenet: generate", r.stderr[-500:])
+            return
+    parallel = ["--gpus=4", "--strategy=data", "--bucket-bytes=20000"]
+    intact = None
+    for extra in ([], ["--streams=2"]):
+        name = f"emulated GPU: lenet --gpus 4 --strategy=data {' '.join(extra)}".rstrip()
+        src = os.path.join(tmp, "emu" + "".join(extra).replace("=", ""))
+        r = run([LWCC, onnx_path, "--target=cuda", *parallel, *extra, "--emit=source",
+                 "-o", src])
+        if r.returncode:
+            report(False, f"{name}: lwcc", r.stderr[-1000:])
+            continue
+        r = build_emulated(src, prefix)
+        if r.returncode:
+            report(False, f"{name}: build with -fsanitize=thread", (r.stdout + r.stderr)[-2000:])
+            continue
+        work = os.path.join(src, "run")
+        os.makedirs(work)
+        r = train(os.path.join(src, "trainer"), work, extra=["--log=log.jsonl"], threads=None)
+        clean = r.returncode == 0 and "ThreadSanitizer" not in r.stderr
+        report(clean, f"{name}: 3 steps, no ThreadSanitizer report",
+               f"exit {r.returncode}: {r.stderr[-3000:]}")
+        if clean and not extra:
+            intact = losses(work)
+    # The scheduled IR with device 0's wait before its optimizer deleted.
+    name = "emulated GPU: lenet --gpus 4 --strategy=data"
+    ir_path = os.path.join(tmp, "emu-step.lwir")
+    r = run([LWCC, onnx_path, "--target=cuda", *parallel, "--emit=scheduled-ir", "-o", ir_path])
+    if r.returncode:
+        report(False, f"{name}: --emit=scheduled-ir", r.stderr[-1000:])
+        return
+    with open(ir_path) as f:
+        broken, event = delete_update_wait(f.read())
+    bad = os.path.join(tmp, "emu-deleted-wait.lwir")
+    with open(bad, "w") as f:
+        f.write(broken)
+    bsrc = os.path.join(tmp, "emu-deleted-wait")
+    r = run([LWCC, onnx_path, "--target=cuda", f"--step-ir={bad}", "--emit=source", "-o", bsrc])
+    refused = (r.returncode == 1 and "verify-schedule" in r.stderr and
+               "'sgd_update' op" in r.stderr and "nothing orders stream 0" in r.stderr)
+    report(refused, f"{name} without wait {event} before the update: lwcc --step-ir refuses it",
+           f"exit {r.returncode}: {r.stderr[-1500:]}")
+    r = run([LWCC, onnx_path, "--target=cuda", f"--step-ir={bad}", "--no-verify-schedule",
+             "--emit=source", "-o", bsrc])
+    if r.returncode:
+        report(False, f"{name} without wait {event}: lwcc --no-verify-schedule", r.stderr[-1000:])
+        return
+    r = build_emulated(bsrc, prefix)
+    if r.returncode:
+        report(False, f"{name} without wait {event}: build", (r.stdout + r.stderr)[-2000:])
+        return
+    if intact is None:
+        report(False, f"{name} without wait {event}: no losses of the intact trainer to compare")
+        return
+    # Up to 3 runs: whether the update reads the new sum depends on which
+    # stream gets there first.
+    verdict = ""
+    for _ in range(3):
+        work = os.path.join(bsrc, "run")
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        r = train(os.path.join(bsrc, "trainer"), work, extra=["--log=log.jsonl"], threads=None)
+        if r.returncode != 0 and "data race" in r.stderr:
+            verdict = "ThreadSanitizer reports a data race"
+            break
+        got = losses(work) if r.returncode == 0 else []
+        if r.returncode == 0 and len(got) == len(intact) and got != intact:
+            verdict = f"losses {got} instead of the intact trainer's {intact}"
+            break
+    report(bool(verdict), f"{name} without wait {event} before the update, built unverified: "
+                          f"{verdict or 'not caught'}",
+           f"exit {r.returncode}, losses {losses(work) if r.returncode == 0 else '-'} as the "
+           f"intact trainer's {intact}; stderr tail: {r.stderr[-1500:]}")
+
+
+def delete_update_wait(ir):
+    """Deletes, from a scheduled IR, device 0's wait on stream 0 right before
+    its first optimizer update: (the IR, the event)."""
+    lines = ir.split("\n")
+    for i, line in enumerate(lines[:-1]):
+        m = re.match(r"\s*wait\(\) \{event = (\d+)\} @dev\(0\) @stream\(0\)", line)
+        if m and "_update(" in lines[i + 1]:
+            return "\n".join(lines[:i] + lines[i + 1:]), int(m.group(1))
+    raise RuntimeError("no wait of device 0 stream 0 right before an optimizer update")
 
 
 def delete_wait(ir):
@@ -109,6 +247,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prefix", default=os.path.join(ROOT, "build-tsan"),
                     help="folder with include/ and lib/liblwcc_runtime_cpu.a built with TSan")
+    ap.add_argument("--emulated-only", action="store_true",
+                    help="check only the emulated CUDA device's trainers (3.)")
     args = ap.parse_args()
     prefix = os.path.abspath(args.prefix)
     if not os.path.exists(os.path.join(prefix, "lib", "liblwcc_runtime_cpu.a")):
@@ -129,7 +269,7 @@ def main():
                  # Fragments: two halves of the batch through alexnet's
                  # layers, the second on branch streams.
                  ("alexnet", None, ["--streams=4", "--stream-policy=all", "--fragments=2"])]
-        for model, strategy, extra in cases:
+        for model, strategy, extra in ([] if args.emulated_only else cases):
             onnx_path = os.path.join(tmp, f"{model}.onnx")
             if not os.path.exists(onnx_path):
                 r = run([sys.executable, GEN, model, "--test-size", "--batch", "8", "-o", onnx_path])
@@ -208,6 +348,11 @@ def main():
             report(caught, f"{name} without wait {event} before the all-reduce, built unverified: "
                            "ThreadSanitizer reports a data race",
                    f"exit {r.returncode}; stderr tail: {r.stderr[-1500:]}")
+        if os.path.exists(os.path.join(prefix, "lib", "liblwcc_runtime_emu.a")):
+            emulated_cases(tmp, prefix)
+        else:
+            print(f"no emulated CUDA runtime under {prefix} (no CUDA headers): "
+                  "its trainers were not checked")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{passed} passed, {failed} failed")

@@ -13,17 +13,37 @@
 # archives of libjpeg, libpng and zlib that CUDA trainers link (lib/).
 #
 #   bash tools/gpu/prepare.sh      (after bash tools/dev.sh build)
+#
+# LWCC_EMULATE_GPU=1 prepares for `LWCC_EMULATE_GPU=1 bash build/gpu/check.sh`
+# on this machine instead: the emulated CUDA device's library
+# (liblwcc_runtime_emu.a) goes beside the CUDA runtime's, which may then be
+# absent (a machine without nvcc). LWCC_GPU_MODELS="lenet ..." prepares
+# those zoo models alone (and none of the exporter patterns or the speed
+# check's AlexNet); LWCC_GPU_MULTI and LWCC_GPU_BF16 replace the lists below
+# (empty: none). LWCC_GPU_OUT names another folder than build/gpu, and
+# LWCC_BIN_DIR another build's bin/ than build/bin (its lib/ beside it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-LWCC=build/bin/lwcc
-OUT=build/gpu
+BIN=${LWCC_BIN_DIR:-build/bin}
+BUILD=$(dirname "$BIN")
+LWCC=$BIN/lwcc
+OUT=${LWCC_GPU_OUT:-build/gpu}
 rm -rf "$OUT"
 mkdir -p "$OUT/src" "$OUT/lib"
 cp tools/gpu/check.sh tools/gpu/compare.py tools/gpu/pack_weights.py tools/gpu/torch_bench.py "$OUT/"
 cp -r tools/models "$OUT/models"
-cp -r build/include "$OUT/include"
-cp build/lib/liblwcc_runtime_cuda.a build/lib/liblwcc_runtime_cuda.libs "$OUT/lib/"
-strip -g "$OUT/lib/liblwcc_runtime_cuda.a"
+cp -r "$BUILD/include" "$OUT/include"
+EMU=${LWCC_EMULATE_GPU:-}
+[[ $EMU == 0 ]] && EMU=
+if [[ -z $EMU || -f "$BUILD"/lib/liblwcc_runtime_cuda.a ]]; then
+  cp "$BUILD"/lib/liblwcc_runtime_cuda.a "$BUILD"/lib/liblwcc_runtime_cuda.libs "$OUT/lib/"
+  strip -g "$OUT/lib/liblwcc_runtime_cuda.a"
+fi
+if [[ -n $EMU ]]; then
+  cp "$BUILD"/lib/liblwcc_runtime_emu.a "$BUILD"/lib/liblwcc_runtime_emu.libs \
+    "$BUILD"/lib/liblwcc_runtime_emu.cflags "$OUT/lib/"
+  strip -g "$OUT/lib/liblwcc_runtime_emu.a"
+fi
 mkdir -p "$OUT/lib/mpi"
 mpi=$(ldconfig -p | sed -n 's/.*libmpi.so.40 .*=> //p' | head -1)
 cp -L "$mpi" "$OUT/lib/mpi/"
@@ -31,19 +51,19 @@ ldd "$mpi" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m|dl|pthread|rt|z)\.s
   xargs -r -I{} cp -L {} "$OUT/lib/mpi/"
 # The static archives the runtime's link flags name (libjpeg, libpng, zlib):
 # the GPU machine links them from here, needing none of them installed.
-for a in $(sed -n 's/^-l:\(lib.*\.a\)$/\1/p' build/lib/liblwcc_runtime_cuda.libs); do
+for a in $(sed -n 's/^-l:\(lib.*\.a\)$/\1/p' "$OUT"/lib/*.libs | sort -u); do
   cp "$(gcc -print-file-name="$a")" "$OUT/lib/"
 done
 # Multi-device trainers checked on the GPU: model:strategy, --gpus 2 (the
 # pipeline: 2 stages of 2 micro-batches, lenet has no batch norm, so its step
 # is the one-device step up to rounding).
-MULTI="lenet:data resnet18:data alexnet_owt:owt lenet:pipeline"
+MULTI=${LWCC_GPU_MULTI-lenet:data resnet18:data alexnet_owt:owt lenet:pipeline}
 # Models checked in bf16 (conv2d, gemm and their gradients on cuDNN and
 # cuBLAS in 16 bits, casts, batch norm in float32).
-BF16="lenet alexnet resnet18"
+BF16=${LWCC_GPU_BF16-lenet alexnet resnet18}
 # Every zoo model, and upnet (the activations, max/min, resize and stateless
 # batch norm of issue 25: their CUDA kernels against the CPU's).
-names=$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(list(zoo.REGISTRY) + ["upnet"]))')
+names=${LWCC_GPU_MODELS:-$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(list(zoo.REGISTRY) + ["upnet"]))')}
 for m in $names; do
   python3 - "$m" "$OUT" <<'PY'
 import os, sys
@@ -102,7 +122,7 @@ PY
 done
 # The dynamo exporter's patterns that need layer_norm, erf and gather_nd
 # (test/e2e/dynamo_graphs.py), static batch 2, with the same CPU step.
-for label in "dyn20/alexnet@64 pool 1->6 GatherND+ReduceMean" "dyn20/vgg11@64 pool 2->7 GatherND+Where" \
+[[ -n ${LWCC_GPU_MODELS:-} ]] || for label in "dyn20/alexnet@64 pool 1->6 GatherND+ReduceMean" "dyn20/vgg11@64 pool 2->7 GatherND+Where" \
              "dyn20/convnext Gelu" "dyn18/convnext Erf"; do
   m=$(echo "$label" | cut -d' ' -f1,2 | tr -c 'A-Za-z0-9\n' '-')
   python3 - "$label" "$OUT" "$m" <<'PY'
@@ -128,14 +148,16 @@ PY
   "$OUT/$m-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$m-cpu" --progress=off >/dev/null
   rm -f "$OUT/$m-cpu-trainer" "$OUT/$m.onnx"
 done
-echo "+ alexnet 224x224, batch 128: CUDA sources without embedded weights"
-python3 tools/models/gen.py alexnet --size 224 --batch 128 --classes 1000 -o "$OUT/alexnet224.onnx"
-for s in 1 2 bf16; do
-  flags=(--streams=$s)
-  [[ $s == bf16 ]] && flags=(--mixed-precision=bf16)
-  "$LWCC" "$OUT/alexnet224.onnx" --weights=separate "${flags[@]}" --emit=source \
-    -o "$OUT/src/alexnet224-s$s"
-  rm -f "$OUT/src/alexnet224-s$s/trainer.weights" # 244 MB: check.sh packs them there
-done
-rm -f "$OUT/alexnet224.onnx"
+if [[ -z ${LWCC_GPU_MODELS:-} ]]; then
+  echo "+ alexnet 224x224, batch 128: CUDA sources without embedded weights"
+  python3 tools/models/gen.py alexnet --size 224 --batch 128 --classes 1000 -o "$OUT/alexnet224.onnx"
+  for s in 1 2 bf16; do
+    flags=("--streams=$s")
+    [[ $s == bf16 ]] && flags=(--mixed-precision=bf16)
+    "$LWCC" "$OUT/alexnet224.onnx" --weights=separate "${flags[@]}" --emit=source \
+      -o "$OUT/src/alexnet224-s$s"
+    rm -f "$OUT/src/alexnet224-s$s/trainer.weights" # 244 MB: check.sh packs them there
+  done
+  rm -f "$OUT/alexnet224.onnx"
+fi
 du -sh "$OUT"
