@@ -540,14 +540,15 @@ std::string MultiDevice::takeDeviceError() {
 }
 
 std::string MultiDevice::description() const {
-  std::string s = std::to_string(numDevices()) + " devices";
+  std::string s = std::to_string(numDevices()) + (numDevices() == 1 ? " device" : " devices");
   if (cluster_)
     s += ", " + std::to_string(local_.count) + " in each of " + std::to_string(cluster_->size()) +
          " processes";
   if (m_.target == "cuda") {
     std::vector<int> mine(physical_.begin() + local_.first,
                           physical_.begin() + local_.first + local_.count);
-    s += cluster_ ? ", rank 0's on GPUs " + joined(mine) : " on GPUs " + joined(mine);
+    std::string gpus = mine.size() == 1 ? "GPU " : "GPUs ";
+    s += cluster_ ? ", rank 0's on " + gpus + joined(mine) : " on " + gpus + joined(mine);
   }
   std::string notes = group_ ? group_->notes() : "";
   return s + " (" + runners_[static_cast<size_t>(local_.first)]->description() +

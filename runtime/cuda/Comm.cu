@@ -355,8 +355,9 @@ bool Group::init(const ModelInfo& model, const std::vector<StepRunner*>& runners
   if (!shared.empty())
     notes_ += (notes_.empty() ? "" : "; ") + std::string("warning: ") + shared +
               " (local copies and reductions on their GPU, no NCCL between them)";
-  notes_ += "; the step is launched directly on " + std::to_string(n * streams_) +
-            " streams (no CUDA graphs with several devices)";
+  notes_ += (notes_.empty() ? "" : "; ") + std::string("the step is launched directly on ") +
+            std::to_string(n * streams_) +
+            " streams (no CUDA graphs with several devices or streams)";
   // The workers, one per function of this process's devices, alive until
   // the group ends.
   for (const DeviceStep& s : model.deviceSteps) {
