@@ -124,8 +124,11 @@ static std::vector<std::string> runtimeLinkFlags(const std::string& prefix,
 /// --cuda-libs as a CMake list (absolute folders).
 static std::string cudaLibsList(const std::vector<std::string>& cudaLibs) {
   std::string out;
-  for (const std::string& d : cudaLibs)
-    out += (out.empty() ? "" : ";") + fs::absolute(fs::path(d)).lexically_normal().string();
+  for (const std::string& d : cudaLibs) {
+    if (!out.empty())
+      out += ';';
+    out += fs::absolute(fs::path(d)).lexically_normal().string();
+  }
   return out;
 }
 
