@@ -654,15 +654,15 @@ cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t* out) {
   // Every forked stream must have joined back: its last nodes are ancestors
   // of (or are) the origin's last nodes.
   std::vector<char> reach(c->nodes.size(), 0);
-  std::vector<int> todo(s->captureDeps.begin(), s->captureDeps.end());
-  while (!todo.empty()) {
-    int n = todo.back();
-    todo.pop_back();
+  std::vector<int> pending(s->captureDeps.begin(), s->captureDeps.end());
+  while (!pending.empty()) {
+    int n = pending.back();
+    pending.pop_back();
     if (reach[static_cast<size_t>(n)])
       continue;
     reach[static_cast<size_t>(n)] = 1;
     for (int d : c->nodes[static_cast<size_t>(n)].deps)
-      todo.push_back(d);
+      pending.push_back(d);
   }
   bool unjoined = false;
   for (Stream* o : c->streams)

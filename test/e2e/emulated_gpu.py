@@ -304,8 +304,8 @@ def main():
                         os.path.join(tmp, f"{m}.onnx")])
             if r.returncode:
                 md.report(False, f"{m}: generate", r.stderr[-500:])
-        todo = cases(models)
-        slug = {c[0]: c[0].replace(" ", "_").replace("=", "-").replace("/", "_") for c in todo}
+        planned = cases(models)
+        slug = {c[0]: c[0].replace(" ", "_").replace("=", "-").replace("/", "_") for c in planned}
 
         def make(c):
             name, m, flags, _, _ = c
@@ -317,8 +317,8 @@ def main():
             return cuda, cpu
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            built = dict(zip([c[0] for c in todo], pool.map(make, todo)))
-        for c in todo:
+            built = dict(zip([c[0] for c in planned], pool.map(make, planned)))
+        for c in planned:
             name, m, flags, extra, tol = c
             (cuda, cerr), (cpu, perr) = built[name]
             if not cuda or not cpu:
