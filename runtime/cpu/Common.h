@@ -1,9 +1,10 @@
 // cpu/Common.h - helpers shared by the CPU kernel files (not installed)
-// defines: dispatch, sameType, floatViews, rowMajor, blocked8
+// defines: dispatch, dispatchNumeric, sameType, floatViews, rowMajor, blocked8
 #pragma once
 
 #include "lwrt/tensor.h"
 
+#include <cstdint>
 #include <initializer_list>
 
 namespace lwrt::cpu::detail {
@@ -15,6 +16,15 @@ template <typename Fn> bool dispatch(DType t, Fn fn) {
   if (t == DType::F64)
     return fn(double{});
   return false;
+}
+
+/// dispatch for F32 and F64, and fn(int64_t{}) or fn(int32_t{}) for I64 and I32.
+template <typename Fn> bool dispatchNumeric(DType t, Fn fn) {
+  if (t == DType::I64)
+    return fn(int64_t{});
+  if (t == DType::I32)
+    return fn(int32_t{});
+  return dispatch(t, fn);
 }
 
 /// All views have element type `t` and hold data (or no elements).

@@ -8,6 +8,7 @@
 // fixed order: the same bits on any number of threads.
 //
 //===----------------------------------------------------------------------===//
+#include "Common.h"
 #include "Parallel.h"
 #include "lwrt/activation_math.h"
 #include "lwrt/cpu_encoding.h"
@@ -23,28 +24,7 @@ namespace {
 /// Elements (or lines, outputs) per task of the pool.
 constexpr int64_t kGrain = 16384;
 
-template <typename Fn> bool dispatchFloat(DType t, Fn fn) {
-  switch (t) {
-  case DType::F32:
-    return fn(float{});
-  case DType::F64:
-    return fn(double{});
-  default:
-    return false;
-  }
-}
-
-/// F32, F64, I64, I32.
-template <typename Fn> bool dispatchNumeric(DType t, Fn fn) {
-  switch (t) {
-  case DType::I64:
-    return fn(int64_t{});
-  case DType::I32:
-    return fn(int32_t{});
-  default:
-    return dispatchFloat(t, fn);
-  }
-}
+using detail::dispatchNumeric;
 
 /// The accumulator of an element type: double for floats, int64 for integers.
 template <typename T>
@@ -74,7 +54,7 @@ bool broadcastShape(const TensorView& a, const TensorView& b, std::vector<int64_
 template <typename Fn> bool unary(const TensorView& x, const TensorView& y, Fn fn) {
   if (x.dtype != y.dtype || x.shape != y.shape || !rowMajor({&x, &y}))
     return false;
-  return dispatchFloat(x.dtype, [&](auto tag) {
+  return detail::dispatch(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* xs = x.as<const T>();
     T* ys = y.as<T>();
@@ -110,7 +90,7 @@ bool norm(const TensorView& x, const TensorView& y, const ReduceParams& p, NormK
     });
     return true;
   };
-  return kind == NormKind::L2 ? dispatchFloat(x.dtype, run) : dispatchNumeric(x.dtype, run);
+  return kind == NormKind::L2 ? detail::dispatch(x.dtype, run) : dispatchNumeric(x.dtype, run);
 }
 
 } // namespace

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Bf16.h"
+#include "Common.h"
 #include "Parallel.h"
 #include "lwrt/activation_math.h"
 #include "lwrt/bf16.h"
@@ -42,17 +43,7 @@ template <typename Fn> bool dispatchFloat(DType t, Fn fn) {
   }
 }
 
-/// The same for F32, F64, I64 and I32.
-template <typename Fn> bool dispatchNumeric(DType t, Fn fn) {
-  switch (t) {
-  case DType::I64:
-    return fn(int64_t{});
-  case DType::I32:
-    return fn(int32_t{});
-  default:
-    return dispatchFloat(t, fn);
-  }
-}
+using detail::dispatchNumeric;
 
 /// The same for F32, F64, I64, I32 and Bool (as uint8_t).
 template <typename Fn> bool dispatchValue(DType t, Fn fn) {
