@@ -242,8 +242,8 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
     }
     program = cuda->nvcc;
     // The CUDA runtime is linked statically: the machine that runs the
-    // trainer needs the NVIDIA driver, cuDNN, cuBLAS and NCCL (README,
-    // Requirements), linked by their versioned sonames (the .libs file).
+    // trainer needs the NVIDIA driver, cuDNN, cuBLAS and NCCL (docs/gpus.md,
+    // "What a machine needs"), linked by their versioned sonames (the .libs file).
     // Those are looked up (RUNPATH, so LD_LIBRARY_PATH comes first) beside
     // the trainer, then in --cuda-libs and this toolkit's folders by their
     // version-free path, then resolved, then in the system's. Lazy binding
