@@ -57,7 +57,7 @@ namespace grad {
 #define X(name) llvm::Error name(GradContext&);
 LWCC_GRAD_RULES(X)
 #undef X
-// The ops of issue 25: unary activations (one rule for all), prelu, max and
+// The model-collection ops: unary activations (one rule for all), prelu, max and
 // min (ActivationOps.cpp), resize (ResizeOps.cpp), batch norm's inference
 // form (BatchNormGrad.cpp).
 llvm::Error activation(GradContext&);

@@ -124,7 +124,8 @@ AvgWindow avgPoolWindow(const Op& op, const Shape& xs, int64_t oh, int64_t ow);
 #define LWCC_COMM_KERNELS(X)                                                                       \
   X(AllReduce)                                                                                     \
   X(AllGather) X(ReduceScatter) X(Broadcast) X(ReduceTo) X(DeviceCopy) X(Shard) X(Unshard)
-// The ops of issue 25 (ir/ActivationOps.cpp, ir/ResizeOps.cpp).
+// The model-collection ops: activations, prelu, max/min, resize (ir/ActivationOps.cpp,
+// ir/ResizeOps.cpp).
 #define LWCC_ZOO_KERNELS(X)                                                                        \
   X(HardSwish)                                                                                     \
   X(HardSigmoid) X(Mish) X(Softplus) X(Softsign) X(Elu) X(Selu) X(Celu) X(ThresholdedRelu)         \

@@ -195,7 +195,7 @@ Rule assign(const Op&);
 Rule noResults(const Op&);
 Rule layerNormGrad(const Op&);
 Rule gatherNdGrad(const Op&);
-// Activations, prelu and max/min of issue 25 (ActivationOps.cpp).
+// Activations, prelu and max/min of today's model collections (ActivationOps.cpp).
 Rule prelu(const Op&);
 Rule preluGrad(const Op&);
 Rule extremumGrad(const Op&);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every zoo model at test size builds into a CUDA trainer with nvcc.
 
-So does upnet (the ops of issue 25), on one device and on two (model), the
+So does upnet (activations, prelu, max/min, resize), on one device and on two (model), the
 position-encoding pattern of exporter_patterns.py (CumSum, Sin, Cos, Tile,
 the norm reductions), and
 every zoo model with --mixed-precision=bf16 (LeNet in fp16 too, and 16-bit
@@ -84,7 +84,7 @@ MULTI = [("lenet", 2, "data"), ("resnet18", 4, "data"), ("alexnet_owt", 2, "owt"
 MULTI += [("dropnet", g, s) for g in (2, 4) for s in ("model", "owt", "layerwise", "hypergraph")]
 # A pipeline: 2 stages, 2 micro-batches (1F1B), transfers on streams 2 and 3.
 MULTI += [("lenet", 2, "pipeline")]
-# The ops of issue 25 (activations, prelu, max/min, resize, stateless batch
+# The model-collection ops (activations, prelu, max/min, resize, stateless batch
 # norm), on one device and with resize split over channels.
 EXTRA = [("upnet", 1, None), ("upnet", 2, "model")]
 # Four streams: inception's branches on streams 2 and 3 (--stream-policy=all).

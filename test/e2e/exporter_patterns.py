@@ -144,7 +144,7 @@ CASES = [
     case("dyn20/convnext Gelu", dg.convnext, "dyn", IMG(32), sym=False, opset=20,
          make=dg.DecompBuilder),
     case("dyn18/convnext Erf", dg.convnext, "dyn", IMG(32), opset=18, make=dg.DecompBuilder),
-    # ---------------- today's model collections (zoo_graphs.py; issue 25)
+    # ---------------- today's model collections (zoo_graphs.py)
     case("ts17/mobilenetv3 HardSwish, SE HardSigmoid", zg.hard_block, "ts", IMG(16),
          bn_kept="identity", train=True),
     case("dyn20/mobilenetv3 HardSwish, SE HardSigmoid", zg.hard_block, "dyn", IMG(16), sym=False,

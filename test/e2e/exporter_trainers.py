@@ -25,7 +25,7 @@ LABELS = [
     "dyn20/vgg11@64 pool 2->7 GatherND+Where",
     "dyn20/convnext Gelu",
     "dyn18/convnext Erf",
-    # issue 25: hard activations, resize, stateless batch norm, activations
+    # today's model collections: hard activations, resize, stateless batch norm, activations
     "dyn20/mobilenetv3 HardSwish, SE HardSigmoid",
     "dyn20/unet Resize nearest, bilinear, align_corners",
     "ts17/nf_resnet StdConv BN training_mode=1",

@@ -5,7 +5,7 @@ For lenet, resnet18, dropnet and upnet at test size (batch 8), a `--gpus 1` CPU
 trainer and `--gpus 2|4 --strategy=data|model|owt|layerwise|hypergraph` CPU
 trainers (resnet18: --gpus 2 with owt and hypergraph only, --gpus 4 without the
 last two; dropnet, dropout after every layer: model, owt, layerwise,
-hypergraph; upnet, upsampling and the activations of issue 25: --gpus 2 with
+hypergraph; upnet, upsampling and the model collections' activations: --gpus 2 with
 data and model) run 5 steps with the
 same seed on synthetic data, then evaluate. Checks, against `--gpus 1`:
   - the 5 losses (--log) within 1e-5 relative;

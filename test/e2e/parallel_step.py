@@ -50,7 +50,7 @@ CASES = [
     ("alexnet", 4, [4], "f32"),
     ("resnet18", 4, [2], "f32"),
     # Upsampling (resize split over samples, channels and, under layerwise,
-    # rows and columns with halos), the activations of issue 25, stateless
+    # rows and columns with halos), the model collections' activations, stateless
     # batch norm over a sample split.
     ("upnet", 4, [2], "f64"),
 ]

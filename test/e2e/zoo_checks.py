@@ -2,7 +2,7 @@
 """lwcc's own checks on every zoo model at test size.
 
 For each network's test-size preset (tools/models/zoo.py), and upnet's (the
-ops of issue 25: activations, prelu, max/min, resize, stateless batch norm):
+model-collection ops: activations, prelu, max/min, resize, stateless batch norm):
   --check-gradients    every param's gradient of the training step against
                        five-point finite differences in float64 (tolerance
                        1e-6 per param);

@@ -1,6 +1,6 @@
 """onnx.helper reproductions of what torch.onnx.export writes for the blocks of
 today's CNN model collections (timm, torchvision's segmentation networks),
-without torch: the patterns lwcc learned to import for issue 25, each
+without torch: the patterns lwcc imports for those networks, each
 checked against real exports of the networks named below (torch 2.15,
 timm 1.0; tools/torch_check/zoo.py sweeps the networks themselves).
 

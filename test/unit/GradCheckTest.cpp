@@ -37,7 +37,7 @@ TEST(GradCheck, EveryOpWithAGradientRuleIsChecked) {
       "reshape", "flatten", "transpose", "concat", "slice", "split", "gather", "expand", "pad",
       "cast", "softmax", "log_softmax", "batch_norm_train", "dropout", "identity",
       "softmax_xent", "mse_loss", "layer_norm", "erf", "gather_nd",
-      // The ops of issue 25 (GradCheckZooTest.cpp).
+      // The model-collection ops (GradCheckZooTest.cpp).
       "hard_swish", "hard_sigmoid", "mish", "softplus", "softsign", "elu", "selu", "celu",
       "thresholded_relu", "prelu", "max", "min", "where", "resize", "batch_norm",
       // Position encodings and norms (GradCheckEncodingTest.cpp).

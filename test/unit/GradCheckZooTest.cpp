@@ -1,4 +1,4 @@
-//===- GradCheckZooTest.cpp - Gradients of the ops of issue 25 ------------===//
+//===- GradCheckZooTest.cpp - Gradients of the model-collection ops -------===//
 //
 // The activations of today's CNN model collections, prelu, max/min, resize
 // and batch norm's inference form (whose statistics the graph computes),

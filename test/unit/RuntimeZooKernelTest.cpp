@@ -1,4 +1,4 @@
-//===- RuntimeZooKernelTest.cpp - The CPU kernels of issue 25 vs the interpreter ===//
+//===- RuntimeZooKernelTest.cpp - Model-collection CPU kernels vs the interpreter ===//
 //
 // The activations, prelu, max/min and resize kernels of lwrt/cpu_activation.h
 // and lwrt/cpu_resize.h on seeded random shapes, attributes and data,

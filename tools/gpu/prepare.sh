@@ -62,7 +62,7 @@ MULTI=${LWCC_GPU_MULTI-lenet:data resnet18:data alexnet_owt:owt lenet:pipeline}
 # cuBLAS in 16 bits, casts, batch norm in float32).
 BF16=${LWCC_GPU_BF16-lenet alexnet resnet18}
 # Every zoo model, and upnet (the activations, max/min, resize and stateless
-# batch norm of issue 25: their CUDA kernels against the CPU's).
+# batch norm of the model-collection ops: their CUDA kernels against the CPU's).
 names=${LWCC_GPU_MODELS:-$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(list(zoo.REGISTRY) + ["upnet"]))')}
 for m in $names; do
   python3 - "$m" "$OUT" <<'PY'

@@ -461,7 +461,7 @@ def _const(b, name, array):
 def build_upnet(size=16, channels=3, width=1.0, classes=10, batch=1,
                 opset=18, seed=0, symbolic_batch=False):
     """A small net with upsampling and the activations of today's model
-    collections, for the tests of the ops of issue 25: Conv(8)-HardSwish
+    collections, for the tests of those ops: Conv(8)-HardSwish
     with squeeze-excitation (GlobalAveragePool-Conv-Relu-Conv-HardSigmoid
     (1/6, 1/2)-Mul); MaxPool2-Conv(12)-PRelu(per channel)-stateless
     BatchNormalization(training_mode=1)-LeakyRelu; Resize nearest 2x

@@ -1,4 +1,4 @@
-// lwrt/cpu_activation.h - the CPU kernels of the activations, prelu and max/min of issue 25
+// lwrt/cpu_activation.h - the CPU kernels of the activations, prelu and max/min
 // defines: hardSwish, hardSigmoid, mish, softplus, softsign, elu, selu, celu, thresholdedRelu
 //   (each with its ...Grad), prelu, preluGrad, maximum, minimum, maximumGrad, minimumGrad,
 //   compare, where

@@ -1,4 +1,4 @@
-// lwrt/cuda_activation.h - the CUDA kernels of the activations, prelu and max/min of issue 25
+// lwrt/cuda_activation.h - the CUDA kernels of the activations, prelu and max/min
 // defines: hardSwish, hardSigmoid, mish, softplus, softsign, elu, selu, celu, thresholdedRelu
 //   (each with its ...Grad), prelu, preluGrad, maximum, minimum, maximumGrad, minimumGrad,
 //   compare, where
