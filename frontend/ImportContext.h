@@ -1,7 +1,7 @@
 //===- ImportContext.h - What an op importer sees --------------*- C++ -*-===//
 //
-// Op importers are plain functions registered per (op_type, opset) in
-// OpRegistry.cpp and grouped by family under frontend/ops/. Each reads its
+// Op importers are plain functions grouped by family under frontend/ops/,
+// each family's table keyed by (op_type, opset) (declared below). Each reads its
 // node's inputs and attributes through the context, emits IR ops, and binds
 // the node's outputs. Ops whose operands are all constants fold at once, so
 // shape subgraphs (Shape -> Gather -> Concat -> Reshape) become constants.

@@ -2,7 +2,7 @@
 //
 // Internal to the reference interpreter: the context an eval function gets,
 // index helpers, and the eval functions that live outside Interpreter.cpp
-// (the training ops, in TrainKernels.cpp).
+// (TrainKernels.cpp, CommKernels.cpp, and the *Ops.cpp files beside their ops' rules).
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -10,8 +10,8 @@
 // The model:
 //  - Every (device, stream) is a FIFO in program order: an op starts when
 //    the ops before it on its stream have ended and its operands are ready
-//    (a value read on another stream or device is the event wait codegen
-//    inserts there). Graph inputs and params are ready at time 0. A stream
+//    (a value read on another stream or device: the wait place-events puts
+//    there). Graph inputs and params are ready at time 0. A stream
 //    that would block on such a wait (the value is written after the
 //    stream's previous op ended) goes on SimCosts::wakeSeconds after the
 //    write: a blocked thread's wake-up on the CPU backend, as its profile

@@ -2,7 +2,7 @@
 //
 // Reshape, Flatten, Transpose, Concat, Slice, Split, Squeeze, Unsqueeze,
 // Gather, GatherND, Shape, Constant, ConstantOfShape, Cast, CastLike, Range,
-// Expand, Pad. Inputs that
+// SplitToSequence, SequenceAt, Expand, Pad, CumSum, Tile. Inputs that
 // carry shapes or indices (Reshape's shape, Slice's starts, ...) must be
 // known at compile time; Shape itself folds to a constant.
 //

@@ -1,9 +1,11 @@
 //===- lwcc.cpp - The lwcc driver -----------------------------------------===//
 //
-//   lwcc MODEL.onnx --emit=ir|train-ir|plan [-o OUT] [-v] [--batch=N] [--loss=...]
-//   [--optimizer=...] lwcc MODEL.onnx --run-reference --inputs DIR --outputs OUTDIR
-//   [--precision=f64] lwcc MODEL.onnx --train-reference --inputs DIR --steps K --dump DIR lwcc
-//   MODEL.onnx --check-gradients lwcc --list-onnx-ops
+// lwcc MODEL.onnx -o TRAINER [--target=cuda|cpu] [--gpus=N] [...]: the trainer.
+// lwcc MODEL.onnx --emit=STAGE: one stage's output (ir, train-ir, parallel-ir,
+// scheduled-ir, plan, source, exe).
+// lwcc MODEL.onnx --run-reference | --train-reference | --check-gradients |
+// --check-memory-plan: the reference interpreter's runs and checks.
+// lwcc --list-onnx-ops: the ONNX op types lwcc imports. `lwcc --help` has the rest.
 //
 // MODEL may be a binary ONNX file or ONNX text (.onnxtext). Exit status: 0
 // on success, 1 for a bad model or failed run, 2 for bad usage.

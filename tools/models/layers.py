@@ -8,10 +8,11 @@ Flatten/Gemm), so a network can size its layers from the actual feature map
 and so an input that is too small fails with a clear ValueError instead of an
 invalid model.
 
-Only ops whose ONNX form is the same for opsets 13..latest are used (Conv,
-BatchNormalization, Relu, MaxPool, AveragePool, GlobalAveragePool, LRN,
+The helpers use only ops whose ONNX form is the same for opsets 13..latest
+(Conv, BatchNormalization, Relu, MaxPool, AveragePool, GlobalAveragePool, LRN,
 Concat, Add, Flatten, Gemm, Dropout, Constant); no Split/Reduce*/Resize, whose
-attributes moved to inputs between opsets.
+attributes moved to inputs between opsets (zoo.py's upnet writes its Resize
+and activations itself, for one opset).
 """
 
 import numpy as np
