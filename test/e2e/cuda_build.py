@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Every zoo model at test size builds into a CUDA trainer with nvcc.
 
-So does upnet (activations, prelu, max/min, resize), on one device and on two (model), the
+So does upnet (activations, prelu, max/min, resize), on one device and on
+two (model), the
 position-encoding pattern of exporter_patterns.py (CumSum, Sin, Cos, Tile,
 the norm reductions), and
 every zoo model with --mixed-precision=bf16 (LeNet in fp16 too, and 16-bit
