@@ -310,7 +310,7 @@ namespace cuda {
 std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::string* error);
 } // namespace cuda
 
-/// The trainer program; see the usage text in common/Trainer.cpp
+/// The trainer program; see the usage text in common/TrainerFlags.cpp
 /// (`TRAINER --help`). Returns the exit status: 0, 1 for a failed run or bad
 /// input, 2 for bad usage.
 int trainerMain(int argc, char** argv, const ModelInfo& model, RunnerFactory createRunner);
