@@ -194,7 +194,7 @@ std::string Trainer::finishStep(const Launched& l, bool sync) {
     gradNorm = v;
   }
   progress_->step(l.step + 1, loss, gradNorm);
-  if (log_) {
+  if (log_ || tb_) {
     StepRecord r;
     r.step = l.step + 1;
     r.loss = loss;
@@ -213,7 +213,10 @@ std::string Trainer::finishStep(const Launched& l, bool sync) {
       r.skipped = skipped;
     }
     r.gradNorm = gradNorm;
-    log_->step(r);
+    if (log_)
+      log_->step(r);
+    if (tb_)
+      tb_->step(r);
   }
   std::string bad = checkFiniteLoss(l.step + 1, loss);
   if (!bad.empty())
@@ -303,6 +306,24 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
       io.shuffle = false;
       io.maxExamples = o_.evalExamples;
       test_ = IdxData::open(o_.data.substr(4), "t10k", layout_->shape, io, &error);
+      if (!test_)
+        return fail("data: " + error);
+    }
+  } else if (o_.data.rfind("npy:", 0) == 0) {
+    if (!layout_)
+      return fail("--data=npy: " + why);
+    NpyOptions no;
+    no.seed = o_.seed;
+    no.classes = m_.classes;
+    no.maxExamples = o_.trainExamples;
+    train_ = NpyData::open(o_.data.substr(4), "train", layout_->shape, no, &error);
+    if (!train_)
+      return fail("data: " + error);
+    batchesPerEpoch_ = train_->batchesPerEpoch();
+    if (o_.eval && leader()) {
+      no.shuffle = false;
+      no.maxExamples = o_.evalExamples;
+      test_ = NpyData::open(o_.data.substr(4), "test", layout_->shape, no, &error);
       if (!test_)
         return fail("data: " + error);
     }
@@ -413,6 +434,10 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   if ((state_.ptr && !runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error)) ||
       (multi_ && !multi_->upload(hostState_.data(), error)))
     return fail(error);
+  if (o_.ema > 0 && hostEma_.empty()) // not resumed: the average starts at the params
+    hostEma_ = hostState_;
+  if (!setUpEma(error))
+    return fail(error);
   if ((multi_ ? !multi_->init(&o_.hyper, error)
               : !runner_->run(
                     -1, [&](std::string* e) { return m_.init(buffers_, e); }, &error)) ||
@@ -435,6 +460,9 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     if (!log_)
       return fail(error);
   }
+  if (!o_.tensorboard.empty() && leader() &&
+      !(tb_ = TensorBoardWriter::open(o_.tensorboard, error)))
+    return fail(error);
   progressItems_ = po.itemsPerStep;
   deviceCheckEvery_ = po.every;
   lossMemory_.runner = runner_.get();
@@ -534,6 +562,8 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
           !runner_->fence(&now.fence, &error))
         return fail("step " + std::to_string(s + 1) + ": op " + error);
     }
+    if (o_.ema > 0 && !updateEma(s, error))
+      return fail("step " + std::to_string(s + 1) + ": " + error);
     if (zeroCopy)
       feed_->release(s); // the step has run
     // The marks go to the timeline as they are: tallying them (--profile)
@@ -601,6 +631,8 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     return fail("dump: " + error);
   if (log_ && !log_->ok())
     return fail(o_.log + ": cannot write the log");
+  if (tb_ && !tb_->ok())
+    return fail(tb_->path() + ": cannot write the TensorBoard events");
   return 0;
 }
 

@@ -1,12 +1,15 @@
 // The trainer's main loop, split by concern: Trainer.cpp (the data, the
 // step loop, run), TrainerFlags.cpp (the flags and trainerMain),
-// TrainerEval.cpp (evaluation and the profile report) and
+// TrainerEval.cpp (evaluation and the profile report),
 // TrainerCheckpoint.cpp (initial weights, resume, checkpoints, export,
-// dump). This header holds what they share: the options and the class.
+// dump) and TrainerEma.cpp (the params' moving average, --ema). This header holds what they share:
+// the options and the class.
 #pragma once
 
 #include "Cluster.h"
 #include "MultiDevice.h"
+#include "TensorBoard.h"
+#include "lwrt/checkpoint.h"
 #include "lwrt/data.h"
 #include "lwrt/feed.h"
 #include "lwrt/profile.h"
@@ -43,6 +46,7 @@ struct Options {
   std::string progress = "auto";
   int64_t printEvery = 0;
   std::string log;
+  std::string tensorboard; ///< --tensorboard: the event files' folder
   std::string checkpointDir;
   int64_t checkpointEvery = 0;
   int64_t keepCheckpoints = 3;
@@ -57,6 +61,10 @@ struct Options {
   bool checkReplicas = false;
   double peerTimeout = 60; ///< --peer-timeout, under mpirun
   Hyper hyper;
+  /// --ema=DECAY: the params' moving average (0: none); --ema-warmup,
+  /// --eval-ema, --export-ema.
+  double ema = 0;
+  bool emaWarmup = false, evalEma = false, exportEma = false;
 };
 
 /// A usage error: the problem and the usage on stderr (rank 0 alone under
@@ -141,6 +149,21 @@ private:
   bool writeExport(std::string& error);
   bool dump(std::string& error);
 
+  // --ema (TrainerEma.cpp): the params' moving average, in a second state
+  // buffer laid out as the state (one per device).
+  /// Allocates it and uploads hostEma_ (the initial params, or a resumed
+  /// checkpoint's average); --eval-ema points the evaluation at it.
+  bool setUpEma(std::string& error);
+  /// After step `s` (0-based) is launched: ema += (1 - decay) * (params - ema).
+  bool updateEma(int64_t s, std::string& error);
+  /// The average's host image into hostEma_.
+  bool downloadEma(std::string& error);
+  /// The checkpoint tensors of the average ("ema/" + param name).
+  void emaTensors(std::vector<NamedTensor>& tensors) const;
+  /// hostEma_ from a checkpoint's "ema/" tensors (from hostState_ when it
+  /// has none); false with `error` when one does not fit.
+  bool resumeEma(const Checkpoint& c, const std::string& path, std::string& error);
+
   const char* program_;
   const ModelInfo& m_;
   Options o_;
@@ -173,6 +196,12 @@ private:
   std::chrono::steady_clock::time_point lastFinish_;
   double lastLoss_ = 0;
   std::vector<unsigned char> hostState_, hostInputs_;
+  /// --ema: the averaged params (by index in m_.params), the ranges of the
+  /// one-device state they cover, the device buffer and its host image.
+  std::vector<bool> averaged_;
+  std::vector<StateRange> emaRanges_;
+  DeviceBuffer ema_;
+  std::vector<unsigned char> hostEma_;
   StepBuffers buffers_{}, evalBuffers_{};
   std::optional<ImageLayout> layout_;
   std::unique_ptr<DataSource> train_, test_;
@@ -181,7 +210,8 @@ private:
   int64_t startStep_ = 0;
   std::unique_ptr<ProgressReporter> progress_;
   std::unique_ptr<JsonlLogger> log_;
-  std::vector<float> evalLogits_; ///< of the first batch of the last evaluation
+  std::unique_ptr<TensorBoardWriter> tb_; ///< --tensorboard
+  std::vector<float> evalLogits_;         ///< of the first batch of the last evaluation
   int64_t lastCheckpoint_ = -1;
   int64_t profiled_ = 0;
   OpTimeline timeline_; ///< the profiled steps' marks (--profile, --profile-ops, --trace)

@@ -101,6 +101,8 @@ bool Trainer::resumeFrom(const std::string& path, std::string& error) {
     }
     std::memcpy(hostState_.data() + p.offset, t->data.data(), t->data.size());
   }
+  if (o_.ema > 0 && !resumeEma(c, path, error))
+    return false;
   if (c.state.step < 0 || c.state.epoch != c.state.step / batchesPerEpoch_ ||
       c.state.batch != c.state.step % batchesPerEpoch_) {
     error = path + ": its data position (epoch " + std::to_string(c.state.epoch) + ", batch " +
@@ -122,7 +124,7 @@ bool Trainer::resumeFrom(const std::string& path, std::string& error) {
 }
 
 bool Trainer::saveCheckpoint(int64_t step, std::string& error) {
-  if (!downloadState(error))
+  if (!downloadState(error) || (o_.ema > 0 && !downloadEma(error)))
     return false;
   if (!leader()) { // rank 0 writes it
     lastCheckpoint_ = step;
@@ -145,6 +147,8 @@ bool Trainer::saveCheckpoint(int64_t step, std::string& error) {
   std::vector<NamedTensor> tensors;
   for (const ParamInfo& p : m_.params)
     tensors.push_back({p.name, TensorView{hostState_.data() + p.offset, p.dtype, p.shape}});
+  if (o_.ema > 0)
+    emaTensors(tensors);
   std::error_code ec;
   std::filesystem::create_directories(o_.checkpointDir, ec);
   std::string path = o_.checkpointDir + "/" + checkpointFileName(step);
@@ -162,13 +166,15 @@ bool Trainer::writeExport(std::string& error) {
             "initializers to its params)";
     return false;
   }
-  if (!downloadState(error))
+  // --export-ema: the moving average's params.
+  if (o_.exportEma ? !downloadEma(error) : !downloadState(error))
     return false;
   if (!leader())
     return true;
+  const unsigned char* image = o_.exportEma ? hostEma_.data() : hostState_.data();
   std::vector<const void*> params;
   for (const ParamInfo& p : m_.params)
-    params.push_back(hostState_.data() + p.offset);
+    params.push_back(image + p.offset);
   error = writeOnnxExport(o_.exportPath, m_.exportTemplate,
                           static_cast<size_t>(m_.exportTemplateBytes), m_.exportCuts, params);
   return error.empty();
@@ -178,13 +184,19 @@ bool Trainer::dump(std::string& error) {
   std::error_code ec;
   if (leader())
     std::filesystem::create_directories(o_.dump, ec);
-  if (!downloadState(error))
+  if (!downloadState(error) || (o_.ema > 0 && !downloadEma(error)))
     return false;
-  for (const ParamInfo& p : m_.params) {
-    if (!leader())
-      break;
+  for (size_t k = 0; k < m_.params.size() && leader(); ++k) {
+    const ParamInfo& p = m_.params[k];
     std::string path = o_.dump + "/param_" + fileSafe(p.name) + ".bin";
     if (!writeFile(path, hostState_.data() + p.offset, bytesOf(p.dtype, p.shape))) {
+      error = path + ": cannot write";
+      return false;
+    }
+    // --ema: the moving average of each averaged param beside it.
+    path = o_.dump + "/ema_param_" + fileSafe(p.name) + ".bin";
+    if (o_.ema > 0 && averaged_[k] &&
+        !writeFile(path, hostEma_.data() + p.offset, bytesOf(p.dtype, p.shape))) {
       error = path + ": cannot write";
       return false;
     }

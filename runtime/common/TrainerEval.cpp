@@ -26,9 +26,12 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   std::vector<unsigned char> logits(static_cast<size_t>(bytesOf(m_.logitsType, m_.logitsShape)));
   // Multi-device trainers evaluate on device 0 with the whole params
   // (under mpirun: rank 0, the others send it their devices' params).
+  // --eval-ema: the moving average's params (one device: evalBuffers_
+  // points at it).
   if (multi_ &&
-      (!downloadState(error) ||
-       (leader() && !runner_->upload(state_.ptr, hostState_.data(), m_.stateBytes, &error)))) {
+      ((o_.evalEma ? !downloadEma(error) : !downloadState(error)) ||
+       (leader() && !runner_->upload(state_.ptr, (o_.evalEma ? hostEma_ : hostState_).data(),
+                                     m_.stateBytes, &error)))) {
     error = "evaluation: " + error;
     return false;
   }
@@ -128,14 +131,17 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
                 static_cast<long long>(epoch), accuracy, static_cast<long long>(correct),
                 static_cast<long long>(examples), accuracy5, loss);
   progress_->message(line);
-  if (log_) {
+  if (log_ || tb_) {
     EvalRecord r;
     r.epoch = epoch;
     r.accuracy = accuracy;
     r.top5 = accuracy5;
     r.loss = loss;
     r.step = step;
-    log_->eval(r);
+    if (log_)
+      log_->eval(r);
+    if (tb_)
+      tb_->eval(r);
   }
   return true;
 }

@@ -17,9 +17,12 @@ namespace {
 const char* kUsage =
     "usage: %s [options]\n"
     "data:\n"
-    "  --data=synthetic|idx:DIR|folder:DIR|cifar10:DIR|raw:DIR   batches (default synthetic:\n"
-    "                       seeded random inputs)\n"
+    "  --data=synthetic|idx:DIR|npy:DIR|folder:DIR|cifar10:DIR|raw:DIR   batches (default\n"
+    "                       synthetic: seeded random inputs)\n"
     "      idx:DIR      MNIST-style IDX files (train-*, t10k-*; .gz or plain)\n"
+    "      npy:DIR      numpy arrays: x_train.npy (N,C,H,W) float32 as is or uint8 / 255,\n"
+    "                   y_train.npy (N,) int64 or int32; x_test.npy, y_test.npy for --eval\n"
+    "                   (x.npy, y.npy stand for the training pair when there is no x_train)\n"
     "      folder:DIR   JPEG/PNG images in DIR/train/CLASS/ and DIR/val/CLASS/\n"
     "      cifar10:DIR  CIFAR-10's binary files (data_batch_1..5.bin, test_batch.bin)\n"
     "      raw:DIR      one fixed batch, input_<k>.bin raw bytes per model input\n"
@@ -52,8 +55,17 @@ const char* kUsage =
     "  --total-steps=N --step-size=N --gamma=X --min-lr=X\n"
     "  --label-smoothing=E  the cross-entropy's label smoothing, in [0, 1]\n"
     "  --clip-grad-norm=X   the gradients' largest global L2 norm (lwcc --clip-grad-norm)\n"
+    "moving average of the params:\n"
+    "  --ema=DECAY          after each step ema += (1 - DECAY) * (params - ema), DECAY in\n"
+    "                       (0, 1) such as 0.999, on every device; checkpoints hold it and\n"
+    "                       --dump writes it as ema_param_*.bin\n"
+    "  --ema-warmup         the decay after step n (from 0) is min(DECAY, (1 + n) / (10 + n))\n"
+    "  --eval-ema           --eval evaluates the average instead of the params\n"
+    "  --export-ema         --export writes the average instead of the params\n"
     "output:\n"
     "  --progress=auto|live|lines|off   --print-every=K   --log=FILE.jsonl\n"
+    "  --tensorboard=DIR    TensorBoard event files of what the log holds: train/loss,\n"
+    "                       train/lr, train/grad_norm, eval/accuracy, eval/top5, ... by step\n"
     "  --checkpoint-dir=DIR --checkpoint-every=K --keep-checkpoints=K (default 3)\n"
     "  --resume[=FILE|auto]   continue from the latest checkpoint in --checkpoint-dir\n"
     "      (auto: if there is one), or from FILE\n"
@@ -183,8 +195,8 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     } else if (key == "--data") {
       o.data = value;
       if (o.data != "synthetic" && o.data.rfind("raw:", 0) != 0 && o.data.rfind("idx:", 0) != 0 &&
-          !isImageData(o.data))
-        return bad("is synthetic, idx:DIR, folder:DIR, cifar10:DIR or raw:DIR");
+          o.data.rfind("npy:", 0) != 0 && !isImageData(o.data))
+        return bad("is synthetic, idx:DIR, npy:DIR, folder:DIR, cifar10:DIR or raw:DIR");
       if (isImageData(o.data) && o.data.back() == ':')
         return bad("names no folder");
     } else if (key == "--eval-crop") {
@@ -320,6 +332,15 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
       if (!numArg(o.hyper.clipGradNorm) || !(o.hyper.clipGradNorm > 0) ||
           !std::isfinite(o.hyper.clipGradNorm))
         return bad("takes a finite number > 0");
+    } else if (key == "--ema") {
+      if (!numArg(o.ema) || !(o.ema > 0) || !(o.ema < 1))
+        return bad("takes a decay in (0, 1), such as 0.999");
+    } else if (key == "--ema-warmup" && !hasValue) {
+      o.emaWarmup = true;
+    } else if (key == "--eval-ema" && !hasValue) {
+      o.evalEma = true;
+    } else if (key == "--export-ema" && !hasValue) {
+      o.exportEma = true;
     } else if (key == "--progress") {
       if (value != "auto" && value != "live" && value != "lines" && value != "off")
         return bad("is auto, live, lines or off");
@@ -331,6 +352,10 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
       if (value.empty())
         return bad("takes a file");
       o.log = value;
+    } else if (key == "--tensorboard") {
+      if (value.empty())
+        return bad("takes a folder");
+      o.tensorboard = value;
     } else if (key == "--checkpoint-dir") {
       if (value.empty())
         return bad("takes a folder");
@@ -421,6 +446,12 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
   }
   if (o.hyper.schedule == 1 && o.hyper.stepSize < 1)
     return usageError(program, "--lr-schedule=step needs --step-size=N");
+  if ((o.emaWarmup || o.evalEma || o.exportEma) && o.ema == 0)
+    return usageError(program, "--ema-warmup, --eval-ema and --export-ema need --ema=DECAY");
+  if (o.evalEma && !o.eval)
+    return usageError(program, "--eval-ema needs --eval");
+  if (o.exportEma && o.exportPath.empty())
+    return usageError(program, "--export-ema needs --export=FILE");
   if (o.checkpointEvery > 0 && o.checkpointDir.empty())
     return usageError(program, "--checkpoint-every needs --checkpoint-dir");
   if ((!o.augment.empty() || !o.mean.empty() || !o.std.empty() || o.skipBadImages ||
