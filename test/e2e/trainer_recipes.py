@@ -18,7 +18,8 @@ each a test case:
     --ema, --eval-ema and --export-ema train like `--gpus 1`
     (multi_device_trainer.py's comparison: losses, params, the evaluation
     of the average and its export) and their averages are `--gpus 1`'s
-    within 1e-4; the CUDA trainer on the emulated GPU likewise;
+    within 1e-4; so are the CUDA trainers' on the emulated GPU (one device,
+    and --gpus 2 --strategy=model, every param in two shards);
   - --data=npy:DIR reads the samples IDX files of the same images give
     (float32 arrays holding the IDX loader's normalized pixels): the same
     losses, params and evaluation logits bit for bit; uint8 (N, H, W)
@@ -212,14 +213,17 @@ def ema_cases(tmp, model, emulated):
             continue
         md.compare(name, ref, work)
         compare_average(name, ref, work)
-    if emulated:
-        import emulated_gpu as eg
-        name = "lenet --ema on the emulated GPU"
-        gexe, err = eg.build_emulated(model, [], os.path.join(tmp, "emu"))
+    if not emulated:
+        return
+    import emulated_gpu as eg
+    for gpus, strategy in ((1, None), (2, "model")):
+        flags = [f"--gpus={gpus}", f"--strategy={strategy}"] if strategy else []
+        name = f"lenet {' '.join(flags + ['--ema'])} on the emulated GPU"
+        gexe, err = eg.build_emulated(model, flags, os.path.join(tmp, f"emu{gpus}"))
         if not gexe:
             report(False, f"{name}: build", err)
-            return
-        work = os.path.join(base, "emu")
+            continue
+        work = os.path.join(base, f"emu{gpus}")
         if expect_ok(eg.train(gexe, work, run_flags, True), name):
             compare_average(name, ref, work, md.PARAM_TOL)
 
