@@ -18,7 +18,9 @@ each a test case:
     --ema, --eval-ema and --export-ema train like `--gpus 1`
     (multi_device_trainer.py's comparison: losses, params, the evaluation
     of the average and its export) and their averages are `--gpus 1`'s
-    within 1e-4; so are the CUDA trainers' on the emulated GPU (one device,
+    within 1e-4; the --gpus 4 one as 2 processes under mpirun gives its
+    one-process average, evaluation and export bit for bit; the CUDA
+    trainers' averages on the emulated GPU are one device's (one device,
     and --gpus 2 --strategy=model, every param in two shards);
   - --data=npy:DIR reads the samples IDX files of the same images give
     (float32 arrays holding the IDX loader's normalized pixels): the same
@@ -45,6 +47,7 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 
@@ -213,6 +216,8 @@ def ema_cases(tmp, model, emulated):
             continue
         md.compare(name, ref, work)
         compare_average(name, ref, work)
+        if gpus == 4:
+            ema_under_mpirun(mexe, work, run_flags)
     if not emulated:
         return
     import emulated_gpu as eg
@@ -226,6 +231,33 @@ def ema_cases(tmp, model, emulated):
         work = os.path.join(base, f"emu{gpus}")
         if expect_ok(eg.train(gexe, work, run_flags, True), name):
             compare_average(name, ref, work, md.PARAM_TOL)
+
+
+def ema_under_mpirun(exe, one, run_flags):
+    """The --gpus 4 trainer as 2 processes: the average, its evaluation and its
+    export bit-identical to the one-process run in `one`."""
+    name = "lenet --gpus 4 --strategy=owt --ema under mpirun -np 2"
+    if not shutil.which("mpirun"):
+        report(False, name, "no mpirun")
+        return
+    work = one + "-mpi"
+    os.makedirs(work, exist_ok=True)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    args = ["mpirun", "--oversubscribe", "-np", "2", exe, "--data=synthetic",
+            f"--seed={md.SEED}", "--progress=off", "--data-threads=1", md.threads(4),
+            *run_flags, "--check-replicas"]
+    r = subprocess.run(args, cwd=work, capture_output=True, text=True, timeout=600, env=env)
+    if not expect_ok(r, name):
+        return
+    a, b = raw_of(os.path.join(one, "dump"), "ema_param_"), raw_of(os.path.join(work, "dump"),
+                                                                    "ema_param_")
+    same = a and a == b and all(
+        open(os.path.join(one, f), "rb").read() == open(os.path.join(work, f), "rb").read()
+        for f in ("dump/eval_logits.bin", "model.onnx"))
+    report(same, f"{name}: the average, its evaluation and its export bit-identical to one "
+           "process")
 
 
 def compare_average(name, ref, work, tol=md.PARAM_TOL):
