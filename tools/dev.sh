@@ -327,6 +327,7 @@ cmd_test() {
   suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
   suite "training recipes on several devices vs one" parse_counts python3 test/e2e/recipes_multi_device.py
   suite "fine-tuning with frozen layers" parse_counts python3 test/e2e/finetune.py
+  suite "trainer recipes: --ema, npy data, TensorBoard" parse_counts python3 test/e2e/trainer_recipes.py
   suite "parallel strategies vs one device" parse_counts python3 test/e2e/parallel_step.py
   suite "pipelines and micro-batches vs one device" parse_counts python3 test/e2e/pipeline_step.py
   suite "ThreadSanitizer: --gpus 4 CPU and emulated CUDA trainers" parse_counts tsan_suite

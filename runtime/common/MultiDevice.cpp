@@ -20,6 +20,13 @@ int64_t bytesOf(DType t, const std::vector<int64_t>& shape) {
   return n;
 }
 
+int64_t numelOf(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
 /// The shape of placement `pl` of `p`.
 std::vector<int64_t> placedShape(const ParamInfo& p, const ParamPlacement& pl) {
   std::vector<int64_t> shape = p.shape;
@@ -296,7 +303,58 @@ bool MultiDevice::allocate(std::string& error) {
   return true;
 }
 
-bool MultiDevice::upload(const unsigned char* hostState, std::string& error) {
+std::vector<StateRange> mergeRanges(std::vector<StateRange> ranges) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const StateRange& a, const StateRange& b) { return a.offset < b.offset; });
+  std::vector<StateRange> merged;
+  for (const StateRange& r : ranges) {
+    if (r.count == 0)
+      continue;
+    StateRange* last = merged.empty() ? nullptr : &merged.back();
+    if (last && last->type == r.type &&
+        last->offset + last->count * dtypeSize(last->type) == r.offset)
+      last->count += r.count;
+    else
+      merged.push_back(r);
+  }
+  return merged;
+}
+
+bool MultiDevice::allocateAverage(const std::vector<bool>& averaged, std::string& error) {
+  averages_.assign(runners_.size(), nullptr);
+  averaged_.assign(runners_.size(), {});
+  for (int d = local_.first; d < local_.first + local_.count; ++d) {
+    Memory average;
+    if (!allocateOn(d, m_.deviceStateBytes[static_cast<size_t>(d)], "moving average", average,
+                    error))
+      return false;
+    averages_[static_cast<size_t>(d)] = average.ptr;
+  }
+  std::vector<std::vector<StateRange>> ranges(runners_.size());
+  for (const ParamPlacement& pl : m_.placements) {
+    const ParamInfo& p = m_.params[static_cast<size_t>(pl.param)];
+    if (local_.holds(pl.device) && averaged[static_cast<size_t>(pl.param)])
+      ranges[static_cast<size_t>(pl.device)].push_back(
+          {pl.offset, numelOf(placedShape(p, pl)), p.dtype});
+  }
+  for (size_t d = 0; d < ranges.size(); ++d)
+    averaged_[d] = mergeRanges(std::move(ranges[d]));
+  return true;
+}
+
+bool MultiDevice::updateAverage(double weight, std::string& error) {
+  for (size_t d = 0; d < averaged_.size(); ++d)
+    for (const StateRange& r : averaged_[d])
+      if (!runners_[d]->emaUpdate(averages_[d] + r.offset, states_[d] + r.offset, r.count, r.type,
+                                  weight, &error)) {
+        error = "device " + std::to_string(d) + ": " + error;
+        return false;
+      }
+  return true;
+}
+
+bool MultiDevice::upload(const unsigned char* hostState, std::string& error, Copy to) {
+  const std::vector<unsigned char*>& states = to == Copy::Average ? averages_ : states_;
   std::vector<unsigned char> piece;
   for (const ParamPlacement& pl : m_.placements) {
     if (!local_.holds(pl.device))
@@ -311,7 +369,7 @@ bool MultiDevice::upload(const unsigned char* hostState, std::string& error) {
       src = piece.data();
     }
     StepRunner* r = runners_[static_cast<size_t>(pl.device)];
-    if (!r->upload(states_[static_cast<size_t>(pl.device)] + pl.offset, src, bytes, &error)) {
+    if (!r->upload(states[static_cast<size_t>(pl.device)] + pl.offset, src, bytes, &error)) {
       error = "param '" + p.name + "' to device " + std::to_string(pl.device) + ": " + error;
       return false;
     }
@@ -319,7 +377,9 @@ bool MultiDevice::upload(const unsigned char* hostState, std::string& error) {
   return true;
 }
 
-bool MultiDevice::download(unsigned char* hostState, bool checkReplicas, std::string& error) {
+bool MultiDevice::download(unsigned char* hostState, bool checkReplicas, std::string& error,
+                           Copy source) {
+  const std::vector<unsigned char*>& states = source == Copy::Average ? averages_ : states_;
   // The placements read, in order: the first replica of each param (every
   // replica with checkReplicas), then the shards of params without one.
   std::vector<const ParamPlacement*> read;
@@ -341,7 +401,7 @@ bool MultiDevice::download(unsigned char* hostState, bool checkReplicas, std::st
   std::vector<unsigned char> piece;
   auto fetch = [&](const ParamPlacement& pl, unsigned char* dst) {
     StepRunner* r = runners_[static_cast<size_t>(pl.device)];
-    if (!r->download(dst, states_[static_cast<size_t>(pl.device)] + pl.offset, bytesOfPlacement(pl),
+    if (!r->download(dst, states[static_cast<size_t>(pl.device)] + pl.offset, bytesOfPlacement(pl),
                      &error)) {
       error = "param '" + m_.params[static_cast<size_t>(pl.param)].name + "' from device " +
               std::to_string(pl.device) + ": " + error;

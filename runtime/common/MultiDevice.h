@@ -58,8 +58,21 @@ std::string checkMultiDeviceModel(const ModelInfo& m);
 /// integers.
 bool parseDeviceList(const std::string& text, std::vector<int>& out);
 
+/// A run of bytes of one float type in a state buffer: what the weights'
+/// moving average (--ema) updates.
+struct StateRange {
+  int64_t offset = 0, count = 0; ///< in bytes from the buffer, in elements
+  DType type = DType::F32;
+};
+/// `ranges` sorted by offset, neighbours of one type that touch joined.
+std::vector<StateRange> mergeRanges(std::vector<StateRange> ranges);
+
 class MultiDevice {
 public:
+  /// Which of a device's state buffers a copy reaches: the params the step
+  /// trains, or their moving average (--ema, after allocateAverage).
+  enum class Copy { Params, Average };
+
   /// The runners of this process's logical devices after its first (whose
   /// runner is `first`, created by the caller on physicalDevice()), the
   /// group and nothing else. `physical`: the device of each logical one
@@ -77,11 +90,21 @@ public:
   /// memory) input buffer.
   bool allocate(std::string& error);
   /// The logical host image -> every placement of every param.
-  bool upload(const unsigned char* hostState, std::string& error);
+  bool upload(const unsigned char* hostState, std::string& error, Copy to = Copy::Params);
   /// Every param from its first replica (or its shards) -> the host image;
   /// with `checkReplicas`, fails when another replica differs. Under
   /// mpirun every process calls it; rank 0 gets the image.
-  bool download(unsigned char* hostState, bool checkReplicas, std::string& error);
+  bool download(unsigned char* hostState, bool checkReplicas, std::string& error,
+                Copy source = Copy::Params);
+  /// --ema: a second state buffer on each of this process's devices, laid
+  /// out as the state, for the moving average of the params marked in
+  /// `averaged` (indexes of ModelInfo::params); upload(Copy::Average)
+  /// fills it.
+  bool allocateAverage(const std::vector<bool>& averaged, std::string& error);
+  /// Each device moves its pieces of the averaged params (replicas and
+  /// shards alike) towards the params: ema += weight * (param - ema), on
+  /// its runner after the launched step.
+  bool updateAverage(double weight, std::string& error);
   /// Each device's deviceInit, on its runner.
   bool init(const Hyper* hyper, std::string& error);
   /// Launches one step on `batch` (host memory of the first runner; read
@@ -129,6 +152,8 @@ private:
   std::vector<StepRunner*> runners_;               ///< by logical device (null: another process's)
   std::vector<Memory> memory_;                     ///< every allocation, released at the end
   std::vector<unsigned char*> arenas_, states_, inputs_;
+  std::vector<unsigned char*> averages_;           ///< --ema, by logical device
+  std::vector<std::vector<StateRange>> averaged_;  ///< what updateAverage moves, by device
   std::map<int64_t, std::vector<int64_t>> fences_; ///< id -> each runner's fence
   int64_t nextFence_ = 0;
   std::unique_ptr<DeviceGroup> group_; ///< last: stops its threads first

@@ -1,7 +1,7 @@
 // common/Processes.h - a trainer's start and end as several processes under mpirun (not installed)
 // defines: launchedRank, startProcesses, endProcesses, agreeOnState
 //
-// trainerMain (common/Trainer.cpp) calls startProcesses before it reads its
+// trainerMain (common/TrainerFlags.cpp) calls startProcesses before it reads its
 // flags and endProcesses with its exit status: a plain run (no mpirun, or
 // one rank) has no Cluster and passes through both unchanged.
 #pragma once

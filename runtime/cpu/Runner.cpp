@@ -57,6 +57,19 @@ public:
     return launch(error);
   }
   std::string takeDeviceError() override { return ""; }
+  // One multiply and one add per element, the weight rounded to the type:
+  // cuda/EmaKernels.cu's arithmetic.
+  bool emaUpdate(void* ema, const void* value, int64_t count, DType type, double weight,
+                 std::string* error) override {
+    if (type == DType::F32)
+      lerp(static_cast<float*>(ema), static_cast<const float*>(value), count,
+           static_cast<float>(weight));
+    else if (type == DType::F64)
+      lerp(static_cast<double*>(ema), static_cast<const double*>(value), count, weight);
+    else if (error)
+      *error = "the weights' moving average: averages F32 or F64 params";
+    return type == DType::F32 || type == DType::F64;
+  }
 
   void startMarks() override {
     marks_.clear();
@@ -70,6 +83,13 @@ public:
   std::vector<std::pair<const char*, double>> takeMarks() override { return std::move(marks_); }
 
 private:
+  template <typename T> static void lerp(T* ema, const T* value, int64_t n, T weight) {
+    for (int64_t i = 0; i < n; ++i) {
+      const T e = ema[i];
+      ema[i] = e + weight * (value[i] - e);
+    }
+  }
+
   int64_t fences_ = 0;
   std::vector<std::pair<const char*, double>> marks_;
   std::chrono::steady_clock::time_point last_;

@@ -19,6 +19,7 @@
 // step's stream then waits for it and copies it into place (a device copy,
 // some 50 us for AlexNet's 77 MB batch where the host copy takes 3 ms).
 #include "cuda/Context.h"
+#include "cuda/EmaKernels.cuh"
 #include "lwrt/nvtx.h"
 #include "lwrt/trainer.h"
 
@@ -198,6 +199,17 @@ public:
       return true;
     return check(cudaEventSynchronize(fences_[static_cast<size_t>(id % kFenceRing)]),
                  "cudaEventSynchronize", error);
+  }
+
+  bool emaUpdate(void* ema, const void* value, int64_t count, DType type, double weight,
+                 std::string* error) override {
+    ContextScope scope(*ctx_);
+    std::string why;
+    if (launched(emaLerp(ema, value, count, type, weight), &why))
+      return true;
+    if (error)
+      *error = "the weights' moving average" + (why.rfind(": ", 0) == 0 ? why : ": " + why);
+    return false;
   }
 
   bool run(int key, const std::function<bool(std::string*)>& launch, std::string* error) override {

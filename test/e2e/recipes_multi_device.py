@@ -15,7 +15,15 @@ as 16-bit gradients of each device's piece round differently). Every trainer kee
 frozen params bit for bit as the model has them (the exported
 initializers). The gradients' global norm that each trainer logs
 (`grad_norm`) is the one device's within 1e-5 on every step (float32; the
-first step within 1e-2 in bf16), and above 0.5 (the clipping is active). Ends with "N passed, M failed".
+first step within 1e-2 in bf16), and above 0.5 (the clipping is active).
+
+--freeze-bn on several devices: ResNet-18 at test size (batch 8) compiled
+with `--freeze=conv1.*,bn1.*,layer1.* --freeze-bn` (the stem and the first
+stage frozen, their batch norms in eval mode) as a `--gpus 1` CPU trainer
+and as `--gpus 2 --strategy=data|model` ones, 5 steps compared as above;
+every trainer keeps the frozen params and those batch norms' running
+statistics bit for bit as the model has them, while a later stage's
+running statistics move. Ends with "N passed, M failed".
 
     python3 test/e2e/recipes_multi_device.py
 """
@@ -46,6 +54,57 @@ def initializers(path):
 def grad_norms(work):
     with open(os.path.join(work, "log.jsonl")) as f:
         return [json.loads(line).get("grad_norm") for line in f if '"type":"step"' in line]
+
+
+FREEZE_BN = ["--freeze=conv1.*,bn1.*,layer1.*", "--freeze-bn"]
+
+
+def freeze_bn(tmp):
+    """--freeze-bn on one device and on several: the same training, the frozen
+    batch norms' running statistics untouched on every device."""
+    model = os.path.join(tmp, "resnet18.onnx")
+    r = md.run([sys.executable, md.GEN, "resnet18", "--test-size", "--batch", "8", "-o", model])
+    if r.returncode:
+        md.report(False, "resnet18: generate", r.stderr[-500:])
+        return
+    start = initializers(model)
+    frozen = [n for n in start if n.startswith(("conv1.", "bn1.", "layer1."))]
+    stats = [n for n in frozen if "running_" in n]
+    moving = [n for n in start if n.startswith("layer2.") and "running_" in n]
+    cases = [(1, "data"), (2, "data"), (2, "model")]
+
+    def make(c):
+        flags = list(FREEZE_BN) + ([f"--gpus={c[0]}", f"--strategy={c[1]}"] if c[0] > 1 else [])
+        return md.build(model, flags, os.path.join(tmp, f"bn-g{c[0]}-{c[1]}"))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        built = dict(zip(cases, pool.map(make, cases)))
+    runs = {}
+    for c in cases:
+        name = f"resnet18 --freeze-bn --gpus {c[0]} --strategy={c[1]}"
+        exe, err = built[c]
+        if not exe:
+            md.report(False, f"{name}: build", err)
+            continue
+        work = os.path.join(tmp, f"bn-g{c[0]}-{c[1]}", "run")
+        r = md.train(exe, work, [f"--steps={md.STEPS}", "--eval", "--log=log.jsonl",
+                                 "--dump=dump", "--export=model.onnx"] +
+                     (["--check-replicas"] if c[0] > 1 else []), c[0])
+        if r.returncode:
+            md.report(False, f"{name}: train", (r.stdout + r.stderr)[-1500:])
+            continue
+        runs[c] = work
+        trained = initializers(os.path.join(work, "model.onnx"))
+        changed = [n for n in frozen if not (trained[n] == start[n]).all()]
+        moved = [n for n in moving if not (trained[n] == start[n]).all()]
+        md.report(stats and not changed and len(moved) == len(moving),
+                  f"{name}: {len(frozen)} frozen params and running statistics bit-identical, "
+                  f"{len(moving)} later running statistics moved",
+                  f"changed {changed[:5]}, moved {len(moved)} of {len(moving)}")
+    ref = runs.get((1, "data"))
+    for c, work in runs.items():
+        if c[0] > 1 and ref:
+            md.compare(f"resnet18 --freeze-bn --gpus {c[0]} --strategy={c[1]}", ref, work)
 
 
 def main():
@@ -117,6 +176,7 @@ def main():
                 md.report(abs(a - b) <= md.LOSS_TOL * abs(a),
                           f"lenet recipes {c[0]} --gpus {c[1]} --strategy={c[2]}: first loss "
                           f"within {md.LOSS_TOL} relative", f"{b} vs {a}")
+        freeze_bn(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{md.passed} passed, {md.failed} failed")

@@ -1,5 +1,6 @@
 // lwrt/data.h - the trainer's data loaders: input batches for a model
-// defines: DataSource, SyntheticData, IdxOptions, IdxData, shuffledOrder, hashWords
+// defines: DataSource, SyntheticData, IdxOptions, IdxData, NpyOptions, NpyData, shuffledOrder,
+//          hashWords
 //
 // A DataSource yields batches in the model's input layout: float32 images
 // [N, C, H, W] and int64 labels [N]. An epoch is numExamples() / N batches
@@ -189,6 +190,47 @@ private:
   std::vector<unsigned char> labels_;
   float normalized_[256];              ///< byte -> (byte / 255 - mean) / std
   std::vector<Tap> rowTaps_, colTaps_; ///< when resizing
+};
+
+struct NpyOptions {
+  /// Use only the first maxExamples examples of the files (0: all).
+  int64_t maxExamples = 0;
+  /// Shuffle every epoch (training) or visit in file order (evaluation).
+  bool shuffle = true;
+  uint64_t seed = 0;
+  /// When positive, every label must be below it.
+  int64_t classes = 0;
+};
+
+/// numpy arrays (--data=npy:DIR): `<dir>/x_<split>.npy`, the images, shape
+/// (N, C, H, W) (or (N, H, W) for C = 1) of the batch's C, H and W, float32
+/// ('<f4', used as they are) or uint8 ('|u1', divided by 255); and
+/// `<dir>/y_<split>.npy`, N int64 or int32 labels ('<i8', '<i4'). For the
+/// training split `x.npy` and `y.npy` stand in when `x_train.npy` is not
+/// there. C order only (npy format 1.0 to 3.0; the header is parsed here).
+/// The arrays stay in memory as stored.
+class NpyData : public DataSource {
+public:
+  /// `split` is "train" or "test"; `shape` is [N, C, H, W]. Null with
+  /// `error` naming the file on any problem: a missing file, a bad header,
+  /// another dtype, Fortran order, a shape that does not fit, too few
+  /// bytes, a label out of range.
+  static std::unique_ptr<NpyData> open(const std::string& dir, const std::string& split,
+                                       const std::vector<int64_t>& shape,
+                                       const NpyOptions& options = {},
+                                       std::string* error = nullptr);
+
+protected:
+  bool load(int64_t index, uint64_t epoch, float* image, int64_t* label,
+            std::string* error) const override;
+
+private:
+  NpyData(std::vector<int64_t> shape, int64_t examples, const NpyOptions& options)
+      : DataSource(std::move(shape), examples, options.shuffle, options.seed) {}
+
+  bool bytes_ = false;                ///< uint8 images (else float32)
+  std::vector<unsigned char> images_; ///< examples x C x H x W, as stored
+  std::vector<int64_t> labels_;
 };
 
 } // namespace lwrt

@@ -287,6 +287,11 @@ public:
   /// A data error the device found since the last call (a label out of
   /// range), or "".
   virtual std::string takeDeviceError() = 0;
+  /// The weights' moving average (--ema): ema[i] += weight * (value[i] -
+  /// ema[i]) for `count` elements of `type` (F32 or F64) in device memory,
+  /// ordered after the work launched so far, the weight rounded to `type`.
+  virtual bool emaUpdate(void* ema, const void* value, int64_t count, DType type, double weight,
+                         std::string* error) = 0;
 
   /// Profiling: startMarks() begins a profiled phase, mark(op) ends the op
   /// launched last, and takeMarks() returns each op's time in milliseconds
@@ -310,7 +315,7 @@ namespace cuda {
 std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::string* error);
 } // namespace cuda
 
-/// The trainer program; see the usage text in common/Trainer.cpp
+/// The trainer program; see the usage text in common/TrainerFlags.cpp
 /// (`TRAINER --help`). Returns the exit status: 0, 1 for a failed run or bad
 /// input, 2 for bad usage.
 int trainerMain(int argc, char** argv, const ModelInfo& model, RunnerFactory createRunner);

@@ -1,0 +1,192 @@
+// The trainer's evaluation on the test split and its --profile report.
+#include "Trainer.h"
+#include "lwrt/image_data.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+namespace lwrt::trainer {
+
+/// Accuracy and mean cross-entropy of the inference graph on the test split
+/// (every example: the last partial batch is padded and the padding not
+/// counted).
+bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
+  const int64_t n = layout_->shape[0], classes = m_.logitsShape.back();
+  const int64_t rows = numelOf(m_.logitsShape) / classes;
+  if (rows != n) {
+    error = "evaluation: the logits are not [N, classes]";
+    return false;
+  }
+  int64_t examples = o_.data == "synthetic" ? n * 10 : test_ ? test_->numExamples() : n;
+  int64_t batches = (examples + n - 1) / n, correct = 0, top5 = 0;
+  double lossSum = 0;
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  std::vector<unsigned char> logits(static_cast<size_t>(bytesOf(m_.logitsType, m_.logitsShape)));
+  // Multi-device trainers evaluate on device 0 with the whole params
+  // (under mpirun: rank 0, the others send it their devices' params).
+  // --eval-ema: the moving average's params (one device: evalBuffers_
+  // points at it).
+  if (multi_ &&
+      ((o_.evalEma ? !downloadEma(error) : !downloadState(error)) ||
+       (leader() && !runner_->upload(state_.ptr, (o_.evalEma ? hostEma_ : hostState_).data(),
+                                     m_.stateBytes, &error)))) {
+    error = "evaluation: " + error;
+    return false;
+  }
+  if (!leader())
+    return true;
+  // A test split's batches are decoded ahead on the data threads.
+  std::unique_ptr<BatchFeed> feed;
+  if (test_) {
+    FeedOptions fo;
+    fo.threads = dataThreads();
+    fo.depth = fo.threads + 2; // a batch per thread, the one in use and one ready
+    feed = createExampleFeed(*runner_, m_.inputBytes, *layout_, *test_, batches, fo, &error);
+    if (!feed) {
+      error = "evaluation: " + error;
+      return false;
+    }
+  }
+  for (int64_t b = 0; b < batches; ++b) {
+    const unsigned char* batch = hostInputs_.data();
+    if (o_.data == "synthetic") {
+      fillSyntheticInputs(m_, hostInputs_.data(), o_.seed ^ 0x5EED5EED5EEDull, 1000000000ull + b);
+    } else if (!test_) {
+      std::memcpy(hostInputs_.data(), rawBatch_.data(), rawBatch_.size());
+    } else if (!(batch = feed->acquire(b, &error))) {
+      error = "evaluation: " + error;
+      return false;
+    }
+    // The labels as the model sees them.
+    for (int64_t k = 0; k < n; ++k) {
+      const unsigned char* lab = batch + layout_->label->offset;
+      if (layout_->label->dtype == DType::I64) {
+        std::memcpy(&labels[k], lab + 8 * k, 8);
+      } else {
+        int32_t v;
+        std::memcpy(&v, lab + 4 * k, 4);
+        labels[k] = v;
+      }
+    }
+    if (!runner_->upload(inputs_.ptr, batch, m_.inputBytes, &error) ||
+        !runner_->run(
+            1, [&](std::string* e) { return m_.eval(evalBuffers_, e); }, &error) ||
+        !runner_->download(logits.data(), evalArena_.ptr + m_.logitsOffset,
+                           static_cast<int64_t>(logits.size()), &error)) {
+      error = "evaluation: " + error;
+      return false;
+    }
+    if (feed) // the download waited for the step, and so for the upload
+      feed->release(b);
+    int64_t valid = std::min(n, examples - b * n);
+    for (int64_t k = 0; k < valid; ++k) {
+      std::vector<double> row(static_cast<size_t>(classes));
+      for (int64_t j = 0; j < classes; ++j) {
+        if (m_.logitsType == DType::F64) {
+          std::memcpy(&row[j], logits.data() + 8 * (k * classes + j), 8);
+        } else {
+          float f;
+          std::memcpy(&f, logits.data() + 4 * (k * classes + j), 4);
+          row[j] = f;
+        }
+      }
+      // The label's rank: logits above it, and equal ones before it (the
+      // first maximum is the prediction).
+      const int64_t label = labels[k];
+      int64_t rank = classes;
+      if (label >= 0 && label < classes && std::isfinite(row[label])) {
+        rank = 0;
+        for (int64_t j = 0; j < classes; ++j)
+          rank += row[j] > row[label] || (row[j] == row[label] && j < label);
+      }
+      correct += rank == 0;
+      top5 += rank < 5;
+      double mx = *std::max_element(row.begin(), row.end()), sum = 0;
+      for (double v : row)
+        sum += std::exp(v - mx);
+      if (labels[k] >= 0 && labels[k] < classes)
+        lossSum += std::log(sum) + mx - row[labels[k]];
+    }
+    if (b == 0) {
+      evalLogits_.resize(static_cast<size_t>(n * classes));
+      for (int64_t k = 0; k < n * classes; ++k) {
+        if (m_.logitsType == DType::F64) {
+          double v;
+          std::memcpy(&v, logits.data() + 8 * k, 8);
+          evalLogits_[k] = static_cast<float>(v);
+        } else {
+          std::memcpy(&evalLogits_[k], logits.data() + 4 * k, 4);
+        }
+      }
+    }
+  }
+  double accuracy = static_cast<double>(correct) / static_cast<double>(examples);
+  double loss = lossSum / static_cast<double>(examples);
+  char line[256];
+  double accuracy5 = static_cast<double>(top5) / static_cast<double>(examples);
+  std::snprintf(line, sizeof line,
+                "eval  epoch %lld  accuracy %.4f (%lld/%lld)  top-5 %.4f  loss %.4f",
+                static_cast<long long>(epoch), accuracy, static_cast<long long>(correct),
+                static_cast<long long>(examples), accuracy5, loss);
+  progress_->message(line);
+  if (log_ || tb_) {
+    EvalRecord r;
+    r.epoch = epoch;
+    r.accuracy = accuracy;
+    r.top5 = accuracy5;
+    r.loss = loss;
+    r.step = step;
+    if (log_)
+      log_->eval(r);
+    if (tb_)
+      tb_->eval(r);
+  }
+  return true;
+}
+
+void Trainer::printProfile() {
+  if (o_.profile == 0)
+    return;
+  if (std::string notes = runner_->notes(); !notes.empty())
+    std::printf("backend: %s\n", notes.c_str());
+  if (profiled_ == 0)
+    return;
+  // Milliseconds per op label over the profiled steps ("label @device" in
+  // a multi-device trainer).
+  const std::map<std::string, double> opMs = timeline_.msByOp(multi_ != nullptr);
+  double total = 0;
+  std::map<std::string, double> byKernel;
+  for (const auto& [label, ms] : opMs) {
+    total += ms;
+    byKernel[label.substr(0, label.find(' '))] += ms;
+  }
+  auto share = [&](double ms) { return total > 0 ? 100.0 * ms / total : 0.0; };
+  if (multi_) // ops of every device: "label @device"
+    std::printf("profile: %lld steps on %s, %.3f ms of ops per step over %d devices in %zu ops "
+                "(waits left out)\n",
+                static_cast<long long>(profiled_), multi_->description().c_str(),
+                total / static_cast<double>(profiled_), multi_->numDevices(), opMs.size());
+  else
+    std::printf("profile: %lld steps on %s, %.3f ms per step in %zu ops\n",
+                static_cast<long long>(profiled_), runner_->description().c_str(),
+                total / static_cast<double>(profiled_), opMs.size());
+  std::vector<std::pair<double, std::string>> kernels, ops;
+  for (const auto& [k, ms] : byKernel)
+    kernels.push_back({ms, k});
+  for (const auto& [k, ms] : opMs)
+    ops.push_back({ms, k});
+  std::sort(kernels.rbegin(), kernels.rend());
+  std::sort(ops.rbegin(), ops.rend());
+  std::printf("  %-28s %10s %7s\n", "kernel", "ms/step", "share");
+  for (const auto& [ms, k] : kernels)
+    std::printf("  %-28s %10.3f %6.1f%%\n", k.c_str(), ms / static_cast<double>(profiled_),
+                share(ms));
+  std::printf("  %-48s %10s %7s\n", "op (slowest 15)", "ms/step", "share");
+  for (size_t i = 0; i < ops.size() && i < 15; ++i)
+    std::printf("  %-48s %10.3f %6.1f%%\n", ops[i].second.substr(0, 48).c_str(),
+                ops[i].first / static_cast<double>(profiled_), share(ops[i].first));
+}
+
+} // namespace lwrt::trainer
