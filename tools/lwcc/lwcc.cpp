@@ -12,7 +12,6 @@
 #include "codegen/Codegen.h"
 #include "frontend/ExportTemplate.h"
 #include "frontend/Frontend.h"
-#include "ir/CostModel.h"
 #include "ir/Interpreter.h"
 #include "ir/Kernels.h"
 #include "ir/Parser.h"
@@ -22,7 +21,8 @@
 #include "passes/MemoryPlan.h"
 #include "passes/Pass.h"
 #include "passes/StepOrder.h"
-#include "tools/lwcc/PlanReport.h"
+#include "plan/CostModel.h"
+#include "plan/PlanReport.h"
 #include "tools/lwcc/Recipes.h"
 #include "tools/lwcc/TrainerBuild.h"
 
