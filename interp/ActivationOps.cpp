@@ -18,16 +18,6 @@ using llvm::Error;
 
 namespace {
 
-Error ok() { return Error::success(); }
-
-template <typename... Args> Error fail(const char* fmt, Args&&... args) {
-  return makeError(llvm::formatv(fmt, std::forward<Args>(args)...).str());
-}
-
-} // namespace
-
-namespace {
-
 /// alpha, beta and gamma of an activation op, where it has them.
 lwrt::ActivationParams activationParams(const Op& op) {
   lwrt::ActivationParams p;
@@ -44,14 +34,14 @@ template <typename M> Error forwardOf(EvalCtx& c) {
   lwrt::ActivationParams p = activationParams(c.op);
   for (int64_t k = 0; k < c.y().size(); ++k)
     c.y().f[k] = M::forward(c.x().f[k], p);
-  return ok();
+  return Error::success();
 }
 
 template <typename M> Error backwardOf(EvalCtx& c) {
   lwrt::ActivationParams p = activationParams(c.op);
   for (int64_t k = 0; k < c.y().size(); ++k)
     c.y().f[k] = M::backward(c.x(0).f[k], c.x(1).f[k], p);
-  return ok();
+  return Error::success();
 }
 
 Error extremumOf(EvalCtx& c, bool isMin) {
@@ -67,7 +57,7 @@ Error extremumOf(EvalCtx& c, bool isMin) {
       c.y().i[k] = isMin ? std::min(a, b) : std::max(a, b);
     }
   }
-  return ok();
+  return Error::success();
 }
 
 Error extremumGradOf(EvalCtx& c, bool isMin) {
@@ -79,7 +69,7 @@ Error extremumGradOf(EvalCtx& c, bool isMin) {
     c.y(0).f[k] = dy * lwrt::extremumGradWeight(a, b, isMin);
     c.y(1).f[k] = dy * lwrt::extremumGradWeight(b, a, isMin);
   }
-  return ok();
+  return Error::success();
 }
 
 } // namespace
@@ -94,7 +84,7 @@ Error evalPRelu(EvalCtx& c) {
   auto is = kernels::broadcastIndex(c.y().type.shape, c.x(1).type.shape);
   for (int64_t k = 0; k < c.y().size(); ++k)
     c.y().f[k] = lwrt::preluValue(c.x(0).f[k], c.x(1).f[is(k)]);
-  return ok();
+  return Error::success();
 }
 
 Error evalPReluGrad(EvalCtx& c) {
@@ -104,7 +94,7 @@ Error evalPReluGrad(EvalCtx& c) {
     c.y(0).f[k] = lwrt::preluGradX(x, c.x(1).f[is(k)], dy);
     c.y(1).f[k] = lwrt::preluGradSlope(x, dy);
   }
-  return ok();
+  return Error::success();
 }
 
 Error evalCompare(EvalCtx& c) {
@@ -118,7 +108,7 @@ Error evalCompare(EvalCtx& c) {
   for (int64_t k = 0; k < c.y().size(); ++k)
     c.y().i[k] = c.x(0).isFloatData() ? lwrt::compareValue(c.x(0).f[ia(k)], c.x(1).f[ib(k)], kind)
                                       : lwrt::compareValue(c.x(0).i[ia(k)], c.x(1).i[ib(k)], kind);
-  return ok();
+  return Error::success();
 }
 
 Error evalWhere(EvalCtx& c) {
@@ -133,7 +123,7 @@ Error evalWhere(EvalCtx& c) {
     else
       c.y().i[k] = take ? c.x(1).i[ix(k)] : c.x(2).i[iy(k)];
   }
-  return ok();
+  return Error::success();
 }
 
 Error evalMax(EvalCtx& c) { return extremumOf(c, false); }

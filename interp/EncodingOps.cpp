@@ -19,16 +19,6 @@ using llvm::Error;
 
 namespace {
 
-Error ok() { return Error::success(); }
-
-template <typename... Args> Error fail(const char* fmt, Args&&... args) {
-  return makeError(llvm::formatv(fmt, std::forward<Args>(args)...).str());
-}
-
-} // namespace
-
-namespace {
-
 lwrt::NormKind normKindOf(OpKind k) {
   return k == OpKind::ReduceL1   ? lwrt::NormKind::L1
          : k == OpKind::ReduceL2 ? lwrt::NormKind::L2
@@ -43,14 +33,14 @@ Error normOf(EvalCtx& c) {
   if (!lwrt::makeNormWalk(static_cast<int>(xs.size()), xs.data(), all,
                           all ? std::vector<int64_t>{} : c.op.getInts("axes"),
                           c.op.getInt("keepdims") != 0, normKindOf(c.op.kind()), walk, out))
-    return fail("cannot reduce {0}", c.x().type.str());
+    return makeError(llvm::formatv("cannot reduce {0}", c.x().type.str()).str());
   for (int64_t o = 0; o < c.y().size(); ++o) {
     if (c.y().isFloatData())
       c.y().f[o] = lwrt::normFinish(walk.sum<double>(c.x().f.data(), o), walk.kind);
     else
       c.y().i[o] = walk.sum<int64_t>(c.x().i.data(), o);
   }
-  return ok();
+  return Error::success();
 }
 
 } // namespace
@@ -60,14 +50,15 @@ Error evalCumSum(EvalCtx& c) {
   lwrt::CumSumParams p{c.op.getInt("axis"), c.op.getInt("exclusive"), c.op.getInt("reverse")};
   lwrt::CumSumLines lines;
   if (!lwrt::makeCumSumLines(static_cast<int>(xs.size()), xs.data(), p, lines))
-    return fail("axis {0} is out of range for {1}", p.axis, c.x().type.str());
+    return makeError(
+        llvm::formatv("axis {0} is out of range for {1}", p.axis, c.x().type.str()).str());
   for (int64_t l = 0; l < lines.outer * lines.inner; ++l) {
     if (c.x().isFloatData())
       lines.scan<double>(c.x().f.data(), c.y().f.data(), l);
     else
       lines.scan<int64_t>(c.x().i.data(), c.y().i.data(), l);
   }
-  return ok();
+  return Error::success();
 }
 
 Error evalTile(EvalCtx& c) {
@@ -75,14 +66,15 @@ Error evalTile(EvalCtx& c) {
   lwrt::TileIndex idx;
   if (!lwrt::makeTileIndex(static_cast<int>(xs.size()), xs.data(), ys.data(),
                            c.op.getInts("repeats"), idx))
-    return fail("cannot tile {0} to {1}", c.x().type.str(), c.y().type.str());
+    return makeError(
+        llvm::formatv("cannot tile {0} to {1}", c.x().type.str(), c.y().type.str()).str());
   for (int64_t k = 0; k < c.y().size(); ++k) {
     if (c.y().isFloatData())
       c.y().f[k] = c.x().f[idx(k)];
     else
       c.y().i[k] = c.x().i[idx(k)];
   }
-  return ok();
+  return Error::success();
 }
 
 Error evalMod(EvalCtx& c) {
@@ -96,19 +88,19 @@ Error evalMod(EvalCtx& c) {
     else
       c.y().i[k] = lwrt::modValue(c.x(0).i[ia(k)], c.x(1).i[ib(k)], cFmod);
   }
-  return ok();
+  return Error::success();
 }
 
 Error evalSin(EvalCtx& c) {
   for (int64_t k = 0; k < c.y().size(); ++k)
     c.y().f[k] = std::sin(c.x().f[k]);
-  return ok();
+  return Error::success();
 }
 
 Error evalCos(EvalCtx& c) {
   for (int64_t k = 0; k < c.y().size(); ++k)
     c.y().f[k] = std::cos(c.x().f[k]);
-  return ok();
+  return Error::success();
 }
 
 Error evalReduceL1(EvalCtx& c) { return normOf(c); }
