@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/GradRules.h"
+#include "ir/RuleHelpers.h"
 #include "runtime/include/lwrt/activation_math.h"
 #include "runtime/include/lwrt/encoding_math.h"
 
@@ -19,13 +20,9 @@ using llvm::Error;
 
 namespace {
 
-Error ok() { return Error::success(); }
-
-template <typename... Args> Error fail(const char* fmt, Args&&... args) {
-  return makeError(llvm::formatv(fmt, std::forward<Args>(args)...).str());
-}
-
-const TensorType& ty(const Op& op, unsigned i) { return op.operand(i)->type(); }
+using rules::fail;
+using rules::ok;
+using rules::ty;
 
 #define TRY(expr)                                                                                  \
   if (Error e = (expr))                                                                            \

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/IR.h"
+#include "ir/RuleHelpers.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -15,9 +16,7 @@ using llvm::Error;
 
 namespace {
 
-template <typename... Args> Error fail(const char* fmt, Args&&... args) {
-  return makeError(llvm::formatv(fmt, std::forward<Args>(args)...).str());
-}
+using rules::fail;
 
 bool isF32OrF64(DType t) { return t == DType::F32 || t == DType::F64; }
 

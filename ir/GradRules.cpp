@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "ir/GradRules.h"
 
+#include "ir/RuleHelpers.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -74,7 +76,7 @@ namespace grad {
 namespace {
 
 using llvm::Error;
-Error ok() { return Error::success(); }
+using rules::ok;
 
 NamedAttr copyAttr(const Op& op, const char* name) {
   const Attribute* a = op.findAttr(name);

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "ir/GradRules.h"
 #include "ir/ResizePlan.h"
+#include "ir/RuleHelpers.h"
 #include "runtime/include/lwrt/resize_math.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -22,9 +23,7 @@ using llvm::Error;
 
 namespace {
 
-template <typename... Args> Error fail(const char* fmt, Args&&... args) {
-  return makeError(llvm::formatv(fmt, std::forward<Args>(args)...).str());
-}
+using rules::fail;
 
 /// The piece attributes of a resize, in the order of ResizeParams.
 constexpr const char* kPieceAttrs[] = {"whole_in", "in_offsets", "whole_out", "out_offsets"};
