@@ -148,12 +148,6 @@ llvm::Expected<Value*> spreadOverReduced(GradContext& c, Value* v) {
   return c.emit(OpKind::Expand, {v}, {{"shape", Attribute(x.shape)}});
 }
 
-#define TRY_V(var, expr)                                                                           \
-  auto var##OrErr = (expr);                                                                        \
-  if (!var##OrErr)                                                                                 \
-    return var##OrErr.takeError();                                                                 \
-  Value* var = *var##OrErr
-
 } // namespace
 
 /// The adjoint of a running sum is the running sum from the other end:
@@ -279,8 +273,6 @@ Error reduceSumSquare(GradContext& c) {
   c.dxs[0] = dx;
   return ok();
 }
-
-#undef TRY_V
 
 } // namespace grad
 

@@ -16,12 +16,6 @@
 
 namespace lwcc {
 
-#define TRY_V(var, expr)                                                                           \
-  auto var##OrErr = (expr);                                                                        \
-  if (!var##OrErr)                                                                                 \
-    return var##OrErr.takeError();                                                                 \
-  Value* var = *var##OrErr
-
 llvm::Expected<std::vector<Value*>> GradContext::emitN(OpKind kind,
                                                        const std::vector<Value*>& operands,
                                                        std::vector<NamedAttr> attrs,

@@ -34,3 +34,11 @@ inline llvm::Error expectFloat(const Op& op, unsigned i) {
 }
 
 } // namespace lwcc::rules
+
+/// In a rule returning llvm::Error: `Value* var` from the llvm::Expected
+/// `expr` (a GradContext emit), or the enclosing function returns its error.
+#define TRY_V(var, expr)                                                                           \
+  auto var##OrErr = (expr);                                                                        \
+  if (!var##OrErr)                                                                                 \
+    return var##OrErr.takeError();                                                                 \
+  Value* var = *var##OrErr
