@@ -14,18 +14,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/GradRules.h"
+#include "ir/RuleHelpers.h"
 
 namespace lwcc::grad {
-
-namespace {
-
-#define TRY_V(var, expr)                                                                           \
-  auto var##OrErr = (expr);                                                                        \
-  if (!var##OrErr)                                                                                 \
-    return var##OrErr.takeError();                                                                 \
-  Value* var = *var##OrErr
-
-} // namespace
 
 llvm::Error batchNorm(GradContext& c) {
   bool any = false;

@@ -1,7 +1,7 @@
 //===- CommOps.cpp - Communication ops: shapes, placement, gradients ------===//
 //
 // The collectives and transfers of Ops.def's COMM_OP rows. They are ordinary
-// ops: the interpreter runs them (CommKernels.cpp), autodiff differentiates
+// ops: the interpreter runs them (interp/CommOps.cpp), autodiff differentiates
 // through them with the rules below, and the verifier checks that each
 // operand lives where the op's placement rule says.
 //
@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "ir/GradRules.h"
 #include "ir/OpTable.h"
+#include "ir/RuleHelpers.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -22,11 +23,8 @@ namespace lwcc {
 
 namespace {
 
-template <typename... Args> llvm::Error fail(const char* fmt, Args&&... args) {
-  return makeError(llvm::formatv(fmt, std::forward<Args>(args)...).str());
-}
-
-const TensorType& ty(const Op& op, unsigned i) { return op.operand(i)->type(); }
+using rules::fail;
+using rules::ty;
 
 int64_t numDevices(const Op& op) { return static_cast<int64_t>(op.getInts("devices").size()); }
 

@@ -7,18 +7,14 @@
 //===----------------------------------------------------------------------===//
 #include "ir/GradRules.h"
 
+#include "ir/RuleHelpers.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
 #include <numeric>
 
 namespace lwcc {
-
-#define TRY_V(var, expr)                                                                           \
-  auto var##OrErr = (expr);                                                                        \
-  if (!var##OrErr)                                                                                 \
-    return var##OrErr.takeError();                                                                 \
-  Value* var = *var##OrErr
 
 llvm::Expected<std::vector<Value*>> GradContext::emitN(OpKind kind,
                                                        const std::vector<Value*>& operands,
@@ -74,7 +70,7 @@ namespace grad {
 namespace {
 
 using llvm::Error;
-Error ok() { return Error::success(); }
+using rules::ok;
 
 NamedAttr copyAttr(const Op& op, const char* name) {
   const Attribute* a = op.findAttr(name);

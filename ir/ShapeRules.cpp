@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/IR.h"
+#include "ir/RuleHelpers.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -17,17 +18,9 @@ namespace lwcc::shape {
 
 namespace {
 
-template <typename... Args> llvm::Error fail(const char* fmt, Args&&... args) {
-  return makeError(llvm::formatv(fmt, std::forward<Args>(args)...).str());
-}
-
-const TensorType& ty(const Op& op, unsigned i) { return op.operand(i)->type(); }
-
-llvm::Error expectFloat(const Op& op, unsigned i) {
-  if (!isFloat(ty(op, i).dtype))
-    return fail("operand #{0} must have a float element type, got {1}", i, ty(op, i).str());
-  return llvm::Error::success();
-}
+using rules::expectFloat;
+using rules::fail;
+using rules::ty;
 
 llvm::Error expectRank(const Op& op, unsigned i, int64_t rank) {
   if (ty(op, i).rank() != rank)

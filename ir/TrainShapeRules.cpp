@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ir/IR.h"
+#include "ir/RuleHelpers.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -13,17 +14,9 @@ namespace lwcc::shape {
 
 namespace {
 
-template <typename... Args> llvm::Error fail(const char* fmt, Args&&... args) {
-  return makeError(llvm::formatv(fmt, std::forward<Args>(args)...).str());
-}
-
-const TensorType& ty(const Op& op, unsigned i) { return op.operand(i)->type(); }
-
-llvm::Error expectFloatOperand(const Op& op, unsigned i) {
-  if (!isFloat(ty(op, i).dtype))
-    return fail("operand #{0} must have a float element type, got {1}", i, ty(op, i).str());
-  return llvm::Error::success();
-}
+using rules::expectFloat;
+using rules::fail;
+using rules::ty;
 
 llvm::Error expectSameType(const Op& op, unsigned i, unsigned j) {
   if (ty(op, i) != ty(op, j))
@@ -55,7 +48,7 @@ llvm::Expected<Shape> shapeAttr(const Op& op, const char* name) {
 } // namespace
 
 Rule softmaxXent(const Op& op) {
-  TRY(expectFloatOperand(op, 0));
+  TRY(expectFloat(op, 0));
   if (ty(op, 0).rank() != 2)
     return fail("logits must be [N, K], got {0}", ty(op, 0).str());
   if (!isInteger(ty(op, 1).dtype) || ty(op, 1).shape != Shape{ty(op, 0).shape[0]})
@@ -76,13 +69,13 @@ Rule softmaxXentGrad(const Op& op) {
 }
 
 Rule mseLoss(const Op& op) {
-  TRY(expectFloatOperand(op, 0));
+  TRY(expectFloat(op, 0));
   TRY(expectSameType(op, 0, 1));
   return std::vector<TensorType>{TensorType(ty(op, 0).dtype, {})};
 }
 
 Rule mseLossGrad(const Op& op) {
-  TRY(expectFloatOperand(op, 0));
+  TRY(expectFloat(op, 0));
   TRY(expectSameType(op, 0, 1));
   TRY(expectScalar(op, 2, true));
   return std::vector<TensorType>{ty(op, 0)};
@@ -135,7 +128,7 @@ Rule conv2dGradFilter(const Op& op) {
 
 Rule poolGradFromInput(const Op& op) {
   // (x, dy) -> dx like x.
-  TRY(expectFloatOperand(op, 0));
+  TRY(expectFloat(op, 0));
   if (ty(op, 0).rank() != 4 || ty(op, 1).rank() != 4)
     return fail("expects 4-D x and dy");
   return std::vector<TensorType>{ty(op, 0)};
@@ -143,7 +136,7 @@ Rule poolGradFromInput(const Op& op) {
 
 Rule poolGradFromShape(const Op& op) {
   // (dy) -> dx of shape input_shape.
-  TRY(expectFloatOperand(op, 0));
+  TRY(expectFloat(op, 0));
   auto in = shapeAttr(op, "input_shape");
   if (!in)
     return in.takeError();
@@ -154,14 +147,14 @@ Rule poolGradFromShape(const Op& op) {
 
 Rule elementwiseGrad(const Op& op) {
   // (x or y, dy) -> dx, all of one type.
-  TRY(expectFloatOperand(op, 0));
+  TRY(expectFloat(op, 0));
   TRY(expectSameType(op, 0, op.numOperands() - 1));
   return std::vector<TensorType>{ty(op, op.numOperands() - 1)};
 }
 
 Rule batchNormTrain(const Op& op) {
   // (x, scale, bias) -> (y, mean[C], var[C]).
-  TRY(expectFloatOperand(op, 0));
+  TRY(expectFloat(op, 0));
   if (ty(op, 0).rank() < 2)
     return fail("operand #0 must have rank >= 2 (N, C, ...), got {0}", ty(op, 0).str());
   // A bf16 or fp16 x: float32 scale, bias and statistics.
@@ -176,7 +169,7 @@ Rule batchNormTrain(const Op& op) {
 
 Rule batchNormGrad(const Op& op) {
   // (x, scale, mean, var, dy) -> (dx, dscale, dbias).
-  TRY(expectFloatOperand(op, 0));
+  TRY(expectFloat(op, 0));
   if (ty(op, 0).rank() < 2)
     return fail("operand #0 must have rank >= 2 (N, C, ...), got {0}", ty(op, 0).str());
   TensorType c(channelDType(ty(op, 0).dtype), {ty(op, 0).shape[1]});
@@ -217,7 +210,7 @@ Rule gatherGrad(const Op& op) {
   // (indices, dy) -> d data of shape input_shape.
   if (!isInteger(ty(op, 0).dtype))
     return fail("indices must be integers, got {0}", ty(op, 0).str());
-  TRY(expectFloatOperand(op, 1));
+  TRY(expectFloat(op, 1));
   auto in = shapeAttr(op, "input_shape");
   if (!in)
     return in.takeError();
@@ -262,7 +255,7 @@ Rule dropoutMask(const Op& op) {
 
 Rule sgdUpdate(const Op& op) {
   // (w, g, m, lr) -> (w', m').
-  TRY(expectFloatOperand(op, 0));
+  TRY(expectFloat(op, 0));
   TRY(expectSameType(op, 0, 1));
   TRY(expectSameType(op, 0, 2));
   TRY(expectScalar(op, 3, true));
@@ -271,7 +264,7 @@ Rule sgdUpdate(const Op& op) {
 
 Rule adamUpdate(const Op& op) {
   // (w, g, m, v, lr, step) -> (w', m', v').
-  TRY(expectFloatOperand(op, 0));
+  TRY(expectFloat(op, 0));
   for (unsigned i = 1; i < 4; ++i)
     TRY(expectSameType(op, 0, i));
   TRY(expectScalar(op, 4, true));
@@ -331,7 +324,7 @@ Rule gatherNdGrad(const Op& op) {
   // (indices, dy) -> d data of shape input_shape.
   if (ty(op, 0).dtype != DType::I64)
     return fail("indices must be i64, got {0}", ty(op, 0).str());
-  TRY(expectFloatOperand(op, 1));
+  TRY(expectFloat(op, 1));
   auto in = shapeAttr(op, "input_shape");
   if (!in)
     return in.takeError();

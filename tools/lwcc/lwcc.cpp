@@ -14,9 +14,8 @@
 #include "codegen/Codegen.h"
 #include "frontend/ExportTemplate.h"
 #include "frontend/Frontend.h"
-#include "ir/CostModel.h"
-#include "ir/Interpreter.h"
-#include "ir/Kernels.h"
+#include "interp/Eval.h"
+#include "interp/Interpreter.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
@@ -24,7 +23,8 @@
 #include "passes/MemoryPlan.h"
 #include "passes/Pass.h"
 #include "passes/StepOrder.h"
-#include "tools/lwcc/PlanReport.h"
+#include "plan/CostModel.h"
+#include "plan/PlanReport.h"
 #include "tools/lwcc/Recipes.h"
 #include "tools/lwcc/TrainerBuild.h"
 
@@ -1265,6 +1265,8 @@ int main(int argc, char** argv) {
   auto module = importFile(modelFile, opts);
   if (!module)
     return fail(module.takeError());
+  if (llvm::Error e = eliminateDeadCode(*module))
+    return fail(std::move(e));
 
   if (runReference)
     return runReferenceMode(*module);
