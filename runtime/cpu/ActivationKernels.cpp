@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "lwrt/cpu_activation.h"
+#include "lwrt/kernel_checks.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -16,30 +17,9 @@ namespace lwrt::cpu {
 
 namespace {
 
-template <typename Fn> bool dispatchFloat(DType t, Fn fn) {
-  switch (t) {
-  case DType::F32:
-    return fn(float{});
-  case DType::F64:
-    return fn(double{});
-  default:
-    return false;
-  }
-}
-
-bool same(const TensorView& a, const TensorView& b) {
-  return a.dtype == b.dtype && a.shape == b.shape;
-}
-
-/// The BroadcastIndex of `from` read by a result of `to`'s shape.
-bool indexOf(const TensorView& to, const TensorView& from, BroadcastIndex& out) {
-  return makeBroadcastIndex(static_cast<int>(to.rank()), to.shape.data(),
-                            static_cast<int>(from.rank()), from.shape.data(), out);
-}
-
 template <typename M>
 bool forward(const TensorView& x, const TensorView& y, const ActivationParams& p) {
-  if (!same(x, y))
+  if (!sameLayout(x, y))
     return false;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -54,7 +34,7 @@ bool forward(const TensorView& x, const TensorView& y, const ActivationParams& p
 template <typename M>
 bool backward(const TensorView& x, const TensorView& dy, const TensorView& dx,
               const ActivationParams& p) {
-  if (!same(x, dy) || !same(x, dx))
+  if (!sameLayout(x, dy) || !sameLayout(x, dx))
     return false;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -67,25 +47,11 @@ bool backward(const TensorView& x, const TensorView& dy, const TensorView& dx,
   });
 }
 
-/// The result shape of broadcasting a and b, or false.
-bool broadcastShape(const TensorView& a, const TensorView& b, std::vector<int64_t>& out) {
-  size_t r = std::max(a.shape.size(), b.shape.size());
-  out.assign(r, 1);
-  for (size_t d = 0; d < r; ++d) {
-    int64_t da = d < r - a.shape.size() ? 1 : a.shape[d - (r - a.shape.size())];
-    int64_t db = d < r - b.shape.size() ? 1 : b.shape[d - (r - b.shape.size())];
-    if (da != db && da != 1 && db != 1)
-      return false;
-    out[d] = da == 1 ? db : da;
-  }
-  return true;
-}
-
 bool extremum(const TensorView& a, const TensorView& b, const TensorView& y, bool isMin) {
   std::vector<int64_t> shape;
   BroadcastIndex ia, ib;
   if (a.dtype != b.dtype || a.dtype != y.dtype || !broadcastShape(a, b, shape) ||
-      shape != y.shape || !indexOf(y, a, ia) || !indexOf(y, b, ib))
+      shape != y.shape || !broadcastIndexOf(y, a, ia) || !broadcastIndexOf(y, b, ib))
     return false;
   auto run = [&](auto tag) {
     using T = decltype(tag);
@@ -112,8 +78,8 @@ bool extremum(const TensorView& a, const TensorView& b, const TensorView& y, boo
 bool extremumGrad(const TensorView& a, const TensorView& b, const TensorView& dy,
                   const TensorView& da, const TensorView& db, bool isMin) {
   BroadcastIndex ia, ib;
-  if (a.dtype != dy.dtype || b.dtype != dy.dtype || !same(dy, da) || !same(dy, db) ||
-      !indexOf(dy, a, ia) || !indexOf(dy, b, ib))
+  if (a.dtype != dy.dtype || b.dtype != dy.dtype || !sameLayout(dy, da) || !sameLayout(dy, db) ||
+      !broadcastIndexOf(dy, a, ia) || !broadcastIndexOf(dy, b, ib))
     return false;
   return dispatchFloat(dy.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -126,20 +92,6 @@ bool extremumGrad(const TensorView& a, const TensorView& b, const TensorView& dy
     }
     return true;
   });
-}
-
-/// Calls fn(T{}) with T the C++ type of `t`: F32, F64, I64, I32, Bool (uint8_t).
-template <typename Fn> bool dispatchValue(DType t, Fn fn) {
-  switch (t) {
-  case DType::I64:
-    return fn(int64_t{});
-  case DType::I32:
-    return fn(int32_t{});
-  case DType::Bool:
-    return fn(uint8_t{});
-  default:
-    return dispatchFloat(t, fn);
-  }
 }
 
 } // namespace
@@ -157,7 +109,7 @@ LWRT_ACTIVATIONS(LWRT_DEFINE_ACTIVATION)
 
 bool prelu(const TensorView& x, const TensorView& slope, const TensorView& y) {
   BroadcastIndex is;
-  if (!same(x, y) || slope.dtype != x.dtype || !indexOf(x, slope, is))
+  if (!sameLayout(x, y) || slope.dtype != x.dtype || !broadcastIndexOf(x, slope, is))
     return false;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -172,8 +124,8 @@ bool prelu(const TensorView& x, const TensorView& slope, const TensorView& y) {
 bool preluGrad(const TensorView& x, const TensorView& slope, const TensorView& dy,
                const TensorView& dx, const TensorView& dslope) {
   BroadcastIndex is;
-  if (!same(x, dy) || !same(x, dx) || !same(x, dslope) || slope.dtype != x.dtype ||
-      !indexOf(x, slope, is))
+  if (!sameLayout(x, dy) || !sameLayout(x, dx) || !sameLayout(x, dslope) ||
+      slope.dtype != x.dtype || !broadcastIndexOf(x, slope, is))
     return false;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -193,7 +145,7 @@ bool compare(const TensorView& a, const TensorView& b, const TensorView& y,
   std::vector<int64_t> shape;
   BroadcastIndex ia, ib;
   if (a.dtype != b.dtype || y.dtype != DType::Bool || !broadcastShape(a, b, shape) ||
-      shape != y.shape || !indexOf(y, a, ia) || !indexOf(y, b, ib) ||
+      shape != y.shape || !broadcastIndexOf(y, a, ia) || !broadcastIndexOf(y, b, ib) ||
       (a.dtype == DType::Bool && p.kind != CompareKind::Equal))
     return false;
   return dispatchValue(a.dtype, [&](auto tag) {
@@ -214,7 +166,8 @@ bool where(const TensorView& condition, const TensorView& x, const TensorView& y
       !broadcastShape(x, y, xy))
     return false;
   if (!broadcastShape(condition, TensorView{nullptr, x.dtype, xy}, shape) || shape != out.shape ||
-      !indexOf(out, condition, ic) || !indexOf(out, x, ix) || !indexOf(out, y, iy))
+      !broadcastIndexOf(out, condition, ic) || !broadcastIndexOf(out, x, ix) ||
+      !broadcastIndexOf(out, y, iy))
     return false;
   return dispatchValue(x.dtype, [&](auto tag) {
     using T = decltype(tag);

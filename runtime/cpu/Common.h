@@ -2,6 +2,7 @@
 // defines: dispatch, dispatchNumeric, sameType, floatViews, rowMajor, blocked8
 #pragma once
 
+#include "lwrt/kernel_checks.h"
 #include "lwrt/tensor.h"
 
 #include <cstdint>
@@ -10,22 +11,11 @@
 namespace lwrt::cpu::detail {
 
 /// Runs fn(T{}) for the float element type `t`; false for other types.
-template <typename Fn> bool dispatch(DType t, Fn fn) {
-  if (t == DType::F32)
-    return fn(float{});
-  if (t == DType::F64)
-    return fn(double{});
-  return false;
-}
+template <typename Fn> bool dispatch(DType t, Fn fn) { return dispatchFloat(t, fn); }
 
 /// dispatch for F32 and F64, and fn(int64_t{}) or fn(int32_t{}) for I64 and I32.
-template <typename Fn> bool dispatchNumeric(DType t, Fn fn) {
-  if (t == DType::I64)
-    return fn(int64_t{});
-  if (t == DType::I32)
-    return fn(int32_t{});
-  return dispatch(t, fn);
-}
+using ::lwrt::dispatchNumeric;
+using ::lwrt::rowMajor;
 
 /// All views have element type `t` and hold data (or no elements).
 inline bool sameType(DType t, std::initializer_list<const TensorView*> views) {
@@ -38,14 +28,6 @@ inline bool sameType(DType t, std::initializer_list<const TensorView*> views) {
 /// Like sameType, for a float element type.
 inline bool floatViews(DType t, std::initializer_list<const TensorView*> views) {
   return (t == DType::F32 || t == DType::F64) && sameType(t, views);
-}
-
-/// Every view is row-major.
-inline bool rowMajor(std::initializer_list<const TensorView*> views) {
-  for (const TensorView* v : views)
-    if (v->layout != Layout::RowMajor)
-      return false;
-  return true;
 }
 
 /// Every view is a float32 [N, C, H, W] in nChw8c (C a multiple of 8).

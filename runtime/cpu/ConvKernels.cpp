@@ -30,8 +30,6 @@ using detail::ScratchPlan;
 using tag = dnnl::memory::format_tag;
 using dims = dnnl::memory::dims;
 
-bool isFloat(DType t) { return t == DType::F32 || t == DType::F64; }
-
 /// The geometry of one convolution, checked against the views.
 struct ConvGeom {
   int64_t N, C, H, W, M, Cg, KH, KW, OH, OW, G, Mg;

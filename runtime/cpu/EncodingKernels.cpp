@@ -12,6 +12,7 @@
 #include "Parallel.h"
 #include "lwrt/activation_math.h"
 #include "lwrt/cpu_encoding.h"
+#include "lwrt/kernel_checks.h"
 
 #include <cmath>
 #include <cstdint>
@@ -29,27 +30,6 @@ using detail::dispatchNumeric;
 /// The accumulator of an element type: double for floats, int64 for integers.
 template <typename T>
 using AccOf = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
-
-bool rowMajor(std::initializer_list<const TensorView*> views) {
-  for (const TensorView* v : views)
-    if (v->layout != Layout::RowMajor)
-      return false;
-  return true;
-}
-
-/// The result shape of broadcasting a and b, or false.
-bool broadcastShape(const TensorView& a, const TensorView& b, std::vector<int64_t>& out) {
-  size_t r = std::max(a.shape.size(), b.shape.size());
-  out.assign(r, 1);
-  for (size_t d = 0; d < r; ++d) {
-    int64_t da = d < r - a.shape.size() ? 1 : a.shape[d - (r - a.shape.size())];
-    int64_t db = d < r - b.shape.size() ? 1 : b.shape[d - (r - b.shape.size())];
-    if (da != db && da != 1 && db != 1)
-      return false;
-    out[d] = da == 1 ? db : da;
-  }
-  return true;
-}
 
 template <typename Fn> bool unary(const TensorView& x, const TensorView& y, Fn fn) {
   if (x.dtype != y.dtype || x.shape != y.shape || !rowMajor({&x, &y}))

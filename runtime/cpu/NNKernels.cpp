@@ -23,8 +23,6 @@ using detail::matmulInto;
 using detail::rowMajor;
 using detail::sameType;
 
-bool isFloat(DType t) { return t == DType::F32 || t == DType::F64; }
-
 //===--- Linear algebra ---------------------------------------------------===//
 
 template <typename T>

@@ -6,23 +6,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "lwrt/cpu_resize.h"
+#include "lwrt/kernel_checks.h"
 
 namespace lwrt::cpu {
-
-namespace {
-
-template <typename Fn> bool dispatchFloat(DType t, Fn fn) {
-  switch (t) {
-  case DType::F32:
-    return fn(float{});
-  case DType::F64:
-    return fn(double{});
-  default:
-    return false;
-  }
-}
-
-} // namespace
 
 bool resize(const TensorView& x, const TensorView& y, const ResizeParams& p) {
   ResizePlan plan;

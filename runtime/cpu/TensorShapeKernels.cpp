@@ -9,6 +9,8 @@
 #include "Common.h"
 #include "Parallel.h"
 #include "lwrt/cpu_tensor.h"
+#include "lwrt/kernel_checks.h"
+#include "lwrt/shape_math.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -24,53 +26,10 @@ namespace {
 using Dims = std::vector<int64_t>;
 using detail::rowMajor;
 
-/// Calls fn(U{}) with U an unsigned integer of the element size of `t`.
-template <typename Fn> bool dispatchBytes(DType t, Fn fn) {
-  switch (dtypeSize(t)) {
-  case 1:
-    return fn(uint8_t{});
-  case 2:
-    return fn(uint16_t{});
-  case 4:
-    return fn(uint32_t{});
-  case 8:
-    return fn(uint64_t{});
-  default:
-    return false;
-  }
-}
-
-template <typename Fn> bool dispatchFloat(DType t, Fn fn) {
-  if (t == DType::F32)
-    return fn(float{});
-  if (t == DType::F64)
-    return fn(double{});
-  return false;
-}
-
-Dims stridesOf(const Dims& s) {
-  Dims st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;)
-    st[d - 1] = st[d] * s[d];
-  return st;
-}
-
-int64_t product(const Dims& s, size_t from = 0, size_t to = SIZE_MAX) {
-  // Over iterators: an index loop bounded by min(to, size) makes GCC 12 at
-  // -O3 warn (-Waggressive-loop-optimizations) of an iteration past the
-  // largest vector.
-  size_t end = std::min(to, s.size());
-  if (from >= end)
-    return 1;
-  return std::accumulate(s.begin() + static_cast<std::ptrdiff_t>(from),
-                         s.begin() + static_cast<std::ptrdiff_t>(end), int64_t{1},
-                         std::multiplies<int64_t>());
-}
-
 /// Calls fn(k, offset) for every element k (row-major) of `shape`, with
 /// offset = base + sum idx[d] * st[d] (strides may be 0 or negative).
 template <typename Fn> void walk(const Dims& shape, const Dims& st, int64_t base, Fn fn) {
-  int64_t n = product(shape);
+  int64_t n = shapeProduct(shape);
   if (n == 0)
     return;
   size_t r = shape.size();
@@ -103,87 +62,6 @@ bool gatherWalk(const TensorView& x, const TensorView& y, const Dims& st, int64_
     walk(y.shape, st, base, [&](int64_t k, int64_t o) { ys[k] = xs[o]; });
     return true;
   });
-}
-
-bool normAxis(int64_t& axis, int64_t rank) {
-  if (axis < 0)
-    axis += rank;
-  return axis >= 0 && axis < rank;
-}
-
-/// Where a slice reads its input: per axis, the first index, the step and
-/// the count. A copy of lwcc's shape::resolveSlice and kernels::sliceMap
-/// (the runtime cannot depend on the compiler): ONNX clamping of starts and
-/// ends, negative ones counting from the end.
-struct SliceDims {
-  Dims start, step, count;
-};
-
-bool resolveSlices(const Dims& in, const SliceParams& p, SliceDims& out) {
-  size_t rank = in.size(), n = p.starts.size();
-  if (p.ends.size() != n || (p.axes && p.axes->size() != n) || (p.steps && p.steps->size() != n))
-    return false;
-  out.start.assign(rank, 0);
-  out.step.assign(rank, 1);
-  out.count = in;
-  for (size_t k = 0; k < n; ++k) {
-    int64_t axis = p.axes ? (*p.axes)[k] : static_cast<int64_t>(k);
-    int64_t step = p.steps ? (*p.steps)[k] : 1;
-    if (!normAxis(axis, static_cast<int64_t>(rank)) || step == 0)
-      return false;
-    int64_t dim = in[axis], start = p.starts[k], end = p.ends[k], count = 0;
-    if (dim > 0) {
-      if (start < 0)
-        start += dim;
-      if (end < 0)
-        end += dim;
-      // Counts as (distance - 1) / |step| + 1 in unsigned arithmetic, so that
-      // huge steps cannot overflow.
-      if (step > 0) {
-        start = std::clamp<int64_t>(start, 0, dim);
-        end = std::clamp<int64_t>(end, 0, dim);
-        if (end > start)
-          count = static_cast<int64_t>(
-              static_cast<uint64_t>(end - start - 1) / static_cast<uint64_t>(step) + 1);
-      } else {
-        start = std::clamp<int64_t>(start, 0, dim - 1);
-        end = std::clamp<int64_t>(end, -1, dim - 1);
-        uint64_t magnitude = uint64_t{0} - static_cast<uint64_t>(step);
-        if (start > end)
-          count = static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / magnitude + 1);
-      }
-    } else {
-      start = 0;
-    }
-    out.start[axis] = start;
-    out.step[axis] = step;
-    out.count[axis] = count;
-  }
-  return true;
-}
-
-/// The input strides and base offset of a slice of `in`.
-void sliceWalk(const Dims& in, const SliceDims& s, Dims& st, int64_t& base) {
-  st = stridesOf(in);
-  base = 0;
-  for (size_t d = 0; d < in.size(); ++d) {
-    base += s.start[d] * st[d];
-    st[d] *= s.step[d];
-  }
-}
-
-/// Outer and inner extents around `axis` of `s`.
-void aroundAxis(const Dims& s, int64_t axis, int64_t& outer, int64_t& inner) {
-  outer = product(s, 0, axis);
-  inner = product(s, axis + 1);
-}
-
-/// Whether a gather over `data` at `axis` with `indices` yields `out`.
-bool gatherShape(const Dims& data, const Dims& indices, int64_t axis, const Dims& out) {
-  Dims want(data.begin(), data.begin() + axis);
-  want.insert(want.end(), indices.begin(), indices.end());
-  want.insert(want.end(), data.begin() + axis + 1, data.end());
-  return want == out;
 }
 
 /// The indices as int64, each in [0, n) after negative ones are wrapped;
@@ -224,10 +102,10 @@ bool gatherNdPlan(const Dims& data, const TensorView& indices, int64_t b, const 
   want.insert(want.end(), data.begin() + b + k, data.end());
   if (want != out)
     return false;
-  inner = product(data, static_cast<size_t>(b + k));
-  int64_t block = product(data, static_cast<size_t>(b));
-  int64_t tuples = product(is, 0, is.size() - 1),
-          batches = product(data, 0, static_cast<size_t>(b));
+  inner = shapeProduct(data, static_cast<size_t>(b + k));
+  int64_t block = shapeProduct(data, static_cast<size_t>(b));
+  int64_t tuples = shapeProduct(is, 0, is.size() - 1),
+          batches = shapeProduct(data, 0, static_cast<size_t>(b));
   int64_t perBatch = batches ? tuples / batches : 0;
   const int64_t* ix = indices.as<int64_t>();
   from.resize(static_cast<size_t>(tuples));
@@ -292,7 +170,7 @@ bool transpose(const TensorView& x, const TensorView& y, const TransposeParams& 
   if (x.dtype != y.dtype || y.rank() != r || static_cast<int64_t>(p.perm.size()) != r)
     return false;
   std::vector<bool> seen(r, false);
-  Dims xst = stridesOf(x.shape), st(r);
+  Dims xst = rowMajorStrides(x.shape), st(r);
   for (int64_t d = 0; d < r; ++d) {
     int64_t q = p.perm[d];
     if (q < 0 || q >= r || seen[q] || y.shape[d] != x.shape[q])
@@ -590,7 +468,7 @@ bool pad(const TensorView& x, const TensorView& y, const PadParams& p) {
       ys[0] = xs[0];
       return true;
     }
-    Dims xst = stridesOf(x.shape), idx(r, 0);
+    Dims xst = rowMajorStrides(x.shape), idx(r, 0);
     int64_t inner = y.shape[r - 1];
     const Dims& last = src[r - 1];
     for (int64_t k = 0; k < n; k += inner) {

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "cuda/KernelSupport.cuh"
 #include "lwrt/cuda_activation.h"
+#include "lwrt/kernel_checks.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -25,26 +26,6 @@ __device__ int64_t firstThread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 __device__ int64_t gridThreads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
-
-template <typename Fn> bool dispatchFloat(DType t, Fn fn) {
-  switch (t) {
-  case DType::F32:
-    return fn(float{});
-  case DType::F64:
-    return fn(double{});
-  default:
-    return false;
-  }
-}
-
-bool same(const TensorView& a, const TensorView& b) {
-  return a.dtype == b.dtype && a.shape == b.shape;
-}
-
-bool indexOf(const TensorView& to, const TensorView& from, BroadcastIndex& out) {
-  return makeBroadcastIndex(static_cast<int>(to.rank()), to.shape.data(),
-                            static_cast<int>(from.rank()), from.shape.data(), out);
-}
 
 std::string reason(const char* op, const char* what) { return std::string(op) + ": " + what; }
 
@@ -62,7 +43,7 @@ __global__ void backwardKernel(const T* x, const T* dy, T* dx, int64_t n, Activa
 
 template <typename M>
 bool forward(const char* op, const TensorView& x, const TensorView& y, const ActivationParams& p) {
-  if (!same(x, y) || !dispatchFloat(x.dtype, [](auto) { return true; }))
+  if (!sameLayout(x, y) || !dispatchFloat(x.dtype, [](auto) { return true; }))
     return LWRT_REJECT(reason(op, "takes x and y of one float type and shape"));
   int64_t n = x.numel();
   if (n == 0)
@@ -78,7 +59,8 @@ bool forward(const char* op, const TensorView& x, const TensorView& y, const Act
 template <typename M>
 bool backward(const char* op, const TensorView& x, const TensorView& dy, const TensorView& dx,
               const ActivationParams& p) {
-  if (!same(x, dy) || !same(x, dx) || !dispatchFloat(x.dtype, [](auto) { return true; }))
+  if (!sameLayout(x, dy) || !sameLayout(x, dx) ||
+      !dispatchFloat(x.dtype, [](auto) { return true; }))
     return LWRT_REJECT(reason(op, "takes x, dy and dx of one float type and shape"));
   int64_t n = x.numel();
   if (n == 0)
@@ -131,25 +113,12 @@ __global__ void extremumGradKernel(const T* a, const T* b, const T* dy, T* da, T
   }
 }
 
-bool broadcastShape(const TensorView& a, const TensorView& b, std::vector<int64_t>& out) {
-  size_t r = std::max(a.shape.size(), b.shape.size());
-  out.assign(r, 1);
-  for (size_t d = 0; d < r; ++d) {
-    int64_t da = d < r - a.shape.size() ? 1 : a.shape[d - (r - a.shape.size())];
-    int64_t db = d < r - b.shape.size() ? 1 : b.shape[d - (r - b.shape.size())];
-    if (da != db && da != 1 && db != 1)
-      return false;
-    out[d] = da == 1 ? db : da;
-  }
-  return true;
-}
-
 bool extremum(const char* op, const TensorView& a, const TensorView& b, const TensorView& y,
               bool isMin) {
   std::vector<int64_t> shape;
   BroadcastIndex ia, ib;
   if (a.dtype != b.dtype || a.dtype != y.dtype || !broadcastShape(a, b, shape) ||
-      shape != y.shape || !indexOf(y, a, ia) || !indexOf(y, b, ib))
+      shape != y.shape || !broadcastIndexOf(y, a, ia) || !broadcastIndexOf(y, b, ib))
     return LWRT_REJECT(reason(op, "takes a and b of one type that broadcast to y"));
   int64_t n = y.numel();
   auto run = [&](auto tag) {
@@ -175,8 +144,8 @@ bool extremum(const char* op, const TensorView& a, const TensorView& b, const Te
 bool extremumGrad(const char* op, const TensorView& a, const TensorView& b, const TensorView& dy,
                   const TensorView& da, const TensorView& db, bool isMin) {
   BroadcastIndex ia, ib;
-  if (a.dtype != dy.dtype || b.dtype != dy.dtype || !same(dy, da) || !same(dy, db) ||
-      !indexOf(dy, a, ia) || !indexOf(dy, b, ib) ||
+  if (a.dtype != dy.dtype || b.dtype != dy.dtype || !sameLayout(dy, da) || !sameLayout(dy, db) ||
+      !broadcastIndexOf(dy, a, ia) || !broadcastIndexOf(dy, b, ib) ||
       !dispatchFloat(dy.dtype, [](auto) { return true; }))
     return LWRT_REJECT(
         reason(op, "takes a and b that broadcast to dy, da and db of one float type"));
@@ -189,20 +158,6 @@ bool extremumGrad(const char* op, const TensorView& a, const TensorView& b, cons
                 dy.as<const T>(), da.as<T>(), db.as<T>(), n, ia, ib, isMin);
     return true;
   });
-}
-
-/// F32, F64, I64, I32 and Bool (as uint8_t).
-template <typename Fn> bool dispatchValue(DType t, Fn fn) {
-  switch (t) {
-  case DType::I64:
-    return fn(int64_t{});
-  case DType::I32:
-    return fn(int32_t{});
-  case DType::Bool:
-    return fn(uint8_t{});
-  default:
-    return dispatchFloat(t, fn);
-  }
 }
 
 template <typename T>
@@ -234,7 +189,7 @@ LWRT_ACTIVATIONS(LWRT_DEFINE_ACTIVATION)
 
 bool prelu(const TensorView& x, const TensorView& slope, const TensorView& y) {
   BroadcastIndex is;
-  if (!same(x, y) || slope.dtype != x.dtype || !indexOf(x, slope, is) ||
+  if (!sameLayout(x, y) || slope.dtype != x.dtype || !broadcastIndexOf(x, slope, is) ||
       !dispatchFloat(x.dtype, [](auto) { return true; }))
     return LWRT_REJECT(
         "prelu: takes a float x and y of one shape and a slope that broadcasts to x");
@@ -252,8 +207,9 @@ bool prelu(const TensorView& x, const TensorView& slope, const TensorView& y) {
 bool preluGrad(const TensorView& x, const TensorView& slope, const TensorView& dy,
                const TensorView& dx, const TensorView& dslope) {
   BroadcastIndex is;
-  if (!same(x, dy) || !same(x, dx) || !same(x, dslope) || slope.dtype != x.dtype ||
-      !indexOf(x, slope, is) || !dispatchFloat(x.dtype, [](auto) { return true; }))
+  if (!sameLayout(x, dy) || !sameLayout(x, dx) || !sameLayout(x, dslope) ||
+      slope.dtype != x.dtype || !broadcastIndexOf(x, slope, is) ||
+      !dispatchFloat(x.dtype, [](auto) { return true; }))
     return LWRT_REJECT("preluGrad: takes x, dy, dx and dslope of one float type and shape and a "
                        "slope that broadcasts to x");
   int64_t n = x.numel();
@@ -272,7 +228,7 @@ bool compare(const TensorView& a, const TensorView& b, const TensorView& y,
   std::vector<int64_t> shape;
   BroadcastIndex ia, ib;
   if (a.dtype != b.dtype || y.dtype != DType::Bool || !broadcastShape(a, b, shape) ||
-      shape != y.shape || !indexOf(y, a, ia) || !indexOf(y, b, ib) ||
+      shape != y.shape || !broadcastIndexOf(y, a, ia) || !broadcastIndexOf(y, b, ib) ||
       (a.dtype == DType::Bool && p.kind != CompareKind::Equal) ||
       !dispatchValue(a.dtype, [](auto) { return true; }))
     return LWRT_REJECT("compare: takes a and b of one type that broadcast to a bool y");
@@ -294,8 +250,9 @@ bool where(const TensorView& condition, const TensorView& x, const TensorView& y
   bool fits = condition.dtype == DType::Bool && x.dtype == y.dtype && out.dtype == x.dtype &&
               broadcastShape(x, y, xy) &&
               broadcastShape(condition, TensorView{nullptr, x.dtype, xy}, shape) &&
-              shape == out.shape && indexOf(out, condition, ic) && indexOf(out, x, ix) &&
-              indexOf(out, y, iy) && dispatchValue(x.dtype, [](auto) { return true; });
+              shape == out.shape && broadcastIndexOf(out, condition, ic) &&
+              broadcastIndexOf(out, x, ix) && broadcastIndexOf(out, y, iy) &&
+              dispatchValue(x.dtype, [](auto) { return true; });
   if (!fits)
     return LWRT_REJECT("where: takes a bool condition and x and y of one type that broadcast to "
                        "the result");

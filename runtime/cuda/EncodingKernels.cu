@@ -11,6 +11,7 @@
 #include "cuda/KernelSupport.cuh"
 #include "lwrt/activation_math.h"
 #include "lwrt/cuda_encoding.h"
+#include "lwrt/kernel_checks.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -44,27 +45,7 @@ bool takes(DType t, bool integers) {
   return dispatch(t, integers, [](auto) { return true; });
 }
 
-bool rowMajor(std::initializer_list<const TensorView*> views) {
-  for (const TensorView* v : views)
-    if (v->layout != Layout::RowMajor || (v->data == nullptr && v->numel() != 0))
-      return false;
-  return true;
-}
-
 std::string reason(const char* op, const char* what) { return std::string(op) + ": " + what; }
-
-bool broadcastShape(const TensorView& a, const TensorView& b, std::vector<int64_t>& out) {
-  size_t r = std::max(a.shape.size(), b.shape.size());
-  out.assign(r, 1);
-  for (size_t d = 0; d < r; ++d) {
-    int64_t da = d < r - a.shape.size() ? 1 : a.shape[d - (r - a.shape.size())];
-    int64_t db = d < r - b.shape.size() ? 1 : b.shape[d - (r - b.shape.size())];
-    if (da != db && da != 1 && db != 1)
-      return false;
-    out[d] = da == 1 ? db : da;
-  }
-  return true;
-}
 
 template <typename T>
 __global__ void cumSumKernel(const T* x, T* y, int64_t lines, CumSumLines walk) {

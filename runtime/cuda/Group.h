@@ -106,6 +106,9 @@ bool copyRows(Context& exec, const TensorView& src, int srcGpu, int64_t srcRow,
               const TensorView& dst, int dstGpu, int64_t dstRow, int64_t axis, int64_t rows);
 /// acc = x (first) or acc + x, `n` F32 or F64 elements, on `exec`'s stream.
 bool accumulate(Context& exec, void* acc, const void* x, DType t, int64_t n, bool first);
+/// acc = x (first) or acc + x, n elements of type t, on `stream`, unchecked; false
+/// for a type that is not summed.
+bool launchSum(cudaStream_t stream, void* acc, const void* x, DType t, int64_t n, bool first);
 
 /// One participant's views (null where it has none).
 struct CommPart {

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "cuda/KernelSupport.cuh"
 #include "lwrt/cuda_resize.h"
+#include "lwrt/kernel_checks.h"
 
 #include <cstdint>
 #include <string>
@@ -21,17 +22,6 @@ __device__ int64_t firstThread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 __device__ int64_t gridThreads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
-
-template <typename Fn> bool dispatchFloat(DType t, Fn fn) {
-  switch (t) {
-  case DType::F32:
-    return fn(float{});
-  case DType::F64:
-    return fn(double{});
-  default:
-    return false;
-  }
-}
 
 template <typename T> __global__ void resizeKernel(const T* x, T* y, int64_t n, ResizePlan p) {
   for (int64_t k = firstThread(); k < n; k += gridThreads())

@@ -14,8 +14,10 @@
 // which stream capture records as graph nodes.
 //
 //===----------------------------------------------------------------------===//
-#include "cuda/Context.h"
+#include "cuda/TensorSupport.cuh"
 #include "lwrt/cuda_tensor.h"
+#include "lwrt/kernel_checks.h"
+#include "lwrt/shape_math.h"
 
 #include <algorithm>
 #include <array>
@@ -28,164 +30,23 @@ namespace lwrt::cuda {
 
 namespace {
 
-using Dims = std::vector<int64_t>;
-
-/// Records "op: what" as the context's error and returns false.
-#define LWRT_REJECT(op, what)                                                                      \
-  ::lwrt::cuda::fail(__FILE__, __LINE__, std::string(op) + ": " + (what))
-
-//===--- Dispatch and checks ----------------------------------------------===//
-
-/// Calls fn(U{}) with U an unsigned integer of the element size of `t`.
-template <typename Fn> bool dispatchBytes(DType t, Fn fn) {
-  switch (dtypeSize(t)) {
-  case 1:
-    return fn(uint8_t{});
-  case 2:
-    return fn(uint16_t{});
-  case 4:
-    return fn(uint32_t{});
-  case 8:
-    return fn(uint64_t{});
-  default:
-    return false;
-  }
-}
-
-template <typename Fn> bool dispatchFloat(DType t, Fn fn) {
-  if (t == DType::F32)
-    return fn(float{});
-  if (t == DType::F64)
-    return fn(double{});
-  return false;
-}
-
-/// Calls fn(J{}) with J the type of an index tensor.
-template <typename Fn> bool dispatchIndex(DType t, Fn fn) {
-  if (t == DType::I64)
-    return fn(int64_t{});
-  if (t == DType::I32)
-    return fn(int32_t{});
-  return false;
-}
-
-bool isFloat(DType t) { return t == DType::F32 || t == DType::F64; }
-bool isIndex(DType t) { return t == DType::I64 || t == DType::I32; }
-
-std::string shapeString(const Dims& s) {
-  std::string out = "[";
-  for (size_t d = 0; d < s.size(); ++d)
-    out += (d ? "," : "") + std::to_string(s[d]);
-  return out + "]";
-}
-
-/// "F32[2,3]" for messages.
-std::string describe(const TensorView& t) {
-  static const char* names[] = {"F32", "F64", "F16", "BF16", "I64", "I32", "Bool"};
-  return std::string(names[static_cast<int>(t.dtype)]) + shapeString(t.shape);
-}
-
-Dims stridesOf(const Dims& s) {
-  Dims st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;)
-    st[d - 1] = st[d] * s[d];
-  return st;
-}
-
-int64_t product(const Dims& s, size_t from = 0, size_t to = SIZE_MAX) {
-  int64_t n = 1;
-  for (size_t d = from; d < std::min(to, s.size()); ++d)
-    n *= s[d];
-  return n;
-}
-
-bool normAxis(int64_t& axis, int64_t rank) {
-  if (axis < 0)
-    axis += rank;
-  return axis >= 0 && axis < rank;
-}
-
-/// Outer and inner extents around `axis` of `s`.
-void aroundAxis(const Dims& s, int64_t axis, int64_t& outer, int64_t& inner) {
-  outer = product(s, 0, axis);
-  inner = product(s, axis + 1);
-}
-
-constexpr int64_t kSmallIndex = INT32_MAX;
-
-//===--- Device helpers ---------------------------------------------------===//
-
-__device__ void raiseDeviceError(int* flag, int code) {
-  if (flag)
-    atomicCAS(flag, 0, code);
-}
-
-__device__ int64_t firstThread() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ int64_t gridThreads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
-
-//===--- Strided walks ----------------------------------------------------===//
-
-constexpr int kMaxDims = 8;
-
-/// A row-major walk over a shape that reads an operand through its strides.
-struct Walk {
-  int rank = 0;
-  int64_t shape[kMaxDims] = {};
-  int64_t stride[kMaxDims] = {};
-};
-
-/// Drops dims of size 1 and merges neighbours whose strides allow it;
-/// false when more than kMaxDims dims remain.
-bool makeWalk(const Dims& shape, const Dims& st, Walk& w) {
-  Dims sizes, strides;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1)
-      continue;
-    if (!sizes.empty() && strides.back() == shape[d] * st[d]) {
-      sizes.back() *= shape[d];
-      strides.back() = st[d];
-    } else {
-      sizes.push_back(shape[d]);
-      strides.push_back(st[d]);
-    }
-  }
-  if (sizes.size() > static_cast<size_t>(kMaxDims))
-    return false;
-  w = Walk{};
-  w.rank = static_cast<int>(sizes.size());
-  for (int d = 0; d < w.rank; ++d) {
-    w.shape[d] = sizes[d];
-    w.stride[d] = strides[d];
-  }
-  return true;
-}
-
-template <typename I> __device__ int64_t offsetOf(const Walk& w, I k) {
-  int64_t off = 0;
-#pragma unroll
-  for (int d = kMaxDims - 1; d >= 0; --d) {
-    if (d >= w.rank)
-      continue;
-    I n = static_cast<I>(w.shape[d]);
-    I q = k / n;
-    off += static_cast<int64_t>(k - q * n) * w.stride[d];
-    k = q;
-  }
-  return off;
+/// The offset of element k of a walk over one operand.
+template <typename I> __device__ int64_t offsetOf(const Walk<1>& w, I k) {
+  int64_t off[1];
+  offsetsOf(w, k, off);
+  return off[0];
 }
 
 /// y[k] = x[base + offset(k)].
 template <typename U, typename I>
-__global__ void gatherWalkKernel(const U* x, U* y, I n, Walk w, int64_t base) {
+__global__ void gatherWalkKernel(const U* x, U* y, I n, Walk<1> w, int64_t base) {
   for (I k = static_cast<I>(firstThread()); k < n; k += static_cast<I>(gridThreads()))
     y[k] = x[base + offsetOf(w, k)];
 }
 
 /// y[base + offset(k)] = x[k] (offsets distinct).
 template <typename U, typename I>
-__global__ void scatterWalkKernel(const U* x, U* y, I n, Walk w, int64_t base) {
+__global__ void scatterWalkKernel(const U* x, U* y, I n, Walk<1> w, int64_t base) {
   for (I k = static_cast<I>(firstThread()); k < n; k += static_cast<I>(gridThreads()))
     y[base + offsetOf(w, k)] = x[k];
 }
@@ -198,8 +59,8 @@ bool launchWalk(const char* op, const TensorView& x, const TensorView& y, const 
   int64_t n = walked.numel();
   if (n == 0)
     return true;
-  Walk w;
-  if (!makeWalk(walked.shape, st, w))
+  Walk<1> w;
+  if (!makeWalk<1>(walked.shape, {st}, w))
     return LWRT_REJECT(op, "walks more than 8 dims: " + describe(walked));
   return dispatchBytes(x.dtype, [&](auto tag) {
     using U = decltype(tag);
@@ -226,73 +87,7 @@ bool launchWalk(const char* op, const TensorView& x, const TensorView& y, const 
 
 //===--- Slices -----------------------------------------------------------===//
 
-/// Where a slice reads its input: per axis, the first index, the step and
-/// the count. A copy of the CPU backend's resolveSlices (ONNX clamping of
-/// starts and ends, negative ones counting from the end).
-struct SliceDims {
-  Dims start, step, count;
-};
-
-bool resolveSlices(const Dims& in, const SliceParams& p, SliceDims& out) {
-  size_t rank = in.size(), n = p.starts.size();
-  if (p.ends.size() != n || (p.axes && p.axes->size() != n) || (p.steps && p.steps->size() != n))
-    return false;
-  out.start.assign(rank, 0);
-  out.step.assign(rank, 1);
-  out.count = in;
-  for (size_t k = 0; k < n; ++k) {
-    int64_t axis = p.axes ? (*p.axes)[k] : static_cast<int64_t>(k);
-    int64_t step = p.steps ? (*p.steps)[k] : 1;
-    if (!normAxis(axis, static_cast<int64_t>(rank)) || step == 0)
-      return false;
-    int64_t dim = in[axis], start = p.starts[k], end = p.ends[k], count = 0;
-    if (dim > 0) {
-      if (start < 0)
-        start += dim;
-      if (end < 0)
-        end += dim;
-      if (step > 0) {
-        start = std::clamp<int64_t>(start, 0, dim);
-        end = std::clamp<int64_t>(end, 0, dim);
-        if (end > start)
-          count = static_cast<int64_t>(
-              static_cast<uint64_t>(end - start - 1) / static_cast<uint64_t>(step) + 1);
-      } else {
-        start = std::clamp<int64_t>(start, 0, dim - 1);
-        end = std::clamp<int64_t>(end, -1, dim - 1);
-        uint64_t magnitude = uint64_t{0} - static_cast<uint64_t>(step);
-        if (start > end)
-          count = static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / magnitude + 1);
-      }
-    } else {
-      start = 0;
-    }
-    out.start[axis] = start;
-    out.step[axis] = step;
-    out.count[axis] = count;
-  }
-  return true;
-}
-
-/// The input strides and base offset of a slice of `in`.
-void sliceWalk(const Dims& in, const SliceDims& s, Dims& st, int64_t& base) {
-  st = stridesOf(in);
-  base = 0;
-  for (size_t d = 0; d < in.size(); ++d) {
-    base += s.start[d] * st[d];
-    st[d] *= s.step[d];
-  }
-}
-
 //===--- Gather -----------------------------------------------------------===//
-
-/// Whether a gather over `data` at `axis` with `indices` yields `out`.
-bool gatherShape(const Dims& data, const Dims& indices, int64_t axis, const Dims& out) {
-  Dims want(data.begin(), data.begin() + axis);
-  want.insert(want.end(), indices.begin(), indices.end());
-  want.insert(want.end(), data.begin() + axis + 1, data.end());
-  return want == out;
-}
 
 /// Index j wrapped into [0, n), or -1 (with the error flag raised) when out
 /// of range.
@@ -317,7 +112,7 @@ bool checkIndices(const TensorView& indices, int64_t n) {
   int64_t count = indices.numel();
   if (count == 0)
     return true;
-  return dispatchIndex(indices.dtype, [&](auto jtag) {
+  return dispatchInt(indices.dtype, [&](auto jtag) {
     using J = decltype(jtag);
     checkIndicesKernel<<<blocksFor(count), kThreads, 0, context().stream>>>(
         indices.as<const J>(), count, n, context().errorFlag);
@@ -451,7 +246,7 @@ bool transpose(const TensorView& x, const TensorView& y, const TransposeParams& 
   int64_t r = x.rank();
   bool ok = x.dtype == y.dtype && y.rank() == r && static_cast<int64_t>(p.perm.size()) == r;
   std::vector<bool> seen(ok ? r : 0, false);
-  Dims xst = stridesOf(x.shape), st(ok ? r : 0);
+  Dims xst = rowMajorStrides(x.shape), st(ok ? r : 0);
   for (int64_t d = 0; ok && d < r; ++d) {
     int64_t q = p.perm[d];
     if (q < 0 || q >= r || seen[q] || y.shape[d] != x.shape[q]) {
@@ -563,7 +358,7 @@ bool gather(const TensorView& data, const TensorView& indices, const TensorView&
   int64_t axis = p.axis;
   if (data.dtype != y.dtype || !normAxis(axis, data.rank()) ||
       !gatherShape(data.shape, indices.shape, axis, y.shape) ||
-      (indices.numel() > 0 && !isIndex(indices.dtype)))
+      (indices.numel() > 0 && !isInt(indices.dtype)))
     return LWRT_REJECT("gather", "cannot gather " + describe(y) + " from " + describe(data) +
                                      " at " + describe(indices) + " on axis " +
                                      std::to_string(p.axis));
@@ -572,7 +367,7 @@ bool gather(const TensorView& data, const TensorView& indices, const TensorView&
   if (total == 0)
     return checkIndices(indices, n);
   int* flag = context().errorFlag;
-  return dispatchIndex(indices.dtype, [&](auto jtag) {
+  return dispatchInt(indices.dtype, [&](auto jtag) {
     using J = decltype(jtag);
     return dispatchBytes(data.dtype, [&](auto tag) {
       using U = decltype(tag);
@@ -598,7 +393,7 @@ bool gatherGrad(const TensorView& indices, const TensorView& dy, const TensorVie
   int64_t axis = p.axis;
   if (dy.dtype != dx.dtype || !normAxis(axis, dx.rank()) ||
       !gatherShape(dx.shape, indices.shape, axis, dy.shape) ||
-      (indices.numel() > 0 && !isIndex(indices.dtype)) || !isFloat(dx.dtype))
+      (indices.numel() > 0 && !isInt(indices.dtype)) || !isFloat(dx.dtype))
     return LWRT_REJECT("gatherGrad", "cannot scatter " + describe(dy) + " into " + describe(dx) +
                                          " at " + describe(indices) + " on axis " +
                                          std::to_string(p.axis));
@@ -612,7 +407,7 @@ bool gatherGrad(const TensorView& indices, const TensorView& dy, const TensorVie
   }
   int* flag = context().errorFlag;
   bool small = std::max(total, dy.numel()) <= kSmallIndex;
-  return dispatchIndex(indices.dtype, [&](auto jtag) {
+  return dispatchInt(indices.dtype, [&](auto jtag) {
     using J = decltype(jtag);
     return dispatchFloat(dx.dtype, [&](auto tag) {
       using T = decltype(tag);
@@ -671,7 +466,7 @@ bool pad(const TensorView& x, const TensorView& y, const PadParams& p) {
     return true;
   PadWalk w;
   w.rank = static_cast<int>(r);
-  Dims xst = stridesOf(x.shape);
+  Dims xst = rowMajorStrides(x.shape);
   for (int64_t d = 0; d < r; ++d) {
     w.yshape[d] = y.shape[d];
     w.xshape[d] = x.shape[d];

@@ -14,14 +14,6 @@
 
 namespace lwrt::cpu {
 
-using lwrt::ResizeCoord;
-using lwrt::ResizeMode;
-using lwrt::ResizeNearest;
-using lwrt::ResizeParams;
-
-/// x -> y, y's shape the result's.
-bool resize(const TensorView& x, const TensorView& y, const ResizeParams& p);
-/// dy (y's shape) -> dx (x's shape).
-bool resizeGrad(const TensorView& dy, const TensorView& dx, const ResizeParams& p);
+#include "lwrt/resize_decls.inc"
 
 } // namespace lwrt::cpu

@@ -16,14 +16,6 @@
 
 namespace lwrt::cuda {
 
-using lwrt::ClipCoefParams;
-using lwrt::SquareSumParams;
-
-/// xs (F32 or F64, all of y's type) -> y, a scalar: the sum of the squares
-/// of their elements, in double.
-bool squareSum(const std::vector<TensorView>& xs, const TensorView& y, const SquareSumParams& p);
-/// s (a scalar sum of squares) -> (norm, coef), scalars of s's type.
-bool clipCoef(const TensorView& s, const TensorView& norm, const TensorView& coef,
-              const ClipCoefParams& p);
+#include "lwrt/grad_clip_decls.inc"
 
 } // namespace lwrt::cuda

@@ -1,0 +1,141 @@
+//===- OptimizerKernels.cpp - Dropout, optimizer updates and checks ---------===//
+//
+// The CPU kernels of lwrt/cpu_tensor.h that draw dropout masks, update
+// weights (SGD, Adam), schedule the learning rate and check gradients for
+// non-finite values. The arithmetic is lwrt/dropout.h's, lwrt/optimizer_math.h's
+// and lwrt/lr_schedule.h's, shared with the CUDA kernels.
+//
+//===----------------------------------------------------------------------===//
+#include "Bf16.h"
+#include "Common.h"
+#include "TensorSupport.h"
+#include "lwrt/cpu_tensor.h"
+#include "lwrt/dropout.h"
+#include "lwrt/f16.h"
+#include "lwrt/kernel_checks.h"
+#include "lwrt/optimizer_math.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace lwrt::cpu {
+
+using namespace detail;
+
+//===--- Randomness -------------------------------------------------------===//
+
+bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMaskParams& p) {
+  int64_t s = 0;
+  ShardIndex piece;
+  if (!intScalar(step, s) || !(p.ratio >= 0 && p.ratio < 1) ||
+      !dropoutPiece(mask.shape, p, piece) || mask.layout != Layout::RowMajor)
+    return false;
+  if (detail::Float32Views::narrow(mask.dtype)) { // mixed precision's dropout
+    detail::Float32Views w;
+    return dropoutMask(step, w.out(mask), p) && w.commit();
+  }
+  return dispatchFloat(mask.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* ms = mask.as<T>();
+    forEachElement(mask.numel(), [&](int64_t k) {
+      ms[k] = static_cast<T>(dropoutMaskValue(p.seed, s, p.ratio, piece, k));
+    });
+    return true;
+  });
+}
+
+//===--- Optimizers -------------------------------------------------------===//
+
+bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& lr,
+               const TensorView& wOut, const TensorView& mOut, const SgdParams& p) {
+  double rate = 0;
+  if (!floatScalar(lr, rate))
+    return false;
+  rate *= p.lr_scale;
+  for (const TensorView* t : {&g, &m, &wOut, &mOut})
+    if (!sameView(w, *t))
+      return false;
+  SgdHyper h{p.momentum, p.weight_decay, p.nesterov != 0};
+  return dispatchFloat(w.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forEachElement(w.numel(), [&](int64_t k) {
+      SgdElement e = sgdElement(w.as<T>()[k], g.as<T>()[k], m.as<T>()[k], rate, h);
+      mOut.as<T>()[k] = static_cast<T>(e.m);
+      wOut.as<T>()[k] = static_cast<T>(e.w);
+    });
+    return true;
+  });
+}
+
+bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& v,
+                const TensorView& lr, const TensorView& step, const TensorView& wOut,
+                const TensorView& mOut, const TensorView& vOut, const AdamParams& p) {
+  double rate = 0;
+  int64_t s = 0;
+  if (!floatScalar(lr, rate) || !intScalar(step, s))
+    return false;
+  rate *= p.lr_scale;
+  for (const TensorView* t : {&g, &m, &v, &wOut, &mOut, &vOut})
+    if (!sameView(w, *t))
+      return false;
+  AdamHyper h{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0};
+  AdamCorrection corr = adamCorrection(h, s);
+  return dispatchFloat(w.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forEachElement(w.numel(), [&](int64_t k) {
+      AdamElement e =
+          adamElement(w.as<T>()[k], g.as<T>()[k], m.as<T>()[k], v.as<T>()[k], rate, h, corr);
+      mOut.as<T>()[k] = static_cast<T>(e.m);
+      vOut.as<T>()[k] = static_cast<T>(e.v);
+      wOut.as<T>()[k] = static_cast<T>(e.w);
+    });
+    return true;
+  });
+}
+
+bool lrSchedule(const TensorView& step, const TensorView& lr, const LrScheduleParams& p) {
+  int64_t s = 0;
+  if (!intScalar(step, s) || lr.numel() != 1)
+    return false;
+  if (p.kind == LrScheduleKind::Step && p.step_size < 1)
+    return false;
+  double rate = scheduledLr(p, s);
+  return dispatchFloat(lr.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    *lr.as<T>() = static_cast<T>(rate);
+    return true;
+  });
+}
+
+bool allFinite(const std::vector<TensorView>& xs, const TensorView& y, const AllFiniteParams&) {
+  if (y.dtype != DType::Bool || y.numel() != 1 || !y.data)
+    return false;
+  bool finite = true;
+  for (const TensorView& x : xs) {
+    const int64_t n = x.numel();
+    if (n > 0 && !x.data)
+      return false;
+    if (x.dtype == DType::F32) {
+      const float* v = x.as<float>();
+      for (int64_t k = 0; k < n && finite; ++k)
+        finite = isFiniteFloat(v[k]);
+    } else if (x.dtype == DType::F64) {
+      const double* v = x.as<double>();
+      for (int64_t k = 0; k < n && finite; ++k)
+        finite = std::isfinite(v[k]);
+    } else if (x.dtype == DType::F16 || x.dtype == DType::BF16) {
+      // Infinite or NaN: the exponent bits all ones.
+      const uint16_t mask = x.dtype == DType::F16 ? 0x7c00u : 0x7f80u;
+      const auto* v = static_cast<const uint16_t*>(x.data);
+      for (int64_t k = 0; k < n && finite; ++k)
+        finite = (v[k] & mask) != mask;
+    } else {
+      return false;
+    }
+  }
+  *static_cast<uint8_t*>(y.data) = finite ? 1 : 0;
+  return true;
+}
+
+} // namespace lwrt::cpu

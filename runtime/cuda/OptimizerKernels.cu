@@ -1,0 +1,229 @@
+//===- OptimizerKernels.cu - Dropout, optimizer updates and checks ----------===//
+//
+// The CUDA kernels of lwrt/cuda_tensor.h that draw dropout masks, update
+// weights (SGD, Adam), schedule the learning rate and check gradients for
+// non-finite values. The arithmetic is lwrt/dropout.h's, lwrt/optimizer_math.h's
+// and lwrt/lr_schedule.h's, shared with the CPU kernels; the host-side checks
+// are the CPU's (lwrt/kernel_checks.h), made before any launch.
+//
+//===----------------------------------------------------------------------===//
+#include "cuda/TensorSupport.cuh"
+#include "lwrt/cuda_tensor.h"
+#include "lwrt/dropout.h"
+#include "lwrt/optimizer_math.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lwrt::cuda {
+
+namespace {
+
+//===--- Optimizers -------------------------------------------------------===//
+
+template <typename S, typename T>
+__global__ void dropoutKernel(const S* step, T* mask, int64_t n, int64_t seed, double ratio,
+                              ShardIndex piece) {
+  auto s = static_cast<int64_t>(*step);
+  for (int64_t k = firstThread(); k < n; k += gridThreads())
+    mask[k] = static_cast<T>(dropoutMaskValue(seed, s, ratio, piece, k));
+}
+
+/// A 16-bit mask (mixed precision's dropout): each value rounded to float32
+/// and then to the type, as the CPU backend rounds it.
+template <typename S>
+__global__ void dropout16Kernel(const S* step, uint16_t* mask, int64_t n, int64_t seed,
+                                double ratio, ShardIndex piece, bool bf16) {
+  auto s = static_cast<int64_t>(*step);
+  for (int64_t k = firstThread(); k < n; k += gridThreads())
+    mask[k] = narrow16(static_cast<float>(dropoutMaskValue(seed, s, ratio, piece, k)), bf16);
+}
+
+template <typename T, typename L>
+__global__ void sgdKernel(const T* w, const T* g, const T* m, const L* lr, T* wOut, T* mOut,
+                          int64_t n, double lrScale, SgdHyper h) {
+  double rate = static_cast<double>(*lr) * lrScale;
+  for (int64_t k = firstThread(); k < n; k += gridThreads()) {
+    SgdElement e = sgdElement(w[k], g[k], m[k], rate, h);
+    mOut[k] = static_cast<T>(e.m);
+    wOut[k] = static_cast<T>(e.w);
+  }
+}
+
+template <typename T, typename L, typename S>
+__global__ void adamKernel(const T* w, const T* g, const T* m, const T* v, const L* lr,
+                           const S* step, T* wOut, T* mOut, T* vOut, int64_t n, double lrScale,
+                           AdamHyper h) {
+  // Bias corrections at t = step + 1, once per block.
+  __shared__ AdamCorrection corr;
+  if (threadIdx.x == 0)
+    corr = adamCorrection(h, static_cast<int64_t>(*step));
+  __syncthreads();
+  double rate = static_cast<double>(*lr) * lrScale;
+  for (int64_t k = firstThread(); k < n; k += gridThreads()) {
+    AdamElement e = adamElement(w[k], g[k], m[k], v[k], rate, h, corr);
+    mOut[k] = static_cast<T>(e.m);
+    vOut[k] = static_cast<T>(e.v);
+    wOut[k] = static_cast<T>(e.w);
+  }
+}
+
+template <typename S, typename T>
+__global__ void lrScheduleKernel(const S* step, T* lr, LrScheduleParams p) {
+  *lr = static_cast<T>(scheduledLr(p, static_cast<int64_t>(*step)));
+}
+
+} // namespace
+
+//===--- Randomness -------------------------------------------------------===//
+
+bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMaskParams& p) {
+  ShardIndex piece;
+  if (!intScalar(step) || !(p.ratio >= 0 && p.ratio < 1) ||
+      !(isFloat(mask.dtype) || is16(mask.dtype)) || !dropoutPiece(mask.shape, p, piece))
+    return LWRT_REJECT("dropoutMask", "takes an integer step scalar, a ratio in [0, 1), a float "
+                                      "mask and a piece inside the whole mask, not " +
+                                          describe(step) + ", " + std::to_string(p.ratio) +
+                                          " and " + describe(mask));
+  int64_t n = mask.numel();
+  if (n == 0)
+    return true;
+  return dispatchInt(step.dtype, [&](auto stag) {
+    using S = decltype(stag);
+    if (is16(mask.dtype)) {
+      dropout16Kernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
+          step.as<const S>(), static_cast<uint16_t*>(mask.data), n, p.seed, p.ratio, piece,
+          mask.dtype == DType::BF16);
+      LWRT_CUDA(cudaGetLastError());
+      return true;
+    }
+    return dispatchFloat(mask.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      dropoutKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
+          step.as<const S>(), mask.as<T>(), n, p.seed, p.ratio, piece);
+      LWRT_CUDA(cudaGetLastError());
+      return true;
+    });
+  });
+}
+
+//===--- Optimizers -------------------------------------------------------===//
+
+bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& lr,
+               const TensorView& wOut, const TensorView& mOut, const SgdParams& p) {
+  bool ok = floatScalar(lr) && isFloat(w.dtype);
+  for (const TensorView* t : {&g, &m, &wOut, &mOut})
+    ok = ok && sameLayout(w, *t);
+  if (!ok)
+    return LWRT_REJECT("sgdUpdate", "takes w, g, m, w', m' of one float type and shape and a "
+                                    "float lr scalar; w is " +
+                                        describe(w) + ", lr " + describe(lr));
+  int64_t n = w.numel();
+  if (n == 0)
+    return true;
+  return dispatchFloat(lr.dtype, [&](auto ltag) {
+    using L = decltype(ltag);
+    return dispatchFloat(w.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      sgdKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
+          w.as<const T>(), g.as<const T>(), m.as<const T>(), lr.as<const L>(), wOut.as<T>(),
+          mOut.as<T>(), n, p.lr_scale, SgdHyper{p.momentum, p.weight_decay, p.nesterov != 0});
+      LWRT_CUDA(cudaGetLastError());
+      return true;
+    });
+  });
+}
+
+bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& v,
+                const TensorView& lr, const TensorView& step, const TensorView& wOut,
+                const TensorView& mOut, const TensorView& vOut, const AdamParams& p) {
+  bool ok = floatScalar(lr) && intScalar(step) && isFloat(w.dtype);
+  for (const TensorView* t : {&g, &m, &v, &wOut, &mOut, &vOut})
+    ok = ok && sameLayout(w, *t);
+  if (!ok)
+    return LWRT_REJECT("adamUpdate", "takes w, g, m, v, w', m', v' of one float type and shape, a "
+                                     "float lr scalar and an integer step scalar; w is " +
+                                         describe(w) + ", lr " + describe(lr) + ", step " +
+                                         describe(step));
+  int64_t n = w.numel();
+  if (n == 0)
+    return true;
+  return dispatchInt(step.dtype, [&](auto stag) {
+    using S = decltype(stag);
+    return dispatchFloat(lr.dtype, [&](auto ltag) {
+      using L = decltype(ltag);
+      return dispatchFloat(w.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        adamKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
+            w.as<const T>(), g.as<const T>(), m.as<const T>(), v.as<const T>(), lr.as<const L>(),
+            step.as<const S>(), wOut.as<T>(), mOut.as<T>(), vOut.as<T>(), n, p.lr_scale,
+            AdamHyper{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0});
+        LWRT_CUDA(cudaGetLastError());
+        return true;
+      });
+    });
+  });
+}
+
+bool lrSchedule(const TensorView& step, const TensorView& lr, const LrScheduleParams& p) {
+  if (!intScalar(step) || lr.numel() != 1 || !isFloat(lr.dtype))
+    return LWRT_REJECT("lrSchedule", "takes an integer step scalar and a float lr scalar, not " +
+                                         describe(step) + " and " + describe(lr));
+  if (p.kind == LrScheduleKind::Step && p.step_size < 1)
+    return LWRT_REJECT("lrSchedule", "step_size " + std::to_string(p.step_size) + " < 1");
+  return dispatchInt(step.dtype, [&](auto stag) {
+    using S = decltype(stag);
+    return dispatchFloat(lr.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      lrScheduleKernel<<<1, 1, 0, context().stream>>>(step.as<const S>(), lr.as<T>(), p);
+      LWRT_CUDA(cudaGetLastError());
+      return true;
+    });
+  });
+}
+
+/// Clears *finite where an element of x is infinite or NaN: its exponent
+/// bits (`mask`, in units of `U`, the type's width) all ones.
+template <typename U>
+__global__ void nonFiniteKernel(const U* x, int64_t n, U mask, uint8_t* finite) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if ((x[k] & mask) == mask)
+      *finite = 0; // every writer stores the same byte
+}
+
+bool allFinite(const std::vector<TensorView>& xs, const TensorView& y, const AllFiniteParams&) {
+  if (y.dtype != DType::Bool || y.numel() != 1)
+    return LWRT_REJECT("allFinite", "writes a bool scalar, not " + describe(y));
+  cudaStream_t s = context().stream;
+  LWRT_CUDA(cudaMemsetAsync(y.data, 1, 1, s));
+  auto* finite = static_cast<uint8_t*>(y.data);
+  for (const TensorView& x : xs) {
+    const int64_t n = x.numel();
+    if (n == 0)
+      continue;
+    switch (x.dtype) {
+    case DType::F32:
+      nonFiniteKernel<<<blocksFor(n), kThreads, 0, s>>>(x.as<const uint32_t>(), n,
+                                                        uint32_t{0x7f800000u}, finite);
+      break;
+    case DType::F64:
+      nonFiniteKernel<<<blocksFor(n), kThreads, 0, s>>>(x.as<const uint64_t>(), n,
+                                                        uint64_t{0x7ff0000000000000ull}, finite);
+      break;
+    case DType::F16:
+    case DType::BF16:
+      nonFiniteKernel<<<blocksFor(n), kThreads, 0, s>>>(
+          static_cast<const uint16_t*>(x.data), n,
+          static_cast<uint16_t>(x.dtype == DType::F16 ? 0x7c00u : 0x7f80u), finite);
+      break;
+    default:
+      return LWRT_REJECT("allFinite", "takes float tensors, not " + describe(x));
+    }
+    LWRT_CUDA(cudaGetLastError());
+  }
+  return true;
+}
+
+} // namespace lwrt::cuda

@@ -1,0 +1,200 @@
+// lwrt/kernel_checks.h - the host-side type dispatch and operand checks of the kernels
+// defines: dispatchFloat, dispatchNumeric, dispatchValue, dispatchInt, dispatchBytes,
+//          isFloat, isNumeric, isInt, is16, sameLayout, shapeString, describe,
+//          rowMajorStrides, broadcastStrides, broadcastsTo, shapeProduct, normAxis,
+//          broadcastShape, broadcastIndexOf, rowMajor, fillValue
+//
+// The CPU kernels (runtime/cpu) and the host side of the CUDA kernels
+// (runtime/cuda) check their operands and pick the C++ element type the
+// same way: one definition here, host code only (the device code sees the
+// chosen types and the strides these compute).
+#pragma once
+
+#include "activation_math.h"
+#include "tensor.h"
+#include "tensor_params.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <numeric>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace lwrt {
+
+/// Calls fn(T{}) with T the C++ type of float dtype `t` (F32, F64); false otherwise.
+template <typename Fn> bool dispatchFloat(DType t, Fn fn) {
+  switch (t) {
+  case DType::F32:
+    return fn(float{});
+  case DType::F64:
+    return fn(double{});
+  default:
+    return false;
+  }
+}
+
+/// Calls fn(J{}) with J the type of an integer dtype (I64, I32); false otherwise.
+template <typename Fn> bool dispatchInt(DType t, Fn fn) {
+  if (t == DType::I64)
+    return fn(int64_t{});
+  if (t == DType::I32)
+    return fn(int32_t{});
+  return false;
+}
+
+/// dispatchFloat for F32 and F64, dispatchInt for I64 and I32.
+template <typename Fn> bool dispatchNumeric(DType t, Fn fn) {
+  if (t == DType::I64 || t == DType::I32)
+    return dispatchInt(t, fn);
+  return dispatchFloat(t, fn);
+}
+
+/// The same for F32, F64, I64, I32 and Bool (as uint8_t).
+template <typename Fn> bool dispatchValue(DType t, Fn fn) {
+  if (t == DType::Bool)
+    return fn(uint8_t{});
+  return dispatchNumeric(t, fn);
+}
+
+/// Calls fn(U{}) with U an unsigned integer of the element size of `t`
+/// (for kernels that only move elements).
+template <typename Fn> bool dispatchBytes(DType t, Fn fn) {
+  switch (dtypeSize(t)) {
+  case 1:
+    return fn(uint8_t{});
+  case 2:
+    return fn(uint16_t{});
+  case 4:
+    return fn(uint32_t{});
+  case 8:
+    return fn(uint64_t{});
+  default:
+    return false;
+  }
+}
+
+inline bool isFloat(DType t) { return t == DType::F32 || t == DType::F64; }
+inline bool isInt(DType t) { return t == DType::I64 || t == DType::I32; }
+inline bool isNumeric(DType t) { return isFloat(t) || isInt(t); }
+/// bf16 and fp16: mixed precision's 16-bit floats.
+inline bool is16(DType t) { return t == DType::BF16 || t == DType::F16; }
+
+/// One element type and one shape.
+inline bool sameLayout(const TensorView& a, const TensorView& b) {
+  return a.dtype == b.dtype && a.shape == b.shape;
+}
+
+/// "[2,3]" for messages.
+inline std::string shapeString(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t d = 0; d < s.size(); ++d)
+    out += (d ? "," : "") + std::to_string(s[d]);
+  return out + "]";
+}
+
+/// "F32[2,3]" for messages.
+inline std::string describe(const TensorView& t) {
+  static const char* names[] = {"F32", "F64", "F16", "BF16", "I64", "I32", "Bool"};
+  return std::string(names[static_cast<int>(t.dtype)]) + shapeString(t.shape);
+}
+
+/// Row-major strides of `s`.
+inline std::vector<int64_t> rowMajorStrides(const std::vector<int64_t>& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;)
+    st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+/// Strides of `s` seen from a broadcast result of rank `rank` (0 where broadcast).
+inline std::vector<int64_t> broadcastStrides(const std::vector<int64_t>& s, size_t rank) {
+  std::vector<int64_t> st(rank, 0);
+  int64_t acc = 1;
+  for (size_t d = s.size(); d-- > 0;) {
+    st[rank - s.size() + d] = s[d] == 1 ? 0 : acc;
+    acc *= s[d];
+  }
+  return st;
+}
+
+/// Whether a and b broadcast to exactly `out`.
+inline bool broadcastsTo(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                         const std::vector<int64_t>& out) {
+  size_t rank = std::max(a.size(), b.size());
+  if (out.size() != rank)
+    return false;
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return false;
+    if (out[i] != (da == 1 ? db : da))
+      return false;
+  }
+  return true;
+}
+
+/// The product of s[from, to).
+inline int64_t shapeProduct(const std::vector<int64_t>& s, size_t from = 0, size_t to = SIZE_MAX) {
+  // Over iterators: an index loop bounded by min(to, size) makes GCC 12 at
+  // -O3 warn (-Waggressive-loop-optimizations) of an iteration past the
+  // largest vector.
+  size_t end = std::min(to, s.size());
+  if (from >= end)
+    return 1;
+  return std::accumulate(s.begin() + static_cast<std::ptrdiff_t>(from),
+                         s.begin() + static_cast<std::ptrdiff_t>(end), int64_t{1},
+                         std::multiplies<int64_t>());
+}
+
+/// `axis` in [-rank, rank) made non-negative; false when out of range.
+inline bool normAxis(int64_t& axis, int64_t rank) {
+  if (axis < 0)
+    axis += rank;
+  return axis >= 0 && axis < rank;
+}
+
+/// The result shape of broadcasting a and b, or false.
+inline bool broadcastShape(const TensorView& a, const TensorView& b, std::vector<int64_t>& out) {
+  size_t r = std::max(a.shape.size(), b.shape.size());
+  out.assign(r, 1);
+  for (size_t d = 0; d < r; ++d) {
+    int64_t da = d < r - a.shape.size() ? 1 : a.shape[d - (r - a.shape.size())];
+    int64_t db = d < r - b.shape.size() ? 1 : b.shape[d - (r - b.shape.size())];
+    if (da != db && da != 1 && db != 1)
+      return false;
+    out[d] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+/// Every view is row-major.
+inline bool rowMajor(std::initializer_list<const TensorView*> views) {
+  for (const TensorView* v : views)
+    if (v->layout != Layout::RowMajor)
+      return false;
+  return true;
+}
+
+/// The BroadcastIndex of `from` read by a result of `to`'s shape.
+inline bool broadcastIndexOf(const TensorView& to, const TensorView& from, BroadcastIndex& out) {
+  return makeBroadcastIndex(static_cast<int>(to.rank()), to.shape.data(),
+                            static_cast<int>(from.rank()), from.shape.data(), out);
+}
+
+/// Element k of a fill's constant for element type T (Bool as 0 or 1).
+template <typename T> T fillValue(const FillParams& p, int64_t k, DType t) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(p.value.size() == 1 ? p.value[0] : p.value[k]);
+  } else {
+    int64_t v = p.ivalue.size() == 1 ? p.ivalue[0] : p.ivalue[k];
+    return t == DType::Bool ? static_cast<T>(v != 0) : static_cast<T>(v);
+  }
+}
+
+} // namespace lwrt
