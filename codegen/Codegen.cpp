@@ -45,6 +45,13 @@ namespace {
 /// Stands for the plan's hash in the source until the source is whole.
 constexpr const char* kPlanHashMark = "LWCC_PLAN_HASH";
 
+/// The most ops one generated function holds: a longer phase or stream is
+/// written as functions of at most this many ops, called in order (the
+/// host compiler's time grows faster than linearly with a function's
+/// length: one device's straight-line step of a few thousand ops took it
+/// minutes).
+constexpr size_t kOpsPerFunction = 64;
+
 /// Where each device's values live in a multi-device step.
 struct MultiDevicePlaces {
   int64_t devices = 0;
@@ -311,14 +318,45 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   // for the one-time set-up).
   auto function = [&](const std::string& name, const char* range, const std::string& comment,
                       PhaseWriter& w, const Phase& phase) {
-    fns << "// " << comment << "\nbool " << name
-        << "(const StepBuffers& b, [[maybe_unused]] std::string* failed) {\n"
-        << w.views(phase.used);
+    // The function `fn` of ops [begin, end), viewing what they use.
+    auto write = [&](const std::string& fn, size_t begin, size_t end, const char* nvtx,
+                     const std::string& doc) {
+      std::set<const Value*> used;
+      bool hyper = false;
+      for (size_t k = begin; k < end; ++k) {
+        used.insert(phase.ops[k].used.begin(), phase.ops[k].used.end());
+        hyper |= phase.ops[k].hyper;
+      }
+      fns << "// " << doc << "\nbool " << fn
+          << "(const StepBuffers& b, [[maybe_unused]] std::string* failed) {\n"
+          << w.views(used);
+      if (cuda && *nvtx)
+        fns << "  PhaseRange range(" << quoteString(nvtx) << ");\n";
+      if (hyper)
+        fns << "  const Hyper& h = *b.hyper;\n";
+      for (size_t k = begin; k < end; ++k)
+        fns << phase.ops[k].text;
+      fns << "  return true;\n}\n\n";
+    };
+    const size_t n = phase.ops.size();
+    if (n <= kOpsPerFunction) {
+      write(name, 0, n, range, comment);
+      return;
+    }
+    // A long one: parts of equal size, called in order.
+    const size_t parts = (n + kOpsPerFunction - 1) / kOpsPerFunction;
+    const size_t size = (n + parts - 1) / parts;
+    for (size_t p = 0; p < parts; ++p)
+      write(name + "_part" + std::to_string(p + 1), p * size, std::min(n, (p + 1) * size), "",
+            "Part " + std::to_string(p + 1) + " of " + name + ".");
+    fns << "// " << comment << "\n// Its ops in " << parts
+        << " parts (short functions build faster).\n"
+        << "bool " << name << "(const StepBuffers& b, std::string* failed) {\n";
     if (cuda && *range)
       fns << "  PhaseRange range(" << quoteString(range) << ");\n";
-    if (phase.hyper)
-      fns << "  const Hyper& h = *b.hyper;\n";
-    fns << phase.body.str() << "  return true;\n}\n\n";
+    for (size_t p = 0; p < parts; ++p)
+      fns << "  if (!" << name << "_part" << p + 1 << "(b, failed))\n    return false;\n";
+    fns << "  return true;\n}\n\n";
   };
   // The activations CPU kernels keep in oneDNN's blocked layout.
   const std::set<const Value*> blocked = cuda ? std::set<const Value*>{} : blockedValues(g);

@@ -232,7 +232,13 @@ llvm::Error PhaseWriter::writeDevice(DeviceCode& code, int64_t device,
 
 llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
                                  const std::map<const Op*, int>* commIds) {
-  std::ostringstream& out = phase.body;
+  Phase::OpCode code;
+  std::ostringstream out;
+  auto done = [&] {
+    code.text = out.str();
+    phase.ops.push_back(std::move(code));
+    return llvm::Error::success();
+  };
   const std::string label = labelOf(op);
   if (op.info().isEvent()) {
     auto call = callOf(op);
@@ -242,22 +248,22 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
         << (op.kind() == OpKind::Wait ? ": the ops below run after its record\n"
                                       : ": the ops above have run\n")
         << "  CHECK_OP(" << *call << ", " << label << ");\n";
-    return llvm::Error::success();
+    return done();
   }
   for (const Value* v : op.operands())
     if (where_.count(v))
-      phase.used.insert(v);
+      code.used.insert(v);
   for (unsigned r = 0; r < op.numResults(); ++r)
     if (where_.count(op.result(r)))
-      phase.used.insert(op.result(r));
-  phase.hyper |= !hyperParams(op).empty();
+      code.used.insert(op.result(r));
+  code.hyper = !hyperParams(op).empty();
   out << "\n  // " << statement(op, names_) << "\n";
   auto call = commIds && op.info().isCommunication() ? commCallOf(op, device, commIds->at(&op))
                                                      : callOf(op);
   if (!call)
     return call.takeError();
   if (nothingToDo(out, op, *call))
-    return llvm::Error::success();
+    return done();
   const std::string mnemonic = cString(std::string(op.mnemonic()));
   if (fused(out, op, *call))
     out << "  MARK_OP(" << mnemonic << ", " << label << ");\n";
@@ -265,7 +271,7 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
     out << "  CHECK_OP(" << *call << ", " << label << ");\n";
   else
     out << "  RUN_OP(" << *call << ", " << mnemonic << ", " << label << ");\n";
-  return llvm::Error::success();
+  return done();
 }
 
 bool PhaseWriter::nothingToDo(std::ostringstream& out, const Op& op, const std::string& call) {

@@ -42,11 +42,16 @@ struct HyperDefaults {
 
 llvm::Expected<HyperDefaults> hyperDefaults(const Graph& g);
 
-/// The body of one generated function and the values it names.
+/// The code of one generated function: its ops in order, each with the
+/// values it names (a long function is written as parts of a bounded number
+/// of ops, each viewing only what its ops use).
 struct Phase {
-  std::ostringstream body;
-  std::set<const Value*> used;
-  bool hyper = false; ///< reads the optimizer settings (`h`)
+  struct OpCode {
+    std::string text; ///< the IR statement and the call
+    std::set<const Value*> used;
+    bool hyper = false; ///< reads the optimizer settings (`h`)
+  };
+  std::vector<OpCode> ops;
 };
 
 /// The code of one graph on one stream: `init` (its constants, once) and
