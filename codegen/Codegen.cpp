@@ -1,13 +1,23 @@
-//===- Codegen.cpp - Planned training graph -> CPU trainer source ---------===//
+//===- Codegen.cpp - Planned training graph -> trainer source -------------===//
 //
-// 1. Give every value a C++ view: inputs in the input buffer, params (and
-//    optimizer state) in the state buffer, op results at their @buf offset
-//    in the arena. Offsets become named constants.
-// 2. Emit init() with the constants and step() with one runtime call per op
-//    in graph order, each under a comment with the IR statement, using the
-//    op's row of the emitter table below.
-// 3. Emit the ModelInfo that the runtime's trainerMain runs, and the state
-//    blob (initial params; zero-initialized state stays zero).
+// 1. Place every value: inputs in the input buffer, params (and optimizer
+//    state) in the state buffer, op results at their @buf offsets in the
+//    arena; with several devices (or streams), a state buffer and an arena
+//    per device.
+// 2. Write the step's functions with PhaseWriter: one device's step as
+//    init() (its constant ops, once) and forward, backward and update
+//    phases (one phase for micro-batches); several devices' as one function
+//    per device and stream with the scheduled IR's events. Each runtime call
+//    sits under the IR statement it computes; each function views the
+//    values it uses by name (codegen/Names.h); a function of more than
+//    kOpsPerFunction ops calls parts of at most that many. The evaluation
+//    graph gets evalInit() and eval().
+// 3. Write the constants those functions use (one per shape, one per
+//    value's offset, in a block per buffer), then main(): the ModelInfo that
+//    the runtime's trainerMain runs. The source is C++ for the CPU runtime
+//    or CUDA C++ for the CUDA runtime.
+// 4. Pack the weights blob (initial params; zero-initialized state stays
+//    zero).
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
@@ -23,6 +33,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -35,12 +46,18 @@ namespace {
 /// Stands for the plan's hash in the source until the source is whole.
 constexpr const char* kPlanHashMark = "LWCC_PLAN_HASH";
 
+/// The most ops one generated function holds: a longer phase or stream is
+/// written as functions of at most this many ops, called in order (the
+/// host compiler's time grows faster than linearly with a function's
+/// length: resnet18's --gpus 4 --strategy=model CPU trainer, four streams of
+/// about 620 ops, took g++ -O2 447 s of CPU as four functions, 59 s in parts).
+constexpr size_t kOpsPerFunction = 64;
+
 /// Where each device's values live in a multi-device step.
 struct MultiDevicePlaces {
   int64_t devices = 0;
   std::vector<Places> where; ///< per device: the inputs, its params, its results
   std::vector<int64_t> arenaBytes, stateBytes;
-  std::vector<std::string> placements; ///< ParamPlacement initializers, C++ source
 };
 
 int64_t deviceCount(const Graph& g) {
@@ -56,7 +73,6 @@ int64_t deviceCount(const Graph& g) {
 /// op results at their @buf offsets); `inputs` holds the inputs' places,
 /// the same on every device.
 llvm::Expected<MultiDevicePlaces> placeDevices(const Graph& g, const Places& inputs,
-                                               const std::map<std::string, int>& logicalIndex,
                                                int64_t* classes) {
   MultiDevicePlaces md;
   md.devices = deviceCount(g);
@@ -67,28 +83,9 @@ llvm::Expected<MultiDevicePlaces> placeDevices(const Graph& g, const Places& inp
     int64_t d = valueDevice(p.get()).value_or(0);
     int64_t& at = md.stateBytes[static_cast<size_t>(d)];
     md.where[static_cast<size_t>(d)][p.get()] = {"b.state", at};
-    std::string shard = "-1, 0, 0";
     if (p->shard().size() > 1)
       return makeError(p->loc(), "codegen: param '%" + p->name() +
                                      "' is split along several dims, which trainers do not hold");
-    if (p->shard().size() == 1)
-      shard = std::to_string(p->shard()[0].dim) + ", " + std::to_string(p->shard()[0].offset) +
-              ", " + std::to_string(p->type().shape[static_cast<size_t>(p->shard()[0].dim)]);
-    // Appended piece by piece: GCC 12's -O3 misreads `"{" + std::string`
-    // (a -Wrestrict false positive).
-    std::string placement(1, '{');
-    placement += std::to_string(logicalIndex.at(p->paramName()));
-    placement += ", ";
-    placement += std::to_string(d);
-    placement += ", ";
-    placement += std::to_string(at);
-    placement += ", ";
-    placement += shard;
-    placement += "}); // ";
-    placement += p->paramName();
-    placement += ' ';
-    placement += p->type().str();
-    md.placements.push_back(std::move(placement));
     at = alignUp(at + p->type().sizeInBytes());
   }
   for (int64_t d = 0; d < md.devices; ++d) {
@@ -98,6 +95,30 @@ llvm::Expected<MultiDevicePlaces> placeDevices(const Graph& g, const Places& inp
     md.arenaBytes[static_cast<size_t>(d)] = *bytes;
   }
   return md;
+}
+
+/// The ParamPlacement initializer of device param `p` (C++ source): its
+/// logical param, device, offset (`offset`, C++ source) and shard.
+std::string placementOf(const Value* p, int logical, const std::string& offset) {
+  std::string shard = "-1, 0, 0";
+  if (p->shard().size() == 1)
+    shard = std::to_string(p->shard()[0].dim) + ", " + std::to_string(p->shard()[0].offset) + ", " +
+            std::to_string(p->type().shape[static_cast<size_t>(p->shard()[0].dim)]);
+  // Appended piece by piece: GCC 12's -O3 misreads `"{" + std::string`
+  // (a -Wrestrict false positive).
+  std::string placement(1, '{');
+  placement += std::to_string(logical);
+  placement += ", ";
+  placement += std::to_string(valueDevice(p).value_or(0));
+  placement += ", ";
+  placement += offset;
+  placement += ", ";
+  placement += shard;
+  placement += "}); // ";
+  placement += p->paramName();
+  placement += ' ';
+  placement += p->type().str();
+  return placement;
 }
 
 /// The samples of the data input each device reads (the rows of dim 0 its
@@ -243,7 +264,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   llvm::Expected<int64_t> arenaBytes = int64_t{0};
   MultiDevicePlaces md;
   if (multi) {
-    auto placed = placeDevices(g, where, logicalIndex, &classes);
+    auto placed = placeDevices(g, where, &classes);
     if (!placed)
       return placed.takeError();
     md = std::move(*placed);
@@ -287,8 +308,325 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     logits = e.outputs()[0];
   }
 
-  std::ostringstream os;
+  // The functions first (they name the values and shapes), then the
+  // constants they use, then main.
   const char* ns = cuda ? "cuda" : "cpu";
+  std::set<std::string> offsetNames;
+  ShapeNames shapes;
+  Names names(offsetNames, "", multi && md.devices > 1);
+  std::ostringstream fns;
+  // `range`: the NVTX range of the function in a CUDA trainer ("": none,
+  // for the one-time set-up).
+  auto function = [&](const std::string& name, const char* range, const std::string& comment,
+                      PhaseWriter& w, const Phase& phase) {
+    // The function `fn` of ops [begin, end), viewing what they use.
+    auto write = [&](const std::string& fn, size_t begin, size_t end, const char* nvtx,
+                     const std::string& doc) {
+      std::set<const Value*> used;
+      bool hyper = false;
+      for (size_t k = begin; k < end; ++k) {
+        used.insert(phase.ops[k].used.begin(), phase.ops[k].used.end());
+        hyper |= phase.ops[k].hyper;
+      }
+      fns << "// " << doc << "\nbool " << fn
+          << "(const StepBuffers& b, [[maybe_unused]] std::string* failed) {\n"
+          << w.views(used);
+      if (cuda && *nvtx)
+        fns << "  PhaseRange range(" << quoteString(nvtx) << ");\n";
+      if (hyper)
+        fns << "  const Hyper& h = *b.hyper;\n";
+      for (size_t k = begin; k < end; ++k)
+        fns << phase.ops[k].text;
+      fns << "  return true;\n}\n\n";
+    };
+    const size_t n = phase.ops.size();
+    if (n <= kOpsPerFunction) {
+      write(name, 0, n, range, comment);
+      return;
+    }
+    // A long one: parts of equal size, called in order.
+    const size_t parts = (n + kOpsPerFunction - 1) / kOpsPerFunction;
+    const size_t size = (n + parts - 1) / parts;
+    for (size_t p = 0; p < parts; ++p)
+      write(name + "_part" + std::to_string(p + 1), p * size, std::min(n, (p + 1) * size), "",
+            "Part " + std::to_string(p + 1) + " of " + name + ".");
+    fns << "// " << comment << "\n// Its ops in " << parts
+        << " parts (short functions build faster).\n"
+        << "bool " << name << "(const StepBuffers& b, std::string* failed) {\n";
+    if (cuda && *range)
+      fns << "  PhaseRange range(" << quoteString(range) << ");\n";
+    for (size_t p = 0; p < parts; ++p)
+      fns << "  if (!" << name << "_part" << p + 1 << "(b, failed))\n    return false;\n";
+    fns << "  return true;\n}\n\n";
+  };
+  // The activations CPU kernels keep in oneDNN's blocked layout.
+  const std::set<const Value*> blocked = cuda ? std::set<const Value*>{} : blockedValues(g);
+  // CUDA fuses only what cuDNN's plans apply: a convolution's ReLU.
+  const PhaseWriter::Fusions fusions =
+      cuda ? PhaseWriter::Fusions::ConvRelu : PhaseWriter::Fusions::All;
+  int numComm = 0, streamsPerDevice = 1;
+  std::vector<std::pair<int64_t, int64_t>> deviceSteps; // (device, stream)
+  std::vector<std::unique_ptr<PhaseWriter>> writers;    // one per device
+  if (multi) {
+    // One function per device and stream; the communication ops numbered
+    // in graph order, the same on every device.
+    std::map<const Op*, int> commIds;
+    for (const auto& op : g.ops())
+      if (op->info().isCommunication())
+        commIds[op.get()] = numComm++;
+    for (int64_t d = 0; d < md.devices; ++d) {
+      writers.push_back(
+          std::make_unique<PhaseWriter>(g, md.where[static_cast<size_t>(d)], names, shapes));
+      PhaseWriter& w = *writers.back();
+      w.fuseActivations(fusions);
+      w.setBlocked(blocked);
+      DeviceCode code;
+      if (llvm::Error e = w.writeDevice(code, d, commIds))
+        return e;
+      std::string dev = std::to_string(d);
+      function("init_d" + dev, "",
+               "Device " + dev + ": the training step's constants, written once.", w, code.init);
+      for (auto& [stream, phase] : code.streams) {
+        std::string name = "step_d" + dev + "_s" + std::to_string(stream);
+        function(name, "step",
+                 "Device " + dev + ", stream " + std::to_string(stream) +
+                     ": its ops in graph order, ordered after the other streams' by the "
+                     "scheduled IR's events.",
+                 w, phase);
+        deviceSteps.emplace_back(d, stream);
+        streamsPerDevice = std::max(streamsPerDevice, static_cast<int>(stream) + 1);
+      }
+    }
+  } else {
+    // The step's phases are contiguous in graph order (the memory plan
+    // assumes that order): forward up to the loss, the optimizer's trailing
+    // ops (location "optimizer...") as the update, the backward between.
+    std::vector<const Op*> ops;
+    for (const auto& op : g.ops())
+      ops.push_back(op.get());
+    size_t lossAt = 0, updateFrom = ops.size();
+    while (lossAt < ops.size() && ops[lossAt] != loss->definingOp())
+      ++lossAt;
+    auto isUpdate = [](const Op* op) {
+      return op->kind() == OpKind::Constant ||
+             llvm::StringRef(op->loc().name).startswith("optimizer");
+    };
+    while (updateFrom > lossAt + 1 && isUpdate(ops[updateFrom - 1]))
+      --updateFrom;
+    GraphCode code;
+    writers.push_back(std::make_unique<PhaseWriter>(g, where, names, shapes));
+    PhaseWriter& w = *writers.back();
+    w.fuseActivations(fusions);
+    w.setBlocked(blocked);
+    // Micro-batches (@mb) interleave forward and backward in the order
+    // the schedule pass gave: one phase for them, then the update.
+    bool micro = false;
+    for (const Op* op : ops)
+      micro |= op->annotations().microBatch.has_value();
+    if (llvm::Error e = w.write(code, [&](size_t i) -> size_t {
+          if (micro)
+            return i < updateFrom ? 0 : 2;
+          return i <= lossAt ? 0 : i < updateFrom ? 1 : 2;
+        }))
+      return e;
+    code.phases.resize(3);
+    function("init", "", "The training step's constants, written once.", w, code.init);
+    if (micro) {
+      function("microBatchesPhase", "microbatches",
+               "Forward and backward of each micro-batch (@mb in the comments), in the "
+               "schedule's order; gradients summed over them.",
+               w, code.phases[0]);
+    } else {
+      function("forwardPhase", "forward", "Forward: the model and the loss.", w, code.phases[0]);
+      function("backwardPhase", "backward", "Backward: the gradients of every param.", w,
+               code.phases[1]);
+    }
+    function("updatePhase", "update", "Update: the optimizer's step on every param.", w,
+             code.phases[2]);
+    fns << "// One training step: " << (micro ? "micro-batches" : "forward, backward")
+        << ", update.\n"
+        << "bool step(const StepBuffers& b, std::string* failed) {\n"
+        << (micro ? "  if (!microBatchesPhase(b, failed) || !updatePhase(b, failed))\n"
+                  : "  if (!forwardPhase(b, failed) || !backwardPhase(b, failed) || "
+                    "!updatePhase(b, failed))\n")
+        << "    return false;\n"
+        << "  return true;\n}\n\n";
+  }
+  Names evalNames(offsetNames, "eval_", false);
+  std::unique_ptr<PhaseWriter> evalWriter;
+  if (o.eval) {
+    GraphCode code;
+    evalWriter = std::make_unique<PhaseWriter>(*o.eval, evalWhere, evalNames, shapes);
+    PhaseWriter& w = *evalWriter;
+    w.fuseActivations(fusions);
+    if (!cuda)
+      w.setBlocked(blockedValues(*o.eval));
+    if (llvm::Error e = w.write(code, [](size_t) -> size_t { return 0; }))
+      return e;
+    code.phases.resize(1);
+    function("evalInit", "", "The evaluation pass's constants, written once.", w, code.init);
+    function("eval", "eval", "Evaluation: the inference graph on the input batch.", w,
+             code.phases[0]);
+  }
+
+  // The offsets of the values the functions view, one block per buffer
+  // (per device's buffer in a step of several devices).
+  std::ostringstream offsets;
+  std::set<const Value*> written, evalWritten;
+  auto block = [&](const std::string& comment, const std::string& region, PhaseWriter& w) {
+    std::string text = w.offsetConstants(region, written);
+    if (!text.empty())
+      offsets << "// " << comment << "\n" << text << "\n";
+  };
+  offsets << "// Where each value lives: its view's offset in the input batch (b.inputs),\n"
+          << "// the state buffer (b.state: params, optimizer state, counters) or the\n"
+          << "// arena (b.arena: op results at their planned offsets, sharing bytes where\n"
+          << "// their lifetimes do not overlap).\n";
+  if (multi) {
+    std::string inputs;
+    for (auto& w : writers)
+      inputs += w->offsetConstants("b.inputs", written);
+    if (!inputs.empty())
+      offsets << "// The input batch, the same on every device.\n" << inputs << "\n";
+    for (size_t d = 0; d < writers.size(); ++d) {
+      block("Device " + std::to_string(d) + "'s state buffer.", "b.state", *writers[d]);
+      block("Device " + std::to_string(d) + "'s arena.", "b.arena", *writers[d]);
+    }
+  } else {
+    block("The input batch.", "b.inputs", *writers[0]);
+    block("The state buffer.", "b.state", *writers[0]);
+    block("The arena.", "b.arena", *writers[0]);
+  }
+  if (evalWriter) {
+    std::string text;
+    for (const char* region : {"b.inputs", "b.state", "b.arena"})
+      text += evalWriter->offsetConstants(region, evalWritten);
+    offsets << "// The evaluation pass: the input batch, the params in the state buffer\n"
+            << "// (as the training step's logical params) and its own arena.\n"
+            << text << "\n";
+  }
+  // A value's offset in main: its constant where a function viewed it.
+  auto offsetOf = [&](const Value* v, int64_t offset) {
+    return written.count(v) ? names.offset(v) : std::to_string(offset);
+  };
+
+  // The model description the runtime's main loop needs.
+  std::ostringstream mainText;
+  int64_t weightsBytes = 0;
+  for (const Value* p : logical)
+    if (!p->zeroInit())
+      weightsBytes += p->wholeType().sizeInBytes();
+  uint64_t fingerprint = 0xcbf29ce484222325ull;
+  auto hash = [&](const std::string& s) {
+    for (unsigned char c : s + '\n')
+      fingerprint = (fingerprint ^ c) * 0x100000001b3ull;
+  };
+  hash(g.name());
+  for (const auto& in : g.inputs())
+    hash(in->name() + ":" + in->type().str());
+  for (const Value* p : logical)
+    hash(p->paramName() + ":" + p->wholeType().str());
+  mainText << "int main(int argc, char** argv) {\n  ModelInfo model;\n"
+           << "  model.name = " << cString(o.modelName) << ";\n"
+           << "  model.target = \"" << o.target << "\";\n"
+           << "  model.fingerprint = " << fingerprint << "ull;\n"
+           << "  model.planHash = " << kPlanHashMark << ";\n";
+  for (const auto& in : g.inputs())
+    mainText << "  model.inputs.push_back({" << cString(in->name()) << ", "
+             << dtypeEnum(in->type().dtype) << ", " << shapes(in->type().shape) << ", "
+             << (in->role() == InputRole::Label ? "true" : "false") << ", "
+             << offsetOf(in.get(), where.at(in.get()).second) << "});\n";
+  for (size_t i = 0; i < logical.size(); ++i) {
+    const Value* p = logical[i];
+    // On one device the params are the logical ones, at their offsets.
+    const int64_t at = paramAt.at(p->paramName());
+    mainText << "  model.params.push_back({" << cString(p->paramName()) << ", "
+             << dtypeEnum(p->type().dtype) << ", " << shapes(p->wholeType().shape) << ", "
+             << (multi ? std::to_string(at) : offsetOf(p, at)) << ", "
+             << (p->zeroInit() ? "true" : "false") << "});\n";
+    if (p->paramName() == "loss_scale" && o.lossScaleInit > 0)
+      mainText << "  model.lossScaleParam = " << i << ";\n"
+               << "  model.lossScaleInit = " << num(o.lossScaleInit) << ";\n";
+    if (p->paramName() == "grad_norm" && p->type().dtype == DType::F32)
+      mainText << "  model.gradNormParam = " << i << ";\n";
+  }
+  auto placeOf = [&](const Value* v) -> const std::pair<std::string, int64_t>& {
+    return multi ? md.where[static_cast<size_t>(valueDevice(v).value_or(0))].at(v) : where.at(v);
+  };
+  for (const Value* out : g.outputs()) {
+    const auto& [region, offset] = placeOf(out);
+    if (region != "b.arena")
+      return makeError("codegen: output '%" + out->name() + "' is not computed by the step");
+    mainText << "  model.outputs.push_back({" << cString(out->name()) << ", "
+             << dtypeEnum(out->type().dtype) << ", " << shapes(out->type().shape) << ", "
+             << offsetOf(out, offset);
+    if (multi)
+      mainText << ", " << valueDevice(out).value_or(0);
+    mainText << "});\n";
+  }
+  mainText << "  model.arenaBytes = kArenaBytes;\n  model.stateBytes = kStateBytes;\n"
+           << "  model.inputBytes = kInputBytes;\n"
+           << "  model.classes = " << classes << ";\n"
+           << "  model.lossOffset = " << offsetOf(loss, placeOf(loss).second) << ";\n"
+           << "  model.lossType = " << dtypeEnum(loss->type().dtype) << ";\n"
+           << "  model.defaults.family = " << hyper->family << ";\n"
+           << hyper->fields << "  model.tf32 = Tf32::" << o.tf32 << ";\n";
+  if (!multi) {
+    mainText << "  model.init = init;\n  model.step = step;\n";
+  } else {
+    mainText << "  // " << md.devices << " devices, each with its own arena and state buffer.\n"
+             << "  model.numDevices = " << md.devices << ";\n"
+             << "  model.streamsPerDevice = " << streamsPerDevice << ";\n"
+             << "  model.deviceArenaBytes = " << ints(md.arenaBytes) << ";\n"
+             << "  model.deviceStateBytes = " << ints(md.stateBytes) << ";\n";
+    for (const auto& p : g.params())
+      mainText << "  model.placements.push_back("
+               << placementOf(p.get(), logicalIndex.at(p->paramName()),
+                              offsetOf(p.get(), placeOf(p.get()).second))
+               << "\n";
+    mainText << "  model.deviceInit = {";
+    for (int64_t d = 0; d < md.devices; ++d)
+      mainText << (d ? ", " : "") << "init_d" << d;
+    mainText << "};\n";
+    for (const auto& [d, st] : deviceSteps)
+      mainText << "  model.deviceSteps.push_back({" << d << ", " << st << ", step_d" << d << "_s"
+               << st << ", \"step_d" << d << "_s" << st << "\"});\n";
+    mainText << "  model.numCommOps = " << numComm << ";\n"
+             << "  model.numEvents = " << numEvents << ";\n"
+             << "  model.lossDevice = " << valueDevice(loss).value_or(0) << ";\n"
+             << "  model.samplesPerDevice = " << ints(samplesPerDevice(g, md.devices)) << ";\n";
+    mainText << "  model.inputRows = {";
+    const auto rows = inputRowsPerDevice(g, md.devices);
+    for (size_t d = 0; d < rows.size(); ++d)
+      mainText << (d ? ", " : "") << "{" << rows[d].first << ", " << rows[d].second << "}";
+    mainText << "};\n";
+  }
+  if (o.eval)
+    mainText << "  model.evalInit = evalInit;\n  model.eval = eval;\n"
+             << "  model.evalArenaBytes = kEvalArenaBytes;\n"
+             << "  model.logitsOffset = "
+             << (evalWritten.count(logits) ? evalNames.offset(logits)
+                                           : std::to_string(evalWhere.at(logits).second))
+             << ";\n"
+             << "  model.logitsShape = " << shapes(logits->type().shape) << ";\n"
+             << "  model.logitsType = " << dtypeEnum(logits->type().dtype) << ";\n";
+  if (o.embedWeights)
+    mainText << "  model.weights = lwcc_weights_begin;\n"
+             << "  model.weightsBytes = lwcc_weights_end - lwcc_weights_begin;\n";
+  else
+    mainText << "  model.weights = nullptr; // read from <program>.weights\n"
+             << "  model.weightsBytes = " << weightsBytes << ";\n";
+  if (!o.exportTemplate.empty()) {
+    mainText << "  model.exportTemplate = lwcc_export_begin;\n"
+             << "  model.exportTemplateBytes = lwcc_export_end - lwcc_export_begin;\n";
+    for (const ExportCutSpec& c : o.exportCuts)
+      mainText << "  model.exportCuts.push_back({" << c.offset << "u, " << c.param << "u, "
+               << c.bytes << "u}); // " << logical.at(c.param)->paramName() << "\n";
+  }
+  mainText << "  return trainerMain(argc, argv, model, " << ns << "::createRunner"
+           << (multi ? std::string(", ") + ns + "::createGroup" : std::string()) << ");\n}\n";
+
+  std::ostringstream os;
   os << "// Trainer for " << o.modelName << ", generated by lwcc. Do not edit: regenerate.\n"
      << "//\n";
   if (multi)
@@ -326,233 +664,34 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
      << llvm::formatv("constexpr int64_t kStateBytes = {0};\n", stateBytes).str()
      << llvm::formatv("constexpr int64_t kInputBytes = {0};\n", inputBytes).str()
      << llvm::formatv("constexpr int64_t kEvalArenaBytes = {0};\n\n", evalArenaBytes).str()
-     << "TensorView at(unsigned char* base, int64_t offset, DType t,\n"
-        "                std::vector<int64_t> shape,\n"
+     << "using Shape = std::vector<int64_t>;\n\n"
+     << "// The tensor of `shape` at `offset` in a buffer.\n"
+     << "TensorView at(unsigned char* base, int64_t offset, DType t, Shape shape,\n"
         "                Layout layout = Layout::RowMajor) {\n"
-        "  return TensorView{base + offset, t, std::move(shape), layout};\n}\n\n";
-
-  // `range`: the NVTX range of the function in a CUDA trainer ("": none,
-  // for the one-time set-up).
-  auto function = [&](const std::string& name, const char* range, const std::string& comment,
-                      PhaseWriter& w, const Phase& phase, const std::string& before = "",
-                      const std::string& after = "") {
-    os << "// " << comment << "\nbool " << name
-       << "(const StepBuffers& b, [[maybe_unused]] std::string* failed) {\n"
-       << w.views(phase.used);
-    if (cuda && *range)
-      os << "  PhaseRange range(" << quoteString(range) << ");\n";
-    if (phase.hyper)
-      os << "  const Hyper& h = *b.hyper;\n";
-    os << before << phase.body.str() << after << "  return true;\n}\n\n";
-  };
-  // The activations CPU kernels keep in oneDNN's blocked layout.
-  const std::set<const Value*> blocked = cuda ? std::set<const Value*>{} : blockedValues(g);
-  // CUDA fuses only what cuDNN's plans apply: a convolution's ReLU.
-  const PhaseWriter::Fusions fusions =
-      cuda ? PhaseWriter::Fusions::ConvRelu : PhaseWriter::Fusions::All;
-  int numComm = 0, streamsPerDevice = 1;
-  std::vector<std::pair<int64_t, int64_t>> deviceSteps; // (device, stream)
-  if (multi) {
-    // One function per device and stream; the communication ops numbered
-    // in graph order, the same on every device.
-    std::map<const Op*, int> commIds;
-    for (const auto& op : g.ops())
-      if (op->info().isCommunication())
-        commIds[op.get()] = numComm++;
-    for (int64_t d = 0; d < md.devices; ++d) {
-      PhaseWriter w(g, md.where[static_cast<size_t>(d)]);
-      w.fuseActivations(fusions);
-      w.setBlocked(blocked);
-      DeviceCode code;
-      if (llvm::Error e = w.writeDevice(code, d, commIds))
-        return e;
-      std::string dev = std::to_string(d);
-      function("init_d" + dev, "",
-               "Device " + dev + ": the training step's constants, written once.", w, code.init);
-      for (auto& [stream, phase] : code.streams) {
-        std::string name = "step_d" + dev + "_s" + std::to_string(stream);
-        function(name, "step",
-                 "Device " + dev + ", stream " + std::to_string(stream) +
-                     ": its ops in graph order, ordered after the other streams' by the "
-                     "scheduled IR's events.",
-                 w, phase);
-        deviceSteps.emplace_back(d, stream);
-        streamsPerDevice = std::max(streamsPerDevice, static_cast<int>(stream) + 1);
-      }
-    }
-  } else {
-    // The step's phases are contiguous in graph order (the memory plan
-    // assumes that order): forward up to the loss, the optimizer's trailing
-    // ops (location "optimizer...") as the update, the backward between.
-    std::vector<const Op*> ops;
-    for (const auto& op : g.ops())
-      ops.push_back(op.get());
-    size_t lossAt = 0, updateFrom = ops.size();
-    while (lossAt < ops.size() && ops[lossAt] != loss->definingOp())
-      ++lossAt;
-    auto isUpdate = [](const Op* op) {
-      return op->kind() == OpKind::Constant ||
-             llvm::StringRef(op->loc().name).startswith("optimizer");
-    };
-    while (updateFrom > lossAt + 1 && isUpdate(ops[updateFrom - 1]))
-      --updateFrom;
-    GraphCode code;
-    PhaseWriter w(g, where);
-    w.fuseActivations(fusions);
-    w.setBlocked(blocked);
-    // Micro-batches (@mb) interleave forward and backward in the order
-    // the schedule pass gave: one phase for them, then the update.
-    bool micro = false;
-    for (const Op* op : ops)
-      micro |= op->annotations().microBatch.has_value();
-    if (llvm::Error e = w.write(code, [&](size_t i) -> size_t {
-          if (micro)
-            return i < updateFrom ? 0 : 2;
-          return i <= lossAt ? 0 : i < updateFrom ? 1 : 2;
-        }))
-      return e;
-    code.phases.resize(3);
-    function("init", "", "The training step's constants, written once.", w, code.init);
-    if (micro) {
-      function("microBatchesPhase", "microbatches",
-               "Forward and backward of each micro-batch (@mb in the comments), in the "
-               "schedule's order; gradients summed over them.",
-               w, code.phases[0]);
-    } else {
-      function("forwardPhase", "forward", "Forward: the model and the loss.", w, code.phases[0]);
-      function("backwardPhase", "backward", "Backward: the gradients of every param.", w,
-               code.phases[1]);
-    }
-    function("updatePhase", "update", "Update: the optimizer's step on every param.", w,
-             code.phases[2]);
-    os << "// One training step: " << (micro ? "micro-batches" : "forward, backward")
-       << ", update.\n"
-       << "bool step(const StepBuffers& b, std::string* failed) {\n"
-       << (micro ? "  if (!microBatchesPhase(b, failed) || !updatePhase(b, failed))\n"
-                 : "  if (!forwardPhase(b, failed) || !backwardPhase(b, failed) || "
-                   "!updatePhase(b, failed))\n")
-       << "    return false;\n"
-       << "  return true;\n}\n\n";
-  }
-  if (o.eval) {
-    GraphCode code;
-    PhaseWriter w(*o.eval, evalWhere);
-    w.fuseActivations(fusions);
-    if (!cuda)
-      w.setBlocked(blockedValues(*o.eval));
-    if (llvm::Error e = w.write(code, [](size_t) -> size_t { return 0; }))
-      return e;
-    code.phases.resize(1);
-    function("evalInit", "", "The evaluation pass's constants, written once.", w, code.init);
-    function("eval", "eval", "Evaluation: the inference graph on the input batch.", w,
-             code.phases[0]);
-  }
-  os << "} // namespace\n\n";
-
-  // The model description the runtime's main loop needs.
-  int64_t weightsBytes = 0;
-  for (const Value* p : logical)
-    if (!p->zeroInit())
-      weightsBytes += p->wholeType().sizeInBytes();
-  uint64_t fingerprint = 0xcbf29ce484222325ull;
-  auto hash = [&](const std::string& s) {
-    for (unsigned char c : s + '\n')
-      fingerprint = (fingerprint ^ c) * 0x100000001b3ull;
-  };
-  hash(g.name());
-  for (const auto& in : g.inputs())
-    hash(in->name() + ":" + in->type().str());
-  for (const Value* p : logical)
-    hash(p->paramName() + ":" + p->wholeType().str());
-  os << "int main(int argc, char** argv) {\n  ModelInfo model;\n"
-     << "  model.name = " << cString(o.modelName) << ";\n"
-     << "  model.target = \"" << o.target << "\";\n"
-     << "  model.fingerprint = " << fingerprint << "ull;\n"
-     << "  model.planHash = " << kPlanHashMark << ";\n";
-  for (const auto& in : g.inputs())
-    os << "  model.inputs.push_back({" << cString(in->name()) << ", " << dtypeEnum(in->type().dtype)
-       << ", " << ints(in->type().shape) << ", "
-       << (in->role() == InputRole::Label ? "true" : "false") << ", " << where.at(in.get()).second
-       << "});\n";
-  for (size_t i = 0; i < logical.size(); ++i) {
-    const Value* p = logical[i];
-    os << "  model.params.push_back({" << cString(p->paramName()) << ", "
-       << dtypeEnum(p->type().dtype) << ", " << ints(p->wholeType().shape) << ", "
-       << paramAt.at(p->paramName()) << ", " << (p->zeroInit() ? "true" : "false") << "});\n";
-    if (p->paramName() == "loss_scale" && o.lossScaleInit > 0)
-      os << "  model.lossScaleParam = " << i << ";\n"
-         << "  model.lossScaleInit = " << num(o.lossScaleInit) << ";\n";
-    if (p->paramName() == "grad_norm" && p->type().dtype == DType::F32)
-      os << "  model.gradNormParam = " << i << ";\n";
-  }
-  auto placeOf = [&](const Value* v) -> const std::pair<std::string, int64_t>& {
-    return multi ? md.where[static_cast<size_t>(valueDevice(v).value_or(0))].at(v) : where.at(v);
-  };
-  for (const Value* out : g.outputs()) {
-    const auto& [region, offset] = placeOf(out);
-    if (region != "b.arena")
-      return makeError("codegen: output '%" + out->name() + "' is not computed by the step");
-    os << "  model.outputs.push_back({" << cString(out->name()) << ", "
-       << dtypeEnum(out->type().dtype) << ", " << ints(out->type().shape) << ", " << offset;
-    if (multi)
-      os << ", " << valueDevice(out).value_or(0);
-    os << "});\n";
-  }
-  os << "  model.arenaBytes = kArenaBytes;\n  model.stateBytes = kStateBytes;\n"
-     << "  model.inputBytes = kInputBytes;\n"
-     << "  model.classes = " << classes << ";\n"
-     << "  model.lossOffset = " << placeOf(loss).second << ";\n"
-     << "  model.lossType = " << dtypeEnum(loss->type().dtype) << ";\n"
-     << "  model.defaults.family = " << hyper->family << ";\n"
-     << hyper->fields << "  model.tf32 = Tf32::" << o.tf32 << ";\n";
-  if (!multi) {
-    os << "  model.init = init;\n  model.step = step;\n";
-  } else {
-    os << "  // " << md.devices << " devices, each with its own arena and state buffer.\n"
-       << "  model.numDevices = " << md.devices << ";\n"
-       << "  model.streamsPerDevice = " << streamsPerDevice << ";\n"
-       << "  model.deviceArenaBytes = " << ints(md.arenaBytes) << ";\n"
-       << "  model.deviceStateBytes = " << ints(md.stateBytes) << ";\n";
-    for (const std::string& pl : md.placements)
-      os << "  model.placements.push_back(" << pl << "\n";
-    os << "  model.deviceInit = {";
-    for (int64_t d = 0; d < md.devices; ++d)
-      os << (d ? ", " : "") << "init_d" << d;
-    os << "};\n";
-    for (const auto& [d, st] : deviceSteps)
-      os << "  model.deviceSteps.push_back({" << d << ", " << st << ", step_d" << d << "_s" << st
-         << ", \"step_d" << d << "_s" << st << "\"});\n";
-    os << "  model.numCommOps = " << numComm << ";\n"
-       << "  model.numEvents = " << numEvents << ";\n"
-       << "  model.lossDevice = " << valueDevice(loss).value_or(0) << ";\n"
-       << "  model.samplesPerDevice = " << ints(samplesPerDevice(g, md.devices)) << ";\n";
-    os << "  model.inputRows = {";
-    const auto rows = inputRowsPerDevice(g, md.devices);
-    for (size_t d = 0; d < rows.size(); ++d)
-      os << (d ? ", " : "") << "{" << rows[d].first << ", " << rows[d].second << "}";
-    os << "};\n";
-  }
-  if (o.eval)
-    os << "  model.evalInit = evalInit;\n  model.eval = eval;\n"
-       << "  model.evalArenaBytes = kEvalArenaBytes;\n"
-       << "  model.logitsOffset = " << evalWhere.at(logits).second << ";\n"
-       << "  model.logitsShape = " << ints(logits->type().shape) << ";\n"
-       << "  model.logitsType = " << dtypeEnum(logits->type().dtype) << ";\n";
-  if (o.embedWeights)
-    os << "  model.weights = lwcc_weights_begin;\n"
-       << "  model.weightsBytes = lwcc_weights_end - lwcc_weights_begin;\n";
-  else
-    os << "  model.weights = nullptr; // read from <program>.weights\n"
-       << "  model.weightsBytes = " << weightsBytes << ";\n";
-  if (!o.exportTemplate.empty()) {
-    os << "  model.exportTemplate = lwcc_export_begin;\n"
-       << "  model.exportTemplateBytes = lwcc_export_end - lwcc_export_begin;\n";
-    for (const ExportCutSpec& c : o.exportCuts)
-      os << "  model.exportCuts.push_back({" << c.offset << "u, " << c.param << "u, " << c.bytes
-         << "u}); // " << logical.at(c.param)->paramName() << "\n";
-  }
-  os << "  return trainerMain(argc, argv, model, " << ns << "::createRunner"
-     << (multi ? std::string(", ") + ns + "::createGroup" : std::string()) << ");\n}\n";
+        "  return TensorView{base + offset, t, std::move(shape), layout};\n}\n\n"
+     << "// A runtime call of op NAME (a string literal): when it fails, the\n"
+        "// function stops and reports NAME.\n"
+        "#define CHECK_OP(call, name)                                                   \\\n"
+        "  do {                                                                         \\\n"
+        "    if (!(call))                                                               \\\n"
+        "      return *failed = (name), false;                                          \\\n"
+        "  } while (0)\n"
+        "// The end of op NAME, of IR kind OP, for --profile.\n"
+        "#define MARK_OP(op, name)                                                      \\\n"
+        "  do {                                                                         \\\n"
+        "    if (b.mark)                                                                \\\n"
+        "      b.mark(b.markContext, op \" \" name);                                      \\\n"
+        "  } while (0)\n"
+        "// A step op's runtime call: checked, then marked.\n"
+        "#define RUN_OP(call, op, name)                                                 \\\n"
+        "  do {                                                                         \\\n"
+        "    CHECK_OP(call, name);                                                      \\\n"
+        "    MARK_OP(op, name);                                                         \\\n"
+        "  } while (0)\n\n"
+     << "// The shapes of the views.\n"
+     << shapes.definitions() << "\n"
+     << offsets.str() << fns.str() << "} // namespace\n\n"
+     << mainText.str();
 
   // The weights blob: the initial params that are not zero-initialized, packed.
   GeneratedTrainer out;

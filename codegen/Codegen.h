@@ -2,10 +2,12 @@
 //
 // Turns a training graph whose memory is planned (every op result has @buf)
 // into the source of a trainer for the lwcc runtime: trainer.cc for the CPU
-// or trainer.cu for CUDA (one runtime call per op, shapes in comments,
-// planned offsets as named constants), with an evaluation pass from the
-// planned inference graph, and the blobs the source embeds: the initial
-// weights and, when the model can be exported, the ONNX export template.
+// or trainer.cu for CUDA (one runtime call per op under its IR statement,
+// values named after the model, planned offsets and shapes as named
+// constants), on one device or several (one function per device and
+// stream), with an evaluation pass from the planned inference graph, and
+// the blobs the source embeds: the initial weights and, when the model can
+// be exported, the ONNX export template.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -57,7 +59,9 @@ struct GeneratedTrainer {
 };
 
 /// `m.graph` must be a planned training graph: output #0 the loss, @buf on
-/// every op with results, no device other than 0.
+/// every op with results; ops on several devices or streams (@dev, @stream)
+/// become one function per device and stream, which the graph's record and
+/// wait ops order.
 llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenOptions& options);
 
 } // namespace lwcc

@@ -1,0 +1,581 @@
+//===- PhaseWriter.cpp - Generated functions from IR ops ------------------===//
+#include "codegen/PhaseWriter.h"
+
+#include "ir/Printer.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <algorithm>
+
+namespace lwcc::codegen {
+
+namespace {
+
+/// Whether `op` runs on `device`, or takes part there (a communication op
+/// with `device` among its devices, src or dst).
+bool onDevice(const Op& op, int64_t device) { return devicesOf(op).count(device) > 0; }
+
+/// The label a failed call reports: the op's ONNX node, else its mnemonic.
+std::string labelOf(const Op& op) {
+  return cString(op.loc().name.empty() ? std::string(op.mnemonic()) : op.loc().name);
+}
+
+} // namespace
+
+std::string cString(const std::string& s) { return quoteString(s); }
+
+std::string statement(const Op& op, Names& names) {
+  std::string text;
+  for (unsigned i = 0; i < op.numResults(); ++i)
+    text += (i ? ", " : "") + names(op.result(i));
+  text += (op.numResults() ? " = " : "") + std::string(op.mnemonic()) + "(";
+  for (unsigned i = 0; i < op.numOperands(); ++i)
+    text += (i ? ", " : "") + names(op.operand(i));
+  text += ")";
+  for (unsigned i = 0; i < op.numResults(); ++i)
+    text += (i ? ", " : " : ") + op.result(i)->type().str();
+  if (!op.loc().name.empty())
+    text += "  (" + op.loc().name + ")";
+  if (op.annotations().microBatch)
+    text += " @mb(" + std::to_string(*op.annotations().microBatch) + ")";
+  return text;
+}
+
+std::set<int64_t> devicesOf(const Op& op) {
+  if (!op.info().isCommunication())
+    return {opDevice(op)};
+  std::set<int64_t> devices;
+  for (unsigned i = 0; i < op.numOperands(); ++i)
+    devices.insert(operandDevice(op, i));
+  for (unsigned r = 0; r < op.numResults(); ++r)
+    devices.insert(valueDevice(op.result(r)).value_or(0));
+  return devices;
+}
+
+llvm::Expected<HyperDefaults> hyperDefaults(const Graph& g) {
+  HyperDefaults d;
+  const Op *update = nullptr, *schedule = nullptr, *xent = nullptr, *clip = nullptr;
+  for (const auto& op : g.ops()) {
+    if (op->kind() == OpKind::ClipCoef) {
+      if (clip && clip->getFloat("max_norm") != op->getFloat("max_norm"))
+        return op->emitError("codegen: the clip_coef ops differ in max_norm");
+      clip = op.get();
+    }
+    if (op->kind() == OpKind::SoftmaxXent || op->kind() == OpKind::SoftmaxXentGrad) {
+      if (xent && xent->getFloat("label_smoothing") != op->getFloat("label_smoothing"))
+        return op->emitError("codegen: the softmax_xent ops differ in label_smoothing");
+      xent = op.get();
+    }
+    if (op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate) {
+      // Parameter groups differ in lr_scale and group_decay only.
+      auto shared = [](const Op* o) {
+        auto a = o->attrs();
+        a.erase(std::remove_if(a.begin(), a.end(),
+                               [](const NamedAttr& n) {
+                                 return n.name == "lr_scale" || n.name == "group_decay";
+                               }),
+                a.end());
+        return a;
+      };
+      if (update && (update->kind() != op->kind() || shared(update) != shared(op.get())))
+        return op->emitError("codegen: the update ops do not share one optimizer's settings");
+      update = op.get();
+    } else if (op->kind() == OpKind::LrSchedule) {
+      if (schedule && schedule->attrs() != op->attrs())
+        return op->emitError("codegen: the lr_schedule ops differ");
+      schedule = op.get();
+    }
+  }
+  std::ostringstream f;
+  if (update && update->kind() == OpKind::SgdUpdate) {
+    d.family = "Hyper::Sgd";
+    f << "  model.defaults.momentum = " << num(update->getFloat("momentum")) << ";\n"
+      << "  model.defaults.weightDecay = " << num(update->getFloat("weight_decay")) << ";\n"
+      << "  model.defaults.nesterov = " << update->getInt("nesterov") << ";\n";
+  } else if (update) {
+    d.family = "Hyper::Adam";
+    f << "  model.defaults.beta1 = " << num(update->getFloat("beta1")) << ";\n"
+      << "  model.defaults.beta2 = " << num(update->getFloat("beta2")) << ";\n"
+      << "  model.defaults.epsilon = " << num(update->getFloat("epsilon")) << ";\n"
+      << "  model.defaults.weightDecay = " << num(update->getFloat("weight_decay")) << ";\n"
+      << "  model.defaults.decoupled = " << update->getInt("decoupled") << ";\n";
+  }
+  if (schedule) {
+    const std::string& k = schedule->getString("kind");
+    f << "  model.defaults.lr = " << num(schedule->getFloat("base_lr")) << ";\n"
+      << "  model.defaults.schedule = "
+      << (k == "step"     ? 1
+          : k == "cosine" ? 2
+                          : 0)
+      << ";\n"
+      << "  model.defaults.warmupSteps = " << schedule->getInt("warmup_steps") << ";\n"
+      << "  model.defaults.totalSteps = " << schedule->getInt("total_steps") << ";\n"
+      << "  model.defaults.stepSize = " << schedule->getInt("step_size") << ";\n"
+      << "  model.defaults.gamma = " << num(schedule->getFloat("gamma")) << ";\n"
+      << "  model.defaults.minLr = " << num(schedule->getFloat("min_lr")) << ";\n";
+  }
+  if (xent)
+    f << "  model.defaults.labelSmoothing = " << num(xent->getFloat("label_smoothing")) << ";\n";
+  if (clip)
+    f << "  model.defaults.clipGradNorm = " << num(clip->getFloat("max_norm")) << ";\n";
+  d.fields = f.str();
+  return d;
+}
+
+std::string PhaseWriter::views(const std::set<const Value*>& used) {
+  std::ostringstream out;
+  auto declare = [&](const Value* v) {
+    if (!used.count(v))
+      return;
+    declared_.insert(v);
+    out << "  const TensorView " << names_(v) << " = at(" << where_.at(v).first << ", "
+        << names_.offset(v) << ", " << dtypeEnum(v->type().dtype) << ", "
+        << shapes_(v->type().shape) << (blocked_.count(v) ? ", Layout::NChw8c" : "") << ");\n";
+  };
+  for (const auto& in : g_.inputs())
+    declare(in.get());
+  for (const auto& p : g_.params())
+    declare(p.get());
+  for (const auto& op : g_.ops())
+    for (unsigned r = 0; r < op->numResults(); ++r)
+      declare(op->result(r));
+  return out.str();
+}
+
+std::string PhaseWriter::offsetConstants(const std::string& region,
+                                         std::set<const Value*>& written) {
+  std::ostringstream out;
+  auto define = [&](const Value* v) {
+    if (!declared_.count(v) || written.count(v) || where_.at(v).first != region)
+      return;
+    out << "constexpr int64_t " << names_.offset(v) << " = ";
+    // An update written over its param: the param's bytes, by name.
+    const Op* user = v->uses().size() == 1 ? v->uses().front().user : nullptr;
+    if (user && user->kind() == OpKind::Assign && user->operand(1) == v &&
+        written.count(user->operand(0)) && where_.at(user->operand(0)) == where_.at(v))
+      out << names_.offset(user->operand(0)) << ";\n";
+    else
+      out << where_.at(v).second << ";\n";
+    written.insert(v);
+  };
+  for (const auto& in : g_.inputs())
+    define(in.get());
+  for (const auto& p : g_.params())
+    define(p.get());
+  for (const auto& op : g_.ops())
+    for (unsigned r = 0; r < op->numResults(); ++r)
+      define(op->result(r));
+  return out.str();
+}
+
+llvm::Error PhaseWriter::write(GraphCode& code, const std::function<size_t(size_t)>& phaseOf) {
+  {
+    std::vector<const Op*> order;
+    std::vector<size_t> phases;
+    size_t i = 0;
+    for (const auto& op : g_.ops()) {
+      if (op->kind() != OpKind::Constant) {
+        order.push_back(op.get());
+        phases.push_back(phaseOf(i));
+      }
+      ++i;
+    }
+    planFusions(order, [&](size_t k) { return phases[k] == phases[k + 1]; });
+  }
+  size_t index = 0;
+  for (const auto& opPtr : g_.ops()) {
+    const Op& op = *opPtr;
+    ++index;
+    if (op.annotations().stream.value_or(0) != 0 || op.info().isEvent())
+      return op.emitError("codegen: a step of several streams is written one function per "
+                          "stream");
+    Phase* phase = &code.init;
+    if (op.kind() != OpKind::Constant) {
+      size_t k = phaseOf(index - 1);
+      if (code.phases.size() <= k)
+        code.phases.resize(k + 1);
+      phase = &code.phases[k];
+    }
+    if (llvm::Error e = writeOp(*phase, op, 0, nullptr))
+      return e;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error PhaseWriter::writeDevice(DeviceCode& code, int64_t device,
+                                     const std::map<const Op*, int>& commIds) {
+  {
+    // Each stream's ops in the order written: a fusion never spans an
+    // event (a wait before the activation, or a record after the
+    // producer, orders the two calls against another stream).
+    std::map<int64_t, std::vector<const Op*>> orders;
+    for (const auto& op : g_.ops())
+      if (op->kind() != OpKind::Constant && onDevice(*op, device))
+        orders[op->annotations().stream.value_or(0)].push_back(op.get());
+    for (const auto& [s, order] : orders)
+      planFusions(order, [&order = order](size_t k) {
+        return !order[k]->info().isEvent() && !order[k + 1]->info().isEvent();
+      });
+  }
+  code.streams[0];
+  for (const auto& opPtr : g_.ops()) {
+    const Op& op = *opPtr;
+    if (!onDevice(op, device))
+      continue;
+    const int64_t stream = op.annotations().stream.value_or(0);
+    Phase& phase = op.kind() == OpKind::Constant ? code.init : code.streams[stream];
+    if (llvm::Error e = writeOp(phase, op, device, &commIds))
+      return e;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
+                                 const std::map<const Op*, int>* commIds) {
+  Phase::OpCode code;
+  std::ostringstream out;
+  auto done = [&] {
+    code.text = out.str();
+    phase.ops.push_back(std::move(code));
+    return llvm::Error::success();
+  };
+  const std::string label = labelOf(op);
+  if (op.info().isEvent()) {
+    auto call = callOf(op);
+    if (!call)
+      return call.takeError();
+    out << "\n  // " << op.mnemonic() << " event " << op.getInt("event")
+        << (op.kind() == OpKind::Wait ? ": the ops below run after its record\n"
+                                      : ": the ops above have run\n")
+        << "  CHECK_OP(" << *call << ", " << label << ");\n";
+    return done();
+  }
+  for (const Value* v : op.operands())
+    if (where_.count(v))
+      code.used.insert(v);
+  for (unsigned r = 0; r < op.numResults(); ++r)
+    if (where_.count(op.result(r)))
+      code.used.insert(op.result(r));
+  code.hyper = !hyperParams(op).empty();
+  out << "\n  // " << statement(op, names_) << "\n";
+  auto call = commIds && op.info().isCommunication() ? commCallOf(op, device, commIds->at(&op))
+                                                     : callOf(op);
+  if (!call)
+    return call.takeError();
+  if (nothingToDo(out, op, *call))
+    return done();
+  const std::string mnemonic = cString(std::string(op.mnemonic()));
+  if (fused(out, op, *call))
+    out << "  MARK_OP(" << mnemonic << ", " << label << ");\n";
+  else if (op.kind() == OpKind::Constant)
+    out << "  CHECK_OP(" << *call << ", " << label << ");\n";
+  else
+    out << "  RUN_OP(" << *call << ", " << mnemonic << ", " << label << ");\n";
+  return done();
+}
+
+bool PhaseWriter::nothingToDo(std::ostringstream& out, const Op& op, const std::string& call) {
+  if (!call.empty())
+    return false;
+  if (op.kind() == OpKind::Assign)
+    out << "  // (" << names_(op.operand(1)) << " was written in place over "
+        << names_(op.operand(0)) << ": nothing to copy)\n";
+  else
+    out << "  // (a view of " << names_(op.operand(0)) << ": same bytes, nothing to do)\n";
+  return true;
+}
+
+llvm::Expected<std::string> PhaseWriter::commCallOf(const Op& op, int64_t device, int id) {
+  std::vector<int64_t> devices =
+      op.hasAttr("devices") ? op.getInts("devices") : std::vector<int64_t>{};
+  int64_t i = -1; // this device's position in `devices`
+  for (size_t k = 0; k < devices.size(); ++k)
+    if (devices[k] == device) {
+      if (i >= 0)
+        return op.emitError("codegen: device " + std::to_string(device) +
+                            " appears twice in the op's devices");
+      i = static_cast<int64_t>(k);
+    }
+  const unsigned p = static_cast<unsigned>(devices.size());
+  auto ref = [&](bool mine, const Value* v) {
+    return mine ? "&" + names_(v) : std::string("nullptr");
+  };
+  auto sizesAlong = [&](int64_t axis, bool operands) {
+    std::vector<int64_t> sizes;
+    unsigned n = operands ? op.numOperands() : op.numResults();
+    for (unsigned k = 0; k < n; ++k)
+      sizes.push_back((operands ? op.operand(k) : op.result(k))->type().shape[axis]);
+    return sizes;
+  };
+  std::string head = std::string(op.info().kernel.fn ? op.info().kernel.fn : "?") + "(b, " +
+                     std::to_string(id) + ", ";
+  const unsigned at = static_cast<unsigned>(std::max<int64_t>(i, 0));
+  switch (op.kind()) {
+  case OpKind::AllReduce: {
+    std::string in = "{", out = "{";
+    for (unsigned t = 0; t < op.numOperands() / p; ++t) {
+      in += (t ? ", " : "") + names_(op.operand(t * p + at));
+      out += (t ? ", " : "") + names_(op.result(t * p + at));
+    }
+    return head + ints(devices) + ", " + in + "}, " + out + "})";
+  }
+  case OpKind::AllGather: {
+    int64_t axis = op.getInt("axis");
+    return head + ints(devices) + ", " + std::to_string(axis) + ", " +
+           ints(sizesAlong(axis, true)) + ", " + names_(op.operand(at)) + ", " +
+           names_(op.result(at)) + ")";
+  }
+  case OpKind::ReduceScatter: {
+    int64_t axis = op.getInt("axis");
+    return head + ints(devices) + ", " + std::to_string(axis) + ", " + ints(op.getInts("sizes")) +
+           ", " + names_(op.operand(at)) + ", " + names_(op.result(at)) + ")";
+  }
+  case OpKind::Broadcast: {
+    int64_t src = op.getInt("src");
+    return head + std::to_string(src) + ", " + ints(devices) + ", " +
+           ref(device == src, op.operand(0)) + ", " + ref(i >= 0, op.result(at)) + ")";
+  }
+  case OpKind::ReduceTo: {
+    int64_t dst = op.getInt("dst");
+    return head + ints(devices) + ", " + std::to_string(dst) + ", " + ref(i >= 0, op.operand(at)) +
+           ", " + ref(device == dst, op.result(0)) + ")";
+  }
+  case OpKind::DeviceCopy: {
+    int64_t src = op.getInt("src"), dst = op.getInt("dst");
+    return head + std::to_string(src) + ", " + std::to_string(dst) + ", " +
+           ref(device == src, op.operand(0)) + ", " + ref(device == dst, op.result(0)) + ")";
+  }
+  case OpKind::Shard: {
+    int64_t src = op.getInt("src"), axis = op.getInt("axis");
+    return head + std::to_string(src) + ", " + ints(devices) + ", " + std::to_string(axis) + ", " +
+           ints(op.getInts("sizes")) + ", " + ref(device == src, op.operand(0)) + ", " +
+           ref(i >= 0, op.result(at)) + ")";
+  }
+  case OpKind::Unshard: {
+    int64_t dst = op.getInt("dst"), axis = op.getInt("axis");
+    return head + ints(devices) + ", " + std::to_string(dst) + ", " + std::to_string(axis) + ", " +
+           ints(sizesAlong(axis, true)) + ", " + ref(i >= 0, op.operand(at)) + ", " +
+           ref(device == dst, op.result(0)) + ")";
+  }
+  default:
+    return op.emitError("codegen: no runtime call for this communication op");
+  }
+}
+
+llvm::Expected<std::string> PhaseWriter::callOf(const Op& op) {
+  auto list = [&](const std::vector<const Value*>& vs) {
+    std::string s = "{";
+    for (size_t i = 0; i < vs.size(); ++i)
+      s += (i ? ", " : "") + names_(vs[i]);
+    return s + "}";
+  };
+  const KernelSpec& k = op.info().kernel;
+  auto formatter = paramsFormatters().find(op.kind());
+  auto params = [&]() -> std::string {
+    std::string h = hyperParams(op);
+    if (!h.empty())
+      return h;
+    return formatter == paramsFormatters().end() ? "" : formatter->second(op);
+  };
+  const std::string fn = k.fn ? k.fn : "";
+  switch (k.args) {
+  case KernelSpec::Fill: {
+    std::vector<double> fv;
+    std::vector<int64_t> iv;
+    if (op.hasAttr("value"))
+      fv = op.getFloats("value");
+    if (op.hasAttr("ivalue"))
+      iv = op.getInts("ivalue");
+    return fn + "(" + names_(op.result()) + ", FillParams{" + floats(fv) + ", " + ints(iv) + "})";
+  }
+  case KernelSpec::Assign:
+    // An update written over its param leaves nothing to copy.
+    if (where_.at(op.operand(0)) == where_.at(op.operand(1)))
+      return std::string();
+    return fn + "(" + names_(op.operand(1)) + ", " + names_(op.operand(0)) + ")";
+  case KernelSpec::OperandList: {
+    std::vector<const Value*> xs(op.operands().begin(), op.operands().end());
+    return fn + "(" + list(xs) + ", " + names_(op.result()) + ", " + params() + ")";
+  }
+  case KernelSpec::ResultList: {
+    std::vector<const Value*> rs;
+    for (unsigned r = 0; r < op.numResults(); ++r)
+      rs.push_back(op.result(r));
+    return fn + "(" + names_(op.operand(0)) + ", " + list(rs) + ", " + params() + ")";
+  }
+  case KernelSpec::Plain:
+  case KernelSpec::OptionalLast:
+    break;
+  case KernelSpec::Comm:
+    return op.emitError("codegen: a communication op in a one-device step");
+  case KernelSpec::Event:
+    return fn + "(b, " + std::to_string(op.getInt("event")) + ")";
+  }
+  if (fn.empty() || formatter == paramsFormatters().end())
+    return op.emitError("codegen: no runtime kernel for this op");
+  // A view whose result shares its operand's bytes needs no copy.
+  if (fn == "copy" && where_.at(op.operand(0)) == where_.at(op.result()))
+    return std::string();
+  std::vector<std::string> args;
+  unsigned fixed = op.info().minOperands;
+  const bool optionalLast = k.args == KernelSpec::OptionalLast;
+  for (unsigned i = 0; i < op.numOperands(); ++i)
+    args.push_back((optionalLast && i >= fixed ? "&" : "") + names_(op.operand(i)));
+  if (optionalLast && op.numOperands() == fixed)
+    args.push_back("nullptr");
+  // A fused call writes its activation's result in place of its first,
+  // and takes the activation last.
+  for (unsigned r = 0; r < op.numResults(); ++r)
+    args.push_back(names_(r == 0 && fusion_ ? fusion_->result() : op.result(r)));
+  std::string p = params();
+  if (!p.empty())
+    args.push_back(p);
+  if (fusion_)
+    args.push_back(fusion_->kind() == OpKind::Relu
+                       ? std::string("Activation{Activation::Relu}")
+                       : "Activation{Activation::Clip, " + num(fusion_->getFloat("min")) + ", " +
+                             num(fusion_->getFloat("max")) + "}");
+  std::string call = fn + (fusion_ ? "Act(" : "(");
+  for (size_t i = 0; i < args.size(); ++i)
+    call += (i ? ", " : "") + args[i];
+  return call + ")";
+}
+
+std::vector<PhaseWriter::Access> PhaseWriter::accessesOf(const Op& op) const {
+  std::vector<Access> out;
+  auto add = [&](const Value* v) {
+    auto it = where_.find(v);
+    if (it == where_.end())
+      return; // another device's value (a communication op's other end)
+    const auto& [region, offset] = it->second;
+    out.push_back({region, offset, offset + v->type().sizeInBytes()});
+  };
+  for (const Value* v : op.operands())
+    add(v);
+  for (unsigned r = 0; r < op.numResults(); ++r)
+    add(op.result(r));
+  return out;
+}
+
+void PhaseWriter::planFusions(const std::vector<const Op*>& order,
+                              const std::function<bool(size_t)>& adjacent) {
+  if (fusions_ == Fusions::None)
+    return;
+  const bool convRelu = fusions_ == Fusions::ConvRelu;
+  std::map<const Op*, size_t> at;
+  for (size_t k = 0; k < order.size(); ++k)
+    at[order[k]] = k;
+  for (size_t k = 0; k + 1 < order.size(); ++k) {
+    const Op* producer = order[k];
+    OpKind kind = producer->kind();
+    if (kind != OpKind::Conv2d && kind != OpKind::BatchNormTrain && kind != OpKind::BatchNorm &&
+        kind != OpKind::Add)
+      continue;
+    if (convRelu && kind != OpKind::Conv2d)
+      continue;
+    const Value* v = producer->result(0);
+    const DType t = v->type().dtype;
+    if ((t != DType::F32 && t != DType::F64) || v->uses().size() != 1)
+      continue;
+    const Op* relu = v->uses().front().user;
+    auto it = relu ? at.find(relu) : at.end();
+    if (it == at.end() || it->second <= k ||
+        (relu->kind() != OpKind::Relu && relu->kind() != OpKind::Clip) ||
+        !where_.count(relu->result()))
+      continue;
+    if (convRelu && (relu->kind() != OpKind::Relu || !where_.count(v) ||
+                     where_.at(v) != where_.at(relu->result())))
+      continue;
+    const size_t r = it->second;
+    const auto& [region, offset] = where_.at(relu->result());
+    const int64_t end = offset + relu->result()->type().sizeInBytes();
+    bool clear = true;
+    for (size_t j = k; j < r && clear; ++j) {
+      clear = adjacent(j);
+      if (j > k)
+        for (const Access& a : accessesOf(*order[j]))
+          clear &= !(a.region == region && a.begin < end && offset < a.end);
+    }
+    if (!clear)
+      continue;
+    fusedInto_[producer] = relu;
+    fusedFrom_.insert(relu);
+  }
+}
+
+bool PhaseWriter::fused(std::ostringstream& out, const Op& op, std::string& call) {
+  if (fusedFrom_.count(&op)) {
+    out << "  // (computed by the fused call above)\n";
+    return true;
+  }
+  auto it = fusedInto_.find(&op);
+  if (it != fusedInto_.end()) {
+    fusion_ = it->second;
+    auto fusedCall = callOf(op);
+    fusion_ = nullptr;
+    if (fusedCall)
+      call = *fusedCall;
+    else
+      llvm::consumeError(fusedCall.takeError()); // the caller already wrote the plain call
+  }
+  return false;
+}
+
+llvm::Expected<int64_t> placeResults(const Graph& g, Places& where, const std::string& region,
+                                     int64_t* classes, int64_t device) {
+  int64_t arenaBytes = 0;
+  for (const auto& op : g.ops()) {
+    if (op->numResults() && !op->annotations().bufferOffsets)
+      return op->emitError("codegen: has no @buf; run memory-plan first");
+    for (unsigned r = 0; r < op->numResults(); ++r) {
+      const Value* v = op->result(r);
+      if (valueDevice(v).value_or(0) != device)
+        continue; // another device's arena
+      int64_t off = (*op->annotations().bufferOffsets)[r];
+      if (off == -1) {
+        // Written over the param it updates (the memory plan's kOverParam):
+        // the result's only use is that param's assign.
+        const Op* user = v->uses().size() == 1 ? v->uses().front().user : nullptr;
+        if (!user || user->kind() != OpKind::Assign || !where.count(user->operand(0)))
+          return op->emitError("codegen: @buf(-1) on a result that is not assigned to a param");
+        where[v] = where.at(user->operand(0));
+        continue;
+      }
+      where[v] = {region, off};
+      arenaBytes = std::max(arenaBytes, alignUp(off + v->type().sizeInBytes()));
+    }
+    if (classes && op->kind() == OpKind::SoftmaxXent)
+      *classes = op->operand(0)->type().shape[1];
+  }
+  return arenaBytes;
+}
+
+namespace {
+
+/// An assembler string literal for a file name.
+std::string asmString(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += "\\\\";
+    out += c;
+  }
+  return out;
+}
+
+} // namespace
+
+std::string incbin(const std::string& symbol, const std::string& file) {
+  std::ostringstream os;
+  os << "asm(\".section .rodata\\n.balign 64\\n.globl " << symbol << "_begin\\n"
+     << symbol << "_begin:\\n.incbin \\\"" << asmString(file) << "\\\"\\n.globl " << symbol
+     << "_end\\n"
+     << symbol << "_end:\\n.byte 0\\n.previous\\n\");\n";
+  return os.str();
+}
+
+std::string incbinSymbols(const std::string& symbol) {
+  return "extern \"C\" const unsigned char " + symbol + "_begin[], " + symbol + "_end[];\n";
+}
+
+} // namespace lwcc::codegen
