@@ -7,7 +7,7 @@
 // bound by the bytes they move, not by the FLOPs.
 //
 //===----------------------------------------------------------------------===//
-#include "ir/CostModel.h"
+#include "ir/IR.h"
 
 namespace lwcc::cost {
 

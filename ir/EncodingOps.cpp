@@ -6,7 +6,6 @@
 // functions of lwrt/encoding_math.h, which the CPU and CUDA kernels call too.
 //
 //===----------------------------------------------------------------------===//
-#include "ir/CostModel.h"
 #include "ir/GradRules.h"
 #include "ir/Kernels.h"
 #include "runtime/include/lwrt/activation_math.h"

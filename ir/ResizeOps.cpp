@@ -6,7 +6,6 @@
 // call too.
 //
 //===----------------------------------------------------------------------===//
-#include "ir/CostModel.h"
 #include "ir/GradRules.h"
 #include "ir/Kernels.h"
 #include "runtime/include/lwrt/resize_math.h"

@@ -2,8 +2,8 @@
 #include "passes/BatchSplit.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
-#include "passes/Simulator.h"
 #include "passes/TrainingSupport.h"
+#include "plan/Simulator.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -1,11 +1,12 @@
 //===- MemoryPlan.cpp - Arena offsets for every op result -----------------===//
 #include "passes/MemoryPlan.h"
 
-#include "ir/DeviceSpec.h"
 #include "ir/Interpreter.h"
 #include "ir/Kernels.h"
+#include "ir/Params.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
+#include "plan/DeviceSpec.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -32,12 +33,6 @@ bool isAlias(const Op& op) { return op.info().view; }
 /// element (the shapes must match too: the caller checks).
 bool mayRunInPlace(const Op& op, unsigned i) { return op.info().mayWriteOver(0, i); }
 
-/// Whether result `r` of `op` may be written over operand `i`: the kernel
-/// reads each element of the operand before it writes that element of the
-/// result (the op table's `writesOver` trait; the optimizer updates write
-/// the new weight over the weight and the new state over the state).
-bool mayOverwrite(const Op& op, unsigned r, unsigned i) { return op.info().mayWriteOver(r, i); }
-
 /// A buffer: the storage shared by a value and its aliases.
 struct Buffer {
   int64_t bytes = 0;
@@ -48,40 +43,6 @@ struct Buffer {
 };
 
 } // namespace
-
-const Value* paramWrittenOver(const Op& op, unsigned r,
-                              const std::map<const Op*, size_t>& position) {
-  const Value* v = op.result(r);
-  if (v->uses().size() != 1)
-    return nullptr;
-  const Use& use = v->uses().front();
-  if (!use.user || use.user->kind() != OpKind::Assign || use.index != 1)
-    return nullptr;
-  const Value* p = use.user->operand(0);
-  if (p->kind() != ValueKind::Param || p->type() != v->type())
-    return nullptr;
-  bool operand = false;
-  for (unsigned i = 0; i < op.numOperands(); ++i)
-    operand |= op.operand(i) == p && mayOverwrite(op, r, i);
-  if (!operand)
-    return nullptr;
-  // Nothing reads the param after `op` but its assign (which then copies
-  // nothing), and nothing else assigns it.
-  auto at = position.find(&op);
-  if (at == position.end())
-    return nullptr;
-  for (const Use& u : p->uses()) {
-    if (!u.user)
-      return nullptr; // a graph output: read after the step
-    if (u.user == use.user)
-      continue;
-    auto it = position.find(u.user);
-    if (it == position.end() || it->second > at->second ||
-        (u.user->kind() == OpKind::Assign && u.index == 0))
-      return nullptr;
-  }
-  return p;
-}
 
 llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
   std::vector<Op*> order;

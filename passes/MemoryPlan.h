@@ -14,7 +14,7 @@
 // result whose only use is the assign of a param that the op may overwrite
 // element by element (an optimizer update's new weight or state, step + 1)
 // and that no later op reads is written straight over the param: its @buf
-// is kOverParam and the assign copies nothing.
+// is kOverParam and the assign copies nothing (ir/Params.h's paramWrittenOver).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -36,11 +36,6 @@ struct MemoryPlanStats {
 
 /// The @buf offset of a result that lives in its param's storage.
 constexpr int64_t kOverParam = -1;
-
-/// The param result `r` of `op` may be written over (see above), or null.
-/// `position` maps each op of the graph to its index in graph order.
-const Value* paramWrittenOver(const Op& op, unsigned r,
-                              const std::map<const Op*, size_t>& position);
 
 /// Sets @buf on every op with results.
 llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace = true);

@@ -1,7 +1,7 @@
 //===- Parallelize.cpp - A parallel config for every op -------------------===//
-#include "passes/LayerwiseSearch.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
+#include "plan/LayerwiseSearch.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -1,7 +1,7 @@
 //===- PrintCosts.cpp - Each op's cost on a device spec, as notes ---------===//
-#include "ir/CostModel.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
+#include "plan/CostModel.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

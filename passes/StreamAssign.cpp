@@ -45,7 +45,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
-#include "passes/Simulator.h"
+#include "plan/Simulator.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

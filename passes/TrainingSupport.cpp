@@ -42,18 +42,6 @@ std::string uniqueValueName(const Graph& g, const std::string& base) {
       return base + "." + std::to_string(k);
 }
 
-std::vector<Value*> trainableParams(const Graph& g) {
-  std::unordered_set<const Value*> assigned;
-  for (const auto& op : g.ops())
-    if (op->kind() == OpKind::Assign)
-      assigned.insert(op->operand(0));
-  std::vector<Value*> out;
-  for (const auto& p : g.params())
-    if (isFloat(p->type().dtype) && !p->zeroInit() && !p->frozen() && !assigned.count(p.get()))
-      out.push_back(p.get());
-  return out;
-}
-
 UniqueNames::UniqueNames(const Graph& g) {
   for (const auto& v : g.inputs())
     taken_.insert(v->name());

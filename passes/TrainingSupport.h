@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ir/IR.h"
+#include "ir/Params.h"
 
 #include <string>
 #include <string_view>
@@ -38,10 +39,6 @@ public:
 private:
   std::unordered_set<std::string> taken_;
 };
-/// The params training updates by their gradient: float params that no
-/// assign writes (those are running statistics or optimizer state), that
-/// are not zero-initialized state and not frozen, in param order.
-std::vector<Value*> trainableParams(const Graph& g);
 /// Whether `name` matches the glob `pattern`: `*` matches any run of
 /// characters (none too), `?` any one character, others themselves.
 bool globMatch(std::string_view pattern, std::string_view name);

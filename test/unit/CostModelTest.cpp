@@ -1,5 +1,5 @@
 //===- CostModelTest.cpp - Device specs, profiles and the cost model ------===//
-#include "ir/CostModel.h"
+#include "plan/CostModel.h"
 
 #include "TestUtil.h"
 

@@ -1,5 +1,5 @@
 //===- LayerwiseSearchTest.cpp - The layer-wise search is optimal ---------===//
-#include "passes/LayerwiseSearch.h"
+#include "plan/LayerwiseSearch.h"
 
 #include "TestUtil.h"
 #include "passes/Pass.h"

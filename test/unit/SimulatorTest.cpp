@@ -1,9 +1,9 @@
 //===- SimulatorTest.cpp - The simulator, the hypergraph partition, profiles -===//
-#include "passes/Simulator.h"
+#include "plan/Simulator.h"
 
 #include "TestUtil.h"
 #include "lwrt/profile.h"
-#include "passes/Hypergraph.h"
+#include "plan/Hypergraph.h"
 
 #include <algorithm>
 #include <set>

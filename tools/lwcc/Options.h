@@ -7,9 +7,9 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "ir/CostModel.h"
 #include "ir/Interpreter.h"
 #include "passes/Pipelines.h"
+#include "plan/CostModel.h"
 
 #include "llvm/Support/CommandLine.h"
 

@@ -2,7 +2,7 @@
 #include "tools/lwcc/Planner.h"
 
 #include "passes/MemoryPlan.h"
-#include "passes/Simulator.h"
+#include "plan/Simulator.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"

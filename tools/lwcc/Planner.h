@@ -21,10 +21,10 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "ir/CostModel.h"
-#include "ir/DeviceSpec.h"
 #include "ir/IR.h"
 #include "passes/Pipelines.h"
+#include "plan/CostModel.h"
+#include "plan/DeviceSpec.h"
 
 #include <functional>
 #include <map>

@@ -1,9 +1,12 @@
 //===- PipelinePartition.cpp - Stages of a pipeline by PipeDream's DP -----===//
-#include "ir/CostModel.h"
-#include "passes/LayerwiseSearch.h"
-#include "passes/Pass.h"
-#include "passes/PassOptions.h"
-#include "passes/TrainingSupport.h"
+//
+// The algorithm is described in PipelinePartition.h.
+//
+//===----------------------------------------------------------------------===//
+#include "plan/PipelinePartition.h"
+
+#include "ir/Params.h"
+#include "plan/LayerwiseSearch.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -18,17 +21,11 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-struct PipelineOptions {
-  int64_t gpus = 1, stages = 1, microbatches = 1;
-  bool gpipe = false;
-  bool report = false;
-};
-
 class Partitioner {
 public:
   Partitioner(Graph& g, const CostModel& cm, const PipelineOptions& o) : g_(g), cm_(cm), o_(o) {}
 
-  llvm::Error run(PassContext& ctx) {
+  llvm::Error run(const DiagHandler& diag) {
     for (auto& op : g_.ops())
       if (op->kind() != OpKind::Constant && op->kind() != OpKind::Assign && op->numResults())
         units_.push_back(op.get());
@@ -74,8 +71,8 @@ public:
     }
     for (int64_t s = 0; s < S; ++s)
       assign(s, ranges[s].first, ranges[s].second);
-    if (o_.report && ctx.diag)
-      report(ctx, ranges, best[S - 1][L - 1]);
+    if (o_.report && diag)
+      report(diag, ranges, best[S - 1][L - 1]);
     return llvm::Error::success();
   }
 
@@ -210,30 +207,30 @@ private:
     }
   }
 
-  void report(PassContext& ctx, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+  void report(const DiagHandler& diag, const std::vector<std::pair<int64_t, int64_t>>& ranges,
               double slowest) {
     const int64_t S = o_.stages, M = o_.microbatches;
     for (int64_t s = 0; s < S; ++s) {
       auto [i, j] = ranges[static_cast<size_t>(s)];
-      ctx.diag(Severity::Note, {},
-               llvm::formatv("pipeline: stage {0}: {1} ops ({2} .. {3}) on devices {4}..{5}: "
-                             "{6:e3} s per micro-batch, activations {7} bytes, {8} bytes out",
-                             s, j - i + 1, units_[static_cast<size_t>(i)]->loc().name,
-                             units_[static_cast<size_t>(j)]->loc().name, firstDevice(s),
-                             firstDevice(s) + replicas_ - 1, stageSeconds(s, i, j),
-                             static_cast<int64_t>((acts_[static_cast<size_t>(j + 1)] -
-                                                   acts_[static_cast<size_t>(i)]) /
-                                                  static_cast<double>(replicas_)),
-                             static_cast<int64_t>(s + 1 < S ? cross_[static_cast<size_t>(j)] : 0))
-                   .str());
+      diag(Severity::Note, {},
+           llvm::formatv("pipeline: stage {0}: {1} ops ({2} .. {3}) on devices {4}..{5}: "
+                         "{6:e3} s per micro-batch, activations {7} bytes, {8} bytes out",
+                         s, j - i + 1, units_[static_cast<size_t>(i)]->loc().name,
+                         units_[static_cast<size_t>(j)]->loc().name, firstDevice(s),
+                         firstDevice(s) + replicas_ - 1, stageSeconds(s, i, j),
+                         static_cast<int64_t>(
+                             (acts_[static_cast<size_t>(j + 1)] - acts_[static_cast<size_t>(i)]) /
+                             static_cast<double>(replicas_)),
+                         static_cast<int64_t>(s + 1 < S ? cross_[static_cast<size_t>(j)] : 0))
+               .str());
     }
-    ctx.diag(Severity::Note, {},
-             llvm::formatv("pipeline: {0} stages x {1} replicas, {2} micro-batches ({3}): "
-                           "slowest stage {4:e3} s, estimated step {5:e3} s, bubble {6:f3}",
-                           S, replicas_, M, o_.gpipe ? "gpipe" : "1f1b", slowest,
-                           slowest * static_cast<double>(M + S - 1),
-                           static_cast<double>(S - 1) / static_cast<double>(M + S - 1))
-                 .str());
+    diag(Severity::Note, {},
+         llvm::formatv("pipeline: {0} stages x {1} replicas, {2} micro-batches ({3}): "
+                       "slowest stage {4:e3} s, estimated step {5:e3} s, bubble {6:f3}",
+                       S, replicas_, M, o_.gpipe ? "gpipe" : "1f1b", slowest,
+                       slowest * static_cast<double>(M + S - 1),
+                       static_cast<double>(S - 1) / static_cast<double>(M + S - 1))
+             .str());
   }
 
   Graph& g_;
@@ -245,76 +242,15 @@ private:
   std::unordered_map<const Value*, int64_t> split_;
 };
 
-/// --strategy=pipeline: cuts a training graph (before micro-batching and
-/// materialize) into `stages` stages of consecutive ops and gives each op
-/// its stage's config (@par). Steps:
-///  1. The units are the ops in graph order (a topological order) but
-///     constants and assigns. Per unit, from the cost model: forward and
-///     backward time of one micro-batch (backward as the layer-wise
-///     search estimates it), the bytes of its results, the trained params
-///     it reads; per cut, the bytes of the values that cross it.
-///  2. PipeDream's dynamic program: best[s][j] = min over i of
-///     max(best[s-1][i-1], T(s, i..j)), T the stage's compute per
-///     micro-batch (a replica's share) or the transfers at its two cuts
-///     (activations and their gradients) when those take longer; a stage
-///     must fit its device's memory: 4x its params (weights, gradients,
-///     optimizer state) and the activations of the micro-batches it holds
-///     at once (1f1b: S-s, gpipe: all M).
-///  3. With gpus = S * r devices, stage s runs on devices s*r .. s*r+r-1: r
-///     replicas splitting the samples (data parallelism inside the stage),
-///     each op following the split of its operands or whole on each.
-/// Options: gpus, stages, microbatches, schedule=1f1b|gpipe (for memory),
-/// spec, profile, report=1 (a note per stage and the estimated bubble).
-class PipelinePass : public Pass {
-public:
-  PipelinePass(PipelineOptions o, CostModel cm) : o_(o), cm_(std::move(cm)) {}
-  std::string_view name() const override { return "pipeline-partition"; }
-
-  llvm::Error run(Graph& g, PassContext& ctx) override {
-    for (const auto& op : g.ops())
-      if (op->annotations().par || op->annotations().device || op->info().isCommunication() ||
-          op->annotations().microBatch)
-        return op->emitError("pipeline: the graph is already parallelized");
-    return Partitioner(g, cm_, o_).run(ctx);
-  }
-
-private:
-  PipelineOptions o_;
-  CostModel cm_;
-};
-
 } // namespace
 
-llvm::Expected<std::unique_ptr<Pass>> createPipelinePass(std::string_view options) {
-  auto opts = PassOptions::parse("pipeline-partition", options, "stages",
-                                 {"stages", "gpus", "microbatches", "schedule", "spec",
-                                  "devices_per_node", "profile", "tf32", "report"});
-  if (!opts)
-    return opts.takeError();
-  PipelineOptions o;
-  for (auto [key, field, lo] :
-       {std::tuple{"gpus", &o.gpus, int64_t{1}}, std::tuple{"stages", &o.stages, int64_t{1}},
-        std::tuple{"microbatches", &o.microbatches, int64_t{1}}}) {
-    auto v = opts->getInt(key, *field);
-    if (!v)
-      return v.takeError();
-    if (*v < lo || *v > 4096)
-      return makeError(
-          llvm::formatv("pipeline: {0} must be in {1}..4096, got {2}", key, lo, *v).str());
-    *field = *v;
-  }
-  std::string schedule = opts->getString("schedule", "1f1b");
-  if (schedule != "1f1b" && schedule != "gpipe")
-    return makeError("pipeline: unknown schedule '" + schedule + "' (expected 1f1b or gpipe)");
-  o.gpipe = schedule == "gpipe";
-  auto report = opts->getInt("report", 0);
-  if (!report)
-    return report.takeError();
-  o.report = *report != 0;
-  auto cm = costModelFromOptions(*opts);
-  if (!cm)
-    return cm.takeError();
-  return std::make_unique<PipelinePass>(o, std::move(*cm));
+llvm::Error partitionPipeline(Graph& g, const CostModel& cm, const PipelineOptions& o,
+                              const DiagHandler& diag) {
+  for (const auto& op : g.ops())
+    if (op->annotations().par || op->annotations().device || op->info().isCommunication() ||
+        op->annotations().microBatch)
+      return op->emitError("pipeline: the graph is already parallelized");
+  return Partitioner(g, cm, o).run(diag);
 }
 
 } // namespace lwcc

@@ -1,7 +1,7 @@
 //===- LayerwiseSearch.cpp - Layer-wise parallel config search ------------===//
-#include "passes/LayerwiseSearch.h"
+#include "plan/LayerwiseSearch.h"
 
-#include "passes/TrainingSupport.h"
+#include "ir/Params.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

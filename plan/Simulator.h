@@ -56,8 +56,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "ir/CostModel.h"
 #include "ir/IR.h"
+#include "plan/CostModel.h"
 
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"

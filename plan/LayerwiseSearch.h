@@ -17,7 +17,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "ir/CostModel.h"
+#include "plan/CostModel.h"
 
 #include <cstddef>
 #include <vector>

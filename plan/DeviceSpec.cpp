@@ -1,5 +1,5 @@
 //===- DeviceSpec.cpp - Device presets and the JSON spec form -------------===//
-#include "ir/DeviceSpec.h"
+#include "plan/DeviceSpec.h"
 
 #include "ir/Diagnostics.h"
 

@@ -1,5 +1,5 @@
 //===- PlanReport.cpp - lwcc --emit=plan's tables -------------------------===//
-#include "tools/lwcc/PlanReport.h"
+#include "plan/PlanReport.h"
 
 #include "passes/Schedule.h"
 

@@ -1,10 +1,10 @@
 //===- PlanReport.h - lwcc --emit=plan's tables -----------------*- C++ -*-===//
 #pragma once
 
-#include "ir/CostModel.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
-#include "passes/Simulator.h"
+#include "plan/CostModel.h"
+#include "plan/Simulator.h"
 #include "tools/lwcc/Planner.h"
 
 #include "llvm/Support/raw_ostream.h"

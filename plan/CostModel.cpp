@@ -1,5 +1,5 @@
 //===- CostModel.cpp - Time of ops and transfers on a device spec ---------===//
-#include "ir/CostModel.h"
+#include "plan/CostModel.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"

@@ -1,0 +1,67 @@
+//===- Pipeline.cpp - The pipeline-partition pass -------------------------===//
+//
+// --pipeline-partition=stages=S,...: pipeline stages by PipeDream's dynamic
+// program (plan/PipelinePartition.h). Options: gpus, stages, microbatches,
+// schedule=1f1b|gpipe (for memory), spec, devices_per_node, profile, tf32,
+// report=1 (a note per stage and the estimated bubble).
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Pass.h"
+#include "passes/PassOptions.h"
+#include "plan/PipelinePartition.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+namespace lwcc {
+
+namespace {
+
+class PipelinePass : public Pass {
+public:
+  PipelinePass(PipelineOptions o, CostModel cm) : o_(o), cm_(std::move(cm)) {}
+  std::string_view name() const override { return "pipeline-partition"; }
+
+  llvm::Error run(Graph& g, PassContext& ctx) override {
+    return partitionPipeline(g, cm_, o_, ctx.diag);
+  }
+
+private:
+  PipelineOptions o_;
+  CostModel cm_;
+};
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Pass>> createPipelinePass(std::string_view options) {
+  auto opts = PassOptions::parse("pipeline-partition", options, "stages",
+                                 {"stages", "gpus", "microbatches", "schedule", "spec",
+                                  "devices_per_node", "profile", "tf32", "report"});
+  if (!opts)
+    return opts.takeError();
+  PipelineOptions o;
+  for (auto [key, field, lo] :
+       {std::tuple{"gpus", &o.gpus, int64_t{1}}, std::tuple{"stages", &o.stages, int64_t{1}},
+        std::tuple{"microbatches", &o.microbatches, int64_t{1}}}) {
+    auto v = opts->getInt(key, *field);
+    if (!v)
+      return v.takeError();
+    if (*v < lo || *v > 4096)
+      return makeError(
+          llvm::formatv("pipeline: {0} must be in {1}..4096, got {2}", key, lo, *v).str());
+    *field = *v;
+  }
+  std::string schedule = opts->getString("schedule", "1f1b");
+  if (schedule != "1f1b" && schedule != "gpipe")
+    return makeError("pipeline: unknown schedule '" + schedule + "' (expected 1f1b or gpipe)");
+  o.gpipe = schedule == "gpipe";
+  auto report = opts->getInt("report", 0);
+  if (!report)
+    return report.takeError();
+  o.report = *report != 0;
+  auto cm = costModelFromOptions(*opts);
+  if (!cm)
+    return cm.takeError();
+  return std::make_unique<PipelinePass>(o, std::move(*cm));
+}
+
+} // namespace lwcc
