@@ -4,8 +4,8 @@
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
 #include "plan/CostModel.h"
+#include "plan/Planner.h"
 #include "plan/Simulator.h"
-#include "tools/lwcc/Planner.h"
 
 #include "llvm/Support/raw_ostream.h"
 

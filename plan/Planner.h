@@ -4,8 +4,8 @@
 //  1. its candidates: for layerwise, the search's plan beside data, owt and
 //     model parallelism (configs inside the search's space); for both
 //     layerwise and pipeline, pipeline plans of S stages for each S > 1
-//     dividing the devices (only --stages when given), of S, 2S and 4S
-//     micro-batches (only --microbatches when given);
+//     dividing the devices (only the stages given), of S, 2S and 4S
+//     micro-batches (only the micro-batches given);
 //  2. each candidate's step built, simulated and memory-planned; one the
 //     batch or the memory does not allow is left out;
 //  3. the fastest that fits the devices' memory kept (a tie keeps the

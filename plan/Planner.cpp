@@ -1,5 +1,5 @@
 //===- Planner.cpp - Which plan lwcc builds for a strategy ----------------===//
-#include "tools/lwcc/Planner.h"
+#include "plan/Planner.h"
 
 #include "passes/MemoryPlan.h"
 #include "plan/Simulator.h"
