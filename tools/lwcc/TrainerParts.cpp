@@ -19,10 +19,6 @@ namespace lwcc {
 
 using namespace flags;
 
-/// --step-ir: the scheduled step read back in place of `m`'s, checked as
-/// lwcc checks its own (a valid graph, every result placed in the memory
-/// plan, every param's initial value known, the schedule proven). Errors
-/// are printed with the file's line:col; returns 0 or 1.
 int loadStepIr(Module& m) {
   llvm::SourceMgr sm;
   auto buffer = llvm::MemoryBuffer::getFile(stepIr);
@@ -62,8 +58,6 @@ int loadStepIr(Module& m) {
   return 0;
 }
 
-/// The inference graph of the imported model, planned: the trainer's
-/// evaluation pass.
 llvm::Expected<std::unique_ptr<Graph>> evalGraph(const Graph& imported) {
   std::unique_ptr<Graph> g = imported.clone();
   auto pipeline = buildPipeline(evaluationPipeline(mixedPrecision));
@@ -81,9 +75,6 @@ llvm::Expected<std::unique_ptr<Graph>> evalGraph(const Graph& imported) {
   return g;
 }
 
-/// The export template: the trained initializers of the training step cut
-/// out of the input model. Failing leaves the trainer without --export (a
-/// warning says why) rather than failing the build.
 void addExportTemplate(const Graph& train, CodegenOptions& o) {
   // The trainer's params are the logical ones: one per initializer name
   // (replicas and shards on several devices are one), whole.

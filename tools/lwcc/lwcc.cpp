@@ -98,22 +98,21 @@ llvm::Expected<PlanChoice> buildTrainingStep(Graph& g, bool withOptimizer,
 /// step where it selects).
 llvm::Error buildModuleStep(Module& m, bool withOptimizer) {
   const std::string strat = chosenStrategy();
-  if (planner->selects(strat) && withOptimizer) {
-    // The kept plan was built whole while selecting: take it, not a rebuild.
-    auto plan = planner->plan(*m.graph, strat, fixedPlan(strat));
-    if (!plan)
-      return plan.takeError();
+  auto plan = planner->plan(*m.graph, strat, fixedPlan(strat));
+  if (!plan)
+    return plan.takeError();
+  // A plan the planner selected was built whole while selecting: take it.
+  if (withOptimizer)
     if (auto kept = planner->takeKeptStep(strat)) {
       m.graph = std::move(kept);
       strategySeconds = planner->selection(strat)->searchSeconds;
       builtPlan = *plan;
       return llvm::Error::success();
     }
-  }
-  auto plan = buildTrainingStep(*m.graph, withOptimizer, strat);
-  if (!plan)
-    return plan.takeError();
-  builtPlan = *plan;
+  auto built = buildTrainingStep(*m.graph, withOptimizer, strat);
+  if (!built)
+    return built.takeError();
+  builtPlan = *built;
   return llvm::Error::success();
 }
 
