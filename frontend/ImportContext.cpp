@@ -2,7 +2,7 @@
 #include "frontend/ImportContext.h"
 
 #include "frontend/Frontend.h"
-#include "ir/Interpreter.h"
+#include "interp/Interpreter.h"
 #include "onnx/onnx_pb.h"
 
 #include "llvm/Support/FormatVariadic.h"

@@ -10,8 +10,9 @@
 //    constants so that shape computations fold.
 // 5. Order the nodes topologically, reporting undefined names and cycles.
 // 6. Import each node with the importer registered for (op_type, opset).
-// 7. Bind the outputs, check them against the declared output shapes, drop
-//    what no output needs, and verify.
+// 7. Bind the outputs, check them against the declared output shapes, and
+//    verify. What no output needs stays: the driver's dce removes it
+//    (eliminateDeadCode, passes/Pass.h).
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/Frontend.h"
@@ -19,7 +20,6 @@
 #include "ir/Verifier.h"
 #include "onnx/defs/parser.h"
 #include "onnx/onnx_pb.h"
-#include "passes/Pass.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -331,16 +331,6 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
                                  ", but the graph computes " + have.str());
   }
 
-  PassContext pctx;
-  auto dce = createDCEPass();
-  if (llvm::Error e = dce->run(*module.graph, pctx))
-    return e;
-  for (auto it = module.weights.begin(); it != module.weights.end();) {
-    bool used = false;
-    for (const auto& p : module.graph->params())
-      used |= p->paramName() == it->first;
-    it = used ? std::next(it) : module.weights.erase(it);
-  }
   if (llvm::Error e = verifyGraph(*module.graph))
     return fileError(file, "internal error: the imported graph does not verify: " +
                                llvm::toString(std::move(e)));

@@ -1,7 +1,7 @@
 //===- CommOps.cpp - Communication ops: shapes, placement, gradients ------===//
 //
 // The collectives and transfers of Ops.def's COMM_OP rows. They are ordinary
-// ops: the interpreter runs them (CommKernels.cpp), autodiff differentiates
+// ops: the interpreter runs them (interp/CommOps.cpp), autodiff differentiates
 // through them with the rules below, and the verifier checks that each
 // operand lives where the op's placement rule says.
 //

@@ -1,13 +1,11 @@
 //===- EncodingOps.cpp - cumsum, tile, mod, sin, cos, norm reductions -----===//
 //
-// Shape rules, gradient rules, parallel rules, cost rule and reference
-// kernels of the ops that exported transformers build position encodings
-// and normalized projections with. Each element is computed with the
-// functions of lwrt/encoding_math.h, which the CPU and CUDA kernels call too.
+// Shape rules, gradient rules, parallel rules and cost rule of the ops that
+// exported transformers build position encodings and normalized projections
+// with; the interpreter runs them in interp/EncodingOps.cpp.
 //
 //===----------------------------------------------------------------------===//
 #include "ir/GradRules.h"
-#include "ir/Kernels.h"
 #include "runtime/include/lwrt/activation_math.h"
 #include "runtime/include/lwrt/encoding_math.h"
 
@@ -59,12 +57,6 @@ llvm::Expected<int64_t> cumSumAxis(const Op& op) {
   if (a < -rank || a >= rank)
     return fail("axis {0} is out of range for rank {1}", a, rank);
   return a < 0 ? a + rank : a;
-}
-
-lwrt::NormKind normKindOf(OpKind k) {
-  return k == OpKind::ReduceL1   ? lwrt::NormKind::L1
-         : k == OpKind::ReduceL2 ? lwrt::NormKind::L2
-                                 : lwrt::NormKind::SumSquare;
 }
 
 /// Which dims of operand #0 a reduction reduces (shape::reduce checked them).
@@ -337,95 +329,5 @@ double normReduce(const Op& op, const CostContext&) {
 }
 
 } // namespace cost
-
-//===--- Reference kernels ------------------------------------------------===//
-
-namespace {
-
-lwrt::BroadcastIndex broadcastIndexOf(const Shape& to, const Shape& from) {
-  lwrt::BroadcastIndex idx;
-  lwrt::makeBroadcastIndex(static_cast<int>(to.size()), to.data(), static_cast<int>(from.size()),
-                           from.data(), idx);
-  return idx;
-}
-
-Error normOf(EvalCtx& c) {
-  const Shape& xs = c.x().type.shape;
-  lwrt::NormWalk walk;
-  std::vector<int64_t> out;
-  bool all = !c.op.hasAttr("axes");
-  if (!lwrt::makeNormWalk(static_cast<int>(xs.size()), xs.data(), all,
-                          all ? std::vector<int64_t>{} : c.op.getInts("axes"),
-                          c.op.getInt("keepdims") != 0, normKindOf(c.op.kind()), walk, out))
-    return fail("cannot reduce {0}", c.x().type.str());
-  for (int64_t o = 0; o < c.y().size(); ++o) {
-    if (c.y().isFloatData())
-      c.y().f[o] = lwrt::normFinish(walk.sum<double>(c.x().f.data(), o), walk.kind);
-    else
-      c.y().i[o] = walk.sum<int64_t>(c.x().i.data(), o);
-  }
-  return ok();
-}
-
-} // namespace
-
-Error evalCumSum(EvalCtx& c) {
-  const Shape& xs = c.x().type.shape;
-  lwrt::CumSumParams p{c.op.getInt("axis"), c.op.getInt("exclusive"), c.op.getInt("reverse")};
-  lwrt::CumSumLines lines;
-  if (!lwrt::makeCumSumLines(static_cast<int>(xs.size()), xs.data(), p, lines))
-    return fail("axis {0} is out of range for {1}", p.axis, c.x().type.str());
-  for (int64_t l = 0; l < lines.outer * lines.inner; ++l) {
-    if (c.x().isFloatData())
-      lines.scan<double>(c.x().f.data(), c.y().f.data(), l);
-    else
-      lines.scan<int64_t>(c.x().i.data(), c.y().i.data(), l);
-  }
-  return ok();
-}
-
-Error evalTile(EvalCtx& c) {
-  const Shape &xs = c.x().type.shape, &ys = c.y().type.shape;
-  lwrt::TileIndex idx;
-  if (!lwrt::makeTileIndex(static_cast<int>(xs.size()), xs.data(), ys.data(),
-                           c.op.getInts("repeats"), idx))
-    return fail("cannot tile {0} to {1}", c.x().type.str(), c.y().type.str());
-  for (int64_t k = 0; k < c.y().size(); ++k) {
-    if (c.y().isFloatData())
-      c.y().f[k] = c.x().f[idx(k)];
-    else
-      c.y().i[k] = c.x().i[idx(k)];
-  }
-  return ok();
-}
-
-Error evalMod(EvalCtx& c) {
-  const Shape& out = c.y().type.shape;
-  auto ia = broadcastIndexOf(out, c.x(0).type.shape), ib = broadcastIndexOf(out, c.x(1).type.shape);
-  bool cFmod = c.op.getInt("fmod") != 0;
-  for (int64_t k = 0; k < c.y().size(); ++k) {
-    if (c.y().isFloatData())
-      c.y().f[k] = lwrt::modValue(c.x(0).f[ia(k)], c.x(1).f[ib(k)], cFmod);
-    else
-      c.y().i[k] = lwrt::modValue(c.x(0).i[ia(k)], c.x(1).i[ib(k)], cFmod);
-  }
-  return ok();
-}
-
-Error evalSin(EvalCtx& c) {
-  for (int64_t k = 0; k < c.y().size(); ++k)
-    c.y().f[k] = std::sin(c.x().f[k]);
-  return ok();
-}
-
-Error evalCos(EvalCtx& c) {
-  for (int64_t k = 0; k < c.y().size(); ++k)
-    c.y().f[k] = std::cos(c.x().f[k]);
-  return ok();
-}
-
-Error evalReduceL1(EvalCtx& c) { return normOf(c); }
-Error evalReduceL2(EvalCtx& c) { return normOf(c); }
-Error evalReduceSumSquare(EvalCtx& c) { return normOf(c); }
 
 } // namespace lwcc

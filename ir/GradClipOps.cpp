@@ -1,16 +1,13 @@
 //===- GradClipOps.cpp - square_sum and clip_coef -------------------------===//
 //
-// Shape rules and reference kernels of the ops that clip gradients by their
-// global L2 norm (passes/ClipGradNorm.cpp builds them). The arithmetic is
-// lwrt/grad_clip_math.h's, which the CPU and CUDA kernels call too.
+// Shape rules of the ops that clip gradients by their global L2 norm
+// (passes/ClipGradNorm.cpp builds them); the interpreter runs them in
+// interp/GradClipOps.cpp.
 //
 //===----------------------------------------------------------------------===//
-#include "ir/Kernels.h"
-#include "runtime/include/lwrt/grad_clip_math.h"
+#include "ir/IR.h"
 
 #include "llvm/Support/FormatVariadic.h"
-
-#include <cmath>
 
 namespace lwcc {
 
@@ -47,28 +44,5 @@ Rule clipCoef(const Op& op) {
 }
 
 } // namespace shape
-
-Error evalSquareSum(EvalCtx& c) {
-  double sum = 0;
-  for (const Tensor* x : c.in)
-    for (double v : x->f)
-      sum += lwrt::squareTerm(v);
-  c.y().f[0] = c.y().type.dtype == DType::F32 ? static_cast<double>(static_cast<float>(sum)) : sum;
-  return Error::success();
-}
-
-Error evalClipCoef(EvalCtx& c) {
-  const double maxNorm = c.op.getFloat("max_norm");
-  if (c.x().type.dtype == DType::F32) {
-    auto r = lwrt::clipCoefficient(static_cast<float>(c.x().f[0]), maxNorm);
-    c.y(0).f[0] = r.norm;
-    c.y(1).f[0] = r.coef;
-  } else {
-    auto r = lwrt::clipCoefficient(c.x().f[0], maxNorm);
-    c.y(0).f[0] = r.norm;
-    c.y(1).f[0] = r.coef;
-  }
-  return Error::success();
-}
 
 } // namespace lwcc

@@ -1,13 +1,13 @@
 //===- ResizeOps.cpp - resize and resize_grad -----------------------------===//
 //
-// Shape rules, gradient rule, parallel rule, cost rule and reference kernels
-// of resize (ONNX Resize and Upsample). The taps, the forward value and the
-// adjoint are those of lwrt/resize_math.h, which the CPU and CUDA kernels
-// call too.
+// Shape rules, gradient rule, parallel rule and cost rule of resize (ONNX
+// Resize and Upsample); the interpreter runs it in interp/ResizeOps.cpp. The
+// taps, the forward value and the adjoint are those of lwrt/resize_math.h,
+// which the CPU and CUDA kernels call too.
 //
 //===----------------------------------------------------------------------===//
 #include "ir/GradRules.h"
-#include "ir/Kernels.h"
+#include "ir/ResizePlan.h"
 #include "runtime/include/lwrt/resize_math.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -67,8 +67,24 @@ llvm::Expected<lwrt::ResizeParams> paramsOf(const Op& op) {
   return p;
 }
 
-/// The plan of a resize from `in` to `out`, or an error.
-llvm::Expected<lwrt::ResizePlan> planOf(const Op& op, const Shape& in, const Shape& out) {
+/// The input entries [first, last) along `dim` (whole tensors) that result
+/// entries [begin, end) read.
+std::pair<int64_t, int64_t> tapWindow(const lwrt::ResizePlan& plan, int64_t dim, int64_t begin,
+                                      int64_t end) {
+  int64_t first = plan.wholeIn[dim], last = 0;
+  for (int64_t o = begin; o < end; ++o) {
+    lwrt::ResizeTaps taps = lwrt::resizeTaps(plan, static_cast<int>(dim), o);
+    for (int32_t j = 0; j < taps.count; ++j) {
+      first = std::min(first, taps.index[j]);
+      last = std::max(last, taps.index[j] + 1);
+    }
+  }
+  return {first, std::max(first, last)};
+}
+
+} // namespace
+
+llvm::Expected<lwrt::ResizePlan> resizePlan(const Op& op, const Shape& in, const Shape& out) {
   auto p = paramsOf(op);
   if (!p)
     return p.takeError();
@@ -91,23 +107,6 @@ llvm::Expected<lwrt::ResizePlan> planOf(const Op& op, const Shape& in, const Sha
   return plan;
 }
 
-/// The input entries [first, last) along `dim` (whole tensors) that result
-/// entries [begin, end) read.
-std::pair<int64_t, int64_t> tapWindow(const lwrt::ResizePlan& plan, int64_t dim, int64_t begin,
-                                      int64_t end) {
-  int64_t first = plan.wholeIn[dim], last = 0;
-  for (int64_t o = begin; o < end; ++o) {
-    lwrt::ResizeTaps taps = lwrt::resizeTaps(plan, static_cast<int>(dim), o);
-    for (int32_t j = 0; j < taps.count; ++j) {
-      first = std::min(first, taps.index[j]);
-      last = std::max(last, taps.index[j] + 1);
-    }
-  }
-  return {first, std::max(first, last)};
-}
-
-} // namespace
-
 namespace shape {
 
 Rule resize(const Op& op) {
@@ -115,7 +114,7 @@ Rule resize(const Op& op) {
   if (!isFloat(x.dtype))
     return fail("operand #0 must have a float element type, got {0}", x.str());
   Shape out(op.getInts("sizes"));
-  auto plan = planOf(op, x.shape, out);
+  auto plan = resizePlan(op, x.shape, out);
   if (!plan)
     return plan.takeError();
   return std::vector<TensorType>{TensorType(x.dtype, out)};
@@ -128,7 +127,7 @@ Rule resizeGrad(const Op& op) {
   Shape in(op.getInts("input_shape")), out(op.getInts("sizes"));
   if (dy.shape != out)
     return fail("dy {0} must have the resize's result shape {1}", dy.str(), shapeStr(out));
-  auto plan = planOf(op, in, out);
+  auto plan = resizePlan(op, in, out);
   if (!plan)
     return plan.takeError();
   return std::vector<TensorType>{TensorType(dy.dtype, in)};
@@ -161,7 +160,7 @@ std::optional<SplitPlan> resize(const Op& op, int64_t dim) {
   const Shape& out = op.result()->type().shape;
   if (dim < 0 || dim >= static_cast<int64_t>(out.size()) || out[dim] < 2)
     return std::nullopt;
-  auto plan = planOf(op, in, out);
+  auto plan = resizePlan(op, in, out);
   if (!plan) {
     llvm::consumeError(plan.takeError());
     return std::nullopt;
@@ -181,7 +180,7 @@ std::optional<SplitPlan> resize(const Op& op, int64_t dim) {
 void localizeResize(Op& local, const Op& global, int64_t dim, int64_t offset) {
   const Shape& in = global.operand(0)->type().shape;
   const Shape& out = global.result()->type().shape;
-  auto plan = planOf(global, in, out);
+  auto plan = resizePlan(global, in, out);
   if (!plan) { // the parallel rule accepted the op, so its plan exists
     llvm::consumeError(plan.takeError());
     return;
@@ -225,23 +224,5 @@ double resize(const Op& op, const CostContext&) {
 }
 
 } // namespace cost
-
-Error evalResize(EvalCtx& c) {
-  auto plan = planOf(c.op, c.x().type.shape, c.y().type.shape);
-  if (!plan)
-    return c.op.emitError(llvm::toString(plan.takeError()));
-  for (int64_t k = 0; k < c.y().size(); ++k)
-    c.y().f[k] = lwrt::resizeValue(*plan, c.x().f.data(), k);
-  return Error::success();
-}
-
-Error evalResizeGrad(EvalCtx& c) {
-  auto plan = planOf(c.op, c.y().type.shape, c.x().type.shape);
-  if (!plan)
-    return c.op.emitError(llvm::toString(plan.takeError()));
-  for (int64_t k = 0; k < c.y().size(); ++k)
-    c.y().f[k] = lwrt::resizeGradValue(*plan, c.x().f.data(), k);
-  return Error::success();
-}
 
 } // namespace lwcc

@@ -1,6 +1,6 @@
 //===- BatchSplit.h - The batch cut into pieces -----------------*- C++ -*-===//
 //
-// The machinery the microbatch and fragment passes share (MicroBatch.cpp):
+// The machinery the microbatch and fragment passes share (MicroBatcher.h):
 // a one-device step whose batch runs in pieces, each op reading the batch
 // copied per piece along its samples as its parallel rule says.
 //

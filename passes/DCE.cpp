@@ -1,4 +1,5 @@
 //===- DCE.cpp - Dead-code elimination ------------------------------------===//
+#include "ir/Module.h"
 #include "passes/Pass.h"
 
 namespace lwcc {
@@ -37,5 +38,18 @@ public:
 } // namespace
 
 std::unique_ptr<Pass> createDCEPass() { return std::make_unique<DCEPass>(); }
+
+llvm::Error eliminateDeadCode(Module& m) {
+  PassContext ctx;
+  if (llvm::Error e = createDCEPass()->run(*m.graph, ctx))
+    return e;
+  for (auto it = m.weights.begin(); it != m.weights.end();) {
+    bool used = false;
+    for (const auto& p : m.graph->params())
+      used |= p->paramName() == it->first;
+    it = used ? std::next(it) : m.weights.erase(it);
+  }
+  return llvm::Error::success();
+}
 
 } // namespace lwcc

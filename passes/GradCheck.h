@@ -17,7 +17,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "ir/Interpreter.h"
+#include "interp/Interpreter.h"
 
 #include <string>
 #include <vector>

@@ -1,8 +1,8 @@
 //===- MemoryPlan.cpp - Arena offsets for every op result -----------------===//
 #include "passes/MemoryPlan.h"
 
-#include "ir/Interpreter.h"
-#include "ir/Kernels.h"
+#include "interp/Eval.h"
+#include "interp/Interpreter.h"
 #include "ir/Params.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"

@@ -94,4 +94,10 @@ struct PassRunOptions {
 llvm::Error runPipeline(Graph& g, PassPipeline& pipeline, PassContext& ctx,
                         const PassRunOptions& opts = {});
 
+struct Module;
+/// The dce pass on the graph of a module just imported (the frontend keeps
+/// what no output needs), and the initial values of the params it erased
+/// dropped from the module.
+llvm::Error eliminateDeadCode(Module& m);
+
 } // namespace lwcc

@@ -1,6 +1,6 @@
 // LayerNormKernels.cpp - layer_norm and layer_norm_grad of lwrt/cpu_nn.h
 //
-// The formulas of the reference kernels (ir/TrainKernels.cpp): x is viewed
+// The formulas of the reference kernels (interp/TrainOps.cpp): x is viewed
 // as [rows, n] with n the size of the normalized dims; each row's mean,
 // variance and the per-row sums of the gradient are kept in double.
 #include "Common.h"

@@ -1,7 +1,7 @@
 // NNKernels.cpp - matrix products and pooling of lwrt/cpu_nn.h
 //
 // Matrix products run on OpenBLAS, split over the pool (cpu/Blas.h); the
-// pooling kernels follow the reference interpreter's loops (ir/Kernels.h)
+// pooling kernels follow the reference interpreter's loops (interp/Eval.h)
 // so that ties, empty windows and divisors come out the same, one (image,
 // channel) plane per task. The convolutions are in ConvKernels.cpp.
 #include "Bf16.h"

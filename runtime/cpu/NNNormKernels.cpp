@@ -1,7 +1,7 @@
 // NNNormKernels.cpp - normalization, softmax and loss kernels of lwrt/cpu_nn.h
 //
-// Each follows the formula of its reference kernel (ir/Interpreter.cpp,
-// ir/TrainKernels.cpp); sums over many elements are kept in double.
+// Each follows the formula of its reference kernel (interp/Interpreter.cpp,
+// interp/TrainOps.cpp); sums over many elements are kept in double.
 #include "Bf16.h"
 #include "Common.h"
 #include "Parallel.h"

@@ -4,7 +4,7 @@
 // broadcasting binary ops, their backward ops, reductions, cast, fill, the
 // dropout RNG and the optimizer updates. Data movement is in
 // TensorShapeKernels.cpp. Each kernel restates the reference interpreter's
-// formula (ir/Interpreter.cpp, ir/TrainKernels.cpp) in double and rounds
+// formula (interp/Interpreter.cpp, interp/TrainOps.cpp) in double and rounds
 // once to the element type.
 //
 //===----------------------------------------------------------------------===//

@@ -16,7 +16,7 @@
 
 #include "GradCheckCase.h"
 #include "TestUtil.h"
-#include "ir/Interpreter.h"
+#include "interp/Interpreter.h"
 #include "lwrt/cpu_nn.h"
 #include "lwrt/cpu_tensor.h"
 #include "lwrt/f16.h"

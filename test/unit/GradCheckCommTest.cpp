@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "GradCheckCase.h"
-#include "ir/Interpreter.h"
+#include "interp/Interpreter.h"
 
 #include <numeric>
 

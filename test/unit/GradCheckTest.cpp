@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "GradCheckCase.h"
-#include "ir/Interpreter.h"
+#include "interp/Interpreter.h"
 
 #include <cmath>
 #include <set>

@@ -13,7 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
-#include "ir/Interpreter.h"
+#include "interp/Interpreter.h"
 #include "lwrt/cpu_activation.h"
 #include "lwrt/cpu_nn.h"
 #include "lwrt/cpu_tensor.h"

@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
-#include "ir/Interpreter.h"
+#include "interp/Interpreter.h"
 #include "lwrt/cpu_tensor.h"
 
 #include <cmath>

@@ -3,7 +3,7 @@
 // lwcc::evaluateOp in float64 as the oracle, and runs the runtime kernel on
 // the same values (all float-representable) in float32 and in float64.
 #include "TestUtil.h"
-#include "ir/Interpreter.h"
+#include "interp/Interpreter.h"
 #include "lwrt/cpu_nn.h"
 
 #include <cmath>

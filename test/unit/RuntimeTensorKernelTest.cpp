@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
-#include "ir/Interpreter.h"
-#include "ir/Kernels.h"
+#include "interp/Eval.h"
+#include "interp/Interpreter.h"
 #include "lwrt/cpu_tensor.h"
 #include "lwrt/dropout.h"
 

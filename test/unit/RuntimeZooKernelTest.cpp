@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
-#include "ir/Interpreter.h"
+#include "interp/Interpreter.h"
 #include "lwrt/cpu_activation.h"
 #include "lwrt/cpu_resize.h"
 

@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestUtil.h"
-#include "ir/Interpreter.h"
+#include "interp/Interpreter.h"
 #include "passes/Pass.h"
 
 #include <cmath>

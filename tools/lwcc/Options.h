@@ -7,7 +7,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "ir/Interpreter.h"
+#include "interp/Interpreter.h"
 #include "passes/Pipelines.h"
 #include "plan/CostModel.h"
 

@@ -2,9 +2,9 @@
 #include "tools/lwcc/ReferenceModes.h"
 
 #include "frontend/Frontend.h"
+#include "interp/Eval.h"
+#include "interp/Interpreter.h"
 #include "ir/Diagnostics.h"
-#include "ir/Interpreter.h"
-#include "ir/Kernels.h"
 #include "passes/GradCheck.h"
 #include "passes/MemoryPlan.h"
 #include "tools/lwcc/Options.h"

@@ -369,6 +369,8 @@ int main(int argc, char** argv) {
   auto module = importFile(modelFile, opts);
   if (!module)
     return fail(module.takeError());
+  if (llvm::Error e = eliminateDeadCode(*module))
+    return fail(std::move(e));
 
   auto planModel = costModel(planProfile());
   if (!planModel)

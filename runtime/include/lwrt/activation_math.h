@@ -5,7 +5,7 @@
 //   extremumValue, extremumGradWeight, CompareKind, kCompareKindNames, CompareParams,
 //   compareValue, BroadcastIndex, makeBroadcastIndex
 //
-// The reference interpreter (ir/ActivationOps.cpp) and the CPU and CUDA
+// The reference interpreter (interp/ActivationOps.cpp) and the CPU and CUDA
 // kernels (runtime/cpu/ActivationKernels.cpp, runtime/cuda/ActivationKernels.cu)
 // all compute these ops with the functions here, in double, so the three
 // cannot disagree and a CPU test checks the CUDA arithmetic too.

@@ -4,7 +4,7 @@
 // A bf16 is the upper 16 bits of a float32 (sign, the 8-bit exponent, 7
 // bits of mantissa). float32 to bf16 rounds to nearest, ties to even (as
 // PyTorch, oneDNN and CUDA's __float2bfloat16 do); a NaN stays a quiet NaN
-// of its sign. The reference interpreter (ir/Interpreter.cpp) and the CPU
+// of its sign. The reference interpreter (interp/Interpreter.cpp) and the CPU
 // kernels (runtime/cpu) round with these functions, so the two agree bit
 // for bit on every rounding.
 //

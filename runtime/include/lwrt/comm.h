@@ -13,7 +13,7 @@
 // on every device, so that the participants meet; `devices`, `src`, `dst`,
 // `axis` and `sizes` are the op's attributes.
 //
-// Semantics (those of the reference interpreter, ir/CommKernels.cpp):
+// Semantics (those of the reference interpreter, interp/CommOps.cpp):
 //  - A call returns once this device's part is launched on its stream (the
 //    CPU backend: once the whole operation has run). Every participant's
 //    part is ordered after the work its stream launched before the call,

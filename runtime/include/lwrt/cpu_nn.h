@@ -6,7 +6,7 @@
 //   logSoftmax, softmaxGrad, logSoftmaxGrad, softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
 //
 // One function per IR op (ir/Ops.def), computing what the reference
-// interpreter computes (ir/Interpreter.cpp, ir/TrainKernels.cpp). Operands
+// interpreter computes (interp/Interpreter.cpp, interp/TrainOps.cpp). Operands
 // and results are TensorViews in the IR's operand and result order; the
 // parameter structs (lwrt/nn_params.h) mirror the op's attributes, with the
 // IR's defaults.

@@ -7,7 +7,7 @@
 //   cast, fill, dropoutMask, sgdUpdate, adamUpdate, lrSchedule, allFinite
 //
 // One function per IR op (ir/Ops.def), computing what the reference
-// interpreter computes (ir/Interpreter.cpp, ir/TrainKernels.cpp). Operands
+// interpreter computes (interp/Interpreter.cpp, interp/TrainOps.cpp). Operands
 // and results are TensorViews in the IR's operand and result order; the
 // parameter structs (lwrt/tensor_params.h) mirror the op's attributes, with
 // the IR's defaults.

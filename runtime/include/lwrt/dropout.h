@@ -1,7 +1,7 @@
 // lwrt/dropout.h - the dropout mask's random numbers, one definition for every backend
 // defines: dropoutUniform, dropoutMaskValue (and, from lwrt/shard_index.h, ShardIndex)
 //
-// The reference interpreter (ir/TrainKernels.cpp) and the CPU and CUDA
+// The reference interpreter (interp/TrainOps.cpp) and the CPU and CUDA
 // dropout_mask kernels all call these, so a mask is the same bits whichever
 // computes it. An element is keyed by its index in the whole mask
 // (ShardIndex::global), so that the pieces of a mask split over devices are

@@ -4,7 +4,7 @@
 //
 // The ops that exported transformers build position encodings and
 // normalized projections with. The reference interpreter
-// (ir/EncodingOps.cpp) and the CPU and CUDA kernels
+// (interp/EncodingOps.cpp) and the CPU and CUDA kernels
 // (runtime/cpu/EncodingKernels.cpp, runtime/cuda/EncodingKernels.cu) compute
 // each element with the functions here, in double for floats (int64 for
 // integers), and walk the elements in the same order, so the three give

@@ -6,7 +6,7 @@
 // fp16 rounds to nearest, ties to even, through the subnormals; a value of
 // 65520 or more in magnitude becomes infinity (it rounds past 65504), as
 // CUDA's __float2half_rn and PyTorch do; a NaN stays a quiet NaN of its
-// sign. The reference interpreter (ir/Interpreter.cpp) and the CPU kernels
+// sign. The reference interpreter (interp/Interpreter.cpp) and the CPU kernels
 // (runtime/cpu) round with these functions, so the two agree bit for bit.
 //
 // Header-only and free of other lwrt headers except lwrt/shard_index.h (for

@@ -7,7 +7,7 @@
 // min(max_norm / (total + 1e-6), 1). lwcc computes it as square_sum ops (a
 // device's sum of squares, in double) and one clip_coef op per device that
 // turns the sum over every device into the norm and the factor. The
-// reference interpreter (ir/GradClipOps.cpp) and the CPU and CUDA kernels
+// reference interpreter (interp/GradClipOps.cpp) and the CPU and CUDA kernels
 // (runtime/cpu/GradClipKernels.cpp, runtime/cuda/GradClipKernels.cu) call
 // the functions here.
 //

@@ -7,7 +7,7 @@
 // same row functions where one thread owns a row, and the element functions
 // where a block shares one (their row sums then go through the block's
 // fixed-order tree instead of the row's order). The reference interpreter
-// (ir/TrainKernels.cpp) computes the losses with them too; its softmax, all
+// (interp/TrainOps.cpp) computes the losses with them too; its softmax, all
 // in double and dividing by the sum, stays its own.
 //
 // Steps in the element type T (float or double) stay in T, as the CPU

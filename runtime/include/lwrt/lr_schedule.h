@@ -1,7 +1,7 @@
 // lwrt/lr_schedule.h - the learning-rate schedule, one formula for every backend
 // defines: LWRT_HOST_DEVICE, LrScheduleKind, LrScheduleParams, scheduledLr
 //
-// The reference interpreter (ir/TrainKernels.cpp), the CPU and CUDA kernels
+// The reference interpreter (interp/TrainOps.cpp), the CPU and CUDA kernels
 // of lr_schedule and the trainer's log all call scheduledLr, so the rate a
 // step trains with is computed by one piece of code. Header-only and free of
 // other lwrt headers: lwcc's own libraries include it from the source tree,

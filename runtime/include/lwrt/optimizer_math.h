@@ -2,7 +2,7 @@
 // defines: SgdHyper, SgdElement, sgdElement, AdamHyper, AdamCorrection, adamCorrection,
 //   AdamElement, adamElement
 //
-// The reference interpreter (ir/TrainKernels.cpp) and the CPU and CUDA
+// The reference interpreter (interp/TrainOps.cpp) and the CPU and CUDA
 // kernels of sgd_update and adam_update (runtime/cpu/TensorKernels.cpp,
 // runtime/cuda/TensorKernels.cu) all update each element with the
 // functions here, in double, so a CPU test checks the CUDA arithmetic too.

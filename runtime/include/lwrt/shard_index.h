@@ -6,7 +6,7 @@
 // piece's own shape. Kernels whose result depends on an element's place in
 // the whole tensor (the dropout mask, keyed by the element's index there)
 // map a piece's row-major index k to the whole tensor's with
-// ShardIndex::global. The reference interpreter (ir/TrainKernels.cpp) and
+// ShardIndex::global. The reference interpreter (interp/TrainOps.cpp) and
 // the CPU and CUDA dropout kernels all call it, so the three cannot
 // disagree. Header-only and free of other lwrt headers: lwcc's own
 // libraries include it from the source tree, and under nvcc it compiles

@@ -1,11 +1,11 @@
-//===- CommKernels.cpp - Reference kernels of the communication ops -------===//
+//===- CommOps.cpp - Reference kernels of the communication ops -----------===//
 //
 // The interpreter holds every device's values in one map, so a collective is
 // plain arithmetic over its operands. Sums run over devices in the order of
 // `devices`, the same on every device: all replicas get identical bits.
 //
 //===----------------------------------------------------------------------===//
-#include "ir/Kernels.h"
+#include "interp/Eval.h"
 
 namespace lwcc {
 

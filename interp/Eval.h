@@ -1,14 +1,17 @@
-//===- Kernels.h - Reference kernels shared by interpreter files -*- C++ -*-===//
+//===- Eval.h - What the interpreter's eval functions share ----*- C++ -*-===//
 //
 // Internal to the reference interpreter: the context an eval function gets,
 // index helpers, and the eval functions that live outside Interpreter.cpp
-// (the training ops, in TrainKernels.cpp).
+// (the training ops in TrainOps.cpp, the communication ops in CommOps.cpp,
+// and the families of ir/ActivationOps.cpp, ir/ResizeOps.cpp,
+// ir/EncodingOps.cpp and ir/GradClipOps.cpp in the files of those names).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include "ir/IR.h"
 #include "ir/Tensor.h"
+#include "runtime/include/lwrt/activation_math.h"
 
 #include <functional>
 #include <vector>
@@ -109,32 +112,44 @@ struct AvgWindow {
   int64_t h0, h1, w0, w1, count;
 };
 AvgWindow avgPoolWindow(const Op& op, const Shape& xs, int64_t oh, int64_t ow);
+
+/// The index into a tensor of shape `from` that broadcasts (numpy rules) to
+/// element k of `to` (the shape rules checked rank and broadcasting).
+inline lwrt::BroadcastIndex broadcastIndex(const Shape& to, const Shape& from) {
+  lwrt::BroadcastIndex b;
+  lwrt::makeBroadcastIndex(static_cast<int>(to.size()), to.data(), static_cast<int>(from.size()),
+                           from.data(), b);
+  return b;
+}
 } // namespace kernels
 
 #define LWCC_TRAIN_KERNELS(X)                                                                      \
   X(Sign)                                                                                          \
   X(SoftmaxXent)                                                                                   \
   X(MseLoss)                                                                                       \
-  X(SoftmaxXentGrad) X(MseLossGrad) X(Conv2dGradInput) X(Conv2dGradFilter) X(MaxPool2dGrad)        \
-      X(AvgPool2dGrad) X(LrnGrad) X(ReluGrad) X(LeakyReluGrad) X(SigmoidGrad) X(TanhGrad)          \
-          X(ClipGrad) X(SoftmaxGrad) X(LogSoftmaxGrad) X(BatchNormTrain) X(BatchNormGrad)          \
-              X(SliceGrad) X(GatherGrad) X(DropoutMask) X(SgdUpdate) X(AdamUpdate) X(LrSchedule)   \
-                  X(AllFinite) X(Assign) X(LayerNorm) X(LayerNormGrad) X(GatherNd) X(GatherNdGrad) \
-                      X(Record) X(Wait)
+  X(SoftmaxXentGrad)                                                                               \
+  X(MseLossGrad) X(Conv2dGradInput) X(Conv2dGradFilter) X(MaxPool2dGrad) X(AvgPool2dGrad)          \
+      X(LrnGrad) X(ReluGrad) X(LeakyReluGrad) X(SigmoidGrad) X(TanhGrad) X(ClipGrad)               \
+          X(SoftmaxGrad) X(LogSoftmaxGrad) X(BatchNormTrain) X(BatchNormGrad) X(SliceGrad)         \
+              X(GatherGrad) X(DropoutMask) X(SgdUpdate) X(AdamUpdate) X(LrSchedule) X(AllFinite)   \
+                  X(Assign) X(LayerNorm) X(LayerNormGrad) X(GatherNd) X(GatherNdGrad) X(Record)    \
+                      X(Wait)
 #define LWCC_COMM_KERNELS(X)                                                                       \
   X(AllReduce)                                                                                     \
   X(AllGather) X(ReduceScatter) X(Broadcast) X(ReduceTo) X(DeviceCopy) X(Shard) X(Unshard)
-// The ops of issue 25 (ir/ActivationOps.cpp, ir/ResizeOps.cpp).
+// Activations, prelu, max/min, compare, where (ActivationOps.cpp) and resize
+// (ResizeOps.cpp).
 #define LWCC_ZOO_KERNELS(X)                                                                        \
   X(HardSwish)                                                                                     \
-  X(HardSigmoid) X(Mish) X(Softplus) X(Softsign) X(Elu) X(Selu) X(Celu) X(ThresholdedRelu)         \
-      X(HardSwishGrad) X(HardSigmoidGrad) X(MishGrad) X(SoftplusGrad) X(SoftsignGrad) X(EluGrad)   \
-          X(SeluGrad) X(CeluGrad) X(ThresholdedReluGrad) X(PRelu) X(PReluGrad) X(Max) X(Min)       \
-              X(MaxGrad) X(MinGrad) X(Compare) X(Where) X(Resize) X(ResizeGrad)
-// Position encodings and norms (ir/EncodingOps.cpp).
+  X(HardSigmoid)                                                                                   \
+  X(Mish) X(Softplus) X(Softsign) X(Elu) X(Selu) X(Celu) X(ThresholdedRelu) X(HardSwishGrad)       \
+      X(HardSigmoidGrad) X(MishGrad) X(SoftplusGrad) X(SoftsignGrad) X(EluGrad) X(SeluGrad)        \
+          X(CeluGrad) X(ThresholdedReluGrad) X(PRelu) X(PReluGrad) X(Max) X(Min) X(MaxGrad)        \
+              X(MinGrad) X(Compare) X(Where) X(Resize) X(ResizeGrad)
+// Position encodings and norms (EncodingOps.cpp).
 #define LWCC_ENCODING_KERNELS(X)                                                                   \
   X(CumSum) X(Tile) X(Mod) X(Sin) X(Cos) X(ReduceL1) X(ReduceL2) X(ReduceSumSquare)
-// Gradient clipping (ir/GradClipOps.cpp).
+// Gradient clipping (GradClipOps.cpp).
 #define LWCC_GRAD_CLIP_KERNELS(X) X(SquareSum) X(ClipCoef)
 #define X(E) llvm::Error eval##E(EvalCtx&);
 LWCC_TRAIN_KERNELS(X)

@@ -5,9 +5,9 @@
 // definitions literally; they favour clarity over speed.
 //
 //===----------------------------------------------------------------------===//
-#include "ir/Interpreter.h"
+#include "interp/Interpreter.h"
 
-#include "ir/Kernels.h"
+#include "interp/Eval.h"
 #include "ir/Verifier.h"
 #include "runtime/include/lwrt/bf16.h"
 #include "runtime/include/lwrt/f16.h"

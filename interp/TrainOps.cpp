@@ -1,4 +1,4 @@
-//===- TrainKernels.cpp - Reference kernels of the training ops -----------===//
+//===- TrainOps.cpp - Reference kernels of the training ops ---------------===//
 //
 // Losses, backward ops, the dropout RNG and optimizer updates, written as
 // the textbook formulas; the optimizers' update of an element and the
@@ -8,7 +8,7 @@
 // (test/unit/GradCheckTest.cpp).
 //
 //===----------------------------------------------------------------------===//
-#include "ir/Kernels.h"
+#include "interp/Eval.h"
 #include "runtime/include/lwrt/activation_math.h"
 #include "runtime/include/lwrt/dropout.h"
 #include "runtime/include/lwrt/loss_math.h"
