@@ -5,6 +5,8 @@
 #include "interp/Interpreter.h"
 #include "ir/Params.h"
 #include "passes/Pass.h"
+#include "passes/PassOptions.h"
+#include "plan/DeviceSpec.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 namespace lwcc {
@@ -403,34 +406,61 @@ llvm::Expected<std::vector<Tensor>> runInArenas(const Graph& g, const std::vecto
   return out;
 }
 
+llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats,
+                              const DeviceSpec& spec) {
+  std::map<int64_t, int64_t> params;
+  for (const auto& p : g.params())
+    params[p->device().value_or(0)] += p->type().sizeInBytes();
+  std::string over;
+  for (const auto& [device, arena] : stats.peakBytes) {
+    int64_t total = arena + params[device];
+    if (total > spec.memoryBytes)
+      over += llvm::formatv("\n  device {0}: {1} bytes ({2} arena + {3} params) > {4} bytes",
+                            device, total, arena, params[device], spec.memoryBytes)
+                  .str();
+  }
+  if (over.empty())
+    return llvm::Error::success();
+  return makeError("the plan needs more memory than a device of spec '" + spec.name +
+                   "' has:" + over);
+}
+
 namespace {
 
 /// Plans one arena per device (see MemoryPlan.h) and reports the peak as
-/// a note.
+/// a note (or to the caller that takes the statistics); with a device spec,
+/// checks that the plan fits a device of it.
 class MemoryPlanPass : public Pass {
 public:
-  explicit MemoryPlanPass(bool inPlace) : inPlace_(inPlace) {}
+  MemoryPlanPass(bool inPlace, std::optional<DeviceSpec> spec)
+      : inPlace_(inPlace), spec_(std::move(spec)) {}
   std::string_view name() const override { return "memory-plan"; }
   llvm::Error run(Graph& g, PassContext& ctx) override {
     auto stats = planMemory(g, inPlace_);
     if (!stats)
       return stats.takeError();
+    if (ctx.memoryPlanStats)
+      *ctx.memoryPlanStats = *stats;
     std::string arenas;
     for (const auto& [device, bytes] : stats->peakBytes)
       arenas += llvm::formatv("{0}device {1}: {2} bytes", arenas.empty() ? "" : ", ", device, bytes)
                     .str();
-    if (ctx.diag)
+    if (ctx.diag && !ctx.memoryPlanStats)
       ctx.diag(Severity::Note, {},
                llvm::formatv("memory-plan: arena {0}; {1} buffers ({2} bytes unshared), {3} "
                              "in place, {4} views, {5} updates over their params",
                              arenas.empty() ? std::string("empty") : arenas, stats->buffers,
                              stats->totalBytes, stats->inPlace, stats->aliased, stats->overParams)
                    .str());
+    if (spec_)
+      if (llvm::Error e = checkDeviceMemory(g, *stats, *spec_))
+        return e;
     return checkMemoryPlan(g);
   }
 
 private:
   bool inPlace_;
+  std::optional<DeviceSpec> spec_;
 };
 
 /// Checks the @buf annotations a plan (or a person) wrote.
@@ -447,12 +477,23 @@ std::unique_ptr<Pass> createCheckMemoryPlanPass() {
 }
 
 llvm::Expected<std::unique_ptr<Pass>> createMemoryPlanPass(std::string_view options) {
-  if (options.empty() || options == "in-place=1")
-    return std::make_unique<MemoryPlanPass>(true);
-  if (options == "in-place=0")
-    return std::make_unique<MemoryPlanPass>(false);
-  return makeError("pass 'memory-plan' takes in-place=0 or in-place=1, got '" +
-                   std::string(options) + "'");
+  auto opts = PassOptions::parse("memory-plan", options, "", {"in-place", "spec"});
+  if (!opts)
+    return opts.takeError();
+  auto inPlace = opts->getInt("in-place", 1);
+  if (!inPlace)
+    return inPlace.takeError();
+  if (*inPlace != 0 && *inPlace != 1)
+    return makeError("pass 'memory-plan' takes in-place=0 or in-place=1, got in-place=" +
+                     std::to_string(*inPlace));
+  std::optional<DeviceSpec> spec;
+  if (opts->has("spec")) {
+    auto s = loadDeviceSpec(opts->getString("spec", ""));
+    if (!s)
+      return s.takeError();
+    spec = std::move(*s);
+  }
+  return std::make_unique<MemoryPlanPass>(*inPlace != 0, std::move(spec));
 }
 
 } // namespace lwcc

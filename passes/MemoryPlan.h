@@ -47,6 +47,11 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace = true);
 llvm::Expected<std::vector<Tensor>> runInArenas(const Graph& g, const std::vector<Tensor>& inputs,
                                                 const WeightMap& weights);
 
+struct DeviceSpec;
+/// An error that gives the numbers when a device's arena and the params it
+/// holds need more memory than a device of `spec` has.
+llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats, const DeviceSpec& spec);
+
 /// Checks that no two values that are live at the same time share bytes,
 /// except a view and its operand, or an in-place result and the operand it
 /// overwrites.

@@ -3,13 +3,15 @@
 // A pass transforms or checks one Graph and signals failure with an
 // llvm::Error located at the op it concerns. Each pass lives in its own file
 // under passes/, exposes only its create function (declared here), and is
-// listed once in Passes.def; pipelines are assembled in Pipelines.cpp.
+// listed once in Passes.def; pipelines are assembled in Pipelines.cpp
+// (Pipelines.h).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include "ir/IR.h"
 
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -20,9 +22,14 @@ class raw_ostream;
 
 namespace lwcc {
 
+struct MemoryPlanStats;
+
 struct PassContext {
   /// Receives warnings and notes; errors travel as llvm::Error.
   DiagHandler diag;
+  /// When set, the memory-plan pass leaves its statistics here (lwcc
+  /// reports them) instead of noting them.
+  MemoryPlanStats* memoryPlanStats = nullptr;
   void warn(const Location& loc, const std::string& msg) const {
     if (diag)
       diag(Severity::Warning, loc, msg);
@@ -77,6 +84,8 @@ struct PassRunOptions {
   /// When set, each pass's wall time and the op count after it are
   /// printed here (--pass-times), one line per pass.
   llvm::raw_ostream* timePasses = nullptr;
+  /// When set, called after each pass that succeeded with its wall time.
+  std::function<void(const Pass& pass, double seconds)> afterPass;
 };
 
 /// Runs the passes in order; stops at the first failure. With verifyEach, a

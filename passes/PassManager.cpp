@@ -63,11 +63,13 @@ llvm::Error runPipeline(Graph& g, PassPipeline& pipeline, PassContext& ctx,
     auto start = std::chrono::steady_clock::now();
     if (llvm::Error e = pass->run(g, ctx))
       return e;
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (opts.timePasses)
-      *opts.timePasses << llvm::formatv(
-          "pass-times: {0,-16} {1,10:f3} s  {2,8} ops after\n", pass->name(),
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-          g.ops().size());
+      *opts.timePasses << llvm::formatv("pass-times: {0,-16} {1,10:f3} s  {2,8} ops after\n",
+                                        pass->name(), seconds, g.ops().size());
+    if (opts.afterPass)
+      opts.afterPass(*pass, seconds);
     if (opts.verifyEach)
       if (llvm::Error e = verifyGraph(g))
         return llvm::joinErrors(

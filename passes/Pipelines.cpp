@@ -1,16 +1,232 @@
-//===- Pipelines.cpp - Every named pipeline, in one place -----------------===//
-#include "passes/Pass.h"
+//===- Pipelines.cpp - Every pipeline, in one place -----------------------===//
+#include "passes/Pipelines.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <sstream>
 
 namespace lwcc {
 
+std::string PlanChoice::name() const {
+  if (strategy != "pipeline")
+    return strategy;
+  return "pipeline/" + std::to_string(stages) + "/" + std::to_string(microbatches);
+}
+
+namespace {
+
+/// A float option at full precision.
+std::string exact(double v) { return llvm::formatv("{0:e16}", v).str(); }
+
+std::string joined(const std::vector<std::string>& items, char sep) {
+  std::string out;
+  for (const std::string& s : items)
+    out += (out.empty() ? "" : std::string(1, sep)) + s;
+  return out;
+}
+
+/// The options naming the device spec (and its devices per node).
+std::string specOptions(const Pricing& p) {
+  std::string o = ",spec=" + p.spec;
+  if (p.devicesPerNode > 0)
+    o += ",devices_per_node=" + std::to_string(p.devicesPerNode);
+  return o;
+}
+
+std::string profileOption(const Pricing& p) {
+  return p.profile.empty() ? "" : ",profile=" + p.profile;
+}
+
+/// TF32 when not the trainers' default (convolutions on TF32).
+std::string tf32Option(const Pricing& p) {
+  switch (p.tf32) {
+  case Pricing::Tf32::Default:
+    return "";
+  case Pricing::Tf32::All:
+    return ",tf32=all";
+  case Pricing::Tf32::Off:
+    return ",tf32=off";
+  }
+  return "";
+}
+
+/// What a planning pass prices with: the profile, TF32, and a report.
+std::string pricingOptions(const Pricing& p) {
+  return profileOption(p) + tf32Option(p) + (p.report ? ",report=1" : "");
+}
+
+std::string optimizerOptions(const OptimizerSettings& s) {
+  std::string o = s.kind;
+  auto num = [&](const char* key, const std::optional<double>& v) {
+    if (v)
+      o += std::string(",") + key + "=" + exact(*v);
+  };
+  num("lr", s.lr);
+  num("momentum", s.momentum);
+  num("weight_decay", s.weightDecay);
+  num("beta1", s.beta1);
+  num("beta2", s.beta2);
+  num("gamma", s.gamma);
+  num("min_lr", s.minLr);
+  if (s.nesterov)
+    o += ",nesterov=1";
+  o += ",schedule=" + s.schedule;
+  o += ",warmup=" + std::to_string(s.warmup);
+  o += ",total_steps=" + std::to_string(s.totalSteps);
+  o += ",step_size=" + std::to_string(s.stepSize);
+  if (!s.noDecay.empty())
+    o += ",no_decay=" + joined(s.noDecay, ';');
+  if (!s.groups.empty())
+    o += ",groups=" + joined(s.groups, ';');
+  return o;
+}
+
+/// The pass that gives every op its config on several devices.
+PipelineStep strategyStep(const TrainingPipelineOptions& o) {
+  const PlanChoice& plan = o.plan;
+  const std::string gpus = std::to_string(o.gpus);
+  if (plan.strategy == "hypergraph")
+    return {"hypergraph", "gpus=" + gpus + specOptions(o.pricing) + profileOption(o.pricing)};
+  if (plan.strategy == "pipeline")
+    return {"pipeline-partition", "stages=" + std::to_string(plan.stages) + ",gpus=" + gpus +
+                                      ",microbatches=" + std::to_string(plan.microbatches) +
+                                      ",schedule=" + o.schedule + specOptions(o.pricing) +
+                                      pricingOptions(o.pricing)};
+  // The search prices the gradient all-reduces as grad-sync buckets them.
+  return {"parallelize", "strategy=" + plan.strategy + ",gpus=" + gpus + specOptions(o.pricing) +
+                             pricingOptions(o.pricing) +
+                             ",bucket_bytes=" + std::to_string(o.bucketBytes)};
+}
+
+} // namespace
+
+PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
+  PipelineText p;
+  const int64_t micro = o.plan.microbatches;
+  p.push_back({"dce", ""}); // the importer runs no pass
+  p.push_back({"canonicalize", ""});
+  p.push_back(
+      {"append-loss",
+       o.loss + (o.labelSmoothing != 0 ? ",label_smoothing=" + exact(o.labelSmoothing) : "")});
+  if (!o.freeze.empty())
+    p.push_back({"freeze", "params=" + joined(o.freeze, ';') + ",bn=" + (o.freezeBn ? "1" : "0")});
+  p.push_back({"train-mode", "bn_running_var=" + o.bnRunningVar});
+  if (o.mixedPrecision != "off")
+    p.push_back({"mixed-precision", "dtype=" + o.mixedPrecision});
+  if (o.gpus > 1) {
+    // Materialize before autodiff: the backward pass differentiates the
+    // per-device ops and their communication; replicas' gradients are summed.
+    p.push_back(strategyStep(o));
+    // Micro-batches copy the configs the strategy chose.
+    if (micro > 1)
+      p.push_back({"microbatch", "m=" + std::to_string(micro)});
+    p.push_back({"materialize", ""});
+    p.push_back({"autodiff", ""});
+    // Gradient all-reduces on stream 1 of each device, beside backward.
+    p.push_back({"grad-sync", "bucket_bytes=" + std::to_string(o.bucketBytes) + ",stream=1"});
+  } else {
+    if (micro > 1)
+      p.push_back({"microbatch", "m=" + std::to_string(micro)});
+    if (o.fragments > 1)
+      p.push_back({"fragment",
+                   "k=" + std::to_string(o.fragments) + ",streams=" + std::to_string(o.streams) +
+                       ",policy=" + o.streamPolicy + ",along=" + o.fragmentAlong +
+                       specOptions(o.pricing) + profileOption(o.pricing) + tf32Option(o.pricing)});
+    p.push_back({"autodiff", ""});
+  }
+  if (o.withOptimizer) {
+    p.push_back({"optimizer", optimizerOptions(o.optimizer)});
+    if (o.clipGradNorm)
+      p.push_back({"clip-grad-norm", "max_norm=" + exact(*o.clipGradNorm)});
+  }
+  if (o.mixedPrecision == "fp16") {
+    std::ostringstream ls;
+    ls.precision(17);
+    ls << "init=" << o.lossScale << ",interval=" << o.lossScaleInterval;
+    p.push_back({"loss-scale", ls.str()});
+  }
+  p.push_back({"dce", ""});
+  if (o.streams > 1)
+    p.push_back({"stream-assign", "streams=" + std::to_string(o.streams) +
+                                      ",policy=" + o.streamPolicy + specOptions(o.pricing) +
+                                      pricingOptions(o.pricing)});
+  if (micro > 1)
+    p.push_back({"schedule", o.schedule});
+  p.push_back({"verify", ""});
+  return p;
+}
+
+PipelineText afterTrainingStepPipeline(const TrainingPipelineOptions& o) {
+  using Until = TrainingPipelineOptions::Until;
+  PipelineText p;
+  if (o.until == Until::TrainingStep)
+    return p;
+  p.push_back({"memory-plan", o.memorySpec.empty() ? "" : "spec=" + o.memorySpec});
+  if (o.until == Until::MemoryPlan)
+    return p;
+  p.push_back({"place-events", ""});
+  if (o.verifySchedule)
+    p.push_back({"verify-schedule", ""});
+  return p;
+}
+
+PipelineText trainingPipeline(const TrainingPipelineOptions& o) {
+  PipelineText p = trainingStepPipeline(o);
+  for (PipelineStep& s : afterTrainingStepPipeline(o))
+    p.push_back(std::move(s));
+  return p;
+}
+
+PipelineText evaluationPipeline(const std::string& mixedPrecision) {
+  PipelineText p = {{"canonicalize", ""}};
+  if (mixedPrecision != "off") // evaluation computes as training does
+    p.push_back({"mixed-precision", "dtype=" + mixedPrecision});
+  p.push_back({"dce", ""});
+  p.push_back({"verify", ""});
+  p.push_back({"memory-plan", ""});
+  return p;
+}
+
+llvm::Expected<PassPipeline> buildPipeline(const PipelineText& text) {
+  std::vector<std::string> entries;
+  for (const PipelineStep& s : text)
+    entries.push_back(s.options.empty() ? s.pass : s.pass + "=" + s.options);
+  return buildPipeline(entries);
+}
+
+void printPipeline(const PipelineText& text, llvm::raw_ostream& os) {
+  for (const PipelineStep& s : text) {
+    os << "--" << s.pass;
+    if (!s.options.empty()) {
+      os << "=";
+      // A response file splits at blanks and reads quotes and backslashes.
+      for (char c : s.options) {
+        if (c == ' ' || c == '\t' || c == '"' || c == '\'' || c == '\\')
+          os << '\\';
+        os << c;
+      }
+    }
+    os << "\n";
+  }
+}
+
 const std::vector<PipelineInfo>& allPipelines() {
+  // lwcc's training step on one device with its default flags.
+  static const std::vector<std::string> train = [] {
+    std::vector<std::string> names;
+    for (const PipelineStep& s : trainingStepPipeline(TrainingPipelineOptions{}))
+      names.push_back(s.options.empty() ? s.pass : s.pass + "=" + s.options);
+    return names;
+  }();
   static const std::vector<PipelineInfo> pipelines = {
       {"cleanup",
        "Simplify a model graph and re-check it",
        {"canonicalize", "dce", "shape-infer", "verify"}},
       {"train",
-       "Build the training step: loss, training semantics, backward, SGD update",
-       {"canonicalize", "append-loss", "train-mode", "autodiff", "optimizer", "dce", "verify"}},
+       "The training step lwcc builds on one device by default: loss, training semantics, "
+       "backward, SGD update",
+       std::vector<std::string_view>(train.begin(), train.end())},
   };
   return pipelines;
 }

@@ -246,7 +246,7 @@ PipelinePlan pipelinePlan(const Graph& g, const StrategyPlan& s, const std::stri
 
 void printParallelPlan(const Graph& g, const CostModel& model, const std::string& strategy,
                        int64_t gpus, const std::vector<StrategyPlan>& strategies,
-                       const std::map<std::string, SearchCheck>& checks,
+                       const std::map<std::string, PlanSelection>& selections,
                        const std::string& schedule, llvm::raw_ostream& os) {
   os << llvm::formatv("\nparallel plan of @{0}: --strategy={1} on {2} devices, priced on {3}\n",
                       g.name(), strategy, gpus, model.spec().name);
@@ -269,14 +269,15 @@ void printParallelPlan(const Graph& g, const CostModel& model, const std::string
                           s.sim.stepSeconds * 1e3, maxOver(s.sim.computeSeconds) * 1e3,
                           maxOver(s.sim.commSeconds) * 1e3, s.sim.commBytes, maxOver(s.peakBytes),
                           s.name == strategy ? "  (chosen)" : "");
-  for (const auto& [name, check] : checks) {
+  for (const auto& [name, selection] : selections) {
     os << name
        << (name == "layerwise" ? ": the search's plan, the uniform ones and the pipelines"
                                : ": the pipelines")
        << " on the simulator:";
-    for (const auto& [candidate, seconds] : check.candidates)
+    for (const auto& [candidate, seconds] : selection.candidates)
       os << llvm::formatv(" {0} {1:f3} ms", candidate, seconds * 1e3);
-    os << "; kept " << (check.kept == "layerwise" ? "the search's plan" : check.kept + "'s configs")
+    os << "; kept "
+       << (selection.kept == "layerwise" ? "the search's plan" : selection.kept + "'s configs")
        << "\n";
   }
   for (const StrategyPlan& s : strategies) {
@@ -318,7 +319,7 @@ void printParallelPlan(const Graph& g, const CostModel& model, const std::string
 }
 
 void writePlanJson(const std::string& chosen, double searchSeconds, const std::string& spec,
-                   const std::vector<StrategyPlan>& strategies, const SearchCheck* check,
+                   const std::vector<StrategyPlan>& strategies, const PlanSelection* selection,
                    const std::vector<LayerPlan>& layers, const PipelinePlan* pipeline,
                    llvm::raw_ostream& os) {
   llvm::json::Object strats;
@@ -355,12 +356,12 @@ void writePlanJson(const std::string& chosen, double searchSeconds, const std::s
                          {"device_spec", spec},
                          {"strategies", std::move(strats)},
                          {"layers", std::move(rows)}};
-  if (check) {
+  if (selection) {
     llvm::json::Object candidates;
-    for (const auto& [name, seconds] : check->candidates)
+    for (const auto& [name, seconds] : selection->candidates)
       candidates[name] = seconds;
     top["search_check"] =
-        llvm::json::Object{{"kept", check->kept}, {"candidates", std::move(candidates)}};
+        llvm::json::Object{{"kept", selection->kept}, {"candidates", std::move(candidates)}};
   }
   if (pipeline && pipeline->microbatches) {
     llvm::json::Array devs;

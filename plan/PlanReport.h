@@ -4,6 +4,7 @@
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
 #include "plan/CostModel.h"
+#include "plan/Planner.h"
 #include "plan/Simulator.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -32,15 +33,6 @@ struct StrategyPlan {
   /// Why the strategy has no plan here (say, its micro-batches too small to
   /// split over its devices); empty when it has one.
   std::string error;
-};
-
-/// --strategy=layerwise checked on the simulator: the search's plan and the
-/// uniform ones it was set beside, with their simulated steps, and the one
-/// kept.
-struct SearchCheck {
-  std::vector<std::pair<std::string, double>> candidates; ///< name -> step seconds
-  std::string kept;
-  double searchSeconds = 0;
 };
 
 /// Builds the training step of `g` with the named strategy.
@@ -89,22 +81,22 @@ PipelinePlan pipelinePlan(const Graph& g, const StrategyPlan& s, const std::stri
 /// communicated per step; then the predicted step time, compute,
 /// communication and peak memory per device of every strategy side by
 /// side, `strategy` marked as chosen; for each strategy the planner
-/// settled (`checks`: layerwise, pipeline), its candidates and the plan it
+/// selected (`selections`: layerwise, pipeline), its candidates and the plan it
 /// kept; for a micro-batched step, its stages, schedule and bubble.
 void printParallelPlan(const Graph& g, const CostModel& model, const std::string& strategy,
                        int64_t gpus, const std::vector<StrategyPlan>& strategies,
-                       const std::map<std::string, SearchCheck>& checks,
+                       const std::map<std::string, PlanSelection>& selections,
                        const std::string& schedule, llvm::raw_ostream& os);
 
 /// --plan-json: {"chosen", "search_s", "device_spec", "strategies": {name: {"step_s",
 /// "comm_bytes", "peak_bytes", "compute_s": [per device], "comm_s": [...]}},
 /// "layers": [{"name", "config", "devices", "compute_s", "comm_bytes"}]}; with
-/// `check`, also "search_check": {"kept", "candidates": {name: step_s}}; for a
+/// `selection`, also "search_check": {"kept", "candidates": {name: step_s}}; for a
 /// micro-batched chosen step, "pipeline": {"stages", "microbatches",
 /// "schedule", "devices": [{"device", "stage", "ops", "first", "last",
 /// "compute_s", "bubble", "peak_bytes", "bytes_out"}]}.
 void writePlanJson(const std::string& chosen, double searchSeconds, const std::string& spec,
-                   const std::vector<StrategyPlan>& strategies, const SearchCheck* check,
+                   const std::vector<StrategyPlan>& strategies, const PlanSelection* selection,
                    const std::vector<LayerPlan>& layers, const PipelinePlan* pipeline,
                    llvm::raw_ostream& os);
 

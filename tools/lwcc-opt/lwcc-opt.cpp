@@ -1,6 +1,7 @@
 //===- lwcc-opt.cpp - Run passes on .lwir files ---------------------------===//
 //
 //   lwcc-opt FILE.lwir [--PASS ...] [--pipeline=NAME] [-o OUT]
+//   lwcc-opt @PIPELINE FILE.lwir   (the passes of `lwcc --print-pipeline`)
 //
 // Reads a graph (FILE or '-' for stdin), verifies it, runs the passes in the
 // order given on the command line, and prints the result. Exit status: 0 on

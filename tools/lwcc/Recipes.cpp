@@ -117,51 +117,23 @@ int checkUsage(const std::string& loss) {
   return 0;
 }
 
-std::string appendLossPass(const std::string& loss) {
-  std::string o = "append-loss=" + loss;
-  if (labelSmoothing != 0)
-    o += ",label_smoothing=" + llvm::formatv("{0:e16}", labelSmoothing.getValue()).str();
-  return o;
-}
-
-std::vector<std::string> beforeTrainMode() {
-  std::vector<std::string> passes;
+void addTo(TrainingPipelineOptions& o) {
+  o.labelSmoothing = labelSmoothing;
   if (freeze.getNumOccurrences()) {
-    std::string patterns;
-    for (const std::string& p : splitComma(freeze))
-      patterns += (patterns.empty() ? "" : ";") + p;
-    passes.push_back("freeze=params=" + patterns + ",bn=" + (freezeBn ? "1" : "0"));
+    o.freeze = splitComma(freeze);
+    o.freezeBn = freezeBn;
   }
-  return passes;
-}
-
-std::vector<std::string> afterOptimizer() {
-  std::vector<std::string> passes;
-  if (clipGradNorm.getNumOccurrences())
-    passes.push_back("clip-grad-norm=max_norm=" +
-                     llvm::formatv("{0:e16}", clipGradNorm.getValue()).str());
-  return passes;
-}
-
-std::string optimizerOptions() {
-  std::string o;
-  if (noDecay.getNumOccurrences()) {
-    std::string list;
-    for (const std::string& what : splitComma(noDecay))
-      list += (list.empty() ? "" : ";") + what;
-    o += ",no_decay=" + list;
-  }
-  std::string groups;
+  if (noDecay.getNumOccurrences())
+    o.optimizer.noDecay = splitComma(noDecay);
   for (const std::string& g : paramGroups) {
     size_t colon = g.find(':');
     std::string spec = g.substr(0, colon);
     for (const std::string& item : splitComma(g.substr(colon + 1)))
       spec += ":" + item;
-    groups += (groups.empty() ? "" : ";") + spec;
+    o.optimizer.groups.push_back(spec);
   }
-  if (!groups.empty())
-    o += ",groups=" + groups;
-  return o;
+  if (clipGradNorm.getNumOccurrences())
+    o.clipGradNorm = clipGradNorm;
 }
 
 } // namespace lwcc::recipes

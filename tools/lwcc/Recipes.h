@@ -2,11 +2,13 @@
 //
 // The training recipes users bring from torchvision and timm, as lwcc flags:
 // --label-smoothing, --freeze, --freeze-bn, --no-decay, --param-group,
-// --clip-grad-norm. Each becomes a pass option
-// of the training pipeline (passes/Passes.def).
+// --clip-grad-norm. Each becomes a choice of the compile pipeline
+// (passes/Pipelines.h).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
+
+#include "passes/Pipelines.h"
 
 #include "llvm/Support/CommandLine.h"
 
@@ -19,14 +21,9 @@ namespace lwcc::recipes {
 const llvm::cl::OptionCategory& optionCategory();
 /// Checks the recipe flags' values; 0, or 2 (bad usage) with a message.
 int checkUsage(const std::string& loss);
-/// The append-loss pass with --loss and --label-smoothing.
-std::string appendLossPass(const std::string& loss);
-/// Options of the optimizer pass (--no-decay, --param-group), each after a
-/// ',' ("" when none is given).
-std::string optimizerOptions();
-/// The passes between append-loss and train-mode (--freeze, --freeze-bn).
-std::vector<std::string> beforeTrainMode();
-/// The passes right after the optimizer (--clip-grad-norm).
-std::vector<std::string> afterOptimizer();
+/// The recipe flags' choices in the compile pipeline's options: the loss's
+/// label smoothing, the frozen params, the optimizer's weight decay rules and
+/// parameter groups, gradient clipping.
+void addTo(TrainingPipelineOptions& o);
 
 } // namespace lwcc::recipes

@@ -1,0 +1,122 @@
+//===- Pipelines.h - The pipelines lwcc runs, from typed options -*- C++ -*-===//
+//
+// lwcc compiles a model with one pipeline of registered passes, built here
+// from one typed struct (TrainingPipelineOptions) that the driver fills from
+// its flags:
+//  1. dce, then the training step: canonicalize, the loss, training
+//     semantics, the plan over devices (parallelize, hypergraph or
+//     pipeline-partition; micro-batches; materialize), autodiff, gradient
+//     all-reduces, the update, dce, streams, the micro-batch order, verify;
+//  2. the memory plan, checked to fit a device of the spec;
+//  3. the events of the streams (place-events) and the proof that the
+//     schedule orders every access (verify-schedule).
+// The pipeline is kept in its textual form, one `--pass=options` a line:
+// lwcc builds its passes from exactly the text that `lwcc --print-pipeline`
+// prints, so `lwcc-opt @FILE` (a response file) replays a compile on the
+// imported IR (`lwcc --emit=ir`) to the same scheduled IR.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "passes/Pass.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace lwcc {
+
+/// One pass of a pipeline: its registered name and its option text ("" for
+/// none), as `lwcc-opt --NAME=OPTIONS` takes them.
+struct PipelineStep {
+  std::string pass;
+  std::string options;
+};
+using PipelineText = std::vector<PipelineStep>;
+
+/// The plan of the training step over devices: a strategy (data, model, owt,
+/// layerwise, hypergraph), or pipeline stages and micro-batches.
+struct PlanChoice {
+  std::string strategy = "data";
+  int64_t stages = 0;       ///< pipeline: stages dividing the devices
+  int64_t microbatches = 1; ///< micro-batches per step (any strategy)
+  /// The strategy, or "pipeline/S/M" for S stages of M micro-batches.
+  std::string name() const;
+};
+
+/// How the planning passes price ops.
+struct Pricing {
+  std::string spec = "h100";  ///< a preset name or a JSON file
+  int64_t devicesPerNode = 0; ///< 0: the spec's own
+  std::string profile;        ///< measured op times ("" for none)
+  enum class Tf32 { Default, All, Off } tf32 = Tf32::Default;
+  bool report = false; ///< each planning pass notes what it chose
+};
+
+/// The optimizer pass's settings; an unset number takes the pass's default
+/// for the kind.
+struct OptimizerSettings {
+  std::string kind = "sgd"; ///< sgd, adam or adamw
+  std::optional<double> lr, momentum, weightDecay, beta1, beta2, gamma, minLr;
+  bool nesterov = false;
+  std::string schedule = "constant"; ///< constant, step or cosine
+  int64_t warmup = 0, totalSteps = 0, stepSize = 0;
+  std::vector<std::string> noDecay; ///< bias, norm
+  /// Parameter groups, each "PATTERN:lr=X:wd=Y" (either item may be absent).
+  std::vector<std::string> groups;
+};
+
+/// Every choice of lwcc's compile pipeline.
+struct TrainingPipelineOptions {
+  // The loss and the training semantics.
+  std::string loss = "softmax-xent";
+  double labelSmoothing = 0;
+  std::vector<std::string> freeze; ///< glob patterns of frozen params
+  bool freezeBn = false;
+  std::string bnRunningVar = "unbiased";
+  std::string mixedPrecision = "off"; ///< off, bf16 or fp16
+  // The plan over devices, and how it is priced.
+  int64_t gpus = 1;
+  PlanChoice plan;
+  std::string schedule = "1f1b"; ///< micro-batch order: 1f1b or gpipe
+  int64_t bucketBytes = int64_t{25} << 20;
+  Pricing pricing;
+  // Streams and fragments.
+  int64_t streams = 1;
+  std::string streamPolicy = "sim";
+  int64_t fragments = 1;
+  std::string fragmentAlong = "any";
+  // The update.
+  bool withOptimizer = true; ///< false: gradients are the step's outputs
+  OptimizerSettings optimizer;
+  std::optional<double> clipGradNorm;
+  double lossScale = 65536.0;
+  int64_t lossScaleInterval = 2000;
+  // What follows the training step.
+  enum class Until { TrainingStep, MemoryPlan, ScheduledStep } until = Until::ScheduledStep;
+  /// The device spec whose memory each device's arena and params must fit
+  /// ("" checks nothing).
+  std::string memorySpec;
+  bool verifySchedule = true;
+};
+
+/// The whole pipeline (steps 1 to 3 above, as far as `until`).
+PipelineText trainingPipeline(const TrainingPipelineOptions& o);
+/// Step 1 alone: the training step.
+PipelineText trainingStepPipeline(const TrainingPipelineOptions& o);
+/// Steps 2 and 3 alone: what follows the training step.
+PipelineText afterTrainingStepPipeline(const TrainingPipelineOptions& o);
+/// The trainer's evaluation graph: the imported model simplified (computing
+/// in `mixedPrecision` as training does) and memory-planned.
+PipelineText evaluationPipeline(const std::string& mixedPrecision);
+
+/// The passes of `text`, created from their options.
+llvm::Expected<PassPipeline> buildPipeline(const PipelineText& text);
+/// One `--pass=options` a line: a response file of lwcc-opt.
+void printPipeline(const PipelineText& text, llvm::raw_ostream& os);
+
+} // namespace lwcc

@@ -1,0 +1,508 @@
+//===- Options.cpp - lwcc's command-line flags ----------------------------===//
+#include "tools/lwcc/Options.h"
+
+#include "ir/Diagnostics.h"
+#include "tools/lwcc/Recipes.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+
+namespace lwcc::flags {
+
+cl::OptionCategory category("lwcc options");
+
+cl::opt<std::string> modelFile(cl::Positional, cl::desc("<model.onnx | model.onnxtext>"),
+                               cl::cat(category));
+cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
+                                cl::value_desc("file"), cl::init("-"), cl::cat(category));
+cl::opt<Emit> emit("emit", cl::desc("What to produce"),
+                   cl::values(clEnumValN(Emit::IR, "ir", "the model IR (.lwir)"),
+                              clEnumValN(Emit::TrainIR, "train-ir",
+                                         "the training step: forward, loss, backward, update"),
+                              clEnumValN(Emit::ParallelIR, "parallel-ir",
+                                         "the training step on --gpus devices: per-device ops "
+                                         "and their communication"),
+                              clEnumValN(Emit::ScheduledIR, "scheduled-ir",
+                                         "the training step as the trainer runs it: memory "
+                                         "plan (@buf), streams and their record and wait "
+                                         "events (lwcc-opt --verify-schedule checks it)"),
+                              clEnumValN(Emit::Plan, "plan",
+                                         "the training step's memory plan: a table of buffers"),
+                              clEnumValN(Emit::Source, "source",
+                                         "the trainer's sources in the folder given by -o"),
+                              clEnumValN(Emit::Exe, "exe",
+                                         "the trainer executable given by -o (the default "
+                                         "with -o)")),
+                   cl::init(Emit::IR), cl::cat(category));
+
+// Parallelization.
+cl::opt<int64_t> gpus("gpus", cl::desc("Devices to train on (default 1)"), cl::init(1),
+                      cl::cat(category));
+cl::opt<std::string>
+    strategy("strategy",
+             cl::desc("How layers are parallelized over --gpus devices: "
+                      "layerwise (default: the fastest config per layer on "
+                      "--device-spec, or a pipeline when one is faster), data, model, owt (One "
+                      "Weird Trick), hypergraph (units of work onto devices by Zoltan "
+                      "partitioning) or pipeline (stages of consecutive layers, micro-batches)"),
+             cl::cat(category));
+cl::opt<std::string> deviceSpec("device-spec",
+                                cl::desc("The devices the cost model prices: h100, h200, a100, "
+                                         "p100-cluster, cpu or a JSON file (default h100 for "
+                                         "--target=cuda, cpu for --target=cpu)"),
+                                cl::value_desc("name|file.json"), cl::cat(category));
+cl::opt<int64_t> devicesPerNode(
+    "devices-per-node",
+    cl::desc("Devices that share a node (a machine): the cost model prices the links between "
+             "nodes apart (default the device spec's). A trainer run as several processes under "
+             "mpirun has its processes' devices on their machines"),
+    cl::init(0), cl::cat(category));
+cl::opt<std::string> costProfile("cost-profile",
+                                 cl::desc("Measured per-op times (the trainer's --profile-ops "
+                                          "file) that the cost model uses instead of its own"),
+                                 cl::value_desc("file.json"), cl::cat(category));
+cl::opt<std::string> traceFile("trace",
+                               cl::desc("Write the simulator's timeline of the training step as "
+                                        "Chrome trace-event JSON (opens in Perfetto)"),
+                               cl::value_desc("file.json"), cl::cat(category));
+cl::opt<std::string> planJson("plan-json",
+                              cl::desc("With --emit=plan: write every strategy's predicted step "
+                                       "time, bytes and peak memory, and the layers, as JSON"),
+                              cl::value_desc("file.json"), cl::cat(category));
+cl::opt<bool> compareCandidates(
+    "check-search",
+    cl::desc("With --strategy=layerwise on several devices: simulate the searched plan beside "
+             "data, model and owt parallelism and keep the fastest (default true; =false keeps "
+             "the search's plan)"),
+    cl::init(true), cl::cat(category));
+cl::opt<int64_t> microbatches(
+    "microbatches",
+    cl::desc("Micro-batches per step (default 1): forward and backward run on M slices of the "
+             "batch, their gradients summed before one update (any strategy; the pipeline "
+             "planner's choice for --strategy=pipeline when not given)"),
+    cl::init(1), cl::cat(category));
+cl::opt<int64_t> stages("stages",
+                        cl::desc("--strategy=pipeline: pipeline stages, dividing --gpus (default: "
+                                 "the planner's choice)"),
+                        cl::init(0), cl::cat(category));
+cl::opt<std::string> schedule("schedule",
+                              cl::desc("The order of each device's micro-batches: 1f1b "
+                                       "(default) or gpipe"),
+                              cl::init("1f1b"), cl::cat(category));
+cl::opt<int64_t> bucketBytes("bucket-bytes",
+                             cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
+                             cl::init(int64_t{25} << 20), cl::cat(category));
+
+// Training.
+cl::opt<std::string> loss("loss", cl::desc("The loss: softmax-xent (default), mse or none"),
+                          cl::init("softmax-xent"), cl::cat(category));
+cl::opt<std::string> optimizer("optimizer", cl::desc("sgd (default), adam or adamw"),
+                               cl::init("sgd"), cl::cat(category));
+cl::opt<double> lr("lr", cl::desc("Learning rate (default 0.01 for sgd, 0.001 for adam/adamw)"),
+                   cl::cat(category));
+cl::opt<double> momentum("momentum", cl::desc("SGD momentum (default 0.9)"), cl::cat(category));
+cl::opt<double> weightDecay("weight-decay",
+                            cl::desc("Weight decay (default 5e-4 sgd, 0 adam, 0.01 adamw)"),
+                            cl::cat(category));
+cl::opt<bool> nesterov("nesterov", cl::desc("Nesterov momentum for SGD"), cl::cat(category));
+cl::opt<double> beta1("beta1", cl::desc("Adam beta1 (default 0.9)"), cl::cat(category));
+cl::opt<double> beta2("beta2", cl::desc("Adam beta2 (default 0.999)"), cl::cat(category));
+cl::opt<std::string> lrSchedule("lr-schedule", cl::desc("constant (default), step or cosine"),
+                                cl::init("constant"), cl::cat(category));
+cl::opt<int64_t> warmupSteps("warmup-steps", cl::desc("Linear warm-up steps"), cl::init(0),
+                             cl::cat(category));
+cl::opt<int64_t> totalSteps("total-steps", cl::desc("Steps of a cosine schedule"), cl::init(0),
+                            cl::cat(category));
+cl::opt<int64_t> stepSize("step-size", cl::desc("Steps between decays of a step schedule"),
+                          cl::init(0), cl::cat(category));
+cl::opt<double> gamma("gamma", cl::desc("Decay factor of a step schedule (default 0.1)"),
+                      cl::cat(category));
+cl::opt<double> minLr("min-lr", cl::desc("Final learning rate of a cosine schedule (default 0)"),
+                      cl::cat(category));
+cl::opt<std::string> bnRunningVar("bn-running-var",
+                                  cl::desc("Batch norm's running variance update: unbiased "
+                                           "(default; PyTorch's rule) or biased (ONNX's rule)"),
+                                  cl::init("unbiased"), cl::cat(category));
+cl::opt<std::string> mixedPrecision(
+    "mixed-precision",
+    cl::desc("off (default), bf16 or fp16: convolutions and matrix products (and their "
+             "gradients) compute on 16-bit operands, as PyTorch's autocast runs them; params, "
+             "their updates, batch norm and the loss stay float32; fp16 with dynamic loss "
+             "scaling"),
+    cl::init("off"), cl::cat(category));
+cl::opt<double> lossScale("loss-scale",
+                          cl::desc("fp16: the initial loss scale, a power of two (default 65536, "
+                                   "as PyTorch's GradScaler)"),
+                          cl::init(65536.0), cl::cat(category));
+cl::opt<int64_t> lossScaleInterval(
+    "loss-scale-interval",
+    cl::desc("fp16: finite steps in a row after which the loss scale doubles (default 2000)"),
+    cl::init(2000), cl::cat(category));
+cl::opt<std::string> tiedInitializers(
+    "tied-initializers",
+    cl::desc("An initializer several nodes read (PyTorch's exporter deduplicates equal "
+             "values): untie (default; one param per consumer, as in the network exported) or "
+             "keep (one tied param, its gradient summed; running statistics still per layer)"),
+    cl::init("untie"), cl::cat(category));
+
+// Checks on the reference interpreter.
+cl::opt<bool>
+    checkGradientsFlag("check-gradients",
+                       cl::desc("Check every param's gradient against finite "
+                                "differences in float64; exit 1 above 1e-6 (elements on a "
+                                "kink of relu or max are re-drawn, not failed)"),
+                       cl::cat(category));
+cl::opt<uint64_t> checkSeed("check-seed",
+                            cl::desc("Seed of --check-gradients' inputs and sampled elements"),
+                            cl::init(1), cl::cat(category));
+cl::opt<int64_t> checkSamples("check-samples",
+                              cl::desc("Elements checked per param by --check-gradients"),
+                              cl::init(6), cl::cat(category));
+cl::opt<bool> checkMemoryPlanFlag(
+    "check-memory-plan",
+    cl::desc("Plan the training step's memory, run one step in the planned arenas and compare "
+             "with the interpreter; exit 1 on any difference"),
+    cl::cat(category));
+cl::opt<bool> trainReference("train-reference",
+                             cl::desc("Run training steps on the reference interpreter"),
+                             cl::cat(category));
+cl::opt<int64_t> steps("steps", cl::desc("Steps for --train-reference"), cl::init(1),
+                       cl::cat(category));
+cl::opt<std::string> dumpDir("dump",
+                             cl::desc("Where --train-reference writes losses, first-step "
+                                      "gradients and final params (TensorProto files; "
+                                      "float64 with --precision=f64)"),
+                             cl::value_desc("dir"), cl::cat(category));
+cl::opt<std::string> target("target",
+                            cl::desc("Where the trainer runs: cuda (default; built with nvcc) or "
+                                     "cpu (built with the host compiler)"),
+                            cl::init("cuda"), cl::cat(category));
+cl::opt<bool> emulateGpu(
+    "emulate-gpu",
+    cl::desc("Build the cuda trainer against the emulated CUDA device (a test device: the "
+             "same generated CUDA source and CUDA runtime, compiled with the host compiler "
+             "and run on emulated GPUs; no GPU or nvcc needed). Implies --target=cuda"),
+    cl::cat(category));
+cl::opt<std::string> arch("arch", cl::desc("GPU architecture of a cuda trainer (default sm_90)"),
+                          cl::init("sm_90"), cl::cat(category));
+cl::opt<bool> tf32("tf32",
+                   cl::desc("The cuda trainer's default: TF32 math for matrix products too, "
+                            "not only for convolutions (PyTorch's default is convolutions "
+                            "only); the plan is priced at the TF32 peak. The trainer's "
+                            "--tf32=conv|all|off overrides it"),
+                   cl::cat(category));
+cl::opt<bool> noTf32("no-tf32",
+                     cl::desc("The cuda trainer's default: strict float32, no TF32 math even "
+                              "for convolutions"),
+                     cl::cat(category));
+cl::opt<int64_t> streams("streams",
+                         cl::desc("Streams per device of the trainer's step, 1 (default) to 8: "
+                                  "2 puts weight gradients and updates on a second stream, 3 "
+                                  "and more add streams for independent branches"),
+                         cl::init(1), cl::cat(category));
+cl::opt<std::string>
+    streamPolicy("stream-policy",
+                 cl::desc("Which branches get streams of their own with --streams=3 or more: "
+                          "sim (default: where the simulator predicts a shorter step) or all"),
+                 cl::init("sim"), cl::cat(category));
+cl::opt<int64_t> fragments(
+    "fragments",
+    cl::desc("Fragments of the batch inside a device (FiLayer), 1 (default) to 64, with "
+             "--streams=3 or more on one device: K pieces of the batch flow through runs of "
+             "layers (or through one heavy op) on the branch streams, where the simulator "
+             "predicts a shorter step (every run with --stream-policy=all)"),
+    cl::init(1), cl::cat(category));
+cl::opt<std::string> fragmentAlong(
+    "fragment-along",
+    cl::desc("What --fragments may cut: samples (fragments of the batch), channels (one heavy "
+             "op as K ops on slices of its output channels: batch 1 too) or any (default)"),
+    cl::init("any"), cl::cat(category));
+cl::opt<std::string> stepIr(
+    "step-ir",
+    cl::desc("Build the trainer from this scheduled IR (what --emit=scheduled-ir printed, "
+             "perhaps edited) instead of the model's compiled step; the model gives the initial "
+             "weights, the evaluation pass and the export. Its schedule is proven as lwcc's own"),
+    cl::value_desc("FILE.lwir"), cl::cat(category));
+cl::opt<bool> noVerifySchedule(
+    "no-verify-schedule",
+    cl::desc("Testing only: build the trainer without proving its schedule race-free"), cl::Hidden,
+    cl::cat(category));
+cl::opt<std::string> weightsMode("weights",
+                                 cl::desc("embed (default): the initial weights inside the "
+                                          "trainer; separate: in TRAINER.weights (or "
+                                          "DIR/trainer.weights for --emit=source), read at "
+                                          "start-up"),
+                                 cl::init("embed"), cl::cat(category));
+cl::opt<std::string> nvccPath("nvcc",
+                              cl::desc("The nvcc to build cuda trainers with (default: "
+                                       "$CUDA_HOME/bin/nvcc, /usr/local/cuda/bin/nvcc, PATH)"),
+                              cl::value_desc("path"), cl::cat(category));
+cl::list<std::string> cudaLibs("cuda-libs",
+                               cl::desc("Folders holding libcudnn.so.9, libcublas.so.13 and "
+                                        "libnccl.so.2 when nvcc's own do not (pip's nvidia "
+                                        "wheels); searched first when linking and at run time"),
+                               cl::value_desc("dir"), cl::CommaSeparated, cl::cat(category));
+cl::opt<bool> verbose("v", cl::desc("Report what each stage produced on stderr"),
+                      cl::cat(category));
+cl::opt<int64_t> batch("batch", cl::desc("Value of a symbolic leading (batch) dim of the inputs"),
+                       cl::init(0), cl::cat(category));
+cl::opt<bool> timePasses("pass-times",
+                         cl::desc("Print each pass's wall time and op count to stderr"),
+                         cl::cat(category));
+cl::opt<bool> runReference("run-reference", cl::desc("Run the model on the reference interpreter"),
+                           cl::cat(category));
+cl::opt<std::string> inputsDir("inputs",
+                               cl::desc("Folder with input_0.pb, input_1.pb, ... (TensorProto)"),
+                               cl::value_desc("dir"), cl::cat(category));
+cl::opt<std::string> outputsDir("outputs", cl::desc("Folder to write output_0.pb, ... into"),
+                                cl::value_desc("dir"), cl::cat(category));
+cl::opt<Precision> precision("precision", cl::desc("Float precision of the interpreter"),
+                             cl::values(clEnumValN(Precision::F32, "f32", "float (default)"),
+                                        clEnumValN(Precision::F64, "f64", "double")),
+                             cl::init(Precision::F32), cl::cat(category));
+cl::opt<bool> listOnnxOps("list-onnx-ops", cl::desc("List the ONNX op types lwcc imports"),
+                          cl::cat(category));
+
+cl::opt<bool> printPipelineFlag(
+    "print-pipeline",
+    cl::desc("Print the passes this compile runs (for --emit=train-ir and parallel-ir the "
+             "training step, for plan up to the memory plan, else up to the schedule's proof), "
+             "one --pass=options a line: `lwcc-opt @FILE` replays them on --emit=ir's output"),
+    cl::cat(category));
+
+namespace {
+
+int usage(const std::string& message) {
+  llvm::errs() << "lwcc: " << message << "\n";
+  return 2;
+}
+
+} // namespace
+
+int checkUsage() {
+  // Flags whose values name a choice: an unknown one is bad usage.
+  struct Choice {
+    const cl::opt<std::string>& flag;
+    std::vector<std::string> allowed;
+  };
+  for (const Choice& c :
+       {Choice{loss, {"softmax-xent", "mse", "none"}}, Choice{optimizer, {"sgd", "adam", "adamw"}},
+        Choice{lrSchedule, {"constant", "step", "cosine"}},
+        Choice{bnRunningVar, {"unbiased", "biased"}},
+        Choice{tiedInitializers, {"untie", "keep"}}}) {
+    if (std::find(c.allowed.begin(), c.allowed.end(), c.flag.getValue()) != c.allowed.end())
+      continue;
+    std::string list;
+    for (const std::string& a : c.allowed)
+      list += (list.empty() ? "" : ", ") + a;
+    return usage("--" + c.flag.ArgStr.str() + "=" + c.flag.getValue() + " is not one of: " + list);
+  }
+  if (int rc = recipes::checkUsage(loss))
+    return rc;
+  if (lrSchedule == "cosine" && totalSteps < 1)
+    return usage("--lr-schedule=cosine needs --total-steps=N (N >= 1)");
+  if (lrSchedule == "step" && stepSize < 1)
+    return usage("--lr-schedule=step needs --step-size=N (N >= 1)");
+  if (gpus < 1 || gpus > 1024)
+    return usage("--gpus must be in 1..1024");
+  if (!strategy.empty() && strategy != "data" && strategy != "model" && strategy != "owt" &&
+      strategy != "layerwise" && strategy != "hypergraph" && strategy != "pipeline")
+    return usage("--strategy=" + strategy +
+                 " is not one of: layerwise, data, model, owt, hypergraph, pipeline");
+  if (microbatches < 1 || microbatches > 4096)
+    return usage("--microbatches must be in 1..4096");
+  if (schedule != "1f1b" && schedule != "gpipe")
+    return usage("--schedule=" + schedule + " is not one of: 1f1b, gpipe");
+  if (stages.getNumOccurrences() && strategy != "pipeline")
+    return usage("--stages is for --strategy=pipeline");
+  if (strategy == "pipeline" && gpus < 2)
+    return usage("--strategy=pipeline needs --gpus=N with N >= 2");
+  if (stages.getNumOccurrences() && (stages < 1 || gpus % stages != 0))
+    return usage("--stages=" + std::to_string(stages) +
+                 " does not divide --gpus=" + std::to_string(gpus));
+  if (bucketBytes < 0)
+    return usage("--bucket-bytes must be >= 0");
+  if (streams < 1 || streams > 8)
+    return usage("--streams must be in 1..8");
+  if (streamPolicy != "sim" && streamPolicy != "all")
+    return usage("--stream-policy must be sim or all");
+  if (fragments < 1 || fragments > 64)
+    return usage("--fragments must be in 1..64");
+  if (fragmentAlong != "samples" && fragmentAlong != "channels" && fragmentAlong != "any")
+    return usage("--fragment-along must be samples, channels or any");
+  if (fragments > 1 && (streams < 3 || gpus > 1 || microbatches > 1))
+    return usage("--fragments=" + std::to_string(fragments) +
+                 " cuts the batch of one device's step into pieces on its branch streams: "
+                 "it needs --streams=3 or more, --gpus 1 and --microbatches 1");
+  if (tf32 && noTf32)
+    return usage("--tf32 and --no-tf32 contradict each other");
+  if (mixedPrecision != "off") {
+    if (mixedPrecision != "bf16" && mixedPrecision != "fp16")
+      return usage("--mixed-precision=" + mixedPrecision + " is not one of: off, bf16, fp16");
+    if (precision != Precision::F32)
+      return usage("--mixed-precision rounds float32 values: it does not go with "
+                   "--precision=f64");
+  }
+  if (lossScale.getNumOccurrences() || lossScaleInterval.getNumOccurrences()) {
+    if (mixedPrecision != "fp16")
+      return usage("--loss-scale and --loss-scale-interval go with --mixed-precision=fp16 "
+                   "(bf16 and float32 need no scaling)");
+    // The pass checks its options (a power of two, an interval >= 1).
+    PipelineText text;
+    for (const PipelineStep& s : trainingStepPipeline(pipelineOptions(fixedPlan("data"), true)))
+      if (s.pass == "loss-scale")
+        text.push_back(s);
+    if (auto pass = buildPipeline(text); !pass)
+      return usage(llvm::toString(pass.takeError()));
+  }
+  if (batch.getNumOccurrences() && batch <= 0)
+    return usage("--batch must be a positive integer");
+  if (emulateGpu) {
+    if (target.getNumOccurrences() && target != "cuda")
+      return usage("--emulate-gpu builds a cuda trainer, not --target=" + target);
+    target = "cuda";
+  }
+  if (target != "cpu" && target != "cuda")
+    return usage("--target=" + target + " is not one of: cuda, cpu");
+  // A bad spec or profile is reported before any work.
+  if (auto spec = loadDeviceSpec(deviceSpecName()); !spec) {
+    printErrors(llvm::errs(), spec.takeError());
+    return 1;
+  }
+  if (devicesPerNode.getNumOccurrences() && devicesPerNode < 1)
+    return usage("--devices-per-node takes a positive count, got " +
+                 std::to_string(devicesPerNode));
+  if (!costProfile.empty())
+    if (auto p = loadOpProfile(costProfile); !p) {
+      printErrors(llvm::errs(), p.takeError());
+      return 1;
+    }
+  return 0;
+}
+
+int checkBuildUsage() {
+  if (weightsMode != "embed" && weightsMode != "separate")
+    return usage("--weights=" + weightsMode + " is not one of: embed, separate");
+  if (!llvm::StringRef(arch).startswith("sm_") || arch.size() < 5 ||
+      !std::all_of(arch.begin() + 3, arch.end(), [](char c) { return std::isdigit(c); }))
+    return usage("--arch=" + arch + " is not of the form sm_XX (e.g. sm_90)");
+  if ((emit == Emit::Source || emit == Emit::Exe) && outputFile == "-")
+    return usage("--emit=source and --emit=exe need -o");
+  if (!stepIr.empty() && emit != Emit::Source && emit != Emit::Exe)
+    return usage("--step-ir builds a trainer from a scheduled step: it goes with -o "
+                 "(or --emit=source)");
+  return 0;
+}
+
+std::string chosenStrategy() {
+  if (!strategy.empty())
+    return strategy;
+  return gpus > 1 ? "layerwise" : "data";
+}
+
+std::string deviceSpecName() {
+  if (!deviceSpec.empty())
+    return deviceSpec;
+  return target == "cpu" ? "cpu" : "h100";
+}
+
+llvm::Expected<DeviceSpec> loadSpec() {
+  auto spec = loadDeviceSpec(deviceSpecName());
+  if (spec && devicesPerNode > 0)
+    spec->devicesPerNode = devicesPerNode;
+  return spec;
+}
+
+/// A one-device profile prices the whole ops the planner weighs (the
+/// searches, the candidates it compares, the streams it assigns). A profile
+/// of several devices holds one plan's pieces: it prices that plan (the
+/// final simulation), and the planner chooses on the spec as it did for the
+/// trainer that measured it.
+bool planProfile() {
+  static const bool guides = [] {
+    if (costProfile.empty())
+      return false;
+    auto p = loadOpProfile(costProfile);
+    if (!p) {
+      llvm::consumeError(p.takeError()); // the passes given it report it
+      return true;
+    }
+    return p->devices <= 1;
+  }();
+  return guides;
+}
+
+llvm::Expected<CostModel> costModel(bool withProfile) {
+  auto spec = loadSpec();
+  if (!spec)
+    return spec.takeError();
+  std::optional<OpProfile> profile;
+  if (!costProfile.empty() && withProfile) {
+    auto p = loadOpProfile(costProfile);
+    if (!p)
+      return p.takeError();
+    profile = std::move(*p);
+  }
+  CostModel model(std::move(*spec), std::move(profile));
+  model.setTf32(noTf32 ? CostModel::Tf32::Off
+                : tf32 ? CostModel::Tf32::All
+                       : CostModel::Tf32::Convolutions);
+  return model;
+}
+
+PlanChoice fixedPlan(const std::string& strat) {
+  PlanChoice p;
+  p.strategy = strat;
+  p.microbatches = microbatches;
+  if (strat == "pipeline")
+    p.stages = stages;
+  return p;
+}
+
+TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimizer) {
+  TrainingPipelineOptions o;
+  o.loss = loss;
+  o.bnRunningVar = bnRunningVar;
+  o.mixedPrecision = mixedPrecision;
+  o.gpus = gpus;
+  o.plan = plan;
+  o.schedule = schedule;
+  o.bucketBytes = bucketBytes;
+  o.pricing.spec = deviceSpecName();
+  o.pricing.devicesPerNode = devicesPerNode > 0 ? int64_t(devicesPerNode) : 0;
+  if (planProfile())
+    o.pricing.profile = costProfile;
+  o.pricing.tf32 = noTf32 ? Pricing::Tf32::Off : tf32 ? Pricing::Tf32::All : Pricing::Tf32::Default;
+  o.pricing.report = verbose;
+  o.streams = streams;
+  o.streamPolicy = streamPolicy;
+  o.fragments = fragments;
+  o.fragmentAlong = fragmentAlong;
+  o.withOptimizer = withOptimizer;
+  OptimizerSettings& s = o.optimizer;
+  s.kind = optimizer;
+  auto given = [](const cl::opt<double>& v) {
+    return v.getNumOccurrences() ? std::optional<double>(v.getValue()) : std::nullopt;
+  };
+  s.lr = given(lr);
+  s.momentum = given(momentum);
+  s.weightDecay = given(weightDecay);
+  s.beta1 = given(beta1);
+  s.beta2 = given(beta2);
+  s.gamma = given(gamma);
+  s.minLr = given(minLr);
+  s.nesterov = nesterov;
+  s.schedule = lrSchedule;
+  s.warmup = warmupSteps;
+  s.totalSteps = totalSteps;
+  s.stepSize = stepSize;
+  recipes::addTo(o);
+  o.lossScale = lossScale;
+  o.lossScaleInterval = lossScaleInterval;
+  o.memorySpec = deviceSpecName();
+  o.verifySchedule = !noVerifySchedule;
+  return o;
+}
+
+} // namespace lwcc::flags
