@@ -135,7 +135,7 @@ gtest_suite() {
   rm -f "$report"
   "$@" --gtest_output="json:$report"
   local rc=$?
-  [[ -s $report ]] && "${HARNESS[@]}" gtest "$report" "$LWCC_TEST_RESULT"
+  [[ -s $report ]] && "${HARNESS[@]}" gtest "$(basename "$1")" "$report" "$LWCC_TEST_RESULT"
   return "$rc"
 }
 
@@ -145,7 +145,7 @@ lit_suite() {
   rm -f "$report"
   "${LIT[@]}" -o "$report" "$@"
   local rc=$?
-  [[ -s $report ]] && "${HARNESS[@]}" lit "$report" "$LWCC_TEST_RESULT"
+  [[ -s $report ]] && "${HARNESS[@]}" lit lit "$report" "$LWCC_TEST_RESULT"
   return "$rc"
 }
 
@@ -187,10 +187,12 @@ suite() {
       result+=" (no tests ran; counted as 1 failed)"
       failed=1
     fi
-  else
-    passed=0
+  elif ((rc != 0)); then
+    passed=0 failed=1
     result="could not run (exit $rc, no result written; counted as 1 failed)"
-    failed=1
+  else
+    passed=0 failed=1
+    result="exit 0 without writing a result (counted as 1 failed)"
   fi
   SUITE_NAMES+=("$name")
   SUITE_RESULTS+=("$result")

@@ -24,13 +24,14 @@ are those the suites share.
 
 Run as a script, it writes the same JSON for tools/dev.sh's other suites
 and reads a result back:
-    harness.py gtest REPORT.json OUT    from GoogleTest's --gtest_output=json
-    harness.py lit REPORT.json OUT      from lit's --output
-    harness.py counts SUITE LOG OUT     from a log whose last "N passed, M failed"
-                                        line counts the suite (", K skipped" on
-                                        that line or one before it with the same counts)
+    harness.py gtest SUITE REPORT.json OUT    from GoogleTest's --gtest_output=json
+    harness.py lit SUITE REPORT.json OUT      from lit's --output
+    harness.py counts SUITE LOG OUT           from a log whose last "N passed, M failed"
+                                              line counts the suite (", K skipped" on
+                                              that line or on one before it with the
+                                              same counts)
     harness.py write SUITE PASSED FAILED OUT [FAILING...]
-    harness.py summary OUT              "PASSED FAILED [K skipped]" on one line
+    harness.py summary OUT                    "PASSED FAILED [K skipped]" on one line
 """
 import json
 import os
@@ -406,11 +407,11 @@ def summary(path):
 
 
 def main(argv):
-    usage = ("usage: harness.py gtest|lit REPORT OUT | counts SUITE LOG OUT | "
+    usage = ("usage: harness.py gtest|lit SUITE REPORT OUT | counts SUITE LOG OUT | "
              "write SUITE PASSED FAILED OUT [FAILING...] | summary OUT")
-    if len(argv) == 3 and argv[0] in ("gtest", "lit"):
+    if len(argv) == 4 and argv[0] in ("gtest", "lit"):
         convert = from_gtest if argv[0] == "gtest" else from_lit
-        write_result(convert(argv[1], argv[0]), argv[2])
+        write_result(convert(argv[2], argv[1]), argv[3])
     elif len(argv) == 4 and argv[0] == "counts":
         r = from_counts(argv[2], argv[1])
         if r is None:
