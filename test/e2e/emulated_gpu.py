@@ -31,7 +31,6 @@ Ends with the line "N passed, M failed".
     python3 test/e2e/emulated_gpu.py [--cases lenet,...] [--jobs 2]
 """
 import argparse
-import concurrent.futures
 import os
 import shutil
 import sys
@@ -269,8 +268,7 @@ def main():
             cpu = md.build(onnx_path, flags, os.path.join(base, "cpu"))
             return cuda, cpu
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            built = dict(zip([c[0] for c in planned], pool.map(make, planned)))
+        built = harness.build_all(planned, lambda c: c[0], make, args.jobs)
         for c in planned:
             name, m, flags, extra, tol = c
             (cuda, cerr), (cpu, perr) = built[name]

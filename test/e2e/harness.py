@@ -2,25 +2,29 @@
 """The e2e suites' shared harness: commands, comparisons and the result.
 
 Every test/e2e suite records its cases here and ends with `finish()`:
-  - `record(ok, name, detail)` prints "PASS: name" or "FAIL: name: detail";
-    `skip(name, why)` prints "SKIP: name: why"; `case(fn)` runs fn and
-    records it under fn's name, an exception failing it;
+  - `record(ok, name, detail, info)` prints "PASS: name  info" or
+    "FAIL: name  info: detail"; `skip(name, why)` prints "SKIP: name: why";
+    `case(fn)` runs fn as a case (an exception fails it), `check(name, fn)`
+    one whose fn returns (ok, message);
   - `finish()` prints "N passed, M failed" (", K skipped" when some were)
     and, where the environment names a file in LWCC_TEST_RESULT (tools/dev.sh
     does), writes the suite's result there as JSON:
         {"suite": "train_step", "passed": 40, "failed": 1, "skipped": 0,
          "seconds": 81.2, "failing": ["case name", ...]}
     It returns the suite's exit status: 1 when a case failed or none ran.
-LWCC_TEST_CASES=SUBSTR[,SUBSTR...] runs only the cases of `case` and `check`
-whose names contain one of the substrings (for a quick run by hand).
 A suite that dies before `finish()` writes no result, which tools/dev.sh
-counts as a failure.
+counts as a failure. LWCC_TEST_CASES=SUBSTR[,SUBSTR...] runs only the cases
+of `case` and `check` whose names contain one of the substrings (a quick run
+by hand).
 
 `run` runs a command with a time limit (a command that outlives it comes
 back with exit status 124 and says so on stderr); `check_output` raises
 CommandError, naming the command, when the status is not the one expected.
-The comparisons (`rel_error`, `close`, `losses_within`, `step_problems`)
-are those the suites share.
+Beside them what several suites do: generate a zoo model (`generate`), build
+a trainer from emitted source (`build_cpu_trainer`, `build_emulated_trainer`),
+write a seeded batch (`write_batch`), run the interpreter's steps
+(`reference_steps`), kill a trainer at its first checkpoint; and compare
+(`rel_error`, `close`, `losses_within`, `step_problems`, `files_differ`).
 
 Run as a script, it writes the same JSON for tools/dev.sh's other suites
 and reads a result back:
@@ -106,6 +110,14 @@ def zoo_models():
     r = run([sys.executable, GEN, "--list"])
     return [line.split()[0] for line in r.stdout.splitlines()
             if line and not line.startswith(" ")]
+
+
+def build_all(cases, key, make, jobs=2):
+    """make(case) for every case (building a trainer, say), `jobs` at a time:
+    {key(case): what make returned}."""
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        return dict(zip(map(key, cases), pool.map(make, cases)))
 
 
 def build_cpu_trainer(out_dir, opt="-O0", timeout=600):

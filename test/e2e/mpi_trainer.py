@@ -44,7 +44,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-import multi_device_trainer as md  # noqa: E402  (build_all)
 from harness import LWCC, files_differ as same_files, log_losses as losses  # noqa: E402
 
 STRATEGIES = ["data", "owt", "layerwise", "pipeline"]
@@ -323,7 +322,7 @@ def main():
             return build(os.path.join(tmp, f"{c[0]}.onnx"), ["--gpus=4", f"--strategy={c[1]}"],
                          os.path.join(tmp, f"{c[0]}-{c[1]}"))
 
-        built = md.build_all(cases, lambda c: c, make)
+        built = harness.build_all(cases, lambda c: c, make)
         for c in cases:
             exe, error = built[c]
             if not exe:

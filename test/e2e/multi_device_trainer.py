@@ -39,7 +39,6 @@ fifth.
     python3 test/e2e/multi_device_trainer.py [--models lenet] [--quick]
 """
 import argparse
-import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -73,12 +72,6 @@ def build(onnx_path, flags, out_dir, via_lwcc=False):
     if r.returncode:
         return None, r.stderr[-1500:]
     return harness.build_cpu_trainer(out_dir)
-
-
-def build_all(cases, key, make):
-    """make(case) for every case, two at a time: {key(case): (exe or None, error)}."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(map(key, cases), pool.map(make, cases)))
 
 
 def train_built(name, built, work, devices, extra=()):
@@ -257,7 +250,7 @@ def main():
                          os.path.join(tmp, key(c)),
                          via_lwcc=(c == ("lenet", 8, 2 if 2 in gpus else 4, "owt")))
 
-        built = build_all(cases, key, make)
+        built = harness.build_all(cases, key, make)
         runs = {}
         for c in cases:
             # --check-replicas: every replica of a param has the same bits.

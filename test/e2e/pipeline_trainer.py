@@ -82,7 +82,7 @@ def main():
             return md.build(os.path.join(tmp, f"{m}.onnx"), flags, os.path.join(tmp, key(c)),
                             via_lwcc=(c == ("lenet", 2, 2, "1f1b", 3)))
 
-        built = md.build_all(cases, key, make)
+        built = harness.build_all(cases, key, make)
         runs = {}
         for c in cases:
             work = os.path.join(tmp, key(c), "run")

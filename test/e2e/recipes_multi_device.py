@@ -69,7 +69,7 @@ def main():
                 flags += [f"--gpus={c[1]}", f"--strategy={c[2]}"]
             return md.build(model, flags, os.path.join(tmp, key(c)))
 
-        built = md.build_all(cases, key, make)
+        built = harness.build_all(cases, key, make)
         start = initializers(model)
         runs = {}
         for c in cases:

@@ -97,7 +97,7 @@ def trainers(tmp):
             flags += [f"--gpus={g}", "--strategy=data"]
         return md.build(os.path.join(tmp, f"{m}.onnx"), flags, os.path.join(tmp, key(c)))
 
-    built = md.build_all(cases, key, make)
+    built = harness.build_all(cases, key, make)
     runs = {}
     for c in cases:
         work = os.path.join(tmp, key(c), "run")
