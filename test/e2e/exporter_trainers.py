@@ -45,7 +45,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for k, label in enumerate(LABELS):
             c = dict(cases[label], sym=False)  # the trainer takes a static batch
-            tvr.record(label, lambda: ep.build(c), tmp, f"case{k}")
+            tvr.trainer_case(label, lambda: ep.build(c), tmp, f"case{k}")
     return harness.finish()
 
 

@@ -87,8 +87,9 @@ def check_model(model, name, tmp):
     return worst, checked, len(params), len(grads)
 
 
-def record(name, model, tmp, file_name):
-    """One case: the trainer of `model` against the interpreter."""
+def trainer_case(name, model, tmp, file_name):
+    """The case `name`: the CPU trainer of model() against the interpreter,
+    its files named file_name in tmp."""
     def check_case():
         worst, checked, nparams, ngrads = check_model(model(), file_name, tmp)
         assert worst < TOLERANCE and checked == ngrads and checked > 0, \
@@ -101,7 +102,7 @@ def record(name, model, tmp, file_name):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in zoo.REGISTRY:
-            record(name, lambda: zoo.build(name, test_size=True), tmp, name)
+            trainer_case(name, lambda: zoo.build(name, test_size=True), tmp, name)
     return harness.finish()
 
 
