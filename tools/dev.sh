@@ -113,84 +113,86 @@ PY
 # ---------------------------------------------------------------------------
 # Test suites.
 #
-#   suite NAME PARSER CMD [ARGS...]
+#   suite NAME CMD [ARGS...]
 #
-# runs CMD (its output goes to the terminal and to $LOG_DIR/<first word of NAME>.log),
-# then PARSER LOGFILE prints "PASSED FAILED [NOTE]" on one line. A suite that exits
-# non-zero without reporting a failure, or that reports no tests at all, counts
+# runs CMD (its output goes to the terminal and to $LOG_DIR/<first word of NAME>.log)
+# with LWCC_TEST_RESULT naming $LOG_DIR/<first word of NAME>.json, where the suite
+# writes its result: test/e2e/harness.py's JSON (suite, passed, failed, skipped,
+# seconds, failing), which the test/e2e scripts write themselves and the wrappers
+# below write for the other tools. A suite that writes no result (it crashed),
+# exits non-zero without reporting a failure, or reports no tests at all counts
 # as one failure. Add a suite with one line in cmd_test.
 
 SUITE_NAMES=()
 SUITE_RESULTS=()
 TOTAL_PASSED=0
 TOTAL_FAILED=0
+HARNESS=(python3 test/e2e/harness.py)
 
-# GoogleTest: "[  PASSED  ] 40 tests." and "[  FAILED  ] 2 tests, listed below:".
-parse_gtest() {
-  local passed failed
-  passed=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\..*/\1/p' "$1" | tail -n1)
-  failed=$(sed -nE 's/^\[  FAILED  \] ([0-9]+) tests?, listed below.*/\1/p' "$1" | tail -n1)
-  echo "${passed:-0} ${failed:-0}"
+# GoogleTest: its JSON report, turned into the result.
+gtest_suite() {
+  local report="$LWCC_TEST_RESULT.gtest.json"
+  rm -f "$report"
+  "$@" --gtest_output="json:$report"
+  local rc=$?
+  [[ -s $report ]] && "${HARNESS[@]}" gtest "$(basename "$1")" "$report" "$LWCC_TEST_RESULT"
+  return "$rc"
 }
 
-# lit: "  Passed: 12 (100.00%)" (lit >= 15), or "  Passed           : 12" (older),
-# read only from the summary at the end so that test output cannot be miscounted.
-parse_lit() {
-  awk '
-    /^(Testing Time|Total Discovered Tests):/ { summary = 1 }
-    summary && match($0, /^ *[A-Za-z][A-Za-z ]*[A-Za-z] *: *[0-9]+/) {
-      line = substr($0, RSTART, RLENGTH)
-      n = line; sub(/.*: */, "", n)
-      label = line; sub(/ *:.*/, "", label); sub(/^ */, "", label)
-      if (label ~ /^(Passed|Passed With Retry|Passed After Update|Expectedly Failed|Expected Passes|Expected Failures)$/) pass += n
-      else if (label ~ /^(Failed|Unexpectedly Passed|Unresolved|Timed Out|Unexpected Failures|Unexpected Passes|Unresolved Tests|Individual Timeouts)$/) fail += n
-      else if (label ~ /^(Unsupported|Unsupported Tests)$/) unsup += n
-    }
-    END {
-      printf "%d %d", pass, fail
-      if (unsup) printf " %d unsupported", unsup
-      printf "\n"
-    }' "$1"
+# lit: its JSON report (--output), turned into the result.
+lit_suite() {
+  local report="$LWCC_TEST_RESULT.lit.json"
+  rm -f "$report"
+  "${LIT[@]}" -o "$report" "$@"
+  local rc=$?
+  [[ -s $report ]] && "${HARNESS[@]}" lit lit "$report" "$LWCC_TEST_RESULT"
+  return "$rc"
 }
 
-# Scripts of this project end with the line "N passed, M failed".
-parse_counts() {
-  sed -nE 's/^([0-9]+) passed, ([0-9]+) failed.*/\1 \2/p' "$1" | tail -n1 | grep . || echo "0 0"
-}
-
-# ONNX node tests: "onnx-node: N passed, M failed, K skipped" before that last line.
-parse_node_tests() {
-  local skipped
-  skipped=$(sed -nE 's/^onnx-node: [0-9]+ passed, [0-9]+ failed, ([0-9]+) skipped$/\1/p' "$1" | tail -n1)
-  echo "$(parse_counts "$1")${skipped:+ $skipped skipped}"
+# counted_suite NAME CMD...: a script that counts itself only in its output,
+# the ONNX node tests: its last line "N passed, M failed" ("onnx-node: N
+# passed, M failed, K skipped" before it), turned into the result.
+counted_suite() {
+  local name="$1" log="$LWCC_TEST_RESULT.log"
+  shift
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  "${HARNESS[@]}" counts "$name" "$log" "$LWCC_TEST_RESULT"
+  return "$rc"
 }
 
 suite() {
-  local name="$1" parser="$2"
-  shift 2
-  local slug log rc passed failed note
+  local name="$1"
+  shift
+  local slug log json rc passed=0 failed=0 note="" result
   slug=$(tr -c 'A-Za-z0-9\n' '_' <<<"${name%% (*}")
   mkdir -p "$LOG_DIR"
   log="$LOG_DIR/$slug.log"
+  json="$LOG_DIR/$slug.json"
+  rm -f "$json"
 
   echo
   echo "==== $name: $* ===="
   set +e
-  "$@" 2>&1 | tee "$log"
+  LWCC_TEST_RESULT="$json" "$@" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   set -e
 
-  read -r passed failed note < <("$parser" "$log")
-  local result="$passed passed, $failed failed${note:+, $note}"
-  if ((rc != 0 && passed + failed == 0)); then
-    result="could not run (exit $rc; counted as 1 failed)"
-    failed=1
-  elif ((rc != 0 && failed == 0)); then
-    result+=" (exit $rc without a reported failure; counted as 1 failed)"
-    failed=1
-  elif ((passed + failed == 0)); then
-    result+=" (no tests ran; counted as 1 failed)"
-    failed=1
+  if [[ -s $json ]] && read -r passed failed note < <("${HARNESS[@]}" summary "$json"); then
+    result="$passed passed, $failed failed${note:+, $note}"
+    if ((rc != 0 && failed == 0)); then
+      result+=" (exit $rc without a reported failure; counted as 1 failed)"
+      failed=1
+    elif ((passed + failed == 0)); then
+      result+=" (no tests ran; counted as 1 failed)"
+      failed=1
+    fi
+  elif ((rc != 0)); then
+    passed=0 failed=1
+    result="could not run (exit $rc, no result written; counted as 1 failed)"
+  else
+    passed=0 failed=1
+    result="exit 0 without writing a result (counted as 1 failed)"
   fi
   SUITE_NAMES+=("$name")
   SUITE_RESULTS+=("$result")
@@ -199,9 +201,11 @@ suite() {
 }
 
 # Suites of named checks: check NAME CMD... runs CMD quietly (its output is
-# shown when it fails) and prints PASS/FAIL; end_checks prints the counts.
+# shown when it fails) and prints PASS/FAIL; end_checks SUITE prints the counts
+# and writes the result.
 CHECKS_PASSED=0
 CHECKS_FAILED=0
+CHECKS_FAILING=()
 check() {
   local name="$1" out
   shift
@@ -212,10 +216,13 @@ check() {
     echo "FAIL: $name"
     tail -n 40 <<<"$out"
     CHECKS_FAILED=$((CHECKS_FAILED + 1))
+    CHECKS_FAILING+=("$name")
   fi
 }
 end_checks() {
   echo "$CHECKS_PASSED passed, $CHECKS_FAILED failed"
+  "${HARNESS[@]}" write "$1" "$CHECKS_PASSED" "$CHECKS_FAILED" "$LWCC_TEST_RESULT" \
+    ${CHECKS_FAILING[@]+"${CHECKS_FAILING[@]}"}
   ((CHECKS_FAILED == 0))
 }
 
@@ -230,7 +237,7 @@ end_checks() {
 # that with nvcc): on CI's 2 cores about 3 minutes cold, seconds with ccache.
 release_suite() {
   local plain="$RELEASE_DIR/plain-configure" model="$RELEASE_DIR/lenet.onnx"
-  CHECKS_PASSED=0 CHECKS_FAILED=0
+  CHECKS_PASSED=0 CHECKS_FAILED=0 CHECKS_FAILING=()
   rm -rf "$plain"
   check "plain Release configure leaves LWCC_WERROR off" bash -c \
     "cmake -S . -B '$plain' -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null &&
@@ -248,7 +255,7 @@ release_suite() {
          test -s $RELEASE_DIR/\$emit.release &&
          diff $RELEASE_DIR/\$emit.release $RELEASE_DIR/\$emit.expected || exit 1
      done"
-  end_checks
+  end_checks release
 }
 
 # ThreadSanitizer: the CPU runtime and the emulated CUDA device's runtime
@@ -265,8 +272,10 @@ tsan_suite() {
     targets+=(lwcc_runtime_emu)
   fi
   if ! cmake --build build-tsan -j "$(nproc)" --target "${targets[@]}"; then
-    echo "FAIL the runtimes (${targets[*]}) with -fsanitize=thread do not build"
+    echo "FAIL: the runtimes (${targets[*]}) with -fsanitize=thread build"
     echo "0 passed, 1 failed"
+    "${HARNESS[@]}" write tsan 0 1 "$LWCC_TEST_RESULT" \
+      "the runtimes (${targets[*]}) with -fsanitize=thread build"
     return 1
   fi
   python3 test/e2e/tsan_trainer.py --prefix build-tsan
@@ -275,13 +284,13 @@ tsan_suite() {
 # With LWCC_TEST_CLANG=1: the C++ parts built with clang++-14 (Release,
 # -Werror) in build-clang/, and its unit tests run.
 clang_suite() {
-  CHECKS_PASSED=0 CHECKS_FAILED=0
+  CHECKS_PASSED=0 CHECKS_FAILED=0 CHECKS_FAILING=()
   check "Clang build of lwcc, lwcc-opt, the unit tests and the CPU runtime, -Werror" bash -c \
     "CC=clang-14 CXX=clang++-14 cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release \
        -DLWCC_WERROR=ON $(launcher_flags | tr '\n' ' ') >/dev/null &&
      cmake --build build-clang -j $(nproc) --target lwcc lwcc-opt lwcc-unittests lwcc_runtime_cpu"
   check "Clang build: unit tests" build-clang/bin/lwcc-unittests --gtest_brief=1
-  end_checks
+  end_checks clang
 }
 
 print_summary() {
@@ -306,40 +315,40 @@ cmd_test() {
     return 1
   fi
 
-  suite "unit (GoogleTest)" parse_gtest "$BIN_DIR/lwcc-unittests" --gtest_brief=1
-  suite "lit (FileCheck)"   parse_lit   "${LIT[@]}" -sv --no-progress-bar test/lit
-  suite "zoo vs onnxruntime" parse_counts python3 test/e2e/zoo_reference.py
-  suite "exporter patterns"  parse_counts python3 test/e2e/exporter_patterns.py
-  suite "zoo gradients and memory plans" parse_counts python3 test/e2e/zoo_checks.py
-  suite "gradient checks at kinks" parse_counts python3 test/e2e/gradcheck_kinks.py
-  suite "CPU trainer vs interpreter" parse_counts python3 test/e2e/trainer_vs_reference.py
-  suite "bf16 and fp16 mixed precision CPU trainers" parse_counts python3 test/e2e/mixed_precision.py
-  suite "exporter-pattern trainers vs interpreter" parse_counts python3 test/e2e/exporter_trainers.py
-  suite "trainer as a user runs it" parse_counts python3 test/e2e/trainer_cli.py
-  suite "image folders and CIFAR-10" parse_counts python3 test/e2e/image_data.py
-  suite "shared initializers and BN statistics" parse_counts python3 test/e2e/shared_initializers.py
-  suite "CUDA trainers build with nvcc" parse_counts python3 test/e2e/cuda_build.py
-  suite "emulated GPU: its CUDA runtime, cuBLAS, cuDNN and NCCL (GoogleTest)" parse_gtest \
+  suite "unit (GoogleTest)" gtest_suite "$BIN_DIR/lwcc-unittests" --gtest_brief=1
+  suite "lit (FileCheck)" lit_suite -sv --no-progress-bar test/lit
+  suite "zoo vs onnxruntime" python3 test/e2e/zoo_reference.py
+  suite "exporter patterns"  python3 test/e2e/exporter_patterns.py
+  suite "zoo gradients and memory plans" python3 test/e2e/zoo_checks.py
+  suite "gradient checks at kinks" python3 test/e2e/gradcheck_kinks.py
+  suite "CPU trainer vs interpreter" python3 test/e2e/trainer_vs_reference.py
+  suite "bf16 and fp16 mixed precision CPU trainers" python3 test/e2e/mixed_precision.py
+  suite "exporter-pattern trainers vs interpreter" python3 test/e2e/exporter_trainers.py
+  suite "trainer as a user runs it" python3 test/e2e/trainer_cli.py
+  suite "image folders and CIFAR-10" python3 test/e2e/image_data.py
+  suite "shared initializers and BN statistics" python3 test/e2e/shared_initializers.py
+  suite "CUDA trainers build with nvcc" python3 test/e2e/cuda_build.py
+  suite "emulated GPU: its CUDA runtime, cuBLAS, cuDNN and NCCL (GoogleTest)" gtest_suite \
     "$BIN_DIR/lwemu-unittests" --gtest_brief=1
-  suite "CUDA trainers on the emulated GPU vs CPU trainers" parse_counts python3 test/e2e/emulated_gpu.py
-  suite "tools/gpu checks on the emulated GPU (build, correct, multi)" parse_counts \
+  suite "CUDA trainers on the emulated GPU vs CPU trainers" python3 test/e2e/emulated_gpu.py
+  suite "tools/gpu checks on the emulated GPU (build, correct, multi)" \
     python3 test/e2e/gpu_check_emulated.py
-  suite "train-step vs numpy" parse_counts python3 test/e2e/train_step.py
-  suite "training recipes on several devices vs one" parse_counts python3 test/e2e/recipes_multi_device.py
-  suite "fine-tuning with frozen layers" parse_counts python3 test/e2e/finetune.py
-  suite "trainer recipes: --ema, npy data, TensorBoard" parse_counts python3 test/e2e/trainer_recipes.py
-  suite "parallel strategies vs one device" parse_counts python3 test/e2e/parallel_step.py
-  suite "pipelines and micro-batches vs one device" parse_counts python3 test/e2e/pipeline_step.py
-  suite "ThreadSanitizer: --gpus 4 CPU and emulated CUDA trainers" parse_counts tsan_suite
-  suite "multi-device CPU trainers vs one device" parse_counts python3 test/e2e/multi_device_trainer.py
-  suite "pipeline CPU trainers vs one device" parse_counts python3 test/e2e/pipeline_trainer.py
-  suite "streams: 2-4 per device vs one, the verifier on every zoo schedule" parse_counts python3 test/e2e/streams_trainer.py
-  suite "--gpus 4 CPU trainers as 2 and 4 processes (mpirun)" parse_counts python3 test/e2e/mpi_trainer.py
-  suite "trainer profile and trace vs the simulator" parse_counts python3 test/e2e/profile_trace.py
-  suite "onnx-node (ONNX node tests)" parse_node_tests python3 test/onnx-node/run_node_tests.py
-  suite "Release build (build-release/)" parse_counts release_suite
+  suite "train-step vs numpy" python3 test/e2e/train_step.py
+  suite "training recipes on several devices vs one" python3 test/e2e/recipes_multi_device.py
+  suite "fine-tuning with frozen layers" python3 test/e2e/finetune.py
+  suite "trainer recipes: --ema, npy data, TensorBoard" python3 test/e2e/trainer_recipes.py
+  suite "parallel strategies vs one device" python3 test/e2e/parallel_step.py
+  suite "pipelines and micro-batches vs one device" python3 test/e2e/pipeline_step.py
+  suite "ThreadSanitizer: --gpus 4 CPU and emulated CUDA trainers" tsan_suite
+  suite "multi-device CPU trainers vs one device" python3 test/e2e/multi_device_trainer.py
+  suite "pipeline CPU trainers vs one device" python3 test/e2e/pipeline_trainer.py
+  suite "streams: 2-4 per device vs one, the verifier on every zoo schedule" python3 test/e2e/streams_trainer.py
+  suite "--gpus 4 CPU trainers as 2 and 4 processes (mpirun)" python3 test/e2e/mpi_trainer.py
+  suite "trainer profile and trace vs the simulator" python3 test/e2e/profile_trace.py
+  suite "onnx-node (ONNX node tests)" counted_suite onnx-node python3 test/onnx-node/run_node_tests.py
+  suite "Release build (build-release/)" release_suite
   if [[ -n ${LWCC_TEST_CLANG:-} ]]; then
-    suite "Clang build (build-clang/)" parse_counts clang_suite
+    suite "Clang build (build-clang/)" clang_suite
   fi
 
   print_summary

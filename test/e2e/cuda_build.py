@@ -55,6 +55,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
 import zoo  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 import exporter_patterns as ep  # noqa: E402
+import harness  # noqa: E402
 
 LWCC = os.path.join(ROOT, "build", "bin", "lwcc")
 
@@ -310,7 +311,6 @@ def build_pattern(label):
 def main():
     gpu = has_gpu()
     cases = [(name, 1, None) for name in zoo.REGISTRY] + MULTI + EXTRA + MIXED
-    failed = 0
     with tempfile.TemporaryDirectory(prefix="lwcc-cuda-build-") as tmp:
         # The ONNX files first: a model's cases share one.
         for name in {c[0] for c in cases}:
@@ -329,20 +329,17 @@ def main():
                     problem = futures[c].result()
                 except Exception as e:  # noqa: BLE001 - any failure fails the case
                     problem = str(e)
-                failed += problem is not None
-                print(f"{'FAIL' if problem else 'PASS'}: {name}"
-                      + (f": {problem}" if problem else
-                         " (built with nvcc; " + ("ran one step" if gpu else
-                                                  "no GPU here: exit 1 with the hint") + ")"))
+                harness.record(problem is None, name, problem,
+                               "" if problem else "(built with nvcc; " +
+                               ("ran one step" if gpu else "no GPU here: exit 1 with the hint") +
+                               ")")
             try:
                 problem = compared.result()
             except Exception as e:  # noqa: BLE001 - any failure fails the case
                 problem = str(e)
-            failed += problem is not None
-            print(f"{'FAIL' if problem else 'PASS'}: the GPU check's comparison on CPU --gpus 2 "
-                  "dumps" + (f": {problem}" if problem else ""))
-    print(f"{len(cases) + 1 - failed} passed, {failed} failed")
-    return 1 if failed else 0
+            harness.record(problem is None, "the GPU check's comparison on CPU --gpus 2 dumps",
+                           problem)
+    return harness.finish()
 
 
 if __name__ == "__main__":

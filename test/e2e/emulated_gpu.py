@@ -31,19 +31,16 @@ Ends with the line "N passed, M failed".
     python3 test/e2e/emulated_gpu.py [--cases lenet,...] [--jobs 2]
 """
 import argparse
-import concurrent.futures
 import os
 import shutil
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 import multi_device_trainer as md  # noqa: E402
+from harness import LWCC, PREFIX  # noqa: E402
 
-ROOT = md.ROOT
-LWCC = md.LWCC
-PREFIX = md.PREFIX
-GEN = md.GEN
 STEPS = 3
 SEED = 5
 LOW_TOL = 2e-2
@@ -57,12 +54,6 @@ ILL_CONDITIONED = {"inception_v3"}
 md.STEPS = STEPS  # compare() counts the losses of this many steps  # bf16 and fp16: a value may land on the neighbouring 16-bit number
 
 
-def zoo_models():
-    r = md.run([sys.executable, GEN, "--list"])
-    return [line.split()[0] for line in r.stdout.splitlines()
-            if line and not line.startswith(" ")]
-
-
 def build_emulated(onnx_path, flags, out_dir, via_lwcc=False):
     """The CUDA trainer of onnx_path for the emulated device; (path or None, error).
     From `lwcc --emit=source`, compiled at -O0 as multi_device_trainer builds
@@ -71,20 +62,12 @@ def build_emulated(onnx_path, flags, out_dir, via_lwcc=False):
     exe = os.path.join(out_dir, "trainer")
     os.makedirs(out_dir, exist_ok=True)
     if via_lwcc:
-        r = md.run([LWCC, onnx_path, "--emulate-gpu", *flags, "-o", exe])
+        r = harness.run([LWCC, onnx_path, "--emulate-gpu", *flags, "-o", exe])
         return (exe, "") if r.returncode == 0 else (None, r.stderr[-1500:])
-    r = md.run([LWCC, onnx_path, "--target=cuda", *flags, "--emit=source", "-o", out_dir])
+    r = harness.run([LWCC, onnx_path, "--target=cuda", *flags, "--emit=source", "-o", out_dir])
     if r.returncode:
         return None, r.stderr[-1500:]
-    lib = os.path.join(PREFIX, "lib")
-    with open(os.path.join(lib, "liblwcc_runtime_emu.cflags")) as f:
-        cflags = f.read().split()
-    with open(os.path.join(lib, "liblwcc_runtime_emu.libs")) as f:
-        libs = f.read().split()
-    r = md.run(["c++", "-std=c++20", "-O0", "-x", "c++", "-include",
-                os.path.join(PREFIX, "include", "lwemu", "cuda_emu.h"),
-                "-I" + os.path.join(PREFIX, "include"), *cflags, "trainer.cu", "-x", "none",
-                os.path.join(lib, "liblwcc_runtime_emu.a"), *libs, "-o", "trainer"], cwd=out_dir)
+    r = harness.build_emulated_trainer(out_dir, timeout=600)
     return (exe, "") if r.returncode == 0 else (None, r.stderr[-1500:])
 
 
@@ -96,7 +79,7 @@ def train(exe, work, extra, cuda):
         args.append("--no-tf32")
     else:
         args.append("--threads=2")
-    return md.run(args, cwd=work)
+    return harness.run(args, cwd=work)
 
 
 def run_args(steps=STEPS):
@@ -156,19 +139,11 @@ def against_float64(name, onnx_path, cuda, cpu, base):
     import onnx
     from onnx import numpy_helper
     model = onnx.load(onnx_path)
-    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
-    rng = np.random.default_rng(11)
     data = os.path.join(base, "raw")
-    os.makedirs(data, exist_ok=True)
-    for k, arr in enumerate([rng.standard_normal(dims).astype(np.float32),
-                             rng.integers(0, classes, size=dims[0]).astype(np.int64)]):
-        with open(os.path.join(data, f"input_{k}.pb"), "wb") as f:
-            f.write(numpy_helper.from_array(arr).SerializeToString())
-        arr.tofile(os.path.join(data, f"input_{k}.bin"))
+    harness.write_batch(model, data, 11, raw=True)
     ref = os.path.join(base, "f64")
-    r = md.run([LWCC, onnx_path, "--train-reference", "--inputs", data, "--steps", "1",
-                "--dump", ref, "--precision=f64"])
+    r = harness.run([LWCC, onnx_path, "--train-reference", "--inputs", data, "--steps", "1",
+                     "--dump", ref, "--precision=f64"])
     runs = {}
     for label, exe, cu in (("emulated GPU", cuda, True), ("CPU", cpu, False)):
         out = os.path.join(base, "f64-" + label.split()[0])
@@ -177,7 +152,7 @@ def against_float64(name, onnx_path, cuda, cpu, base):
             r = rr
         runs[label] = os.path.join(out, "dump")
     if r.returncode:
-        md.report(False, f"{name}: one step against float64", (r.stdout + r.stderr)[-1500:])
+        harness.record(False, f"{name}: one step against float64", (r.stdout + r.stderr)[-1500:])
         return
     worst = {label: 0.0 for label in runs}
     init = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in model.graph.initializer}
@@ -196,9 +171,9 @@ def against_float64(name, onnx_path, cuda, cpu, base):
             err = min(float(np.max(np.abs(have - decayed))), float(np.max(np.abs(have - want))))
             worst[label] = max(worst[label], err / scale)
     cpu_err, emu_err = worst["CPU"], worst["emulated GPU"]
-    md.report(emu_err <= max(2 * cpu_err, 1e-4),
-              f"{name}: first-step gradients from the float64 step: emulated GPU {emu_err:.2e}, "
-              f"CPU trainer {cpu_err:.2e} (at most twice)", "")
+    harness.record(emu_err <= max(2 * cpu_err, 1e-4),
+                   f"{name}: first-step gradients from the float64 step: emulated GPU "
+                   f"{emu_err:.2e}, CPU trainer {cpu_err:.2e} (at most twice)", "")
 
 
 def compare(name, ref, got, tol):
@@ -215,28 +190,9 @@ def compare(name, ref, got, tol):
 
 
 def resume_case(exe, base, label):
-    name = f"{label}: killed after step 3 on the emulated GPU, resumed, bit-identical at step 6"
-    full = train(exe, os.path.join(base, "full"), ["--steps=6", "--dump=dump",
-                                                    "--export=model.onnx"], True)
-    first = md.kill_after_checkpoint(exe, os.path.join(base, "killed"), 3, 1, ["--no-tf32"])
-    if not first:
-        md.report(False, name, "no step-3 checkpoint before the run ended")
-        return
-    second = train(exe, os.path.join(base, "resumed"),
-                   ["--steps=6", f"--resume={first}", "--dump=dump", "--export=model.onnx"],
-                   True)
-    if full.returncode or second.returncode:
-        md.report(False, name, (full.stderr + second.stderr)[-1500:])
-        return
-    a, b = os.path.join(base, "full"), os.path.join(base, "resumed")
-    files = sorted(os.listdir(os.path.join(a, "dump")))
-    differ = [f for f in files if open(os.path.join(a, "dump", f), "rb").read() !=
-              open(os.path.join(b, "dump", f), "rb").read()]
-    if open(os.path.join(a, "model.onnx"), "rb").read() != \
-            open(os.path.join(b, "model.onnx"), "rb").read():
-        differ.append("model.onnx")
-    md.report(files and not differ, name + f" ({len(files)} dumped files and the export)",
-              f"differ: {differ[:5]}")
+    md.resumed_bit_identical(
+        f"{label}: killed after step 3 on the emulated GPU, resumed, bit-identical at step 6",
+        exe, base, 1, lambda work, args: train(exe, work, args, True), ["--no-tf32"])
 
 
 def tied_max_pool(tmp):
@@ -268,18 +224,18 @@ def tied_max_pool(tmp):
     cpu, perr = md.build(path, [], os.path.join(base, "cpu"), via_lwcc=True)
     name = "max pooling with tied maxima: the same gradient on the emulated GPU as on the CPU"
     if not cuda or not cpu:
-        md.report(False, name, cerr or perr)
+        harness.record(False, name, cerr or perr)
         return
     raw = "--data=raw:" + os.path.join(base, "raw")
     rc = train(cuda, os.path.join(base, "emu-run"), ["--steps=1", raw, "--dump=dump"], True)
     rp = train(cpu, os.path.join(base, "cpu-run"), ["--steps=1", raw, "--dump=dump"], False)
     if rc.returncode or rp.returncode:
-        md.report(False, name, (rc.stderr + rp.stderr)[-1500:])
+        harness.record(False, name, (rc.stderr + rp.stderr)[-1500:])
         return
     got = np.fromfile(os.path.join(base, "emu-run", "dump", "param_w.bin"), np.float32)
     want = np.fromfile(os.path.join(base, "cpu-run", "dump", "param_w.bin"), np.float32)
-    md.report(got.shape == want.shape and float(np.max(np.abs(got - want))) <= 1e-6, name,
-              f"param w off by {float(np.max(np.abs(got - want)))}")
+    harness.record(got.shape == want.shape and float(np.max(np.abs(got - want))) <= 1e-6, name,
+                   f"param w off by {float(np.max(np.abs(got - want)))}")
 
 
 def main():
@@ -290,20 +246,16 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     args = ap.parse_args()
     if not os.path.exists(os.path.join(PREFIX, "lib", "liblwcc_runtime_emu.a")):
-        md.report(False, "the emulated CUDA runtime is built",
-                  "no liblwcc_runtime_emu.a (the CUDA headers were not found)")
-        print(f"{md.passed} passed, {md.failed} failed")
-        return 1
-    models = zoo_models()
+        harness.record(False, "the emulated CUDA runtime is built",
+                       "no liblwcc_runtime_emu.a (the CUDA headers were not found)")
+        return harness.finish()
+    models = harness.zoo_models()
     if args.cases:
         models = [m for m in models if m in args.cases.split(",")]
     tmp = tempfile.mkdtemp(prefix="lwcc-emu-")
     try:
         for m in models:
-            r = md.run([sys.executable, GEN, m, "--test-size", "--batch", str(args.batch), "-o",
-                        os.path.join(tmp, f"{m}.onnx")])
-            if r.returncode:
-                md.report(False, f"{m}: generate", r.stderr[-500:])
+            harness.generate(m, os.path.join(tmp, f"{m}.onnx"), batch=args.batch)
         planned = cases(models)
         slug = {c[0]: c[0].replace(" ", "_").replace("=", "-").replace("/", "_") for c in planned}
 
@@ -316,13 +268,12 @@ def main():
             cpu = md.build(onnx_path, flags, os.path.join(base, "cpu"))
             return cuda, cpu
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            built = dict(zip([c[0] for c in planned], pool.map(make, planned)))
+        built = harness.build_all(planned, lambda c: c[0], make, args.jobs)
         for c in planned:
             name, m, flags, extra, tol = c
             (cuda, cerr), (cpu, perr) = built[name]
             if not cuda or not cpu:
-                md.report(False, f"{name}: build", cerr or perr)
+                harness.record(False, f"{name}: build", cerr or perr)
                 continue
             base = os.path.join(tmp, slug[name])
             if tol == "f64":
@@ -335,14 +286,14 @@ def main():
             rc = train(cuda, os.path.join(base, "emu-run"), [*run_args(steps), *extra], True)
             rp = train(cpu, os.path.join(base, "cpu-run"), run_args(steps), False)
             if rc.returncode or rp.returncode:
-                md.report(False, f"{name}: train",
-                          (rc.stdout + rc.stderr)[-2500:] + (rp.stderr)[-500:])
+                harness.record(False, f"{name}: train",
+                               (rc.stdout + rc.stderr)[-2500:] + (rp.stderr)[-500:])
                 continue
             if name == models[0]:
                 first = (rc.stdout.splitlines() or [""])[0]
-                md.report("emulated GPU" in first,
-                          f"{name}: the trainer's first line says it runs on an emulated GPU",
-                          first)
+                harness.record("emulated GPU" in first,
+                               f"{name}: the trainer's first line says it runs on an emulated GPU",
+                               first)
             compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(base, "cpu-run"),
                     os.path.join(base, "emu-run"), tol)
             if name == "lenet --gpus 2 data":
@@ -353,8 +304,7 @@ def main():
             print(f"work folder: {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{md.passed} passed, {md.failed} failed")
-    return 0 if md.failed == 0 else 1
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@
 lwcc must import what real exporters write for torchvision's alexnet,
 vgg11/16, resnet18/50, googlenet, inception_v3, squeezenet1_0, mobilenet_v2
 and densenet121: the TorchScript exporter at opset 17 and the dynamo
-exporter at opset 18.  exporter_graphs.py rebuilds those graphs node for node
-with onnx.helper (small widths and inputs; the node patterns, attributes,
-constant forms and naming are the exporters'; see its docstring);
+exporter at opset 18.  torchvision_graphs.py rebuilds those graphs node for
+node with exporter_graphs.py's onnx.helper Builder (small widths and inputs;
+the node patterns, attributes, constant forms and naming are the exporters';
+see its docstring);
 zoo_graphs.py the blocks of timm's networks and torchvision's segmentation
 networks (hard activations, upsampling, stateless batch norm, the other
 activations); encoding_graphs.py the position encodings and normalized
@@ -24,10 +25,8 @@ counted as passed) once lwcc handles it, so the mark can be removed.
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import onnx
@@ -37,11 +36,12 @@ from onnx import numpy_helper
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-import exporter_graphs as eg  # noqa: E402
+import torchvision_graphs as tv  # noqa: E402
 from exporter_graphs import Builder  # noqa: E402
 import dynamo_graphs as dg  # noqa: E402
 import zoo_graphs as zg  # noqa: E402
 import encoding_graphs as encg  # noqa: E402
+import harness  # noqa: E402
 
 TOLERANCE = 1e-4
 BATCH = 2
@@ -67,77 +67,77 @@ IMG = lambda s: (3, s, s)  # noqa: E731
 
 CASES = [
     # ---------------- TorchScript exporter, opset 17, dynamic 'batch_size'
-    case("ts17/alexnet", eg.alexnet, "ts", IMG(99)),
-    case("ts17/alexnet view+Dropout", eg.alexnet, "ts", IMG(99), flat="view", drop="node"),
-    case("ts17/vgg11", eg.vgg, "ts", IMG(64), cfg="vgg11"),
-    case("ts17/vgg16 Dropout(x)", eg.vgg, "ts", IMG(64), cfg="vgg16", drop="plain"),
-    case("ts17/resnet18", eg.resnet18, "ts", IMG(32)),
-    case("ts17/resnet50", eg.resnet50, "ts", IMG(32)),
-    case("ts17/resnet18 view", eg.resnet18, "ts", IMG(32), flat="view"),
-    case("ts17/googlenet", eg.googlenet, "ts", IMG(64)),
-    case("ts17/inception_v3", eg.inception_v3, "ts", IMG(75)),
-    case("ts17/squeezenet1_0", eg.squeezenet1_0, "ts", IMG(63)),
-    case("ts17/squeezenet1_0 Dropout", eg.squeezenet1_0, "ts", IMG(63), drop="node"),
-    case("ts17/mobilenet_v2", eg.mobilenet_v2, "ts", IMG(32)),
-    case("ts17/mobilenet_v2 mean", eg.mobilenet_v2, "ts", IMG(32), pool="mean"),
-    case("ts17/densenet121", eg.densenet121, "ts", IMG(32)),
+    case("ts17/alexnet", tv.alexnet, "ts", IMG(99)),
+    case("ts17/alexnet view+Dropout", tv.alexnet, "ts", IMG(99), flat="view", drop="node"),
+    case("ts17/vgg11", tv.vgg, "ts", IMG(64), cfg="vgg11"),
+    case("ts17/vgg16 Dropout(x)", tv.vgg, "ts", IMG(64), cfg="vgg16", drop="plain"),
+    case("ts17/resnet18", tv.resnet18, "ts", IMG(32)),
+    case("ts17/resnet50", tv.resnet50, "ts", IMG(32)),
+    case("ts17/resnet18 view", tv.resnet18, "ts", IMG(32), flat="view"),
+    case("ts17/googlenet", tv.googlenet, "ts", IMG(64)),
+    case("ts17/inception_v3", tv.inception_v3, "ts", IMG(75)),
+    case("ts17/squeezenet1_0", tv.squeezenet1_0, "ts", IMG(63)),
+    case("ts17/squeezenet1_0 Dropout", tv.squeezenet1_0, "ts", IMG(63), drop="node"),
+    case("ts17/mobilenet_v2", tv.mobilenet_v2, "ts", IMG(32)),
+    case("ts17/mobilenet_v2 mean", tv.mobilenet_v2, "ts", IMG(32), pool="mean"),
+    case("ts17/densenet121", tv.densenet121, "ts", IMG(32)),
     # torch 1.13-2.0 at opset 17: avg_pool2d via the opset-11 symbolic
-    case("ts17/inception_v3 Pad+AveragePool", eg.inception_v3, "ts", IMG(75), legacy=True),
-    case("ts17/densenet121 AveragePool(cip=0)", eg.densenet121, "ts", IMG(32), legacy=True),
-    case("ts17/AvgPool2d(3,2,1) Pad+AveragePool", eg.avgpool_probe, "ts", IMG(9),
+    case("ts17/inception_v3 Pad+AveragePool", tv.inception_v3, "ts", IMG(75), legacy=True),
+    case("ts17/densenet121 AveragePool(cip=0)", tv.densenet121, "ts", IMG(32), legacy=True),
+    case("ts17/AvgPool2d(3,2,1) Pad+AveragePool", tv.avgpool_probe, "ts", IMG(9),
          legacy=True, count_include_pad=1),
-    case("ts17/AvgPool2d(3,2,1) cip=1", eg.avgpool_probe, "ts", IMG(9), count_include_pad=1),
-    case("ts17/AvgPool2d(3,2,1) cip=0", eg.avgpool_probe, "ts", IMG(9), count_include_pad=0),
-    case("ts17/AvgPool2d(3,2,1,ceil) cip=0", eg.avgpool_probe, "ts", IMG(10),
+    case("ts17/AvgPool2d(3,2,1) cip=1", tv.avgpool_probe, "ts", IMG(9), count_include_pad=1),
+    case("ts17/AvgPool2d(3,2,1) cip=0", tv.avgpool_probe, "ts", IMG(9), count_include_pad=0),
+    case("ts17/AvgPool2d(3,2,1,ceil) cip=0", tv.avgpool_probe, "ts", IMG(10),
          count_include_pad=0, ceil=1),
-    case("ts17/resnet18 static batch", eg.resnet18, "ts", IMG(32), sym=False),
-    case("ts17/resnet18 initializers as inputs", eg.resnet18, "ts", IMG(32),
+    case("ts17/resnet18 static batch", tv.resnet18, "ts", IMG(32), sym=False),
+    case("ts17/resnet18 initializers as inputs", tv.resnet18, "ts", IMG(32),
          init_inputs=True),
     # eval mode with training=PRESERVE, do_constant_folding=False: batch norm
     # kept, equal initializers deduplicated (through Identity nodes, or read
     # directly); the training step needs one param per layer.
-    case("ts17/resnet18 BN kept, dedup via Identity", eg.resnet18, "ts", IMG(32),
+    case("ts17/resnet18 BN kept, dedup via Identity", tv.resnet18, "ts", IMG(32),
          bn_kept="identity", train=True),
-    case("ts17/densenet121 BN kept, dedup via Identity", eg.densenet121, "ts", IMG(32),
+    case("ts17/densenet121 BN kept, dedup via Identity", tv.densenet121, "ts", IMG(32),
          bn_kept="identity", train=True),
-    case("ts17/mobilenet_v2 BN kept, dedup read directly", eg.mobilenet_v2, "ts", IMG(32),
+    case("ts17/mobilenet_v2 BN kept, dedup read directly", tv.mobilenet_v2, "ts", IMG(32),
          bn_kept="direct", train=True),
     # ---------------- dynamo exporter, opset 18
-    case("dyn18/alexnet static", eg.alexnet, "dyn", IMG(99), sym=False, drop="identity"),
-    case("dyn18/alexnet MatMul+Add", eg.alexnet, "dyn", IMG(99), lin="matmul"),
-    case("dyn18/vgg11", eg.vgg, "dyn", IMG(64), cfg="vgg11"),
-    case("dyn18/vgg16 Transpose+Gemm", eg.vgg, "dyn", IMG(64), cfg="vgg16", lin="tgemm",
+    case("dyn18/alexnet static", tv.alexnet, "dyn", IMG(99), sym=False, drop="identity"),
+    case("dyn18/alexnet MatMul+Add", tv.alexnet, "dyn", IMG(99), lin="matmul"),
+    case("dyn18/vgg11", tv.vgg, "dyn", IMG(64), cfg="vgg11"),
+    case("dyn18/vgg16 Transpose+Gemm", tv.vgg, "dyn", IMG(64), cfg="vgg16", lin="tgemm",
          flat="minus1"),
-    case("dyn18/resnet18 scoped names", eg.resnet18, "dyn", IMG(32), scoped=True),
-    case("dyn18/resnet18 static", eg.resnet18, "dyn", IMG(32), sym=False),
-    case("dyn18/resnet50", eg.resnet50, "dyn", IMG(32), lin="matmul"),
-    case("dyn18/googlenet", eg.googlenet, "dyn", IMG(64), drop="identity"),
-    case("dyn18/inception_v3 Split+Cast", eg.inception_v3, "dyn", IMG(75), transform="split"),
-    case("dyn18/inception_v3", eg.inception_v3, "dyn", IMG(75), sym=False),
-    case("dyn18/squeezenet1_0", eg.squeezenet1_0, "dyn", IMG(63)),
-    case("dyn18/mobilenet_v2", eg.mobilenet_v2, "dyn", IMG(32)),
-    case("dyn18/mobilenet_v2 static", eg.mobilenet_v2, "dyn", IMG(32), sym=False,
+    case("dyn18/resnet18 scoped names", tv.resnet18, "dyn", IMG(32), scoped=True),
+    case("dyn18/resnet18 static", tv.resnet18, "dyn", IMG(32), sym=False),
+    case("dyn18/resnet50", tv.resnet50, "dyn", IMG(32), lin="matmul"),
+    case("dyn18/googlenet", tv.googlenet, "dyn", IMG(64), drop="identity"),
+    case("dyn18/inception_v3 Split+Cast", tv.inception_v3, "dyn", IMG(75), transform="split"),
+    case("dyn18/inception_v3", tv.inception_v3, "dyn", IMG(75), sym=False),
+    case("dyn18/squeezenet1_0", tv.squeezenet1_0, "dyn", IMG(63)),
+    case("dyn18/mobilenet_v2", tv.mobilenet_v2, "dyn", IMG(32)),
+    case("dyn18/mobilenet_v2 static", tv.mobilenet_v2, "dyn", IMG(32), sym=False,
          drop="identity"),
-    case("dyn18/densenet121", eg.densenet121, "dyn", IMG(32), scoped=True),
-    case("dyn18/AvgPool2d(3,2,1,ceil) cip=1", eg.avgpool_probe, "dyn", IMG(10),
+    case("dyn18/densenet121", tv.densenet121, "dyn", IMG(32), scoped=True),
+    case("dyn18/AvgPool2d(3,2,1,ceil) cip=1", tv.avgpool_probe, "dyn", IMG(10),
          count_include_pad=1, ceil=1),
     # max_pool2d_with_indices lowered by onnxscript's torchlib (torch 2.1-2.4
     # dynamo_export) is a MaxPool with a second, unused Indices output: lwcc
     # imports it, since nothing reads Indices.
-    case("dyn18/MaxPool with unused Indices output", eg.maxpool_indices_probe, "dyn", IMG(32)),
+    case("dyn18/MaxPool with unused Indices output", tv.maxpool_indices_probe, "dyn", IMG(32)),
     # ---------------- dynamo exporter (torch 2.9+), opset 20 and 18
     # adaptive_avg_pool2d to a size the map does not divide: GatherND over
     # torch's window indices (dynamo_graphs.py); optimized, and raw
     # (optimize=False: Range, Floor/Sign, CastLike, Min/Max, GreaterOrEqual).
-    case("dyn20/alexnet@64 pool 1->6 GatherND+ReduceMean", eg.alexnet, "dyn", IMG(64),
+    case("dyn20/alexnet@64 pool 1->6 GatherND+ReduceMean", tv.alexnet, "dyn", IMG(64),
          pool_target=6, make=dg.DecompBuilder, opset=20),
-    case("dyn20/alexnet@64 pool 1->6 unoptimized", eg.alexnet, "dyn", IMG(64), pool_target=6,
+    case("dyn20/alexnet@64 pool 1->6 unoptimized", tv.alexnet, "dyn", IMG(64), pool_target=6,
          make=raw_decomp, opset=20),
-    case("dyn20/vgg11@64 pool 2->7 GatherND+Where", eg.vgg, "dyn", IMG(64), cfg="vgg11",
+    case("dyn20/vgg11@64 pool 2->7 GatherND+Where", tv.vgg, "dyn", IMG(64), cfg="vgg11",
          pool_target=7, make=dg.DecompBuilder, opset=20),
-    case("dyn20/vgg11@64 pool 2->7 unoptimized", eg.vgg, "dyn", IMG(64), cfg="vgg11",
+    case("dyn20/vgg11@64 pool 2->7 unoptimized", tv.vgg, "dyn", IMG(64), cfg="vgg11",
          pool_target=7, make=raw_decomp, opset=20),
-    case("dyn18/alexnet@99 pool 2->3 unoptimized", eg.alexnet, "dyn", IMG(99), pool_target=3,
+    case("dyn18/alexnet@99 pool 2->3 unoptimized", tv.alexnet, "dyn", IMG(99), pool_target=3,
          make=raw_decomp),
     # ConvNeXt: LayerNormalization over channels last, MatMul+Add, Gelu
     # (opset 20) or its Erf form (opset 18), layer_scale Mul.
@@ -191,7 +191,7 @@ def build(c):
 
 
 def lwcc_run(lwcc, args, timeout=120):
-    r = subprocess.run([lwcc, *args], capture_output=True, text=True, timeout=timeout)
+    r = harness.run([lwcc, *args], timeout=timeout)
     return r.returncode, (r.stderr.strip() or r.stdout.strip()).splitlines()
 
 
@@ -229,7 +229,7 @@ def run_one(lwcc, c, tmp, idx):
     got = numpy_helper.to_array(onnx.load_tensor(os.path.join(outs, "output_0.pb")))
     if got.shape != expected.shape:
         return False, f"shape {got.shape} != onnxruntime's {expected.shape}"
-    rel = float(np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-30))
+    rel = harness.rel_error(got, expected)
     n = len(model.graph.node)
     return rel < TOLERANCE, f"{n:4d} nodes, relative error {rel:.2e}"
 
@@ -237,12 +237,10 @@ def run_one(lwcc, c, tmp, idx):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lwcc", default=os.path.join(ROOT, "build", "bin", "lwcc"))
+    ap.add_argument("--lwcc", default=harness.LWCC)
     ap.add_argument("--save", metavar="DIR", help="also write every model to DIR")
     ap.add_argument("-k", metavar="SUBSTR", help="only the cases whose label contains SUBSTR")
     args = ap.parse_args()
-    passed = failed = 0
-    t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         for idx, c in enumerate(CASES):
             if args.k and args.k not in c["label"]:
@@ -256,17 +254,10 @@ def main():
                 onnx.save(build(c), os.path.join(
                     args.save, c["label"].replace("/", "_").replace(" ", "_") + ".onnx"))
             if c["xfail"]:
-                status = "XPASS" if ok else "XFAIL"
-                msg += f"  [expected failure: {c['xfail']}]"
+                msg = f"{'XPASS' if ok else 'XFAIL'} {msg}  [expected failure: {c['xfail']}]"
                 ok = True
-            else:
-                status = "PASS" if ok else "FAIL"
-            print(f"{status}: {c['label']:40s} {msg}", flush=True)
-            passed += ok
-            failed += not ok
-    print(f"exporter patterns: {time.time() - t0:.1f} s")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+            harness.record(ok, c["label"], info=msg)
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import exporter_patterns as ep  # noqa: E402
+import harness  # noqa: E402
 import trainer_vs_reference as tvr  # noqa: E402
 
 LABELS = [
@@ -40,23 +41,12 @@ LABELS = [
 
 
 def main():
-    passed = failed = 0
     cases = {c["label"]: c for c in ep.CASES}
     with tempfile.TemporaryDirectory() as tmp:
         for k, label in enumerate(LABELS):
             c = dict(cases[label], sym=False)  # the trainer takes a static batch
-            try:
-                worst, checked, nparams, ngrads = tvr.check_model(ep.build(c), f"case{k}", tmp)
-                ok = worst < tvr.TOLERANCE and checked == ngrads and checked > 0
-                msg = (f"loss, {checked} gradients and {nparams} params: worst relative error "
-                       f"{worst:.2e}")
-            except Exception as e:  # noqa: BLE001 - report and count it
-                ok, msg = False, str(e)
-            print(f"{'PASS' if ok else 'FAIL'}: {label:48s} {msg}")
-            passed += ok
-            failed += not ok
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+            tvr.trainer_case(label, lambda: ep.build(c), tmp, f"case{k}")
+    return harness.finish()
 
 
 if __name__ == "__main__":

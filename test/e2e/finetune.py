@@ -18,7 +18,6 @@ Also: a --freeze pattern that matches no param is a compile error naming it
 import gzip
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -26,23 +25,16 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LWCC = os.path.join(ROOT, "build", "bin", "lwcc")
-GEN = os.path.join(ROOT, "tools", "models", "gen.py")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import GEN, LWCC  # noqa: E402
+
 FASHION = "/usr/share/datasets/fashion-mnist"
-
-passed = failed = 0
-
-
-def report(ok, name, detail=""):
-    global passed, failed
-    passed += bool(ok)
-    failed += not ok
-    print(("PASS: " if ok else "FAIL: ") + name + ("" if ok else f": {detail}"), flush=True)
+report = harness.record
 
 
 def run(cmd, timeout=900):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return harness.run(cmd, timeout=timeout)
 
 
 def initializers(path):
@@ -73,7 +65,7 @@ def main():
         r = run([sys.executable, GEN, "lenet", "--batch", "32", "-o", model])
         if r.returncode:
             report(False, "generate lenet", r.stderr[-800:])
-            return 1
+            return harness.finish()
         common = ["--train-examples=640", "--steps=20", "--progress=off", "--seed=3"]
         exe = os.path.join(tmp, "pretrain")
         pre = os.path.join(tmp, "pre.onnx")
@@ -82,21 +74,21 @@ def main():
             r = run([exe, f"--data=idx:{FASHION}", *common, f"--export={pre}"])
         report(r.returncode == 0, "pre-train 20 steps and export", (r.stdout + r.stderr)[-1500:])
         if r.returncode:
-            return 1
+            return harness.finish()
 
         remapped_idx(os.path.join(tmp, "remapped"))
         ft = os.path.join(tmp, "finetune")
         r = run([LWCC, pre, "--target=cpu", "--freeze=conv*", "--label-smoothing=0.1", "-o", ft])
         report(r.returncode == 0, "compile the export with --freeze=conv*", r.stderr[-1500:])
         if r.returncode:
-            return 1
+            return harness.finish()
         after = os.path.join(tmp, "finetuned.onnx")
         r = run([ft, f"--data=idx:{os.path.join(tmp, 'remapped')}", *common, "--eval",
                  f"--export={after}"])
         report(r.returncode == 0, "fine-tune 20 steps on the remapped labels",
                (r.stdout + r.stderr)[-1500:])
         if r.returncode:
-            return 1
+            return harness.finish()
         a, b = initializers(pre), initializers(after)
         convs = [n for n in a if n.startswith("conv")]
         fcs = [n for n in a if n.startswith("fc")]
@@ -120,8 +112,7 @@ def main():
                "the trainer's --label-smoothing=1.5: exit 2", f"exit {r.returncode}: {r.stderr[-500:]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return harness.finish()
 
 
 if __name__ == "__main__":

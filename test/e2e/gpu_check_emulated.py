@@ -29,28 +29,19 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import BIN, ROOT  # noqa: E402
+
 # As in prepare.sh: the models with a --streams=2 variant, and the bf16 ones.
 STREAMS2 = {"lenet", "resnet18"}
 BF16 = {"lenet", "alexnet", "resnet18"}
 
-passed = failed = 0
-
-
-def report(ok, name, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"PASS {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}{': ' + detail if detail else ''}")
+report = harness.record
 
 
 def expected_rows(models):
@@ -80,9 +71,9 @@ def main():
     args = ap.parse_args()
     models = [m for m in args.models.split(",") if m]
     if not os.path.exists(os.path.join(os.path.dirname(BIN), "lib", "liblwcc_runtime_emu.a")):
-        print(f"no emulated CUDA runtime beside {BIN} (no CUDA headers when it was built)")
-        print("0 passed, 1 failed")
-        return 1
+        report(False, "the emulated CUDA runtime is built",
+               f"none beside {BIN} (no CUDA headers when it was built)")
+        return harness.finish()
     tmp = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="lwcc-gpu-emu-")
     os.makedirs(tmp, exist_ok=True)
     gpu, out, scratch = (os.path.join(tmp, d) for d in ("gpu", "out", "scratch"))
@@ -93,20 +84,20 @@ def main():
                LWCC_BIN_DIR=BIN, OUT=out, LWCC_GPU_SCRATCH=scratch, LWCC_GPU_JOBS="2")
     try:
         t0 = time.time()
-        r = subprocess.run(["bash", os.path.join(ROOT, "tools", "gpu", "prepare.sh")], env=env,
-                           capture_output=True, text=True, timeout=900)
+        r = harness.run(["bash", os.path.join(ROOT, "tools", "gpu", "prepare.sh")], env=env,
+                        timeout=900)
         report(r.returncode == 0, f"prepare.sh for the emulated device ({', '.join(models)}) in "
                                   f"{time.time() - t0:.0f} s", (r.stdout + r.stderr)[-2000:])
         if r.returncode:
-            return 1
+            return harness.finish()
         t0 = time.time()
-        r = subprocess.run(["bash", os.path.join(gpu, "check.sh"), "build", "correct", "multi"],
-                           env=env, capture_output=True, text=True, timeout=900)
+        r = harness.run(["bash", os.path.join(gpu, "check.sh"), "build", "correct", "multi"],
+                        env=env, timeout=900)
         print(f"check.sh build correct multi: exit {r.returncode} in {time.time() - t0:.0f} s")
         table = r.stdout.split("==== lwcc GPU checks on ", 1)
         if len(table) != 2:
             report(False, "check.sh prints its table", (r.stdout + r.stderr)[-2000:])
-            return 1
+            return harness.finish()
         head, _, body = table[1].partition("\n")
         head = head.removesuffix(" ====")
         rows = [line for line in body.splitlines() if line.strip()]
@@ -125,15 +116,14 @@ def main():
                  not any(x.startswith(w) for w in expected_rows(models))]
         for x in extra:
             report(": PASS " in x, x)
-        if failed and args.keep:
+        if harness.results.failed and args.keep:
             print(f"check.sh's logs: {out}")
-        elif failed:
+        elif harness.results.failed:
             print("(--keep DIR keeps check.sh's logs in DIR/out)")
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -17,18 +17,18 @@ wrong gradient rule. Ends with the line "N passed, M failed".
 """
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 from onnx import numpy_helper
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import LWCC  # noqa: E402
+sys.path.insert(0, os.path.join(harness.ROOT, "tools", "models"))
 from layers import NetBuilder  # noqa: E402
 
-LWCC = os.path.join(ROOT, "build", "bin", "lwcc")
 SEEDS = [1, 2, 3, 4, 5]
 
 
@@ -63,14 +63,12 @@ def inception2():
 
 def main():
     import onnx
-    results = []
     with tempfile.TemporaryDirectory(prefix="lwcc-gradcheck-kinks-") as tmp:
         path = os.path.join(tmp, "inception2.onnx")
         onnx.save(inception2(), path)
         kinks = 0
         for seed in SEEDS:
-            r = subprocess.run([LWCC, path, "--check-gradients", f"--check-seed={seed}"],
-                               capture_output=True, text=True, timeout=600)
+            r = harness.run([LWCC, path, "--check-gradients", f"--check-seed={seed}"])
             lines = r.stdout.strip().splitlines()
             header = lines[0].split() if lines else []
             rows = [ln.split() for ln in lines[1:] if re.match(r"^\S+\s+\d+\s+\d+\s", ln)]
@@ -85,16 +83,11 @@ def main():
                 problem = f"last line {lines[-1]!r}"
             elif not rows:
                 problem = "no param rows"
-            results.append((f"seed {seed}", problem))
-            print(f"{'FAIL' if problem else 'PASS'}: --check-seed={seed}: {len(rows)} params, "
-                  f"{seen} element(s) on a kink" + (f": {problem}" if problem else ""))
-        problem = None if kinks > 0 else "no element sat on a kink for any seed"
-        results.append(("kinks met", problem))
-        print(f"{'FAIL' if problem else 'PASS'}: kinks met over {len(SEEDS)} seeds: {kinks}"
-              + (f": {problem}" if problem else ""))
-    failed = sum(1 for _, p in results if p)
-    print(f"{len(results) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+            harness.record(not problem, f"seed {seed}", problem,
+                           f"--check-seed={seed}: {len(rows)} params, {seen} element(s) on a kink")
+        harness.record(kinks > 0, "kinks met", "no element sat on a kink for any seed",
+                       f"over {len(SEEDS)} seeds: {kinks}")
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -49,48 +49,30 @@ import os
 import random
 import re
 import shutil
-import signal
 import struct
-import subprocess
 import sys
 import tempfile
-import time
 import zlib
 
 import numpy as np
 from PIL import Image, ImageDraw
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
-LWCC = os.path.join(BIN, "lwcc")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import BIN, GEN, LWCC  # noqa: E402
+
 IMAGES = os.path.join(BIN, "lwcc-images")
 IMAGES_ASAN = os.path.join(BIN, "lwcc-images-asan")
-GEN = os.path.join(ROOT, "tools", "models", "gen.py")
 CLASSES = ["a_circle", "b_square", "c_triangle", "d_cross"]
 COLORS = [(220, 40, 40), (40, 200, 60), (50, 70, 230), (230, 210, 40)]
 
-results = []
-
 
 def case(fn):
-    name = fn.__name__
-    started = time.time()
-    try:
-        fn()
-        results.append((name, None))
-        print(f"PASS: {name} ({time.time() - started:.1f} s)")
-    except Exception as e:  # noqa: BLE001 - any failure fails the case
-        results.append((name, str(e)))
-        print(f"FAIL: {name}: {e}")
-    sys.stdout.flush()
+    harness.case(fn, timed=True)
 
 
 def run(cmd, expect=0, timeout=600):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if expect is not None and r.returncode != expect:
-        raise AssertionError(f"{' '.join(cmd)} exited {r.returncode} (expected {expect}):\n"
-                             f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-    return r
+    return harness.check_output(cmd, expect=expect, timeout=timeout)
 
 
 # --- data made by the test -------------------------------------------------------
@@ -454,16 +436,8 @@ def kill_and_resume():
               "--progress=off"]
     full, part, ck = (os.path.join(TMP, d) for d in ("res_full", "res_part", "res_ck"))
     run([LENET, *common, f"--dump={full}"])
-    p = subprocess.Popen([LENET, *common, f"--checkpoint-dir={ck}", "--checkpoint-every=5"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and p.poll() is None:
-        if os.path.isdir(ck) and any(f.endswith(".lwckpt") for f in os.listdir(ck)):
-            break
-        time.sleep(0.002)
-    p.send_signal(signal.SIGKILL)
-    p.wait()
-    saved = sorted(f for f in os.listdir(ck) if f.endswith(".lwckpt"))
+    saved = harness.kill_at_first_checkpoint(
+        [LENET, *common, f"--checkpoint-dir={ck}", "--checkpoint-every=5"], ck, 120)
     assert saved and "ckpt-42.lwckpt" not in saved, f"checkpoints at the kill: {saved}"
     r = run([LENET, *common, f"--checkpoint-dir={ck}", "--resume", f"--dump={part}"])
     assert "from step 0," not in r.stdout, "did not resume"
@@ -603,9 +577,7 @@ def main():
         if not only or fn.__name__ in only:
             case(fn)
     shutil.rmtree(TMP, ignore_errors=True)
-    failed = sum(1 for _, e in results if e)
-    print(f"{len(results) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return harness.finish()
 
 
 if __name__ == "__main__":

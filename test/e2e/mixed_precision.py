@@ -41,25 +41,22 @@ import tempfile
 import numpy as np
 import onnx
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import GEN, LWCC, ROOT  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
 import exporter_graphs as eg  # noqa: E402
+import torchvision_graphs as tv  # noqa: E402
 import trainer_vs_reference as tvr  # noqa: E402
 import zoo  # noqa: E402
 
-LWCC = os.path.join(ROOT, "build", "bin", "lwcc")
-GEN = os.path.join(ROOT, "tools", "models", "gen.py")
 FASHION = "/usr/share/datasets/fashion-mnist"
 BF16 = "--mixed-precision=bf16"
 FP16 = "--mixed-precision=fp16"
 
 
 def run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kw)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])}... exited {r.returncode}: {r.stderr.strip()}")
-    return r.stdout
+    return harness.check_output(cmd, timeout=900, **kw).stdout
 
 
 def with_flags(flags):
@@ -133,7 +130,7 @@ def check_lenet_epoch(tmp):
 def check_matmul(tmp):
     """Linear layers as the dynamo exporter writes them (MatMul + Add) run in
     bf16 too: the step against the interpreter's."""
-    model = eg.alexnet(eg.Builder("mm", "dyn", (3, 99, 99), batch=2, sym_batch=False, seed=5),
+    model = tv.alexnet(eg.Builder("mm", "dyn", (3, 99, 99), batch=2, sym_batch=False, seed=5),
                        lin="matmul")
     ok, msg = check_reference("alexnet_mm", tmp, model=model)
     ir = run([LWCC, os.path.join(tmp, "alexnet_mm.onnx"), BF16, "--emit=train-ir"])
@@ -181,10 +178,8 @@ def check_fp16_skips(tmp, gpus, strategy="data"):
     run([LWCC, path, "--target=cpu", FP16, "--loss-scale=16777216", "--loss-scale-interval=2",
          "-o", exe] + extra)
     log = os.path.join(tmp, "fp16.jsonl")
-    r = subprocess.run([exe, "--steps=24", "--data=synthetic", "--seed=3", "--progress=off",
-                        f"--log={log}"], capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        raise RuntimeError(f"lenet_fp16 exited {r.returncode}: {r.stderr.strip()}")
+    r = harness.check_output([exe, "--steps=24", "--data=synthetic", "--seed=3", "--progress=off",
+                              f"--log={log}"])
     recs = step_records(log)
     skipped = [rec.get("skipped", False) for rec in recs]
     # The rule, replayed from the flags: halve on a skip, double after 2
@@ -343,15 +338,13 @@ def check_usage(tmp):
     ]
     bad = []
     for flags, says in cases:
-        r = subprocess.run([LWCC, path, "-o", os.path.join(tmp, "never")] + flags,
-                           capture_output=True, text=True, timeout=120)
+        r = harness.run([LWCC, path, "-o", os.path.join(tmp, "never")] + flags, timeout=120)
         if r.returncode != 2 or says not in r.stderr:
             bad.append(f"{' '.join(flags)}: exit {r.returncode}, {r.stderr.strip()[:120]}")
     return not bad, "; ".join(bad) or f"{len(cases)} bad flag sets refused with exit 2"
 
 
 def main():
-    passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         checks = [(f"{name} reference", lambda n=name: check_reference(n, tmp))
                   for name in ("lenet", "alexnet", "resnet18", "inception")]
@@ -379,15 +372,8 @@ def main():
         checks += [("resnet18 bf16 model", lambda: check_resnet_model(tmp))]
         checks += [("usage", lambda: check_usage(tmp))]
         for label, fn in checks:
-            try:
-                ok, msg = fn()
-            except Exception as e:  # noqa: BLE001 - report and count it
-                ok, msg = False, str(e)
-            print(f"{'PASS' if ok else 'FAIL'}: {label:18s} {msg}", flush=True)
-            passed += ok
-            failed += not ok
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+            harness.check(label, fn)
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -34,8 +34,6 @@ Ends with the line "N passed, M failed".
     python3 test/e2e/mpi_trainer.py [--models lenet] [--strategies owt]
 """
 import argparse
-import concurrent.futures
-import json
 import os
 import shutil
 import signal
@@ -44,28 +42,17 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
-LWCC = os.path.join(BIN, "lwcc")
-PREFIX = os.path.dirname(BIN)  # the build tree: include/ and lib/
-GEN = os.path.join(ROOT, "tools", "models", "gen.py")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import LWCC, files_differ as same_files, log_losses as losses  # noqa: E402
+
 STRATEGIES = ["data", "owt", "layerwise", "pipeline"]
 PROCESSES = [2, 4]
 STEPS = 5
 SEED = 5
 BOUND = 60  # seconds within which a failed job must have ended
 
-passed = failed = 0
-
-
-def report(ok, name, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"PASS {name}", flush=True)
-    else:
-        failed += 1
-        print(f"FAIL {name}: {detail}", flush=True)
+report = harness.record
 
 
 def environment():
@@ -84,46 +71,21 @@ def command(np, exe, args):
 
 def run(np, exe, work, args, timeout=600):
     os.makedirs(work, exist_ok=True)
-    return subprocess.run(command(np, exe, args), cwd=work, capture_output=True, text=True,
-                          timeout=timeout, env=environment())
+    return harness.run(command(np, exe, args), cwd=work, timeout=timeout, env=environment())
 
 
 def build(onnx_path, flags, out_dir):
     """A CPU trainer of onnx_path from `lwcc --emit=source`, at -O0 (the step
     is glue around the runtime's kernels); (path or None, error)."""
-    r = subprocess.run([LWCC, onnx_path, "--target=cpu", *flags, "--emit=source", "-o", out_dir],
-                       capture_output=True, text=True)
+    r = harness.run([LWCC, onnx_path, "--target=cpu", *flags, "--emit=source", "-o", out_dir])
     if r.returncode:
         return None, r.stderr[-1500:]
-    return build_source(out_dir)
-
-
-def build_source(out_dir):
-    """The trainer of the source lwcc emitted in out_dir; (path or None, error)."""
-    with open(os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.libs")) as f:
-        libs = f.read().split()  # the system libraries the runtime needs: MPI among them
-    r = subprocess.run(["c++", "-std=c++20", "-O0", "-I" + os.path.join(PREFIX, "include"),
-                        "trainer.cc", os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.a"), *libs,
-                        "-o", "trainer"], cwd=out_dir, capture_output=True, text=True)
-    exe = os.path.join(out_dir, "trainer")
-    return (exe, "") if r.returncode == 0 else (None, r.stderr[-1500:])
-
-
-def losses(log):
-    with open(log) as f:
-        return [json.loads(line)["loss"] for line in f if '"type":"step"' in line]
+    return harness.build_cpu_trainer(out_dir)
 
 
 def read(path):
     with open(path, "rb") as f:
         return f.read()
-
-
-def same_files(ref, got, names):
-    """The names whose bytes differ (or are missing) between two folders."""
-    return [n for n in names
-            if not os.path.exists(os.path.join(got, n)) or
-            read(os.path.join(ref, n)) != read(os.path.join(got, n))]
 
 
 def trainer_pids(exe):
@@ -186,6 +148,28 @@ def cleanup(p, exe):
             pass
 
 
+def signal_rank_1(exe, work, extra, sig, keep=None):
+    """A 2-process run (start_long_run) whose rank 1 gets signal `sig` once the
+    step-3 checkpoint is on disk, copied to `keep` first when given; then
+    waits up to BOUND seconds for every process. Returns ((rc or None,
+    seconds), output), or (None, output) when no step-3 checkpoint came."""
+    p, out = start_long_run(exe, work, extra)
+    ended = None
+    try:
+        if wait_for(os.path.join(work, "ck", "ckpt-3.lwckpt"), p):
+            if keep:
+                shutil.copyfile(os.path.join(work, "ck", "ckpt-3.lwckpt"), keep)
+            ranks = trainer_pids(exe)
+            if 1 in ranks:
+                os.kill(ranks[1], sig)
+            ended = end_within(p, exe, BOUND)
+    finally:
+        cleanup(p, exe)
+        out.close()
+    with open(os.path.join(work, "out.txt")) as f:
+        return ended, f.read()
+
+
 def compare(name, ref, got):
     lr, lg = losses(os.path.join(ref, "log.jsonl")), losses(os.path.join(got, "log.jsonl"))
     report(len(lr) == STEPS and lr == lg, f"{name}: {STEPS} losses bit-identical", f"{lg} vs {lr}")
@@ -208,25 +192,15 @@ def faults(exe, tmp):
 
     # Killed: SIGKILL to rank 1 once the step-3 checkpoint is on disk.
     work = os.path.join(base, "killed")
-    p, out = start_long_run(exe, work, [])
     kept = os.path.join(work, "kept.lwckpt")
-    try:
-        if wait_for(os.path.join(work, "ck", "ckpt-3.lwckpt"), p):
-            shutil.copyfile(os.path.join(work, "ck", "ckpt-3.lwckpt"), kept)
-            ranks = trainer_pids(exe)
-            if 1 in ranks:
-                os.kill(ranks[1], signal.SIGKILL)
-            rc, took = end_within(p, exe, BOUND)
-            text = open(os.path.join(work, "out.txt")).read()
-            report(rc not in (None, 0) and "rank 1" in text,
-                   f"rank 1 killed: every process ends non-zero within {BOUND} s and the "
-                   f"output names rank 1 ({took:.1f} s)", f"rc {rc}: {text[-800:]}")
-        else:
-            report(False, "rank 1 killed", "no step-3 checkpoint: " +
-                   open(os.path.join(work, "out.txt")).read()[-800:])
-    finally:
-        cleanup(p, exe)
-        out.close()
+    ended, text = signal_rank_1(exe, work, [], signal.SIGKILL, kept)
+    if ended:
+        rc, took = ended
+        report(rc not in (None, 0) and "rank 1" in text,
+               f"rank 1 killed: every process ends non-zero within {BOUND} s and the "
+               f"output names rank 1 ({took:.1f} s)", f"rc {rc}: {text[-800:]}")
+    else:
+        report(False, "rank 1 killed", "no step-3 checkpoint: " + text[-800:])
     ck = os.path.join(work, "ck")
     steps = sorted(int(f[5:-7]) for f in os.listdir(ck) if f.startswith("ckpt-") and
                    f.endswith(".lwckpt")) if os.path.isdir(ck) else []
@@ -248,23 +222,15 @@ def faults(exe, tmp):
                    f"differ: {bad[:5]} {r.stderr[-800:]}")
 
     # Hung: rank 1 stopped; rank 0 hears nothing from it for --peer-timeout.
-    work = os.path.join(base, "hung")
-    p, out = start_long_run(exe, work, ["--peer-timeout=5"])
-    try:
-        if wait_for(os.path.join(work, "ck", "ckpt-3.lwckpt"), p):
-            ranks = trainer_pids(exe)
-            if 1 in ranks:
-                os.kill(ranks[1], signal.SIGSTOP)
-            rc, took = end_within(p, exe, BOUND)
-            text = open(os.path.join(work, "out.txt")).read()
-            report(rc not in (None, 0) and "rank 1 is lost" in text,
-                   f"rank 1 stopped (--peer-timeout=5): the job ends non-zero within {BOUND} s, "
-                   f"naming rank 1 ({took:.1f} s)", f"rc {rc}: {text[-800:]}")
-        else:
-            report(False, "rank 1 stopped", open(os.path.join(work, "out.txt")).read()[-800:])
-    finally:
-        cleanup(p, exe)
-        out.close()
+    ended, text = signal_rank_1(exe, os.path.join(base, "hung"), ["--peer-timeout=5"],
+                                signal.SIGSTOP)
+    if ended:
+        rc, took = ended
+        report(rc not in (None, 0) and "rank 1 is lost" in text,
+               f"rank 1 stopped (--peer-timeout=5): the job ends non-zero within {BOUND} s, "
+               f"naming rank 1 ({took:.1f} s)", f"rc {rc}: {text[-800:]}")
+    else:
+        report(False, "rank 1 stopped", text[-800:])
 
     # Diverging: the loss (on rank 0's device) turns non-finite; rank 0
     # stops on it; rank 1 too (it learns of it with the loss) or by MPI_Abort.
@@ -285,21 +251,19 @@ def faults(exe, tmp):
     # Refused at start-up.
     env = environment()
     args = ["--progress=off", "--steps=2"]
-    r = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", exe, *args, ":", "-np", "1", exe,
-                        *args, "--lr=0.5"], cwd=base, capture_output=True, text=True, env=env,
-                       timeout=BOUND)
+    r = harness.run(["mpirun", "--oversubscribe", "-np", "1", exe, *args, ":", "-np", "1", exe,
+                     *args, "--lr=0.5"], cwd=base, env=env, timeout=BOUND)
     report(r.returncode == 1 and "refused to start" in r.stderr and "flags" in r.stderr,
            "ranks with different flags: refused, exit 1", f"rc {r.returncode}: {r.stderr[-800:]}")
     other = os.path.join(tmp, "lenet-data", "trainer")
     if os.path.exists(other):
-        r = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", exe, *args, ":", "-np", "1",
-                            other, *args], cwd=base, capture_output=True, text=True, env=env,
-                           timeout=BOUND)
+        r = harness.run(["mpirun", "--oversubscribe", "-np", "1", exe, *args, ":", "-np", "1",
+                         other, *args], cwd=base, env=env, timeout=BOUND)
         report(r.returncode == 1 and "refused to start" in r.stderr and "trainer" in r.stderr,
                "ranks running different trainers: refused, exit 1",
                f"rc {r.returncode}: {r.stderr[-800:]}")
-    r = subprocess.run(["mpirun", "--oversubscribe", "-np", "3", exe, *args], cwd=base,
-                       capture_output=True, text=True, env=env, timeout=BOUND)
+    r = harness.run(["mpirun", "--oversubscribe", "-np", "3", exe, *args], cwd=base, env=env,
+                    timeout=BOUND)
     report(r.returncode == 2 and "cannot share evenly" in r.stderr,
            "3 processes for 4 logical devices: a usage error, exit 2",
            f"rc {r.returncode}: {r.stderr[-800:]}")
@@ -308,8 +272,8 @@ def faults(exe, tmp):
 def deadlock(onnx_path, tmp):
     """A trainer whose device 1 skips an all-reduce: a deadlock across processes."""
     out = os.path.join(tmp, "deadlock")
-    r = subprocess.run([LWCC, onnx_path, "--target=cpu", "--gpus=2", "--strategy=data",
-                        "--emit=source", "-o", out], capture_output=True, text=True)
+    r = harness.run([LWCC, onnx_path, "--target=cpu", "--gpus=2", "--strategy=data",
+                     "--emit=source", "-o", out])
     if r.returncode:
         report(False, "deadlock: emit", r.stderr[-800:])
         return
@@ -322,14 +286,13 @@ def deadlock(onnx_path, tmp):
         return
     lines[calls[0]] = "  // (this all-reduce left out)"
     open(path, "w").write("\n".join(lines))
-    exe, error = build_source(out)
+    exe, error = harness.build_cpu_trainer(out)
     if not exe:
         report(False, "deadlock: build", error)
         return
     env = dict(environment(), LWRT_DEADLOCK_SECONDS="3")
     t0 = time.time()
-    r = subprocess.run(command(2, exe, ["--steps=3"]), cwd=out, capture_output=True, text=True,
-                       env=env, timeout=BOUND + 60)
+    r = harness.run(command(2, exe, ["--steps=3"]), cwd=out, env=env, timeout=BOUND + 60)
     took = time.time() - t0
     report(r.returncode != 0 and "deadlocked" in r.stderr and "every process" in r.stderr and
            took < BOUND and not trainer_pids(exe),
@@ -344,17 +307,13 @@ def main():
     args = ap.parse_args()
     if not shutil.which("mpirun"):
         report(False, "mpirun", "not found (Debian's openmpi-bin)")
-        print(f"{passed} passed, {failed} failed")
-        return 1
+        return harness.finish()
     models, strategies = args.models.split(","), args.strategies.split(",")
     tmp = tempfile.mkdtemp(prefix="lwcc-mpi-")
     try:
         for m in models:
-            r = subprocess.run([sys.executable, GEN, m, "--test-size", "--batch", "8", "-o",
-                                os.path.join(tmp, f"{m}.onnx")], capture_output=True, text=True)
-            if r.returncode:
-                report(False, f"{m}: generate", r.stderr[-500:])
-                return 1
+            if not harness.generate(m, os.path.join(tmp, f"{m}.onnx")):
+                return harness.finish()
         cases = [(m, s) for m in models for s in strategies]
         if "lenet" in models and "data" not in strategies:
             cases.append(("lenet", "data"))  # the other trainer of the refusal check
@@ -363,8 +322,7 @@ def main():
             return build(os.path.join(tmp, f"{c[0]}.onnx"), ["--gpus=4", f"--strategy={c[1]}"],
                          os.path.join(tmp, f"{c[0]}-{c[1]}"))
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            built = dict(zip(cases, pool.map(make, cases)))
+        built = harness.build_all(cases, lambda c: c, make)
         for c in cases:
             exe, error = built[c]
             if not exe:
@@ -398,8 +356,7 @@ def main():
             deadlock(os.path.join(tmp, "lenet.onnx"), tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -39,8 +39,6 @@ fifth.
     python3 test/e2e/multi_device_trainer.py [--models lenet] [--quick]
 """
 import argparse
-import concurrent.futures
-import json
 import os
 import shutil
 import subprocess
@@ -50,31 +48,17 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
-LWCC = os.path.join(BIN, "lwcc")
-PREFIX = os.path.dirname(BIN)  # the build tree: include/ and lib/
-GEN = os.path.join(ROOT, "tools", "models", "gen.py")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import LWCC, close, run  # noqa: E402
+
 STEPS = 5
 LOSS_TOL = 1e-5
 PARAM_TOL = 1e-4
 SEED = 5
 
-passed = failed = 0
-
-
-def report(ok, name, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"PASS {name}", flush=True)
-    else:
-        failed += 1
-        print(f"FAIL {name}: {detail}", flush=True)
-
-
-def run(cmd, cwd=None, timeout=600):
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+report = harness.record
+losses = harness.log_losses
 
 
 def build(onnx_path, flags, out_dir, via_lwcc=False):
@@ -87,12 +71,24 @@ def build(onnx_path, flags, out_dir, via_lwcc=False):
     r = run([LWCC, onnx_path, "--target=cpu", *flags, "--emit=source", "-o", out_dir])
     if r.returncode:
         return None, r.stderr[-1500:]
-    with open(os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.libs")) as f:
-        libs = f.read().split()  # the system libraries the runtime needs
-    r = run(["c++", "-std=c++20", "-O0", "-I" + os.path.join(PREFIX, "include"), "trainer.cc",
-             os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.a"), *libs, "-o", "trainer"],
-            cwd=out_dir)
-    return (exe, "") if r.returncode == 0 else (None, r.stderr[-1500:])
+    return harness.build_cpu_trainer(out_dir)
+
+
+def train_built(name, built, work, devices, extra=()):
+    """Trains a trainer that build() returned (`built`) STEPS steps in work,
+    then evaluates, logging, dumping and exporting as compare() reads them;
+    records a failing case "NAME: build" or "NAME: train" when that fails.
+    Returns the run (CompletedProcess) or None."""
+    exe, error = built
+    if not exe:
+        report(False, f"{name}: build", error)
+        return None
+    r = train(exe, work, [f"--steps={STEPS}", "--eval", "--log=log.jsonl", "--dump=dump",
+                          "--export=model.onnx", *extra], devices)
+    if r.returncode:
+        report(False, f"{name}: train", (r.stdout + r.stderr)[-1500:])
+        return None
+    return r
 
 
 def threads(devices):
@@ -134,22 +130,33 @@ def kill_after_checkpoint(exe, work, step, devices, flags=None):
     return kept if os.path.exists(kept) else None
 
 
-def losses(log):
-    with open(log) as f:
-        return [json.loads(line)["loss"] for line in f if '"type":"step"' in line]
+def resumed_bit_identical(name, exe, base, devices, steps=None, flags=None):
+    """The case `name`: a run of exe killed once its step-3 checkpoint is on
+    disk and resumed from it ends bit-identical at step 6 (every dumped file
+    and the export) to an uninterrupted run; the runs in folders of base.
+    steps(work, args) runs exe (default: train() on `devices`); flags: the
+    killed run's own, as kill_after_checkpoint takes them."""
+    steps = steps or (lambda work, args: train(exe, work, args, devices))
+    full = steps(os.path.join(base, "full"), ["--steps=6", "--dump=dump", "--export=model.onnx"])
+    first = kill_after_checkpoint(exe, os.path.join(base, "killed"), 3, devices, flags)
+    if not first:
+        report(False, name, "no step-3 checkpoint before the run ended")
+        return
+    second = steps(os.path.join(base, "resumed"),
+                   ["--steps=6", f"--resume={first}", "--dump=dump", "--export=model.onnx"])
+    if full.returncode or second.returncode:
+        report(False, name, (full.stderr + second.stderr)[-1500:])
+        return
+    a, b = os.path.join(base, "full"), os.path.join(base, "resumed")
+    files = sorted(os.listdir(os.path.join(a, "dump")))
+    differ = harness.files_differ(os.path.join(a, "dump"), os.path.join(b, "dump"), files)
+    differ += harness.files_differ(a, b, ["model.onnx"])
+    report(files and not differ, name + f" ({len(files)} dumped files and the export)",
+           f"differ: {differ[:5]}")
 
 
 def read_floats(path):
     return np.fromfile(path, dtype=np.float32)
-
-
-def close(got, want, tol):
-    """Within tol of the largest element of want; (ok, worst error)."""
-    if got.shape != want.shape:
-        return False, f"shape {got.shape} vs {want.shape}"
-    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
-    err = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
-    return err <= tol * scale, err
 
 
 def ort_logits(path, feed):
@@ -161,8 +168,7 @@ def ort_logits(path, feed):
 def compare(name, ref, got):
     """ref, got: dicts with the run's folder ('work') after train(... 5 steps)."""
     lr, lg = losses(os.path.join(ref, "log.jsonl")), losses(os.path.join(got, "log.jsonl"))
-    ok = len(lr) == len(lg) == STEPS and all(
-        abs(a - b) <= LOSS_TOL * max(abs(a), 1e-12) for a, b in zip(lr, lg))
+    ok = len(lr) == STEPS and harness.losses_within(lg, lr, LOSS_TOL)
     report(ok, f"{name}: {STEPS} losses within {LOSS_TOL} relative", f"{lg} vs {lr}")
     rd, gd = os.path.join(ref, "dump"), os.path.join(got, "dump")
     params = sorted(f for f in os.listdir(rd) if f.startswith("param_"))
@@ -231,11 +237,8 @@ def main():
             cases += [("dropnet", 8, g, s) for g in gpus
                       for s in ("model", "owt", "layerwise", "hypergraph")]
         for m, batch in sorted({(c[0], c[1]) for c in cases}):
-            r = run([sys.executable, GEN, m, "--test-size", "--batch", str(batch), "-o",
-                     os.path.join(tmp, f"{m}-{batch}.onnx")])
-            if r.returncode:
-                report(False, f"{m}: generate", r.stderr[-500:])
-                return 1
+            if not harness.generate(m, os.path.join(tmp, f"{m}-{batch}.onnx"), batch=batch):
+                return harness.finish()
 
         def key(c):
             return f"{c[0]}-b{c[1]}-g{c[2]}-{c[3]}"
@@ -247,23 +250,14 @@ def main():
                          os.path.join(tmp, key(c)),
                          via_lwcc=(c == ("lenet", 8, 2 if 2 in gpus else 4, "owt")))
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            built = dict(zip(map(key, cases), pool.map(make, cases)))
-        for c in cases:
-            if built[key(c)][0] is None:
-                report(False, f"{key(c)}: build", built[key(c)][1])
+        built = harness.build_all(cases, key, make)
         runs = {}
         for c in cases:
-            exe = built[key(c)][0]
-            if not exe:
-                continue
-            work = os.path.join(tmp, key(c), "run")
             # --check-replicas: every replica of a param has the same bits.
-            r = train(exe, work, [f"--steps={STEPS}", "--eval", "--log=log.jsonl", "--dump=dump",
-                                  "--export=model.onnx"] + (["--check-replicas"] if c[2] > 1 else []),
-                      c[2])
-            if r.returncode:
-                report(False, f"{key(c)}: train", (r.stdout + r.stderr)[-1500:])
+            work = os.path.join(tmp, key(c), "run")
+            r = train_built(key(c), built[key(c)], work, c[2],
+                            ["--check-replicas"] if c[2] > 1 else [])
+            if r is None:
                 continue
             if c[2] > 1:
                 header = r.stdout.splitlines()[0] if r.stdout else ""
@@ -283,35 +277,12 @@ def main():
             c = (m, 8, 4, s)
             if m not in models or not built.get(key(c), (None,))[0]:
                 continue
-            exe, base = built[key(c)][0], os.path.join(tmp, key(c))
-            full = train(exe, os.path.join(base, "full"),
-                         ["--steps=6", "--dump=dump", "--export=model.onnx"], 4)
-            first = kill_after_checkpoint(exe, os.path.join(base, "killed"), 3, 4)
-            name = f"{m} --gpus 4 --strategy={s}: killed after step 3, resumed, bit-identical " \
-                   "at step 6"
-            if not first:
-                report(False, name, "no step-3 checkpoint before the run ended")
-                continue
-            second = train(exe, os.path.join(base, "resumed"),
-                           ["--steps=6", f"--resume={first}", "--dump=dump",
-                            "--export=model.onnx"], 4)
-            if full.returncode or second.returncode:
-                report(False, name, (full.stderr + second.stderr)[-1500:])
-                continue
-            a, b = os.path.join(base, "full"), os.path.join(base, "resumed")
-            files = sorted(os.listdir(os.path.join(a, "dump")))
-            differ = [f for f in files
-                      if open(os.path.join(a, "dump", f), "rb").read() !=
-                      open(os.path.join(b, "dump", f), "rb").read()]
-            if open(os.path.join(a, "model.onnx"), "rb").read() != \
-                    open(os.path.join(b, "model.onnx"), "rb").read():
-                differ.append("model.onnx")
-            report(files and not differ, name + f" ({len(files)} dumped files and the export)",
-                   f"differ: {differ[:5]}")
+            resumed_bit_identical(f"{m} --gpus 4 --strategy={s}: killed after step 3, resumed, "
+                                  "bit-identical at step 6", built[key(c)][0],
+                                  os.path.join(tmp, key(c)), 4)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -16,19 +16,17 @@ line "N passed, M failed".
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
-import numpy as np
 import onnx
-from onnx import numpy_helper
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
 import zoo  # noqa: E402
 
-LWCC = os.path.join(os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin"), "lwcc")
 STEPS = 5
 LOSS_TOL = 1e-5
 PARAM_TOL = 1e-4
@@ -62,48 +60,18 @@ STRATEGIES = ["data", "model", "owt", "layerwise", "hypergraph"]
 LAYERWISE_SPEC = os.path.join(ROOT, "test", "e2e", "Inputs", "slow-compute.json")
 
 
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[1:2] + cmd[-4:])} exited {r.returncode}: "
-                           f"{r.stderr.strip()[-2000:]}")
-    return r.stdout
-
-
-def load(path):
-    return numpy_helper.to_array(onnx.load_tensor(path)).astype(np.float64)
-
-
 def reference(model_path, data, dump, gpus, strategy, precision):
-    cmd = [LWCC, model_path, "--train-reference", "--inputs", data, "--dump", dump,
-           "--steps", str(STEPS), f"--precision={precision}", "--lr=0.05"]
+    flags = [f"--precision={precision}", "--lr=0.05"]
     if gpus > 1:
-        cmd += [f"--gpus={gpus}", f"--strategy={strategy}", "--bucket-bytes=4096"]
+        flags += [f"--gpus={gpus}", f"--strategy={strategy}", "--bucket-bytes=4096"]
         if strategy == "layerwise":
             # The search's own plan, not a uniform one the simulator may prefer.
-            cmd += [f"--device-spec={LAYERWISE_SPEC}", "--check-search=false"]
-    run(cmd)
-    losses = [float(load(os.path.join(dump, f"loss_{s}.pb"))) for s in range(STEPS)]
-    tensors = {f: load(os.path.join(dump, f)) for f in os.listdir(dump)
-               if f.startswith(("param_", "grad_"))}
-    return losses, tensors
+            flags += [f"--device-spec={LAYERWISE_SPEC}", "--check-search=false"]
+    return harness.reference_steps(model_path, data, dump, STEPS, flags)
 
 
 def compare(base, other):
-    (l0, t0), (l1, t1) = base, other
-    problems = []
-    for s, (a, b) in enumerate(zip(l0, l1)):
-        if abs(a - b) > LOSS_TOL * max(abs(a), 1e-12):
-            problems.append(f"loss of step {s + 1}: {b!r} vs {a!r}")
-    if sorted(t0) != sorted(t1):
-        problems.append(f"different dumps: {sorted(set(t0) ^ set(t1))[:4]}")
-    for name in sorted(set(t0) & set(t1)):
-        a, b = t0[name], t1[name]
-        scale = max(float(np.max(np.abs(a))) if a.size else 0.0, 1e-12)
-        err = float(np.max(np.abs(a - b))) / scale if a.size else 0.0
-        if err > PARAM_TOL:
-            problems.append(f"{name}: relative error {err:.2e}")
-    return problems
+    return harness.step_problems(base, other, LOSS_TOL, PARAM_TOL)
 
 
 def main():
@@ -121,7 +89,6 @@ def main():
     if args.models:
         keep = set(args.models.split(","))
         cases = [c for c in cases if c[0] in keep]
-    passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name, batch, gpu_counts, precision in cases:
             if args.quick:
@@ -130,21 +97,12 @@ def main():
             tag = f"{name}-b{batch}-{precision}"
             path = os.path.join(tmp, tag + ".onnx")
             onnx.save(model, path)
-            dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-            classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
-            rng = np.random.default_rng(5)
             data = os.path.join(tmp, tag + "-data")
-            os.makedirs(data)
-            x = rng.standard_normal(dims).astype(np.float32)
-            y = rng.integers(0, classes, size=dims[0]).astype(np.int64)
-            for k, arr in enumerate([x, y]):
-                with open(os.path.join(data, f"input_{k}.pb"), "wb") as f:
-                    f.write(numpy_helper.from_array(arr).SerializeToString())
+            harness.write_batch(model, data, 5)
             try:
                 base = reference(path, data, os.path.join(tmp, tag + "-1"), 1, "data", precision)
             except RuntimeError as e:
-                print(f"FAIL {tag} --gpus 1: {e}")
-                failed += 1
+                harness.record(False, f"{tag} --gpus 1", str(e))
                 continue
             for gpus in gpu_counts:
                 for strategy in strategies:
@@ -155,16 +113,11 @@ def main():
                         problems = compare(base, other)
                     except RuntimeError as e:
                         problems = [str(e)]
-                    if problems:
-                        failed += 1
-                        print(f"FAIL {label}: " + "; ".join(problems[:5]))
-                    else:
-                        passed += 1
-                        print(f"ok   {label}: 5 losses and {len(other[1])} tensors agree "
-                              f"(loss {other[0][0]:.6f} -> {other[0][-1]:.6f})")
-                    sys.stdout.flush()
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+                    harness.record(not problems, label, "; ".join(problems[:5]),
+                                   "" if problems else
+                                   f"5 losses and {len(other[1])} tensors agree "
+                                   f"(loss {other[0][0]:.6f} -> {other[0][-1]:.6f})")
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -21,19 +21,17 @@ Ends with the line "N passed, M failed".
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
-import numpy as np
 import onnx
-from onnx import numpy_helper
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import LWCC, ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
 import zoo  # noqa: E402
 
-LWCC = os.path.join(os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin"), "lwcc")
 STEPS = 5
 LOSS_TOL = 1e-5
 PARAM_TOL = 1e-4
@@ -45,41 +43,16 @@ WITHOUT_BN = {"lenet", "alexnet", "alexnet_owt", "vgg11", "vgg16"}
 
 
 def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[2:3] + cmd[-5:])} exited {r.returncode}: "
-                           f"{r.stderr.strip()[-2000:]}")
-    return r.stdout
-
-
-def load(path):
-    return numpy_helper.to_array(onnx.load_tensor(path)).astype(np.float64)
+    return harness.check_output(cmd, timeout=1800).stdout
 
 
 def reference(model_path, data, dump, flags):
-    run([LWCC, model_path, "--train-reference", "--inputs", data, "--dump", dump, "--steps",
-         str(STEPS), "--precision=f64", "--lr=0.05", *flags])
-    losses = [float(load(os.path.join(dump, f"loss_{s}.pb"))) for s in range(STEPS)]
-    tensors = {f: load(os.path.join(dump, f)) for f in os.listdir(dump)
-               if f.startswith(("param_", "grad_"))}
-    return losses, tensors
+    return harness.reference_steps(model_path, data, dump, STEPS,
+                                   ["--precision=f64", "--lr=0.05", *flags])
 
 
 def compare(base, other):
-    (l0, t0), (l1, t1) = base, other
-    problems = []
-    for s, (a, b) in enumerate(zip(l0, l1)):
-        if abs(a - b) > LOSS_TOL * max(abs(a), 1e-12):
-            problems.append(f"loss of step {s + 1}: {b!r} vs {a!r}")
-    if sorted(t0) != sorted(t1):
-        problems.append(f"different dumps: {sorted(set(t0) ^ set(t1))[:4]}")
-    for name in sorted(set(t0) & set(t1)):
-        a, b = t0[name], t1[name]
-        scale = max(float(np.max(np.abs(a))) if a.size else 0.0, 1e-12)
-        err = float(np.max(np.abs(a - b))) / scale if a.size else 0.0
-        if err > PARAM_TOL:
-            problems.append(f"{name}: relative error {err:.2e}")
-    return problems
+    return harness.step_problems(base, other, LOSS_TOL, PARAM_TOL)
 
 
 def main():
@@ -88,32 +61,17 @@ def main():
                     help="comma-separated zoo models (default: all)")
     ap.add_argument("--quick", action="store_true", help="M = 3 and 1f1b only")
     args = ap.parse_args()
-    passed = failed = 0
 
     def report(problems, label, detail):
-        nonlocal passed, failed
-        if problems:
-            failed += 1
-            print(f"FAIL {label}: " + "; ".join(problems[:5]), flush=True)
-        else:
-            passed += 1
-            print(f"ok   {label}: {detail}", flush=True)
+        harness.record(not problems, label, "; ".join(problems[:5]), "" if problems else detail)
 
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             model = zoo.build(name, test_size=True, batch=BATCH)
             path = os.path.join(tmp, name + ".onnx")
             onnx.save(model, path)
-            dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-            classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
-            rng = np.random.default_rng(5)
             data = os.path.join(tmp, name + "-data")
-            os.makedirs(data)
-            x = rng.standard_normal(dims).astype(np.float32)
-            y = rng.integers(0, classes, size=dims[0]).astype(np.int64)
-            for k, arr in enumerate([x, y]):
-                with open(os.path.join(data, f"input_{k}.pb"), "wb") as f:
-                    f.write(numpy_helper.from_array(arr).SerializeToString())
+            harness.write_batch(model, data, 5)
 
             # --microbatches=1 is today's step, op for op.
             try:
@@ -154,8 +112,7 @@ def main():
                             problems = [str(e)]
                         report(problems, what, f"5 losses and {len(oracle[1])} tensors agree "
                                f"with --gpus 1 (loss {oracle[0][0]:.6f} -> {oracle[0][-1]:.6f})")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ Ends with the line "N passed, M failed".
     python3 test/e2e/pipeline_trainer.py [--models lenet,resnet18] [--quick]
 """
 import argparse
-import concurrent.futures
 import json
 import os
 import shutil
@@ -35,6 +34,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 import multi_device_trainer as md  # noqa: E402
 
 # One case per model besides lenet: (model, gpus, stages, schedule, M).
@@ -68,11 +68,8 @@ def main():
             if c[0] in models:
                 cases += [(c[0], 1, 1, "1f1b", c[4]), c]
         for m in sorted({c[0] for c in cases}):
-            r = md.run([sys.executable, md.GEN, m, "--test-size", "--batch", "8", "-o",
-                        os.path.join(tmp, f"{m}.onnx")])
-            if r.returncode:
-                md.report(False, f"{m}: generate", r.stderr[-500:])
-                return 1
+            if not harness.generate(m, os.path.join(tmp, f"{m}.onnx")):
+                return harness.finish()
 
         def key(c):
             return f"{c[0]}-g{c[1]}-s{c[2]}-{c[3]}-m{c[4]}"
@@ -85,22 +82,13 @@ def main():
             return md.build(os.path.join(tmp, f"{m}.onnx"), flags, os.path.join(tmp, key(c)),
                             via_lwcc=(c == ("lenet", 2, 2, "1f1b", 3)))
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            built = dict(zip(map(key, cases), pool.map(make, cases)))
+        built = harness.build_all(cases, key, make)
         runs = {}
         for c in cases:
-            exe, err = built[key(c)]
-            if not exe:
-                md.report(False, f"{key(c)}: build", err)
-                continue
             work = os.path.join(tmp, key(c), "run")
-            r = md.train(exe, work, [f"--steps={md.STEPS}", "--eval", "--log=log.jsonl",
-                                     "--dump=dump", "--export=model.onnx"] +
-                         (["--check-replicas"] if c[1] > 1 else []), c[1])
-            if r.returncode:
-                md.report(False, f"{key(c)}: train", (r.stdout + r.stderr)[-1500:])
-                continue
-            runs[c] = work
+            if md.train_built(key(c), built[key(c)], work, c[1],
+                              ["--check-replicas"] if c[1] > 1 else []):
+                runs[c] = work
         for c, work in runs.items():
             ref = runs.get((c[0], 1, 1, "1f1b", c[4]))
             if c[1] > 1 and ref:
@@ -110,32 +98,9 @@ def main():
         # Killed once its step-3 checkpoint is on disk, resumed: bit-identical.
         c = ("lenet", 4, 4, "1f1b", 3) if not args.quick else ("lenet", 4, 2, "1f1b", 3)
         if built.get(key(c), (None,))[0]:
-            exe, base = built[key(c)][0], os.path.join(tmp, key(c))
-            full = md.train(exe, os.path.join(base, "full"),
-                            ["--steps=6", "--dump=dump", "--export=model.onnx"], c[1])
-            first = md.kill_after_checkpoint(exe, os.path.join(base, "killed"), 3, c[1])
-            name = f"lenet --gpus 4 --stages={c[2]} pipeline: killed after step 3, resumed, " \
-                   "bit-identical at step 6"
-            if not first:
-                md.report(False, name, "no step-3 checkpoint before the run ended")
-            else:
-                second = md.train(exe, os.path.join(base, "resumed"),
-                                  ["--steps=6", f"--resume={first}", "--dump=dump",
-                                   "--export=model.onnx"], c[1])
-                if full.returncode or second.returncode:
-                    md.report(False, name, (full.stderr + second.stderr)[-1500:])
-                else:
-                    a, b = os.path.join(base, "full"), os.path.join(base, "resumed")
-                    files = sorted(os.listdir(os.path.join(a, "dump")))
-                    differ = [f for f in files
-                              if open(os.path.join(a, "dump", f), "rb").read() !=
-                              open(os.path.join(b, "dump", f), "rb").read()]
-                    if open(os.path.join(a, "model.onnx"), "rb").read() != \
-                            open(os.path.join(b, "model.onnx"), "rb").read():
-                        differ.append("model.onnx")
-                    md.report(files and not differ,
-                              name + f" ({len(files)} dumped files and the export)",
-                              f"differ: {differ[:5]}")
+            md.resumed_bit_identical(f"lenet --gpus 4 --stages={c[2]} pipeline: killed after "
+                                     "step 3, resumed, bit-identical at step 6",
+                                     built[key(c)][0], os.path.join(tmp, key(c)), c[1])
         # Profiled: each device's ops and the transfer streams, read back.
         if built.get(key(c), (None,))[0]:
             exe, base = built[key(c)][0], os.path.join(tmp, key(c))
@@ -143,7 +108,7 @@ def main():
             r = md.train(exe, work, ["--steps=4", "--profile-ops=ops.json", "--trace=trace.json"], 4)
             name = f"lenet --gpus 4 --stages={c[2]} pipeline: --profile-ops and --trace"
             if r.returncode:
-                md.report(False, name, (r.stdout + r.stderr)[-1500:])
+                harness.record(False, name, (r.stdout + r.stderr)[-1500:])
             else:
                 with open(os.path.join(work, "ops.json")) as f:
                     ops = json.load(f)
@@ -152,20 +117,19 @@ def main():
                 devices = {e.get("device", 0) for e in ops["ops"]}
                 copies = {(e["pid"], e["tid"]) for e in events if e["name"] == "device_copy"}
                 ok = devices == set(range(4)) and copies and all(t >= 2 for _, t in copies)
-                md.report(ok, name + f" ({len(ops['ops'])} profiled ops on devices "
-                          f"{sorted(devices)}, transfers on (device, stream) {sorted(copies)})",
-                          f"devices {devices}, copies {copies}")
+                harness.record(ok, name + f" ({len(ops['ops'])} profiled ops on devices "
+                               f"{sorted(devices)}, transfers on (device, stream) "
+                               f"{sorted(copies)})", f"devices {devices}, copies {copies}")
                 flags = ["--gpus=4", "--strategy=pipeline", f"--stages={c[2]}",
                          f"--microbatches={c[4]}", "--target=cpu", "--device-spec=cpu",
                          f"--cost-profile={os.path.join(work, 'ops.json')}", "--emit=plan"]
                 r = md.run([md.LWCC, os.path.join(tmp, "lenet.onnx"), *flags])
-                md.report(r.returncode == 0 and "(chosen)" in r.stdout,
-                          "lwcc --cost-profile reads the pipeline trainer's profile",
-                          r.stderr[-1000:])
+                harness.record(r.returncode == 0 and "(chosen)" in r.stdout,
+                               "lwcc --cost-profile reads the pipeline trainer's profile",
+                               r.stderr[-1000:])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{md.passed} passed, {md.failed} failed")
-    return 0 if md.failed == 0 else 1
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -33,36 +33,20 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
-LWCC = os.path.join(BIN, "lwcc")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import BIN, GEN, LWCC  # noqa: E402
+
 LWCC_OPT = os.path.join(BIN, "lwcc-opt")
-GEN = os.path.join(ROOT, "tools", "models", "gen.py")
 
-results = []
-
-
-def case(fn):
-    try:
-        fn()
-        results.append((fn.__name__, None))
-        print(f"PASS: {fn.__name__}")
-    except Exception as e:  # noqa: BLE001 - any failure fails the case
-        results.append((fn.__name__, str(e)))
-        print(f"FAIL: {fn.__name__}: {e}")
-    sys.stdout.flush()
+case = harness.case
 
 
 def run(cmd, expect=0):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if expect is not None and r.returncode != expect:
-        raise AssertionError(f"{' '.join(cmd)} exited {r.returncode} (expected {expect}): "
-                             f"{r.stderr.strip()[-1500:]}")
-    return r
+    return harness.check_output(cmd, expect=expect, tail=1500)
 
 
 COMM = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "device_copy",
@@ -273,9 +257,7 @@ def main():
             case(fn)
         for strategy in ("data", "model"):
             multi_device(tmp, model, strategy)
-    failed = sum(1 for _, e in results if e)
-    print(f"{len(results) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -27,14 +27,13 @@ running statistics move. Ends with "N passed, M failed".
 
     python3 test/e2e/recipes_multi_device.py
 """
-import concurrent.futures
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
+import harness
 import multi_device_trainer as md
 import onnx
 from onnx import numpy_helper
@@ -111,10 +110,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="lwcc-recipes-")
     try:
         model = os.path.join(tmp, "lenet.onnx")
-        r = md.run([sys.executable, md.GEN, "lenet", "--test-size", "--batch", "8", "-o", model])
-        if r.returncode:
-            md.report(False, "lenet: generate", r.stderr[-500:])
-            return 1
+        if not harness.generate("lenet", model):
+            return harness.finish()
         # (precision, gpus, strategy); gpus 1 is each precision's reference.
         cases = [("f32", 1, "data"), ("f32", 2, "data"), ("f32", 2, "model"),
                  ("f32", 4, "owt"), ("f32", 4, "layerwise"), ("bf16", 1, "data"),
@@ -131,29 +128,22 @@ def main():
                 flags += [f"--gpus={c[1]}", f"--strategy={c[2]}"]
             return md.build(model, flags, os.path.join(tmp, key(c)))
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            built = dict(zip(map(key, cases), pool.map(make, cases)))
+        built = harness.build_all(cases, key, make)
         start = initializers(model)
         runs = {}
         for c in cases:
-            exe, err = built[key(c)]
-            if not exe:
-                md.report(False, f"{key(c)}: build", err)
-                continue
             work = os.path.join(tmp, key(c), "run")
-            r = md.train(exe, work, [f"--steps={md.STEPS}", "--eval", "--log=log.jsonl",
-                                     "--dump=dump", "--export=model.onnx"] +
-                         (["--check-replicas"] if c[1] > 1 else []), c[1])
-            if r.returncode:
-                md.report(False, f"{key(c)}: train", (r.stdout + r.stderr)[-1500:])
+            if not md.train_built(key(c), built[key(c)], work, c[1],
+                                  ["--check-replicas"] if c[1] > 1 else []):
                 continue
             runs[c] = work
             trained = initializers(os.path.join(work, "model.onnx"))
             same = [n for n in FROZEN if (trained[n] == start[n]).all()]
             moved = [n for n in ("fc3.weight", "fc1.bias") if not (trained[n] == start[n]).all()]
-            md.report(len(same) == len(FROZEN) and len(moved) == 2,
-                      f"{key(c)}: frozen params bit-identical after training, the others moved",
-                      f"unchanged frozen {same}, moved {moved}")
+            harness.record(len(same) == len(FROZEN) and len(moved) == 2,
+                           f"{key(c)}: frozen params bit-identical after training, the others "
+                           "moved",
+                           f"unchanged frozen {same}, moved {moved}")
         for c, work in runs.items():
             ref = runs.get((c[0], 1, "data"))
             if c[1] > 1 and ref:
@@ -163,9 +153,9 @@ def main():
                 n, tol = (md.STEPS, md.LOSS_TOL) if c[0] == "f32" else (1, BF16_NORM_TOL)
                 ok = (len(a) == len(b) == md.STEPS and None not in a + b and a[0] > CLIP and
                       all(abs(x - y) <= tol * abs(x) for x, y in zip(a[:n], b[:n])))
-                md.report(ok, f"lenet recipes {c[0]} --gpus {c[1]} --strategy={c[2]}: grad_norm "
-                          f"of {n} step(s) within {tol} relative, above {CLIP}",
-                          f"{b} vs {a}")
+                harness.record(ok, f"lenet recipes {c[0]} --gpus {c[1]} --strategy={c[2]}: "
+                               f"grad_norm of {n} step(s) within {tol} relative, above {CLIP}",
+                               f"{b} vs {a}")
             if c[1] > 1 and ref and c[0] == "f32":
                 md.compare(f"lenet recipes {c[0]} --gpus {c[1]} --strategy={c[2]}", ref, work)
             elif c[1] > 1 and ref:
@@ -173,14 +163,13 @@ def main():
                 # one device's, and SGD amplifies it: the first step only.
                 a = md.losses(os.path.join(ref, "log.jsonl"))[0]
                 b = md.losses(os.path.join(work, "log.jsonl"))[0]
-                md.report(abs(a - b) <= md.LOSS_TOL * abs(a),
-                          f"lenet recipes {c[0]} --gpus {c[1]} --strategy={c[2]}: first loss "
-                          f"within {md.LOSS_TOL} relative", f"{b} vs {a}")
+                harness.record(abs(a - b) <= md.LOSS_TOL * abs(a),
+                               f"lenet recipes {c[0]} --gpus {c[1]} --strategy={c[2]}: first loss "
+                               f"within {md.LOSS_TOL} relative", f"{b} vs {a}")
         freeze_bn(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{md.passed} passed, {md.failed} failed")
-    return 0 if md.failed == 0 else 1
+    return harness.finish()
 
 
 if __name__ == "__main__":

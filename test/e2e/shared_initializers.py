@@ -8,7 +8,7 @@ become one initializer per width that the other layers read through Identity
 nodes. Each case below is one test:
 
   - untied trainer: the CPU trainer compiled from such a model (a reduced
-    resnet18 built by exporter_graphs.py) trains every layer's params and
+    resnet18 built by torchvision_graphs.py) trains every layer's params and
     statistics on their own; its --export loads in onnxruntime, agrees with
     lwcc's interpreter on it, holds the trained values, and has one
     initializer per param under the names the nodes read (no Identity left
@@ -23,7 +23,6 @@ nodes. Each case below is one test:
 Ends with the line "N passed, M failed".
 """
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -32,31 +31,17 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-LWCC = os.path.join(ROOT, "build", "bin", "lwcc")
 sys.path.insert(0, HERE)
 import exporter_graphs as eg  # noqa: E402
+import torchvision_graphs as tv  # noqa: E402
+import harness  # noqa: E402
+from harness import LWCC  # noqa: E402
 
-results = []
-
-
-def case(fn):
-    try:
-        fn()
-        results.append(True)
-        print(f"PASS: {fn.__name__}")
-    except Exception as e:  # noqa: BLE001 - any failure fails the case
-        results.append(False)
-        print(f"FAIL: {fn.__name__}: {e}")
-    sys.stdout.flush()
+case = harness.case
 
 
 def run(cmd, timeout=600):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} exited {r.returncode}:\n{r.stdout[-2000:]}"
-                             f"\n{r.stderr[-2000:]}")
-    return r
+    return harness.check_output(cmd, timeout=timeout)
 
 
 def safe(name):
@@ -66,7 +51,7 @@ def safe(name):
 def dedup_resnet(path):
     b = eg.Builder("resnet18-bn-kept", "ts", (3, 16, 16), batch=4, sym_batch=False, seed=3,
                    bn_kept="identity")
-    m = eg.resnet18(b, classes=5)
+    m = tv.resnet18(b, classes=5)
     onnx.save(m, path)
     return m
 
@@ -189,9 +174,7 @@ def running_variance():
 def main():
     for fn in (untied_trainer, tied_trainer, running_variance):
         case(fn)
-    passed = sum(results)
-    print(f"{passed} passed, {len(results) - passed} failed")
-    return 0 if passed == len(results) else 1
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -41,33 +41,18 @@ Ends with the line "N passed, M failed".
     python3 test/e2e/streams_trainer.py [--skip-trainers] [--skip-sweep]
 """
 import argparse
-import concurrent.futures
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import GEN, LWCC, run  # noqa: E402
 import multi_device_trainer as md  # noqa: E402  (build, train, compare)
 
-ROOT = md.ROOT
-LWCC = md.LWCC
-LWCC_OPT = os.path.join(os.path.dirname(LWCC), "lwcc-opt")
-GEN = md.GEN
-STEPS = md.STEPS
-
-
-def run(cmd, cwd=None, stdin=None, timeout=600):
-    return subprocess.run(cmd, cwd=cwd, input=stdin, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def zoo_models():
-    r = run([sys.executable, GEN, "--list"])
-    return [line.split()[0] for line in r.stdout.splitlines()
-            if line and not line.startswith(" ")]
+LWCC_OPT = os.path.join(harness.BIN, "lwcc-opt")
 
 
 def pieces(s):
@@ -81,7 +66,7 @@ def pieces(s):
 def trainers(tmp):
     # (model, gpus, streams); streams 1 is each (model, gpus)'s reference.
     cases = []
-    for m in zoo_models():
+    for m in harness.zoo_models():
         # One device with 2, 3 and 4 streams; two devices with 4 (the test
         # command's time: 2 and 3 streams on two devices add no schedule kind
         # that one device and 4 streams do not have).
@@ -96,10 +81,7 @@ def trainers(tmp):
     # K ops on slices of its output channels, on the branch streams.
     cases += [("inception", 1, "4c2"), ("alexnet", 1, "3c3")]
     for m in sorted({c[0] for c in cases}):
-        r = run([sys.executable, GEN, m, "--test-size", "--batch", "8", "-o",
-                 os.path.join(tmp, f"{m}.onnx")])
-        if r.returncode:
-            md.report(False, f"{m}: generate", r.stderr[-500:])
+        if not harness.generate(m, os.path.join(tmp, f"{m}.onnx")):
             return
 
     def key(c):
@@ -115,28 +97,20 @@ def trainers(tmp):
             flags += [f"--gpus={g}", "--strategy=data"]
         return md.build(os.path.join(tmp, f"{m}.onnx"), flags, os.path.join(tmp, key(c)))
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        built = dict(zip(map(key, cases), pool.map(make, cases)))
+    built = harness.build_all(cases, key, make)
     runs = {}
     for c in cases:
-        exe, err = built[key(c)]
-        if not exe:
-            md.report(False, f"{key(c)}: build", err)
-            continue
         work = os.path.join(tmp, key(c), "run")
-        r = md.train(exe, work, [f"--steps={STEPS}", "--eval", "--log=log.jsonl", "--dump=dump",
-                                 "--export=model.onnx"], c[1])
-        if r.returncode:
-            md.report(False, f"{key(c)}: train", (r.stdout + r.stderr)[-1500:])
+        if not md.train_built(key(c), built[key(c)], work, c[1]):
             continue
         if isinstance(c[2], int) and c[2] >= 3 and c[0] in ("resnet18", "inception"):
             # Shortcuts and inception branches: a step function per branch stream.
             with open(os.path.join(tmp, key(c), "trainer.cc")) as f:
                 text = f.read()
             branch = [int(s) for s in set(re.findall(r"bool step_d0_s(\d+)\(", text)) if int(s) > 1]
-            md.report(len(branch) >= 1,
-                      f"{key(c)}: device 0 runs branch streams {sorted(branch)}",
-                      "no step function for a stream above 1")
+            harness.record(len(branch) >= 1,
+                           f"{key(c)}: device 0 runs branch streams {sorted(branch)}",
+                           "no step function for a stream above 1")
         _, along, k = pieces(c[2])
         if along:
             # The pieces of the batch (or of the channels): values of each
@@ -146,9 +120,10 @@ def trainers(tmp):
             tag = "fr" if along == "samples" else "ch"
             named = all(f"_{tag}{i}" in text for i in range(k))
             branch = [int(s) for s in set(re.findall(r"bool step_d0_s(\d+)\(", text)) if int(s) > 1]
-            md.report(named and branch,
-                      f"{key(c)}: {k} pieces along the {along}, on branch streams {sorted(branch)}",
-                      f"piece values named: {named}; branch streams: {branch}")
+            harness.record(named and branch,
+                           f"{key(c)}: {k} pieces along the {along}, on branch streams "
+                           f"{sorted(branch)}",
+                           f"piece values named: {named}; branch streams: {branch}")
         runs[c] = work
     for c, work in runs.items():
         ref = runs.get((c[0], c[1], 1))
@@ -168,11 +143,9 @@ def sweep(tmp):
         strategies.append((f"--gpus {g} {g}-stage pipeline",
                            [f"--gpus={g}", "--strategy=pipeline", f"--stages={g}",
                             f"--microbatches={g}", "--schedule=1f1b"]))
-    for m in zoo_models():
+    for m in harness.zoo_models():
         path = os.path.join(tmp, f"sweep-{m}.onnx")
-        r = run([sys.executable, GEN, m, "--test-size", "--batch", "8", "-o", path])
-        if r.returncode:
-            md.report(False, f"{m}: generate", r.stderr[-500:])
+        if not harness.generate(m, path):
             continue
         bad = []
         count = 0
@@ -201,8 +174,8 @@ def sweep(tmp):
             v = run([LWCC_OPT, "--verify-schedule", "-"], stdin=r.stdout)
             if v.returncode:
                 bad.append(f"{what}: lwcc-opt: {v.stderr[-400:]}")
-        md.report(not bad, f"{m}: {count} schedules (devices x strategies x streams 1-4, 2 "
-                  "fragments, 2 channel pieces) verify", "; ".join(bad[:3]))
+        harness.record(not bad, f"{m}: {count} schedules (devices x strategies x streams 1-4, 2 "
+                       "fragments, 2 channel pieces) verify", "; ".join(bad[:3]))
 
 
 def waits_matter(tmp):
@@ -212,14 +185,14 @@ def waits_matter(tmp):
     r = run([LWCC, path, "--target=cpu", "--streams=4", "--stream-policy=all",
              "--emit=scheduled-ir"])
     if r.returncode:
-        md.report(False, "inception --streams=4: scheduled IR", r.stderr[-500:])
+        harness.record(False, "inception --streams=4: scheduled IR", r.stderr[-500:])
         return
     lines = r.stdout.split("\n")
     waits = [i for i, line in enumerate(lines)
              if re.search(r"\bwait\(\)", line) and re.search(r"@stream\([23]\)", line)
              and "step start" not in line]
     if not waits:
-        md.report(False, "inception --streams=4: waits on branch streams", "none found")
+        harness.record(False, "inception --streams=4: waits on branch streams", "none found")
         return
     picked = waits[::max(1, len(waits) // 12)][:12]
     missed = []
@@ -230,8 +203,8 @@ def waits_matter(tmp):
         if not named:
             missed.append(f"line {i + 1}: {lines[i].strip()[:120]} (exit {v.returncode}: "
                           f"{v.stderr[-200:]})")
-    md.report(not missed, f"inception --streams=4: each of {len(picked)} of {len(waits)} branch "
-              "waits, removed, is a verifier error", "; ".join(missed[:3]))
+    harness.record(not missed, f"inception --streams=4: each of {len(picked)} of {len(waits)} "
+                   "branch waits, removed, is a verifier error", "; ".join(missed[:3]))
 
 
 def main():
@@ -248,8 +221,7 @@ def main():
         waits_matter(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{md.passed} passed, {md.failed} failed")
-    return 0 if md.failed == 0 else 1
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ import fnmatch
 import math
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -34,8 +33,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LWCC = os.environ.get("LWCC", os.path.join(ROOT, "build", "bin", "lwcc"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+LWCC = os.environ.get("LWCC", harness.LWCC)
 
 TOL_F64 = 1e-9
 TOL_F32 = 1e-4
@@ -336,9 +337,7 @@ def run_lwcc(model_path, inputs_dir, out_dir, precision, steps, flags, names, tr
     trained = names if trained is None else trained
     cmd = [LWCC, model_path, "--train-reference", "--inputs", inputs_dir, "--steps", str(steps),
            "--dump", out_dir, "--precision=" + precision] + flags
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        raise RuntimeError(f"exit {r.returncode}: {' '.join(cmd)}\n{r.stdout}{r.stderr}")
+    harness.check_output(cmd, timeout=120, tail=100000)
     losses = [float(load(os.path.join(out_dir, f"loss_{s}.pb"))) for s in range(steps)]
     files = set(os.listdir(out_dir))
     want = {f"grad_{safe(n)}.pb" for n in trained} | {f"param_{safe(n)}.pb" for n in names}
@@ -361,14 +360,14 @@ def relerr(got, want):
 
 
 class Results:
+    """The worst error of each (precision, category) over the checks; the
+    cases themselves are the harness's."""
+
     def __init__(self):
-        self.passed = self.failed = 0
         self.worst = {}  # (precision, category) -> max error over all checks
 
-    def record(self, ok, line):
-        print(("PASS: " if ok else "FAIL: ") + line, flush=True)
-        self.passed += ok
-        self.failed += not ok
+    def record(self, ok, name, detail=""):
+        harness.record(ok, name, info=detail)
 
 
 def compare(res, tmp, model, dtype, opt, steps, label):
@@ -387,8 +386,8 @@ def compare(res, tmp, model, dtype, opt, steps, label):
     try:
         got_l, got_g, got_p = run_lwcc(model_path, inputs_dir, out_dir, precision, steps,
                                        opt.flags, names, trained)
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        res.record(False, f"{name}: {e}")
+    except RuntimeError as e:
+        res.record(False, name, str(e))
         return
     # The reference starts from exactly the values lwcc read (rounded to dtype).
     init = {k: v.astype(dtype).astype(np.float64) for k, v in model.init.items()}
@@ -415,7 +414,7 @@ def compare(res, tmp, model, dtype, opt, steps, label):
         res.worst[(precision, k)] = max(res.worst.get((precision, k), 0.0), e)
     ok = all(e < tol for e in errs.values())
     detail = " ".join(f"{k} {e:.1e}" for k, e in errs.items())
-    line = f"{name}: {detail} (tol {tol:.0e}); loss_0 {got_l[0]:.6f}"
+    line = f"{detail} (tol {tol:.0e}); loss_0 {got_l[0]:.6f}"
     if steps > 1:
         line += f" loss_{steps - 1} {got_l[-1]:.6f}"
     if not ok:
@@ -428,14 +427,13 @@ def compare(res, tmp, model, dtype, opt, steps, label):
                 got, want = (got_g[n], want_g[n]) if k == "grad" else (got_p[n], want_p[n])
                 i = np.unravel_index(np.argmax(np.abs(got - want)), want.shape)
                 line += (f"\n    {k} {n}{list(i)}: lwcc {got[i]!r} numpy {want[i]!r}")
-    res.record(ok, line)
+    res.record(ok, name, line)
 
 
 def main():
     if not os.path.exists(LWCC):
-        print(f"FAIL: {LWCC} is not built")
-        print("0 passed, 1 failed")
-        return 1
+        harness.record(False, "lwcc is built", f"no {LWCC}")
+        return harness.finish()
     res = Results()
     rng = np.random.default_rng(20240607)
     models = [Mlp(rng), Cnn(rng)]
@@ -519,16 +517,15 @@ def main():
             want, _, _ = reference(mlp, init, mlp.x.astype(np.float32).astype(np.float64),
                                    mlp.labels, Optimizer("sgd"), 50)
             ok = all(math.isfinite(v) for v in losses) and losses[49] <= losses[0] / 10
-            res.record(ok, f"{name}: loss_0 {losses[0]:.6f} loss_49 {losses[49]:.6f} "
-                           f"(down {losses[0] / losses[49]:.1f}x, need >= 10x; "
-                           f"numpy loss_49 {want[49]:.6f})")
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            res.record(False, f"{name}: {e}")
+            res.record(ok, name, f"loss_0 {losses[0]:.6f} loss_49 {losses[49]:.6f} "
+                                 f"(down {losses[0] / losses[49]:.1f}x, need >= 10x; "
+                                 f"numpy loss_49 {want[49]:.6f})")
+        except RuntimeError as e:
+            res.record(False, name, str(e))
 
     for (precision, k), e in sorted(res.worst.items()):
         print(f"max {k} error, {precision}: {e:.2e}")
-    print(f"{res.passed} passed, {res.failed} failed")
-    return 1 if res.failed else 0
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -31,40 +31,24 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LWCC = os.path.join(ROOT, "build", "bin", "lwcc")
-GEN = os.path.join(ROOT, "tools", "models", "gen.py")
-FASHION = "/usr/share/datasets/fashion-mnist"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import GEN, LWCC  # noqa: E402
 
-results = []
+FASHION = "/usr/share/datasets/fashion-mnist"
 
 
 def case(fn):
-    name = fn.__name__
-    try:
-        fn()
-        results.append((name, None))
-        print(f"PASS: {name}")
-    except Exception as e:  # noqa: BLE001 - any failure fails the case
-        results.append((name, str(e)))
-        print(f"FAIL: {name}: {e}")
-    sys.stdout.flush()
+    harness.case(fn, timed=False)
 
 
 def run(cmd, expect=0, timeout=900):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if expect is not None and r.returncode != expect:
-        raise AssertionError(f"{' '.join(cmd)} exited {r.returncode} (expected {expect}):\n"
-                             f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-    return r
+    return harness.check_output(cmd, expect=expect, timeout=timeout)
 
 
 def build(tmp, name, *flags):
@@ -167,16 +151,8 @@ def main():
         run([exe, *common, f"--dump={full}"])
         ck = os.path.join(tmp, "ck")
         part = os.path.join(tmp, "resumed")
-        p = subprocess.Popen([exe, *common, f"--checkpoint-dir={ck}", "--checkpoint-every=50"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 300
-        while time.time() < deadline and p.poll() is None:
-            if os.path.isdir(ck) and any(f.endswith(".lwckpt") for f in os.listdir(ck)):
-                break
-            time.sleep(0.002)
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-        saved = sorted(f for f in os.listdir(ck) if f.endswith(".lwckpt"))
+        saved = harness.kill_at_first_checkpoint(
+            [exe, *common, f"--checkpoint-dir={ck}", "--checkpoint-every=50"], ck, 300)
         assert saved, "no checkpoint written before the kill"
         assert "ckpt-600.lwckpt" not in saved, "the run ended before it was killed"
         r = run([exe, *common, f"--checkpoint-dir={ck}", "--resume", f"--dump={part}"])
@@ -366,9 +342,7 @@ def main():
     case(adam_trainer)
     case(bad_input)
     shutil.rmtree(tmp, ignore_errors=True)
-    failed = sum(1 for _, e in results if e)
-    print(f"{len(results) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 import multi_device_trainer as md  # noqa: E402
 
 K = 4
@@ -534,8 +535,7 @@ def main():
                 ema_cases(tmp, model, not args.no_emulated)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{md.passed} passed, {md.failed} failed")
-    return 0 if md.failed == 0 else 1
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ whole tensor, whose rounding follows its terms, not their sum) against ten
 times that floor. Ends with the line "N passed, M failed".
 """
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -21,11 +20,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import LWCC, rel_error as rel  # noqa: E402
+sys.path.insert(0, os.path.join(harness.ROOT, "tools", "models"))
 import zoo  # noqa: E402
 
-LWCC = os.path.join(ROOT, "build", "bin", "lwcc")
 TOLERANCE = 1e-4
 
 
@@ -33,15 +33,8 @@ def safe(name):
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
 
-def rel(a, b, floor=1e-30):
-    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), floor))
-
-
 def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])}... exited {r.returncode}: {r.stderr.strip()}")
-    return r.stdout
+    return harness.check_output(cmd).stdout
 
 
 def check(name, tmp):
@@ -53,18 +46,8 @@ def check_model(model, name, tmp):
     (worst relative error, gradients checked, params, reference gradients)."""
     path = os.path.join(tmp, name + ".onnx")
     onnx.save(model, path)
-    inp = model.graph.input[0]
-    dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
-    classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal(dims).astype(np.float32)
-    y = rng.integers(0, classes, size=dims[0]).astype(np.int64)
     data = os.path.join(tmp, name + "_data")
-    os.makedirs(data, exist_ok=True)
-    for k, arr in enumerate([x, y]):
-        with open(os.path.join(data, f"input_{k}.pb"), "wb") as f:
-            f.write(numpy_helper.from_array(arr).SerializeToString())
-        arr.tofile(os.path.join(data, f"input_{k}.bin"))
+    harness.write_batch(model, data, 11, raw=True)
 
     exe = os.path.join(tmp, name + "_trainer")
     run([LWCC, path, "--emit=exe", "--target=cpu", "-o", exe])
@@ -104,22 +87,23 @@ def check_model(model, name, tmp):
     return worst, checked, len(params), len(grads)
 
 
+def trainer_case(name, model, tmp, file_name):
+    """The case `name`: the CPU trainer of model() against the interpreter,
+    its files named file_name in tmp."""
+    def check_case():
+        worst, checked, nparams, ngrads = check_model(model(), file_name, tmp)
+        assert worst < TOLERANCE and checked == ngrads and checked > 0, \
+            f"{checked} of {ngrads} gradients checked, worst relative error {worst:.2e}"
+        return (f"loss, {checked} gradients and {nparams} params: worst relative error "
+                f"{worst:.2e}")
+    harness.case(check_case, name)
+
+
 def main():
-    passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in zoo.REGISTRY:
-            try:
-                worst, checked, nparams, ngrads = check(name, tmp)
-                ok = worst < TOLERANCE and checked == ngrads and checked > 0
-                msg = (f"loss, {checked} gradients and {nparams} params: worst relative error "
-                       f"{worst:.2e}")
-            except Exception as e:  # noqa: BLE001 - report and count it
-                ok, msg = False, str(e)
-            print(f"{'PASS' if ok else 'FAIL'}: {name:12s} {msg}")
-            passed += ok
-            failed += not ok
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+            trainer_case(name, lambda: zoo.build(name, test_size=True), tmp, name)
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -61,29 +61,18 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LWCC = os.path.join(os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin"), "lwcc")
-GEN = os.path.join(ROOT, "tools", "models", "gen.py")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import LWCC, ROOT  # noqa: E402
 
-passed = failed = 0
-
-
-def report(ok, name, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"PASS {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}: {detail}")
+report = harness.record
 
 
 def run(cmd, cwd=None, env=None, timeout=900):
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return harness.run(cmd, cwd=cwd, env=env, timeout=timeout)
 
 
 def build(src, out, prefix):
@@ -112,15 +101,7 @@ def build_emulated(src, prefix):
     emulated device with -fsanitize=thread, against PREFIX's emulated
     runtime (as lwcc --emulate-gpu builds one; -O0: the kernels are in the
     library)."""
-    lib = os.path.join(prefix, "lib")
-    with open(os.path.join(lib, "liblwcc_runtime_emu.cflags")) as f:
-        cflags = f.read().split()
-    with open(os.path.join(lib, "liblwcc_runtime_emu.libs")) as f:
-        libs = f.read().split()
-    return run(["c++", "-std=c++20", "-fsanitize=thread", "-g1", "-O0", "-x", "c++", "-include",
-                os.path.join(prefix, "include", "lwemu", "cuda_emu.h"),
-                "-I" + os.path.join(prefix, "include"), *cflags, "trainer.cu", "-x", "none",
-                os.path.join(lib, "liblwcc_runtime_emu.a"), *libs, "-o", "trainer"], cwd=src)
+    return harness.build_emulated_trainer(src, ["-fsanitize=thread", "-g1", "-O0"], prefix)
 
 
 def losses(workdir):
@@ -137,11 +118,8 @@ def losses(workdir):
 def emulated_cases(tmp, prefix):
     """3. of the docstring: --gpus 4 CUDA trainers on the emulated device."""
     onnx_path = os.path.join(tmp, "lenet.onnx")
-    if not os.path.exists(onnx_path):
-        r = run([sys.executable, GEN, "lenet", "--test-size", "--batch", "8", "-o", onnx_path])
-        if r.returncode:
-            report(False, "lenet: generate", r.stderr[-500:])
-            return
+    if not os.path.exists(onnx_path) and not harness.generate("lenet", onnx_path):
+        return
     parallel = ["--gpus=4", "--strategy=data", "--bucket-bytes=20000"]
     intact = None
     for extra in ([], ["--streams=2"]):
@@ -166,16 +144,12 @@ def emulated_cases(tmp, prefix):
             intact = losses(work)
     # The scheduled IR with device 0's wait before its optimizer deleted.
     name = "emulated GPU: lenet --gpus 4 --strategy=data"
-    ir_path = os.path.join(tmp, "emu-step.lwir")
-    r = run([LWCC, onnx_path, "--target=cuda", *parallel, "--emit=scheduled-ir", "-o", ir_path])
-    if r.returncode:
-        report(False, f"{name}: --emit=scheduled-ir", r.stderr[-1000:])
-        return
-    with open(ir_path) as f:
-        broken, event = delete_update_wait(f.read())
     bad = os.path.join(tmp, "emu-deleted-wait.lwir")
-    with open(bad, "w") as f:
-        f.write(broken)
+    event, error = without_wait(onnx_path, "cuda", parallel, delete_update_wait,
+                                os.path.join(tmp, "emu-step.lwir"), bad)
+    if error:
+        report(False, f"{name}: --emit=scheduled-ir", error)
+        return
     bsrc = os.path.join(tmp, "emu-deleted-wait")
     r = run([LWCC, onnx_path, "--target=cuda", f"--step-ir={bad}", "--emit=source", "-o", bsrc])
     refused = (r.returncode == 1 and "verify-schedule" in r.stderr and
@@ -215,6 +189,21 @@ def emulated_cases(tmp, prefix):
            f"intact trainer's {intact}; stderr tail: {r.stderr[-1500:]}")
 
 
+def without_wait(onnx_path, target, parallel, delete, ir_path, bad):
+    """Writes to `bad` the scheduled IR of onnx_path (lwcc --emit=scheduled-ir
+    with the flags `parallel`, into ir_path) with the wait that `delete` (IR
+    -> (IR, event)) takes out; (event, error)."""
+    r = run([LWCC, onnx_path, f"--target={target}", *parallel, "--emit=scheduled-ir",
+             "-o", ir_path])
+    if r.returncode:
+        return None, r.stderr[-1000:]
+    with open(ir_path) as f:
+        broken, event = delete(f.read())
+    with open(bad, "w") as f:
+        f.write(broken)
+    return event, ""
+
+
 def delete_update_wait(ir):
     """Deletes, from a scheduled IR, device 0's wait on stream 0 right before
     its first optimizer update: (the IR, the event)."""
@@ -252,9 +241,8 @@ def main():
     args = ap.parse_args()
     prefix = os.path.abspath(args.prefix)
     if not os.path.exists(os.path.join(prefix, "lib", "liblwcc_runtime_cpu.a")):
-        print(f"no ThreadSanitizer runtime under {prefix}")
-        print("0 passed, 1 failed")
-        return 1
+        report(False, "the ThreadSanitizer runtime is built", f"none under {prefix}")
+        return harness.finish()
     tmp = tempfile.mkdtemp(prefix="lwcc-tsan-")
     try:
         # (model, strategy, lwcc flags): the pipeline runs 4 stages of 4
@@ -271,11 +259,8 @@ def main():
                  ("alexnet", None, ["--streams=4", "--stream-policy=all", "--fragments=2"])]
         for model, strategy, extra in ([] if args.emulated_only else cases):
             onnx_path = os.path.join(tmp, f"{model}.onnx")
-            if not os.path.exists(onnx_path):
-                r = run([sys.executable, GEN, model, "--test-size", "--batch", "8", "-o", onnx_path])
-                if r.returncode:
-                    report(False, f"{model}: generate", r.stderr[-500:])
-                    continue
+            if not os.path.exists(onnx_path) and not harness.generate(model, onnx_path):
+                continue
             name = (f"{model} --gpus 4 --strategy={strategy}" if strategy
                     else f"{model} one device {' '.join(extra)}".rstrip())
             parallel = ["--gpus=4", f"--strategy={strategy}", "--bucket-bytes=20000"]
@@ -305,17 +290,12 @@ def main():
             if (model, strategy) != ("lenet", "data"):
                 continue
             # The same step with one event wait deleted from its scheduled IR.
-            ir_path = os.path.join(tmp, "step.lwir")
-            r = run([LWCC, onnx_path, "--target=cpu", *parallel, "--emit=scheduled-ir",
-                     "-o", ir_path])
-            if r.returncode:
-                report(False, f"{name}: --emit=scheduled-ir", r.stderr[-1000:])
-                continue
-            with open(ir_path) as f:
-                broken, event = delete_wait(f.read())
             bad = os.path.join(tmp, "deleted-wait.lwir")
-            with open(bad, "w") as f:
-                f.write(broken)
+            event, error = without_wait(onnx_path, "cpu", parallel, delete_wait,
+                                        os.path.join(tmp, "step.lwir"), bad)
+            if error:
+                report(False, f"{name}: --emit=scheduled-ir", error)
+                continue
             bsrc = os.path.join(tmp, "deleted-event-src")
             # Compile time: lwcc proves the schedule before building anything.
             r = run([LWCC, onnx_path, "--target=cpu", f"--step-ir={bad}", "--emit=source",
@@ -355,8 +335,7 @@ def main():
                   "its trainers were not checked")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    return harness.finish()
 
 
 if __name__ == "__main__":

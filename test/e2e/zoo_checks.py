@@ -13,13 +13,13 @@ A check passes when lwcc exits 0. Ends with the line "N passed, M failed".
 """
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+sys.path.insert(0, os.path.join(harness.ROOT, "tools", "models"))
 import onnx  # noqa: E402
 import zoo  # noqa: E402
 
@@ -40,26 +40,18 @@ CHECKS = [("--check-gradients", gradients_summary), ("--check-memory-plan", memo
 
 
 def main():
-    lwcc = os.path.join(ROOT, "build", "bin", "lwcc")
-    passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in list(zoo.REGISTRY) + ["upnet"]:
             path = os.path.join(tmp, name + ".onnx")
             onnx.save(zoo.build(name, test_size=True), path)
             for flag, summarize in CHECKS:
                 start = time.time()
-                r = subprocess.run([lwcc, path, flag], capture_output=True, text=True,
-                                   timeout=600)
+                r = harness.run([harness.LWCC, path, flag])
                 summary = summarize(r.stdout)
-                ok = r.returncode == 0 and summary is not None
-                print(f"{'PASS' if ok else 'FAIL'}: {name:12s} {flag:20s} {summary} "
-                      f"({time.time() - start:.1f} s)")
-                if not ok:
-                    print(r.stdout + r.stderr)
-                passed += ok
-                failed += not ok
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+                harness.record(r.returncode == 0 and summary is not None, f"{name} {flag}",
+                               "\n" + r.stdout + r.stderr,
+                               f"{summary} ({time.time() - start:.1f} s)")
+    return harness.finish()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ each model with a symbolic batch through --batch. Ends with the line
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -18,8 +17,9 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools", "models"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+sys.path.insert(0, os.path.join(harness.ROOT, "tools", "models"))
 import zoo  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -41,32 +41,26 @@ def run_one(lwcc, name, tmp, symbolic):
     cmd = [lwcc, path, "--run-reference", "--inputs", ins, "--outputs", outs]
     if symbolic:
         cmd.append(f"--batch={dims[0]}")
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r = harness.run(cmd, timeout=300)
     if r.returncode != 0:
         return False, f"lwcc exited {r.returncode}: {r.stderr.strip()}"
     got = numpy_helper.to_array(onnx.load_tensor(os.path.join(outs, "output_0.pb")))
     if got.shape != expected.shape:
         return False, f"shape {got.shape} != onnxruntime's {expected.shape}"
-    rel = float(np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-30))
+    rel = harness.rel_error(got, expected)
     return rel < TOLERANCE, f"relative error {rel:.2e} (limit {TOLERANCE:.0e})"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--lwcc", default=os.path.join(ROOT, "build", "bin", "lwcc"))
+    ap.add_argument("--lwcc", default=harness.LWCC)
     args = ap.parse_args()
-    passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in zoo.REGISTRY:
             for symbolic in (False, True):
                 ok, msg = run_one(args.lwcc, name, tmp, symbolic)
-                label = name + (" (symbolic batch)" if symbolic else "")
-                print(f"{'PASS' if ok else 'FAIL'}: {label:30s} {msg}")
-                passed += ok
-                failed += not ok
-    print(f"zoo vs onnxruntime: {passed} passed, {failed} failed")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+                harness.record(ok, name + (" (symbolic batch)" if symbolic else ""), info=msg)
+    return harness.finish()
 
 
 if __name__ == "__main__":
