@@ -120,7 +120,7 @@ def worst(got, want):
         if k not in got:
             bad.append(f"{k} missing")
             continue
-        ok, err = md.close(got[k], v, EMA_TOL)
+        ok, err = harness.close(got[k], v, EMA_TOL)
         if not ok:
             bad.append(f"{k} off by {err}")
     return bad
@@ -266,7 +266,7 @@ def compare_average(name, ref, work, tol=md.PARAM_TOL):
     got = params_of(os.path.join(work, "dump"), "ema_param_")
     bad = []
     for k, v in want.items():
-        ok, err = md.close(got.get(k, np.zeros(0, np.float32)), v, tol)
+        ok, err = harness.close(got.get(k, np.zeros(0, np.float32)), v, tol)
         if not ok:
             bad.append(f"{k} off by {err}")
     report(want and not bad, f"{name}: {len(want)} averaged params within {tol} of one device's",
@@ -520,7 +520,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="lwcc-trainer-recipes-")
     try:
         model = os.path.join(tmp, "lenet.onnx")
-        r = md.run([sys.executable, md.GEN, "lenet", "--test-size", "--batch", "8", "-o", model])
+        r = harness.run([sys.executable, harness.GEN, "lenet", "--test-size", "--batch", "8", "-o", model])
         if r.returncode:
             report(False, "lenet: generate", r.stderr[-500:])
         else:
