@@ -8,7 +8,8 @@ trainers (`lwcc --target=cpu --emit=source`, compiled at -O0), run 5 steps
 with the same seed on synthetic data (two kernel threads per device); the 5
 losses of the JSONL logs must agree within 1e-5 relative.
 
-    python3 tools/torch_check/multidev.py [--gpus 4] [--strategy layerwise] MODEL.onnx ...
+    python3 tools/torch_check/multidev.py [--gpus 4] [--strategy layerwise]
+        [--lwcc-flag=--microbatches=1] MODEL.onnx ...
 
 Needs no PyTorch (only the build's lwcc and runtime).
 """
@@ -23,11 +24,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "test", 
 import multi_device_trainer as mdt  # noqa: E402
 
 
-def check(path, gpus, strategy, tmp):
+def check(path, gpus, strategy, extra, tmp):
     name = os.path.splitext(os.path.basename(path))[0]
     runs = {}
     for g in (1, gpus):
-        flags = [f"--gpus={g}", f"--strategy={strategy}"] if g > 1 else []
+        flags = [f"--gpus={g}", f"--strategy={strategy}", *extra] if g > 1 else []
         out = os.path.join(tmp, f"{name}-{g}")
         t0 = time.time()
         exe, err = mdt.build(os.path.abspath(path), flags, out)
@@ -51,14 +52,17 @@ def main():
     ap.add_argument("models", nargs="+", metavar="MODEL.onnx")
     ap.add_argument("--gpus", type=int, default=4)
     ap.add_argument("--strategy", default="layerwise")
+    ap.add_argument("--lwcc-flag", action="append", default=[], metavar="FLAG",
+                    help="another lwcc flag for the multi-device trainer (e.g. "
+                    "--lwcc-flag=--microbatches=1), repeatable")
     args = ap.parse_args()
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for path in args.models:
-            ok, msg = check(path, args.gpus, args.strategy, tmp)
+            ok, msg = check(path, args.gpus, args.strategy, args.lwcc_flag, tmp)
             failed += not ok
             print(f"{'PASS' if ok else 'FAIL'} {os.path.basename(path)} --gpus {args.gpus} "
-                  f"--strategy={args.strategy}: {msg}", flush=True)
+                  f"--strategy={args.strategy} {' '.join(args.lwcc_flag)}: {msg}", flush=True)
     print(f"{len(args.models) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
