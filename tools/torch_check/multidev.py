@@ -15,6 +15,7 @@ Needs no PyTorch (only the build's lwcc and runtime).
 """
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -59,7 +60,10 @@ def main():
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for path in args.models:
-            ok, msg = check(path, args.gpus, args.strategy, args.lwcc_flag, tmp)
+            try:
+                ok, msg = check(path, args.gpus, args.strategy, args.lwcc_flag, tmp)
+            except subprocess.TimeoutExpired as e:
+                ok, msg = False, f"{os.path.basename(e.cmd[0])} ran past {e.timeout:.0f} s"
             failed += not ok
             print(f"{'PASS' if ok else 'FAIL'} {os.path.basename(path)} --gpus {args.gpus} "
                   f"--strategy={args.strategy} {' '.join(args.lwcc_flag)}: {msg}", flush=True)
