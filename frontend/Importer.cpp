@@ -35,6 +35,43 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// Names of the graph's inputs and values that the dynamo exporter marks as
+/// non-persistent buffers of the PyTorch module (value metadata
+/// "pkg.torch.export.graph_signature.InputSpec.kind" BUFFER with "...persistent"
+/// False): derived state such as shifted-window attention masks, which is no
+/// parameter. The metadata is ValueInfoProto field 4 (IR version 10), read from
+/// the unknown fields of the older ONNX protos lwcc may be built with.
+std::set<std::string> nonPersistentBuffers(const onnx::GraphProto& graph) {
+  constexpr int kValueInfoMetadataProps = 4;
+  const std::string kKind = "pkg.torch.export.graph_signature.InputSpec.kind";
+  const std::string kPersistent = "pkg.torch.export.graph_signature.InputSpec.persistent";
+  std::set<std::string> names;
+  auto scan = [&](const onnx::ValueInfoProto& vi) {
+    const google::protobuf::UnknownFieldSet& fields = vi.unknown_fields();
+    bool buffer = false, transient = false;
+    for (int i = 0; i < fields.field_count(); ++i) {
+      const google::protobuf::UnknownField& f = fields.field(i);
+      if (f.number() != kValueInfoMetadataProps ||
+          f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
+        continue;
+      onnx::StringStringEntryProto entry;
+      if (!entry.ParseFromString(f.length_delimited()))
+        continue;
+      if (entry.key() == kKind)
+        buffer = entry.value() == "BUFFER";
+      else if (entry.key() == kPersistent)
+        transient = entry.value() == "False";
+    }
+    if (buffer && transient)
+      names.insert(vi.name());
+  };
+  for (const auto& vi : graph.input())
+    scan(vi);
+  for (const auto& vi : graph.value_info())
+    scan(vi);
+  return names;
+}
+
 /// Integer initializers up to this size become constants (shape data).
 constexpr int64_t kMaxIntConstant = 1 << 16;
 
@@ -199,6 +236,7 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
       return type.takeError();
     ctx.bind(in.name(), module.graph->addInput(in.name(), *type, InputRole::Data));
   }
+  const std::set<std::string> buffers = nonPersistentBuffers(graph);
   for (const auto& [name, proto] : initializers) {
     auto t = tensorFromProto(*proto, dir, "initializer '" + name + "'");
     if (!t)
@@ -209,7 +247,11 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
       c->setName(name);
       ctx.bind(name, c);
     } else {
-      ctx.bind(name, module.graph->addParam(name, name, t->type));
+      Value* p = module.graph->addParam(name, name, t->type);
+      // A non-persistent buffer keeps its value: no gradient, no update.
+      if (buffers.count(name))
+        p->setFrozen(true);
+      ctx.bind(name, p);
       module.weights.emplace(name, std::move(*t));
     }
   }

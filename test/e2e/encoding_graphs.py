@@ -16,7 +16,11 @@ axes as inputs). Static batch: Tile repeats the embedding over it.
       - queries and keys L2-normalized as F.normalize writes it: ReduceL2
         (keepdims), Clip(min=eps), Div; values scaled by an L1 norm
         (ReduceL1) and the mixed tokens by an RMS (ReduceSumSquare, Sqrt);
-      - softmax attention, the mean over tokens, a linear head.
+      - softmax attention, the mean over tokens, a linear head;
+      - mask_buffer=True: a shifted-window attention mask added to the
+        scores, a float initializer that the dynamo exporter marks as a
+        non-persistent buffer in its value metadata (InputSpec.kind BUFFER,
+        persistent False): lwcc keeps it frozen (no gradient, no update).
 """
 import numpy as np
 from onnx import helper  # noqa: F401 - the Builder's nodes are onnx.helper's
@@ -44,7 +48,26 @@ def _normalize(b, x, scope, shape):
     return b.node("Div", [x, clipped], scope, "div", shape)
 
 
-def encoding_block(b, classes=10, shift=3):
+MASK = "layers.0.blocks.1.attn_mask"
+
+
+def _mark_buffer(model, name):
+    """The dynamo exporter's value metadata of a non-persistent buffer."""
+    from onnx import TensorProto
+    vi = next((v for v in model.graph.value_info if v.name == name), None)
+    if vi is None:
+        t = next(t for t in model.graph.initializer if t.name == name)
+        model.graph.value_info.append(
+            helper.make_tensor_value_info(name, TensorProto.FLOAT, list(t.dims)))
+        vi = model.graph.value_info[-1]
+    for k, v in (("pkg.torch.export.graph_signature.InputSpec.kind", "BUFFER"),
+                 ("pkg.torch.export.graph_signature.InputSpec.persistent", "False"),
+                 ("pkg.torch.onnx.original_node_name", "b_" + name.replace(".", "_"))):
+        vi.metadata_props.add(key=k, value=v)
+    return model
+
+
+def encoding_block(b, classes=10, shift=3, mask_buffer=False):
     n = b.batch
     x = b.conv(b.input, "stem", C, 3, 1, 1)
     x = b.relu(x, "stem_act")
@@ -101,6 +124,10 @@ def encoding_block(b, classes=10, shift=3):
     s = b.node("MatMul", [q, kt], "attn", "matmul", (T, T))
     s = b.node("Mul", [s, _const(b, "attn", np.array(4.0, np.float32), np.float32)], "attn",
                "mul", (T, T))
+    if mask_buffer:
+        win = np.arange(T) // 4
+        mask = b.param(MASK, np.where(win[:, None] == win[None, :], 0.0, -100.0))
+        s = b.node("Add", [s, mask], "attn", "add", (T, T))
     a = b.node("Softmax", [s], "attn", "softmax", (T, T), axis=-1)
     o = b.node("MatMul", [a, v], "attn", "matmul", (T, C))
     ss = _reduce(b, "ReduceSumSquare", o, "rms", [-1], (T, 1))
@@ -110,4 +137,5 @@ def encoding_block(b, classes=10, shift=3):
                 "add", (T, 1))
     o = b.node("Div", [o, b.node("Sqrt", [ms], "rms", "sqrt", (T, 1))], "rms", "div", (T, C))
     pooled = _reduce(b, "ReduceMean", o, "head", [1], (C,), keepdims=0)
-    return b.model(b.linear(pooled, "head", classes))
+    m = b.model(b.linear(pooled, "head", classes))
+    return _mark_buffer(m, MASK) if mask_buffer else m

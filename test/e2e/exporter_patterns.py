@@ -48,13 +48,14 @@ BATCH = 2
 
 
 def case(label, fn, style, chw, *, sym=True, scoped=False, init_inputs=False, legacy=False,
-         bn_kept=None, train=False, xfail=None, make=Builder, opset=None, **kw):
+         bn_kept=None, train=False, frozen=(), xfail=None, make=Builder, opset=None, **kw):
     """make: the Builder class (dynamo_graphs.DecompBuilder for the dynamo
     exporter's adaptive-pool decomposition); opset: the Builder's default
     when None; train: also `lwcc --emit=train-ir` must build the training
-    step."""
+    step; frozen: params that the training step must keep frozen)."""
     return dict(label=label, fn=fn, style=style, chw=chw, sym=sym, scoped=scoped,
                 init_inputs=init_inputs, legacy=legacy, bn_kept=bn_kept, train=train,
+                frozen=frozen,
                 xfail=xfail, make=make, opset=opset, kw=kw)
 
 
@@ -179,6 +180,9 @@ CASES = [
          sym=False, train=True),
     case("dyn20/pos-encoding CumSum Sin Cos Tile Mod ReduceL2", encg.encoding_block, "dyn",
          IMG(8), sym=False, opset=20, train=True),
+    # a non-persistent buffer (swin's attention mask) stays frozen
+    case("dyn20/attention mask buffer frozen", encg.encoding_block, "dyn", IMG(8), sym=False,
+         opset=20, train=True, frozen=[encg.MASK], mask_buffer=True),
 ]
 
 
@@ -219,9 +223,15 @@ def run_one(lwcc, c, tmp, idx):
     if rc != 0:
         return False, f"lwcc --emit=ir exited {rc}: {' | '.join(err[-3:])}"
     if c["train"]:
-        rc, err = lwcc_run(lwcc, [path, "--emit=train-ir", "-o", os.devnull, *batch])
+        tir = os.path.join(tmp, f"case{idx}.train.lwir")
+        rc, err = lwcc_run(lwcc, [path, "--emit=train-ir", "-o", tir, *batch])
         if rc != 0:
             return False, f"lwcc --emit=train-ir exited {rc}: {' | '.join(err[-3:])}"
+        with open(tir) as f:
+            text = f.read()
+        for name in c["frozen"]:
+            if f'param "{name}" frozen' not in text:
+                return False, f"param '{name}' is not frozen in the training step"
     rc, err = lwcc_run(lwcc, [path, "--run-reference", "--inputs", ins, "--outputs", outs,
                               *batch])
     if rc != 0:

@@ -59,7 +59,7 @@ LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4
 
 
 def build_model(torch, torchvision, name):
-    if name in zoo.MODELS:
+    if name in zoo.MODELS or name in zoo.SWEEP:
         return zoo.build(torch, torchvision, name)
     torch.manual_seed(0)
     kw = {"num_classes": NUM_CLASSES}
@@ -268,11 +268,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lwcc", default="build/bin/lwcc")
-    ap.add_argument("--set", choices=["torchvision", "zoo"], default="torchvision",
-                    help="the models checked by default: torchvision's, or zoo.py's")
+    ap.add_argument("--set", choices=["torchvision", "zoo", "sweep"], default="torchvision",
+                    help="the models checked by default: torchvision's, zoo.py's, or zoo.py's "
+                    "sweep of today's timm families")
     ap.add_argument("--models", nargs="+", metavar="MODEL",
                     help="model names of the set (default: all of it; torchvision: " +
-                    ", ".join(MODELS) + "; zoo: " + ", ".join(zoo.MODELS) + ")")
+                    ", ".join(MODELS) + "; zoo: " + ", ".join(zoo.MODELS) + "; sweep: " +
+                    ", ".join(zoo.SWEEP) + ")")
     ap.add_argument("--exporter", choices=["torchscript", "dynamo", "both"], default="both")
     ap.add_argument("--dynamo-optimize", action="store_true",
                     help="let the dynamo exporter run its optimizer (which folds batch norm)")
@@ -281,7 +283,7 @@ def main():
     args = ap.parse_args()
     args.lwcc = os.path.abspath(args.lwcc)
     if not args.models:
-        args.models = zoo.MODELS if args.set == "zoo" else MODELS
+        args.models = {"zoo": zoo.MODELS, "sweep": zoo.SWEEP}.get(args.set, MODELS)
     if not os.path.isfile(args.lwcc):
         print(f"check.py: no lwcc at {args.lwcc} (build first, or give --lwcc)", file=sys.stderr)
         return 2

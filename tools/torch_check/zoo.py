@@ -35,7 +35,28 @@ TIMM = {
     "vit_tiny_patch16_224": {"img_size": 64}, "mixer_s16_224": {"img_size": 64},
 }
 LOCAL = ["lraspp_mobilenet_v3_large", "unet_small", "fpn_small", "acts_small"]
-MODELS = list(TIMM) + LOCAL
+# check.py's sweep set (`--set sweep`): today's timm families at 64x64 (or
+# the smallest size the model takes): hybrid convolution/attention networks,
+# vision transformers with distillation tokens and attention biases,
+# split-attention and selective-kernel ResNets, re-parameterizable blocks,
+# MLP-style models, a shifted-window transformer and one with sinusoidal
+# position encodings computed in its forward pass.
+SWEEP_TIMM = {
+    "coatnet_nano_rw_224": {"img_size": 64},          # hybrid: MBConv + relative attention
+    "efficientformerv2_s0": {"img_size": 64},         # hybrid: conv FFNs + attention biases
+    "levit_128s": {"img_size": 64},                   # attention biases, distillation head
+    "deit_tiny_distilled_patch16_224": {"img_size": 64},  # cls + distillation tokens
+    "resnest26d": {},                                 # split attention
+    "skresnet34": {},                                 # selective kernel
+    "repvgg_a0": {},                                  # re-parameterizable 3x3+1x1+identity
+    "mobileone_s0": {},                               # re-parameterizable, over-parameterized
+    "resmlp_12_224": {"img_size": 64},                # MLP: affine norms, token mixing
+    "swin_tiny_patch4_window7_224": {"img_size": 64, "window_size": 4},  # shifted windows
+    "xcit_nano_12_p16_224": {"img_size": 64},         # Fourier position encoding, XCA
+}
+TIMM.update(SWEEP_TIMM)
+SWEEP = list(SWEEP_TIMM)
+MODELS = [m for m in TIMM if m not in SWEEP_TIMM] + LOCAL
 # Input sizes other than check.py's 64x64.
 SIZE = {}
 
