@@ -256,6 +256,12 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
   for (unsigned r = 0; r < op.numResults(); ++r)
     if (where_.count(op.result(r)))
       code.used.insert(op.result(r));
+  // A fused call also writes its activation's result (the activation's own
+  // code is only a note, perhaps in another function of a long phase).
+  if (auto f = fusedInto_.find(&op); f != fusedInto_.end())
+    for (unsigned r = 0; r < f->second->numResults(); ++r)
+      if (where_.count(f->second->result(r)))
+        code.used.insert(f->second->result(r));
   code.hyper = !hyperParams(op).empty();
   out << "\n  // " << statement(op, names_) << "\n";
   auto call = commIds && op.info().isCommunication() ? commCallOf(op, device, commIds->at(&op))
