@@ -84,12 +84,14 @@ std::string baseName(const Value* v, bool devices) {
   std::string out = (node.empty() ? "" : node + "_") + std::string(op->mnemonic());
   if (node.empty())
     out += "_out";
+  // Appended piece by piece: GCC 12's -Wrestrict misfires on `out += "_" +
+  // std::to_string(...)` at -O3.
   if (v->resultIndex() > 0)
-    out += "_" + std::to_string(v->resultIndex());
+    out.append("_").append(std::to_string(v->resultIndex()));
   if (op->annotations().microBatch)
-    out += "_mb" + std::to_string(*op->annotations().microBatch);
+    out.append("_mb").append(std::to_string(*op->annotations().microBatch));
   if (devices)
-    out += "_d" + std::to_string(valueDevice(v).value_or(0));
+    out.append("_d").append(std::to_string(valueDevice(v).value_or(0)));
   return out;
 }
 
@@ -117,8 +119,10 @@ const Names::Entry& Names::entry(const Value* v) {
     base = "v_" + base;
   const auto free = [&](const std::string& s) { return !used_.count(s) && !taken_.count(s); };
   std::string local = base;
-  for (int k = 2; !free(local) || !free(prefix_ + local + "_off"); ++k)
-    local = base + "_" + std::to_string(k);
+  for (int k = 2; !free(local) || !free(prefix_ + local + "_off"); ++k) {
+    local = base;
+    local.append("_").append(std::to_string(k));
+  }
   std::string offset = prefix_ + local + "_off";
   used_.insert(local);
   used_.insert(offset);
@@ -132,7 +136,7 @@ std::string ShapeNames::operator()(const std::vector<int64_t>& shape) {
     return it->second;
   std::string name = shape.empty() ? "kScalar" : "kShape";
   for (size_t i = 0; i < shape.size(); ++i)
-    name += (i ? "x" : "") + std::to_string(shape[i]);
+    name.append(i ? "x" : "").append(std::to_string(shape[i]));
   return names_.emplace(shape, name).first->second;
 }
 
