@@ -27,6 +27,7 @@ running statistics move. Ends with "N passed, M failed".
 
     python3 test/e2e/recipes_multi_device.py
 """
+import concurrent.futures
 import json
 import os
 import shutil
@@ -62,7 +63,7 @@ def freeze_bn(tmp):
     """--freeze-bn on one device and on several: the same training, the frozen
     batch norms' running statistics untouched on every device."""
     model = os.path.join(tmp, "resnet18.onnx")
-    r = md.run([sys.executable, md.GEN, "resnet18", "--test-size", "--batch", "8", "-o", model])
+    r = harness.run([sys.executable, harness.GEN, "resnet18", "--test-size", "--batch", "8", "-o", model])
     if r.returncode:
         md.report(False, "resnet18: generate", r.stderr[-500:])
         return
