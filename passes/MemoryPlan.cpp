@@ -11,6 +11,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -40,6 +41,66 @@ struct Buffer {
   size_t first = 0, last = 0; ///< op positions where it is live (inclusive)
   bool pinned = false;        ///< constants: written once, never reused
   int64_t offset = -1;
+};
+
+/// The placed buffers of one device that are live at the same time as a
+/// given one, found without scanning every placed buffer (which made the
+/// plan quadratic in the ops of a many-device step). A placed buffer
+/// overlaps [first, last] when it is live at `first` (a segment tree over
+/// the device's buffer boundaries holds each placed interval in O(log n)
+/// nodes; the nodes above `first`'s leaf hold exactly those live there), or
+/// when it starts in (first, last] (an ordered set by start). Pinned
+/// buffers overlap every buffer and are kept aside.
+class LiveIndex {
+public:
+  void addTime(size_t t) { times_.push_back(t); }
+  /// After every addTime.
+  void seal() {
+    std::sort(times_.begin(), times_.end());
+    times_.erase(std::unique(times_.begin(), times_.end()), times_.end());
+    cover_.assign(2 * times_.size(), {});
+  }
+  void add(size_t id, const Buffer& b) {
+    all_.push_back(id);
+    if (b.pinned) {
+      pinned_.push_back(id);
+      return;
+    }
+    const size_t n = times_.size();
+    for (size_t lo = rank(b.first) + n, hi = rank(b.last) + 1 + n; lo < hi; lo /= 2, hi /= 2) {
+      if (lo & 1)
+        cover_[lo++].push_back(id);
+      if (hi & 1)
+        cover_[--hi].push_back(id);
+    }
+    starts_.emplace(rank(b.first), id);
+  }
+  /// Calls `f(id)` once for each placed buffer overlapping `b` in time.
+  template <class F> void forOverlapping(const Buffer& b, F f) const {
+    if (b.pinned) {
+      for (size_t id : all_)
+        f(id);
+      return;
+    }
+    for (size_t id : pinned_)
+      f(id);
+    const size_t first = rank(b.first), last = rank(b.last);
+    for (size_t i = first + times_.size(); i > 0; i /= 2)
+      for (size_t id : cover_[i])
+        f(id);
+    for (auto it = starts_.upper_bound({first, SIZE_MAX}); it != starts_.end() && it->first <= last;
+         ++it)
+      f(it->second);
+  }
+
+private:
+  size_t rank(size_t t) const {
+    return std::lower_bound(times_.begin(), times_.end(), t) - times_.begin();
+  }
+  std::vector<size_t> times_;
+  std::vector<std::vector<size_t>> cover_;
+  std::set<std::pair<size_t, size_t>> starts_;
+  std::vector<size_t> all_, pinned_;
 };
 
 } // namespace
@@ -138,16 +199,22 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
   std::iota(bySize.begin(), bySize.end(), 0);
   std::stable_sort(bySize.begin(), bySize.end(),
                    [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
-  std::vector<size_t> placed;
+  std::map<int64_t, LiveIndex> placed; // by device
+  for (const Buffer& b : buffers) {
+    placed[b.device].addTime(b.first);
+    placed[b.device].addTime(b.last);
+  }
+  for (auto& [device, index] : placed)
+    index.seal();
+  std::vector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes)
   for (size_t idx : bySize) {
     Buffer& b = buffers[idx];
-    std::vector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes)
-    for (size_t other : placed) {
+    LiveIndex& index = placed.at(b.device);
+    busy.clear();
+    index.forOverlapping(b, [&](size_t other) {
       const Buffer& o = buffers[other];
-      bool overlapInTime = b.pinned || o.pinned || (o.first <= b.last && b.first <= o.last);
-      if (o.device == b.device && overlapInTime)
-        busy.emplace_back(o.offset, o.offset + o.bytes);
-    }
+      busy.emplace_back(o.offset, o.offset + o.bytes);
+    });
     std::sort(busy.begin(), busy.end());
     int64_t offset = 0;
     for (const auto& [lo, hi] : busy) {
@@ -156,7 +223,7 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
       offset = std::max(offset, hi);
     }
     b.offset = offset;
-    placed.push_back(idx);
+    index.add(idx, b);
   }
 
   for (Op* op : order) {

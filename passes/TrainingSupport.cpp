@@ -53,10 +53,14 @@ UniqueNames::UniqueNames(const Graph& g) {
 }
 
 std::string UniqueNames::operator()(const std::string& base) {
-  std::string name = base;
-  for (int k = 1; !taken_.insert(name).second; ++k)
-    name = base + "." + std::to_string(k);
-  return name;
+  if (taken_.insert(base).second)
+    return base;
+  int& k = nextSuffix_.try_emplace(base, 1).first->second;
+  for (;; ++k) {
+    std::string name = base + "." + std::to_string(k);
+    if (taken_.insert(name).second)
+      return name;
+  }
 }
 
 void appendAssign(Graph& g, Value* target, Value* value, const Location& loc) {

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -30,7 +31,9 @@ std::string uniqueValueName(const Graph& g, const std::string& base);
 
 /// The same names as uniqueValueName for a pass that names many values:
 /// the graph's names are collected once, and each name handed out is
-/// taken from then on.
+/// taken from then on. Names are only ever added, so the first free
+/// suffix of a base never moves back: each base resumes its scan where the
+/// last one stopped (replicating a value m times costs m names, not m^2).
 class UniqueNames {
 public:
   explicit UniqueNames(const Graph& g);
@@ -38,6 +41,7 @@ public:
 
 private:
   std::unordered_set<std::string> taken_;
+  std::unordered_map<std::string, int> nextSuffix_;
 };
 /// Whether `name` matches the glob `pattern`: `*` matches any run of
 /// characters (none too), `?` any one character, others themselves.
