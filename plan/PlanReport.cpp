@@ -95,30 +95,41 @@ llvm::Error printStreamPlan(const Graph& g, const CostModel& model, llvm::raw_os
 }
 
 llvm::Expected<std::vector<StrategyPlan>>
-planStrategies(const Graph& g, const std::vector<std::string>& names, const std::string& chosen,
-               const BuildStep& build, const CostModel& model) {
+planStrategies(Planner& planner, const Graph& g, const std::vector<std::string>& names,
+               const std::string& chosen,
+               const std::function<PlanChoice(const std::string&)>& fixedPlan,
+               const CostModel* reprice) {
   std::vector<StrategyPlan> out;
   for (const std::string& name : names) {
-    auto copy = g.clone();
-    if (llvm::Error e = build(*copy, name)) {
+    StrategyPlan p;
+    p.name = name;
+    auto plan = planner.plan(g, name, fixedPlan(name));
+    if (!plan) {
       if (name == chosen)
-        return e;
-      StrategyPlan p;
-      p.name = name;
-      p.error = llvm::toString(std::move(e));
+        return plan.takeError();
+      p.error = llvm::toString(plan.takeError());
       out.push_back(std::move(p));
       continue;
     }
-    auto stats = planMemory(*copy);
-    if (!stats)
-      return stats.takeError();
-    auto sim = simulate(*copy, simCosts(model));
-    if (!sim)
-      return sim.takeError();
-    StrategyPlan p;
-    p.name = name;
-    p.sim = std::move(*sim);
-    p.peakBytes = stats->peakBytes;
+    auto ev = planner.evaluate(g, *plan);
+    if (!ev)
+      return ev.takeError();
+    // The chosen strategy's build error is reported when the module's step
+    // is built.
+    p.error = (*ev)->error;
+    if (p.error.empty()) {
+      p.sim = (*ev)->sim;
+      p.peakBytes = (*ev)->peakBytes;
+    }
+    if (p.error.empty() && reprice) {
+      auto step = planner.buildStep(g, *plan);
+      if (!step)
+        return step.takeError();
+      auto sim = simulate(**step, simCosts(*reprice));
+      if (!sim)
+        return sim.takeError();
+      p.sim = std::move(*sim);
+    }
     out.push_back(std::move(p));
   }
   return out;

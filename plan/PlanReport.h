@@ -35,15 +35,18 @@ struct StrategyPlan {
   std::string error;
 };
 
-/// Builds the training step of `g` with the named strategy.
-using BuildStep = std::function<llvm::Error(Graph& g, const std::string& strategy)>;
-
-/// Each strategy's step built from a copy of `g`, memory-planned and
-/// simulated on `model`. A strategy other than `chosen` that cannot build
-/// gets its error instead of a plan.
+/// Each named strategy's plan for `g` (the planner's selection where it
+/// selects one, else `fixedPlan`'s), priced by the planner's evaluation, which
+/// each plan gets once however many strategies and selections ask for it. A
+/// strategy whose step cannot be built gets its error instead of a plan; the
+/// planner's own failure to select one for `chosen` is returned. With
+/// `reprice` (a cost model other than the planner's: a profile of one plan
+/// on several devices), each step is built again and simulated on it.
 llvm::Expected<std::vector<StrategyPlan>>
-planStrategies(const Graph& g, const std::vector<std::string>& names, const std::string& chosen,
-               const BuildStep& build, const CostModel& model);
+planStrategies(Planner& planner, const Graph& g, const std::vector<std::string>& names,
+               const std::string& chosen,
+               const std::function<PlanChoice(const std::string&)>& fixedPlan,
+               const CostModel* reprice = nullptr);
 
 /// Simulates the training step `g` on `model` and writes the timeline to
 /// `file` as Chrome trace-event JSON.

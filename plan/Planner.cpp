@@ -2,12 +2,12 @@
 #include "plan/Planner.h"
 
 #include "passes/MemoryPlan.h"
-#include "plan/Simulator.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <future>
 
 namespace lwcc {
 
@@ -85,6 +85,68 @@ std::vector<PlanChoice> Planner::pipelineCandidates(const Graph& g) const {
   return out;
 }
 
+llvm::Expected<std::unique_ptr<Graph>> Planner::buildStep(const Graph& g, const PlanChoice& plan) {
+  auto step = g.clone();
+  auto seconds = build_(*step, plan, llvm::errs());
+  if (!seconds)
+    return seconds.takeError();
+  return step;
+}
+
+Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keepStep) const {
+  Priced out;
+  out.ev.plan = plan;
+  llvm::raw_string_ostream log(out.log);
+  auto candidate = g.clone();
+  auto seconds = build_(*candidate, plan, log);
+  if (!seconds) {
+    out.ev.error = llvm::toString(seconds.takeError());
+    return out;
+  }
+  out.ev.strategySeconds = *seconds;
+  auto sim = simulate(*candidate, simCosts(model_));
+  if (!sim) {
+    out.failure = llvm::toString(sim.takeError());
+    return out;
+  }
+  out.ev.sim = std::move(*sim);
+  out.ev.sim.events = {}; // the timeline: as many events as ops, and no reader here
+  // Planned aside when the step is kept: it stays unannotated.
+  std::unique_ptr<Graph> probe = keepStep ? candidate->clone() : nullptr;
+  Graph& planned = probe ? *probe : *candidate;
+  auto stats = planMemory(planned);
+  if (!stats) {
+    out.failure = llvm::toString(stats.takeError());
+    return out;
+  }
+  out.ev.peakBytes = stats->peakBytes;
+  llvm::Error over = checkDeviceMemory(planned, *stats, memory_);
+  out.ev.fits = !over;
+  llvm::consumeError(std::move(over));
+  if (keepStep)
+    out.step = std::move(candidate);
+  return out;
+}
+
+llvm::Expected<const PlanEvaluation*> Planner::record(Priced& priced,
+                                                      std::unique_ptr<Graph>* step) {
+  llvm::errs() << priced.log;
+  if (!priced.failure.empty())
+    return makeError(priced.failure);
+  if (step)
+    *step = std::move(priced.step);
+  const Key key = keyOf(priced.ev.plan);
+  return &(evaluations_[key] = std::move(priced.ev));
+}
+
+llvm::Expected<const PlanEvaluation*> Planner::evaluate(const Graph& g, const PlanChoice& plan,
+                                                        std::unique_ptr<Graph>* step) {
+  if (auto it = evaluations_.find(keyOf(plan)); it != evaluations_.end())
+    return &it->second;
+  Priced priced = price(g, plan, step != nullptr);
+  return record(priced, step);
+}
+
 llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   PlanSelection sel;
   std::vector<PlanChoice> plans;
@@ -97,88 +159,102 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     }
   for (const PlanChoice& p : pipelineCandidates(g))
     plans.push_back(p);
-  std::vector<PlanChoice> built;
-  std::vector<std::unique_ptr<Graph>> steps;
-  std::vector<bool> fits;
+  std::vector<const PlanEvaluation*> built; // the candidates built, in order
   std::string firstError;
-  // Step 2 for one candidate.
-  auto consider = [&](const PlanChoice& plan) -> llvm::Error {
-    auto candidate = g.clone();
-    auto seconds = build_(*candidate, plan);
-    if (!seconds) {
-      std::string why = llvm::toString(seconds.takeError());
+  // The fastest that fits so far (the earliest of equal ones: a tie keeps
+  // the search's plan, the first), and the steps that may be kept: the
+  // fastest's, and the first's (kept when none fits). The other candidates'
+  // steps are dropped once priced.
+  std::optional<size_t> fastest;
+  std::unique_ptr<Graph> fastestStep, firstStep;
+  // Step 2 for one candidate; `step` is its built step when it was priced
+  // just now.
+  auto consider = [&](const PlanChoice& plan, std::unique_ptr<Graph> step) -> llvm::Error {
+    if (!step && !evaluations_.count(keyOf(plan))) {
+      auto priced = evaluate(g, plan, &step);
+      if (!priced)
+        return priced.takeError();
+    }
+    auto evaluated = evaluate(g, plan);
+    if (!evaluated)
+      return evaluated.takeError();
+    const PlanEvaluation& ev = **evaluated;
+    if (!ev.error.empty()) {
       if (firstError.empty())
-        firstError = why;
+        firstError = ev.error;
       if (options_.verbose)
-        llvm::errs() << "lwcc: planner: " << plan.name() << " left out: " << why << "\n";
+        llvm::errs() << "lwcc: planner: " << plan.name() << " left out: " << ev.error << "\n";
       return llvm::Error::success();
     }
-    if (sel.candidates.empty())
-      sel.searchSeconds = *seconds;
-    auto sim = simulate(*candidate, simCosts(model_));
-    if (!sim)
-      return sim.takeError();
-    sel.candidates.push_back({plan.name(), sim->stepSeconds});
-    auto probe = candidate->clone(); // planned aside: the kept step stays unannotated
-    auto stats = planMemory(*probe);
-    if (!stats)
-      return stats.takeError();
-    llvm::Error over = checkDeviceMemory(*probe, *stats, memory_);
-    fits.push_back(!over);
-    llvm::consumeError(std::move(over));
-    built.push_back(plan);
-    steps.push_back(std::move(candidate));
+    if (built.empty())
+      sel.searchSeconds = ev.strategySeconds;
+    sel.candidates.push_back({plan.name(), ev.sim.stepSeconds});
+    built.push_back(&ev);
+    const size_t i = built.size() - 1;
+    if (ev.fits && (!fastest || ev.sim.stepSeconds < built[*fastest]->sim.stepSeconds)) {
+      fastest = i;
+      fastestStep = std::move(step);
+    } else if (i == 0) {
+      firstStep = std::move(step);
+    }
     return llvm::Error::success();
   };
-  for (const PlanChoice& plan : plans)
-    if (llvm::Error e = consider(plan))
+  // The candidates not priced yet, `threads` at a time ahead of the one
+  // considered (an std::async future waits for its task when dropped).
+  std::vector<std::future<Priced>> pricing(plans.size());
+  const size_t ahead = static_cast<size_t>(std::max<int64_t>(1, options_.threads));
+  size_t launched = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    for (; launched < plans.size() && launched < i + ahead; ++launched)
+      if (!evaluations_.count(keyOf(plans[launched])))
+        pricing[launched] = std::async(std::launch::async, [this, &g, plan = plans[launched]] {
+          return price(g, plan, true);
+        });
+    if (pricing[i].valid()) {
+      Priced priced = pricing[i].get();
+      std::unique_ptr<Graph> step;
+      auto recorded = record(priced, &step);
+      if (!recorded)
+        return recorded.takeError();
+      if (llvm::Error e = consider(plans[i], std::move(step)))
+        return e;
+    } else if (llvm::Error e = consider(plans[i], nullptr)) {
       return e;
+    }
+  }
   // Step 3: nothing fits a device, so each pipeline tries twice as many
   // micro-batches (fewer activations per stage under 1F1B) until one fits.
   const int64_t devices = options_.devices, stages = options_.stages;
-  if (std::find(fits.begin(), fits.end(), true) == fits.end() && !options_.microbatches) {
+  if (!fastest && !options_.microbatches) {
     int64_t n = batchOf(g);
     for (int64_t st = stages > 0 ? stages : 2; st <= devices; ++st) {
       if (devices % st || (stages > 0 && st != stages))
         continue;
       for (int64_t m = 8 * st; m <= n && n / m >= devices / st; m *= 2) {
-        size_t before = steps.size();
-        if (llvm::Error e = consider(pipelinePlan(st, m)))
+        size_t before = built.size();
+        if (llvm::Error e = consider(pipelinePlan(st, m), nullptr))
           return e;
-        if (steps.size() > before && fits.back())
+        if (built.size() > before && built.back()->fits)
           break;
       }
     }
   }
-  if (steps.empty())
+  if (built.empty())
     return makeError("the planner found no " + strat +
                      " plan for --gpus=" + std::to_string(devices) +
                      (firstError.empty() ? std::string() : ": " + firstError));
-  std::vector<size_t> order(steps.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return sel.candidates[a].second < sel.candidates[b].second;
-  });
-  size_t kept = 0; // when none fits: the compile reports what the first needs
-  for (size_t i : order)
-    if (fits[i]) {
-      kept = i;
-      break;
-    }
-  // A tie with the search's plan keeps the search's.
-  if (strat == "layerwise" && fits[0] && sel.candidates[0].first == "layerwise" &&
-      sel.candidates[0].second <= sel.candidates[kept].second)
-    kept = 0;
+  // When none fits: the compile reports what the first needs.
+  const size_t kept = fastest.value_or(0);
   sel.kept = sel.candidates[kept].first;
-  kept_[strat] = built[kept];
-  keptSteps_[strat] = std::move(steps[kept]);
+  kept_[strat] = built[kept]->plan;
+  if (std::unique_ptr<Graph>& step = fastest ? fastestStep : firstStep)
+    keptSteps_[strat] = std::move(step);
   if (options_.verbose) {
     llvm::errs() << "lwcc: " << strat << ": simulated step:";
     for (size_t i = 0; i < sel.candidates.size(); ++i)
       llvm::errs() << llvm::formatv(" {0} {1:f3} ms{2}", sel.candidates[i].first,
                                     sel.candidates[i].second * 1e3,
-                                    fits[i] ? "" : " (over memory)");
+                                    built[i]->fits ? "" : " (over memory)");
     llvm::errs() << "; kept " << sel.kept << "\n";
   }
   selections_[strat] = std::move(sel);

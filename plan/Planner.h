@@ -6,8 +6,15 @@
 //     layerwise and pipeline, pipeline plans of S stages for each S > 1
 //     dividing the devices (only the stages given), of S, 2S and 4S
 //     micro-batches (only the micro-batches given);
-//  2. each candidate's step built, simulated and memory-planned; one the
-//     batch or the memory does not allow is left out;
+//  2. each candidate's step built, simulated and memory-planned (once: a
+//     plan that several strategies' selections or the plan report ask for
+//     is evaluated once, and only the fastest fitting candidate's step is
+//     held while the others are priced); one the batch does not allow is
+//     left out;
+//     Candidates not priced yet are priced PlannerOptions::threads at a
+//     time, each on its own copy of the model; their results (and what
+//     their builds log) are taken in the order above, so the choice and the
+//     output do not depend on the threads;
 //  3. the fastest that fits the devices' memory kept (a tie keeps the
 //     search's plan). When none fits, each pipeline tries 8S, 16S, ...
 //     micro-batches (fewer activations in flight) until one does; when still
@@ -25,15 +32,27 @@
 #include "passes/Pipelines.h"
 #include "plan/CostModel.h"
 #include "plan/DeviceSpec.h"
+#include "plan/Simulator.h"
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace lwcc {
+
+/// One candidate plan's training step as the planner priced it.
+struct PlanEvaluation {
+  PlanChoice plan;
+  std::string error;                    ///< why its step could not be built ("" when it was)
+  SimResult sim;                        ///< its simulated step (the timeline left out)
+  std::map<int64_t, int64_t> peakBytes; ///< its memory plan: arena per device
+  bool fits = false;                    ///< every device's arena and params fit
+  double strategySeconds = 0;           ///< its strategy pass (the search)
+};
 
 /// The planner's selection for one strategy: the candidates with their
 /// simulated steps, and the one kept.
@@ -49,13 +68,17 @@ struct PlannerOptions {
   std::optional<int64_t> microbatches; ///< micro-batches when given
   bool selectLayerwise = true;         ///< layerwise's plan is selected, not the search's alone
   bool verbose = false;                ///< each candidate and the kept plan on stderr
+  int64_t threads = 1;                 ///< candidates priced at the same time
 };
 
 class Planner {
 public:
-  /// Builds a plan's training step on a graph in place; returns the seconds
-  /// its strategy pass took.
-  using BuildStep = std::function<llvm::Expected<double>(Graph& g, const PlanChoice& plan)>;
+  /// Builds a plan's training step on a graph in place, writing what its
+  /// passes report to `log`; returns the seconds its strategy pass took. It
+  /// is called from several threads at once (each on its own graph) when
+  /// PlannerOptions::threads > 1.
+  using BuildStep = std::function<llvm::Expected<double>(Graph& g, const PlanChoice& plan,
+                                                         llvm::raw_ostream& log)>;
 
   /// `build` builds the candidates, `model` prices their steps, and each
   /// must fit a device of `memory`.
@@ -73,11 +96,35 @@ public:
   const PlanSelection* selection(const std::string& strat) const;
   const std::map<std::string, PlanSelection>& selections() const { return selections_; }
   /// The kept candidate's training step, built whole while selecting (once;
-  /// null after).
+  /// null after, or when its evaluation was made for an earlier selection).
   std::unique_ptr<Graph> takeKeptStep(const std::string& strat);
+  /// The step of `plan` on the graph `g` built, simulated and memory-planned,
+  /// once per plan: one planner plans one model.
+  llvm::Expected<const PlanEvaluation*> evaluate(const Graph& g, const PlanChoice& plan) {
+    return evaluate(g, plan, nullptr);
+  }
+
+  /// The step of `plan` built on a copy of `g` (not memory-planned).
+  llvm::Expected<std::unique_ptr<Graph>> buildStep(const Graph& g, const PlanChoice& plan);
 
 private:
+  /// A candidate priced: its evaluation, its built step (when asked for),
+  /// what its build logged, and an error that is not the plan's (the
+  /// simulator's, the memory plan's).
+  struct Priced {
+    PlanEvaluation ev;
+    std::unique_ptr<Graph> step;
+    std::string log, failure;
+  };
+  /// Prices `plan` on a copy of `g`; touches nothing of the planner's.
+  Priced price(const Graph& g, const PlanChoice& plan, bool keepStep) const;
+  /// Takes a priced candidate into the evaluations (its log to stderr).
+  llvm::Expected<const PlanEvaluation*> record(Priced& priced, std::unique_ptr<Graph>* step);
   llvm::Error select(const Graph& g, const std::string& strat);
+  /// As above; when the plan is evaluated now and `step` is given, its built
+  /// step (not memory-planned) is handed back there.
+  llvm::Expected<const PlanEvaluation*> evaluate(const Graph& g, const PlanChoice& plan,
+                                                 std::unique_ptr<Graph>* step);
   std::vector<PlanChoice> pipelineCandidates(const Graph& g) const;
 
   PlannerOptions options_;
@@ -87,6 +134,9 @@ private:
   std::map<std::string, PlanSelection> selections_;
   std::map<std::string, PlanChoice> kept_;
   std::map<std::string, std::unique_ptr<Graph>> keptSteps_;
+  using Key = std::tuple<std::string, int64_t, int64_t>;
+  static Key keyOf(const PlanChoice& p) { return {p.strategy, p.stages, p.microbatches}; }
+  std::map<Key, PlanEvaluation> evaluations_;
 };
 
 } // namespace lwcc

@@ -7,6 +7,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <thread>
 
 namespace lwcc::flags {
 
@@ -76,6 +77,12 @@ cl::opt<bool> compareCandidates(
              "data, model and owt parallelism and keep the fastest (default true; =false keeps "
              "the search's plan)"),
     cl::init(true), cl::cat(category));
+cl::opt<int64_t> planThreadsFlag(
+    "plan-threads",
+    cl::desc("Candidate plans the planner prices at the same time, each on a thread and a copy "
+             "of the model (default 0: one per core, at most 4; 1: one after another). The "
+             "choice and the output do not depend on it"),
+    cl::value_desc("N"), cl::init(0), cl::cat(category));
 cl::opt<int64_t> microbatches(
     "microbatches",
     cl::desc("Micro-batches per step (default 1): forward and backward run on M slices of the "
@@ -356,6 +363,8 @@ int checkUsage() {
     if (auto pass = buildPipeline(text); !pass)
       return usage(llvm::toString(pass.takeError()));
   }
+  if (planThreadsFlag < 0)
+    return usage("--plan-threads must be 0 (one per core) or a positive number");
   if (batch.getNumOccurrences() && batch <= 0)
     return usage("--batch must be a positive integer");
   if (emulateGpu) {
@@ -419,6 +428,12 @@ llvm::Expected<DeviceSpec> loadSpec() {
 /// of several devices holds one plan's pieces: it prices that plan (the
 /// final simulation), and the planner chooses on the spec as it did for the
 /// trainer that measured it.
+int64_t planThreads() {
+  if (planThreadsFlag > 0)
+    return planThreadsFlag;
+  return std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 4);
+}
+
 bool planProfile() {
   static const bool guides = [] {
     if (costProfile.empty())

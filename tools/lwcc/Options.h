@@ -35,6 +35,7 @@ extern cl::opt<std::string> costProfile;
 extern cl::opt<std::string> traceFile;
 extern cl::opt<std::string> planJson;
 extern cl::opt<bool> compareCandidates;
+extern cl::opt<int64_t> planThreadsFlag;
 extern cl::opt<int64_t> microbatches;
 extern cl::opt<int64_t> stages;
 extern cl::opt<std::string> schedule;
@@ -103,6 +104,8 @@ std::string chosenStrategy();
 std::string deviceSpecName();
 /// The device spec with --devices-per-node applied.
 llvm::Expected<DeviceSpec> loadSpec();
+/// The candidates the planner prices at once (--plan-threads, 0: per core).
+int64_t planThreads();
 /// Whether --cost-profile also guides the planner (see Options.cpp).
 bool planProfile();
 /// The cost model the simulator prices the step on (with --cost-profile

@@ -55,19 +55,22 @@ double strategySeconds = 0;
 PlanChoice builtPlan;
 std::optional<Planner> planner;
 
-/// Runs the training-step pipeline of `plan` on `g`; returns the seconds its
-/// strategy pass took.
-llvm::Expected<double> buildWithPlan(Graph& g, const PlanChoice& plan, bool withOptimizer) {
+/// Runs the training-step pipeline of `plan` on `g`, its diagnostics and pass
+/// times written to `log`; returns the seconds its strategy pass took. The
+/// planner calls it from several threads, each with a graph and log of its
+/// own.
+llvm::Expected<double> buildWithPlan(Graph& g, const PlanChoice& plan, bool withOptimizer,
+                                     llvm::raw_ostream& log = llvm::errs()) {
   auto pipeline = buildPipeline(trainingStepPipeline(pipelineOptions(plan, withOptimizer)));
   if (!pipeline)
     return pipeline.takeError();
   PassContext ctx;
-  ctx.diag = [](Severity sev, const Location& loc, const std::string& msg) {
-    printDiagnostic(llvm::errs(), sev, loc, msg);
+  ctx.diag = [&log](Severity sev, const Location& loc, const std::string& msg) {
+    printDiagnostic(log, sev, loc, msg);
   };
   double seconds = 0;
   PassRunOptions opts;
-  opts.timePasses = timePasses ? &llvm::errs() : nullptr;
+  opts.timePasses = timePasses ? &log : nullptr;
   opts.afterPass = [&](const Pass& pass, double s) {
     if (pass.name() == "parallelize" || pass.name() == "hypergraph" ||
         pass.name() == "pipeline-partition")
@@ -276,13 +279,8 @@ int emitMode(Module& module) {
   std::vector<StrategyPlan> strategyPlans;
   if (emit == Emit::Plan && gpus > 1) {
     auto plans = planStrategies(
-        *module.graph, {"data", "model", "owt", "layerwise", "hypergraph", "pipeline"},
-        chosenStrategy(),
-        [](Graph& g, const std::string& strat) {
-          auto plan = buildTrainingStep(g, true, strat);
-          return plan ? llvm::Error::success() : plan.takeError();
-        },
-        *model);
+        *planner, *module.graph, {"data", "model", "owt", "layerwise", "hypergraph", "pipeline"},
+        chosenStrategy(), fixedPlan, costProfile.empty() || planProfile() ? nullptr : &*model);
     if (!plans)
       return fail(plans.takeError());
     strategyPlans = std::move(*plans);
@@ -384,8 +382,12 @@ int main(int argc, char** argv) {
     po.microbatches = microbatches;
   po.selectLayerwise = compareCandidates;
   po.verbose = verbose;
+  po.threads = planThreads();
   planner.emplace(
-      po, [](Graph& g, const PlanChoice& plan) { return buildWithPlan(g, plan, true); },
+      po,
+      [](Graph& g, const PlanChoice& plan, llvm::raw_ostream& log) {
+        return buildWithPlan(g, plan, true, log);
+      },
       std::move(*planModel), std::move(*memorySpec));
 
   if (runReference)
