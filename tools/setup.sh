@@ -22,8 +22,10 @@ if [[ -n ${LWCC_TEST_CLANG:-} ]]; then
   DEB_PACKAGES+=(clang-14)
 fi
 # Pinned to the versions the tests were written against.
-PY_PACKAGES=(lit==23.1.5 onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6 Pillow==13.0.0)
-PY_IMPORTS="import lit, onnx, onnxruntime, numpy, PIL"
+# tensorboard: its event-file reader checks the trainer's --tensorboard files.
+PY_PACKAGES=(lit==23.1.5 onnx==1.23.2 onnxruntime==1.31.1 numpy==2.4.6 Pillow==13.0.0
+  tensorboard==2.21.0)
+PY_IMPORTS="import lit, onnx, onnxruntime, numpy, PIL, tensorboard"
 
 # Root runs apt-get directly; otherwise sudo, where it exists.
 SUDO=()

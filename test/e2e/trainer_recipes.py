@@ -35,7 +35,10 @@ each a test case:
     record's CRCs hold, the first event is file_version brain.Event:2, and
     the scalars train/loss, train/lr, train/grad_norm per step and
     eval/accuracy, eval/top5, eval/loss are the JSONL log's values at the
-    log's steps (as float32, within 2 ulp: the log prints 9 digits);
+    log's steps (as float32, within 2 ulp: the log prints 9 digits); and
+    TensorBoard's own reader (EventAccumulator, from the tensorboard package
+    that tools/setup.sh installs) finds every tag, with the same steps and
+    values;
   - usage: --eval-ema without --ema, --ema=1 exit 2.
 Ends with the line "N passed, M failed".
 
@@ -498,6 +501,39 @@ def tensorboard_cases(tmp, model):
            "--tensorboard: train/loss, train/lr, train/grad_norm and eval/accuracy, top5, loss "
            "are the JSONL log's values at its steps",
            "; ".join(bad[:5]) or f"{len(tb_steps)} step and {len(tb_evals)} eval events")
+    tensorboard_reader_case(os.path.join(work, "tb"), steps, evals)
+
+
+def tensorboard_reader_case(logdir, steps, evals):
+    """TensorBoard's own reader (the `tensorboard` package, test tooling) on the
+    trainer's event file: every tag, with the JSONL log's steps and values."""
+    try:
+        from tensorboard.backend.event_processing import event_accumulator
+    except ImportError as e:
+        report(False, "--tensorboard: TensorBoard's EventAccumulator reads the file",
+               f"the tensorboard package is not installed (tools/setup.sh installs it): {e}")
+        return
+    acc = event_accumulator.EventAccumulator(logdir, size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags().get("scalars", []))
+    want = {"train/loss", "train/lr", "train/grad_norm", "train/img_per_s", "eval/accuracy",
+            "eval/top5", "eval/loss"}
+    bad = [f"missing tag {t}" for t in sorted(want - tags)]
+    for tag, key, log in (("train/loss", "loss", steps), ("train/lr", "lr", steps),
+                          ("train/grad_norm", "grad_norm", steps),
+                          ("eval/accuracy", "accuracy", evals), ("eval/top5", "top5", evals),
+                          ("eval/loss", "loss", evals)):
+        if tag not in tags:
+            continue
+        read = {e.step: e.value for e in acc.Scalars(tag)}
+        if sorted(read) != sorted(log):
+            bad.append(f"{tag}: steps {sorted(read)} vs the log's {sorted(log)}")
+            continue
+        bad += [f"{tag} at {s}: {read[s]} vs {x[key]}" for s, x in log.items()
+                if not same_float32(read[s], x[key])]
+    report(not bad and len(steps) == 6,
+           "--tensorboard: TensorBoard's EventAccumulator reads every tag, at the JSONL log's "
+           "steps with its values", "; ".join(bad[:5]) or f"{sorted(tags)}")
 
 
 def usage_cases(tmp, model):
