@@ -105,6 +105,16 @@ private:
 
 } // namespace
 
+std::map<int64_t, int64_t> unsharedBytes(const Graph& g) {
+  std::map<int64_t, int64_t> out;
+  for (const auto& op : g.ops())
+    for (unsigned r = 0; r < op->numResults(); ++r) {
+      const Value* v = op->result(r);
+      out[valueDevice(v).value_or(0)] += alignUp(std::max<int64_t>(v->type().sizeInBytes(), 1));
+    }
+  return out;
+}
+
 llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
   std::vector<Op*> order;
   std::map<const Op*, size_t> position;

@@ -34,6 +34,12 @@ struct MemoryPlanStats {
   size_t overParams = 0; ///< results written over the param they update
 };
 
+/// Each device's bytes of every op result, none shared, as planMemory sizes
+/// its buffers: no device's arena is larger (each buffer ends at most at the
+/// sum of the buffers placed up to it), so a step that fits with these
+/// fits with its plan.
+std::map<int64_t, int64_t> unsharedBytes(const Graph& g);
+
 /// The @buf offset of a result that lives in its param's storage.
 constexpr int64_t kOverParam = -1;
 

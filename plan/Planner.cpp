@@ -93,7 +93,8 @@ llvm::Expected<std::unique_ptr<Graph>> Planner::buildStep(const Graph& g, const 
   return step;
 }
 
-Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keepStep) const {
+Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keepStep,
+                               bool withMemory) const {
   Priced out;
   out.ev.plan = plan;
   llvm::raw_string_ostream log(out.log);
@@ -111,6 +112,21 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
   }
   out.ev.sim = std::move(*sim);
   out.ev.sim.events = {}; // the timeline: as many events as ops, and no reader here
+  // A pipeline's many micro-batches make its step the largest to plan, and
+  // only its fit is needed unless it is a report's row: where its results
+  // fit unshared, its plan fits.
+  if (!withMemory && plan.strategy == "pipeline") {
+    MemoryPlanStats bound;
+    bound.peakBytes = unsharedBytes(*candidate);
+    llvm::Error over = checkDeviceMemory(*candidate, bound, memory_);
+    out.ev.fits = !over;
+    llvm::consumeError(std::move(over));
+    if (out.ev.fits) {
+      if (keepStep)
+        out.step = std::move(candidate);
+      return out;
+    }
+  }
   // Planned aside when the step is kept: it stays unannotated.
   std::unique_ptr<Graph> probe = keepStep ? candidate->clone() : nullptr;
   Graph& planned = probe ? *probe : *candidate;
@@ -120,6 +136,7 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
     return out;
   }
   out.ev.peakBytes = stats->peakBytes;
+  out.ev.memoryPlanned = true;
   llvm::Error over = checkDeviceMemory(planned, *stats, memory_);
   out.ev.fits = !over;
   llvm::consumeError(std::move(over));
@@ -140,10 +157,13 @@ llvm::Expected<const PlanEvaluation*> Planner::record(Priced& priced,
 }
 
 llvm::Expected<const PlanEvaluation*> Planner::evaluate(const Graph& g, const PlanChoice& plan,
-                                                        std::unique_ptr<Graph>* step) {
-  if (auto it = evaluations_.find(keyOf(plan)); it != evaluations_.end())
+                                                        std::unique_ptr<Graph>* step,
+                                                        bool withMemory) {
+  auto it = evaluations_.find(keyOf(plan));
+  if (it != evaluations_.end() && (it->second.memoryPlanned || !withMemory))
     return &it->second;
-  Priced priced = price(g, plan, step != nullptr);
+  // New, or priced without its memory plan: built again to plan it.
+  Priced priced = price(g, plan, step != nullptr, withMemory);
   return record(priced, step);
 }
 
@@ -171,11 +191,11 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // just now.
   auto consider = [&](const PlanChoice& plan, std::unique_ptr<Graph> step) -> llvm::Error {
     if (!step && !evaluations_.count(keyOf(plan))) {
-      auto priced = evaluate(g, plan, &step);
+      auto priced = evaluate(g, plan, &step, false);
       if (!priced)
         return priced.takeError();
     }
-    auto evaluated = evaluate(g, plan);
+    auto evaluated = evaluate(g, plan, nullptr, false);
     if (!evaluated)
       return evaluated.takeError();
     const PlanEvaluation& ev = **evaluated;
@@ -208,7 +228,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     for (; launched < plans.size() && launched < i + ahead; ++launched)
       if (!evaluations_.count(keyOf(plans[launched])))
         pricing[launched] = std::async(std::launch::async, [this, &g, plan = plans[launched]] {
-          return price(g, plan, true);
+          return price(g, plan, true, false);
         });
     if (pricing[i].valid()) {
       Priced priced = pricing[i].get();

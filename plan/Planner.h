@@ -50,8 +50,11 @@ struct PlanEvaluation {
   std::string error;                    ///< why its step could not be built ("" when it was)
   SimResult sim;                        ///< its simulated step (the timeline left out)
   std::map<int64_t, int64_t> peakBytes; ///< its memory plan: arena per device
-  bool fits = false;                    ///< every device's arena and params fit
-  double strategySeconds = 0;           ///< its strategy pass (the search)
+  /// Whether peakBytes holds its memory plan. A pipeline candidate whose
+  /// results fit a device unshared (unsharedBytes) fits without one.
+  bool memoryPlanned = false;
+  bool fits = false;          ///< every device's arena and params fit
+  double strategySeconds = 0; ///< its strategy pass (the search)
 };
 
 /// The planner's selection for one strategy: the candidates with their
@@ -99,9 +102,9 @@ public:
   /// null after, or when its evaluation was made for an earlier selection).
   std::unique_ptr<Graph> takeKeptStep(const std::string& strat);
   /// The step of `plan` on the graph `g` built, simulated and memory-planned,
-  /// once per plan: one planner plans one model.
+  /// once per plan (one planner plans one model); its peakBytes are set.
   llvm::Expected<const PlanEvaluation*> evaluate(const Graph& g, const PlanChoice& plan) {
-    return evaluate(g, plan, nullptr);
+    return evaluate(g, plan, nullptr, true);
   }
 
   /// The step of `plan` built on a copy of `g` (not memory-planned).
@@ -117,14 +120,15 @@ private:
     std::string log, failure;
   };
   /// Prices `plan` on a copy of `g`; touches nothing of the planner's.
-  Priced price(const Graph& g, const PlanChoice& plan, bool keepStep) const;
+  Priced price(const Graph& g, const PlanChoice& plan, bool keepStep, bool withMemory) const;
   /// Takes a priced candidate into the evaluations (its log to stderr).
   llvm::Expected<const PlanEvaluation*> record(Priced& priced, std::unique_ptr<Graph>* step);
   llvm::Error select(const Graph& g, const std::string& strat);
   /// As above; when the plan is evaluated now and `step` is given, its built
-  /// step (not memory-planned) is handed back there.
+  /// step (not memory-planned) is handed back there. Without `withMemory`
+  /// a pipeline's memory is planned only where its fit needs it.
   llvm::Expected<const PlanEvaluation*> evaluate(const Graph& g, const PlanChoice& plan,
-                                                 std::unique_ptr<Graph>* step);
+                                                 std::unique_ptr<Graph>* step, bool withMemory);
   std::vector<PlanChoice> pipelineCandidates(const Graph& g) const;
 
   PlannerOptions options_;

@@ -1,0 +1,62 @@
+"""The planner's fit of each candidate against the candidate built alone.
+
+For each device memory size given, `lwcc MODEL -v --emit=plan` on a copy of
+SPEC with that memory lists the layerwise selection's candidates, each
+marked "(over memory)" or not, and the one kept. This checks, for every
+candidate, that the mark is what the candidate's own compile says (built
+with its strategy, stages and micro-batches fixed, the memory plan checked
+against the spec: exit 1 over memory), and that the kept plan is the
+fastest one not over memory (the first candidate when none fits). It
+prints one line per size: "MEM: N fit, kept PLAN".
+
+    check_fits.py LWCC MODEL SPEC GPUS BATCH MEM [MEM ...]
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def main():
+    lwcc, model, spec_path, gpus, batch = sys.argv[1:6]
+    sizes = [int(float(m)) for m in sys.argv[6:]]
+    base = json.load(open(spec_path))
+    common = [model, f"--gpus={gpus}", f"--batch={batch}", "--emit=plan", "-o", os.devnull]
+    with tempfile.TemporaryDirectory() as tmp:
+        for mem in sizes:
+            spec = dict(base, memory_bytes=mem)
+            path = os.path.join(tmp, f"spec-{mem}.json")
+            json.dump(spec, open(path, "w"))
+            r = subprocess.run([lwcc] + common + [f"--device-spec={path}", "-v"],
+                               capture_output=True, text=True)
+            line = next((x for x in r.stderr.splitlines()
+                         if x.startswith("lwcc: layerwise: simulated step:")), None)
+            if line is None:
+                sys.exit(f"{mem}: no selection line in:\n{r.stderr[-2000:]}")
+            body, kept = line.split(": simulated step:")[1].rsplit("; kept ", 1)
+            cands = re.findall(r"(\S+) ([0-9.]+) ms( \(over memory\))?", body)
+            for name, _, over in cands:
+                if name.startswith("pipeline/"):
+                    _, s, m = name.split("/")
+                    fixed = ["--strategy=pipeline", f"--stages={s}", f"--microbatches={m}"]
+                else:
+                    fixed = [f"--strategy={name}", "--check-search=false"]
+                alone = subprocess.run([lwcc] + common + [f"--device-spec={path}"] + fixed,
+                                       capture_output=True, text=True)
+                alone_over = alone.returncode != 0 and "more memory than" in alone.stderr
+                if alone.returncode != 0 and not alone_over:
+                    sys.exit(f"{mem} {name}: built alone: {alone.stderr[-1500:]}")
+                if alone_over != bool(over):
+                    sys.exit(f"{mem} {name}: the planner says {'over' if over else 'fits'}, "
+                             f"the candidate alone {'over' if alone_over else 'fits'}")
+            fitting = [(float(ms), i, n) for i, (n, ms, over) in enumerate(cands) if not over]
+            want = min(fitting)[2] if fitting else cands[0][0]
+            if kept != want:
+                sys.exit(f"{mem}: kept {kept}, the fastest that fits is {want}: {line}")
+            print(f"{mem}: {len(fitting)} fit, kept {kept}")
+
+
+if __name__ == "__main__":
+    main()
