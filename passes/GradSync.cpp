@@ -35,9 +35,11 @@ public:
       if (const Value* p = g.outputGradOf(i))
         groups[p->paramName()].push_back(i);
     std::unordered_map<const Op*, size_t> position;
-    size_t k = 0;
-    for (const auto& op : g.ops())
-      position[op.get()] = k++;
+    std::vector<Op*> opAt; // by position (the all-reduces go after these)
+    for (const auto& op : g.ops()) {
+      position[op.get()] = opAt.size();
+      opAt.push_back(op.get());
+    }
     auto writtenAt = [&](unsigned out) -> size_t {
       const Value* v = g.outputs()[out];
       return v->definingOp() ? position.at(v->definingOp()) : 0;
@@ -97,11 +99,7 @@ public:
           operands.push_back(g.outputs()[o]);
         last = std::max(last, grp->last);
       }
-      Op* after = nullptr;
-      for (auto& op : g.ops())
-        if (position.count(op.get()) && position.at(op.get()) == last)
-          after = op.get();
-      b.setInsertionPointAfter(after);
+      b.setInsertionPointAfter(opAt.at(last));
       Location loc;
       loc.name = "grad-sync";
       b.setLoc(loc);

@@ -145,6 +145,12 @@ private:
 
   llvm::Error order() {
     const size_t n = ops_.size();
+    // Each op's devices, once: the loop below asks for them at every step.
+    std::vector<std::vector<int64_t>> devices(n);
+    for (size_t i = 0; i < n; ++i) {
+      std::set<int64_t> d = devicesOf(*ops_[i]);
+      devices[i].assign(d.begin(), d.end());
+    }
     // What each op waits for: the ops whose results it reads, and for an
     // assign every other reader of its param (it overwrites the param).
     std::vector<int64_t> waiting(n, 0);
@@ -172,7 +178,7 @@ private:
     }
     for (size_t i = 0; i < n; ++i)
       if (task_[i])
-        for (int64_t d : devicesOf(*ops_[i]))
+        for (int64_t d : devices[i])
           ++left[{d, *task_[i]}];
     auto advance = [&](int64_t d) {
       while (pos[d] < seq[d].size() && left[{d, seq[d][pos[d]]}] == 0)
@@ -204,18 +210,16 @@ private:
       size_t best = n;
       if (!freeReady.empty())
         best = *freeReady.begin();
-      std::set<Task> active;
+      std::set<Task> active; // the tasks the devices are at (none needed for a free op)
       for (const auto& [d, p] : pos)
-        if (p < seq[d].size())
+        if (best == n && p < seq[d].size())
           active.insert(seq[d][p]);
       for (const Task& t : active) {
-        if (best < n && !task_[best])
-          break;
         for (size_t i : gatedReady[t]) {
           if (i >= best)
             break;
           bool all = true;
-          for (int64_t d : devicesOf(*ops_[i]))
+          for (int64_t d : devices[i])
             all &= at(d, t);
           if (all) {
             best = i;
@@ -232,7 +236,7 @@ private:
                 .str());
       if (task_[best]) {
         gatedReady[*task_[best]].erase(best);
-        for (int64_t d : devicesOf(*ops_[best])) {
+        for (int64_t d : devices[best]) {
           --left[{d, *task_[best]}];
           advance(d);
         }
