@@ -34,14 +34,7 @@ bool isAlias(const Op& op) { return op.info().view; }
 /// element (the shapes must match too: the caller checks).
 bool mayRunInPlace(const Op& op, unsigned i) { return op.info().mayWriteOver(0, i); }
 
-/// A buffer: the storage shared by a value and its aliases.
-struct Buffer {
-  int64_t bytes = 0;
-  int64_t device = 0;
-  size_t first = 0, last = 0; ///< op positions where it is live (inclusive)
-  bool pinned = false;        ///< constants: written once, never reused
-  int64_t offset = -1;
-};
+using Buffer = ArenaBuffer;
 
 /// The placed buffers of one device that are live at the same time as a
 /// given one, found without scanning every placed buffer (which made the
@@ -104,6 +97,39 @@ private:
 };
 
 } // namespace
+
+void placeBuffers(std::vector<ArenaBuffer>& buffers) {
+  std::vector<size_t> bySize(buffers.size());
+  std::iota(bySize.begin(), bySize.end(), 0);
+  std::stable_sort(bySize.begin(), bySize.end(),
+                   [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
+  std::map<int64_t, LiveIndex> placed; // by device
+  for (const Buffer& b : buffers) {
+    placed[b.device].addTime(b.first);
+    placed[b.device].addTime(b.last);
+  }
+  for (auto& [device, index] : placed)
+    index.seal();
+  std::vector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes)
+  for (size_t idx : bySize) {
+    Buffer& b = buffers[idx];
+    LiveIndex& index = placed.at(b.device);
+    busy.clear();
+    index.forOverlapping(b, [&](size_t other) {
+      const Buffer& o = buffers[other];
+      busy.emplace_back(o.offset, o.offset + o.bytes);
+    });
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (offset + b.bytes <= lo)
+        break;
+      offset = std::max(offset, hi);
+    }
+    b.offset = offset;
+    index.add(idx, b);
+  }
+}
 
 std::map<int64_t, int64_t> unsharedBytes(const Graph& g) {
   std::map<int64_t, int64_t> out;
@@ -203,38 +229,7 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
     }
   }
 
-  // Greedy by size: place the largest buffers first, each at the lowest
-  // offset that no buffer live at the same time (on the same device) uses.
-  std::vector<size_t> bySize(buffers.size());
-  std::iota(bySize.begin(), bySize.end(), 0);
-  std::stable_sort(bySize.begin(), bySize.end(),
-                   [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
-  std::map<int64_t, LiveIndex> placed; // by device
-  for (const Buffer& b : buffers) {
-    placed[b.device].addTime(b.first);
-    placed[b.device].addTime(b.last);
-  }
-  for (auto& [device, index] : placed)
-    index.seal();
-  std::vector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes)
-  for (size_t idx : bySize) {
-    Buffer& b = buffers[idx];
-    LiveIndex& index = placed.at(b.device);
-    busy.clear();
-    index.forOverlapping(b, [&](size_t other) {
-      const Buffer& o = buffers[other];
-      busy.emplace_back(o.offset, o.offset + o.bytes);
-    });
-    std::sort(busy.begin(), busy.end());
-    int64_t offset = 0;
-    for (const auto& [lo, hi] : busy) {
-      if (offset + b.bytes <= lo)
-        break;
-      offset = std::max(offset, hi);
-    }
-    b.offset = offset;
-    index.add(idx, b);
-  }
+  placeBuffers(buffers);
 
   for (Op* op : order) {
     if (op->numResults() == 0)

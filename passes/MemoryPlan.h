@@ -34,6 +34,21 @@ struct MemoryPlanStats {
   size_t overParams = 0; ///< results written over the param they update
 };
 
+/// A buffer of a device's arena: the storage shared by a value and its
+/// aliases (or results written in place over it).
+struct ArenaBuffer {
+  int64_t bytes = 0;
+  int64_t device = 0;
+  size_t first = 0, last = 0; ///< op positions where it is live (inclusive)
+  bool pinned = false;        ///< constants: written once, never reused
+  int64_t offset = -1;        ///< set by placeBuffers
+};
+
+/// Greedy by size: places the largest buffers first (equal sizes in their
+/// order), each at the lowest offset that no buffer already placed on its
+/// device and live at the same time (a pinned one always is) uses.
+void placeBuffers(std::vector<ArenaBuffer>& buffers);
+
 /// Each device's bytes of every op result, none shared, as planMemory sizes
 /// its buffers: no device's arena is larger (each buffer ends at most at the
 /// sum of the buffers placed up to it), so a step that fits with these
