@@ -187,10 +187,14 @@ private:
     for (auto& [d, p] : pos)
       advance(d);
     std::set<size_t> freeReady;
-    std::map<Task, std::set<size_t>> gatedReady;
+    // The ready ops of each task, under each of their devices: an op may go
+    // when every device of it is at its task, so it is found under the task
+    // of any one of them.
+    std::map<std::pair<int64_t, Task>, std::set<size_t>> gatedReady;
     auto makeReady = [&](size_t i) {
       if (task_[i])
-        gatedReady[*task_[i]].insert(i);
+        for (int64_t d : devices[i])
+          gatedReady[{d, *task_[i]}].insert(i);
       else
         freeReady.insert(i);
     };
@@ -210,17 +214,19 @@ private:
       size_t best = n;
       if (!freeReady.empty())
         best = *freeReady.begin();
-      std::set<Task> active; // the tasks the devices are at (none needed for a free op)
-      for (const auto& [d, p] : pos)
-        if (best == n && p < seq[d].size())
-          active.insert(seq[d][p]);
-      for (const Task& t : active) {
-        for (size_t i : gatedReady[t]) {
+      for (const auto& [d, p] : pos) {
+        if (!freeReady.empty() || p >= seq[d].size())
+          continue;
+        const Task& t = seq[d][p];
+        auto ready = gatedReady.find({d, t});
+        if (ready == gatedReady.end())
+          continue;
+        for (size_t i : ready->second) {
           if (i >= best)
             break;
           bool all = true;
-          for (int64_t d : devices[i])
-            all &= at(d, t);
+          for (int64_t e : devices[i])
+            all &= at(e, t);
           if (all) {
             best = i;
             break;
@@ -235,7 +241,8 @@ private:
                           gpipe_ ? "gpipe" : "1f1b", m_, stages_)
                 .str());
       if (task_[best]) {
-        gatedReady[*task_[best]].erase(best);
+        for (int64_t d : devices[best])
+          gatedReady[{d, *task_[best]}].erase(best);
         for (int64_t d : devices[best]) {
           --left[{d, *task_[best]}];
           advance(d);
