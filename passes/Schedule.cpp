@@ -214,25 +214,26 @@ private:
       size_t best = n;
       if (!freeReady.empty())
         best = *freeReady.begin();
-      for (const auto& [d, p] : pos) {
-        if (!freeReady.empty() || p >= seq[d].size())
-          continue;
-        const Task& t = seq[d][p];
-        auto ready = gatedReady.find({d, t});
-        if (ready == gatedReady.end())
-          continue;
-        for (size_t i : ready->second) {
-          if (i >= best)
-            break;
-          bool all = true;
-          for (int64_t e : devices[i])
-            all &= at(e, t);
-          if (all) {
-            best = i;
-            break;
+      else
+        for (const auto& [d, p] : pos) {
+          if (p >= seq[d].size())
+            continue;
+          const Task& t = seq[d][p];
+          auto ready = gatedReady.find({d, t});
+          if (ready == gatedReady.end())
+            continue;
+          for (size_t i : ready->second) {
+            if (i >= best)
+              break;
+            bool all = true;
+            for (int64_t e : devices[i])
+              all &= at(e, t);
+            if (all) {
+              best = i;
+              break;
+            }
           }
         }
-      }
       if (best == n)
         return ops_[std::find(done.begin(), done.end(), false) - done.begin()]->emitError(
             llvm::formatv("schedule: the {0} schedule of {1} micro-batches on {2} "
@@ -241,9 +242,8 @@ private:
                           gpipe_ ? "gpipe" : "1f1b", m_, stages_)
                 .str());
       if (task_[best]) {
-        for (int64_t d : devices[best])
-          gatedReady[{d, *task_[best]}].erase(best);
         for (int64_t d : devices[best]) {
+          gatedReady[{d, *task_[best]}].erase(best);
           --left[{d, *task_[best]}];
           advance(d);
         }

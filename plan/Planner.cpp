@@ -187,24 +187,16 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // steps are dropped once priced.
   std::optional<size_t> fastest;
   std::unique_ptr<Graph> fastestStep, firstStep;
-  // Step 2 for one candidate; `step` is its built step when it was priced
-  // just now.
-  auto consider = [&](const PlanChoice& plan, std::unique_ptr<Graph> step) -> llvm::Error {
-    if (!step && !evaluations_.count(keyOf(plan))) {
-      auto priced = evaluate(g, plan, &step, false);
-      if (!priced)
-        return priced.takeError();
-    }
-    auto evaluated = evaluate(g, plan, nullptr, false);
-    if (!evaluated)
-      return evaluated.takeError();
-    const PlanEvaluation& ev = **evaluated;
+  // Step 2 for one evaluated candidate; `step` is its built step when it was
+  // priced just now.
+  auto consider = [&](const PlanEvaluation& ev, std::unique_ptr<Graph> step) {
+    const PlanChoice& plan = ev.plan;
     if (!ev.error.empty()) {
       if (firstError.empty())
         firstError = ev.error;
       if (options_.verbose)
         llvm::errs() << "lwcc: planner: " << plan.name() << " left out: " << ev.error << "\n";
-      return llvm::Error::success();
+      return;
     }
     if (built.empty())
       sel.searchSeconds = ev.strategySeconds;
@@ -217,6 +209,14 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     } else if (i == 0) {
       firstStep = std::move(step);
     }
+  };
+  // Step 2 for a candidate not yet priced here.
+  auto evaluateAndConsider = [&](const PlanChoice& plan) -> llvm::Error {
+    std::unique_ptr<Graph> step;
+    auto ev = evaluate(g, plan, &step, false);
+    if (!ev)
+      return ev.takeError();
+    consider(**ev, std::move(step));
     return llvm::Error::success();
   };
   // The candidates not priced yet, `threads` at a time ahead of the one
@@ -230,17 +230,17 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
         pricing[launched] = std::async(std::launch::async, [this, &g, plan = plans[launched]] {
           return price(g, plan, true, false);
         });
-    if (pricing[i].valid()) {
-      Priced priced = pricing[i].get();
-      std::unique_ptr<Graph> step;
-      auto recorded = record(priced, &step);
-      if (!recorded)
-        return recorded.takeError();
-      if (llvm::Error e = consider(plans[i], std::move(step)))
+    if (!pricing[i].valid()) { // priced for an earlier selection
+      if (llvm::Error e = evaluateAndConsider(plans[i]))
         return e;
-    } else if (llvm::Error e = consider(plans[i], nullptr)) {
-      return e;
+      continue;
     }
+    Priced priced = pricing[i].get();
+    std::unique_ptr<Graph> step;
+    auto recorded = record(priced, &step);
+    if (!recorded)
+      return recorded.takeError();
+    consider(**recorded, std::move(step));
   }
   // Step 3: nothing fits a device, so each pipeline tries twice as many
   // micro-batches (fewer activations per stage under 1F1B) until one fits.
@@ -252,7 +252,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
         continue;
       for (int64_t m = 8 * st; m <= n && n / m >= devices / st; m *= 2) {
         size_t before = built.size();
-        if (llvm::Error e = consider(pipelinePlan(st, m), nullptr))
+        if (llvm::Error e = evaluateAndConsider(pipelinePlan(st, m)))
           return e;
         if (built.size() > before && built.back()->fits)
           break;

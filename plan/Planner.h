@@ -124,9 +124,10 @@ private:
   /// Takes a priced candidate into the evaluations (its log to stderr).
   llvm::Expected<const PlanEvaluation*> record(Priced& priced, std::unique_ptr<Graph>* step);
   llvm::Error select(const Graph& g, const std::string& strat);
-  /// As above; when the plan is evaluated now and `step` is given, its built
-  /// step (not memory-planned) is handed back there. Without `withMemory`
-  /// a pipeline's memory is planned only where its fit needs it.
+  /// The public evaluate's work; when the plan is evaluated now and `step` is
+  /// given, its built step (not memory-planned) is handed back there.
+  /// Without `withMemory` a pipeline's memory is planned only where its fit
+  /// needs it.
   llvm::Expected<const PlanEvaluation*> evaluate(const Graph& g, const PlanChoice& plan,
                                                  std::unique_ptr<Graph>* step, bool withMemory);
   std::vector<PlanChoice> pipelineCandidates(const Graph& g) const;

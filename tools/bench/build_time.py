@@ -30,33 +30,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
+
+from timing import timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
 LWCC = os.path.join(BIN, "lwcc")
 GEN = os.path.join(ROOT, "tools", "models", "gen.py")
-
-
-def timed(cmd, timeout):
-    """(seconds or None past the timeout, peak RSS in MiB of it and its waited-for children,
-    exit code, stderr)."""
-    with tempfile.TemporaryFile() as err:
-        start = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - start > timeout:
-                proc.kill()
-                _, status, usage = os.wait4(proc.pid, 0)
-                return None, usage.ru_maxrss / 1024, -9, ""
-            time.sleep(0.05)
-        seconds = time.monotonic() - start
-        err.seek(0)
-        return seconds, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), \
-            err.read().decode(errors="replace")
 
 
 def row(model, gpus, strategy, target, tmp, timeout):

@@ -25,7 +25,8 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
+
+from timing import timed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
@@ -42,25 +43,10 @@ def plan(lwcc, model, gpus, spec, timeout, workdir, tag):
             os.remove(p)
     cmd = [lwcc, model, f"--gpus={gpus}", f"--device-spec={spec}", "--emit=plan",
            f"--plan-json={jpath}", "-o", rpath]
-    errpath = os.path.join(workdir, f"{tag}.err")
-    start = time.monotonic()
-    with open(errpath, "w") as errfile:  # a file: a pipe nobody reads would fill
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errfile)
-    deadline = start + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-            _, status, usage = os.wait4(proc.pid, 0)
-            return {"seconds": None, "timeout": timeout, "rss_mib": usage.ru_maxrss / 1024}
-        time.sleep(0.02)
-    seconds = time.monotonic() - start
-    with open(errpath, errors="replace") as f:
-        err = f.read()
-    code = os.waitstatus_to_exitcode(status)
-    out = {"seconds": seconds, "rss_mib": usage.ru_maxrss / 1024, "exit": code}
+    seconds, rss, code, err = timed(cmd, timeout)
+    if seconds is None:
+        return {"seconds": None, "timeout": timeout, "rss_mib": rss}
+    out = {"seconds": seconds, "rss_mib": rss, "exit": code}
     if code != 0:
         out["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit {code}"
         return out

@@ -423,17 +423,17 @@ llvm::Expected<DeviceSpec> loadSpec() {
   return spec;
 }
 
-/// A one-device profile prices the whole ops the planner weighs (the
-/// searches, the candidates it compares, the streams it assigns). A profile
-/// of several devices holds one plan's pieces: it prices that plan (the
-/// final simulation), and the planner chooses on the spec as it did for the
-/// trainer that measured it.
 int64_t planThreads() {
   if (planThreadsFlag > 0)
     return planThreadsFlag;
   return std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 4);
 }
 
+/// A one-device profile prices the whole ops the planner weighs (the
+/// searches, the candidates it compares, the streams it assigns). A profile
+/// of several devices holds one plan's pieces: it prices that plan (the
+/// final simulation), and the planner chooses on the spec as it did for the
+/// trainer that measured it.
 bool planProfile() {
   static const bool guides = [] {
     if (costProfile.empty())
