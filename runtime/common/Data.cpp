@@ -219,20 +219,23 @@ std::vector<int64_t> shuffledOrder(int64_t n, uint64_t seed, uint64_t epoch) {
 
 // --- DataSource ---------------------------------------------------------------
 
-struct DataSource::OrderCache {
+// --- EpochOrders --------------------------------------------------------------
+
+struct EpochOrders::Cache {
   std::mutex mutex;
   uint64_t epoch[2] = {0, 0};
   std::shared_ptr<const std::vector<int64_t>> order[2]; ///< [0]: the latest
 };
 
-DataSource::DataSource(std::vector<int64_t> shape, int64_t examples, bool shuffle, uint64_t seed)
-    : shape_(std::move(shape)), examples_(examples), shuffle_(shuffle), seed_(seed),
-      orders_(std::make_unique<OrderCache>()) {}
+EpochOrders::EpochOrders(int64_t n, bool shuffle, uint64_t seed)
+    : n_(n), shuffle_(shuffle), seed_(seed), cache_(std::make_unique<Cache>()) {}
 
-DataSource::~DataSource() = default;
+EpochOrders::~EpochOrders() = default;
 
-std::shared_ptr<const std::vector<int64_t>> DataSource::orderOf(uint64_t epoch) const {
-  OrderCache& c = *orders_;
+std::shared_ptr<const std::vector<int64_t>> EpochOrders::of(uint64_t epoch) const {
+  if (!shuffle_)
+    return nullptr;
+  Cache& c = *cache_;
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     for (int k = 0; k < 2; ++k)
@@ -240,7 +243,7 @@ std::shared_ptr<const std::vector<int64_t>> DataSource::orderOf(uint64_t epoch) 
         return c.order[k];
   }
   // Drawn outside the lock; two threads may both draw it, equal either way.
-  auto order = std::make_shared<const std::vector<int64_t>>(shuffledOrder(examples_, seed_, epoch));
+  auto order = std::make_shared<const std::vector<int64_t>>(shuffledOrder(n_, seed_, epoch));
   std::lock_guard<std::mutex> lock(c.mutex);
   c.order[1] = std::move(c.order[0]);
   c.epoch[1] = c.epoch[0];
@@ -249,17 +252,29 @@ std::shared_ptr<const std::vector<int64_t>> DataSource::orderOf(uint64_t epoch) 
   return order;
 }
 
-int64_t DataSource::exampleAt(uint64_t epoch, int64_t slot) const {
-  return shuffle_ ? (*orderOf(epoch))[static_cast<size_t>(slot)] : slot;
+int64_t EpochOrders::at(uint64_t epoch, int64_t slot) const {
+  return shuffle_ ? (*of(epoch))[static_cast<size_t>(slot)] : slot;
 }
+
+void EpochOrders::setSeed(uint64_t seed) {
+  seed_ = seed;
+  std::lock_guard<std::mutex> lock(cache_->mutex);
+  cache_->order[0].reset();
+  cache_->order[1].reset();
+}
+
+// --- DataSource ---------------------------------------------------------------
+
+DataSource::DataSource(std::vector<int64_t> shape, int64_t examples, bool shuffle, uint64_t seed)
+    : shape_(std::move(shape)), examples_(examples), orders_(examples, shuffle, seed) {}
+
+DataSource::~DataSource() = default;
 
 bool DataSource::batch(Position p, float* images, int64_t* labels, std::string* error,
                        std::pair<int64_t, int64_t> rows) const {
   int64_t n = batchSize(), size = imageSize();
   int64_t first = static_cast<int64_t>(p.batch) * n;
-  std::shared_ptr<const std::vector<int64_t>> order;
-  if (shuffle_)
-    order = orderOf(p.epoch);
+  std::shared_ptr<const std::vector<int64_t>> order = orders_.of(p.epoch);
   const int64_t end = rows.second < 0 ? n : std::min(rows.second, n);
   for (int64_t k = std::max<int64_t>(rows.first, 0); k < end; ++k)
     if (!load(order ? (*order)[static_cast<size_t>(first + k)] : first + k, p.epoch,
@@ -275,13 +290,6 @@ bool DataSource::next(float* images, int64_t* labels, std::string* error) {
     ++pos_.epoch;
   }
   return ok;
-}
-
-void DataSource::setSeed(uint64_t seed) {
-  seed_ = seed;
-  std::lock_guard<std::mutex> lock(orders_->mutex);
-  orders_->order[0].reset();
-  orders_->order[1].reset();
 }
 
 bool DataSource::seek(Position p, std::string* error) {

@@ -337,31 +337,75 @@ std::unique_ptr<BatchFeed> createPoolFeed(StepRunner& runner, int64_t bytes, Fil
 }
 
 std::unique_ptr<BatchFeed> createExampleFeed(StepRunner& runner, int64_t bytes,
-                                             const ImageLayout& layout, const DataSource& data,
-                                             int64_t batches, const FeedOptions& options,
-                                             std::string* error) {
-  const ImageLayout l = layout;
-  const DataSource* source = &data;
+                                             const InputBatches& data, int64_t batches,
+                                             const FeedOptions& options, std::string* error) {
+  const InputBatches* source = &data;
   return createPrefetchFeed(
       runner, bytes,
-      [l, source](int64_t b, unsigned char* dst, std::string* e) {
-        const int64_t n = l.shape[0], size = l.shape[1] * l.shape[2] * l.shape[3];
-        const int64_t examples = source->numExamples();
-        thread_local std::vector<float> images;
-        thread_local std::vector<int64_t> labels;
-        labels.resize(static_cast<size_t>(n));
-        float* img = reinterpret_cast<float*>(dst + l.image->offset);
-        if (l.image->dtype != DType::F32) { // converted from floats
-          images.resize(static_cast<size_t>(n * size));
-          img = images.data();
-        }
-        for (int64_t k = 0; k < n; ++k)
-          if (!source->example((b * n + k) % examples, img + k * size, &labels[k], e))
-            return false;
-        storeBatch(l, img, labels.data(), dst);
-        return true;
+      [source](int64_t b, unsigned char* dst, std::string* e) {
+        return source->examples(b * source->batchSize(), dst, e);
       },
       0, batches, options, error);
+}
+
+namespace {
+
+/// A DataSource's float images and int64 labels stored in the model's
+/// input types.
+class ImageBatches final : public InputBatches {
+public:
+  ImageBatches(const ImageLayout& layout, std::unique_ptr<DataSource> data)
+      : layout_(layout), data_(std::move(data)) {}
+
+  int64_t batchSize() const override { return data_->batchSize(); }
+  int64_t numExamples() const override { return data_->numExamples(); }
+  void setSeed(uint64_t seed) override { data_->setSeed(seed); }
+
+  bool batch(DataSource::Position p, unsigned char* inputs, std::string* error,
+             std::pair<int64_t, int64_t> rows) const override {
+    return store(inputs, [&](float* images, int64_t* labels) {
+      return data_->batch(p, images, labels, error, rows);
+    });
+  }
+
+  bool examples(int64_t first, unsigned char* inputs, std::string* error) const override {
+    const int64_t n = data_->batchSize(), size = data_->imageSize();
+    const int64_t count = data_->numExamples();
+    return store(inputs, [&](float* images, int64_t* labels) {
+      for (int64_t k = 0; k < n; ++k)
+        if (!data_->example((first + k) % count, images + k * size, labels + k, error))
+          return false;
+      return true;
+    });
+  }
+
+private:
+  /// Runs `load` on float images (the input buffer's own when the image
+  /// input is float32) and int64 labels, then stores them in the layout.
+  template <typename Load> bool store(unsigned char* inputs, Load&& load) const {
+    thread_local std::vector<int64_t> labels;
+    thread_local std::vector<float> images;
+    labels.assign(static_cast<size_t>(data_->batchSize()), 0);
+    float* img = reinterpret_cast<float*>(inputs + layout_.image->offset);
+    if (layout_.image->dtype != DType::F32) { // converted from floats
+      images.assign(static_cast<size_t>(numelOf(layout_.shape)), 0.0f);
+      img = images.data();
+    }
+    if (!load(img, labels.data()))
+      return false;
+    storeBatch(layout_, img, labels.data(), inputs);
+    return true;
+  }
+
+  ImageLayout layout_;
+  std::unique_ptr<DataSource> data_;
+};
+
+} // namespace
+
+std::unique_ptr<InputBatches> imageBatches(const ImageLayout& layout,
+                                           std::unique_ptr<DataSource> data) {
+  return std::make_unique<ImageBatches>(layout, std::move(data));
 }
 
 } // namespace lwrt

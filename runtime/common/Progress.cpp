@@ -321,7 +321,8 @@ void JsonlLogger::eval(const EvalRecord& r) {
   if (r.step)
     line += ",\"step\":" + integer(*r.step);
   line += ",\"epoch\":" + integer(r.epoch);
-  line += ",\"accuracy\":" + jsonNumber(r.accuracy);
+  if (r.accuracy)
+    line += ",\"accuracy\":" + jsonNumber(*r.accuracy);
   if (r.top5)
     line += ",\"top5\":" + jsonNumber(*r.top5);
   if (r.loss)

@@ -159,7 +159,8 @@ void TensorBoardWriter::step(const StepRecord& r) {
 
 void TensorBoardWriter::eval(const EvalRecord& r) {
   Scalars s;
-  s.add("eval/accuracy", r.accuracy);
+  if (r.accuracy)
+    s.add("eval/accuracy", *r.accuracy);
   if (r.top5)
     s.add("eval/top5", *r.top5);
   if (r.loss)

@@ -9,6 +9,7 @@
 #include "lwrt/checkpoint.h"
 #include "lwrt/image_data.h"
 #include "lwrt/lr_schedule.h"
+#include "lwrt/npy.h"
 
 #include <cmath>
 #include <cstdio>
@@ -114,28 +115,16 @@ bool Trainer::makeFeed(int64_t first, int64_t end, std::string& error) {
         },
         1, fo, &error);
   } else {
-    const ImageLayout layout = *layout_;
-    const int64_t perEpoch = batchesPerEpoch_, n = layout.shape[0];
-    const DataSource* train = train_.get();
+    const int64_t perEpoch = batchesPerEpoch_;
+    const InputBatches* train = train_.get();
     // Under mpirun, the samples this process's devices read.
-    const std::pair<int64_t, int64_t> rows = localInputRows(m_, cluster_, n);
+    const std::pair<int64_t, int64_t> rows = localInputRows(m_, cluster_, train->batchSize());
     feed_ = createPrefetchFeed(
         *runner_, bytes,
-        [layout, perEpoch, n, train, rows](int64_t step, unsigned char* dst, std::string* error) {
+        [perEpoch, train, rows](int64_t step, unsigned char* dst, std::string* error) {
           DataSource::Position p{static_cast<uint64_t>(step / perEpoch),
                                  static_cast<uint64_t>(step % perEpoch)};
-          thread_local std::vector<int64_t> labels;
-          thread_local std::vector<float> images;
-          labels.resize(static_cast<size_t>(n));
-          float* img = reinterpret_cast<float*>(dst + layout.image->offset);
-          if (layout.image->dtype != DType::F32) { // converted from floats
-            images.resize(static_cast<size_t>(numelOf(layout.shape)));
-            img = images.data();
-          }
-          if (!train->batch(p, img, labels.data(), error, rows))
-            return false;
-          storeBatch(layout, img, labels.data(), dst);
-          return true;
+          return train->batch(p, dst, error, rows);
         },
         first, end, fo, &error);
   }
@@ -298,34 +287,45 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     io.seed = o_.seed;
     io.classes = m_.classes;
     io.maxExamples = o_.trainExamples;
-    train_ = IdxData::open(o_.data.substr(4), "train", layout_->shape, io, &error);
-    if (!train_)
+    auto train = IdxData::open(o_.data.substr(4), "train", layout_->shape, io, &error);
+    if (!train)
       return fail("data: " + error);
-    batchesPerEpoch_ = train_->batchesPerEpoch();
+    train_ = imageBatches(*layout_, std::move(train));
     if (o_.eval && leader()) { // under mpirun rank 0 alone evaluates
       io.shuffle = false;
       io.maxExamples = o_.evalExamples;
-      test_ = IdxData::open(o_.data.substr(4), "t10k", layout_->shape, io, &error);
-      if (!test_)
+      auto test = IdxData::open(o_.data.substr(4), "t10k", layout_->shape, io, &error);
+      if (!test)
         return fail("data: " + error);
+      test_ = imageBatches(*layout_, std::move(test));
     }
   } else if (o_.data.rfind("npy:", 0) == 0) {
-    if (!layout_)
-      return fail("--data=npy: " + why);
-    NpyOptions no;
+    NpyInputOptions no;
     no.seed = o_.seed;
     no.classes = m_.classes;
     no.maxExamples = o_.trainExamples;
-    train_ = NpyData::open(o_.data.substr(4), "train", layout_->shape, no, &error);
-    if (!train_)
+    auto train = NpyInputs::open(o_.data.substr(4), "train", m_.inputs, no, &error);
+    if (!train)
       return fail("data: " + error);
-    batchesPerEpoch_ = train_->batchesPerEpoch();
+    std::vector<std::string> trainFiles = train->files(), testFiles;
+    train_ = std::move(train);
     if (o_.eval && leader()) {
       no.shuffle = false;
       no.maxExamples = o_.evalExamples;
-      test_ = NpyData::open(o_.data.substr(4), "test", layout_->shape, no, &error);
-      if (!test_)
+      auto test = NpyInputs::open(o_.data.substr(4), "test", m_.inputs, no, &error);
+      if (!test)
         return fail("data: " + error);
+      testFiles = test->files();
+      test_ = std::move(test);
+    }
+    if (leader()) {
+      std::string line = "npy: " + std::to_string(train_->numExamples()) + " training examples (";
+      for (size_t k = 0; k < trainFiles.size(); ++k)
+        line += (k ? ", " : "") + trainFiles[k];
+      line += ")";
+      if (test_)
+        line += ", " + std::to_string(test_->numExamples()) + " test examples";
+      std::printf("%s: data: %s\n", program_, line.c_str());
     }
   } else if (isImageData(o_.data)) {
     if (!layout_)
@@ -347,9 +347,9 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
       return fail("data: " + error);
     for (const std::string& note : set.notes)
       std::printf("%s: data: %s\n", program_, note.c_str());
-    train_ = std::move(set.train);
-    test_ = std::move(set.test);
-    batchesPerEpoch_ = train_->batchesPerEpoch();
+    train_ = imageBatches(*layout_, std::move(set.train));
+    if (set.test)
+      test_ = imageBatches(*layout_, std::move(set.test));
   } else if (o_.data.rfind("raw:", 0) == 0) {
     rawBatch_.assign(static_cast<size_t>(m_.inputBytes), 0);
     std::string dir = o_.data.substr(4);
@@ -365,8 +365,14 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   } else {
     batchesPerEpoch_ = o_.syntheticBatches;
   }
-  if (o_.eval && (!layout_ || !m_.eval))
-    return fail("--eval: " + (m_.eval ? why : std::string("this trainer has no evaluation pass")));
+  if (train_)
+    batchesPerEpoch_ = train_->batchesPerEpoch();
+  if (o_.eval) {
+    if (!m_.eval)
+      return fail("--eval: this trainer has no evaluation pass");
+    if (std::string bad = evaluationProblem(); !bad.empty())
+      return fail("--eval: " + bad);
+  }
   int64_t totalSteps = o_.steps ? *o_.steps : o_.epochs * batchesPerEpoch_;
   if (o_.hyper.schedule == 2 && o_.hyper.totalSteps <= 0)
     o_.hyper.totalSteps = totalSteps;
@@ -448,7 +454,7 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   ProgressOptions po;
   po.totalSteps = totalSteps;
   po.stepsPerEpoch = o_.steps ? 0 : batchesPerEpoch_;
-  po.itemsPerStep = layout_ ? layout_->shape[0] : m_.inputs.empty() ? 0 : m_.inputs[0].shape[0];
+  po.itemsPerStep = train_ ? train_->batchSize() : m_.inputs.empty() ? 0 : m_.inputs[0].shape[0];
   po.live = o_.progress == "live"    ? LiveMode::On
             : o_.progress == "lines" ? LiveMode::Off
                                      : LiveMode::Auto;

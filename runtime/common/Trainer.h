@@ -136,6 +136,11 @@ private:
   int timeDataOnly(int64_t totalSteps);
   bool saveCheckpoint(int64_t step, std::string& error);
   bool evaluate(int64_t epoch, int64_t step, std::string& error);
+  /// Why --eval cannot evaluate this model, or "": it evaluates a
+  /// classifier (a softmax cross-entropy loss: logits [N, classes] against
+  /// its label input) or a regression (mse: the output against its target
+  /// input, of the same size).
+  std::string evaluationProblem() const;
   bool downloadState(std::string& error) {
     if (multi_)
       return multi_->download(hostState_.data(), o_.checkReplicas, error);
@@ -204,7 +209,7 @@ private:
   std::vector<unsigned char> hostEma_;
   StepBuffers buffers_{}, evalBuffers_{};
   std::optional<ImageLayout> layout_;
-  std::unique_ptr<DataSource> train_, test_;
+  std::unique_ptr<InputBatches> train_, test_;
   std::vector<unsigned char> rawBatch_;
   int64_t batchesPerEpoch_ = 1;
   int64_t startStep_ = 0;

@@ -9,20 +9,69 @@
 
 namespace lwrt::trainer {
 
-/// Accuracy and mean cross-entropy of the inference graph on the test split
-/// (every example: the last partial batch is padded and the padding not
-/// counted).
-bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
-  const int64_t n = layout_->shape[0], classes = m_.logitsShape.back();
-  const int64_t rows = numelOf(m_.logitsShape) / classes;
-  if (rows != n) {
-    error = "evaluation: the logits are not [N, classes]";
-    return false;
+namespace {
+
+/// The model's one label (or target) input, or null.
+const InputInfo* labelInput(const ModelInfo& m) {
+  const InputInfo* label = nullptr;
+  for (const InputInfo& in : m.inputs)
+    if (in.isLabel) {
+      if (label)
+        return nullptr;
+      label = &in;
+    }
+  return label;
+}
+
+double elementAt(const unsigned char* p, DType t, int64_t k) {
+  if (t == DType::F64) {
+    double v;
+    std::memcpy(&v, p + 8 * k, 8);
+    return v;
   }
+  float f;
+  std::memcpy(&f, p + 4 * k, 4);
+  return f;
+}
+
+} // namespace
+
+std::string Trainer::evaluationProblem() const {
+  const InputInfo* label = labelInput(m_);
+  if (!label || label->shape.empty())
+    return "the model has no single label or target input [N, ...]";
+  const int64_t n = label->shape[0];
+  if (m_.logitsType != DType::F32 && m_.logitsType != DType::F64)
+    return "the evaluation output is not float32 or float64";
+  if (m_.classes > 0) {
+    if (m_.logitsShape.empty() || numelOf(m_.logitsShape) != n * m_.logitsShape.back())
+      return "the logits are not [N, classes]";
+    if (label->dtype != DType::I64 && label->dtype != DType::I32)
+      return "the labels are not integers";
+    return "";
+  }
+  if (label->dtype != DType::F32 && label->dtype != DType::F64)
+    return "the loss is neither a classification loss (softmax cross-entropy) nor a regression "
+           "(mse) with a float target";
+  if (numelOf(m_.logitsShape) != numelOf(label->shape))
+    return "the evaluation output has " + std::to_string(numelOf(m_.logitsShape)) +
+           " elements but the target " + std::to_string(numelOf(label->shape));
+  return "";
+}
+
+/// On the test split (every example: the last partial batch is padded and
+/// the padding not counted): a classifier's accuracy, top-5 and mean
+/// cross-entropy, a regression's mean squared error (the mse loss's
+/// definition: the mean over every element of every example).
+bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
+  const InputInfo& label = *labelInput(m_);
+  const int64_t n = label.shape[0];
+  const bool classifier = m_.classes > 0;
+  const int64_t classes = classifier ? m_.logitsShape.back() : 0;
+  const int64_t perExample = numelOf(m_.logitsShape) / n; // a regression's outputs
   int64_t examples = o_.data == "synthetic" ? n * 10 : test_ ? test_->numExamples() : n;
   int64_t batches = (examples + n - 1) / n, correct = 0, top5 = 0;
   double lossSum = 0;
-  std::vector<int64_t> labels(static_cast<size_t>(n));
   std::vector<unsigned char> logits(static_cast<size_t>(bytesOf(m_.logitsType, m_.logitsShape)));
   // Multi-device trainers evaluate on device 0 with the whole params
   // (under mpirun: rank 0, the others send it their devices' params).
@@ -43,7 +92,7 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
     FeedOptions fo;
     fo.threads = dataThreads();
     fo.depth = fo.threads + 2; // a batch per thread, the one in use and one ready
-    feed = createExampleFeed(*runner_, m_.inputBytes, *layout_, *test_, batches, fo, &error);
+    feed = createExampleFeed(*runner_, m_.inputBytes, *test_, batches, fo, &error);
     if (!feed) {
       error = "evaluation: " + error;
       return false;
@@ -59,17 +108,9 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
       error = "evaluation: " + error;
       return false;
     }
-    // The labels as the model sees them.
-    for (int64_t k = 0; k < n; ++k) {
-      const unsigned char* lab = batch + layout_->label->offset;
-      if (layout_->label->dtype == DType::I64) {
-        std::memcpy(&labels[k], lab + 8 * k, 8);
-      } else {
-        int32_t v;
-        std::memcpy(&v, lab + 4 * k, 4);
-        labels[k] = v;
-      }
-    }
+    // The labels or targets as the model sees them.
+    const std::vector<unsigned char> target(
+        batch + label.offset, batch + label.offset + bytesOf(label.dtype, label.shape));
     if (!runner_->upload(inputs_.ptr, batch, m_.inputBytes, &error) ||
         !runner_->run(
             1, [&](std::string* e) { return m_.eval(evalBuffers_, e); }, &error) ||
@@ -82,67 +123,71 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
       feed->release(b);
     int64_t valid = std::min(n, examples - b * n);
     for (int64_t k = 0; k < valid; ++k) {
-      std::vector<double> row(static_cast<size_t>(classes));
-      for (int64_t j = 0; j < classes; ++j) {
-        if (m_.logitsType == DType::F64) {
-          std::memcpy(&row[j], logits.data() + 8 * (k * classes + j), 8);
-        } else {
-          float f;
-          std::memcpy(&f, logits.data() + 4 * (k * classes + j), 4);
-          row[j] = f;
+      if (!classifier) {
+        for (int64_t j = k * perExample; j < (k + 1) * perExample; ++j) {
+          const double d =
+              elementAt(logits.data(), m_.logitsType, j) - elementAt(target.data(), label.dtype, j);
+          lossSum += d * d;
         }
+        continue;
+      }
+      std::vector<double> row(static_cast<size_t>(classes));
+      for (int64_t j = 0; j < classes; ++j)
+        row[j] = elementAt(logits.data(), m_.logitsType, k * classes + j);
+      int64_t labelValue = 0;
+      if (label.dtype == DType::I64) {
+        std::memcpy(&labelValue, target.data() + 8 * k, 8);
+      } else {
+        int32_t v;
+        std::memcpy(&v, target.data() + 4 * k, 4);
+        labelValue = v;
       }
       // The label's rank: logits above it, and equal ones before it (the
       // first maximum is the prediction).
-      const int64_t label = labels[k];
       int64_t rank = classes;
-      if (label >= 0 && label < classes && std::isfinite(row[label])) {
+      if (labelValue >= 0 && labelValue < classes && std::isfinite(row[labelValue])) {
         rank = 0;
         for (int64_t j = 0; j < classes; ++j)
-          rank += row[j] > row[label] || (row[j] == row[label] && j < label);
+          rank += row[j] > row[labelValue] || (row[j] == row[labelValue] && j < labelValue);
       }
       correct += rank == 0;
       top5 += rank < 5;
       double mx = *std::max_element(row.begin(), row.end()), sum = 0;
       for (double v : row)
         sum += std::exp(v - mx);
-      if (labels[k] >= 0 && labels[k] < classes)
-        lossSum += std::log(sum) + mx - row[labels[k]];
+      if (labelValue >= 0 && labelValue < classes)
+        lossSum += std::log(sum) + mx - row[labelValue];
     }
     if (b == 0) {
-      evalLogits_.resize(static_cast<size_t>(n * classes));
-      for (int64_t k = 0; k < n * classes; ++k) {
-        if (m_.logitsType == DType::F64) {
-          double v;
-          std::memcpy(&v, logits.data() + 8 * k, 8);
-          evalLogits_[k] = static_cast<float>(v);
-        } else {
-          std::memcpy(&evalLogits_[k], logits.data() + 4 * k, 4);
-        }
-      }
+      const int64_t count = numelOf(m_.logitsShape);
+      evalLogits_.resize(static_cast<size_t>(count));
+      for (int64_t k = 0; k < count; ++k)
+        evalLogits_[k] = static_cast<float>(elementAt(logits.data(), m_.logitsType, k));
     }
   }
-  double accuracy = static_cast<double>(correct) / static_cast<double>(examples);
-  double loss = lossSum / static_cast<double>(examples);
+  EvalRecord r;
+  r.epoch = epoch;
+  r.step = step;
   char line[256];
-  double accuracy5 = static_cast<double>(top5) / static_cast<double>(examples);
-  std::snprintf(line, sizeof line,
-                "eval  epoch %lld  accuracy %.4f (%lld/%lld)  top-5 %.4f  loss %.4f",
-                static_cast<long long>(epoch), accuracy, static_cast<long long>(correct),
-                static_cast<long long>(examples), accuracy5, loss);
-  progress_->message(line);
-  if (log_ || tb_) {
-    EvalRecord r;
-    r.epoch = epoch;
-    r.accuracy = accuracy;
-    r.top5 = accuracy5;
-    r.loss = loss;
-    r.step = step;
-    if (log_)
-      log_->eval(r);
-    if (tb_)
-      tb_->eval(r);
+  if (classifier) {
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(examples);
+    r.top5 = static_cast<double>(top5) / static_cast<double>(examples);
+    r.loss = lossSum / static_cast<double>(examples);
+    std::snprintf(line, sizeof line,
+                  "eval  epoch %lld  accuracy %.4f (%lld/%lld)  top-5 %.4f  loss %.4f",
+                  static_cast<long long>(epoch), *r.accuracy, static_cast<long long>(correct),
+                  static_cast<long long>(examples), *r.top5, *r.loss);
+  } else {
+    r.loss = lossSum / (static_cast<double>(examples) * static_cast<double>(perExample));
+    std::snprintf(line, sizeof line,
+                  "eval  epoch %lld  loss %.6g (mean squared error over %lld examples)",
+                  static_cast<long long>(epoch), *r.loss, static_cast<long long>(examples));
   }
+  progress_->message(line);
+  if (log_)
+    log_->eval(r);
+  if (tb_)
+    tb_->eval(r);
   return true;
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The trainer's run-time recipes: --ema, --data=npy:DIR and --tensorboard=DIR.
 
-LeNet at test size (batch 8) as CPU trainers (`--gpus 1`, and `--gpus 2|4`
-for the moving average) and as a CUDA trainer on the emulated GPU. Checks,
+LeNet at test size (batch 8), and an MLP regression for npy's non-image
+data, as CPU trainers (`--gpus 1`, and `--gpus 2|4` for the moving average
+and the regression) and as CUDA trainers on the emulated GPU. Checks,
 each a test case:
   - --ema=0.9 --ema-warmup: after 4 steps the average (--dump's
     ema_param_*.bin) is the reference computed here from the params of runs
@@ -30,6 +31,16 @@ each a test case:
   - bad .npy files (Fortran order, float64, a shape the model does not take,
     truncated, a label out of range, no magic, a missing label file) stop
     the trainer with exit 1 and a message naming the file;
+  - an MLP regression (--loss=mse, features (E, 8), float targets (E, 2) of
+    a known linear function) reads --data=npy: and fits: its final eval mean
+    squared error is below 1% of the targets' variance, and equals the
+    exported model's error on the test split computed here; --gpus 2 data
+    and model, --gpus 4 owt and the CUDA trainer on the emulated GPU take
+    the one-device steps (losses 1e-5, params 1e-4), and the --gpus 2 one
+    as 2 processes under mpirun the one-process steps bit for bit; a
+    float64 model trains on '<f8' arrays; bad files (a target or feature
+    shape, an integer target, files of different lengths, truncated, a
+    missing target file) stop the trainer with exit 1 naming the file;
   - --tensorboard=DIR writes an event file that this test parses by hand
     (TFRecord framing with masked CRC-32C, Event and Summary protos): every
     record's CRCs hold, the first event is file_version brain.Event:2, and
@@ -375,6 +386,211 @@ def npy_cases(tmp, model):
                f"exit {r.returncode}: {r.stderr[-600:]}")
 
 
+# --- --data=npy:DIR for a regression (--loss=mse) ---------------------------------
+
+FEATURES, HIDDEN, TARGETS, REG_BATCH = 8, 32, 2, 16
+REG_FLAGS = ["--loss=mse", "--optimizer=adam", "--lr=0.01"]
+
+
+def mlp_model(path, dtype=np.float32):
+    """An MLP x [16, 8] -> Gemm 32 -> Relu -> Gemm 2 -> y, He-initialized (seed 5)."""
+    import onnx
+    from onnx import helper, numpy_helper, TensorProto
+    rng = np.random.default_rng(5)
+    w1 = rng.standard_normal((HIDDEN, FEATURES)) * np.sqrt(2 / FEATURES)
+    w2 = rng.standard_normal((TARGETS, HIDDEN)) * np.sqrt(1 / HIDDEN)
+    inits = [numpy_helper.from_array(a.astype(dtype), n) for a, n in
+             ((w1, "fc1_w"), (np.zeros(HIDDEN), "fc1_b"), (w2, "fc2_w"),
+              (np.zeros(TARGETS), "fc2_b"))]
+    nodes = [helper.make_node("Gemm", ["x", "fc1_w", "fc1_b"], ["h"], transB=1, name="fc1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("Gemm", ["r", "fc2_w", "fc2_b"], ["y"], transB=1, name="fc2")]
+    t = TensorProto.DOUBLE if dtype == np.float64 else TensorProto.FLOAT
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", t, [REG_BATCH, FEATURES])],
+                          [helper.make_tensor_value_info("y", t, [REG_BATCH, TARGETS])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+def regression_data(folder, dtype=np.float32, train=1024, test=256):
+    """x ~ N(0, 1) [E, 8] and y = x A + c [E, 2] (A, c fixed by seed 7): a fit an
+    MLP can reach. Returns the test split (x, y)."""
+    rng = np.random.default_rng(7)
+    a, c = rng.standard_normal((FEATURES, TARGETS)), rng.standard_normal(TARGETS)
+    os.makedirs(folder, exist_ok=True)
+    out = None
+    for split, count in (("train", train), ("test", test)):
+        x = rng.standard_normal((count, FEATURES))
+        y = x @ a + c
+        np.save(os.path.join(folder, f"x_{split}.npy"), x.astype(dtype))
+        np.save(os.path.join(folder, f"y_{split}.npy"), y.astype(dtype))
+        out = (x.astype(dtype), y.astype(dtype))
+    return out
+
+
+def mlp_forward(onnx_path, x):
+    """The exported MLP on x, in float64."""
+    import onnx
+    from onnx import numpy_helper
+    w = {i.name: numpy_helper.to_array(i).astype(np.float64)
+         for i in onnx.load(onnx_path).graph.initializer}
+    h = np.maximum(x.astype(np.float64) @ w["fc1_w"].T + w["fc1_b"], 0)
+    return h @ w["fc2_w"].T + w["fc2_b"]
+
+
+def evals_of(log):
+    return [json.loads(line) for line in open(log) if '"type":"eval"' in line]
+
+
+def regression_cases(tmp, emulated):
+    model = os.path.join(tmp, "mlp.onnx")
+    mlp_model(model)
+    data = os.path.join(tmp, "reg-data")
+    x_test, y_test = regression_data(data)
+    exe, err = build(model, REG_FLAGS, os.path.join(tmp, "reg-g1"))
+    if not exe:
+        report(False, "mlp --loss=mse: build", err)
+        return
+    name = "--data=npy: an MLP regression (--loss=mse)"
+    one = os.path.join(tmp, "reg-run")
+    r = train(exe, one, [f"--data=npy:{data}", "--epochs=12", "--eval", "--log=log.jsonl",
+                         "--export=model.onnx"])
+    if expect_ok(r, name):
+        evals = evals_of(os.path.join(one, "log.jsonl"))
+        variance = float(np.var(y_test))
+        final = evals[-1].get("loss") if evals else None
+        report(len(evals) == 12 and final is not None and final < 0.01 * variance and
+               all("accuracy" not in e for e in evals),
+               f"{name}: fits y = xA + c, the final eval mse below 1% of the targets' variance",
+               f"evals {len(evals)}, final {final}, variance {variance}")
+        want = float(np.mean((mlp_forward(os.path.join(one, "model.onnx"), x_test) -
+                              y_test.astype(np.float64)) ** 2))
+        report(final is not None and abs(final - want) <= 1e-4 * want,
+               f"{name}: the eval loss is the exported model's mean squared error on the test "
+               "split", f"logged {final}, numpy {want}")
+        report("data: npy: 1024 training examples" in r.stdout and "256 test examples" in r.stdout,
+               f"{name}: the trainer names its files and counts", r.stdout[:600])
+
+    # Several devices and processes: the one-device steps.
+    steps = ["--steps=8", "--log=log.jsonl", "--dump=dump"]
+    base = os.path.join(tmp, "reg-steps")
+    if not expect_ok(train(exe, base, [f"--data=npy:{data}", *steps]), f"{name}: 8 steps"):
+        return
+    want_losses = md.losses(os.path.join(base, "log.jsonl"))
+    want_params = params_of(os.path.join(base, "dump"))
+    for gpus, strategy in ((2, "data"), (2, "model"), (4, "owt")):
+        case = f"{name} --gpus {gpus} --strategy={strategy}"
+        mexe, err = build(model, [*REG_FLAGS, f"--gpus={gpus}", f"--strategy={strategy}"],
+                          os.path.join(tmp, f"reg-g{gpus}-{strategy}"))
+        if not mexe:
+            report(False, f"{case}: build", err)
+            continue
+        work = os.path.join(tmp, f"reg-steps-g{gpus}-{strategy}")
+        if not expect_ok(train(mexe, work, [f"--data=npy:{data}", *steps], gpus), case):
+            continue
+        got = md.losses(os.path.join(work, "log.jsonl"))
+        ok = harness.losses_within(got, want_losses, 1e-5)
+        params = params_of(os.path.join(work, "dump"))
+        bad = [k for k, v in want_params.items()
+               if not harness.close(params.get(k, np.zeros(0, np.float32)), v, 1e-4)[0]]
+        report(ok and not bad and len(got) == 8,
+               f"{case}: the one-device losses (1e-5) and params (1e-4)",
+               f"losses {got} vs {want_losses}; params {bad[:4]}")
+        if gpus == 2 and strategy == "data":
+            regression_under_mpirun(mexe, work, data, steps, case)
+    if emulated:
+        import emulated_gpu as eg
+        case = f"{name} on the emulated GPU"
+        gexe, err = eg.build_emulated(model, REG_FLAGS, os.path.join(tmp, "reg-emu"))
+        work = os.path.join(tmp, "reg-steps-emu")
+        if not gexe:
+            report(False, f"{case}: build", err)
+        elif expect_ok(eg.train(gexe, work, [f"--data=npy:{data}", *steps], True), case):
+            got = md.losses(os.path.join(work, "log.jsonl"))
+            params = params_of(os.path.join(work, "dump"))
+            bad = [k for k, v in want_params.items()
+                   if not harness.close(params.get(k, np.zeros(0, np.float32)), v, 1e-4)[0]]
+            report(harness.losses_within(got, want_losses, 1e-5) and not bad and len(got) == 8,
+                   f"{case}: the CPU trainer's losses (1e-5) and params (1e-4)",
+                   f"losses {got} vs {want_losses}; params {bad[:4]}")
+
+    # A float64 model takes float64 arrays, and names the file of float32 ones.
+    model64 = os.path.join(tmp, "mlp64.onnx")
+    mlp_model(model64, np.float64)
+    data64 = os.path.join(tmp, "reg-data64")
+    regression_data(data64, np.float64)
+    exe64, err = build(model64, REG_FLAGS, os.path.join(tmp, "reg-f64"))
+    if not exe64:
+        report(False, "mlp float64 --loss=mse: build", err)
+    else:
+        work = os.path.join(tmp, "reg-f64-run")
+        if expect_ok(train(exe64, work, [f"--data=npy:{data64}", "--epochs=4", "--eval",
+                                         "--log=log.jsonl"]), f"{name}: float64"):
+            evals = evals_of(os.path.join(work, "log.jsonl"))
+            report(len(evals) == 4 and evals[-1]["loss"] < evals[0]["loss"],
+                   f"{name}: a float64 model trains on '<f8' arrays",
+                   str([e.get("loss") for e in evals]))
+        r = train(exe64, work, [f"--data=npy:{data}", "--steps=1"])
+        report(r.returncode == 1 and os.path.join(data, "x_train.npy") in r.stderr and
+               "'<f4'" in r.stderr and "float64" in r.stderr,
+               f"{name}: float32 arrays for a float64 model: exit 1 naming the file",
+               f"exit {r.returncode}: {r.stderr[-400:]}")
+
+    # Bad files: exit 1, the file named.
+    rng = np.random.default_rng(11)
+    good_x = rng.standard_normal((64, FEATURES)).astype(np.float32)
+    good_y = rng.standard_normal((64, TARGETS)).astype(np.float32)
+    bad_cases = {
+        "target shape": ("y_train.npy", good_y[:, :1], "shape"),
+        "target dtype": ("y_train.npy", good_y.astype(np.int64), "'<i8'"),
+        "feature shape": ("x_train.npy", good_x.reshape(64, 2, 4)[:, :, :3], "shape"),
+        "lengths": ("y_train.npy", good_y[:60], "examples"),
+        "truncated": ("x_train.npy", None, "bytes"),
+        "missing": ("y_train.npy", "", "cannot open"),
+    }
+    for label, (file, content, words) in bad_cases.items():
+        d = os.path.join(tmp, f"reg-bad-{label.replace(' ', '-')}")
+        os.makedirs(d)
+        np.save(os.path.join(d, "x_train.npy"), good_x)
+        np.save(os.path.join(d, "y_train.npy"), good_y)
+        path = os.path.join(d, file)
+        if label == "truncated":
+            raw = open(path, "rb").read()
+            open(path, "wb").write(raw[:len(raw) - 40])
+        elif label == "missing":
+            os.remove(path)
+        else:
+            np.save(path, content)
+        r = train(exe, os.path.join(tmp, "reg-bad-run"), [f"--data=npy:{d}", "--steps=1"])
+        report(r.returncode == 1 and path in r.stderr and words in r.stderr,
+               f"{name}: {label} ({file}): exit 1 naming the file ({words})",
+               f"exit {r.returncode}: {r.stderr[-600:]}")
+
+
+def regression_under_mpirun(exe, one, data, steps, case):
+    """The --gpus 2 trainer as 2 processes, each reading its device's rows:
+    the one-process losses and params bit for bit."""
+    name = f"{case} under mpirun -np 2"
+    if not shutil.which("mpirun"):
+        report(False, name, "no mpirun")
+        return
+    work = one + "-mpi"
+    os.makedirs(work, exist_ok=True)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    args = ["mpirun", "--oversubscribe", "-np", "2", exe, f"--data=npy:{data}",
+            f"--seed={md.SEED}", "--progress=off", "--data-threads=1", md.threads(2), *steps]
+    r = subprocess.run(args, cwd=work, capture_output=True, text=True, timeout=600, env=env)
+    if not expect_ok(r, name):
+        return
+    same = (md.losses(os.path.join(one, "log.jsonl")) == md.losses(os.path.join(work, "log.jsonl"))
+            and raw_of(os.path.join(one, "dump"), "param_") ==
+            raw_of(os.path.join(work, "dump"), "param_"))
+    report(same, f"{name}: the one-process losses and params bit for bit")
+
+
 # --- --tensorboard=DIR -------------------------------------------------------------
 
 def crc32c(data):
@@ -550,8 +766,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--no-emulated", action="store_true",
                     help="leave out the CUDA trainer on the emulated GPU")
-    ap.add_argument("--cases", default="ema,npy,tensorboard,usage",
-                    help="comma-separated: ema, npy, tensorboard, usage")
+    ap.add_argument("--cases", default="ema,npy,regression,tensorboard,usage",
+                    help="comma-separated: ema, npy, regression, tensorboard, usage")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="lwcc-trainer-recipes-")
     try:
@@ -567,6 +783,8 @@ def main():
                 tensorboard_cases(tmp, model)
             if "npy" in cases:
                 npy_cases(tmp, model)
+            if "regression" in cases:
+                regression_cases(tmp, not args.no_emulated)
             if "ema" in cases:
                 ema_cases(tmp, model, not args.no_emulated)
     finally:

@@ -1,5 +1,5 @@
 // lwrt/data.h - the trainer's data loaders: input batches for a model
-// defines: DataSource, SyntheticData, IdxOptions, IdxData, NpyOptions, NpyData, shuffledOrder,
+// defines: EpochOrders, DataSource, SyntheticData, IdxOptions, IdxData, shuffledOrder,
 //          hashWords
 //
 // A DataSource yields batches in the model's input layout: float32 images
@@ -31,6 +31,31 @@ std::vector<int64_t> shuffledOrder(int64_t n, uint64_t seed, uint64_t epoch);
 /// A stateless hash of three words (splitmix64's finalizer, chained): the
 /// loaders' counter-based randomness.
 uint64_t hashWords(uint64_t a, uint64_t b, uint64_t c);
+
+/// The order in which each epoch visits `n` examples: shuffledOrder of
+/// (seed, epoch), or file order without shuffling. The orders of the two
+/// epochs asked for last are kept: batches of consecutive epochs are
+/// prepared at the same time around an epoch's end. Safe to use from
+/// several threads, except setSeed.
+class EpochOrders {
+public:
+  EpochOrders(int64_t n, bool shuffle, uint64_t seed);
+  ~EpochOrders();
+  /// The whole order of `epoch`; null when not shuffling (file order).
+  std::shared_ptr<const std::vector<int64_t>> of(uint64_t epoch) const;
+  /// The example at slot `slot` (< n) of `epoch`.
+  int64_t at(uint64_t epoch, int64_t slot) const;
+  /// A new seed; the kept orders are dropped.
+  void setSeed(uint64_t seed);
+  uint64_t seed() const { return seed_; }
+
+private:
+  int64_t n_;
+  bool shuffle_;
+  uint64_t seed_;
+  struct Cache;
+  std::unique_ptr<Cache> cache_;
+};
 
 class DataSource {
 public:
@@ -72,8 +97,8 @@ public:
   bool seek(Position p, std::string* error = nullptr);
   /// The seed of the shuffle (and of random augmentations): a resumed run
   /// takes its checkpoint's. Not while batches are being drawn.
-  void setSeed(uint64_t seed);
-  uint64_t seed() const { return seed_; }
+  void setSeed(uint64_t seed) { orders_.setSeed(seed); }
+  uint64_t seed() const { return orders_.seed(); }
 
   /// Writes example `index` (< numExamples(), in file order) as epoch
   /// `epoch` draws it: an evaluation covers every example, the last partial
@@ -83,7 +108,7 @@ public:
     return load(index, epoch, image, label, error);
   }
   /// The example at slot `slot` (< N * batchesPerEpoch) of epoch `epoch`.
-  int64_t exampleAt(uint64_t epoch, int64_t slot) const;
+  int64_t exampleAt(uint64_t epoch, int64_t slot) const { return orders_.at(epoch, slot); }
 
 protected:
   /// `shape` and `examples` already validated by the subclass's factory.
@@ -95,18 +120,10 @@ protected:
                     std::string* error) const = 0;
 
 private:
-  /// The visiting order of `epoch` (shuffling only), cached for the two
-  /// epochs asked for last: batches of consecutive epochs are prepared at
-  /// the same time around an epoch's end.
-  std::shared_ptr<const std::vector<int64_t>> orderOf(uint64_t epoch) const;
-
   std::vector<int64_t> shape_;
   int64_t examples_;
-  bool shuffle_;
-  uint64_t seed_;
   Position pos_;
-  struct OrderCache;
-  std::unique_ptr<OrderCache> orders_;
+  EpochOrders orders_;
 };
 
 /// Deterministic synthetic data: image element j of example i is a standard
@@ -190,47 +207,6 @@ private:
   std::vector<unsigned char> labels_;
   float normalized_[256];              ///< byte -> (byte / 255 - mean) / std
   std::vector<Tap> rowTaps_, colTaps_; ///< when resizing
-};
-
-struct NpyOptions {
-  /// Use only the first maxExamples examples of the files (0: all).
-  int64_t maxExamples = 0;
-  /// Shuffle every epoch (training) or visit in file order (evaluation).
-  bool shuffle = true;
-  uint64_t seed = 0;
-  /// When positive, every label must be below it.
-  int64_t classes = 0;
-};
-
-/// numpy arrays (--data=npy:DIR): `<dir>/x_<split>.npy`, the images, shape
-/// (N, C, H, W) (or (N, H, W) for C = 1) of the batch's C, H and W, float32
-/// ('<f4', used as they are) or uint8 ('|u1', divided by 255); and
-/// `<dir>/y_<split>.npy`, N int64 or int32 labels ('<i8', '<i4'). For the
-/// training split `x.npy` and `y.npy` stand in when `x_train.npy` is not
-/// there. C order only (npy format 1.0 to 3.0; the header is parsed here).
-/// The arrays stay in memory as stored.
-class NpyData : public DataSource {
-public:
-  /// `split` is "train" or "test"; `shape` is [N, C, H, W]. Null with
-  /// `error` naming the file on any problem: a missing file, a bad header,
-  /// another dtype, Fortran order, a shape that does not fit, too few
-  /// bytes, a label out of range.
-  static std::unique_ptr<NpyData> open(const std::string& dir, const std::string& split,
-                                       const std::vector<int64_t>& shape,
-                                       const NpyOptions& options = {},
-                                       std::string* error = nullptr);
-
-protected:
-  bool load(int64_t index, uint64_t epoch, float* image, int64_t* label,
-            std::string* error) const override;
-
-private:
-  NpyData(std::vector<int64_t> shape, int64_t examples, const NpyOptions& options)
-      : DataSource(std::move(shape), examples, options.shuffle, options.seed) {}
-
-  bool bytes_ = false;                ///< uint8 images (else float32)
-  std::vector<unsigned char> images_; ///< examples x C x H x W, as stored
-  std::vector<int64_t> labels_;
 };
 
 } // namespace lwrt

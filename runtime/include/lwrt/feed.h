@@ -1,6 +1,7 @@
 // lwrt/feed.h - the trainer's input pipeline: each step's input buffer, prepared ahead
-// defines: ImageLayout, imageLayout, storeBatch, fillSyntheticInputs, FillFn, FeedOptions,
-//          BatchFeed, createPrefetchFeed, createPoolFeed, createExampleFeed
+// defines: ImageLayout, imageLayout, storeBatch, InputBatches, imageBatches,
+//          fillSyntheticInputs, FillFn, FeedOptions, BatchFeed, createPrefetchFeed,
+//          createPoolFeed, createExampleFeed
 //
 // A BatchFeed hands the trainer, for each training step in turn, a host
 // buffer holding that step's inputs in the model's layout (ModelInfo's
@@ -39,6 +40,38 @@ std::optional<ImageLayout> imageLayout(const ModelInfo& m, std::string& why);
 /// in the model's element types.
 void storeBatch(const ImageLayout& l, const float* images, const int64_t* labels,
                 unsigned char* inputs);
+
+/// A data set drawn as whole input buffers (ModelInfo's inputBytes, each
+/// input at its offset): the training batches of each epoch, shuffled by
+/// the seed, and the examples in file order for an evaluation. Batches are
+/// a function of their position alone, and may be drawn from several
+/// threads at once.
+class InputBatches {
+public:
+  virtual ~InputBatches() = default;
+  /// N, the examples of a batch.
+  virtual int64_t batchSize() const = 0;
+  virtual int64_t numExamples() const = 0;
+  /// Whole batches in an epoch (the last partial batch is dropped).
+  int64_t batchesPerEpoch() const { return numExamples() / batchSize(); }
+  /// The shuffle's seed (and that of random augmentations): a resumed run
+  /// takes its checkpoint's. Not while batches are being drawn.
+  virtual void setSeed(uint64_t seed) = 0;
+  /// Writes training batch `p` (p.batch below batchesPerEpoch()) into
+  /// `inputs`; with `rows` [first, end) only those examples of the batch, at
+  /// their places (a process under mpirun prepares its devices' samples
+  /// alone). False with `error` set when an example cannot be loaded.
+  virtual bool batch(DataSource::Position p, unsigned char* inputs, std::string* error,
+                     std::pair<int64_t, int64_t> rows = {0, -1}) const = 0;
+  /// Writes examples first .. first + N - 1 in file order, wrapping past
+  /// the last: an evaluation batch. False with `error` set as batch().
+  virtual bool examples(int64_t first, unsigned char* inputs, std::string* error) const = 0;
+};
+
+/// A loader of images and labels (`data`, whose batch shape is
+/// layout.shape) as input buffers in the model's layout.
+std::unique_ptr<InputBatches> imageBatches(const ImageLayout& layout,
+                                           std::unique_ptr<DataSource> data);
 
 /// Seeded synthetic values for every input of `m`, a function of (seed,
 /// index) alone (counter-based): floats roughly standard normal (a sum of
@@ -84,10 +117,9 @@ std::unique_ptr<BatchFeed> createPoolFeed(StepRunner& runner, int64_t bytes, Fil
 
 /// Evaluation batches prepared ahead like training ones: batch b (below
 /// `batches`) holds examples b * N .. b * N + N - 1 of `data` in file order
-/// (wrapping past the last), in the layout `layout`.
+/// (wrapping past the last).
 std::unique_ptr<BatchFeed> createExampleFeed(StepRunner& runner, int64_t bytes,
-                                             const ImageLayout& layout, const DataSource& data,
-                                             int64_t batches, const FeedOptions& options,
-                                             std::string* error);
+                                             const InputBatches& data, int64_t batches,
+                                             const FeedOptions& options, std::string* error);
 
 } // namespace lwrt

@@ -128,7 +128,7 @@ struct StepRecord {
 
 struct EvalRecord {
   int64_t epoch = 0;
-  double accuracy = 0; ///< top-1
+  std::optional<double> accuracy; ///< top-1 (a classifier)
   std::optional<double> loss;
   std::optional<int64_t> step;
   std::optional<double> top5; ///< top-5: the label among the 5 largest logits
