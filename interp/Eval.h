@@ -27,6 +27,10 @@ struct EvalCtx {
   WeightMap* updates = nullptr;
   /// The param values the step started from (for assigns to a shard).
   const WeightMap* weights = nullptr;
+  /// The interpreter runs at float64 (--precision=f64): float32 tensors
+  /// hold unrounded doubles, and kernels that mirror a float32 runtime
+  /// computation compute in double instead.
+  bool float64 = false;
 
   const Tensor& x(unsigned k = 0) const { return *in[k]; }
   Tensor& y(unsigned k = 0) { return out[k]; }
@@ -128,12 +132,12 @@ inline lwrt::BroadcastIndex broadcastIndex(const Shape& to, const Shape& from) {
   X(SoftmaxXent)                                                                                   \
   X(MseLoss)                                                                                       \
   X(SoftmaxXentGrad)                                                                               \
-  X(MseLossGrad) X(Conv2dGradInput) X(Conv2dGradFilter) X(MaxPool2dGrad) X(AvgPool2dGrad)          \
-      X(LrnGrad) X(ReluGrad) X(LeakyReluGrad) X(SigmoidGrad) X(TanhGrad) X(ClipGrad)               \
-          X(SoftmaxGrad) X(LogSoftmaxGrad) X(BatchNormTrain) X(BatchNormGrad) X(SliceGrad)         \
-              X(GatherGrad) X(DropoutMask) X(SgdUpdate) X(AdamUpdate) X(LrSchedule) X(AllFinite)   \
-                  X(Assign) X(LayerNorm) X(LayerNormGrad) X(GatherNd) X(GatherNdGrad) X(Record)    \
-                      X(Wait)
+  X(MseLossGrad)                                                                                   \
+  X(Conv2dGradInput) X(Conv2dGradFilter) X(MaxPool2dGrad) X(AvgPool2dGrad) X(LrnGrad) X(ReluGrad)  \
+      X(LeakyReluGrad) X(SigmoidGrad) X(TanhGrad) X(ClipGrad) X(SoftmaxGrad) X(LogSoftmaxGrad)     \
+          X(BatchNormTrain) X(BatchNormGrad) X(SliceGrad) X(GatherGrad) X(DropoutMask)             \
+              X(SgdUpdate) X(AdamUpdate) X(LrSchedule) X(AllFinite) X(Assign) X(LayerNorm)         \
+                  X(LayerNormGrad) X(GatherNd) X(GatherNdGrad) X(Record) X(Wait)
 #define LWCC_COMM_KERNELS(X)                                                                       \
   X(AllReduce)                                                                                     \
   X(AllGather) X(ReduceScatter) X(Broadcast) X(ReduceTo) X(DeviceCopy) X(Shard) X(Unshard)
@@ -142,7 +146,8 @@ inline lwrt::BroadcastIndex broadcastIndex(const Shape& to, const Shape& from) {
 #define LWCC_ZOO_KERNELS(X)                                                                        \
   X(HardSwish)                                                                                     \
   X(HardSigmoid)                                                                                   \
-  X(Mish) X(Softplus) X(Softsign) X(Elu) X(Selu) X(Celu) X(ThresholdedRelu) X(HardSwishGrad)       \
+  X(Mish)                                                                                          \
+  X(Softplus) X(Softsign) X(Elu) X(Selu) X(Celu) X(ThresholdedRelu) X(HardSwishGrad)               \
       X(HardSigmoidGrad) X(MishGrad) X(SoftplusGrad) X(SoftsignGrad) X(EluGrad) X(SeluGrad)        \
           X(CeluGrad) X(ThresholdedReluGrad) X(PRelu) X(PReluGrad) X(Max) X(Min) X(MaxGrad)        \
               X(MinGrad) X(Compare) X(Where) X(Resize) X(ResizeGrad)

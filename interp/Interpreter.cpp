@@ -643,7 +643,7 @@ llvm::Expected<std::vector<Tensor>> evaluate(const Op& op,
                                              const std::vector<const Tensor*>& operands,
                                              Precision precision, WeightMap* updates,
                                              const WeightMap* weights) {
-  EvalCtx c{op, operands, {}, updates, weights};
+  EvalCtx c{op, operands, {}, updates, weights, precision == Precision::F64};
   for (unsigned k = 0; k < op.numResults(); ++k)
     c.out.emplace_back(op.result(k)->type());
   if (Error e = kEval[static_cast<size_t>(op.kind())](c))

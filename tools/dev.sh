@@ -334,6 +334,7 @@ cmd_test() {
   suite "tools/gpu checks on the emulated GPU (build, correct, multi)" \
     python3 test/e2e/gpu_check_emulated.py
   suite "train-step vs numpy" python3 test/e2e/train_step.py
+  suite "training recipes vs PyTorch's steps (recorded)" python3 test/e2e/torch_recipes_replay.py
   suite "training recipes on several devices vs one" python3 test/e2e/recipes_multi_device.py
   suite "fine-tuning with frozen layers" python3 test/e2e/finetune.py
   suite "trainer recipes: --ema, npy data, TensorBoard" python3 test/e2e/trainer_recipes.py
