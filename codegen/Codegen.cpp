@@ -15,7 +15,10 @@
 // 3. Write the constants those functions use (one per shape, one per
 //    value's offset, in a block per buffer), then main(): the ModelInfo that
 //    the runtime's trainerMain runs. The source is C++ for the CPU runtime
-//    or CUDA C++ for the CUDA runtime.
+//    or CUDA C++ for the CUDA runtime: one file, or for a step of more than
+//    opsPerFile ops, trainer.cc (main), trainer.h (the constants, shared)
+//    and trainer_1.cc .. trainer_K.cc (the functions in order), which the
+//    host compiler builds in parallel, each in linear time.
 // 4. Pack the weights blob (initial params; zero-initialized state stays
 //    zero).
 //
@@ -29,6 +32,7 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -52,6 +56,18 @@ constexpr const char* kPlanHashMark = "LWCC_PLAN_HASH";
 /// length: resnet18's --gpus 4 --strategy=model CPU trainer, four streams of
 /// about 620 ops, took g++ -O2 447 s of CPU as four functions, 59 s in parts).
 constexpr size_t kOpsPerFunction = 64;
+
+/// One generated function: its name, its text and the runtime calls in it
+/// (what the compiler's time grows with).
+struct FunctionText {
+  FunctionText(std::string name, std::string text) : name(std::move(name)), text(std::move(text)) {
+    for (size_t at = 0; (at = this->text.find("RUN_OP(", at)) != std::string::npos; at += 7)
+      ++ops;
+  }
+  std::string name;
+  std::string text;
+  size_t ops = 0;
+};
 
 /// Where each device's values live in a multi-device step.
 struct MultiDevicePlaces {
@@ -314,7 +330,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   std::set<std::string> offsetNames;
   ShapeNames shapes;
   Names names(offsetNames, "", multi && md.devices > 1);
-  std::ostringstream fns;
+  // The functions in order, each a unit the sources may be split at.
+  std::vector<FunctionText> fns;
   // `range`: the NVTX range of the function in a CUDA trainer ("": none,
   // for the one-time set-up).
   auto function = [&](const std::string& name, const char* range, const std::string& comment,
@@ -328,16 +345,18 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
         used.insert(phase.ops[k].used.begin(), phase.ops[k].used.end());
         hyper |= phase.ops[k].hyper;
       }
-      fns << "// " << doc << "\nbool " << fn
-          << "(const StepBuffers& b, [[maybe_unused]] std::string* failed) {\n"
-          << w.views(used);
+      std::ostringstream text;
+      text << "// " << doc << "\nbool " << fn
+           << "(const StepBuffers& b, [[maybe_unused]] std::string* failed) {\n"
+           << w.views(used);
       if (cuda && *nvtx)
-        fns << "  PhaseRange range(" << quoteString(nvtx) << ");\n";
+        text << "  PhaseRange range(" << quoteString(nvtx) << ");\n";
       if (hyper)
-        fns << "  const Hyper& h = *b.hyper;\n";
+        text << "  const Hyper& h = *b.hyper;\n";
       for (size_t k = begin; k < end; ++k)
-        fns << phase.ops[k].text;
-      fns << "  return true;\n}\n\n";
+        text << phase.ops[k].text;
+      text << "  return true;\n}\n\n";
+      fns.push_back({fn, text.str()});
     };
     const size_t n = phase.ops.size();
     if (n <= kOpsPerFunction) {
@@ -350,14 +369,16 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     for (size_t p = 0; p < parts; ++p)
       write(name + "_part" + std::to_string(p + 1), p * size, std::min(n, (p + 1) * size), "",
             "Part " + std::to_string(p + 1) + " of " + name + ".");
-    fns << "// " << comment << "\n// Its ops in " << parts
-        << " parts (short functions build faster).\n"
-        << "bool " << name << "(const StepBuffers& b, std::string* failed) {\n";
+    std::ostringstream text;
+    text << "// " << comment << "\n// Its ops in " << parts
+         << " parts (short functions build faster).\n"
+         << "bool " << name << "(const StepBuffers& b, std::string* failed) {\n";
     if (cuda && *range)
-      fns << "  PhaseRange range(" << quoteString(range) << ");\n";
+      text << "  PhaseRange range(" << quoteString(range) << ");\n";
     for (size_t p = 0; p < parts; ++p)
-      fns << "  if (!" << name << "_part" << p + 1 << "(b, failed))\n    return false;\n";
-    fns << "  return true;\n}\n\n";
+      text << "  if (!" << name << "_part" << p + 1 << "(b, failed))\n    return false;\n";
+    text << "  return true;\n}\n\n";
+    fns.push_back({name, text.str()});
   };
   // The activations CPU kernels keep in oneDNN's blocked layout.
   const std::set<const Value*> blocked = cuda ? std::set<const Value*>{} : blockedValues(g);
@@ -443,14 +464,16 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     }
     function("updatePhase", "update", "Update: the optimizer's step on every param.", w,
              code.phases[2]);
-    fns << "// One training step: " << (micro ? "micro-batches" : "forward, backward")
-        << ", update.\n"
-        << "bool step(const StepBuffers& b, std::string* failed) {\n"
-        << (micro ? "  if (!microBatchesPhase(b, failed) || !updatePhase(b, failed))\n"
-                  : "  if (!forwardPhase(b, failed) || !backwardPhase(b, failed) || "
-                    "!updatePhase(b, failed))\n")
-        << "    return false;\n"
-        << "  return true;\n}\n\n";
+    std::ostringstream text;
+    text << "// One training step: " << (micro ? "micro-batches" : "forward, backward")
+         << ", update.\n"
+         << "bool step(const StepBuffers& b, std::string* failed) {\n"
+         << (micro ? "  if (!microBatchesPhase(b, failed) || !updatePhase(b, failed))\n"
+                   : "  if (!forwardPhase(b, failed) || !backwardPhase(b, failed) || "
+                     "!updatePhase(b, failed))\n")
+         << "    return false;\n"
+         << "  return true;\n}\n\n";
+    fns.push_back({"step", text.str()});
   }
   Names evalNames(offsetNames, "eval_", false);
   std::unique_ptr<PhaseWriter> evalWriter;
@@ -626,84 +649,145 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   mainText << "  return trainerMain(argc, argv, model, " << ns << "::createRunner"
            << (multi ? std::string(", ") + ns + "::createGroup" : std::string()) << ");\n}\n";
 
-  std::ostringstream os;
-  os << "// Trainer for " << o.modelName << ", generated by lwcc. Do not edit: regenerate.\n"
-     << "//\n";
+  // The top comment, the includes, the blobs, and what the functions share:
+  // the sizes, `at`, the macros, the shapes and the offsets.
+  std::ostringstream about;
+  about << "// Trainer for " << o.modelName << ", generated by lwcc. Do not edit: regenerate.\n"
+        << "//\n";
   if (multi)
-    os << "// The training step of @" << g.name() << " (" << g.numOps() << " ops) on " << md.devices
-       << " devices, as one function per device\n"
-       << "// and stream (step_d<device>_s<stream>) that the " << (cuda ? "CUDA" : "CPU")
-       << " runtime runs together, each op a call\n"
-       << "// into the runtime; communication ops are one device's part of a collective,\n"
-       << "// and the scheduled IR's events order a device's streams. Each device has\n"
-       << "// its own arena (op results at their planned offsets) and state buffer (its\n"
-       << "// params and their optimizer state, replicas or shards of the params\n"
-       << "// embedded below).\n";
+    about << "// The training step of @" << g.name() << " (" << g.numOps() << " ops) on "
+          << md.devices << " devices, as one function per device\n"
+          << "// and stream (step_d<device>_s<stream>) that the " << (cuda ? "CUDA" : "CPU")
+          << " runtime runs together, each op a call\n"
+          << "// into the runtime; communication ops are one device's part of a collective,\n"
+          << "// and the scheduled IR's events order a device's streams. Each device has\n"
+          << "// its own arena (op results at their planned offsets) and state buffer (its\n"
+          << "// params and their optimizer state, replicas or shards of the params\n"
+          << "// embedded below).\n";
   else
-    os << "// The training step of @" << g.name() << " (" << g.numOps()
-       << " ops) in three phases, forward (with the loss),\n"
-       << "// backward and update, as one call per IR op on the " << (cuda ? "CUDA" : "CPU")
-       << " runtime. Every op result lives at\n"
-       << "// its planned offset in one arena; params and optimizer state live in the\n"
-       << "// state buffer, initialized from the weights embedded below.\n";
-  os << "#include <limits>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
-     << "#include \"lwrt/" << ns << "_nn.h\"\n#include \"lwrt/" << ns << "_tensor.h\"\n"
-     << runtimeHeadersOf(g, ns) << "#include \"lwrt/trainer.h\"\n"
-     << (multi ? "#include \"lwrt/comm.h\"\n" : "") << (cuda ? "#include \"lwrt/nvtx.h\"\n" : "")
-     << "\n";
+    about << "// The training step of @" << g.name() << " (" << g.numOps()
+          << " ops) in three phases, forward (with the loss),\n"
+          << "// backward and update, as one call per IR op on the " << (cuda ? "CUDA" : "CPU")
+          << " runtime. Every op result lives at\n"
+          << "// its planned offset in one arena; params and optimizer state live in the\n"
+          << "// state buffer, initialized from the weights embedded below.\n";
+  std::ostringstream includes;
+  includes << "#include <limits>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
+           << "#include \"lwrt/" << ns << "_nn.h\"\n#include \"lwrt/" << ns << "_tensor.h\"\n"
+           << runtimeHeadersOf(g, ns) << "#include \"lwrt/trainer.h\"\n"
+           << (multi ? "#include \"lwrt/comm.h\"\n" : "")
+           << (cuda ? "#include \"lwrt/nvtx.h\"\n" : "") << "\n";
   // The assembler embeds the blobs (nvcc's device pass must not see them).
+  std::ostringstream blobs;
   if (o.embedWeights || !o.exportTemplate.empty())
-    os << (cuda ? "#if !defined(__CUDA_ARCH__)\n" : "")
-       << (o.embedWeights ? incbin("lwcc_weights", o.weightsFile) : "")
-       << (o.exportTemplate.empty() ? "" : incbin("lwcc_export", o.exportFile))
-       << (cuda ? "#endif\n" : "") << (o.embedWeights ? incbinSymbols("lwcc_weights") : "")
-       << (o.exportTemplate.empty() ? "" : incbinSymbols("lwcc_export")) << "\n";
-  os << "namespace {\n\nusing namespace lwrt;\nusing namespace lwrt::" << ns << ";\n\n"
-     << "[[maybe_unused]] constexpr double kInf = std::numeric_limits<double>::infinity();\n\n"
-     << llvm::formatv("constexpr int64_t kArenaBytes = {0};\n", *arenaBytes).str()
-     << llvm::formatv("constexpr int64_t kStateBytes = {0};\n", stateBytes).str()
-     << llvm::formatv("constexpr int64_t kInputBytes = {0};\n", inputBytes).str()
-     << llvm::formatv("constexpr int64_t kEvalArenaBytes = {0};\n\n", evalArenaBytes).str()
-     << "using Shape = std::vector<int64_t>;\n\n"
-     << "// The tensor of `shape` at `offset` in a buffer.\n"
-     << "TensorView at(unsigned char* base, int64_t offset, DType t, Shape shape,\n"
-        "                Layout layout = Layout::RowMajor) {\n"
-        "  return TensorView{base + offset, t, std::move(shape), layout};\n}\n\n"
-     << "// A runtime call of op NAME (a string literal): when it fails, the\n"
-        "// function stops and reports NAME.\n"
-        "#define CHECK_OP(call, name)                                                   \\\n"
-        "  do {                                                                         \\\n"
-        "    if (!(call))                                                               \\\n"
-        "      return *failed = (name), false;                                          \\\n"
-        "  } while (0)\n"
-        "// The end of op NAME, of IR kind OP, for --profile.\n"
-        "#define MARK_OP(op, name)                                                      \\\n"
-        "  do {                                                                         \\\n"
-        "    if (b.mark)                                                                \\\n"
-        "      b.mark(b.markContext, op \" \" name);                                      \\\n"
-        "  } while (0)\n"
-        "// A step op's runtime call: checked, then marked.\n"
-        "#define RUN_OP(call, op, name)                                                 \\\n"
-        "  do {                                                                         \\\n"
-        "    CHECK_OP(call, name);                                                      \\\n"
-        "    MARK_OP(op, name);                                                         \\\n"
-        "  } while (0)\n\n"
-     << "// The shapes of the views.\n"
-     << shapes.definitions() << "\n"
-     << offsets.str() << fns.str() << "} // namespace\n\n"
-     << mainText.str();
+    blobs << (cuda ? "#if !defined(__CUDA_ARCH__)\n" : "")
+          << (o.embedWeights ? incbin("lwcc_weights", o.weightsFile) : "")
+          << (o.exportTemplate.empty() ? "" : incbin("lwcc_export", o.exportFile))
+          << (cuda ? "#endif\n" : "") << (o.embedWeights ? incbinSymbols("lwcc_weights") : "")
+          << (o.exportTemplate.empty() ? "" : incbinSymbols("lwcc_export")) << "\n";
+  // Split into files, the shared definitions are inline (one object for
+  // the whole program) and the functions declared for the other files.
+  const size_t totalOps = [&] {
+    size_t n = 0;
+    for (const FunctionText& f : fns)
+      n += f.ops;
+    return n;
+  }();
+  const bool split = o.opsPerFile > 0 && totalOps > o.opsPerFile;
+  const char* inl = split ? "inline " : "";
+  std::ostringstream shared;
+  shared << "using namespace lwrt;\nusing namespace lwrt::" << ns << ";\n\n"
+         << "[[maybe_unused]] constexpr double kInf = std::numeric_limits<double>::infinity();\n\n"
+         << llvm::formatv("constexpr int64_t kArenaBytes = {0};\n", *arenaBytes).str()
+         << llvm::formatv("constexpr int64_t kStateBytes = {0};\n", stateBytes).str()
+         << llvm::formatv("constexpr int64_t kInputBytes = {0};\n", inputBytes).str()
+         << llvm::formatv("constexpr int64_t kEvalArenaBytes = {0};\n\n", evalArenaBytes).str()
+         << "using Shape = std::vector<int64_t>;\n\n"
+         << "// The tensor of `shape` at `offset` in a buffer.\n"
+         << inl << "TensorView at(unsigned char* base, int64_t offset, DType t, Shape shape,\n"
+         << std::string(split ? 7 : 0, ' ')
+         << "                Layout layout = Layout::RowMajor) {\n"
+            "  return TensorView{base + offset, t, std::move(shape), layout};\n}\n\n"
+         << "// A runtime call of op NAME (a string literal): when it fails, the\n"
+            "// function stops and reports NAME.\n"
+            "#define CHECK_OP(call, name)                                                   \\\n"
+            "  do {                                                                         \\\n"
+            "    if (!(call))                                                               \\\n"
+            "      return *failed = (name), false;                                          \\\n"
+            "  } while (0)\n"
+            "// The end of op NAME, of IR kind OP, for --profile.\n"
+            "#define MARK_OP(op, name)                                                      \\\n"
+            "  do {                                                                         \\\n"
+            "    if (b.mark)                                                                \\\n"
+            "      b.mark(b.markContext, op \" \" name);                                      \\\n"
+            "  } while (0)\n"
+            "// A step op's runtime call: checked, then marked.\n"
+            "#define RUN_OP(call, op, name)                                                 \\\n"
+            "  do {                                                                         \\\n"
+            "    CHECK_OP(call, name);                                                      \\\n"
+            "    MARK_OP(op, name);                                                         \\\n"
+            "  } while (0)\n\n"
+         << "// The shapes of the views.\n"
+         << shapes.definitions(inl) << "\n"
+         << offsets.str();
 
-  // The weights blob: the initial params that are not zero-initialized, packed.
   GeneratedTrainer out;
-  out.fileName = cuda ? "trainer.cu" : "trainer.cc";
-  out.source = os.str();
+  const std::string ext = cuda ? ".cu" : ".cc";
+  if (!split) {
+    std::string text =
+        about.str() + includes.str() + blobs.str() + "namespace {\n\n" + shared.str();
+    for (const FunctionText& f : fns)
+      text += f.text;
+    out.files.push_back({"trainer" + ext, text + "} // namespace\n\n" + mainText.str()});
+  } else {
+    // As many files as opsPerFile asks for, of about equal ops, the
+    // functions in order; trainer.h holds what they share, trainer.cc the
+    // model description and main.
+    const size_t files = (totalOps + o.opsPerFile - 1) / o.opsPerFile;
+    std::vector<std::vector<const FunctionText*>> parts(files);
+    size_t before = 0; // the ops of the functions before f
+    for (const FunctionText& f : fns) {
+      parts[std::min(files - 1, before * files / totalOps)].push_back(&f);
+      before += f.ops;
+    }
+    parts.erase(std::remove_if(parts.begin(), parts.end(), [](const auto& p) { return p.empty(); }),
+                parts.end());
+    std::string declarations = "// The functions of the step files.\n";
+    for (const FunctionText& f : fns)
+      declarations += "bool " + f.name + "(const StepBuffers& b, std::string* failed);\n";
+    out.files.push_back(
+        {"trainer" + ext, about.str() + "//\n// In " + std::to_string(parts.size() + 1) +
+                              " files that build in parallel: this one (the model "
+                              "description and main),\n// trainer.h (what they share) and " +
+                              "trainer_1" + ext + " .. trainer_" + std::to_string(parts.size()) +
+                              ext + " (the functions in order).\n#include \"trainer.h\"\n\n" +
+                              blobs.str() + "using namespace lwcc_trainer;\n\n" + mainText.str()});
+    out.files.push_back(
+        {"trainer.h", "// What the files of the trainer for " + o.modelName +
+                          " share, generated by lwcc. Do not edit.\n#pragma once\n" +
+                          includes.str() + "namespace lwcc_trainer {\n\n" + shared.str() +
+                          declarations + "\n} // namespace lwcc_trainer\n"});
+    for (size_t k = 0; k < parts.size(); ++k) {
+      std::string text =
+          "// Part " + std::to_string(k + 1) + " of " + std::to_string(parts.size()) +
+          " of the step functions of the trainer for " + o.modelName +
+          ", generated by lwcc.\n#include \"trainer.h\"\n\n" + "namespace lwcc_trainer {\n\n";
+      for (const FunctionText* f : parts[k])
+        text += f->text;
+      out.files.push_back(
+          {"trainer_" + std::to_string(k + 1) + ext, text + "} // namespace lwcc_trainer\n"});
+    }
+  }
   // The plan's hash: of the whole source (every op, placement and offset),
   // the mark standing for itself.
   uint64_t planHash = 0xcbf29ce484222325ull;
-  for (unsigned char c : out.source)
-    planHash = (planHash ^ c) * 0x100000001b3ull;
-  out.source.replace(out.source.find(kPlanHashMark), std::strlen(kPlanHashMark),
-                     std::to_string(planHash) + "ull");
+  for (const SourceFile& f : out.files)
+    for (unsigned char c : f.text)
+      planHash = (planHash ^ c) * 0x100000001b3ull;
+  std::string& mainFile = out.files[0].text;
+  mainFile.replace(mainFile.find(kPlanHashMark), std::strlen(kPlanHashMark),
+                   std::to_string(planHash) + "ull");
+  // The weights blob: the initial params that are not zero-initialized, packed.
   out.exportTemplate = o.exportTemplate;
   for (const Value* p : logical) {
     if (p->zeroInit())

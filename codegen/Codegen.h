@@ -2,7 +2,8 @@
 //
 // Turns a training graph whose memory is planned (every op result has @buf)
 // into the source of a trainer for the lwcc runtime: trainer.cc for the CPU
-// or trainer.cu for CUDA (one runtime call per op under its IR statement,
+// or trainer.cu for CUDA, with a long step in several files that build in
+// parallel (one runtime call per op under its IR statement,
 // values named after the model, planned offsets and shapes as named
 // constants), on one device or several (one function per device and
 // stream), with an evaluation pass from the planned inference graph, and
@@ -49,11 +50,20 @@ struct CodegenOptions {
   std::string exportFile = "trainer.onnx-template";
   std::string exportTemplate; ///< empty: no --export
   std::vector<ExportCutSpec> exportCuts;
+  /// A step of more ops than this is written as several source files that
+  /// build in parallel (about this many ops each; 0: always one file).
+  size_t opsPerFile = 1500;
+};
+
+struct SourceFile {
+  std::string name;
+  std::string text;
 };
 
 struct GeneratedTrainer {
-  std::string fileName;       ///< trainer.cc or trainer.cu
-  std::string source;         ///< its text
+  /// trainer.cc (or .cu) first; a step of more than opsPerFile ops also
+  /// trainer.h and trainer_1.cc .. trainer_K.cc, compiled each on its own.
+  std::vector<SourceFile> files;
   std::string weights;        ///< the non-zero-initialized params, packed in order
   std::string exportTemplate; ///< the export template, or empty
 };

@@ -140,10 +140,10 @@ std::string ShapeNames::operator()(const std::vector<int64_t>& shape) {
   return names_.emplace(shape, name).first->second;
 }
 
-std::string ShapeNames::definitions() const {
+std::string ShapeNames::definitions(const std::string& prefix) const {
   std::string out;
   for (const auto& [shape, name] : names_) {
-    out += "const Shape " + name + " = {";
+    out += prefix + "const Shape " + name + " = {";
     for (size_t i = 0; i < shape.size(); ++i)
       out += (i ? ", " : "") + std::to_string(shape[i]);
     out += "};\n";

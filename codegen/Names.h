@@ -66,8 +66,9 @@ class ShapeNames {
 public:
   /// The constant of `shape`.
   std::string operator()(const std::vector<int64_t>& shape);
-  /// Their definitions, one a line.
-  std::string definitions() const;
+  /// Their definitions, one a line, each after `prefix` ("inline " where
+  /// several files include them).
+  std::string definitions(const std::string& prefix = "") const;
 
 private:
   std::map<std::vector<int64_t>, std::string> names_;

@@ -325,6 +325,7 @@ cmd_test() {
   suite "bf16 and fp16 mixed precision CPU trainers" python3 test/e2e/mixed_precision.py
   suite "exporter-pattern trainers vs interpreter" python3 test/e2e/exporter_trainers.py
   suite "trainer as a user runs it" python3 test/e2e/trainer_cli.py
+  suite "trainers of several source files vs one" python3 test/e2e/split_sources.py
   suite "image folders and CIFAR-10" python3 test/e2e/image_data.py
   suite "shared initializers and BN statistics" python3 test/e2e/shared_initializers.py
   suite "CUDA trainers build with nvcc" python3 test/e2e/cuda_build.py

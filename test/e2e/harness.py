@@ -120,13 +120,22 @@ def build_all(cases, key, make, jobs=2):
         return dict(zip(map(key, cases), pool.map(make, cases)))
 
 
+def trainer_sources(out_dir, ext):
+    """The files of the trainer lwcc wrote into out_dir: trainer.EXT, and
+    trainer_1.EXT .. trainer_K.EXT when the step is split (--ops-per-file)."""
+    parts = [f for f in os.listdir(out_dir) if re.fullmatch(r"trainer_\d+" + re.escape(ext), f)]
+    return ["trainer" + ext] + sorted(parts, key=lambda f: int(f[len("trainer_"):-len(ext)]))
+
+
 def build_cpu_trainer(out_dir, opt="-O0", timeout=600):
-    """Compiles the trainer.cc that `lwcc --target=cpu --emit=source -o out_dir`
-    wrote against the build tree's CPU runtime (the step is glue around the
-    runtime's kernels, so -O0 does); (path or None, error)."""
+    """Compiles the trainer.cc (and its parts) that `lwcc --target=cpu
+    --emit=source -o out_dir` wrote against the build tree's CPU runtime (the
+    step is glue around the runtime's kernels, so -O0 does); (path or None,
+    error)."""
     with open(os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.libs")) as f:
         libs = f.read().split()  # the system libraries the runtime needs
-    r = run(["c++", "-std=c++20", opt, "-I" + os.path.join(PREFIX, "include"), "trainer.cc",
+    r = run(["c++", "-std=c++20", opt, "-I" + os.path.join(PREFIX, "include"),
+             *trainer_sources(out_dir, ".cc"),
              os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.a"), *libs, "-o", "trainer"],
             cwd=out_dir, timeout=timeout)
     exe = os.path.join(out_dir, "trainer")
@@ -134,8 +143,8 @@ def build_cpu_trainer(out_dir, opt="-O0", timeout=600):
 
 
 def build_emulated_trainer(out_dir, flags=("-O0",), prefix=PREFIX, timeout=900):
-    """Compiles the trainer.cu that `lwcc --target=cuda --emit=source -o
-    out_dir` wrote for the emulated CUDA device with the host compiler (as
+    """Compiles the trainer.cu (and its parts) that `lwcc --target=cuda
+    --emit=source -o out_dir` wrote for the emulated CUDA device with the host compiler (as
     `lwcc --emulate-gpu` builds one: the kernels are in the library), against
     prefix's emulated runtime; the compiler's CompletedProcess."""
     lib = os.path.join(prefix, "lib")
@@ -145,7 +154,8 @@ def build_emulated_trainer(out_dir, flags=("-O0",), prefix=PREFIX, timeout=900):
         libs = f.read().split()
     return run(["c++", "-std=c++20", *flags, "-x", "c++", "-include",
                 os.path.join(prefix, "include", "lwemu", "cuda_emu.h"),
-                "-I" + os.path.join(prefix, "include"), *cflags, "trainer.cu", "-x", "none",
+                "-I" + os.path.join(prefix, "include"), *cflags,
+                *trainer_sources(out_dir, ".cu"), "-x", "none",
                 os.path.join(lib, "liblwcc_runtime_emu.a"), *libs, "-o", "trainer"],
                cwd=out_dir, timeout=timeout)
 

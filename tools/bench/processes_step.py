@@ -100,7 +100,9 @@ def main():
                     libs = f.read().split()
                 trainer = os.path.join(src, "trainer")
                 run(["c++", "-std=c++20", args.opt, "-I" + os.path.join(prefix, "include"),
-                     "trainer.cc", os.path.join(prefix, "lib", "liblwcc_runtime_cpu.a"), *libs,
+                     *sorted(f for f in os.listdir(src) if f.startswith("trainer") and
+                             f.endswith(".cc")),
+                     os.path.join(prefix, "lib", "liblwcc_runtime_cpu.a"), *libs,
                      "-o", trainer], cwd=src)
                 # The one-process trainer's compute ops, for the predictions.
                 profile = trainer + "-ops.json"

@@ -132,7 +132,7 @@ build() {
     # As lwcc --emulate-gpu builds a trainer, at -O0 (the kernels are in
     # the library, built optimized).
     (cd "$src" && "$CXX" -std=c++20 -O0 -x c++ -include "$G/include/lwemu/cuda_emu.h" \
-      -I"$G/include" "${emucflags[@]}" trainer.cu -x none "$G/lib/liblwcc_runtime_emu.a" \
+      -I"$G/include" "${emucflags[@]}" trainer*.cu -x none "$G/lib/liblwcc_runtime_emu.a" \
       "${rtlibs[@]}" -o "$exe") >"$OUT/build-$(basename "$exe").log" 2>&1
     return
   fi
@@ -145,7 +145,7 @@ build() {
       *) flags+=("$l") ;;
     esac
   done
-  (cd "$src" && "$NVCC" -std=c++20 -O2 -arch=sm_90 -I"$G/include" trainer.cu "$G/lib/liblwcc_runtime_cuda.a" \
+  (cd "$src" && "$NVCC" -std=c++20 -Xcompiler=-Og,-fno-exceptions -arch=sm_90 -I"$G/include" trainer*.cu "$G/lib/liblwcc_runtime_cuda.a" \
     "${lflags[@]}" -L"$G/lib" "${flags[@]}" -o "$exe") \
     >"$OUT/build-$(basename "$exe").log" 2>&1
 }

@@ -241,6 +241,11 @@ cl::opt<std::string> weightsMode("weights",
                                           "DIR/trainer.weights for --emit=source), read at "
                                           "start-up"),
                                  cl::init("embed"), cl::cat(category));
+cl::opt<int64_t> opsPerFile("ops-per-file",
+                            cl::desc("A training step of more ops than this is written as "
+                                     "source files of about this many ops, compiled in "
+                                     "parallel (default 1500; 0: one file)"),
+                            cl::init(1500), cl::cat(category));
 cl::opt<std::string> nvccPath("nvcc",
                               cl::desc("The nvcc to build cuda trainers with (default: "
                                        "$CUDA_HOME/bin/nvcc, /usr/local/cuda/bin/nvcc, PATH)"),
@@ -391,6 +396,8 @@ int checkUsage() {
 }
 
 int checkBuildUsage() {
+  if (opsPerFile < 0)
+    return usage("--ops-per-file=" + std::to_string(opsPerFile) + " is negative");
   if (weightsMode != "embed" && weightsMode != "separate")
     return usage("--weights=" + weightsMode + " is not one of: embed, separate");
   if (!llvm::StringRef(arch).startswith("sm_") || arch.size() < 5 ||

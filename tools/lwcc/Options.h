@@ -78,6 +78,7 @@ extern cl::opt<std::string> fragmentAlong;
 extern cl::opt<std::string> stepIr;
 extern cl::opt<bool> noVerifySchedule;
 extern cl::opt<std::string> weightsMode;
+extern cl::opt<int64_t> opsPerFile;
 extern cl::opt<std::string> nvccPath;
 extern cl::list<std::string> cudaLibs;
 extern cl::opt<bool> verbose;

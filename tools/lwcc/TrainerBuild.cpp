@@ -8,9 +8,12 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 namespace lwcc {
 
@@ -132,6 +135,14 @@ static std::string cudaLibsList(const std::vector<std::string>& cudaLibs) {
   return out;
 }
 
+/// Writes the trainer's source files into `dir`.
+static bool writeSources(const GeneratedTrainer& t, const std::string& dir) {
+  for (const SourceFile& f : t.files)
+    if (!writeText(dir + "/" + f.name, f.text))
+      return false;
+  return true;
+}
+
 /// Writes the trainer's source, its blobs and a CMakeLists.txt into `dir`.
 int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::string& prefix,
                const TrainerBuildOptions& o) {
@@ -141,6 +152,10 @@ int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::str
   bool cuda = target == "cuda";
   std::string sm = o.arch.substr(3);
   std::string blobs = "configure_file(trainer.weights trainer.weights COPYONLY)\n";
+  std::string sources; // the compiled files (trainer.h is included)
+  for (const SourceFile& f : t.files)
+    if (!llvm::StringRef(f.name).endswith(".h"))
+      sources += " " + f.name;
   if (!t.exportTemplate.empty())
     blobs += "configure_file(trainer.onnx-template trainer.onnx-template COPYONLY)\n";
   std::string cmake =
@@ -165,10 +180,17 @@ int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::str
       "set(LWCC_PREFIX \"" + prefix + "\" CACHE PATH \"lwcc install prefix\")\n" +
       "# The system libraries the runtime needs, one flag a line.\n"
       "file(STRINGS ${LWCC_PREFIX}/lib/liblwcc_runtime_" +
-      target + ".libs LWCC_RUNTIME_LIBS)\n" + blobs + "add_executable(trainer " + t.fileName +
-      ")\n" + "set_source_files_properties(" + t.fileName +
+      target + ".libs LWCC_RUNTIME_LIBS)\n" + blobs + "add_executable(trainer" + sources + ")\n" +
+      "set_source_files_properties(" + t.files[0].name +
       " PROPERTIES OBJECT_DEPENDS \"${CMAKE_CURRENT_SOURCE_DIR}/trainer.weights\")\n"
       "target_include_directories(trainer PRIVATE ${LWCC_PREFIX}/include)\n"
+      "# The step is calls into the runtime: -Og builds it several times faster\n"
+      "# than -O2 and runs it as fast (the kernels are the runtime's); it throws\n"
+      "# nothing (what a runtime call throws unwinds through it all the same).\n"
+      "target_compile_options(trainer PRIVATE " +
+      (cuda ? "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Og,-fno-exceptions>"
+            : "-Og -fno-exceptions") +
+      ")\n"
       "target_link_libraries(trainer PRIVATE ${LWCC_PREFIX}/lib/liblwcc_runtime_" +
       target + ".a " + (cuda ? "CUDA::cudart_static " : "") + "${LWCC_RUNTIME_LIBS})\n" +
       (cuda ? "# cuDNN, cuBLAS and NCCL by their versioned sonames (the .libs file), found\n"
@@ -181,8 +203,7 @@ int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::str
               "set_target_properties(trainer PROPERTIES BUILD_RPATH "
               "\"\\$ORIGIN;${LWCC_CUDA_LIBS};${CUDAToolkit_LIBRARY_DIR}\")\n"
             : "");
-  if (ec || !writeText(dir + "/" + t.fileName, t.source) ||
-      !writeBlob(dir + "/trainer.weights", t.weights) ||
+  if (ec || !writeSources(t, dir) || !writeBlob(dir + "/trainer.weights", t.weights) ||
       (!t.exportTemplate.empty() && !writeBlob(dir + "/trainer.onnx-template", t.exportTemplate)) ||
       !writeText(dir + "/CMakeLists.txt", cmake)) {
     llvm::errs() << dir << ": error: cannot write the trainer's sources\n";
@@ -191,112 +212,136 @@ int emitSource(const GeneratedTrainer& t, const std::string& dir, const std::str
   return 0;
 }
 
-/// Compiles the trainer into `exe`: with the host compiler for the CPU,
-/// with nvcc for CUDA.
+/// Runs `commands` (each a program and its arguments), `jobs` at a time;
+/// false, with a message, when one fails.
+static bool runAll(const std::vector<std::vector<std::string>>& commands, unsigned jobs,
+                   bool verbose) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> ok{true};
+  std::mutex printing;
+  auto work = [&] {
+    for (size_t k; ok && (k = next++) < commands.size();) {
+      const std::vector<std::string>& args = commands[k];
+      if (verbose) {
+        std::lock_guard<std::mutex> lock(printing);
+        llvm::errs() << "lwcc:";
+        for (const std::string& a : args)
+          llvm::errs() << " " << a;
+        llvm::errs() << "\n";
+      }
+      std::vector<llvm::StringRef> refs(args.begin(), args.end());
+      std::string message;
+      if (llvm::sys::ExecuteAndWait(args[0], refs, llvm::None, {}, 0, 0, &message) != 0) {
+        std::lock_guard<std::mutex> lock(printing);
+        if (ok.exchange(false))
+          llvm::errs() << "lwcc: error: compiling the trainer failed"
+                       << (message.empty() ? "" : ": ") << message << "\n";
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned k = 1; k < std::min<size_t>(jobs, commands.size()); ++k)
+    pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool)
+    t.join();
+  return ok;
+}
+
+/// Compiles the trainer into `exe`: with the host compiler for the CPU (and
+/// the emulated GPU), with nvcc for CUDA. A trainer of several files is
+/// compiled a file per process, one per core, then linked.
 int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::string& exe,
              const std::string& prefix, const TrainerBuildOptions& o) {
   const std::string& target = o.target;
-  std::string src = dir + "/" + t.fileName;
-  if (!writeText(src, t.source) || !writeBlob(dir + "/trainer.weights", t.weights) ||
+  if (!writeSources(t, dir) || !writeBlob(dir + "/trainer.weights", t.weights) ||
       (!t.exportTemplate.empty() && !writeBlob(dir + "/trainer.onnx-template", t.exportTemplate))) {
     llvm::errs() << dir << ": error: cannot write the trainer's sources\n";
     return 1;
   }
+  std::vector<std::string> units;
+  for (const SourceFile& f : t.files)
+    if (!llvm::StringRef(f.name).endswith(".h"))
+      units.push_back(dir + "/" + f.name);
   std::string runtime = target == "cuda" && o.emulateGpu ? "emu" : target;
   std::string lib = runtimeLibrary(prefix, runtime);
   if (lib.empty())
     return 1;
-  std::vector<std::string> args;
-  std::string program;
-  if (runtime == "emu") {
-    // The generated CUDA source as host C++: lwemu/cuda_emu.h gives it what
-    // nvcc would (the trainer itself launches no kernel), the CUDA headers
-    // declare what the emulated runtime defines.
+  // The step is calls into the runtime's kernels: -Og builds it several
+  // times faster than -O2 and runs it as fast (tools/bench/build_time.py),
+  // and without exception tables a third faster again: the generated code
+  // throws and catches nothing, and what a runtime call throws still
+  // unwinds through it (the unwind tables stay) to the runtime's handler.
+  // `compile`: the compiler and its flags up to the sources; `link`: what
+  // follows the objects.
+  std::vector<std::string> compile, link;
+  if (runtime == "emu" || target == "cpu") {
     auto cxx = llvm::sys::findProgramByName("c++");
     if (!cxx) {
       llvm::errs() << "lwcc: error: no host C++ compiler (c++) on PATH\n";
       return 1;
     }
-    program = *cxx;
-    args = {program,
-            "-std=c++20",
-            "-O2",
-            "-x",
-            "c++",
-            "-include",
-            prefix + "/include/lwemu/cuda_emu.h",
-            "-I" + prefix + "/include"};
-    for (const std::string& f : runtimeLinkFlags(prefix, "emu", "cflags"))
-      args.push_back(f);
-    args.insert(args.end(), {src, "-x", "none", lib});
-    for (const std::string& f : runtimeLinkFlags(prefix, "emu"))
-      args.push_back(f);
-    args.push_back("-o");
-    args.push_back(exe);
-  } else if (target == "cuda") {
+    compile = {*cxx, "-std=c++20", "-Og", "-fno-exceptions"};
+    if (runtime == "emu") {
+      // The generated CUDA source as host C++: lwemu/cuda_emu.h gives it
+      // what nvcc would (the trainer itself launches no kernel), the CUDA
+      // headers declare what the emulated runtime defines.
+      compile.insert(compile.end(),
+                     {"-x", "c++", "-include", prefix + "/include/lwemu/cuda_emu.h"});
+      for (const std::string& f : runtimeLinkFlags(prefix, "emu", "cflags"))
+        compile.push_back(f);
+    }
+    compile.push_back("-I" + prefix + "/include");
+    link = {"-x", "none", lib};
+    for (const std::string& f : runtimeLinkFlags(prefix, runtime))
+      link.push_back(f);
+  } else {
     std::string why;
     auto cuda = findCuda(o, why);
     if (!cuda) {
       llvm::errs() << "lwcc: error: " << why << "\n";
       return 1;
     }
-    program = cuda->nvcc;
     // The CUDA runtime is linked statically: the machine that runs the
     // trainer needs the NVIDIA driver, cuDNN, cuBLAS and NCCL (docs/gpus.md,
-    // "What a machine needs"), linked by their versioned sonames (the .libs file).
-    // Those are looked up (RUNPATH, so LD_LIBRARY_PATH comes first) beside
-    // the trainer, then in --cuda-libs and this toolkit's folders by their
-    // version-free path, then resolved, then in the system's. Lazy binding
-    // lets the start-up preflight name a function an older library lacks
-    // instead of the loader failing on it (cuda/Preflight.h).
-    args = {program,
-            "-std=c++20",
-            "-O2",
-            "-arch=" + o.arch,
-            "-cudart=static",
-            "-I" + prefix + "/include",
-            src,
-            lib};
-    args.push_back("-Xlinker=--enable-new-dtags");
-    args.push_back("-Xlinker=-z,lazy");
-    args.push_back("-Xlinker=-rpath=$ORIGIN");
+    // "What a machine needs"), linked by their versioned sonames (the .libs
+    // file). Those are looked up (RUNPATH, so LD_LIBRARY_PATH comes first)
+    // beside the trainer, then in --cuda-libs and this toolkit's folders by
+    // their version-free path, then resolved, then in the system's. Lazy
+    // binding lets the start-up preflight name a function an older library
+    // lacks instead of the loader failing on it (cuda/Preflight.h).
+    compile = {cuda->nvcc,        "-std=c++20",     "-Xcompiler=-Og,-fno-exceptions",
+               "-arch=" + o.arch, "-cudart=static", "-I" + prefix + "/include"};
+    link = {lib, "-Xlinker=--enable-new-dtags", "-Xlinker=-z,lazy", "-Xlinker=-rpath=$ORIGIN"};
     for (const std::string& d : cuda->libDirs) {
-      args.push_back("-L" + d);
-      args.push_back("-Xlinker=-rpath=" + d);
+      link.push_back("-L" + d);
+      link.push_back("-Xlinker=-rpath=" + d);
     }
     for (const std::string& f : runtimeLinkFlags(prefix, target))
-      args.push_back(f);
-  } else {
-    auto cxx = llvm::sys::findProgramByName("c++");
-    if (!cxx) {
-      llvm::errs() << "lwcc: error: no host C++ compiler (c++) on PATH\n";
-      return 1;
+      link.push_back(f);
+  }
+  std::vector<std::string> objects;
+  std::vector<std::vector<std::string>> compiles;
+  if (units.size() > 1)
+    for (const std::string& u : units) {
+      objects.push_back(u + ".o");
+      std::vector<std::string> args = compile;
+      args.insert(args.end(), {"-c", u, "-o", objects.back()});
+      compiles.push_back(std::move(args));
     }
-    program = *cxx;
-    args = {program, "-std=c++20", "-O2", "-I" + prefix + "/include", src, lib};
-    for (const std::string& f : runtimeLinkFlags(prefix, target))
-      args.push_back(f);
-    args.push_back("-o");
-    args.push_back(exe);
-  }
-  if (runtime == "cuda") {
-    args.push_back("-o");
-    args.push_back(exe);
-  }
-  if (o.verbose) {
-    llvm::errs() << "lwcc:";
-    for (const std::string& a : args)
-      llvm::errs() << " " << a;
-    llvm::errs() << "\n";
-  }
-  std::vector<llvm::StringRef> refs(args.begin(), args.end());
-  std::string message;
-  int rc = llvm::sys::ExecuteAndWait(program, refs, llvm::None, {}, 0, 0, &message);
-  if (rc != 0) {
-    llvm::errs() << "lwcc: error: compiling the trainer failed" << (message.empty() ? "" : ": ")
-                 << message << "\n";
+  else
+    objects = units; // compiled and linked in one command
+  std::vector<std::string> final = compile;
+  if (units.size() > 1 && runtime != "cuda")
+    final = {compile[0]}; // objects: no compile flags
+  if (runtime == "cuda" && units.size() > 1)
+    final = {compile[0], "-arch=" + o.arch, "-cudart=static"};
+  final.insert(final.end(), objects.begin(), objects.end());
+  final.insert(final.end(), link.begin(), link.end());
+  final.insert(final.end(), {"-o", exe});
+  const unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
+  if (!runAll(compiles, jobs, o.verbose) || !runAll({final}, 1, o.verbose))
     return 1;
-  }
   return 0;
 }
 

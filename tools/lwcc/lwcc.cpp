@@ -200,6 +200,7 @@ int buildTrainerMode(Module& module, const char* argv0) {
     co.lossScaleInit = lossScale;
   co.eval = eval->get();
   co.embedWeights = embedWeights;
+  co.opsPerFile = static_cast<size_t>(opsPerFile.getValue());
   addExportTemplate(*module.graph, co);
   std::string prefix = installPrefix(argv0);
   TrainerBuildOptions bo;
