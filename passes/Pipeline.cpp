@@ -2,7 +2,7 @@
 //
 // --pipeline-partition=stages=S,...: pipeline stages by PipeDream's dynamic
 // program (plan/PipelinePartition.h). Options: gpus, stages, microbatches,
-// schedule=1f1b|gpipe (for memory), spec, devices_per_node, profile, tf32,
+// schedule=1f1b|gpipe|zb-h1 (for memory), spec, devices_per_node, profile, tf32,
 // report=1 (a note per stage and the estimated bubble).
 //
 //===----------------------------------------------------------------------===//
@@ -51,9 +51,11 @@ llvm::Expected<std::unique_ptr<Pass>> createPipelinePass(std::string_view option
     *field = *v;
   }
   std::string schedule = opts->getString("schedule", "1f1b");
-  if (schedule != "1f1b" && schedule != "gpipe")
-    return makeError("pipeline: unknown schedule '" + schedule + "' (expected 1f1b or gpipe)");
+  if (schedule != "1f1b" && schedule != "gpipe" && schedule != "zb-h1")
+    return makeError("pipeline: unknown schedule '" + schedule +
+                     "' (expected 1f1b, gpipe or zb-h1)");
   o.gpipe = schedule == "gpipe";
+  o.zeroBubble = schedule == "zb-h1";
   auto report = opts->getInt("report", 0);
   if (!report)
     return report.takeError();

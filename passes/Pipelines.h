@@ -82,7 +82,7 @@ struct TrainingPipelineOptions {
   // The plan over devices, and how it is priced.
   int64_t gpus = 1;
   PlanChoice plan;
-  std::string schedule = "1f1b"; ///< micro-batch order: 1f1b or gpipe
+  std::string schedule = "1f1b"; ///< micro-batch order: 1f1b, gpipe or zb-h1
   int64_t bucketBytes = int64_t{25} << 20;
   Pricing pricing;
   // Streams and fragments.

@@ -16,11 +16,21 @@ namespace lwcc {
 
 namespace {
 
-/// A unit of a device's schedule: the forward or the backward of one
-/// micro-batch.
+/// How a device orders its micro-batches' work.
+enum class Order { OneFOneB, GPipe, ZeroBubbleH1 };
+
+const char* orderName(Order o) {
+  return o == Order::GPipe ? "gpipe" : o == Order::ZeroBubbleH1 ? "zb-h1" : "1f1b";
+}
+
+/// A unit of a device's schedule: the forward (F) or the backward of one
+/// micro-batch; under zb-h1 the backward is its input gradients (B, what
+/// the previous stage waits for) and then its weight gradients (W).
 struct Task {
+  enum Kind : int8_t { F, B, W };
   int64_t mb = 0;
-  bool backward = false;
+  Kind kind = F;
+  bool backward() const { return kind != F; }
   friend bool operator==(const Task&, const Task&) = default;
   friend auto operator<=>(const Task&, const Task&) = default;
 };
@@ -46,7 +56,7 @@ std::set<int64_t> devicesOf(const Op& op) {
 
 class Scheduler {
 public:
-  Scheduler(Graph& g, bool gpipe) : g_(g), gpipe_(gpipe) {}
+  Scheduler(Graph& g, Order order) : g_(g), order_(order) {}
 
   llvm::Error run() {
     for (auto& op : g_.ops()) {
@@ -58,6 +68,7 @@ public:
     if (m_ == 0)
       return llvm::Error::success(); // no micro-batches: the order stays
     findStages();
+    findWeightGradients();
     gate();
     return order();
   }
@@ -82,27 +93,62 @@ private:
     }
   }
 
+  /// zb-h1: the backward ops of a micro-batch that no input gradient
+  /// needs (weight gradients, and what only they read). An op is an input
+  /// gradient's when a gradient sent to the previous stage is computed
+  /// from it; on the first stage, which sends none, every backward op is a
+  /// weight gradient's.
+  void findWeightGradients() {
+    weight_.assign(ops_.size(), false);
+    if (order_ != Order::ZeroBubbleH1 || stages_ == 1)
+      return;
+    std::vector<bool> input(ops_.size(), false);
+    for (size_t i = ops_.size(); i-- > 0;) {
+      const Op& op = *ops_[i];
+      if (!backward_[i])
+        continue;
+      bool needed = transfer_.count(&op) > 0;
+      for (unsigned r = 0; r < op.numResults() && !needed; ++r)
+        for (const Use& u : op.result(r)->uses())
+          needed = needed || (u.user && input[index_.at(u.user)]);
+      input[i] = needed;
+      weight_[i] = !needed && op.annotations().microBatch.has_value();
+    }
+  }
+
   /// The tasks of a device of stage `s`, in order: GPipe runs every
   /// forward, then every backward; 1F1B runs S-s-1 forwards (the warm-up),
-  /// then a forward and a backward in turn, then the remaining backwards.
+  /// then a forward and a backward in turn, then the remaining backwards;
+  /// ZB-H1 runs 1F1B's forwards and input-gradient backwards and puts off
+  /// the weight gradients of up to s micro-batches, which fill the time the
+  /// stage would wait at the end (the activations it holds stay at most
+  /// S micro-batches', 1F1B's most).
   std::vector<Task> sequence(int64_t s) const {
     std::vector<Task> seq;
-    if (gpipe_) {
+    if (order_ == Order::GPipe) {
       for (int64_t k = 0; k < m_; ++k)
-        seq.push_back({k, false});
+        seq.push_back({k, Task::F});
       for (int64_t k = 0; k < m_; ++k)
-        seq.push_back({k, true});
+        seq.push_back({k, Task::B});
       return seq;
     }
-    int64_t warm = std::min(stages_ - s - 1, m_), f = 0, b = 0;
+    const bool zb = order_ == Order::ZeroBubbleH1;
+    int64_t warm = std::min(stages_ - s - 1, m_), f = 0, b = 0, w = 0;
+    auto backward = [&] {
+      seq.push_back({b++, Task::B});
+      for (; zb && b - w > s; ++w)
+        seq.push_back({w, Task::W});
+    };
     for (; f < warm; ++f)
-      seq.push_back({f, false});
-    for (; f < m_; ++f, ++b) {
-      seq.push_back({f, false});
-      seq.push_back({b, true});
+      seq.push_back({f, Task::F});
+    for (; f < m_; ++f) {
+      seq.push_back({f, Task::F});
+      backward();
     }
-    for (; b < m_; ++b)
-      seq.push_back({b, true});
+    while (b < m_)
+      backward();
+    for (; zb && w < m_; ++w)
+      seq.push_back({w, Task::W});
     return seq;
   }
 
@@ -126,8 +172,8 @@ private:
           continue;
         size_t j = index_.at(p);
         if (task_[j]) {
-          (task_[j]->backward ? d.maxB : d.maxF) =
-              std::max(task_[j]->backward ? d.maxB : d.maxF, task_[j]->mb);
+          (task_[j]->backward() ? d.maxB : d.maxF) =
+              std::max(task_[j]->backward() ? d.maxB : d.maxF, task_[j]->mb);
         } else {
           d.maxF = std::max(d.maxF, deps[j].maxF);
           d.maxB = std::max(d.maxB, deps[j].maxB);
@@ -139,7 +185,7 @@ private:
         continue;
       bool ok = backward_[i] ? std::max(d.maxF, d.maxB) <= *mb : d.maxB < 0 && d.maxF <= *mb;
       if (ok)
-        task_[i] = Task{*mb, backward_[i]};
+        task_[i] = Task{*mb, !backward_[i] ? Task::F : weight_[i] ? Task::W : Task::B};
     }
   }
 
@@ -239,7 +285,7 @@ private:
             llvm::formatv("schedule: the {0} schedule of {1} micro-batches on {2} "
                           "stages cannot order this op (its devices wait for each "
                           "other)",
-                          gpipe_ ? "gpipe" : "1f1b", m_, stages_)
+                          orderName(order_), m_, stages_)
                 .str());
       if (task_[best]) {
         for (int64_t d : devices[best]) {
@@ -262,11 +308,12 @@ private:
   }
 
   Graph& g_;
-  bool gpipe_;
+  Order order_;
   std::vector<Op*> ops_;
   std::unordered_map<const Op*, size_t> index_;
   int64_t m_ = 0, stages_ = 1;
   std::vector<bool> backward_;
+  std::vector<bool> weight_; ///< zb-h1: a weight gradient's backward op
   std::map<int64_t, int64_t> stageOf_;
   std::set<const Op*> transfer_;
   std::vector<std::optional<Task>> task_;
@@ -286,7 +333,12 @@ private:
 ///  3. Each device of stage s (of S) runs the tasks gpipe: F0..F(M-1),
 ///     B0..B(M-1); 1f1b: S-s-1 forwards, then a forward and a backward in
 ///     turn, then the remaining backwards (PipeDream's 1F1B: a stage holds
-///     the activations of at most S-s micro-batches).
+///     the activations of at most S-s micro-batches); zb-h1 (the zero-
+///     bubble pipelines' H1 schedule): each backward split into B, the ops
+///     a gradient sent to the previous stage is computed from, and W, the
+///     rest (weight gradients); 1f1b's order of F and B, each W as late as
+///     holding at most s put-off W's allows, the last s at the end, where
+///     1f1b's stage s would wait (a bubble of about a third of 1f1b's).
 ///  4. An op of micro-batch m (@mb) runs in its task on each of its
 ///     devices; ops of no micro-batch (shared values, gradients summed over
 ///     micro-batches, all-reduces, updates), an op that reads what a later
@@ -300,13 +352,13 @@ private:
 /// A graph without micro-batches keeps its order.
 class SchedulePass : public Pass {
 public:
-  explicit SchedulePass(bool gpipe) : gpipe_(gpipe) {}
+  explicit SchedulePass(Order order) : order_(order) {}
   std::string_view name() const override { return "schedule"; }
 
-  llvm::Error run(Graph& g, PassContext&) override { return Scheduler(g, gpipe_).run(); }
+  llvm::Error run(Graph& g, PassContext&) override { return Scheduler(g, order_).run(); }
 
 private:
-  bool gpipe_;
+  Order order_;
 };
 
 } // namespace
@@ -374,9 +426,10 @@ llvm::Expected<std::unique_ptr<Pass>> createSchedulePass(std::string_view option
   if (!opts)
     return opts.takeError();
   std::string kind = opts->getString("schedule", "1f1b");
-  if (kind != "gpipe" && kind != "1f1b")
-    return makeError("schedule: unknown schedule '" + kind + "' (expected gpipe or 1f1b)");
-  return std::make_unique<SchedulePass>(kind == "gpipe");
+  for (Order o : {Order::OneFOneB, Order::GPipe, Order::ZeroBubbleH1})
+    if (kind == orderName(o))
+      return std::make_unique<SchedulePass>(o);
+  return makeError("schedule: unknown schedule '" + kind + "' (expected 1f1b, gpipe or zb-h1)");
 }
 
 } // namespace lwcc

@@ -62,7 +62,9 @@ public:
           "pipeline: no cut of the step into {0} stages fits a device of spec '{1}' ({2} "
           "bytes) with {3} micro-batches ({4}); use more stages or micro-batches",
           S, cm_.spec().name, cm_.spec().memoryBytes, o_.microbatches,
-          o_.gpipe ? "gpipe keeps every micro-batch's activations" : "1f1b"));
+          o_.gpipe        ? "gpipe keeps every micro-batch's activations"
+          : o_.zeroBubble ? "zb-h1"
+                          : "1f1b"));
     std::vector<std::pair<int64_t, int64_t>> ranges(S);
     for (int64_t s = S - 1, j = L - 1; s >= 0; --s) {
       int64_t i = s == 0 ? 0 : from[s][j];
@@ -154,12 +156,15 @@ private:
 
   /// Whether stage s holding units i..j fits a device: its params with
   /// their gradient and optimizer state, and the activations of the
-  /// micro-batches it holds at once (1f1b: S-s of them, gpipe: all).
+  /// micro-batches it holds at once (1f1b: S-s of them, zb-h1: at most S,
+  /// gpipe: all).
   bool fits(int64_t s, int64_t i, int64_t j) const {
     if (cm_.spec().memoryBytes <= 0)
       return true;
     double inFlight =
-        static_cast<double>(o_.gpipe ? o_.microbatches : std::min(o_.stages - s, o_.microbatches));
+        static_cast<double>(o_.gpipe        ? o_.microbatches
+                            : o_.zeroBubble ? std::min(o_.stages, o_.microbatches)
+                                            : std::min(o_.stages - s, o_.microbatches));
     double params = params_[static_cast<size_t>(j + 1)] - params_[static_cast<size_t>(i)];
     double acts = (acts_[static_cast<size_t>(j + 1)] - acts_[static_cast<size_t>(i)]) /
                   static_cast<double>(replicas_);
@@ -227,8 +232,11 @@ private:
     diag(Severity::Note, {},
          llvm::formatv("pipeline: {0} stages x {1} replicas, {2} micro-batches ({3}): "
                        "slowest stage {4:e3} s, estimated step {5:e3} s, bubble {6:f3}",
-                       S, replicas_, M, o_.gpipe ? "gpipe" : "1f1b", slowest,
-                       slowest * static_cast<double>(M + S - 1),
+                       S, replicas_, M,
+                       o_.gpipe        ? "gpipe"
+                       : o_.zeroBubble ? "zb-h1"
+                                       : "1f1b",
+                       slowest, slowest * static_cast<double>(M + S - 1),
                        static_cast<double>(S - 1) / static_cast<double>(M + S - 1))
              .str());
   }

@@ -14,7 +14,7 @@
 //     (activations and their gradients) when those take longer; a stage
 //     must fit its device's memory: 4x its params (weights, gradients,
 //     optimizer state) and the activations of the micro-batches it holds
-//     at once (1f1b: S-s, gpipe: all M).
+//     at once (1f1b: S-s, zb-h1: at most S, gpipe: all M).
 //  3. With gpus = S * r devices, stage s runs on devices s*r .. s*r+r-1: r
 //     replicas splitting the samples (data parallelism inside the stage),
 //     each op following the split of its operands or whole on each.
@@ -33,6 +33,9 @@ namespace lwcc {
 struct PipelineOptions {
   int64_t gpus = 1, stages = 1, microbatches = 1;
   bool gpipe = false;
+  /// zb-h1: a stage holds the activations of up to S micro-batches (its
+  /// 1f1b ones and the inputs of the weight gradients it puts off).
+  bool zeroBubble = false;
   bool report = false;
 };
 

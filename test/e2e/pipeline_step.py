@@ -5,7 +5,8 @@ On the reference interpreter (float64), for every zoo model at test size on
 a seeded batch of 8, five training steps of
   - `--gpus 1 --microbatches=M` (the oracle), M = 2, 4 and 3 (uneven: 3+3+2);
   - `--gpus 2|4 --strategy=pipeline --stages=2|4` (one device per stage) with
-    `--schedule=gpipe` and `--schedule=1f1b`, each M;
+    `--schedule=gpipe` and `--schedule=1f1b`, each M, and `--schedule=zb-h1`
+    (weight gradients put off) with M = 3;
   - `--gpus 4 --stages=2` (two stages of two replicas that split the
     samples), each schedule and M;
 must give the oracle's 5 losses within 1e-5 relative and every param after
@@ -98,7 +99,8 @@ def main():
                     report(compare(whole, oracle), f"{label} vs the plain step",
                            "gradient accumulation: the same step")
                 for gpus, stages in LAYOUTS:
-                    for sched in ["1f1b"] if args.quick else ["gpipe", "1f1b"]:
+                    scheds = ["gpipe", "1f1b"] + (["zb-h1"] if m == 3 else [])
+                    for sched in ["1f1b"] if args.quick else scheds:
                         flags = [f"--gpus={gpus}", "--strategy=pipeline", f"--stages={stages}",
                                  f"--microbatches={m}", f"--schedule={sched}",
                                  "--bucket-bytes=4096"]

@@ -12,7 +12,7 @@ test/e2e/multi_device_trainer.py (the same rounding whatever the cores).
 Cases:
   - lenet: --gpus 2 (2 stages), --gpus 4 (4 stages) and --gpus 4 --stages=2
     (two stages of two replicas), each with --schedule=gpipe and 1f1b and
-    M = 2, 4 and 3 (uneven);
+    M = 2, 4 and 3 (uneven), and zb-h1 with M = 3;
   - every other zoo model once, the layouts, schedules and M in turn
     (resnet18 and inception: batch norm per micro-batch; alexnet and vgg:
     dropout masks of the global sample index);
@@ -41,10 +41,10 @@ import multi_device_trainer as md  # noqa: E402
 OTHERS = [
     ("alexnet", 2, 2, "gpipe", 2),
     ("alexnet_owt", 4, 4, "1f1b", 4),
-    ("vgg11", 4, 2, "1f1b", 3),
+    ("vgg11", 4, 2, "zb-h1", 3),
     ("vgg16", 2, 2, "1f1b", 3),
     ("resnet18", 4, 4, "gpipe", 2),
-    ("inception", 4, 2, "1f1b", 2),
+    ("inception", 4, 2, "zb-h1", 2),
 ]
 
 
@@ -62,7 +62,8 @@ def main():
             for m in [3] if args.quick else [2, 4, 3]:
                 cases.append(("lenet", 1, 1, "1f1b", m))
                 for gpus, stages in [(2, 2), (4, 4), (4, 2)]:
-                    for sched in ["1f1b"] if args.quick else ["gpipe", "1f1b"]:
+                    scheds = ["gpipe", "1f1b"] + (["zb-h1"] if m == 3 else [])
+                    for sched in ["1f1b"] if args.quick else scheds:
                         cases.append(("lenet", gpus, stages, sched, m))
         for c in OTHERS:
             if c[0] in models:

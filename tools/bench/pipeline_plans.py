@@ -6,10 +6,10 @@ predicted step of each device spec; nothing runs on a device):
 
  1. bubble: a uniform 4-stage chain (a scale, then 4 equal 4096x4096
     matrix products, the loss) on 4 h100 devices, --strategy=pipeline
-    --stages=4, M = 4, 8, 16 micro-batches of 4096 samples, GPipe and 1F1B:
-    each device's bubble (the fraction of the step its compute is idle)
-    beside (S-1)/(M+S-1), and each stage's peak arena (activations)
-    under both schedules;
+    --stages=4, M = 4, 8, 16 micro-batches of 4096 samples, GPipe, 1F1B
+    and ZB-H1: each device's bubble (the fraction of the step its compute
+    is idle) beside its formula, and each stage's peak arena (activations)
+    under each schedule;
  2. vgg16: VGG-16 at 224x224, 64 samples per device, on 4 and 16 devices
     of h100 and p100-cluster: the predicted step of data, OWT, layer-wise
     and the best pipeline plan (S stages dividing the devices, M = S, 2S,
@@ -86,13 +86,13 @@ def plan(lwcc, model, flags, tmp, tag):
 
 
 def bubble_table(lwcc, tmp, path, title, batch_per_mb, exact):
-    """Per M and schedule: each device's bubble, the formula `exact(M)`
-    gives, and each stage's peak arena."""
+    """Per M and schedule: each device's bubble, the formula `exact(M,
+    schedule)` gives, and each stage's peak arena."""
     print(title)
     print(f"{'M':>3} {'schedule':>8} {'bubble per device':>32} {'formula':>8} {'worst err':>9} "
           f"{'peak arena per stage (MiB)':>30}")
     for m in (4, 8, 16):
-        for sched in ("gpipe", "1f1b"):
+        for sched in ("gpipe", "1f1b", "zb-h1"):
             p, err = plan(lwcc, path, ["--gpus=4", "--strategy=pipeline", "--stages=4",
                                        f"--microbatches={m}", f"--schedule={sched}",
                                        "--device-spec=h100", f"--batch={batch_per_mb * m}"],
@@ -101,7 +101,7 @@ def bubble_table(lwcc, tmp, path, title, batch_per_mb, exact):
                 print(f"{m:>3} {sched:>8} failed: {err}")
                 continue
             devs = p["pipeline"]["devices"]
-            want = exact(m)
+            want = exact(m, sched)
             bubbles = [d["bubble"] for d in devs]
             worst = max(abs(b - want) for b in bubbles)
             peaks = " ".join(f"{d['peak_bytes'] / 2**20:6.0f}" for d in devs)
@@ -117,7 +117,7 @@ def bubble(lwcc, tmp):
                  "1a. A uniform 4-stage chain whose backward is one op a stage (a scale, then "
                  "an LRN of 16383 channels each),\n    4 h100, micro-batches of 64: bubble against "
                  "the classical (S-1)/(M+S-1)",
-                 64, lambda m: (S - 1) / (m + S - 1))
+                 64, lambda m, sched: (S - 1) / (m + S - 1))
     # Matrix products: a stage's backward is its input's gradient, then its
     # weight's; the stage before starts its backward after the first. With
     # t_f, t_x, t_w one micro-batch's forward, input and weight gradient on
@@ -127,12 +127,20 @@ def bubble(lwcc, tmp):
     # t_x = t_w = 2.06 ms in the simulator's trace.
     path = os.path.join(tmp, "chain.onnx")
     chain(path)
+    # ZB-H1 moves the last stages' weight gradients into the drain, which
+    # then costs (S-1)(t_f + t_x - t_w): with t_f = t_x = t_w, (S-1)/(3M)
+    # of the compute, a third of 1F1B's (S-1)/M.
     tf, tx, tw = 2.29, 2.06, 2.06
+
+    def matmul_chain(m, sched):
+        fill = (S - 1) * (tf + tx - (tw if sched == "zb-h1" else 0))
+        return fill / (m * (tf + tx + tw) + fill)
     bubble_table(lwcc, tmp, path,
                  "\n1b. A uniform 4-stage chain of matrix products (4096x4096), 4 h100, "
                  "micro-batches of 4096:\n    the input's gradient passes on before the "
-                 "weight's: bubble against (S-1)(t_f+t_x) / (M(t_f+t_x+t_w) + (S-1)(t_f+t_x))",
-                 4096, lambda m: (S - 1) * (tf + tx) / (m * (tf + tx + tw) + (S - 1) * (tf + tx)))
+                 "weight's: bubble against (S-1)(t_f+t_x) / (M(t_f+t_x+t_w) + (S-1)(t_f+t_x)),\n"
+                 "    zb-h1 against (S-1)(t_f+t_x-t_w) / (M(t_f+t_x+t_w) + (S-1)(t_f+t_x-t_w))",
+                 4096, matmul_chain)
 
 
 def vgg16(lwcc, tmp):

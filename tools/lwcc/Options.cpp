@@ -95,7 +95,8 @@ cl::opt<int64_t> stages("stages",
                         cl::init(0), cl::cat(category));
 cl::opt<std::string> schedule("schedule",
                               cl::desc("The order of each device's micro-batches: 1f1b "
-                                       "(default) or gpipe"),
+                                       "(default), gpipe or zb-h1 (1f1b with the weight "
+                                       "gradients put off into its bubble)"),
                               cl::init("1f1b"), cl::cat(category));
 cl::opt<int64_t> bucketBytes("bucket-bytes",
                              cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
@@ -324,8 +325,8 @@ int checkUsage() {
                  " is not one of: layerwise, data, model, owt, hypergraph, pipeline");
   if (microbatches < 1 || microbatches > 4096)
     return usage("--microbatches must be in 1..4096");
-  if (schedule != "1f1b" && schedule != "gpipe")
-    return usage("--schedule=" + schedule + " is not one of: 1f1b, gpipe");
+  if (schedule != "1f1b" && schedule != "gpipe" && schedule != "zb-h1")
+    return usage("--schedule=" + schedule + " is not one of: 1f1b, gpipe, zb-h1");
   if (stages.getNumOccurrences() && strategy != "pipeline")
     return usage("--stages is for --strategy=pipeline");
   if (strategy == "pipeline" && gpus < 2)
