@@ -25,6 +25,8 @@ logits, and the export in onnxruntime. Cases:
     checkpoint and resumed ends bit-identical to an uninterrupted one;
   - a max pooling whose windows hold their maximum twice routes the
     gradient as the CPU trainer does (to the first maximum);
+  - a model of the ops the model sweep added (CumSum, Tile, Sin, Cos, Mod
+    at run time on floats, ReduceL2, ReduceSumSquare) trains as on the CPU;
   - the trainer says on its first line that it runs on an emulated GPU.
 Ends with the line "N passed, M failed".
 
@@ -238,6 +240,57 @@ def tied_max_pool(tmp):
                    f"param w off by {float(np.max(np.abs(got - want)))}")
 
 
+def new_ops(tmp):
+    """A model of the ops the model sweep added (CumSum, Tile, Sin, Cos, Mod
+    at run time on floats, ReduceL2, ReduceSumSquare), every one on the
+    path of the loss and the divisor of Mod trained: the CUDA trainer on
+    the emulated GPU against the CPU trainer (compare's checks)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    base = os.path.join(tmp, "new-ops")
+    os.makedirs(base, exist_ok=True)
+    n = 8
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 6)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(2, np.int64), "axis"),
+             numpy_helper.from_array(np.array([1, 1, 2], np.int64), "reps"),
+             numpy_helper.from_array(np.array(0.7, np.float32), "period"),
+             numpy_helper.from_array(rng.standard_normal((3, 8)).astype(np.float32), "w2")]
+    nodes = [helper.make_node("Mul", ["x", "w"], ["h"], name="scale"),
+             helper.make_node("CumSum", ["h", "axis"], ["c"], name="cumsum"),
+             helper.make_node("Tile", ["c", "reps"], ["t"], name="tile"),
+             helper.make_node("Sin", ["t"], ["s"], name="sin"),
+             helper.make_node("Cos", ["t"], ["k"], name="cos"),
+             helper.make_node("Add", ["s", "k"], ["a"], name="add"),
+             helper.make_node("Mod", ["a", "period"], ["m"], name="mod", fmod=1),
+             helper.make_node("ReduceL2", ["m"], ["r"], name="l2", axes=[2], keepdims=0),
+             helper.make_node("ReduceSumSquare", ["t"], ["q"], name="sumsq", axes=[2],
+                              keepdims=0),
+             helper.make_node("Concat", ["r", "q"], ["rq"], name="cat", axis=1),
+             helper.make_node("Gemm", ["rq", "w2"], ["y"], transB=1, name="fc")]
+    graph = helper.make_graph(
+        nodes, "new_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 4, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 3])], inits)
+    path = os.path.join(base, "new_ops.onnx")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # the export keeps it: one onnxruntime reads
+    onnx.save(model, path)
+    name = "the sweep's ops (cumsum, tile, sin, cos, mod, reduce_l2, reduce_sum_square)"
+    cuda, cerr = build_emulated(path, [], os.path.join(base, "emu"), via_lwcc=True)
+    cpu, perr = md.build(path, [], os.path.join(base, "cpu"), via_lwcc=True)
+    if not cuda or not cpu:
+        harness.record(False, f"{name}: build", cerr or perr)
+        return
+    rc = train(cuda, os.path.join(base, "emu-run"), run_args(), True)
+    rp = train(cpu, os.path.join(base, "cpu-run"), run_args(), False)
+    if rc.returncode or rp.returncode:
+        harness.record(False, f"{name}: train", (rc.stderr + rp.stderr)[-1500:])
+        return
+    compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(base, "cpu-run"),
+            os.path.join(base, "emu-run"), 1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", help="comma-separated models to run (default: all)")
@@ -299,6 +352,7 @@ def main():
             if name == "lenet --gpus 2 data":
                 resume_case(cuda, os.path.join(base, "resume"), name)
         tied_max_pool(tmp)
+        new_ops(tmp)
     finally:
         if args.keep:
             print(f"work folder: {tmp}")
