@@ -45,7 +45,7 @@ from harness import LWCC, PREFIX  # noqa: E402
 
 STEPS = 3
 SEED = 5
-LOW_TOL = 2e-2
+LOW_TOL = 2e-2  # bf16 and fp16: a value may land on the neighbouring 16-bit number
 # Models whose float32 step at test size is too ill-conditioned for two
 # summation orders to agree to 1e-5: inception_v3 (batch norms over 1x1 and
 # 3x3 maps of 8 samples) puts the CPU trainer's own first-step gradients 5e-3
@@ -53,7 +53,6 @@ LOW_TOL = 2e-2
 # the interpreter instead: one step, the emulated GPU no further from it than
 # twice the CPU trainer's distance (or 1e-4).
 ILL_CONDITIONED = {"inception_v3"}
-md.STEPS = STEPS  # compare() counts the losses of this many steps  # bf16 and fp16: a value may land on the neighbouring 16-bit number
 
 
 def build_emulated(onnx_path, flags, out_dir, via_lwcc=False):
@@ -292,6 +291,9 @@ def new_ops(tmp):
 
 
 def main():
+    # multi_device_trainer.compare counts the losses of this many steps. Set
+    # here, not on import: trainer_recipes.py borrows this file's builders.
+    md.STEPS = STEPS
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", help="comma-separated models to run (default: all)")
     ap.add_argument("--jobs", type=int, default=2)
