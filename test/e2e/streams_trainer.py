@@ -55,6 +55,16 @@ import multi_device_trainer as md  # noqa: E402  (build, train, compare)
 LWCC_OPT = os.path.join(harness.BIN, "lwcc-opt")
 
 
+def source_text(folder):
+    """The trainer's source lwcc wrote into folder: trainer.cc and, for a long
+    step, its parts (trainer_1.cc ...)."""
+    text = ""
+    for name in harness.trainer_sources(folder, ".cc"):
+        with open(os.path.join(folder, name)) as f:
+            text += f.read()
+    return text
+
+
 def pieces(s):
     """A case's streams: N, or "NfK" (K fragments of the batch) or "NcK" (K
     pieces of each heavy op's channels): (streams, along or None, K)."""
@@ -105,8 +115,7 @@ def trainers(tmp):
             continue
         if isinstance(c[2], int) and c[2] >= 3 and c[0] in ("resnet18", "inception"):
             # Shortcuts and inception branches: a step function per branch stream.
-            with open(os.path.join(tmp, key(c), "trainer.cc")) as f:
-                text = f.read()
+            text = source_text(os.path.join(tmp, key(c)))
             branch = [int(s) for s in set(re.findall(r"bool step_d0_s(\d+)\(", text)) if int(s) > 1]
             harness.record(len(branch) >= 1,
                            f"{key(c)}: device 0 runs branch streams {sorted(branch)}",
@@ -115,8 +124,7 @@ def trainers(tmp):
         if along:
             # The pieces of the batch (or of the channels): values of each
             # piece, on branch streams.
-            with open(os.path.join(tmp, key(c), "trainer.cc")) as f:
-                text = f.read()
+            text = source_text(os.path.join(tmp, key(c)))
             tag = "fr" if along == "samples" else "ch"
             named = all(f"_{tag}{i}" in text for i in range(k))
             branch = [int(s) for s in set(re.findall(r"bool step_d0_s(\d+)\(", text)) if int(s) > 1]
