@@ -298,6 +298,32 @@ def write_idx(path, array):
         f.write(array.astype(np.uint8).tobytes())
 
 
+def bad_npy_files(exe, tmp, tag, good_x, good_y, cases, prefix):
+    """Each case {name: (file, content, words)} writes the good pair with
+    `file` replaced by `content` (None: truncated by 40 bytes, "": removed,
+    bytes: written as they are), and the trainer must exit 1 with the
+    file's path and `words` in its message."""
+    for name, (file, content, words) in cases.items():
+        d = os.path.join(tmp, f"{tag}-{name.replace(' ', '-')}")
+        os.makedirs(d)
+        np.save(os.path.join(d, "x_train.npy"), good_x)
+        np.save(os.path.join(d, "y_train.npy"), good_y)
+        path = os.path.join(d, file)
+        if content is None:
+            raw = open(path, "rb").read()
+            open(path, "wb").write(raw[:len(raw) - 40])
+        elif isinstance(content, str):
+            os.remove(path)
+        elif isinstance(content, bytes):
+            open(path, "wb").write(content)
+        else:
+            np.save(path, content)
+        r = train(exe, os.path.join(tmp, f"{tag}-run"), [f"--data=npy:{d}", "--steps=1"])
+        report(r.returncode == 1 and path in r.stderr and words in r.stderr,
+               f"{prefix} {name} ({file}): exit 1 naming the file ({words})",
+               f"exit {r.returncode}: {r.stderr[-600:]}")
+
+
 def npy_cases(tmp, model):
     exe, err = build(model, [], os.path.join(tmp, "g1"))
     if not exe:
@@ -365,25 +391,7 @@ def npy_cases(tmp, model):
         "magic": ("y_train.npy", b"not a numpy file at all", "magic"),
         "missing": ("y_train.npy", "", "cannot open"),
     }
-    for name, (file, content, words) in bad_cases.items():
-        d = os.path.join(tmp, f"bad-{name}")
-        os.makedirs(d)
-        np.save(os.path.join(d, "x_train.npy"), good_x)
-        np.save(os.path.join(d, "y_train.npy"), good_y)
-        path = os.path.join(d, file)
-        if name == "truncated":
-            data = open(path, "rb").read()
-            open(path, "wb").write(data[:len(data) - 100])
-        elif name == "missing":
-            os.remove(path)
-        elif isinstance(content, bytes):
-            open(path, "wb").write(content)
-        else:
-            np.save(path, content)
-        r = train(exe, os.path.join(tmp, f"run-bad-{name}"), [f"--data=npy:{d}", "--steps=1"])
-        report(r.returncode == 1 and path in r.stderr and words in r.stderr,
-               f"--data=npy: {name} {file}: exit 1 naming the file ({words})",
-               f"exit {r.returncode}: {r.stderr[-600:]}")
+    bad_npy_files(exe, tmp, "bad", good_x, good_y, bad_cases, "--data=npy:")
 
 
 # --- --data=npy:DIR for a regression (--loss=mse) ---------------------------------
@@ -549,23 +557,7 @@ def regression_cases(tmp, emulated):
         "truncated": ("x_train.npy", None, "bytes"),
         "missing": ("y_train.npy", "", "cannot open"),
     }
-    for label, (file, content, words) in bad_cases.items():
-        d = os.path.join(tmp, f"reg-bad-{label.replace(' ', '-')}")
-        os.makedirs(d)
-        np.save(os.path.join(d, "x_train.npy"), good_x)
-        np.save(os.path.join(d, "y_train.npy"), good_y)
-        path = os.path.join(d, file)
-        if label == "truncated":
-            raw = open(path, "rb").read()
-            open(path, "wb").write(raw[:len(raw) - 40])
-        elif label == "missing":
-            os.remove(path)
-        else:
-            np.save(path, content)
-        r = train(exe, os.path.join(tmp, "reg-bad-run"), [f"--data=npy:{d}", "--steps=1"])
-        report(r.returncode == 1 and path in r.stderr and words in r.stderr,
-               f"{name}: {label} ({file}): exit 1 naming the file ({words})",
-               f"exit {r.returncode}: {r.stderr[-600:]}")
+    bad_npy_files(exe, tmp, "reg-bad", good_x, good_y, bad_cases, f"{name}:")
 
 
 def regression_under_mpirun(exe, one, data, steps, case):
