@@ -279,25 +279,26 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   std::string error;
   // Data first: a bad path fails before a GPU is touched.
   std::string why;
-  layout_ = imageLayout(m_, why);
+  // Image loaders write the classifier's image and label inputs.
+  const std::optional<ImageLayout> layout = imageLayout(m_, why);
   if (o_.data.rfind("idx:", 0) == 0) {
-    if (!layout_)
+    if (!layout)
       return fail("--data=idx: " + why);
     IdxOptions io;
     io.seed = o_.seed;
     io.classes = m_.classes;
     io.maxExamples = o_.trainExamples;
-    auto train = IdxData::open(o_.data.substr(4), "train", layout_->shape, io, &error);
+    auto train = IdxData::open(o_.data.substr(4), "train", layout->shape, io, &error);
     if (!train)
       return fail("data: " + error);
-    train_ = imageBatches(*layout_, std::move(train));
+    train_ = imageBatches(*layout, std::move(train));
     if (o_.eval && leader()) { // under mpirun rank 0 alone evaluates
       io.shuffle = false;
       io.maxExamples = o_.evalExamples;
-      auto test = IdxData::open(o_.data.substr(4), "t10k", layout_->shape, io, &error);
+      auto test = IdxData::open(o_.data.substr(4), "t10k", layout->shape, io, &error);
       if (!test)
         return fail("data: " + error);
-      test_ = imageBatches(*layout_, std::move(test));
+      test_ = imageBatches(*layout, std::move(test));
     }
   } else if (o_.data.rfind("npy:", 0) == 0) {
     NpyInputOptions no;
@@ -328,7 +329,7 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
       std::printf("%s: data: %s\n", program_, line.c_str());
     }
   } else if (isImageData(o_.data)) {
-    if (!layout_)
+    if (!layout)
       return fail("--data=" + o_.data + ": " + why);
     ImageDataOptions io;
     io.mean = o_.mean;
@@ -342,14 +343,14 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
       std::fprintf(stderr, "%s: warning: %s\n", program, w.c_str());
     };
     ImageDataSet set;
-    if (!openImageDataSet(o_.data, layout_->shape, io, o_.augment, o_.eval, o_.evalExamples,
+    if (!openImageDataSet(o_.data, layout->shape, io, o_.augment, o_.eval, o_.evalExamples,
                           m_.classes, set, &error))
       return fail("data: " + error);
     for (const std::string& note : set.notes)
       std::printf("%s: data: %s\n", program_, note.c_str());
-    train_ = imageBatches(*layout_, std::move(set.train));
+    train_ = imageBatches(*layout, std::move(set.train));
     if (set.test)
-      test_ = imageBatches(*layout_, std::move(set.test));
+      test_ = imageBatches(*layout, std::move(set.test));
   } else if (o_.data.rfind("raw:", 0) == 0) {
     rawBatch_.assign(static_cast<size_t>(m_.inputBytes), 0);
     std::string dir = o_.data.substr(4);

@@ -208,7 +208,6 @@ private:
   DeviceBuffer ema_;
   std::vector<unsigned char> hostEma_;
   StepBuffers buffers_{}, evalBuffers_{};
-  std::optional<ImageLayout> layout_;
   std::unique_ptr<InputBatches> train_, test_;
   std::vector<unsigned char> rawBatch_;
   int64_t batchesPerEpoch_ = 1;

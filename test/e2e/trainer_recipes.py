@@ -248,6 +248,17 @@ def ema_cases(tmp, model, emulated):
             compare_average(name, ref, work, md.PARAM_TOL)
 
 
+def under_mpirun(exe, work, flags):
+    """The trainer as 2 processes under mpirun in `work` (as root where need be)."""
+    os.makedirs(work, exist_ok=True)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    args = ["mpirun", "--oversubscribe", "-np", "2", exe, f"--seed={md.SEED}", "--progress=off",
+            "--data-threads=1", *flags]
+    return subprocess.run(args, cwd=work, capture_output=True, text=True, timeout=600, env=env)
+
+
 def ema_under_mpirun(exe, one, run_flags):
     """The --gpus 4 trainer as 2 processes: the average, its evaluation and its
     export bit-identical to the one-process run in `one`."""
@@ -256,14 +267,8 @@ def ema_under_mpirun(exe, one, run_flags):
         report(False, name, "no mpirun")
         return
     work = one + "-mpi"
-    os.makedirs(work, exist_ok=True)
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    args = ["mpirun", "--oversubscribe", "-np", "2", exe, "--data=synthetic",
-            f"--seed={md.SEED}", "--progress=off", "--data-threads=1", md.threads(4),
-            *run_flags, "--check-replicas"]
-    r = subprocess.run(args, cwd=work, capture_output=True, text=True, timeout=600, env=env)
+    r = under_mpirun(exe, work, ["--data=synthetic", md.threads(4), *run_flags,
+                                 "--check-replicas"])
     if not expect_ok(r, name):
         return
     a, b = raw_of(os.path.join(one, "dump"), "ema_param_"), raw_of(os.path.join(work, "dump"),
@@ -568,13 +573,7 @@ def regression_under_mpirun(exe, one, data, steps, case):
         report(False, name, "no mpirun")
         return
     work = one + "-mpi"
-    os.makedirs(work, exist_ok=True)
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    args = ["mpirun", "--oversubscribe", "-np", "2", exe, f"--data=npy:{data}",
-            f"--seed={md.SEED}", "--progress=off", "--data-threads=1", md.threads(2), *steps]
-    r = subprocess.run(args, cwd=work, capture_output=True, text=True, timeout=600, env=env)
+    r = under_mpirun(exe, work, [f"--data=npy:{data}", md.threads(2), *steps])
     if not expect_ok(r, name):
         return
     same = (md.losses(os.path.join(one, "log.jsonl")) == md.losses(os.path.join(work, "log.jsonl"))

@@ -272,16 +272,17 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
   // and without exception tables a third faster again: the generated code
   // throws and catches nothing, and what a runtime call throws still
   // unwinds through it (the unwind tables stay) to the runtime's handler.
-  // `compile`: the compiler and its flags up to the sources; `link`: what
-  // follows the objects.
-  std::vector<std::string> compile, link;
+  // `driver`: the compiler and what both compiling and linking take;
+  // `compile`: what only compiling takes; `link`: what follows the objects.
+  std::vector<std::string> driver, compile, link;
   if (runtime == "emu" || target == "cpu") {
     auto cxx = llvm::sys::findProgramByName("c++");
     if (!cxx) {
       llvm::errs() << "lwcc: error: no host C++ compiler (c++) on PATH\n";
       return 1;
     }
-    compile = {*cxx, "-std=c++20", "-Og", "-fno-exceptions"};
+    driver = {*cxx};
+    compile = {"-std=c++20", "-Og", "-fno-exceptions"};
     if (runtime == "emu") {
       // The generated CUDA source as host C++: lwemu/cuda_emu.h gives it
       // what nvcc would (the trainer itself launches no kernel), the CUDA
@@ -310,8 +311,8 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
     // their version-free path, then resolved, then in the system's. Lazy
     // binding lets the start-up preflight name a function an older library
     // lacks instead of the loader failing on it (cuda/Preflight.h).
-    compile = {cuda->nvcc,        "-std=c++20",     "-Xcompiler=-Og,-fno-exceptions",
-               "-arch=" + o.arch, "-cudart=static", "-I" + prefix + "/include"};
+    driver = {cuda->nvcc, "-arch=" + o.arch, "-cudart=static"};
+    compile = {"-std=c++20", "-Xcompiler=-Og,-fno-exceptions", "-I" + prefix + "/include"};
     link = {lib, "-Xlinker=--enable-new-dtags", "-Xlinker=-z,lazy", "-Xlinker=-rpath=$ORIGIN"};
     for (const std::string& d : cuda->libDirs) {
       link.push_back("-L" + d);
@@ -320,29 +321,27 @@ int buildExe(const GeneratedTrainer& t, const std::string& dir, const std::strin
     for (const std::string& f : runtimeLinkFlags(prefix, target))
       link.push_back(f);
   }
-  std::vector<std::string> objects;
+  // One file: compiled and linked in one command; several: each compiled
+  // on its own, then the objects linked.
   std::vector<std::vector<std::string>> compiles;
-  if (units.size() > 1)
-    for (const std::string& u : units) {
-      objects.push_back(u + ".o");
-      std::vector<std::string> args = compile;
-      args.insert(args.end(), {"-c", u, "-o", objects.back()});
-      compiles.push_back(std::move(args));
+  std::vector<std::string> linking = driver;
+  if (units.size() == 1)
+    linking.insert(linking.end(), compile.begin(), compile.end());
+  for (const std::string& u : units) {
+    if (units.size() == 1) {
+      linking.push_back(u);
+      continue;
     }
-  else
-    objects = units; // compiled and linked in one command
-  std::vector<std::string> final = compile;
-  if (units.size() > 1 && runtime != "cuda")
-    final = {compile[0]}; // objects: no compile flags
-  if (runtime == "cuda" && units.size() > 1)
-    final = {compile[0], "-arch=" + o.arch, "-cudart=static"};
-  final.insert(final.end(), objects.begin(), objects.end());
-  final.insert(final.end(), link.begin(), link.end());
-  final.insert(final.end(), {"-o", exe});
+    std::vector<std::string> args = driver;
+    args.insert(args.end(), compile.begin(), compile.end());
+    args.insert(args.end(), {"-c", u, "-o", u + ".o"});
+    compiles.push_back(std::move(args));
+    linking.push_back(u + ".o");
+  }
+  linking.insert(linking.end(), link.begin(), link.end());
+  linking.insert(linking.end(), {"-o", exe});
   const unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
-  if (!runAll(compiles, jobs, o.verbose) || !runAll({final}, 1, o.verbose))
-    return 1;
-  return 0;
+  return runAll(compiles, jobs, o.verbose) && runAll({linking}, 1, o.verbose) ? 0 : 1;
 }
 
 } // namespace lwcc
