@@ -20,10 +20,11 @@
 // A forward convolution's bias, and the ReLU after it when codegen fuses
 // the two (conv2dAct: the ReLU writes over the convolution's result, which
 // nothing else reads), are the plan's epilogue: one graph-API plan of
-// convolution, bias and ReLU when cuDNN has an engine for that graph and it
-// is faster than the plain convolution followed by the own epilogue kernel
-// (one pass over y: bias and ReLU together, a block row per plane), which
-// serves otherwise.
+// convolution, bias and ReLU when cuDNN has an engine for that graph (with
+// --cudnn-benchmark: and it is faster than the plain convolution followed
+// by the own epilogue kernel), else the plain convolution and the own
+// epilogue kernel (one pass over y: bias and ReLU together, a block row per
+// plane).
 //
 // TF32: F32 convolutions use TF32 tensor cores unless the trainer runs with
 // --no-tf32 (Context::convTf32, PyTorch's default); F64 never.
@@ -551,9 +552,13 @@ ConvPlan* convPlan(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType 
       GraphConvPtr fused;
       if (!buildGraphConv(dir, g, p, t, align, epi, x, w, y, b, &fused))
         return nullptr;
-      if (fused && graphConvMs(*fused) <
-                       graphConvMs(*plan->graph) +
-                           epilogueMs(g, static_cast<T*>(y), static_cast<const T*>(b), epi.relu)) {
+      // Timed only with --cudnn-benchmark: the fused plan's engine may sum
+      // in another order than the plain one's, so a choice by timing could
+      // differ between two runs, or a run and its resume.
+      if (fused && (!context().timeAlgorithms ||
+                    graphConvMs(*fused) < graphConvMs(*plan->graph) +
+                                              epilogueMs(g, static_cast<T*>(y),
+                                                         static_cast<const T*>(b), epi.relu))) {
         plan->fused = std::move(fused);
         ++context().convPlansFused;
       }

@@ -387,6 +387,23 @@ __global__ void maxPoolGather(const int* arg, const StoreOf<T>* dy, StoreOf<T>* 
     const int* ap = arg + plane * out;
     const StoreOf<T>* dp = dy + plane * out;
     V acc = V(0);
+    if (g.d[0] == 1 && g.d[1] == 1) {
+      // Undilated: the windows holding (ih, iw) are a rectangle of rows
+      // [oh0, oh1] and columns [ow0, ow1], visited in increasing window
+      // order with four divisions in all rather than two per tap.
+      const int oh0 = max(floorDiv(ih + g.pads[0] - g.k[0], g.s[0]) + 1, 0),
+                oh1 = min(floorDiv(ih + g.pads[0], g.s[0]), g.OH - 1),
+                ow0 = max(floorDiv(iw + g.pads[1] - g.k[1], g.s[1]) + 1, 0),
+                ow1 = min(floorDiv(iw + g.pads[1], g.s[1]), g.OW - 1);
+      for (int oh = oh0; oh <= oh1; ++oh)
+        for (int ow = ow0; ow <= ow1; ++ow) {
+          int yi = oh * g.OW + ow;
+          if (ap[yi] == self)
+            acc += Elem<T>::load(dp[yi]);
+        }
+      dx[plane * in + q] = Elem<T>::store(acc);
+      continue;
+    }
     // Tap kh of window oh reads row oh*s - pad + kh*d: decreasing kh visits
     // increasing oh.
     for (int kh = g.k[0] - 1; kh >= 0; --kh) {

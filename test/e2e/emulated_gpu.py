@@ -290,6 +290,57 @@ def new_ops(tmp):
             os.path.join(base, "emu-run"), 1)
 
 
+def max_pools(tmp):
+    """Max pooling's gradient kernels over the window geometries a zoo
+    model may not reach, after a ReLU so that windows of zeros tie: pads
+    (k3 s2 p1), a stride wider than the window (k2 s3: inputs in no
+    window), ceil mode (k3 s2) and dilation (k3 d2 p2, the dilated loop);
+    the CUDA trainer on the emulated GPU against the CPU trainer."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    base = os.path.join(tmp, "max-pools")
+    os.makedirs(base, exist_ok=True)
+    n, c, hw = 8, 2, 11
+    rng = np.random.default_rng(2)
+    pools = [("pads", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), 6),
+             ("gaps", dict(kernel_shape=[2, 2], strides=[3, 3]), 4),
+             ("ceil", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), 5),
+             ("dilated", dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2]), 11)]
+    width = sum(c * o * o for _, _, o in pools)
+    inits = [numpy_helper.from_array(rng.standard_normal((1, c, hw, hw)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((3, width)).astype(np.float32) * 0.1,
+                                     "w2")]
+    nodes = [helper.make_node("Mul", ["x", "w"], ["h"], name="scale"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu")]
+    for tag, attrs, _ in pools:
+        nodes += [helper.make_node("MaxPool", ["r"], [f"p_{tag}"], name=f"pool_{tag}", **attrs),
+                  helper.make_node("Flatten", [f"p_{tag}"], [f"f_{tag}"], name=f"flat_{tag}")]
+    nodes += [helper.make_node("Concat", [f"f_{t}" for t, _, _ in pools], ["cat"], name="cat",
+                               axis=1),
+              helper.make_node("Gemm", ["cat", "w2"], ["y"], transB=1, name="fc")]
+    graph = helper.make_graph(
+        nodes, "max_pools", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 3])], inits)
+    path = os.path.join(base, "max_pools.onnx")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # the export keeps it: one onnxruntime reads
+    onnx.save(model, path)
+    name = "max pooling's gradient with pads, gaps, ceil mode and dilation after a ReLU"
+    cuda, cerr = build_emulated(path, [], os.path.join(base, "emu"), via_lwcc=True)
+    cpu, perr = md.build(path, [], os.path.join(base, "cpu"), via_lwcc=True)
+    if not cuda or not cpu:
+        harness.record(False, f"{name}: build", cerr or perr)
+        return
+    rc = train(cuda, os.path.join(base, "emu-run"), run_args(), True)
+    rp = train(cpu, os.path.join(base, "cpu-run"), run_args(), False)
+    if rc.returncode or rp.returncode:
+        harness.record(False, f"{name}: train", (rc.stderr + rp.stderr)[-1500:])
+        return
+    compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(base, "cpu-run"),
+            os.path.join(base, "emu-run"), 1)
+
+
 def main():
     # multi_device_trainer.compare counts the losses of this many steps. Set
     # here, not on import: trainer_recipes.py borrows this file's builders.
@@ -355,6 +406,7 @@ def main():
                 resume_case(cuda, os.path.join(base, "resume"), name)
         tied_max_pool(tmp)
         new_ops(tmp)
+        max_pools(tmp)
     finally:
         if args.keep:
             print(f"work folder: {tmp}")

@@ -12,14 +12,16 @@
 #      the third, no capture fallback) vs the CPU backend's three; bf16
 #      trainers (--mixed-precision=bf16) vs the CPU backend's bf16 steps
 #   2. compute-sanitizer memcheck and racecheck on one LeNet and one ResNet-18 step
-#   3. speed: AlexNet 224x224 batch 128, lwcc (fp32, TF32, bf16) vs PyTorch
-#      eager and torch.compile (fp32, TF32, bf16 autocast) in the same run
+#   3. speed: AlexNet and ResNet-18, 224x224 batch 128, lwcc (fp32, TF32, bf16; cuDNN's
+#      heuristics and --cudnn-benchmark) vs PyTorch eager and torch.compile
+#      (fp32, TF32, bf16 autocast; cudnn.benchmark) in the same run
 #   4. harden: the start-up line names the driver, cuDNN and cuBLAS found
 #      (the preflight passed); --profile times real steps (ops listed, the
 #      profiled run trains as an unprofiled one) with an evaluation pass
 #      between epochs, whose new convolution configurations may replace the
 #      workspace a recorded step graph uses (the run must match one without
 #      CUDA graphs, and stay clean under compute-sanitizer memcheck); and the
+#      two runs of AlexNet and ResNet-18 (3 steps) bit-identical; and the
 #      fallback to the legacy API when the graph API fails (descriptors
 #      refused, every timed engine faulting: LWRT_CONV_GRAPH_FAULT), still
 #      agreeing with the CPU
@@ -45,7 +47,13 @@
 # processes do not share emulated GPUs and compute-sanitizer cannot run them:
 # those rows say so. LWCC_GPU_SCRATCH names the folder for the trainers'
 # dumps (default /tmp), LWCC_GPU_JOBS how many trainers build at once
-# (default: the cores).
+# (default: the cores), LWCC_GPU_TIMEOUT the seconds a trainer may run
+# before it counts as hung (default 180; a sanitizer run gets twice that),
+# LWCC_GPU_SANITIZE the models compute-sanitizer runs (default "lenet
+# resnet18 inception": a step of each of the first two, inception's
+# epochs with an evaluation in the harden phase) and LWCC_GPU_TORCH_MODES the PyTorch modes the speed phase
+# times (default "eager compile"). Each row is printed as it is found and
+# kept in $OUT/rows.txt, the table at the end.
 #   bash build/gpu/check.sh [build] [correct] [sanitize] [speed] [harden] [multi]
 # runs the phases named (all six when none is): a warm device machine
 # keeps the built trainers between calls, so the phases may be split over
@@ -77,19 +85,29 @@ export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # A tool on PATH, else the first one found (toolkit or wheel).
 tool() { command -v "$1" 2>/dev/null || found -type f -name "$1" -perm -u+x | sort | head -1; }
 declare -a ROWS
+# Each row also goes to stdout and to $OUT/rows.txt as it is found, so a call
+# cut off at its time limit still brings back the rows of what ran.
+: >"$OUT/rows.txt"
+row() {
+  ROWS+=("$1")
+  printf '%s\n' "$1" | tee -a "$OUT/rows.txt"
+}
+# A trainer that hangs (a collective waiting for a peer, say) is stopped
+# after this many seconds and its row says so (exit 124).
+LIMIT=${LWCC_GPU_TIMEOUT:-180}
 if [[ -n $EMU ]]; then
   NVCC='' SANITIZER=''
   CXX=${CXX:-c++}
-  ROWS+=("compiler: $CXX ($("$CXX" --version | head -1)) against the emulated CUDA device (liblwcc_runtime_emu.a)")
-  ROWS+=("compute-sanitizer: not used on the emulated device (the sanitizer rows are skipped)")
+  row "compiler: $CXX ($("$CXX" --version | head -1)) against the emulated CUDA device (liblwcc_runtime_emu.a)"
+  row "compute-sanitizer: not used on the emulated device (the sanitizer rows are skipped)"
 else
   NVCC=${NVCC:-$(tool nvcc)}
   SANITIZER=${SANITIZER:-$(tool compute-sanitizer)}
-  ROWS+=("nvcc: ${NVCC:-NOT FOUND} ($([[ -n $NVCC ]] && "$NVCC" --version | grep -o 'release [0-9.]*'))")
-  ROWS+=("compute-sanitizer: ${SANITIZER:-not found (the sanitizer rows are skipped)}")
+  row "nvcc: ${NVCC:-NOT FOUND} ($([[ -n $NVCC ]] && "$NVCC" --version | grep -o 'release [0-9.]*'))"
+  row "compute-sanitizer: ${SANITIZER:-not found (the sanitizer rows are skipped)}"
   for l in libcudnn.so.9 libcublas.so.13 libnccl.so.2; do
     where=$(for d in ${libs//:/ }; do [[ -e $d/$l ]] && readlink -f "$d/$l"; done | head -1)
-    ROWS+=("$l: ${where:-NOT FOUND}")
+    row "$l: ${where:-NOT FOUND}"
   done
 fi
 # The GPU's name: nvidia-smi's, else (emulated, or no nvidia-smi) the one a
@@ -156,7 +174,7 @@ for src in "$G"/src/*; do
   build "$src" "$G/$(basename "$src")-cuda" &
 done
 wait
-ROWS+=("build: $(ls "$G"/*-cuda 2>/dev/null | wc -l) of $(ls -d "$G"/src/* | wc -l) trainers built with $([[ -n $EMU ]] && echo "$CXX for the emulated device" || echo nvcc) in $(( $(date +%s) - t0 )) s")
+row "build: $(ls "$G"/*-cuda 2>/dev/null | wc -l) of $(ls -d "$G"/src/* | wc -l) trainers built with $([[ -n $EMU ]] && echo "$CXX for the emulated device" || echo nvcc) in $(( $(date +%s) - t0 )) s"
 fi
 want correct && for d in "$G"/*-data; do
   m=$(basename "$d" -data)
@@ -164,12 +182,12 @@ want correct && for d in "$G"/*-data; do
   [[ $v == *-s2 && ! -d $G/src/$v ]] && continue # prepare.sh made no --streams=2 source
   exe="$G/${v%/legacy}-cuda"
   api=graph; [[ $v == */legacy ]] && api=legacy
-  [[ -x $exe ]] || { ROWS+=("correctness $v: NOT BUILT"); continue; }
+  [[ -x $exe ]] || { row "correctness $v: NOT BUILT"; continue; }
   log="$OUT/${v/\//-}.log"
   # --profile=1 prints the convolution plans; trainers of several streams have no --profile.
   profile=(--profile=1)
   [[ $v == *-s2 ]] && profile=()
-  if "$exe" --steps=1 --data="raw:$d" --dump="$SCRATCH/${v/\//-}-gpu" --no-tf32 --cudnn-api=$api \
+  if timeout "$LIMIT" "$exe" --steps=1 --data="raw:$d" --dump="$SCRATCH/${v/\//-}-gpu" --no-tf32 --cudnn-api=$api \
     "${profile[@]}" --progress=off >"$log" 2>&1; then
     gpu_from_log "$log"
     r=$(python3 "$G/compare.py" "$G/$m-cpu" "$SCRATCH/${v/\//-}-gpu" 2>&1) && s=PASS || s=FAIL
@@ -178,14 +196,14 @@ want correct && for d in "$G"/*-data; do
   else
     r="trainer exited $?: $(tail -c 300 "$log")"; s=FAIL
   fi
-  ROWS+=("correctness $v (cuDNN $api API, TF32 off) vs CPU: $s $r")
+  row "correctness $v (cuDNN $api API, TF32 off) vs CPU: $s $r"
   done
   # Three steps with CUDA graphs (the second recorded, the third replayed)
   # against the CPU backend's three steps on the same batch.
   exe="$G/$m-cuda"
   [[ -x $exe && -d $G/$m-cpu3 ]] || continue
   log="$OUT/$m-3steps.log"
-  if "$exe" --steps=3 --data="raw:$d" --dump="$SCRATCH/$m-gpu3" --no-tf32 --progress=off >"$log" 2>&1; then
+  if timeout "$LIMIT" "$exe" --steps=3 --data="raw:$d" --dump="$SCRATCH/$m-gpu3" --no-tf32 --progress=off >"$log" 2>&1; then
     r=$(python3 "$G/compare.py" "$G/$m-cpu3" "$SCRATCH/$m-gpu3" 2>&1) && s=PASS || s=FAIL
     if grep -q 'could not be recorded as a CUDA graph' "$log"; then
       s=FAIL r="$r; $(grep -o 'could not be recorded as a CUDA graph.*' "$log" | head -c 300)"
@@ -193,70 +211,86 @@ want correct && for d in "$G"/*-data; do
   else
     r="trainer exited $?: $(tail -c 300 "$log")"; s=FAIL
   fi
-  ROWS+=("correctness $m, 3 steps, CUDA graph replayed (TF32 off) vs CPU: $s $r")
+  row "correctness $m, 3 steps, CUDA graph replayed (TF32 off) vs CPU: $s $r"
 done
 # bf16 mixed precision: one step and three (the third replaying the CUDA
-# graph) against the CPU backend's bf16 steps, within 2e-2: both round the
+# graph) against the CPU backend's bf16 steps, at the learning rate
+# prepare.sh gave them (a tenth of the models': see there), within 2e-2: both round the
 # same float32 values to bf16, but cuDNN and the CPU sum a convolution in
 # different orders, so a value may land on the neighbouring bf16.
 want correct && for src in "$G"/src/*-bf16; do
   v=$(basename "$src"); m=${v%-bf16}; exe="$G/$v-cuda"
-  [[ -x $exe ]] || { ROWS+=("correctness $v: NOT BUILT"); continue; }
+  [[ -x $exe ]] || { row "correctness $v: NOT BUILT"; continue; }
   for n in 1 3; do
     ref="$G/$v-cpu$([[ $n == 3 ]] && echo 3)"; log="$OUT/$v-$n.log"
-    if "$exe" --steps=$n --data="raw:$G/$m-data" --dump="$SCRATCH/$v-gpu$n" --progress=off >"$log" 2>&1; then
+    if timeout "$LIMIT" "$exe" --steps=$n --lr=0.001 --data="raw:$G/$m-data" --dump="$SCRATCH/$v-gpu$n" --progress=off >"$log" 2>&1; then
       r=$(python3 "$G/compare.py" --tol=2e-2 "$ref" "$SCRATCH/$v-gpu$n" 2>&1) && s=PASS || s=FAIL
     else
       r="trainer exited $?: $(tail -c 300 "$log")"; s=FAIL
     fi
-    ROWS+=("correctness $m bf16, $n step(s) vs the CPU backend's bf16: $s $r")
+    row "correctness $m bf16, $n step(s) vs the CPU backend's bf16: $s $r"
   done
 done
 if ! want sanitize; then
   :
 elif [[ -n $SANITIZER ]]; then
-  for m in lenet resnet18; do
+  for m in ${LWCC_GPU_SANITIZE-lenet resnet18 inception}; do
+    [[ $m == inception ]] && continue # the harden phase's
     for tool in memcheck racecheck; do
-      "$SANITIZER" --tool "$tool" --error-exitcode 9 "$G/$m-cuda" --steps=1 --no-cuda-graph \
+      timeout "$((2 * LIMIT))" "$SANITIZER" --tool "$tool" --error-exitcode 9 "$G/$m-cuda" --steps=1 --no-cuda-graph \
         --data="raw:$G/$m-data" --progress=off >"$OUT/sanitizer-$m-$tool.log" 2>&1
-      rc=$?; ROWS+=("compute-sanitizer $tool $m: exit $rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$m-$tool.log") clean summaries)")
+      rc=$?; row "compute-sanitizer $tool $m: exit $rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$m-$tool.log") clean summaries)"
     done
   done
 else
-  ROWS+=("compute-sanitizer: not found")
+  row "compute-sanitizer: not found"
 fi
-# Speed: AlexNet 224, batch 128 (weights regenerated here: too big to carry).
+# Speed: AlexNet and ResNet-18, 224x224, batch 128 (weights regenerated
+# here: too big to carry).
 if want speed && [[ -n $EMU ]]; then
-  ROWS+=("speed: not measured on the emulated device")
+  row "speed: not measured on the emulated device"
 elif want speed; then
-python3 "$G/models/gen.py" alexnet --size 224 --batch 128 --classes 1000 -o "$SCRATCH/alexnet224.onnx"
 rate() { python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; r=[x for x in r if x.get("type")=="step"][10:]; print("%.1f" % (128*len(r)/(sum(x["step_ms"] for x in r)/1000)))' "$1"; }
-for s in 1 2 1/legacy bf16; do
-  exe="$G/alexnet224-s${s%/legacy}-cuda"
-  api=graph; [[ $s == */legacy ]] && api=legacy
-  tag="s${s/\//-}"
-  [[ -x $exe ]] || { ROWS+=("lwcc alexnet224 streams=$s: NOT BUILT"); continue; }
-  [[ -f $exe.weights ]] || {
-    "$exe" --list-params >"$SCRATCH/alexnet224.params"
-    python3 "$G/pack_weights.py" "$SCRATCH/alexnet224.onnx" "$SCRATCH/alexnet224.params" "$exe.weights"
-  }
-  for flag in --no-tf32 --tf32; do
-    "$exe" --steps=70 $flag --cudnn-api=$api --progress=off --log="$OUT/alexnet-$tag$flag.jsonl" \
-      >"$OUT/alexnet-$tag$flag.log" 2>&1 \
-      && ROWS+=("lwcc alexnet224 b128 streams=$s $flag: $(rate "$OUT/alexnet-$tag$flag.jsonl") img/s") \
-      || ROWS+=("lwcc alexnet224 b128 streams=$s $flag: FAILED $(tail -c 300 "$OUT/alexnet-$tag$flag.log")")
+for net in alexnet resnet18; do
+  variants="1 2 1/legacy bf16"
+  [[ $net == resnet18 ]] && variants="1 bf16"
+  [[ -d $G/src/${net}224-s1 ]] || continue
+  python3 "$G/models/gen.py" $net --size 224 --batch 128 --classes 1000 -o "$SCRATCH/${net}224.onnx"
+  for s in $variants; do
+    exe="$G/${net}224-s${s%/legacy}-cuda"
+    api=graph; [[ $s == */legacy ]] && api=legacy
+    tag="$net-s${s/\//-}"
+    [[ -x $exe ]] || { row "lwcc ${net}224 streams=$s: NOT BUILT"; continue; }
+    [[ -f $exe.weights ]] || {
+      "$exe" --list-params >"$SCRATCH/${net}224.params"
+      python3 "$G/pack_weights.py" "$SCRATCH/${net}224.onnx" "$SCRATCH/${net}224.params" "$exe.weights"
+    }
+    # PyTorch's runs below time cuDNN's algorithms (cudnn.benchmark), as
+    # --cudnn-benchmark does; lwcc's default takes cuDNN's heuristics untimed.
+    for flags in --no-tf32 --tf32 "--no-tf32 --cudnn-benchmark" "--tf32 --cudnn-benchmark"; do
+      f=${flags// /}
+      # shellcheck disable=SC2086 # the flags split into words
+      timeout "$LIMIT" "$exe" --steps=70 $flags --cudnn-api=$api --progress=off --log="$OUT/$tag$f.jsonl" \
+        >"$OUT/$tag$f.log" 2>&1 \
+        && row "lwcc ${net}224 b128 streams=$s $flags: $(rate "$OUT/$tag$f.jsonl") img/s" \
+        || row "lwcc ${net}224 b128 streams=$s $flags: FAILED $(tail -c 300 "$OUT/$tag$f.log")"
+    done
   done
-done
-for api in graph legacy; do
-  "$G/alexnet224-s1-cuda" --steps=12 --profile=10 --cudnn-api=$api --progress=off \
-    >"$OUT/alexnet-profile-$api.txt" 2>&1
-  ROWS+=("per-op profile of lwcc alexnet224 (fp32, cuDNN $api API): $OUT/alexnet-profile-$api.txt")
-done
-for mode in eager compile; do
-  for tf in 0 1 bf16; do
-    r=$(python3 "$G/torch_bench.py" $mode $tf 2>"$OUT/torch-$mode-$tf.err" | sed -n 's/img_per_s //p')
-    label="tf32=$tf"; [[ $tf == bf16 ]] && label="bf16 autocast"
-    ROWS+=("pytorch $mode $label alexnet224 b128: ${r:-FAILED} img/s")
+  for api in graph legacy bf16; do
+    exe="$G/${net}224-s1-cuda" flags=(--cudnn-api=$api) what="fp32, cuDNN $api API"
+    [[ $api == bf16 ]] && exe="$G/${net}224-sbf16-cuda" flags=() what="bf16, cuDNN graph API"
+    [[ -x $exe ]] || continue
+    timeout "$LIMIT" "$exe" --steps=12 --profile=10 "${flags[@]}" --progress=off \
+      >"$OUT/$net-profile-$api.txt" 2>&1
+    row "per-op profile of lwcc ${net}224 ($what): $OUT/$net-profile-$api.txt"
+  done
+  for mode in ${LWCC_GPU_TORCH_MODES-eager compile}; do
+    for tf in 0 1 bf16; do
+      r=$(python3 "$G/torch_bench.py" $mode $tf 128 224 $net 2>"$OUT/torch-$net-$mode-$tf.err" |
+        sed -n 's/img_per_s //p')
+      label="tf32=$tf"; [[ $tf == bf16 ]] && label="bf16 autocast"
+      row "pytorch $mode $label ${net}224 b128: ${r:-FAILED} img/s"
+    done
   done
 done
 fi
@@ -264,19 +298,19 @@ if want harden; then
   pass() { [[ $1 == 0 ]] && echo PASS || echo FAIL; }
   # The preflight passed and the start-up line names what it found.
   log="$OUT/harden-start.log"
-  "$G/lenet-cuda" --steps=1 --data="raw:$G/lenet-data" --progress=off >"$log" 2>&1
+  timeout "$LIMIT" "$G/lenet-cuda" --steps=1 --data="raw:$G/lenet-data" --progress=off >"$log" 2>&1
   gpu_from_log "$log"
   line=$(grep -o '(sm_[0-9]*, driver CUDA [0-9.]*, cuDNN [0-9.]*, cuBLAS [0-9.]*)' "$log")
-  ROWS+=("preflight line: $([[ -n $line ]] && echo "PASS $line" || echo "FAIL $(tail -c 300 "$log")")")
+  row "preflight line: $([[ -n $line ]] && echo "PASS $line" || echo "FAIL $(tail -c 300 "$log")")"
   # --profile with an evaluation pass between two epochs: the profiled steps
   # run their ops (listed, timed), the step graph recorded in epoch 1 is
   # replayed after the evaluation's new configurations, and the result
   # matches a run without CUDA graphs.
   for m in lenet inception; do
     common=(--data=synthetic --synthetic-batches=5 --epochs=2 --eval --progress=off --no-tf32)
-    "$G/$m-cuda" "${common[@]}" --profile=3 --dump="$SCRATCH/$m-prof" >"$OUT/harden-profile-$m.log" 2>&1
+    timeout "$LIMIT" "$G/$m-cuda" "${common[@]}" --profile=3 --dump="$SCRATCH/$m-prof" >"$OUT/harden-profile-$m.log" 2>&1
     rc=$?
-    "$G/$m-cuda" "${common[@]}" --no-cuda-graph --dump="$SCRATCH/$m-direct" \
+    timeout "$LIMIT" "$G/$m-cuda" "${common[@]}" --no-cuda-graph --dump="$SCRATCH/$m-direct" \
       >"$OUT/harden-direct-$m.log" 2>&1
     prof=$(sed -nE 's/^profile: 3 steps on .*, ([0-9.]+) ms per step in ([0-9]+) ops$/\1 ms\/step, \2 ops/p' \
       "$OUT/harden-profile-$m.log")
@@ -284,28 +318,43 @@ if want harden; then
     r=$(python3 "$G/compare.py" "$SCRATCH/$m-direct" "$SCRATCH/$m-prof" 2>&1)
     ok=$([[ $rc == 0 && ${ops:-0} -ge 10 ]] && python3 "$G/compare.py" "$SCRATCH/$m-direct" \
       "$SCRATCH/$m-prof" >/dev/null 2>&1 && echo 0 || echo 1)
-    ROWS+=("--profile=3 $m, 2 epochs with eval: $(pass "$ok") (${prof:-no profile line}; vs --no-cuda-graph: $r)")
+    row "--profile=3 $m, 2 epochs with eval: $(pass "$ok") (${prof:-no profile line}; vs --no-cuda-graph: $r)"
   done
-  if [[ -n $SANITIZER ]]; then
-    "$SANITIZER" --tool memcheck --error-exitcode 9 "$G/inception-cuda" --data=synthetic \
+  if [[ -n $SANITIZER && " ${LWCC_GPU_SANITIZE-lenet resnet18 inception} " == *" inception "* ]]; then
+    timeout "$((2 * LIMIT))" "$SANITIZER" --tool memcheck --error-exitcode 9 "$G/inception-cuda" --data=synthetic \
       --synthetic-batches=3 --epochs=2 --eval --progress=off >"$OUT/sanitizer-inception-eval.log" 2>&1
-    ROWS+=("compute-sanitizer memcheck inception, graphs replayed after eval: $(pass $?)")
+    row "compute-sanitizer memcheck inception, graphs replayed after eval: $(pass $?)"
   fi
+  # Two runs of a trainer compute the same bits: without --cudnn-benchmark
+  # nothing is chosen by timing (TF32 convolutions, the default, and the
+  # CUDA graph recorded at step 2 and replayed at step 3).
+  for m in alexnet resnet18; do
+    [[ -x $G/$m-cuda ]] || continue
+    rcs=
+    for i in 1 2; do
+      timeout "$LIMIT" "$G/$m-cuda" --steps=3 --data="raw:$G/$m-data" --dump="$SCRATCH/$m-det$i" \
+        --progress=off >"$OUT/harden-det-$m-$i.log" 2>&1
+      rcs="$rcs $?"
+    done
+    diff -rq "$SCRATCH/$m-det1" "$SCRATCH/$m-det2" >"$OUT/harden-det-$m.diff" 2>&1
+    ok=$([[ $rcs == " 0 0" && ! -s $OUT/harden-det-$m.diff ]] && echo 0 || echo 1)
+    row "two runs of $m, 3 steps: $(pass "$ok") (exits$rcs; $(grep -c . "$OUT/harden-det-$m.diff") files differ)"
+  done
   # The fallback to the legacy API when the graph API fails.
   for fault in describe time; do
     for m in lenet resnet18; do
       if [[ $fault == time && -n $EMU ]]; then
-        ROWS+=("graph API failing (time) $m: not run, the emulated graph API offers no engine to time")
+        row "graph API failing (time) $m: not run, the emulated graph API offers no engine to time"
         continue
       fi
       log="$OUT/harden-fault-$fault-$m.log"
-      LWRT_CONV_GRAPH_FAULT=$fault "$G/$m-cuda" --steps=1 --data="raw:$G/$m-data" --no-tf32 \
+      LWRT_CONV_GRAPH_FAULT=$fault timeout "$LIMIT" "$G/$m-cuda" --steps=1 --data="raw:$G/$m-data" --no-tf32 \
         --dump="$SCRATCH/$m-fault-$fault" --profile=1 --progress=off >"$log" 2>&1
       rc=$?
       r=$(python3 "$G/compare.py" "$G/$m-cpu" "$SCRATCH/$m-fault-$fault" 2>&1)
       ok=$([[ $rc == 0 ]] && grep -q ' 0 on the graph API.*after the graph API failed' "$log" &&
         python3 "$G/compare.py" "$G/$m-cpu" "$SCRATCH/$m-fault-$fault" >/dev/null 2>&1 && echo 0 || echo 1)
-      ROWS+=("graph API failing ($fault) $m: $(pass "$ok") exit $rc, $r; $(grep -o 'cuDNN convolution plans: .*' "$log" | head -c 200)")
+      row "graph API failing ($fault) $m: $(pass "$ok") exit $rc, $r; $(grep -o 'cuDNN convolution plans: .*' "$log" | head -c 200)"
     done
   done
 fi
@@ -317,11 +366,11 @@ if want multi; then
     v=$(basename "$src") # model-g2-strategy
     m=${v%%-g2-*}
     exe="$G/$v-cuda"
-    [[ -x $exe ]] || { ROWS+=("multi-device $v: NOT BUILT"); continue; }
+    [[ -x $exe ]] || { row "multi-device $v: NOT BUILT"; continue; }
     for devs in $maps; do
       log="$OUT/$v-devices-${devs/,/-}.log"
       dump="$SCRATCH/$v-devices-${devs/,/-}"
-      if "$exe" --steps=1 --data="raw:$G/$m-data" --dump="$dump" --no-tf32 --devices="$devs" \
+      if timeout "$LIMIT" "$exe" --steps=1 --data="raw:$G/$m-data" --dump="$dump" --no-tf32 --devices="$devs" \
         --progress=off >"$log" 2>&1; then
         gpu_from_log "$log"
         r=$(python3 "$G/compare.py" "$G/$v-cpu" "$dump" 2>&1) && s=PASS || s=FAIL
@@ -329,20 +378,20 @@ if want multi; then
       else
         r="trainer exited $?: $(tail -c 300 "$log")"; s=FAIL
       fi
-      ROWS+=("multi-device $v --devices=$devs (TF32 off) vs CPU --gpus 2: $s $r")
+      row "multi-device $v --devices=$devs (TF32 off) vs CPU --gpus 2: $s $r"
     done
-    if [[ -n $SANITIZER ]]; then
+    if [[ -n $SANITIZER && " ${LWCC_GPU_SANITIZE-lenet resnet18 inception} " == *" $m "* ]]; then
       for tool in memcheck racecheck; do
-        "$SANITIZER" --tool "$tool" --error-exitcode 9 "$exe" --steps=1 --devices=0,0 \
+        timeout "$((2 * LIMIT))" "$SANITIZER" --tool "$tool" --error-exitcode 9 "$exe" --steps=1 --devices=0,0 \
           --data="raw:$G/$m-data" --progress=off >"$OUT/sanitizer-$v-$tool.log" 2>&1
-        rc=$?; ROWS+=("compute-sanitizer $tool $v --devices=0,0: exit $rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$v-$tool.log") clean summaries)")
+        rc=$?; row "compute-sanitizer $tool $v --devices=0,0: exit $rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$v-$tool.log") clean summaries)"
       done
     fi
   done
-  (( ngpu >= 2 )) || ROWS+=("multi-device on distinct GPUs (NCCL): not run, $ngpu GPU on this machine")
+  (( ngpu >= 2 )) || row "multi-device on distinct GPUs (NCCL): not run, $ngpu GPU on this machine"
   # As 2 processes under mpirun: NCCL over both, or the refusal of one GPU for two.
   if [[ -n $EMU ]]; then
-    ROWS+=("multi-device as 2 processes: not run, each process would have emulated GPUs of its own")
+    row "multi-device as 2 processes: not run, each process would have emulated GPUs of its own"
   elif command -v mpirun >/dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     for src in "$G"/src/*-g2-*; do
@@ -351,24 +400,24 @@ if want multi; then
       [[ -x $exe ]] || continue
       log="$OUT/$v-mpirun.log"
       if (( ngpu >= 2 )); then
-        if mpirun -np 2 "$exe" --steps=1 --data="raw:$G/$m-data" --dump="$SCRATCH/$v-mpirun" --no-tf32 \
+        if timeout "$LIMIT" mpirun -np 2 "$exe" --steps=1 --data="raw:$G/$m-data" --dump="$SCRATCH/$v-mpirun" --no-tf32 \
           --progress=off >"$log" 2>&1; then
           r=$(python3 "$G/compare.py" "$G/$v-cpu" "$SCRATCH/$v-mpirun" 2>&1) && s=PASS || s=FAIL
           r="$r; $(grep -o 'NCCL between the [0-9]* GPUs of [0-9]* processes' "$log" | head -1)"
         else
           r="mpirun exited $?: $(tail -c 300 "$log")"; s=FAIL
         fi
-        ROWS+=("multi-device $v as 2 processes (mpirun -np 2, GPUs 0 and 1) vs CPU --gpus 2: $s $r")
+        row "multi-device $v as 2 processes (mpirun -np 2, GPUs 0 and 1) vs CPU --gpus 2: $s $r"
       else
-        mpirun -np 2 "$exe" --steps=1 --data="raw:$G/$m-data" --devices=0,0 --progress=off \
+        timeout "$LIMIT" mpirun -np 2 "$exe" --steps=1 --data="raw:$G/$m-data" --devices=0,0 --progress=off \
           >"$log" 2>&1
         rc=$?
         grep -q 'ranks 0 and 1 both drive GPU 0' "$log" && (( rc == 1 )) && s=PASS || s=FAIL
-        ROWS+=("multi-device $v as 2 processes on one GPU (--devices=0,0): $s, exit $rc, $(grep -o 'ranks 0 and 1 both drive GPU 0[^:]*' "$log" | head -1)")
+        row "multi-device $v as 2 processes on one GPU (--devices=0,0): $s, exit $rc, $(grep -o 'ranks 0 and 1 both drive GPU 0[^:]*' "$log" | head -1)"
       fi
     done
   else
-    ROWS+=("multi-device as 2 processes: not run, no mpirun (OpenMPI) on this machine")
+    row "multi-device as 2 processes: not run, no mpirun (OpenMPI) on this machine"
   fi
 fi
 # No trainer named its GPU (none ran): any log of this run that does.

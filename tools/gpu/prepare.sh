@@ -19,7 +19,7 @@
 # (liblwcc_runtime_emu.a) goes beside the CUDA runtime's, which may then be
 # absent (a machine without nvcc). LWCC_GPU_MODELS="lenet ..." prepares
 # those zoo models alone (and none of the exporter patterns or the speed
-# check's AlexNet); LWCC_GPU_MULTI and LWCC_GPU_BF16 replace the lists below
+# check's AlexNet and ResNet-18); LWCC_GPU_MULTI and LWCC_GPU_BF16 replace the lists below
 # (empty: none). LWCC_GPU_OUT names another folder than build/gpu, and
 # LWCC_BIN_DIR another build's bin/ than build/bin (its lib/ beside it).
 set -euo pipefail
@@ -97,8 +97,12 @@ PY
     echo "+ $m-bf16: --mixed-precision=bf16 CUDA sources and the CPU backend's bf16 steps"
     "$LWCC" "$OUT/$m.onnx" --emit=source --mixed-precision=bf16 -o "$OUT/src/$m-bf16"
     "$LWCC" "$OUT/$m.onnx" --target=cpu --mixed-precision=bf16 -o "$OUT/$m-bf16-cpu-trainer"
+    # At a tenth of the models' learning rate: at theirs, test-size AlexNet's
+    # loss climbs (10 to 14 in three steps) and two bf16 steps that differ
+    # only in the order of their sums drift 20-fold apart in three steps
+    # (the CPU's --gpus 1 against its --gpus 2: 1.3e-3 to 2.3e-2).
     for n in 1 3; do
-      "$OUT/$m-bf16-cpu-trainer" --steps=$n --data="raw:$OUT/$m-data" \
+      "$OUT/$m-bf16-cpu-trainer" --steps=$n --lr=0.001 --data="raw:$OUT/$m-data" \
         --dump="$OUT/$m-bf16-cpu$([[ $n == 3 ]] && echo 3)" --progress=off >/dev/null
     done
     rm -f "$OUT/$m-bf16-cpu-trainer"
@@ -148,16 +152,22 @@ PY
   "$OUT/$m-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$m-cpu" --progress=off >/dev/null
   rm -f "$OUT/$m-cpu-trainer" "$OUT/$m.onnx"
 done
+# The speed check's AlexNet (one and two streams, bf16) and ResNet-18 (one
+# stream, bf16).
 if [[ -z ${LWCC_GPU_MODELS:-} ]]; then
-  echo "+ alexnet 224x224, batch 128: CUDA sources without embedded weights"
-  python3 tools/models/gen.py alexnet --size 224 --batch 128 --classes 1000 -o "$OUT/alexnet224.onnx"
-  for s in 1 2 bf16; do
-    flags=("--streams=$s")
-    [[ $s == bf16 ]] && flags=(--mixed-precision=bf16)
-    "$LWCC" "$OUT/alexnet224.onnx" --weights=separate "${flags[@]}" --emit=source \
-      -o "$OUT/src/alexnet224-s$s"
-    rm -f "$OUT/src/alexnet224-s$s/trainer.weights" # 244 MB: check.sh packs them there
+  for net in alexnet resnet18; do
+    echo "+ $net 224x224, batch 128: CUDA sources without embedded weights"
+    python3 tools/models/gen.py $net --size 224 --batch 128 --classes 1000 -o "$OUT/${net}224.onnx"
+    variants="1 2 bf16"
+    [[ $net == resnet18 ]] && variants="1 bf16"
+    for s in $variants; do
+      flags=("--streams=$s")
+      [[ $s == bf16 ]] && flags=(--mixed-precision=bf16)
+      "$LWCC" "$OUT/${net}224.onnx" --weights=separate "${flags[@]}" --emit=source \
+        -o "$OUT/src/${net}224-s$s"
+      rm -f "$OUT/src/${net}224-s$s/trainer.weights" # AlexNet's: 244 MB: check.sh packs them there
+    done
+    rm -f "$OUT/${net}224.onnx"
   done
-  rm -f "$OUT/alexnet224.onnx"
 fi
 du -sh "$OUT"

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""PyTorch's training throughput on AlexNet, for comparison in the same run.
+"""PyTorch's training throughput on AlexNet or ResNet-18, for comparison in
+the same run.
 
-torch_bench.py MODE TF32 [BATCH] [SIZE]: MODE eager (cudnn.benchmark on) or
+torch_bench.py MODE TF32 [BATCH] [SIZE] [MODEL]: MODEL alexnet (default) or
+resnet18 (torchvision's), MODE eager (cudnn.benchmark on) or
 compile (torch.compile); TF32 0 or 1, or bf16 (TF32 on, and the forward
 pass and loss under torch.autocast in bfloat16, as --mixed-precision=bf16). SGD with momentum 0.9 and weight
 decay 5e-4, lr 0.01, cross-entropy, synthetic data already on the GPU (as
@@ -17,10 +19,11 @@ import torchvision
 mode, tf32, bf16 = sys.argv[1], sys.argv[2] in ("1", "bf16"), sys.argv[2] == "bf16"
 batch = int(sys.argv[3]) if len(sys.argv) > 3 else 128
 size = int(sys.argv[4]) if len(sys.argv) > 4 else 224
+net = sys.argv[5] if len(sys.argv) > 5 else "alexnet"
 torch.backends.cudnn.benchmark = True
 torch.backends.cuda.matmul.allow_tf32 = tf32
 torch.backends.cudnn.allow_tf32 = tf32
-model = torchvision.models.alexnet(num_classes=1000).cuda()
+model = getattr(torchvision.models, net)(num_classes=1000).cuda()
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
 loss_fn = torch.nn.CrossEntropyLoss()
 x = torch.randn(batch, 3, size, size, device="cuda")
