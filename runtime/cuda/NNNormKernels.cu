@@ -7,7 +7,10 @@
 // many elements are kept in double. Reductions are block reductions in a
 // fixed order, never float atomics, so results are the same from run to
 // run:
-//  - batch_norm_train and batch_norm_grad: one block per channel, two passes.
+//  - batch_norm_train and batch_norm_grad: a block per slice of whole planes
+//    of a channel (about 16K elements, the split fixed by the shape), the
+//    slices' partial sums in the workspace, added in slice order by each
+//    block of the next pass: three passes over x forward, two backward.
 //  - softmax family along the last axis: one block per row; along another
 //    axis: one thread per row (rows of stride `inner` are then coalesced).
 //  - losses: per-row (softmax_xent) or per-block (mse_loss) partial sums in
@@ -215,73 +218,143 @@ __global__ void batchNormInference(const StoreOf<E>* x, const P* scale, const P*
 
 /// Threads of the per-channel kernels (a power of two).
 constexpr int kChannelThreads = 512;
+/// About this many elements of a channel per block.
+constexpr int64_t kSliceElements = 16384;
 
-/// Calls fn(e) for every element e of channel ch, spread over the block's
-/// threads: along the planes when they are long, else over the flat
-/// (n, position) index. The split depends on the shape only.
-template <typename Fn> __device__ void forEachInChannel(const Channels& L, int64_t ch, Fn fn) {
+/// A channel's N planes of `inner` elements in slices of `perSlice` whole
+/// planes, one block each: blockIdx.x the channel, blockIdx.y the slice (at
+/// most 65535). The split depends on the shape only, so the sums are the
+/// same in every run.
+struct ChannelSlices {
+  int64_t perSlice = 1;
+  unsigned count = 1;
+};
+ChannelSlices channelSlices(const Channels& L) {
+  ChannelSlices s;
+  s.perSlice = L.inner > 0 ? std::max<int64_t>(1, kSliceElements / L.inner) : L.N;
+  s.perSlice = std::max<int64_t>({s.perSlice, (L.N + 65534) / 65535, 1});
+  s.count = static_cast<unsigned>(std::max<int64_t>(1, (L.N + s.perSlice - 1) / s.perSlice));
+  return s;
+}
+
+/// Calls fn(e) for every element e of this block's slice of its channel,
+/// spread over the block's threads: along the planes when they are long,
+/// else over the flat (n, position) index.
+template <typename Fn> __device__ void forEachInSlice(const Channels& L, int64_t perSlice, Fn fn) {
+  const int64_t ch = blockIdx.x, n0 = static_cast<int64_t>(blockIdx.y) * perSlice,
+                n1 = min(L.N, n0 + perSlice);
   if (L.inner >= static_cast<int64_t>(blockDim.x)) {
-    for (int64_t n = 0; n < L.N; ++n) {
+    for (int64_t n = n0; n < n1; ++n) {
       int64_t base = (n * L.C + ch) * L.inner;
       for (int64_t q = threadIdx.x; q < L.inner; q += blockDim.x)
         fn(base + q);
     }
-  } else {
-    int64_t count = L.N * L.inner;
+  } else if (n1 > n0) {
+    int64_t count = (n1 - n0) * L.inner;
     for (int64_t k = threadIdx.x; k < count; k += blockDim.x)
-      fn(((k / L.inner) * L.C + ch) * L.inner + k % L.inner);
+      fn(((n0 + k / L.inner) * L.C + ch) * L.inner + k % L.inner);
   }
 }
 
-/// One block per channel: the batch mean and population variance (two
-/// passes, in double), then y.
-template <typename E, typename P = ParamOf<E>>
-__global__ void batchNormTrainChannel(const StoreOf<E>* x, const P* scale, const P* bias,
-                                      StoreOf<E>* y, P* meanOut, P* varOut, Channels L,
-                                      double eps) {
+/// The sum of this channel's slice partials (`parts` holds `slices` per
+/// channel), added in slice order.
+__device__ double channelTotal(const double* parts, unsigned slices) {
+  double t = 0;
+  for (unsigned k = 0; k < slices; ++k)
+    t += parts[static_cast<int64_t>(blockIdx.x) * slices + k];
+  return t;
+}
+
+/// Batch norm's training forward in three passes over x, each a block per
+/// slice of a channel (ChannelSlices), its sums in double: the slices' sums,
+/// then (the mean from them) their squared deviations, then (the population
+/// variance from those) y; slice 0 writes the channel's mean and variance.
+template <typename E>
+__global__ void bnSliceSums(const StoreOf<E>* x, double* sums, Channels L, int64_t perSlice) {
   __shared__ double shared[kChannelThreads];
-  int64_t ch = blockIdx.x;
-  double count = static_cast<double>(L.N * L.inner);
   double sum = 0;
-  forEachInChannel(L, ch, [&](int64_t e) { sum += loadD<E>(x[e]); });
-  double mean = blockSum(sum, shared) / count;
+  forEachInSlice(L, perSlice, [&](int64_t e) { sum += loadD<E>(x[e]); });
+  sum = blockSum(sum, shared);
+  if (threadIdx.x == 0)
+    sums[static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y] = sum;
+}
+
+template <typename E>
+__global__ void bnSliceSquares(const StoreOf<E>* x, const double* sums, double* squares, Channels L,
+                               int64_t perSlice) {
+  __shared__ double shared[kChannelThreads];
+  const double mean = channelTotal(sums, gridDim.y) / static_cast<double>(L.N * L.inner);
   double sq = 0;
-  forEachInChannel(L, ch, [&](int64_t e) {
+  forEachInSlice(L, perSlice, [&](int64_t e) {
     double d = loadD<E>(x[e]) - mean;
     sq += d * d;
   });
-  double var = blockSum(sq, shared) / count;
-  double a = static_cast<double>(scale[ch]) / sqrt(var + eps), b = static_cast<double>(bias[ch]);
-  forEachInChannel(L, ch, [&](int64_t e) { y[e] = storeD<E>(a * (loadD<E>(x[e]) - mean) + b); });
-  if (threadIdx.x == 0) {
+  sq = blockSum(sq, shared);
+  if (threadIdx.x == 0)
+    squares[static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y] = sq;
+}
+
+template <typename E, typename P = ParamOf<E>>
+__global__ void bnSliceNormalize(const StoreOf<E>* x, const P* scale, const P* bias, StoreOf<E>* y,
+                                 P* meanOut, P* varOut, const double* sums, const double* squares,
+                                 Channels L, int64_t perSlice, double eps) {
+  const int64_t ch = blockIdx.x;
+  const double count = static_cast<double>(L.N * L.inner);
+  const double mean = channelTotal(sums, gridDim.y) / count,
+               var = channelTotal(squares, gridDim.y) / count;
+  const double a = static_cast<double>(scale[ch]) / sqrt(var + eps),
+               b = static_cast<double>(bias[ch]);
+  forEachInSlice(L, perSlice,
+                 [&](int64_t e) { y[e] = storeD<E>(a * (loadD<E>(x[e]) - mean) + b); });
+  if (blockIdx.y == 0 && threadIdx.x == 0) {
     meanOut[ch] = static_cast<P>(mean);
     varOut[ch] = static_cast<P>(var);
   }
 }
 
-/// One block per channel: xhat = (x - mean) invstd; dbias = sum dy;
-/// dscale = sum dy xhat; dx = scale invstd / m (m dy - dbias - xhat dscale).
+/// Batch norm's backward in two passes, a block per slice of a channel:
+/// the slices' sums of dy and of dy xhat (xhat = (x - mean) invstd), then
+/// dbias = sum dy, dscale = sum dy xhat and dx = scale invstd / m (m dy -
+/// dbias - xhat dscale); slice 0 writes dscale and dbias.
 template <typename E, typename P = ParamOf<E>>
-__global__ void batchNormGradChannel(const StoreOf<E>* x, const P* scale, const P* meanIn,
-                                     const P* varIn, const StoreOf<E>* dy, StoreOf<E>* dx,
-                                     P* dscaleOut, P* dbiasOut, Channels L, double eps) {
+__global__ void bnGradSliceSums(const StoreOf<E>* x, const P* meanIn, const P* varIn,
+                                const StoreOf<E>* dy, double* dySums, double* dyXhatSums,
+                                Channels L, int64_t perSlice, double eps) {
   __shared__ double shared[kChannelThreads];
-  int64_t ch = blockIdx.x;
-  double mean = static_cast<double>(meanIn[ch]);
-  double invstd = 1.0 / sqrt(static_cast<double>(varIn[ch]) + eps);
+  const int64_t ch = blockIdx.x;
+  const double mean = static_cast<double>(meanIn[ch]);
+  const double invstd = 1.0 / sqrt(static_cast<double>(varIn[ch]) + eps);
   double db = 0, ds = 0;
-  forEachInChannel(L, ch, [&](int64_t e) {
+  forEachInSlice(L, perSlice, [&](int64_t e) {
     double g = loadD<E>(dy[e]);
     db += g;
     ds += g * (loadD<E>(x[e]) - mean) * invstd;
   });
-  double dbias = blockSum(db, shared), dscale = blockSum(ds, shared);
-  double m = static_cast<double>(L.N * L.inner), a = static_cast<double>(scale[ch]) * invstd / m;
-  forEachInChannel(L, ch, [&](int64_t e) {
+  db = blockSum(db, shared);
+  ds = blockSum(ds, shared);
+  if (threadIdx.x == 0) {
+    dySums[ch * gridDim.y + blockIdx.y] = db;
+    dyXhatSums[ch * gridDim.y + blockIdx.y] = ds;
+  }
+}
+
+template <typename E, typename P = ParamOf<E>>
+__global__ void bnGradSliceInput(const StoreOf<E>* x, const P* scale, const P* meanIn,
+                                 const P* varIn, const StoreOf<E>* dy, StoreOf<E>* dx, P* dscaleOut,
+                                 P* dbiasOut, const double* dySums, const double* dyXhatSums,
+                                 Channels L, int64_t perSlice, double eps) {
+  const int64_t ch = blockIdx.x;
+  const double mean = static_cast<double>(meanIn[ch]);
+  const double invstd = 1.0 / sqrt(static_cast<double>(varIn[ch]) + eps);
+  const double dbias = channelTotal(dySums, gridDim.y),
+               dscale = channelTotal(dyXhatSums, gridDim.y);
+  const double m = static_cast<double>(L.N * L.inner),
+               a = static_cast<double>(scale[ch]) * invstd / m;
+  forEachInSlice(L, perSlice, [&](int64_t e) {
     double xhat = (loadD<E>(x[e]) - mean) * invstd;
     dx[e] = storeD<E>(a * (m * loadD<E>(dy[e]) - dbias - xhat * dscale));
   });
-  if (threadIdx.x == 0) {
+  if (blockIdx.y == 0 && threadIdx.x == 0) {
     dscaleOut[ch] = static_cast<P>(dscale);
     dbiasOut[ch] = static_cast<P>(dbias);
   }
@@ -336,9 +409,20 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
   if (L.C > INT_MAX)
     return LWRT_REJECT("batch_norm_train: more than 2^31 channels");
   using P = ParamOf<T>;
-  LWRT_LAUNCH(batchNormTrainChannel<T>, static_cast<unsigned>(L.C), kChannelThreads,
-              xv.as<StoreOf<T>>(), sv.as<P>(), bv.as<P>(), yv.as<StoreOf<T>>(), mv.as<P>(),
-              vv.as<P>(), L, p.epsilon);
+  const ChannelSlices sl = channelSlices(L);
+  const size_t parts = static_cast<size_t>(L.C) * sl.count;
+  if (!ensureWorkspace(2 * parts * sizeof(double)))
+    return false;
+  double* sums = static_cast<double*>(context().workspace);
+  double* squares = sums + parts;
+  const dim3 grid(static_cast<unsigned>(L.C), sl.count);
+  const StoreOf<T>* x = xv.as<StoreOf<T>>();
+  LWRT_LAUNCH(bnSliceSums<T>, grid, kChannelThreads, x, sums, L, sl.perSlice);
+  LWRT_LAUNCH(bnSliceSquares<T>, grid, kChannelThreads, x, static_cast<const double*>(sums),
+              squares, L, sl.perSlice);
+  LWRT_LAUNCH(bnSliceNormalize<T>, grid, kChannelThreads, x, sv.as<P>(), bv.as<P>(),
+              yv.as<StoreOf<T>>(), mv.as<P>(), vv.as<P>(), static_cast<const double*>(sums),
+              static_cast<const double*>(squares), L, sl.perSlice, p.epsilon);
   return true;
 }
 
@@ -365,9 +449,19 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
   if (L.C > INT_MAX)
     return LWRT_REJECT("batch_norm_grad: more than 2^31 channels");
   using P = ParamOf<T>;
-  LWRT_LAUNCH(batchNormGradChannel<T>, static_cast<unsigned>(L.C), kChannelThreads,
-              xv.as<StoreOf<T>>(), sv.as<P>(), mv.as<P>(), vv.as<P>(), dyv.as<StoreOf<T>>(),
-              dxv.as<StoreOf<T>>(), dsv.as<P>(), dbv.as<P>(), L, p.epsilon);
+  const ChannelSlices sl = channelSlices(L);
+  const size_t parts = static_cast<size_t>(L.C) * sl.count;
+  if (!ensureWorkspace(2 * parts * sizeof(double)))
+    return false;
+  double* dySums = static_cast<double*>(context().workspace);
+  double* dyXhatSums = dySums + parts;
+  const dim3 grid(static_cast<unsigned>(L.C), sl.count);
+  LWRT_LAUNCH(bnGradSliceSums<T>, grid, kChannelThreads, xv.as<StoreOf<T>>(), mv.as<P>(),
+              vv.as<P>(), dyv.as<StoreOf<T>>(), dySums, dyXhatSums, L, sl.perSlice, p.epsilon);
+  LWRT_LAUNCH(bnGradSliceInput<T>, grid, kChannelThreads, xv.as<StoreOf<T>>(), sv.as<P>(),
+              mv.as<P>(), vv.as<P>(), dyv.as<StoreOf<T>>(), dxv.as<StoreOf<T>>(), dsv.as<P>(),
+              dbv.as<P>(), static_cast<const double*>(dySums),
+              static_cast<const double*>(dyXhatSums), L, sl.perSlice, p.epsilon);
   return true;
 }
 

@@ -341,6 +341,67 @@ def max_pools(tmp):
             os.path.join(base, "emu-run"), 1)
 
 
+def batch_norm_slices(tmp):
+    """Batch norm on lwcc's own kernels where a channel spans several
+    blocks' slices, the last one short: planes shorter than a block (x
+    [130, 2, 16, 16]: 3 slices over the flat index) and longer (the same
+    values as [65, 2, 32, 16]: 3 slices of whole planes); float32 with
+    --kernels=own and bf16 (16-bit batch norm always runs on the own
+    kernels) on the emulated GPU against the CPU trainer."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    base = os.path.join(tmp, "bn-slices")
+    os.makedirs(base, exist_ok=True)
+    n, c = 130, 2
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((1, c, 16, 16)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([65, c, 32, 16], np.int64), "long"),
+             numpy_helper.from_array(np.array([n, -1], np.int64), "rows"),
+             numpy_helper.from_array(
+                 rng.standard_normal((3, 2 * c * 256)).astype(np.float32) * 0.1, "w2")]
+    for tag in ("a", "b"):
+        inits += [numpy_helper.from_array(np.ones(c, np.float32), f"{tag}_scale"),
+                  numpy_helper.from_array(np.zeros(c, np.float32), f"{tag}_bias"),
+                  numpy_helper.from_array(np.zeros(c, np.float32), f"{tag}_mean"),
+                  numpy_helper.from_array(np.ones(c, np.float32), f"{tag}_var")]
+    bn = [f"{{}}_{k}" for k in ("scale", "bias", "mean", "var")]
+    nodes = [helper.make_node("Mul", ["x", "w"], ["h"], name="scale"),
+             helper.make_node("BatchNormalization", ["h", *[b.format("a") for b in bn]], ["na"],
+                              name="bn_short"),
+             helper.make_node("Reshape", ["h", "long"], ["hl"], name="long"),
+             helper.make_node("BatchNormalization", ["hl", *[b.format("b") for b in bn]], ["nb"],
+                              name="bn_long"),
+             helper.make_node("Reshape", ["na", "rows"], ["fa"], name="flat_a"),
+             helper.make_node("Reshape", ["nb", "rows"], ["fb"], name="flat_b"),
+             helper.make_node("Concat", ["fa", "fb"], ["cat"], name="cat", axis=1),
+             helper.make_node("Gemm", ["cat", "w2"], ["y"], transB=1, name="fc")]
+    graph = helper.make_graph(
+        nodes, "bn_slices", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 3])], inits)
+    path = os.path.join(base, "bn_slices.onnx")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # the export keeps it: one onnxruntime reads
+    onnx.save(model, path)
+    for tag, flags, extra, tol in (("float32 --kernels=own", [], ["--kernels=own"], 1),
+                                   ("bf16", ["--mixed-precision=bf16"], [], "low")):
+        name = f"batch norm over several slices of a channel, {tag}"
+        work = os.path.join(base, tag.split()[0])
+        cuda, cerr = build_emulated(path, flags, os.path.join(work, "emu"), via_lwcc=True)
+        cpu, perr = md.build(path, flags, os.path.join(work, "cpu"), via_lwcc=True)
+        if not cuda or not cpu:
+            harness.record(False, f"{name}: build", cerr or perr)
+            continue
+        steps = 1 if tol == "low" else STEPS
+        rc = train(cuda, os.path.join(work, "emu-run"), [*run_args(steps), *extra], True)
+        rp = train(cpu, os.path.join(work, "cpu-run"), run_args(steps), False)
+        if rc.returncode or rp.returncode:
+            harness.record(False, f"{name}: train", (rc.stderr + rp.stderr)[-1500:])
+            continue
+        compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(work, "cpu-run"),
+                os.path.join(work, "emu-run"), tol)
+
+
 def main():
     # multi_device_trainer.compare counts the losses of this many steps. Set
     # here, not on import: trainer_recipes.py borrows this file's builders.
@@ -407,6 +468,7 @@ def main():
         tied_max_pool(tmp)
         new_ops(tmp)
         max_pools(tmp)
+        batch_norm_slices(tmp)
     finally:
         if args.keep:
             print(f"work folder: {tmp}")
