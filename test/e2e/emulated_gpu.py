@@ -122,6 +122,11 @@ def cases(models):
         ("resnet18 --kernels=own", "resnet18", [], ["--kernels=own"], 1),
         ("resnet18 --no-cuda-graph", "resnet18", [], ["--no-cuda-graph"], 1),
         ("alexnet --cudnn-api=legacy", "alexnet", [], ["--cudnn-api=legacy"], 1),
+        ("lenet adamw", "lenet", ["--optimizer=adamw"], [], 1),
+        # Profiled steps run op by op, timed, outside the CUDA graph, and
+        # train as the others do.
+        ("alexnet --profile --profile-ops --trace", "alexnet", [],
+         ["--profile=2", "--profile-ops=ops.json", "--trace=trace.json"], 1),
     ]
     return [c for c in out if c[1] in models]
 
@@ -194,6 +199,23 @@ def resume_case(exe, base, label):
     md.resumed_bit_identical(
         f"{label}: killed after step 3 on the emulated GPU, resumed, bit-identical at step 6",
         exe, base, 1, lambda work, args: train(exe, work, args, True), ["--no-tf32"])
+
+
+def profiled_files(name, work):
+    """--trace wrote a Chrome trace of the profiled steps' ops and
+    --profile-ops their measured seconds."""
+    import json
+    try:
+        with open(os.path.join(work, "trace.json")) as f:
+            trace = json.load(f)
+        events = trace["traceEvents"] if isinstance(trace, dict) else trace
+        ops = [e for e in events if e.get("ph") == "X"]
+        with open(os.path.join(work, "ops.json")) as f:
+            measured = json.load(f)
+        ok, info = len(ops) >= 10 and bool(measured), f"{len(ops)} timed ops in the trace"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        ok, info = False, str(e)
+    harness.record(ok, f"{name}: the trace and the per-op seconds written", info)
 
 
 def tied_max_pool(tmp):
@@ -402,6 +424,43 @@ def batch_norm_slices(tmp):
                 os.path.join(work, "emu-run"), tol)
 
 
+# The dynamo exporter's patterns that bring layer norm, erf, gelu,
+# gather_nd, reduce_mean and where (test/e2e/exporter_patterns.py), as
+# tools/gpu/prepare.sh checks them on a GPU.
+PATTERNS = ["dyn20/convnext Gelu", "dyn18/convnext Erf",
+            "dyn20/alexnet@64 pool 1->6 GatherND+ReduceMean",
+            "dyn20/vgg11@64 pool 2->7 GatherND+Where"]
+
+
+def exporter_patterns(tmp):
+    """Each of PATTERNS (static batch) as a CUDA trainer on the emulated GPU
+    against the CPU trainer."""
+    import onnx
+    import exporter_patterns as ep
+    by_label = {c["label"]: c for c in ep.CASES}
+    for label in PATTERNS:
+        slug = "".join(ch if ch.isalnum() else "-" for ch in label)
+        base = os.path.join(tmp, "pattern-" + slug)
+        os.makedirs(base, exist_ok=True)
+        model = ep.build(dict(by_label[label], sym=False))
+        model.ir_version = min(model.ir_version, 8)  # the export keeps it: one onnxruntime reads
+        path = os.path.join(base, "model.onnx")
+        onnx.save(model, path)
+        name = f"exporter pattern {label}"
+        cuda, cerr = build_emulated(path, [], os.path.join(base, "emu"))
+        cpu, perr = md.build(path, [], os.path.join(base, "cpu"))
+        if not cuda or not cpu:
+            harness.record(False, f"{name}: build", cerr or perr)
+            continue
+        rc = train(cuda, os.path.join(base, "emu-run"), run_args(), True)
+        rp = train(cpu, os.path.join(base, "cpu-run"), run_args(), False)
+        if rc.returncode or rp.returncode:
+            harness.record(False, f"{name}: train", (rc.stderr + rp.stderr)[-1500:])
+            continue
+        compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(base, "cpu-run"),
+                os.path.join(base, "emu-run"), 1)
+
+
 def main():
     # multi_device_trainer.compare counts the losses of this many steps. Set
     # here, not on import: trainer_recipes.py borrows this file's builders.
@@ -465,10 +524,13 @@ def main():
                     os.path.join(base, "emu-run"), tol)
             if name == "lenet --gpus 2 data":
                 resume_case(cuda, os.path.join(base, "resume"), name)
+            if "--trace=trace.json" in extra:
+                profiled_files(name, os.path.join(base, "emu-run"))
         tied_max_pool(tmp)
         new_ops(tmp)
         max_pools(tmp)
         batch_norm_slices(tmp)
+        exporter_patterns(tmp)
     finally:
         if args.keep:
             print(f"work folder: {tmp}")
