@@ -123,6 +123,8 @@ def cases(models):
         ("resnet18 --no-cuda-graph", "resnet18", [], ["--no-cuda-graph"], 1),
         ("alexnet --cudnn-api=legacy", "alexnet", [], ["--cudnn-api=legacy"], 1),
         ("lenet adamw", "lenet", ["--optimizer=adamw"], [], 1),
+        # The moving average leaves the trained params as they are.
+        ("lenet --ema", "lenet", [], ["--ema=0.9"], 1),
         # Profiled steps run op by op, timed, outside the CUDA graph, and
         # train as the others do.
         ("alexnet --profile --profile-ops --trace", "alexnet", [],
@@ -424,6 +426,60 @@ def batch_norm_slices(tmp):
                 os.path.join(work, "emu-run"), tol)
 
 
+def shape_ops(tmp):
+    """Ops no zoo model trains, each on the path of the loss: pad, LRN, transpose, split, softmax over the
+    channels, gather along the width, slice; the CUDA trainer on the
+    emulated GPU against the CPU trainer."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    base = os.path.join(tmp, "shape-ops")
+    os.makedirs(base, exist_ok=True)
+    n = 8
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.standard_normal((1, 4, 6, 6)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 1, 2], np.int64), "pads"),
+             numpy_helper.from_array(np.array([2, 2], np.int64), "halves"),
+             numpy_helper.from_array(np.array([0, 3, 5, 3], np.int64), "cols"),
+             numpy_helper.from_array(np.array([1], np.int64), "s0"),
+             numpy_helper.from_array(np.array([7], np.int64), "s1"),
+             numpy_helper.from_array(np.array([2], np.int64), "sax"),
+             numpy_helper.from_array(rng.standard_normal((3, 4 * 6 * 4)).astype(np.float32) * 0.1,
+                                     "w2")]
+    nodes = [helper.make_node("Mul", ["x", "w"], ["h"], name="scale"),
+             helper.make_node("Pad", ["h", "pads"], ["p"], name="pad", mode="constant"),
+             helper.make_node("LRN", ["p"], ["l"], name="lrn", size=3),
+             helper.make_node("Transpose", ["l"], ["t"], name="transpose", perm=[0, 1, 3, 2]),
+             helper.make_node("Split", ["t", "halves"], ["a", "b"], name="split", axis=1),
+             helper.make_node("Softmax", ["a"], ["sa"], name="softmax", axis=1),
+             helper.make_node("Sigmoid", ["b"], ["sb"], name="sigmoid"),
+             helper.make_node("Concat", ["sa", "sb"], ["c"], name="cat", axis=1),
+             helper.make_node("Slice", ["c", "s0", "s1", "sax"], ["sl"], name="slice"),
+             helper.make_node("Gather", ["sl", "cols"], ["g"], name="gather", axis=3),
+             helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "w2"], ["y"], transB=1, name="fc")]
+    graph = helper.make_graph(
+        nodes, "shape_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 4, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 3])], inits)
+    path = os.path.join(base, "shape_ops.onnx")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8  # the export keeps it: one onnxruntime reads
+    onnx.save(model, path)
+    name = "pad, lrn, transpose, split, softmax, gather and slice"
+    cuda, cerr = build_emulated(path, [], os.path.join(base, "emu"), via_lwcc=True)
+    cpu, perr = md.build(path, [], os.path.join(base, "cpu"), via_lwcc=True)
+    if not cuda or not cpu:
+        harness.record(False, f"{name}: build", cerr or perr)
+        return
+    rc = train(cuda, os.path.join(base, "emu-run"), run_args(), True)
+    rp = train(cpu, os.path.join(base, "cpu-run"), run_args(), False)
+    if rc.returncode or rp.returncode:
+        harness.record(False, f"{name}: train", (rc.stderr + rp.stderr)[-1500:])
+        return
+    compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(base, "cpu-run"),
+            os.path.join(base, "emu-run"), 1)
+
+
 # The dynamo exporter's patterns that bring layer norm, erf, gelu,
 # gather_nd, reduce_mean and where (test/e2e/exporter_patterns.py), as
 # tools/gpu/prepare.sh checks them on a GPU.
@@ -531,6 +587,7 @@ def main():
         max_pools(tmp)
         batch_norm_slices(tmp)
         exporter_patterns(tmp)
+        shape_ops(tmp)
     finally:
         if args.keep:
             print(f"work folder: {tmp}")
