@@ -1,0 +1,354 @@
+// BatchNormKernels.cu - batch norm's kernels of lwrt/cuda_nn.h
+//
+// Batch norm runs on cuDNN where it covers the op (CudnnOps.cu: float32 and
+// float64, not with --kernels=own). Otherwise (16-bit tensors,
+// --kernels=own) these kernels follow the CPU backend's formulas
+// (cpu/NNNormKernels.cpp), their sums in double, in a fixed order, never
+// float atomics, so results are the same from run to run:
+//  - batch_norm (inference): one pass on a planeGrid;
+//  - batch_norm_train and batch_norm_grad: a block per slice of whole planes
+//    of a channel (about 16K elements, the split fixed by the shape), the
+//    slices' partial sums in the workspace, added in slice order by each
+//    block of the next pass: three passes over x forward, two backward.
+#include "cuda/Context.h"
+#include "cuda/CudnnOps.h"
+#include "cuda/KernelSupport.cuh"
+#include "lwrt/cuda_nn.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <initializer_list>
+#include <vector>
+
+namespace lwrt::cuda {
+namespace {
+
+bool isVector(const TensorView& v, int64_t n) { return v.shape == std::vector<int64_t>{n}; }
+
+__device__ __forceinline__ float msqrt(float v) { return sqrtf(v); }
+__device__ __forceinline__ double msqrt(double v) { return sqrt(v); }
+
+/// Channel layout of an [N, C, ...] tensor: element k is in channel
+/// (k / inner) % C; N * inner elements per channel.
+struct Channels {
+  int64_t N = 0, C = 0, inner = 0;
+};
+bool channels(const TensorView& x, Channels& L) {
+  if (x.rank() < 2)
+    return false;
+  L.N = x.shape[0];
+  L.C = x.shape[1];
+  L.inner = 1;
+  for (int64_t d = 2; d < x.rank(); ++d)
+    L.inner *= x.shape[d];
+  return true;
+}
+
+// The batch norm kernels take E, an Elem tag: x, y, dy and dx are
+// StoreOf<E> (16 bits for bf16 and fp16, read as float32 and rounded once
+// when written), scale, bias and the statistics ParamOf<E> (float32 then).
+
+/// A stored element as a double, and a double rounded to E's value type
+/// (float32 for the 16-bit types) and stored.
+template <typename E> __device__ double loadD(StoreOf<E> v) {
+  return static_cast<double>(Elem<E>::load(v));
+}
+template <typename E> __device__ StoreOf<E> storeD(double v) {
+  return Elem<E>::store(static_cast<typename Elem<E>::Value>(v));
+}
+
+/// On a planeGrid(N * C, inner): the plane's channel once per block row.
+template <typename E, typename P = ParamOf<E>>
+__global__ void batchNormInference(const StoreOf<E>* x, const P* scale, const P* bias,
+                                   const P* mean, const P* var, StoreOf<E>* y, unsigned C,
+                                   unsigned inner, unsigned planes, P eps) {
+  for (unsigned plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    const unsigned ch = plane % C;
+    const P a = scale[ch] / msqrt(var[ch] + eps), m = mean[ch], b = bias[ch];
+    for (unsigned q = blockIdx.x * blockDim.x + threadIdx.x; q < inner;
+         q += gridDim.x * blockDim.x) {
+      const size_t i = static_cast<size_t>(plane) * inner + q;
+      y[i] = Elem<E>::store(a * (static_cast<P>(Elem<E>::load(x[i])) - m) + b);
+    }
+  }
+}
+
+/// Threads of the per-channel kernels (a power of two).
+constexpr int kChannelThreads = 512;
+/// About this many elements of a channel per block.
+constexpr int64_t kSliceElements = 16384;
+
+/// A channel's N planes of `inner` elements in slices of `perSlice` whole
+/// planes, one block each: blockIdx.x the channel, blockIdx.y the slice (at
+/// most 65535). The split depends on the shape only, so the sums are the
+/// same in every run.
+struct ChannelSlices {
+  int64_t perSlice = 1;
+  unsigned count = 1;
+};
+ChannelSlices channelSlices(const Channels& L) {
+  ChannelSlices s;
+  s.perSlice = L.inner > 0 ? std::max<int64_t>(1, kSliceElements / L.inner) : L.N;
+  s.perSlice = std::max<int64_t>({s.perSlice, (L.N + 65534) / 65535, 1});
+  s.count = static_cast<unsigned>(std::max<int64_t>(1, (L.N + s.perSlice - 1) / s.perSlice));
+  return s;
+}
+
+/// Calls fn(e) for every element e of this block's slice of its channel,
+/// spread over the block's threads: along the planes when they are long,
+/// else over the flat (n, position) index.
+template <typename Fn> __device__ void forEachInSlice(const Channels& L, int64_t perSlice, Fn fn) {
+  const int64_t ch = blockIdx.x, n0 = static_cast<int64_t>(blockIdx.y) * perSlice,
+                n1 = min(L.N, n0 + perSlice);
+  if (L.inner >= static_cast<int64_t>(blockDim.x)) {
+    for (int64_t n = n0; n < n1; ++n) {
+      int64_t base = (n * L.C + ch) * L.inner;
+      for (int64_t q = threadIdx.x; q < L.inner; q += blockDim.x)
+        fn(base + q);
+    }
+  } else if (n1 > n0) {
+    int64_t count = (n1 - n0) * L.inner;
+    for (int64_t k = threadIdx.x; k < count; k += blockDim.x)
+      fn(((n0 + k / L.inner) * L.C + ch) * L.inner + k % L.inner);
+  }
+}
+
+/// The sum of this channel's slice partials (`parts` holds `slices` per
+/// channel), added in slice order.
+__device__ double channelTotal(const double* parts, unsigned slices) {
+  double t = 0;
+  for (unsigned k = 0; k < slices; ++k)
+    t += parts[static_cast<int64_t>(blockIdx.x) * slices + k];
+  return t;
+}
+
+/// Batch norm's training forward in three passes over x, each a block per
+/// slice of a channel (ChannelSlices), its sums in double: the slices' sums,
+/// then (the mean from them) their squared deviations, then (the population
+/// variance from those) y; slice 0 writes the channel's mean and variance.
+template <typename E>
+__global__ void bnSliceSums(const StoreOf<E>* x, double* sums, Channels L, int64_t perSlice) {
+  __shared__ double shared[kChannelThreads];
+  double sum = 0;
+  forEachInSlice(L, perSlice, [&](int64_t e) { sum += loadD<E>(x[e]); });
+  sum = blockSum(sum, shared);
+  if (threadIdx.x == 0)
+    sums[static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y] = sum;
+}
+
+template <typename E>
+__global__ void bnSliceSquares(const StoreOf<E>* x, const double* sums, double* squares, Channels L,
+                               int64_t perSlice) {
+  __shared__ double shared[kChannelThreads];
+  const double mean = channelTotal(sums, gridDim.y) / static_cast<double>(L.N * L.inner);
+  double sq = 0;
+  forEachInSlice(L, perSlice, [&](int64_t e) {
+    double d = loadD<E>(x[e]) - mean;
+    sq += d * d;
+  });
+  sq = blockSum(sq, shared);
+  if (threadIdx.x == 0)
+    squares[static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y] = sq;
+}
+
+template <typename E, typename P = ParamOf<E>>
+__global__ void bnSliceNormalize(const StoreOf<E>* x, const P* scale, const P* bias, StoreOf<E>* y,
+                                 P* meanOut, P* varOut, const double* sums, const double* squares,
+                                 Channels L, int64_t perSlice, double eps) {
+  const int64_t ch = blockIdx.x;
+  const double count = static_cast<double>(L.N * L.inner);
+  const double mean = channelTotal(sums, gridDim.y) / count,
+               var = channelTotal(squares, gridDim.y) / count;
+  const double a = static_cast<double>(scale[ch]) / sqrt(var + eps),
+               b = static_cast<double>(bias[ch]);
+  forEachInSlice(L, perSlice,
+                 [&](int64_t e) { y[e] = storeD<E>(a * (loadD<E>(x[e]) - mean) + b); });
+  if (blockIdx.y == 0 && threadIdx.x == 0) {
+    meanOut[ch] = static_cast<P>(mean);
+    varOut[ch] = static_cast<P>(var);
+  }
+}
+
+/// Batch norm's backward in two passes, a block per slice of a channel:
+/// the slices' sums of dy and of dy xhat (xhat = (x - mean) invstd), then
+/// dbias = sum dy, dscale = sum dy xhat and dx = scale invstd / m (m dy -
+/// dbias - xhat dscale); slice 0 writes dscale and dbias.
+template <typename E, typename P = ParamOf<E>>
+__global__ void bnGradSliceSums(const StoreOf<E>* x, const P* meanIn, const P* varIn,
+                                const StoreOf<E>* dy, double* dySums, double* dyXhatSums,
+                                Channels L, int64_t perSlice, double eps) {
+  __shared__ double shared[kChannelThreads];
+  const int64_t ch = blockIdx.x;
+  const double mean = static_cast<double>(meanIn[ch]);
+  const double invstd = 1.0 / sqrt(static_cast<double>(varIn[ch]) + eps);
+  double db = 0, ds = 0;
+  forEachInSlice(L, perSlice, [&](int64_t e) {
+    double g = loadD<E>(dy[e]);
+    db += g;
+    ds += g * (loadD<E>(x[e]) - mean) * invstd;
+  });
+  db = blockSum(db, shared);
+  ds = blockSum(ds, shared);
+  if (threadIdx.x == 0) {
+    dySums[ch * gridDim.y + blockIdx.y] = db;
+    dyXhatSums[ch * gridDim.y + blockIdx.y] = ds;
+  }
+}
+
+template <typename E, typename P = ParamOf<E>>
+__global__ void bnGradSliceInput(const StoreOf<E>* x, const P* scale, const P* meanIn,
+                                 const P* varIn, const StoreOf<E>* dy, StoreOf<E>* dx, P* dscaleOut,
+                                 P* dbiasOut, const double* dySums, const double* dyXhatSums,
+                                 Channels L, int64_t perSlice, double eps) {
+  const int64_t ch = blockIdx.x;
+  const double mean = static_cast<double>(meanIn[ch]);
+  const double invstd = 1.0 / sqrt(static_cast<double>(varIn[ch]) + eps);
+  const double dbias = channelTotal(dySums, gridDim.y),
+               dscale = channelTotal(dyXhatSums, gridDim.y);
+  const double m = static_cast<double>(L.N * L.inner),
+               a = static_cast<double>(scale[ch]) * invstd / m;
+  forEachInSlice(L, perSlice, [&](int64_t e) {
+    double xhat = (loadD<E>(x[e]) - mean) * invstd;
+    dx[e] = storeD<E>(a * (m * loadD<E>(dy[e]) - dbias - xhat * dscale));
+  });
+  if (blockIdx.y == 0 && threadIdx.x == 0) {
+    dscaleOut[ch] = static_cast<P>(dscale);
+    dbiasOut[ch] = static_cast<P>(dbias);
+  }
+}
+
+template <typename T>
+bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
+                   const TensorView& mv, const TensorView& vv, const TensorView& yv,
+                   const BatchNormParams& p) {
+  Channels L;
+  bool ok = channels(xv, L) && yv.shape == xv.shape;
+  for (const TensorView* v : {&sv, &bv, &mv, &vv})
+    ok = ok && isVector(*v, L.C);
+  if (!ok)
+    return LWRT_REJECT("batch_norm: x must be [N, C, ...], y of x's shape, the others [C]");
+  if (xv.numel() == 0)
+    return true;
+  if constexpr (std::is_floating_point_v<T>)
+    if (CudnnRun r = cudnnBatchNorm(xv, sv, bv, mv, vv, yv, p.epsilon); r != CudnnRun::NotCovered)
+      return r == CudnnRun::Ran;
+  using P = ParamOf<T>;
+  const int64_t planes = L.N * L.C;
+  if (!fitsInt({planes, L.inner}))
+    return LWRT_REJECT("batch_norm: more than 2^31 planes or plane elements");
+  PlaneGrid pg = planeGrid(planes, L.inner);
+  batchNormInference<T><<<pg.grid, pg.block, 0, context().stream>>>(
+      xv.as<StoreOf<T>>(), sv.as<P>(), bv.as<P>(), mv.as<P>(), vv.as<P>(), yv.as<StoreOf<T>>(),
+      static_cast<unsigned>(L.C), static_cast<unsigned>(L.inner), static_cast<unsigned>(planes),
+      static_cast<P>(p.epsilon));
+  LWRT_CUDA(cudaGetLastError());
+  return true;
+}
+
+template <typename T>
+bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
+                        const TensorView& yv, const TensorView& mv, const TensorView& vv,
+                        const BatchNormTrainParams& p) {
+  Channels L;
+  bool ok = channels(xv, L) && yv.shape == xv.shape;
+  for (const TensorView* v : {&sv, &bv, &mv, &vv})
+    ok = ok && isVector(*v, L.C);
+  if (!ok)
+    return LWRT_REJECT("batch_norm_train: x must be [N, C, ...], y of x's shape, the others [C]");
+  if (L.C == 0)
+    return true;
+  if constexpr (std::is_floating_point_v<T>)
+    if (xv.numel() > 0) {
+      CudnnRun r = cudnnBatchNormTrain(xv, sv, bv, yv, mv, vv, p.epsilon);
+      if (r != CudnnRun::NotCovered)
+        return r == CudnnRun::Ran;
+    }
+  if (L.C > INT_MAX)
+    return LWRT_REJECT("batch_norm_train: more than 2^31 channels");
+  using P = ParamOf<T>;
+  const ChannelSlices sl = channelSlices(L);
+  const size_t parts = static_cast<size_t>(L.C) * sl.count;
+  if (!ensureWorkspace(2 * parts * sizeof(double)))
+    return false;
+  double* sums = static_cast<double*>(context().workspace);
+  double* squares = sums + parts;
+  const dim3 grid(static_cast<unsigned>(L.C), sl.count);
+  const StoreOf<T>* x = xv.as<StoreOf<T>>();
+  LWRT_LAUNCH(bnSliceSums<T>, grid, kChannelThreads, x, sums, L, sl.perSlice);
+  LWRT_LAUNCH(bnSliceSquares<T>, grid, kChannelThreads, x, static_cast<const double*>(sums),
+              squares, L, sl.perSlice);
+  LWRT_LAUNCH(bnSliceNormalize<T>, grid, kChannelThreads, x, sv.as<P>(), bv.as<P>(),
+              yv.as<StoreOf<T>>(), mv.as<P>(), vv.as<P>(), static_cast<const double*>(sums),
+              static_cast<const double*>(squares), L, sl.perSlice, p.epsilon);
+  return true;
+}
+
+template <typename T>
+bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorView& mv,
+                       const TensorView& vv, const TensorView& dyv, const TensorView& dxv,
+                       const TensorView& dsv, const TensorView& dbv,
+                       const BatchNormTrainParams& p) {
+  Channels L;
+  bool ok = channels(xv, L) && dyv.shape == xv.shape && dxv.shape == xv.shape;
+  for (const TensorView* v : {&sv, &mv, &vv, &dsv, &dbv})
+    ok = ok && isVector(*v, L.C);
+  if (!ok)
+    return LWRT_REJECT(
+        "batch_norm_grad: x must be [N, C, ...], dy and dx of x's shape, the others [C]");
+  if (L.C == 0)
+    return true;
+  if constexpr (std::is_floating_point_v<T>)
+    if (xv.numel() > 0) {
+      CudnnRun r = cudnnBatchNormGrad(xv, sv, mv, vv, dyv, dxv, dsv, dbv, p.epsilon);
+      if (r != CudnnRun::NotCovered)
+        return r == CudnnRun::Ran;
+    }
+  if (L.C > INT_MAX)
+    return LWRT_REJECT("batch_norm_grad: more than 2^31 channels");
+  using P = ParamOf<T>;
+  const ChannelSlices sl = channelSlices(L);
+  const size_t parts = static_cast<size_t>(L.C) * sl.count;
+  if (!ensureWorkspace(2 * parts * sizeof(double)))
+    return false;
+  double* dySums = static_cast<double*>(context().workspace);
+  double* dyXhatSums = dySums + parts;
+  const dim3 grid(static_cast<unsigned>(L.C), sl.count);
+  LWRT_LAUNCH(bnGradSliceSums<T>, grid, kChannelThreads, xv.as<StoreOf<T>>(), mv.as<P>(),
+              vv.as<P>(), dyv.as<StoreOf<T>>(), dySums, dyXhatSums, L, sl.perSlice, p.epsilon);
+  LWRT_LAUNCH(bnGradSliceInput<T>, grid, kChannelThreads, xv.as<StoreOf<T>>(), sv.as<P>(),
+              mv.as<P>(), vv.as<P>(), dyv.as<StoreOf<T>>(), dxv.as<StoreOf<T>>(), dsv.as<P>(),
+              dbv.as<P>(), static_cast<const double*>(dySums),
+              static_cast<const double*>(dyXhatSums), L, sl.perSlice, p.epsilon);
+  return true;
+}
+
+} // namespace
+
+bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& bias,
+               const TensorView& mean, const TensorView& var, const TensorView& y,
+               const BatchNormParams& p) {
+  return activationOp("batch_norm", {&x, &y}, {&scale, &bias, &mean, &var}, [&](auto t) {
+    return batchNormImpl<decltype(t)>(x, scale, bias, mean, var, y, p);
+  });
+}
+
+bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                    const TensorView& y, const TensorView& mean, const TensorView& var,
+                    const BatchNormTrainParams& p) {
+  return activationOp("batch_norm_train", {&x, &y}, {&scale, &bias, &mean, &var}, [&](auto t) {
+    return batchNormTrainImpl<decltype(t)>(x, scale, bias, y, mean, var, p);
+  });
+}
+
+bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,
+                   const TensorView& var, const TensorView& dy, const TensorView& dx,
+                   const TensorView& dscale, const TensorView& dbias,
+                   const BatchNormTrainParams& p) {
+  return activationOp(
+      "batch_norm_grad", {&x, &dy, &dx}, {&scale, &mean, &var, &dscale, &dbias}, [&](auto t) {
+        return batchNormGradImpl<decltype(t)>(x, scale, mean, var, dy, dx, dscale, dbias, p);
+      });
+}
+
+} // namespace lwrt::cuda
