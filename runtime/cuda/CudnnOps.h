@@ -2,8 +2,8 @@
 // defines: CudnnRun, cudnnLrn, cudnnLrnGrad, cudnnBatchNorm, cudnnBatchNormTrain,
 //          cudnnBatchNormGrad, cudnnSoftmax, cudnnSoftmaxGrad
 //
-// The legacy cuDNN calls for the ops of NNNormKernels.cu, tried first by
-// its entry points (after their shape checks): each says whether it ran,
+// The legacy cuDNN calls for the ops of NNNormKernels.cu and BatchNormKernels.cu,
+// tried first by their entry points (after their shape checks): each says whether it ran,
 // or whether cuDNN does not cover the op as asked (the caller then runs its
 // own kernel), or failed (the context's error set). Not covered:
 // --kernels=own (Context::cudnnOps off), sizes over cuDNN's 2^31 elements,
