@@ -220,6 +220,41 @@ def profiled_files(name, work):
     harness.record(ok, f"{name}: the trace and the per-op seconds written", info)
 
 
+def save_model(base, name, nodes, x_shape, inits, opset=17):
+    """A model of `nodes` from input x (float32 `x_shape`) to y [batch, 3],
+    saved as base/NAME.onnx at IR version 8 (which the export keeps and
+    onnxruntime reads); its path."""
+    import onnx
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [x_shape[0], 3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    path = os.path.join(base, name + ".onnx")
+    onnx.save(model, path)
+    return path
+
+
+def model_case(name, path, work, flags=(), extra=(), tol=1, via_lwcc=True):
+    """The CUDA trainer of the model at `path` (lwcc `flags`) on the emulated
+    GPU, run with `extra`, against the CPU trainer: compare's checks, after
+    one step for a 16-bit tolerance ("low"), else STEPS."""
+    cuda, cerr = build_emulated(path, list(flags), os.path.join(work, "emu"), via_lwcc=via_lwcc)
+    cpu, perr = md.build(path, list(flags), os.path.join(work, "cpu"), via_lwcc=via_lwcc)
+    if not cuda or not cpu:
+        harness.record(False, f"{name}: build", cerr or perr)
+        return
+    steps = 1 if tol == "low" else STEPS
+    rc = train(cuda, os.path.join(work, "emu-run"), [*run_args(steps), *extra], True)
+    rp = train(cpu, os.path.join(work, "cpu-run"), run_args(steps), False)
+    if rc.returncode or rp.returncode:
+        harness.record(False, f"{name}: train", (rc.stderr + rp.stderr)[-1500:])
+        return
+    compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(work, "cpu-run"),
+            os.path.join(work, "emu-run"), tol)
+
+
 def tied_max_pool(tmp):
     """A max pooling whose windows hold their maximum several times (a
     constant input times constant weights): the gradient goes to the first
@@ -269,8 +304,7 @@ def new_ops(tmp):
     path of the loss and the divisor of Mod trained: the CUDA trainer on
     the emulated GPU against the CPU trainer (compare's checks)."""
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
     base = os.path.join(tmp, "new-ops")
     os.makedirs(base, exist_ok=True)
     n = 8
@@ -292,26 +326,9 @@ def new_ops(tmp):
                               keepdims=0),
              helper.make_node("Concat", ["r", "q"], ["rq"], name="cat", axis=1),
              helper.make_node("Gemm", ["rq", "w2"], ["y"], transB=1, name="fc")]
-    graph = helper.make_graph(
-        nodes, "new_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 4, 6])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 3])], inits)
-    path = os.path.join(base, "new_ops.onnx")
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8  # the export keeps it: one onnxruntime reads
-    onnx.save(model, path)
+    path = save_model(base, "new_ops", nodes, [n, 4, 6], inits)
     name = "the sweep's ops (cumsum, tile, sin, cos, mod, reduce_l2, reduce_sum_square)"
-    cuda, cerr = build_emulated(path, [], os.path.join(base, "emu"), via_lwcc=True)
-    cpu, perr = md.build(path, [], os.path.join(base, "cpu"), via_lwcc=True)
-    if not cuda or not cpu:
-        harness.record(False, f"{name}: build", cerr or perr)
-        return
-    rc = train(cuda, os.path.join(base, "emu-run"), run_args(), True)
-    rp = train(cpu, os.path.join(base, "cpu-run"), run_args(), False)
-    if rc.returncode or rp.returncode:
-        harness.record(False, f"{name}: train", (rc.stderr + rp.stderr)[-1500:])
-        return
-    compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(base, "cpu-run"),
-            os.path.join(base, "emu-run"), 1)
+    model_case(name, path, base)
 
 
 def max_pools(tmp):
@@ -321,8 +338,7 @@ def max_pools(tmp):
     window), ceil mode (k3 s2) and dilation (k3 d2 p2, the dilated loop);
     the CUDA trainer on the emulated GPU against the CPU trainer."""
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
     base = os.path.join(tmp, "max-pools")
     os.makedirs(base, exist_ok=True)
     n, c, hw = 8, 2, 11
@@ -343,26 +359,9 @@ def max_pools(tmp):
     nodes += [helper.make_node("Concat", [f"f_{t}" for t, _, _ in pools], ["cat"], name="cat",
                                axis=1),
               helper.make_node("Gemm", ["cat", "w2"], ["y"], transB=1, name="fc")]
-    graph = helper.make_graph(
-        nodes, "max_pools", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 3])], inits)
-    path = os.path.join(base, "max_pools.onnx")
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8  # the export keeps it: one onnxruntime reads
-    onnx.save(model, path)
+    path = save_model(base, "max_pools", nodes, [n, c, hw, hw], inits)
     name = "max pooling's gradient with pads, gaps, ceil mode and dilation after a ReLU"
-    cuda, cerr = build_emulated(path, [], os.path.join(base, "emu"), via_lwcc=True)
-    cpu, perr = md.build(path, [], os.path.join(base, "cpu"), via_lwcc=True)
-    if not cuda or not cpu:
-        harness.record(False, f"{name}: build", cerr or perr)
-        return
-    rc = train(cuda, os.path.join(base, "emu-run"), run_args(), True)
-    rp = train(cpu, os.path.join(base, "cpu-run"), run_args(), False)
-    if rc.returncode or rp.returncode:
-        harness.record(False, f"{name}: train", (rc.stderr + rp.stderr)[-1500:])
-        return
-    compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(base, "cpu-run"),
-            os.path.join(base, "emu-run"), 1)
+    model_case(name, path, base)
 
 
 def batch_norm_slices(tmp):
@@ -373,8 +372,7 @@ def batch_norm_slices(tmp):
     --kernels=own and bf16 (16-bit batch norm always runs on the own
     kernels) on the emulated GPU against the CPU trainer."""
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
     base = os.path.join(tmp, "bn-slices")
     os.makedirs(base, exist_ok=True)
     n, c = 130, 2
@@ -400,30 +398,12 @@ def batch_norm_slices(tmp):
              helper.make_node("Reshape", ["nb", "rows"], ["fb"], name="flat_b"),
              helper.make_node("Concat", ["fa", "fb"], ["cat"], name="cat", axis=1),
              helper.make_node("Gemm", ["cat", "w2"], ["y"], transB=1, name="fc")]
-    graph = helper.make_graph(
-        nodes, "bn_slices", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 3])], inits)
-    path = os.path.join(base, "bn_slices.onnx")
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8  # the export keeps it: one onnxruntime reads
-    onnx.save(model, path)
+    path = save_model(base, "bn_slices", nodes, [n, c, 16, 16], inits)
     for tag, flags, extra, tol in (("float32 --kernels=own", [], ["--kernels=own"], 1),
                                    ("bf16", ["--mixed-precision=bf16"], [], "low")):
         name = f"batch norm over several slices of a channel, {tag}"
         work = os.path.join(base, tag.split()[0])
-        cuda, cerr = build_emulated(path, flags, os.path.join(work, "emu"), via_lwcc=True)
-        cpu, perr = md.build(path, flags, os.path.join(work, "cpu"), via_lwcc=True)
-        if not cuda or not cpu:
-            harness.record(False, f"{name}: build", cerr or perr)
-            continue
-        steps = 1 if tol == "low" else STEPS
-        rc = train(cuda, os.path.join(work, "emu-run"), [*run_args(steps), *extra], True)
-        rp = train(cpu, os.path.join(work, "cpu-run"), run_args(steps), False)
-        if rc.returncode or rp.returncode:
-            harness.record(False, f"{name}: train", (rc.stderr + rp.stderr)[-1500:])
-            continue
-        compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(work, "cpu-run"),
-                os.path.join(work, "emu-run"), tol)
+        model_case(name, path, work, flags, extra, tol)
 
 
 def shape_ops(tmp):
@@ -431,8 +411,7 @@ def shape_ops(tmp):
     channels, gather along the width, slice; the CUDA trainer on the
     emulated GPU against the CPU trainer."""
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
     base = os.path.join(tmp, "shape-ops")
     os.makedirs(base, exist_ok=True)
     n = 8
@@ -458,26 +437,9 @@ def shape_ops(tmp):
              helper.make_node("Gather", ["sl", "cols"], ["g"], name="gather", axis=3),
              helper.make_node("Flatten", ["g"], ["f"], name="flat"),
              helper.make_node("Gemm", ["f", "w2"], ["y"], transB=1, name="fc")]
-    graph = helper.make_graph(
-        nodes, "shape_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 4, 6, 6])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 3])], inits)
-    path = os.path.join(base, "shape_ops.onnx")
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 8  # the export keeps it: one onnxruntime reads
-    onnx.save(model, path)
+    path = save_model(base, "shape_ops", nodes, [n, 4, 6, 6], inits, opset=18)
     name = "pad, lrn, transpose, split, softmax, gather and slice"
-    cuda, cerr = build_emulated(path, [], os.path.join(base, "emu"), via_lwcc=True)
-    cpu, perr = md.build(path, [], os.path.join(base, "cpu"), via_lwcc=True)
-    if not cuda or not cpu:
-        harness.record(False, f"{name}: build", cerr or perr)
-        return
-    rc = train(cuda, os.path.join(base, "emu-run"), run_args(), True)
-    rp = train(cpu, os.path.join(base, "cpu-run"), run_args(), False)
-    if rc.returncode or rp.returncode:
-        harness.record(False, f"{name}: train", (rc.stderr + rp.stderr)[-1500:])
-        return
-    compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(base, "cpu-run"),
-            os.path.join(base, "emu-run"), 1)
+    model_case(name, path, base)
 
 
 # The dynamo exporter's patterns that bring layer norm, erf, gelu,
@@ -502,19 +464,7 @@ def exporter_patterns(tmp):
         model.ir_version = min(model.ir_version, 8)  # the export keeps it: one onnxruntime reads
         path = os.path.join(base, "model.onnx")
         onnx.save(model, path)
-        name = f"exporter pattern {label}"
-        cuda, cerr = build_emulated(path, [], os.path.join(base, "emu"))
-        cpu, perr = md.build(path, [], os.path.join(base, "cpu"))
-        if not cuda or not cpu:
-            harness.record(False, f"{name}: build", cerr or perr)
-            continue
-        rc = train(cuda, os.path.join(base, "emu-run"), run_args(), True)
-        rp = train(cpu, os.path.join(base, "cpu-run"), run_args(), False)
-        if rc.returncode or rp.returncode:
-            harness.record(False, f"{name}: train", (rc.stderr + rp.stderr)[-1500:])
-            continue
-        compare(f"{name}: emulated CUDA trainer vs CPU trainer", os.path.join(base, "cpu-run"),
-                os.path.join(base, "emu-run"), 1)
+        model_case(f"exporter pattern {label}", path, base, via_lwcc=False)
 
 
 def main():
