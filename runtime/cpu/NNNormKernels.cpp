@@ -7,6 +7,8 @@
 #include "Parallel.h"
 #include "lwrt/cpu_nn.h"
 #include "lwrt/loss_math.h"
+#include "lwrt/norm_math.h"
+#include "lwrt/shape_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -239,11 +241,11 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
                               return d * d;
                             }) /
                  count;
-    double a = scale[ch] / std::sqrt(var + p.epsilon);
+    double a = bnFactor(scale[ch], var, p.epsilon);
     for (int64_t n = 0; n < L.N; ++n) {
       const int64_t base = L.base(n, ch);
       for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride)
-        y[e] = act.apply(static_cast<T>(a * (x[e] - mean) + bias[ch]));
+        y[e] = act.apply(static_cast<T>(bnNormalized(x[e], mean, a, bias[ch])));
     }
     meanOut[ch] = static_cast<T>(mean);
     varOut[ch] = static_cast<T>(var);
@@ -269,7 +271,7 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
   T *dx = dxv.as<T>(), *dscaleOut = dsv.as<T>(), *dbiasOut = dbv.as<T>();
   double m = static_cast<double>(L.count);
   forEachChannel(L, [&](int64_t ch) {
-    double mean = meanIn[ch], invstd = 1.0 / std::sqrt(static_cast<double>(varIn[ch]) + p.epsilon);
+    double mean = meanIn[ch], invstd = bnInvStd(varIn[ch], p.epsilon);
     double dbias = 0, dxm = 0; // sum dy, sum dy (x - mean)
     for (int64_t n = 0; n < L.N; ++n) {
       const int64_t base = L.base(n, ch);
@@ -282,10 +284,8 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
     double a = scale[ch] * invstd / m;
     for (int64_t n = 0; n < L.N; ++n) {
       const int64_t base = L.base(n, ch);
-      for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride) {
-        double xhat = (x[e] - mean) * invstd;
-        dx[e] = static_cast<T>(a * (m * dy[e] - dbias - xhat * dscale));
-      }
+      for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride)
+        dx[e] = static_cast<T>(bnInputGrad(x[e], dy[e], mean, invstd, a, m, dbias, dscale));
     }
     dscaleOut[ch] = static_cast<T>(dscale);
     dbiasOut[ch] = static_cast<T>(dbias);
@@ -295,22 +295,8 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
 
 //===--- Softmax ----------------------------------------------------------===//
 
-/// Rows along `axis`: outer * inner rows of n elements, stride inner.
-struct Rows {
-  int64_t outer = 1, n = 0, inner = 1;
-};
-bool rowsOf(const TensorView& x, int64_t axis, Rows& r) {
-  if (axis < 0)
-    axis += x.rank();
-  if (axis < 0 || axis >= x.rank())
-    return false;
-  r.n = x.shape[axis];
-  for (int64_t d = 0; d < axis; ++d)
-    r.outer *= x.shape[d];
-  for (int64_t d = axis + 1; d < x.rank(); ++d)
-    r.inner *= x.shape[d];
-  return true;
-}
+/// Rows along `axis` (lwrt/shape_math.h).
+using Rows = AxisRows;
 
 /// Calls fn(outer, inner) for every row, spread over the pool.
 template <typename Fn> void forEachRow(const Rows& r, Fn fn) {
@@ -324,7 +310,7 @@ template <typename Fn> void forEachRow(const Rows& r, Fn fn) {
 template <typename T>
 bool softmaxImpl(const TensorView& xv, const TensorView& yv, const SoftmaxParams& p, bool log) {
   Rows r;
-  if (!rowsOf(xv, p.axis, r) || yv.shape != xv.shape)
+  if (!axisRows(xv.shape, p.axis, r) || yv.shape != xv.shape)
     return false;
   const T* x = xv.as<T>();
   T* y = yv.as<T>();
@@ -339,7 +325,7 @@ template <typename T>
 bool softmaxGradImpl(const TensorView& yv, const TensorView& dyv, const TensorView& dxv,
                      const SoftmaxParams& p, bool log) {
   Rows r;
-  if (!rowsOf(yv, p.axis, r) || dyv.shape != yv.shape || dxv.shape != yv.shape)
+  if (!axisRows(yv.shape, p.axis, r) || dyv.shape != yv.shape || dxv.shape != yv.shape)
     return false;
   const T *y = yv.as<T>(), *dy = dyv.as<T>();
   T* dx = dxv.as<T>();

@@ -14,6 +14,7 @@
 #include "cuda/CudnnOps.h"
 #include "cuda/KernelSupport.cuh"
 #include "lwrt/cuda_nn.h"
+#include "lwrt/norm_math.h"
 
 #include <algorithm>
 #include <climits>
@@ -160,10 +161,9 @@ __global__ void bnSliceNormalize(const StoreOf<E>* x, const P* scale, const P* b
   const double count = static_cast<double>(L.N * L.inner);
   const double mean = channelTotal(sums, gridDim.y) / count,
                var = channelTotal(squares, gridDim.y) / count;
-  const double a = static_cast<double>(scale[ch]) / sqrt(var + eps),
-               b = static_cast<double>(bias[ch]);
+  const double a = bnFactor(scale[ch], var, eps), b = bias[ch];
   forEachInSlice(L, perSlice,
-                 [&](int64_t e) { y[e] = storeD<E>(a * (loadD<E>(x[e]) - mean) + b); });
+                 [&](int64_t e) { y[e] = storeD<E>(bnNormalized(loadD<E>(x[e]), mean, a, b)); });
   if (blockIdx.y == 0 && threadIdx.x == 0) {
     meanOut[ch] = static_cast<P>(mean);
     varOut[ch] = static_cast<P>(var);
@@ -171,46 +171,43 @@ __global__ void bnSliceNormalize(const StoreOf<E>* x, const P* scale, const P* b
 }
 
 /// Batch norm's backward in two passes, a block per slice of a channel:
-/// the slices' sums of dy and of dy xhat (xhat = (x - mean) invstd), then
-/// dbias = sum dy, dscale = sum dy xhat and dx = scale invstd / m (m dy -
-/// dbias - xhat dscale); slice 0 writes dscale and dbias.
+/// the slices' sums of dy and of dy (x - mean), then (lwrt/norm_math.h)
+/// dbias = sum dy, dscale = invstd sum dy (x - mean) and dx; slice 0
+/// writes dscale and dbias.
 template <typename E, typename P = ParamOf<E>>
-__global__ void bnGradSliceSums(const StoreOf<E>* x, const P* meanIn, const P* varIn,
-                                const StoreOf<E>* dy, double* dySums, double* dyXhatSums,
-                                Channels L, int64_t perSlice, double eps) {
+__global__ void bnGradSliceSums(const StoreOf<E>* x, const P* meanIn, const StoreOf<E>* dy,
+                                double* dySums, double* dyDevSums, Channels L, int64_t perSlice) {
   __shared__ double shared[kChannelThreads];
   const int64_t ch = blockIdx.x;
   const double mean = static_cast<double>(meanIn[ch]);
-  const double invstd = 1.0 / sqrt(static_cast<double>(varIn[ch]) + eps);
-  double db = 0, ds = 0;
+  double db = 0, dd = 0;
   forEachInSlice(L, perSlice, [&](int64_t e) {
     double g = loadD<E>(dy[e]);
     db += g;
-    ds += g * (loadD<E>(x[e]) - mean) * invstd;
+    dd += g * (loadD<E>(x[e]) - mean);
   });
   db = blockSum(db, shared);
-  ds = blockSum(ds, shared);
+  dd = blockSum(dd, shared);
   if (threadIdx.x == 0) {
     dySums[ch * gridDim.y + blockIdx.y] = db;
-    dyXhatSums[ch * gridDim.y + blockIdx.y] = ds;
+    dyDevSums[ch * gridDim.y + blockIdx.y] = dd;
   }
 }
 
 template <typename E, typename P = ParamOf<E>>
 __global__ void bnGradSliceInput(const StoreOf<E>* x, const P* scale, const P* meanIn,
                                  const P* varIn, const StoreOf<E>* dy, StoreOf<E>* dx, P* dscaleOut,
-                                 P* dbiasOut, const double* dySums, const double* dyXhatSums,
+                                 P* dbiasOut, const double* dySums, const double* dyDevSums,
                                  Channels L, int64_t perSlice, double eps) {
   const int64_t ch = blockIdx.x;
-  const double mean = static_cast<double>(meanIn[ch]);
-  const double invstd = 1.0 / sqrt(static_cast<double>(varIn[ch]) + eps);
+  const double mean = static_cast<double>(meanIn[ch]), invstd = bnInvStd(varIn[ch], eps);
   const double dbias = channelTotal(dySums, gridDim.y),
-               dscale = channelTotal(dyXhatSums, gridDim.y);
+               dscale = channelTotal(dyDevSums, gridDim.y) * invstd;
   const double m = static_cast<double>(L.N * L.inner),
                a = static_cast<double>(scale[ch]) * invstd / m;
   forEachInSlice(L, perSlice, [&](int64_t e) {
-    double xhat = (loadD<E>(x[e]) - mean) * invstd;
-    dx[e] = storeD<E>(a * (m * loadD<E>(dy[e]) - dbias - xhat * dscale));
+    dx[e] =
+        storeD<E>(bnInputGrad(loadD<E>(x[e]), loadD<E>(dy[e]), mean, invstd, a, m, dbias, dscale));
   });
   if (blockIdx.y == 0 && threadIdx.x == 0) {
     dscaleOut[ch] = static_cast<P>(dscale);
@@ -312,14 +309,14 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
   if (!ensureWorkspace(2 * parts * sizeof(double)))
     return false;
   double* dySums = static_cast<double*>(context().workspace);
-  double* dyXhatSums = dySums + parts;
+  double* dyDevSums = dySums + parts;
   const dim3 grid(static_cast<unsigned>(L.C), sl.count);
   LWRT_LAUNCH(bnGradSliceSums<T>, grid, kChannelThreads, xv.as<StoreOf<T>>(), mv.as<P>(),
-              vv.as<P>(), dyv.as<StoreOf<T>>(), dySums, dyXhatSums, L, sl.perSlice, p.epsilon);
+              dyv.as<StoreOf<T>>(), dySums, dyDevSums, L, sl.perSlice);
   LWRT_LAUNCH(bnGradSliceInput<T>, grid, kChannelThreads, xv.as<StoreOf<T>>(), sv.as<P>(),
               mv.as<P>(), vv.as<P>(), dyv.as<StoreOf<T>>(), dxv.as<StoreOf<T>>(), dsv.as<P>(),
               dbv.as<P>(), static_cast<const double*>(dySums),
-              static_cast<const double*>(dyXhatSums), L, sl.perSlice, p.epsilon);
+              static_cast<const double*>(dyDevSums), L, sl.perSlice, p.epsilon);
   return true;
 }
 

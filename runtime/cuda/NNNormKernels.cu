@@ -19,6 +19,7 @@
 #include "cuda/KernelSupport.cuh"
 #include "lwrt/cuda_nn.h"
 #include "lwrt/loss_math.h"
+#include "lwrt/shape_math.h"
 
 #include <algorithm>
 #include <climits>
@@ -165,23 +166,8 @@ bool lrnGradImpl(const TensorView& xv, const TensorView& yv, const TensorView& d
 
 //===--- Softmax ----------------------------------------------------------===//
 
-/// Rows along `axis`: outer * inner rows of n elements, stride inner.
-struct Rows {
-  int64_t outer = 1, n = 0, inner = 1;
-  __host__ __device__ int64_t count() const { return outer * inner; }
-};
-bool rowsOf(const TensorView& x, int64_t axis, Rows& r) {
-  if (axis < 0)
-    axis += x.rank();
-  if (axis < 0 || axis >= x.rank())
-    return false;
-  r.n = x.shape[axis];
-  for (int64_t d = 0; d < axis; ++d)
-    r.outer *= x.shape[d];
-  for (int64_t d = axis + 1; d < x.rank(); ++d)
-    r.inner *= x.shape[d];
-  return true;
-}
+/// Rows along `axis` (lwrt/shape_math.h).
+using Rows = AxisRows;
 
 /// Softmax (or log-softmax) of contiguous rows of n, one block per row.
 template <typename T>
@@ -240,7 +226,7 @@ __global__ void softmaxGradStrided(const T* y, const T* dy, T* dx, Rows R, bool 
 template <typename T>
 bool softmaxImpl(const TensorView& xv, const TensorView& yv, const SoftmaxParams& p, bool log) {
   Rows R;
-  if (!rowsOf(xv, p.axis, R) || yv.shape != xv.shape)
+  if (!axisRows(xv.shape, p.axis, R) || yv.shape != xv.shape)
     return LWRT_REJECT(log ? "log_softmax: bad axis, or y not of x's shape"
                            : "softmax: bad axis, or y not of x's shape");
   if (xv.numel() == 0)
@@ -259,7 +245,7 @@ template <typename T>
 bool softmaxGradImpl(const TensorView& yv, const TensorView& dyv, const TensorView& dxv,
                      const SoftmaxParams& p, bool log) {
   Rows R;
-  if (!rowsOf(yv, p.axis, R) || dyv.shape != yv.shape || dxv.shape != yv.shape)
+  if (!axisRows(yv.shape, p.axis, R) || dyv.shape != yv.shape || dxv.shape != yv.shape)
     return LWRT_REJECT(log ? "log_softmax_grad: bad axis, or dy, dx not of y's shape"
                            : "softmax_grad: bad axis, or dy, dx not of y's shape");
   if (yv.numel() == 0)

@@ -1,13 +1,16 @@
 // lwrt/shape_math.h - the shape arithmetic of the data-movement kernels
-// defines: SliceDims, resolveSlices, sliceWalk, aroundAxis, gatherShape
+// defines: SliceDims, resolveSlices, sliceWalk, aroundAxis, gatherShape, AxisRows,
+//          axisRows
 //
 // Where slice, concat, split and gather read and write, as the CPU kernels
 // (runtime/cpu/TensorShapeKernels.cpp) and the host side of the CUDA
-// kernels (runtime/cuda/TensorShapeKernels.cu) compute it: one definition,
-// host code only.
+// kernels (runtime/cuda/TensorShapeKernels.cu) compute it, and the rows
+// of the softmax kernels of both: one definition, host code only but for
+// AxisRows::count.
 #pragma once
 
 #include "kernel_checks.h"
+#include "shard_index.h"
 #include "tensor_params.h"
 
 #include <algorithm>
@@ -92,6 +95,29 @@ inline bool gatherShape(const std::vector<int64_t>& data, const std::vector<int6
   want.insert(want.end(), indices.begin(), indices.end());
   want.insert(want.end(), data.begin() + axis + 1, data.end());
   return want == out;
+}
+
+/// The rows along an axis: outer * inner rows of n elements, stride inner.
+struct AxisRows {
+  int64_t outer = 1, n = 0, inner = 1;
+  LWRT_HOST_DEVICE int64_t count() const { return outer * inner; }
+};
+
+/// The rows of `shape` along `axis` (negative counts from the end); false
+/// when the axis is out of range.
+inline bool axisRows(const std::vector<int64_t>& shape, int64_t axis, AxisRows& r) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return false;
+  r = AxisRows{};
+  r.n = shape[axis];
+  for (int64_t d = 0; d < axis; ++d)
+    r.outer *= shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d)
+    r.inner *= shape[d];
+  return true;
 }
 
 } // namespace lwrt
