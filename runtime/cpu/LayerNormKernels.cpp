@@ -16,35 +16,8 @@ namespace {
 using detail::dispatch;
 using detail::floatViews;
 
-/// x as [rows, n]; false when axis is out of range or the other views do
-/// not have their shapes: params [x.shape[axis:]], stats x's shape with the
-/// normalized dims set to 1.
-struct Rows {
-  int64_t rows = 1, n = 1;
-};
-bool layerRows(const TensorView& x, int64_t axis, std::initializer_list<const TensorView*> same,
-               std::initializer_list<const TensorView*> params,
-               std::initializer_list<const TensorView*> stats, Rows& L) {
-  if (axis < 0 || axis >= x.rank())
-    return false;
-  std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
-  std::vector<int64_t> stat(x.shape.begin(), x.shape.begin() + axis);
-  stat.resize(x.shape.size(), 1);
-  for (const TensorView* v : same)
-    if (v->shape != x.shape)
-      return false;
-  for (const TensorView* v : params)
-    if (v->shape != normalized)
-      return false;
-  for (const TensorView* v : stats)
-    if (v->shape != stat)
-      return false;
-  L.rows = 1;
-  L.n = 1;
-  for (int64_t d = 0; d < x.rank(); ++d)
-    (d < axis ? L.rows : L.n) *= x.shape[d];
-  return true;
-}
+/// x as [rows, n] (lwrt/kernel_checks.h).
+using Rows = LayerRows;
 
 template <typename T>
 bool layerNormImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,

@@ -12,6 +12,7 @@
 #include "cuda/Context.h"
 #include "cuda/KernelSupport.cuh"
 #include "lwrt/cuda_nn.h"
+#include "lwrt/kernel_checks.h"
 
 #include <algorithm>
 #include <climits>
@@ -30,35 +31,8 @@ unsigned itemBlocks(int64_t items) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(items, 1 << 20)));
 }
 
-struct Rows {
-  int64_t rows = 1, n = 1;
-};
-
-/// x as [rows, n]; false unless the views have their shapes: `same` x's,
-/// `params` x.shape[axis:], `stats` x's with the normalized dims set to 1.
-bool layerRows(const TensorView& x, int64_t axis, std::initializer_list<const TensorView*> same,
-               std::initializer_list<const TensorView*> params,
-               std::initializer_list<const TensorView*> stats, Rows& L) {
-  if (axis < 0 || axis >= x.rank())
-    return false;
-  std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
-  std::vector<int64_t> stat(x.shape.begin(), x.shape.begin() + axis);
-  stat.resize(x.shape.size(), 1);
-  for (const TensorView* v : same)
-    if (v->shape != x.shape)
-      return false;
-  for (const TensorView* v : params)
-    if (v->shape != normalized)
-      return false;
-  for (const TensorView* v : stats)
-    if (v->shape != stat)
-      return false;
-  L.rows = 1;
-  L.n = 1;
-  for (int64_t d = 0; d < x.rank(); ++d)
-    (d < axis ? L.rows : L.n) *= x.shape[d];
-  return true;
-}
+/// x as [rows, n] (lwrt/kernel_checks.h).
+using Rows = LayerRows;
 
 /// All views share a float element type (the first's) and hold data.
 bool floatViews(std::initializer_list<const TensorView*> views) {

@@ -2,7 +2,7 @@
 // defines: dispatchFloat, dispatchNumeric, dispatchValue, dispatchInt, dispatchBytes,
 //          isFloat, isNumeric, isInt, is16, sameLayout, shapeString, describe,
 //          rowMajorStrides, broadcastStrides, broadcastsTo, shapeProduct, normAxis,
-//          broadcastShape, broadcastIndexOf, rowMajor, fillValue
+//          broadcastShape, broadcastIndexOf, rowMajor, fillValue, LayerRows, layerRows
 //
 // The CPU kernels (runtime/cpu) and the host side of the CUDA kernels
 // (runtime/cuda) check their operands and pick the C++ element type the
@@ -195,6 +195,40 @@ template <typename T> T fillValue(const FillParams& p, int64_t k, DType t) {
     int64_t v = p.ivalue.size() == 1 ? p.ivalue[0] : p.ivalue[k];
     return t == DType::Bool ? static_cast<T>(v != 0) : static_cast<T>(v);
   }
+}
+
+/// Layer norm's x as [rows, n]: the dims before the axis, and the ones
+/// normalized.
+struct LayerRows {
+  int64_t rows = 1, n = 1;
+};
+
+/// x's LayerRows along `axis`; false unless the views have their shapes:
+/// `same` x's, `params` x.shape[axis:], `stats` x's with the normalized dims
+/// set to 1.
+inline bool layerRows(const TensorView& x, int64_t axis,
+                      std::initializer_list<const TensorView*> same,
+                      std::initializer_list<const TensorView*> params,
+                      std::initializer_list<const TensorView*> stats, LayerRows& L) {
+  if (axis < 0 || axis >= x.rank())
+    return false;
+  std::vector<int64_t> normalized(x.shape.begin() + axis, x.shape.end());
+  std::vector<int64_t> stat(x.shape.begin(), x.shape.begin() + axis);
+  stat.resize(x.shape.size(), 1);
+  for (const TensorView* v : same)
+    if (v->shape != x.shape)
+      return false;
+  for (const TensorView* v : params)
+    if (v->shape != normalized)
+      return false;
+  for (const TensorView* v : stats)
+    if (v->shape != stat)
+      return false;
+  L.rows = 1;
+  L.n = 1;
+  for (int64_t d = 0; d < x.rank(); ++d)
+    (d < axis ? L.rows : L.n) *= x.shape[d];
+  return true;
 }
 
 } // namespace lwrt
