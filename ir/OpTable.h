@@ -267,7 +267,8 @@ std::optional<SplitPlan> reduce(const Op&, int64_t dim);
 std::optional<SplitPlan> dropoutMask(const Op&, int64_t dim);
 void localizeShape(Op& local, const Op& global, int64_t dim, int64_t offset);
 /// Convolution and pooling split along height or width: pads only at the
-/// input's borders.
+/// input's borders; a depthwise convolution split along its channels: a
+/// group per channel of the shard.
 void localizeWindow(Op& local, const Op& global, int64_t dim, int64_t offset);
 void localizeDropoutMask(Op& local, const Op& global, int64_t dim, int64_t offset);
 /// Resize along any dim: each device reads the input its taps need (ResizeOps.cpp).

@@ -155,6 +155,10 @@ std::optional<SplitPlan> pool(const Op& op, int64_t dim) {
 }
 
 void localizeWindow(Op& local, const Op& global, int64_t dim, int64_t offset) {
+  // A depthwise convolution's channels split (conv2d's rule splits no other
+  // grouped one): a group per channel of the shard.
+  if (dim == 1 && global.kind() == OpKind::Conv2d && global.getInt("group") != 1)
+    local.setAttr("group", Attribute(local.result()->type().shape[1]));
   if (dim != 2 && dim != 3)
     return;
   auto w = windowOf(global, dim);
