@@ -3,7 +3,10 @@
 # suites: the emulated runtime (liblwcc_runtime_emu.a: runtime/cuda's sources
 # with their launches rewritten, whose #line directives name runtime/cuda/*)
 # and its unit tests built with --coverage in build-cov/ (Debug, -O1), then
-# lwemu-unittests and test/e2e/emulated_gpu.py run against it, then gcov's
+# lwemu-unittests, test/e2e/emulated_gpu.py and (when it is given no
+# options) the test command's other suites with emulated CUDA trainers
+# (gpu_check_emulated.py, trainer_recipes.py, split_sources.py) run against
+# it, then gcov's
 # counts summed over every object and process, per file of runtime/cuda.
 #
 #   bash tools/bench/emu_coverage.sh [--report-only] [emulated_gpu.py's options]
@@ -42,6 +45,14 @@ if [[ -z $REPORT_ONLY ]]; then
   nice "$COV/bin/lwemu-unittests" --gtest_brief=1 | tail -3
   echo "+ test/e2e/emulated_gpu.py $*"
   LWCC_BIN_DIR="$ROOT/$COV/bin" nice python3 test/e2e/emulated_gpu.py "$@" | tail -3
+  # The test command's other suites that run CUDA trainers on the emulated
+  # device (their CPU-only cases run too, and count nothing here).
+  if [[ $# == 0 ]]; then
+    for suite in gpu_check_emulated trainer_recipes split_sources; do
+      echo "+ test/e2e/$suite.py"
+      LWCC_BIN_DIR="$ROOT/$COV/bin" nice python3 "test/e2e/$suite.py" | tail -1
+    done
+  fi
 fi
 mkdir -p "$COV/coverage"
 # gcov's JSON for every object (counts from its .gcda, zero without one), summed
