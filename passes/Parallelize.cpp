@@ -60,9 +60,12 @@ public:
       if (report_ && ctx.diag)
         ctx.diag(Severity::Note, {},
                  llvm::formatv("parallelize: layerwise on {0} x {1}: predicted step {2:e4} s, "
-                               "search_s {3:f4} ({4} ops, {5} left after elimination)",
+                               "search_s {3:f4} ({4} ops, {5} left after elimination{6})",
                                gpus_, cost_->spec().name, r->predictedSeconds, r->searchSeconds,
-                               r->ops, r->reducedNodes)
+                               r->ops, r->reducedNodes,
+                               r->exact ? ""
+                                        : "; past the search's budget: the best found, "
+                                          "improved node by node")
                      .str());
       return llvm::Error::success();
     }

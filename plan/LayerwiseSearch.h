@@ -50,6 +50,7 @@ struct ConfigSolution {
   std::vector<size_t> choice;
   double cost = 0;
   size_t reducedNodes = 0; ///< nodes left for the exhaustive search
+  bool exact = true;       ///< the search ended within its budget: optimal
 };
 
 /// An optimal choice: repeatedly eliminates a node with at most two
@@ -57,12 +58,15 @@ struct ConfigSolution {
 /// neighbours becomes an edge between them, merged with any edge already
 /// there), then searches the remaining nodes exhaustively (branch and
 /// bound), then picks each eliminated node's config from its neighbours'.
+/// The exhaustive search has a budget of visits; past it the choice is the
+/// best found, improved node by node, and not `exact`.
 ConfigSolution solveConfigGraph(const ConfigGraph& g);
 
 struct LayerwiseResult {
   double predictedSeconds = 0; ///< the chosen configs' cost
   double searchSeconds = 0;    ///< building the costs and solving
   size_t ops = 0, reducedNodes = 0;
+  bool exact = true; ///< the search's choice is optimal (ConfigSolution::exact)
 };
 
 /// Chooses and records (@par) a config for every op of `g` (a training

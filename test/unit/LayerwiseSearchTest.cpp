@@ -96,6 +96,59 @@ TEST(LayerwiseSearchTest, IrreducibleGraphsMatchBruteForce) {
   }
 }
 
+TEST(LayerwiseSearchTest, ExhaustiveSearchesAreExact) {
+  // Within its budget the search says it is exact (the tests above check
+  // the optimum).
+  std::mt19937 rng(5);
+  std::vector<std::pair<size_t, size_t>> edges;
+  for (size_t a = 0; a < 6; ++a)
+    for (size_t b = a + 1; b < 6; ++b)
+      edges.push_back({a, b});
+  ConfigGraph g = randomProblem(rng, 6, edges, 4);
+  ConfigSolution s = solveConfigGraph(g);
+  EXPECT_TRUE(s.exact);
+  EXPECT_NEAR(s.cost, bruteForce(g), 1e-9);
+}
+
+TEST(LayerwiseSearchTest, ADenseCoreStopsAtTheBudgetWithAGoodChoice) {
+  // A clique of 40 nodes of 5 configs (5^40 choices) leaves elimination
+  // nothing to remove; the branch and bound stops at its budget, and the
+  // choice it keeps, improved node by node, is no worse than each node
+  // taking its cheapest config alone nor than every node's first config,
+  // and no single node's change improves it.
+  std::mt19937 rng(6);
+  const size_t n = 40;
+  std::vector<std::pair<size_t, size_t>> edges;
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = a + 1; b < n; ++b)
+      edges.push_back({a, b});
+  ConfigGraph g = randomProblem(rng, n, edges, 5);
+  for (auto& c : g.nodeCost)
+    c.resize(5, 5.0);
+  for (auto& e : g.edges)
+    for (auto& row : e.cost)
+      row.resize(5, 5.0);
+  for (auto& e : g.edges)
+    e.cost.resize(5, std::vector<double>(5, 5.0));
+  ConfigSolution s = solveConfigGraph(g);
+  EXPECT_FALSE(s.exact);
+  EXPECT_EQ(s.reducedNodes, n);
+  ASSERT_EQ(s.choice.size(), n);
+  EXPECT_NEAR(s.cost, g.cost(s.choice), 1e-9);
+  std::vector<size_t> cheapest(n), first(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    cheapest[i] = static_cast<size_t>(std::min_element(g.nodeCost[i].begin(), g.nodeCost[i].end()) -
+                                      g.nodeCost[i].begin());
+  EXPECT_LE(s.cost, g.cost(cheapest));
+  EXPECT_LE(s.cost, g.cost(first));
+  for (size_t i = 0; i < n; ++i)
+    for (size_t c = 0; c < 5; ++c) {
+      std::vector<size_t> other = s.choice;
+      other[i] = c;
+      EXPECT_GE(g.cost(other), s.cost - 1e-9) << "node " << i << " config " << c;
+    }
+}
+
 TEST(LayerwiseSearchTest, RandomDagsMatchBruteForce) {
   std::mt19937 rng(4);
   std::bernoulli_distribution link(0.35);
