@@ -115,6 +115,10 @@ template <typename Fn> __device__ void forEachInSlice(const Channels& L, int64_t
   }
 }
 
+/// This block's place among the slice partials: `gridDim.y` slices per
+/// channel, channel blockIdx.x, slice blockIdx.y.
+__device__ int64_t slicePart() { return static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y; }
+
 /// The sum of this channel's slice partials (`parts` holds `slices` per
 /// channel), added in slice order.
 __device__ double channelTotal(const double* parts, unsigned slices) {
@@ -122,6 +126,26 @@ __device__ double channelTotal(const double* parts, unsigned slices) {
   for (unsigned k = 0; k < slices; ++k)
     t += parts[static_cast<int64_t>(blockIdx.x) * slices + k];
   return t;
+}
+
+/// A launch over the slices of L (grid: channels x slices) and two arrays
+/// of partial sums, one per slice of each channel, in the workspace.
+struct SliceLaunch {
+  ChannelSlices slices;
+  dim3 grid;
+  double* first = nullptr;
+  double* second = nullptr;
+};
+/// False with the context's error when the workspace cannot hold them.
+bool sliceLaunch(const Channels& L, SliceLaunch& out) {
+  out.slices = channelSlices(L);
+  out.grid = dim3(static_cast<unsigned>(L.C), out.slices.count);
+  const size_t parts = static_cast<size_t>(L.C) * out.slices.count;
+  if (!ensureWorkspace(2 * parts * sizeof(double)))
+    return false;
+  out.first = static_cast<double*>(context().workspace);
+  out.second = out.first + parts;
+  return true;
 }
 
 /// Batch norm's training forward in three passes over x, each a block per
@@ -135,7 +159,7 @@ __global__ void bnSliceSums(const StoreOf<E>* x, double* sums, Channels L, int64
   forEachInSlice(L, perSlice, [&](int64_t e) { sum += loadD<E>(x[e]); });
   sum = blockSum(sum, shared);
   if (threadIdx.x == 0)
-    sums[static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y] = sum;
+    sums[slicePart()] = sum;
 }
 
 template <typename E>
@@ -150,7 +174,7 @@ __global__ void bnSliceSquares(const StoreOf<E>* x, const double* sums, double* 
   });
   sq = blockSum(sq, shared);
   if (threadIdx.x == 0)
-    squares[static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y] = sq;
+    squares[slicePart()] = sq;
 }
 
 template <typename E, typename P = ParamOf<E>>
@@ -189,8 +213,8 @@ __global__ void bnGradSliceSums(const StoreOf<E>* x, const P* meanIn, const Stor
   db = blockSum(db, shared);
   dd = blockSum(dd, shared);
   if (threadIdx.x == 0) {
-    dySums[ch * gridDim.y + blockIdx.y] = db;
-    dyDevSums[ch * gridDim.y + blockIdx.y] = dd;
+    dySums[slicePart()] = db;
+    dyDevSums[slicePart()] = dd;
   }
 }
 
@@ -264,20 +288,17 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
   if (L.C > INT_MAX)
     return LWRT_REJECT("batch_norm_train: more than 2^31 channels");
   using P = ParamOf<T>;
-  const ChannelSlices sl = channelSlices(L);
-  const size_t parts = static_cast<size_t>(L.C) * sl.count;
-  if (!ensureWorkspace(2 * parts * sizeof(double)))
+  SliceLaunch s; // partials: the slices' sums, then their squared deviations
+  if (!sliceLaunch(L, s))
     return false;
-  double* sums = static_cast<double*>(context().workspace);
-  double* squares = sums + parts;
-  const dim3 grid(static_cast<unsigned>(L.C), sl.count);
   const StoreOf<T>* x = xv.as<StoreOf<T>>();
-  LWRT_LAUNCH(bnSliceSums<T>, grid, kChannelThreads, x, sums, L, sl.perSlice);
-  LWRT_LAUNCH(bnSliceSquares<T>, grid, kChannelThreads, x, static_cast<const double*>(sums),
-              squares, L, sl.perSlice);
-  LWRT_LAUNCH(bnSliceNormalize<T>, grid, kChannelThreads, x, sv.as<P>(), bv.as<P>(),
-              yv.as<StoreOf<T>>(), mv.as<P>(), vv.as<P>(), static_cast<const double*>(sums),
-              static_cast<const double*>(squares), L, sl.perSlice, p.epsilon);
+  const int64_t per = s.slices.perSlice;
+  LWRT_LAUNCH(bnSliceSums<T>, s.grid, kChannelThreads, x, s.first, L, per);
+  LWRT_LAUNCH(bnSliceSquares<T>, s.grid, kChannelThreads, x, static_cast<const double*>(s.first),
+              s.second, L, per);
+  LWRT_LAUNCH(bnSliceNormalize<T>, s.grid, kChannelThreads, x, sv.as<P>(), bv.as<P>(),
+              yv.as<StoreOf<T>>(), mv.as<P>(), vv.as<P>(), static_cast<const double*>(s.first),
+              static_cast<const double*>(s.second), L, per, p.epsilon);
   return true;
 }
 
@@ -304,19 +325,16 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
   if (L.C > INT_MAX)
     return LWRT_REJECT("batch_norm_grad: more than 2^31 channels");
   using P = ParamOf<T>;
-  const ChannelSlices sl = channelSlices(L);
-  const size_t parts = static_cast<size_t>(L.C) * sl.count;
-  if (!ensureWorkspace(2 * parts * sizeof(double)))
+  SliceLaunch s; // partials: the slices' sums of dy, then of dy (x - mean)
+  if (!sliceLaunch(L, s))
     return false;
-  double* dySums = static_cast<double*>(context().workspace);
-  double* dyDevSums = dySums + parts;
-  const dim3 grid(static_cast<unsigned>(L.C), sl.count);
-  LWRT_LAUNCH(bnGradSliceSums<T>, grid, kChannelThreads, xv.as<StoreOf<T>>(), mv.as<P>(),
-              dyv.as<StoreOf<T>>(), dySums, dyDevSums, L, sl.perSlice);
-  LWRT_LAUNCH(bnGradSliceInput<T>, grid, kChannelThreads, xv.as<StoreOf<T>>(), sv.as<P>(),
+  const int64_t per = s.slices.perSlice;
+  LWRT_LAUNCH(bnGradSliceSums<T>, s.grid, kChannelThreads, xv.as<StoreOf<T>>(), mv.as<P>(),
+              dyv.as<StoreOf<T>>(), s.first, s.second, L, per);
+  LWRT_LAUNCH(bnGradSliceInput<T>, s.grid, kChannelThreads, xv.as<StoreOf<T>>(), sv.as<P>(),
               mv.as<P>(), vv.as<P>(), dyv.as<StoreOf<T>>(), dxv.as<StoreOf<T>>(), dsv.as<P>(),
-              dbv.as<P>(), static_cast<const double*>(dySums),
-              static_cast<const double*>(dyDevSums), L, sl.perSlice, p.epsilon);
+              dbv.as<P>(), static_cast<const double*>(s.first),
+              static_cast<const double*>(s.second), L, per, p.epsilon);
   return true;
 }
 

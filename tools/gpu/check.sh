@@ -95,6 +95,8 @@ row() {
 # A trainer that hangs (a collective waiting for a peer, say) is stopped
 # after this many seconds and its row says so (exit 124).
 LIMIT=${LWCC_GPU_TIMEOUT:-180}
+# The models compute-sanitizer runs (see the top).
+SANITIZE=${LWCC_GPU_SANITIZE-lenet resnet18 inception}
 if [[ -n $EMU ]]; then
   NVCC='' SANITIZER=''
   CXX=${CXX:-c++}
@@ -234,7 +236,7 @@ done
 if ! want sanitize; then
   :
 elif [[ -n $SANITIZER ]]; then
-  for m in ${LWCC_GPU_SANITIZE-lenet resnet18 inception}; do
+  for m in $SANITIZE; do
     [[ $m == inception ]] && continue # the harden phase's
     for tool in memcheck racecheck; do
       timeout "$((2 * LIMIT))" "$SANITIZER" --tool "$tool" --error-exitcode 9 "$G/$m-cuda" --steps=1 --no-cuda-graph \
@@ -320,7 +322,7 @@ if want harden; then
       "$SCRATCH/$m-prof" >/dev/null 2>&1 && echo 0 || echo 1)
     row "--profile=3 $m, 2 epochs with eval: $(pass "$ok") (${prof:-no profile line}; vs --no-cuda-graph: $r)"
   done
-  if [[ -n $SANITIZER && " ${LWCC_GPU_SANITIZE-lenet resnet18 inception} " == *" inception "* ]]; then
+  if [[ -n $SANITIZER && " $SANITIZE " == *" inception "* ]]; then
     timeout "$((2 * LIMIT))" "$SANITIZER" --tool memcheck --error-exitcode 9 "$G/inception-cuda" --data=synthetic \
       --synthetic-batches=3 --epochs=2 --eval --progress=off >"$OUT/sanitizer-inception-eval.log" 2>&1
     row "compute-sanitizer memcheck inception, graphs replayed after eval: $(pass $?)"
@@ -380,7 +382,7 @@ if want multi; then
       fi
       row "multi-device $v --devices=$devs (TF32 off) vs CPU --gpus 2: $s $r"
     done
-    if [[ -n $SANITIZER && " ${LWCC_GPU_SANITIZE-lenet resnet18 inception} " == *" $m "* ]]; then
+    if [[ -n $SANITIZER && " $SANITIZE " == *" $m "* ]]; then
       for tool in memcheck racecheck; do
         timeout "$((2 * LIMIT))" "$SANITIZER" --tool "$tool" --error-exitcode 9 "$exe" --steps=1 --devices=0,0 \
           --data="raw:$G/$m-data" --progress=off >"$OUT/sanitizer-$v-$tool.log" 2>&1
