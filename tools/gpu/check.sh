@@ -12,6 +12,7 @@
 #      the third, no capture fallback) vs the CPU backend's three; bf16
 #      trainers (--mixed-precision=bf16) vs the CPU backend's bf16 steps
 #   2. compute-sanitizer memcheck and racecheck on one LeNet and one ResNet-18 step
+#      (float32, and the bf16 trainer where prepare.sh made one)
 #   3. speed: AlexNet and ResNet-18, 224x224 batch 128, lwcc (fp32, TF32, bf16; cuDNN's
 #      heuristics and --cudnn-benchmark) vs PyTorch eager and torch.compile
 #      (fp32, TF32, bf16 autocast; cudnn.benchmark) in the same run
@@ -238,10 +239,21 @@ if ! want sanitize; then
 elif [[ -n $SANITIZER ]]; then
   for m in $SANITIZE; do
     [[ $m == inception ]] && continue # the harden phase's
-    for tool in memcheck racecheck; do
-      timeout "$((2 * LIMIT))" "$SANITIZER" --tool "$tool" --error-exitcode 9 "$G/$m-cuda" --steps=1 --no-cuda-graph \
-        --data="raw:$G/$m-data" --progress=off >"$OUT/sanitizer-$m-$tool.log" 2>&1
-      rc=$?; row "compute-sanitizer $tool $m: exit $rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$m-$tool.log") clean summaries)"
+    # The bf16 trainer too where there is one: its batch norms run lwcc's
+    # own kernels (partial sums over blocks), float32's run cuDNN.
+    for v in $m $m-bf16; do
+      [[ -x $G/$v-cuda ]] || continue
+      for tool in memcheck racecheck; do
+        timeout "$((2 * LIMIT))" "$SANITIZER" --tool "$tool" --error-exitcode 9 "$G/$v-cuda" --steps=1 --no-cuda-graph \
+          --lr=0.001 --data="raw:$G/$m-data" --progress=off >"$OUT/sanitizer-$v-$tool.log" 2>&1
+        rc=$?; log="$OUT/sanitizer-$v-$tool.log"
+        # memcheck sums up as "ERROR SUMMARY", racecheck as "RACECHECK
+        # SUMMARY"; a hazard's row names the kernels it was found in (one
+        # inside cuDNN's or cuBLAS's own kernels is theirs, not lwcc's).
+        summary=$(grep -o '\(ERROR\|RACECHECK\) SUMMARY: .*' "$log" | head -1)
+        where=$(sed -nE 's/.*(Race reported|Invalid).* at ([A-Za-z0-9_]+).*/\2/p' "$log" | sort -u | head -3 | tr '\n' ' ')
+        row "compute-sanitizer $tool $v: exit $rc (${summary:-no summary})${where:+; in: $where}"
+      done
     done
   done
 else
