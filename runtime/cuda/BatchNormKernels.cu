@@ -1,8 +1,9 @@
 // BatchNormKernels.cu - batch norm's kernels of lwrt/cuda_nn.h
 //
-// Batch norm runs on cuDNN where it covers the op (CudnnOps.cu: float32 and
-// float64, not with --kernels=own). Otherwise (16-bit tensors,
-// --kernels=own) these kernels follow the CPU backend's formulas
+// batch_norm and batch_norm_train run on cuDNN where it covers the op
+// (CudnnOps.cu: float32 and float64, not with --kernels=own);
+// batch_norm_grad always runs here (twice as fast as cuDNN's backward on an
+// H200: docs/gpus.md). These kernels follow the CPU backend's formulas
 // (cpu/NNNormKernels.cpp), their sums in double, in a fixed order, never
 // float atomics, so results are the same from run to run:
 //  - batch_norm (inference): one pass on a planeGrid;
@@ -316,12 +317,6 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
         "batch_norm_grad: x must be [N, C, ...], dy and dx of x's shape, the others [C]");
   if (L.C == 0)
     return true;
-  if constexpr (std::is_floating_point_v<T>)
-    if (xv.numel() > 0) {
-      CudnnRun r = cudnnBatchNormGrad(xv, sv, mv, vv, dyv, dxv, dsv, dbv, p.epsilon);
-      if (r != CudnnRun::NotCovered)
-        return r == CudnnRun::Ran;
-    }
   if (L.C > INT_MAX)
     return LWRT_REJECT("batch_norm_grad: more than 2^31 channels");
   using P = ParamOf<T>;

@@ -1,6 +1,6 @@
 // cuda/CudnnOps.h - LRN, batch norm and softmax on cuDNN (not installed)
 // defines: CudnnRun, cudnnLrn, cudnnLrnGrad, cudnnBatchNorm, cudnnBatchNormTrain,
-//          cudnnBatchNormGrad, cudnnSoftmax, cudnnSoftmaxGrad
+//          cudnnSoftmax, cudnnSoftmaxGrad
 //
 // The legacy cuDNN calls for the ops of NNNormKernels.cu and BatchNormKernels.cu,
 // tried first by their entry points (after their shape checks): each says whether it ran,
@@ -31,10 +31,6 @@ CudnnRun cudnnBatchNorm(const TensorView& x, const TensorView& scale, const Tens
 CudnnRun cudnnBatchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
                              const TensorView& y, const TensorView& mean, const TensorView& var,
                              double eps);
-/// (x, scale, the forward's batch mean and variance, dy) -> (dx, dscale, dbias).
-CudnnRun cudnnBatchNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,
-                            const TensorView& var, const TensorView& dy, const TensorView& dx,
-                            const TensorView& dscale, const TensorView& dbias, double eps);
 
 /// Softmax (log-softmax when `log`) of rows of n elements, stride `inner`,
 /// `outer` * `inner` of them.
