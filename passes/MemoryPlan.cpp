@@ -56,7 +56,8 @@ public:
   void add(size_t id, const Buffer& b) {
     all_.push_back(id);
     if (b.pinned) {
-      pinned_.push_back(id);
+      const std::pair<int64_t, int64_t> span{b.offset, b.offset + b.bytes};
+      pinned_.insert(std::lower_bound(pinned_.begin(), pinned_.end(), span), span);
       return;
     }
     const size_t n = times_.size();
@@ -68,15 +69,15 @@ public:
     }
     starts_.emplace(rank(b.first), id);
   }
-  /// Calls `f(id)` once for each placed buffer overlapping `b` in time.
+  /// Calls `f(id)` once for each placed buffer overlapping `b` in time,
+  /// the pinned ones (which overlap every buffer) left out unless `b` is
+  /// pinned: pinnedSpans() has them.
   template <class F> void forOverlapping(const Buffer& b, F f) const {
     if (b.pinned) {
       for (size_t id : all_)
         f(id);
       return;
     }
-    for (size_t id : pinned_)
-      f(id);
     const size_t first = rank(b.first), last = rank(b.last);
     for (size_t i = first + times_.size(); i > 0; i /= 2)
       for (size_t id : cover_[i])
@@ -86,6 +87,9 @@ public:
       f(it->second);
   }
 
+  /// The pinned buffers placed, as [offset, offset + bytes), by offset.
+  const std::vector<std::pair<int64_t, int64_t>>& pinnedSpans() const { return pinned_; }
+
 private:
   size_t rank(size_t t) const {
     return std::lower_bound(times_.begin(), times_.end(), t) - times_.begin();
@@ -93,7 +97,8 @@ private:
   std::vector<size_t> times_;
   std::vector<std::vector<size_t>> cover_;
   std::set<std::pair<size_t, size_t>> starts_;
-  std::vector<size_t> all_, pinned_;
+  std::vector<size_t> all_;
+  std::vector<std::pair<int64_t, int64_t>> pinned_;
 };
 
 } // namespace
@@ -120,8 +125,15 @@ void placeBuffers(std::vector<ArenaBuffer>& buffers) {
       busy.emplace_back(o.offset, o.offset + o.bytes);
     });
     std::sort(busy.begin(), busy.end());
+    // The lowest offset clear of both sorted lists (the pinned buffers,
+    // sorted as they are placed, are most of a device's params: sorting
+    // them again for every buffer was the plan's largest cost).
+    static const std::vector<std::pair<int64_t, int64_t>> none;
+    const auto& pinned = b.pinned ? none : index.pinnedSpans();
     int64_t offset = 0;
-    for (const auto& [lo, hi] : busy) {
+    for (size_t i = 0, j = 0; i < busy.size() || j < pinned.size();) {
+      const bool fromBusy = j == pinned.size() || (i < busy.size() && busy[i] < pinned[j]);
+      const auto& [lo, hi] = fromBusy ? busy[i++] : pinned[j++];
       if (offset + b.bytes <= lo)
         break;
       offset = std::max(offset, hi);

@@ -153,7 +153,8 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
                                       pricingOptions(o.pricing)});
   if (micro > 1)
     p.push_back({"schedule", o.schedule});
-  p.push_back({"verify", ""});
+  if (o.verifyStep)
+    p.push_back({"verify", ""});
   return p;
 }
 

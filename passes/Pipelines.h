@@ -102,6 +102,9 @@ struct TrainingPipelineOptions {
   /// ("" checks nothing).
   std::string memorySpec;
   bool verifySchedule = true;
+  /// Whether the training step ends with verify: the planner builds its
+  /// candidates without and verifies the one it keeps.
+  bool verifyStep = true;
 };
 
 /// The whole pipeline (steps 1 to 3 above, as far as `until`).

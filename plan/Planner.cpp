@@ -1,6 +1,7 @@
 //===- Planner.cpp - Which plan lwcc builds for a strategy ----------------===//
 #include "plan/Planner.h"
 
+#include "ir/Verifier.h"
 #include "passes/MemoryPlan.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -87,7 +88,7 @@ std::vector<PlanChoice> Planner::pipelineCandidates(const Graph& g) const {
 
 llvm::Expected<std::unique_ptr<Graph>> Planner::buildStep(const Graph& g, const PlanChoice& plan) {
   auto step = g.clone();
-  auto seconds = build_(*step, plan, llvm::errs());
+  auto seconds = build_(*step, plan, llvm::errs(), true);
   if (!seconds)
     return seconds.takeError();
   return step;
@@ -99,7 +100,7 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
   out.ev.plan = plan;
   llvm::raw_string_ostream log(out.log);
   auto candidate = g.clone();
-  auto seconds = build_(*candidate, plan, log);
+  auto seconds = build_(*candidate, plan, log, false);
   if (!seconds) {
     out.ev.error = llvm::toString(seconds.takeError());
     return out;
@@ -267,8 +268,12 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   const size_t kept = fastest.value_or(0);
   sel.kept = sel.candidates[kept].first;
   kept_[strat] = built[kept]->plan;
-  if (std::unique_ptr<Graph>& step = fastest ? fastestStep : firstStep)
+  if (std::unique_ptr<Graph>& step = fastest ? fastestStep : firstStep) {
+    // Candidates are built unverified: the one kept is verified here.
+    if (llvm::Error e = verifyGraph(*step))
+      return e;
     keptSteps_[strat] = std::move(step);
+  }
   // Micro-batches change what batch norm computes (each micro-batch by its
   // own statistics): said when the planner chose them, not the user.
   const PlanChoice& keptPlan = built[kept]->plan;

@@ -77,11 +77,12 @@ struct PlannerOptions {
 class Planner {
 public:
   /// Builds a plan's training step on a graph in place, writing what its
-  /// passes report to `log`; returns the seconds its strategy pass took. It
-  /// is called from several threads at once (each on its own graph) when
-  /// PlannerOptions::threads > 1.
+  /// passes report to `log`; returns the seconds its strategy pass took.
+  /// Without `verify` the step is not verified (a candidate only priced; the
+  /// planner verifies the one it keeps). It is called from several threads
+  /// at once (each on its own graph) when PlannerOptions::threads > 1.
   using BuildStep = std::function<llvm::Expected<double>(Graph& g, const PlanChoice& plan,
-                                                         llvm::raw_ostream& log)>;
+                                                         llvm::raw_ostream& log, bool verify)>;
 
   /// `build` builds the candidates, `model` prices their steps, and each
   /// must fit a device of `memory`.

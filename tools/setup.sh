@@ -16,6 +16,8 @@ DEB_PACKAGES=(
   # Zoltan's hypergraph partitioner (--strategy=hypergraph) and the MPI it runs on;
   # mpirun runs a trainer as several processes (test/e2e/mpi_trainer.py).
   libtrilinos-zoltan-dev libopenmpi-dev openmpi-bin
+  # The compiler's allocator (tools/lwcc/CMakeLists.txt): planning many devices.
+  libjemalloc-dev
 )
 # The optional Clang build suite (LWCC_TEST_CLANG=1 bash tools/dev.sh test).
 if [[ -n ${LWCC_TEST_CLANG:-} ]]; then

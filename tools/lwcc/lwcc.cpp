@@ -60,8 +60,10 @@ std::optional<Planner> planner;
 /// planner calls it from several threads, each with a graph and log of its
 /// own.
 llvm::Expected<double> buildWithPlan(Graph& g, const PlanChoice& plan, bool withOptimizer,
-                                     llvm::raw_ostream& log = llvm::errs()) {
-  auto pipeline = buildPipeline(trainingStepPipeline(pipelineOptions(plan, withOptimizer)));
+                                     llvm::raw_ostream& log = llvm::errs(), bool verify = true) {
+  TrainingPipelineOptions o = pipelineOptions(plan, withOptimizer);
+  o.verifyStep = verify;
+  auto pipeline = buildPipeline(trainingStepPipeline(o));
   if (!pipeline)
     return pipeline.takeError();
   PassContext ctx;
@@ -386,8 +388,8 @@ int main(int argc, char** argv) {
   po.threads = planThreads();
   planner.emplace(
       po,
-      [](Graph& g, const PlanChoice& plan, llvm::raw_ostream& log) {
-        return buildWithPlan(g, plan, true, log);
+      [](Graph& g, const PlanChoice& plan, llvm::raw_ostream& log, bool verify) {
+        return buildWithPlan(g, plan, true, log, verify);
       },
       std::move(*planModel), std::move(*memorySpec));
 
