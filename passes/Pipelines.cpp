@@ -123,6 +123,8 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
       p.push_back({"microbatch", "m=" + std::to_string(micro)});
     p.push_back({"materialize", ""});
     p.push_back({"autodiff", ""});
+    if (o.recompute)
+      p.push_back({"recompute", ""});
     // Gradient all-reduces on stream 1 of each device, beside backward.
     p.push_back({"grad-sync", "bucket_bytes=" + std::to_string(o.bucketBytes) + ",stream=1"});
   } else {
@@ -134,6 +136,8 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
                        ",policy=" + o.streamPolicy + ",along=" + o.fragmentAlong +
                        specOptions(o.pricing) + profileOption(o.pricing) + tf32Option(o.pricing)});
     p.push_back({"autodiff", ""});
+    if (o.recompute)
+      p.push_back({"recompute", ""});
   }
   if (o.withOptimizer) {
     p.push_back({"optimizer", optimizerOptions(o.optimizer)});

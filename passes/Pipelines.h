@@ -5,7 +5,7 @@
 // its flags:
 //  1. dce, then the training step: canonicalize, the loss, training
 //     semantics, the plan over devices (parallelize, hypergraph or
-//     pipeline-partition; micro-batches; materialize), autodiff, gradient
+//     pipeline-partition; micro-batches; materialize), autodiff (and recompute), gradient
 //     all-reduces, the update, dce, streams, the micro-batch order, verify;
 //  2. the memory plan, checked to fit a device of the spec;
 //  3. the events of the streams (place-events) and the proof that the
@@ -83,6 +83,8 @@ struct TrainingPipelineOptions {
   int64_t gpus = 1;
   PlanChoice plan;
   std::string schedule = "1f1b"; ///< micro-batch order: 1f1b, gpipe or zb-h1
+  /// Cheap forward values computed again for the backward (recompute).
+  bool recompute = false;
   int64_t bucketBytes = int64_t{25} << 20;
   Pricing pricing;
   // Streams and fragments.

@@ -3,6 +3,7 @@
 
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
+#include "passes/TrainingSupport.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -374,7 +375,8 @@ PipelineShape pipelineShapeOf(const Graph& g) {
     index[&op] = i;
     if (op.annotations().microBatch)
       shape.microbatches = std::max(shape.microbatches, *op.annotations().microBatch + 1);
-    bool b = op.kind() == OpKind::Constant && op.loc().name == "loss.grad";
+    // Forward ops computed again for the backward (recompute) run in it.
+    bool b = (op.kind() == OpKind::Constant && op.loc().name == "loss.grad") || isRecomputed(op);
     for (Value* v : op.operands())
       if (const Op* d = v->definingOp())
         b = b || shape.backward[index.at(d)];

@@ -118,4 +118,9 @@ std::vector<std::string> splitPatterns(const std::string& text) {
   return out;
 }
 
+bool isRecomputed(const Op& op) {
+  llvm::StringRef name = op.loc().name;
+  return name == "recompute" || name.endswith(".recompute");
+}
+
 } // namespace lwcc

@@ -51,5 +51,8 @@ std::vector<std::string> splitPatterns(const std::string& text);
 /// Appends assign(target, value) at the end of the graph, on the target's
 /// device.
 void appendAssign(Graph& g, Value* target, Value* value, const Location& loc);
+/// Whether `op` is a forward op computed again for the backward (the
+/// recompute pass's copies: loc "NAME.recompute").
+bool isRecomputed(const Op& op);
 
 } // namespace lwcc

@@ -98,6 +98,13 @@ cl::opt<std::string> schedule("schedule",
                                        "(default), gpipe or zb-h1 (1f1b with the weight "
                                        "gradients put off into its bubble)"),
                               cl::init("1f1b"), cl::cat(category));
+cl::opt<std::string>
+    recompute("recompute",
+              cl::desc("Activations for the backward: none (default: kept from the forward) or "
+                       "all (every one but the convolutions' and matrix products' outputs "
+                       "computed again right before the backward needs it: less memory, more "
+                       "compute, the same training)"),
+              cl::init("none"), cl::cat(category));
 cl::opt<int64_t> bucketBytes("bucket-bytes",
                              cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
                              cl::init(int64_t{25} << 20), cl::cat(category));
@@ -327,6 +334,8 @@ int checkUsage() {
     return usage("--microbatches must be in 1..4096");
   if (schedule != "1f1b" && schedule != "gpipe" && schedule != "zb-h1")
     return usage("--schedule=" + schedule + " is not one of: 1f1b, gpipe, zb-h1");
+  if (recompute != "none" && recompute != "all")
+    return usage("--recompute=" + recompute + " is not one of: none, all");
   if (stages.getNumOccurrences() && strategy != "pipeline")
     return usage("--stages is for --strategy=pipeline");
   if (strategy == "pipeline" && gpus < 2)
@@ -491,6 +500,7 @@ TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimiz
   o.gpus = gpus;
   o.plan = plan;
   o.schedule = schedule;
+  o.recompute = recompute == "all";
   o.bucketBytes = bucketBytes;
   o.pricing.spec = deviceSpecName();
   o.pricing.devicesPerNode = devicesPerNode > 0 ? int64_t(devicesPerNode) : 0;

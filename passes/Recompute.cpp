@@ -1,0 +1,159 @@
+//===- Recompute.cpp - Activations computed again for the backward --------===//
+//
+// `recompute` (lwcc --recompute=all) trades compute for memory. Run right
+// after autodiff, it finds each forward value that a backward op reads and
+// that a cheap op made, and computes it again right before the first
+// backward op that reads it, instead of keeping it from the forward to the
+// backward:
+//
+//   %y  = batch_norm_train(%c, ...)          %y  = batch_norm_train(%c, ...)
+//   %r  = relu(%y)                           %r  = relu(%y)
+//   %p  = max_pool2d(%r)                     %p  = max_pool2d(%r)
+//   ...                                      ...
+//   %dr = max_pool2d_grad(%dp, %r)    =>     %r.recompute = relu(%y.recompute)
+//   loc("NAME.recompute")
+//                                            %dr = max_pool2d_grad(%dp, %r.recompute)
+//
+// A value is kept (read by the backward as it is) when it is a param, an
+// input or a constant, or the result of an op not computed again:
+//  - convolutions and matrix products (conv2d, gemm, matmul): computing
+//    them again would cost as much as their forward; they are the
+//    checkpoints everything else is recomputed from (selective
+//    recomputation: a convolution's output is kept, the batch norm, ReLU
+//    and pooling after it are not);
+//  - communication ops (a collective computed again would need every
+//    device again) and random ones (dropout_mask: a recomputed dropout
+//    multiplies by the mask the forward drew);
+//  - assigns, which are never copied: batch norm's running statistics are
+//    updated once;
+//  - an op whose copy would need a chain of more than kMaxChain copies
+//    back to kept values (a residual network's sums of sums: each block's
+//    output would need every earlier block's, all made at the backward's
+//    start and held through it). The chain is counted in graph order: a
+//    value kept for this starts a new chain.
+// An op computed again is a copy of its forward op (its config, device and
+// micro-batch), reading kept values or other copies, at the place of the
+// first backward op that needs one of its results; later backward readers
+// share the copy. Its loc is the forward op's name with ".recompute"
+// appended ("recompute" without one): the schedule pass runs it in its
+// micro-batch's backward. The
+// forward value's bytes are free once the forward has read it: the memory
+// plan shares them with what follows. Copies compute the same bits as the
+// forward (every kernel is deterministic), so a step with recomputation
+// trains exactly as one without.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/Pass.h"
+#include "passes/TrainingSupport.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace lwcc {
+
+namespace {
+
+class RecomputePass : public Pass {
+public:
+  std::string_view name() const override { return "recompute"; }
+
+  llvm::Error run(Graph& g, PassContext&) override {
+    // Backward: computed from the loss gradient's seed (as autodiff made it).
+    std::unordered_set<const Op*> backward;
+    std::vector<Op*> readers;
+    bool seeded = false;
+    for (auto& op : g.ops()) {
+      bool b = op->kind() == OpKind::Constant && op->loc().name == "loss.grad";
+      for (Value* v : op->operands())
+        if (const Op* d = v->definingOp())
+          b = b || backward.count(d);
+      if (b) {
+        seeded = true;
+        backward.insert(op.get());
+        readers.push_back(op.get());
+      }
+    }
+    if (!seeded)
+      return makeError("recompute: graph @" + g.name() +
+                       " has no backward (run autodiff before recompute)");
+    for (const auto& op : g.ops())
+      if (isRecomputed(*op))
+        return op->emitError("recompute: the graph is already recomputed");
+    // The forward ops computed again: cheap ones within a short chain.
+    std::unordered_map<const Op*, int64_t> chain; // copies back to kept values
+    for (const auto& op : g.ops()) {
+      if (backward.count(op.get()) || !cheap(*op))
+        continue;
+      int64_t longest = 0;
+      for (const Value* v : op->operands())
+        if (const Op* d = v->definingOp(); d && chain.count(d))
+          longest = std::max(longest, chain.at(d));
+      if (longest < kMaxChain)
+        chain[op.get()] = longest + 1;
+    }
+    Builder b(g);
+    UniqueNames names(g);
+    std::unordered_map<const Value*, Value*> copies;
+    for (Op* reader : readers) {
+      b.setInsertionPointBefore(reader);
+      for (unsigned i = 0; i < reader->numOperands(); ++i)
+        if (Value* c = copyOf(b, names, chain, copies, reader->operand(i)))
+          reader->setOperand(i, c);
+    }
+    return llvm::Error::success();
+  }
+
+private:
+  /// The longest chain of copies one recomputed value may need.
+  static constexpr int64_t kMaxChain = 4;
+
+  /// Whether a forward op is cheap to compute again.
+  static bool cheap(const Op& op) {
+    switch (op.kind()) {
+    case OpKind::Conv2d:
+    case OpKind::Gemm:
+    case OpKind::MatMul:
+    case OpKind::Constant:
+    case OpKind::Assign:
+    case OpKind::DropoutMask:
+      return false;
+    default:
+      return !op.info().isCommunication() && op.numResults() > 0;
+    }
+  }
+
+  /// The copy of forward value `v` (made now, before the builder's
+  /// insertion point, with the copies of its operands), or null when `v` is
+  /// kept.
+  static Value* copyOf(Builder& b, UniqueNames& names,
+                       const std::unordered_map<const Op*, int64_t>& chain,
+                       std::unordered_map<const Value*, Value*>& copies, Value* v) {
+    Op* def = v->definingOp();
+    if (!def || !chain.count(def))
+      return nullptr;
+    if (auto it = copies.find(v); it != copies.end())
+      return it->second;
+    std::unordered_map<const Value*, Value*> map;
+    for (Value* x : def->operands())
+      if (Value* c = copyOf(b, names, chain, copies, x))
+        map[x] = c;
+    Op* copy = b.clone(*def, map);
+    Location loc = def->loc();
+    loc.name = loc.name.empty() ? "recompute" : loc.name + ".recompute";
+    copy->setLoc(std::move(loc));
+    for (unsigned r = 0; r < def->numResults(); ++r) {
+      Value* c = copy->result(r);
+      if (!c->name().empty())
+        c->setName(names(c->name() + ".recompute"));
+      copies[def->result(r)] = c;
+    }
+    return copies.at(v);
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createRecomputePass() { return std::make_unique<RecomputePass>(); }
+
+} // namespace lwcc
