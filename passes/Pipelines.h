@@ -44,7 +44,9 @@ struct PlanChoice {
   std::string strategy = "data";
   int64_t stages = 0;       ///< pipeline: stages dividing the devices
   int64_t microbatches = 1; ///< micro-batches per step (any strategy)
-  /// The strategy, or "pipeline/S/M" for S stages of M micro-batches.
+  bool recompute = false;   ///< cheap activations computed again (recompute)
+  /// The strategy, or "pipeline/S/M" for S stages of M micro-batches;
+  /// "+recompute" after it with recomputation.
   std::string name() const;
 };
 

@@ -243,8 +243,16 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       return recorded.takeError();
     consider(**recorded, std::move(step));
   }
-  // Step 3: nothing fits a device, so each pipeline tries twice as many
+  // Step 3: nothing fits a device, so each candidate is priced again with
+  // recomputation (--recompute=auto), then each pipeline tries twice as many
   // micro-batches (fewer activations per stage under 1F1B) until one fits.
+  if (!fastest && options_.recomputeWhenOver)
+    for (size_t i = 0, n = built.size(); i < n; ++i) {
+      PlanChoice again = built[i]->plan;
+      again.recompute = true;
+      if (llvm::Error e = evaluateAndConsider(again))
+        return e;
+    }
   const int64_t devices = options_.devices, stages = options_.stages;
   if (!fastest && !options_.microbatches) {
     int64_t n = batchOf(g);

@@ -16,10 +16,12 @@
 //     their builds log) are taken in the order above, so the choice and the
 //     output do not depend on the threads;
 //  3. the fastest that fits the devices' memory kept (a tie keeps the
-//     search's plan). When none fits, each pipeline tries 8S, 16S, ...
-//     micro-batches (fewer activations in flight) until one does; when still
-//     none fits, the first candidate is kept and the compile reports the
-//     memory it needs.
+//     search's plan). When none fits, with --recompute=auto each candidate
+//     is priced again with recomputation (its cheap activations computed
+//     again for the backward: passes/Recompute.cpp), then each pipeline
+//     tries 8S, 16S, ... micro-batches (fewer activations in flight) until
+//     one does; when still none fits, the first candidate is kept and the
+//     compile reports the memory it needs.
 // The search minimises an additive cost (each op's compute, its operands'
 // re-layouts, its params' gradient all-reduce), which cannot see the
 // bucketed all-reduce overlapping backward that the simulator (and the
@@ -70,8 +72,11 @@ struct PlannerOptions {
   int64_t stages = 0;                  ///< pipeline stages; 0: every S > 1 dividing devices
   std::optional<int64_t> microbatches; ///< micro-batches when given
   bool selectLayerwise = true;         ///< layerwise's plan is selected, not the search's alone
-  bool verbose = false;                ///< each candidate and the kept plan on stderr
-  int64_t threads = 1;                 ///< candidates priced at the same time
+  /// When no candidate fits a device's memory: each again with
+  /// recomputation (--recompute=auto) before pipelines of more micro-batches.
+  bool recomputeWhenOver = false;
+  bool verbose = false; ///< each candidate and the kept plan on stderr
+  int64_t threads = 1;  ///< candidates priced at the same time
 };
 
 class Planner {
@@ -140,8 +145,10 @@ private:
   std::map<std::string, PlanSelection> selections_;
   std::map<std::string, PlanChoice> kept_;
   std::map<std::string, std::unique_ptr<Graph>> keptSteps_;
-  using Key = std::tuple<std::string, int64_t, int64_t>;
-  static Key keyOf(const PlanChoice& p) { return {p.strategy, p.stages, p.microbatches}; }
+  using Key = std::tuple<std::string, int64_t, int64_t, bool>;
+  static Key keyOf(const PlanChoice& p) {
+    return {p.strategy, p.stages, p.microbatches, p.recompute};
+  }
   std::map<Key, PlanEvaluation> evaluations_;
 };
 

@@ -110,7 +110,7 @@ def main():
                    f"{again} bytes vs {keep}", f"{keep} -> {again} bytes")
         r = run([LWCC, os.path.join(tmp, "lenet.onnx"), "--recompute=some", "--emit=plan",
                  "-o", os.devnull])
-        report(r.returncode == 2 and "--recompute=some is not one of: none, all" in r.stderr,
+        report(r.returncode == 2 and "--recompute=some is not one of: none, all, auto" in r.stderr,
                "--recompute=some: exit 2 naming the choices", f"exit {r.returncode}: {r.stderr[-300:]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -100,11 +100,12 @@ cl::opt<std::string> schedule("schedule",
                               cl::init("1f1b"), cl::cat(category));
 cl::opt<std::string>
     recompute("recompute",
-              cl::desc("Activations for the backward: none (default: kept from the forward) or "
-                       "all (every one but the convolutions' and matrix products' outputs "
+              cl::desc("Activations for the backward: none (kept from the forward), all "
+                       "(every one but the convolutions' and matrix products' outputs "
                        "computed again right before the backward needs it: less memory, more "
-                       "compute, the same training)"),
-              cl::init("none"), cl::cat(category));
+                       "compute, the same training) or auto (default: the planner's choice on "
+                       "several devices, taken where no plan fits a device's memory without)"),
+              cl::init("auto"), cl::cat(category));
 cl::opt<int64_t> bucketBytes("bucket-bytes",
                              cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
                              cl::init(int64_t{25} << 20), cl::cat(category));
@@ -334,8 +335,8 @@ int checkUsage() {
     return usage("--microbatches must be in 1..4096");
   if (schedule != "1f1b" && schedule != "gpipe" && schedule != "zb-h1")
     return usage("--schedule=" + schedule + " is not one of: 1f1b, gpipe, zb-h1");
-  if (recompute != "none" && recompute != "all")
-    return usage("--recompute=" + recompute + " is not one of: none, all");
+  if (recompute != "none" && recompute != "all" && recompute != "auto")
+    return usage("--recompute=" + recompute + " is not one of: none, all, auto");
   if (stages.getNumOccurrences() && strategy != "pipeline")
     return usage("--stages is for --strategy=pipeline");
   if (strategy == "pipeline" && gpus < 2)

@@ -384,6 +384,7 @@ int main(int argc, char** argv) {
   if (microbatches.getNumOccurrences())
     po.microbatches = microbatches;
   po.selectLayerwise = compareCandidates;
+  po.recomputeWhenOver = recompute == "auto";
   po.verbose = verbose;
   po.threads = planThreads();
   planner.emplace(
