@@ -6,6 +6,7 @@
 #include "ir/Params.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
+#include "passes/TrainingSupport.h"
 #include "plan/DeviceSpec.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -153,6 +154,74 @@ std::map<int64_t, int64_t> unsharedBytes(const Graph& g) {
   return out;
 }
 
+namespace {
+
+/// stats.breakdown: each device's params and state, and its live arena
+/// bytes at the point of most, by what made each buffer (its first value).
+void breakDown(const Graph& g, const std::vector<Op*>& order,
+               const std::vector<ArenaBuffer>& buffers,
+               const std::map<const Value*, size_t>& bufferOf, MemoryPlanStats& stats) {
+  // The weights: what an optimizer update updates (before the optimizer:
+  // the trainable params); the rest is state.
+  std::set<const Value*> trained;
+  for (const Op* op : order)
+    if (op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate)
+      trained.insert(op->operand(0));
+  if (trained.empty())
+    for (const Value* p : trainableParams(g))
+      trained.insert(p);
+  for (const auto& p : g.params()) {
+    MemoryBreakdown& m = stats.breakdown[valueDevice(p.get()).value_or(0)];
+    (trained.count(p.get()) ? m.params : m.state) += p->type().sizeInBytes();
+  }
+  enum Kind { Activation, Gradient, Constant };
+  std::vector<Kind> kind(buffers.size(), Activation);
+  // The backward: autodiff's ops, from the loss gradient's seed on, but
+  // forward values computed again (recompute).
+  bool seeded = false;
+  for (size_t pos = 0; pos < order.size(); ++pos) {
+    const Op* op = order[pos];
+    seeded = seeded || (op->kind() == OpKind::Constant && op->loc().name == "loss.grad");
+    const bool b = seeded && !isRecomputed(*op);
+    for (unsigned r = 0; r < op->numResults(); ++r) {
+      auto it = bufferOf.find(op->result(r));
+      if (it == bufferOf.end() || buffers[it->second].first != pos)
+        continue;
+      kind[it->second] = buffers[it->second].pinned ? Constant : b ? Gradient : Activation;
+    }
+  }
+  // Live bytes per device at each op: +bytes at first, -bytes after last
+  // (constants, written at start-up, at every op).
+  std::map<int64_t, std::map<size_t, int64_t>> delta;
+  for (const ArenaBuffer& b : buffers) {
+    delta[b.device][b.pinned ? 0 : b.first] += b.bytes;
+    if (!b.pinned)
+      delta[b.device][b.last + 1] -= b.bytes;
+  }
+  for (auto& [device, d] : delta) {
+    MemoryBreakdown& m = stats.breakdown[device];
+    int64_t live = 0;
+    for (const auto& [pos, change] : d) {
+      live += change;
+      if (live > m.live) {
+        m.live = live;
+        m.at = pos;
+      }
+    }
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const ArenaBuffer& b = buffers[i];
+    MemoryBreakdown& m = stats.breakdown[b.device];
+    if (!b.pinned && (b.first > m.at || b.last < m.at))
+      continue;
+    (kind[i] == Constant   ? m.constants
+     : kind[i] == Gradient ? m.gradients
+                           : m.activations) += b.bytes;
+  }
+}
+
+} // namespace
+
 llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
   std::vector<Op*> order;
   std::map<const Op*, size_t> position;
@@ -257,6 +326,7 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
     stats.totalBytes += b.bytes;
   }
   stats.buffers = buffers.size();
+  breakDown(g, order, buffers, bufferOf, stats);
   return stats;
 }
 

@@ -26,9 +26,22 @@
 
 namespace lwcc {
 
+/// What one device's memory holds: its params and the other state outside
+/// the arena, and the arena's buffers live where the most bytes are.
+struct MemoryBreakdown {
+  int64_t params = 0;      ///< trainable params (master weights)
+  int64_t state = 0;       ///< the other params: optimizer state, running statistics, the step
+  size_t at = 0;           ///< the op (position in the step) where the most arena bytes are live
+  int64_t live = 0;        ///< the arena bytes live there, of which:
+  int64_t activations = 0; ///< forward values (recomputed ones too)
+  int64_t gradients = 0;   ///< backward values: gradients, their all-reduce, updates
+  int64_t constants = 0;   ///< constants (always live)
+};
+
 struct MemoryPlanStats {
-  std::map<int64_t, int64_t> peakBytes; ///< arena size per device
-  int64_t totalBytes = 0;               ///< all buffers, without sharing
+  std::map<int64_t, int64_t> peakBytes;         ///< arena size per device
+  std::map<int64_t, MemoryBreakdown> breakdown; ///< per device
+  int64_t totalBytes = 0;                       ///< all buffers, without sharing
   size_t buffers = 0;
   size_t inPlace = 0, aliased = 0;
   size_t overParams = 0; ///< results written over the param they update

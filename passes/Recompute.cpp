@@ -59,17 +59,14 @@ public:
   std::string_view name() const override { return "recompute"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
-    // Backward: computed from the loss gradient's seed (as autodiff made it).
+    // Backward: autodiff's ops, from the loss gradient's seed on (some, such
+    // as a weight's transpose, read forward values only).
     std::unordered_set<const Op*> backward;
     std::vector<Op*> readers;
     bool seeded = false;
     for (auto& op : g.ops()) {
-      bool b = op->kind() == OpKind::Constant && op->loc().name == "loss.grad";
-      for (Value* v : op->operands())
-        if (const Op* d = v->definingOp())
-          b = b || backward.count(d);
-      if (b) {
-        seeded = true;
+      seeded = seeded || (op->kind() == OpKind::Constant && op->loc().name == "loss.grad");
+      if (seeded) {
         backward.insert(op.get());
         readers.push_back(op.get());
       }

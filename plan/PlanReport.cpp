@@ -2,12 +2,14 @@
 #include "plan/PlanReport.h"
 
 #include "passes/Schedule.h"
+#include "passes/TrainingSupport.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
 #include <algorithm>
+#include <set>
 #include <vector>
 
 namespace lwcc {
@@ -34,6 +36,31 @@ void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& 
                       "{4} updates over their params (offset -1: in the state)\n",
                       stats.buffers, stats.totalBytes, stats.inPlace, stats.aliased,
                       stats.overParams);
+  for (const auto& [device, m] : stats.breakdown)
+    os << llvm::formatv("device {0}: params {1} bytes, other state {2} (optimizer, statistics); "
+                        "arena fullest at op {3}, {4} bytes live: activations {5}, gradients "
+                        "{6}, constants {7}\n",
+                        device, m.params, m.state, m.at, m.live, m.activations, m.gradients,
+                        m.constants);
+  if (std::vector<std::string> again = recomputedLayers(g); !again.empty()) {
+    os << llvm::formatv("computed again for the backward (--recompute): {0} layers:", again.size());
+    for (const std::string& l : again)
+      os << " " << (l.empty() ? "(unnamed)" : l);
+    os << "\n";
+  }
+}
+
+std::vector<std::string> recomputedLayers(const Graph& g) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& op : g.ops())
+    if (isRecomputed(*op)) {
+      llvm::StringRef name(op->loc().name);
+      std::string layer = name.consume_back(".recompute") ? name.str() : std::string();
+      if (seen.insert(layer).second)
+        out.push_back(layer);
+    }
+  return out;
 }
 
 /// The bytes a multi-device training step moves between devices.
@@ -332,6 +359,7 @@ void printParallelPlan(const Graph& g, const CostModel& model, const std::string
 void writePlanJson(const std::string& chosen, double searchSeconds, const std::string& spec,
                    const std::vector<StrategyPlan>& strategies, const PlanSelection* selection,
                    const std::vector<LayerPlan>& layers, const PipelinePlan* pipeline,
+                   const MemoryPlanStats* memory, const std::vector<std::string>& recomputed,
                    llvm::raw_ostream& os) {
   llvm::json::Object strats;
   for (const StrategyPlan& s : strategies) {
@@ -391,6 +419,25 @@ void writePlanJson(const std::string& chosen, double searchSeconds, const std::s
                                          {"schedule", pipeline->schedule},
                                          {"devices", std::move(devs)}};
   }
+  if (memory) {
+    llvm::json::Array devs;
+    for (const auto& [device, m] : memory->breakdown)
+      devs.push_back(llvm::json::Object{
+          {"device", device},
+          {"params_bytes", m.params},
+          {"state_bytes", m.state},
+          {"arena_bytes", memory->peakBytes.count(device) ? memory->peakBytes.at(device) : 0},
+          {"live_at_op", static_cast<int64_t>(m.at)},
+          {"live_bytes", m.live},
+          {"activation_bytes", m.activations},
+          {"gradient_bytes", m.gradients},
+          {"constant_bytes", m.constants}});
+    top["memory"] = std::move(devs);
+  }
+  llvm::json::Array layersAgain;
+  for (const std::string& l : recomputed)
+    layersAgain.push_back(l);
+  top["recomputed_layers"] = std::move(layersAgain);
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(top))) << "\n";
 }
 

@@ -101,6 +101,10 @@ void printParallelPlan(const Graph& g, const CostModel& model, const std::string
 void writePlanJson(const std::string& chosen, double searchSeconds, const std::string& spec,
                    const std::vector<StrategyPlan>& strategies, const PlanSelection* selection,
                    const std::vector<LayerPlan>& layers, const PipelinePlan* pipeline,
+                   const MemoryPlanStats* memory, const std::vector<std::string>& recomputed,
                    llvm::raw_ostream& os);
+/// The layers (loc names) whose forward ops the step computes again for the
+/// backward (--recompute), in graph order.
+std::vector<std::string> recomputedLayers(const Graph& g);
 
 } // namespace lwcc
