@@ -7,7 +7,7 @@ this runs the same scripts end to end here, on the emulated device
 
   1. `LWCC_EMULATE_GPU=1 LWCC_GPU_MODELS=... bash tools/gpu/prepare.sh`
      into a temporary folder (LWCC_GPU_OUT): the CUDA sources of the models
-     (and their --streams=2 and bf16 variants where prepare.sh makes them,
+     (and their --streams=2, --recompute=all and bf16 variants where prepare.sh makes them,
      and data-parallel LeNet on --gpus 2) and the CPU backend's reference
      dumps;
   2. `LWCC_EMULATE_GPU=1 bash FOLDER/check.sh build correct multi`: every
@@ -37,8 +37,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import BIN, ROOT  # noqa: E402
 
-# As in prepare.sh: the models with a --streams=2 variant, and the bf16 ones.
+# As in prepare.sh: the models with a --streams=2 variant, a --recompute=all
+# one, and the bf16 ones.
 STREAMS2 = {"lenet", "resnet18"}
+RECOMPUTE = {"resnet18", "inception"}
 BF16 = {"lenet", "alexnet", "resnet18"}
 
 report = harness.record
@@ -54,6 +56,8 @@ def expected_rows(models):
         rows.append(f"correctness {m} (cuDNN graph API")
         if m in STREAMS2:
             rows.append(f"correctness {m}-s2 (cuDNN graph API")
+        if m in RECOMPUTE:
+            rows.append(f"correctness {m}-rc (cuDNN graph API")
         rows.append(f"correctness {m}/legacy (cuDNN legacy API")
         rows.append(f"correctness {m}, 3 steps, CUDA graph replayed")
         if m in BF16:

@@ -8,7 +8,8 @@
 #      same way; the table's first rows name what it used
 #   1. correctness: each zoo model's CUDA trainer (TF32 off) runs its first
 #      step on the seeded batch; loss, gradients and params vs the CPU backend;
-#      then three steps with CUDA graphs (recorded at the second, replayed at
+#      with --streams=2 (lenet, resnet18) and --recompute=all (resnet18,
+#      inception) too; then three steps with CUDA graphs (recorded at the second, replayed at
 #      the third, no capture fallback) vs the CPU backend's three; bf16
 #      trainers (--mixed-precision=bf16) vs the CPU backend's bf16 steps
 #   2. compute-sanitizer memcheck and racecheck on one LeNet and one ResNet-18 step
@@ -181,8 +182,9 @@ row "build: $(ls "$G"/*-cuda 2>/dev/null | wc -l) of $(ls -d "$G"/src/* | wc -l)
 fi
 want correct && for d in "$G"/*-data; do
   m=$(basename "$d" -data)
-  for v in "$m" "$m-s2" "$m/legacy"; do
-  [[ $v == *-s2 && ! -d $G/src/$v ]] && continue # prepare.sh made no --streams=2 source
+  for v in "$m" "$m-s2" "$m-rc" "$m/legacy"; do
+  # prepare.sh made no --streams=2 or --recompute=all source
+  [[ ($v == *-s2 || $v == *-rc) && ! -d $G/src/$v ]] && continue
   exe="$G/${v%/legacy}-cuda"
   api=graph; [[ $v == */legacy ]] && api=legacy
   [[ -x $exe ]] || { row "correctness $v: NOT BUILT"; continue; }

@@ -86,6 +86,11 @@ PY
   if [[ $m == lenet || $m == resnet18 ]]; then
     "$LWCC" "$OUT/$m.onnx" --emit=source --streams=2 -o "$OUT/src/$m-s2"
   fi
+  # Activation recomputation (--recompute=all): the same step as the CPU's
+  # without it, the batch norms and ReLUs computed again in the backward.
+  if [[ $m == resnet18 || $m == inception ]]; then
+    "$LWCC" "$OUT/$m.onnx" --emit=source --recompute=all -o "$OUT/src/$m-rc"
+  fi
   "$LWCC" "$OUT/$m.onnx" --target=cpu -o "$OUT/$m-cpu-trainer"
   "$OUT/$m-cpu-trainer" --steps=1 --data="raw:$OUT/$m-data" --dump="$OUT/$m-cpu" --progress=off >/dev/null
   # Three steps on the same batch: the GPU trainer's second step is recorded
