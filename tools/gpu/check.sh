@@ -224,6 +224,7 @@ done
 # same float32 values to bf16, but cuDNN and the CPU sum a convolution in
 # different orders, so a value may land on the neighbouring bf16.
 want correct && for src in "$G"/src/*-bf16; do
+  [[ -d $src ]] || continue # prepare.sh made no bf16 source (LWCC_GPU_BF16="")
   v=$(basename "$src"); m=${v%-bf16}; exe="$G/$v-cuda"
   [[ -x $exe ]] || { row "correctness $v: NOT BUILT"; continue; }
   for n in 1 3; do
