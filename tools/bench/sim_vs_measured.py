@@ -19,6 +19,7 @@ spec), so both see the same schedule.
         (4f2: 4 streams, --fragments=2; 4c2: 4 streams, heavy ops in 2 pieces of their channels)
     python3 tools/bench/sim_vs_measured.py --gpus 2 [--strategies data,model,owt,layerwise,hypergraph,pipeline]
         [--microbatches 4] [--batch 8]
+    ... [--lwcc-flags="--recompute=all"]   (given to every lwcc call: trainer and prediction)
 
 With --gpus N > 1: each strategy's own `--gpus N` CPU trainer runs with
 `--profile-ops` and `--trace` (a multi-device trainer times each device's
@@ -85,7 +86,10 @@ def main():
                     help="one device: the --streams settings (4f2: 4 streams, --fragments=2; "
                     "4c2: --fragments=2 --fragment-along=channels)")
     ap.add_argument("--stream-policy", default="all", choices=["sim", "all"])
+    ap.add_argument("--lwcc-flags", default="",
+                    help="more lwcc flags for the trainers and the predictions alike")
     args = ap.parse_args()
+    more = args.lwcc_flags.split()
     if args.gpus > 1:
         return multi(args)
     print(f"{'model':10} {'streams':>7} {'same run ms':>12} {'error':>7} {'other run ms':>13} "
@@ -104,7 +108,7 @@ def main():
                 streams = int(m.group(1))
                 frag = ([f"--fragments={m.group(3)}",
                          "--fragment-along=" + ("samples" if m.group(2) == "f" else "channels")]
-                        if m.group(2) else [])
+                        if m.group(2) else []) + more
                 trainer = os.path.join(tmp, f"{name}-s{setting}")
                 run([LWCC, model, "--target=cpu", f"--streams={streams}",
                      f"--stream-policy={args.stream_policy}", *frag, "-o", trainer])
@@ -151,12 +155,12 @@ def multi(args):
             model = os.path.join(tmp, name + ".onnx")
             run([sys.executable, GEN, name, "--test-size", "-o", model] +
                 ([f"--batch={args.batch}"] if args.batch else []))
-            rows = [("-", 1, [])]
+            rows = [("-", 1, args.lwcc_flags.split())]
             for strategy in args.strategies.split(","):
                 extra = [f"--gpus={args.gpus}", f"--strategy={strategy}"]
                 if strategy == "pipeline":
                     extra += [f"--stages={args.gpus}", f"--microbatches={args.microbatches}"]
-                rows.append((strategy, args.gpus, extra))
+                rows.append((strategy, args.gpus, extra + args.lwcc_flags.split()))
             for strategy, gpus, extra in rows:
                 trainer = os.path.join(tmp, f"{name}-{strategy}-{gpus}")
                 run([LWCC, model, "--target=cpu", *extra, "-o", trainer])
