@@ -127,6 +127,16 @@ planStrategies(Planner& planner, const Graph& g, const std::vector<std::string>&
                const std::function<PlanChoice(const std::string&)>& fixedPlan,
                const CostModel* reprice) {
   std::vector<StrategyPlan> out;
+  // The selections first: layerwise's prices data, owt and model among its
+  // candidates, several at a time (PlannerOptions::threads), so their rows
+  // below find them priced.
+  for (const std::string& name : names)
+    if (planner.selects(name)) {
+      auto plan = planner.plan(g, name, fixedPlan(name));
+      if (!plan && name == chosen)
+        return plan.takeError();
+      llvm::consumeError(plan.takeError());
+    }
   for (const std::string& name : names) {
     StrategyPlan p;
     p.name = name;
