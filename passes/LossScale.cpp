@@ -58,7 +58,7 @@ public:
         return makeError("loss-scale: graph @" + g.name() + " is scaled already");
     Op* seed = nullptr;
     for (const auto& op : g.ops())
-      if (op->kind() == OpKind::Constant && op->loc().name == "loss.grad" && op->hasAttr("value") &&
+      if (isGradientSeed(*op) && op->hasAttr("value") &&
           op->getFloats("value") == std::vector<double>{1.0}) {
         if (seed)
           return op->emitError("loss-scale: two loss gradient seeds in graph @" + g.name());

@@ -181,7 +181,7 @@ void breakDown(const Graph& g, const std::vector<Op*>& order,
   bool seeded = false;
   for (size_t pos = 0; pos < order.size(); ++pos) {
     const Op* op = order[pos];
-    seeded = seeded || (op->kind() == OpKind::Constant && op->loc().name == "loss.grad");
+    seeded = seeded || isGradientSeed(*op);
     const bool b = seeded && !isRecomputed(*op);
     for (unsigned r = 0; r < op->numResults(); ++r) {
       auto it = bufferOf.find(op->result(r));

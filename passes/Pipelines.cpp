@@ -115,7 +115,6 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
   p.push_back({"train-mode", "bn_running_var=" + o.bnRunningVar});
   if (o.mixedPrecision != "off")
     p.push_back({"mixed-precision", "dtype=" + o.mixedPrecision});
-  const bool recompute = o.recompute || o.plan.recompute;
   if (o.gpus > 1) {
     // Materialize before autodiff: the backward pass differentiates the
     // per-device ops and their communication; replicas' gradients are summed.
@@ -125,7 +124,7 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
       p.push_back({"microbatch", "m=" + std::to_string(micro)});
     p.push_back({"materialize", ""});
     p.push_back({"autodiff", ""});
-    if (recompute)
+    if (o.plan.recompute)
       p.push_back({"recompute", ""});
     // Gradient all-reduces on stream 1 of each device, beside backward.
     p.push_back({"grad-sync", "bucket_bytes=" + std::to_string(o.bucketBytes) + ",stream=1"});
@@ -138,7 +137,7 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
                        ",policy=" + o.streamPolicy + ",along=" + o.fragmentAlong +
                        specOptions(o.pricing) + profileOption(o.pricing) + tf32Option(o.pricing)});
     p.push_back({"autodiff", ""});
-    if (recompute)
+    if (o.plan.recompute)
       p.push_back({"recompute", ""});
   }
   if (o.withOptimizer) {

@@ -85,8 +85,6 @@ struct TrainingPipelineOptions {
   int64_t gpus = 1;
   PlanChoice plan;
   std::string schedule = "1f1b"; ///< micro-batch order: 1f1b, gpipe or zb-h1
-  /// Cheap forward values computed again for the backward (recompute).
-  bool recompute = false;
   int64_t bucketBytes = int64_t{25} << 20;
   Pricing pricing;
   // Streams and fragments.

@@ -6,13 +6,13 @@
 // backward op that reads it, instead of keeping it from the forward to the
 // backward:
 //
-//   %y  = batch_norm_train(%c, ...)          %y  = batch_norm_train(%c, ...)
-//   %r  = relu(%y)                           %r  = relu(%y)
-//   %p  = max_pool2d(%r)                     %p  = max_pool2d(%r)
-//   ...                                      ...
-//   %dr = max_pool2d_grad(%dp, %r)    =>     %r.recompute = relu(%y.recompute)
-//   loc("NAME.recompute")
-//                                            %dr = max_pool2d_grad(%dp, %r.recompute)
+//   %y  = batch_norm_train(%c, ...)      %y  = batch_norm_train(%c, ...)
+//   %r  = relu(%y)                       %r  = relu(%y)
+//   %p  = max_pool2d(%r)                 %p  = max_pool2d(%r)
+//   ...                                  ...
+//   %dr = max_pool2d_grad(%dp, %r)  =>   %y.recompute = batch_norm_train(%c, ...)
+//                                        %r.recompute = relu(%y.recompute)
+//                                        %dr = max_pool2d_grad(%dp, %r.recompute)
 //
 // A value is kept (read by the backward as it is) when it is a param, an
 // input or a constant, or the result of an op not computed again:
@@ -36,11 +36,10 @@
 // first backward op that needs one of its results; later backward readers
 // share the copy. Its loc is the forward op's name with ".recompute"
 // appended ("recompute" without one): the schedule pass runs it in its
-// micro-batch's backward. The
-// forward value's bytes are free once the forward has read it: the memory
-// plan shares them with what follows. Copies compute the same bits as the
-// forward (every kernel is deterministic), so a step with recomputation
-// trains exactly as one without.
+// micro-batch's backward. The forward value's bytes are free once the
+// forward has read it: the memory plan shares them with what follows. Copies compute the same bits
+// as the forward (every kernel is deterministic), so a step with recomputation trains exactly as
+// one without.
 //
 //===----------------------------------------------------------------------===//
 #include "passes/Pass.h"
@@ -48,7 +47,6 @@
 
 #include <algorithm>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace lwcc {
 
@@ -59,28 +57,20 @@ public:
   std::string_view name() const override { return "recompute"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
-    // Backward: autodiff's ops, from the loss gradient's seed on (some, such
-    // as a weight's transpose, read forward values only).
-    std::unordered_set<const Op*> backward;
+    // Forward: the ops before the loss gradient's seed; the cheap ones
+    // within a short chain are computed again. Backward: autodiff's ops,
+    // from the seed on (some, such as a weight's transpose, read forward
+    // values only), the readers of the copies.
+    std::unordered_map<const Op*, int64_t> chain; // copies back to kept values
     std::vector<Op*> readers;
-    bool seeded = false;
     for (auto& op : g.ops()) {
-      seeded = seeded || (op->kind() == OpKind::Constant && op->loc().name == "loss.grad");
-      if (seeded) {
-        backward.insert(op.get());
-        readers.push_back(op.get());
-      }
-    }
-    if (!seeded)
-      return makeError("recompute: graph @" + g.name() +
-                       " has no backward (run autodiff before recompute)");
-    for (const auto& op : g.ops())
       if (isRecomputed(*op))
         return op->emitError("recompute: the graph is already recomputed");
-    // The forward ops computed again: cheap ones within a short chain.
-    std::unordered_map<const Op*, int64_t> chain; // copies back to kept values
-    for (const auto& op : g.ops()) {
-      if (backward.count(op.get()) || !cheap(*op))
+      if (!readers.empty() || isGradientSeed(*op)) {
+        readers.push_back(op.get());
+        continue;
+      }
+      if (!cheap(*op))
         continue;
       int64_t longest = 0;
       for (const Value* v : op->operands())
@@ -89,6 +79,9 @@ public:
       if (longest < kMaxChain)
         chain[op.get()] = longest + 1;
     }
+    if (readers.empty())
+      return makeError("recompute: graph @" + g.name() +
+                       " has no backward (run autodiff before recompute)");
     Builder b(g);
     UniqueNames names(g);
     std::unordered_map<const Value*, Value*> copies;

@@ -376,7 +376,7 @@ PipelineShape pipelineShapeOf(const Graph& g) {
     if (op.annotations().microBatch)
       shape.microbatches = std::max(shape.microbatches, *op.annotations().microBatch + 1);
     // Forward ops computed again for the backward (recompute) run in it.
-    bool b = (op.kind() == OpKind::Constant && op.loc().name == "loss.grad") || isRecomputed(op);
+    bool b = isGradientSeed(op) || isRecomputed(op);
     for (Value* v : op.operands())
       if (const Op* d = v->definingOp())
         b = b || shape.backward[index.at(d)];

@@ -118,6 +118,10 @@ std::vector<std::string> splitPatterns(const std::string& text) {
   return out;
 }
 
+bool isGradientSeed(const Op& op) {
+  return op.kind() == OpKind::Constant && op.loc().name == "loss.grad";
+}
+
 bool isRecomputed(const Op& op) {
   llvm::StringRef name = op.loc().name;
   return name == "recompute" || name.endswith(".recompute");

@@ -51,6 +51,9 @@ std::vector<std::string> splitPatterns(const std::string& text);
 /// Appends assign(target, value) at the end of the graph, on the target's
 /// device.
 void appendAssign(Graph& g, Value* target, Value* value, const Location& loc);
+/// Whether `op` is the loss gradient's seed: the constant autodiff places
+/// at loc "loss.grad", where the backward starts.
+bool isGradientSeed(const Op& op);
 /// Whether `op` is a forward op computed again for the backward (the
 /// recompute pass's copies: loc "NAME.recompute").
 bool isRecomputed(const Op& op);

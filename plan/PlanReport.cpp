@@ -9,6 +9,7 @@
 #include "llvm/Support/JSON.h"
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 #include <vector>
 
@@ -126,26 +127,23 @@ planStrategies(Planner& planner, const Graph& g, const std::vector<std::string>&
                const std::string& chosen,
                const std::function<PlanChoice(const std::string&)>& fixedPlan,
                const CostModel* reprice) {
-  std::vector<StrategyPlan> out;
-  // The selections first: layerwise's prices data, owt and model among its
-  // candidates, several at a time (PlannerOptions::threads), so their rows
-  // below find them priced.
-  for (const std::string& name : names)
-    if (planner.selects(name)) {
-      auto plan = planner.plan(g, name, fixedPlan(name));
-      if (!plan && name == chosen)
-        return plan.takeError();
-      llvm::consumeError(plan.takeError());
-    }
-  for (const std::string& name : names) {
-    StrategyPlan p;
+  std::vector<StrategyPlan> out(names.size());
+  // The selections' rows first: layerwise's selection prices data, owt and
+  // model among its candidates, several at a time (PlannerOptions::threads),
+  // so their rows find them priced. The rows stay in the order of `names`.
+  std::vector<size_t> order(names.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_partition(order.begin(), order.end(),
+                        [&](size_t i) { return planner.selects(names[i]); });
+  for (size_t i : order) {
+    const std::string& name = names[i];
+    StrategyPlan& p = out[i];
     p.name = name;
     auto plan = planner.plan(g, name, fixedPlan(name));
     if (!plan) {
       if (name == chosen)
         return plan.takeError();
       p.error = llvm::toString(plan.takeError());
-      out.push_back(std::move(p));
       continue;
     }
     auto ev = planner.evaluate(g, *plan);
@@ -167,7 +165,6 @@ planStrategies(Planner& planner, const Graph& g, const std::vector<std::string>&
         return sim.takeError();
       p.sim = std::move(*sim);
     }
-    out.push_back(std::move(p));
   }
   return out;
 }

@@ -500,8 +500,8 @@ TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimiz
   o.mixedPrecision = mixedPrecision;
   o.gpus = gpus;
   o.plan = plan;
+  o.plan.recompute = plan.recompute || recompute == "all";
   o.schedule = schedule;
-  o.recompute = recompute == "all";
   o.bucketBytes = bucketBytes;
   o.pricing.spec = deviceSpecName();
   o.pricing.devicesPerNode = devicesPerNode > 0 ? int64_t(devicesPerNode) : 0;
