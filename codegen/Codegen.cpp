@@ -504,9 +504,14 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     block("The arena.", "b.arena", *writers[0]);
   }
   if (evalWriter) {
+    // On one device the step's inputs and params are the logical ones:
+    // evaluation names the training step's constants for them.
+    std::map<std::pair<std::string, int64_t>, std::string> trained;
+    if (!multi && !writers.empty())
+      trained = writers[0]->leafConstants();
     std::string text;
     for (const char* region : {"b.inputs", "b.state", "b.arena"})
-      text += evalWriter->offsetConstants(region, evalWritten);
+      text += evalWriter->offsetConstants(region, evalWritten, &trained);
     offsets << "// The evaluation pass: the input batch, the params in the state buffer\n"
             << "// (as the training step's logical params) and its own arena.\n"
             << text << "\n";

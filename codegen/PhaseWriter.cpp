@@ -41,17 +41,6 @@ std::string statement(const Op& op, Names& names) {
   return text;
 }
 
-std::set<int64_t> devicesOf(const Op& op) {
-  if (!op.info().isCommunication())
-    return {opDevice(op)};
-  std::set<int64_t> devices;
-  for (unsigned i = 0; i < op.numOperands(); ++i)
-    devices.insert(operandDevice(op, i));
-  for (unsigned r = 0; r < op.numResults(); ++r)
-    devices.insert(valueDevice(op.result(r)).value_or(0));
-  return devices;
-}
-
 llvm::Expected<HyperDefaults> hyperDefaults(const Graph& g) {
   HyperDefaults d;
   const Op *update = nullptr, *schedule = nullptr, *xent = nullptr, *clip = nullptr;
@@ -142,8 +131,20 @@ std::string PhaseWriter::views(const std::set<const Value*>& used) {
   return out.str();
 }
 
-std::string PhaseWriter::offsetConstants(const std::string& region,
-                                         std::set<const Value*>& written) {
+std::map<std::pair<std::string, int64_t>, std::string> PhaseWriter::leafConstants() {
+  std::map<std::pair<std::string, int64_t>, std::string> named;
+  for (const auto& in : g_.inputs())
+    if (declared_.count(in.get()))
+      named.emplace(where_.at(in.get()), names_.offset(in.get()));
+  for (const auto& p : g_.params())
+    if (declared_.count(p.get()))
+      named.emplace(where_.at(p.get()), names_.offset(p.get()));
+  return named;
+}
+
+std::string
+PhaseWriter::offsetConstants(const std::string& region, std::set<const Value*>& written,
+                             const std::map<std::pair<std::string, int64_t>, std::string>* same) {
   std::ostringstream out;
   auto define = [&](const Value* v) {
     if (!declared_.count(v) || written.count(v) || where_.at(v).first != region)
@@ -151,9 +152,16 @@ std::string PhaseWriter::offsetConstants(const std::string& region,
     out << "constexpr int64_t " << names_.offset(v) << " = ";
     // An update written over its param: the param's bytes, by name.
     const Op* user = v->uses().size() == 1 ? v->uses().front().user : nullptr;
+    const std::string* sameBytes = nullptr;
+    if (same) {
+      auto it = same->find(where_.at(v));
+      sameBytes = it != same->end() ? &it->second : nullptr;
+    }
     if (user && user->kind() == OpKind::Assign && user->operand(1) == v &&
         written.count(user->operand(0)) && where_.at(user->operand(0)) == where_.at(v))
       out << names_.offset(user->operand(0)) << ";\n";
+    else if (sameBytes)
+      out << *sameBytes << ";\n";
     else
       out << where_.at(v).second << ";\n";
     written.insert(v);

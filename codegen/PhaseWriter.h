@@ -69,10 +69,6 @@ struct DeviceCode {
   std::map<int64_t, Phase> streams;
 };
 
-/// The devices `op` runs on: its @dev, or for a communication op every
-/// device its operands and results live on (its placement rule).
-std::set<int64_t> devicesOf(const Op& op);
-
 /// Writes a graph's code as function bodies over the views of `where`,
 /// naming values with `names` and shapes with `shapes`.
 class PhaseWriter {
@@ -108,8 +104,15 @@ public:
 
   /// The offset constants of the values in `region` that views() declared,
   /// in graph order, one `constexpr` a line; values in `written` are left
-  /// out, and the values written join it.
-  std::string offsetConstants(const std::string& region, std::set<const Value*>& written);
+  /// out, and the values written join it. A value at a place `same` names
+  /// (another graph's constant for the same bytes) is defined as it.
+  std::string
+  offsetConstants(const std::string& region, std::set<const Value*>& written,
+                  const std::map<std::pair<std::string, int64_t>, std::string>* same = nullptr);
+  /// The places of the inputs and params this writer declared, with their
+  /// offset constants: what another graph's values at the same bytes are
+  /// named.
+  std::map<std::pair<std::string, int64_t>, std::string> leafConstants();
 
   /// A one-stream graph's code, op #i into code.phases[phaseOf(i)]. A graph
   /// whose ops use several streams is written per stream (writeDevice).

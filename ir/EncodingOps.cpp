@@ -20,9 +20,7 @@ using llvm::Error;
 
 namespace {
 
-using rules::fail;
-using rules::ok;
-using rules::ty;
+using namespace rules;
 
 #define TRY(expr)                                                                                  \
   if (Error e = (expr))                                                                            \

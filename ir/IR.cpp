@@ -348,6 +348,17 @@ int64_t opDevice(const Op& op) {
   return op.annotations().device.value_or(0);
 }
 
+std::set<int64_t> devicesOf(const Op& op) {
+  if (!op.info().isCommunication())
+    return {opDevice(op)};
+  std::set<int64_t> devices;
+  for (unsigned i = 0; i < op.numOperands(); ++i)
+    devices.insert(operandDevice(op, i));
+  for (unsigned r = 0; r < op.numResults(); ++r)
+    devices.insert(valueDevice(op.result(r)).value_or(0));
+  return devices;
+}
+
 bool isMultiDevice(const Graph& g) {
   for (const auto& p : g.params())
     if (p->device().value_or(0) != 0)

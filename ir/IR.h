@@ -16,6 +16,7 @@
 #include <list>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -310,6 +311,9 @@ int64_t operandDevice(const Op& op, unsigned i);
 /// The device of `op` itself (@dev, or 0); for communication ops, the device
 /// of result #0.
 int64_t opDevice(const Op& op);
+/// The devices `op` runs on: its @dev, or for a communication op every
+/// device its operands and results live on (its placement rule).
+std::set<int64_t> devicesOf(const Op& op);
 /// Whether any param or op of `g` is placed on a device other than 0, or
 /// communicates.
 bool isMultiDevice(const Graph& g);

@@ -231,9 +231,13 @@ struct SliceDim {
   int64_t start, step, count;
 };
 SliceDim resolveSlice(int64_t dim, int64_t start, int64_t end, int64_t step);
-/// The shape of layer_norm's mean and inv_std_dev: x's with the dims from
-/// `axis` on set to 1.
-llvm::Expected<Shape> layerNormStatShape(const TensorType& x, int64_t axis);
+/// The types layer_norm over x's dims from `axis` on uses: its mean's and
+/// inv_std_dev's (x's with those dims set to 1) and the normalized part's
+/// (scale, bias: those dims alone).
+struct LayerNormTypes {
+  TensorType stat, normalized;
+};
+llvm::Expected<LayerNormTypes> layerNormTypes(const TensorType& x, int64_t axis);
 /// The result shape of gather_nd (ONNX GatherND) for these operand shapes.
 llvm::Expected<Shape> gatherNdShape(const Shape& data, const Shape& indices, int64_t batchDims);
 } // namespace shape

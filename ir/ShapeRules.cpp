@@ -539,33 +539,30 @@ Rule dropout(const Op& op) {
 
 Rule sameAsOperand(const Op& op) { return std::vector<TensorType>{ty(op, 0)}; }
 
-llvm::Expected<Shape> layerNormStatShape(const TensorType& x, int64_t axis) {
+llvm::Expected<LayerNormTypes> layerNormTypes(const TensorType& x, int64_t axis) {
   if (!isFloat(x.dtype))
     return fail("x must have a float element type, got {0}", x.str());
   if (axis < 0 || axis >= x.rank())
     return fail("attribute 'axis' must be in [0, {0}) for x {1}, got {2}", x.rank(), x.str(), axis);
   Shape stat(x.shape.begin(), x.shape.begin() + axis);
   stat.resize(x.shape.size(), 1);
-  return stat;
+  return LayerNormTypes{TensorType(x.dtype, stat),
+                        TensorType(x.dtype, Shape(x.shape.begin() + axis, x.shape.end()))};
 }
 
 Rule layerNorm(const Op& op) {
   // (x, scale, bias) -> (y, mean, inv_std_dev).
-  const TensorType& x = ty(op, 0);
-  int64_t axis = op.getInt("axis");
-  auto stat = layerNormStatShape(x, axis);
-  if (!stat)
-    return stat.takeError();
-  TensorType normalized(x.dtype, Shape(x.shape.begin() + axis, x.shape.end()));
+  auto t = layerNormTypes(ty(op, 0), op.getInt("axis"));
+  if (!t)
+    return t.takeError();
   static const char* names[] = {"", "scale", "bias"};
   for (unsigned i = 1; i < 3; ++i)
-    if (ty(op, i) != normalized)
+    if (ty(op, i) != t->normalized)
       return fail("{0} (operand #{1}) must be {2}, the normalized part of x, got {3}", names[i], i,
-                  normalized.str(), ty(op, i).str());
+                  t->normalized.str(), ty(op, i).str());
   if (!(op.getFloat("epsilon") > 0))
     return fail("attribute 'epsilon' must be > 0, got {0}", formatFloat(op.getFloat("epsilon")));
-  TensorType s(x.dtype, *stat);
-  return std::vector<TensorType>{x, s, s};
+  return std::vector<TensorType>{ty(op, 0), t->stat, t->stat};
 }
 
 llvm::Expected<Shape> gatherNdShape(const Shape& data, const Shape& indices, int64_t batchDims) {

@@ -304,20 +304,16 @@ Rule noResults(const Op&) { return std::vector<TensorType>{}; }
 
 Rule layerNormGrad(const Op& op) {
   // (x, scale, mean, inv_std_dev, dy) -> (dx, dscale, dbias).
-  const TensorType& x = ty(op, 0);
-  int64_t axis = op.getInt("axis");
-  auto stat = layerNormStatShape(x, axis);
-  if (!stat)
-    return stat.takeError();
-  TensorType normalized(x.dtype, Shape(x.shape.begin() + axis, x.shape.end()));
-  TensorType s(x.dtype, *stat);
-  if (ty(op, 1) != normalized)
-    return fail("scale (operand #1) must be {0}, got {1}", normalized.str(), ty(op, 1).str());
+  auto t = layerNormTypes(ty(op, 0), op.getInt("axis"));
+  if (!t)
+    return t.takeError();
+  if (ty(op, 1) != t->normalized)
+    return fail("scale (operand #1) must be {0}, got {1}", t->normalized.str(), ty(op, 1).str());
   for (unsigned i = 2; i < 4; ++i)
-    if (ty(op, i) != s)
-      return fail("operand #{0} must be {1}, got {2}", i, s.str(), ty(op, i).str());
+    if (ty(op, i) != t->stat)
+      return fail("operand #{0} must be {1}, got {2}", i, t->stat.str(), ty(op, i).str());
   TRY(expectSameType(op, 0, 4));
-  return std::vector<TensorType>{x, normalized, normalized};
+  return std::vector<TensorType>{ty(op, 0), t->normalized, t->normalized};
 }
 
 Rule gatherNdGrad(const Op& op) {

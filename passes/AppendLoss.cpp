@@ -113,18 +113,17 @@ llvm::Expected<std::unique_ptr<Pass>> createAppendLossPass(std::string_view opti
   auto opts = PassOptions::parse("append-loss", options, "loss", {"loss", "label_smoothing"});
   if (!opts)
     return opts.takeError();
-  std::string loss = opts->getString("loss", "softmax-xent");
-  if (loss != "softmax-xent" && loss != "mse" && loss != "none")
-    return makeError("append-loss: unknown loss '" + loss +
-                     "' (expected softmax-xent, mse or none)");
+  auto loss = opts->getChoice("loss", "softmax-xent", {"softmax-xent", "mse", "none"});
+  if (!loss)
+    return loss.takeError();
   auto smoothing = opts->getFloat("label_smoothing", 0.0);
   if (!smoothing)
     return smoothing.takeError();
   if (!(*smoothing >= 0 && *smoothing <= 1))
     return makeError("append-loss: label_smoothing must be in [0, 1]");
-  if (*smoothing != 0 && loss != "softmax-xent")
+  if (*smoothing != 0 && *loss != "softmax-xent")
     return makeError("append-loss: label_smoothing applies to the softmax-xent loss only");
-  return std::make_unique<AppendLossPass>(loss, *smoothing);
+  return std::make_unique<AppendLossPass>(*loss, *smoothing);
 }
 
 } // namespace lwcc

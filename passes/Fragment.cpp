@@ -410,11 +410,9 @@ llvm::Expected<std::unique_ptr<Pass>> createFragmentPass(std::string_view option
       {"k", "streams", "policy", "along", "spec", "devices_per_node", "profile", "tf32"});
   if (!parsed)
     return parsed.takeError();
-  auto k = parsed->getInt("k", 2);
+  auto k = parsed->getIntIn("k", 2, 1, 64);
   if (!k)
     return k.takeError();
-  if (*k < 1 || *k > 64)
-    return makeError("fragment: k must be in 1..64, got " + std::to_string(*k));
   auto streams = parsed->getInt("streams", 3);
   if (!streams)
     return streams.takeError();
@@ -423,19 +421,19 @@ llvm::Expected<std::unique_ptr<Pass>> createFragmentPass(std::string_view option
                                    "which need streams in 3..8",
                                    *streams)
                          .str());
-  std::string policy = parsed->getString("policy", "sim");
-  if (policy != "sim" && policy != "all")
-    return makeError("fragment: unknown policy '" + policy + "' (expected sim or all)");
-  std::string along = parsed->getString("along", "any");
-  if (along != "samples" && along != "channels" && along != "any")
-    return makeError("fragment: unknown along '" + along + "' (expected samples, channels or any)");
+  auto policy = parsed->getChoice("policy", "sim", {"sim", "all"});
+  if (!policy)
+    return policy.takeError();
+  auto along = parsed->getChoice("along", "any", {"samples", "channels", "any"});
+  if (!along)
+    return along.takeError();
   auto cm = costModelFromOptions(*parsed);
   if (!cm)
     return cm.takeError();
-  Along a = along == "samples"    ? Along::Samples
-            : along == "channels" ? Along::Channels
-                                  : Along::Any;
-  return std::make_unique<FragmentPass>(*k, *streams, policy == "sim", a, std::move(*cm));
+  Along a = *along == "samples"    ? Along::Samples
+            : *along == "channels" ? Along::Channels
+                                   : Along::Any;
+  return std::make_unique<FragmentPass>(*k, *streams, *policy == "sim", a, std::move(*cm));
 }
 
 } // namespace lwcc

@@ -71,12 +71,12 @@ llvm::Expected<std::unique_ptr<Pass>> createFreezePass(std::string_view options)
   if (!opts)
     return opts.takeError();
   std::vector<std::string> patterns = splitPatterns(opts->getString("params", ""));
-  auto bn = opts->getInt("bn", 0);
+  auto bn = opts->getFlag("bn", false);
   if (!bn)
     return bn.takeError();
   if (patterns.empty())
     return makeError("freeze: needs params=PATTERN[;PATTERN...]");
-  return std::make_unique<FreezePass>(std::move(patterns), *bn != 0);
+  return std::make_unique<FreezePass>(std::move(patterns), *bn);
 }
 
 } // namespace lwcc

@@ -153,16 +153,12 @@ llvm::Expected<std::unique_ptr<Pass>> createGradSyncPass(std::string_view option
   auto opts = PassOptions::parse("grad-sync", options, "bucket_bytes", {"bucket_bytes", "stream"});
   if (!opts)
     return opts.takeError();
-  auto bytes = opts->getInt("bucket_bytes", int64_t{25} << 20);
+  auto bytes = opts->getIntIn("bucket_bytes", int64_t{25} << 20, 0, INT64_MAX);
   if (!bytes)
     return bytes.takeError();
-  if (*bytes < 0)
-    return makeError("grad-sync: bucket_bytes must be >= 0");
-  auto stream = opts->getInt("stream", 0);
+  auto stream = opts->getIntIn("stream", 0, 0, 64);
   if (!stream)
     return stream.takeError();
-  if (*stream < 0 || *stream > 64)
-    return makeError("grad-sync: stream must be in 0..64");
   return std::make_unique<GradSyncPass>(*bytes, *stream);
 }
 

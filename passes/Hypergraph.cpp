@@ -65,11 +65,9 @@ llvm::Expected<std::unique_ptr<Pass>> createHypergraphPass(std::string_view opti
                          {"gpus", "imbalance", "spec", "devices_per_node", "profile", "tf32"});
   if (!opts)
     return opts.takeError();
-  auto gpus = opts->getInt("gpus", 1);
+  auto gpus = opts->getIntIn("gpus", 1, 1, 1024);
   if (!gpus)
     return gpus.takeError();
-  if (*gpus < 1 || *gpus > 1024)
-    return makeError("hypergraph: gpus must be in 1..1024, got " + std::to_string(*gpus));
   auto imbalance = opts->getFloat("imbalance", 1.1);
   if (!imbalance)
     return imbalance.takeError();

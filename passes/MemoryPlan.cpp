@@ -634,12 +634,9 @@ llvm::Expected<std::unique_ptr<Pass>> createMemoryPlanPass(std::string_view opti
   auto opts = PassOptions::parse("memory-plan", options, "", {"in-place", "spec"});
   if (!opts)
     return opts.takeError();
-  auto inPlace = opts->getInt("in-place", 1);
+  auto inPlace = opts->getFlag("in-place", true);
   if (!inPlace)
     return inPlace.takeError();
-  if (*inPlace != 0 && *inPlace != 1)
-    return makeError("pass 'memory-plan' takes in-place=0 or in-place=1, got in-place=" +
-                     std::to_string(*inPlace));
   std::optional<DeviceSpec> spec;
   if (opts->has("spec")) {
     auto s = loadDeviceSpec(opts->getString("spec", ""));
@@ -647,7 +644,7 @@ llvm::Expected<std::unique_ptr<Pass>> createMemoryPlanPass(std::string_view opti
       return s.takeError();
     spec = std::move(*s);
   }
-  return std::make_unique<MemoryPlanPass>(*inPlace != 0, std::move(spec));
+  return std::make_unique<MemoryPlanPass>(*inPlace, std::move(spec));
 }
 
 } // namespace lwcc

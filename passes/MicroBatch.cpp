@@ -82,11 +82,9 @@ llvm::Expected<std::unique_ptr<Pass>> createMicroBatchPass(std::string_view opti
   auto opts = PassOptions::parse("microbatch", options, "m", {"m"});
   if (!opts)
     return opts.takeError();
-  auto m = opts->getInt("m", 1);
+  auto m = opts->getIntIn("m", 1, 1, 4096);
   if (!m)
     return m.takeError();
-  if (*m < 1 || *m > 4096)
-    return makeError("microbatch: m must be in 1..4096, got " + std::to_string(*m));
   return std::make_unique<MicroBatchPass>(*m);
 }
 

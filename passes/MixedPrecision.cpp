@@ -374,15 +374,15 @@ llvm::Expected<std::unique_ptr<Pass>> createMixedPrecisionPass(std::string_view 
   auto opts = PassOptions::parse("mixed-precision", options, "dtype", {"dtype", "activations"});
   if (!opts)
     return opts.takeError();
-  std::string dtype = opts->getString("dtype", "bf16");
-  if (dtype != "bf16" && dtype != "fp16")
-    return makeError("mixed-precision: unknown dtype '" + dtype + "' (expected bf16 or fp16)");
-  std::string activations = opts->getString("activations", "low");
-  if (activations != "low" && activations != "f32")
-    return makeError("mixed-precision: unknown activations '" + activations +
-                     "' (expected low: 16 bits between layers, or f32)");
-  return std::make_unique<MixedPrecisionPass>(dtype == "bf16" ? DType::BF16 : DType::F16,
-                                              activations == "low");
+  auto dtype = opts->getChoice("dtype", "bf16", {"bf16", "fp16"});
+  if (!dtype)
+    return dtype.takeError();
+  auto activations =
+      opts->getChoice("activations", "low", {"low", "f32"}, "low: 16 bits between layers, or f32");
+  if (!activations)
+    return activations.takeError();
+  return std::make_unique<MixedPrecisionPass>(*dtype == "bf16" ? DType::BF16 : DType::F16,
+                                              *activations == "low");
 }
 
 } // namespace lwcc

@@ -159,31 +159,26 @@ llvm::Expected<std::unique_ptr<Pass>> createParallelizePass(std::string_view opt
                                   "report", "bucket_bytes"});
   if (!opts)
     return opts.takeError();
-  std::string strategy = opts->getString("strategy", "data");
-  if (strategy != "data" && strategy != "model" && strategy != "owt" && strategy != "layerwise")
-    return makeError("parallelize: unknown strategy '" + strategy +
-                     "' (expected data, model, owt or layerwise)");
-  auto gpus = opts->getInt("gpus", 1);
+  auto strategy = opts->getChoice("strategy", "data", {"data", "model", "owt", "layerwise"});
+  if (!strategy)
+    return strategy.takeError();
+  auto gpus = opts->getIntIn("gpus", 1, 1, 1024);
   if (!gpus)
     return gpus.takeError();
-  if (*gpus < 1 || *gpus > 1024)
-    return makeError("parallelize: gpus must be in 1..1024, got " + std::to_string(*gpus));
-  auto report = opts->getInt("report", 0);
+  auto report = opts->getFlag("report", false);
   if (!report)
     return report.takeError();
-  auto bucketBytes = opts->getInt("bucket_bytes", 0);
+  auto bucketBytes = opts->getIntIn("bucket_bytes", 0, 0, INT64_MAX);
   if (!bucketBytes)
     return bucketBytes.takeError();
-  if (*bucketBytes < 0)
-    return makeError("parallelize: bucket_bytes must be >= 0, got " + std::to_string(*bucketBytes));
   std::optional<CostModel> cost;
-  if (strategy == "layerwise" || *report) {
+  if (*strategy == "layerwise" || *report) {
     auto cm = costModelFromOptions(*opts);
     if (!cm)
       return cm.takeError();
     cost.emplace(std::move(*cm));
   }
-  return std::make_unique<ParallelizePass>(strategy, *gpus, std::move(cost), *report != 0,
+  return std::make_unique<ParallelizePass>(*strategy, *gpus, std::move(cost), *report,
                                            *bucketBytes);
 }
 

@@ -30,6 +30,8 @@ struct PassContext {
   /// When set, the memory-plan pass leaves its statistics here (lwcc
   /// reports them) instead of noting them.
   MemoryPlanStats* memoryPlanStats = nullptr;
+  /// A context whose diagnostics are printed to `os`.
+  static PassContext printingTo(llvm::raw_ostream& os);
   void warn(const Location& loc, const std::string& msg) const {
     if (diag)
       diag(Severity::Warning, loc, msg);

@@ -40,6 +40,14 @@ const PassInfo* lookupPass(std::string_view name) {
   return nullptr;
 }
 
+PassContext PassContext::printingTo(llvm::raw_ostream& os) {
+  PassContext ctx;
+  ctx.diag = [&os](Severity sev, const Location& loc, const std::string& msg) {
+    printDiagnostic(os, sev, loc, msg);
+  };
+  return ctx;
+}
+
 llvm::Expected<PassPipeline> buildPipeline(const std::vector<std::string>& passNames) {
   PassPipeline pipeline;
   for (const std::string& entry : passNames) {

@@ -75,6 +75,37 @@ llvm::Expected<int64_t> PassOptions::getInt(std::string_view key, int64_t dflt) 
   return v;
 }
 
+llvm::Expected<int64_t> PassOptions::getIntIn(std::string_view key, int64_t dflt, int64_t lo,
+                                              int64_t hi) const {
+  auto v = getInt(key, dflt);
+  if (v && (*v < lo || *v > hi))
+    return makeError(pass_ + ": " + std::string(key) + " must be " +
+                     (hi == INT64_MAX ? ">= " + std::to_string(lo)
+                                      : "in " + std::to_string(lo) + ".." + std::to_string(hi)) +
+                     ", got " + std::to_string(*v));
+  return v;
+}
+
+llvm::Expected<bool> PassOptions::getFlag(std::string_view key, bool dflt) const {
+  auto v = getIntIn(key, dflt ? 1 : 0, 0, 1);
+  if (!v)
+    return v.takeError();
+  return *v != 0;
+}
+
+llvm::Expected<std::string> PassOptions::getChoice(std::string_view key, std::string dflt,
+                                                   const std::vector<std::string_view>& choices,
+                                                   std::string_view expected) const {
+  std::string v = getString(key, std::move(dflt));
+  if (std::find(choices.begin(), choices.end(), v) != choices.end())
+    return v;
+  std::string list(expected);
+  for (size_t i = 0; expected.empty() && i < choices.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + std::string(choices[i]);
+  return makeError(pass_ + ": unknown " + std::string(key) + " '" + v + "' (expected " + list +
+                   ")");
+}
+
 llvm::Expected<CostModel> costModelFromOptions(const PassOptions& opts) {
   auto spec = loadDeviceSpec(opts.getString("spec", "h100"));
   if (!spec)

@@ -28,6 +28,17 @@ public:
   std::string getString(std::string_view key, std::string dflt) const;
   llvm::Expected<double> getFloat(std::string_view key, double dflt) const;
   llvm::Expected<int64_t> getInt(std::string_view key, int64_t dflt) const;
+  /// An integer in lo..hi: "PASS: KEY must be in LO..HI, got V" otherwise
+  /// (">= LO" for hi = INT64_MAX).
+  llvm::Expected<int64_t> getIntIn(std::string_view key, int64_t dflt, int64_t lo,
+                                   int64_t hi) const;
+  /// 0 or 1 as a bool.
+  llvm::Expected<bool> getFlag(std::string_view key, bool dflt) const;
+  /// One of `choices`: "PASS: unknown KEY 'V' (expected A, B or C)"
+  /// otherwise, or `(expected)` in its place when given.
+  llvm::Expected<std::string> getChoice(std::string_view key, std::string dflt,
+                                        const std::vector<std::string_view>& choices,
+                                        std::string_view expected = {}) const;
 
 private:
   std::string pass_;

@@ -39,27 +39,22 @@ llvm::Expected<std::unique_ptr<Pass>> createPipelinePass(std::string_view option
   if (!opts)
     return opts.takeError();
   PipelineOptions o;
-  for (auto [key, field, lo] :
-       {std::tuple{"gpus", &o.gpus, int64_t{1}}, std::tuple{"stages", &o.stages, int64_t{1}},
-        std::tuple{"microbatches", &o.microbatches, int64_t{1}}}) {
-    auto v = opts->getInt(key, *field);
+  for (auto [key, field] : {std::pair{"gpus", &o.gpus}, std::pair{"stages", &o.stages},
+                            std::pair{"microbatches", &o.microbatches}}) {
+    auto v = opts->getIntIn(key, *field, 1, 4096);
     if (!v)
       return v.takeError();
-    if (*v < lo || *v > 4096)
-      return makeError(
-          llvm::formatv("pipeline: {0} must be in {1}..4096, got {2}", key, lo, *v).str());
     *field = *v;
   }
-  std::string schedule = opts->getString("schedule", "1f1b");
-  if (schedule != "1f1b" && schedule != "gpipe" && schedule != "zb-h1")
-    return makeError("pipeline: unknown schedule '" + schedule +
-                     "' (expected 1f1b, gpipe or zb-h1)");
-  o.gpipe = schedule == "gpipe";
-  o.zeroBubble = schedule == "zb-h1";
-  auto report = opts->getInt("report", 0);
+  auto schedule = opts->getChoice("schedule", "1f1b", {"1f1b", "gpipe", "zb-h1"});
+  if (!schedule)
+    return schedule.takeError();
+  o.gpipe = *schedule == "gpipe";
+  o.zeroBubble = *schedule == "zb-h1";
+  auto report = opts->getFlag("report", false);
   if (!report)
     return report.takeError();
-  o.report = *report != 0;
+  o.report = *report;
   auto cm = costModelFromOptions(*opts);
   if (!cm)
     return cm.takeError();

@@ -44,17 +44,6 @@ struct Task {
 /// waits for the next stage.
 constexpr int64_t kForwardTransferStream = 2, kBackwardTransferStream = 4;
 
-std::set<int64_t> devicesOf(const Op& op) {
-  if (!op.info().isCommunication())
-    return {opDevice(op)};
-  std::set<int64_t> devices;
-  for (unsigned i = 0; i < op.numOperands(); ++i)
-    devices.insert(operandDevice(op, i));
-  for (unsigned r = 0; r < op.numResults(); ++r)
-    devices.insert(valueDevice(op.result(r)).value_or(0));
-  return devices;
-}
-
 class Scheduler {
 public:
   Scheduler(Graph& g, Order order) : g_(g), order_(order) {}
@@ -427,11 +416,13 @@ llvm::Expected<std::unique_ptr<Pass>> createSchedulePass(std::string_view option
   auto opts = PassOptions::parse("schedule", options, "schedule", {"schedule"});
   if (!opts)
     return opts.takeError();
-  std::string kind = opts->getString("schedule", "1f1b");
+  auto kind = opts->getChoice("schedule", "1f1b", {"1f1b", "gpipe", "zb-h1"});
+  if (!kind)
+    return kind.takeError();
   for (Order o : {Order::OneFOneB, Order::GPipe, Order::ZeroBubbleH1})
-    if (kind == orderName(o))
+    if (*kind == orderName(o))
       return std::make_unique<SchedulePass>(o);
-  return makeError("schedule: unknown schedule '" + kind + "' (expected 1f1b, gpipe or zb-h1)");
+  return makeError("schedule: no order named '" + *kind + "'");
 }
 
 } // namespace lwcc

@@ -277,21 +277,18 @@ llvm::Expected<std::unique_ptr<Pass>> createStreamAssignPass(std::string_view op
   if (!parsed)
     return parsed.takeError();
   StreamAssignOptions o;
-  auto streams = parsed->getInt("streams", 2);
+  auto streams = parsed->getIntIn("streams", 2, 1, kMaxStreams);
   if (!streams)
     return streams.takeError();
-  if (*streams < 1 || *streams > kMaxStreams)
-    return makeError(
-        llvm::formatv("stream-assign: streams={0} is not in 1..{1}", *streams, kMaxStreams).str());
   o.streams = *streams;
-  std::string policy = parsed->getString("policy", "sim");
-  if (policy != "sim" && policy != "all")
-    return makeError("stream-assign: unknown policy '" + policy + "' (expected sim or all)");
-  o.simPolicy = policy == "sim";
-  auto report = parsed->getInt("report", 0);
+  auto policy = parsed->getChoice("policy", "sim", {"sim", "all"});
+  if (!policy)
+    return policy.takeError();
+  o.simPolicy = *policy == "sim";
+  auto report = parsed->getFlag("report", false);
   if (!report)
     return report.takeError();
-  o.report = *report != 0;
+  o.report = *report;
   auto cm = costModelFromOptions(*parsed);
   if (!cm)
     return cm.takeError();

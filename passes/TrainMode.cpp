@@ -159,11 +159,10 @@ llvm::Expected<std::unique_ptr<Pass>> createTrainModePass(std::string_view optio
   auto opts = PassOptions::parse("train-mode", options, "bn_running_var", {"bn_running_var"});
   if (!opts)
     return opts.takeError();
-  std::string var = opts->getString("bn_running_var", "unbiased");
-  if (var != "unbiased" && var != "biased")
-    return makeError("train-mode: unknown bn_running_var '" + var +
-                     "' (expected unbiased or biased)");
-  return std::make_unique<TrainModePass>(var == "unbiased");
+  auto var = opts->getChoice("bn_running_var", "unbiased", {"unbiased", "biased"});
+  if (!var)
+    return var.takeError();
+  return std::make_unique<TrainModePass>(*var == "unbiased");
 }
 
 } // namespace lwcc

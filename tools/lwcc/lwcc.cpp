@@ -66,10 +66,7 @@ llvm::Expected<double> buildWithPlan(Graph& g, const PlanChoice& plan, bool with
   auto pipeline = buildPipeline(trainingStepPipeline(o));
   if (!pipeline)
     return pipeline.takeError();
-  PassContext ctx;
-  ctx.diag = [&log](Severity sev, const Location& loc, const std::string& msg) {
-    printDiagnostic(log, sev, loc, msg);
-  };
+  PassContext ctx = PassContext::printingTo(log);
   double seconds = 0;
   PassRunOptions opts;
   opts.timePasses = timePasses ? &log : nullptr;
@@ -131,10 +128,7 @@ finishStep(Graph& g, TrainingPipelineOptions::Until until) {
   if (!pipeline)
     return pipeline.takeError();
   MemoryPlanStats stats;
-  PassContext ctx;
-  ctx.diag = [](Severity sev, const Location& loc, const std::string& msg) {
-    printDiagnostic(llvm::errs(), sev, loc, msg);
-  };
+  PassContext ctx = PassContext::printingTo(llvm::errs());
   ctx.memoryPlanStats = &stats;
   if (llvm::Error e = runPipeline(g, *pipeline, ctx))
     return e;

@@ -60,23 +60,26 @@ def tensor(name, elem, dims, floats=None, ints=None, raw=None):
     return t
 
 
-def relu_model(opset=13):
-    return model(
-        [helper.make_node("Relu", ["x"], ["y"], name="relu0")],
-        [vi("x", [2, 3])],
-        [vi("y", [2, 3])],
-        opset=opset,
-    )
+def xy_model(nodes, x=(2, 3), y=None, inits=(), opset=13):
+    """The model of `nodes` from the float input x of shape `x` to the output
+    y, whose value info is `y` (default: float, of x's shape)."""
+    y = vi("y", list(x)) if y is None else y
+    return model(nodes, [vi("x", list(x))], [y], inits, opset=opset)
+
+
+def relu_model(opset=13, x=(2, 3), y=None):
+    """y = Relu(x), as xy_model."""
+    return xy_model([helper.make_node("Relu", ["x"], ["y"], name="relu0")], x, y, opset=opset)
+
+
+def add_model(b, name="add0", shape=(2, 3), inits=()):
+    """y = x + b (the Add node `name`), as xy_model."""
+    return xy_model([helper.make_node("Add", ["x", b], ["y"], name=name)], shape, inits=inits)
 
 
 def add_init_model(init, shape):
     """y = x + init, with `init` a TensorProto named 'w'."""
-    return model(
-        [helper.make_node("Add", ["x", "w"], ["y"], name="add0")],
-        [vi("x", shape)],
-        [vi("y", shape)],
-        [init],
-    )
+    return add_model("w", shape=shape, inits=[init])
 
 
 # --- Files that are not (whole) ONNX models ------------------------------
@@ -141,81 +144,44 @@ def opset24(out):
 
 @case
 def unsupported_op(out):
-    save(
-        model(
-            [helper.make_node("Hardmax", ["x"], ["y"], name="hardmax0")],
-            [vi("x", [2, 3])],
-            [vi("y", [2, 3])],
-        ),
-        out,
-    )
+    save(xy_model([helper.make_node("Hardmax", ["x"], ["y"], name="hardmax0")]), out)
 
 
 @case
 def unsupported_domain(out):
-    m = model(
-        [helper.make_node("Gelu", ["x"], ["y"], name="gelu0", domain="com.microsoft")],
-        [vi("x", [2, 3])],
-        [vi("y", [2, 3])],
-    )
+    m = xy_model([helper.make_node("Gelu", ["x"], ["y"], name="gelu0", domain="com.microsoft")])
     m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     save(m, out)
 
 
 @case
 def undefined_tensor(out):
-    save(
-        model(
-            [helper.make_node("Add", ["x", "nowhere"], ["y"], name="add0")],
-            [vi("x", [2, 3])],
-            [vi("y", [2, 3])],
-        ),
-        out,
-    )
+    save(add_model("nowhere"), out)
 
 
 @case
 def cycle(out):
-    save(
-        model(
-            [
-                helper.make_node("Add", ["x", "b"], ["a"], name="first"),
-                helper.make_node("Relu", ["a"], ["b"], name="second"),
-                helper.make_node("Relu", ["a"], ["y"], name="third"),
-            ],
-            [vi("x", [2, 3])],
-            [vi("y", [2, 3])],
-        ),
-        out,
-    )
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["a"], name="first"),
+        helper.make_node("Relu", ["a"], ["b"], name="second"),
+        helper.make_node("Relu", ["a"], ["y"], name="third"),
+    ]
+    save(xy_model(nodes), out)
 
 
 @case
 def self_loop(out):
-    save(
-        model(
-            [helper.make_node("Add", ["x", "y"], ["y"], name="loop")],
-            [vi("x", [2, 3])],
-            [vi("y", [2, 3])],
-        ),
-        out,
-    )
+    save(add_model("y", name="loop"), out)
 
 
 @case
 def defined_twice(out):
-    save(
-        model(
-            [
-                helper.make_node("Relu", ["x"], ["t"], name="first"),
-                helper.make_node("Neg", ["x"], ["t"], name="second"),
-                helper.make_node("Relu", ["t"], ["y"], name="third"),
-            ],
-            [vi("x", [2, 3])],
-            [vi("y", [2, 3])],
-        ),
-        out,
-    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["t"], name="first"),
+        helper.make_node("Neg", ["x"], ["t"], name="second"),
+        helper.make_node("Relu", ["t"], ["y"], name="third"),
+    ]
+    save(xy_model(nodes), out)
 
 
 @case
@@ -250,12 +216,8 @@ def input_twice(out):
 
 def conv_model(attrs, x_shape=(1, 2, 5, 5), w_shape=(4, 2, 3, 3), y_shape=None):
     w = numpy_helper.from_array(np.ones(w_shape, np.float32), "w")
-    return model(
-        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv0", **attrs)],
-        [vi("x", list(x_shape))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
-        [w],
-    )
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="conv0", **attrs)
+    return xy_model([conv], x_shape, vi("y", y_shape), [w])
 
 
 @case
@@ -312,85 +274,63 @@ def maxpool_indices(out):
 @case
 def batchnorm_training(out):
     c = [numpy_helper.from_array(np.ones(3, np.float32), n) for n in ("s", "b", "m", "v")]
-    save(
-        model(
-            [
-                helper.make_node(
-                    "BatchNormalization",
-                    ["x", "s", "b", "m", "v"],
-                    ["y"],
-                    name="bn0",
-                    training_mode=1,
-                )
-            ],
-            [vi("x", [2, 3, 4, 4])],
-            [vi("y", [2, 3, 4, 4])],
-            c,
-            opset=15,
-        ),
-        out,
+    bn = helper.make_node(
+        "BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn0", training_mode=1
     )
+    save(xy_model([bn], [2, 3, 4, 4], inits=c, opset=15), out)
 
 
 # --- Initializer data ----------------------------------------------------
 
 
+def w_model(dims, **data):
+    """add_init_model of a float initializer 'w' built by hand: its `dims`
+    and data (tensor()'s floats or raw), with x of shape [2, 3]."""
+    return add_init_model(tensor("w", TensorProto.FLOAT, dims, **data), [2, 3])
+
+
 @case
 def negative_dim(out):
-    w = tensor("w", TensorProto.FLOAT, [2, -3])
-    save(add_init_model(w, [2, 3]), out)
+    save(w_model([2, -3]), out)
 
 
 @case
 def overflowing_dims(out):
-    w = tensor("w", TensorProto.FLOAT, [1 << 62, 1 << 62])
-    save(add_init_model(w, [2, 3]), out)
+    save(w_model([1 << 62, 1 << 62]), out)
 
 
 @case
 def zero_then_huge_dims(out):
     # 0 elements, but partial products (strides) of 2^62 x 2^62 still wrap.
-    w = tensor("w", TensorProto.FLOAT, [0, 1 << 62, 1 << 62])
-    save(add_init_model(w, [2, 3]), out)
+    save(w_model([0, 1 << 62, 1 << 62]), out)
 
 
 @case
 def huge_dims_no_data(out):
     # 2^20 x 2^20 floats claimed, no data: must fail before allocating.
-    w = tensor("w", TensorProto.FLOAT, [1 << 20, 1 << 20])
-    save(add_init_model(w, [2, 3]), out)
+    save(w_model([1 << 20, 1 << 20]), out)
 
 
 @case
 def raw_data_short(out):
-    w = tensor("w", TensorProto.FLOAT, [2, 3], raw=np.ones(5, np.float32).tobytes())
-    save(add_init_model(w, [2, 3]), out)
+    save(w_model([2, 3], raw=np.ones(5, np.float32).tobytes()), out)
 
 
 @case
 def raw_data_long(out):
-    w = tensor("w", TensorProto.FLOAT, [2, 3], raw=np.ones(7, np.float32).tobytes())
-    save(add_init_model(w, [2, 3]), out)
+    save(w_model([2, 3], raw=np.ones(7, np.float32).tobytes()), out)
 
 
 @case
 def float_data_count(out):
-    w = tensor("w", TensorProto.FLOAT, [2, 3], floats=[1.0, 2.0, 3.0, 4.0])
-    save(add_init_model(w, [2, 3]), out)
+    save(w_model([2, 3], floats=[1.0, 2.0, 3.0, 4.0]), out)
 
 
 @case
 def int64_data_count(out):
     shp = tensor("shp", TensorProto.INT64, [2], ints=[6])
-    save(
-        model(
-            [helper.make_node("Reshape", ["x", "shp"], ["y"], name="reshape0")],
-            [vi("x", [2, 3])],
-            [vi("y", [6])],
-            [shp],
-        ),
-        out,
-    )
+    reshape = helper.make_node("Reshape", ["x", "shp"], ["y"], name="reshape0")
+    save(xy_model([reshape], y=vi("y", [6]), inits=[shp]), out)
 
 
 @case
@@ -579,38 +519,17 @@ def runtime_shape_computed(out):
 
 @case
 def output_shape_mismatch(out):
-    save(
-        model(
-            [helper.make_node("Relu", ["x"], ["y"], name="relu0")],
-            [vi("x", [2, 3])],
-            [vi("y", [3, 2])],
-        ),
-        out,
-    )
+    save(relu_model(y=vi("y", [3, 2])), out)
 
 
 @case
 def output_rank_mismatch(out):
-    save(
-        model(
-            [helper.make_node("Relu", ["x"], ["y"], name="relu0")],
-            [vi("x", [2, 3])],
-            [vi("y", [2, 3, 1])],
-        ),
-        out,
-    )
+    save(relu_model(y=vi("y", [2, 3, 1])), out)
 
 
 @case
 def output_dtype_mismatch(out):
-    save(
-        model(
-            [helper.make_node("Relu", ["x"], ["y"], name="relu0")],
-            [vi("x", [2, 3])],
-            [vi("y", [2, 3], TensorProto.INT64)],
-        ),
-        out,
-    )
+    save(relu_model(y=vi("y", [2, 3], TensorProto.INT64)), out)
 
 
 @case
@@ -625,26 +544,12 @@ def output_undefined(out):
 
 @case
 def batch_size_dim(out):
-    save(
-        model(
-            [helper.make_node("Relu", ["x"], ["y"], name="relu0")],
-            [vi("x", ["batch_size", 3])],
-            [vi("y", ["batch_size", 3])],
-        ),
-        out,
-    )
+    save(relu_model(x=["batch_size", 3]), out)
 
 
 @case
 def unnamed_dim(out):
-    save(
-        model(
-            [helper.make_node("Relu", ["x"], ["y"], name="relu0")],
-            [vi("x", [None, 3])],
-            [vi("y", [None, 3])],
-        ),
-        out,
-    )
+    save(relu_model(x=[None, 3]), out)
 
 
 # --- Attribute tensors with external data --------------------------------
@@ -660,17 +565,11 @@ def constant_ext(out):
     for k, v in (("location", "const.bin"), ("offset", str(EXT_PAD)), ("length", "24")):
         e = t.external_data.add()
         e.key, e.value = k, v
-    save(
-        model(
-            [
-                helper.make_node("Constant", [], ["c"], name="const0", value=t),
-                helper.make_node("Add", ["x", "c"], ["y"], name="add0"),
-            ],
-            [vi("x", [2, 3])],
-            [vi("y", [2, 3])],
-        ),
-        out,
-    )
+    nodes = [
+        helper.make_node("Constant", [], ["c"], name="const0", value=t),
+        helper.make_node("Add", ["x", "c"], ["y"], name="add0"),
+    ]
+    save(xy_model(nodes), out)
 
 
 # --- Tensor encodings ----------------------------------------------------
@@ -726,7 +625,7 @@ def encodings(out):
         acc = t.name + "_sum"
         want = want + numpy_helper.to_array(t).astype(np.float64)
     nodes.append(helper.make_node("Identity", [acc], ["y"], name="out"))
-    save(model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], inits), out)
+    save(xy_model(nodes, inits=inits), out)
     write_io(out, [ENC_X], [want.astype(np.float32)])
 
 
