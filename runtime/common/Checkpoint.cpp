@@ -3,6 +3,8 @@
 // for the layout.
 #include "lwrt/checkpoint.h"
 
+#include "AtomicFile.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
@@ -25,8 +27,6 @@ constexpr uint64_t kChecksumBytes = 8;
 constexpr uint64_t kFnvPrime = 0x100000001b3ull;
 constexpr const char* kPrefix = "ckpt-";
 constexpr const char* kSuffix = ".lwckpt";
-
-std::string errnoText(int err) { return std::strerror(err); }
 
 std::string hex64(uint64_t v) {
   char buf[32];
@@ -119,20 +119,8 @@ private:
   static constexpr size_t kBufferBytes = 1 << 16;
 
   void writeAll(const unsigned char* p, size_t size) {
-    while (size > 0 && ok()) {
-      ssize_t n = ::write(fd_, p, size);
-      if (n < 0) {
-        if (errno != EINTR)
-          err_ = errno;
-        continue;
-      }
-      if (n == 0) {
-        err_ = EIO;
-        break;
-      }
-      p += n;
-      size -= static_cast<size_t>(n);
-    }
+    if (ok())
+      err_ = lwrt::writeAll(fd_, p, size);
   }
 
   int fd_;
@@ -167,11 +155,6 @@ std::string checkTensors(const std::vector<NamedTensor>& tensors, size_t rngByte
       return "the checkpoint would exceed 2^62 bytes";
   }
   return "";
-}
-
-std::string folderOf(const std::string& path) {
-  std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  return parent.empty() ? std::string(".") : parent.string();
 }
 
 /// Reads the whole file; "" or an error (without the path).
@@ -368,72 +351,38 @@ const CheckpointTensor* Checkpoint::find(const std::string& name) const {
 
 std::string writeCheckpoint(const std::string& path, const CheckpointState& state,
                             const std::vector<NamedTensor>& tensors) {
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](const std::string& what) { return path + ": cannot write checkpoint: " + what; };
   uint64_t payload = 0;
   if (std::string bad = checkTensors(tensors, state.rng.size(), payload); !bad.empty())
-    return fail(bad);
-
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return fail("cannot create " + tmp + ": " + errnoText(errno));
-  auto abandon = [&](const std::string& what) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return fail(what);
-  };
-
-  HashingWriter w(fd);
-  w.bytes(kMagic, sizeof kMagic);
-  w.u32(kCheckpointVersion);
-  w.u32(0);
-  w.u64(payload);
-  w.u64(state.fingerprint);
-  w.i64(state.step);
-  w.i64(state.epoch);
-  w.i64(state.batch);
-  w.u64(state.rng.size());
-  w.bytes(state.rng.data(), state.rng.size());
-  w.u64(tensors.size());
-  for (const NamedTensor& t : tensors) {
-    w.u32(static_cast<uint32_t>(t.name.size()));
-    w.bytes(t.name.data(), t.name.size());
-    w.u8(static_cast<uint8_t>(t.view.dtype));
-    w.u8(static_cast<uint8_t>(t.view.shape.size()));
-    for (int64_t d : t.view.shape)
-      w.i64(d);
-    uint64_t bytes = 0;
-    tensorBytes(t.view.dtype, t.view.shape, bytes); // checked above
-    w.u64(bytes);
-    w.bytes(t.view.data, static_cast<size_t>(bytes));
-  }
-  w.u64(w.hash());
-  w.flush();
-  if (!w.ok())
-    return abandon("writing " + tmp + ": " + errnoText(w.error()));
-  if (::fsync(fd) != 0)
-    return abandon("syncing " + tmp + ": " + errnoText(errno));
-  if (::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return fail("closing " + tmp + ": " + errnoText(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return fail("renaming " + tmp + ": " + errnoText(err));
-  }
-  // Make the rename durable. Some file systems cannot sync a folder (EINVAL).
-  const std::string dir = folderOf(path);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0)
-    return fail("written, but cannot open folder " + dir + " to sync it: " + errnoText(errno));
-  int rc = ::fsync(dfd);
-  int err = errno;
-  ::close(dfd);
-  if (rc != 0 && err != EINVAL)
-    return fail("written, but syncing folder " + dir + " failed: " + errnoText(err));
-  return "";
+    return path + ": cannot write checkpoint: " + bad;
+  return writeFileAtomically(path, "checkpoint", [&](int fd) {
+    HashingWriter w(fd);
+    w.bytes(kMagic, sizeof kMagic);
+    w.u32(kCheckpointVersion);
+    w.u32(0);
+    w.u64(payload);
+    w.u64(state.fingerprint);
+    w.i64(state.step);
+    w.i64(state.epoch);
+    w.i64(state.batch);
+    w.u64(state.rng.size());
+    w.bytes(state.rng.data(), state.rng.size());
+    w.u64(tensors.size());
+    for (const NamedTensor& t : tensors) {
+      w.u32(static_cast<uint32_t>(t.name.size()));
+      w.bytes(t.name.data(), t.name.size());
+      w.u8(static_cast<uint8_t>(t.view.dtype));
+      w.u8(static_cast<uint8_t>(t.view.shape.size()));
+      for (int64_t d : t.view.shape)
+        w.i64(d);
+      uint64_t bytes = 0;
+      tensorBytes(t.view.dtype, t.view.shape, bytes); // checked above
+      w.u64(bytes);
+      w.bytes(t.view.data, static_cast<size_t>(bytes));
+    }
+    w.u64(w.hash());
+    w.flush();
+    return w.ok() ? 0 : w.error();
+  });
 }
 
 std::string writeCheckpoint(const std::string& path, const Checkpoint& checkpoint) {

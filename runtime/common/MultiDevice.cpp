@@ -4,6 +4,7 @@
 #include "MultiDevice.h"
 
 #include "Cluster.h"
+#include "Trainer.h"
 
 #include <algorithm>
 #include <cstring>
@@ -13,19 +14,8 @@ namespace lwrt {
 
 namespace {
 
-int64_t bytesOf(DType t, const std::vector<int64_t>& shape) {
-  int64_t n = dtypeSize(t);
-  for (int64_t d : shape)
-    n *= d;
-  return n;
-}
-
-int64_t numelOf(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
-}
+using trainer::bytesOf;
+using trainer::numelOf;
 
 /// The shape of placement `pl` of `p`.
 std::vector<int64_t> placedShape(const ParamInfo& p, const ParamPlacement& pl) {

@@ -6,6 +6,8 @@
 // padded with spaces and a newline, then the array's bytes in C order.
 #include "lwrt/npy.h"
 
+#include "Trainer.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -183,13 +185,6 @@ std::vector<int64_t> squeezed(std::vector<int64_t>::const_iterator first,
     if (*first != 1)
       out.push_back(*first);
   return out;
-}
-
-int64_t product(const std::vector<int64_t>& v) {
-  int64_t n = 1;
-  for (int64_t d : v)
-    n *= d;
-  return n;
 }
 
 const char* typeName(DType t) {
@@ -376,12 +371,13 @@ std::unique_ptr<NpyInputs> NpyInputs::open(const std::string& dir, const std::st
     // Per example: the file's shape after its first dimension against the
     // input's after the batch dimension.
     const std::vector<int64_t> want(in.shape.begin() + 1, in.shape.end());
-    c.elements = product(want);
+    c.elements = trainer::numelOf(want);
     const bool fits =
         !a.shape.empty() &&
         (squeezed(a.shape.begin() + 1, a.shape.end()) == squeezed(want.begin(), want.end()) ||
          ((a.shape.size() <= 2 || want.size() <= 1) &&
-          product(std::vector<int64_t>(a.shape.begin() + 1, a.shape.end())) == c.elements));
+          trainer::numelOf(std::vector<int64_t>(a.shape.begin() + 1, a.shape.end())) ==
+              c.elements));
     if (!fits) {
       std::vector<int64_t> expect = want;
       expect.insert(expect.begin(), a.shape.empty() ? 0 : a.shape[0]);

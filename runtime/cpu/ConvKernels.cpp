@@ -11,6 +11,7 @@
 #include "Common.h"
 #include "Dnnl.h"
 #include "lwrt/cpu_nn.h"
+#include "lwrt/kernel_checks.h"
 
 #include <algorithm>
 #include <cstring>
@@ -31,31 +32,6 @@ using tag = dnnl::memory::format_tag;
 using dims = dnnl::memory::dims;
 
 /// The geometry of one convolution, checked against the views.
-struct ConvGeom {
-  int64_t N, C, H, W, M, Cg, KH, KW, OH, OW, G, Mg;
-  int64_t K() const { return Cg * KH * KW; } // rows of a column matrix
-  int64_t P() const { return OH * OW; }      // its columns
-};
-
-bool convGeom(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
-              const std::vector<int64_t>& ys, const Conv2dParams& p, ConvGeom& g) {
-  if (xs.size() != 4 || ws.size() != 4 || ys.size() != 4 || p.group < 1)
-    return false;
-  g = {xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3], p.group, 0};
-  if (g.M % g.G != 0 || g.Cg * g.G != g.C || ys[0] != g.N || ys[1] != g.M)
-    return false;
-  for (int i = 0; i < 2; ++i) {
-    int64_t in = xs[2 + i], k = ws[2 + i], s = p.strides[i], d = p.dilations[i];
-    if (s < 1 || d < 1 || k < 1 || p.pads[i] < 0 || p.pads[i + 2] < 0)
-      return false;
-    int64_t room = in + p.pads[i] + p.pads[i + 2] - (d * (k - 1) + 1);
-    if (room < 0 || ys[2 + i] != room / s + 1)
-      return false;
-  }
-  g.Mg = g.M / g.G;
-  return true;
-}
-
 //===--- oneDNN -----------------------------------------------------------===//
 
 enum KernelId : int64_t { kConvForward = 1, kConvBackwardData, kConvBackwardWeights };

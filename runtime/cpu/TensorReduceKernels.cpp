@@ -37,21 +37,9 @@ bool reduce(const TensorView& x, const TensorView& y, const ReduceParams& p, boo
   if (x.layout != Layout::RowMajor)
     return reduceBlocked(x, y, p, mean);
   int64_t rank = x.rank();
-  std::vector<bool> reduced(rank, !p.axes);
-  if (p.axes)
-    for (int64_t a : *p.axes) {
-      int64_t d = a < 0 ? a + rank : a;
-      if (d < 0 || d >= rank || reduced[d])
-        return false;
-      reduced[d] = true;
-    }
+  std::vector<bool> reduced;
   std::vector<int64_t> want;
-  for (int64_t d = 0; d < rank; ++d)
-    if (!reduced[d])
-      want.push_back(x.shape[d]);
-    else if (p.keepdims)
-      want.push_back(1);
-  if (x.dtype != y.dtype || y.shape != want)
+  if (!reducedDims(x.shape, p, reduced, want) || x.dtype != y.dtype || y.shape != want)
     return false;
   // Each output sums its inputs in row-major order (float runs of contiguous
   // inputs in four interleaved partial sums), the outputs spread over the

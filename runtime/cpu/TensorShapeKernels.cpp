@@ -89,18 +89,8 @@ bool readIndices(const TensorView& t, int64_t n, Dims& out) {
 bool gatherNdPlan(const Dims& data, const TensorView& indices, int64_t b, const Dims& out,
                   Dims& from, int64_t& inner) {
   const Dims& is = indices.shape;
-  int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(is.size());
-  if (indices.dtype != DType::I64 || q < 1 || b < 0 || b >= std::min(r, q))
-    return false;
-  int64_t k = is.back();
-  if (k < 1 || b + k > r)
-    return false;
-  for (int64_t d = 0; d < b; ++d)
-    if (data[d] != is[d])
-      return false;
-  Dims want(is.begin(), is.end() - 1);
-  want.insert(want.end(), data.begin() + b + k, data.end());
-  if (want != out)
+  int64_t k = gatherNdDepth(data, indices, b, out);
+  if (k == 0)
     return false;
   inner = shapeProduct(data, static_cast<size_t>(b + k));
   int64_t block = shapeProduct(data, static_cast<size_t>(b));
@@ -439,26 +429,7 @@ bool pad(const TensorView& x, const TensorView& y, const PadParams& p) {
     return false;
   return dispatchBytes(x.dtype, [&](auto tag) {
     using U = decltype(tag);
-    // The constant's bits in the element type.
-    U fill{};
-    double v = p.value;
-    auto put = [&](auto value) {
-      static_assert(sizeof(value) == sizeof(U));
-      std::memcpy(&fill, &value, sizeof(U));
-    };
-    if constexpr (sizeof(U) == 8) {
-      if (x.dtype == DType::F64)
-        put(v);
-      else
-        put(static_cast<int64_t>(v));
-    } else if constexpr (sizeof(U) == 4) {
-      if (x.dtype == DType::F32)
-        put(static_cast<float>(v));
-      else
-        put(static_cast<int32_t>(static_cast<int64_t>(v)));
-    } else if constexpr (sizeof(U) == 1) {
-      put(static_cast<uint8_t>(static_cast<int64_t>(v) != 0));
-    }
+    const U fill = padFillBits<U>(x.dtype, p.value);
     const U* xs = x.as<U>();
     U* ys = y.as<U>();
     int64_t n = y.numel();

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "cuda/Context.h"
+#include "lwrt/kernel_checks.h"
 #include "lwrt/nn_params.h"
 #include "lwrt/tensor.h"
 
@@ -21,16 +22,6 @@
 #include <vector>
 
 namespace lwrt::cuda {
-
-/// The geometry of one convolution, checked against the views.
-struct ConvGeom {
-  int64_t N, C, H, W, M, Cg, KH, KW, OH, OW, G;
-};
-
-/// Fills `g` from the shapes of x, w and y; false when they or the
-/// attributes do not fit together.
-bool convGeom(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
-              const std::vector<int64_t>& ys, const Conv2dParams& p, ConvGeom& g);
 
 enum class ConvDir : int64_t { Forward, BackwardData, BackwardFilter };
 

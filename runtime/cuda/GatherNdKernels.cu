@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 #include "cuda/Context.h"
 #include "lwrt/cuda_tensor.h"
+#include "lwrt/kernel_checks.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -41,45 +42,21 @@ struct NdGeom {
   int64_t tuples = 0, perBatch = 1, cells = 1, inner = 1;
 };
 
-std::string shapeString(const Dims& s) {
-  std::string out = "[";
-  for (size_t d = 0; d < s.size(); ++d)
-    out += (d ? "," : "") + std::to_string(s[d]);
-  return out + "]";
-}
-
-int64_t product(const Dims& s, size_t from, size_t to) {
-  int64_t n = 1;
-  for (size_t d = from; d < std::min(to, s.size()); ++d)
-    n *= s[d];
-  return n;
-}
-
 /// The geometry of a gather_nd from `data` with `indices` to `out`; false
 /// when the shapes do not fit.
 bool ndGeom(const Dims& data, const TensorView& indices, int64_t b, const Dims& out, NdGeom& g) {
   const Dims& is = indices.shape;
-  int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(is.size());
-  if (indices.dtype != DType::I64 || q < 1 || b < 0 || b >= std::min(r, q))
-    return false;
-  int64_t k = is.back();
-  if (k < 1 || k > kMaxIndexDims || b + k > r)
-    return false;
-  for (int64_t d = 0; d < b; ++d)
-    if (data[d] != is[d])
-      return false;
-  Dims want(is.begin(), is.end() - 1);
-  want.insert(want.end(), data.begin() + b + k, data.end());
-  if (want != out)
+  int64_t k = gatherNdDepth(data, indices, b, out);
+  if (k == 0 || k > kMaxIndexDims)
     return false;
   g.k = static_cast<int>(k);
   for (int64_t j = 0; j < k; ++j)
     g.dims[j] = data[b + j];
-  g.tuples = product(is, 0, is.size() - 1);
-  int64_t batches = product(data, 0, static_cast<size_t>(b));
+  g.tuples = shapeProduct(is, 0, is.size() - 1);
+  int64_t batches = shapeProduct(data, 0, static_cast<size_t>(b));
   g.perBatch = batches ? g.tuples / batches : 1;
-  g.cells = product(data, static_cast<size_t>(b), static_cast<size_t>(b + k));
-  g.inner = product(data, static_cast<size_t>(b + k), data.size());
+  g.cells = shapeProduct(data, static_cast<size_t>(b), static_cast<size_t>(b + k));
+  g.inner = shapeProduct(data, static_cast<size_t>(b + k), data.size());
   return true;
 }
 

@@ -170,27 +170,13 @@ bool launchReduce(const TensorView& x, const TensorView& y, int64_t m, const Wal
 bool reduce(const char* op, const TensorView& x, const TensorView& y, const ReduceParams& p,
             bool mean) {
   int64_t rank = x.rank();
-  std::vector<bool> reduced(rank, !p.axes);
-  if (p.axes)
-    for (int64_t a : *p.axes) {
-      int64_t d = a < 0 ? a + rank : a;
-      if (d < 0 || d >= rank || reduced[d])
-        return LWRT_REJECT(op, "axis " + std::to_string(a) + " is out of range or repeated for " +
-                                   describe(x));
-      reduced[d] = true;
-    }
+  std::vector<bool> reduced;
   Dims want, keptShape, keptStride, redShape, redStride, xst = rowMajorStrides(x.shape);
+  if (!reducedDims(x.shape, p, reduced, want))
+    return LWRT_REJECT(op, "an axis is out of range or repeated for " + describe(x));
   for (int64_t d = 0; d < rank; ++d) {
-    if (!reduced[d]) {
-      want.push_back(x.shape[d]);
-      keptShape.push_back(x.shape[d]);
-      keptStride.push_back(xst[d]);
-    } else {
-      if (p.keepdims)
-        want.push_back(1);
-      redShape.push_back(x.shape[d]);
-      redStride.push_back(xst[d]);
-    }
+    (reduced[d] ? redShape : keptShape).push_back(x.shape[d]);
+    (reduced[d] ? redStride : keptStride).push_back(xst[d]);
   }
   if (x.dtype != y.dtype || y.shape != want || !isNumeric(x.dtype))
     return LWRT_REJECT(op, "cannot reduce " + describe(x) + " to " + describe(y));

@@ -475,26 +475,7 @@ bool pad(const TensorView& x, const TensorView& y, const PadParams& p) {
   }
   return dispatchBytes(x.dtype, [&](auto tag) {
     using U = decltype(tag);
-    // The constant's bits in the element type, as the CPU backend makes them.
-    U fill{};
-    double v = p.value;
-    auto put = [&](auto value) {
-      static_assert(sizeof(value) == sizeof(U));
-      std::memcpy(&fill, &value, sizeof(U));
-    };
-    if constexpr (sizeof(U) == 8) {
-      if (x.dtype == DType::F64)
-        put(v);
-      else
-        put(static_cast<int64_t>(v));
-    } else if constexpr (sizeof(U) == 4) {
-      if (x.dtype == DType::F32)
-        put(static_cast<float>(v));
-      else
-        put(static_cast<int32_t>(static_cast<int64_t>(v)));
-    } else if constexpr (sizeof(U) == 1) {
-      put(static_cast<uint8_t>(static_cast<int64_t>(v) != 0));
-    }
+    const U fill = padFillBits<U>(x.dtype, p.value);
     cudaStream_t s = context().stream;
     if (total <= kSmallIndex)
       padKernel<<<blocksFor(total), kThreads, 0, s>>>(

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "RandomChoices.h"
 #include "TestUtil.h"
 #include "passes/GradCheck.h"
 #include "passes/Pass.h"
@@ -43,31 +44,13 @@ inline llvm::Error runPassesOn(Graph& g, const std::vector<std::string>& names,
   return runPipeline(g, *pipeline, ctx);
 }
 
-class GradCase {
+class GradCase : public RandomChoices {
 public:
-  explicit GradCase(uint64_t seed) : rng_(seed * 0x9E3779B97F4A7C15ull + 12345), b_(g_) {}
+  explicit GradCase(uint64_t seed) : RandomChoices(seed * 0x9E3779B97F4A7C15ull + 12345), b_(g_) {}
   GradCase(const GradCase&) = delete;
   GradCase& operator=(const GradCase&) = delete;
 
   //===--- Random choices -------------------------------------------------===//
-
-  int64_t randInt(int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
-  }
-  double uniform(double lo, double hi) {
-    return std::uniform_real_distribution<double>(lo, hi)(rng_);
-  }
-  bool coin() { return randInt(0, 1) == 1; }
-  /// A shape of rank in [minRank, maxRank] with dims in [1, maxDim].
-  Shape randShape(int64_t minRank, int64_t maxRank, int64_t maxDim = 4) {
-    Shape s(randInt(minRank, maxRank));
-    for (int64_t& d : s)
-      d = randInt(1, maxDim);
-    return s;
-  }
-  /// `axis` of a rank-`rank` tensor, spelled negatively half of the time.
-  int64_t spellAxis(int64_t axis, int64_t rank) { return coin() ? axis - rank : axis; }
-  std::mt19937_64& rng() { return rng_; }
 
   //===--- Operands -------------------------------------------------------===//
 
@@ -242,7 +225,6 @@ public:
 
 private:
   Graph g_{"gradcheck"};
-  std::mt19937_64 rng_;
   Builder b_;
   WeightMap weights_;
   std::vector<Value*> results_;
@@ -262,6 +244,22 @@ template <typename Fn> void forSeeds(int numSeeds, Fn body) {
       std::printf("  %s\n", c.description().c_str());
     c.check();
   }
+}
+
+/// A reduction's x (rank 1 to 4) and its axes attribute: seeds 1 and 2
+/// reduce every axis (no attribute), the others a random non-empty subset
+/// (in random order with `shuffle`), noted in the case.
+inline std::pair<Shape, std::vector<NamedAttr>> randReduction(GradCase& c, int seed, bool shuffle) {
+  Shape xs = c.randShape(1, 4);
+  std::vector<NamedAttr> attrs;
+  if (seed > 2) {
+    Ints axes = c.randAxes(static_cast<int64_t>(xs.size()));
+    if (shuffle)
+      std::shuffle(axes.begin(), axes.end(), c.rng());
+    attrs.push_back({"axes", axes});
+    c.noteInts("axes", axes);
+  }
+  return {xs, attrs};
 }
 
 } // namespace lwcc::test

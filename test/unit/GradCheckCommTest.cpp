@@ -31,6 +31,24 @@ Ints randSizes(GradCase& c, int64_t p, int64_t total) {
   return sizes;
 }
 
+/// A collective that splits a tensor along an axis: 2 or 3 devices, a
+/// shape of rank 1 to 3 and one of its axes (noted in the case).
+struct Split {
+  int64_t p;
+  Ints devs;
+  Shape s;
+  int64_t axis;
+};
+Split splitCase(GradCase& c) {
+  Split k;
+  k.p = c.randInt(2, 3);
+  k.devs = randDevices(c, k.p);
+  k.s = c.randShape(1, 3);
+  k.axis = c.randInt(0, static_cast<int64_t>(k.s.size()) - 1);
+  c.noteInts("devices", k.devs).noteShape("shape", k.s).note("axis ").note(k.axis);
+  return k;
+}
+
 TEST(GradCheckComm, AllReduce) {
   forSeeds(6, [](GradCase& c, int) {
     int64_t p = c.randInt(2, 3), tensors = c.randInt(1, 2);
@@ -53,11 +71,7 @@ TEST(GradCheckComm, AllReduce) {
 
 TEST(GradCheckComm, AllGatherAndReduceScatter) {
   forSeeds(6, [](GradCase& c, int seed) {
-    int64_t p = c.randInt(2, 3);
-    Ints devs = randDevices(c, p);
-    Shape s = c.randShape(1, 3);
-    int64_t axis = c.randInt(0, static_cast<int64_t>(s.size()) - 1);
-    c.noteInts("devices", devs).noteShape("shape", s).note("axis ").note(axis);
+    auto [p, devs, s, axis] = splitCase(c);
     if (seed % 2) {
       std::vector<Value*> shards;
       for (int64_t d : devs) {
@@ -112,11 +126,7 @@ TEST(GradCheckComm, BroadcastReduceToAndCopy) {
 
 TEST(GradCheckComm, ShardAndUnshard) {
   forSeeds(6, [](GradCase& c, int seed) {
-    int64_t p = c.randInt(2, 3);
-    Ints devs = randDevices(c, p);
-    Shape s = c.randShape(1, 3);
-    int64_t axis = c.randInt(0, static_cast<int64_t>(s.size()) - 1);
-    c.noteInts("devices", devs).noteShape("shape", s).note("axis ").note(axis);
+    auto [p, devs, s, axis] = splitCase(c);
     if (seed % 2) {
       s[axis] += p; // room for every device
       Ints sizes = randSizes(c, p, s[axis]);

@@ -70,20 +70,7 @@ TEST(GradCheck, Cos) {
 
 void checkNorm(OpKind kind, Dist dist) {
   forSeeds(6, [&](GradCase& c, int seed) {
-    Shape xs = c.randShape(1, 4);
-    int64_t rank = static_cast<int64_t>(xs.size());
-    std::vector<NamedAttr> attrs;
-    // Seeds 1 and 2 reduce every axis; the others a random non-empty subset.
-    if (seed > 2) {
-      Ints axes;
-      for (int64_t d = 0; d < rank; ++d)
-        if (c.coin())
-          axes.push_back(c.spellAxis(d, rank));
-      if (axes.empty())
-        axes.push_back(c.spellAxis(c.randInt(0, rank - 1), rank));
-      attrs.push_back({"axes", axes});
-      c.noteInts("axes", axes);
-    }
+    auto [xs, attrs] = randReduction(c, seed, false);
     int64_t keep = seed % 2;
     attrs.push_back({"keepdims", keep});
     c.noteShape("x", xs).note("keepdims ").note(keep);

@@ -66,21 +66,7 @@ TEST(GradCheck, Pow) {
 
 void checkReduce(OpKind kind) {
   forSeeds(6, [&](GradCase& c, int seed) {
-    Shape xs = c.randShape(1, 4);
-    int64_t rank = static_cast<int64_t>(xs.size());
-    std::vector<NamedAttr> attrs;
-    // Seeds 1 and 2 reduce every axis; the others a random non-empty subset.
-    if (seed > 2) {
-      Ints axes;
-      for (int64_t d = 0; d < rank; ++d)
-        if (c.coin())
-          axes.push_back(c.spellAxis(d, rank));
-      if (axes.empty())
-        axes.push_back(c.spellAxis(c.randInt(0, rank - 1), rank));
-      std::shuffle(axes.begin(), axes.end(), c.rng());
-      attrs.push_back({"axes", axes});
-      c.noteInts("axes", axes);
-    }
+    auto [xs, attrs] = randReduction(c, seed, true);
     int64_t keep = seed % 2;
     if (keep == 0 || c.coin()) // keepdims = 1 is the default
       attrs.push_back({"keepdims", keep});

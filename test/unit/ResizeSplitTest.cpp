@@ -8,13 +8,9 @@
 // of every param.
 //
 //===----------------------------------------------------------------------===//
-#include "TestUtil.h"
-#include "interp/Interpreter.h"
-#include "passes/Pass.h"
+#include "SplitStepCase.h"
 
 #include <gtest/gtest.h>
-#include <map>
-#include <random>
 
 using namespace lwcc;
 using namespace lwcc::test;
@@ -43,69 +39,18 @@ graph @net(%x: f32[2,3,5,5] @data, %label: i64[2] @label) {
 }
 )";
 
-Tensor randomTensor(const TensorType& t, std::mt19937& rng) {
-  Tensor x(t);
-  std::uniform_real_distribution<double> u(-1, 1);
-  for (double& v : x.f)
-    v = u(rng);
-  return x;
-}
-
-bool run(Graph& g, std::vector<std::string> names) {
-  auto pipeline = buildPipeline(names);
-  EXPECT_TRUE(bool(pipeline));
-  if (!pipeline) {
-    llvm::consumeError(pipeline.takeError());
-    return false;
-  }
-  PassContext ctx;
-  if (llvm::Error e = runPipeline(g, *pipeline, ctx)) {
-    ADD_FAILURE() << llvm::toString(std::move(e));
-    return false;
-  }
-  return true;
-}
-
 TEST(ResizeSplit, SplitsAlongEveryDimComputeTheOneDeviceStep) {
-  auto one = parseOk(kNet);
-  auto many = parseOk(kNet);
-  ASSERT_TRUE(one && many);
-  ASSERT_TRUE(run(*one, {"autodiff", "verify"}));
-  ASSERT_TRUE(run(*many, {"materialize", "autodiff", "grad-sync", "verify"}));
+  SplitStep step = buildSplitStep(kNet);
+  ASSERT_TRUE(step.one && step.many);
 
   // The pieces know their place: the bilinear 5 -> 8 split over w reads
   // input columns [0, 3) and [2, 5) (a one-column halo each side).
-  std::string printed = printGraph(*many);
+  std::string printed = printGraph(*step.many);
   EXPECT_NE(printed.find("in_offsets = [0, 0, 0, 2]"), std::string::npos) << printed;
   EXPECT_NE(printed.find("out_offsets = [0, 0, 0, 4]"), std::string::npos) << printed;
   EXPECT_NE(printed.find("resize_grad"), std::string::npos) << printed;
 
-  std::mt19937 rng(11);
-  WeightMap weights;
-  for (const auto& p : one->params())
-    weights[p->paramName()] = randomTensor(p->type(), rng);
-  std::vector<Tensor> inputs = {randomTensor(one->inputs()[0]->type(), rng),
-                                Tensor(one->inputs()[1]->type())};
-  inputs[1].i = {4, 1};
-  auto a = interpret(*one, inputs, weights, Precision::F64);
-  auto b = interpret(*many, inputs, weights, Precision::F64);
-  ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
-  ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
-  EXPECT_NEAR((*a)[0].f[0], (*b)[0].f[0], 1e-12);
-  std::map<std::string, const Tensor*> expected;
-  for (size_t o = 1; o < one->outputs().size(); ++o)
-    expected[one->outputGradOf(o)->paramName()] = &(*a)[o];
-  size_t compared = 0;
-  for (size_t o = 1; o < many->outputs().size(); ++o) {
-    const Value* p = many->outputGradOf(o);
-    const Tensor& want = *expected.at(p->paramName());
-    const Tensor& got = (*b)[o];
-    ASSERT_EQ(want.f.size(), got.f.size()) << p->name();
-    for (size_t k = 0; k < want.f.size(); ++k)
-      ASSERT_NEAR(want.f[k], got.f[k], 1e-10) << p->name() << "[" << k << "]";
-    ++compared;
-  }
-  EXPECT_EQ(compared, 2u);
+  EXPECT_EQ(expectSameStep(step, 11, {4, 1}), 2u);
 }
 
 TEST(ResizeSplit, APieceWhoseTapsLeaveItsOperandIsRejected) {

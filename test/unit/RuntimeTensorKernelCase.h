@@ -9,6 +9,7 @@
 // results exactly, dropout masks bit for bit.
 #pragma once
 
+#include "RandomChoices.h"
 #include "TestUtil.h"
 #include "interp/Eval.h"
 #include "interp/Interpreter.h"
@@ -92,29 +93,15 @@ inline rt::SliceParams sliceParams(const Op& op) {
 }
 
 /// One op on random data, checked against the oracle.
-class KCase {
+class KCase : public RandomChoices {
 public:
   KCase(uint64_t seed, DType dtype)
-      : rng_(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(dtype) * 977 + 1), b_(g_),
-        dtype_(dtype) {
+      : RandomChoices(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(dtype) * 977 + 1),
+        b_(g_), dtype_(dtype) {
     desc_ = "seed " + std::to_string(seed) + " dtype " + std::string(dtypeName(dtype)) + ": ";
   }
 
   DType dtype() const { return dtype_; }
-  int64_t randInt(int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
-  }
-  double uniform(double lo, double hi) {
-    return std::uniform_real_distribution<double>(lo, hi)(rng_);
-  }
-  bool coin() { return randInt(0, 1) == 1; }
-  Shape randShape(int64_t minRank, int64_t maxRank, int64_t maxDim = 4) {
-    Shape s(randInt(minRank, maxRank));
-    for (int64_t& d : s)
-      d = randInt(1, maxDim);
-    return s;
-  }
-  int64_t spellAxis(int64_t axis, int64_t rank) { return coin() ? axis - rank : axis; }
   void note(const std::string& s) { desc_ += s + " "; }
 
   enum class Dist { Normal, Positive, AwayFromZero, Unit, NearOne };
@@ -260,7 +247,6 @@ private:
     }
   }
 
-  std::mt19937_64 rng_;
   Graph g_;
   Builder b_;
   DType dtype_;

@@ -227,16 +227,20 @@ TEST(RuntimeZooKernel, PRelu) {
   });
 }
 
+/// A shape that broadcasts to `out`: a random suffix of it, each dim 1
+/// a third of the time.
+Shape broadcastPart(Case& c, const Shape& out) {
+  Shape s(out.begin() + c.randInt(0, static_cast<int64_t>(out.size())), out.end());
+  for (int64_t& d : s)
+    if (c.randInt(0, 2) == 0)
+      d = 1;
+  return s;
+}
+
 TEST(RuntimeZooKernel, MaxAndMin) {
   forCases({DType::F32, DType::F64, DType::I64, DType::I32}, [](Case& c) {
     Shape out = c.randShape(0, 4);
-    auto part = [&] {
-      Shape s(out.begin() + c.randInt(0, static_cast<int64_t>(out.size())), out.end());
-      for (int64_t& d : s)
-        if (c.randInt(0, 2) == 0)
-          d = 1;
-      return s;
-    };
+    auto part = [&] { return broadcastPart(c, out); };
     for (bool isMax : {true, false}) {
       Shape sa = part(), sb = part();
       auto fwd = isMax ? rt::maximum : rt::minimum;
@@ -260,13 +264,7 @@ TEST(RuntimeZooKernel, MaxAndMin) {
 TEST(RuntimeZooKernel, CompareAndWhere) {
   forCases({DType::F32, DType::F64, DType::I64, DType::I32}, [](Case& c) {
     Shape out = c.randShape(0, 4);
-    auto part = [&] {
-      Shape s(out.begin() + c.randInt(0, static_cast<int64_t>(out.size())), out.end());
-      for (int64_t& d : s)
-        if (c.randInt(0, 2) == 0)
-          d = 1;
-      return s;
-    };
+    auto part = [&] { return broadcastPart(c, out); };
     for (const char* kind : lwrt::kCompareKindNames) {
       Shape sa = part(), sb = part();
       lwrt::CompareParams p;

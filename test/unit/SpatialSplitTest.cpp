@@ -7,14 +7,9 @@
 // the same loss and the same gradient of every param.
 //
 //===----------------------------------------------------------------------===//
-#include "TestUtil.h"
-#include "interp/Interpreter.h"
-#include "passes/Pass.h"
+#include "SplitStepCase.h"
 
-#include <cmath>
 #include <gtest/gtest.h>
-#include <map>
-#include <random>
 
 using namespace lwcc;
 using namespace lwcc::test;
@@ -40,73 +35,21 @@ graph @net(%x: f32[2,2,11,10] @data, %label: i64[2] @label) {
 }
 )";
 
-Tensor randomTensor(const TensorType& t, std::mt19937& rng) {
-  Tensor x(t);
-  std::uniform_real_distribution<double> u(-1, 1);
-  for (double& v : x.f)
-    v = u(rng);
-  return x;
-}
-
 TEST(SpatialSplit, HeightAndWidthSplitsComputeTheOneDeviceStep) {
   std::string text = kNet;
   // The fully connected layer reads 4*3*4 = 48 features.
   text.replace(text.find("f32[5,60]"), 9, "f32[5,48]");
-  auto one = parseOk(text);
-  auto many = parseOk(text);
-  ASSERT_TRUE(one && many);
-  auto run = [](Graph& g, std::vector<std::string> names) {
-    auto pipeline = buildPipeline(names);
-    EXPECT_TRUE(bool(pipeline));
-    if (!pipeline) {
-      llvm::consumeError(pipeline.takeError());
-      return false;
-    }
-    PassContext ctx;
-    if (llvm::Error e = runPipeline(g, *pipeline, ctx)) {
-      ADD_FAILURE() << llvm::toString(std::move(e));
-      return false;
-    }
-    return true;
-  };
-  ASSERT_TRUE(run(*one, {"autodiff", "verify"}));
-  ASSERT_TRUE(run(*many, {"materialize", "autodiff", "grad-sync", "verify"}));
+  SplitStep step = buildSplitStep(text);
+  ASSERT_TRUE(step.one && step.many);
 
   // Halos: the stride-1 convolution's shards read one row beyond their
   // share on each inner side; only the outer sides are padded.
-  std::string printed = printGraph(*many);
+  std::string printed = printGraph(*step.many);
   EXPECT_NE(printed.find("device_copy"), std::string::npos) << printed;
   EXPECT_NE(printed.find("pads = [0, 1, 1, 1]"), std::string::npos) << printed;
   EXPECT_NE(printed.find("pads = [1, 1, 0, 1]"), std::string::npos) << printed;
 
-  std::mt19937 rng(7);
-  WeightMap weights;
-  for (const auto& p : one->params())
-    weights[p->paramName()] = randomTensor(p->type(), rng);
-  std::vector<Tensor> inputs = {randomTensor(one->inputs()[0]->type(), rng),
-                                Tensor(one->inputs()[1]->type())};
-  inputs[1].i = {3, 1};
-  auto a = interpret(*one, inputs, weights, Precision::F64);
-  auto b = interpret(*many, inputs, weights, Precision::F64);
-  ASSERT_TRUE(bool(a)) << llvm::toString(a.takeError());
-  ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
-  EXPECT_NEAR((*a)[0].f[0], (*b)[0].f[0], 1e-12);
-
-  std::map<std::string, const Tensor*> expected;
-  for (size_t o = 1; o < one->outputs().size(); ++o)
-    expected[one->outputGradOf(o)->paramName()] = &(*a)[o];
-  size_t compared = 0;
-  for (size_t o = 1; o < many->outputs().size(); ++o) {
-    const Value* p = many->outputGradOf(o);
-    ASSERT_TRUE(p->shard().empty()) << p->name(); // every param whole here
-    const Tensor& want = *expected.at(p->paramName());
-    const Tensor& got = (*b)[o];
-    ASSERT_EQ(want.f.size(), got.f.size()) << p->name();
-    for (size_t k = 0; k < want.f.size(); ++k)
-      ASSERT_NEAR(want.f[k], got.f[k], 1e-10) << p->name() << "[" << k << "]";
-    ++compared;
-  }
-  EXPECT_GE(compared, 4u);
+  EXPECT_GE(expectSameStep(step, 7, {3, 1}), 4u);
 }
 
 TEST(SpatialSplit, PoolInCeilModeIsNotSplitOverHeight) {

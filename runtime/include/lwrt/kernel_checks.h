@@ -2,7 +2,9 @@
 // defines: dispatchFloat, dispatchNumeric, dispatchValue, dispatchInt, dispatchBytes,
 //          isFloat, isNumeric, isInt, is16, sameLayout, shapeString, describe,
 //          rowMajorStrides, broadcastStrides, broadcastsTo, shapeProduct, normAxis,
-//          broadcastShape, broadcastIndexOf, rowMajor, fillValue, LayerRows, layerRows
+//          broadcastShape, broadcastIndexOf, rowMajor, fillValue, ConvGeom, convGeom,
+//          reducedDims, gatherNdDepth, padFillBits,
+//          LayerRows, layerRows
 //
 // The CPU kernels (runtime/cpu) and the host side of the CUDA kernels
 // (runtime/cuda) check their operands and pick the C++ element type the
@@ -11,12 +13,14 @@
 #pragma once
 
 #include "activation_math.h"
+#include "nn_params.h"
 #include "tensor.h"
 #include "tensor_params.h"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <numeric>
@@ -195,6 +199,103 @@ template <typename T> T fillValue(const FillParams& p, int64_t k, DType t) {
     int64_t v = p.ivalue.size() == 1 ? p.ivalue[0] : p.ivalue[k];
     return t == DType::Bool ? static_cast<T>(v != 0) : static_cast<T>(v);
   }
+}
+
+/// A 2-D convolution's sizes: x [N, C, H, W], w [M, Cg, KH, KW] in G
+/// groups of Mg filters, y [N, M, OH, OW].
+struct ConvGeom {
+  int64_t N, C, H, W, M, Cg, KH, KW, OH, OW, G, Mg;
+  int64_t K() const { return Cg * KH * KW; } // rows of a column matrix
+  int64_t P() const { return OH * OW; }      // its columns
+};
+
+/// Fills `g` from the shapes of x, w and y; false when they or the
+/// attributes do not fit together.
+inline bool convGeom(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
+                     const std::vector<int64_t>& ys, const Conv2dParams& p, ConvGeom& g) {
+  if (xs.size() != 4 || ws.size() != 4 || ys.size() != 4 || p.group < 1)
+    return false;
+  g = {xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3], p.group, 0};
+  if (g.M % g.G != 0 || g.Cg * g.G != g.C || ys[0] != g.N || ys[1] != g.M)
+    return false;
+  for (int i = 0; i < 2; ++i) {
+    int64_t in = xs[2 + i], k = ws[2 + i], s = p.strides[i], d = p.dilations[i];
+    if (s < 1 || d < 1 || k < 1 || p.pads[i] < 0 || p.pads[i + 2] < 0)
+      return false;
+    int64_t room = in + p.pads[i] + p.pads[i + 2] - (d * (k - 1) + 1);
+    if (room < 0 || ys[2 + i] != room / s + 1)
+      return false;
+  }
+  g.Mg = g.M / g.G;
+  return true;
+}
+
+/// Which of x's `rank` dims a reduce with `p` takes away (p.axes, negative
+/// ones counted from the end; every dim without axes) in `reduced`, and the
+/// shape of its result in `want`; false when an axis is out of range or
+/// repeated.
+inline bool reducedDims(const std::vector<int64_t>& x, const ReduceParams& p,
+                        std::vector<bool>& reduced, std::vector<int64_t>& want) {
+  int64_t rank = static_cast<int64_t>(x.size());
+  reduced.assign(x.size(), !p.axes);
+  if (p.axes)
+    for (int64_t a : *p.axes) {
+      int64_t d = a < 0 ? a + rank : a;
+      if (d < 0 || d >= rank || reduced[d])
+        return false;
+      reduced[d] = true;
+    }
+  want.clear();
+  for (int64_t d = 0; d < rank; ++d)
+    if (!reduced[d])
+      want.push_back(x[d]);
+    else if (p.keepdims)
+      want.push_back(1);
+  return true;
+}
+
+/// gather_nd's index depth k (the last dim of `indices`) when reading
+/// `data` with `indices` over `b` batch dims gives a result of shape
+/// `out`; 0 when the shapes or the index type do not fit.
+inline int64_t gatherNdDepth(const std::vector<int64_t>& data, const TensorView& indices, int64_t b,
+                             const std::vector<int64_t>& out) {
+  const std::vector<int64_t>& is = indices.shape;
+  int64_t r = static_cast<int64_t>(data.size()), q = static_cast<int64_t>(is.size());
+  if (indices.dtype != DType::I64 || q < 1 || b < 0 || b >= std::min(r, q))
+    return 0;
+  int64_t k = is.back();
+  if (k < 1 || b + k > r)
+    return 0;
+  for (int64_t d = 0; d < b; ++d)
+    if (data[d] != is[d])
+      return 0;
+  std::vector<int64_t> want(is.begin(), is.end() - 1);
+  want.insert(want.end(), data.begin() + b + k, data.end());
+  return want == out ? k : 0;
+}
+
+/// Pad's constant `v` as the bits of an element of `t`, U being the
+/// unsigned-width type dispatchBytes chose for it (zero for 16-bit types).
+template <typename U> U padFillBits(DType t, double v) {
+  U fill{};
+  auto put = [&](auto value) {
+    static_assert(sizeof(value) == sizeof(U));
+    std::memcpy(&fill, &value, sizeof(U));
+  };
+  if constexpr (sizeof(U) == 8) {
+    if (t == DType::F64)
+      put(v);
+    else
+      put(static_cast<int64_t>(v));
+  } else if constexpr (sizeof(U) == 4) {
+    if (t == DType::F32)
+      put(static_cast<float>(v));
+    else
+      put(static_cast<int32_t>(static_cast<int64_t>(v)));
+  } else if constexpr (sizeof(U) == 1) {
+    put(static_cast<uint8_t>(static_cast<int64_t>(v) != 0));
+  }
+  return fill;
 }
 
 /// Layer norm's x as [rows, n]: the dims before the axis, and the ones

@@ -1,23 +1,17 @@
 // lwrt/lr_schedule.h - the learning-rate schedule, one formula for every backend
-// defines: LWRT_HOST_DEVICE, LrScheduleKind, LrScheduleParams, scheduledLr
+// defines: LrScheduleKind, LrScheduleParams, scheduledLr
 //
 // The reference interpreter (interp/TrainOps.cpp), the CPU and CUDA kernels
 // of lr_schedule and the trainer's log all call scheduledLr, so the rate a
 // step trains with is computed by one piece of code. Header-only and free of
-// other lwrt headers: lwcc's own libraries include it from the source tree,
-// and under nvcc it compiles for the host and the device.
+// other lwrt headers but host_device.h: lwcc's own libraries include it from
+// the source tree, and under nvcc it compiles for the host and the device.
 #pragma once
+
+#include "host_device.h"
 
 #include <math.h>
 #include <stdint.h>
-
-#ifndef LWRT_HOST_DEVICE
-#if defined(__CUDACC__)
-#define LWRT_HOST_DEVICE __host__ __device__
-#else
-#define LWRT_HOST_DEVICE
-#endif
-#endif
 
 namespace lwrt {
 

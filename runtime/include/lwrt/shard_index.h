@@ -1,5 +1,5 @@
 // lwrt/shard_index.h - where an element of a shard sits in the whole tensor, one definition
-// defines: LWRT_HOST_DEVICE, kShardMaxRank, ShardIndex, makeShardIndex
+// defines: kShardMaxRank, ShardIndex, makeShardIndex
 //
 // A multi-device step computes pieces of a tensor on each device: a piece
 // is the box of the whole tensor that starts at `offsets` and has the
@@ -8,20 +8,14 @@
 // map a piece's row-major index k to the whole tensor's with
 // ShardIndex::global. The reference interpreter (interp/TrainOps.cpp) and
 // the CPU and CUDA dropout kernels all call it, so the three cannot
-// disagree. Header-only and free of other lwrt headers: lwcc's own
-// libraries include it from the source tree, and under nvcc it compiles
-// for the host and the device.
+// disagree. Header-only and free of other lwrt headers but host_device.h:
+// lwcc's own libraries include it from the source tree, and under nvcc it
+// compiles for the host and the device.
 #pragma once
 
-#include <stdint.h>
+#include "host_device.h"
 
-#ifndef LWRT_HOST_DEVICE
-#if defined(__CUDACC__)
-#define LWRT_HOST_DEVICE __host__ __device__
-#else
-#define LWRT_HOST_DEVICE
-#endif
-#endif
+#include <stdint.h>
 
 namespace lwrt {
 

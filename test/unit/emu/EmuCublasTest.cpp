@@ -6,6 +6,7 @@
 // NaN C), TF32 rounding where cuBLAS applies it and nowhere else, and each
 // refusal once. Values are small integers or dyadic fractions wherever a
 // result is compared bit for bit, so that the direct computation is exact.
+#include "EmuTestUtil.h"
 #include "lwrt/bf16.h"
 #include "lwrt/f16.h"
 
@@ -20,18 +21,8 @@
 
 namespace {
 
-template <typename T> T* toDevice(const std::vector<T>& h) {
-  void* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, h.size() * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return static_cast<T*>(p);
-}
-
-template <typename T> std::vector<T> toHost(const T* d, size_t n) {
-  std::vector<T> h(n);
-  EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return h;
-}
+using lwemu_test::toDevice;
+using lwemu_test::toHost;
 
 /// Small integers in [-4, 4]: every product and sum below is exact in float32.
 std::vector<float> smallInts(size_t n, unsigned seed) {
@@ -261,30 +252,22 @@ TEST(EmuCublas, StridedBatchedEachType) {
             << "batch " << q << " at " << i;
     }
   };
-  { // float32
-    float *a = toDevice(ha), *bb = toDevice(hb), *c = toDevice(hc);
-    float alpha = 1, beta = 0.5f;
-    ASSERT_EQ(cublasSgemmStridedBatched(b.h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, a, m, sa,
-                                        bb, k, sb, &beta, c, m, sc, batch),
+  // float32 and float64: T's gemm on copies of the operands.
+  auto typed = [&](auto zero, auto gemm) {
+    using T = decltype(zero);
+    std::vector<T> ta(ha.begin(), ha.end()), tb(hb.begin(), hb.end()), tc(hc.begin(), hc.end());
+    T *a = toDevice(ta), *bb = toDevice(tb), *c = toDevice(tc);
+    T alpha = 1, beta = T(0.5);
+    ASSERT_EQ(gemm(b.h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, a, m, sa, bb, k, sb, &beta, c, m,
+                   sc, batch),
               CUBLAS_STATUS_SUCCESS);
-    auto got = toHost(c, hc.size());
+    auto got = toHost(c, tc.size());
     check([&](long long i) { return got[static_cast<size_t>(i)]; }, 0.5);
     for (void* p : {(void*)a, (void*)bb, (void*)c})
       cudaFree(p);
-  }
-  { // float64
-    std::vector<double> da(ha.begin(), ha.end()), db(hb.begin(), hb.end()),
-        dc(hc.begin(), hc.end());
-    double *a = toDevice(da), *bb = toDevice(db), *c = toDevice(dc);
-    double alpha = 1, beta = 0.5;
-    ASSERT_EQ(cublasDgemmStridedBatched(b.h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, a, m, sa,
-                                        bb, k, sb, &beta, c, m, sc, batch),
-              CUBLAS_STATUS_SUCCESS);
-    auto got = toHost(c, dc.size());
-    check([&](long long i) { return got[static_cast<size_t>(i)]; }, 0.5);
-    for (void* p : {(void*)a, (void*)bb, (void*)c})
-      cudaFree(p);
-  }
+  };
+  typed(0.0f, cublasSgemmStridedBatched);
+  typed(0.0, cublasDgemmStridedBatched);
   for (cudaDataType t : {CUDA_R_16BF, CUDA_R_16F}) { // 16-bit, exact for small integers
     auto to = [&](const std::vector<float>& v) {
       std::vector<uint16_t> out;

@@ -8,6 +8,7 @@
 // count mismatch, a rank that never calls, and two communicators issued in
 // opposite orders from two threads.
 #include "Emu.h"
+#include "EmuTestUtil.h"
 #include "lwrt/bf16.h"
 #include "lwrt/f16.h"
 
@@ -75,16 +76,11 @@ struct Clique {
 
 template <typename T> T* onDevice(int device, const std::vector<T>& h) {
   cudaSetDevice(device);
-  void* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, h.size() * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return static_cast<T*>(p);
+  return lwemu_test::toDevice(h);
 }
 
 template <typename T> std::vector<T> fromDevice(const T* p, size_t n) {
-  std::vector<T> h(n);
-  EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return h;
+  return lwemu_test::toHost(p, n);
 }
 
 /// Rank r's input: distinct per rank and element, exact in float32.
