@@ -56,9 +56,16 @@ Two exporter styles are modelled (see Builder):
 The torchvision networks built with it are in torchvision_graphs.py.
 """
 
+import os
+import sys
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tools", "models"))
+from layers import unique_name  # noqa: E402  (tools/models/layers.py)
 
 
 def _pair(v):
@@ -119,12 +126,7 @@ class Builder:
 
     # ------------------------------------------------------------- naming
     def _unique(self, base, sep="_"):
-        name, i = base, 1
-        while name in self.used:
-            name = f"{base}{sep}{i}"
-            i += 1
-        self.used.add(name)
-        return name
+        return unique_name(self.used, base, sep)
 
     @staticmethod
     def _ts_scope(scope):

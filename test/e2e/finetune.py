@@ -17,9 +17,7 @@ Also: a --freeze pattern that matches no param is a compile error naming it
 """
 import gzip
 import os
-import shutil
 import sys
-import tempfile
 
 import numpy as np
 import onnx
@@ -59,8 +57,7 @@ def remapped_idx(dst):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="lwcc-finetune-")
-    try:
+    with harness.scratch("lwcc-finetune-") as tmp:
         model = os.path.join(tmp, "lenet.onnx")
         r = run([sys.executable, GEN, "lenet", "--batch", "32", "-o", model])
         if r.returncode:
@@ -101,17 +98,13 @@ def main():
                f"unchanged: {sorted(set(fcs) - set(moved))}")
 
         r = run([LWCC, pre, "--target=cpu", "--freeze=conv*,head.*", "--emit=train-ir"])
-        report(r.returncode == 1 and "'head.*' matches no trainable parameter" in r.stderr,
-               "a --freeze pattern that matches nothing: exit 1 naming it",
-               f"exit {r.returncode}: {r.stderr[-500:]}")
+        harness.exits_with(r, 1, "a --freeze pattern that matches nothing: exit 1 naming it",
+                           "'head.*' matches no trainable parameter")
         r = run([LWCC, pre, "--target=cpu", "--freeze-bn", "--emit=train-ir"])
-        report(r.returncode == 2 and "--freeze-bn needs --freeze" in r.stderr,
-               "--freeze-bn without --freeze: exit 2", f"exit {r.returncode}: {r.stderr[-500:]}")
+        harness.exits_with(r, 2, "--freeze-bn without --freeze: exit 2",
+                           "--freeze-bn needs --freeze")
         r = run([ft, "--data=synthetic", "--steps=1", "--label-smoothing=1.5"])
-        report(r.returncode == 2 and "--label-smoothing" in r.stderr,
-               "the trainer's --label-smoothing=1.5: exit 2", f"exit {r.returncode}: {r.stderr[-500:]}")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        harness.exits_with(r, 2, "the trainer's --label-smoothing=1.5: exit 2", "--label-smoothing")
     return harness.finish()
 
 

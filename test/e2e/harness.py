@@ -20,11 +20,13 @@ by hand).
 `run` runs a command with a time limit (a command that outlives it comes
 back with exit status 124 and says so on stderr); `check_output` raises
 CommandError, naming the command, when the status is not the one expected.
-Beside them what several suites do: generate a zoo model (`generate`), build
-a trainer from emitted source (`build_cpu_trainer`, `build_emulated_trainer`),
-write a seeded batch (`write_batch`), run the interpreter's steps
-(`reference_steps`), kill a trainer at its first checkpoint; and compare
-(`rel_error`, `close`, `losses_within`, `step_problems`, `files_differ`).
+Beside them what several suites do: work in a temporary folder (`scratch`),
+generate a zoo model (`generate`), build a trainer from emitted source
+(`build_cpu_trainer`, `build_emulated_trainer`), write a seeded batch
+(`write_batch`), run the interpreter's steps (`reference_steps`), kill a
+trainer at its first checkpoint; compare (`rel_error`, `close`,
+`losses_within`, `step_problems`, `files_differ`); and record a command's
+refusal (`exits_with`).
 
 Run as a script, it writes the same JSON for tools/dev.sh's other suites
 and reads a result back:
@@ -37,12 +39,15 @@ and reads a result back:
     harness.py write SUITE PASSED FAILED OUT [FAILING...]
     harness.py summary OUT                    "PASSED FAILED [K skipped]" on one line
 """
+import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -110,6 +115,17 @@ def zoo_models():
     r = run([sys.executable, GEN, "--list"])
     return [line.split()[0] for line in r.stdout.splitlines()
             if line and not line.startswith(" ")]
+
+
+@contextlib.contextmanager
+def scratch(prefix):
+    """A new temporary folder (its name starting with `prefix`), removed with
+    all in it when the block ends, however it ends."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def build_all(cases, key, make, jobs=2):
@@ -372,6 +388,14 @@ skip = results.skip
 case = results.case
 check = results.check
 finish = results.finish
+
+
+def exits_with(r, code, name, *texts, tail=500):
+    """Records the case `name`: the finished command `r` exited with `code`,
+    each of `texts` in its stderr (else its exit status and the last `tail`
+    characters of its stderr). Returns whether it passed."""
+    return record(r.returncode == code and all(t in r.stderr for t in texts), name,
+                  f"exit {r.returncode}: {r.stderr[-tail:]}")
 
 
 # --- other tools' results, for tools/dev.sh ------------------------------------

@@ -182,6 +182,15 @@ def compare(name, ref, got):
            f"{name}: --export bit-identical", "the exports differ")
 
 
+def ended_nonzero(ended, text, words, name):
+    """Records the case `name` (the seconds taken after it): the job ended
+    (`ended`: (rc or None, seconds), as end_within gives) with a non-zero
+    status, `words` in its output `text`."""
+    rc, took = ended
+    report(rc not in (None, 0) and words in text, f"{name} ({took:.1f} s)",
+           f"rc {rc}: {text[-800:]}")
+
+
 def faults(exe, tmp):
     """The killed, hung, diverging and refused runs of one trainer (lenet owt)."""
     base = os.path.join(tmp, "faults")
@@ -195,10 +204,8 @@ def faults(exe, tmp):
     kept = os.path.join(work, "kept.lwckpt")
     ended, text = signal_rank_1(exe, work, [], signal.SIGKILL, kept)
     if ended:
-        rc, took = ended
-        report(rc not in (None, 0) and "rank 1" in text,
-               f"rank 1 killed: every process ends non-zero within {BOUND} s and the "
-               f"output names rank 1 ({took:.1f} s)", f"rc {rc}: {text[-800:]}")
+        ended_nonzero(ended, text, "rank 1", f"rank 1 killed: every process ends non-zero "
+                      f"within {BOUND} s and the output names rank 1")
     else:
         report(False, "rank 1 killed", "no step-3 checkpoint: " + text[-800:])
     ck = os.path.join(work, "ck")
@@ -225,10 +232,8 @@ def faults(exe, tmp):
     ended, text = signal_rank_1(exe, os.path.join(base, "hung"), ["--peer-timeout=5"],
                                 signal.SIGSTOP)
     if ended:
-        rc, took = ended
-        report(rc not in (None, 0) and "rank 1 is lost" in text,
-               f"rank 1 stopped (--peer-timeout=5): the job ends non-zero within {BOUND} s, "
-               f"naming rank 1 ({took:.1f} s)", f"rc {rc}: {text[-800:]}")
+        ended_nonzero(ended, text, "rank 1 is lost", "rank 1 stopped (--peer-timeout=5): the job "
+                      f"ends non-zero within {BOUND} s, naming rank 1")
     else:
         report(False, "rank 1 stopped", text[-800:])
 
@@ -240,11 +245,10 @@ def faults(exe, tmp):
         p = subprocess.Popen(command(2, exe, ["--steps=100", "--lr=1e30"]), cwd=work,
                              stdout=out, stderr=subprocess.STDOUT, env=environment())
         try:
-            rc, took = end_within(p, exe, BOUND)
+            ended = end_within(p, exe, BOUND)
             text = open(os.path.join(work, "out.txt")).read()
-            report(rc not in (None, 0) and "not a finite number" in text,
-                   f"a non-finite loss stops every process, non-zero, within {BOUND} s "
-                   f"({took:.1f} s)", f"rc {rc}: {text[-800:]}")
+            ended_nonzero(ended, text, "not a finite number",
+                          f"a non-finite loss stops every process, non-zero, within {BOUND} s")
         finally:
             cleanup(p, exe)
 

@@ -30,9 +30,7 @@ running statistics move. Ends with "N passed, M failed".
 import concurrent.futures
 import json
 import os
-import shutil
 import sys
-import tempfile
 
 import harness
 import multi_device_trainer as md
@@ -108,8 +106,7 @@ def freeze_bn(tmp):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="lwcc-recipes-")
-    try:
+    with harness.scratch("lwcc-recipes-") as tmp:
         model = os.path.join(tmp, "lenet.onnx")
         if not harness.generate("lenet", model):
             return harness.finish()
@@ -168,8 +165,6 @@ def main():
                                f"lenet recipes {c[0]} --gpus {c[1]} --strategy={c[2]}: first loss "
                                f"within {md.LOSS_TOL} relative", f"{b} vs {a}")
         freeze_bn(tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return harness.finish()
 
 

@@ -24,9 +24,7 @@ Ends with the line "N passed, M failed".
 """
 import os
 import re
-import shutil
 import sys
-import tempfile
 
 import numpy as np
 
@@ -59,8 +57,7 @@ def same_bits(name, ref, got):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="lwcc-recompute-")
-    try:
+    with harness.scratch("lwcc-recompute-") as tmp:
         models = ("lenet", "resnet18", "inception")
         for m in models:
             if not harness.generate(m, os.path.join(tmp, f"{m}.onnx"), batch=8):
@@ -110,10 +107,8 @@ def main():
                    f"{again} bytes vs {keep}", f"{keep} -> {again} bytes")
         r = run([LWCC, os.path.join(tmp, "lenet.onnx"), "--recompute=some", "--emit=plan",
                  "-o", os.devnull])
-        report(r.returncode == 2 and "--recompute=some is not one of: none, all, auto" in r.stderr,
-               "--recompute=some: exit 2 naming the choices", f"exit {r.returncode}: {r.stderr[-300:]}")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        harness.exits_with(r, 2, "--recompute=some: exit 2 naming the choices",
+                           "--recompute=some is not one of: none, all, auto", tail=300)
     return harness.finish()
 
 

@@ -43,9 +43,7 @@ Ends with the line "N passed, M failed".
 import argparse
 import os
 import re
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -220,15 +218,12 @@ def main():
     ap.add_argument("--skip-trainers", action="store_true")
     ap.add_argument("--skip-sweep", action="store_true")
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="lwcc-streams-")
-    try:
+    with harness.scratch("lwcc-streams-") as tmp:
         if not args.skip_trainers:
             trainers(tmp)
         if not args.skip_sweep:
             sweep(tmp)
         waits_matter(tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return harness.finish()
 
 

@@ -692,18 +692,18 @@ def tensorboard_cases(tmp, model):
     tb_steps = {s: v for s, _, v in events[1:] if "train/loss" in v}
     tb_evals = {s: v for s, _, v in events[1:] if "eval/accuracy" in v}
     bad = []
-    for s, x in steps.items():
-        v = tb_steps.get(s, {})
-        for tag, key in (("train/loss", "loss"), ("train/lr", "lr"),
-                         ("train/grad_norm", "grad_norm")):
-            if not same_float32(v.get(tag), x.get(key)):
-                bad.append(f"step {s} {tag}: {v.get(tag)} vs {x.get(key)}")
-    for s, x in evals.items():
-        v = tb_evals.get(s, {})
-        for tag, key in (("eval/accuracy", "accuracy"), ("eval/top5", "top5"),
-                         ("eval/loss", "loss")):
-            if not same_float32(v.get(tag), x.get(key)):
-                bad.append(f"eval at {s} {tag}: {v.get(tag)} vs {x.get(key)}")
+    # (the log's records by step, the events' values by step, (event tag,
+    # log key) pairs, how a mismatch names the step)
+    for logged, tb, tags, at in (
+            (steps, tb_steps, (("train/loss", "loss"), ("train/lr", "lr"),
+                               ("train/grad_norm", "grad_norm")), "step"),
+            (evals, tb_evals, (("eval/accuracy", "accuracy"), ("eval/top5", "top5"),
+                               ("eval/loss", "loss")), "eval at")):
+        for s, x in logged.items():
+            v = tb.get(s, {})
+            for tag, key in tags:
+                if not same_float32(v.get(tag), x.get(key)):
+                    bad.append(f"{at} {s} {tag}: {v.get(tag)} vs {x.get(key)}")
     report(len(tb_steps) == len(steps) == 6 and len(tb_evals) == len(evals) >= 2 and not bad,
            "--tensorboard: train/loss, train/lr, train/grad_norm and eval/accuracy, top5, loss "
            "are the JSONL log's values at its steps",

@@ -104,6 +104,20 @@ def build_emulated(src, prefix):
     return harness.build_emulated_trainer(src, ["-fsanitize=thread", "-g1", "-O0"], prefix)
 
 
+def built(r, lwcc_case, build_step, build_case):
+    """Whether lwcc's run `r` succeeded and then build_step() (a build of
+    what it emitted) did too; the first that failed is recorded as the case
+    lwcc_case (with lwcc's stderr) or build_case (with the build's output)."""
+    if r.returncode:
+        report(False, lwcc_case, r.stderr[-1000:])
+        return False
+    r = build_step()
+    if r.returncode:
+        report(False, build_case, (r.stdout + r.stderr)[-2000:])
+        return False
+    return True
+
+
 def losses(workdir):
     """The losses of the steps a trainer logged to workdir/log.jsonl."""
     out = []
@@ -127,12 +141,8 @@ def emulated_cases(tmp, prefix):
         src = os.path.join(tmp, "emu" + "".join(extra).replace("=", ""))
         r = run([LWCC, onnx_path, "--target=cuda", *parallel, *extra, "--emit=source",
                  "-o", src])
-        if r.returncode:
-            report(False, f"{name}: lwcc", r.stderr[-1000:])
-            continue
-        r = build_emulated(src, prefix)
-        if r.returncode:
-            report(False, f"{name}: build with -fsanitize=thread", (r.stdout + r.stderr)[-2000:])
+        if not built(r, f"{name}: lwcc", lambda: build_emulated(src, prefix),
+                     f"{name}: build with -fsanitize=thread"):
             continue
         work = os.path.join(src, "run")
         os.makedirs(work)
@@ -144,11 +154,8 @@ def emulated_cases(tmp, prefix):
             intact = losses(work)
     # The scheduled IR with device 0's wait before its optimizer deleted.
     name = "emulated GPU: lenet --gpus 4 --strategy=data"
-    bad = os.path.join(tmp, "emu-deleted-wait.lwir")
-    event, error = without_wait(onnx_path, "cuda", parallel, delete_update_wait,
-                                os.path.join(tmp, "emu-step.lwir"), bad)
-    if error:
-        report(False, f"{name}: --emit=scheduled-ir", error)
+    bad, event = without_wait(onnx_path, "cuda", parallel, delete_update_wait, tmp, "emu-", name)
+    if bad is None:
         return
     bsrc = os.path.join(tmp, "emu-deleted-wait")
     r = run([LWCC, onnx_path, "--target=cuda", f"--step-ir={bad}", "--emit=source", "-o", bsrc])
@@ -158,12 +165,8 @@ def emulated_cases(tmp, prefix):
            f"exit {r.returncode}: {r.stderr[-1500:]}")
     r = run([LWCC, onnx_path, "--target=cuda", f"--step-ir={bad}", "--no-verify-schedule",
              "--emit=source", "-o", bsrc])
-    if r.returncode:
-        report(False, f"{name} without wait {event}: lwcc --no-verify-schedule", r.stderr[-1000:])
-        return
-    r = build_emulated(bsrc, prefix)
-    if r.returncode:
-        report(False, f"{name} without wait {event}: build", (r.stdout + r.stderr)[-2000:])
+    if not built(r, f"{name} without wait {event}: lwcc --no-verify-schedule",
+                 lambda: build_emulated(bsrc, prefix), f"{name} without wait {event}: build"):
         return
     if intact is None:
         report(False, f"{name} without wait {event}: no losses of the intact trainer to compare")
@@ -189,19 +192,24 @@ def emulated_cases(tmp, prefix):
            f"intact trainer's {intact}; stderr tail: {r.stderr[-1500:]}")
 
 
-def without_wait(onnx_path, target, parallel, delete, ir_path, bad):
-    """Writes to `bad` the scheduled IR of onnx_path (lwcc --emit=scheduled-ir
-    with the flags `parallel`, into ir_path) with the wait that `delete` (IR
-    -> (IR, event)) takes out; (event, error)."""
+def without_wait(onnx_path, target, parallel, delete, tmp, tag, name):
+    """Writes to tmp/TAGdeleted-wait.lwir the scheduled IR of onnx_path (lwcc
+    --emit=scheduled-ir with the flags `parallel`, into tmp/TAGstep.lwir) with
+    the wait that `delete` (IR -> (IR, event)) takes out; (that file, the
+    event), or (None, None) with the case "NAME: --emit=scheduled-ir" failed
+    when lwcc fails."""
+    ir_path = os.path.join(tmp, tag + "step.lwir")
+    bad = os.path.join(tmp, tag + "deleted-wait.lwir")
     r = run([LWCC, onnx_path, f"--target={target}", *parallel, "--emit=scheduled-ir",
              "-o", ir_path])
     if r.returncode:
-        return None, r.stderr[-1000:]
+        report(False, f"{name}: --emit=scheduled-ir", r.stderr[-1000:])
+        return None, None
     with open(ir_path) as f:
         broken, event = delete(f.read())
     with open(bad, "w") as f:
         f.write(broken)
-    return event, ""
+    return bad, event
 
 
 def delete_update_wait(ir):
@@ -266,15 +274,11 @@ def main():
             parallel = ["--gpus=4", f"--strategy={strategy}", "--bucket-bytes=20000"]
             threads = 8 if strategy else 2
             src = os.path.join(tmp, f"{model}-{strategy}-src")
+            out = os.path.join(tmp, f"{model}-{strategy}-build")
             r = run([LWCC, onnx_path, "--target=cpu", *(parallel if strategy else []),
                      *extra, "--emit=source", "-o", src])
-            if r.returncode:
-                report(False, f"{name}: lwcc", r.stderr[-1000:])
-                continue
-            out = os.path.join(tmp, f"{model}-{strategy}-build")
-            r = build(src, out, prefix)
-            if r.returncode:
-                report(False, f"{name}: build with -fsanitize=thread", (r.stdout + r.stderr)[-2000:])
+            if not built(r, f"{name}: lwcc", lambda: build(src, out, prefix),
+                         f"{name}: build with -fsanitize=thread"):
                 continue
             r = train(os.path.join(out, "trainer"), tmp, threads=threads)
             clean = r.returncode == 0 and "ThreadSanitizer" not in r.stderr
@@ -290,11 +294,8 @@ def main():
             if (model, strategy) != ("lenet", "data"):
                 continue
             # The same step with one event wait deleted from its scheduled IR.
-            bad = os.path.join(tmp, "deleted-wait.lwir")
-            event, error = without_wait(onnx_path, "cpu", parallel, delete_wait,
-                                        os.path.join(tmp, "step.lwir"), bad)
-            if error:
-                report(False, f"{name}: --emit=scheduled-ir", error)
+            bad, event = without_wait(onnx_path, "cpu", parallel, delete_wait, tmp, "", name)
+            if bad is None:
                 continue
             bsrc = os.path.join(tmp, "deleted-event-src")
             # Compile time: lwcc proves the schedule before building anything.
@@ -307,15 +308,11 @@ def main():
                             "refuses the schedule, naming the unordered ops",
                    f"exit {r.returncode}: {r.stderr[-1500:]}")
             # Run time: built without the proof, ThreadSanitizer sees the race.
+            bout = os.path.join(tmp, "deleted-event-build")
             r = run([LWCC, onnx_path, "--target=cpu", f"--step-ir={bad}", "--no-verify-schedule",
                      "--emit=source", "-o", bsrc])
-            if r.returncode:
-                report(False, "deleted wait: lwcc --no-verify-schedule", r.stderr[-1000:])
-                continue
-            bout = os.path.join(tmp, "deleted-event-build")
-            r = build(bsrc, bout, prefix)
-            if r.returncode:
-                report(False, "deleted event: build", (r.stdout + r.stderr)[-2000:])
+            if not built(r, "deleted wait: lwcc --no-verify-schedule",
+                         lambda: build(bsrc, bout, prefix), "deleted event: build"):
                 continue
             # ThreadSanitizer sees a race when both accesses land in its
             # history; which thread reaches the all-reduce first varies from

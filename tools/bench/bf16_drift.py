@@ -22,10 +22,8 @@ bit for bit in the test suite).
     python3 tools/bench/bf16_drift.py [--models resnet18,lenet] [--steps 20] [--batch 16]
         [--data synthetic|idx:/usr/share/datasets/fashion-mnist] [--seed 1]
 """
-import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -33,17 +31,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
-LWCC = os.path.join(BIN, "lwcc")
-GEN = os.path.join(ROOT, "tools", "models", "gen.py")
-
-
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr[-1500:]}")
-    return r
+from timing import GEN, LWCC, parser, run
 
 
 def nudge(src, dst, seed):
@@ -67,9 +55,7 @@ def losses(trainer, args, log):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="resnet18,lenet")
-    ap.add_argument("--steps", type=int, default=20)
+    ap = parser("resnet18,lenet", 20)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--data", default="synthetic")

@@ -37,26 +37,14 @@ stages of --microbatches micro-batches (1F1B). The strategies' searches
 trainer and in the prediction alike: a multi-device profile prices no whole
 op, so both see the same plan.
 """
-import argparse
 import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("LWCC_BIN_DIR") or os.path.join(ROOT, "build", "bin")
-LWCC = os.path.join(BIN, "lwcc")
-GEN = os.path.join(ROOT, "tools", "models", "gen.py")
-
-
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr[-1500:]}")
-    return r
+from timing import GEN, LWCC, parser, run
 
 
 def predicted(model, streams, profile=None, extra=(), policy="all"):
@@ -73,10 +61,18 @@ def predicted(model, streams, profile=None, extra=(), policy="all"):
     return float(m.group(1))
 
 
+def models(args, tmp):
+    """Each of --models at test size (with --batch where given), generated into
+    tmp one after the other: (name, ONNX path)."""
+    for name in args.models.split(","):
+        model = os.path.join(tmp, name + ".onnx")
+        run([sys.executable, GEN, name, "--test-size", "-o", model] +
+            ([f"--batch={args.batch}"] if args.batch else []))
+        yield name, model
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="alexnet,resnet18")
-    ap.add_argument("--steps", type=int, default=200)
+    ap = parser("alexnet,resnet18", 200)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--gpus", type=int, default=1)
     ap.add_argument("--strategies", default="data,model,owt,layerwise,hypergraph")
@@ -95,10 +91,7 @@ def main():
     print(f"{'model':10} {'streams':>7} {'same run ms':>12} {'error':>7} {'other run ms':>13} "
           f"{'error':>7} {'predicted ms':>13} {'analytic ms':>12}")
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models.split(","):
-            model = os.path.join(tmp, name + ".onnx")
-            run([sys.executable, GEN, name, "--test-size", "-o", model] +
-                ([f"--batch={args.batch}"] if args.batch else []))
+        for name, model in models(args, tmp):
             for setting in args.streams.split(","):
                 # "4f2": 4 streams, the batch in 2 fragments (--fragments); "4c2":
                 # each heavy op in 2 pieces of its channels.
@@ -151,10 +144,7 @@ def multi(args):
     print(f"{'model':10} {'strategy':10} {'gpus':>4} {'same run ms':>12} {'error':>7} "
           f"{'other run ms':>13} {'error':>7} {'predicted ms':>13}")
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models.split(","):
-            model = os.path.join(tmp, name + ".onnx")
-            run([sys.executable, GEN, name, "--test-size", "-o", model] +
-                ([f"--batch={args.batch}"] if args.batch else []))
+        for name, model in models(args, tmp):
             rows = [("-", 1, args.lwcc_flags.split())]
             for strategy in args.strategies.split(","):
                 extra = [f"--gpus={args.gpus}", f"--strategy={strategy}"]

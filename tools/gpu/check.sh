@@ -375,6 +375,23 @@ if want harden; then
     done
   done
 fi
+# multi_step WHAT DUMP NOTE CMD...: runs CMD (WHAT: the trainer, or mpirun
+# running it; it dumps the --gpus 2 step of $v to DUMP) into $log, and sets
+# s (PASS when CMD exits 0 and DUMP is the CPU's --gpus 2 step) and r
+# (compare.py's verdict and the first match of the grep -o pattern NOTE in
+# $log; else CMD's exit status and the log's tail). Returns CMD's status.
+multi_step() {
+  local what=$1 dump=$2 note=$3 rc=0
+  shift 3
+  if timeout "$LIMIT" "$@" >"$log" 2>&1; then
+    r=$(python3 "$G/compare.py" "$G/$v-cpu" "$dump" 2>&1) && s=PASS || s=FAIL
+    r="$r; $(grep -o "$note" "$log" | head -1)"
+  else
+    rc=$?
+    r="$what exited $rc: $(tail -c 300 "$log")"; s=FAIL
+  fi
+  return "$rc"
+}
 if want multi; then
   maps="0,0"
   (( ngpu >= 2 )) && maps="0,0 0,1"
@@ -387,14 +404,9 @@ if want multi; then
     for devs in $maps; do
       log="$OUT/$v-devices-${devs/,/-}.log"
       dump="$SCRATCH/$v-devices-${devs/,/-}"
-      if timeout "$LIMIT" "$exe" --steps=1 --data="raw:$G/$m-data" --dump="$dump" --no-tf32 --devices="$devs" \
-        --progress=off >"$log" 2>&1; then
-        gpu_from_log "$log"
-        r=$(python3 "$G/compare.py" "$G/$v-cpu" "$dump" 2>&1) && s=PASS || s=FAIL
-        r="$r; $(grep -o 'NCCL between [0-9]* GPUs\|logical devices [0-9,]* share GPU [0-9]*' "$log" | head -1)"
-      else
-        r="trainer exited $?: $(tail -c 300 "$log")"; s=FAIL
-      fi
+      multi_step trainer "$dump" 'NCCL between [0-9]* GPUs\|logical devices [0-9,]* share GPU [0-9]*' \
+        "$exe" --steps=1 --data="raw:$G/$m-data" --dump="$dump" --no-tf32 --devices="$devs" \
+        --progress=off && gpu_from_log "$log"
       row "multi-device $v --devices=$devs (TF32 off) vs CPU --gpus 2: $s $r"
     done
     if [[ -n $SANITIZER && " $SANITIZE " == *" $m "* ]]; then
@@ -417,13 +429,9 @@ if want multi; then
       [[ -x $exe ]] || continue
       log="$OUT/$v-mpirun.log"
       if (( ngpu >= 2 )); then
-        if timeout "$LIMIT" mpirun -np 2 "$exe" --steps=1 --data="raw:$G/$m-data" --dump="$SCRATCH/$v-mpirun" --no-tf32 \
-          --progress=off >"$log" 2>&1; then
-          r=$(python3 "$G/compare.py" "$G/$v-cpu" "$SCRATCH/$v-mpirun" 2>&1) && s=PASS || s=FAIL
-          r="$r; $(grep -o 'NCCL between the [0-9]* GPUs of [0-9]* processes' "$log" | head -1)"
-        else
-          r="mpirun exited $?: $(tail -c 300 "$log")"; s=FAIL
-        fi
+        multi_step mpirun "$SCRATCH/$v-mpirun" 'NCCL between the [0-9]* GPUs of [0-9]* processes' \
+          mpirun -np 2 "$exe" --steps=1 --data="raw:$G/$m-data" --dump="$SCRATCH/$v-mpirun" --no-tf32 \
+          --progress=off
         row "multi-device $v as 2 processes (mpirun -np 2, GPUs 0 and 1) vs CPU --gpus 2: $s $r"
       else
         timeout "$LIMIT" mpirun -np 2 "$exe" --steps=1 --data="raw:$G/$m-data" --devices=0,0 --progress=off \

@@ -54,6 +54,25 @@ ldd "$mpi" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m|dl|pthread|rt|z)\.s
 for a in $(sed -n 's/^-l:\(lib.*\.a\)$/\1/p' "$OUT"/lib/*.libs | sort -u); do
   cp "$(gcc -print-file-name="$a")" "$OUT/lib/"
 done
+# with_batch ARGS... <<'PY': runs the Python on stdin, ARGS its sys.argv[1:]
+# (it imports os, numpy as np and onnx, and sets `model`, its `name` and the
+# folder `out`), then in the same process saves the model as out/NAME.onnx and
+# a seeded batch of its input and labels in out/NAME-data/ (input_0.bin,
+# input_1.bin).
+with_batch() {
+  {
+    cat
+    cat <<'PY'
+onnx.save(model, os.path.join(out, name + ".onnx"))
+dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
+rng = np.random.default_rng(11)
+os.makedirs(os.path.join(out, name + "-data"), exist_ok=True)
+rng.standard_normal(dims).astype(np.float32).tofile(os.path.join(out, name + "-data", "input_0.bin"))
+rng.integers(0, classes, size=dims[0]).astype(np.int64).tofile(os.path.join(out, name + "-data", "input_1.bin"))
+PY
+  } | python3 - "$@"
+}
 # Multi-device trainers checked on the GPU: model:strategy, --gpus 2 (the
 # pipeline: 2 stages of 2 micro-batches, lenet has no batch norm, so its step
 # is the one-device step up to rounding).
@@ -65,7 +84,7 @@ BF16=${LWCC_GPU_BF16-lenet alexnet resnet18}
 # batch norm of the model-collection ops: their CUDA kernels against the CPU's).
 names=${LWCC_GPU_MODELS:-$(python3 -c 'import sys; sys.path.insert(0, "tools/models"); import zoo; print(" ".join(list(zoo.REGISTRY) + ["upnet"]))')}
 for m in $names; do
-  python3 - "$m" "$OUT" <<'PY'
+  with_batch "$m" "$OUT" <<'PY'
 import os, sys
 import numpy as np
 import onnx
@@ -73,13 +92,6 @@ sys.path.insert(0, "tools/models")
 import zoo
 name, out = sys.argv[1], sys.argv[2]
 model = zoo.build(name, test_size=True)
-onnx.save(model, os.path.join(out, name + ".onnx"))
-dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
-rng = np.random.default_rng(11)
-os.makedirs(os.path.join(out, name + "-data"), exist_ok=True)
-rng.standard_normal(dims).astype(np.float32).tofile(os.path.join(out, name + "-data", "input_0.bin"))
-rng.integers(0, classes, size=dims[0]).astype(np.int64).tofile(os.path.join(out, name + "-data", "input_1.bin"))
 PY
   echo "+ $m: CUDA sources and the CPU reference step"
   "$LWCC" "$OUT/$m.onnx" --emit=source -o "$OUT/src/$m"
@@ -134,7 +146,7 @@ done
 [[ -n ${LWCC_GPU_MODELS:-} ]] || for label in "dyn20/alexnet@64 pool 1->6 GatherND+ReduceMean" "dyn20/vgg11@64 pool 2->7 GatherND+Where" \
              "dyn20/convnext Gelu" "dyn18/convnext Erf"; do
   m=$(echo "$label" | cut -d' ' -f1,2 | tr -c 'A-Za-z0-9\n' '-')
-  python3 - "$label" "$OUT" "$m" <<'PY'
+  with_batch "$label" "$OUT" "$m" <<'PY'
 import os, sys
 import numpy as np
 import onnx
@@ -143,13 +155,6 @@ import exporter_patterns as ep
 label, out, name = sys.argv[1:4]
 c = dict({c["label"]: c for c in ep.CASES}[label], sym=False)
 model = ep.build(c)
-onnx.save(model, os.path.join(out, name + ".onnx"))
-dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-classes = model.graph.output[0].type.tensor_type.shape.dim[1].dim_value
-rng = np.random.default_rng(11)
-os.makedirs(os.path.join(out, name + "-data"), exist_ok=True)
-rng.standard_normal(dims).astype(np.float32).tofile(os.path.join(out, name + "-data", "input_0.bin"))
-rng.integers(0, classes, size=dims[0]).astype(np.int64).tofile(os.path.join(out, name + "-data", "input_1.bin"))
 PY
   echo "+ $m ($label): CUDA sources and the CPU reference step"
   "$LWCC" "$OUT/$m.onnx" --emit=source -o "$OUT/src/$m"

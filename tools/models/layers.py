@@ -29,6 +29,17 @@ def scale_channels(c, width, multiple=1):
     return max(multiple, int(round(c * width / multiple)) * multiple)
 
 
+def unique_name(used, base, sep="_"):
+    """`base`, or the first of base{sep}1, base{sep}2, ... not in the set
+    `used`; added to it."""
+    name, i = base, 1
+    while name in used:
+        name = f"{base}{sep}{i}"
+        i += 1
+    used.add(name)
+    return name
+
+
 def pool_out(n, k, s, p):
     """Output length of a conv/pool window (ceil_mode=0, dilation 1)."""
     return (n + 2 * p - k) // s + 1
@@ -73,12 +84,7 @@ class NetBuilder:
 
     # ---------------------------------------------------------------- naming
     def _unique(self, name):
-        base, i = name, 1
-        while name in self._used:
-            name = f"{base}_{i}"
-            i += 1
-        self._used.add(name)
-        return name
+        return unique_name(self._used, name)
 
     def _node(self, op, inputs, name, shape, **attrs):
         out = self._unique(name)

@@ -140,27 +140,27 @@ def compare_step(onnx_mod, numpy_helper, dump, initial, loss, grads, params, sta
     loss_err = abs(got_loss - loss) / max(abs(loss), 1e-300)
     files = set(os.listdir(dump))
     missing = []
-    gmax = max(float(np.max(np.abs(g))) for g in grads.values())
-    worst_grad = (0.0, "")
-    for n, g in grads.items():
-        f = f"grad_{safe(n)}.pb"
-        if f not in files:
-            missing.append(f)
-            continue
-        got = load(f)
-        err = float(np.max(np.abs(got - g))) / gmax if got.shape == g.shape else np.inf
-        worst_grad = max(worst_grad, (err, n))
-    worst_param = (0.0, "")
-    for group in (params, stats):
-        for n, w in group.items():
-            f = f"param_{safe(n)}.pb"
+
+    def worst(tensors, prefix, scale):
+        """(the largest error, its tensor's name) of the dump's PREFIX_NAME.pb
+        against each (name, PyTorch's tensor) of `tensors`, the error relative
+        to scale(tensor); a file the dump lacks goes to `missing`."""
+        out = (0.0, "")
+        for n, t in tensors:
+            f = f"{prefix}_{safe(n)}.pb"
             if f not in files:
                 missing.append(f)
                 continue
             got = load(f)
-            scale = max(float(np.max(np.abs(w))), 1.0)
-            err = float(np.max(np.abs(got - w))) / scale if got.shape == w.shape else np.inf
-            worst_param = max(worst_param, (err, n))
+            s = scale(t)
+            err = float(np.max(np.abs(got - t))) / s if got.shape == t.shape else np.inf
+            out = max(out, (err, n))
+        return out
+
+    gmax = max(float(np.max(np.abs(g))) for g in grads.values())
+    worst_grad = worst(grads.items(), "grad", lambda g: gmax)
+    worst_param = worst([*params.items(), *stats.items()], "param",
+                        lambda w: max(float(np.max(np.abs(w))), 1.0))
     # lwcc params that are no PyTorch state: exporter constants lwcc must not train.
     known = {f"param_{safe(n)}.pb" for n in list(params) + list(stats)}
     moved = []
@@ -250,18 +250,30 @@ def check_one(args, mods, name, exporter, work):
     return row
 
 
-def print_table(rows):
-    width = max([18] + [len(r["model"]) for r in rows])
-    cols = [("model", width), ("exporter", 11), ("import", 6), ("forward", 8), ("loss", 8),
-            ("grad", 8), ("param", 8), ("result", 6)]
-    head = " ".join(f"{c:<{w}}" for c, w in cols) + " note"
+def table(rows, cols, last, below=None, clip=True):
+    """Prints `rows` (dicts with "ok"; the result column PASS or FAIL) under a
+    header: the columns `cols` ((key, width); a cell cut to its width where
+    `clip`), then the key `last` unpadded, and the key `below`, where given
+    and not empty, on a line of its own under the first column; then the
+    counts passed and failed."""
+    head = " ".join(f"{c:<{w}}" for c, w in cols) + " " + last
     print(head)
     print("-" * len(head))
     for r in rows:
         vals = dict(r, result="PASS" if r["ok"] else "FAIL")
-        print(" ".join(f"{str(vals[c])[:w]:<{w}}" for c, w in cols) + " " + r["note"])
+        print(" ".join(f"{str(vals[c])[:w if clip else None]:<{w}}" for c, w in cols) + " " +
+              r[last])
+        if below and r[below]:
+            print(" " * (cols[0][1] + 1) + r[below])
     passed = sum(r["ok"] for r in rows)
     print(f"{passed} passed, {len(rows) - passed} failed")
+
+
+def print_table(rows):
+    width = max([18] + [len(r["model"]) for r in rows])
+    cols = [("model", width), ("exporter", 11), ("import", 6), ("forward", 8), ("loss", 8),
+            ("grad", 8), ("param", 8), ("result", 6)]
+    table(rows, cols, "note")
 
 
 def main():

@@ -55,6 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
 import torch_recipes_replay as replay  # noqa: E402  (the digest and the file format)
+from check import table  # noqa: E402  (tools/torch_check/check.py: the result table)
 
 GEN = os.path.join(ROOT, "tools", "models", "gen.py")
 LOSS_TOL = GRAD_TOL = PARAM_TOL = 1e-9
@@ -145,6 +146,17 @@ class OnnxNet:
             owned.add(name)
             return torch.from_numpy(init[name].astype(np.float64))
 
+        def weighted(m, w, ins):
+            """m (an nn.Conv2d or nn.Linear) holding the weight w (initializer
+            ins[1]) and, where m has a bias, initializer ins[2]: both params."""
+            with torch.no_grad():
+                m.weight.copy_(w)
+                self.params[ins[1]] = m.weight
+                if m.bias is not None:
+                    m.bias.copy_(take(ins[2]))
+                    self.params[ins[2]] = m.bias
+            return m
+
         for i, node in enumerate(g.node):
             a = attrs(onnx_mod, node)
             ins = list(node.input)
@@ -156,13 +168,7 @@ class OnnxNet:
                               dilation=tuple(a.get("dilations", [1, 1])),
                               groups=a.get("group", 1), bias=len(ins) > 2 and bool(ins[2]),
                               dtype=torch.float64)
-                with torch.no_grad():
-                    m.weight.copy_(w)
-                    self.params[ins[1]] = m.weight
-                    if m.bias is not None:
-                        m.bias.copy_(take(ins[2]))
-                        self.params[ins[2]] = m.bias
-                self.modules[i] = m
+                self.modules[i] = weighted(m, w, ins)
             elif node.op_type == "BatchNormalization":
                 scale = take(ins[1])
                 m = nn.BatchNorm2d(scale.shape[0], eps=a.get("epsilon", 1e-5),
@@ -183,13 +189,7 @@ class OnnxNet:
                 w = take(ins[1])
                 m = nn.Linear(w.shape[1], w.shape[0], bias=len(ins) > 2 and bool(ins[2]),
                               dtype=torch.float64)
-                with torch.no_grad():
-                    m.weight.copy_(w)
-                    self.params[ins[1]] = m.weight
-                    if m.bias is not None:
-                        m.bias.copy_(take(ins[2]))
-                        self.params[ins[2]] = m.bias
-                self.modules[i] = m
+                self.modules[i] = weighted(m, w, ins)
             elif any(n in init for n in ins):
                 raise ValueError(f"{node.op_type} {node.name}: an initializer outside Conv, "
                                  "BatchNormalization and Gemm is not supported here")
@@ -443,16 +443,7 @@ def print_table(rows):
     """One row per case: its errors, result and flags, its note on a line below."""
     width = max(len(r["case"]) for r in rows)
     cols = [("case", width), ("loss", 8), ("grad", 8), ("param", 8), ("result", 6)]
-    head = " ".join(f"{c:<{w}}" for c, w in cols) + " flags"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        vals = dict(r, result="PASS" if r["ok"] else "FAIL")
-        print(" ".join(f"{str(vals[c]):<{w}}" for c, w in cols) + " " + r["flags"])
-        if r["note"]:
-            print(" " * (width + 1) + r["note"])
-    passed = sum(r["ok"] for r in rows)
-    print(f"{passed} passed, {len(rows) - passed} failed")
+    table(rows, cols, "flags", below="note", clip=False)
 
 
 def main():
