@@ -94,6 +94,16 @@ row() {
   ROWS+=("$1")
   printf '%s\n' "$1" | tee -a "$OUT/rows.txt"
 }
+# A compute-sanitizer run's row: TITLE, its exit RC and its summary from
+# LOG (memcheck sums up as "ERROR SUMMARY", racecheck as "RACECHECK
+# SUMMARY"); a hazard's or a bad access's row names the kernels it was found
+# in (one inside cuDNN's or cuBLAS's own kernels is theirs, not lwcc's).
+sanitizer_row() { # TITLE LOG RC
+  local summary where
+  summary=$(grep -o '\(ERROR\|RACECHECK\) SUMMARY: .*' "$2" | head -1)
+  where=$(sed -nE 's/.*(Race reported|Invalid).* at ([A-Za-z0-9_]+).*/\2/p' "$2" | sort -u | head -3 | tr '\n' ' ')
+  row "compute-sanitizer $1: exit $3 (${summary:-no summary})${where:+; in: $where}"
+}
 # A trainer that hangs (a collective waiting for a peer, say) is stopped
 # after this many seconds and its row says so (exit 124).
 LIMIT=${LWCC_GPU_TIMEOUT:-180}
@@ -249,13 +259,7 @@ elif [[ -n $SANITIZER ]]; then
       for tool in memcheck racecheck; do
         timeout "$((2 * LIMIT))" "$SANITIZER" --tool "$tool" --error-exitcode 9 "$G/$v-cuda" --steps=1 --no-cuda-graph \
           --lr=0.001 --data="raw:$G/$m-data" --progress=off >"$OUT/sanitizer-$v-$tool.log" 2>&1
-        rc=$?; log="$OUT/sanitizer-$v-$tool.log"
-        # memcheck sums up as "ERROR SUMMARY", racecheck as "RACECHECK
-        # SUMMARY"; a hazard's row names the kernels it was found in (one
-        # inside cuDNN's or cuBLAS's own kernels is theirs, not lwcc's).
-        summary=$(grep -o '\(ERROR\|RACECHECK\) SUMMARY: .*' "$log" | head -1)
-        where=$(sed -nE 's/.*(Race reported|Invalid).* at ([A-Za-z0-9_]+).*/\2/p' "$log" | sort -u | head -3 | tr '\n' ' ')
-        row "compute-sanitizer $tool $v: exit $rc (${summary:-no summary})${where:+; in: $where}"
+        sanitizer_row "$tool $v" "$OUT/sanitizer-$v-$tool.log" $?
       done
     done
   done
@@ -413,7 +417,7 @@ if want multi; then
       for tool in memcheck racecheck; do
         timeout "$((2 * LIMIT))" "$SANITIZER" --tool "$tool" --error-exitcode 9 "$exe" --steps=1 --devices=0,0 \
           --data="raw:$G/$m-data" --progress=off >"$OUT/sanitizer-$v-$tool.log" 2>&1
-        rc=$?; row "compute-sanitizer $tool $v --devices=0,0: exit $rc ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$v-$tool.log") clean summaries)"
+        sanitizer_row "$tool $v --devices=0,0" "$OUT/sanitizer-$v-$tool.log" $?
       done
     fi
   done
