@@ -16,6 +16,13 @@
 //     one `record` right after the op depended on (shared by every waiter),
 //     and one `wait` before this op per other stream, on the latest op there
 //     that it needs, the latest first (its wait may imply the others).
+//     A communication op also depends, on each of its devices, on the
+//     communication op before it there: a device runs its collectives
+//     one at a time in graph order, the same order on every device (a GPU
+//     need not run two NCCL kernels at once, and collectives of streams,
+//     each with its communicator, that two devices start in different
+//     orders would wait for each other: sync batch norm's on stream 0 and
+//     the gradient buckets on stream 1, say).
 //  4. Around the step, on each device with several streams: its first
 //     stream records an event before anything else that the other streams
 //     wait for first, and waits last for an event each other stream records
@@ -101,6 +108,10 @@ public:
               nodes_[static_cast<size_t>(node)].pos > nodes_[static_cast<size_t>(it->second)].pos)
             it->second = node;
         };
+        const bool comm = op.info().isCommunication();
+        if (comm)
+          if (auto it = lastComm_.find(lane.device); it != lastComm_.end())
+            need(it->second);
         for (const Access& a : acc) {
           if (!a.write) {
             const ByteTracker::Storage* s = bytes.find(a.value);
@@ -146,6 +157,8 @@ public:
         front = node.clock;
         const int id = static_cast<int>(nodes_.size());
         nodes_.push_back(std::move(node));
+        if (comm)
+          lastComm_[lane.device] = id;
         for (const Access& a : acc)
           if (!a.write)
             bytes.read(a.value, id);
@@ -224,8 +237,9 @@ private:
   Graph& g_;
   std::vector<Op*> ops_;
   std::map<int64_t, std::map<int64_t, int64_t>> laneIndex_; ///< device -> stream -> lane
-  std::map<int64_t, std::vector<Clock>> frontier_;          ///< device -> per lane
-  std::map<int64_t, int64_t> main_;                         ///< device -> its first stream
+  std::map<int64_t, int> lastComm_;                ///< device -> its latest communication op's node
+  std::map<int64_t, std::vector<Clock>> frontier_; ///< device -> per lane
+  std::map<int64_t, int64_t> main_;                ///< device -> its first stream
   std::vector<Node> nodes_;
   std::map<int, int64_t> recordAfter_; ///< node -> the event recorded after it
   std::map<int64_t, Clock> recordClock_;
