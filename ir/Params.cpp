@@ -31,6 +31,9 @@ const Value* paramWrittenOver(const Op& op, unsigned r,
   bool operand = false;
   for (unsigned i = 0; i < op.numOperands(); ++i)
     operand |= op.operand(i) == p && op.info().mayWriteOver(r, i);
+  // ZeRO-1's all_gather of a param's updated shares reads no copy of the
+  // param: it may fill the copy on the result's device.
+  operand |= op.kind() == OpKind::AllGather && p->device() == valueDevice(v);
   if (!operand)
     return nullptr;
   // Nothing reads the param after `op` but its assign (which then copies

@@ -20,7 +20,8 @@ std::vector<Value*> trainableParams(const Graph& g);
 /// The param that result `r` of `op` may be written straight over, or null:
 /// the result's only use is the assign of a param of its type that `op`
 /// may overwrite element by element (the op table's writesOver trait: an
-/// optimizer update's new weight or state, step + 1), and no later op reads
+/// optimizer update's new weight or state, step + 1; or an all_gather of
+/// the param's updated shares under ZeRO-1), and no later op reads
 /// the param nor assigns it otherwise. The memory plan then gives the
 /// result no buffer of its own (passes/MemoryPlan.h) and the assign copies
 /// nothing. `position` maps each op of the graph to its index in graph

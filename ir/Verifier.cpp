@@ -277,7 +277,12 @@ llvm::Error verifyGraph(const Graph& g) {
                                        "not a param of the graph",
                                        g.name(), i)
                              .str());
-      if (p->type() != g.outputs()[i]->type())
+      // Under ZeRO-1 a copy's gradient is its device's share of the rows
+      // of the summed gradient: a reduce_scatter's result.
+      const Op* def = g.outputs()[i]->definingOp();
+      bool share =
+          def && def->kind() == OpKind::ReduceScatter && def->operand(0)->type() == p->type();
+      if (p->type() != g.outputs()[i]->type() && !share)
         return makeError(g.outputs()[i]->loc(),
                          llvm::formatv("output #{0} is @grad(%{1}) but has type {2}, not {3}", i,
                                        p->name(), g.outputs()[i]->type().str(), p->type().str())

@@ -24,9 +24,16 @@ namespace {
 ///     backward; only the updates of its params, which read its results,
 ///     wait for it. With `stream` = s > 0 the all_reduces get @stream(s): a
 ///     communication stream of each device, beside backward on stream 0.
+///  4. With shard=zero1 (ZeRO stage 1), a replicated param whose dim 0 has
+///     a row for each device is not all-reduced: one reduce_scatter, placed
+///     as a bucket is, leaves each device the sum of its share of the rows
+///     (the first dim0 % p devices one row more), which becomes that copy's
+///     @grad output; the optimizer pass then updates each share on its
+///     device with sharded state and all-gathers the param.
 class GradSyncPass : public Pass {
 public:
-  GradSyncPass(int64_t bucketBytes, int64_t stream) : bucketBytes_(bucketBytes), stream_(stream) {}
+  GradSyncPass(int64_t bucketBytes, int64_t stream, bool zero1)
+      : bucketBytes_(bucketBytes), stream_(stream), zero1_(zero1) {}
   std::string_view name() const override { return "grad-sync"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
@@ -79,9 +86,19 @@ public:
     std::stable_sort(replicated.begin(), replicated.end(),
                      [](const Group& a, const Group& b) { return a.last < b.last; });
 
+    // ZeRO-1: the params with a row for each device are reduce-scattered.
+    auto scattered = [&](const Group& grp) {
+      const TensorType& t = g.outputs()[grp.outputs[0]]->type();
+      return zero1_ && t.rank() >= 1 && t.shape[0] >= static_cast<int64_t>(grp.devices.size());
+    };
     std::vector<std::vector<const Group*>> buckets;
     int64_t filled = 0;
     for (const Group& grp : replicated) {
+      if (scattered(grp)) {
+        if (llvm::Error e = reduceScatter(g, grp, opAt.at(grp.last)))
+          return e;
+        continue;
+      }
       if (buckets.empty() || filled >= bucketBytes_ ||
           buckets.back().front()->devices != grp.devices) {
         buckets.emplace_back();
@@ -122,6 +139,38 @@ public:
   }
 
 private:
+  template <typename G> llvm::Error reduceScatter(Graph& g, const G& grp, Op* after) {
+    std::vector<Value*> operands;
+    for (unsigned o : grp.outputs)
+      operands.push_back(g.outputs()[o]);
+    const int64_t p = static_cast<int64_t>(grp.devices.size());
+    const int64_t rows = operands[0]->type().shape[0];
+    std::vector<int64_t> sizes(static_cast<size_t>(p), rows / p);
+    for (int64_t i = 0; i < rows % p; ++i)
+      ++sizes[static_cast<size_t>(i)];
+    Builder b(g);
+    b.setInsertionPointAfter(after);
+    Location loc;
+    loc.name = "grad-sync";
+    b.setLoc(loc);
+    auto rs = b.createInferred(OpKind::ReduceScatter, operands,
+                               {{"devices", Attribute(grp.devices)},
+                                {"axis", Attribute(int64_t{0})},
+                                {"sizes", Attribute(sizes)}},
+                               static_cast<unsigned>(p));
+    if (!rs)
+      return rs.takeError();
+    if (stream_ > 0)
+      (*rs)->annotations().stream = stream_;
+    for (int64_t i = 0; i < p; ++i) {
+      unsigned o = grp.outputs[static_cast<size_t>(i)];
+      Value* part = (*rs)->result(static_cast<unsigned>(i));
+      part->setName(g.outputs()[o]->name().empty() ? "" : g.outputs()[o]->name() + ".part");
+      g.setOutput(o, part);
+    }
+    return llvm::Error::success();
+  }
+
   static llvm::Error checkDisjoint(const Graph& g, const std::string& init,
                                    const std::vector<unsigned>& outs) {
     // Shards of one dim that do not overlap: each holds its own gradient.
@@ -145,12 +194,14 @@ private:
   }
 
   int64_t bucketBytes_, stream_;
+  bool zero1_;
 };
 
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createGradSyncPass(std::string_view options) {
-  auto opts = PassOptions::parse("grad-sync", options, "bucket_bytes", {"bucket_bytes", "stream"});
+  auto opts =
+      PassOptions::parse("grad-sync", options, "bucket_bytes", {"bucket_bytes", "stream", "shard"});
   if (!opts)
     return opts.takeError();
   auto bytes = opts->getIntIn("bucket_bytes", int64_t{25} << 20, 0, INT64_MAX);
@@ -159,7 +210,10 @@ llvm::Expected<std::unique_ptr<Pass>> createGradSyncPass(std::string_view option
   auto stream = opts->getIntIn("stream", 0, 0, 64);
   if (!stream)
     return stream.takeError();
-  return std::make_unique<GradSyncPass>(*bytes, *stream);
+  auto shard = opts->getChoice("shard", "none", {"none", "zero1"});
+  if (!shard)
+    return shard.takeError();
+  return std::make_unique<GradSyncPass>(*bytes, *stream, *shard == "zero1");
 }
 
 } // namespace lwcc

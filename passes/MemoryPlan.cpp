@@ -165,8 +165,12 @@ void breakDown(const Graph& g, const std::vector<Op*>& order,
   // the trainable params); the rest is state.
   std::set<const Value*> trained;
   for (const Op* op : order)
-    if (op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate)
-      trained.insert(op->operand(0));
+    if (op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate) {
+      // Under ZeRO-1 the update reads its share of the param's rows.
+      const Value* w = op->operand(0);
+      const Op* def = w->definingOp();
+      trained.insert(def && def->kind() == OpKind::Slice ? def->operand(0) : w);
+    }
   if (trained.empty())
     for (const Value* p : trainableParams(g))
       trained.insert(p);

@@ -54,6 +54,11 @@ std::set<const Value*> normParams(const Graph& g) {
 ///     A group that matches no updated param is an error naming it.
 ///  4. assign ops write the new param and state values, and step + 1, at
 ///     the end of the step. The @grad outputs stay, for inspection.
+///  5. ZeRO stage 1: a copy whose gradient is its device's share of rows
+///     from a reduce_scatter (grad-sync's shard=zero1) updates only that
+///     share: its rows sliced from the param, its state a shard of the
+///     logical state (shard(0: offset of rows)), so each device keeps 1/p of
+///     it; an all_gather of the updated shares is written over every copy.
 class OptimizerPass : public Pass {
 public:
   explicit OptimizerPass(OptimizerConfig cfg) : cfg_(std::move(cfg)) {}
@@ -129,6 +134,9 @@ public:
       return out;
     };
     std::vector<std::pair<Value*, Value*>> assigns;
+    // ZeRO-1: per reduce_scatter, the copies it feeds and their updated
+    // shares, by the position of the copy's device.
+    std::map<const Op*, std::map<unsigned, std::pair<Value*, Value*>>> gathers;
     for (const auto& update : updates) {
       // Not a structured binding: Clang 14 cannot capture one in a lambda.
       Value* p = update.first;
@@ -140,17 +148,48 @@ public:
       b.setDevice(d ? std::optional<int64_t>(d) : std::nullopt);
       Value* step = pd->step;
       Value* lrValue = pd->lr;
-      auto state = [&](const char* what) {
-        Value* s = g.addParam(names(p->name() + "." + what),
-                              std::string("opt.") + what + "." + p->paramName(), p->type());
-        s->setZeroInit(true);
-        s->setDevice(p->device());
-        s->setShard(p->shard());
-        return s;
-      };
       Location ploc;
       ploc.name = "optimizer/" + p->paramName();
       b.setLoc(ploc);
+      // What the update reads and writes: the param, or under ZeRO-1 this
+      // device's share of its rows.
+      Value* target = p;
+      std::vector<ShardDim> stateShard = p->shard();
+      const Op* scatter = grad->definingOp();
+      unsigned share = 0;
+      if (scatter && scatter->kind() == OpKind::ReduceScatter) {
+        while (scatter->result(share) != grad)
+          ++share;
+        std::vector<int64_t> sizes = scatter->getInts("sizes");
+        int64_t from = 0;
+        for (unsigned i = 0; i < share; ++i)
+          from += sizes[i];
+        auto rows =
+            b.createInferred(OpKind::Slice, {p},
+                             {{"starts", Attribute(std::vector<int64_t>{from})},
+                              {"ends", Attribute(std::vector<int64_t>{from + sizes[share]})},
+                              {"axes", Attribute(std::vector<int64_t>{0})}});
+        if (!rows)
+          return rows.takeError();
+        target = (*rows)->result();
+        target->setName(names(p->name() + ".share"));
+        stateShard = {ShardDim{0, from, p->type().shape[0]}};
+      }
+      auto state = [&](const char* what) {
+        Value* s = g.addParam(names(p->name() + "." + what),
+                              std::string("opt.") + what + "." + p->paramName(), target->type());
+        s->setZeroInit(true);
+        s->setDevice(p->device());
+        s->setShard(stateShard);
+        return s;
+      };
+      // The param's new value: written whole, or its share gathered below.
+      auto newParam = [&](Value* v) {
+        if (target == p)
+          assigns.emplace_back(p, v);
+        else
+          gathers[scatter][share] = {p, v};
+      };
       auto [lrScale, groupDecay] = groupOf(p);
       std::vector<NamedAttr> groupAttrs;
       if (lrScale != 1.0)
@@ -163,10 +202,11 @@ public:
                                         {"weight_decay", Attribute(cfg_.weightDecay)},
                                         {"nesterov", Attribute(cfg_.nesterov)}};
         attrs.insert(attrs.end(), groupAttrs.begin(), groupAttrs.end());
-        auto up = b.createInferred(OpKind::SgdUpdate, {p, grad, m, lrValue}, std::move(attrs), 2);
+        auto up =
+            b.createInferred(OpKind::SgdUpdate, {target, grad, m, lrValue}, std::move(attrs), 2);
         if (!up)
           return up.takeError();
-        assigns.emplace_back(p, (*up)->result(0));
+        newParam((*up)->result(0));
         assigns.emplace_back(m, (*up)->result(1));
       } else {
         Value* m = state("m");
@@ -177,13 +217,37 @@ public:
                                         {"weight_decay", Attribute(cfg_.weightDecay)},
                                         {"decoupled", Attribute(int64_t{cfg_.kind == "adamw"})}};
         attrs.insert(attrs.end(), groupAttrs.begin(), groupAttrs.end());
-        auto up = b.createInferred(OpKind::AdamUpdate, {p, grad, m, v, lrValue, step},
+        auto up = b.createInferred(OpKind::AdamUpdate, {target, grad, m, v, lrValue, step},
                                    std::move(attrs), 3);
         if (!up)
           return up.takeError();
-        assigns.emplace_back(p, (*up)->result(0));
+        newParam((*up)->result(0));
         assigns.emplace_back(m, (*up)->result(1));
         assigns.emplace_back(v, (*up)->result(2));
+      }
+    }
+    // ZeRO-1: every copy gets the updated shares of all devices.
+    for (const auto& [rs, shares] : gathers) {
+      if (shares.size() != rs->numResults())
+        return rs->emitError("optimizer: a reduce_scatter's shares are not all updated params");
+      std::vector<Value*> parts;
+      for (const auto& [i, pv] : shares)
+        parts.push_back(pv.second);
+      Location gloc;
+      gloc.name = "optimizer/" + shares.begin()->second.first->paramName();
+      b.setLoc(gloc);
+      b.setDevice(std::nullopt);
+      auto all = b.createInferred(
+          OpKind::AllGather, parts,
+          {{"devices", Attribute(rs->getInts("devices"))}, {"axis", Attribute(int64_t{0})}},
+          static_cast<unsigned>(parts.size()));
+      if (!all)
+        return all.takeError();
+      if (rs->annotations().stream)
+        (*all)->annotations().stream = rs->annotations().stream;
+      for (const auto& [i, pv] : shares) {
+        (*all)->result(i)->setName(names(pv.first->name() + ".gathered"));
+        assigns.emplace_back(pv.first, (*all)->result(i));
       }
     }
     for (size_t i = 0; i < cfg_.groups.size(); ++i)

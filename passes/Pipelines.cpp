@@ -12,7 +12,7 @@ std::string PlanChoice::name() const {
   std::string s = strategy != "pipeline"
                       ? strategy
                       : "pipeline/" + std::to_string(stages) + "/" + std::to_string(microbatches);
-  return recompute ? s + "+recompute" : s;
+  return s + (zero1 ? "+zero1" : "") + (recompute ? "+recompute" : "");
 }
 
 namespace {
@@ -126,8 +126,10 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
     p.push_back({"autodiff", ""});
     if (o.plan.recompute)
       p.push_back({"recompute", ""});
-    // Gradient all-reduces on stream 1 of each device, beside backward.
-    p.push_back({"grad-sync", "bucket_bytes=" + std::to_string(o.bucketBytes) + ",stream=1"});
+    // Gradient all-reduces (reduce-scatters under ZeRO-1) on stream 1 of
+    // each device, beside backward.
+    p.push_back({"grad-sync", "bucket_bytes=" + std::to_string(o.bucketBytes) + ",stream=1" +
+                                  (o.plan.zero1 ? ",shard=zero1" : "")});
   } else {
     if (micro > 1)
       p.push_back({"microbatch", "m=" + std::to_string(micro)});

@@ -45,8 +45,12 @@ struct PlanChoice {
   int64_t stages = 0;       ///< pipeline: stages dividing the devices
   int64_t microbatches = 1; ///< micro-batches per step (any strategy)
   bool recompute = false;   ///< cheap activations computed again (recompute)
+  /// ZeRO stage 1: replicated params' optimizer state sharded over their
+  /// devices (gradients reduce-scattered, shares updated, params gathered).
+  bool zero1 = false;
   /// The strategy, or "pipeline/S/M" for S stages of M micro-batches;
-  /// "+recompute" after it with recomputation.
+  /// "+zero1" after it with sharded optimizer state, "+recompute" with
+  /// recomputation.
   std::string name() const;
 };
 

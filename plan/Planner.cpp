@@ -244,15 +244,22 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     consider(**recorded, std::move(step));
   }
   // Step 3: nothing fits a device, so each candidate is priced again with
-  // recomputation (--recompute=auto), then each pipeline tries twice as many
-  // micro-batches (fewer activations per stage under 1F1B) until one fits.
-  if (!fastest && options_.recomputeWhenOver)
-    for (size_t i = 0, n = built.size(); i < n; ++i) {
-      PlanChoice again = built[i]->plan;
-      again.recompute = true;
-      if (llvm::Error e = evaluateAndConsider(again))
-        return e;
-    }
+  // its optimizer state sharded (ZeRO-1, --shard=auto) and with
+  // recomputation (--recompute=auto), and with both; the fastest that fits
+  // is kept. Then each pipeline tries twice as many micro-batches (fewer
+  // activations per stage under 1F1B) until one fits.
+  if (!fastest && (options_.recomputeWhenOver || options_.shardWhenOver))
+    for (size_t i = 0, n = built.size(); i < n; ++i)
+      for (int both = 1; both <= 3; ++both) {
+        PlanChoice again = built[i]->plan;
+        again.zero1 |= (both & 1) && options_.shardWhenOver;
+        again.recompute |= (both & 2) && options_.recomputeWhenOver;
+        if (keyOf(again) == keyOf(built[i]->plan) ||
+            (both == 3 && !(again.zero1 && again.recompute)))
+          continue;
+        if (llvm::Error e = evaluateAndConsider(again))
+          return e;
+      }
   const int64_t devices = options_.devices, stages = options_.stages;
   if (!fastest && !options_.microbatches) {
     int64_t n = batchOf(g);

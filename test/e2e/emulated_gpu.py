@@ -17,6 +17,10 @@ logits, and the export in onnxruntime. Cases:
   - every zoo model at test size on one GPU, float32;
   - bf16 and fp16 mixed precision (within their rounding: 2e-2);
   - --gpus 2 data, --gpus 4 layerwise and model, a --gpus 4 1F1B pipeline,
+    ZeRO-1 (--shard=zero1: resnet18 on 2 GPUs, lenet with AdamW on 4),
+    resnet18's gradient buckets issued between its sync batch norm's
+    all-reduces (20 KB buckets: each device runs its NCCL calls in one
+    order),
     --streams=4 on one GPU, --kernels=own, CUDA graphs off, cuDNN's legacy
     API asked for, algorithms chosen by timing (--cudnn-benchmark), the
     training recipes (label smoothing, frozen layers, parameter groups,
@@ -104,6 +108,12 @@ def cases(models):
         ("lenet fp16", "lenet", ["--mixed-precision=fp16"], [], "low"),
         ("lenet --gpus 2 data", "lenet", ["--gpus=2", "--strategy=data"], [], 1),
         ("resnet18 --gpus 2 data", "resnet18", ["--gpus=2", "--strategy=data"], [], 1),
+        ("resnet18 --gpus 2 data, 20 KB buckets", "resnet18",
+         ["--gpus=2", "--strategy=data", "--bucket-bytes=20000"], [], 1),
+        ("resnet18 --gpus 2 data --shard=zero1", "resnet18",
+         ["--gpus=2", "--strategy=data", "--shard=zero1"], [], 1),
+        ("lenet --gpus 4 adamw --shard=zero1", "lenet",
+         ["--gpus=4", "--strategy=data", "--shard=zero1", "--optimizer=adamw"], [], 1),
         ("lenet --gpus 4 layerwise", "lenet", ["--gpus=4", "--strategy=layerwise"], [], 1),
         ("alexnet --gpus 4 model", "alexnet", ["--gpus=4", "--strategy=model"], [], 1),
         ("lenet --gpus 4 1f1b pipeline", "lenet",

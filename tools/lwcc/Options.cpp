@@ -106,6 +106,15 @@ cl::opt<std::string>
                        "compute, the same training) or auto (default: the planner's choice on "
                        "several devices, taken where no plan fits a device's memory without)"),
               cl::init("auto"), cl::cat(category));
+cl::opt<std::string>
+    shard("shard",
+          cl::desc("Optimizer state on several devices: none (each replica keeps all of it), "
+                   "zero1 (ZeRO stage 1: a replicated param's gradients reduce-scattered, each "
+                   "device updating its share of the rows with its share of the state, the "
+                   "param all-gathered: 1/p of the state per device, the same training) or auto "
+                   "(default: the planner's choice, taken where no plan fits a device's memory "
+                   "without)"),
+          cl::init("auto"), cl::cat(category));
 cl::opt<int64_t> bucketBytes("bucket-bytes",
                              cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
                              cl::init(int64_t{25} << 20), cl::cat(category));
@@ -337,6 +346,14 @@ int checkUsage() {
     return usage("--schedule=" + schedule + " is not one of: 1f1b, gpipe, zb-h1");
   if (recompute != "none" && recompute != "all" && recompute != "auto")
     return usage("--recompute=" + recompute + " is not one of: none, all, auto");
+  if (shard != "none" && shard != "zero1" && shard != "auto")
+    return usage("--shard=" + shard + " is not one of: none, zero1, auto");
+  if (shard == "zero1" && recipes::clipsGradients())
+    return usage("--shard=zero1 does not go with --clip-grad-norm yet (the norm would need "
+                 "every device's share of the gradients)");
+  if (shard == "zero1" && mixedPrecision == "fp16")
+    return usage("--shard=zero1 does not go with --mixed-precision=fp16 yet (the overflow check "
+                 "would need every device's share of the gradients)");
   if (stages.getNumOccurrences() && strategy != "pipeline")
     return usage("--stages is for --strategy=pipeline");
   if (strategy == "pipeline" && gpus < 2)
@@ -501,6 +518,7 @@ TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimiz
   o.gpus = gpus;
   o.plan = plan;
   o.plan.recompute = plan.recompute || recompute == "all";
+  o.plan.zero1 = plan.zero1 || shard == "zero1";
   o.schedule = schedule;
   o.bucketBytes = bucketBytes;
   o.pricing.spec = deviceSpecName();

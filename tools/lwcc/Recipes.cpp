@@ -136,4 +136,6 @@ void addTo(TrainingPipelineOptions& o) {
     o.clipGradNorm = clipGradNorm;
 }
 
+bool clipsGradients() { return clipGradNorm.getNumOccurrences() > 0; }
+
 } // namespace lwcc::recipes

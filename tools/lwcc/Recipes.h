@@ -25,5 +25,7 @@ int checkUsage(const std::string& loss);
 /// label smoothing, the frozen params, the optimizer's weight decay rules and
 /// parameter groups, gradient clipping.
 void addTo(TrainingPipelineOptions& o);
+/// Whether --clip-grad-norm was given.
+bool clipsGradients();
 
 } // namespace lwcc::recipes

@@ -379,6 +379,7 @@ int main(int argc, char** argv) {
     po.microbatches = microbatches;
   po.selectLayerwise = compareCandidates;
   po.recomputeWhenOver = recompute == "auto";
+  po.shardWhenOver = shard == "auto" && !recipes::clipsGradients() && mixedPrecision != "fp16";
   po.verbose = verbose;
   po.threads = planThreads();
   planner.emplace(

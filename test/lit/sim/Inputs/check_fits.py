@@ -3,10 +3,12 @@
 For each device memory size given, `lwcc MODEL -v --emit=plan` on a copy of
 SPEC with that memory lists the layerwise selection's candidates, each
 marked "(over memory)" or not, and the one kept (where none fits,
---recompute=auto adds each candidate again with recomputation: NAME+recompute).
+--shard=auto and --recompute=auto add each candidate again with its optimizer
+state sharded, with recomputation and with both: NAME+zero1, NAME+recompute,
+NAME+zero1+recompute).
 This checks, for every
 candidate, that the mark is what the candidate's own compile says (built
-with its strategy, stages, micro-batches and recomputation fixed, the memory plan checked
+with its strategy, stages, micro-batches, sharding and recomputation fixed, the memory plan checked
 against the spec: exit 1 over memory), and that the kept plan is the
 fastest one not over memory (the first candidate when none fits). It
 prints one line per size: "MEM: N fit, kept PLAN".
@@ -40,14 +42,15 @@ def main():
             body, kept = line.split(": simulated step:")[1].rsplit("; kept ", 1)
             cands = re.findall(r"(\S+) ([0-9.]+) ms( \(over memory\))?", body)
             for name, _, over in cands:
-                plan, again = (name[:-len("+recompute")], True) if name.endswith("+recompute") \
-                    else (name, False)
+                plan, *extras = name.split("+")
+                again, zero1 = "recompute" in extras, "zero1" in extras
                 if plan.startswith("pipeline/"):
                     _, s, m = plan.split("/")
                     fixed = ["--strategy=pipeline", f"--stages={s}", f"--microbatches={m}"]
                 else:
                     fixed = [f"--strategy={plan}", "--check-search=false"]
                 fixed.append("--recompute=all" if again else "--recompute=none")
+                fixed.append("--shard=zero1" if zero1 else "--shard=none")
                 alone = subprocess.run([lwcc] + common + [f"--device-spec={path}"] + fixed,
                                        capture_output=True, text=True)
                 alone_over = alone.returncode != 0 and "more memory than" in alone.stderr
