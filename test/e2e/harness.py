@@ -398,6 +398,13 @@ def exits_with(r, code, name, *texts, tail=500):
                   f"exit {r.returncode}: {r.stderr[-tail:]}")
 
 
+def lwcc_refuses(args, name, *texts):
+    """Records the case `name`: lwcc with `args` (planning only) is a usage
+    error, exit 2, naming each of `texts`."""
+    r = run([LWCC, *args, "--emit=plan", "-o", os.devnull])
+    return exits_with(r, 2, name, *texts, tail=300)
+
+
 # --- other tools' results, for tools/dev.sh ------------------------------------
 
 def from_gtest(report, suite):

@@ -91,6 +91,22 @@ def train_built(name, built, work, devices, extra=()):
     return r
 
 
+def build_and_train(cases, tmp):
+    """Builds the CPU trainer of each case (name, model, lwcc flags, devices)
+    from tmp/MODEL.onnx into tmp/NAME, two at a time, and trains each built
+    one as train_built() does in tmp/NAME/run: (what build() returned by
+    name, the run folders of the runs that succeeded by name)."""
+    built = harness.build_all(
+        cases, lambda c: c[0],
+        lambda c: build(os.path.join(tmp, f"{c[1]}.onnx"), c[2], os.path.join(tmp, c[0])))
+    runs = {}
+    for name, _, _, devices in cases:
+        work = os.path.join(tmp, name, "run")
+        if train_built(name, built[name], work, devices) is not None:
+            runs[name] = work
+    return built, runs
+
+
 def threads(devices):
     """Two kernel threads per device, whatever the machine's cores (see above)."""
     return f"--threads={2 * devices}"

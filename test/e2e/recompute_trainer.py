@@ -73,14 +73,7 @@ def main():
             cases += [(f"resnet18-pipe-{sched}", "resnet18", pipe + [f"--schedule={sched}"], 2),
                       (f"resnet18-pipe-{sched}-rc", "resnet18",
                        pipe + [f"--schedule={sched}", "--recompute=all"], 2)]
-        built = harness.build_all(
-            cases, lambda c: c[0],
-            lambda c: md.build(os.path.join(tmp, f"{c[1]}.onnx"), c[2], os.path.join(tmp, c[0])))
-        runs = {}
-        for name, _, _, devices in cases:
-            work = os.path.join(tmp, name, "run")
-            if md.train_built(name, built[name], work, devices) is not None:
-                runs[name] = work
+        built, runs = md.build_and_train(cases, tmp)
         for m in models:
             if f"{m}-g1" in runs and f"{m}-g1-rc" in runs:
                 same_bits(f"{m} --recompute=all on one device vs without", runs[f"{m}-g1"],
@@ -105,10 +98,9 @@ def main():
             report(keep is not None and again is not None and again < keep,
                    f"{m}: the planned arena is smaller with --recompute=all",
                    f"{again} bytes vs {keep}", f"{keep} -> {again} bytes")
-        r = run([LWCC, os.path.join(tmp, "lenet.onnx"), "--recompute=some", "--emit=plan",
-                 "-o", os.devnull])
-        harness.exits_with(r, 2, "--recompute=some: exit 2 naming the choices",
-                           "--recompute=some is not one of: none, all, auto", tail=300)
+        harness.lwcc_refuses([os.path.join(tmp, "lenet.onnx"), "--recompute=some"],
+                             "--recompute=some: exit 2 naming the choices",
+                             "--recompute=some is not one of: none, all, auto")
     return harness.finish()
 
 
