@@ -95,7 +95,7 @@ public:
     int64_t filled = 0;
     for (const Group& grp : replicated) {
       if (scattered(grp)) {
-        if (llvm::Error e = reduceScatter(g, grp, opAt.at(grp.last)))
+        if (llvm::Error e = reduceScatter(g, grp.outputs, grp.devices, opAt.at(grp.last)))
           return e;
         continue;
       }
@@ -139,11 +139,15 @@ public:
   }
 
 private:
-  template <typename G> llvm::Error reduceScatter(Graph& g, const G& grp, Op* after) {
+  /// ZeRO-1: one reduce_scatter after `after` of the gradient outputs
+  /// `outputs` (a replicated param's copies on `devices`), whose shares
+  /// become those outputs.
+  llvm::Error reduceScatter(Graph& g, const std::vector<unsigned>& outputs,
+                            const std::vector<int64_t>& devices, Op* after) {
     std::vector<Value*> operands;
-    for (unsigned o : grp.outputs)
+    for (unsigned o : outputs)
       operands.push_back(g.outputs()[o]);
-    const int64_t p = static_cast<int64_t>(grp.devices.size());
+    const int64_t p = static_cast<int64_t>(devices.size());
     const int64_t rows = operands[0]->type().shape[0];
     std::vector<int64_t> sizes(static_cast<size_t>(p), rows / p);
     for (int64_t i = 0; i < rows % p; ++i)
@@ -154,7 +158,7 @@ private:
     loc.name = "grad-sync";
     b.setLoc(loc);
     auto rs = b.createInferred(OpKind::ReduceScatter, operands,
-                               {{"devices", Attribute(grp.devices)},
+                               {{"devices", Attribute(devices)},
                                 {"axis", Attribute(int64_t{0})},
                                 {"sizes", Attribute(sizes)}},
                                static_cast<unsigned>(p));
@@ -163,7 +167,7 @@ private:
     if (stream_ > 0)
       (*rs)->annotations().stream = stream_;
     for (int64_t i = 0; i < p; ++i) {
-      unsigned o = grp.outputs[static_cast<size_t>(i)];
+      unsigned o = outputs[static_cast<size_t>(i)];
       Value* part = (*rs)->result(static_cast<unsigned>(i));
       part->setName(g.outputs()[o]->name().empty() ? "" : g.outputs()[o]->name() + ".part");
       g.setOutput(o, part);

@@ -134,9 +134,12 @@ public:
       return out;
     };
     std::vector<std::pair<Value*, Value*>> assigns;
-    // ZeRO-1: per reduce_scatter, the copies it feeds and their updated
-    // shares, by the position of the copy's device.
-    std::map<const Op*, std::map<unsigned, std::pair<Value*, Value*>>> gathers;
+    // ZeRO-1: per reduce_scatter (in the order the params come), the copies
+    // it feeds and their updated shares, by the position of the copy's
+    // device.
+    using Shares = std::map<unsigned, std::pair<Value*, Value*>>;
+    std::vector<std::pair<const Op*, Shares>> gathers;
+    std::map<const Op*, size_t> gatherOf;
     for (const auto& update : updates) {
       // Not a structured binding: Clang 14 cannot capture one in a lambda.
       Value* p = update.first;
@@ -156,10 +159,8 @@ public:
       Value* target = p;
       std::vector<ShardDim> stateShard = p->shard();
       const Op* scatter = grad->definingOp();
-      unsigned share = 0;
+      const unsigned share = grad->resultIndex();
       if (scatter && scatter->kind() == OpKind::ReduceScatter) {
-        while (scatter->result(share) != grad)
-          ++share;
         std::vector<int64_t> sizes = scatter->getInts("sizes");
         int64_t from = 0;
         for (unsigned i = 0; i < share; ++i)
@@ -187,8 +188,10 @@ public:
       auto newParam = [&](Value* v) {
         if (target == p)
           assigns.emplace_back(p, v);
+        else if (auto [it, added] = gatherOf.emplace(scatter, gathers.size()); added)
+          gathers.push_back({scatter, {{share, {p, v}}}});
         else
-          gathers[scatter][share] = {p, v};
+          gathers[it->second].second[share] = {p, v};
       };
       auto [lrScale, groupDecay] = groupOf(p);
       std::vector<NamedAttr> groupAttrs;

@@ -248,14 +248,20 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // recomputation (--recompute=auto), and with both; the fastest that fits
   // is kept. Then each pipeline tries twice as many micro-batches (fewer
   // activations per stage under 1F1B) until one fits.
-  if (!fastest && (options_.recomputeWhenOver || options_.shardWhenOver))
+  std::vector<std::pair<bool, bool>> variants; // (zero1, recompute) added
+  if (options_.shardWhenOver)
+    variants.emplace_back(true, false);
+  if (options_.recomputeWhenOver)
+    variants.emplace_back(false, true);
+  if (options_.shardWhenOver && options_.recomputeWhenOver)
+    variants.emplace_back(true, true);
+  if (!fastest)
     for (size_t i = 0, n = built.size(); i < n; ++i)
-      for (int both = 1; both <= 3; ++both) {
+      for (auto [zero1, recompute] : variants) {
         PlanChoice again = built[i]->plan;
-        again.zero1 |= (both & 1) && options_.shardWhenOver;
-        again.recompute |= (both & 2) && options_.recomputeWhenOver;
-        if (keyOf(again) == keyOf(built[i]->plan) ||
-            (both == 3 && !(again.zero1 && again.recompute)))
+        again.zero1 |= zero1;
+        again.recompute |= recompute;
+        if (keyOf(again) == keyOf(built[i]->plan))
           continue;
         if (llvm::Error e = evaluateAndConsider(again))
           return e;

@@ -348,12 +348,8 @@ int checkUsage() {
     return usage("--recompute=" + recompute + " is not one of: none, all, auto");
   if (shard != "none" && shard != "zero1" && shard != "auto")
     return usage("--shard=" + shard + " is not one of: none, zero1, auto");
-  if (shard == "zero1" && recipes::clipsGradients())
-    return usage("--shard=zero1 does not go with --clip-grad-norm yet (the norm would need "
-                 "every device's share of the gradients)");
-  if (shard == "zero1" && mixedPrecision == "fp16")
-    return usage("--shard=zero1 does not go with --mixed-precision=fp16 yet (the overflow check "
-                 "would need every device's share of the gradients)");
+  if (std::string why = zero1Conflict(); shard == "zero1" && !why.empty())
+    return usage("--shard=zero1 does not go with " + why);
   if (stages.getNumOccurrences() && strategy != "pipeline")
     return usage("--stages is for --strategy=pipeline");
   if (strategy == "pipeline" && gpus < 2)
@@ -499,6 +495,15 @@ llvm::Expected<CostModel> costModel(bool withProfile) {
                 : tf32 ? CostModel::Tf32::All
                        : CostModel::Tf32::Convolutions);
   return model;
+}
+
+std::string zero1Conflict() {
+  if (recipes::clipsGradients())
+    return "--clip-grad-norm yet (the norm would need every device's share of the gradients)";
+  if (mixedPrecision == "fp16")
+    return "--mixed-precision=fp16 yet (the overflow check would need every device's share of "
+           "the gradients)";
+  return "";
 }
 
 PlanChoice fixedPlan(const std::string& strat) {

@@ -117,6 +117,9 @@ llvm::Expected<CostModel> costModel(bool withProfile = true);
 /// The pipeline the flags ask for, building the plan `plan`; `withOptimizer`
 /// false stops after autodiff (gradients as outputs, nothing updated).
 TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimizer);
+/// Why the other flags rule out --shard=zero1: "FLAG yet (reason)", or
+/// "" when nothing does (the planner may then shard under --shard=auto).
+std::string zero1Conflict();
 /// The plan strategy `strat` builds when the planner does not choose it:
 /// --stages and --microbatches as given.
 PlanChoice fixedPlan(const std::string& strat);

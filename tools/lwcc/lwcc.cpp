@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
     po.microbatches = microbatches;
   po.selectLayerwise = compareCandidates;
   po.recomputeWhenOver = recompute == "auto";
-  po.shardWhenOver = shard == "auto" && !recipes::clipsGradients() && mixedPrecision != "fp16";
+  po.shardWhenOver = shard == "auto" && zero1Conflict().empty();
   po.verbose = verbose;
   po.threads = planThreads();
   planner.emplace(

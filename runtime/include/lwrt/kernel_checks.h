@@ -239,9 +239,8 @@ inline bool reducedDims(const std::vector<int64_t>& x, const ReduceParams& p,
   int64_t rank = static_cast<int64_t>(x.size());
   reduced.assign(x.size(), !p.axes);
   if (p.axes)
-    for (int64_t a : *p.axes) {
-      int64_t d = a < 0 ? a + rank : a;
-      if (d < 0 || d >= rank || reduced[d])
+    for (int64_t d : *p.axes) {
+      if (!normAxis(d, rank) || reduced[d])
         return false;
       reduced[d] = true;
     }
