@@ -17,7 +17,9 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <queue>
 #include <set>
+#include <unordered_map>
 
 namespace lwcc {
 
@@ -342,7 +344,7 @@ llvm::Error checkMemoryPlan(const Graph& g) {
     order.push_back(op.get());
   }
   const size_t end = order.size();
-  std::map<const Value*, size_t> lastUse;
+  std::unordered_map<const Value*, size_t> lastUse;
   for (size_t pos = 0; pos < order.size(); ++pos)
     for (Value* x : order[pos]->operands())
       lastUse[x] = pos;
@@ -357,7 +359,7 @@ llvm::Error checkMemoryPlan(const Graph& g) {
     std::vector<const Value*> members;
   };
   std::vector<Storage> storages;
-  std::map<const Value*, size_t> storageOf;
+  std::unordered_map<const Value*, size_t> storageOf;
   for (size_t pos = 0; pos < order.size(); ++pos) {
     const Op* op = order[pos];
     if (op->numResults() == 0)
@@ -399,31 +401,64 @@ llvm::Error checkMemoryPlan(const Graph& g) {
   // Storages may share bytes only when their lifetimes do not overlap, or
   // when the later one is written in place over the earlier one by an op
   // that reads it as it dies.
-  for (size_t a = 0; a < storages.size(); ++a)
-    for (size_t b = a + 1; b < storages.size(); ++b) {
-      const Storage &x = storages[a], &y = storages[b];
-      if (x.device != y.device || x.hi <= y.lo || y.hi <= x.lo)
-        continue;
-      if (x.last < y.first || y.last < x.first)
-        continue;
-      const Storage& later = x.first >= y.first ? x : y;
-      const Storage& earlier = x.first >= y.first ? y : x;
-      bool inPlace = earlier.last == later.first && earlier.first < later.first;
-      if (inPlace) {
-        // ... by an op whose kernel may write over that operand.
-        inPlace = false;
-        for (unsigned i = 0; i < later.def->numOperands(); ++i)
-          for (const Value* m : earlier.members)
-            inPlace |= later.def->operand(i) == m && mayRunInPlace(*later.def, i) &&
-                       m->type() == later.members.front()->type();
+  auto allowed = [&](size_t a, size_t b) -> const Storage* { // a < b; null: allowed
+    const Storage &x = storages[a], &y = storages[b];
+    const Storage& later = x.first >= y.first ? x : y;
+    const Storage& earlier = x.first >= y.first ? y : x;
+    if (earlier.last == later.first && earlier.first < later.first)
+      // ... by an op whose kernel may write over that operand.
+      for (unsigned i = 0; i < later.def->numOperands(); ++i)
+        for (const Value* m : earlier.members)
+          if (later.def->operand(i) == m && mayRunInPlace(*later.def, i) &&
+              m->type() == later.members.front()->type())
+            return nullptr;
+    return &later;
+  };
+  // A sweep over each device's storages in the order they become live: the
+  // ones still live are kept by offset, and a new one is compared with
+  // those whose bytes may reach it (starting less than the device's
+  // longest storage below it), not with every storage of the step.
+  std::map<int64_t, std::vector<size_t>> byDevice;
+  for (size_t i = 0; i < storages.size(); ++i)
+    byDevice[storages[i].device].push_back(i);
+  std::optional<std::pair<size_t, size_t>> bad; // the first overlapping pair (a < b)
+  for (auto& [device, ids] : byDevice) {
+    int64_t longest = 0;
+    for (size_t i : ids)
+      longest = std::max(longest, storages[i].hi - storages[i].lo);
+    std::stable_sort(ids.begin(), ids.end(),
+                     [&](size_t a, size_t b) { return storages[a].first < storages[b].first; });
+    std::multimap<int64_t, size_t> live; // offset -> storage
+    using Ending = std::pair<size_t, std::multimap<int64_t, size_t>::iterator>;
+    auto laterEnd = [](const Ending& a, const Ending& b) { return a.first > b.first; };
+    std::priority_queue<Ending, std::vector<Ending>, decltype(laterEnd)> ending(laterEnd);
+    for (size_t id : ids) {
+      const Storage& y = storages[id];
+      while (!ending.empty() && ending.top().first < y.first) {
+        live.erase(ending.top().second);
+        ending.pop();
       }
-      if (!inPlace)
-        return later.def->emitError(llvm::formatv("@buf [{0}, {1}) overlaps the live result of "
-                                                  "{2} at [{3}, {4})",
-                                                  later.lo, later.hi, earlier.def->describe(),
-                                                  earlier.lo, earlier.hi)
-                                        .str());
+      for (auto it = live.upper_bound(y.lo - longest); it != live.end() && it->first < y.hi; ++it) {
+        const Storage& x = storages[it->second];
+        if (x.hi <= y.lo)
+          continue;
+        std::pair<size_t, size_t> pair = std::minmax(id, it->second);
+        if (allowed(pair.first, pair.second) && (!bad || pair < *bad))
+          bad = pair;
+      }
+      ending.push({y.last, live.emplace(y.lo, id)});
     }
+  }
+  if (bad) {
+    const Storage& later = *allowed(bad->first, bad->second);
+    const Storage& earlier =
+        &later == &storages[bad->first] ? storages[bad->second] : storages[bad->first];
+    return later.def->emitError(llvm::formatv("@buf [{0}, {1}) overlaps the live result of "
+                                              "{2} at [{3}, {4})",
+                                              later.lo, later.hi, earlier.def->describe(),
+                                              earlier.lo, earlier.hi)
+                                    .str());
+  }
   return llvm::Error::success();
 }
 

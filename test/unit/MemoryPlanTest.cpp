@@ -1,6 +1,10 @@
 //===- MemoryPlanTest.cpp - Greedy placement of arena buffers -------------===//
 #include "passes/MemoryPlan.h"
 
+#include "TestUtil.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
 #include "gtest/gtest.h"
 #include <algorithm>
 #include <numeric>
@@ -82,6 +86,85 @@ TEST(MemoryPlan, BuffersLiveTogetherDoNotShareBytes) {
   EXPECT_EQ(buffers[1].offset, 512);
   EXPECT_EQ(buffers[3].offset, 0);
   EXPECT_EQ(buffers[4].offset, 768);
+}
+
+/// One op of a random planned graph: its result's rows (of 8 floats),
+/// device and offset, and its operand (an earlier result, or -1 and -2: the
+/// inputs of 8 and 16 rows). exp may write over its operand, gemm not.
+struct PlannedOp {
+  std::string kind;
+  int64_t rows = 0, device = 0, offset = 0;
+  int operand = -1;
+};
+
+/// What checkMemoryPlan must say of `ops` (lines from `line0`) by its
+/// definition, quadratic: every pair of results on one device sharing bytes
+/// while both live, the first pair in op order, unless the later is
+/// written in place over the earlier by an op that reads it as it dies
+/// ("" when none).
+std::string overlapByDefinition(const std::vector<PlannedOp>& ops, size_t line0) {
+  const size_t n = ops.size();
+  std::vector<size_t> last(n);
+  for (size_t i = 0; i < n; ++i) {
+    last[i] = i;
+    for (size_t j = i + 1; j < n; ++j)
+      if (ops[j].operand == static_cast<int>(i))
+        last[i] = j;
+  }
+  last[n - 1] = n; // returned
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = a + 1; b < n; ++b) {
+      const PlannedOp &x = ops[a], &y = ops[b];
+      const int64_t xhi = x.offset + 32 * x.rows, yhi = y.offset + 32 * y.rows;
+      if (x.device != y.device || xhi <= y.offset || yhi <= x.offset || last[a] < b)
+        continue;
+      bool inPlace = last[a] == b && y.kind == "exp" && y.operand == static_cast<int>(a);
+      if (!inPlace)
+        return llvm::formatv("t.lwir:{0}:3: '{1}' op: @buf [{2}, {3}) overlaps the live "
+                             "result of '{4}' op at [{5}, {6})",
+                             line0 + b, y.kind, y.offset, yhi, x.kind, x.offset, xhi)
+            .str();
+    }
+  return "";
+}
+
+TEST(MemoryPlan, CheckFindsTheFirstOverlapOfLiveResults) {
+  std::mt19937_64 rng(11);
+  int rejected = 0, accepted = 0;
+  for (int round = 0; round < 400; ++round) {
+    const size_t n = 2 + rng() % 40;
+    const int64_t devices = 1 + static_cast<int64_t>(rng() % 2);
+    std::vector<PlannedOp> ops(n);
+    std::string text = "graph @g(%x: f32[8,8] @data, %y: f32[16,8] @data) {\n"
+                       "  %w = param \"w\" : f32[8,8]\n";
+    for (size_t i = 0; i < n; ++i) {
+      // Few offsets: many results share bytes, some of them in place.
+      PlannedOp& op = ops[i];
+      op.kind = rng() % 3 ? "exp" : "gemm";
+      op.device = static_cast<int64_t>(rng() % devices);
+      op.offset = 64 * static_cast<int64_t>(rng() % 16);
+      op.operand =
+          i == 0 || rng() % 5 == 0 ? -1 - static_cast<int>(rng() % 2) : static_cast<int>(rng() % i);
+      op.rows = op.operand == -1 ? 8 : op.operand == -2 ? 16 : ops[op.operand].rows;
+      std::string arg = op.operand == -1   ? "%x"
+                        : op.operand == -2 ? "%y"
+                                           : "%v" + std::to_string(op.operand);
+      text += llvm::formatv("  %v{0} = {1}({2}{3}) : f32[{4},8] @dev({5}) @buf({6})\n", i, op.kind,
+                            arg, op.kind == "gemm" ? ", %w" : "", op.rows, op.device, op.offset)
+                  .str();
+    }
+    text += llvm::formatv("  return %v{0}\n}\n", n - 1).str();
+    auto g = test::parseOk(text, "t.lwir");
+    ASSERT_TRUE(g) << text;
+    const std::string want = overlapByDefinition(ops, 3);
+    llvm::Error e = checkMemoryPlan(*g);
+    const std::string got = e ? llvm::toString(std::move(e)) : "";
+    ASSERT_EQ(got, want) << text;
+    ++(want.empty() ? accepted : rejected);
+  }
+  // Both answers are exercised.
+  EXPECT_GT(accepted, 20);
+  EXPECT_GT(rejected, 20);
 }
 
 } // namespace
