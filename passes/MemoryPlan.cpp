@@ -106,22 +106,22 @@ private:
 
 } // namespace
 
-void placeBuffers(std::vector<ArenaBuffer>& buffers) {
-  std::vector<size_t> bySize(buffers.size());
-  std::iota(bySize.begin(), bySize.end(), 0);
+namespace {
+
+/// The greedy placement (placeBuffers) of the buffers `ids` of one device.
+void placeDevice(std::vector<ArenaBuffer>& buffers, std::vector<size_t> ids) {
+  std::vector<size_t>& bySize = ids;
   std::stable_sort(bySize.begin(), bySize.end(),
                    [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
-  std::map<int64_t, LiveIndex> placed; // by device
-  for (const Buffer& b : buffers) {
-    placed[b.device].addTime(b.first);
-    placed[b.device].addTime(b.last);
+  LiveIndex index;
+  for (size_t id : ids) {
+    index.addTime(buffers[id].first);
+    index.addTime(buffers[id].last);
   }
-  for (auto& [device, index] : placed)
-    index.seal();
+  index.seal();
   std::vector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes)
   for (size_t idx : bySize) {
     Buffer& b = buffers[idx];
-    LiveIndex& index = placed.at(b.device);
     busy.clear();
     index.forOverlapping(b, [&](size_t other) {
       const Buffer& o = buffers[other];
@@ -143,6 +143,52 @@ void placeBuffers(std::vector<ArenaBuffer>& buffers) {
     }
     b.offset = offset;
     index.add(idx, b);
+  }
+}
+
+/// What the placement of a device's buffers depends on: each buffer's
+/// size, whether it is pinned, and the order of its lifetime's ends among
+/// the device's others (their ranks), buffer by buffer in their order.
+std::vector<int64_t> placementShape(const std::vector<ArenaBuffer>& buffers,
+                                    const std::vector<size_t>& ids) {
+  std::vector<size_t> times;
+  for (size_t id : ids) {
+    times.push_back(buffers[id].first);
+    times.push_back(buffers[id].last);
+  }
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  auto rank = [&](size_t t) {
+    return static_cast<int64_t>(std::lower_bound(times.begin(), times.end(), t) - times.begin());
+  };
+  std::vector<int64_t> shape;
+  shape.reserve(4 * ids.size());
+  for (size_t id : ids) {
+    const ArenaBuffer& b = buffers[id];
+    shape.insert(shape.end(), {b.bytes, b.pinned ? 1 : 0, rank(b.first), rank(b.last)});
+  }
+  return shape;
+}
+
+} // namespace
+
+void placeBuffers(std::vector<ArenaBuffer>& buffers) {
+  std::map<int64_t, std::vector<size_t>> byDevice;
+  for (size_t i = 0; i < buffers.size(); ++i)
+    byDevice[buffers[i].device].push_back(i);
+  // Devices that run the same program (the replicas of data parallelism, a
+  // pipeline stage's) have buffers of the same shape: placed once, their
+  // offsets copied.
+  std::map<std::vector<int64_t>, const std::vector<size_t>*> placedShapes;
+  for (const auto& [device, ids] : byDevice) {
+    auto [it, isNew] = placedShapes.emplace(placementShape(buffers, ids), &ids);
+    if (isNew) {
+      placeDevice(buffers, ids);
+      continue;
+    }
+    const std::vector<size_t>& same = *it->second;
+    for (size_t k = 0; k < ids.size(); ++k)
+      buffers[ids[k]].offset = buffers[same[k]].offset;
   }
 }
 

@@ -204,40 +204,56 @@ private:
           if (u.user && u.user != ops_[i])
             edge(index_.at(u.user), i);
     }
-    // Each device's tasks and the gated ops each still holds.
-    std::map<int64_t, std::vector<Task>> seq;
-    std::map<int64_t, size_t> pos;
-    std::map<std::pair<int64_t, Task>, int64_t> left;
-    for (const auto& [d, s] : stageOf_) {
-      seq[d] = sequence(s);
-      pos[d] = 0;
-    }
+    // Each device's tasks and the gated ops each still holds, by the
+    // device's index among the devices (in order) and the task's code.
+    std::vector<int64_t> ids;
+    for (const auto& [d, s] : stageOf_)
+      ids.push_back(d);
+    for (const auto& d : devices)
+      ids.insert(ids.end(), d.begin(), d.end());
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    auto dev = [&](int64_t d) {
+      return static_cast<size_t>(std::lower_bound(ids.begin(), ids.end(), d) - ids.begin());
+    };
+    for (auto& d : devices)
+      for (int64_t& e : d)
+        e = static_cast<int64_t>(dev(e)); // from here on: indices
+    const size_t tasks = 3 * static_cast<size_t>(m_);
+    auto code = [&](size_t d, const Task& t) {
+      return d * tasks + 3 * static_cast<size_t>(t.mb) + static_cast<size_t>(t.kind);
+    };
+    std::vector<std::vector<Task>> seq(ids.size());
+    std::vector<size_t> pos(ids.size(), 0);
+    std::vector<int64_t> left(ids.size() * tasks, 0);
+    for (const auto& [d, s] : stageOf_)
+      seq[dev(d)] = sequence(s);
     for (size_t i = 0; i < n; ++i)
       if (task_[i])
         for (int64_t d : devices[i])
-          ++left[{d, *task_[i]}];
-    auto advance = [&](int64_t d) {
-      while (pos[d] < seq[d].size() && left[{d, seq[d][pos[d]]}] == 0)
+          ++left[code(d, *task_[i])];
+    auto advance = [&](size_t d) {
+      while (pos[d] < seq[d].size() && left[code(d, seq[d][pos[d]])] == 0)
         ++pos[d];
     };
-    for (auto& [d, p] : pos)
+    for (size_t d = 0; d < ids.size(); ++d)
       advance(d);
     std::set<size_t> freeReady;
     // The ready ops of each task, under each of their devices: an op may go
     // when every device of it is at its task, so it is found under the task
     // of any one of them.
-    std::map<std::pair<int64_t, Task>, std::set<size_t>> gatedReady;
+    std::vector<std::set<size_t>> gatedReady(ids.size() * tasks);
     auto makeReady = [&](size_t i) {
       if (task_[i])
         for (int64_t d : devices[i])
-          gatedReady[{d, *task_[i]}].insert(i);
+          gatedReady[code(d, *task_[i])].insert(i);
       else
         freeReady.insert(i);
     };
     for (size_t i = 0; i < n; ++i)
       if (!waiting[i])
         makeReady(i);
-    auto at = [&](int64_t d, const Task& t) {
+    auto at = [&](size_t d, const Task& t) {
       return pos[d] < seq[d].size() && seq[d][pos[d]] == t;
     };
     std::vector<Op*> out;
@@ -251,14 +267,11 @@ private:
       if (!freeReady.empty())
         best = *freeReady.begin();
       else
-        for (const auto& [d, p] : pos) {
-          if (p >= seq[d].size())
+        for (size_t d = 0; d < ids.size(); ++d) {
+          if (pos[d] >= seq[d].size())
             continue;
-          const Task& t = seq[d][p];
-          auto ready = gatedReady.find({d, t});
-          if (ready == gatedReady.end())
-            continue;
-          for (size_t i : ready->second) {
+          const Task& t = seq[d][pos[d]];
+          for (size_t i : gatedReady[code(d, t)]) {
             if (i >= best)
               break;
             bool all = true;
@@ -279,8 +292,8 @@ private:
                 .str());
       if (task_[best]) {
         for (int64_t d : devices[best]) {
-          gatedReady[{d, *task_[best]}].erase(best);
-          --left[{d, *task_[best]}];
+          gatedReady[code(d, *task_[best])].erase(best);
+          --left[code(d, *task_[best])];
           advance(d);
         }
       } else {
