@@ -327,7 +327,9 @@ private:
 /// forwards and backwards as the schedule says (schedule=gpipe|1f1b):
 ///  1. An op is backward when it is computed from the loss gradient's seed.
 ///  2. A device's stage is its depth in the graph of a micro-batch's
-///     forward transfers (device_copy) between devices; with several stages, the
+///     forward transfers (device_copy) between devices that the backward
+///     depends on (not those of batch norm's running statistics, made where
+///     the layer runs and kept where their param is); with several stages, the
 ///     transfers between them go on streams of their own on both devices
 ///     (2 and 3: activations forward, 4 and 5: their gradients back, by the
 ///     sender's stage parity), beside the compute, so that a stage never
@@ -385,8 +387,25 @@ PipelineShape pipelineShapeOf(const Graph& g) {
     shape.backward.push_back(b);
     for (int64_t d : devicesOf(op))
       devices.insert(d);
-    if (op.kind() == OpKind::DeviceCopy && !b && op.annotations().microBatch &&
-        op.getInt("src") != op.getInt("dst"))
+  }
+  // The forward transfers a micro-batch's backward depends on: a stage
+  // passes activations on. A transfer whose value only updates state (batch
+  // norm's running statistics, computed where the layer runs, kept where
+  // their param is) goes as soon as it is there and makes no stage.
+  std::vector<const Op*> ops;
+  for (const auto& op : g.ops())
+    ops.push_back(op.get());
+  std::vector<bool>& feedsBackward = shape.feedsBackward;
+  feedsBackward.assign(ops.size(), false);
+  for (size_t i = ops.size(); i-- > 0;) {
+    const Op& op = *ops[i];
+    bool feeds = shape.backward[i];
+    for (unsigned r = 0; r < op.numResults() && !feeds; ++r)
+      for (const Use& u : op.result(r)->uses())
+        feeds = feeds || (u.user && feedsBackward[index.at(u.user)]);
+    feedsBackward[i] = feeds;
+    if (op.kind() == OpKind::DeviceCopy && !shape.backward[i] && feeds &&
+        op.annotations().microBatch && op.getInt("src") != op.getInt("dst"))
       from[op.getInt("dst")].insert(op.getInt("src"));
   }
   // Longest path from a device without senders; a cycle: one stage.
