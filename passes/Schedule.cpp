@@ -184,6 +184,10 @@ private:
     // Each op's devices, once: the loop below asks for them at every step.
     std::vector<std::vector<int64_t>> devices(n);
     for (size_t i = 0; i < n; ++i) {
+      if (!ops_[i]->info().isCommunication()) {
+        devices[i] = {opDevice(*ops_[i])};
+        continue;
+      }
       std::set<int64_t> d = devicesOf(*ops_[i]);
       devices[i].assign(d.begin(), d.end());
     }
@@ -385,8 +389,11 @@ PipelineShape pipelineShapeOf(const Graph& g) {
       if (const Op* d = v->definingOp())
         b = b || shape.backward[index.at(d)];
     shape.backward.push_back(b);
-    for (int64_t d : devicesOf(op))
-      devices.insert(d);
+    if (op.info().isCommunication()) // a set for each op is most of the walk
+      for (int64_t d : devicesOf(op))
+        devices.insert(d);
+    else
+      devices.insert(opDevice(op));
   }
   // The forward transfers a micro-batch's backward depends on: a stage
   // passes activations on. A transfer whose value only updates state (batch

@@ -106,13 +106,12 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
     return out;
   }
   out.ev.strategySeconds = *seconds;
-  auto sim = simulate(*candidate, simCosts(model_));
+  auto sim = simulate(*candidate, simCosts(model_, false));
   if (!sim) {
     out.failure = llvm::toString(sim.takeError());
     return out;
   }
   out.ev.sim = std::move(*sim);
-  out.ev.sim.events = {}; // the timeline: as many events as ops, and no reader here
   // A pipeline's many micro-batches make its step the largest to plan, and
   // only its fit is needed unless it is a report's row: where its results
   // fit unshared, its plan fits.

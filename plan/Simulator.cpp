@@ -121,19 +121,24 @@ void commEnds(const Op& op, std::set<int64_t>& senders, std::set<int64_t>& recei
 
 } // namespace
 
-SimCosts simCosts(const CostModel& model) {
+SimCosts simCosts(const CostModel& model, bool timeline) {
   SimCosts c;
+  c.timeline = timeline;
   c.opSeconds = [&model](const Op& op) { return model.opSeconds(op); };
   c.commSeconds = [&model](const Op& op) { return model.commSeconds(op); };
-  c.commSecondsOn = [&model](const Op& op, int64_t device, int64_t occurrence) {
-    return model.measuredSecondsOn(op, device, occurrence);
-  };
+  // Each participant's own measured times: a profile's (without one, the
+  // replay counts no communication op's occurrences).
+  if (model.hasProfile()) {
+    c.commSecondsOn = [&model](const Op& op, int64_t device, int64_t occurrence) {
+      return model.measuredSecondsOn(op, device, occurrence);
+    };
+    c.commWaitOn = [&model](const Op& op, int64_t device, int64_t occurrence) {
+      return model.measuredWaitOn(op, device, occurrence);
+    };
+  }
   c.devicesPerNode = model.spec().devicesPerNode;
   c.opFill = [&model](const Op& op) { return model.fill(op); };
   c.hostFill = [&model](const Op& op, int64_t devices) { return model.hostFill(op, devices); };
-  c.commWaitOn = [&model](const Op& op, int64_t device, int64_t occurrence) {
-    return model.measuredWaitOn(op, device, occurrence);
-  };
   c.wakeSeconds = model.wakeSeconds();
   c.stepGapSeconds = model.stepGapSeconds();
   if (model.hasProfile())
@@ -244,7 +249,7 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     // Each participant's count of the communication ops of this mnemonic
     // and loc it met before this one (as its profile lists them).
     std::map<int64_t, int64_t> occurrence;
-    if (comm)
+    if (comm && (costs.commSecondsOn || costs.commWaitOn))
       for (const Resource& s : streams)
         occurrence[s.id] = commSeen[{std::string(op.mnemonic()), op.loc().name, s.id}]++;
     if (comm && d > 0 && costs.commWaitOn) {
@@ -290,6 +295,9 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     for (const Resource& s : streams) {
       const double sEnd = ends[s.id];
       freeAt(s) = sEnd;
+      (comm ? res.commSeconds : res.computeSeconds)[s.id] += sEnd - t;
+      if (!costs.timeline || op.kind() == OpKind::Constant)
+        continue;
       SimEvent ev;
       ev.name = std::string(op.mnemonic());
       ev.loc = op.loc().name;
@@ -299,9 +307,7 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
       ev.end = sEnd;
       ev.bytes = bytes;
       ev.comm = comm;
-      (comm ? res.commSeconds : res.computeSeconds)[s.id] += sEnd - t;
-      if (op.kind() != OpKind::Constant)
-        res.events.push_back(std::move(ev));
+      res.events.push_back(std::move(ev));
     }
     if (d > 0)
       for (const Resource& p : ports) {

@@ -110,10 +110,15 @@ struct SimCosts {
   /// When set: the share of its node's cores, in [0, 1], a compute op of a
   /// trainer of `devices` devices takes while it runs (0: none counted).
   std::function<double(const Op&, int64_t devices)> hostFill;
+  /// Whether SimResult::events is filled (false: the times alone, as the
+  /// planner prices candidates: an event per op is most of a large step's
+  /// replay).
+  bool timeline = true;
 };
 
-/// The times of `model` (which must outlive the result).
-SimCosts simCosts(const CostModel& model);
+/// The times of `model` (which must outlive the result); with `timeline`
+/// the events too.
+SimCosts simCosts(const CostModel& model, bool timeline = true);
 
 /// One interval of the timeline: an op on one (device, stream). A
 /// communication op has one interval per device it uses.
@@ -135,7 +140,7 @@ struct SimResult {
   std::map<int64_t, double> computeSeconds, commSeconds;
   /// Bytes moved between devices in one step.
   int64_t commBytes = 0;
-  /// Ordered by start time, then device and stream.
+  /// Ordered by start time, then device and stream (SimCosts::timeline).
   std::vector<SimEvent> events;
 };
 
