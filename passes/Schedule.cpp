@@ -68,6 +68,7 @@ private:
   void findStages() {
     PipelineShape shape = pipelineShapeOf(g_);
     backward_ = shape.backward;
+    feedsBackward_ = shape.feedsBackward;
     stageOf_ = shape.stageOf;
     stages_ = shape.stages;
     if (stages_ == 1)
@@ -173,6 +174,14 @@ private:
       auto mb = op.annotations().microBatch;
       if (!mb || op.kind() == OpKind::Constant || transfer_.count(&op))
         continue;
+      // What no backward needs (batch norm's running statistics sent back
+      // to their param's stage) runs in its micro-batch's backward there:
+      // in the forward it would hold the earlier stage until the later
+      // one's forward of that micro-batch.
+      if (!feedsBackward_[i] && stages_ > 1 && !op.info().isCommunication()) {
+        task_[i] = Task{*mb, Task::B};
+        continue;
+      }
       bool ok = backward_[i] ? std::max(d.maxF, d.maxB) <= *mb : d.maxB < 0 && d.maxF <= *mb;
       if (ok)
         task_[i] = Task{*mb, !backward_[i] ? Task::F : weight_[i] ? Task::W : Task::B};
@@ -319,7 +328,7 @@ private:
   std::vector<Op*> ops_;
   std::unordered_map<const Op*, size_t> index_;
   int64_t m_ = 0, stages_ = 1;
-  std::vector<bool> backward_;
+  std::vector<bool> backward_, feedsBackward_;
   std::vector<bool> weight_; ///< zb-h1: a weight gradient's backward op
   std::map<int64_t, int64_t> stageOf_;
   std::set<const Op*> transfer_;
@@ -352,7 +361,9 @@ private:
 ///     devices; ops of no micro-batch (shared values, gradients summed over
 ///     micro-batches, all-reduces, updates), an op that reads what a later
 ///     task computes, and transfers between stages go as soon as what they
-///     read is there. An assign goes after every other reader of its param.
+///     read is there. What no backward op needs (running statistics sent
+///     back to the stage of their param) runs in its micro-batch's backward. An assign goes after
+///     every other reader of its param.
 ///  5. The ops are listed in the order a list scheduler gives: each time, a
 ///     ready op that no task holds, else the earliest op (in the old order)
 ///     that is ready and whose devices are all in its task. One graph order
