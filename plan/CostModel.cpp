@@ -300,8 +300,9 @@ double CostModel::linkLatency(const std::vector<int64_t>& devices) const {
 double CostModel::transferSeconds(int64_t bytes, int64_t src, int64_t dst) const {
   if (src == dst || bytes <= 0)
     return 0;
-  std::vector<int64_t> pair{src, dst};
-  return static_cast<double>(bytes) / linkBandwidth(pair) + linkLatency(pair);
+  const bool near = spec_.node(src) == spec_.node(dst); // sameNode without a list
+  return static_cast<double>(bytes) / (near ? spec_.intraBandwidth : spec_.interBandwidth) +
+         (near ? spec_.intraLatency : spec_.interLatency);
 }
 
 double CostModel::allReduceSeconds(double bytes, const std::vector<int64_t>& devices) const {

@@ -141,8 +141,18 @@ private:
   double transfer(int64_t c, int64_t s) const {
     if (c < 0 || c + 1 >= static_cast<int64_t>(cross_.size()))
       return 0;
-    double bytes = cross_[static_cast<size_t>(c)] / static_cast<double>(replicas_);
-    return 2 * cm_.transferSeconds(static_cast<int64_t>(bytes), firstDevice(s), firstDevice(s + 1));
+    // The dynamic program asks for each (c, s) many times: priced once.
+    if (transfers_.size() <= static_cast<size_t>(s))
+      transfers_.resize(static_cast<size_t>(s) + 1);
+    std::vector<double>& row = transfers_[static_cast<size_t>(s)];
+    if (row.empty()) {
+      row.resize(cross_.size());
+      for (size_t k = 0; k < cross_.size(); ++k)
+        row[k] = 2 * cm_.transferSeconds(
+                         static_cast<int64_t>(cross_[k] / static_cast<double>(replicas_)),
+                         firstDevice(s), firstDevice(s + 1));
+    }
+    return row[static_cast<size_t>(c)];
   }
 
   /// Stage s holding units i..j: its compute per micro-batch (a replica's
@@ -247,6 +257,7 @@ private:
   std::vector<Op*> units_;
   int64_t replicas_ = 1;
   std::vector<double> seconds_, acts_, params_, cross_;
+  mutable std::vector<std::vector<double>> transfers_; ///< [stage][cut]: transfer()
   std::unordered_map<const Value*, int64_t> split_;
 };
 
