@@ -109,12 +109,11 @@ private:
 namespace {
 
 /// The greedy placement (placeBuffers) of the buffers `ids` of one device.
-void placeDevice(std::vector<ArenaBuffer>& buffers, std::vector<size_t> ids) {
-  std::vector<size_t>& bySize = ids;
+void placeDevice(std::vector<ArenaBuffer>& buffers, std::vector<size_t> bySize) {
   std::stable_sort(bySize.begin(), bySize.end(),
                    [&](size_t a, size_t b) { return buffers[a].bytes > buffers[b].bytes; });
   LiveIndex index;
-  for (size_t id : ids) {
+  for (size_t id : bySize) {
     index.addTime(buffers[id].first);
     index.addTime(buffers[id].last);
   }
@@ -447,7 +446,9 @@ llvm::Error checkMemoryPlan(const Graph& g) {
   // Storages may share bytes only when their lifetimes do not overlap, or
   // when the later one is written in place over the earlier one by an op
   // that reads it as it dies.
-  auto allowed = [&](size_t a, size_t b) -> const Storage* { // a < b; null: allowed
+  // The later of storages a < b sharing bytes while both live, or null
+  // where it is written in place over the earlier one.
+  auto conflict = [&](size_t a, size_t b) -> const Storage* {
     const Storage &x = storages[a], &y = storages[b];
     const Storage& later = x.first >= y.first ? x : y;
     const Storage& earlier = x.first >= y.first ? y : x;
@@ -489,14 +490,14 @@ llvm::Error checkMemoryPlan(const Graph& g) {
         if (x.hi <= y.lo)
           continue;
         std::pair<size_t, size_t> pair = std::minmax(id, it->second);
-        if (allowed(pair.first, pair.second) && (!bad || pair < *bad))
+        if (conflict(pair.first, pair.second) && (!bad || pair < *bad))
           bad = pair;
       }
       ending.push({y.last, live.emplace(y.lo, id)});
     }
   }
   if (bad) {
-    const Storage& later = *allowed(bad->first, bad->second);
+    const Storage& later = *conflict(bad->first, bad->second);
     const Storage& earlier =
         &later == &storages[bad->first] ? storages[bad->second] : storages[bad->first];
     return later.def->emitError(llvm::formatv("@buf [{0}, {1}) overlaps the live result of "

@@ -362,8 +362,8 @@ private:
 ///     micro-batches, all-reduces, updates), an op that reads what a later
 ///     task computes, and transfers between stages go as soon as what they
 ///     read is there. What no backward op needs (running statistics sent
-///     back to the stage of their param) runs in its micro-batch's backward. An assign goes after
-///     every other reader of its param.
+///     back to the stage of their param) runs in its micro-batch's
+///     backward. An assign goes after every other reader of its param.
 ///  5. The ops are listed in the order a list scheduler gives: each time, a
 ///     ready op that no task holds, else the earliest op (in the old order)
 ///     that is ready and whose devices are all in its task. One graph order
@@ -388,10 +388,12 @@ PipelineShape pipelineShapeOf(const Graph& g) {
   std::unordered_map<const Op*, size_t> index;
   std::set<int64_t> devices;
   std::map<int64_t, std::set<int64_t>> from; // device -> devices it receives from
+  std::vector<const Op*> ops;
   for (const auto& opPtr : g.ops()) {
     const Op& op = *opPtr;
     size_t i = shape.backward.size();
     index[&op] = i;
+    ops.push_back(&op);
     if (op.annotations().microBatch)
       shape.microbatches = std::max(shape.microbatches, *op.annotations().microBatch + 1);
     // Forward ops computed again for the backward (recompute) run in it.
@@ -410,9 +412,6 @@ PipelineShape pipelineShapeOf(const Graph& g) {
   // passes activations on. A transfer whose value only updates state (batch
   // norm's running statistics, computed where the layer runs, kept where
   // their param is) goes as soon as it is there and makes no stage.
-  std::vector<const Op*> ops;
-  for (const auto& op : g.ops())
-    ops.push_back(op.get());
   std::vector<bool>& feedsBackward = shape.feedsBackward;
   feedsBackward.assign(ops.size(), false);
   for (size_t i = ops.size(); i-- > 0;) {

@@ -132,6 +132,15 @@ private:
       run += delta[c];
       cross_[c] = run;
     }
+    // Each cut's transfer from each stage to the next, priced
+    // once: the dynamic program asks for it O(L^2 S) times.
+    transfers_.assign(static_cast<size_t>(o_.stages), std::vector<double>(L));
+    for (size_t s = 0; s < transfers_.size(); ++s)
+      for (size_t c = 0; c < L; ++c)
+        transfers_[s][c] =
+            2 * cm_.transferSeconds(
+                    static_cast<int64_t>(cross_[c] / static_cast<double>(replicas_)),
+                    firstDevice(static_cast<int64_t>(s)), firstDevice(static_cast<int64_t>(s) + 1));
   }
 
   int64_t firstDevice(int64_t stage) const { return stage * replicas_; }
@@ -141,18 +150,7 @@ private:
   double transfer(int64_t c, int64_t s) const {
     if (c < 0 || c + 1 >= static_cast<int64_t>(cross_.size()))
       return 0;
-    // The dynamic program asks for each (c, s) many times: priced once.
-    if (transfers_.size() <= static_cast<size_t>(s))
-      transfers_.resize(static_cast<size_t>(s) + 1);
-    std::vector<double>& row = transfers_[static_cast<size_t>(s)];
-    if (row.empty()) {
-      row.resize(cross_.size());
-      for (size_t k = 0; k < cross_.size(); ++k)
-        row[k] = 2 * cm_.transferSeconds(
-                         static_cast<int64_t>(cross_[k] / static_cast<double>(replicas_)),
-                         firstDevice(s), firstDevice(s + 1));
-    }
-    return row[static_cast<size_t>(c)];
+    return transfers_[static_cast<size_t>(s)][static_cast<size_t>(c)];
   }
 
   /// Stage s holding units i..j: its compute per micro-batch (a replica's
@@ -257,7 +255,7 @@ private:
   std::vector<Op*> units_;
   int64_t replicas_ = 1;
   std::vector<double> seconds_, acts_, params_, cross_;
-  mutable std::vector<std::vector<double>> transfers_; ///< [stage][cut]: transfer()
+  std::vector<std::vector<double>> transfers_; ///< [stage][cut]: transfer()
   std::unordered_map<const Value*, int64_t> split_;
 };
 

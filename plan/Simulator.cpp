@@ -126,8 +126,14 @@ SimCosts simCosts(const CostModel& model, bool timeline) {
   c.timeline = timeline;
   c.opSeconds = [&model](const Op& op) { return model.opSeconds(op); };
   c.commSeconds = [&model](const Op& op) { return model.commSeconds(op); };
-  // Each participant's own measured times: a profile's (without one, the
-  // replay counts no communication op's occurrences).
+  c.devicesPerNode = model.spec().devicesPerNode;
+  c.opFill = [&model](const Op& op) { return model.fill(op); };
+  c.hostFill = [&model](const Op& op, int64_t devices) { return model.hostFill(op, devices); };
+  c.wakeSeconds = model.wakeSeconds();
+  c.stepGapSeconds = model.stepGapSeconds();
+  // What a profile measured: each participant's own times and waits of a
+  // communication op (without one, the replay counts no occurrences) and
+  // each stream's start.
   if (model.hasProfile()) {
     c.commSecondsOn = [&model](const Op& op, int64_t device, int64_t occurrence) {
       return model.measuredSecondsOn(op, device, occurrence);
@@ -135,16 +141,10 @@ SimCosts simCosts(const CostModel& model, bool timeline) {
     c.commWaitOn = [&model](const Op& op, int64_t device, int64_t occurrence) {
       return model.measuredWaitOn(op, device, occurrence);
     };
-  }
-  c.devicesPerNode = model.spec().devicesPerNode;
-  c.opFill = [&model](const Op& op) { return model.fill(op); };
-  c.hostFill = [&model](const Op& op, int64_t devices) { return model.hostFill(op, devices); };
-  c.wakeSeconds = model.wakeSeconds();
-  c.stepGapSeconds = model.stepGapSeconds();
-  if (model.hasProfile())
     c.streamStartSeconds = [&model](int64_t device, int64_t stream) {
       return model.streamStartSeconds(device, stream);
     };
+  }
   return c;
 }
 
