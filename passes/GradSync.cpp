@@ -30,17 +30,25 @@ namespace {
 ///     (the first dim0 % p devices one row more), which becomes that copy's
 ///     @grad output; the optimizer pass then updates each share on its
 ///     device with sharded state and all-gathers the param.
+///  5. With shard=fsdp (materialize's), a param kept as shares has its
+///     gradient from the reduce_scatter that autodiff made of its gather:
+///     nothing to sum; the reduce_scatter goes on `stream` beside backward,
+///     as a bucket does.
 class GradSyncPass : public Pass {
 public:
-  GradSyncPass(int64_t bucketBytes, int64_t stream, bool zero1)
-      : bucketBytes_(bucketBytes), stream_(stream), zero1_(zero1) {}
+  GradSyncPass(int64_t bucketBytes, int64_t stream, bool zero1, bool fsdp)
+      : bucketBytes_(bucketBytes), stream_(stream), zero1_(zero1), fsdp_(fsdp) {}
   std::string_view name() const override { return "grad-sync"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
     std::map<std::string, std::vector<unsigned>> groups; // initializer -> output indices
     for (unsigned i = 0; i < g.outputs().size(); ++i)
-      if (const Value* p = g.outputGradOf(i))
+      if (const Value* p = g.outputGradOf(i)) {
         groups[p->paramName()].push_back(i);
+        Op* def = g.outputs()[i]->definingOp();
+        if (fsdp_ && stream_ > 0 && def && def->kind() == OpKind::ReduceScatter)
+          def->annotations().stream = stream_;
+      }
     std::unordered_map<const Op*, size_t> position;
     std::vector<Op*> opAt; // by position (the all-reduces go after these)
     for (const auto& op : g.ops()) {
@@ -198,7 +206,7 @@ private:
   }
 
   int64_t bucketBytes_, stream_;
-  bool zero1_;
+  bool zero1_, fsdp_;
 };
 
 } // namespace
@@ -214,10 +222,10 @@ llvm::Expected<std::unique_ptr<Pass>> createGradSyncPass(std::string_view option
   auto stream = opts->getIntIn("stream", 0, 0, 64);
   if (!stream)
     return stream.takeError();
-  auto shard = opts->getChoice("shard", "none", {"none", "zero1"});
+  auto shard = opts->getChoice("shard", "none", {"none", "zero1", "fsdp"});
   if (!shard)
     return shard.takeError();
-  return std::make_unique<GradSyncPass>(*bytes, *stream, *shard == "zero1");
+  return std::make_unique<GradSyncPass>(*bytes, *stream, *shard == "zero1", *shard == "fsdp");
 }
 
 } // namespace lwcc

@@ -1,5 +1,7 @@
 //===- Materialize.cpp - Per-device shard ops and their communication -----===//
+#include "ir/Params.h"
 #include "passes/Pass.h"
+#include "passes/PassOptions.h"
 #include "passes/TrainingSupport.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -82,7 +84,10 @@ Layout splitEven(int64_t dim, std::vector<int64_t> devices, int64_t total) {
 
 class Materializer {
 public:
-  explicit Materializer(Graph& g) : g_(g), b_(g) {
+  Materializer(Graph& g, bool fsdp) : g_(g), b_(g) {
+    if (fsdp)
+      for (Value* p : trainableParams(g))
+        fsdp_.insert(p);
     for (const auto& v : g.inputs())
       names_.insert(v->name());
     for (const auto& v : g.params())
@@ -207,6 +212,15 @@ private:
     return q;
   }
 
+  /// Whether param `p` read as `want` is kept as shares of its rows and
+  /// gathered (shard=fsdp): a trained param read whole on several devices,
+  /// with a row for each.
+  bool fsdpGathers(const Value* p, const Layout& want) const {
+    return fsdp_.count(p) && want.isWhole() && want.devices.size() > 1 &&
+           p->type().rank() >= 1 &&
+           p->type().shape[0] >= static_cast<int64_t>(want.devices.size());
+  }
+
   /// The pieces of `v` laid out as `want`.
   llvm::Expected<std::vector<Value*>> realize(Value* v, const Layout& want) {
     auto cached = cache_.find({v, want.key()});
@@ -217,6 +231,24 @@ private:
       cache_[{v, l.key()}] = std::move(pieces);
     };
     if (v->kind() == ValueKind::Param) {
+      if (fsdpGathers(v, want)) {
+        // Sharded data parallelism: each device keeps an even share of the
+        // rows; the readers get the whole param from an all_gather of them.
+        Layout shares = splitEven(0, want.devices, v->type().shape[0]);
+        std::vector<Value*> pieces;
+        for (size_t i = 0; i < want.devices.size(); ++i)
+          pieces.push_back(paramPiece(v, want.devices[i],
+                                      ShardDim{0, shares.offsets[i], v->type().shape[0]},
+                                      shares.sizes[i]));
+        remember(shares, pieces);
+        auto ag = emitComm(OpKind::AllGather, pieces,
+                           {{"devices", Attribute(want.devices)}, {"axis", Attribute(int64_t{0})}},
+                           static_cast<unsigned>(pieces.size()));
+        if (!ag)
+          return ag.takeError();
+        remember(want, *ag);
+        return *ag;
+      }
       for (size_t i = 0; i < want.devices.size(); ++i) {
         if (want.isSplit())
           out.push_back(paramPiece(v, want.devices[i],
@@ -633,6 +665,7 @@ private:
   std::map<std::tuple<const Value*, int64_t, int64_t, int64_t, int64_t>, Value*> paramPieces_;
   std::unordered_map<const Value*, std::vector<Value*>> piecesOf_;
   std::map<std::pair<const Op*, int64_t>, Value*> constants_;
+  std::set<const Value*> fsdp_; ///< params kept as shares (shard=fsdp)
 };
 
 /// Turns the parallel configs (@par) of a training graph before autodiff
@@ -652,9 +685,17 @@ private:
 ///     whole batch's statistics from all-reduced sums.
 ///  4. Each assign writes every piece of its param. Graph outputs are
 ///     gathered whole on device 0.
+///  5. With shard=fsdp (ZeRO stage 3), a trained param that ops read whole
+///     on several devices (replicas), with a row for each, is kept as even
+///     shares of its rows, one per device (the first rows % p one row
+///     more), and all_gathered where it is read; its gradient, by the
+///     all_gather's rule, is reduce-scattered back to the shares, which
+///     the optimizer updates in place (the regather pass gathers the param
+///     again for the backward).
 /// Autodiff runs after this pass, through the communication ops.
 class MaterializePass : public Pass {
 public:
+  explicit MaterializePass(bool fsdp) : fsdp_(fsdp) {}
   std::string_view name() const override { return "materialize"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
@@ -664,12 +705,23 @@ public:
                          " is differentiated already (materialize runs before autodiff)");
     if (isMultiDevice(g))
       return makeError("materialize: graph @" + g.name() + " is materialized already");
-    return Materializer(g).run();
+    return Materializer(g, fsdp_).run();
   }
+
+private:
+  bool fsdp_;
 };
 
 } // namespace
 
-std::unique_ptr<Pass> createMaterializePass() { return std::make_unique<MaterializePass>(); }
+llvm::Expected<std::unique_ptr<Pass>> createMaterializePass(std::string_view options) {
+  auto opts = PassOptions::parse("materialize", options, "shard", {"shard"});
+  if (!opts)
+    return opts.takeError();
+  auto shard = opts->getChoice("shard", "none", {"none", "fsdp"});
+  if (!shard)
+    return shard.takeError();
+  return std::make_unique<MaterializePass>(*shard == "fsdp");
+}
 
 } // namespace lwcc

@@ -225,8 +225,16 @@ void breakDown(const Graph& g, const std::vector<Op*>& order,
     MemoryBreakdown& m = stats.breakdown[valueDevice(p.get()).value_or(0)];
     (trained.count(p.get()) ? m.params : m.state) += p->type().sizeInBytes();
   }
-  enum Kind { Activation, Gradient, Constant };
+  enum Kind { Activation, Gradient, Constant, Gathered };
   std::vector<Kind> kind(buffers.size(), Activation);
+  auto gathersParams = [](const Op& op) {
+    if (op.kind() != OpKind::AllGather)
+      return false;
+    for (const Value* v : op.operands())
+      if (v->kind() != ValueKind::Param)
+        return false;
+    return true;
+  };
   // The backward: autodiff's ops, from the loss gradient's seed on, but
   // forward values computed again (recompute).
   bool seeded = false;
@@ -238,16 +246,30 @@ void breakDown(const Graph& g, const std::vector<Op*>& order,
       auto it = bufferOf.find(op->result(r));
       if (it == bufferOf.end() || buffers[it->second].first != pos)
         continue;
-      kind[it->second] = buffers[it->second].pinned ? Constant : b ? Gradient : Activation;
+      kind[it->second] = buffers[it->second].pinned ? Constant
+                         : gathersParams(*op)       ? Gathered
+                         : b                        ? Gradient
+                                                    : Activation;
     }
   }
   // Live bytes per device at each op: +bytes at first, -bytes after last
   // (constants, written at start-up, at every op).
-  std::map<int64_t, std::map<size_t, int64_t>> delta;
-  for (const ArenaBuffer& b : buffers) {
+  std::map<int64_t, std::map<size_t, int64_t>> delta, model;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const ArenaBuffer& b = buffers[i];
     delta[b.device][b.pinned ? 0 : b.first] += b.bytes;
     if (!b.pinned)
       delta[b.device][b.last + 1] -= b.bytes;
+    if (kind[i] == Gradient || kind[i] == Gathered) {
+      model[b.device][b.first] += b.bytes;
+      model[b.device][b.last + 1] -= b.bytes;
+    }
+  }
+  for (auto& [device, d] : model) {
+    int64_t live = 0;
+    for (const auto& [pos, change] : d)
+      stats.breakdown[device].gradientPeak =
+          std::max(stats.breakdown[device].gradientPeak, live += change);
   }
   for (auto& [device, d] : delta) {
     MemoryBreakdown& m = stats.breakdown[device];
@@ -267,13 +289,14 @@ void breakDown(const Graph& g, const std::vector<Op*>& order,
       continue;
     (kind[i] == Constant   ? m.constants
      : kind[i] == Gradient ? m.gradients
+     : kind[i] == Gathered ? m.gathered
                            : m.activations) += b.bytes;
   }
 }
 
 } // namespace
 
-llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
+llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace, bool freeScattered) {
   std::vector<Op*> order;
   std::map<const Op*, size_t> position;
   for (auto& op : g.ops()) {
@@ -290,15 +313,20 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace) {
   // Within micro-batches (@mb: activations and gradients passed between
   // pipeline stages on streams of their own) a value is free after its last
   // reader, the reuse ordered by codegen's events: that bounds the
-  // activations a 1F1B stage holds.
+  // activations a 1F1B stage holds. With `freeScattered` (ZeRO-2, FSDP) so
+  // is a gradient that a reduce_scatter reads: what reuses its bytes waits
+  // for the reduce-scatter, and no whole gradient outlives its own.
   std::map<const Value*, size_t> lastUse;
   auto streamOf = [](const Op* op) { return op ? op->annotations().stream.value_or(0) : 0; };
-  for (size_t pos = 0; pos < order.size(); ++pos)
-    for (Value* x : order[pos]->operands())
-      lastUse[x] = x->definingOp() && streamOf(x->definingOp()) != streamOf(order[pos]) &&
-                           !order[pos]->annotations().microBatch
+  for (size_t pos = 0; pos < order.size(); ++pos) {
+    const Op& reader = *order[pos];
+    const bool ordered = reader.annotations().microBatch.has_value() ||
+                         (freeScattered && reader.kind() == OpKind::ReduceScatter);
+    for (Value* x : reader.operands())
+      lastUse[x] = x->definingOp() && streamOf(x->definingOp()) != streamOf(&reader) && !ordered
                        ? end
                        : std::max(lastUse[x], pos);
+  }
   for (Value* out : g.outputs())
     lastUse[out] = end;
   auto lastUseOf = [&](const Value* v, size_t def) {
@@ -672,11 +700,11 @@ namespace {
 /// checks that the plan fits a device of it.
 class MemoryPlanPass : public Pass {
 public:
-  MemoryPlanPass(bool inPlace, std::optional<DeviceSpec> spec)
-      : inPlace_(inPlace), spec_(std::move(spec)) {}
+  MemoryPlanPass(bool inPlace, bool freeScattered, std::optional<DeviceSpec> spec)
+      : inPlace_(inPlace), freeScattered_(freeScattered), spec_(std::move(spec)) {}
   std::string_view name() const override { return "memory-plan"; }
   llvm::Error run(Graph& g, PassContext& ctx) override {
-    auto stats = planMemory(g, inPlace_);
+    auto stats = planMemory(g, inPlace_, freeScattered_);
     if (!stats)
       return stats.takeError();
     if (ctx.memoryPlanStats)
@@ -699,7 +727,7 @@ public:
   }
 
 private:
-  bool inPlace_;
+  bool inPlace_, freeScattered_;
   std::optional<DeviceSpec> spec_;
 };
 
@@ -717,12 +745,16 @@ std::unique_ptr<Pass> createCheckMemoryPlanPass() {
 }
 
 llvm::Expected<std::unique_ptr<Pass>> createMemoryPlanPass(std::string_view options) {
-  auto opts = PassOptions::parse("memory-plan", options, "", {"in-place", "spec"});
+  auto opts =
+      PassOptions::parse("memory-plan", options, "", {"in-place", "free_scattered", "spec"});
   if (!opts)
     return opts.takeError();
   auto inPlace = opts->getFlag("in-place", true);
   if (!inPlace)
     return inPlace.takeError();
+  auto freeScattered = opts->getFlag("free_scattered", false);
+  if (!freeScattered)
+    return freeScattered.takeError();
   std::optional<DeviceSpec> spec;
   if (opts->has("spec")) {
     auto s = loadDeviceSpec(opts->getString("spec", ""));
@@ -730,7 +762,7 @@ llvm::Expected<std::unique_ptr<Pass>> createMemoryPlanPass(std::string_view opti
       return s.takeError();
     spec = std::move(*s);
   }
-  return std::make_unique<MemoryPlanPass>(*inPlace, std::move(spec));
+  return std::make_unique<MemoryPlanPass>(*inPlace, *freeScattered, std::move(spec));
 }
 
 } // namespace lwcc

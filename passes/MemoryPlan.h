@@ -36,6 +36,10 @@ struct MemoryBreakdown {
   int64_t activations = 0; ///< forward values (recomputed ones too)
   int64_t gradients = 0;   ///< backward values: gradients, their all-reduce, updates
   int64_t constants = 0;   ///< constants (always live)
+  int64_t gathered = 0;    ///< params gathered from their shares (shard=fsdp)
+  /// The most bytes of backward values and gathered params live at once
+  /// anywhere in the step (with params and state: the model's own memory).
+  int64_t gradientPeak = 0;
 };
 
 struct MemoryPlanStats {
@@ -71,8 +75,11 @@ std::map<int64_t, int64_t> unsharedBytes(const Graph& g);
 /// The @buf offset of a result that lives in its param's storage.
 constexpr int64_t kOverParam = -1;
 
-/// Sets @buf on every op with results.
-llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace = true);
+/// Sets @buf on every op with results. With `freeScattered`, a value that a
+/// reduce_scatter on another stream reads is free after it (ZeRO-2's and
+/// FSDP's whole gradients), not held to the step's end.
+llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace = true,
+                                           bool freeScattered = false);
 
 /// Runs `g` as a device would under its plan: every op result is stored in
 /// its element type at its @buf offset of its device's byte arena, and

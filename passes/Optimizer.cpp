@@ -160,7 +160,10 @@ public:
       std::vector<ShardDim> stateShard = p->shard();
       const Op* scatter = grad->definingOp();
       const unsigned share = grad->resultIndex();
-      if (scatter && scatter->kind() == OpKind::ReduceScatter) {
+      // (Under FSDP a reduce_scatter's share is the gradient of the param's
+      // own share: the shapes match and the update is a plain one.)
+      if (scatter && scatter->kind() == OpKind::ReduceScatter &&
+          grad->type().shape != p->type().shape) {
         std::vector<int64_t> sizes = scatter->getInts("sizes");
         int64_t from = 0;
         for (unsigned i = 0; i < share; ++i)

@@ -12,7 +12,7 @@ std::string PlanChoice::name() const {
   std::string s = strategy != "pipeline"
                       ? strategy
                       : "pipeline/" + std::to_string(stages) + "/" + std::to_string(microbatches);
-  return s + (zero1 ? "+zero1" : "") + (recompute ? "+recompute" : "");
+  return s + (shard != "none" ? "+" + shard : "") + (recompute ? "+recompute" : "");
 }
 
 namespace {
@@ -102,6 +102,10 @@ PipelineStep strategyStep(const TrainingPipelineOptions& o) {
 
 } // namespace
 
+bool freesScattered(const PlanChoice& plan) {
+  return plan.shard == "zero2" || plan.shard == "fsdp";
+}
+
 PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
   PipelineText p;
   const int64_t micro = o.plan.microbatches;
@@ -122,14 +126,19 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
     // Micro-batches copy the configs the strategy chose.
     if (micro > 1)
       p.push_back({"microbatch", "m=" + std::to_string(micro)});
-    p.push_back({"materialize", ""});
+    const std::string& shard = o.plan.shard;
+    p.push_back({"materialize", shard == "fsdp" ? "shard=fsdp" : ""});
     p.push_back({"autodiff", ""});
     if (o.plan.recompute)
       p.push_back({"recompute", ""});
-    // Gradient all-reduces (reduce-scatters under ZeRO-1) on stream 1 of
-    // each device, beside backward.
+    if (shard == "fsdp")
+      p.push_back({"regather", ""});
+    // Gradient all-reduces (reduce-scatters under ZeRO-1 and 2) on stream 1
+    // of each device, beside backward.
     p.push_back({"grad-sync", "bucket_bytes=" + std::to_string(o.bucketBytes) + ",stream=1" +
-                                  (o.plan.zero1 ? ",shard=zero1" : "")});
+                                  (shard == "zero1" || shard == "zero2" ? ",shard=zero1"
+                                   : shard == "fsdp"                    ? ",shard=fsdp"
+                                                                        : "")});
   } else {
     if (micro > 1)
       p.push_back({"microbatch", "m=" + std::to_string(micro)});
@@ -170,7 +179,10 @@ PipelineText afterTrainingStepPipeline(const TrainingPipelineOptions& o) {
   PipelineText p;
   if (o.until == Until::TrainingStep)
     return p;
-  p.push_back({"memory-plan", o.memorySpec.empty() ? "" : "spec=" + o.memorySpec});
+  std::string memory = o.memorySpec.empty() ? "" : "spec=" + o.memorySpec;
+  if (freesScattered(o.plan))
+    memory += std::string(memory.empty() ? "" : ",") + "free_scattered=1";
+  p.push_back({"memory-plan", memory});
   if (o.until == Until::MemoryPlan)
     return p;
   p.push_back({"place-events", ""});

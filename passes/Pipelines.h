@@ -45,14 +45,24 @@ struct PlanChoice {
   int64_t stages = 0;       ///< pipeline: stages dividing the devices
   int64_t microbatches = 1; ///< micro-batches per step (any strategy)
   bool recompute = false;   ///< cheap activations computed again (recompute)
-  /// ZeRO stage 1: replicated params' optimizer state sharded over their
-  /// devices (gradients reduce-scattered, shares updated, params gathered).
-  bool zero1 = false;
+  /// Sharded data parallelism over the replicas of each replicated param:
+  /// "none"; "zero1" (ZeRO stage 1: gradients reduce-scattered, each
+  /// device's share of the rows updated with its share of the optimizer
+  /// state, the param all-gathered); "zero2" (stage 2: zero1, and each
+  /// whole gradient freed once it is reduce-scattered); "fsdp" (stage 3:
+  /// the param itself kept as shares, gathered where it is read, forward
+  /// and backward, its gradient reduce-scattered to the shares).
+  std::string shard = "none";
   /// The strategy, or "pipeline/S/M" for S stages of M micro-batches;
-  /// "+zero1" after it with sharded optimizer state, "+recompute" with
-  /// recomputation.
+  /// "+zero1", "+zero2" or "+fsdp" after it with sharding, "+recompute"
+  /// with recomputation.
   std::string name() const;
 };
+
+/// Whether the memory plan of `plan`'s step frees a gradient once a
+/// reduce_scatter on another stream has read it (ZeRO-2, FSDP), its bytes'
+/// reuse waiting for the reduce-scatter (memory-plan's free_scattered=1).
+bool freesScattered(const PlanChoice& plan);
 
 /// How the planning passes price ops.
 struct Pricing {

@@ -40,15 +40,55 @@ void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& 
   for (const auto& [device, m] : stats.breakdown)
     os << llvm::formatv("device {0}: params {1} bytes, other state {2} (optimizer, statistics); "
                         "arena fullest at op {3}, {4} bytes live: activations {5}, gradients "
-                        "{6}, constants {7}\n",
+                        "{6}, constants {7}, gathered params {8}; at most {9} bytes of "
+                        "gradients and gathered params live at once\n",
                         device, m.params, m.state, m.at, m.live, m.activations, m.gradients,
-                        m.constants);
+                        m.constants, m.gathered, m.gradientPeak);
   if (std::vector<std::string> again = recomputedLayers(g); !again.empty()) {
     os << llvm::formatv("computed again for the backward (--recompute): {0} layers:", again.size());
     for (const std::string& l : again)
       os << " " << (l.empty() ? "(unnamed)" : l);
     os << "\n";
   }
+  const ShardedParams sharded = shardedParams(g);
+  for (const auto& [names, what] :
+       {std::make_pair(&sharded.params, "params, gradients and optimizer state (--shard=fsdp)"),
+        std::make_pair(&sharded.state, "optimizer state (--shard=zero1, zero2)")}) {
+    if (names->empty())
+      continue;
+    os << llvm::formatv("sharded over their replicas, {0}: {1} params:", what, names->size());
+    for (const std::string& n : *names)
+      os << " " << n;
+    os << "\n";
+  }
+}
+
+ShardedParams shardedParams(const Graph& g) {
+  std::set<std::string> gathered, shared;
+  for (const auto& op : g.ops()) {
+    if (op->kind() == OpKind::AllGather) {
+      bool params = op->numOperands() > 0;
+      for (const Value* v : op->operands())
+        params &= v->kind() == ValueKind::Param;
+      if (params)
+        gathered.insert(op->operand(0)->paramName());
+    }
+    if ((op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate) &&
+        op->operand(0)->definingOp() &&
+        op->operand(0)->definingOp()->kind() == OpKind::Slice &&
+        op->operand(0)->definingOp()->operand(0)->kind() == ValueKind::Param)
+      shared.insert(op->operand(0)->definingOp()->operand(0)->paramName());
+  }
+  ShardedParams out;
+  std::set<std::string> seen;
+  for (const auto& p : g.params())
+    if (seen.insert(p->paramName()).second) {
+      if (gathered.count(p->paramName()))
+        out.params.push_back(p->paramName());
+      else if (shared.count(p->paramName()))
+        out.state.push_back(p->paramName());
+    }
+  return out;
 }
 
 std::vector<std::string> recomputedLayers(const Graph& g) {
@@ -367,7 +407,7 @@ void writePlanJson(const std::string& chosen, double searchSeconds, const std::s
                    const std::vector<StrategyPlan>& strategies, const PlanSelection* selection,
                    const std::vector<LayerPlan>& layers, const PipelinePlan* pipeline,
                    const MemoryPlanStats* memory, const std::vector<std::string>& recomputed,
-                   llvm::raw_ostream& os) {
+                   const ShardedParams& sharded, llvm::raw_ostream& os) {
   llvm::json::Object strats;
   for (const StrategyPlan& s : strategies) {
     if (!s.error.empty()) {
@@ -438,13 +478,22 @@ void writePlanJson(const std::string& chosen, double searchSeconds, const std::s
           {"live_bytes", m.live},
           {"activation_bytes", m.activations},
           {"gradient_bytes", m.gradients},
-          {"constant_bytes", m.constants}});
+          {"constant_bytes", m.constants},
+          {"gathered_param_bytes", m.gathered},
+          {"gradient_peak_bytes", m.gradientPeak}});
     top["memory"] = std::move(devs);
   }
   llvm::json::Array layersAgain;
   for (const std::string& l : recomputed)
     layersAgain.push_back(l);
   top["recomputed_layers"] = std::move(layersAgain);
+  llvm::json::Array fsdp, zero;
+  for (const std::string& n : sharded.params)
+    fsdp.push_back(n);
+  for (const std::string& n : sharded.state)
+    zero.push_back(n);
+  top["sharded_params"] = llvm::json::Object{{"params", std::move(fsdp)},
+                                             {"optimizer_state", std::move(zero)}};
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(top))) << "\n";
 }
 

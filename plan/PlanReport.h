@@ -102,9 +102,20 @@ void writePlanJson(const std::string& chosen, double searchSeconds, const std::s
                    const std::vector<StrategyPlan>& strategies, const PlanSelection* selection,
                    const std::vector<LayerPlan>& layers, const PipelinePlan* pipeline,
                    const MemoryPlanStats* memory, const std::vector<std::string>& recomputed,
-                   llvm::raw_ostream& os);
+                   const struct ShardedParams& sharded, llvm::raw_ostream& os);
 /// The layers (loc names) whose forward ops the step computes again for the
 /// backward (--recompute), in graph order.
 std::vector<std::string> recomputedLayers(const Graph& g);
+
+/// The params (initializer names) a step shards over their replicas.
+struct ShardedParams {
+  /// Kept as shares of their rows, gathered where they are read (fsdp):
+  /// params, gradients and optimizer state sharded.
+  std::vector<std::string> params;
+  /// Updated by shares of their rows (zero1, zero2): optimizer state sharded.
+  std::vector<std::string> state;
+};
+/// What `g` (a training step with its optimizer) shards, in param order.
+ShardedParams shardedParams(const Graph& g);
 
 } // namespace lwcc

@@ -130,7 +130,7 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
   // Planned aside when the step is kept: it stays unannotated.
   std::unique_ptr<Graph> probe = keepStep ? candidate->clone() : nullptr;
   Graph& planned = probe ? *probe : *candidate;
-  auto stats = planMemory(planned);
+  auto stats = planMemory(planned, true, freesScattered(plan));
   if (!stats) {
     out.failure = llvm::toString(stats.takeError());
     return out;
@@ -242,29 +242,51 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       return recorded.takeError();
     consider(**recorded, std::move(step));
   }
-  // Step 3: nothing fits a device, so each candidate is priced again with
-  // its optimizer state sharded (ZeRO-1, --shard=auto) and with
-  // recomputation (--recompute=auto), and with both; the fastest that fits
-  // is kept. Then each pipeline tries twice as many micro-batches (fewer
+  // Step 3: each candidate over memory that would be faster than the
+  // fastest that fits (every one, when none fits) is priced again with its
+  // optimizer state sharded (ZeRO-1, --shard=auto) and with recomputation
+  // (--recompute=auto), and with both; then, for those still faster than
+  // the fastest that fits, with its gradients sharded too (ZeRO-2) and with
+  // its params sharded (FSDP, on plans without micro-batches), alone and
+  // with recomputation. The fastest that fits is kept. Then, when none
+  // fits, each pipeline tries twice as many micro-batches (fewer
   // activations per stage under 1F1B) until one fits.
-  std::vector<std::pair<bool, bool>> variants; // (zero1, recompute) added
+  using Variant = std::pair<std::string, bool>; // (shard, recompute) added
+  std::vector<std::vector<Variant>> rounds(2);
   if (options_.shardWhenOver)
-    variants.emplace_back(true, false);
+    rounds[0].emplace_back("zero1", false);
   if (options_.recomputeWhenOver)
-    variants.emplace_back(false, true);
+    rounds[0].emplace_back("none", true);
   if (options_.shardWhenOver && options_.recomputeWhenOver)
-    variants.emplace_back(true, true);
-  if (!fastest)
-    for (size_t i = 0, n = built.size(); i < n; ++i)
-      for (auto [zero1, recompute] : variants) {
+    rounds[0].emplace_back("zero1", true);
+  for (const char* shard : {"zero2", "fsdp"}) {
+    if (!options_.shardWhenOver)
+      break;
+    rounds[1].emplace_back(shard, false);
+    if (options_.recomputeWhenOver)
+      rounds[1].emplace_back(shard, true);
+  }
+  const size_t candidates = built.size();
+  for (const std::vector<Variant>& variants : rounds) {
+    for (size_t i = 0; i < candidates; ++i) {
+      // A variant moves more or computes more: not faster than its plan.
+      if (built[i]->fits ||
+          (fastest && built[i]->sim.stepSeconds >= built[*fastest]->sim.stepSeconds))
+        continue;
+      for (const auto& [shard, recompute] : variants) {
         PlanChoice again = built[i]->plan;
-        again.zero1 |= zero1;
+        if (shard == "fsdp" && again.microbatches > 1)
+          continue; // each micro-batch would gather the params again
+        if (shard != "none")
+          again.shard = shard;
         again.recompute |= recompute;
         if (keyOf(again) == keyOf(built[i]->plan))
           continue;
         if (llvm::Error e = evaluateAndConsider(again))
           return e;
       }
+    }
+  }
   const int64_t devices = options_.devices, stages = options_.stages;
   if (!fastest && !options_.microbatches) {
     int64_t n = batchOf(g);

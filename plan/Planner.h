@@ -76,7 +76,8 @@ struct PlannerOptions {
   /// recomputation (--recompute=auto) before pipelines of more micro-batches.
   bool recomputeWhenOver = false;
   /// The same with ZeRO-1 (--shard=auto): optimizer state sharded, alone
-  /// and with recomputation where that is allowed too.
+  /// and with recomputation where that is allowed too; where none of those
+  /// fits, ZeRO-2 and FSDP.
   bool shardWhenOver = false;
   bool verbose = false; ///< each candidate and the kept plan on stderr
   int64_t threads = 1;  ///< candidates priced at the same time
@@ -148,9 +149,9 @@ private:
   std::map<std::string, PlanSelection> selections_;
   std::map<std::string, PlanChoice> kept_;
   std::map<std::string, std::unique_ptr<Graph>> keptSteps_;
-  using Key = std::tuple<std::string, int64_t, int64_t, bool, bool>;
+  using Key = std::tuple<std::string, int64_t, int64_t, bool, std::string>;
   static Key keyOf(const PlanChoice& p) {
-    return {p.strategy, p.stages, p.microbatches, p.recompute, p.zero1};
+    return {p.strategy, p.stages, p.microbatches, p.recompute, p.shard};
   }
   std::map<Key, PlanEvaluation> evaluations_;
 };

@@ -1,26 +1,34 @@
 #!/usr/bin/env python3
-"""ZeRO stage 1 (`--shard=zero1`) trains as data parallelism does, with each
-device keeping only its share of the optimizer state.
+"""Sharded data parallelism (`--shard=zero1|zero2|fsdp`) trains as data
+parallelism does, with each device keeping only its share of the optimizer
+state (zero1), of the gradients too (zero2) and of the params too (fsdp).
 
 For lenet and resnet18 at test size (batch 8), CPU trainers built with
-`--shard=zero1` run 5 steps with the same seed on synthetic data, then
+`--shard=...` run 5 steps with the same seed on synthetic data, then
 evaluate, against the one-device trainer:
-  - resnet18 `--gpus 2 --strategy=data` (SGD with momentum), lenet
-    `--gpus 4 --strategy=data` (rows that do not divide by 4: shares of
-    3, 3, 2 and 2 rows) and lenet `--gpus 4` with AdamW under the
-    planner's layer-wise plan (sharded layers keep their own state, the
-    replicated ones share theirs): losses within 1e-5 relative, every param
-    and optimizer state within 1e-4 (the trainer gathers the state's shares
-    into the logical tensors it dumps), evaluation and export logits within
-    1e-4;
-  - killed after its step-3 checkpoint and resumed, resnet18's run ends
-    bit-identical at step 6;
-  - the IR: a replicated param's gradients are reduce-scattered and the
-    param all-gathered, its momentum a shard of the rows on each device;
-  - the memory plan (`lwcc --emit=plan`'s breakdown): each device's
-    optimizer state ("other state") about 1/p of data parallelism's;
-  - `--shard=zero2` is a usage error (exit 2), and `--shard=zero1` with
-    `--clip-grad-norm` too.
+  - resnet18 `--gpus 2 --strategy=data` (SGD with momentum) under zero1,
+    zero2 and fsdp, lenet `--gpus 4 --strategy=data` under zero1 and fsdp
+    (rows that do not divide by 4: shares of 3, 3, 2 and 2 rows), lenet
+    `--gpus 4` with AdamW under the planner's layer-wise plan with zero1
+    and fsdp (sharded layers keep their own state, the replicated ones
+    share theirs) and lenet `--gpus 4 --strategy=data` with AdamW under
+    zero2: losses within 1e-5 relative, every param and optimizer state
+    within 1e-4 (the trainer gathers the state's shares into the logical
+    tensors it dumps), evaluation and export logits within 1e-4;
+  - killed after its step-3 checkpoint and resumed, resnet18's zero1 and
+    fsdp runs end bit-identical at step 6; lenet's 4-device fsdp
+    checkpoint resumed by the 2-device fsdp trainer ends within 1e-4 of
+    one device's 6 steps;
+  - the IR: under zero1 a replicated param's gradients are reduce-scattered
+    and the param all-gathered, its momentum a shard of the rows on each
+    device; under fsdp the param is shares gathered before its layer and
+    again before its backward;
+  - the memory plan (`lwcc --emit=plan`'s breakdown), resnet18 with AdamW:
+    on 2 devices each device's optimizer state about 1/2 of data
+    parallelism's with zero1; on 4 devices zero2's gradients below zero1's
+    and fsdp's params, state and gradients below 40% of data parallelism's;
+  - `--shard=zero3` is a usage error (exit 2), and so are `--shard=zero1`
+    with `--clip-grad-norm` and `--shard=fsdp` with micro-batches.
 Ends with the line "N passed, M failed".
 
     python3 test/e2e/zero_trainer.py
@@ -37,12 +45,16 @@ from harness import LWCC, run  # noqa: E402
 report = harness.record
 
 
-def state_bytes(onnx_path, flags):
-    """Device 0's optimizer state and other state in bytes (the memory
-    breakdown of --emit=plan), or None; and what lwcc printed."""
+def breakdown(onnx_path, flags):
+    """Device 0's memory breakdown (--emit=plan) as a dict of byte counts
+    (params, state, gradient_peak), or None; and what lwcc printed."""
     r = run([LWCC, onnx_path, *flags, "--emit=plan", "-o", "-"], timeout=900)
-    m = re.search(r"device 0: params \d+ bytes, other state (\d+)", r.stdout)
-    return (int(m.group(1)) if m and r.returncode == 0 else None), r.stdout + r.stderr
+    m = re.search(r"device 0: params (\d+) bytes, other state (\d+) .* at most (\d+) bytes of "
+                  r"gradients and gathered params live at once", r.stdout)
+    if not m or r.returncode:
+        return None, r.stdout + r.stderr
+    return dict(params=int(m.group(1)), state=int(m.group(2)),
+                gradient_peak=int(m.group(3))), r.stdout
 
 
 def main():
@@ -51,52 +63,142 @@ def main():
             if not harness.generate(m, os.path.join(tmp, f"{m}.onnx"), batch=8):
                 return harness.finish()
         adamw = ["--optimizer=adamw"]
+        data2, data4 = ["--gpus=2", "--strategy=data"], ["--gpus=4", "--strategy=data"]
         # (name, model, lwcc flags, devices)
         cases = [("lenet-g1", "lenet", [], 1), ("resnet18-g1", "resnet18", [], 1),
                  ("lenet-g1-adamw", "lenet", adamw, 1),
-                 ("resnet18-g2-data-zero1", "resnet18",
-                  ["--gpus=2", "--strategy=data", "--shard=zero1"], 2),
-                 ("lenet-g4-data-zero1", "lenet", ["--gpus=4", "--strategy=data", "--shard=zero1"],
-                  4),
+                 ("resnet18-g2-data-zero1", "resnet18", [*data2, "--shard=zero1"], 2),
+                 ("resnet18-g2-data-zero2", "resnet18", [*data2, "--shard=zero2"], 2),
+                 ("resnet18-g2-data-fsdp", "resnet18", [*data2, "--shard=fsdp"], 2),
+                 ("lenet-g4-data-zero1", "lenet", [*data4, "--shard=zero1"], 4),
+                 ("lenet-g4-data-fsdp", "lenet", [*data4, "--shard=fsdp"], 4),
+                 ("lenet-g2-data-fsdp", "lenet", [*data2, "--shard=fsdp"], 2),
+                 ("lenet-g4-data-zero2-adamw", "lenet", [*data4, "--shard=zero2", *adamw], 4),
                  ("lenet-g4-layerwise-zero1-adamw", "lenet", ["--gpus=4", "--shard=zero1", *adamw],
+                  4),
+                 ("lenet-g4-layerwise-fsdp-adamw", "lenet", ["--gpus=4", "--shard=fsdp", *adamw],
                   4)]
         built, runs = md.build_and_train(cases, tmp)
         for name, ref in [("resnet18-g2-data-zero1", "resnet18-g1"),
+                          ("resnet18-g2-data-zero2", "resnet18-g1"),
+                          ("resnet18-g2-data-fsdp", "resnet18-g1"),
                           ("lenet-g4-data-zero1", "lenet-g1"),
-                          ("lenet-g4-layerwise-zero1-adamw", "lenet-g1-adamw")]:
+                          ("lenet-g4-data-fsdp", "lenet-g1"),
+                          ("lenet-g4-data-zero2-adamw", "lenet-g1-adamw"),
+                          ("lenet-g4-layerwise-zero1-adamw", "lenet-g1-adamw"),
+                          ("lenet-g4-layerwise-fsdp-adamw", "lenet-g1-adamw")]:
             if name in runs and ref in runs:
                 md.compare(f"{name} vs one device", runs[ref], runs[name])
-        exe = built.get("resnet18-g2-data-zero1", (None,))[0]
-        if exe:
-            md.resumed_bit_identical("resnet18 --gpus 2 --strategy=data --shard=zero1: killed "
-                                     "after step 3, resumed, bit-identical at step 6", exe,
-                                     os.path.join(tmp, "resnet18-g2-data-zero1"), 2)
+        for shard in ("zero1", "fsdp"):
+            exe = built.get(f"resnet18-g2-data-{shard}", (None,))[0]
+            if exe:
+                md.resumed_bit_identical(f"resnet18 --gpus 2 --strategy=data --shard={shard}: "
+                                         "killed after step 3, resumed, bit-identical at step 6",
+                                         exe, os.path.join(tmp, f"resnet18-g2-data-{shard}"), 2)
+        resumed_elsewhere(tmp, built)
 
         lenet = os.path.join(tmp, "lenet.onnx")
-        r = run([LWCC, lenet, "--gpus=2", "--strategy=data", "--shard=zero1",
-                 "--emit=parallel-ir", "-o", "-"])
+        r = run([LWCC, lenet, *data2, "--shard=zero1", "--emit=parallel-ir", "-o", "-"])
         ir = r.stdout
         report(r.returncode == 0 and "reduce_scatter(%fc1.weight.grad, %fc1.weight.d1.grad)" in ir
                and "all_reduce" not in ir and "all_gather" in ir
                and 'param "opt.momentum.fc1.weight" zeros shard(0: 60 of 120) : f32[60,400] @dev(1)'
                in ir, "lenet --gpus 2 --shard=zero1: gradients reduce-scattered, params "
                "all-gathered, momentum a shard of the rows", (r.stderr or ir)[-800:])
+        r = run([LWCC, lenet, *data2, "--shard=fsdp", "--emit=parallel-ir", "-o", "-"])
+        ir = r.stdout
+        gathers = re.findall(r"= all_gather\(%fc2\.weight\.s0\.d0, %fc2\.weight\.s42\.d1\) "
+                             r".* loc\(\"(fc2(?:\.regather)?)\"\)", ir)
+        report(r.returncode == 0 and "all_reduce" not in ir
+               and 'param "fc2.weight" shard(0: 42 of 84) : f32[42,120] @dev(1)' in ir
+               and gathers == ["fc2", "fc2.regather"]
+               and re.search(r"%fc2\.weight\.s0\.d0\.grad, %fc2\.weight\.s42\.d1\.grad = "
+                             r"reduce_scatter\(.*\) \{devices = \[0, 1\], axis = 0, "
+                             r"sizes = \[42, 42\]\}.* @stream\(1\)", ir),
+               "lenet --gpus 2 --shard=fsdp: params kept as shares, gathered for the forward and "
+               "again for the backward, gradients reduce-scattered on stream 1",
+               f"gathers {gathers}: {(r.stderr or ir)[-800:]}")
 
         path = os.path.join(tmp, "resnet18.onnx")
-        data, log_data = state_bytes(path, ["--gpus=2", "--strategy=data", "--shard=none"])
-        zero, log_zero = state_bytes(path, ["--gpus=2", "--strategy=data", "--shard=zero1"])
-        report(data is not None and zero is not None and zero < 0.6 * data,
+        mem = {}
+        for devices, shard in ((2, "none"), (2, "zero1"), (4, "none"), (4, "zero1"),
+                               (4, "zero2"), (4, "fsdp")):
+            mem[devices, shard], log = breakdown(path, [f"--gpus={devices}", "--strategy=data",
+                                                        f"--shard={shard}", *adamw])
+            if mem[devices, shard] is None:
+                report(False, f"resnet18 --gpus {devices} --shard={shard}: memory breakdown",
+                       log[-800:])
+                return harness.finish()
+        report(mem[2, "zero1"]["state"] < 0.6 * mem[2, "none"]["state"],
                "resnet18 --gpus 2: each device's optimizer state about half of data "
-               "parallelism's with --shard=zero1", f"{zero} bytes vs {data}: "
-               f"{(log_zero if zero is None else log_data)[-600:]}", f"{data} -> {zero} bytes")
+               "parallelism's with --shard=zero1",
+               f"{mem[2, 'zero1']['state']} bytes vs {mem[2, 'none']['state']}",
+               f"{mem[2, 'none']['state']} -> {mem[2, 'zero1']['state']} bytes")
+        report(mem[4, "zero2"]["gradient_peak"] < mem[4, "zero1"]["gradient_peak"],
+               "resnet18 --gpus 4: zero2 holds fewer gradient bytes at once than zero1",
+               f"{mem[4, 'zero2']} vs {mem[4, 'zero1']}",
+               f"{mem[4, 'zero1']['gradient_peak']} -> {mem[4, 'zero2']['gradient_peak']} bytes")
+        model = {k: v["params"] + v["state"] + v["gradient_peak"] for k, v in mem.items()}
+        report(model[4, "fsdp"] < 0.4 * model[4, "none"],
+               "resnet18 --gpus 4 adamw: fsdp's params, optimizer state and gradients per device "
+               "below 40% of data parallelism's", f"{mem[4, 'fsdp']} vs {mem[4, 'none']}",
+               f"{model[4, 'none']} -> {model[4, 'fsdp']} bytes "
+               f"({100 * model[4, 'fsdp'] / model[4, 'none']:.0f}%)")
 
-        harness.lwcc_refuses([lenet, "--gpus=2", "--shard=zero2"],
-                             "--shard=zero2: exit 2 naming the choices",
-                             "--shard=zero2 is not one of: none, zero1, auto")
+        harness.lwcc_refuses([lenet, "--gpus=2", "--shard=zero3"],
+                             "--shard=zero3: exit 2 naming the choices",
+                             "--shard=zero3 is not one of: none, zero1, zero2, fsdp, auto")
         harness.lwcc_refuses([lenet, "--gpus=2", "--shard=zero1", "--clip-grad-norm=1"],
                              "--shard=zero1 with --clip-grad-norm: exit 2",
                              "--shard=zero1 does not go with --clip-grad-norm")
+        harness.lwcc_refuses([lenet, "--gpus=2", "--shard=fsdp", "--microbatches=2"],
+                             "--shard=fsdp with --microbatches: exit 2",
+                             "--shard=fsdp does not go with micro-batches")
     return harness.finish()
+
+
+def resumed_elsewhere(tmp, built):
+    """lenet's 4-device fsdp run killed after its step-3 checkpoint, resumed
+    by the 2-device fsdp trainer to step 6: within 1e-4 of one device's 6
+    steps (the checkpoint holds the logical params and state)."""
+    name = "lenet --shard=fsdp: a 4-device checkpoint resumed on 2 devices"
+    four = built.get("lenet-g4-data-fsdp", (None,))[0]
+    two = built.get("lenet-g2-data-fsdp", (None,))[0]
+    one = built.get("lenet-g1", (None,))[0]
+    if not (four and two and one):
+        report(False, name, "a trainer did not build")
+        return
+    base = os.path.join(tmp, "resume-elsewhere")
+    ck = md.kill_after_checkpoint(four, os.path.join(base, "killed"), 3, 4)
+    if not ck:
+        report(False, name, "no step-3 checkpoint before the run ended")
+        return
+    ref = md.train(one, os.path.join(base, "one"), ["--steps=6", "--dump=dump", "--log=log.jsonl"],
+                   1)
+    got = md.train(two, os.path.join(base, "two"),
+                   ["--steps=6", f"--resume={ck}", "--dump=dump", "--log=log.jsonl"], 2)
+    if ref.returncode or got.returncode:
+        report(False, name, (ref.stderr + got.stderr)[-1500:])
+        return
+    # The resumed run trains steps 4 to 6 only, their losses one device's.
+    lr = harness.log_losses(os.path.join(base, "one", "log.jsonl"))
+    lg = harness.log_losses(os.path.join(base, "two", "log.jsonl"))
+    report(len(lg) == 3 and harness.losses_within(lg, lr[3:], md.LOSS_TOL),
+           f"{name}: steps 4 to 6 trained, losses within {md.LOSS_TOL} of one device's",
+           f"{lg} vs {lr}")
+    rd, gd = os.path.join(base, "one", "dump"), os.path.join(base, "two", "dump")
+    params = sorted(f for f in os.listdir(rd) if f.startswith("param_"))
+    bad = []
+    for p in params:
+        if not os.path.exists(os.path.join(gd, p)):
+            bad.append(f"{p} missing")
+            continue
+        ok, err = md.close(md.read_floats(os.path.join(gd, p)), md.read_floats(os.path.join(rd, p)),
+                           md.PARAM_TOL)
+        if not ok:
+            bad.append(f"{p} off by {err}")
+    report(params and not bad, f"{name}: {len(params)} params at step 6 within {md.PARAM_TOL} of "
+           "one device's", "; ".join(bad[:5]))
 
 
 if __name__ == "__main__":

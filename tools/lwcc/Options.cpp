@@ -108,12 +108,16 @@ cl::opt<std::string>
               cl::init("auto"), cl::cat(category));
 cl::opt<std::string>
     shard("shard",
-          cl::desc("Optimizer state on several devices: none (each replica keeps all of it), "
-                   "zero1 (ZeRO stage 1: a replicated param's gradients reduce-scattered, each "
-                   "device updating its share of the rows with its share of the state, the "
-                   "param all-gathered: 1/p of the state per device, the same training) or auto "
+          cl::desc("Sharded data parallelism over the replicas of each replicated param: none "
+                   "(each replica keeps all of it), zero1 (ZeRO stage 1: its gradients "
+                   "reduce-scattered, each device updating its share of the rows with its share "
+                   "of the optimizer state, the param all-gathered: 1/p of the state per "
+                   "device), zero2 (zero1, and each whole gradient freed once it is "
+                   "reduce-scattered), fsdp (ZeRO stage 3: the param itself kept as shares, "
+                   "gathered before each layer's forward and again before its backward, its "
+                   "gradient reduce-scattered: 1/p of params, gradients and state) or auto "
                    "(default: the planner's choice, taken where no plan fits a device's memory "
-                   "without)"),
+                   "without); the same training"),
           cl::init("auto"), cl::cat(category));
 cl::opt<int64_t> bucketBytes("bucket-bytes",
                              cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
@@ -346,10 +350,14 @@ int checkUsage() {
     return usage("--schedule=" + schedule + " is not one of: 1f1b, gpipe, zb-h1");
   if (recompute != "none" && recompute != "all" && recompute != "auto")
     return usage("--recompute=" + recompute + " is not one of: none, all, auto");
-  if (shard != "none" && shard != "zero1" && shard != "auto")
-    return usage("--shard=" + shard + " is not one of: none, zero1, auto");
-  if (std::string why = zero1Conflict(); shard == "zero1" && !why.empty())
-    return usage("--shard=zero1 does not go with " + why);
+  if (shard != "none" && shard != "zero1" && shard != "zero2" && shard != "fsdp" &&
+      shard != "auto")
+    return usage("--shard=" + shard + " is not one of: none, zero1, zero2, fsdp, auto");
+  if (std::string why = zero1Conflict(); shard != "none" && shard != "auto" && !why.empty())
+    return usage("--shard=" + shard + " does not go with " + why);
+  if (shard == "fsdp" && (microbatches > 1 || strategy == "pipeline"))
+    return usage("--shard=fsdp does not go with micro-batches yet (each micro-batch would "
+                 "gather the params again)");
   if (stages.getNumOccurrences() && strategy != "pipeline")
     return usage("--stages is for --strategy=pipeline");
   if (strategy == "pipeline" && gpus < 2)
@@ -523,7 +531,8 @@ TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimiz
   o.gpus = gpus;
   o.plan = plan;
   o.plan.recompute = plan.recompute || recompute == "all";
-  o.plan.zero1 = plan.zero1 || shard == "zero1";
+  if (shard != "auto" && shard != "none")
+    o.plan.shard = shard;
   o.schedule = schedule;
   o.bucketBytes = bucketBytes;
   o.pricing.spec = deviceSpecName();

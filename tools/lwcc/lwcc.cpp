@@ -260,7 +260,7 @@ int printPlanReport(const Graph& g, const MemoryPlanStats& plan, const CostModel
   const PlanSelection* selection = planner->selection(chosenStrategy());
   writePlanJson(chosenStrategy(), strategySeconds, model.spec().name, strategyPlans,
                 selection ? selection : planner->selection("layerwise"), layerPlans(g, model),
-                pipe ? &*pipe : nullptr, &plan, recomputedLayers(g), json);
+                pipe ? &*pipe : nullptr, &plan, recomputedLayers(g), shardedParams(g), json);
   return 0;
 }
 

@@ -5,7 +5,8 @@ SPEC with that memory lists the layerwise selection's candidates, each
 marked "(over memory)" or not, and the one kept (where none fits,
 --shard=auto and --recompute=auto add each candidate again with its optimizer
 state sharded, with recomputation and with both: NAME+zero1, NAME+recompute,
-NAME+zero1+recompute).
+NAME+zero1+recompute; where none of those fits either, NAME+zero2,
+NAME+fsdp and each with +recompute).
 This checks, for every
 candidate, that the mark is what the candidate's own compile says (built
 with its strategy, stages, micro-batches, sharding and recomputation fixed, the memory plan checked
@@ -43,14 +44,15 @@ def main():
             cands = re.findall(r"(\S+) ([0-9.]+) ms( \(over memory\))?", body)
             for name, _, over in cands:
                 plan, *extras = name.split("+")
-                again, zero1 = "recompute" in extras, "zero1" in extras
+                again = "recompute" in extras
+                shard = next((x for x in extras if x in ("zero1", "zero2", "fsdp")), "none")
                 if plan.startswith("pipeline/"):
                     _, s, m = plan.split("/")
                     fixed = ["--strategy=pipeline", f"--stages={s}", f"--microbatches={m}"]
                 else:
                     fixed = [f"--strategy={plan}", "--check-search=false"]
                 fixed.append("--recompute=all" if again else "--recompute=none")
-                fixed.append("--shard=zero1" if zero1 else "--shard=none")
+                fixed.append(f"--shard={shard}")
                 alone = subprocess.run([lwcc] + common + [f"--device-spec={path}"] + fixed,
                                        capture_output=True, text=True)
                 alone_over = alone.returncode != 0 and "more memory than" in alone.stderr
