@@ -223,7 +223,9 @@ void breakDown(const Graph& g, const std::vector<Op*>& order,
       trained.insert(p);
   for (const auto& p : g.params()) {
     MemoryBreakdown& m = stats.breakdown[valueDevice(p.get()).value_or(0)];
-    (trained.count(p.get()) ? m.params : m.state) += p->type().sizeInBytes();
+    // Each at an aligned offset of the device's state, as the trainer
+    // holds it.
+    (trained.count(p.get()) ? m.params : m.state) += alignUp(p->type().sizeInBytes());
   }
   enum Kind { Activation, Gradient, Constant, Gathered };
   std::vector<Kind> kind(buffers.size(), Activation);
@@ -674,17 +676,44 @@ llvm::Expected<std::vector<Tensor>> runInArenas(const Graph& g, const std::vecto
   return out;
 }
 
+std::map<int64_t, int64_t> streamsPerDevice(const Graph& g) {
+  std::map<int64_t, std::set<int64_t>> seen;
+  for (const auto& op : g.ops()) {
+    const int64_t stream = op->annotations().stream.value_or(0);
+    if (op->info().isCommunication()) {
+      for (const Value* v : op->operands())
+        seen[v->device().value_or(0)].insert(stream);
+      for (unsigned r = 0; r < op->numResults(); ++r)
+        seen[op->result(r)->device().value_or(0)].insert(stream);
+    } else {
+      seen[op->annotations().device.value_or(0)].insert(stream);
+    }
+  }
+  std::map<int64_t, int64_t> out;
+  for (const auto& [device, streams] : seen)
+    out[device] = static_cast<int64_t>(streams.size());
+  return out;
+}
+
 llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats,
                               const DeviceSpec& spec) {
   std::map<int64_t, int64_t> params;
   for (const auto& p : g.params())
-    params[p->device().value_or(0)] += p->type().sizeInBytes();
+    params[p->device().value_or(0)] += alignUp(p->type().sizeInBytes());
+  const std::map<int64_t, int64_t> streams =
+      spec.workspaceBytesPerStream > 0 ? streamsPerDevice(g) : std::map<int64_t, int64_t>{};
   std::string over;
   for (const auto& [device, arena] : stats.peakBytes) {
-    int64_t total = arena + params[device];
+    const int64_t workspaces =
+        spec.workspaceBytesPerStream * (streams.count(device) ? streams.at(device) : 1);
+    int64_t total = arena + params[device] + (spec.workspaceBytesPerStream > 0 ? workspaces : 0);
     if (total > spec.memoryBytes)
-      over += llvm::formatv("\n  device {0}: {1} bytes ({2} arena + {3} params) > {4} bytes",
-                            device, total, arena, params[device], spec.memoryBytes)
+      over += llvm::formatv("\n  device {0}: {1} bytes ({2} arena + {3} params{4}) > {5} bytes",
+                            device, total, arena, params[device],
+                            spec.workspaceBytesPerStream > 0
+                                ? llvm::formatv(" + {0} library workspaces", workspaces).str()
+                                : std::string(),
+                            spec.memoryBytes)
                   .str();
   }
   if (over.empty())

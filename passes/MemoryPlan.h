@@ -75,6 +75,10 @@ std::map<int64_t, int64_t> unsharedBytes(const Graph& g);
 /// The @buf offset of a result that lives in its param's storage.
 constexpr int64_t kOverParam = -1;
 
+/// The streams each device's ops run on (a communication op on every device
+/// it touches), by device.
+std::map<int64_t, int64_t> streamsPerDevice(const Graph& g);
+
 /// Sets @buf on every op with results. With `freeScattered`, a value that a
 /// reduce_scatter on another stream reads is free after it (ZeRO-2's and
 /// FSDP's whole gradients), not held to the step's end.

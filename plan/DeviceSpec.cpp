@@ -60,6 +60,10 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 ///         load ~7) as messages between two processes through lwcc's
 ///         Cluster (OpenMPI shared memory): one way 15 us for 8 bytes,
 ///         340 us for 1 MiB, 1.7 ms for 4 MiB (2.5-3 GB/s).
+/// lwcc's CUDA runtime keeps a cuBLAS workspace of this size for each
+/// stream of a device (runtime/cuda/Context.cu).
+constexpr int64_t kCublasWorkspace = int64_t{32} << 20;
+
 DeviceSpec preset(const std::string& name) {
   DeviceSpec s;
   s.name = name;
@@ -76,6 +80,7 @@ DeviceSpec preset(const std::string& name) {
     s.interLatency = 8e-6;
     s.devicesPerNode = 8;
     s.concurrency = 132 * 2048; // SMs x resident threads per SM
+    s.workspaceBytesPerStream = kCublasWorkspace;
   } else if (name == "a100") {
     s.fp32Flops = 19.5e12;
     s.tf32Flops = 156e12;
@@ -89,6 +94,7 @@ DeviceSpec preset(const std::string& name) {
     s.interLatency = 8e-6;
     s.devicesPerNode = 8;
     s.concurrency = 108 * 2048;
+    s.workspaceBytesPerStream = kCublasWorkspace;
   } else if (name == "p100-cluster") {
     s.fp32Flops = 10.6e12;
     s.tf32Flops = 10.6e12;
@@ -103,6 +109,7 @@ DeviceSpec preset(const std::string& name) {
     s.interLatency = 1e-5;
     s.devicesPerNode = 4;
     s.concurrency = 56 * 2048;
+    s.workspaceBytesPerStream = kCublasWorkspace;
   } else if (name == "cpu") {
     s.fp32Flops = 56e9;
     s.tf32Flops = 56e9;
@@ -165,7 +172,8 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
                                       "devices_per_node",
                                       "concurrency",
                                       "host_cores",
-                                      "wake_seconds"};
+                                      "wake_seconds",
+                                      "workspace_bytes_per_stream"};
   for (const auto& kv : *obj)
     if (std::find(std::begin(known), std::end(known), kv.first.str()) == std::end(known))
       return makeError(origin + ": unknown field '" + kv.first.str() + "'");
@@ -192,7 +200,7 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
     out = *d;
     return llvm::Error::success();
   };
-  double memory = 0, perNode = 0, concurrency = 0, hostCores = 0;
+  double memory = 0, perNode = 0, concurrency = 0, hostCores = 0, workspace = 0;
   struct Field {
     const char* name;
     double* out;
@@ -214,6 +222,7 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
       {"concurrency", &concurrency, false, true},
       {"host_cores", &hostCores, false, true},
       {"wake_seconds", &s.wakeSeconds, false, true},
+      {"workspace_bytes_per_stream", &workspace, false, true},
   };
   for (const Field& f : fields)
     if (llvm::Error e = number(f.name, *f.out, f.required, f.allowZero))
@@ -226,13 +235,16 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
     s.fp16Flops = s.tf32Flops;
   if (perNode != static_cast<double>(static_cast<int64_t>(perNode)))
     return makeError(origin + ": field 'devices_per_node' must be an integer");
-  for (auto [field, v] : {std::pair{"concurrency", concurrency}, {"host_cores", hostCores}})
+  for (auto [field, v] : {std::pair{"concurrency", concurrency},
+                          {"host_cores", hostCores},
+                          {"workspace_bytes_per_stream", workspace}})
     if (v != static_cast<double>(static_cast<int64_t>(v)))
       return makeError(origin + ": field '" + field + "' must be an integer");
   s.memoryBytes = static_cast<int64_t>(memory);
   s.devicesPerNode = static_cast<int64_t>(perNode);
   s.concurrency = static_cast<int64_t>(concurrency);
   s.hostCores = static_cast<int64_t>(hostCores);
+  s.workspaceBytesPerStream = static_cast<int64_t>(workspace);
   return s;
 }
 

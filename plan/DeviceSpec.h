@@ -12,12 +12,19 @@
 //    "mem_bandwidth": 9.0e11, "launch_seconds": 5e-6, "memory_bytes": 17179869184,
 //    "intra_bandwidth": 4.0e10, "intra_latency": 1e-5,
 //    "inter_bandwidth": 1.25e10, "inter_latency": 2e-5, "devices_per_node": 4,
-//    "concurrency": 163840, "host_cores": 0, "wake_seconds": 0}
+//    "concurrency": 163840, "host_cores": 0, "wake_seconds": 0,
+//    "workspace_bytes_per_stream": 33554432}
 //
 // Bandwidths are bytes per second, latencies and launch overhead seconds.
 // Every field is required except name (default: the file's stem),
 // tf32_flops (default: fp32_flops), bf16_flops and fp16_flops (default:
-// tf32_flops), concurrency, host_cores and wake_seconds (default 0).
+// tf32_flops), concurrency, host_cores, wake_seconds and
+// workspace_bytes_per_stream (default 0).
+//
+// workspace_bytes_per_stream: device memory the trainer's libraries keep
+// for each stream a device runs (lwcc's CUDA runtime: a 32 MiB cuBLAS
+// workspace per stream; the GPU presets have it), counted with each
+// device's arena and params where a plan is checked against the memory.
 //
 // bf16_flops, fp16_flops: the peak of an op on bf16 or fp16 operands
 // (lwcc --mixed-precision), the tensor cores' dense rate on GPUs that have
@@ -75,6 +82,8 @@ struct DeviceSpec {
   int64_t hostCores = 0;
   /// A blocked stream's wake-up after the result it waited for (seconds).
   double wakeSeconds = 0;
+  /// Library workspaces per stream a device runs (bytes).
+  int64_t workspaceBytesPerStream = 0;
 
   /// The node that logical device `device` belongs to.
   int64_t node(int64_t device) const { return devicesPerNode > 0 ? device / devicesPerNode : 0; }

@@ -269,7 +269,10 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   const size_t candidates = built.size();
   for (const std::vector<Variant>& variants : rounds) {
     for (size_t i = 0; i < candidates; ++i) {
-      // A variant moves more or computes more: not faster than its plan.
+      // Variants are for memory: a candidate that fits, or one slower than
+      // the fastest that fits, is not priced again (its variants move or
+      // compute more; zero1's smaller update can be faster, but a plan is
+      // not sharded where it fits without).
       if (built[i]->fits ||
           (fastest && built[i]->sim.stepSeconds >= built[*fastest]->sim.stepSeconds))
         continue;

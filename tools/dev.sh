@@ -345,7 +345,7 @@ cmd_test() {
   suite "multi-device CPU trainers vs one device" python3 test/e2e/multi_device_trainer.py
   suite "pipeline CPU trainers vs one device" python3 test/e2e/pipeline_trainer.py
   suite "activation recomputation vs keeping them" python3 test/e2e/recompute_trainer.py
-  suite "ZeRO-1: sharded optimizer state vs one device" python3 test/e2e/zero_trainer.py
+  suite "ZeRO-1, ZeRO-2 and FSDP: sharded data parallelism vs one device" python3 test/e2e/zero_trainer.py
   suite "streams: 2-4 per device vs one, the verifier on every zoo schedule" python3 test/e2e/streams_trainer.py
   suite "--gpus 4 CPU trainers as 2 and 4 processes (mpirun)" python3 test/e2e/mpi_trainer.py
   suite "trainer profile and trace vs the simulator" python3 test/e2e/profile_trace.py

@@ -133,6 +133,10 @@ public:
   std::string description() const;
   int numDevices() const { return static_cast<int>(runners_.size()); }
   const LocalDevices& local() const { return local_; }
+  /// Local logical device `d`'s runner and the device it opened (a GPU's
+  /// index; several logical devices may share one).
+  StepRunner* runner(int d) const { return runners_[static_cast<size_t>(d)]; }
+  int physical(int d) const { return physical_[static_cast<size_t>(d)]; }
 
 private:
   MultiDevice(const ModelInfo& m) : m_(m) {}

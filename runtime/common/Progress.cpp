@@ -330,6 +330,16 @@ void JsonlLogger::eval(const EvalRecord& r) {
   writeLine(line + "}");
 }
 
+void JsonlLogger::memory(const MemoryRecord& r) {
+  std::string devices;
+  for (int64_t d : r.devices)
+    devices += (devices.empty() ? "" : ",") + integer(d);
+  writeLine("{\"type\":\"memory\",\"devices\":[" + devices + "],\"physical\":" +
+            integer(r.physical) + ",\"arena_bytes\":" + integer(r.arenaBytes) +
+            ",\"state_bytes\":" + integer(r.stateBytes) + ",\"other_bytes\":" +
+            integer(r.otherBytes) + ",\"measured_bytes\":" + integer(r.measuredBytes) + "}");
+}
+
 std::string checkFiniteLoss(int64_t step, double loss) {
   if (std::isfinite(loss))
     return "";

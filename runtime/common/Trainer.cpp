@@ -80,6 +80,79 @@ bool Trainer::allocate(DeviceBuffer& b, int64_t bytes, const char* what, std::st
   return b.ptr != nullptr;
 }
 
+std::vector<MemoryRecord> Trainer::measureMemory() const {
+  std::vector<MemoryRecord> records;
+  if (!leader())
+    return records;
+  const int64_t ema = o_.ema > 0 ? 1 : 0;
+  if (!multi_) {
+    MemoryRecord r;
+    r.devices = {0};
+    r.physical = o_.runner.device;
+    r.arenaBytes = m_.arenaBytes;
+    r.stateBytes = m_.stateBytes;
+    // The batch, the evaluation's arena and the moving average.
+    r.otherBytes = m_.inputBytes + (evalArena_.ptr ? m_.evalArenaBytes : 0) + ema * m_.stateBytes;
+    r.measuredBytes = runner_->memoryInUse();
+    records.push_back(r);
+  } else {
+    // Logical devices that share a GPU are measured together, by the
+    // runner that opened it first.
+    const LocalDevices& here = multi_->local();
+    for (int d = here.first; d < here.first + here.count; ++d) {
+      const auto dd = static_cast<size_t>(d);
+      MemoryRecord* r = nullptr;
+      for (MemoryRecord& x : records)
+        if (x.physical == multi_->physical(d))
+          r = &x;
+      if (!r) {
+        records.emplace_back();
+        r = &records.back();
+        r->physical = multi_->physical(d);
+        r->measuredBytes = multi_->runner(d)->memoryInUse();
+      }
+      r->devices.push_back(d);
+      r->arenaBytes += m_.deviceArenaBytes[dd];
+      r->stateBytes += m_.deviceStateBytes[dd];
+      // Each device's copy of the batch (the CPU's read the host's) and
+      // its moving average.
+      r->otherBytes += (multi_->runner(d)->readsHostMemory() ? 0 : m_.inputBytes) +
+                       ema * m_.deviceStateBytes[dd] + (d == here.first ? m_.arenaBytes : 0);
+    }
+  }
+  return records;
+}
+
+void Trainer::reportMemory(const std::vector<MemoryRecord>& records) {
+  for (const MemoryRecord& r : records) {
+    if (log_)
+      log_->memory(r);
+    if (o_.progress == "off")
+      continue;
+    std::string devices;
+    for (int64_t d : r.devices)
+      devices += (devices.empty() ? "" : ",") + std::to_string(d);
+    const int64_t planned = r.arenaBytes + r.stateBytes;
+    std::printf("%s: memory of device%s %s: planned %lld bytes (arena %lld, params and state "
+                "%lld), other buffers %lld",
+                program_, r.devices.size() > 1 ? "s" : "", devices.c_str(),
+                static_cast<long long>(planned), static_cast<long long>(r.arenaBytes),
+                static_cast<long long>(r.stateBytes), static_cast<long long>(r.otherBytes));
+    if (r.measuredBytes >= 0)
+      std::printf("; in use %lld, measured (%+.1f%% of planned and other)",
+                  static_cast<long long>(r.measuredBytes),
+                  100.0 * static_cast<double>(r.measuredBytes - planned - r.otherBytes) /
+                      static_cast<double>(std::max<int64_t>(1, planned + r.otherBytes)));
+    std::printf("\n");
+  }
+}
+
+void Trainer::releaseBuffer(DeviceBuffer& b) {
+  if (b.runner && b.ptr)
+    b.runner->release(b.ptr);
+  b.ptr = nullptr;
+}
+
 bool Trainer::makeFeed(int64_t first, int64_t end, std::string& error) {
   FeedOptions fo;
   unsigned cores = std::thread::hardware_concurrency();
@@ -401,10 +474,14 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   hostState_.assign(static_cast<size_t>(m_.stateBytes), 0);
   hostInputs_.assign(static_cast<size_t>(m_.inputBytes), 0);
   // Under mpirun, rank 0 alone evaluates: the others need no whole state.
-  const bool evaluates = m_.eval && leader();
+  // A multi-device trainer's devices hold their own state, arenas and
+  // batches: the whole state, the evaluation's arena and its batch go on
+  // device 0 only while it evaluates (evaluate()), so that a model sharded
+  // over the devices does not also need all of itself on device 0 to train.
+  const bool evaluates = m_.eval && leader() && !multiDevice;
   if (!allocate(arena_, m_.arenaBytes, "arena", error) ||
-      (leader() && !allocate(state_, m_.stateBytes, "state", error)) ||
-      !allocate(inputs_, m_.inputBytes, "inputs", error) ||
+      (leader() && !multiDevice && !allocate(state_, m_.stateBytes, "state", error)) ||
+      ((!multiDevice || o_.dataOnly) && !allocate(inputs_, m_.inputBytes, "inputs", error)) ||
       (evaluates && !allocate(evalArena_, m_.evalArenaBytes, "eval arena", error)))
     return fail(error);
   if (multiDevice && !createDevices(createGroup, error))
@@ -604,10 +681,15 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
       lastEvalStep = s + 1;
     }
   }
+  // Measured before the last evaluation sets up its buffers.
+  std::vector<MemoryRecord> memory;
+  if (totalSteps > startStep_)
+    memory = measureMemory();
   if (o_.eval && lastEvalStep != totalSteps && totalSteps > startStep_ &&
       !evaluate((totalSteps + batchesPerEpoch_ - 1) / batchesPerEpoch_, totalSteps, error))
     return fail(error);
   progress_->finish();
+  reportMemory(memory);
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   int64_t ran = std::max<int64_t>(0, totalSteps - startStep_);

@@ -112,6 +112,14 @@ private:
   /// checkpoints, exports and dumps; every rank reads the params back.
   bool leader() const { return !cluster_ || cluster_->rank() == 0; }
   bool allocate(DeviceBuffer& b, int64_t bytes, const char* what, std::string& error);
+  /// Gives `b`'s memory back (after the work launched so far has run).
+  void releaseBuffer(DeviceBuffer& b);
+  /// After the last step: each device's memory as planned (arena, params
+  /// and state), the trainer's other buffers on it (the batch, the moving
+  /// average) and what the backend measures in use (the leader's devices).
+  std::vector<MemoryRecord> measureMemory() const;
+  /// The records on stdout unless --progress=off, and in the log.
+  void reportMemory(const std::vector<MemoryRecord>& records);
   bool loadInitialState(std::string& error);
   bool resumeFrom(const std::string& path, std::string& error);
   /// The input pipeline of the training steps [first, end).

@@ -77,15 +77,40 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   // (under mpirun: rank 0, the others send it their devices' params).
   // --eval-ema: the moving average's params (one device: evalBuffers_
   // points at it).
+  // Device 0 holds the whole state and the evaluation's arena only while
+  // it evaluates (the trainer sets them up here and releases them at the
+  // end: the phase is run unrecorded, its buffers new each time).
   if (multi_ &&
       ((o_.evalEma ? !downloadEma(error) : !downloadState(error)) ||
-       (leader() && !runner_->upload(state_.ptr, (o_.evalEma ? hostEma_ : hostState_).data(),
-                                     m_.stateBytes, &error)))) {
+       (leader() && (!allocate(state_, m_.stateBytes, "state", error) ||
+                     !allocate(evalArena_, m_.evalArenaBytes, "eval arena", error) ||
+                     !allocate(inputs_, m_.inputBytes, "inputs", error) ||
+                     !runner_->upload(state_.ptr, (o_.evalEma ? hostEma_ : hostState_).data(),
+                                      m_.stateBytes, &error))))) {
     error = "evaluation: " + error;
     return false;
   }
   if (!leader())
     return true;
+  struct Release {
+    Trainer& t;
+    ~Release() {
+      if (t.multi_) {
+        t.releaseBuffer(t.inputs_);
+        t.releaseBuffer(t.evalArena_);
+        t.releaseBuffer(t.state_);
+      }
+    }
+  } release{*this};
+  if (multi_) {
+    evalBuffers_ = {evalArena_.ptr, state_.ptr, inputs_.ptr, &o_.hyper};
+    if (!runner_->run(
+            -1, [&](std::string* e) { return m_.evalInit(evalBuffers_, e); }, &error)) {
+      error = "evaluation: " + error;
+      return false;
+    }
+  }
+  const int evalKey = multi_ ? -1 : 1;
   // A test split's batches are decoded ahead on the data threads.
   std::unique_ptr<BatchFeed> feed;
   if (test_) {
@@ -113,7 +138,7 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
         batch + label.offset, batch + label.offset + bytesOf(label.dtype, label.shape));
     if (!runner_->upload(inputs_.ptr, batch, m_.inputBytes, &error) ||
         !runner_->run(
-            1, [&](std::string* e) { return m_.eval(evalBuffers_, e); }, &error) ||
+            evalKey, [&](std::string* e) { return m_.eval(evalBuffers_, e); }, &error) ||
         !runner_->download(logits.data(), evalArena_.ptr + m_.logitsOffset,
                            static_cast<int64_t>(logits.size()), &error)) {
       error = "evaluation: " + error;

@@ -4,9 +4,12 @@
 #include "lwrt/cpu_threads.h"
 #include "lwrt/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
 
 namespace lwrt::cpu {
@@ -27,9 +30,26 @@ public:
       return nullptr;
     }
     std::memset(p, 0, rounded);
+    std::lock_guard<std::mutex> lock(memoryMutex_);
+    allocated_[p] = static_cast<int64_t>(rounded);
+    inUse_ += static_cast<int64_t>(rounded);
     return p;
   }
-  void release(void* memory) override { std::free(memory); }
+  void release(void* memory) override {
+    {
+      std::lock_guard<std::mutex> lock(memoryMutex_);
+      auto it = allocated_.find(memory);
+      if (it != allocated_.end()) {
+        inUse_ -= it->second;
+        allocated_.erase(it);
+      }
+    }
+    std::free(memory);
+  }
+  int64_t memoryInUse() const override {
+    std::lock_guard<std::mutex> lock(memoryMutex_);
+    return inUse_;
+  }
   bool upload(void* dst, const void* src, int64_t bytes, std::string*) override {
     std::memcpy(dst, src, static_cast<size_t>(bytes));
     return true;
@@ -39,7 +59,18 @@ public:
     return true;
   }
   // The step runs on the calling thread: every copy is done when it returns.
-  void* allocateHost(int64_t bytes, std::string* error) override { return allocate(bytes, error); }
+  // Host memory is not the device's: not counted in memoryInUse().
+  void* allocateHost(int64_t bytes, std::string* error) override {
+    size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 255) / 256 * 256);
+    void* p = std::aligned_alloc(256, rounded);
+    if (!p) {
+      if (error)
+        *error = "cannot allocate " + std::to_string(bytes) + " bytes";
+      return nullptr;
+    }
+    std::memset(p, 0, rounded);
+    return p;
+  }
   void releaseHost(void* memory) override { std::free(memory); }
   bool readsHostMemory() const override { return true; }
   bool downloadAsync(void* dst, const void* src, int64_t bytes, std::string* error) override {
@@ -83,6 +114,9 @@ public:
   std::vector<std::pair<const char*, double>> takeMarks() override { return std::move(marks_); }
 
 private:
+  mutable std::mutex memoryMutex_;
+  std::map<void*, int64_t> allocated_;
+  int64_t inUse_ = 0;
   template <typename T> static void lerp(T* ema, const T* value, int64_t n, T weight) {
     for (int64_t i = 0; i < n; ++i) {
       const T e = ema[i];

@@ -46,8 +46,9 @@ std::map<const StepRunner*, Context*>& registry() {
 
 class CudaRunner final : public StepRunner {
 public:
-  CudaRunner(const RunnerOptions& options, std::string name, std::unique_ptr<Context> ctx)
-      : options_(options), name_(std::move(name)), ctx_(std::move(ctx)) {
+  CudaRunner(const RunnerOptions& options, std::string name, std::unique_ptr<Context> ctx,
+             int64_t usedBefore)
+      : options_(options), name_(std::move(name)), ctx_(std::move(ctx)), usedBefore_(usedBefore) {
     std::lock_guard<std::mutex> lock(registryMutex);
     registry()[this] = ctx_.get();
   }
@@ -104,6 +105,13 @@ public:
     return notes;
   }
 
+  int64_t memoryInUse() const override {
+    ContextScope scope(*ctx_);
+    size_t freeBytes = 0, total = 0;
+    if (usedBefore_ < 0 || cudaMemGetInfo(&freeBytes, &total) != cudaSuccess)
+      return -1;
+    return static_cast<int64_t>(total - freeBytes) - usedBefore_;
+  }
   void* allocate(int64_t bytes, std::string* error) override {
     ContextScope scope(*ctx_);
     void* p = nullptr;
@@ -439,6 +447,7 @@ private:
   RunnerOptions options_;
   std::string name_;
   std::unique_ptr<Context> ctx_;
+  int64_t usedBefore_; ///< the GPU's used bytes before this runner (-1: unknown)
   std::map<int, Phase> phases_;
   int rerecorded_ = 0;
 };
@@ -461,6 +470,13 @@ std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::stri
                "; built with " + describeCudaVersions(built) + ")";
     return nullptr;
   }
+  // What the GPU has in use before this runner's context and libraries
+  // (memoryInUse() counts from here).
+  int64_t usedBefore = -1;
+  size_t freeBytes = 0, total = 0;
+  if (cudaSetDevice(options.device) == cudaSuccess &&
+      cudaMemGetInfo(&freeBytes, &total) == cudaSuccess)
+    usedBefore = static_cast<int64_t>(total - freeBytes);
   auto ctx = std::make_unique<Context>();
   if (!initContext(*ctx, options.device, options.tf32 != Tf32::Off, options.tf32 == Tf32::All,
                    error))
@@ -479,7 +495,7 @@ std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::stri
   if (cudaGetDeviceProperties(&prop, options.device) == cudaSuccess)
     name = std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
            std::to_string(prop.minor) + ", " + describeCudaVersions(found) + ")";
-  return std::make_unique<CudaRunner>(options, name, std::move(ctx));
+  return std::make_unique<CudaRunner>(options, name, std::move(ctx), usedBefore);
 }
 
 } // namespace lwrt::cuda

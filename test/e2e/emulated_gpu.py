@@ -18,6 +18,8 @@ logits, and the export in onnxruntime. Cases:
   - bf16 and fp16 mixed precision (within their rounding: 2e-2);
   - --gpus 2 data, --gpus 4 layerwise and model, a --gpus 4 1F1B pipeline,
     ZeRO-1 (--shard=zero1: resnet18 on 2 GPUs, lenet with AdamW on 4),
+    FSDP (--shard=fsdp: resnet18 on 2 GPUs) and ZeRO-2 (lenet with AdamW
+    on 4),
     resnet18's gradient buckets issued between its sync batch norm's
     all-reduces (20 KB buckets: each device runs its NCCL calls in one
     order),
@@ -114,6 +116,10 @@ def cases(models):
          ["--gpus=2", "--strategy=data", "--shard=zero1"], [], 1),
         ("lenet --gpus 4 adamw --shard=zero1", "lenet",
          ["--gpus=4", "--strategy=data", "--shard=zero1", "--optimizer=adamw"], [], 1),
+        ("resnet18 --gpus 2 data --shard=fsdp", "resnet18",
+         ["--gpus=2", "--strategy=data", "--shard=fsdp"], [], 1),
+        ("lenet --gpus 4 adamw --shard=zero2", "lenet",
+         ["--gpus=4", "--strategy=data", "--shard=zero2", "--optimizer=adamw"], [], 1),
         ("lenet --gpus 4 layerwise", "lenet", ["--gpus=4", "--strategy=layerwise"], [], 1),
         ("alexnet --gpus 4 model", "alexnet", ["--gpus=4", "--strategy=model"], [], 1),
         ("lenet --gpus 4 1f1b pipeline", "lenet",
@@ -192,6 +198,32 @@ def against_float64(name, onnx_path, cuda, cpu, base):
     harness.record(emu_err <= max(2 * cpu_err, 1e-4),
                    f"{name}: first-step gradients from the float64 step: emulated GPU "
                    f"{emu_err:.2e}, CPU trainer {cpu_err:.2e} (at most twice)", "")
+
+
+def memory_case(name, onnx_path, flags, work):
+    """The CUDA trainer's report of each GPU's memory after training: its
+    planned part is lwcc's plan for the logical devices on it, and the
+    emulated GPU's measure (cudaMemGetInfo: what its cudaMalloc calls hold)
+    is that, the trainer's other buffers (each device's copy of the batch)
+    and the libraries' workspaces: a 32 MiB cuBLAS workspace per stream
+    (the GPU device specs count them) and what cuDNN and NCCL take."""
+    records = md.memory_records(work)
+    plan = md.planned_memory(onnx_path, ["--batch=8", *flags])
+    bad, extra = [], []
+    for r in records:
+        planned = r["arena_bytes"] + r["state_bytes"]
+        want = sum((plan or {}).get(d, 0) for d in r["devices"])
+        if planned != want:
+            bad.append(f"devices {r['devices']}: planned {planned}, lwcc's plan {want}")
+        libraries = r["measured_bytes"] - planned - r["other_bytes"]
+        streams = 2 * len(r["devices"])  # backward on 0, gradient reduce-scatters on 1
+        if not streams * (32 << 20) <= libraries < streams * (32 << 20) + (8 << 20):
+            bad.append(f"devices {r['devices']}: {libraries} bytes beyond the planned and other")
+        extra.append(f"GPU {r['physical']}: {r['measured_bytes']} bytes, of which libraries "
+                     f"{libraries}")
+    harness.record(records and plan and not bad,
+                   f"{name}: each GPU's memory after training: lwcc's plan, the batch and the "
+                   "libraries' workspaces", "; ".join(bad) or str(records), "; ".join(extra))
 
 
 def compare(name, ref, got, tol):
@@ -540,6 +572,9 @@ def main():
                     os.path.join(base, "emu-run"), tol)
             if name == "lenet --gpus 2 data":
                 resume_case(cuda, os.path.join(base, "resume"), name)
+            if "--shard=fsdp" in flags:
+                memory_case(name, os.path.join(tmp, f"{m}.onnx"), flags,
+                            os.path.join(base, "emu-run"))
             if "--trace=trace.json" in extra:
                 profiled_files(name, os.path.join(base, "emu-run"))
         tied_max_pool(tmp)

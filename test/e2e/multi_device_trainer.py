@@ -171,6 +171,26 @@ def resumed_bit_identical(name, exe, base, devices, steps=None, flags=None):
            f"differ: {differ[:5]}")
 
 
+def memory_records(work):
+    """The trainer's memory records (its --log's "memory" lines) of a run."""
+    import json
+    with open(os.path.join(work, "log.jsonl")) as f:
+        return [json.loads(line) for line in f if '"type":"memory"' in line]
+
+
+def planned_memory(onnx_path, flags):
+    """Each device's memory as lwcc's plan predicts it (--plan-json: params,
+    state and arena), by device."""
+    import json
+    out = os.path.join(tempfile.mkdtemp(prefix="lwcc-plan-"), "plan.json")
+    r = run([LWCC, onnx_path, *flags, "--emit=plan", f"--plan-json={out}", "-o", os.devnull])
+    if r.returncode:
+        return None
+    with open(out) as f:
+        return {d["device"]: d["params_bytes"] + d["state_bytes"] + d["arena_bytes"]
+                for d in json.load(f)["memory"]}
+
+
 def read_floats(path):
     return np.fromfile(path, dtype=np.float32)
 

@@ -8,7 +8,9 @@ same way (PREFIX, made by `tools/dev.sh test`'s ThreadSanitizer suite in
 build-tsan/) and checks:
 
   1. `--gpus 4` trainers (lenet with data and owt, resnet18 with data: batch
-     norm's all-reduces; lenet as a 4-stage pipeline of 4 micro-batches,
+     norm's all-reduces, and with --shard=fsdp: params gathered for each
+     layer, gradients reduce-scattered on stream 1 and their bytes reused
+     after it; lenet as a 4-stage pipeline of 4 micro-batches,
      1F1B, its transfers on streams 2 and 3) run 3 steps with no
      ThreadSanitizer report, and
      again profiled (--profile-ops, --trace: a recorder per stream thread),
@@ -257,6 +259,10 @@ def main():
         # micro-batches, its transfers on streams of their own (1F1B);
         # strategy None: one device.
         cases = [("lenet", "data", []), ("lenet", "owt", []), ("resnet18", "data", []),
+                 # FSDP: params gathered on stream 0, gradients
+                 # reduce-scattered on stream 1 and their bytes reused once
+                 # read there (events order the reuse).
+                 ("resnet18", "data", ["--shard=fsdp"]),
                  ("lenet", "pipeline", ["--stages=4", "--microbatches=4", "--schedule=1f1b"]),
                  ("lenet", None, []),
                  # Four streams: weight gradients on 1, the inception blocks'
@@ -265,16 +271,16 @@ def main():
                  # Fragments: two halves of the batch through alexnet's
                  # layers, the second on branch streams.
                  ("alexnet", None, ["--streams=4", "--stream-policy=all", "--fragments=2"])]
-        for model, strategy, extra in ([] if args.emulated_only else cases):
+        for index, (model, strategy, extra) in enumerate([] if args.emulated_only else cases):
             onnx_path = os.path.join(tmp, f"{model}.onnx")
             if not os.path.exists(onnx_path) and not harness.generate(model, onnx_path):
                 continue
-            name = (f"{model} --gpus 4 --strategy={strategy}" if strategy
-                    else f"{model} one device {' '.join(extra)}".rstrip())
+            name = (f"{model} --gpus 4 --strategy={strategy} {' '.join(extra)}".rstrip()
+                    if strategy else f"{model} one device {' '.join(extra)}".rstrip())
             parallel = ["--gpus=4", f"--strategy={strategy}", "--bucket-bytes=20000"]
             threads = 8 if strategy else 2
-            src = os.path.join(tmp, f"{model}-{strategy}-src")
-            out = os.path.join(tmp, f"{model}-{strategy}-build")
+            src = os.path.join(tmp, f"{model}-{strategy}-{index}-src")
+            out = os.path.join(tmp, f"{model}-{strategy}-{index}-build")
             r = run([LWCC, onnx_path, "--target=cpu", *(parallel if strategy else []),
                      *extra, "--emit=source", "-o", src])
             if not built(r, f"{name}: lwcc", lambda: build(src, out, prefix),
@@ -291,7 +297,7 @@ def main():
             clean = r.returncode == 0 and "ThreadSanitizer" not in r.stderr
             report(clean, f"{name}, --threads={threads}: 3 profiled steps, no ThreadSanitizer report",
                    f"exit {r.returncode}: {r.stderr[-3000:]}")
-            if (model, strategy) != ("lenet", "data"):
+            if (model, strategy, extra) != ("lenet", "data", []):
                 continue
             # The same step with one event wait deleted from its scheduled IR.
             bad, event = without_wait(onnx_path, "cpu", parallel, delete_wait, tmp, "", name)

@@ -19,6 +19,9 @@ evaluate, against the one-device trainer:
     fsdp runs end bit-identical at step 6; lenet's 4-device fsdp
     checkpoint resumed by the 2-device fsdp trainer ends within 1e-4 of
     one device's 6 steps;
+  - each device's memory after training (the trainer's report): its plan's
+    part is lwcc's plan for the device and what the CPU measured in use
+    is that (fsdp, lenet on 4 and resnet18 on 2 devices);
   - the IR: under zero1 a replicated param's gradients are reduce-scattered
     and the param all-gathered, its momentum a shard of the rows on each
     device; under fsdp the param is shares gathered before its layer and
@@ -96,6 +99,11 @@ def main():
                                          "killed after step 3, resumed, bit-identical at step 6",
                                          exe, os.path.join(tmp, f"resnet18-g2-data-{shard}"), 2)
         resumed_elsewhere(tmp, built)
+        for name, model, flags in (("lenet-g4-data-fsdp", "lenet", [*data4, "--shard=fsdp"]),
+                                   ("resnet18-g2-data-fsdp", "resnet18",
+                                    [*data2, "--shard=fsdp"])):
+            if name in runs:
+                memory_measured(name, os.path.join(tmp, f"{model}.onnx"), flags, runs[name])
 
         lenet = os.path.join(tmp, "lenet.onnx")
         r = run([LWCC, lenet, *data2, "--shard=zero1", "--emit=parallel-ir", "-o", "-"])
@@ -155,6 +163,30 @@ def main():
                              "--shard=fsdp with --microbatches: exit 2",
                              "--shard=fsdp does not go with micro-batches")
     return harness.finish()
+
+
+def memory_measured(name, onnx_path, flags, work):
+    """The trainer's report of each device's memory after training: its
+    planned part (arena, params and state) is what lwcc's plan predicted for
+    that device, and what the CPU runner measured in use is that and the
+    trainer's other buffers (none: the CPU's devices read the host's batch),
+    each allocation rounded to 256 bytes; no device holds the whole model
+    (device 0 holds it, and a batch, only while it evaluates)."""
+    records = md.memory_records(work)
+    plan = md.planned_memory(onnx_path, ["--batch=8", *flags])
+    bad = []
+    for r in records:
+        (d,) = r["devices"]
+        planned = r["arena_bytes"] + r["state_bytes"]
+        if plan is None or plan.get(d) != planned:
+            bad.append(f"device {d}: planned {planned}, lwcc's plan {plan and plan.get(d)}")
+        if not 0 <= r["measured_bytes"] - planned - r["other_bytes"] < 256 * 4:
+            bad.append(f"device {d}: measured {r['measured_bytes']}, planned {planned} and other "
+                       f"{r['other_bytes']}")
+    devices = len(plan or {})
+    report(devices and len(records) == devices and not bad,
+           f"{name}: each device's memory measured after training is lwcc's plan for it", "; ".join(bad) or f"{records}",
+           ", ".join(f"device {r['devices'][0]}: {r['measured_bytes']} bytes" for r in records))
 
 
 def resumed_elsewhere(tmp, built):

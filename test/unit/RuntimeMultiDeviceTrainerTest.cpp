@@ -224,11 +224,32 @@ TEST_F(MultiDeviceTrainer, TrainsLikeOneDeviceAndDumpsTheLogicalParams) {
   std::ifstream log(dir / "log.jsonl");
   std::string line;
   int lines = 0;
+  std::vector<std::string> memory;
   while (std::getline(log, line)) {
+    if (line.find("\"type\":\"memory\"") != std::string::npos) {
+      memory.push_back(line);
+      continue;
+    }
     ++lines;
     EXPECT_NE(line.find("\"batch\":8,\"devices\":2"), std::string::npos) << line;
   }
   EXPECT_EQ(lines, 5);
+  // After the last step, each device's memory: its planned arena and state,
+  // the trainer's other buffers (none: the CPU's devices read the host's
+  // batch) and what the CPU runner measured it gave out (each allocation
+  // rounded up to 256 bytes: device 0 its arena, its state and the
+  // trainer's own empty arena; device 1 its arena and state). No device
+  // holds the whole state, nor the batch, besides its own: those are
+  // device 0's only while it evaluates.
+  ASSERT_EQ(memory.size(), 2u);
+  EXPECT_NE(memory[0].find("\"devices\":[0],\"physical\":0,\"arena_bytes\":80,\"state_bytes\":32,"
+                           "\"other_bytes\":0,\"measured_bytes\":768}"),
+            std::string::npos)
+      << memory[0];
+  EXPECT_NE(memory[1].find("\"devices\":[1],\"physical\":1,\"arena_bytes\":80,\"state_bytes\":32,"
+                           "\"other_bytes\":0,\"measured_bytes\":512}"),
+            std::string::npos)
+      << memory[1];
 }
 
 TEST_F(MultiDeviceTrainer, ResumesBitIdenticallyFromALogicalCheckpoint) {

@@ -76,8 +76,9 @@ PY
 # Multi-device trainers checked on the GPU: model:strategy, --gpus 2 (the
 # pipeline: 2 stages of 2 micro-batches, lenet has no batch norm, so its step
 # is the one-device step up to rounding; zero1: data parallelism with the
-# optimizer state sharded, --shard=zero1).
-MULTI=${LWCC_GPU_MULTI-lenet:data resnet18:data alexnet_owt:owt lenet:pipeline resnet18:zero1}
+# optimizer state sharded, --shard=zero1; fsdp: the params sharded too,
+# gathered for each layer, --shard=fsdp).
+MULTI=${LWCC_GPU_MULTI-lenet:data resnet18:data alexnet_owt:owt lenet:pipeline resnet18:zero1 resnet18:fsdp}
 # Models checked in bf16 (conv2d, gemm and their gradients on cuDNN and
 # cuBLAS in 16 bits, casts, batch norm in float32).
 BF16=${LWCC_GPU_BF16-lenet alexnet resnet18}
@@ -130,7 +131,8 @@ PY
     v="$m-g2-${spec##*:}"
     flags=(--gpus=2 --strategy="${spec##*:}")
     [[ ${spec##*:} == pipeline ]] && flags+=(--stages=2 --microbatches=2)
-    [[ ${spec##*:} == zero1 ]] && flags=(--gpus=2 --strategy=data --shard=zero1)
+    [[ ${spec##*:} == zero1 || ${spec##*:} == fsdp ]] &&
+      flags=(--gpus=2 --strategy=data --shard="${spec##*:}")
     echo "+ $v: --gpus 2 CUDA sources and the CPU backend's --gpus 2 step"
     "$LWCC" "$OUT/$m.onnx" --emit=source "${flags[@]}" -o "$OUT/src/$v"
     "$LWCC" "$OUT/$m.onnx" --target=cpu "${flags[@]}" -o "$OUT/$v-cpu-trainer"

@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace lwrt {
 
@@ -134,6 +135,17 @@ struct EvalRecord {
   std::optional<double> top5; ///< top-5: the label among the 5 largest logits
 };
 
+/// A device's memory after training (the trainer's report): what the plan
+/// gave it and what the backend measured in use.
+struct MemoryRecord {
+  std::vector<int64_t> devices; ///< the logical devices on the one measured
+  int64_t physical = 0;         ///< the device they opened (a GPU's index)
+  int64_t arenaBytes = 0;       ///< their planned arenas
+  int64_t stateBytes = 0;       ///< their params and optimizer state
+  int64_t otherBytes = 0;       ///< the trainer's other buffers: batch, moving average
+  int64_t measuredBytes = -1;   ///< the backend's measure (-1: none)
+};
+
 class JsonlLogger {
 public:
   /// Logs to `out`, which stays the caller's.
@@ -148,6 +160,7 @@ public:
 
   void step(const StepRecord& r);
   void eval(const EvalRecord& r);
+  void memory(const MemoryRecord& r);
   /// False once a line failed to be written or flushed.
   bool ok() const { return ok_; }
 

@@ -303,6 +303,14 @@ public:
   /// What the backend chose while running ("" when nothing to say), e.g.
   /// which cuDNN API took the convolutions.
   virtual std::string notes() const { return ""; }
+  /// The device memory in use now, measured, in bytes, or -1 when the
+  /// backend cannot tell. CUDA: the GPU's used memory (cudaMemGetInfo) less
+  /// what was in use before this runner set up its context (other
+  /// processes, the CUDA context itself): with the trainer's buffers, the
+  /// libraries' handles and workspaces and NCCL's; shared by the logical
+  /// devices on that GPU. CPU: the bytes its allocate() gave out and not
+  /// released.
+  virtual int64_t memoryInUse() const { return -1; }
 };
 
 using RunnerFactory = std::unique_ptr<StepRunner> (*)(const RunnerOptions&, std::string* error);

@@ -2,19 +2,22 @@
 
 For each device memory size given, `lwcc MODEL -v --emit=plan` on a copy of
 SPEC with that memory lists the layerwise selection's candidates, each
-marked "(over memory)" or not, and the one kept (where none fits,
---shard=auto and --recompute=auto add each candidate again with its optimizer
-state sharded, with recomputation and with both: NAME+zero1, NAME+recompute,
-NAME+zero1+recompute; where none of those fits either, NAME+zero2,
-NAME+fsdp and each with +recompute).
+marked "(over memory)" or not, and the one kept (--shard=auto and
+--recompute=auto add each candidate over memory that would be faster than
+the fastest that fits again with its optimizer state sharded, with
+recomputation and with both: NAME+zero1, NAME+recompute,
+NAME+zero1+recompute; then NAME+zero2, NAME+fsdp and each with +recompute).
 This checks, for every
 candidate, that the mark is what the candidate's own compile says (built
 with its strategy, stages, micro-batches, sharding and recomputation fixed, the memory plan checked
 against the spec: exit 1 over memory), and that the kept plan is the
 fastest one not over memory (the first candidate when none fits). It
-prints one line per size: "MEM: N fit, kept PLAN".
+prints one line per size: "MEM: N fit, kept PLAN". A size "data/K" is the
+memory data parallelism's step needs per device (--strategy=data
+--shard=none --recompute=none: params, state and arena) divided by K. Flags
+after "--" go to every lwcc run (say, --optimizer=adamw).
 
-    check_fits.py LWCC MODEL SPEC GPUS BATCH MEM [MEM ...]
+    check_fits.py LWCC MODEL SPEC GPUS BATCH MEM [MEM ...] [-- LWCC_FLAGS]
 """
 import json
 import os
@@ -26,11 +29,28 @@ import tempfile
 
 def main():
     lwcc, model, spec_path, gpus, batch = sys.argv[1:6]
-    sizes = [int(float(m)) for m in sys.argv[6:]]
+    args = sys.argv[6:]
+    extra = args[args.index("--") + 1:] if "--" in args else []
+    sizes = args[:args.index("--")] if "--" in args else args
     base = json.load(open(spec_path))
-    common = [model, f"--gpus={gpus}", f"--batch={batch}", "--emit=plan", "-o", os.devnull]
+    common = [model, f"--gpus={gpus}", f"--batch={batch}", "--emit=plan", "-o", os.devnull,
+              *extra]
     with tempfile.TemporaryDirectory() as tmp:
-        for mem in sizes:
+        for size in sizes:
+            label = size
+            if size.startswith("data/"):
+                out = os.path.join(tmp, "data.json")
+                subprocess.run([lwcc] + common + [f"--device-spec={spec_path}", "--strategy=data",
+                                                  "--shard=none", "--recompute=none",
+                                                  f"--plan-json={out}"], check=True,
+                               capture_output=True)
+                need = max(d["params_bytes"] + d["state_bytes"] + d["arena_bytes"]
+                           for d in json.load(open(out))["memory"])
+                mem = need // int(size[5:])
+                label = f"{size} of {need}: {mem}"
+            else:
+                mem = int(float(size))
+                label = str(mem)
             spec = dict(base, memory_bytes=mem)
             path = os.path.join(tmp, f"spec-{mem}.json")
             json.dump(spec, open(path, "w"))
@@ -64,8 +84,8 @@ def main():
             fitting = [(float(ms), i, n) for i, (n, ms, over) in enumerate(cands) if not over]
             want = min(fitting)[2] if fitting else cands[0][0]
             if kept != want:
-                sys.exit(f"{mem}: kept {kept}, the fastest that fits is {want}: {line}")
-            print(f"{mem}: {len(fitting)} fit, kept {kept}")
+                sys.exit(f"{label}: kept {kept}, the fastest that fits is {want}: {line}")
+            print(f"{label}: {len(fitting)} fit, kept {kept}")
 
 
 if __name__ == "__main__":
