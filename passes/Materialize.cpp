@@ -216,8 +216,7 @@ private:
   /// gathered (shard=fsdp): a trained param read whole on several devices,
   /// with a row for each.
   bool fsdpGathers(const Value* p, const Layout& want) const {
-    return fsdp_.count(p) && want.isWhole() && want.devices.size() > 1 &&
-           p->type().rank() >= 1 &&
+    return fsdp_.count(p) && want.isWhole() && want.devices.size() > 1 && p->type().rank() >= 1 &&
            p->type().shape[0] >= static_cast<int64_t>(want.devices.size());
   }
 

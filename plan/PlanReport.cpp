@@ -74,8 +74,7 @@ ShardedParams shardedParams(const Graph& g) {
         gathered.insert(op->operand(0)->paramName());
     }
     if ((op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate) &&
-        op->operand(0)->definingOp() &&
-        op->operand(0)->definingOp()->kind() == OpKind::Slice &&
+        op->operand(0)->definingOp() && op->operand(0)->definingOp()->kind() == OpKind::Slice &&
         op->operand(0)->definingOp()->operand(0)->kind() == ValueKind::Param)
       shared.insert(op->operand(0)->definingOp()->operand(0)->paramName());
   }
@@ -492,8 +491,8 @@ void writePlanJson(const std::string& chosen, double searchSeconds, const std::s
     fsdp.push_back(n);
   for (const std::string& n : sharded.state)
     zero.push_back(n);
-  top["sharded_params"] = llvm::json::Object{{"params", std::move(fsdp)},
-                                             {"optimizer_state", std::move(zero)}};
+  top["sharded_params"] =
+      llvm::json::Object{{"params", std::move(fsdp)}, {"optimizer_state", std::move(zero)}};
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(top))) << "\n";
 }
 

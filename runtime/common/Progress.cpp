@@ -334,8 +334,8 @@ void JsonlLogger::memory(const MemoryRecord& r) {
   std::string devices;
   for (int64_t d : r.devices)
     devices += (devices.empty() ? "" : ",") + integer(d);
-  writeLine("{\"type\":\"memory\",\"devices\":[" + devices + "],\"physical\":" +
-            integer(r.physical) + ",\"arena_bytes\":" + integer(r.arenaBytes) +
+  writeLine("{\"type\":\"memory\",\"devices\":[" + devices +
+            "],\"physical\":" + integer(r.physical) + ",\"arena_bytes\":" + integer(r.arenaBytes) +
             ",\"state_bytes\":" + integer(r.stateBytes) + ",\"other_bytes\":" +
             integer(r.otherBytes) + ",\"measured_bytes\":" + integer(r.measuredBytes) + "}");
 }

@@ -350,8 +350,7 @@ int checkUsage() {
     return usage("--schedule=" + schedule + " is not one of: 1f1b, gpipe, zb-h1");
   if (recompute != "none" && recompute != "all" && recompute != "auto")
     return usage("--recompute=" + recompute + " is not one of: none, all, auto");
-  if (shard != "none" && shard != "zero1" && shard != "zero2" && shard != "fsdp" &&
-      shard != "auto")
+  if (shard != "none" && shard != "zero1" && shard != "zero2" && shard != "fsdp" && shard != "auto")
     return usage("--shard=" + shard + " is not one of: none, zero1, zero2, fsdp, auto");
   if (std::string why = zero1Conflict(); shard != "none" && shard != "auto" && !why.empty())
     return usage("--shard=" + shard + " does not go with " + why);
