@@ -22,14 +22,10 @@ public:
     return "CPU, " + std::to_string(threadBudget()) + " threads";
   }
   void* allocate(int64_t bytes, std::string* error) override {
-    size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 255) / 256 * 256);
-    void* p = std::aligned_alloc(256, rounded);
-    if (!p) {
-      if (error)
-        *error = "cannot allocate " + std::to_string(bytes) + " bytes";
+    size_t rounded = 0;
+    void* p = zeroed(bytes, &rounded, error);
+    if (!p)
       return nullptr;
-    }
-    std::memset(p, 0, rounded);
     std::lock_guard<std::mutex> lock(memoryMutex_);
     allocated_[p] = static_cast<int64_t>(rounded);
     inUse_ += static_cast<int64_t>(rounded);
@@ -61,15 +57,8 @@ public:
   // The step runs on the calling thread: every copy is done when it returns.
   // Host memory is not the device's: not counted in memoryInUse().
   void* allocateHost(int64_t bytes, std::string* error) override {
-    size_t rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 255) / 256 * 256);
-    void* p = std::aligned_alloc(256, rounded);
-    if (!p) {
-      if (error)
-        *error = "cannot allocate " + std::to_string(bytes) + " bytes";
-      return nullptr;
-    }
-    std::memset(p, 0, rounded);
-    return p;
+    size_t rounded = 0;
+    return zeroed(bytes, &rounded, error);
   }
   void releaseHost(void* memory) override { std::free(memory); }
   bool readsHostMemory() const override { return true; }
@@ -114,6 +103,18 @@ public:
   std::vector<std::pair<const char*, double>> takeMarks() override { return std::move(marks_); }
 
 private:
+  /// Zeroed memory of `bytes` rounded up to 256 (`*rounded`), 256-aligned.
+  static void* zeroed(int64_t bytes, size_t* rounded, std::string* error) {
+    *rounded = static_cast<size_t>((std::max<int64_t>(bytes, 1) + 255) / 256 * 256);
+    void* p = std::aligned_alloc(256, *rounded);
+    if (!p) {
+      if (error)
+        *error = "cannot allocate " + std::to_string(bytes) + " bytes";
+      return nullptr;
+    }
+    std::memset(p, 0, *rounded);
+    return p;
+  }
   mutable std::mutex memoryMutex_;
   std::map<void*, int64_t> allocated_;
   int64_t inUse_ = 0;

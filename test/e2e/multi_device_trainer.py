@@ -201,22 +201,29 @@ def ort_logits(path, feed):
     return s.run(None, {s.get_inputs()[0].name: feed})[0]
 
 
+def params_off(ref_dump, got_dump):
+    """The params a --dump folder holds (param_*.bin), and those of
+    `got_dump` missing or not within PARAM_TOL of `ref_dump`'s."""
+    params = sorted(f for f in os.listdir(ref_dump) if f.startswith("param_"))
+    bad = []
+    for p in params:
+        if not os.path.exists(os.path.join(got_dump, p)):
+            bad.append(f"{p} missing")
+            continue
+        ok, err = close(read_floats(os.path.join(got_dump, p)),
+                        read_floats(os.path.join(ref_dump, p)), PARAM_TOL)
+        if not ok:
+            bad.append(f"{p} off by {err}")
+    return params, bad
+
+
 def compare(name, ref, got):
     """ref, got: dicts with the run's folder ('work') after train(... 5 steps)."""
     lr, lg = losses(os.path.join(ref, "log.jsonl")), losses(os.path.join(got, "log.jsonl"))
     ok = len(lr) == STEPS and harness.losses_within(lg, lr, LOSS_TOL)
     report(ok, f"{name}: {STEPS} losses within {LOSS_TOL} relative", f"{lg} vs {lr}")
     rd, gd = os.path.join(ref, "dump"), os.path.join(got, "dump")
-    params = sorted(f for f in os.listdir(rd) if f.startswith("param_"))
-    bad = []
-    for p in params:
-        if not os.path.exists(os.path.join(gd, p)):
-            bad.append(f"{p} missing")
-            continue
-        ok, err = close(read_floats(os.path.join(gd, p)), read_floats(os.path.join(rd, p)),
-                        PARAM_TOL)
-        if not ok:
-            bad.append(f"{p} off by {err}")
+    params, bad = params_off(rd, gd)
     report(params and not bad, f"{name}: {len(params)} params after {STEPS} steps within "
            f"{PARAM_TOL}", "; ".join(bad[:5]))
     ok, err = close(read_floats(os.path.join(gd, "eval_logits.bin")),

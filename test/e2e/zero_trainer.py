@@ -185,7 +185,8 @@ def memory_measured(name, onnx_path, flags, work):
                        f"{r['other_bytes']}")
     devices = len(plan or {})
     report(devices and len(records) == devices and not bad,
-           f"{name}: each device's memory measured after training is lwcc's plan for it", "; ".join(bad) or f"{records}",
+           f"{name}: each device's memory measured after training is lwcc's plan for it",
+           "; ".join(bad) or f"{records}",
            ", ".join(f"device {r['devices'][0]}: {r['measured_bytes']} bytes" for r in records))
 
 
@@ -218,17 +219,8 @@ def resumed_elsewhere(tmp, built):
     report(len(lg) == 3 and harness.losses_within(lg, lr[3:], md.LOSS_TOL),
            f"{name}: steps 4 to 6 trained, losses within {md.LOSS_TOL} of one device's",
            f"{lg} vs {lr}")
-    rd, gd = os.path.join(base, "one", "dump"), os.path.join(base, "two", "dump")
-    params = sorted(f for f in os.listdir(rd) if f.startswith("param_"))
-    bad = []
-    for p in params:
-        if not os.path.exists(os.path.join(gd, p)):
-            bad.append(f"{p} missing")
-            continue
-        ok, err = md.close(md.read_floats(os.path.join(gd, p)), md.read_floats(os.path.join(rd, p)),
-                           md.PARAM_TOL)
-        if not ok:
-            bad.append(f"{p} off by {err}")
+    params, bad = md.params_off(os.path.join(base, "one", "dump"),
+                                os.path.join(base, "two", "dump"))
     report(params and not bad, f"{name}: {len(params)} params at step 6 within {md.PARAM_TOL} of "
            "one device's", "; ".join(bad[:5]))
 

@@ -1,10 +1,11 @@
 """ZB-H1's bubble on a uniform chain against the zero-bubble formula.
 
-A per-feature scale, then a chain of four equal matrix products (1024x1024 weights) on four stages of
-a device spec whose only cost is arithmetic (memory traffic, launches and
-transfers free: the assumptions of the formula), M = 4, 8 and 16
-micro-batches of 64 samples. A stage's forward, input gradient and weight
-gradient are one matrix product each (t_F = t_B = t_W). For each schedule
+A per-feature scale, then a chain of four equal matrix products (1024x1024
+weights) on four stages of a device spec whose only cost is arithmetic
+(memory traffic, launches and transfers free: the assumptions of the
+formula), M = 4, 8 and 16 micro-batches of 64 samples. A stage's forward,
+input gradient and weight gradient are one matrix product each (t_F = t_B =
+t_W). For each schedule
 this prints each device's bubble rate, its idle time over its compute
 (the simulator's bubble b is idle over the step: the rate is b / (1 - b)),
 beside the formula:
