@@ -247,7 +247,7 @@ def main():
         log2 = os.path.join(tmp, "adam.jsonl")
         run([adam, f"--data=idx:{FASHION}", "--train-examples=640", "--steps=20",
              "--progress=off", f"--log={log2}", "--optimizer=adam"])
-        losses = [json.loads(x)["loss"] for x in open(log2)]
+        losses = [json.loads(x)["loss"] for x in open(log2) if '"type":"step"' in x]
         assert losses[-1] < losses[0], f"adam did not lower the loss: {losses[0]} -> {losses[-1]}"
 
     def bad_input():
