@@ -181,7 +181,7 @@ PipelineText afterTrainingStepPipeline(const TrainingPipelineOptions& o) {
     return p;
   std::string memory = o.memorySpec.empty() ? "" : "spec=" + o.memorySpec;
   if (freesScattered(o.plan))
-    memory += std::string(memory.empty() ? "" : ",") + "free_scattered=1";
+    memory += memory.empty() ? "free_scattered=1" : ",free_scattered=1";
   p.push_back({"memory-plan", memory});
   if (o.until == Until::MemoryPlan)
     return p;

@@ -129,9 +129,14 @@ void Trainer::reportMemory(const std::vector<MemoryRecord>& records) {
       log_->memory(r);
     if (o_.progress == "off")
       continue;
+    // Appended piece by piece: GCC 12's -O3 misreads `"," + std::string`
+    // (a -Wrestrict false positive).
     std::string devices;
-    for (int64_t d : r.devices)
-      devices += (devices.empty() ? "" : ",") + std::to_string(d);
+    for (int64_t d : r.devices) {
+      if (!devices.empty())
+        devices += ',';
+      devices += std::to_string(d);
+    }
     const int64_t planned = r.arenaBytes + r.stateBytes;
     std::printf("%s: memory of device%s %s: planned %lld bytes (arena %lld, params and state "
                 "%lld), other buffers %lld",
