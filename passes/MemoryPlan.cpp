@@ -229,14 +229,6 @@ void breakDown(const Graph& g, const std::vector<Op*>& order,
   }
   enum Kind { Activation, Gradient, Constant, Gathered };
   std::vector<Kind> kind(buffers.size(), Activation);
-  auto gathersParams = [](const Op& op) {
-    if (op.kind() != OpKind::AllGather)
-      return false;
-    for (const Value* v : op.operands())
-      if (v->kind() != ValueKind::Param)
-        return false;
-    return true;
-  };
   // The backward: autodiff's ops, from the loss gradient's seed on, but
   // forward values computed again (recompute).
   bool seeded = false;
@@ -249,7 +241,7 @@ void breakDown(const Graph& g, const std::vector<Op*>& order,
       if (it == bufferOf.end() || buffers[it->second].first != pos)
         continue;
       kind[it->second] = buffers[it->second].pinned ? Constant
-                         : gathersParams(*op)       ? Gathered
+                         : gathersParamShares(*op)  ? Gathered
                          : b                        ? Gradient
                                                     : Activation;
     }
@@ -706,7 +698,7 @@ llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats,
   for (const auto& [device, arena] : stats.peakBytes) {
     const int64_t workspaces =
         spec.workspaceBytesPerStream * (streams.count(device) ? streams.at(device) : 1);
-    int64_t total = arena + params[device] + (spec.workspaceBytesPerStream > 0 ? workspaces : 0);
+    int64_t total = arena + params[device] + workspaces;
     if (total > spec.memoryBytes)
       over += llvm::formatv("\n  device {0}: {1} bytes ({2} arena + {3} params{4}) > {5} bytes",
                             device, total, arena, params[device],

@@ -31,16 +31,6 @@ namespace lwcc {
 
 namespace {
 
-/// Whether `op` gathers shares of params (materialize's shard=fsdp).
-bool gathersParams(const Op& op) {
-  if (op.kind() != OpKind::AllGather || op.numOperands() == 0)
-    return false;
-  for (const Value* v : op.operands())
-    if (v->kind() != ValueKind::Param)
-      return false;
-  return true;
-}
-
 class RegatherPass : public Pass {
 public:
   std::string_view name() const override { return "regather"; }
@@ -60,12 +50,11 @@ public:
     UniqueNames names(g);
     std::unordered_map<const Op*, Op*> again; // forward gather -> backward's
     for (Op* reader : backward) {
-      if (gathersParams(*reader) && reader->loc().name.size() >= 9 &&
-          reader->loc().name.compare(reader->loc().name.size() - 9, 9, ".regather") == 0)
+      if (isRegather(*reader))
         return reader->emitError("regather: the graph is regathered already");
       for (unsigned i = 0; i < reader->numOperands(); ++i) {
         Op* gather = reader->operand(i)->definingOp();
-        if (!gather || !gathersParams(*gather) || gather == reader)
+        if (!gather || !gathersParamShares(*gather) || gather == reader)
           continue;
         auto it = again.find(gather);
         if (it == again.end()) {

@@ -127,4 +127,18 @@ bool isRecomputed(const Op& op) {
   return name == "recompute" || name.endswith(".recompute");
 }
 
+bool gathersParamShares(const Op& op) {
+  if (op.kind() != OpKind::AllGather || op.numOperands() == 0)
+    return false;
+  for (const Value* v : op.operands())
+    if (v->kind() != ValueKind::Param)
+      return false;
+  return true;
+}
+
+bool isRegather(const Op& op) {
+  llvm::StringRef name = op.loc().name;
+  return gathersParamShares(op) && (name == "regather" || name.endswith(".regather"));
+}
+
 } // namespace lwcc

@@ -57,5 +57,10 @@ bool isGradientSeed(const Op& op);
 /// Whether `op` is a forward op computed again for the backward (the
 /// recompute pass's copies: loc "NAME.recompute").
 bool isRecomputed(const Op& op);
+/// Whether `op` all_gathers shares of params (materialize's shard=fsdp).
+bool gathersParamShares(const Op& op);
+/// Whether `op` is such a gather made again for the backward (the regather
+/// pass's copies: loc "NAME.regather").
+bool isRegather(const Op& op);
 
 } // namespace lwcc

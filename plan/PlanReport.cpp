@@ -66,13 +66,8 @@ void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& 
 ShardedParams shardedParams(const Graph& g) {
   std::set<std::string> gathered, shared;
   for (const auto& op : g.ops()) {
-    if (op->kind() == OpKind::AllGather) {
-      bool params = op->numOperands() > 0;
-      for (const Value* v : op->operands())
-        params &= v->kind() == ValueKind::Param;
-      if (params)
-        gathered.insert(op->operand(0)->paramName());
-    }
+    if (gathersParamShares(*op))
+      gathered.insert(op->operand(0)->paramName());
     if ((op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate) &&
         op->operand(0)->definingOp() && op->operand(0)->definingOp()->kind() == OpKind::Slice &&
         op->operand(0)->definingOp()->operand(0)->kind() == ValueKind::Param)
