@@ -60,9 +60,13 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 ///         load ~7) as messages between two processes through lwcc's
 ///         Cluster (OpenMPI shared memory): one way 15 us for 8 bytes,
 ///         340 us for 1 MiB, 1.7 ms for 4 MiB (2.5-3 GB/s).
-/// lwcc's CUDA runtime keeps a cuBLAS workspace of this size for each
-/// stream of a device (runtime/cuda/Context.cu).
-constexpr int64_t kCublasWorkspace = int64_t{32} << 20;
+/// What lwcc's CUDA runtime and its libraries hold on a GPU for each stream
+/// of a device (runtime/cuda/Context.cu; measured with cudaMemGetInfo on an
+/// H100, cuDNN 9.19, cuBLAS 13.1, 2026-11-26): its 32 MiB cuBLAS workspace,
+/// a cuDNN handle (8 MiB) and a cuBLAS handle (2 MiB, its default workspace
+/// pool sized to nothing). A multi-device trainer's streams have a pair of
+/// handles each; one device's streams share one (10 MiB counted over).
+constexpr int64_t kLibraryBytesPerStream = int64_t{42} << 20;
 
 DeviceSpec preset(const std::string& name) {
   DeviceSpec s;
@@ -80,7 +84,7 @@ DeviceSpec preset(const std::string& name) {
     s.interLatency = 8e-6;
     s.devicesPerNode = 8;
     s.concurrency = 132 * 2048; // SMs x resident threads per SM
-    s.workspaceBytesPerStream = kCublasWorkspace;
+    s.workspaceBytesPerStream = kLibraryBytesPerStream;
   } else if (name == "a100") {
     s.fp32Flops = 19.5e12;
     s.tf32Flops = 156e12;
@@ -94,7 +98,7 @@ DeviceSpec preset(const std::string& name) {
     s.interLatency = 8e-6;
     s.devicesPerNode = 8;
     s.concurrency = 108 * 2048;
-    s.workspaceBytesPerStream = kCublasWorkspace;
+    s.workspaceBytesPerStream = kLibraryBytesPerStream;
   } else if (name == "p100-cluster") {
     s.fp32Flops = 10.6e12;
     s.tf32Flops = 10.6e12;
@@ -109,7 +113,7 @@ DeviceSpec preset(const std::string& name) {
     s.interLatency = 1e-5;
     s.devicesPerNode = 4;
     s.concurrency = 56 * 2048;
-    s.workspaceBytesPerStream = kCublasWorkspace;
+    s.workspaceBytesPerStream = kLibraryBytesPerStream;
   } else if (name == "cpu") {
     s.fp32Flops = 56e9;
     s.tf32Flops = 56e9;

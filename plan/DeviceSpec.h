@@ -13,7 +13,7 @@
 //    "intra_bandwidth": 4.0e10, "intra_latency": 1e-5,
 //    "inter_bandwidth": 1.25e10, "inter_latency": 2e-5, "devices_per_node": 4,
 //    "concurrency": 163840, "host_cores": 0, "wake_seconds": 0,
-//    "workspace_bytes_per_stream": 33554432}
+//    "workspace_bytes_per_stream": 44040192}
 //
 // Bandwidths are bytes per second, latencies and launch overhead seconds.
 // Every field is required except name (default: the file's stem),
@@ -23,8 +23,9 @@
 //
 // workspace_bytes_per_stream: device memory the trainer's libraries keep
 // for each stream a device runs (lwcc's CUDA runtime: a 32 MiB cuBLAS
-// workspace per stream; the GPU presets have it), counted with each
-// device's arena and params where a plan is checked against the memory.
+// workspace and a cuDNN and a cuBLAS handle, 42 MiB per stream in all on
+// an H100; the GPU presets have it), counted with each device's arena and
+// params where a plan is checked against the memory.
 //
 // bf16_flops, fp16_flops: the peak of an op on bf16 or fp16 operands
 // (lwcc --mixed-precision), the tensor cores' dense rate on GPUs that have

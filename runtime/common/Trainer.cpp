@@ -92,7 +92,8 @@ std::vector<MemoryRecord> Trainer::measureMemory() const {
     r.arenaBytes = m_.arenaBytes;
     r.stateBytes = m_.stateBytes;
     // The batch, the evaluation's arena and the moving average.
-    r.otherBytes = m_.inputBytes + (evalArena_.ptr ? m_.evalArenaBytes : 0) + ema * m_.stateBytes;
+    r.otherBytes = m_.inputBytes + (evalArena_.ptr && !evalInArena_ ? m_.evalArenaBytes : 0) +
+                   ema * m_.stateBytes;
     r.measuredBytes = runner_->memoryInUse();
     records.push_back(r);
   } else {
@@ -483,12 +484,20 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   // batches: the whole state, the evaluation's arena and its batch go on
   // device 0 only while it evaluates (evaluate()), so that a model sharded
   // over the devices does not also need all of itself on device 0 to train.
-  const bool evaluates = m_.eval && leader() && !multiDevice;
+  // One device evaluates (--eval) in its training arena where the
+  // evaluation's fits (a forward pass of the same batch: nearly always),
+  // since the two never run at once: evaluate() writes the evaluation's
+  // constants first and the step's again after it. Else in an arena of
+  // its own, set up only for --eval.
+  const bool evaluates = o_.eval && m_.eval && leader() && !multiDevice;
+  evalInArena_ = evaluates && m_.evalArenaBytes <= m_.arenaBytes;
   if (!allocate(arena_, m_.arenaBytes, "arena", error) ||
       (leader() && !multiDevice && !allocate(state_, m_.stateBytes, "state", error)) ||
       ((!multiDevice || o_.dataOnly) && !allocate(inputs_, m_.inputBytes, "inputs", error)) ||
-      (evaluates && !allocate(evalArena_, m_.evalArenaBytes, "eval arena", error)))
+      (evaluates && !evalInArena_ && !allocate(evalArena_, m_.evalArenaBytes, "eval arena", error)))
     return fail(error);
+  if (evalInArena_)
+    evalArena_.ptr = arena_.ptr; // a view (no runner: arena_ owns it)
   if (multiDevice && !createDevices(createGroup, error))
     return fail(error);
   buffers_ = {arena_.ptr, state_.ptr, inputs_.ptr, &o_.hyper};
@@ -530,8 +539,9 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   if ((multi_ ? !multi_->init(&o_.hyper, error)
               : !runner_->run(
                     -1, [&](std::string* e) { return m_.init(buffers_, e); }, &error)) ||
-      (evaluates && !runner_->run(
-                        -1, [&](std::string* e) { return m_.evalInit(evalBuffers_, e); }, &error)))
+      (evaluates && !evalInArena_ &&
+       !runner_->run(
+           -1, [&](std::string* e) { return m_.evalInit(evalBuffers_, e); }, &error)))
     return fail("initializing: " + error);
 
   ProgressOptions po;
@@ -669,6 +679,7 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
         return fail(bad);
     }
     pending = now;
+    stepOutputs_.clear(); // arena_ holds this step's outputs
     const bool checkpoint =
         !o_.checkpointDir.empty() && o_.checkpointEvery > 0 && (s + 1) % o_.checkpointEvery == 0;
     const bool evaluation = o_.eval && (s + 1) % batchesPerEpoch_ == 0;

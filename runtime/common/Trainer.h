@@ -185,6 +185,8 @@ private:
   RunnerFactory createRunner_ = nullptr;
   std::unique_ptr<StepRunner> runner_;
   DeviceBuffer arena_, evalArena_, state_, inputs_;
+  /// One device's evaluation runs in arena_ (evalArena_ a view of it).
+  bool evalInArena_ = false;
   /// Multi-device trainers: every device; then state_ holds the whole
   /// params for evaluation on device 0.
   std::unique_ptr<MultiDevice> multi_;
@@ -224,6 +226,9 @@ private:
   std::unique_ptr<JsonlLogger> log_;
   std::unique_ptr<TensorBoardWriter> tb_; ///< --tensorboard
   std::vector<float> evalLogits_;         ///< of the first batch of the last evaluation
+  /// The last step's outputs (--dump), kept by an evaluation in arena_
+  /// since that step; empty when arena_ holds them.
+  std::vector<std::vector<unsigned char>> stepOutputs_;
   int64_t lastCheckpoint_ = -1;
   int64_t profiled_ = 0;
   OpTimeline timeline_; ///< the profiled steps' marks (--profile, --profile-ops, --trace)

@@ -204,9 +204,11 @@ bool Trainer::dump(std::string& error) {
   for (size_t k = 0; k < m_.outputs.size(); ++k) {
     const OutputInfo& out = m_.outputs[k];
     std::vector<unsigned char> bytes(static_cast<size_t>(bytesOf(out.dtype, out.shape)));
-    if (multi_ ? !multi_->downloadOutput(out, bytes.data(), error)
-               : !runner_->download(bytes.data(), arena_.ptr + out.offset,
-                                    static_cast<int64_t>(bytes.size()), &error))
+    if (!stepOutputs_.empty()) // an evaluation in arena_ came after the step
+      bytes = stepOutputs_[k];
+    else if (multi_ ? !multi_->downloadOutput(out, bytes.data(), error)
+                    : !runner_->download(bytes.data(), arena_.ptr + out.offset,
+                                         static_cast<int64_t>(bytes.size()), &error))
       return false;
     if (!leader())
       continue;

@@ -102,13 +102,27 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
       }
     }
   } release{*this};
-  if (multi_) {
+  if (multi_)
     evalBuffers_ = {evalArena_.ptr, state_.ptr, inputs_.ptr, &o_.hyper};
-    if (!runner_->run(
-            -1, [&](std::string* e) { return m_.evalInit(evalBuffers_, e); }, &error)) {
-      error = "evaluation: " + error;
-      return false;
+  // In the training arena (one device), the evaluation's constants are
+  // written at each evaluation and the step's again after it (the step
+  // has finished: its loss was read before the trainer evaluates), and
+  // the step's outputs --dump writes are kept first.
+  if (evalInArena_ && !o_.dump.empty() && stepOutputs_.empty()) {
+    for (const OutputInfo& out : m_.outputs) {
+      stepOutputs_.emplace_back(static_cast<size_t>(bytesOf(out.dtype, out.shape)));
+      if (!runner_->download(stepOutputs_.back().data(), arena_.ptr + out.offset,
+                             static_cast<int64_t>(stepOutputs_.back().size()), &error)) {
+        error = "evaluation: " + error;
+        return false;
+      }
     }
+  }
+  if ((multi_ || evalInArena_) &&
+      !runner_->run(
+          -1, [&](std::string* e) { return m_.evalInit(evalBuffers_, e); }, &error)) {
+    error = "evaluation: " + error;
+    return false;
   }
   const int evalKey = multi_ ? -1 : 1;
   // A test split's batches are decoded ahead on the data threads.
@@ -213,6 +227,11 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
     log_->eval(r);
   if (tb_)
     tb_->eval(r);
+  if (evalInArena_ && !runner_->run(
+                          -1, [&](std::string* e) { return m_.init(buffers_, e); }, &error)) {
+    error = "after the evaluation, writing the step's constants again: " + error;
+    return false;
+  }
   return true;
 }
 

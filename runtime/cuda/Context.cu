@@ -3,6 +3,8 @@
 #include "cuda/Context.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <mutex>
 
 namespace lwrt::cuda {
 
@@ -46,6 +48,17 @@ namespace {
 /// cuBLAS's workspace: 32 MiB, what NVIDIA suggests for Hopper.
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
+/// cuBLAS gives each handle a default workspace pool (64 MiB on an H100
+/// with cuBLAS 13.1) for streams that have no workspace of their own. lwcc
+/// sets its own on every stream it runs cuBLAS on, so the pool would only
+/// hold memory: it is sized to nothing before the first handle is made,
+/// unless the user sized it (CUBLAS_WORKSPACE_CONFIG, which cuBLAS reads
+/// when it makes a handle).
+void noDefaultCublasPool() {
+  static std::once_flag once;
+  std::call_once(once, [] { setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0", 0); });
+}
+
 bool setError(std::string* error, const std::string& what) {
   if (error)
     *error = what;
@@ -86,6 +99,7 @@ CudaVersions builtCudaVersions() {
 bool initContext(Context& c, int device, bool convTf32, bool gemmTf32, std::string* error) {
   if (c.device >= 0)
     return setError(error, "the CUDA context is already initialized");
+  noDefaultCublasPool();
   int count = 0;
   cudaError_t st = cudaGetDeviceCount(&count);
   if (st != cudaSuccess || count == 0)
@@ -142,6 +156,7 @@ bool initStreamContext(Context& c, const Context& base, std::string* error) {
   };
   if (c.device >= 0 || base.device < 0)
     return failed("initStreamContext: the context is in use, or its base is not");
+  noDefaultCublasPool();
   c.ownsErrorFlag = false;
   c.errorFlag = base.errorFlag;
   c.convTf32 = base.convTf32;

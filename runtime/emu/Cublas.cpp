@@ -35,13 +35,18 @@
 // emulated compute types and math modes), since their rounding would be a
 // guess. A handle that is not live (destroyed, or never made) stops the run
 // as the use-after-free it would be on a GPU.
-#include "Emu.h"
+// Device memory: a handle holds what cuBLAS 13.1's took on an H100 (measured
+// with cudaMemGetInfo): 2 MiB of its own and its default workspace pool for
+// the streams it runs on without a workspace set, 64 MiB unless
+// CUBLAS_WORKSPACE_CONFIG (":KiB:COUNT", repeated) sizes it otherwise.
+#include "Internal.h"
 #include "lwrt/bf16.h"
 #include "lwrt/f16.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <cublas_v2.h>
 #include <mutex>
@@ -55,9 +60,38 @@ struct cublasContext {
   void* workspace = nullptr; ///< set by cublasSetWorkspace (null: cuBLAS's own)
   size_t workspaceBytes = 0;
   cublasMath_t math = CUBLAS_DEFAULT_MATH;
+  size_t held = 0; ///< device memory the handle holds (holdDeviceMemory)
 };
 
 namespace {
+
+/// The device memory a handle holds: its own and the default workspace
+/// pool CUBLAS_WORKSPACE_CONFIG sizes (":4096:8" is 8 buffers of 4096 KiB;
+/// unset or not of that form: 64 MiB, what cuBLAS 13.1 took on an H100).
+size_t handleBytes() {
+  constexpr size_t kMiB = size_t{1} << 20;
+  size_t pool = 64 * kMiB;
+  if (const char* env = std::getenv("CUBLAS_WORKSPACE_CONFIG")) {
+    size_t sum = 0;
+    const char* p = env;
+    bool ok = *p == ':';
+    while (ok && *p == ':') {
+      char* end = nullptr;
+      unsigned long long kib = std::strtoull(p + 1, &end, 10);
+      ok = end != p + 1 && *end == ':';
+      if (!ok)
+        break;
+      const char* countAt = end + 1;
+      unsigned long long count = std::strtoull(countAt, &end, 10);
+      ok = end != countAt;
+      sum += static_cast<size_t>(kib * count) * 1024;
+      p = end;
+    }
+    if (ok && *p == 0)
+      pool = sum;
+  }
+  return 2 * kMiB + pool;
+}
 
 /// The live handles (a destroyed one is not: its use stops the run).
 struct Handles {
@@ -428,8 +462,13 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
     return CUBLAS_STATUS_INVALID_VALUE;
   if (lwemu::captureForbids("cublasCreate")) // it allocates device memory
     return CUBLAS_STATUS_ALLOC_FAILED;
+  const int device = lwemu::currentDevice();
+  const size_t held = handleBytes();
+  if (!lwemu::holdDeviceMemory(device, held))
+    return CUBLAS_STATUS_ALLOC_FAILED;
   auto* h = new cublasContext;
-  h->device = lwemu::currentDevice();
+  h->device = device;
+  h->held = held;
   Handles& H = handles();
   std::lock_guard<std::mutex> lock(H.m);
   H.live.insert(h);
@@ -450,6 +489,7 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
   Handles& H = handles();
   std::lock_guard<std::mutex> lock(H.m);
   H.live.erase(handle);
+  lwemu::releaseDeviceMemory(handle->device, handle->held);
   delete handle;
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -28,6 +28,7 @@
 // lwcc's own roundings, lwrt/bf16.h and lwrt/f16.h). cuDNN's other data
 // types are refused with CUDNN_STATUS_NOT_SUPPORTED when a descriptor is set.
 #include "CudnnInternal.h"
+#include "Internal.h"
 
 #include <atomic>
 #include <climits>
@@ -199,6 +200,8 @@ extern "C" {
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
   if (!handle)
     return CUDNN_STATUS_BAD_PARAM;
+  if (!holdDeviceMemory(currentDevice(), kCudnnHandleBytes))
+    return CUDNN_STATUS_ALLOC_FAILED;
   auto* h = new cudnnContext;
   h->device = currentDevice();
   addLive(h, Kind::Handle);
@@ -218,6 +221,7 @@ cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
   if (current != handle->device)
     (void)cudaSetDevice(current);
   removeLive(handle, Kind::Handle);
+  releaseDeviceMemory(handle->device, kCudnnHandleBytes);
   delete handle;
   return CUDNN_STATUS_SUCCESS;
 }

@@ -39,4 +39,12 @@ void setCurrentDevice(int device);
 /// The bytes of device memory in use on `device`, and its total.
 size_t deviceMemoryTotal();
 
+/// Counts `bytes` of `device`'s memory as held by a library (cuBLAS's and
+/// cuDNN's handles: what they take on a GPU, measured on an H100), so that
+/// cudaMemGetInfo and a later cudaMalloc see them; false when the device
+/// has not that much free. Nothing is allocated: the libraries' emulations
+/// keep their state in host memory.
+bool holdDeviceMemory(int device, size_t bytes);
+void releaseDeviceMemory(int device, size_t bytes);
+
 } // namespace lwemu

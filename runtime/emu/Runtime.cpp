@@ -261,6 +261,23 @@ void checkDevice(const void* p, size_t bytes, const char* what) {
 
 size_t deviceMemoryTotal() { return kH100Memory; }
 
+bool holdDeviceMemory(int device, size_t bytes) {
+  Memory& M = mem();
+  std::lock_guard<std::mutex> lock(M.m);
+  if (M.used.empty())
+    M.used.assign(static_cast<size_t>(deviceCount()), 0);
+  if (bytes > kH100Memory - M.used[static_cast<size_t>(device)])
+    return false;
+  M.used[static_cast<size_t>(device)] += bytes;
+  return true;
+}
+
+void releaseDeviceMemory(int device, size_t bytes) {
+  Memory& M = mem();
+  std::lock_guard<std::mutex> lock(M.m);
+  M.used[static_cast<size_t>(device)] -= bytes;
+}
+
 } // namespace lwemu
 
 using namespace lwemu;

@@ -205,8 +205,10 @@ def memory_case(name, onnx_path, flags, work):
     planned part is lwcc's plan for the logical devices on it, and the
     emulated GPU's measure (cudaMemGetInfo: what its cudaMalloc calls hold)
     is that, the trainer's other buffers (each device's copy of the batch)
-    and the libraries' workspaces: a 32 MiB cuBLAS workspace per stream
-    (the GPU device specs count them) and what cuDNN and NCCL take."""
+    and the libraries': per stream a 32 MiB cuBLAS workspace, a cuDNN handle
+    (8 MiB) and a cuBLAS handle (2 MiB: the runtime sizes cuBLAS's default
+    workspace pool, 64 MiB on an H100, to nothing), 42 MiB as the GPU device
+    specs count them, and the convolutions' workspaces (under 8 MiB here)."""
     records = md.memory_records(work)
     plan = md.planned_memory(onnx_path, ["--batch=8", *flags])
     bad, extra = [], []
@@ -217,7 +219,7 @@ def memory_case(name, onnx_path, flags, work):
             bad.append(f"devices {r['devices']}: planned {planned}, lwcc's plan {want}")
         libraries = r["measured_bytes"] - planned - r["other_bytes"]
         streams = 2 * len(r["devices"])  # backward on 0, gradient reduce-scatters on 1
-        if not streams * (32 << 20) <= libraries < streams * (32 << 20) + (8 << 20):
+        if not streams * (42 << 20) <= libraries < streams * (42 << 20) + (8 << 20):
             bad.append(f"devices {r['devices']}: {libraries} bytes beyond the planned and other")
         extra.append(f"GPU {r['physical']}: {r['measured_bytes']} bytes, of which libraries "
                      f"{libraries}")

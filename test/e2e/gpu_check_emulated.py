@@ -19,7 +19,9 @@ this runs the same scripts end to end here, on the emulated device
      (--devices=0,1: NCCL) against the CPU backend's --gpus 2 step;
   3. its table: named after the emulated GPU, every trainer built, and
      every correctness and multi-device row PASS (each row is one result
-     here), with as many rows as the models call for.
+     here), with as many rows as the models call for, and the --gpus 2
+     trainer's memory rows: the libraries 42 MiB a stream, as the GPU
+     device specs count them.
 
 Ends with the line "N passed, M failed".
 
@@ -120,6 +122,21 @@ def main():
                  not any(x.startswith(w) for w in expected_rows(models))]
         for x in extra:
             report(": PASS " in x, x)
+        # The memory rows of the --gpus 2 trainer: on each GPU the plan, the
+        # batch and the libraries' 42 MiB for each of its logical devices'
+        # 2 streams (a cuBLAS workspace and a handle pair per stream; the
+        # runtime sizes cuBLAS's default pool to nothing) and under 8 MiB of
+        # the convolutions' workspaces.
+        if "lenet" in models:
+            for devices, per_gpu in (("0,0", 2), ("0,1", 1)):
+                title = f"memory lenet-g2-data --devices={devices}: "
+                got = [x for x in rows if x.startswith(title)]
+                libs = [float(v) for v in re.findall(r"libraries (-?[\d.]+) MiB", got[0])] \
+                    if len(got) == 1 else []
+                want = 2 * per_gpu * 42
+                report(len(libs) == 2 // per_gpu and all(want <= v < want + 8 for v in libs),
+                       f"{title.strip()} each GPU's libraries {want} MiB and under 8 more",
+                       "\n".join(got) or "no such row")
         if harness.results.failed and args.keep:
             print(f"check.sh's logs: {out}")
         elif harness.results.failed:

@@ -21,7 +21,9 @@ evaluate, against the one-device trainer:
     one device's 6 steps;
   - each device's memory after training (the trainer's report): its plan's
     part is lwcc's plan for the device and what the CPU measured in use
-    is that (fsdp, lenet on 4 and resnet18 on 2 devices);
+    is that (fsdp, lenet on 4 and resnet18 on 2 devices); one device
+    evaluating each epoch (--eval) does so in its training arena, holding
+    no arena of the evaluation's own, and takes the same steps as without;
   - the IR: under zero1 a replicated param's gradients are reduce-scattered
     and the param all-gathered, its momentum a shard of the rows on each
     device; under fsdp the param is shares gathered before its layer and
@@ -104,6 +106,11 @@ def main():
                                     [*data2, "--shard=fsdp"])):
             if name in runs:
                 memory_measured(name, os.path.join(tmp, f"{model}.onnx"), flags, runs[name])
+
+        for m in ("lenet", "resnet18"):
+            if f"{m}-g1" in built:
+                evaluates_in_arena(m, built[f"{m}-g1"][0], os.path.join(tmp, f"{m}.onnx"),
+                                   os.path.join(tmp, f"{m}-eval"))
 
         lenet = os.path.join(tmp, "lenet.onnx")
         r = run([LWCC, lenet, *data2, "--shard=zero1", "--emit=parallel-ir", "-o", "-"])
@@ -188,6 +195,54 @@ def memory_measured(name, onnx_path, flags, work):
            f"{name}: each device's memory measured after training is lwcc's plan for it",
            "; ".join(bad) or f"{records}",
            ", ".join(f"device {r['devices'][0]}: {r['measured_bytes']} bytes" for r in records))
+
+
+def evaluates_in_arena(model, exe, onnx_path, work):
+    """One device evaluates (--eval, each epoch) in its training arena: the
+    device holds the arena, the params and state and the batch, no arena of
+    the evaluation's own (the CPU runner's measure: its allocations, each
+    rounded to 256 bytes); the steps take the same losses as without --eval
+    (the step's constants written again after each evaluation) and --dump
+    writes the last step's outputs, not what the evaluation left there."""
+    import json
+    import onnx
+    g = onnx.load(onnx_path).graph
+    # The images and the labels the trainer adds (int64 [N]), each at a
+    # 256-byte aligned offset.
+    batch = (8 * g.input[0].type.tensor_type.shape.dim[0].dim_value + 255) // 256 * 256
+    for i in g.input:
+        t = i.type.tensor_type
+        size = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.INT64: 8}[t.elem_type]
+        for d in t.shape.dim:
+            size *= d.dim_value
+        batch += (size + 255) // 256 * 256
+    logs = {}
+    for flags in ([], ["--eval"]):
+        sub = os.path.join(work, "eval" if flags else "plain")
+        r = md.train(exe, sub, ["--synthetic-batches=3", "--epochs=2", "--log=log.jsonl",
+                                "--dump=dump", *flags], 1)
+        if r.returncode:
+            report(False, f"{model}, one device, --eval: trains", r.stderr[-800:])
+            return
+        with open(os.path.join(sub, "log.jsonl")) as f:
+            logs[bool(flags)] = [json.loads(line) for line in f]
+    losses = {k: [x["loss"] for x in v if x["type"] == "step"] for k, v in logs.items()}
+    # The last step's outputs (--dump), written after the last evaluation.
+    outputs = {}
+    for k in ("plain", "eval"):
+        d = os.path.join(work, k, "dump")
+        outputs[k] = {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))
+                      if f.startswith("output_")}
+    evals = [x for x in logs[True] if x["type"] == "eval"]
+    (mem,) = [x for x in logs[True] if x["type"] == "memory"] or [None]
+    extra = mem and mem["measured_bytes"] - mem["arena_bytes"] - mem["state_bytes"] - batch
+    report(len(evals) == 2 and losses[True] == losses[False] and len(losses[True]) == 6
+           and outputs["plain"] and outputs["plain"] == outputs["eval"]
+           and mem is not None and mem["other_bytes"] == batch and 0 <= extra < 256 * 3,
+           f"{model}, one device, --eval each epoch: evaluates in the training arena (measured: "
+           "arena, params and state, batch), the same losses and last outputs as without --eval",
+           f"evals {evals}; losses {losses}; memory {mem}, batch {batch} bytes",
+           mem and f"{mem['measured_bytes']} bytes measured, the arena {mem['arena_bytes']}")
 
 
 def resumed_elsewhere(tmp, built):

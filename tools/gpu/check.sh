@@ -38,7 +38,10 @@
 #      (NCCL over both processes) vs the CPU's --gpus 2 step, or on a machine
 #      of one GPU, both processes given GPU 0 (--devices=0,0), which the
 #      trainer must refuse with a message naming the two ranks
-# and prints a table. Logs go to $OUT. Convolutions run on cuDNN's graph API
+# The harden phase's AlexNet and ResNet-18 runs and each multi-device run
+# also give a memory row: the trainer's report of what its GPU holds (the
+# plan's arena and state, its other buffers, and the rest: the libraries').
+# Prints a table. Logs go to $OUT. Convolutions run on cuDNN's graph API
 # (the trainers' default) and, for comparison, on its legacy API
 # (--cudnn-api=legacy): both are checked against the CPU and timed.
 # LWCC_EMULATE_GPU=1 runs the phases on the emulated CUDA device instead
@@ -103,6 +106,32 @@ sanitizer_row() { # TITLE LOG RC
   summary=$(grep -o '\(ERROR\|RACECHECK\) SUMMARY: .*' "$2" | head -1)
   where=$(sed -nE 's/.*(Race reported|Invalid).* at ([A-Za-z0-9_]+).*/\2/p' "$2" | sort -u | head -3 | tr '\n' ' ')
   row "compute-sanitizer $1: exit $3 (${summary:-no summary})${where:+; in: $where}"
+}
+# memory_row TITLE JSONL: the trainer's report of each GPU's memory after
+# training (its log's "memory" records): what cudaMemGetInfo measured in use
+# beyond what was in use before the trainer set up, lwcc's plan for the
+# logical devices on that GPU (arena, params and optimizer state), the
+# trainer's other buffers (the batch), and the rest: the libraries'
+# workspaces (cuBLAS's per stream, cuDNN's, NCCL's).
+memory_row() { # TITLE JSONL
+  local r
+  r=$(python3 - "$2" <<'PY' 2>&1
+import json, sys
+mib = lambda b: "%.1f MiB" % (b / 2**20)
+out = []
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("type") != "memory":
+        continue
+    planned = r["arena_bytes"] + r["state_bytes"]
+    rest = r["measured_bytes"] - planned - r["other_bytes"]
+    out.append("GPU %s (devices %s): measured %s = planned %s + other %s + libraries %s"
+               % (r["physical"], ",".join(map(str, r["devices"])), mib(r["measured_bytes"]),
+                  mib(planned), mib(r["other_bytes"]), mib(rest)))
+print("; ".join(out) or "no memory record")
+PY
+  )
+  row "memory $1: $r"
 }
 # A trainer that hangs (a collective waiting for a peer, say) is stopped
 # after this many seconds and its row says so (exit 124).
@@ -354,9 +383,10 @@ if want harden; then
     rcs=
     for i in 1 2; do
       timeout "$LIMIT" "$G/$m-cuda" --steps=3 --data="raw:$G/$m-data" --dump="$SCRATCH/$m-det$i" \
-        --progress=off >"$OUT/harden-det-$m-$i.log" 2>&1
+        --progress=off --log="$OUT/harden-det-$m-$i.jsonl" >"$OUT/harden-det-$m-$i.log" 2>&1
       rcs="$rcs $?"
     done
+    memory_row "$m, one GPU" "$OUT/harden-det-$m-1.jsonl"
     diff -rq "$SCRATCH/$m-det1" "$SCRATCH/$m-det2" >"$OUT/harden-det-$m.diff" 2>&1
     ok=$([[ $rcs == " 0 0" && ! -s $OUT/harden-det-$m.diff ]] && echo 0 || echo 1)
     row "two runs of $m, 3 steps: $(pass "$ok") (exits$rcs; $(grep -c . "$OUT/harden-det-$m.diff") files differ)"
@@ -410,8 +440,9 @@ if want multi; then
       dump="$SCRATCH/$v-devices-${devs/,/-}"
       multi_step trainer "$dump" 'NCCL between [0-9]* GPUs\|logical devices [0-9,]* share GPU [0-9]*' \
         "$exe" --steps=1 --data="raw:$G/$m-data" --dump="$dump" --no-tf32 --devices="$devs" \
-        --progress=off && gpu_from_log "$log"
+        --progress=off --log="$log.jsonl" && gpu_from_log "$log"
       row "multi-device $v --devices=$devs (TF32 off) vs CPU --gpus 2: $s $r"
+      memory_row "$v --devices=$devs" "$log.jsonl"
     done
     if [[ -n $SANITIZER && " $SANITIZE " == *" $m "* ]]; then
       for tool in memcheck racecheck; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares, on this (GPU-less) machine, everything tools/gpu/check.sh needs
-# on the GPU machine, in build/gpu/ (about 40 MiB; carry it with the device
-# tool): the CUDA runtime library and headers, the sources lwcc emits for
+# on the GPU machine, in build/gpu/ (about 70 MiB: a device tool that
+# carries less takes a folder of fewer models, LWCC_GPU_MODELS below, or
+# build/gpu less the dyn* patterns and vgg11, 56 MiB): the CUDA runtime library and headers, the sources lwcc emits for
 # each trainer (built there with nvcc against that machine's cuDNN and
 # cuBLAS), and for every zoo model at test size a seeded batch and the CPU
 # backend's first step on it (loss, gradients, updated params) and its
@@ -77,8 +78,9 @@ PY
 # pipeline: 2 stages of 2 micro-batches, lenet has no batch norm, so its step
 # is the one-device step up to rounding; zero1: data parallelism with the
 # optimizer state sharded, --shard=zero1; fsdp: the params sharded too,
-# gathered for each layer, --shard=fsdp).
-MULTI=${LWCC_GPU_MULTI-lenet:data resnet18:data alexnet_owt:owt lenet:pipeline resnet18:zero1 resnet18:fsdp}
+# gathered for each layer, --shard=fsdp; zero2: ZeRO-1 with each gradient
+# freed after its reduce-scatter, --shard=zero2).
+MULTI=${LWCC_GPU_MULTI-lenet:data resnet18:data alexnet_owt:owt lenet:pipeline resnet18:zero1 resnet18:zero2 resnet18:fsdp}
 # Models checked in bf16 (conv2d, gemm and their gradients on cuDNN and
 # cuBLAS in 16 bits, casts, batch norm in float32).
 BF16=${LWCC_GPU_BF16-lenet alexnet resnet18}
@@ -131,7 +133,7 @@ PY
     v="$m-g2-${spec##*:}"
     flags=(--gpus=2 --strategy="${spec##*:}")
     [[ ${spec##*:} == pipeline ]] && flags+=(--stages=2 --microbatches=2)
-    [[ ${spec##*:} == zero1 || ${spec##*:} == fsdp ]] &&
+    [[ ${spec##*:} == zero[12] || ${spec##*:} == fsdp ]] &&
       flags=(--gpus=2 --strategy=data --shard="${spec##*:}")
     echo "+ $v: --gpus 2 CUDA sources and the CPU backend's --gpus 2 step"
     "$LWCC" "$OUT/$m.onnx" --emit=source "${flags[@]}" -o "$OUT/src/$v"

@@ -12,11 +12,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -79,6 +82,44 @@ struct Blas {
 const cublasOperation_t kOps[] = {CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_OP_C};
 
 } // namespace
+
+/// The device memory in use on device 0, as cudaMemGetInfo reports it.
+static size_t usedOnDevice0() {
+  size_t free = 0, total = 0;
+  EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
+  EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  return total - free;
+}
+
+// A handle holds device memory, as cuBLAS 13.1's did on an H100: 2 MiB and
+// the default workspace pool, 64 MiB unless CUBLAS_WORKSPACE_CONFIG sizes
+// it (read when the handle is made), until cublasDestroy.
+TEST(EmuCublas, HandleHoldsDeviceMemoryAsCublasDoes) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  const char* before = std::getenv("CUBLAS_WORKSPACE_CONFIG");
+  const std::string saved = before ? before : "";
+  const size_t base = usedOnDevice0();
+  for (const auto& [config, held] :
+       std::vector<std::pair<const char*, size_t>>{{nullptr, 66 * kMiB},
+                                                   {":0:0", 2 * kMiB},
+                                                   {":4096:8", 34 * kMiB},
+                                                   {":16:8:4096:2", 2 * kMiB + 8320 * 1024},
+                                                   {"junk", 66 * kMiB}}) {
+    if (config)
+      setenv("CUBLAS_WORKSPACE_CONFIG", config, 1);
+    else
+      unsetenv("CUBLAS_WORKSPACE_CONFIG");
+    cublasHandle_t h = nullptr;
+    ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(usedOnDevice0() - base, held) << (config ? config : "unset");
+    EXPECT_EQ(cublasDestroy(h), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(usedOnDevice0(), base);
+  }
+  if (before)
+    setenv("CUBLAS_WORKSPACE_CONFIG", saved.c_str(), 1);
+  else
+    unsetenv("CUBLAS_WORKSPACE_CONFIG");
+}
 
 TEST(EmuCublas, HandleSettingsAndProperties) {
   int v = -1;

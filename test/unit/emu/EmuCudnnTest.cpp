@@ -178,6 +178,19 @@ TEST_F(EmuCudnn, HandleVersionsStreamsAndErrorStrings) {
   EXPECT_STREQ(cudnnGetErrorString(CUDNN_STATUS_EXECUTION_FAILED_CUDART),
                "CUDNN_STATUS_EXECUTION_FAILED_CUDART");
   EXPECT_EQ(cudnnCreate(nullptr), CUDNN_STATUS_BAD_PARAM);
+  {
+    // A handle holds 8 MiB of its device's memory (cuDNN 9.19's on an H100)
+    // until it is destroyed.
+    size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+    cudnnHandle_t more = nullptr;
+    ASSERT_EQ(cudnnCreate(&more), CUDNN_STATUS_SUCCESS);
+    ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
+    EXPECT_EQ(cudnnDestroy(more), CUDNN_STATUS_SUCCESS);
+    ASSERT_EQ(cudaMemGetInfo(&free2, &total), cudaSuccess);
+    EXPECT_EQ(free0 - free1, size_t{8} << 20);
+    EXPECT_EQ(free2, free0);
+  }
   cudaStream_t s = nullptr, other = nullptr;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   EXPECT_EQ(cudnnSetStream(h, s), CUDNN_STATUS_SUCCESS);
