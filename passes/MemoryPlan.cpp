@@ -694,17 +694,24 @@ llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats,
     params[p->device().value_or(0)] += alignUp(p->type().sizeInBytes());
   const std::map<int64_t, int64_t> streams =
       spec.workspaceBytesPerStream > 0 ? streamsPerDevice(g) : std::map<int64_t, int64_t>{};
+  // The input batch, whole, on each device that holds one.
+  int64_t inputs = 0;
+  if (spec.inputsOnDevice)
+    for (const auto& in : g.inputs())
+      inputs += alignUp(in->type().sizeInBytes());
   std::string over;
   for (const auto& [device, arena] : stats.peakBytes) {
     const int64_t workspaces =
         spec.workspaceBytesPerStream * (streams.count(device) ? streams.at(device) : 1);
-    int64_t total = arena + params[device] + workspaces;
+    int64_t total = arena + params[device] + workspaces + inputs;
     if (total > spec.memoryBytes)
-      over += llvm::formatv("\n  device {0}: {1} bytes ({2} arena + {3} params{4}) > {5} bytes",
+      over += llvm::formatv("\n  device {0}: {1} bytes ({2} arena + {3} params{4}{5}) > {6} bytes",
                             device, total, arena, params[device],
                             spec.workspaceBytesPerStream > 0
                                 ? llvm::formatv(" + {0} library workspaces", workspaces).str()
                                 : std::string(),
+                            inputs > 0 ? llvm::formatv(" + {0} input batch", inputs).str()
+                                       : std::string(),
                             spec.memoryBytes)
                   .str();
   }

@@ -85,6 +85,7 @@ DeviceSpec preset(const std::string& name) {
     s.devicesPerNode = 8;
     s.concurrency = 132 * 2048; // SMs x resident threads per SM
     s.workspaceBytesPerStream = kLibraryBytesPerStream;
+    s.inputsOnDevice = true;
   } else if (name == "a100") {
     s.fp32Flops = 19.5e12;
     s.tf32Flops = 156e12;
@@ -99,6 +100,7 @@ DeviceSpec preset(const std::string& name) {
     s.devicesPerNode = 8;
     s.concurrency = 108 * 2048;
     s.workspaceBytesPerStream = kLibraryBytesPerStream;
+    s.inputsOnDevice = true;
   } else if (name == "p100-cluster") {
     s.fp32Flops = 10.6e12;
     s.tf32Flops = 10.6e12;
@@ -114,6 +116,7 @@ DeviceSpec preset(const std::string& name) {
     s.devicesPerNode = 4;
     s.concurrency = 56 * 2048;
     s.workspaceBytesPerStream = kLibraryBytesPerStream;
+    s.inputsOnDevice = true;
   } else if (name == "cpu") {
     s.fp32Flops = 56e9;
     s.tf32Flops = 56e9;
@@ -177,7 +180,8 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
                                       "concurrency",
                                       "host_cores",
                                       "wake_seconds",
-                                      "workspace_bytes_per_stream"};
+                                      "workspace_bytes_per_stream",
+                                      "inputs_on_device"};
   for (const auto& kv : *obj)
     if (std::find(std::begin(known), std::end(known), kv.first.str()) == std::end(known))
       return makeError(origin + ": unknown field '" + kv.first.str() + "'");
@@ -204,6 +208,11 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
     out = *d;
     return llvm::Error::success();
   };
+  if (const llvm::json::Value* v = obj->get("inputs_on_device")) {
+    if (!v->getAsBoolean())
+      return makeError(origin + ": field 'inputs_on_device' must be true or false");
+    s.inputsOnDevice = *v->getAsBoolean();
+  }
   double memory = 0, perNode = 0, concurrency = 0, hostCores = 0, workspace = 0;
   struct Field {
     const char* name;

@@ -27,6 +27,11 @@
 // an H100; the GPU presets have it), counted with each device's arena and
 // params where a plan is checked against the memory.
 //
+// inputs_on_device (true or false, default false): whether the trainer
+// keeps a copy of the step's whole input batch on each device, counted
+// there too (the GPU presets: lwcc's CUDA runtime uploads the batch to
+// every device; the CPU backend's devices read it where it is).
+//
 // bf16_flops, fp16_flops: the peak of an op on bf16 or fp16 operands
 // (lwcc --mixed-precision), the tensor cores' dense rate on GPUs that have
 // them; on the CPU backend, which widens 16-bit operands to float32, the
@@ -85,6 +90,9 @@ struct DeviceSpec {
   double wakeSeconds = 0;
   /// Library workspaces per stream a device runs (bytes).
   int64_t workspaceBytesPerStream = 0;
+  /// Whether each device holds a copy of the step's whole input batch (the
+  /// CUDA runtime's devices; the CPU backend's read the host's).
+  bool inputsOnDevice = false;
 
   /// The node that logical device `device` belongs to.
   int64_t node(int64_t device) const { return devicesPerNode > 0 ? device / devicesPerNode : 0; }

@@ -35,6 +35,10 @@ TEST(DeviceSpecTest, Presets) {
     EXPECT_GT(s->memBandwidth, 0) << name;
     EXPECT_GT(s->memoryBytes, 0) << name;
     EXPECT_GE(s->intraBandwidth, s->interBandwidth) << name;
+    // A GPU's trainer holds its libraries' 42 MiB per stream (measured on an
+    // H100) and a copy of the input batch; the CPU backend's devices neither.
+    EXPECT_EQ(s->workspaceBytesPerStream, name == "cpu" ? 0 : int64_t{42} << 20) << name;
+    EXPECT_EQ(s->inputsOnDevice, name != "cpu") << name;
   }
   auto p100 = loadDeviceSpec("p100-cluster");
   ASSERT_TRUE(static_cast<bool>(p100));
