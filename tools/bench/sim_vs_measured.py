@@ -20,6 +20,8 @@ spec), so both see the same schedule.
     python3 tools/bench/sim_vs_measured.py --gpus 2 [--strategies data,model,owt,layerwise,hypergraph,pipeline]
         [--microbatches 4] [--batch 8]
     ... [--lwcc-flags="--recompute=all"]   (given to every lwcc call: trainer and prediction)
+    ... --strategies data,data+zero1,data+fsdp,data+recompute   (+S: --shard=S, +recompute:
+        --recompute=all)
 
 With --gpus N > 1: each strategy's own `--gpus N` CPU trainer runs with
 `--profile-ops` and `--trace` (a multi-device trainer times each device's
@@ -35,7 +37,9 @@ the same profiled run and in an unprofiled one. The first row is the
 stages of --microbatches micro-batches (1F1B). The strategies' searches
 (layerwise, hypergraph) choose on the cpu spec's analytic times in the
 trainer and in the prediction alike: a multi-device profile prices no whole
-op, so both see the same plan.
+op, so both see the same plan. After a model's rows: Kendall's tau between
+the simulator's ranking of its multi-device strategies and the measured one
+(the means of the rounds), in the same runs and in the other runs.
 """
 import json
 import os
@@ -147,22 +151,48 @@ def multi(args):
         for name, model in models(args, tmp):
             rows = [("-", 1, args.lwcc_flags.split())]
             for strategy in args.strategies.split(","):
-                extra = [f"--gpus={args.gpus}", f"--strategy={strategy}"]
-                if strategy == "pipeline":
+                # "data+fsdp": --strategy=data --shard=fsdp; "+recompute": --recompute=all.
+                base, *more = strategy.split("+")
+                extra = [f"--gpus={args.gpus}", f"--strategy={base}"]
+                for m in more:
+                    extra.append("--recompute=all" if m == "recompute" else f"--shard={m}")
+                if base == "pipeline":
                     extra += [f"--stages={args.gpus}", f"--microbatches={args.microbatches}"]
                 rows.append((strategy, args.gpus, extra + args.lwcc_flags.split()))
+            means = []  # (strategy, same run, other run, predicted) of the multi-device rows
             for strategy, gpus, extra in rows:
                 trainer = os.path.join(tmp, f"{name}-{strategy}-{gpus}")
                 run([LWCC, model, "--target=cpu", *extra, "-o", trainer])
+                seen = []
                 for r in range(args.rounds):
                     profile = f"{trainer}-{r}.json"
                     got = profiled(trainer, args.steps, profile, f"{trainer}-{r}-trace.json")
                     other = unprofiled(trainer, args.steps, f"{trainer}-{r}.jsonl")
                     pred = predicted(model, 1, profile, extra)
+                    seen.append((got, other, pred))
                     print(f"{name:10} {strategy:10} {gpus:4} {got:12.3f} "
                           f"{100 * (pred - got) / got:+6.1f}% {other:13.3f} "
                           f"{100 * (pred - other) / other:+6.1f}% {pred:13.3f}")
                     sys.stdout.flush()
+                if gpus > 1:
+                    means.append((strategy, *(statistics.mean(x) for x in zip(*seen))))
+            if len(means) > 2:
+                pred = [m[3] for m in means]
+                print(f"{name}: the simulator's ranking of the {len(means)} strategies "
+                      f"({', '.join(m[0] for m in means)}) against the measured one, Kendall's "
+                      f"tau: {kendall_tau(pred, [m[1] for m in means]):+.2f} (same runs), "
+                      f"{kendall_tau(pred, [m[2] for m in means]):+.2f} (other runs)")
+
+
+def kendall_tau(a, b):
+    """Kendall's tau-a of two equally long lists: (concordant - discordant)
+    pairs over all pairs; +1 when they rank alike, -1 when reversed."""
+    n, score = len(a), 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            p = (a[i] - a[j]) * (b[i] - b[j])
+            score += (p > 0) - (p < 0)
+    return score / (n * (n - 1) / 2)
 
 
 if __name__ == "__main__":
