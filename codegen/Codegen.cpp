@@ -371,6 +371,9 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   int numComm = 0, streamsPerDevice = 1;
   std::vector<std::pair<int64_t, int64_t>> deviceSteps; // (device, stream)
   std::vector<std::unique_ptr<PhaseWriter>> writers;    // one per device
+  // CUDA, several devices: per device, per input, the rows it holds.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> inputRows;
+  std::vector<int64_t> deviceInputBytes; // their packed bytes, per device
   if (multi) {
     // One function per device and stream; the communication ops numbered
     // in graph order, the same on every device.
@@ -378,12 +381,30 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     for (const auto& op : g.ops())
       if (op->info().isCommunication())
         commIds[op.get()] = numComm++;
+    // A CUDA device holds only the rows of each input it reads, packed
+    // (the CPU's devices read the host's batch where it is).
+    if (cuda && md.devices > 1)
+      inputRows = inputRowsByDevice(g, md.devices);
     for (int64_t d = 0; d < md.devices; ++d) {
       writers.push_back(
           std::make_unique<PhaseWriter>(g, md.where[static_cast<size_t>(d)], names, shapes));
       PhaseWriter& w = *writers.back();
       w.fuseActivations(fusions);
       w.setBlocked(blocked);
+      if (!inputRows.empty()) {
+        std::map<const Value*, PhaseWriter::InputRows> packed;
+        int64_t at = 0;
+        for (size_t i = 0; i < g.inputs().size(); ++i) {
+          const Value* in = g.inputs()[i].get();
+          const auto [begin, end] = inputRows[static_cast<size_t>(d)][i];
+          if (begin >= end)
+            continue;
+          packed[in] = {begin, end, at};
+          at = alignUp(at + in->type().sizeInBytes() / in->type().shape[0] * (end - begin));
+        }
+        deviceInputBytes.push_back(at);
+        w.setInputRows(std::move(packed));
+      }
       DeviceCode code;
       if (llvm::Error e = w.writeDevice(code, d, commIds))
         return e;
@@ -611,6 +632,25 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     for (size_t d = 0; d < rows.size(); ++d)
       mainText << (d ? ", " : "") << "{" << rows[d].first << ", " << rows[d].second << "}";
     mainText << "};\n";
+    if (!inputRows.empty()) {
+      mainText << "  // Per device, per input: the rows [begin, end) of dim 0 it holds and\n"
+               << "  // their offset in its input buffer (-1: none), and the buffer's bytes.\n"
+               << "  model.deviceInputs = {";
+      for (size_t d = 0; d < inputRows.size(); ++d) {
+        mainText << (d ? ",\n      {" : "{");
+        int64_t at = 0;
+        for (size_t i = 0; i < g.inputs().size(); ++i) {
+          const Value* in = g.inputs()[i].get();
+          const auto [begin, end] = inputRows[d][i];
+          mainText << (i ? ", " : "") << "{" << begin << ", " << end << ", "
+                   << (begin < end ? at : -1) << "}";
+          if (begin < end)
+            at = alignUp(at + in->type().sizeInBytes() / in->type().shape[0] * (end - begin));
+        }
+        mainText << "}";
+      }
+      mainText << "};\n  model.deviceInputBytes = " << ints(deviceInputBytes) << ";\n";
+    }
   }
   if (o.eval)
     mainText << "  model.evalInit = evalInit;\n  model.eval = eval;\n"

@@ -54,6 +54,12 @@ std::string optInts(const Op& op, const char* name) {
   return op.hasAttr(name) ? "std::vector<int64_t>" + ints(op.getInts(name)) : "std::nullopt";
 }
 
+std::string sliceRowsP(const Op& op, int64_t shift) {
+  return "SliceParams{" + ints({op.getInts("starts")[0] - shift}) + ", " +
+         ints({op.getInts("ends")[0] - shift}) + ", " + optInts(op, "axes") + ", " +
+         optInts(op, "steps") + "}";
+}
+
 namespace {
 
 std::string none(const Op&) { return ""; }

@@ -40,6 +40,9 @@ using ParamsFn = std::string (*)(const Op&);
 /// device's part of a collective).
 const std::map<OpKind, ParamsFn>& paramsFormatters();
 std::string concatP(const Op& op);
+/// A dim-0 slice's parameter struct with its start and end `shift` rows
+/// earlier: for a device that holds its input's rows from `shift` on.
+std::string sliceRowsP(const Op& op, int64_t shift);
 std::string splitP(const Op& op);
 /// The parameter struct of an op whose settings come from the trainer's
 /// flags at run time; "" for the others.

@@ -116,6 +116,16 @@ std::string PhaseWriter::views(const std::set<const Value*>& used) {
   auto declare = [&](const Value* v) {
     if (!used.count(v))
       return;
+    if (auto it = inputRows_.find(v); it != inputRows_.end()) {
+      // The rows this device holds, at their place in its input buffer
+      // (each device its own: no shared offset constant).
+      std::vector<int64_t> rows = v->type().shape;
+      rows[0] = it->second.end - it->second.begin;
+      out << "  const TensorView " << names_(v) << " = at(" << where_.at(v).first << ", "
+          << it->second.offset << ", " << dtypeEnum(v->type().dtype) << ", " << shapes_(rows)
+          << ");\n";
+      return;
+    }
     declared_.insert(v);
     out << "  const TensorView " << names_(v) << " = at(" << where_.at(v).first << ", "
         << names_.offset(v) << ", " << dtypeEnum(v->type().dtype) << ", "
@@ -389,6 +399,10 @@ llvm::Expected<std::string> PhaseWriter::callOf(const Op& op) {
     std::string h = hyperParams(op);
     if (!h.empty())
       return h;
+    if (op.kind() == OpKind::Slice)
+      if (auto it = inputRows_.find(op.operand(0)); it != inputRows_.end() && it->second.begin)
+        return sliceRowsP(op, it->second.begin); // the rows held start there
+
     return formatter == paramsFormatters().end() ? "" : formatter->second(op);
   };
   const std::string fn = k.fn ? k.fn : "";

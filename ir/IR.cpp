@@ -342,6 +342,37 @@ int64_t operandDevice(const Op& op, unsigned i) {
   return op.annotations().device.value_or(0);
 }
 
+std::vector<std::vector<std::pair<int64_t, int64_t>>> inputRowsByDevice(const Graph& g,
+                                                                        int64_t devices) {
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> rows(
+      static_cast<size_t>(devices), std::vector<std::pair<int64_t, int64_t>>(g.inputs().size()));
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const Value& in = *g.inputs()[i];
+    if (in.type().rank() == 0)
+      return {};
+    const int64_t n = in.type().shape[0];
+    for (const Use& u : in.uses()) {
+      const int64_t d = u.user ? operandDevice(*u.user, u.index) : -1;
+      if (d < 0 || d >= devices)
+        return {};
+      const Op& op = *u.user;
+      int64_t begin = 0, end = n;
+      if (op.kind() == OpKind::Slice && u.index == 0 && op.hasAttr("axes") &&
+          op.getInts("axes") == std::vector<int64_t>{0} && op.getInts("starts").size() == 1 &&
+          op.getInts("ends").size() == 1 &&
+          (!op.hasAttr("steps") || op.getInts("steps") == std::vector<int64_t>{1}) &&
+          op.getInts("starts")[0] >= 0 && op.getInts("ends")[0] > op.getInts("starts")[0]) {
+        begin = std::min(op.getInts("starts")[0], n);
+        end = std::min(op.getInts("ends")[0], n);
+      }
+      auto& r = rows[static_cast<size_t>(d)][i];
+      r = r.first >= r.second ? std::make_pair(begin, end)
+                              : std::make_pair(std::min(r.first, begin), std::max(r.second, end));
+    }
+  }
+  return rows;
+}
+
 int64_t opDevice(const Op& op) {
   if (op.info().isCommunication())
     return op.numResults() ? op.info().placement(op, true, 0) : 0;

@@ -308,6 +308,12 @@ private:
 std::optional<int64_t> valueDevice(const Value* v);
 /// The device on which `op` reads operand `i`.
 int64_t operandDevice(const Op& op, unsigned i);
+/// Per device, per input of `g` (in order): the rows [begin, end) of dim
+/// 0 the device reads (the span of its dim-0 slices of the input, every
+/// row for any other read; {0, 0} when it reads none). Empty when an input
+/// has no dim 0 or a reader is not placed on one of the `devices`.
+std::vector<std::vector<std::pair<int64_t, int64_t>>> inputRowsByDevice(const Graph& g,
+                                                                        int64_t devices);
 /// The device of `op` itself (@dev, or 0); for communication ops, the device
 /// of result #0.
 int64_t opDevice(const Op& op);

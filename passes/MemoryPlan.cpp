@@ -694,13 +694,27 @@ llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats,
     params[p->device().value_or(0)] += alignUp(p->type().sizeInBytes());
   const std::map<int64_t, int64_t> streams =
       spec.workspaceBytesPerStream > 0 ? streamsPerDevice(g) : std::map<int64_t, int64_t>{};
-  // The input batch, whole, on each device that holds one.
-  int64_t inputs = 0;
-  if (spec.inputsOnDevice)
-    for (const auto& in : g.inputs())
-      inputs += alignUp(in->type().sizeInBytes());
+  // The input batch on each device that holds one: on several devices the
+  // rows of each input the device reads (as the CUDA trainer packs them),
+  // else the whole batch.
+  std::map<int64_t, int64_t> inputBytes;
+  if (spec.inputsOnDevice) {
+    const int64_t devices = stats.peakBytes.empty() ? 1 : stats.peakBytes.rbegin()->first + 1;
+    const auto rows = devices > 1 ? inputRowsByDevice(g, devices)
+                                  : std::vector<std::vector<std::pair<int64_t, int64_t>>>{};
+    for (int64_t d = 0; d < devices; ++d)
+      for (size_t i = 0; i < g.inputs().size(); ++i) {
+        const auto& t = g.inputs()[i]->type();
+        if (rows.empty()) {
+          inputBytes[d] += alignUp(t.sizeInBytes());
+        } else if (const auto [b, e] = rows[static_cast<size_t>(d)][i]; b < e) {
+          inputBytes[d] += alignUp(t.sizeInBytes() / t.shape[0] * (e - b));
+        }
+      }
+  }
   std::string over;
   for (const auto& [device, arena] : stats.peakBytes) {
+    const int64_t inputs = inputBytes[device];
     const int64_t workspaces =
         spec.workspaceBytesPerStream * (streams.count(device) ? streams.at(device) : 1);
     int64_t total = arena + params[device] + workspaces + inputs;

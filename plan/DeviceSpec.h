@@ -28,9 +28,10 @@
 // params where a plan is checked against the memory.
 //
 // inputs_on_device (true or false, default false): whether the trainer
-// keeps a copy of the step's whole input batch on each device, counted
-// there too (the GPU presets: lwcc's CUDA runtime uploads the batch to
-// every device; the CPU backend's devices read it where it is).
+// keeps the rows of the step's input batch that a device reads on it (on
+// one device the whole batch), counted there too (the GPU presets: lwcc's
+// CUDA runtime uploads them to each device; the CPU backend's devices read
+// the batch where it is).
 //
 // bf16_flops, fp16_flops: the peak of an op on bf16 or fp16 operands
 // (lwcc --mixed-precision), the tensor cores' dense rate on GPUs that have
@@ -90,8 +91,8 @@ struct DeviceSpec {
   double wakeSeconds = 0;
   /// Library workspaces per stream a device runs (bytes).
   int64_t workspaceBytesPerStream = 0;
-  /// Whether each device holds a copy of the step's whole input batch (the
-  /// CUDA runtime's devices; the CPU backend's read the host's).
+  /// Whether each device holds the rows of the input batch it reads (the
+  /// CUDA runtime's devices; the CPU backend's read the host's batch).
   bool inputsOnDevice = false;
 
   /// The node that logical device `device` belongs to.

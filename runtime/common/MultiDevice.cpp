@@ -284,7 +284,7 @@ bool MultiDevice::allocate(std::string& error) {
         !allocateOn(d, m_.deviceStateBytes[static_cast<size_t>(d)], "state", state, error))
       return false;
     if (!runners_[static_cast<size_t>(d)]->readsHostMemory() &&
-        !allocateOn(d, m_.inputBytes, "inputs", inputs, error))
+        !allocateOn(d, deviceInputBytes(m_, d), "inputs", inputs, error))
       return false;
     arenas_[static_cast<size_t>(d)] = arena.ptr;
     states_[static_cast<size_t>(d)] = state.ptr;
@@ -473,6 +473,28 @@ bool MultiDevice::init(const Hyper* hyper, std::string& error) {
   return true;
 }
 
+int64_t deviceInputBytes(const ModelInfo& m, int d) {
+  return m.deviceInputs.empty() ? m.inputBytes : m.deviceInputBytes[static_cast<size_t>(d)];
+}
+
+bool MultiDevice::uploadBatch(size_t d, unsigned char* in, const unsigned char* batch,
+                              std::string& error) {
+  if (m_.deviceInputs.empty())
+    return runners_[d]->upload(in, batch, m_.inputBytes, &error);
+  // The rows of each input the device holds, packed.
+  for (size_t i = 0; i < m_.inputs.size(); ++i) {
+    const ModelInfo::DeviceInput& r = m_.deviceInputs[d][i];
+    if (r.offset < 0)
+      continue;
+    const InputInfo& x = m_.inputs[i];
+    const int64_t row = bytesOf(x.dtype, x.shape) / x.shape[0];
+    if (!runners_[d]->upload(in + r.offset, batch + x.offset + r.begin * row,
+                             (r.end - r.begin) * row, &error))
+      return false;
+  }
+  return true;
+}
+
 bool MultiDevice::step(const unsigned char* batch, const Hyper* hyper, StepMarks* marks,
                        std::string& error) {
   std::vector<StepBuffers> buffers;
@@ -482,9 +504,9 @@ bool MultiDevice::step(const unsigned char* batch, const Hyper* hyper, StepMarks
       buffers.push_back(StepBuffers{nullptr, nullptr, nullptr, hyper});
       continue;
     }
-    if (!in) { // the step reads the prepared batch where it is
+    if (runners_[d]->readsHostMemory()) { // the step reads the prepared batch where it is
       in = const_cast<unsigned char*>(batch);
-    } else if (!runners_[d]->upload(in, batch, m_.inputBytes, &error)) {
+    } else if (!uploadBatch(d, in, batch, error)) {
       error = "the batch to device " + std::to_string(d) + ": " + error;
       return false;
     }

@@ -40,6 +40,10 @@ int physicalDevice(const ModelInfo& m, const Cluster* cluster, const std::vector
 /// GPUs this process drives and how to start fewer processes per machine.
 std::string gpuPlacementHint(const ModelInfo& m, const Cluster& cluster);
 
+/// The bytes of device `d`'s input buffer: the rows of each input it
+/// reads (ModelInfo::deviceInputs), else the whole batch.
+int64_t deviceInputBytes(const ModelInfo& m, int d);
+
 /// The rows [first, second) of each batch that the devices `here` read:
 /// the span of their ModelInfo::inputRows, the whole batch when the model
 /// does not say, {0, 0} when they read none.
@@ -139,6 +143,10 @@ public:
   int physical(int d) const { return physical_[static_cast<size_t>(d)]; }
 
 private:
+  /// Device `d`'s rows of `batch` (the host's, the whole batch) into its
+  /// input buffer `in`.
+  bool uploadBatch(size_t d, unsigned char* in, const unsigned char* batch, std::string& error);
+
   MultiDevice(const ModelInfo& m) : m_(m) {}
   struct Memory {
     StepRunner* runner = nullptr;

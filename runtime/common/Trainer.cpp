@@ -115,9 +115,9 @@ std::vector<MemoryRecord> Trainer::measureMemory() const {
       r->devices.push_back(d);
       r->arenaBytes += m_.deviceArenaBytes[dd];
       r->stateBytes += m_.deviceStateBytes[dd];
-      // Each device's copy of the batch (the CPU's read the host's) and
+      // Each device's rows of the batch (the CPU's read the host's) and
       // its moving average.
-      r->otherBytes += (multi_->runner(d)->readsHostMemory() ? 0 : m_.inputBytes) +
+      r->otherBytes += (multi_->runner(d)->readsHostMemory() ? 0 : deviceInputBytes(m_, d)) +
                        ema * m_.deviceStateBytes[dd] + (d == here.first ? m_.arenaBytes : 0);
     }
   }

@@ -204,19 +204,29 @@ def memory_case(name, onnx_path, flags, work):
     """The CUDA trainer's report of each GPU's memory after training: its
     planned part is lwcc's plan for the logical devices on it, and the
     emulated GPU's measure (cudaMemGetInfo: what its cudaMalloc calls hold)
-    is that, the trainer's other buffers (each device's copy of the batch)
+    is that, the trainer's other buffers (each device's rows of the batch,
+    half of it)
     and the libraries': per stream a 32 MiB cuBLAS workspace, a cuDNN handle
     (8 MiB) and a cuBLAS handle (2 MiB: the runtime sizes cuBLAS's default
     workspace pool, 64 MiB on an H100, to nothing), 42 MiB as the GPU device
     specs count them, and the convolutions' workspaces (under 8 MiB here)."""
+    import numpy as np
+    import onnx
     records = md.memory_records(work)
     plan = md.planned_memory(onnx_path, ["--batch=8", *flags])
+    # Each device's rows of the batch: half of the 8 images and labels
+    # (data parallelism on 2), each packed at a 256-byte aligned offset.
+    dims = [d.dim_value for d in onnx.load(onnx_path).graph.input[0].type.tensor_type.shape.dim]
+    rows = (4 * 4 * int(np.prod(dims[1:])) + 255) // 256 * 256 + 256
     bad, extra = [], []
     for r in records:
         planned = r["arena_bytes"] + r["state_bytes"]
         want = sum((plan or {}).get(d, 0) for d in r["devices"])
         if planned != want:
             bad.append(f"devices {r['devices']}: planned {planned}, lwcc's plan {want}")
+        if r["other_bytes"] != rows * len(r["devices"]):
+            bad.append(f"devices {r['devices']}: other buffers {r['other_bytes']} bytes, not "
+                       f"their {rows} bytes of the batch's rows each")
         libraries = r["measured_bytes"] - planned - r["other_bytes"]
         streams = 2 * len(r["devices"])  # backward on 0, gradient reduce-scatters on 1
         if not streams * (42 << 20) <= libraries < streams * (42 << 20) + (8 << 20):

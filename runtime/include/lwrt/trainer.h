@@ -192,6 +192,15 @@ struct ModelInfo {
   /// reads (empty: the whole batch): a process under mpirun prepares only
   /// its devices' rows of each batch.
   std::vector<std::pair<int64_t, int64_t>> inputRows;
+  /// CUDA, several devices: per device, per input (in `inputs` order) the
+  /// rows [begin, end) of dim 0 it holds and their offset in its input
+  /// buffer (-1: none), packed into deviceInputBytes[device] bytes; empty:
+  /// each device holds the whole batch.
+  struct DeviceInput {
+    int64_t begin = 0, end = 0, offset = -1;
+  };
+  std::vector<std::vector<DeviceInput>> deviceInputs;
+  std::vector<int64_t> deviceInputBytes;
   /// A hash of the generated step (its ops, placements and offsets): the
   /// processes of a run under mpirun check that they run the same trainer.
   uint64_t planHash = 0;
