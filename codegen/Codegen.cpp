@@ -372,8 +372,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   std::vector<std::pair<int64_t, int64_t>> deviceSteps; // (device, stream)
   std::vector<std::unique_ptr<PhaseWriter>> writers;    // one per device
   // CUDA, several devices: per device, per input, the rows it holds.
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> inputRows;
-  std::vector<int64_t> deviceInputBytes; // their packed bytes, per device
+  PackedInputs held;
   if (multi) {
     // One function per device and stream; the communication ops numbered
     // in graph order, the same on every device.
@@ -384,26 +383,19 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     // A CUDA device holds only the rows of each input it reads, packed
     // (the CPU's devices read the host's batch where it is).
     if (cuda && md.devices > 1)
-      inputRows = inputRowsByDevice(g, md.devices);
+      held = packInputRows(g, md.devices, kAlign);
     for (int64_t d = 0; d < md.devices; ++d) {
       writers.push_back(
           std::make_unique<PhaseWriter>(g, md.where[static_cast<size_t>(d)], names, shapes));
       PhaseWriter& w = *writers.back();
       w.fuseActivations(fusions);
       w.setBlocked(blocked);
-      if (!inputRows.empty()) {
-        std::map<const Value*, PhaseWriter::InputRows> packed;
-        int64_t at = 0;
-        for (size_t i = 0; i < g.inputs().size(); ++i) {
-          const Value* in = g.inputs()[i].get();
-          const auto [begin, end] = inputRows[static_cast<size_t>(d)][i];
-          if (begin >= end)
-            continue;
-          packed[in] = {begin, end, at};
-          at = alignUp(at + in->type().sizeInBytes() / in->type().shape[0] * (end - begin));
-        }
-        deviceInputBytes.push_back(at);
-        w.setInputRows(std::move(packed));
+      if (!held.rows.empty()) {
+        std::map<const Value*, HeldRows> rows;
+        for (size_t i = 0; i < g.inputs().size(); ++i)
+          if (const HeldRows& r = held.rows[static_cast<size_t>(d)][i]; r.offset >= 0)
+            rows[g.inputs()[i].get()] = r;
+        w.setInputRows(std::move(rows));
       }
       DeviceCode code;
       if (llvm::Error e = w.writeDevice(code, d, commIds))
@@ -632,24 +624,19 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     for (size_t d = 0; d < rows.size(); ++d)
       mainText << (d ? ", " : "") << "{" << rows[d].first << ", " << rows[d].second << "}";
     mainText << "};\n";
-    if (!inputRows.empty()) {
+    if (!held.rows.empty()) {
       mainText << "  // Per device, per input: the rows [begin, end) of dim 0 it holds and\n"
                << "  // their offset in its input buffer (-1: none), and the buffer's bytes.\n"
                << "  model.deviceInputs = {";
-      for (size_t d = 0; d < inputRows.size(); ++d) {
+      for (size_t d = 0; d < held.rows.size(); ++d) {
         mainText << (d ? ",\n      {" : "{");
-        int64_t at = 0;
-        for (size_t i = 0; i < g.inputs().size(); ++i) {
-          const Value* in = g.inputs()[i].get();
-          const auto [begin, end] = inputRows[d][i];
-          mainText << (i ? ", " : "") << "{" << begin << ", " << end << ", "
-                   << (begin < end ? at : -1) << "}";
-          if (begin < end)
-            at = alignUp(at + in->type().sizeInBytes() / in->type().shape[0] * (end - begin));
+        for (size_t i = 0; i < held.rows[d].size(); ++i) {
+          const HeldRows& r = held.rows[d][i];
+          mainText << (i ? ", " : "") << "{" << r.begin << ", " << r.end << ", " << r.offset << "}";
         }
         mainText << "}";
       }
-      mainText << "};\n  model.deviceInputBytes = " << ints(deviceInputBytes) << ";\n";
+      mainText << "};\n  model.deviceInputBytes = " << ints(held.bytes) << ";\n";
     }
   }
   if (o.eval)

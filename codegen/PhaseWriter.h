@@ -97,15 +97,10 @@ public:
   /// views say so.
   void setBlocked(std::set<const Value*> blocked) { blocked_ = std::move(blocked); }
 
-  /// Rows [begin, end) of dim 0 of an input that a device holds, packed at
-  /// `offset` of its input buffer.
-  struct InputRows {
-    int64_t begin = 0, end = 0, offset = 0;
-  };
   /// A CUDA device of several: the inputs it reads and the rows it holds
   /// of each (its views of them are those rows; its dim-0 slices of them
   /// start from the first).
-  void setInputRows(std::map<const Value*, InputRows> rows) { inputRows_ = std::move(rows); }
+  void setInputRows(std::map<const Value*, HeldRows> rows) { inputRows_ = std::move(rows); }
 
   /// Declarations of the views of `used`, in graph order (inputs, params,
   /// op results), for the top of a function body: each at its offset
@@ -184,7 +179,7 @@ private:
   ShapeNames& shapes_;
   Fusions fusions_ = Fusions::None;
   std::set<const Value*> blocked_;
-  std::map<const Value*, InputRows> inputRows_;
+  std::map<const Value*, HeldRows> inputRows_;
   std::set<const Value*> declared_;          ///< the values views() declared
   std::map<const Op*, const Op*> fusedInto_; ///< producer -> its activation
   std::set<const Op*> fusedFrom_;            ///< the activations

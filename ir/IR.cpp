@@ -373,6 +373,26 @@ std::vector<std::vector<std::pair<int64_t, int64_t>>> inputRowsByDevice(const Gr
   return rows;
 }
 
+PackedInputs packInputRows(const Graph& g, int64_t devices, int64_t alignment) {
+  PackedInputs packed;
+  const auto rows = inputRowsByDevice(g, devices);
+  for (const auto& spans : rows) {
+    int64_t at = 0;
+    std::vector<HeldRows>& held = packed.rows.emplace_back();
+    for (size_t i = 0; i < spans.size(); ++i) {
+      const auto [begin, end] = spans[i];
+      held.push_back({begin, end, begin < end ? at : -1});
+      if (begin < end) {
+        const TensorType& t = g.inputs()[i]->type();
+        at += t.sizeInBytes() / t.shape[0] * (end - begin);
+        at = (at + alignment - 1) / alignment * alignment;
+      }
+    }
+    packed.bytes.push_back(at);
+  }
+  return packed;
+}
+
 int64_t opDevice(const Op& op) {
   if (op.info().isCommunication())
     return op.numResults() ? op.info().placement(op, true, 0) : 0;

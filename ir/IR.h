@@ -314,6 +314,20 @@ int64_t operandDevice(const Op& op, unsigned i);
 /// has no dim 0 or a reader is not placed on one of the `devices`.
 std::vector<std::vector<std::pair<int64_t, int64_t>>> inputRowsByDevice(const Graph& g,
                                                                         int64_t devices);
+/// The rows [begin, end) of dim 0 of an input that a device holds, at
+/// `offset` of its input buffer (-1: it holds none).
+struct HeldRows {
+  int64_t begin = 0, end = 0, offset = -1;
+};
+/// Per device, the rows of each input it reads (inputRowsByDevice) packed
+/// in input order, each at an `alignment`-aligned offset, and the bytes of
+/// them all (a CUDA trainer's input buffer of the device). Empty when
+/// inputRowsByDevice is.
+struct PackedInputs {
+  std::vector<std::vector<HeldRows>> rows; ///< per device, per input
+  std::vector<int64_t> bytes;              ///< per device
+};
+PackedInputs packInputRows(const Graph& g, int64_t devices, int64_t alignment);
 /// The device of `op` itself (@dev, or 0); for communication ops, the device
 /// of result #0.
 int64_t opDevice(const Op& op);

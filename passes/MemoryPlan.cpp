@@ -700,17 +700,12 @@ llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats,
   std::map<int64_t, int64_t> inputBytes;
   if (spec.inputsOnDevice) {
     const int64_t devices = stats.peakBytes.empty() ? 1 : stats.peakBytes.rbegin()->first + 1;
-    const auto rows = devices > 1 ? inputRowsByDevice(g, devices)
-                                  : std::vector<std::vector<std::pair<int64_t, int64_t>>>{};
+    const PackedInputs held = devices > 1 ? packInputRows(g, devices, kAlignment) : PackedInputs{};
+    int64_t whole = 0;
+    for (const auto& in : g.inputs())
+      whole += alignUp(in->type().sizeInBytes());
     for (int64_t d = 0; d < devices; ++d)
-      for (size_t i = 0; i < g.inputs().size(); ++i) {
-        const auto& t = g.inputs()[i]->type();
-        if (rows.empty()) {
-          inputBytes[d] += alignUp(t.sizeInBytes());
-        } else if (const auto [b, e] = rows[static_cast<size_t>(d)][i]; b < e) {
-          inputBytes[d] += alignUp(t.sizeInBytes() / t.shape[0] * (e - b));
-        }
-      }
+      inputBytes[d] = held.bytes.empty() ? whole : held.bytes[static_cast<size_t>(d)];
   }
   std::string over;
   for (const auto& [device, arena] : stats.peakBytes) {
