@@ -28,7 +28,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <mutex>
 // MPI's C API only (OpenMPI's C++ bindings would need their own library).
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
@@ -111,24 +113,50 @@ void netWeights(void* data, int, int, int numNets, int, ZOLTAN_ID_PTR netIds, ZO
   *ierr = ZOLTAN_OK;
 }
 
-/// One MPI rank for Zoltan, finalized at exit.
+/// The folder OpenMPI keeps this process's session files in, made for it
+/// alone (removed at exit).
+std::string& ownMpiFolder() {
+  static std::string folder;
+  return folder;
+}
+
+/// One MPI rank for Zoltan, finalized at exit. Called under zoltanMutex.
 llvm::Error ensureMpi() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized)
     return llvm::Error::success();
-  // Not under mpirun: an isolated singleton, which starts no orted daemon
-  // (OpenMPI otherwise needs one on PATH, and aborts the process without).
-  if (!std::getenv("OMPI_COMM_WORLD_SIZE"))
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) {
+    // Not under mpirun: an isolated singleton, which starts no orted daemon
+    // (OpenMPI otherwise needs one on PATH, and aborts the process without).
     setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0);
+    // Every isolated singleton of a user names the same session folder
+    // (<tmp>/ompi.HOST.UID/jf.0/1/0), and each removes it at its end: two
+    // compiles at once (a build running lwcc in parallel) race, and one's
+    // MPI_Init fails when the other removes the folder it is creating
+    // (seen about once in 1,600 starts, four at a time). Each process gets
+    // a folder of its own under which OpenMPI makes its session's.
+    if (!std::getenv("OMPI_MCA_orte_tmpdir_base")) {
+      const char* tmp = std::getenv("TMPDIR");
+      std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/lwcc-mpi-XXXXXX";
+      if (mkdtemp(pattern.data())) {
+        ownMpiFolder() = pattern;
+        setenv("OMPI_MCA_orte_tmpdir_base", pattern.c_str(), /*overwrite=*/1);
+      }
+    }
+  }
   int provided = 0;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
     return makeError("hypergraph: MPI_Init failed (Zoltan needs MPI)");
   std::atexit([] {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized)
       MPI_Finalize();
+    if (!ownMpiFolder().empty()) {
+      std::error_code ignored; // a folder left in the temporary folder is no error
+      std::filesystem::remove_all(ownMpiFolder(), ignored);
+    }
   });
   return llvm::Error::success();
 }
@@ -372,6 +400,10 @@ double imbalanceOf(const Hypergraph& hg, const std::vector<int>& partOf, int64_t
 
 /// Zoltan PHG's parts for the vertices of `hg`.
 llvm::Expected<std::vector<int>> zoltanParts(Hypergraph& hg, int64_t parts, double imbalanceTol) {
+  // MPI and Zoltan from one thread at a time (the planner prices candidates
+  // on several).
+  static std::mutex zoltanMutex;
+  std::lock_guard<std::mutex> lock(zoltanMutex);
   std::vector<int> partOf(hg.vertexWeights.size(), 0);
   if (llvm::Error e = ensureMpi())
     return e;
