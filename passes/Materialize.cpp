@@ -222,7 +222,14 @@ private:
 
   /// The pieces of `v` laid out as `want`.
   llvm::Expected<std::vector<Value*>> realize(Value* v, const Layout& want) {
-    auto cached = cache_.find({v, want.key()});
+    // Each micro-batch gathers a sharded param for its own readers: a
+    // gather shared by the micro-batches would hold the whole param from
+    // the first micro-batch's forward to the last one's.
+    const bool gathers = v->kind() == ValueKind::Param && fsdpGathers(v, want);
+    std::string wantKey = want.key();
+    if (gathers && b_.microBatch())
+      wantKey += "#" + std::to_string(*b_.microBatch());
+    auto cached = cache_.find({v, wantKey});
     if (cached != cache_.end())
       return cached->second;
     std::vector<Value*> out;
@@ -230,7 +237,7 @@ private:
       cache_[{v, l.key()}] = std::move(pieces);
     };
     if (v->kind() == ValueKind::Param) {
-      if (fsdpGathers(v, want)) {
+      if (gathers) {
         // Sharded data parallelism: each device keeps an even share of the
         // rows; the readers get the whole param from an all_gather of them.
         Layout shares = splitEven(0, want.devices, v->type().shape[0]);
@@ -245,7 +252,7 @@ private:
                            static_cast<unsigned>(pieces.size()));
         if (!ag)
           return ag.takeError();
-        remember(want, *ag);
+        cache_[{v, wantKey}] = *ag;
         return *ag;
       }
       for (size_t i = 0; i < want.devices.size(); ++i) {

@@ -278,8 +278,6 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
         continue;
       for (const auto& [shard, recompute] : variants) {
         PlanChoice again = built[i]->plan;
-        if (shard == "fsdp" && again.microbatches > 1)
-          continue; // each micro-batch would gather the params again
         if (shard != "none")
           again.shard = shard;
         again.recompute |= recompute;

@@ -354,9 +354,6 @@ int checkUsage() {
     return usage("--shard=" + shard + " is not one of: none, zero1, zero2, fsdp, auto");
   if (std::string why = zero1Conflict(); shard != "none" && shard != "auto" && !why.empty())
     return usage("--shard=" + shard + " does not go with " + why);
-  if (shard == "fsdp" && (microbatches > 1 || strategy == "pipeline"))
-    return usage("--shard=fsdp does not go with micro-batches yet (each micro-batch would "
-                 "gather the params again)");
   if (stages.getNumOccurrences() && strategy != "pipeline")
     return usage("--stages is for --strategy=pipeline");
   if (strategy == "pipeline" && gpus < 2)
