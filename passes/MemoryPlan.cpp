@@ -309,17 +309,22 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace, bool freeScat
   // reader, the reuse ordered by codegen's events: that bounds the
   // activations a 1F1B stage holds. With `freeScattered` (ZeRO-2, FSDP) so
   // is a gradient that a reduce_scatter reads: what reuses its bytes waits
-  // for the reduce-scatter, and no whole gradient outlives its own.
+  // for the reduce-scatter, and no whole gradient outlives its own; and so is
+  // a param that FSDP gathers on the communication stream for a layer: what
+  // reuses its bytes (the next layers' gathers) waits for the layer.
   std::map<const Value*, size_t> lastUse;
   auto streamOf = [](const Op* op) { return op ? op->annotations().stream.value_or(0) : 0; };
   for (size_t pos = 0; pos < order.size(); ++pos) {
     const Op& reader = *order[pos];
     const bool ordered = reader.annotations().microBatch.has_value() ||
                          (freeScattered && reader.kind() == OpKind::ReduceScatter);
-    for (Value* x : reader.operands())
-      lastUse[x] = x->definingOp() && streamOf(x->definingOp()) != streamOf(&reader) && !ordered
+    for (Value* x : reader.operands()) {
+      const Op* def = x->definingOp();
+      const bool gathered = freeScattered && def && gathersParamShares(*def);
+      lastUse[x] = def && streamOf(def) != streamOf(&reader) && !ordered && !gathered
                        ? end
                        : std::max(lastUse[x], pos);
+    }
   }
   for (Value* out : g.outputs())
     lastUse[out] = end;

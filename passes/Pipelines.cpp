@@ -131,8 +131,9 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
     p.push_back({"autodiff", ""});
     if (o.plan.recompute)
       p.push_back({"recompute", ""});
+    // FSDP's gathers on the communication stream, one layer ahead.
     if (shard == "fsdp")
-      p.push_back({"regather", ""});
+      p.push_back({"regather", "prefetch=1,stream=1"});
     // Gradient all-reduces (reduce-scatters under ZeRO-1 and 2) on stream 1
     // of each device, beside backward.
     p.push_back({"grad-sync", "bucket_bytes=" + std::to_string(o.bucketBytes) + ",stream=1" +

@@ -21,10 +21,24 @@
 // devices meet in the same order. The gathered gradients go back to the
 // shares by the all_gather's gradient rule: a reduce_scatter.
 //
+// prefetch=1 with stream=S > 0 (what lwcc's fsdp step runs) puts every
+// gather of shares, the forward's and the backward's, on stream S, the
+// communication stream grad-sync's reduce-scatters use, and issues each
+// layer's gathers one layer early: right before the first op that reads the
+// previous layer's gathers (in the same direction, micro-batch and devices),
+// so the gather runs beside the previous layer's compute instead of before
+// its own, and the layer waits only for what is left of it. A gathered param
+// then lives one layer longer: two layers' params at once, as FSDP's
+// prefetch of the next layer holds.
+//
 //===----------------------------------------------------------------------===//
 #include "passes/Pass.h"
+#include "passes/PassOptions.h"
 #include "passes/TrainingSupport.h"
 
+#include <map>
+#include <optional>
+#include <tuple>
 #include <unordered_map>
 
 namespace lwcc {
@@ -33,6 +47,7 @@ namespace {
 
 class RegatherPass : public Pass {
 public:
+  RegatherPass(bool prefetch, int64_t stream) : prefetch_(prefetch), stream_(stream) {}
   std::string_view name() const override { return "regather"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
@@ -75,12 +90,76 @@ public:
             reader->setOperand(i, it->second->result(r));
       }
     }
+    if (prefetch_)
+      prefetch(g);
     return llvm::Error::success();
   }
+
+private:
+  /// Each layer's gathers of shares moved before the first reader of the
+  /// previous layer's, and every such gather on stream_.
+  void prefetch(Graph& g) {
+    std::unordered_map<const Op*, size_t> position;
+    std::vector<Op*> order;
+    for (auto& op : g.ops()) {
+      position[op.get()] = order.size();
+      order.push_back(op.get());
+    }
+    // A layer: the gathers whose first reader is the same op. Layers in
+    // order, by direction, micro-batch and devices.
+    struct Layer {
+      Op* reader = nullptr;
+      std::vector<Op*> gathers;
+    };
+    using Key = std::tuple<bool, std::optional<int64_t>, std::vector<int64_t>>;
+    std::map<Key, std::vector<Layer>> layers;
+    for (Op* op : order) {
+      if (!gathersParamShares(*op))
+        continue;
+      if (stream_ > 0)
+        op->annotations().stream = stream_;
+      Op* first = nullptr;
+      for (unsigned r = 0; r < op->numResults(); ++r)
+        for (const Use& use : op->result(r)->uses())
+          if (use.user && (!first || position.at(use.user) < position.at(first)))
+            first = use.user;
+      if (!first)
+        continue;
+      Key key{isRegather(*op), op->annotations().microBatch, op->getInts("devices")};
+      std::vector<Layer>& list = layers[key];
+      if (list.empty() || list.back().reader != first)
+        list.push_back({first, {}});
+      list.back().gathers.push_back(op);
+    }
+    for (auto& [key, list] : layers)
+      for (size_t k = 1; k < list.size(); ++k) {
+        Op* before = list[k - 1].reader;
+        // Only earlier: a layer read before the previous one's reader (its
+        // gathers already early) stays.
+        if (position.at(before) >= position.at(list[k].reader))
+          continue;
+        for (Op* gather : list[k].gathers)
+          g.moveOp(gather, before);
+      }
+  }
+
+  bool prefetch_;
+  int64_t stream_;
 };
 
 } // namespace
 
-std::unique_ptr<Pass> createRegatherPass() { return std::make_unique<RegatherPass>(); }
+llvm::Expected<std::unique_ptr<Pass>> createRegatherPass(std::string_view options) {
+  auto opts = PassOptions::parse("regather", options, "prefetch", {"prefetch", "stream"});
+  if (!opts)
+    return opts.takeError();
+  auto prefetch = opts->getFlag("prefetch", false);
+  if (!prefetch)
+    return prefetch.takeError();
+  auto stream = opts->getIntIn("stream", 0, 0, 64);
+  if (!stream)
+    return stream.takeError();
+  return std::make_unique<RegatherPass>(*prefetch, *stream);
+}
 
 } // namespace lwcc

@@ -16,7 +16,8 @@
 //     their builds log) are taken in the order above, so the choice and the
 //     output do not depend on the threads;
 //  3. the fastest that fits the devices' memory kept (a tie keeps the
-//     search's plan). When none fits, with --recompute=auto each candidate
+//     search's plan; one that shards more than the fastest before it must
+//     be faster by more than 1%). When none fits, with --recompute=auto each candidate
 //     is priced again with recomputation (its cheap activations computed
 //     again for the backward: passes/Recompute.cpp), then each pipeline
 //     tries 8S, 16S, ... micro-batches (fewer activations in flight) until

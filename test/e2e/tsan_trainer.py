@@ -9,8 +9,8 @@ build-tsan/) and checks:
 
   1. `--gpus 4` trainers (lenet with data and owt, resnet18 with data: batch
      norm's all-reduces, and with --shard=fsdp: params gathered for each
-     layer, gradients reduce-scattered on stream 1 and their bytes reused
-     after it; lenet as a 4-stage pipeline of 4 micro-batches,
+     layer on stream 1 a layer early, gradients reduce-scattered there, and
+     the bytes of both reused after their readers; lenet as a 4-stage pipeline of 4 micro-batches,
      1F1B, its transfers on streams 2 and 3) run 3 steps with no
      ThreadSanitizer report, and
      again profiled (--profile-ops, --trace: a recorder per stream thread),
@@ -259,9 +259,10 @@ def main():
         # micro-batches, its transfers on streams of their own (1F1B);
         # strategy None: one device.
         cases = [("lenet", "data", []), ("lenet", "owt", []), ("resnet18", "data", []),
-                 # FSDP: params gathered on stream 0, gradients
-                 # reduce-scattered on stream 1 and their bytes reused once
-                 # read there (events order the reuse).
+                 # FSDP: params gathered on stream 1 a layer ahead of the
+                 # compute on stream 0, gradients reduce-scattered on stream
+                 # 1, and the bytes of each reused once read on the other
+                 # stream (events order the reuse).
                  ("resnet18", "data", ["--shard=fsdp"]),
                  ("lenet", "pipeline", ["--stages=4", "--microbatches=4", "--schedule=1f1b"]),
                  ("lenet", None, []),
