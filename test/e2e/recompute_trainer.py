@@ -73,7 +73,7 @@ def main():
             cases += [(f"resnet18-pipe-{sched}", "resnet18", pipe + [f"--schedule={sched}"], 2),
                       (f"resnet18-pipe-{sched}-rc", "resnet18",
                        pipe + [f"--schedule={sched}", "--recompute=all"], 2)]
-        built, runs = md.build_and_train(cases, tmp)
+        built, runs = md.build_and_train(md.steady(cases), tmp)
         for m in models:
             if f"{m}-g1" in runs and f"{m}-g1-rc" in runs:
                 same_bits(f"{m} --recompute=all on one device vs without", runs[f"{m}-g1"],
