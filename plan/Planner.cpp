@@ -3,6 +3,7 @@
 
 #include "ir/Verifier.h"
 #include "passes/MemoryPlan.h"
+#include "passes/StepOrder.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -126,6 +127,9 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
     return out;
   }
   out.ev.strategySeconds = *seconds;
+  // What its step shards (--shard=zero2|fsdp forces one for every candidate).
+  const bool freesEarly = freesScattered(
+      {plan.strategy, plan.stages, plan.microbatches, plan.recompute, shardOf(plan)});
   auto sim = simulate(*candidate, simCosts(model_, false));
   if (!sim) {
     out.failure = llvm::toString(sim.takeError());
@@ -135,7 +139,7 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
   // A pipeline's many micro-batches make its step the largest to plan, and
   // only its fit is needed unless it is a report's row: where its results
   // fit unshared, its plan fits.
-  if (!withMemory && plan.strategy == "pipeline") {
+  if (!withMemory && plan.strategy == "pipeline" && !freesEarly) {
     MemoryPlanStats bound;
     bound.peakBytes = unsharedBytes(*candidate);
     llvm::Error over = checkDeviceMemory(*candidate, bound, memory_);
@@ -150,7 +154,7 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
   // Planned aside when the step is kept: it stays unannotated.
   std::unique_ptr<Graph> probe = keepStep ? candidate->clone() : nullptr;
   Graph& planned = probe ? *probe : *candidate;
-  auto stats = planMemory(planned, true, freesScattered(plan));
+  auto stats = planMemory(planned, true, freesEarly);
   if (!stats) {
     out.failure = llvm::toString(stats.takeError());
     return out;
@@ -160,6 +164,23 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
   llvm::Error over = checkDeviceMemory(planned, *stats, memory_);
   out.ev.fits = !over;
   llvm::consumeError(std::move(over));
+  // ZeRO-2's reduce-scattered gradients and FSDP's gathered params are freed
+  // early, and what reuses their bytes waits for their last reader on
+  // another stream (a prefetched gather for the previous layer's compute):
+  // such a plan is priced on its scheduled IR, those waits its events.
+  if (freesEarly) {
+    auto events = placeEvents(planned);
+    if (!events) {
+      out.failure = llvm::toString(events.takeError());
+      return out;
+    }
+    auto waited = simulate(planned, simCosts(model_, false));
+    if (!waited) {
+      out.failure = llvm::toString(waited.takeError());
+      return out;
+    }
+    out.ev.sim = std::move(*waited);
+  }
   if (keepStep)
     out.step = std::move(candidate);
   return out;

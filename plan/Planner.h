@@ -80,6 +80,9 @@ struct PlannerOptions {
   /// and with recomputation where that is allowed too; where none of those
   /// fits, ZeRO-2 and FSDP.
   bool shardWhenOver = false;
+  /// --shard=zero1|zero2|fsdp: what every candidate's step shards, whatever
+  /// its PlanChoice says ("none": each candidate's own).
+  std::string shard = "none";
   bool verbose = false; ///< each candidate and the kept plan on stderr
   int64_t threads = 1;  ///< candidates priced at the same time
 };
@@ -132,6 +135,10 @@ private:
   };
   /// Prices `plan` on a copy of `g`; touches nothing of the planner's.
   Priced price(const Graph& g, const PlanChoice& plan, bool keepStep, bool withMemory) const;
+  /// What a candidate's step shards: the forced --shard, else its own.
+  std::string shardOf(const PlanChoice& plan) const {
+    return options_.shard == "none" ? plan.shard : options_.shard;
+  }
   /// Takes a priced candidate into the evaluations (its log to stderr).
   llvm::Expected<const PlanEvaluation*> record(Priced& priced, std::unique_ptr<Graph>* step);
   llvm::Error select(const Graph& g, const std::string& strat);

@@ -180,10 +180,23 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
   // (mnemonic, loc, device) -> the communication ops of that key the device
   // has met so far.
   std::map<std::tuple<std::string, std::string, int64_t>, int64_t> commSeen;
+  // The scheduled IR's events (place-events): when each was recorded. A
+  // wait holds its stream until then, as cudaStreamWaitEvent does: this is
+  // how a reuse of bytes waits for their last reader on another stream.
+  std::unordered_map<int64_t, double> recorded;
   for (const auto& opPtr : g.ops()) {
     const Op& op = *opPtr;
     double t = 0;
     int64_t stream = op.annotations().stream.value_or(0);
+    if (op.info().isEvent()) {
+      double& free = freeAt({Resource::Stream, opDevice(op), stream});
+      if (op.kind() == OpKind::Record)
+        recorded[op.getInt("event")] = free;
+      else if (auto it = recorded.find(op.getInt("event"));
+               it != recorded.end() && it->second > free)
+        free = it->second + costs.wakeSeconds;
+      continue;
+    }
     bool comm = op.info().isCommunication();
     for (unsigned i = 0; i < op.numOperands(); ++i) {
       const Value* v = op.operand(i);

@@ -380,6 +380,8 @@ int main(int argc, char** argv) {
   po.selectLayerwise = compareCandidates;
   po.recomputeWhenOver = recompute == "auto";
   po.shardWhenOver = shard == "auto" && zero1Conflict().empty();
+  if (shard != "auto")
+    po.shard = shard;
   po.verbose = verbose;
   po.threads = planThreads();
   planner.emplace(
