@@ -84,10 +84,11 @@ Layout splitEven(int64_t dim, std::vector<int64_t> devices, int64_t total) {
 
 class Materializer {
 public:
-  Materializer(Graph& g, bool fsdp) : g_(g), b_(g) {
+  Materializer(Graph& g, bool fsdp, int64_t minBytes) : g_(g), b_(g) {
     if (fsdp)
       for (Value* p : trainableParams(g))
-        fsdp_.insert(p);
+        if (p->type().sizeInBytes() >= minBytes)
+          fsdp_.insert(p);
     for (const auto& v : g.inputs())
       names_.insert(v->name());
     for (const auto& v : g.params())
@@ -694,14 +695,16 @@ private:
 ///  5. With shard=fsdp (ZeRO stage 3), a trained param that ops read whole
 ///     on several devices (replicas), with a row for each, is kept as even
 ///     shares of its rows, one per device (the first rows % p one row
-///     more), and all_gathered where it is read; its gradient, by the
+///     more), and all_gathered where it is read (with min_bytes=N only a
+///     param of at least N bytes: the small ones, whose gathers would cost
+///     more latency than their bytes save, stay replicated); its gradient, by the
 ///     all_gather's rule, is reduce-scattered back to the shares, which
 ///     the optimizer updates in place (the regather pass gathers the param
 ///     again for the backward).
 /// Autodiff runs after this pass, through the communication ops.
 class MaterializePass : public Pass {
 public:
-  explicit MaterializePass(bool fsdp) : fsdp_(fsdp) {}
+  MaterializePass(bool fsdp, int64_t minBytes) : fsdp_(fsdp), minBytes_(minBytes) {}
   std::string_view name() const override { return "materialize"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
@@ -711,23 +714,30 @@ public:
                          " is differentiated already (materialize runs before autodiff)");
     if (isMultiDevice(g))
       return makeError("materialize: graph @" + g.name() + " is materialized already");
-    return Materializer(g, fsdp_).run();
+    return Materializer(g, fsdp_, minBytes_).run();
   }
 
 private:
   bool fsdp_;
+  int64_t minBytes_;
 };
 
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createMaterializePass(std::string_view options) {
-  auto opts = PassOptions::parse("materialize", options, "shard", {"shard"});
+  auto opts = PassOptions::parse("materialize", options, "shard", {"shard", "min_bytes"});
   if (!opts)
     return opts.takeError();
   auto shard = opts->getChoice("shard", "none", {"none", "fsdp"});
   if (!shard)
     return shard.takeError();
-  return std::make_unique<MaterializePass>(*shard == "fsdp");
+  auto minBytes = opts->getIntIn("min_bytes", 0, 0, INT64_MAX);
+  if (!minBytes)
+    return minBytes.takeError();
+  if (*minBytes > 0 && *shard != "fsdp")
+    return makeError("materialize: min_bytes=" + std::to_string(*minBytes) +
+                     " needs shard=fsdp (it says which params are kept as shares)");
+  return std::make_unique<MaterializePass>(*shard == "fsdp", *minBytes);
 }
 
 } // namespace lwcc

@@ -12,7 +12,11 @@ std::string PlanChoice::name() const {
   std::string s = strategy != "pipeline"
                       ? strategy
                       : "pipeline/" + std::to_string(stages) + "/" + std::to_string(microbatches);
-  return s + (shard != "none" ? "+" + shard : "") + (recompute ? "+recompute" : "");
+  if (shard != "none")
+    s += "+" + shard;
+  if (shard == "fsdp" && shardMinBytes > 0)
+    s += ">=" + std::to_string(shardMinBytes);
+  return s + (recompute ? "+recompute" : "");
 }
 
 namespace {
@@ -127,7 +131,10 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
     if (micro > 1)
       p.push_back({"microbatch", "m=" + std::to_string(micro)});
     const std::string& shard = o.plan.shard;
-    p.push_back({"materialize", shard == "fsdp" ? "shard=fsdp" : ""});
+    std::string materialize = shard == "fsdp" ? "shard=fsdp" : "";
+    if (shard == "fsdp" && o.plan.shardMinBytes > 0)
+      materialize += ",min_bytes=" + std::to_string(o.plan.shardMinBytes);
+    p.push_back({"materialize", materialize});
     p.push_back({"autodiff", ""});
     if (o.plan.recompute)
       p.push_back({"recompute", ""});

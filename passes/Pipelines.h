@@ -53,9 +53,12 @@ struct PlanChoice {
   /// the param itself kept as shares, gathered where it is read, forward
   /// and backward, its gradient reduce-scattered to the shares).
   std::string shard = "none";
+  /// fsdp: only the trained params of at least this many bytes are kept as
+  /// shares, the others replicated (their gradients all-reduced); 0: all.
+  int64_t shardMinBytes = 0;
   /// The strategy, or "pipeline/S/M" for S stages of M micro-batches;
-  /// "+zero1", "+zero2" or "+fsdp" after it with sharding, "+recompute"
-  /// with recomputation.
+  /// "+zero1", "+zero2" or "+fsdp" after it with sharding ("+fsdp>=N" with
+  /// shardMinBytes N), "+recompute" with recomputation.
   std::string name() const;
 };
 

@@ -191,10 +191,7 @@ planStrategies(Planner& planner, const Graph& g, const std::vector<std::string>&
       p.peakBytes = (*ev)->peakBytes;
     }
     if (p.error.empty() && reprice) {
-      auto step = planner.buildStep(g, *plan);
-      if (!step)
-        return step.takeError();
-      auto sim = simulate(**step, simCosts(*reprice));
+      auto sim = planner.simulateOn(g, *plan, *reprice);
       if (!sim)
         return sim.takeError();
       p.sim = std::move(*sim);

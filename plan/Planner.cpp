@@ -1,6 +1,7 @@
 //===- Planner.cpp - Which plan lwcc builds for a strategy ----------------===//
 #include "plan/Planner.h"
 
+#include "ir/Params.h"
 #include "ir/Verifier.h"
 #include "passes/MemoryPlan.h"
 #include "passes/StepOrder.h"
@@ -41,6 +42,27 @@ int64_t batchOf(const Graph& g) {
     if (in->type().rank() > 0)
       return in->type().shape[0];
   return 1;
+}
+
+/// The least size of the largest trained params that hold 90% of their
+/// bytes, where smaller ones remain: FSDP's partial candidate shards those
+/// and replicates the rest (biases and norms, whose gathers would cost more
+/// latency than their bytes save); 0 where that would shard every param.
+int64_t largeParamBytes(const Graph& g) {
+  std::vector<int64_t> sizes;
+  int64_t total = 0;
+  for (const Value* p : trainableParams(g)) {
+    sizes.push_back(p->type().sizeInBytes());
+    total += sizes.back();
+  }
+  std::sort(sizes.rbegin(), sizes.rend());
+  int64_t sum = 0;
+  for (int64_t s : sizes) {
+    sum += s;
+    if (10 * sum >= 9 * total)
+      return s > sizes.back() ? s : 0;
+  }
+  return 0;
 }
 
 PlanChoice pipelinePlan(int64_t stages, int64_t microbatches) {
@@ -115,6 +137,27 @@ llvm::Expected<std::unique_ptr<Graph>> Planner::buildStep(const Graph& g, const 
   return step;
 }
 
+bool Planner::freesEarly(const PlanChoice& plan) const {
+  PlanChoice built = plan;
+  if (options_.shard != "none") // --shard forces it for every candidate
+    built.shard = options_.shard;
+  return freesScattered(built);
+}
+
+llvm::Expected<SimResult> Planner::simulateOn(const Graph& g, const PlanChoice& plan,
+                                              const CostModel& model) {
+  auto step = buildStep(g, plan);
+  if (!step)
+    return step.takeError();
+  if (freesEarly(plan) && !model.hasProfile()) {
+    if (auto stats = planMemory(**step, true, true); !stats)
+      return stats.takeError();
+    if (auto events = placeEvents(**step); !events)
+      return events.takeError();
+  }
+  return simulate(**step, simCosts(model));
+}
+
 Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keepStep,
                                bool withMemory) const {
   Priced out;
@@ -127,9 +170,7 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
     return out;
   }
   out.ev.strategySeconds = *seconds;
-  // What its step shards (--shard=zero2|fsdp forces one for every candidate).
-  const bool freesEarly = freesScattered(
-      {plan.strategy, plan.stages, plan.microbatches, plan.recompute, shardOf(plan)});
+  const bool early = freesEarly(plan);
   auto sim = simulate(*candidate, simCosts(model_, false));
   if (!sim) {
     out.failure = llvm::toString(sim.takeError());
@@ -139,7 +180,7 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
   // A pipeline's many micro-batches make its step the largest to plan, and
   // only its fit is needed unless it is a report's row: where its results
   // fit unshared, its plan fits.
-  if (!withMemory && plan.strategy == "pipeline" && !freesEarly) {
+  if (!withMemory && plan.strategy == "pipeline" && !early) {
     MemoryPlanStats bound;
     bound.peakBytes = unsharedBytes(*candidate);
     llvm::Error over = checkDeviceMemory(*candidate, bound, memory_);
@@ -154,7 +195,7 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
   // Planned aside when the step is kept: it stays unannotated.
   std::unique_ptr<Graph> probe = keepStep ? candidate->clone() : nullptr;
   Graph& planned = probe ? *probe : *candidate;
-  auto stats = planMemory(planned, true, freesEarly);
+  auto stats = planMemory(planned, true, early);
   if (!stats) {
     out.failure = llvm::toString(stats.takeError());
     return out;
@@ -167,10 +208,13 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
   // ZeRO-2's reduce-scattered gradients and FSDP's gathered params are freed
   // early, and what reuses their bytes waits for their last reader on
   // another stream (a prefetched gather for the previous layer's compute):
-  // such a plan is priced on its scheduled IR, those waits its events.
-  if (freesEarly) {
-    auto events = placeEvents(planned);
-    if (!events) {
+  // such a plan is priced on its scheduled IR, those waits its events. Not
+  // on a measured profile: the measured waits of a communication op's
+  // participants, which the simulator replays, already hold them (lenet
+  // --gpus 2 zero2 on the CPU: 6.44 ms without the events, 9.30 with them,
+  // 6.41 measured).
+  if (early && !model_.hasProfile()) {
+    if (auto events = placeEvents(planned); !events) {
       out.failure = llvm::toString(events.takeError());
       return out;
     }
@@ -288,24 +332,35 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // optimizer state sharded (ZeRO-1, --shard=auto) and with recomputation
   // (--recompute=auto), and with both; then, for those still faster than
   // the fastest that fits, with its gradients sharded too (ZeRO-2) and with
-  // its params sharded (FSDP, on plans without micro-batches), alone and
-  // with recomputation. The fastest that fits is kept. Then, when none
+  // its params sharded (FSDP: first only the largest params, those holding
+  // 90% of the bytes, then every one), alone and with recomputation. The
+  // fastest that fits is kept. Then, when none
   // fits, each pipeline tries twice as many micro-batches (fewer
   // activations per stage under 1F1B) until one fits.
-  using Variant = std::pair<std::string, bool>; // (shard, recompute) added
+  struct Variant { // what is added
+    std::string shard;
+    bool recompute;
+    int64_t shardMinBytes = 0;
+  };
   std::vector<std::vector<Variant>> rounds(2);
   if (options_.shardWhenOver)
-    rounds[0].emplace_back("zero1", false);
+    rounds[0].push_back({"zero1", false});
   if (options_.recomputeWhenOver)
-    rounds[0].emplace_back("none", true);
+    rounds[0].push_back({"none", true});
   if (options_.shardWhenOver && options_.recomputeWhenOver)
-    rounds[0].emplace_back("zero1", true);
-  for (const char* shard : {"zero2", "fsdp"}) {
-    if (!options_.shardWhenOver)
-      break;
-    rounds[1].emplace_back(shard, false);
-    if (options_.recomputeWhenOver)
-      rounds[1].emplace_back(shard, true);
+    rounds[0].push_back({"zero1", true});
+  if (options_.shardWhenOver) {
+    std::vector<int64_t> fsdpMinBytes = {0};
+    if (int64_t big = largeParamBytes(g); big > 0)
+      fsdpMinBytes.insert(fsdpMinBytes.begin(), big);
+    std::vector<Variant> shardings = {{"zero2", false}};
+    for (int64_t minBytes : fsdpMinBytes)
+      shardings.push_back({"fsdp", false, minBytes});
+    for (const Variant& v : shardings) {
+      rounds[1].push_back(v);
+      if (options_.recomputeWhenOver)
+        rounds[1].push_back({v.shard, true, v.shardMinBytes});
+    }
   }
   const size_t candidates = built.size();
   for (const std::vector<Variant>& variants : rounds) {
@@ -317,11 +372,13 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       if (built[i]->fits ||
           (fastest && built[i]->sim.stepSeconds >= built[*fastest]->sim.stepSeconds))
         continue;
-      for (const auto& [shard, recompute] : variants) {
+      for (const Variant& v : variants) {
         PlanChoice again = built[i]->plan;
-        if (shard != "none")
-          again.shard = shard;
-        again.recompute |= recompute;
+        if (v.shard != "none") {
+          again.shard = v.shard;
+          again.shardMinBytes = v.shardMinBytes;
+        }
+        again.recompute |= v.recompute;
         if (keyOf(again) == keyOf(built[i]->plan))
           continue;
         if (llvm::Error e = evaluateAndConsider(again))

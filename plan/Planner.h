@@ -124,6 +124,12 @@ public:
   /// The step of `plan` built on a copy of `g` (not memory-planned).
   llvm::Expected<std::unique_ptr<Graph>> buildStep(const Graph& g, const PlanChoice& plan);
 
+  /// The step of `plan` simulated on `model` as the planner prices it (a
+  /// plan that frees early on its scheduled IR where `model` has no measured
+  /// profile): a report's other prices.
+  llvm::Expected<SimResult> simulateOn(const Graph& g, const PlanChoice& plan,
+                                       const CostModel& model);
+
 private:
   /// A candidate priced: its evaluation, its built step (when asked for),
   /// what its build logged, and an error that is not the plan's (the
@@ -135,10 +141,9 @@ private:
   };
   /// Prices `plan` on a copy of `g`; touches nothing of the planner's.
   Priced price(const Graph& g, const PlanChoice& plan, bool keepStep, bool withMemory) const;
-  /// What a candidate's step shards: the forced --shard, else its own.
-  std::string shardOf(const PlanChoice& plan) const {
-    return options_.shard == "none" ? plan.shard : options_.shard;
-  }
+  /// Whether a candidate's step frees gathered params or reduce-scattered
+  /// gradients early (zero2, fsdp: its own or the forced --shard).
+  bool freesEarly(const PlanChoice& plan) const;
   /// Takes a priced candidate into the evaluations (its log to stderr).
   llvm::Expected<const PlanEvaluation*> record(Priced& priced, std::unique_ptr<Graph>* step);
   llvm::Error select(const Graph& g, const std::string& strat);
@@ -157,9 +162,9 @@ private:
   std::map<std::string, PlanSelection> selections_;
   std::map<std::string, PlanChoice> kept_;
   std::map<std::string, std::unique_ptr<Graph>> keptSteps_;
-  using Key = std::tuple<std::string, int64_t, int64_t, bool, std::string>;
+  using Key = std::tuple<std::string, int64_t, int64_t, bool, std::string, int64_t>;
   static Key keyOf(const PlanChoice& p) {
-    return {p.strategy, p.stages, p.microbatches, p.recompute, p.shard};
+    return {p.strategy, p.stages, p.microbatches, p.recompute, p.shard, p.shardMinBytes};
   }
   std::map<Key, PlanEvaluation> evaluations_;
 };

@@ -16,7 +16,10 @@ evaluate, against the one-device trainer:
     lenet `--gpus 2 --strategy=data --microbatches=2` and a 2-stage
     pipeline of 2 replicas a stage, 2 micro-batches, against one device;
     resnet18 `--gpus 2 --microbatches=2` against one device with the same
-    2 micro-batches, its batch norm normalizing each): losses within 1e-5 relative, every param and optimizer state
+    2 micro-batches, its batch norm normalizing each), and lenet `--gpus 4
+    --strategy=data --shard=fsdp --shard-min-bytes=4096` (its 3 largest
+    weights sharded, the other params replicated): losses within 1e-5
+    relative, every param and optimizer state
     within 1e-4 (the trainer gathers the state's shares into the logical
     tensors it dumps), evaluation and export logits within 1e-4;
   - killed after its step-3 checkpoint and resumed, resnet18's zero1 and
@@ -25,8 +28,9 @@ evaluate, against the one-device trainer:
     one device's 6 steps;
   - each device's memory after training (the trainer's report): its plan's
     part is lwcc's plan for the device and what the CPU measured in use
-    is that (fsdp, lenet on 4 and resnet18 on 2 devices, and resnet18's
-    with micro-batches); one device
+    is that (fsdp, lenet on 4 devices, all params and those of 4 KB and
+    more, resnet18 on 2 devices, and resnet18's with micro-batches); one
+    device
     evaluating each epoch (--eval) does so in its training arena, holding
     no arena of the evaluation's own, and takes the same steps as without;
   - the IR: under zero1 a replicated param's gradients are reduce-scattered
@@ -76,6 +80,9 @@ def main():
         data2, data4 = ["--gpus=2", "--strategy=data"], ["--gpus=4", "--strategy=data"]
         # (name, model, lwcc flags, devices)
         mb2 = ["--microbatches=2"]
+        # FSDP of the params of 4 KB and more (conv2, fc1, fc2's weights),
+        # the others replicated.
+        fsdp_big = ["--shard=fsdp", "--shard-min-bytes=4096"]
         cases = [("lenet-g1", "lenet", [], 1), ("resnet18-g1", "resnet18", [], 1),
                  ("lenet-g1-adamw", "lenet", adamw, 1), ("resnet18-g1-mb2", "resnet18", mb2, 1),
                  ("resnet18-g2-data-zero1", "resnet18", [*data2, "--shard=zero1"], 2),
@@ -84,6 +91,7 @@ def main():
                  ("lenet-g4-data-zero1", "lenet", [*data4, "--shard=zero1"], 4),
                  ("lenet-g4-data-fsdp", "lenet", [*data4, "--shard=fsdp"], 4),
                  ("lenet-g2-data-fsdp", "lenet", [*data2, "--shard=fsdp"], 2),
+                 ("lenet-g4-data-fsdp-big", "lenet", [*data4, *fsdp_big], 4),
                  ("lenet-g4-data-zero2-adamw", "lenet", [*data4, "--shard=zero2", *adamw], 4),
                  ("lenet-g4-layerwise-zero1-adamw", "lenet", ["--gpus=4", "--shard=zero1", *adamw],
                   4),
@@ -99,6 +107,7 @@ def main():
                           ("resnet18-g2-data-fsdp", "resnet18-g1"),
                           ("lenet-g4-data-zero1", "lenet-g1"),
                           ("lenet-g4-data-fsdp", "lenet-g1"),
+                          ("lenet-g4-data-fsdp-big", "lenet-g1"),
                           ("lenet-g4-data-zero2-adamw", "lenet-g1-adamw"),
                           ("lenet-g4-layerwise-zero1-adamw", "lenet-g1-adamw"),
                           ("lenet-g4-layerwise-fsdp-adamw", "lenet-g1-adamw"),
@@ -115,6 +124,7 @@ def main():
                                          exe, os.path.join(tmp, f"resnet18-g2-data-{shard}"), 2)
         resumed_elsewhere(tmp, built)
         for name, model, flags in (("lenet-g4-data-fsdp", "lenet", [*data4, "--shard=fsdp"]),
+                                   ("lenet-g4-data-fsdp-big", "lenet", [*data4, *fsdp_big]),
                                    ("resnet18-g2-data-fsdp", "resnet18",
                                     [*data2, "--shard=fsdp"]),
                                    ("resnet18-g2-data-fsdp-mb2", "resnet18",

@@ -119,6 +119,11 @@ cl::opt<std::string>
                    "(default: the planner's choice, taken where no plan fits a device's memory "
                    "without); the same training"),
           cl::init("auto"), cl::cat(category));
+cl::opt<int64_t> shardMinBytes(
+    "shard-min-bytes",
+    cl::desc("With --shard=fsdp: only the params of at least N bytes kept as shares, the smaller "
+             "ones replicated (default 0: all; the planner picks its own under --shard=auto)"),
+    cl::init(0), cl::cat(category));
 cl::opt<int64_t> bucketBytes("bucket-bytes",
                              cl::desc("Gradient all-reduce bucket size in bytes (default 25 MiB)"),
                              cl::init(int64_t{25} << 20), cl::cat(category));
@@ -354,6 +359,10 @@ int checkUsage() {
     return usage("--shard=" + shard + " is not one of: none, zero1, zero2, fsdp, auto");
   if (std::string why = zero1Conflict(); shard != "none" && shard != "auto" && !why.empty())
     return usage("--shard=" + shard + " does not go with " + why);
+  if (shardMinBytes < 0)
+    return usage("--shard-min-bytes=" + std::to_string(shardMinBytes) + " is negative");
+  if (shardMinBytes.getNumOccurrences() && shard != "fsdp")
+    return usage("--shard-min-bytes needs --shard=fsdp (it says which params FSDP shards)");
   if (stages.getNumOccurrences() && strategy != "pipeline")
     return usage("--stages is for --strategy=pipeline");
   if (strategy == "pipeline" && gpus < 2)
@@ -529,6 +538,8 @@ TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimiz
   o.plan.recompute = plan.recompute || recompute == "all";
   if (shard != "auto" && shard != "none")
     o.plan.shard = shard;
+  if (shard == "fsdp")
+    o.plan.shardMinBytes = shardMinBytes;
   o.schedule = schedule;
   o.bucketBytes = bucketBytes;
   o.pricing.spec = deviceSpecName();

@@ -41,6 +41,7 @@ extern cl::opt<int64_t> stages;
 extern cl::opt<std::string> schedule;
 extern cl::opt<std::string> recompute;
 extern cl::opt<std::string> shard;
+extern cl::opt<int64_t> shardMinBytes;
 extern cl::opt<int64_t> bucketBytes;
 extern cl::opt<std::string> loss;
 extern cl::opt<std::string> optimizer;

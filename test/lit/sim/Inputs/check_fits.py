@@ -6,7 +6,8 @@ marked "(over memory)" or not, and the one kept (--shard=auto and
 --recompute=auto add each candidate over memory that would be faster than
 the fastest that fits again with its optimizer state sharded, with
 recomputation and with both: NAME+zero1, NAME+recompute,
-NAME+zero1+recompute; then NAME+zero2, NAME+fsdp and each with +recompute).
+NAME+zero1+recompute; then NAME+zero2, NAME+fsdp>=N (the params of N bytes
+and more sharded), NAME+fsdp and each with +recompute).
 This checks, for every
 candidate, that the mark is what the candidate's own compile says (built
 with its strategy, stages, micro-batches, sharding and recomputation fixed, the memory plan checked
@@ -30,7 +31,7 @@ import tempfile
 
 def rank(name):
     """How much candidate NAME shards: none, zero1, zero2, fsdp."""
-    extras = name.split("+")[1:]
+    extras = [x.split(">=")[0] for x in name.split("+")[1:]]
     return next((r for r, s in enumerate(("zero1", "zero2", "fsdp"), 1) if s in extras), 0)
 
 
@@ -72,14 +73,17 @@ def main():
             for name, _, over in cands:
                 plan, *extras = name.split("+")
                 again = "recompute" in extras
-                shard = next((x for x in extras if x in ("zero1", "zero2", "fsdp")), "none")
+                shard = next((x for x in extras if x.split(">=")[0] in ("zero1", "zero2", "fsdp")),
+                             "none")
                 if plan.startswith("pipeline/"):
                     _, s, m = plan.split("/")
                     fixed = ["--strategy=pipeline", f"--stages={s}", f"--microbatches={m}"]
                 else:
                     fixed = [f"--strategy={plan}", "--check-search=false"]
                 fixed.append("--recompute=all" if again else "--recompute=none")
+                shard, *least = shard.split(">=")
                 fixed.append(f"--shard={shard}")
+                fixed += [f"--shard-min-bytes={n}" for n in least]
                 alone = subprocess.run([lwcc] + common + [f"--device-spec={path}"] + fixed,
                                        capture_output=True, text=True)
                 alone_over = alone.returncode != 0 and "more memory than" in alone.stderr
