@@ -65,6 +65,13 @@ int64_t largeParamBytes(const Graph& g) {
   return 0;
 }
 
+/// A memory-planned step simulated on its scheduled IR (its events placed).
+llvm::Expected<SimResult> simulateScheduled(Graph& planned, const SimCosts& costs) {
+  if (auto events = placeEvents(planned); !events)
+    return events.takeError();
+  return simulate(planned, costs);
+}
+
 PlanChoice pipelinePlan(int64_t stages, int64_t microbatches) {
   PlanChoice p;
   p.strategy = "pipeline";
@@ -144,18 +151,20 @@ bool Planner::freesEarly(const PlanChoice& plan) const {
   return freesScattered(built);
 }
 
+bool Planner::pricesScheduled(const PlanChoice& plan, const CostModel& model) const {
+  return freesEarly(plan) && !model.hasProfile();
+}
+
 llvm::Expected<SimResult> Planner::simulateOn(const Graph& g, const PlanChoice& plan,
                                               const CostModel& model) {
   auto step = buildStep(g, plan);
   if (!step)
     return step.takeError();
-  if (freesEarly(plan) && !model.hasProfile()) {
-    if (auto stats = planMemory(**step, true, true); !stats)
-      return stats.takeError();
-    if (auto events = placeEvents(**step); !events)
-      return events.takeError();
-  }
-  return simulate(**step, simCosts(model));
+  if (!pricesScheduled(plan, model))
+    return simulate(**step, simCosts(model));
+  if (auto stats = planMemory(**step, true, true); !stats)
+    return stats.takeError();
+  return simulateScheduled(**step, simCosts(model));
 }
 
 Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keepStep,
@@ -205,20 +214,8 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
   llvm::Error over = checkDeviceMemory(planned, *stats, memory_);
   out.ev.fits = !over;
   llvm::consumeError(std::move(over));
-  // ZeRO-2's reduce-scattered gradients and FSDP's gathered params are freed
-  // early, and what reuses their bytes waits for their last reader on
-  // another stream (a prefetched gather for the previous layer's compute):
-  // such a plan is priced on its scheduled IR, those waits its events. Not
-  // on a measured profile: the measured waits of a communication op's
-  // participants, which the simulator replays, already hold them (lenet
-  // --gpus 2 zero2 on the CPU: 6.44 ms without the events, 9.30 with them,
-  // 6.41 measured).
-  if (early && !model_.hasProfile()) {
-    if (auto events = placeEvents(planned); !events) {
-      out.failure = llvm::toString(events.takeError());
-      return out;
-    }
-    auto waited = simulate(planned, simCosts(model_, false));
+  if (pricesScheduled(plan, model_)) {
+    auto waited = simulateScheduled(planned, simCosts(model_, false));
     if (!waited) {
       out.failure = llvm::toString(waited.takeError());
       return out;
