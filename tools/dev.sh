@@ -37,12 +37,18 @@ launcher_flags() {
   fi
 }
 
+# RelWithDebInfo's C++ with line tables only (-g1): backtraces, sanitizer
+# reports and profiles keep their files and lines, and the build takes a
+# fourth less time than with -g's full debug info (passes/MemoryPlan.cpp:
+# 10.5 s against 13.7 s).
+DEBUG_FLAGS=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
+
 # Each step returns on failure explicitly: cmd_test calls this inside `if`, where set -e is off.
 cmd_build() {
   cmd_setup || return
   # shellcheck disable=SC2046 # the launcher flags are words
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${LWCC_BUILD_TYPE:-RelWithDebInfo}" \
-    -DLWCC_WERROR=ON $(launcher_flags) || return
+    "${DEBUG_FLAGS[@]}" -DLWCC_WERROR=ON $(launcher_flags) || return
   cmake --build "$BUILD_DIR" -j "$(nproc)" || return
 }
 
@@ -115,8 +121,8 @@ PY
 #
 #   suite NAME CMD [ARGS...]
 #
-# runs CMD (its output goes to the terminal and to $LOG_DIR/<first word of NAME>.log)
-# with LWCC_TEST_RESULT naming $LOG_DIR/<first word of NAME>.json, where the suite
+# runs CMD (its output goes to $LOG_DIR/<NAME up to " (", as a file name>.log and
+# to the terminal when it ends) with LWCC_TEST_RESULT naming that name's .json, where the suite
 # writes its result: test/e2e/harness.py's JSON (suite, passed, failed, skipped,
 # seconds, failing), which the test/e2e scripts write themselves and the wrappers
 # below write for the other tools. A suite that writes no result (it crashed),
@@ -161,23 +167,77 @@ counted_suite() {
   return "$rc"
 }
 
+# Suites run LWCC_TEST_JOBS at a time (default 2: most suites keep one core
+# busy, and CI has two), each into its log; a suite's output is printed when
+# it ends, its line of the summary in the order of cmd_test. `suite_alone`
+# runs one with nothing beside it (one whose checks time a peer's silence).
+# LWCC_TEST_SUITES=TEXT[,TEXT...] runs only the suites whose names contain one.
+SUITE_JOBS=${LWCC_TEST_JOBS:-2}
+declare -A RUNNING=() # pid -> index into SUITE_NAMES
+SUITE_CMDS=()
+SUITE_SLUGS=()
+SUITE_STARTS=()
+
 suite() {
   local name="$1"
   shift
-  local slug log json rc passed=0 failed=0 note="" result
+  if [[ -n ${LWCC_TEST_SUITES:-} ]]; then
+    local want match=""
+    IFS=, read -ra want <<<"$LWCC_TEST_SUITES"
+    for match in "${want[@]}"; do [[ $name == *"$match"* ]] && break || match=""; done
+    [[ -n $match ]] || return 0
+  fi
+  while ((${#RUNNING[@]} >= SUITE_JOBS)); do collect_suite; done
+  local i=${#SUITE_NAMES[@]} slug
   slug=$(tr -c 'A-Za-z0-9\n' '_' <<<"${name%% (*}")
   mkdir -p "$LOG_DIR"
-  log="$LOG_DIR/$slug.log"
-  json="$LOG_DIR/$slug.json"
-  rm -f "$json"
+  rm -f "$LOG_DIR/$slug.json"
+  SUITE_NAMES+=("$name")
+  SUITE_RESULTS+=("")
+  SUITE_CMDS+=("$*")
+  SUITE_SLUGS+=("$slug")
+  SUITE_STARTS+=("$SECONDS")
+  echo "---- started: $name"
+  (
+    set +e
+    LWCC_TEST_RESULT="$LOG_DIR/$slug.json" "$@" >"$LOG_DIR/$slug.log" 2>&1
+    local rc=$?
+    times >"$LOG_DIR/$slug.times" # its second line: the CPU time of what it ran
+    exit "$rc"
+  ) &
+  RUNNING[$!]=$i
+}
 
+suite_alone() {
+  while ((${#RUNNING[@]} > 0)); do collect_suite; done
+  local jobs=$SUITE_JOBS
+  SUITE_JOBS=1
+  suite "$@"
+  while ((${#RUNNING[@]} > 0)); do collect_suite; done
+  SUITE_JOBS=$jobs
+}
+
+# The user + system seconds of a suite's commands, from its `times` output
+# ("0m1.500s 0m0.250s" on the second line).
+cpu_seconds() {
+  awk 'NR == 2 {
+    t = 0
+    for (i = 1; i <= 2; i++) { split($i, p, /[ms]/); t += p[1] * 60 + p[2] }
+    printf "%.0f", t
+  }' "$1" 2>/dev/null
+}
+
+# Waits for the next suite to end, prints its log and counts its result.
+collect_suite() {
+  local pid rc=0
+  wait -n -p pid "${!RUNNING[@]}" || rc=$?
+  local i=${RUNNING[$pid]}
+  unset "RUNNING[$pid]"
+  local name=${SUITE_NAMES[$i]} slug=${SUITE_SLUGS[$i]}
+  local log="$LOG_DIR/$slug.log" json="$LOG_DIR/$slug.json" passed=0 failed=0 note="" result
   echo
-  echo "==== $name: $* ===="
-  set +e
-  LWCC_TEST_RESULT="$json" "$@" 2>&1 | tee "$log"
-  rc=${PIPESTATUS[0]}
-  set -e
-
+  echo "==== $name: ${SUITE_CMDS[$i]} ===="
+  cat "$log"
   if [[ -s $json ]] && read -r passed failed note < <("${HARNESS[@]}" summary "$json"); then
     result="$passed passed, $failed failed${note:+, $note}"
     if ((rc != 0 && failed == 0)); then
@@ -194,8 +254,7 @@ suite() {
     passed=0 failed=1
     result="exit 0 without writing a result (counted as 1 failed)"
   fi
-  SUITE_NAMES+=("$name")
-  SUITE_RESULTS+=("$result")
+  SUITE_RESULTS[i]="$result [$((SECONDS - SUITE_STARTS[i])) s, CPU $(cpu_seconds "$LOG_DIR/$slug.times") s]"
   TOTAL_PASSED=$((TOTAL_PASSED + passed))
   TOTAL_FAILED=$((TOTAL_FAILED + failed))
 }
@@ -266,7 +325,7 @@ tsan_suite() {
   local targets=(lwcc_runtime_cpu)
   # The emulated device is configured only where the CUDA headers are.
   # shellcheck disable=SC2046 # the launcher flags are words
-  if cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  if cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${DEBUG_FLAGS[@]}" \
     -DCMAKE_CXX_FLAGS=-fsanitize=thread $(launcher_flags) >/dev/null &&
     ninja -C build-tsan -t query lwcc_runtime_emu >/dev/null 2>&1; then
     targets+=(lwcc_runtime_emu)
@@ -317,6 +376,7 @@ cmd_test() {
 
   suite "unit (GoogleTest)" gtest_suite "$BIN_DIR/lwcc-unittests" --gtest_brief=1
   suite "lit (FileCheck)" lit_suite -sv --no-progress-bar test/lit
+  suite "streams: 2-4 per device vs one, the verifier on every zoo schedule" python3 test/e2e/streams_trainer.py
   suite "zoo vs onnxruntime" python3 test/e2e/zoo_reference.py
   suite "exporter patterns"  python3 test/e2e/exporter_patterns.py
   suite "zoo gradients and memory plans" python3 test/e2e/zoo_checks.py
@@ -346,14 +406,14 @@ cmd_test() {
   suite "pipeline CPU trainers vs one device" python3 test/e2e/pipeline_trainer.py
   suite "activation recomputation vs keeping them" python3 test/e2e/recompute_trainer.py
   suite "ZeRO-1, ZeRO-2 and FSDP: sharded data parallelism vs one device" python3 test/e2e/zero_trainer.py
-  suite "streams: 2-4 per device vs one, the verifier on every zoo schedule" python3 test/e2e/streams_trainer.py
-  suite "--gpus 4 CPU trainers as 2 and 4 processes (mpirun)" python3 test/e2e/mpi_trainer.py
   suite "trainer profile and trace vs the simulator" python3 test/e2e/profile_trace.py
   suite "onnx-node (ONNX node tests)" counted_suite onnx-node python3 test/onnx-node/run_node_tests.py
   suite "Release build (build-release/)" release_suite
   if [[ -n ${LWCC_TEST_CLANG:-} ]]; then
     suite "Clang build (build-clang/)" clang_suite
   fi
+  # Its checks time a rank's silence (--peer-timeout): alone, after the rest.
+  suite_alone "--gpus 4 CPU trainers as 2 and 4 processes (mpirun)" python3 test/e2e/mpi_trainer.py
 
   print_summary
   ((TOTAL_FAILED == 0))
