@@ -37,11 +37,13 @@ launcher_flags() {
   fi
 }
 
-# RelWithDebInfo's C++ with line tables only (-g1): backtraces, sanitizer
-# reports and profiles keep their files and lines, and the build takes a
-# fourth less time than with -g's full debug info (passes/MemoryPlan.cpp:
-# 10.5 s against 13.7 s).
-DEBUG_FLAGS=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
+# RelWithDebInfo's C++ optimized as Release's (-O3), with line tables only
+# (-g1): backtraces, sanitizer reports and profiles keep their files and
+# lines; full debug info (-g) took a third more compile time
+# (passes/MemoryPlan.cpp: 13.7 s against 10.5 s), and the -O3 build fails
+# on GCC's optimizer-only warnings as a Release build would (the Release
+# suite checks that instead of building everything a second time).
+DEBUG_FLAGS=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O3 -g1 -DNDEBUG")
 
 # Each step returns on failure explicitly: cmd_test calls this inside `if`, where set -e is off.
 cmd_build() {
@@ -288,12 +290,13 @@ end_checks() {
 # The Release suite: what a user's `cmake -DCMAKE_BUILD_TYPE=Release` gets.
 #   1. a plain configure leaves LWCC_WERROR off (a new compiler's warning
 #      cannot fail a user's build);
-#   2. lwcc, lwcc-opt and the CPU runtime build in Release (-O3: GCC's
-#      optimizer-only warnings) with -Werror, so warnings stay at zero there;
-#   3. that Release lwcc turns a model into the same training IR and memory
-#      plan as the build in $BUILD_DIR.
-# Only those targets, not the tests or the CUDA runtime (cuda_build.py builds
-# that with nvcc): on CI's 2 cores about 3 minutes cold, seconds with ccache.
+#   2. lwcc, lwcc-opt and the CPU runtime compile at -O3 (GCC's
+#      optimizer-only warnings) with -Werror, so warnings stay at zero there:
+#      $BUILD_DIR's own objects where it compiles all its C++ so (the test
+#      command's default build, DEBUG_FLAGS), else a Release build of those
+#      targets in $RELEASE_DIR (on CI's 2 cores about 5 minutes cold);
+#   3. with that second build, its lwcc turns a model into the same training
+#      IR and memory plan as the build in $BUILD_DIR.
 release_suite() {
   local plain="$RELEASE_DIR/plain-configure" model="$RELEASE_DIR/lenet.onnx"
   CHECKS_PASSED=0 CHECKS_FAILED=0 CHECKS_FAILING=()
@@ -302,19 +305,50 @@ release_suite() {
     "cmake -S . -B '$plain' -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null &&
      grep -qx 'LWCC_WERROR:BOOL=OFF' '$plain/CMakeCache.txt'"
   rm -rf "$plain"
-  check "Release build of lwcc, lwcc-opt and the CPU runtime, -Werror" bash -c \
-    "cmake -S . -B '$RELEASE_DIR' -G Ninja -DCMAKE_BUILD_TYPE=Release -DLWCC_WERROR=ON \
-       $(launcher_flags | tr '\n' ' ') >/dev/null &&
-     cmake --build '$RELEASE_DIR' -j $(nproc) --target lwcc lwcc-opt lwcc_runtime_cpu"
-  check "Release lwcc: the same training IR and memory plan" bash -c \
-    "python3 tools/models/gen.py lenet --batch 4 -o '$model' >/dev/null &&
-     for emit in train-ir plan; do
-       $RELEASE_DIR/bin/lwcc $model --emit=\$emit >$RELEASE_DIR/\$emit.release &&
-         $BIN_DIR/lwcc $model --emit=\$emit >$RELEASE_DIR/\$emit.expected &&
-         test -s $RELEASE_DIR/\$emit.release &&
-         diff $RELEASE_DIR/\$emit.release $RELEASE_DIR/\$emit.expected || exit 1
-     done"
+  if compiled_at_o3 "$BUILD_DIR"; then
+    check "$BUILD_DIR compiled lwcc, lwcc-opt and the CPU runtime (all its C++) at -O3, -Werror" \
+      compiled_at_o3 "$BUILD_DIR" lwcc lwcc-opt lwcc_runtime_cpu
+  else
+    check "Release build of lwcc, lwcc-opt and the CPU runtime, -Werror" bash -c \
+      "cmake -S . -B '$RELEASE_DIR' -G Ninja -DCMAKE_BUILD_TYPE=Release -DLWCC_WERROR=ON \
+         $(launcher_flags | tr '\n' ' ') >/dev/null &&
+       cmake --build '$RELEASE_DIR' -j $(nproc) --target lwcc lwcc-opt lwcc_runtime_cpu"
+    check "Release lwcc: the same training IR and memory plan" bash -c \
+      "python3 tools/models/gen.py lenet --batch 4 -o '$model' >/dev/null &&
+       for emit in train-ir plan; do
+         $RELEASE_DIR/bin/lwcc $model --emit=\$emit >$RELEASE_DIR/\$emit.release &&
+           $BIN_DIR/lwcc $model --emit=\$emit >$RELEASE_DIR/\$emit.expected &&
+           test -s $RELEASE_DIR/\$emit.release &&
+           diff $RELEASE_DIR/\$emit.release $RELEASE_DIR/\$emit.expected || exit 1
+       done"
+  fi
   end_checks release
+}
+
+# compiled_at_o3 DIR [TARGET...]: whether DIR's build has LWCC_WERROR on and
+# compiled every C++ object (nvcc's aside) with -O3 and -Werror; with
+# targets, also whether each of them has objects, all at -O3.
+compiled_at_o3() {
+  local dir="$1"
+  shift
+  grep -qx 'LWCC_WERROR:BOOL=ON' "$dir/CMakeCache.txt" 2>/dev/null &&
+    python3 - "$dir/compile_commands.json" "$@" <<'PY'
+import json, os, sys
+try:
+    entries = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    sys.exit(1)
+cxx = [e["command"].split() for e in entries
+       if os.path.basename(e["command"].split()[0]) != "nvcc"]
+# The build type's -O3 and -Werror on every object (a target may add its own
+# level after it: the AddressSanitizer fuzz build's -O1).
+if not cxx or not all({"-O3", "-Werror"} <= set(words) for words in cxx):
+    sys.exit(1)
+for target in sys.argv[2:]:  # objects in CMakeFiles/TARGET.dir/, compiled at -O3
+    mine = [w for w in cxx if any(f"/CMakeFiles/{target}.dir/" in x for x in w)]
+    if not mine or any([x for x in w if x.startswith("-O")][-1] != "-O3" for w in mine):
+        sys.exit(f"{target}: no object, or one not at -O3, in {sys.argv[1]}")
+PY
 }
 
 # ThreadSanitizer: the CPU runtime and the emulated CUDA device's runtime
@@ -325,7 +359,8 @@ tsan_suite() {
   local targets=(lwcc_runtime_cpu)
   # The emulated device is configured only where the CUDA headers are.
   # shellcheck disable=SC2046 # the launcher flags are words
-  if cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${DEBUG_FLAGS[@]}" \
+  if cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
     -DCMAKE_CXX_FLAGS=-fsanitize=thread $(launcher_flags) >/dev/null &&
     ninja -C build-tsan -t query lwcc_runtime_emu >/dev/null 2>&1; then
     targets+=(lwcc_runtime_emu)
@@ -377,6 +412,7 @@ cmd_test() {
   suite "unit (GoogleTest)" gtest_suite "$BIN_DIR/lwcc-unittests" --gtest_brief=1
   suite "lit (FileCheck)" lit_suite -sv --no-progress-bar test/lit
   suite "streams: 2-4 per device vs one, the verifier on every zoo schedule" python3 test/e2e/streams_trainer.py
+  suite "ThreadSanitizer: --gpus 4 CPU and emulated CUDA trainers" tsan_suite
   suite "zoo vs onnxruntime" python3 test/e2e/zoo_reference.py
   suite "exporter patterns"  python3 test/e2e/exporter_patterns.py
   suite "zoo gradients and memory plans" python3 test/e2e/zoo_checks.py
@@ -401,7 +437,6 @@ cmd_test() {
   suite "trainer recipes: --ema, npy data, TensorBoard" python3 test/e2e/trainer_recipes.py
   suite "parallel strategies vs one device" python3 test/e2e/parallel_step.py
   suite "pipelines and micro-batches vs one device" python3 test/e2e/pipeline_step.py
-  suite "ThreadSanitizer: --gpus 4 CPU and emulated CUDA trainers" tsan_suite
   suite "multi-device CPU trainers vs one device" python3 test/e2e/multi_device_trainer.py
   suite "pipeline CPU trainers vs one device" python3 test/e2e/pipeline_trainer.py
   suite "activation recomputation vs keeping them" python3 test/e2e/recompute_trainer.py
