@@ -205,8 +205,10 @@ void completeJoin(Joining& j) {
     duplicate |= !devices.insert(c->device).second;
   if (duplicate) {
     std::string why = "ncclCommInitRank: two ranks of one communicator on one device:";
-    for (ncclComm* c : j.ranks)
-      why += " " + rankName(c);
+    for (ncclComm* c : j.ranks) {
+      why += ' ';
+      why += rankName(c);
+    }
     std::fprintf(stderr, "emulated NCCL WARN %s\n", why.c_str());
     for (ncclComm* c : j.ranks)
       c->init = ncclInvalidUsage;

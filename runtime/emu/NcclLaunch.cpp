@@ -391,8 +391,10 @@ std::string hangReport() {
         out += " rank " + std::to_string(r);
     out += ", which never called it (joined:";
     for (ncclComm* c : j->ranks)
-      if (c)
-        out += " " + rankName(c);
+      if (c) {
+        out += ' ';
+        out += rankName(c);
+      }
     out += ")";
   }
   for (auto& s : g.comms) {

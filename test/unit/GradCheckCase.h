@@ -96,7 +96,8 @@ public:
   }
 
   Value* paramOf(const Shape& s, std::vector<double> values) {
-    std::string name = "p" + std::to_string(g_.params().size());
+    std::string name = "p";
+    name += std::to_string(g_.params().size());
     TensorType t(DType::F64, s);
     Value* p = g_.addParam(name, name, t);
     weights_[name] = Tensor::fromFloats(t, std::move(values));

@@ -43,7 +43,8 @@ Values interpreterGrad(OpKind kind, const std::vector<Arg>& args, std::vector<Na
   WeightMap w;
   std::vector<Value*> operands;
   for (size_t k = 0; k < args.size(); ++k) {
-    std::string name = "p" + std::to_string(k);
+    std::string name = "p";
+    name += std::to_string(k);
     TensorType t(DType::F64, args[k].shape);
     operands.push_back(g.addParam(name, name, t));
     w[name] = Tensor::fromFloats(t, args[k].values);

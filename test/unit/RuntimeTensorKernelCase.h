@@ -145,7 +145,9 @@ public:
   Value* input(const Shape& s, Dist d = Dist::Normal) { return input({dtype_, s}, d); }
 
   Value* inputOf(Tensor t) {
-    Value* v = g_.addInput("x" + std::to_string(data_.size()), t.type);
+    std::string name = "x"; // appended: GCC 12 at -O3 warns of a false overlap in "x" + string
+    name += std::to_string(data_.size());
+    Value* v = g_.addInput(name, t.type);
     index_[v] = data_.size();
     data_.push_back(std::move(t));
     return v;

@@ -87,6 +87,14 @@ public:
     return s;
   }
 
+  /// "x0", "x1", ...: the next input's name (appended: GCC 12's -O3 warns
+  /// of a false overlap in `"x" + std::string`).
+  std::string inputName() const {
+    std::string name = "x";
+    name += std::to_string(data_.size());
+    return name;
+  }
+
   /// An input of random values (scaled by `scale`; integers in [-9, 9]),
   /// with a few exact kinks (0, +-3) among the floats.
   Value* input(const Shape& s, double scale = 2.0) {
@@ -101,7 +109,7 @@ public:
       double x = pick == 0 ? 0.0 : pick == 1 ? 3.0 * (randInt(0, 1) ? 1 : -1) : uniform(-1, 1);
       v.f[k] = t_ == DType::F32 ? static_cast<float>(x * scale) : x * scale;
     }
-    Value* in = g_.addInput("x" + std::to_string(data_.size()), t);
+    Value* in = g_.addInput(inputName(), t);
     index_[in] = data_.size();
     data_.push_back(std::move(v));
     return in;
@@ -113,7 +121,7 @@ public:
     Tensor v(t);
     for (int64_t& b : v.i)
       b = randInt(0, 1);
-    Value* in = g_.addInput("x" + std::to_string(data_.size()), t);
+    Value* in = g_.addInput(inputName(), t);
     index_[in] = data_.size();
     data_.push_back(std::move(v));
     return in;

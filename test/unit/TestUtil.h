@@ -103,7 +103,10 @@ inline void expectOpError(const Graph& g, const Op* op, const std::string& phras
   EXPECT_EQ(locs[0].name, op->loc().name);
   std::string prefix = op->describe() + ": ";
   EXPECT_EQ(texts[0].rfind(prefix, 0), 0u) << texts[0];
-  EXPECT_NE(texts[0].find("'" + std::string(op->mnemonic()) + "' op"), std::string::npos);
+  std::string quoted = "'";
+  quoted += op->mnemonic();
+  quoted += "' op";
+  EXPECT_NE(texts[0].find(quoted), std::string::npos);
   EXPECT_NE(texts[0].find(phrase), std::string::npos) << texts[0];
 }
 

@@ -96,8 +96,11 @@ inline bool sameLayout(const TensorView& a, const TensorView& b) {
 /// "[2,3]" for messages.
 inline std::string shapeString(const std::vector<int64_t>& s) {
   std::string out = "[";
-  for (size_t d = 0; d < s.size(); ++d)
-    out += (d ? "," : "") + std::to_string(s[d]);
+  for (size_t d = 0; d < s.size(); ++d) {
+    if (d)
+      out += ',';
+    out += std::to_string(s[d]);
+  }
   return out + "]";
 }
 
