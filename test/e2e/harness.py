@@ -48,6 +48,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -143,17 +144,76 @@ def trainer_sources(out_dir, ext):
     return ["trainer" + ext] + sorted(parts, key=lambda f: int(f[len("trainer_"):-len(ext)]))
 
 
+# Trainers compiled by the suites, by what they are compiled from: several
+# suites build the same trainer (a one-device reference, say: 37 of the 217
+# builds of the e2e suites), and the second one copies the first's. The key
+# is the compile command, every trainer* file lwcc wrote (the sources and
+# the weights and export template they embed), the runtime archive and
+# the prefix's headers; LWCC_TEST_TRAINER_CACHE=0 turns it off.
+TRAINER_CACHE = os.path.join(PREFIX, "test-cache", "trainers")
+_prefix_digests = {}
+
+
+def _prefix_digest(prefix, archive):
+    """The identity of a runtime: its headers' and archive's paths, sizes
+    and modification times (a rebuild changes them)."""
+    key = (prefix, archive)
+    if key not in _prefix_digests:
+        import hashlib
+        h = hashlib.sha256()
+        paths = [archive]
+        for d, _, files in os.walk(os.path.join(prefix, "include")):
+            paths += [os.path.join(d, f) for f in files]
+        for path in sorted(paths):
+            st = os.stat(path)
+            h.update(f"{path} {st.st_size} {st.st_mtime_ns}\n".encode())
+        _prefix_digests[key] = h.hexdigest()
+    return _prefix_digests[key]
+
+
+def cached_build(out_dir, prefix, archive, cmd, timeout):
+    """Runs the compile command cmd (which writes out_dir/trainer) in
+    out_dir, or copies the trainer an identical compile made before; the
+    compiler's CompletedProcess (a copy's is empty)."""
+    if os.environ.get("LWCC_TEST_TRAINER_CACHE") == "0":
+        return run(cmd, cwd=out_dir, timeout=timeout)
+    import hashlib
+    h = hashlib.sha256(_prefix_digest(prefix, archive).encode())
+    h.update("\0".join(cmd).encode())
+    for name in sorted(os.listdir(out_dir)):
+        path = os.path.join(out_dir, name)
+        if name.startswith("trainer") and name != "trainer" and os.path.isfile(path):
+            h.update(f"\0{name}\0".encode())
+            with open(path, "rb") as f:
+                h.update(f.read())
+    cached = os.path.join(TRAINER_CACHE, h.hexdigest())
+    exe = os.path.join(out_dir, "trainer")
+    if os.path.isfile(cached):
+        shutil.copy2(cached, exe)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+    r = run(cmd, cwd=out_dir, timeout=timeout)
+    if r.returncode == 0 and os.path.isfile(exe):
+        os.makedirs(TRAINER_CACHE, exist_ok=True)
+        part = f"{cached}.{os.getpid()}.{threading.get_ident()}"
+        shutil.copy2(exe, part)
+        os.replace(part, cached)  # whole or absent for a suite beside this one
+    return r
+
+
 def build_cpu_trainer(out_dir, opt="-O0", timeout=600):
     """Compiles the trainer.cc (and its parts) that `lwcc --target=cpu
     --emit=source -o out_dir` wrote against the build tree's CPU runtime (the
-    step is glue around the runtime's kernels, so -O0 does); (path or None,
-    error)."""
+    step is glue around the runtime's kernels, so -O0 does; without
+    exception tables, as `lwcc -o` builds it: a tenth less compile time);
+    (path or None, error)."""
     with open(os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.libs")) as f:
         libs = f.read().split()  # the system libraries the runtime needs
-    r = run(["c++", "-std=c++20", opt, "-I" + os.path.join(PREFIX, "include"),
-             *trainer_sources(out_dir, ".cc"),
-             os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.a"), *libs, "-o", "trainer"],
-            cwd=out_dir, timeout=timeout)
+    lib = os.path.join(PREFIX, "lib", "liblwcc_runtime_cpu.a")
+    r = cached_build(out_dir, PREFIX, lib,
+                     ["c++", "-std=c++20", opt, "-fno-exceptions",
+                      "-I" + os.path.join(PREFIX, "include"),
+                      *trainer_sources(out_dir, ".cc"), lib, *libs, "-o", "trainer"],
+                     timeout)
     exe = os.path.join(out_dir, "trainer")
     return (exe, "") if r.returncode == 0 else (None, r.stderr[-1500:])
 
@@ -168,12 +228,14 @@ def build_emulated_trainer(out_dir, flags=("-O0",), prefix=PREFIX, timeout=900):
         cflags = f.read().split()
     with open(os.path.join(lib, "liblwcc_runtime_emu.libs")) as f:
         libs = f.read().split()
-    return run(["c++", "-std=c++20", *flags, "-x", "c++", "-include",
-                os.path.join(prefix, "include", "lwemu", "cuda_emu.h"),
-                "-I" + os.path.join(prefix, "include"), *cflags,
-                *trainer_sources(out_dir, ".cu"), "-x", "none",
-                os.path.join(lib, "liblwcc_runtime_emu.a"), *libs, "-o", "trainer"],
-               cwd=out_dir, timeout=timeout)
+    archive = os.path.join(lib, "liblwcc_runtime_emu.a")
+    return cached_build(out_dir, prefix, archive,
+                        ["c++", "-std=c++20", *flags, "-x", "c++", "-include",
+                         os.path.join(prefix, "include", "lwemu", "cuda_emu.h"),
+                         "-I" + os.path.join(prefix, "include"), *cflags,
+                         *trainer_sources(out_dir, ".cu"), "-x", "none", archive, *libs,
+                         "-o", "trainer"],
+                        timeout)
 
 
 def kill_at_first_checkpoint(cmd, ck, seconds):

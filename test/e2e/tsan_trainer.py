@@ -78,7 +78,7 @@ def run(cmd, cwd=None, env=None, timeout=900):
 
 
 def build(src, out, prefix):
-    flags = "-fsanitize=thread -g -O1"
+    flags = "-fsanitize=thread -g1 -O1"  # line tables: reports keep files and lines
     r = run(["cmake", "-S", src, "-B", out, "-G", "Ninja", f"-DLWCC_PREFIX={prefix}",
              f"-DCMAKE_CXX_FLAGS={flags}", "-DCMAKE_BUILD_TYPE=None",
              "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread"])
