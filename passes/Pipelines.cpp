@@ -16,6 +16,8 @@ std::string PlanChoice::name() const {
     s += "+" + shard;
   if (shard == "fsdp" && shardMinBytes > 0)
     s += ">=" + std::to_string(shardMinBytes);
+  if (recompute && recomputeTop > 0)
+    return s + "+recompute(" + std::to_string(recomputeTop) + ")";
   return s + (recompute ? "+recompute" : "");
 }
 
@@ -104,6 +106,12 @@ PipelineStep strategyStep(const TrainingPipelineOptions& o) {
                              ",bucket_bytes=" + std::to_string(o.bucketBytes)};
 }
 
+/// The recompute pass's options for a plan: how many layers, where not
+/// every one.
+std::string recomputeOptions(const PlanChoice& plan) {
+  return plan.recomputeTop > 0 ? "top=" + std::to_string(plan.recomputeTop) : "";
+}
+
 } // namespace
 
 bool freesScattered(const PlanChoice& plan) {
@@ -137,7 +145,7 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
     p.push_back({"materialize", materialize});
     p.push_back({"autodiff", ""});
     if (o.plan.recompute)
-      p.push_back({"recompute", ""});
+      p.push_back({"recompute", recomputeOptions(o.plan)});
     // FSDP's gathers on the communication stream, one layer ahead.
     if (shard == "fsdp")
       p.push_back({"regather", "prefetch=1,stream=1"});
@@ -157,7 +165,7 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
                        specOptions(o.pricing) + profileOption(o.pricing) + tf32Option(o.pricing)});
     p.push_back({"autodiff", ""});
     if (o.plan.recompute)
-      p.push_back({"recompute", ""});
+      p.push_back({"recompute", recomputeOptions(o.plan)});
   }
   if (o.withOptimizer) {
     p.push_back({"optimizer", optimizerOptions(o.optimizer)});

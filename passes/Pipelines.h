@@ -45,6 +45,9 @@ struct PlanChoice {
   int64_t stages = 0;       ///< pipeline: stages dividing the devices
   int64_t microbatches = 1; ///< micro-batches per step (any strategy)
   bool recompute = false;   ///< cheap activations computed again (recompute)
+  /// With recompute: only the layers' of this many layers whose values
+  /// hold the most bytes (recompute's top=K; 0: every layer's).
+  int64_t recomputeTop = 0;
   /// Sharded data parallelism over the replicas of each replicated param:
   /// "none"; "zero1" (ZeRO stage 1: gradients reduce-scattered, each
   /// device's share of the rows updated with its share of the optimizer
@@ -58,7 +61,8 @@ struct PlanChoice {
   int64_t shardMinBytes = 0;
   /// The strategy, or "pipeline/S/M" for S stages of M micro-batches;
   /// "+zero1", "+zero2" or "+fsdp" after it with sharding ("+fsdp>=N" with
-  /// shardMinBytes N), "+recompute" with recomputation.
+  /// shardMinBytes N), "+recompute" with recomputation ("+recompute(K)"
+  /// of recomputeTop K).
   std::string name() const;
 };
 

@@ -41,19 +41,49 @@
 // as the forward (every kernel is deterministic), so a step with recomputation trains exactly as
 // one without.
 //
+// With `top=K` only the cheap ops of the K layers (loc names) whose cheap
+// results hold the most bytes are computed again (recomputableLayers); the
+// others' values are kept as if they were not cheap. The planner's
+// `--recompute=auto` recomputes the fewest layers that fit a device this
+// way (`PLAN+recompute(K)`; `lwcc --recompute=K`).
+//
 //===----------------------------------------------------------------------===//
 #include "passes/Pass.h"
+#include "passes/PassOptions.h"
 #include "passes/TrainingSupport.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <unordered_map>
 
 namespace lwcc {
 
 namespace {
 
+/// Whether a forward op is cheap to compute again: not a convolution or
+/// product (what the others are computed again from), nor one whose value
+/// must be kept (see above).
+bool cheap(const Op& op) {
+  switch (op.kind()) {
+  case OpKind::Conv2d:
+  case OpKind::Gemm:
+  case OpKind::MatMul:
+  case OpKind::Constant:
+  case OpKind::Assign:
+  case OpKind::DropoutMask:
+    return false;
+  default:
+    return !op.info().isCommunication() && op.numResults() > 0;
+  }
+}
+
 class RecomputePass : public Pass {
 public:
+  /// `top`: how many layers, the most bytes first, are computed again (0:
+  /// every one).
+  explicit RecomputePass(int64_t top) : top_(top) {}
+
   std::string_view name() const override { return "recompute"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
@@ -63,6 +93,11 @@ public:
     // values only), the readers of the copies.
     std::unordered_map<const Op*, int64_t> chain; // copies back to kept values
     std::vector<Op*> readers;
+    std::set<std::string> layers; // top_'s layers
+    if (top_ > 0)
+      for (const auto& [layer, bytes] : recomputableLayers(g))
+        if (static_cast<int64_t>(layers.size()) < top_)
+          layers.insert(layer);
     for (auto& op : g.ops()) {
       if (isRecomputed(*op))
         return op->emitError("recompute: the graph is already recomputed");
@@ -70,7 +105,7 @@ public:
         readers.push_back(op.get());
         continue;
       }
-      if (!cheap(*op))
+      if (!cheap(*op) || (top_ > 0 && !layers.count(op->loc().name)))
         continue;
       int64_t longest = 0;
       for (const Value* v : op->operands())
@@ -98,20 +133,7 @@ private:
   /// The longest chain of copies one recomputed value may need.
   static constexpr int64_t kMaxChain = 4;
 
-  /// Whether a forward op is cheap to compute again.
-  static bool cheap(const Op& op) {
-    switch (op.kind()) {
-    case OpKind::Conv2d:
-    case OpKind::Gemm:
-    case OpKind::MatMul:
-    case OpKind::Constant:
-    case OpKind::Assign:
-    case OpKind::DropoutMask:
-      return false;
-    default:
-      return !op.info().isCommunication() && op.numResults() > 0;
-    }
-  }
+  int64_t top_;
 
   /// The copy of forward value `v` (made now, before the builder's
   /// insertion point, with the copies of its operands), or null when `v` is
@@ -144,6 +166,34 @@ private:
 
 } // namespace
 
-std::unique_ptr<Pass> createRecomputePass() { return std::make_unique<RecomputePass>(); }
+llvm::Expected<std::unique_ptr<Pass>> createRecomputePass(std::string_view options) {
+  auto opts = PassOptions::parse("recompute", options, "top", {"top"});
+  if (!opts)
+    return opts.takeError();
+  auto top = opts->getInt("top", 0);
+  if (!top)
+    return top.takeError();
+  if (*top < 0 || (opts->has("top") && *top == 0))
+    return makeError("recompute: top=" + std::to_string(*top) +
+                     " is not a number of layers (1 or more)");
+  return std::make_unique<RecomputePass>(*top);
+}
+
+std::vector<std::pair<std::string, int64_t>> recomputableLayers(const Graph& g) {
+  std::map<std::string, int64_t> bytes;
+  for (const auto& op : g.ops()) {
+    if (isGradientSeed(*op))
+      break;
+    const std::string& name = op->loc().name;
+    if (!cheap(*op) || name.empty())
+      continue;
+    for (unsigned r = 0; r < op->numResults(); ++r)
+      bytes[name] += op->result(r)->type().sizeInBytes();
+  }
+  std::vector<std::pair<std::string, int64_t>> out(bytes.begin(), bytes.end());
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
 
 } // namespace lwcc

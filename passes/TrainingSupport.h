@@ -57,6 +57,12 @@ bool isGradientSeed(const Op& op);
 /// Whether `op` is a forward op computed again for the backward (the
 /// recompute pass's copies: loc "NAME.recompute").
 bool isRecomputed(const Op& op);
+/// The layers (loc names) of the forward ops the recompute pass may compute
+/// again in `g` (a model's graph or a training step, up to the loss
+/// gradient's seed), with the bytes of those ops' results, the most first
+/// (equal ones by name): `recompute`'s top=K
+/// takes the first K.
+std::vector<std::pair<std::string, int64_t>> recomputableLayers(const Graph& g);
 /// Whether `op` all_gathers shares of params (materialize's shard=fsdp).
 bool gathersParamShares(const Op& op);
 /// Whether `op` is such a gather made again for the backward (the regather

@@ -45,7 +45,8 @@ void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& 
                         device, m.params, m.state, m.at, m.live, m.activations, m.gradients,
                         m.constants, m.gathered, m.gradientPeak);
   if (std::vector<std::string> again = recomputedLayers(g); !again.empty()) {
-    os << llvm::formatv("computed again for the backward (--recompute): {0} layers:", again.size());
+    os << llvm::formatv("computed again for the backward (--recompute): {0} layer{1}:",
+                        again.size(), again.size() == 1 ? "" : "s");
     for (const std::string& l : again)
       os << " " << (l.empty() ? "(unnamed)" : l);
     os << "\n";

@@ -5,6 +5,7 @@
 #include "ir/Verifier.h"
 #include "passes/MemoryPlan.h"
 #include "passes/StepOrder.h"
+#include "passes/TrainingSupport.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
@@ -380,6 +381,42 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
           continue;
         if (llvm::Error e = evaluateAndConsider(again))
           return e;
+      }
+    }
+  }
+  // Step 3b: a candidate that fits only by recomputing every layer's cheap
+  // values may fit recomputing fewer layers, which is faster (fewer copies
+  // in the backward): the K layers whose values hold the most bytes
+  // (recompute's top=K), the least K that fits found by bisection (its fit
+  // taken as monotone in K). Not where the same plan without recomputation,
+  // a bound on every K's step, is no faster than the fastest that fits.
+  if (options_.recomputeWhenOver) {
+    const int64_t layers = static_cast<int64_t>(recomputableLayers(g).size());
+    const size_t candidates = built.size();
+    for (size_t i = 0; i < candidates && layers > 1; ++i) {
+      const PlanChoice all = built[i]->plan;
+      if (!built[i]->fits || !all.recompute || all.recomputeTop > 0)
+        continue;
+      PlanChoice plain = all;
+      plain.recompute = false;
+      if (auto it = evaluations_.find(keyOf(plain));
+          fastest && it != evaluations_.end() && it->second.error.empty() &&
+          it->second.sim.stepSeconds >= built[*fastest]->sim.stepSeconds)
+        continue;
+      int64_t lo = 1, hi = layers; // `layers` (every one) is known to fit
+      while (lo < hi) {
+        PlanChoice some = all;
+        some.recomputeTop = lo + (hi - lo) / 2;
+        std::unique_ptr<Graph> step;
+        auto ev = evaluate(g, some, &step, false);
+        if (!ev)
+          return ev.takeError();
+        const bool fits = (*ev)->error.empty() && (*ev)->fits;
+        consider(**ev, std::move(step));
+        if (fits)
+          hi = some.recomputeTop;
+        else
+          lo = some.recomputeTop + 1;
       }
     }
   }

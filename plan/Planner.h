@@ -19,7 +19,8 @@
 //     search's plan; one that shards more than the fastest before it must
 //     be faster by more than 1%). When none fits, with --recompute=auto each candidate
 //     is priced again with recomputation (its cheap activations computed
-//     again for the backward: passes/Recompute.cpp), then each pipeline
+//     again for the backward: passes/Recompute.cpp; where that fits, with
+//     the fewest of its layers that fit, the largest first), then each pipeline
 //     tries 8S, 16S, ... micro-batches (fewer activations in flight) until
 //     one does; when still none fits, the first candidate is kept and the
 //     compile reports the memory it needs.
@@ -171,9 +172,10 @@ private:
   std::map<std::string, PlanSelection> selections_;
   std::map<std::string, PlanChoice> kept_;
   std::map<std::string, std::unique_ptr<Graph>> keptSteps_;
-  using Key = std::tuple<std::string, int64_t, int64_t, bool, std::string, int64_t>;
+  using Key = std::tuple<std::string, int64_t, int64_t, bool, int64_t, std::string, int64_t>;
   static Key keyOf(const PlanChoice& p) {
-    return {p.strategy, p.stages, p.microbatches, p.recompute, p.shard, p.shardMinBytes};
+    return {p.strategy,     p.stages, p.microbatches, p.recompute,
+            p.recomputeTop, p.shard,  p.shardMinBytes};
   }
   std::map<Key, PlanEvaluation> evaluations_;
 };

@@ -15,8 +15,12 @@ evaluate, against the trainer built without it:
   - a 2-stage resnet18 pipeline of 2 micro-batches, 1f1b and zb-h1: bit-identical to the
     same pipeline without recomputation (the schedule runs the copies in each
     micro-batch's backward);
+  - `--recompute=3` (only the 3 layers whose values hold the most bytes:
+    what the planner's `PLAN+recompute(3)` builds), resnet18 and
+    inception on one device and resnet18's 1f1b pipeline: bit-identical to
+    the trainer without;
   - the memory plan (`lwcc -v`): resnet18's and inception's arena smaller
-    with `--recompute=all` than without;
+    with `--recompute=all` than without, and with `--recompute=3` between;
   - `--recompute=some` is a usage error (exit 2).
 Ends with the line "N passed, M failed".
 
@@ -66,6 +70,9 @@ def main():
         # (name, model, lwcc flags, devices)
         cases = [(f"{m}-g1", m, [], 1) for m in models]
         cases += [(f"{m}-g1-rc", m, ["--recompute=all"], 1) for m in models]
+        # Only the 3 layers whose values hold the most bytes (what the
+        # planner's --recompute=auto builds as PLAN+recompute(3)).
+        cases += [(f"{m}-g1-rc3", m, ["--recompute=3"], 1) for m in ("resnet18", "inception")]
         cases += [("resnet18-g2-data-rc", "resnet18",
                    ["--gpus=2", "--strategy=data", "--recompute=all"], 2),
                   ("lenet-g4-owt-rc", "lenet", ["--gpus=4", "--strategy=owt", "--recompute=all"], 4)]
@@ -73,11 +80,16 @@ def main():
             cases += [(f"resnet18-pipe-{sched}", "resnet18", pipe + [f"--schedule={sched}"], 2),
                       (f"resnet18-pipe-{sched}-rc", "resnet18",
                        pipe + [f"--schedule={sched}", "--recompute=all"], 2)]
+        cases.append(("resnet18-pipe-1f1b-rc3", "resnet18",
+                      pipe + ["--schedule=1f1b", "--recompute=3"], 2))
         built, runs = md.build_and_train(md.steady(cases), tmp)
         for m in models:
             if f"{m}-g1" in runs and f"{m}-g1-rc" in runs:
                 same_bits(f"{m} --recompute=all on one device vs without", runs[f"{m}-g1"],
                           runs[f"{m}-g1-rc"])
+            if f"{m}-g1" in runs and f"{m}-g1-rc3" in runs:
+                same_bits(f"{m} --recompute=3 on one device vs without", runs[f"{m}-g1"],
+                          runs[f"{m}-g1-rc3"])
         for name, ref in [("resnet18-g2-data-rc", "resnet18-g1"), ("lenet-g4-owt-rc", "lenet-g1")]:
             if name in runs and ref in runs:
                 md.compare(f"{name} vs one device without recomputation", runs[ref], runs[name])
@@ -86,6 +98,9 @@ def main():
             if a in runs and b in runs:
                 same_bits(f"resnet18 2-stage {sched} pipeline, --recompute=all vs without",
                           runs[a], runs[b])
+        a, b = "resnet18-pipe-1f1b", "resnet18-pipe-1f1b-rc3"
+        if a in runs and b in runs:
+            same_bits("resnet18 2-stage 1f1b pipeline, --recompute=3 vs without", runs[a], runs[b])
         exe = built.get("resnet18-g2-data-rc", (None,))[0]
         if exe:
             md.resumed_bit_identical("resnet18 --gpus 2 --strategy=data --recompute=all: killed "
@@ -98,6 +113,10 @@ def main():
             report(keep is not None and again is not None and again < keep,
                    f"{m}: the planned arena is smaller with --recompute=all",
                    f"{again} bytes vs {keep}", f"{keep} -> {again} bytes")
+            some = arena(path, ["--recompute=3"])
+            report(None not in (keep, again, some) and again <= some < keep,
+                   f"{m}: --recompute=3's arena is smaller than none's, no smaller than all's",
+                   f"none {keep}, 3 {some}, all {again} bytes", f"{some} bytes")
         harness.lwcc_refuses([os.path.join(tmp, "lenet.onnx"), "--recompute=some"],
                              "--recompute=some: exit 2 naming the choices",
                              "--recompute=some is not one of: none, all, auto")

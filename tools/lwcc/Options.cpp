@@ -103,8 +103,10 @@ cl::opt<std::string>
               cl::desc("Activations for the backward: none (kept from the forward), all "
                        "(every one but the convolutions' and matrix products' outputs "
                        "computed again right before the backward needs it: less memory, more "
-                       "compute, the same training) or auto (default: the planner's choice on "
-                       "several devices, taken where no plan fits a device's memory without)"),
+                       "compute, the same training), K (those of the K layers whose values "
+                       "hold the most bytes) or auto (default: the planner's choice on "
+                       "several devices, taken where no plan fits a device's memory without, "
+                       "for the fewest layers that fit)"),
               cl::init("auto"), cl::cat(category));
 cl::opt<std::string>
     shard("shard",
@@ -353,8 +355,9 @@ int checkUsage() {
     return usage("--microbatches must be in 1..4096");
   if (schedule != "1f1b" && schedule != "gpipe" && schedule != "zb-h1")
     return usage("--schedule=" + schedule + " is not one of: 1f1b, gpipe, zb-h1");
-  if (recompute != "none" && recompute != "all" && recompute != "auto")
-    return usage("--recompute=" + recompute + " is not one of: none, all, auto");
+  if (recompute != "none" && recompute != "all" && recompute != "auto" && recomputeLayersFlag() < 1)
+    return usage("--recompute=" + recompute +
+                 " is not one of: none, all, auto, or a number of layers (1 or more)");
   if (shard != "none" && shard != "zero1" && shard != "zero2" && shard != "fsdp" && shard != "auto")
     return usage("--shard=" + shard + " is not one of: none, zero1, zero2, fsdp, auto");
   if (std::string why = zero1Conflict(); shard != "none" && shard != "auto" && !why.empty())
@@ -454,6 +457,11 @@ std::string chosenStrategy() {
   return gpus > 1 ? "layerwise" : "data";
 }
 
+int64_t recomputeLayersFlag() {
+  int64_t k = 0;
+  return llvm::StringRef(recompute).getAsInteger(10, k) || k < 1 ? 0 : k;
+}
+
 std::string deviceSpecName() {
   if (!deviceSpec.empty())
     return deviceSpec;
@@ -535,7 +543,11 @@ TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimiz
   o.mixedPrecision = mixedPrecision;
   o.gpus = gpus;
   o.plan = plan;
-  o.plan.recompute = plan.recompute || recompute == "all";
+  o.plan.recompute = plan.recompute || (recompute != "none" && recompute != "auto");
+  if (recompute == "all")
+    o.plan.recomputeTop = 0;
+  else if (int64_t k = recomputeLayersFlag(); k > 0)
+    o.plan.recomputeTop = k;
   if (shard != "auto" && shard != "none")
     o.plan.shard = shard;
   if (shard == "fsdp")

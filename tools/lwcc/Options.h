@@ -106,6 +106,8 @@ int checkBuildUsage();
 std::string chosenStrategy();
 /// The device spec --device-spec names, or the target's default.
 std::string deviceSpecName();
+/// --recompute=K's number of layers, or 0 where it names no number.
+int64_t recomputeLayersFlag();
 /// The device spec with --devices-per-node applied.
 llvm::Expected<DeviceSpec> loadSpec();
 /// The candidates the planner prices at once (--plan-threads, 0: per core).

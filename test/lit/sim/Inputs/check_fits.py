@@ -7,7 +7,8 @@ marked "(over memory)" or not, and the one kept (--shard=auto and
 the fastest that fits again with its optimizer state sharded, with
 recomputation and with both: NAME+zero1, NAME+recompute,
 NAME+zero1+recompute; then NAME+zero2, NAME+fsdp>=N (the params of N bytes
-and more sharded), NAME+fsdp and each with +recompute).
+and more sharded), NAME+fsdp and each with +recompute; and, for one that
+fits with +recompute, +recompute(K): only the K layers with the most bytes).
 This checks, for every
 candidate, that the mark is what the candidate's own compile says (built
 with its strategy, stages, micro-batches, sharding and recomputation fixed
@@ -74,7 +75,10 @@ def main():
             cands = re.findall(r"(\S+) ([0-9.]+) ms( \(over memory\))?", body)
             for name, _, over in cands:
                 plan, *extras = name.split("+")
-                again = "recompute" in extras
+                # +recompute: every layer's values; +recompute(K): the K
+                # layers' with the most bytes (--recompute=K).
+                again = next((x[len("recompute"):].strip("()") or "all" for x in extras
+                              if x.startswith("recompute")), None)
                 shard = next((x for x in extras if x.split(">=")[0] in ("zero1", "zero2", "fsdp")),
                              "none")
                 if plan.startswith("pipeline/"):
@@ -82,7 +86,7 @@ def main():
                     fixed = ["--strategy=pipeline", f"--stages={s}", f"--microbatches={m}"]
                 else:
                     fixed = [f"--strategy={plan}", "--check-search=false"]
-                fixed.append("--recompute=all" if again else "--recompute=none")
+                fixed.append(f"--recompute={again or 'none'}")
                 shard, *least = shard.split(">=")
                 fixed.append(f"--shard={shard}")
                 fixed += [f"--shard-min-bytes={n}" for n in least]
