@@ -145,8 +145,8 @@ def trainer_sources(out_dir, ext):
 
 
 # Trainers compiled by the suites, by what they are compiled from: several
-# suites build the same trainer (a one-device reference, say: 37 of the 217
-# builds of the e2e suites), and the second one copies the first's. The key
+# suites build the same trainer (a one-device reference, say: about a sixth
+# of the e2e suites' builds), and the second one copies the first's. The key
 # is the compile command, every trainer* file lwcc wrote (the sources and
 # the weights and export template they embed), the runtime archive and
 # the prefix's headers; LWCC_TEST_TRAINER_CACHE=0 turns it off.
