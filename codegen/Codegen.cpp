@@ -595,6 +595,10 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
            << "  model.lossType = " << dtypeEnum(loss->type().dtype) << ";\n"
            << "  model.defaults.family = " << hyper->family << ";\n"
            << hyper->fields << "  model.tf32 = Tf32::" << o.tf32 << ";\n";
+  if (o.target == "cuda" && !o.convWorkspaceBytes.empty())
+    mainText << "  // The most workspace a convolution may take, per device: what the memory\n"
+             << "  // plan left on the device spec.\n"
+             << "  model.convWorkspaceBytes = " << ints(o.convWorkspaceBytes) << ";\n";
   if (!multi) {
     mainText << "  model.init = init;\n  model.step = step;\n";
   } else {

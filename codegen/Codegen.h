@@ -50,6 +50,10 @@ struct CodegenOptions {
   std::string exportFile = "trainer.onnx-template";
   std::string exportTemplate; ///< empty: no --export
   std::vector<ExportCutSpec> exportCuts;
+  /// CUDA: per device, the most workspace a convolution's algorithm may take
+  /// (convWorkspaceLimits of the memory plan; -1: the runtime's own limit);
+  /// empty: the runtime's limit everywhere.
+  std::vector<int64_t> convWorkspaceBytes;
   /// A step of more ops than this is written as several source files that
   /// build in parallel (about this many ops each; 0: always one file).
   size_t opsPerFile = 1500;

@@ -93,9 +93,35 @@ llvm::Expected<std::vector<Tensor>> runInArenas(const Graph& g, const std::vecto
                                                 const WeightMap& weights);
 
 struct DeviceSpec;
-/// An error that gives the numbers when a device's arena and the params it
-/// holds need more memory than a device of `spec` has.
+/// An error that gives the numbers when what a device holds needs more
+/// memory than a device of `spec` has: its arena, the params it holds, the
+/// input batch (a spec with inputsOnDevice), and on a spec with library
+/// workspaces (a GPU's) those of each stream, the CUDA runtime's own 256
+/// bytes (its error flag) and each stream's largest
+/// padded convolution input (convPadBytes, in whole MiB as the CUDA
+/// runtime grows a stream's workspace). The convolutions' algorithm
+/// workspaces take what is left (convWorkspaceLimits).
 llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats, const DeviceSpec& spec);
+
+/// The most algorithm workspace the CUDA runtime lets a convolution take
+/// (a cuDNN algorithm or engine that wants more is passed over).
+constexpr int64_t kConvWorkspaceLimitBytes = int64_t{1} << 30;
+
+/// The bytes of the padded copy of its image that the CUDA runtime makes
+/// for a convolution (conv2d, conv2d_grad_input, conv2d_grad_filter) whose
+/// pads differ between the two sides of a dim (cuDNN pads both sides
+/// alike): N*C*(H+|top-bottom|)*(W+|left-right|) elements, 256-byte
+/// aligned; 0 for other ops and even pads.
+int64_t convPadBytes(const Op& op);
+
+/// On a spec with library workspaces (a GPU's): for each device with
+/// convolutions, the algorithm workspace each of its convolutions may take,
+/// the memory checkDeviceMemory leaves shared by the device's streams that
+/// run convolutions, in whole MiB, at most kConvWorkspaceLimitBytes. A CUDA
+/// trainer passes over algorithms that want more, so a plan that fits stays
+/// within the device's memory. Empty on other specs.
+std::map<int64_t, int64_t> convWorkspaceLimits(const Graph& g, const MemoryPlanStats& stats,
+                                               const DeviceSpec& spec);
 
 /// Checks that no two values that are live at the same time share bytes,
 /// except a view and its operand, or an in-place result and the operand it

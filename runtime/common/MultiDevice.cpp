@@ -206,6 +206,7 @@ MultiDevice::create(const ModelInfo& m, StepRunner* first, const RunnerOptions& 
   int found = 1; // round-robin: the devices opened so far, 0 .. found - 1
   for (int d = here.first + 1; d < here.first + here.count; ++d) {
     RunnerOptions o = options;
+    o.convWorkspaceBytes = m.convWorkspaceFor(d);
     std::unique_ptr<StepRunner> r;
     if (int want = physicalDevice(m, cluster, physical, d); want >= 0) {
       o.device = want;

@@ -468,6 +468,8 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
                       : -1;
       first >= 0)
     o_.runner.device = first;
+  o_.runner.convWorkspaceBytes =
+      m_.convWorkspaceFor(multiDevice ? localDevices(m_, cluster_).first : 0);
   runner_ = createRunner(o_.runner, &error);
   if (!runner_) {
     if (m_.target == "cuda" && cluster_ && error.find("does not exist") != std::string::npos)

@@ -164,6 +164,7 @@ bool initStreamContext(Context& c, const Context& base, std::string* error) {
   c.cudnnOps = base.cudnnOps;
   c.convGraphApi = base.convGraphApi;
   c.timeAlgorithms = base.timeAlgorithms;
+  c.convWorkspaceLimit = base.convWorkspaceLimit;
   cudaError_t st = cudaSetDevice(base.device);
   if (st == cudaSuccess)
     st = cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking);

@@ -90,6 +90,12 @@ struct Context {
   /// Choose convolution algorithms and engines by timing them
   /// (--cudnn-benchmark); by cuDNN's heuristics, without timing, otherwise.
   bool timeAlgorithms = false;
+  /// The most workspace a convolution's algorithm or engine may take (at
+  /// most kConvWorkspaceLimit): what lwcc's memory plan left the device's
+  /// streams (lwrt::RunnerOptions::convWorkspaceBytes).
+  size_t convWorkspaceLimit = size_t(1) << 30;
+  /// The most workspace a convolution plan of this context took.
+  size_t convWorkspaceMost = 0;
   int convPlansGraph = 0, convPlansLegacy = 0;
   /// Forward configurations whose bias (and ReLU) run in the convolution's
   /// graph-API plan.

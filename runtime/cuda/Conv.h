@@ -25,7 +25,8 @@ namespace lwrt::cuda {
 
 enum class ConvDir : int64_t { Forward, BackwardData, BackwardFilter };
 
-/// The most workspace a convolution algorithm or engine may take.
+/// The most workspace a convolution algorithm or engine may take; a
+/// trainer's context may allow less (Context::convWorkspaceLimit).
 constexpr size_t kConvWorkspaceLimit = size_t(1) << 30;
 
 /// What a forward plan computes after the convolution: + bias[M] (per
@@ -68,5 +69,8 @@ bool runGraphConv(GraphConv& plan, void* x, void* w, void* y, void* b);
 
 /// The plan's measured time per run when it was chosen.
 float graphConvMs(const GraphConv& plan);
+
+/// The workspace the plan's engine takes.
+size_t graphConvWorkspace(const GraphConv& plan);
 
 } // namespace lwrt::cuda

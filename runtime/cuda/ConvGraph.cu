@@ -15,7 +15,8 @@
 //      never down-converting inputs or reducing in reduced precision, and
 //      tensor cores (TF32 for F32 data) only when the context allows TF32;
 //   3. an execution plan for each qualifying configuration (configurations
-//      that cannot be finalized, or want more than kConvWorkspaceLimit, are
+//      that cannot be finalized, or want more than the context's
+//      convWorkspaceLimit (at most kConvWorkspaceLimit), are
 //      skipped), at most kMaxCandidates of them;
 //   4. with --cudnn-benchmark, each candidate timed on the real buffers (one warm-up, then
 //      kTimedRuns runs between CUDA events); the fastest is kept and the
@@ -295,7 +296,7 @@ bool makePlan(Desc& cfg, Candidate& c) {
   int64_t bytes = 0, n = 0;
   if (cudnnBackendGetAttribute(c.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                CUDNN_TYPE_INT64, 1, &n, &bytes) != CUDNN_STATUS_SUCCESS ||
-      bytes < 0 || static_cast<size_t>(bytes) > kConvWorkspaceLimit)
+      bytes < 0 || static_cast<size_t>(bytes) > context().convWorkspaceLimit)
     return false;
   c.workspace = static_cast<size_t>(bytes);
   return true;
@@ -471,6 +472,8 @@ struct GraphConv {
 void GraphConvDeleter::operator()(GraphConv* plan) const { delete plan; }
 
 float graphConvMs(const GraphConv& plan) { return plan.ms; }
+
+size_t graphConvWorkspace(const GraphConv& plan) { return plan.workspace; }
 
 bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, int64_t align,
                     ConvEpilogue epi, void* x, void* w, void* y, void* b, GraphConvPtr* out) {

@@ -239,11 +239,12 @@ bool makeDescriptors(const ConvGeom& g, const Conv2dParams& p, DType t, ConvPlan
 }
 
 /// An algorithm result the plan may use: it ran, is deterministic (so that a
-/// resumed run computes the same weights), fits the workspace limit, and uses
+/// resumed run computes the same weights), fits the context's workspace
+/// limit (what the memory plan left the device), and uses
 /// tensor cores only when TF32 is on.
 template <typename Perf> bool acceptable(const Perf& q, bool tensorOps) {
   if (q.status != CUDNN_STATUS_SUCCESS || q.determinism != CUDNN_DETERMINISTIC ||
-      q.memory > kConvWorkspaceLimit)
+      q.memory > context().convWorkspaceLimit)
     return false;
   return tensorOps || (q.mathType != CUDNN_TENSOR_OP_MATH &&
                        q.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
@@ -546,8 +547,10 @@ ConvPlan* convPlan(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType 
   if (context().convGraphApi &&
       !buildGraphConv(dir, g, p, t, align, ConvEpilogue{}, x, w, y, nullptr, &plan->graph))
     return nullptr;
+  Context& c = context();
   if (plan->graph) {
-    ++context().convPlansGraph;
+    ++c.convPlansGraph;
+    c.convWorkspaceMost = std::max(c.convWorkspaceMost, graphConvWorkspace(*plan->graph));
     if (epi.any()) {
       GraphConvPtr fused;
       if (!buildGraphConv(dir, g, p, t, align, epi, x, w, y, b, &fused))
@@ -559,8 +562,9 @@ ConvPlan* convPlan(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType 
                     graphConvMs(*fused) < graphConvMs(*plan->graph) +
                                               epilogueMs(g, static_cast<T*>(y),
                                                          static_cast<const T*>(b), epi.relu))) {
+        c.convWorkspaceMost = std::max(c.convWorkspaceMost, graphConvWorkspace(*fused));
         plan->fused = std::move(fused);
-        ++context().convPlansFused;
+        ++c.convPlansFused;
       }
     }
     return plans.emplace(std::move(key), std::move(plan)).first->second.get();
@@ -573,6 +577,7 @@ ConvPlan* convPlan(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType 
                                            : searchBackwardFilter<T>(*plan, g, x, y, w);
   if (!ok)
     return nullptr;
+  c.convWorkspaceMost = std::max(c.convWorkspaceMost, plan->algoBytes);
   return plans.emplace(std::move(key), std::move(plan)).first->second.get();
 }
 

@@ -97,6 +97,9 @@ public:
     if (c.convGraphFailures > 0)
       notes += " (" + std::to_string(c.convGraphFailures) +
                " of them after the graph API failed; first: " + c.convGraphFailure + ")";
+    if (c.convPlansGraph + c.convPlansLegacy > 0)
+      notes += "; convolution algorithm workspaces up to " + std::to_string(c.convWorkspaceMost) +
+               " bytes (allowed: " + std::to_string(c.convWorkspaceLimit) + ")";
     if (rerecorded_ > 0)
       notes +=
           "; CUDA graphs recorded again after a workspace grew: " + std::to_string(rerecorded_);
@@ -487,6 +490,9 @@ std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::stri
   { PhaseRange startUp("lwcc start-up"); }
   ctx->convGraphApi = options.cudnnGraphApi;
   ctx->timeAlgorithms = options.cudnnBenchmark;
+  if (options.convWorkspaceBytes >= 0)
+    ctx->convWorkspaceLimit =
+        std::min(ctx->convWorkspaceLimit, static_cast<size_t>(options.convWorkspaceBytes));
   ctx->cudnnOps = options.cudnnOps;
   if (!primaryContext())
     setPrimaryContext(ctx.get());

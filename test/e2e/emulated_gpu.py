@@ -33,7 +33,10 @@ logits, and the export in onnxruntime. Cases:
     gradient as the CPU trainer does (to the first maximum);
   - a model of the ops the model sweep added (CumSum, Tile, Sin, Cos, Mod
     at run time on floats, ReduceL2, ReduceSumSquare) trains as on the CPU;
-  - the trainer says on its first line that it runs on an emulated GPU.
+  - the trainer says on its first line that it runs on an emulated GPU;
+  - convolutions with uneven pads on a GPU spec the plan fills: lwcc counts
+    their padded copies, the trainer's algorithms take no more workspace
+    than the plan left, and the emulated GPU holds no more than the spec.
 Ends with the line "N passed, M failed".
 
     python3 test/e2e/emulated_gpu.py [--cases lenet,...] [--jobs 2]
@@ -521,6 +524,97 @@ def exporter_patterns(tmp):
         model_case(f"exporter pattern {label}", path, base, via_lwcc=False)
 
 
+def conv_workspace(tmp):
+    """The convolutions' workspace on a device whose memory the plan fills:
+    a model of convolutions with uneven pads (SAME_UPPER: the CUDA runtime
+    copies each image padded) compiled for a GPU spec of the memory the
+    plan needs with its padded copies and no more. lwcc counts the copies
+    (one byte less memory: the compile fails naming them) and leaves the
+    algorithms no workspace, which the trainer honours: it passes over the
+    emulated cuDNN's first choice for the forward (IMPLICIT_PRECOMP_GEMM,
+    which takes a table of filter offsets) for one that takes none, trains
+    as the CPU trainer does, and holds no more than the spec's memory
+    (cudaMemGetInfo of the emulated GPU). With 4 MiB more the algorithms
+    get 4 MiB and the first choice is kept."""
+    import json
+    import re
+    import numpy as np
+    from onnx import helper, numpy_helper
+    base = os.path.join(tmp, "conv-workspace")
+    os.makedirs(base, exist_ok=True)
+    n = 8
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(0.3 * rng.standard_normal((6, 3, 2, 2)).astype(np.float32),
+                                     "w1"),
+             numpy_helper.from_array(0.3 * rng.standard_normal((6, 6, 2, 2)).astype(np.float32),
+                                     "w2"),
+             numpy_helper.from_array(0.3 * rng.standard_normal((3, 6)).astype(np.float32), "w3")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", auto_pad="SAME_UPPER"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", auto_pad="SAME_UPPER"),
+             helper.make_node("GlobalAveragePool", ["c2"], ["g"], name="pool"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "w3"], ["y"], transB=1, name="fc")]
+    path = save_model(base, "uneven_pads", nodes, [n, 3, 64, 64], inits)
+
+    def spec(memory):
+        f = os.path.join(base, f"gpu-{memory}.json")
+        with open(f, "w") as out:
+            json.dump({"name": "tight-gpu", "fp32_flops": 6e13, "mem_bandwidth": 3e12,
+                       "launch_seconds": 5e-6, "memory_bytes": memory,
+                       "intra_bandwidth": 4e11, "intra_latency": 1e-5,
+                       "inter_bandwidth": 5e10, "inter_latency": 1e-5,
+                       "workspace_bytes_per_stream": 42 << 20, "inputs_on_device": True,
+                       "devices_per_node": 8}, out)
+        return f
+    # What the plan needs, from the error of a device of one byte.
+    r = harness.run([LWCC, path, "--target=cuda", f"--device-spec={spec(1)}", "--emit=plan",
+                     "-o", os.devnull])
+    m = re.search(r"device 0: (\d+) bytes \(.*\+ (\d+) padded convolution inputs", r.stderr)
+    harness.record(r.returncode == 1 and m is not None and int(m.group(2)) > 0,
+                   "uneven pads: the memory check counts the padded copies of the images",
+                   r.stderr[-800:])
+    if not m:
+        return
+    need = int(m.group(1))
+    r = harness.run([LWCC, path, "--target=cuda", f"--device-spec={spec(need - 1)}",
+                     "--emit=plan", "-o", os.devnull])
+    harness.record(r.returncode == 1 and "padded convolution inputs" in r.stderr,
+                   "uneven pads: one byte less than the plan and its padded copies need fails",
+                   r.stderr[-800:])
+    cpu, perr = md.build(path, [], os.path.join(base, "cpu"))
+    rp = train(cpu, os.path.join(base, "cpu-run"), run_args(), False) if cpu else None
+    for extra, label in ((0, "no memory left"), (4 << 20, "4 MiB left")):
+        flags = [f"--device-spec={spec(need + extra)}"]
+        work = os.path.join(base, f"emu-{extra}")
+        cuda, cerr = build_emulated(path, flags, work)
+        if not cuda or not cpu:
+            harness.record(False, f"uneven pads, {label}: build", cerr or perr)
+            continue
+        run = os.path.join(work, "run")
+        rc = train(cuda, run, [*run_args(), "--profile=1"], True)
+        if rc.returncode or rp.returncode:
+            harness.record(False, f"uneven pads, {label}: train",
+                           (rc.stdout + rc.stderr)[-1500:] + rp.stderr[-500:])
+            continue
+        got = re.search(r"algorithm workspaces up to (\d+) bytes \(allowed: (\d+)\)", rc.stdout)
+        most, allowed = (int(got.group(1)), int(got.group(2))) if got else (-1, -1)
+        ok = allowed == extra and (most == 0 if extra == 0 else 0 < most <= allowed)
+        harness.record(ok, f"uneven pads, {label}: the trainer's convolution algorithms take "
+                       f"at most what the plan left ({extra} bytes)",
+                       got.group(0) if got else rc.stdout[-800:])
+        compare(f"uneven pads, {label}: emulated CUDA trainer vs CPU trainer",
+                os.path.join(base, "cpu-run"), run, 1)
+        # Training alone (the evaluation's arena is the trainer's, not the plan's).
+        alone = os.path.join(work, "memory")
+        rm = train(cuda, alone, [f"--steps={STEPS}", "--log=log.jsonl"], True)
+        records = md.memory_records(alone) if rm.returncode == 0 else []
+        measured = max((r["measured_bytes"] for r in records), default=None)
+        harness.record(measured is not None and measured <= need + extra,
+                       f"uneven pads, {label}: the emulated GPU holds no more than the spec's "
+                       f"{need + extra} bytes", f"measured {measured}")
+
+
 def main():
     # multi_device_trainer.compare counts the losses of this many steps. Set
     # here, not on import: trainer_recipes.py borrows this file's builders.
@@ -595,6 +689,7 @@ def main():
         batch_norm_slices(tmp)
         exporter_patterns(tmp)
         shape_ops(tmp)
+        conv_workspace(tmp)
     finally:
         if args.keep:
             print(f"work folder: {tmp}")

@@ -202,3 +202,27 @@ TEST(MemoryPlan, CheckFindsTheFirstOverlapOfLiveResults) {
 }
 
 } // namespace
+
+// The CUDA runtime's padded copy of a convolution's image where its pads
+// differ between the sides of a dim (cuDNN pads both sides alike), in each
+// direction: x for the forward and the filter gradient, dx for the input
+// gradient; none with even pads or for other ops.
+TEST(MemoryPlan, ConvolutionsWithUnevenPadsCopyTheirImagePadded) {
+  auto g = parseGraph(R"(graph @g(%x: f32[2,3,9,9] @data) {
+  %w = param "w" : f32[4,3,2,2]
+  %y = conv2d(%x, %w) {pads = [0, 0, 1, 1]} : f32[2,4,9,9]
+  %e = conv2d(%x, %w) {pads = [1, 1, 1, 1]} : f32[2,4,10,10]
+  %dx = conv2d_grad_input(%y, %w) {pads = [1, 0, 0, 0], input_shape = [2, 3, 9, 9]} : f32[2,3,9,9]
+  %dw = conv2d_grad_filter(%x, %y) {pads = [0, 2, 0, 0], filter_shape = [4, 3, 2, 2]} : f32[4,3,2,2]
+  %r = relu(%y) : f32[2,4,9,9]
+  return %y, %e, %dx, %dw, %r
+}
+)",
+                      "t.lwir");
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  std::vector<int64_t> bytes;
+  for (const auto& op : (*g)->ops())
+    bytes.push_back(convPadBytes(*op));
+  // 2*3*10*10 floats (2400 bytes, to 2560), 2*3*10*9 (2160, 2304), 2*3*9*11 (2376, 2560).
+  EXPECT_EQ(bytes, (std::vector<int64_t>{2560, 0, 2304, 2560, 0}));
+}

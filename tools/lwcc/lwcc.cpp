@@ -164,6 +164,8 @@ int buildTrainerMode(Module& module, const char* argv0) {
   auto eval = evalGraph(*module.graph);
   if (!eval)
     return fail(eval.takeError());
+  // What the memory plan leaves each device's convolutions (CUDA).
+  std::vector<int64_t> convWorkspaces;
   if (!stepIr.empty()) {
     if (int rc = loadStepIr(module))
       return rc;
@@ -178,6 +180,23 @@ int buildTrainerMode(Module& module, const char* argv0) {
         llvm::errs() << llvm::formatv("lwcc: memory plan: device {0}: arena {1} bytes (peak)\n",
                                       device, bytes);
       llvm::errs() << llvm::formatv("lwcc: schedule: {0} events\n", done->second);
+    }
+    if (target == "cuda") {
+      auto spec = loadSpec();
+      if (!spec)
+        return fail(spec.takeError());
+      const MemoryPlanStats& stats = done->first;
+      const std::map<int64_t, int64_t> limits = convWorkspaceLimits(*module.graph, stats, *spec);
+      if (!limits.empty() && !stats.peakBytes.empty()) {
+        convWorkspaces.assign(static_cast<size_t>(stats.peakBytes.rbegin()->first + 1), -1);
+        for (const auto& [device, bytes] : limits)
+          convWorkspaces[static_cast<size_t>(device)] = bytes;
+      }
+      if (verbose)
+        for (const auto& [device, bytes] : limits)
+          llvm::errs() << llvm::formatv(
+              "lwcc: memory plan: device {0}: convolution workspace up to {1} MiB a stream\n",
+              device, bytes >> 20);
     }
   }
   if (!traceFile.empty()) {
@@ -197,6 +216,7 @@ int buildTrainerMode(Module& module, const char* argv0) {
   co.eval = eval->get();
   co.embedWeights = embedWeights;
   co.opsPerFile = static_cast<size_t>(opsPerFile.getValue());
+  co.convWorkspaceBytes = std::move(convWorkspaces);
   addExportTemplate(*module.graph, co);
   std::string prefix = installPrefix(argv0);
   TrainerBuildOptions bo;

@@ -180,6 +180,17 @@ struct ModelInfo {
   int numDevices = 1;
   int streamsPerDevice = 1;
   std::vector<int64_t> deviceArenaBytes, deviceStateBytes; ///< per device
+  /// CUDA: per logical device, the most workspace one of its convolutions'
+  /// algorithms may take (RunnerOptions::convWorkspaceBytes; -1 or absent:
+  /// the runtime's own limit): the memory lwcc's plan left it on the device
+  /// spec it was compiled for.
+  std::vector<int64_t> convWorkspaceBytes;
+  /// The limit of logical device `d`.
+  int64_t convWorkspaceFor(int d) const {
+    return d >= 0 && static_cast<size_t>(d) < convWorkspaceBytes.size()
+               ? convWorkspaceBytes[static_cast<size_t>(d)]
+               : -1;
+  }
   std::vector<ParamPlacement> placements;
   std::vector<PhaseFn> deviceInit; ///< per device
   std::vector<DeviceStep> deviceSteps;
@@ -254,6 +265,10 @@ struct RunnerOptions {
   /// CUDA: pooling, LRN, batch norm and softmax on cuDNN where it covers
   /// the op (false: lwcc's own kernels, summed in the CPU backend's order).
   bool cudnnOps = true;
+  /// CUDA: the most workspace a convolution's algorithm or engine may take
+  /// on this device (-1: the runtime's own limit, 1 GiB): what lwcc's memory
+  /// plan left the device (ModelInfo::convWorkspaceBytes).
+  int64_t convWorkspaceBytes = -1;
 };
 
 /// How the trainer runs generated phases on its backend.
