@@ -302,17 +302,68 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     consider(**ev, std::move(step));
     return llvm::Error::success();
   };
-  // The candidates not priced yet, `threads` at a time ahead of the one
-  // considered (an std::async future waits for its task when dropped).
+  // A pipeline of M micro-batches whose S-stage siblings of M/2 and M/4 are
+  // candidates before it (4S after S and 2S) is priced only where it may be
+  // kept. At S stages the step is taken as convex in M (the launches of
+  // each micro-batch's ops grow with M, the bubble shrinks as 1/M): where
+  // M/2's step is slower than M/4's, M's is slower still, and with one of
+  // the two fitting M cannot be the fastest that fits. Returns the reason
+  // to leave it out, or "".
+  auto indexOf = [&](const PlanChoice& p) -> std::optional<size_t> {
+    for (size_t k = 0; k < plans.size(); ++k)
+      if (keyOf(plans[k]) == keyOf(p))
+        return k;
+    return std::nullopt;
+  };
+  auto halves = [&](size_t k) -> std::optional<std::pair<PlanChoice, PlanChoice>> {
+    const PlanChoice& p = plans[k];
+    if (p.strategy != "pipeline" || options_.microbatches || p.microbatches % 4)
+      return std::nullopt;
+    PlanChoice half = p, quarter = p;
+    half.microbatches /= 2;
+    quarter.microbatches /= 4;
+    auto h = indexOf(half), q = indexOf(quarter);
+    if (!h || !q || *h > k || *q > k)
+      return std::nullopt;
+    return std::make_pair(half, quarter);
+  };
+  auto slowerThanFewer = [&](size_t k) -> std::string {
+    auto hq = halves(k);
+    if (!hq)
+      return "";
+    auto h = evaluations_.find(keyOf(hq->first)), q = evaluations_.find(keyOf(hq->second));
+    if (h == evaluations_.end() || q == evaluations_.end() || !h->second.error.empty() ||
+        !q->second.error.empty() || !(h->second.fits || q->second.fits) ||
+        !(h->second.sim.stepSeconds > q->second.sim.stepSeconds))
+      return "";
+    return llvm::formatv("{0} ({1:f3} ms) is slower than {2} ({3:f3} ms), so more micro-batches "
+                         "are slower still",
+                         hq->first.name(), h->second.sim.stepSeconds * 1e3, hq->second.name(),
+                         q->second.sim.stepSeconds * 1e3)
+        .str();
+  };
+  // The candidates not priced yet, `threads` at a time from the one
+  // considered on (an std::async future waits for its task when dropped); a
+  // pipeline that may be left out (above) only once it is the one
+  // considered.
   std::vector<std::future<Priced>> pricing(plans.size());
   const size_t ahead = static_cast<size_t>(std::max<int64_t>(1, options_.threads));
-  size_t launched = 0;
   for (size_t i = 0; i < plans.size(); ++i) {
-    for (; launched < plans.size() && launched < i + ahead; ++launched)
-      if (!evaluations_.count(keyOf(plans[launched])))
-        pricing[launched] = std::async(std::launch::async, [this, &g, plan = plans[launched]] {
+    if (std::string why = slowerThanFewer(i); !why.empty()) {
+      if (options_.verbose)
+        llvm::errs() << "lwcc: planner: " << plans[i].name() << " left out: " << why << "\n";
+      continue;
+    }
+    size_t inFlight = 0;
+    for (size_t k = i; k < plans.size(); ++k)
+      inFlight += pricing[k].valid();
+    for (size_t k = i; k < plans.size() && inFlight < ahead; ++k)
+      if (!pricing[k].valid() && !evaluations_.count(keyOf(plans[k])) && (k == i || !halves(k))) {
+        pricing[k] = std::async(std::launch::async, [this, &g, plan = plans[k]] {
           return price(g, plan, true, false);
         });
+        ++inFlight;
+      }
     if (!pricing[i].valid()) { // priced for an earlier selection
       if (llvm::Error e = evaluateAndConsider(plans[i]))
         return e;

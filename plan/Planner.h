@@ -10,7 +10,10 @@
 //     plan that several strategies' selections or the plan report ask for
 //     is evaluated once, and only the fastest fitting candidate's step is
 //     held while the others are priced); one the batch does not allow is
-//     left out;
+//     left out, and so is a pipeline of 4S micro-batches where 2S's step is
+//     slower than S's and one of the two fits (at S stages the step is taken
+//     as convex in the micro-batches: each one's launches add to it, the
+//     bubble shrinks as 1/M; more micro-batches are then slower still);
 //     Candidates not priced yet are priced PlannerOptions::threads at a
 //     time, each on its own copy of the model; their results (and what
 //     their builds log) are taken in the order above, so the choice and the
