@@ -693,10 +693,20 @@ std::map<int64_t, int64_t> streamsPerDevice(const Graph& g) {
   return out;
 }
 
+namespace {
+
+/// The ops the CUDA runtime runs as cuDNN convolutions (each direction).
+bool isConvolution(const Op& op) {
+  return op.kind() == OpKind::Conv2d || op.kind() == OpKind::Conv2dGradInput ||
+         op.kind() == OpKind::Conv2dGradFilter;
+}
+
+} // namespace
+
 int64_t convPadBytes(const Op& op) {
-  const bool grad = op.kind() == OpKind::Conv2dGradInput;
-  if (op.kind() != OpKind::Conv2d && op.kind() != OpKind::Conv2dGradFilter && !grad)
+  if (!isConvolution(op))
     return 0;
+  const bool grad = op.kind() == OpKind::Conv2dGradInput;
   // The image: x (operand 0), or the gradient's result dx of input_shape.
   const TensorType& x = grad ? op.result(0)->type() : op.operand(0)->type();
   const std::vector<int64_t> pads = op.getInts("pads");
@@ -749,8 +759,7 @@ std::map<int64_t, DeviceBytes> deviceBytes(const Graph& g, const MemoryPlanStats
     // padded to the larger pad there, its algorithm's workspace after it.
     std::map<std::pair<int64_t, int64_t>, int64_t> pads; // (device, stream) -> bytes
     for (const auto& op : g.ops())
-      if (op->kind() == OpKind::Conv2d || op->kind() == OpKind::Conv2dGradInput ||
-          op->kind() == OpKind::Conv2dGradFilter) {
+      if (isConvolution(*op)) {
         int64_t& most =
             pads[{op->annotations().device.value_or(0), op->annotations().stream.value_or(0)}];
         most = std::max(most, convPadBytes(*op));

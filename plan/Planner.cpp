@@ -309,12 +309,6 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // M/2's step is slower than M/4's, M's is slower still, and with one of
   // the two fitting M cannot be the fastest that fits. Returns the reason
   // to leave it out, or "".
-  auto indexOf = [&](const PlanChoice& p) -> std::optional<size_t> {
-    for (size_t k = 0; k < plans.size(); ++k)
-      if (keyOf(plans[k]) == keyOf(p))
-        return k;
-    return std::nullopt;
-  };
   auto halves = [&](size_t k) -> std::optional<std::pair<PlanChoice, PlanChoice>> {
     const PlanChoice& p = plans[k];
     if (p.strategy != "pipeline" || options_.microbatches || p.microbatches % 4)
@@ -322,8 +316,11 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     PlanChoice half = p, quarter = p;
     half.microbatches /= 2;
     quarter.microbatches /= 4;
-    auto h = indexOf(half), q = indexOf(quarter);
-    if (!h || !q || *h > k || *q > k)
+    auto before = [&](const PlanChoice& c) {
+      return std::any_of(plans.begin(), plans.begin() + static_cast<std::ptrdiff_t>(k),
+                         [&](const PlanChoice& o) { return keyOf(o) == keyOf(c); });
+    };
+    if (!before(half) || !before(quarter))
       return std::nullopt;
     return std::make_pair(half, quarter);
   };

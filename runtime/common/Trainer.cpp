@@ -463,13 +463,11 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
   if (cluster_)
     cluster_->setTimeout(o_.peerTimeout);
   // The first of this process's logical devices (under mpirun, rank r's).
-  if (int first = multiDevice
-                      ? physicalDevice(m_, cluster_, o_.devices, localDevices(m_, cluster_).first)
-                      : -1;
+  const int firstLocal = multiDevice ? localDevices(m_, cluster_).first : 0;
+  if (int first = multiDevice ? physicalDevice(m_, cluster_, o_.devices, firstLocal) : -1;
       first >= 0)
     o_.runner.device = first;
-  o_.runner.convWorkspaceBytes =
-      m_.convWorkspaceFor(multiDevice ? localDevices(m_, cluster_).first : 0);
+  o_.runner.convWorkspaceBytes = m_.convWorkspaceFor(firstLocal);
   runner_ = createRunner(o_.runner, &error);
   if (!runner_) {
     if (m_.target == "cuda" && cluster_ && error.find("does not exist") != std::string::npos)
