@@ -18,7 +18,7 @@ std::vector<Value*> trainableParams(const Graph& g) {
 }
 
 const Value* paramWrittenOver(const Op& op, unsigned r,
-                              const std::map<const Op*, size_t>& position) {
+                              const std::unordered_map<const Op*, size_t>& position) {
   const Value* v = op.result(r);
   if (v->uses().size() != 1)
     return nullptr;

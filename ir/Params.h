@@ -8,6 +8,7 @@
 #include "ir/IR.h"
 
 #include <map>
+#include <unordered_map>
 #include <vector>
 
 namespace lwcc {
@@ -27,6 +28,6 @@ std::vector<Value*> trainableParams(const Graph& g);
 /// nothing. `position` maps each op of the graph to its index in graph
 /// order.
 const Value* paramWrittenOver(const Op& op, unsigned r,
-                              const std::map<const Op*, size_t>& position);
+                              const std::unordered_map<const Op*, size_t>& position);
 
 } // namespace lwcc

@@ -21,6 +21,7 @@
 #include <queue>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace lwcc {
 
@@ -40,14 +41,58 @@ bool mayRunInPlace(const Op& op, unsigned i) { return op.info().mayWriteOver(0, 
 
 using Buffer = ArenaBuffer;
 
-/// The placed buffers of one device that are live at the same time as a
-/// given one, found without scanning every placed buffer (which made the
-/// plan quadratic in the ops of a many-device step). A placed buffer
-/// overlaps [first, last] when it is live at `first` (a segment tree over
-/// the device's buffer boundaries holds each placed interval in O(log n)
-/// nodes; the nodes above `first`'s leaf hold exactly those live there), or
-/// when it starts in (first, last] (an ordered set by start). Pinned
-/// buffers overlap every buffer and are kept aside.
+/// Byte ranges [lo, hi) of an arena, sorted, disjoint, and those that touch
+/// merged: the union of some placed buffers' bytes.
+class OffsetUnion {
+public:
+  void add(int64_t lo, int64_t hi) {
+    // The first range that ends at or after `lo` and those up to `hi` merge.
+    auto first = std::lower_bound(spans_.begin(), spans_.end(), lo,
+                                  [](const Span& s, int64_t v) { return s.second < v; });
+    auto last = first;
+    for (; last != spans_.end() && last->first <= hi; ++last) {
+      lo = std::min(lo, last->first);
+      hi = std::max(hi, last->second);
+    }
+    if (first == last) {
+      spans_.insert(first, {lo, hi});
+      return;
+    }
+    *first = {lo, hi};
+    spans_.erase(first + 1, last);
+  }
+  /// The lowest offset at or above `at` where `bytes` bytes meet none of
+  /// the ranges. `from` is a range no later one ends before `at` (0, or
+  /// what the call before returned there for an `at` no higher): the
+  /// first range to look at, updated.
+  int64_t clearFrom(int64_t at, int64_t bytes, size_t& from) const {
+    auto it = spans_.begin() + static_cast<std::ptrdiff_t>(from);
+    if (it != spans_.end() && it->second <= at)
+      it = std::upper_bound(it, spans_.end(), at,
+                            [](int64_t v, const Span& s) { return v < s.second; });
+    from = static_cast<size_t>(it - spans_.begin());
+    for (; it != spans_.end() && it->first < at + bytes; ++it)
+      at = it->second;
+    return at;
+  }
+  bool empty() const { return spans_.empty(); }
+
+private:
+  using Span = std::pair<int64_t, int64_t>;
+  std::vector<Span> spans_;
+};
+
+/// The bytes of one device's placed buffers that are live at the same time
+/// as a given one, found without visiting each of those buffers (a
+/// pipeline's many micro-batches in flight keep thousands live beside each
+/// buffer, and the placement was quadratic in them). Two segment trees over
+/// the device's buffer boundaries (their ranks): a placed buffer overlaps
+/// [first, last] when it is live at `first` (`cover_`: each placed interval
+/// in the O(log n) nodes that make it up, so the nodes above `first`'s leaf
+/// hold those live there) or when it starts in (first, last] (`starts_`: a
+/// node holds every buffer starting in its range). Each node keeps only the
+/// union of its buffers' bytes, which a packed arena makes a few ranges.
+/// Pinned buffers overlap every buffer and are kept aside.
 class LiveIndex {
 public:
   void addTime(size_t t) { times_.push_back(t); }
@@ -56,53 +101,66 @@ public:
     std::sort(times_.begin(), times_.end());
     times_.erase(std::unique(times_.begin(), times_.end()), times_.end());
     cover_.assign(2 * times_.size(), {});
+    starts_.assign(2 * times_.size(), {});
   }
-  void add(size_t id, const Buffer& b) {
-    all_.push_back(id);
+  void add(const Buffer& b) {
+    const int64_t lo = b.offset, hi = b.offset + b.bytes;
     if (b.pinned) {
-      const std::pair<int64_t, int64_t> span{b.offset, b.offset + b.bytes};
-      pinned_.insert(std::lower_bound(pinned_.begin(), pinned_.end(), span), span);
+      pinned_.add(lo, hi);
       return;
     }
     const size_t n = times_.size();
-    for (size_t lo = rank(b.first) + n, hi = rank(b.last) + 1 + n; lo < hi; lo /= 2, hi /= 2) {
-      if (lo & 1)
-        cover_[lo++].push_back(id);
-      if (hi & 1)
-        cover_[--hi].push_back(id);
+    for (size_t l = rank(b.first) + n, h = rank(b.last) + 1 + n; l < h; l /= 2, h /= 2) {
+      if (l & 1)
+        cover_[l++].add(lo, hi);
+      if (h & 1)
+        cover_[--h].add(lo, hi);
     }
-    starts_.emplace(rank(b.first), id);
+    for (size_t i = rank(b.first) + n; i > 0; i /= 2)
+      starts_[i].add(lo, hi);
   }
-  /// Calls `f(id)` once for each placed buffer overlapping `b` in time,
-  /// the pinned ones (which overlap every buffer) left out unless `b` is
-  /// pinned: pinnedSpans() has them.
-  template <class F> void forOverlapping(const Buffer& b, F f) const {
+  /// The lowest offset where `b` meets no placed buffer live beside it.
+  int64_t lowestClear(const Buffer& b) {
+    std::vector<std::pair<const OffsetUnion*, size_t>>& sets = sets_;
+    sets.clear();
+    auto use = [&](const OffsetUnion& u) {
+      if (!u.empty())
+        sets.emplace_back(&u, 0);
+    };
+    use(pinned_);
+    const size_t n = times_.size();
     if (b.pinned) {
-      for (size_t id : all_)
-        f(id);
-      return;
+      if (n > 0)
+        use(starts_[1]); // the root: every placed buffer
+    } else {
+      const size_t first = rank(b.first), last = rank(b.last);
+      for (size_t i = first + n; i > 0; i /= 2)
+        use(cover_[i]);
+      for (size_t l = first + 1 + n, h = last + 1 + n; l < h; l /= 2, h /= 2) {
+        if (l & 1)
+          use(starts_[l++]);
+        if (h & 1)
+          use(starts_[--h]);
+      }
     }
-    const size_t first = rank(b.first), last = rank(b.last);
-    for (size_t i = first + times_.size(); i > 0; i /= 2)
-      for (size_t id : cover_[i])
-        f(id);
-    for (auto it = starts_.upper_bound({first, SIZE_MAX}); it != starts_.end() && it->first <= last;
-         ++it)
-      f(it->second);
+    // Each union moves the offset past what it overlaps, until none does.
+    int64_t at = 0;
+    for (size_t clear = 0, k = 0; clear < sets.size(); k = (k + 1) % sets.size()) {
+      const int64_t next = sets[k].first->clearFrom(at, b.bytes, sets[k].second);
+      clear = next == at ? clear + 1 : 1;
+      at = next;
+    }
+    return at;
   }
-
-  /// The pinned buffers placed, as [offset, offset + bytes), by offset.
-  const std::vector<std::pair<int64_t, int64_t>>& pinnedSpans() const { return pinned_; }
 
 private:
   size_t rank(size_t t) const {
     return std::lower_bound(times_.begin(), times_.end(), t) - times_.begin();
   }
   std::vector<size_t> times_;
-  std::vector<std::vector<size_t>> cover_;
-  std::set<std::pair<size_t, size_t>> starts_;
-  std::vector<size_t> all_;
-  std::vector<std::pair<int64_t, int64_t>> pinned_;
+  std::vector<OffsetUnion> cover_, starts_;
+  OffsetUnion pinned_;
+  std::vector<std::pair<const OffsetUnion*, size_t>> sets_; // lowestClear's, and its cursors
 };
 
 } // namespace
@@ -119,30 +177,10 @@ void placeDevice(std::vector<ArenaBuffer>& buffers, std::vector<size_t> bySize) 
     index.addTime(buffers[id].last);
   }
   index.seal();
-  std::vector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes)
   for (size_t idx : bySize) {
     Buffer& b = buffers[idx];
-    busy.clear();
-    index.forOverlapping(b, [&](size_t other) {
-      const Buffer& o = buffers[other];
-      busy.emplace_back(o.offset, o.offset + o.bytes);
-    });
-    std::sort(busy.begin(), busy.end());
-    // The lowest offset clear of both sorted lists (the pinned buffers,
-    // sorted as they are placed, are most of a device's params: sorting
-    // them again for every buffer was the plan's largest cost).
-    static const std::vector<std::pair<int64_t, int64_t>> none;
-    const auto& pinned = b.pinned ? none : index.pinnedSpans();
-    int64_t offset = 0;
-    for (size_t i = 0, j = 0; i < busy.size() || j < pinned.size();) {
-      const bool fromBusy = j == pinned.size() || (i < busy.size() && busy[i] < pinned[j]);
-      const auto& [lo, hi] = fromBusy ? busy[i++] : pinned[j++];
-      if (offset + b.bytes <= lo)
-        break;
-      offset = std::max(offset, hi);
-    }
-    b.offset = offset;
-    index.add(idx, b);
+    b.offset = index.lowestClear(b);
+    index.add(b);
   }
 }
 
@@ -208,7 +246,7 @@ namespace {
 /// bytes at the point of most, by what made each buffer (its first value).
 void breakDown(const Graph& g, const std::vector<Op*>& order,
                const std::vector<ArenaBuffer>& buffers,
-               const std::map<const Value*, size_t>& bufferOf, MemoryPlanStats& stats) {
+               const std::unordered_map<const Value*, size_t>& bufferOf, MemoryPlanStats& stats) {
   // The weights: what an optimizer update updates (before the optimizer:
   // the trainable params); the rest is state.
   std::set<const Value*> trained;
@@ -293,7 +331,8 @@ void breakDown(const Graph& g, const std::vector<Op*>& order,
 
 llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace, bool freeScattered) {
   std::vector<Op*> order;
-  std::map<const Op*, size_t> position;
+  std::unordered_map<const Op*, size_t> position;
+  position.reserve(g.ops().size());
   for (auto& op : g.ops()) {
     position[op.get()] = order.size();
     order.push_back(op.get());
@@ -313,7 +352,8 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace, bool freeScat
   // for the reduce-scatter, and no whole gradient outlives its own; and so is
   // a param that FSDP gathers on the communication stream for a layer: what
   // reuses its bytes (the next layers' gathers) waits for the layer.
-  std::map<const Value*, size_t> lastUse;
+  std::unordered_map<const Value*, size_t> lastUse;
+  lastUse.reserve(2 * order.size());
   auto streamOf = [](const Op* op) { return op ? op->annotations().stream.value_or(0) : 0; };
   for (size_t pos = 0; pos < order.size(); ++pos) {
     const Op& reader = *order[pos];
@@ -335,8 +375,9 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace, bool freeScat
   };
 
   std::vector<Buffer> buffers;
-  std::map<const Value*, size_t> bufferOf;
-  std::set<const Value*> overParam;
+  std::unordered_map<const Value*, size_t> bufferOf;
+  bufferOf.reserve(2 * order.size());
+  std::unordered_set<const Value*> overParam;
   MemoryPlanStats stats;
   auto join = [&](Value* v, size_t buffer, size_t pos) {
     bufferOf[v] = buffer;
@@ -411,7 +452,7 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace, bool freeScat
 
 llvm::Error checkMemoryPlan(const Graph& g) {
   std::vector<const Op*> order;
-  std::map<const Op*, size_t> position;
+  std::unordered_map<const Op*, size_t> position;
   for (const auto& op : g.ops()) {
     position[op.get()] = order.size();
     order.push_back(op.get());

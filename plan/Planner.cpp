@@ -187,10 +187,11 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
     return out;
   }
   out.ev.sim = std::move(*sim);
-  // A pipeline's many micro-batches make its step the largest to plan, and
-  // only its fit is needed unless it is a report's row: where its results
-  // fit unshared, its plan fits.
-  if (!withMemory && plan.strategy == "pipeline" && !early) {
+  // Only a candidate's fit is needed, unless it is a report's row (a
+  // pipeline is one only when kept): where its results fit unshared, its
+  // plan fits, and the memory plan of a large step (a pipeline's many
+  // micro-batches) is its largest cost.
+  if (!withMemory && !early && (plan.strategy == "pipeline" || !options_.reportsStrategies)) {
     MemoryPlanStats bound;
     bound.peakBytes = unsharedBytes(*candidate);
     llvm::Error over = checkDeviceMemory(*candidate, bound, memory_);

@@ -88,7 +88,12 @@ struct PlannerOptions {
   /// its PlanChoice says ("none": each candidate's own).
   std::string shard = "none";
   bool verbose = false; ///< each candidate and the kept plan on stderr
-  int64_t threads = 1;  ///< candidates priced at the same time
+  /// Each strategy's memory is reported (--emit=plan's rows): the
+  /// candidates that are rows (data, owt, model, layerwise) are memory-
+  /// planned when priced, not priced by their unshared bytes and built
+  /// again for the report.
+  bool reportsStrategies = false;
+  int64_t threads = 1; ///< candidates priced at the same time
 };
 
 class Planner {

@@ -167,7 +167,8 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     if (!op->info().isCommunication() && !op->info().isEvent())
       devices = std::max(devices, opDevice(*op) + 1);
   auto nodeOf = [&](int64_t d) { return costs.devicesPerNode > 0 ? d / costs.devicesPerNode : 0; };
-  std::map<const Op*, size_t> position;
+  std::unordered_map<const Op*, size_t> position;
+  position.reserve(g.ops().size());
   for (const auto& op : g.ops())
     position.emplace(op.get(), position.size());
   // An assign of an update that the memory plan writes over its param

@@ -73,6 +73,36 @@ TEST(MemoryPlan, PlacementIsTheLowestClearOffsetInSizeOrder) {
   }
 }
 
+TEST(MemoryPlan, ManyBuffersLiveTogetherArePlacedByTheDefinition) {
+  // A pipeline stage's pattern: each micro-batch's activations live from
+  // its forward to its backward, nested, so hundreds are live beside each
+  // buffer, with short-lived temporaries between them and a few pinned.
+  std::mt19937_64 rng(29);
+  for (int round = 0; round < 6; ++round) {
+    std::vector<ArenaBuffer> buffers;
+    const size_t microbatches = 6 + rng() % 6, layers = 20, steps = 2 * microbatches * layers + 4;
+    for (size_t m = 0; m < microbatches; ++m)
+      for (size_t k = 0; k < layers; ++k) {
+        ArenaBuffer act;
+        act.bytes = 256 * static_cast<int64_t>(1 + rng() % 9);
+        act.first = m * layers + k;
+        act.last = steps - 1 - m * layers - k - rng() % 2;
+        buffers.push_back(act);
+        ArenaBuffer tmp = act;
+        tmp.bytes = 256 * static_cast<int64_t>(1 + rng() % 12);
+        tmp.last = tmp.first + rng() % 3;
+        buffers.push_back(tmp);
+      }
+    for (int p = 0; p < 3; ++p)
+      buffers.push_back({256 * static_cast<int64_t>(1 + rng() % 9), 0, 0, 0, true, -1});
+    std::shuffle(buffers.begin(), buffers.end(), rng);
+    std::vector<int64_t> want = placedByDefinition(buffers);
+    placeBuffers(buffers);
+    for (size_t i = 0; i < buffers.size(); ++i)
+      ASSERT_EQ(buffers[i].offset, want[i]) << "round " << round << ", buffer " << i;
+  }
+}
+
 TEST(MemoryPlan, ReplicatedDevicesArePlacedByTheDefinitionToo) {
   // Devices running one program (data parallelism's replicas) interleave
   // their ops in the step: device d's op at t is at 4t + d. Device 3 runs

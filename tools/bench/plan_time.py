@@ -15,8 +15,10 @@ report: a faster planner must choose what the slower one chose.
     python3 tools/bench/plan_time.py [--models inception_v3,resnet18] [--gpus 4,16,64,256]
         [--spec h100,p100-cluster] [--batch 64] [--test-size] [--timeout 900]
         [--lwcc build/bin/lwcc] [--vs /path/to/old/lwcc] [--json out.json]
+        [--flags "--strategy=pipeline --stages=16 --microbatches=64"]
 
-A run past --timeout seconds is a row with its time as "> T". The models
+--flags are more lwcc arguments for every run (both lwccs): a fixed
+strategy's compile, say. A run past --timeout seconds is a row with its time as "> T". The models
 are generated once into a temporary folder (tools/models/gen.py).
 """
 import argparse
@@ -34,7 +36,7 @@ GEN = os.path.join(ROOT, "tools", "models", "gen.py")
 ZOO = ["lenet", "alexnet", "vgg16", "resnet18", "inception", "inception_v3"]
 
 
-def plan(lwcc, model, gpus, spec, timeout, workdir, tag):
+def plan(lwcc, model, gpus, spec, timeout, workdir, tag, flags=()):
     """One planning run: its seconds, peak RSS in MiB, the plan JSON and the report."""
     jpath = os.path.join(workdir, f"{tag}.json")
     rpath = os.path.join(workdir, f"{tag}.txt")
@@ -42,7 +44,7 @@ def plan(lwcc, model, gpus, spec, timeout, workdir, tag):
         if os.path.exists(p):
             os.remove(p)
     cmd = [lwcc, model, f"--gpus={gpus}", f"--device-spec={spec}", "--emit=plan",
-           f"--plan-json={jpath}", "-o", rpath]
+           f"--plan-json={jpath}", "-o", rpath, *flags]
     seconds, rss, code, err = timed(cmd, timeout)
     if seconds is None:
         return {"seconds": None, "timeout": timeout, "rss_mib": rss}
@@ -79,6 +81,7 @@ def main():
     ap.add_argument("--lwcc", default=os.path.join(BIN, "lwcc"))
     ap.add_argument("--vs", help="a second lwcc to run beside (before)")
     ap.add_argument("--json", help="write every row here")
+    ap.add_argument("--flags", default="", help="more lwcc arguments, split at spaces")
     a = ap.parse_args()
 
     rows = []
@@ -94,13 +97,13 @@ def main():
             subprocess.run(gen, check=True, capture_output=True)
             for gpus in [int(g) for g in a.gpus.split(",")]:
                 for spec in a.spec.split(","):
-                    r = plan(a.lwcc, model, gpus, spec, a.timeout, tmp, "new")
+                    r = plan(a.lwcc, model, gpus, spec, a.timeout, tmp, "new", a.flags.split())
                     row = {"model": name, "gpus": gpus, "spec": spec, "after": r}
                     line = f"{name:14} {gpus:4} {spec:13} {cell(r)} "
                     line += (f"{r.get('kept', r.get('error', '-'))[:16]:16} "
                              f"{r.get('step_ms', float('nan')):10.3f}")
                     if a.vs:
-                        b = plan(a.vs, model, gpus, spec, a.timeout, tmp, "old")
+                        b = plan(a.vs, model, gpus, spec, a.timeout, tmp, "old", a.flags.split())
                         row["before"] = b
                         if "report" in r and "report" in b:
                             same = "yes" if r["report"] == b["report"] else (

@@ -403,6 +403,7 @@ int main(int argc, char** argv) {
   if (shard != "auto")
     po.shard = shard;
   po.verbose = verbose;
+  po.reportsStrategies = emit == Emit::Plan;
   po.threads = planThreads();
   planner.emplace(
       po,
