@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <unordered_set>
 
 namespace lwcc {
 
@@ -72,11 +73,13 @@ public:
     if (updates.empty())
       return makeError("optimizer: graph @" + g.name() +
                        " has no @grad outputs (run autodiff first)");
+    std::unordered_set<const Value*> updated;
+    for (const auto& [p, grad] : updates)
+      updated.insert(p);
     for (const auto& op : g.ops())
-      if (op->kind() == OpKind::Assign)
-        for (const auto& [p, grad] : updates)
-          if (op->operand(0) == p)
-            return op->emitError("optimizer: param '%" + p->name() + "' is already updated");
+      if (op->kind() == OpKind::Assign && updated.count(op->operand(0)))
+        return op->emitError("optimizer: param '%" + op->operand(0)->name() +
+                             "' is already updated");
 
     Builder b(g);
     Location loc;

@@ -245,30 +245,43 @@ private:
       if (task_[i])
         for (int64_t d : devices[i])
           ++left[code(d, *task_[i])];
+    auto at = [&](size_t d, const Task& t) {
+      return pos[d] < seq[d].size() && seq[d][pos[d]] == t;
+    };
+    std::set<size_t> freeReady;
+    // The ready ops of each task, under each of their devices, and those of
+    // them whose devices are all at their task (`due`: an op stays due until
+    // it goes, as a device leaves a task only once its ops there have gone).
+    std::vector<std::set<size_t>> gatedReady(ids.size() * tasks);
+    std::set<size_t> due;
+    auto allAt = [&](size_t i) {
+      return std::all_of(devices[i].begin(), devices[i].end(),
+                         [&](int64_t e) { return at(static_cast<size_t>(e), *task_[i]); });
+    };
     auto advance = [&](size_t d) {
+      const size_t was = pos[d];
       while (pos[d] < seq[d].size() && left[code(d, seq[d][pos[d]])] == 0)
         ++pos[d];
+      if (pos[d] != was && pos[d] < seq[d].size())
+        for (size_t i : gatedReady[code(d, seq[d][pos[d]])])
+          if (allAt(i))
+            due.insert(i);
     };
     for (size_t d = 0; d < ids.size(); ++d)
       advance(d);
-    std::set<size_t> freeReady;
-    // The ready ops of each task, under each of their devices: an op may go
-    // when every device of it is at its task, so it is found under the task
-    // of any one of them.
-    std::vector<std::set<size_t>> gatedReady(ids.size() * tasks);
     auto makeReady = [&](size_t i) {
-      if (task_[i])
-        for (int64_t d : devices[i])
-          gatedReady[code(d, *task_[i])].insert(i);
-      else
+      if (!task_[i]) {
         freeReady.insert(i);
+        return;
+      }
+      for (int64_t d : devices[i])
+        gatedReady[code(static_cast<size_t>(d), *task_[i])].insert(i);
+      if (allAt(i))
+        due.insert(i);
     };
     for (size_t i = 0; i < n; ++i)
       if (!waiting[i])
         makeReady(i);
-    auto at = [&](size_t d, const Task& t) {
-      return pos[d] < seq[d].size() && seq[d][pos[d]] == t;
-    };
     std::vector<Op*> out;
     std::vector<bool> done(n, false);
     while (out.size() < n) {
@@ -279,23 +292,8 @@ private:
       size_t best = n;
       if (!freeReady.empty())
         best = *freeReady.begin();
-      else
-        for (size_t d = 0; d < ids.size(); ++d) {
-          if (pos[d] >= seq[d].size())
-            continue;
-          const Task& t = seq[d][pos[d]];
-          for (size_t i : gatedReady[code(d, t)]) {
-            if (i >= best)
-              break;
-            bool all = true;
-            for (int64_t e : devices[i])
-              all &= at(e, t);
-            if (all) {
-              best = i;
-              break;
-            }
-          }
-        }
+      else if (!due.empty())
+        best = *due.begin();
       if (best == n)
         return ops_[std::find(done.begin(), done.end(), false) - done.begin()]->emitError(
             llvm::formatv("schedule: the {0} schedule of {1} micro-batches on {2} "
@@ -304,6 +302,7 @@ private:
                           orderName(order_), m_, stages_)
                 .str());
       if (task_[best]) {
+        due.erase(best);
         for (int64_t d : devices[best]) {
           gatedReady[code(d, *task_[best])].erase(best);
           --left[code(d, *task_[best])];
