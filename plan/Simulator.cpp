@@ -29,6 +29,12 @@ struct Resource {
   }
 };
 
+struct ResourceHash {
+  size_t operator()(const Resource& r) const {
+    return std::hash<int64_t>()((r.id * 64 + r.sub) * 8 + static_cast<int64_t>(r.kind));
+  }
+};
+
 /// Busy intervals of one link port, sorted by start.
 using Busy = std::vector<std::pair<double, double>>;
 
@@ -151,7 +157,9 @@ SimCosts simCosts(const CostModel& model, bool timeline) {
 llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
   SimResult res;
   std::unordered_map<const Value*, double> ready; // results: when they are written
-  std::map<Resource, double> streamFree;          // FIFO streams: when the last op ends
+  ready.reserve(g.ops().size() + g.ops().size() / 4);
+  std::unordered_map<Resource, double, ResourceHash> streamFree; // FIFO streams: when the
+                                                                 // last op ends
   // A stream is free from its thread's start on.
   auto freeAt = [&](const Resource& s) -> double& {
     auto [it, added] = streamFree.emplace(s, 0.0);
@@ -159,10 +167,10 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
       it->second = std::max(0.0, costs.streamStartSeconds(s.id, s.sub));
     return it->second;
   };
-  std::map<Resource, Busy> links;
-  std::map<int64_t, Occupancy> occupancy; // per device, its compute ops
-  std::map<int64_t, Occupancy> cores;     // per node, its devices' compute ops
-  int64_t devices = 1;                    // the trainer's: each device's share of its node's cores
+  std::unordered_map<Resource, Busy, ResourceHash> links;
+  std::unordered_map<int64_t, Occupancy> occupancy; // per device, its compute ops
+  std::unordered_map<int64_t, Occupancy> cores;     // per node, its devices' compute ops
+  int64_t devices = 1; // the trainer's: each device's share of its node's cores
   for (const auto& op : g.ops())
     if (!op->info().isCommunication() && !op->info().isEvent())
       devices = std::max(devices, opDevice(*op) + 1);
@@ -185,6 +193,13 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
   // wait holds its stream until then, as cudaStreamWaitEvent does: this is
   // how a reuse of bytes waits for their last reader on another stream.
   std::unordered_map<int64_t, double> recorded;
+  // Per op: the streams it takes, its link ports and their busy intervals,
+  // each stream's count of the op's kind met before (a profile's
+  // occurrence) and its end there.
+  std::vector<Resource> streams, ports;
+  std::vector<const Busy*> busy;
+  std::vector<int64_t> occurrence;
+  std::vector<double> ends;
   for (const auto& opPtr : g.ops()) {
     const Op& op = *opPtr;
     double t = 0;
@@ -218,9 +233,9 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
       bool blocks = !(writer == reader) && it->second > freeAt(reader);
       t = std::max(t, it->second + (blocks ? costs.wakeSeconds : 0));
     }
-    std::vector<Resource> streams;
-    std::vector<const Busy*> busy;
-    std::vector<Resource> ports;
+    streams.clear();
+    busy.clear();
+    ports.clear();
     double d = 0;
     int64_t bytes = 0;
     if (!comm) {
@@ -262,17 +277,17 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
       t = std::max(t, freeAt(s));
     // Each participant's count of the communication ops of this mnemonic
     // and loc it met before this one (as its profile lists them).
-    std::map<int64_t, int64_t> occurrence;
+    occurrence.assign(streams.size(), 0);
     if (comm && (costs.commSecondsOn || costs.commWaitOn))
-      for (const Resource& s : streams)
-        occurrence[s.id] = commSeen[{std::string(op.mnemonic()), op.loc().name, s.id}]++;
+      for (size_t k = 0; k < streams.size(); ++k)
+        occurrence[k] = commSeen[{std::string(op.mnemonic()), op.loc().name, streams[k].id}]++;
     if (comm && d > 0 && costs.commWaitOn) {
       double measured = 0, replayed = 0;
       int64_t n = 0;
-      for (const Resource& s : streams)
-        if (auto w = costs.commWaitOn(op, s.id, occurrence[s.id]); w && std::isfinite(*w)) {
+      for (size_t k = 0; k < streams.size(); ++k)
+        if (auto w = costs.commWaitOn(op, streams[k].id, occurrence[k]); w && std::isfinite(*w)) {
           measured += *w;
-          replayed += t - freeAt(s);
+          replayed += t - freeAt(streams[k]);
           ++n;
         }
       if (n > 0)
@@ -299,15 +314,17 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     if (host > 0)
       cores[nodeOf(opDevice(op))].add(t, end, host);
     // Each participant's own end (a measured profile), else the op's.
-    std::map<int64_t, double> ends;
-    for (const Resource& s : streams) {
+    ends.assign(streams.size(), end);
+    for (size_t k = 0; k < streams.size(); ++k) {
       std::optional<double> own;
       if (comm && d > 0 && costs.commSecondsOn)
-        own = costs.commSecondsOn(op, s.id, occurrence[s.id]);
-      ends[s.id] = own && *own >= 0 && std::isfinite(*own) ? t + *own : end;
+        own = costs.commSecondsOn(op, streams[k].id, occurrence[k]);
+      if (own && *own >= 0 && std::isfinite(*own))
+        ends[k] = t + *own;
     }
-    for (const Resource& s : streams) {
-      const double sEnd = ends[s.id];
+    for (size_t k = 0; k < streams.size(); ++k) {
+      const Resource& s = streams[k];
+      const double sEnd = ends[k];
       freeAt(s) = sEnd;
       (comm ? res.commSeconds : res.computeSeconds)[s.id] += sEnd - t;
       if (!costs.timeline || op.kind() == OpKind::Constant)
@@ -329,11 +346,16 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
         b.insert(std::upper_bound(b.begin(), b.end(), std::make_pair(t, end)), {t, end});
       }
     res.commBytes += bytes;
-    for (unsigned r = 0; r < op.numResults(); ++r) {
-      auto own = comm ? ends.find(*valueDevice(op.result(r))) : ends.end();
-      ready[op.result(r)] = own != ends.end() ? own->second : end;
-    }
-    for (const auto& [dev, e] : ends)
+    // A communication op's result is ready when its device's part ends.
+    auto endOn = [&](int64_t device) {
+      for (size_t k = 0; k < streams.size(); ++k)
+        if (streams[k].id == device)
+          return ends[k];
+      return end;
+    };
+    for (unsigned r = 0; r < op.numResults(); ++r)
+      ready[op.result(r)] = comm ? endOn(*valueDevice(op.result(r))) : end;
+    for (double e : ends)
       res.stepSeconds = std::max(res.stepSeconds, e);
     res.stepSeconds = std::max(res.stepSeconds, end);
   }
