@@ -287,33 +287,45 @@ void breakDown(const Graph& g, const std::vector<Op*>& order,
   }
   // Live bytes per device at each op: +bytes at first, -bytes after last
   // (constants, written at start-up, at every op).
-  std::map<int64_t, std::map<size_t, int64_t>> delta, model;
+  // Per device, (position, change) pairs, summed by position in order.
+  using Changes = std::vector<std::pair<size_t, int64_t>>;
+  std::map<int64_t, Changes> delta, model;
   for (size_t i = 0; i < buffers.size(); ++i) {
     const ArenaBuffer& b = buffers[i];
-    delta[b.device][b.pinned ? 0 : b.first] += b.bytes;
+    Changes& d = delta[b.device];
+    d.emplace_back(b.pinned ? 0 : b.first, b.bytes);
     if (!b.pinned)
-      delta[b.device][b.last + 1] -= b.bytes;
+      d.emplace_back(b.last + 1, -b.bytes);
     if (kind[i] == Gradient || kind[i] == Gathered) {
-      model[b.device][b.first] += b.bytes;
-      model[b.device][b.last + 1] -= b.bytes;
+      Changes& m = model[b.device];
+      m.emplace_back(b.first, b.bytes);
+      m.emplace_back(b.last + 1, -b.bytes);
     }
   }
-  for (auto& [device, d] : model) {
+  // Calls f(position, live bytes after every change there) in order.
+  auto sweep = [](Changes& changes, auto f) {
+    std::sort(changes.begin(), changes.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
     int64_t live = 0;
-    for (const auto& [pos, change] : d)
-      stats.breakdown[device].gradientPeak =
-          std::max(stats.breakdown[device].gradientPeak, live += change);
+    for (size_t k = 0; k < changes.size();) {
+      const size_t pos = changes[k].first;
+      for (; k < changes.size() && changes[k].first == pos; ++k)
+        live += changes[k].second;
+      f(pos, live);
+    }
+  };
+  for (auto& [device, d] : model) {
+    MemoryBreakdown& m = stats.breakdown[device];
+    sweep(d, [&](size_t, int64_t live) { m.gradientPeak = std::max(m.gradientPeak, live); });
   }
   for (auto& [device, d] : delta) {
     MemoryBreakdown& m = stats.breakdown[device];
-    int64_t live = 0;
-    for (const auto& [pos, change] : d) {
-      live += change;
+    sweep(d, [&](size_t pos, int64_t live) {
       if (live > m.live) {
         m.live = live;
         m.at = pos;
       }
-    }
+    });
   }
   for (size_t i = 0; i < buffers.size(); ++i) {
     const ArenaBuffer& b = buffers[i];
