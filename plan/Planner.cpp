@@ -203,8 +203,11 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
       return out;
     }
   }
-  // Planned aside when the step is kept: it stays unannotated.
-  std::unique_ptr<Graph> probe = keepStep ? candidate->clone() : nullptr;
+  // A kept step stays unannotated: planned aside where its pricing places
+  // events in it, else planned in place and its offsets dropped after (a
+  // copy of a many-device step costs as much as its plan).
+  const bool scheduled = pricesScheduled(plan, model_);
+  std::unique_ptr<Graph> probe = keepStep && scheduled ? candidate->clone() : nullptr;
   Graph& planned = probe ? *probe : *candidate;
   auto stats = planMemory(planned, true, early);
   if (!stats) {
@@ -216,7 +219,7 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
   llvm::Error over = checkDeviceMemory(planned, *stats, memory_);
   out.ev.fits = !over;
   llvm::consumeError(std::move(over));
-  if (pricesScheduled(plan, model_)) {
+  if (scheduled) {
     auto waited = simulateScheduled(planned, simCosts(model_, false));
     if (!waited) {
       out.failure = llvm::toString(waited.takeError());
@@ -224,6 +227,9 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
     }
     out.ev.sim = std::move(*waited);
   }
+  if (keepStep && !probe)
+    for (const auto& op : candidate->ops())
+      op->annotations().bufferOffsets.reset();
   if (keepStep)
     out.step = std::move(candidate);
   return out;
