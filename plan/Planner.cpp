@@ -502,6 +502,18 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     // Candidates are built unverified: the one kept is verified here.
     if (llvm::Error e = verifyGraph(*step))
       return e;
+    // --emit=plan reports the kept plan's memory: planned on its step here
+    // (in place, the offsets dropped after), not built again for the report.
+    PlanEvaluation& ev = evaluations_.at(keyOf(built[kept]->plan));
+    if (options_.reportsStrategies && !ev.memoryPlanned) {
+      auto stats = planMemory(*step, true, freesEarly(ev.plan));
+      if (!stats)
+        return stats.takeError();
+      ev.peakBytes = stats->peakBytes;
+      ev.memoryPlanned = true;
+      for (const auto& op : step->ops())
+        op->annotations().bufferOffsets.reset();
+    }
     keptSteps_[strat] = std::move(step);
   }
   // Micro-batches change what batch norm computes (each micro-batch by its
