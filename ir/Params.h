@@ -7,7 +7,6 @@
 
 #include "ir/IR.h"
 
-#include <map>
 #include <unordered_map>
 #include <vector>
 

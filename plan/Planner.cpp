@@ -66,6 +66,16 @@ int64_t largeParamBytes(const Graph& g) {
   return 0;
 }
 
+/// The memory plan of a step that stays unannotated (a kept candidate's,
+/// which the module's passes plan again): planned in place, its offsets
+/// dropped after (a copy of a many-device step costs as much as its plan).
+llvm::Expected<MemoryPlanStats> planMemoryUnannotated(Graph& step, bool freeScattered) {
+  auto stats = planMemory(step, true, freeScattered);
+  for (const auto& op : step.ops())
+    op->annotations().bufferOffsets.reset();
+  return stats;
+}
+
 /// A memory-planned step simulated on its scheduled IR (its events placed).
 llvm::Expected<SimResult> simulateScheduled(Graph& planned, const SimCosts& costs) {
   if (auto events = placeEvents(planned); !events)
@@ -203,13 +213,13 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
       return out;
     }
   }
-  // A kept step stays unannotated: planned aside where its pricing places
-  // events in it, else planned in place and its offsets dropped after (a
-  // copy of a many-device step costs as much as its plan).
+  // A kept step stays unannotated: planned on a copy where its pricing
+  // places events in it.
   const bool scheduled = pricesScheduled(plan, model_);
   std::unique_ptr<Graph> probe = keepStep && scheduled ? candidate->clone() : nullptr;
   Graph& planned = probe ? *probe : *candidate;
-  auto stats = planMemory(planned, true, early);
+  auto stats = keepStep && !scheduled ? planMemoryUnannotated(planned, early)
+                                      : planMemory(planned, true, early);
   if (!stats) {
     out.failure = llvm::toString(stats.takeError());
     return out;
@@ -227,9 +237,6 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
     }
     out.ev.sim = std::move(*waited);
   }
-  if (keepStep && !probe)
-    for (const auto& op : candidate->ops())
-      op->annotations().bufferOffsets.reset();
   if (keepStep)
     out.step = std::move(candidate);
   return out;
@@ -502,17 +509,15 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     // Candidates are built unverified: the one kept is verified here.
     if (llvm::Error e = verifyGraph(*step))
       return e;
-    // --emit=plan reports the kept plan's memory: planned on its step here
-    // (in place, the offsets dropped after), not built again for the report.
+    // --emit=plan reports the kept plan's memory: planned on its step here,
+    // not built again for the report.
     PlanEvaluation& ev = evaluations_.at(keyOf(built[kept]->plan));
     if (options_.reportsStrategies && !ev.memoryPlanned) {
-      auto stats = planMemory(*step, true, freesEarly(ev.plan));
+      auto stats = planMemoryUnannotated(*step, freesEarly(ev.plan));
       if (!stats)
         return stats.takeError();
       ev.peakBytes = stats->peakBytes;
       ev.memoryPlanned = true;
-      for (const auto& op : step->ops())
-        op->annotations().bufferOffsets.reset();
     }
     keptSteps_[strat] = std::move(step);
   }
