@@ -464,8 +464,21 @@ bool Group::runStep(const std::vector<StepBuffers>& buffers, std::string* error)
   cv_.notify_all();
   cv_.wait(lock, [&] { return pending_ == 0; });
   buffers_ = nullptr;
-  if (!aborted_)
+  if (!aborted_) {
+    // Every function of the step has returned: a workspace replaced during
+    // it (the first step's, as the convolutions pick their algorithms) can
+    // be freed now, and only now, so that the memory plan's workspace is
+    // all the step holds from the next step on.
+    for (Context* c : contexts_) {
+      if (!c || c->replaced.empty())
+        continue;
+      ContextScope scope(*c);
+      if (!freeReplaced(*c))
+        return failed("freeing the workspaces the step replaced on GPU " +
+                      std::to_string(c->device) + ": " + c->error);
+    }
     return true;
+  }
   broken_ = true;
   // The first function that failed by itself, not because another did.
   std::string first, any;

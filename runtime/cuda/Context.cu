@@ -231,7 +231,10 @@ void destroyContext(Context& c) {
   c = Context{};
 }
 
-bool ensureWorkspace(size_t bytes) {
+namespace {
+/// ensureWorkspace's growth; where `mayFail` and the memory cannot be had,
+/// false with no error set and the context left without a workspace.
+bool growWorkspace(size_t bytes, bool mayFail) {
   Context& c = context();
   if (bytes <= c.workspaceBytes)
     return true;
@@ -258,8 +261,33 @@ bool ensureWorkspace(size_t bytes) {
     c.workspaceBytes = 0;
     ++c.workspaceGeneration;
   }
-  LWRT_CUDA(cudaMalloc(&c.workspace, bytes));
+  if (mayFail) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+      (void)cudaGetLastError(); // the caller goes on with less
+      return false;
+    }
+    c.workspace = p;
+  } else {
+    LWRT_CUDA(cudaMalloc(&c.workspace, bytes));
+  }
   c.workspaceBytes = bytes;
+  return true;
+}
+} // namespace
+
+bool ensureWorkspace(size_t bytes) { return growWorkspace(bytes, false); }
+
+bool tryWorkspace(size_t bytes) { return growWorkspace(bytes, true); }
+
+bool freeReplaced(Context& c) {
+  if (c.replaced.empty())
+    return true;
+  LWRT_CUDA(cudaSetDevice(c.device));
+  LWRT_CUDA(cudaDeviceSynchronize()); // the step's work in flight may still use them
+  for (void* p : c.replaced)
+    LWRT_CUDA(cudaFree(p));
+  c.replaced.clear();
   return true;
 }
 

@@ -120,8 +120,9 @@ struct Context {
   /// False for a stream context of a group, which shares its device's flag.
   bool ownsErrorFlag = true;
   /// A multi-device group's context: a replaced workspace is kept until the
-  /// context ends instead of freed on an idle device (a device-wide wait
-  /// there could wait for a collective whose peer needs this thread).
+  /// step's functions have all returned (freeReplaced) instead of freed on
+  /// an idle device at once (a device-wide wait mid-step could wait for a
+  /// collective whose peer needs this thread).
   bool keepReplaced = false;
   std::vector<void*> replaced;
   /// The convolution plans made with this context's cuDNN handle
@@ -173,6 +174,14 @@ void destroyContext(Context& c);
 /// it cannot be had or the step is being captured and the workspace is too
 /// small.
 bool ensureWorkspace(size_t bytes);
+/// The same where less will do (an algorithm search, which then tries
+/// fewer candidates): false, with no error set and no workspace left, when
+/// the memory cannot be had.
+bool tryWorkspace(size_t bytes);
+/// Frees the workspaces a multi-device group's context replaced (see
+/// keepReplaced), once nothing can wait for a thread any more: after every
+/// function of the step has returned. cudaFree waits for the device.
+bool freeReplaced(Context& c);
 
 /// Makes stream `stream` (0..63) current, creating it at first use (not
 /// while capturing), with its own workspaces; records and waits on events.

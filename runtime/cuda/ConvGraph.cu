@@ -316,15 +316,6 @@ bool variantPack(Desc& d, void* x, void* w, void* y, void* b, void* ws) {
   return true;
 }
 
-/// Device scratch for timing candidates, freed when the search ends.
-struct Scratch {
-  void* p = nullptr;
-  ~Scratch() {
-    if (p)
-      (void)cudaFree(p);
-  }
-};
-
 /// The two timing events of a search, destroyed when it ends.
 struct Events {
   cudaEvent_t start = nullptr, stop = nullptr;
@@ -520,10 +511,13 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
   size_t most = 0;
   for (const Candidate& c : candidates)
     most = std::max(most, c.workspace);
-  Scratch ws;
-  if (most > 0 && cudaMalloc(&ws.p, most) != cudaSuccess) {
-    (void)cudaGetLastError(); // time only the candidates that need no workspace
-    ws.p = nullptr;
+  // The candidates run in the stream's workspace, grown as a run of the
+  // plan would grow it (at most the workspace limit: what the memory plan
+  // left the stream), not in memory beside it.
+  void* ws = nullptr;
+  if (most > 0 && tryWorkspace(most)) {
+    ws = ctx.workspace;
+  } else if (most > 0) { // time only the candidates that need no workspace
     candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
                                     [](const Candidate& c) { return c.workspace > 0; }),
                      candidates.end());
@@ -535,7 +529,7 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
   size_t dropped = 0;
   void* bias = epi.bias ? b : nullptr;
   for (size_t k = 0; k < candidates.size(); ++k) {
-    Timed timed = timeCandidate(candidates[k], x, w, y, bias, ws.p, ev.start, ev.stop);
+    Timed timed = timeCandidate(candidates[k], x, w, y, bias, ws, ev.start, ev.stop);
     if (timed == Timed::ContextLost)
       return false;
     dropped += timed == Timed::Dropped;

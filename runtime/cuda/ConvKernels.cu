@@ -268,43 +268,26 @@ template <typename Perf> size_t searchBytes(const std::vector<Perf>& perf, int n
   return bytes;
 }
 
-/// Device memory for one algorithm search: the padded input (if any) and a
-/// workspace for the candidates. Freed after the search, synchronously (the
-/// destructor frees it unchecked on an error path).
+/// The memory of one algorithm search: the padded input (if any), then a
+/// workspace for the candidates, both in the stream's own workspace, grown
+/// as a run of the plan would grow it (to padBytes + wantWs, at most the
+/// padded copy and the workspace limit: what the memory plan leaves the
+/// stream), so that a search holds nothing beside what the step holds.
+/// Where padBytes + wantWs cannot be had, padBytes alone (the search then
+/// tries the algorithms that need no workspace).
 struct SearchScratch {
   char* base = nullptr;
   size_t wsBytes = 0;
-  ~SearchScratch() {
-    if (base)
-      (void)cudaFree(base);
-  }
-  /// Allocates padBytes + wantWs, or padBytes alone when that fails (the
-  /// search then tries the algorithms that need no workspace).
   bool allocate(size_t padBytes, size_t wantWs) {
-    void* p = nullptr;
     wsBytes = 0;
-    if (wantWs > 0) {
-      if (cudaMalloc(&p, padBytes + wantWs) == cudaSuccess) {
-        wsBytes = wantWs;
-      } else {
-        p = nullptr;              // not promised to be left null by a failed cudaMalloc
-        (void)cudaGetLastError(); // clear the failed allocation: searching with less is fine
-      }
-    }
-    if (!p && padBytes > 0)
-      LWRT_CUDA(cudaMalloc(&p, padBytes));
-    base = static_cast<char*>(p);
+    if (wantWs > 0 && tryWorkspace(padBytes + wantWs))
+      wsBytes = wantWs;
+    else if (!ensureWorkspace(padBytes))
+      return false;
+    base = static_cast<char*>(context().workspace);
     return true;
   }
   void* ws(size_t padBytes) const { return wsBytes ? base + padBytes : nullptr; }
-  bool release() {
-    LWRT_CUDA(cudaStreamSynchronize(context().stream));
-    char* p = base;
-    base = nullptr;
-    if (p)
-      LWRT_CUDA(cudaFree(p));
-    return true;
-  }
 };
 
 /// Sets the plan's algorithm to `q`, and with TF32 the math type `q` was
@@ -361,8 +344,6 @@ bool searchForward(ConvPlan& plan, const ConvGeom& g, const void* x, const void*
   LWRT_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(c.cudnn, plan.x, xin, plan.w, w, plan.conv,
                                                     plan.y, y, maxCount, &nf, found.data(),
                                                     s.ws(plan.padBytes), s.wsBytes));
-  if (!s.release())
-    return false;
   const cudnnConvolutionFwdAlgoPerf_t* q = firstAcceptable(found, nf, tc);
   if (!q)
     q = firstAcceptable(heur, nh, tc);
@@ -398,8 +379,6 @@ bool searchBackwardData(ConvPlan& plan, const void* w, const void* dy, void* dx)
   LWRT_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(c.cudnn, plan.w, w, plan.y, dy, plan.conv,
                                                          plan.x, out, maxCount, &nf, found.data(),
                                                          s.ws(plan.padBytes), s.wsBytes));
-  if (!s.release())
-    return false;
   const cudnnConvolutionBwdDataAlgoPerf_t* q = firstAcceptable(found, nf, tc);
   if (!q)
     q = firstAcceptable(heur, nh, tc);
@@ -441,8 +420,6 @@ bool searchBackwardFilter(ConvPlan& plan, const ConvGeom& g, const void* x, cons
   LWRT_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(
       c.cudnn, plan.x, xin, plan.y, dy, plan.conv, plan.w, dw, maxCount, &nf, found.data(),
       s.ws(plan.padBytes), s.wsBytes));
-  if (!s.release())
-    return false;
   const cudnnConvolutionBwdFilterAlgoPerf_t* q = firstAcceptable(found, nf, tc);
   if (!q)
     q = firstAcceptable(heur, nh, tc);

@@ -8,7 +8,11 @@
 // library call checks; an allocation past the device's memory fails with
 // cudaErrorMemoryAllocation. cudaFree synchronizes the device first, as
 // it does on a GPU, and fills the freed bytes with 0xff (NaN in every
-// float type), so a kernel that reads freed memory computes NaN.
+// float type), so a kernel that reads freed memory computes NaN. Each
+// device's most bytes held at once is kept; with LWEMU_MEMORY_PEAKS=FILE
+// the process writes them there as it exits, one "device BYTES" line per
+// device that held any (a test's measure of a trainer's peak, transients
+// included, which cudaMemGetInfo after a step cannot see).
 //
 // Copies follow the documented behaviour of each kind: a host-to-device
 // cudaMemcpyAsync from pageable memory takes the source at the call, one
@@ -18,6 +22,7 @@
 // an allocation, is cudaErrorInvalidValue.
 #include "Internal.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,18 +45,53 @@ struct Memory {
   std::map<uintptr_t, Allocation> device; ///< base -> allocation
   std::map<uintptr_t, size_t> pinned;
   std::vector<size_t> used; ///< per device
+  std::vector<size_t> peak; ///< per device: the most `used` has been
   std::vector<std::vector<char>> peers;
 };
 
+constexpr size_t kH100Memory = 85'520'809'984; // 79.6 GiB, as an H100 80GB reports
+
+void writePeaks();
+
 Memory& mem() {
-  static Memory* m = new Memory; // never destroyed: workers may outlive main
+  static Memory* m = [] {
+    if (std::getenv("LWEMU_MEMORY_PEAKS"))
+      std::atexit(writePeaks);
+    return new Memory; // never destroyed: workers may outlive main
+  }();
   return *m;
+}
+
+/// LWEMU_MEMORY_PEAKS's file, written at exit (see the top).
+void writePeaks() {
+  Memory& M = mem();
+  std::lock_guard<std::mutex> lock(M.m);
+  FILE* f = std::fopen(std::getenv("LWEMU_MEMORY_PEAKS"), "w");
+  if (!f)
+    return;
+  for (size_t d = 0; d < M.peak.size(); ++d)
+    if (M.peak[d] > 0)
+      std::fprintf(f, "%zu %zu\n", d, M.peak[d]);
+  std::fclose(f);
+}
+
+/// Counts `bytes` more held on `device` (lock held): false, counting
+/// nothing, where the device has not that much left.
+bool hold(Memory& M, int device, size_t bytes) {
+  if (M.used.empty()) {
+    M.used.assign(static_cast<size_t>(deviceCount()), 0);
+    M.peak.assign(M.used.size(), 0);
+  }
+  size_t& used = M.used[static_cast<size_t>(device)];
+  if (bytes > kH100Memory - used)
+    return false;
+  used += bytes;
+  M.peak[static_cast<size_t>(device)] = std::max(M.peak[static_cast<size_t>(device)], used);
+  return true;
 }
 
 thread_local int tlsDevice = 0;
 thread_local cudaError_t tlsLastError = cudaSuccess;
-
-constexpr size_t kH100Memory = 85'520'809'984; // 79.6 GiB, as an H100 80GB reports
 
 /// The allocation holding [p, p + n) (lock held), or null.
 const Allocation* find(std::map<uintptr_t, Allocation>& table, const void* p, size_t n) {
@@ -264,12 +304,7 @@ size_t deviceMemoryTotal() { return kH100Memory; }
 bool holdDeviceMemory(int device, size_t bytes) {
   Memory& M = mem();
   std::lock_guard<std::mutex> lock(M.m);
-  if (M.used.empty())
-    M.used.assign(static_cast<size_t>(deviceCount()), 0);
-  if (bytes > kH100Memory - M.used[static_cast<size_t>(device)])
-    return false;
-  M.used[static_cast<size_t>(device)] += bytes;
-  return true;
+  return hold(M, device, bytes);
 }
 
 void releaseDeviceMemory(int device, size_t bytes) {
@@ -454,19 +489,18 @@ cudaError_t cudaMalloc(void** out, size_t bytes) {
   int d = currentDevice();
   {
     std::lock_guard<std::mutex> lock(M.m);
-    if (M.used.empty())
-      M.used.assign(static_cast<size_t>(deviceCount()), 0);
-    if (bytes > kH100Memory - M.used[static_cast<size_t>(d)])
+    if (!hold(M, d, bytes)) // counted now: two threads cannot both take the last bytes
       return fail(cudaErrorMemoryAllocation);
   }
   size_t rounded = (bytes + 255) / 256 * 256;
   void* p = std::aligned_alloc(256, rounded);
-  if (!p)
-    return fail(cudaErrorMemoryAllocation);
-  std::memset(p, 0xff, rounded); // device memory starts as garbage, not zeros
   std::lock_guard<std::mutex> lock(M.m);
+  if (!p) {
+    M.used[static_cast<size_t>(d)] -= bytes;
+    return fail(cudaErrorMemoryAllocation);
+  }
+  std::memset(p, 0xff, rounded); // device memory starts as garbage, not zeros
   M.device[reinterpret_cast<uintptr_t>(p)] = Allocation{bytes, d};
-  M.used[static_cast<size_t>(d)] += bytes;
   *out = p;
   return cudaSuccess;
 }

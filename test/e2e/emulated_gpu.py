@@ -81,7 +81,7 @@ def build_emulated(onnx_path, flags, out_dir, via_lwcc=False):
     return (exe, "") if r.returncode == 0 else (None, r.stderr[-1500:])
 
 
-def train(exe, work, extra, cuda):
+def train(exe, work, extra, cuda, env=None):
     os.makedirs(work, exist_ok=True)
     args = [exe, "--data=synthetic", f"--seed={SEED}", "--progress=off", "--data-threads=1",
             *extra]
@@ -89,7 +89,23 @@ def train(exe, work, extra, cuda):
         args.append("--no-tf32")
     else:
         args.append("--threads=2")
-    return harness.run(args, cwd=work)
+    return harness.run(args, cwd=work, env=None if env is None else {**os.environ, **env})
+
+
+def peak_bytes(exe, work, extra):
+    """Each emulated GPU's most bytes held at once while the trainer ran
+    (the emulator's LWEMU_MEMORY_PEAKS), transients included; (run, {gpu:
+    bytes})."""
+    os.makedirs(work, exist_ok=True)
+    path = os.path.join(work, "peaks.txt")
+    r = train(exe, work, extra, True, {"LWEMU_MEMORY_PEAKS": path})
+    peaks = {}
+    if r.returncode == 0 and os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                d, b = line.split()
+                peaks[int(d)] = int(b)
+    return r, peaks
 
 
 def run_args(steps=STEPS):
@@ -527,15 +543,23 @@ def exporter_patterns(tmp):
 def conv_workspace(tmp):
     """The convolutions' workspace on a device whose memory the plan fills:
     a model of convolutions with uneven pads (SAME_UPPER: the CUDA runtime
-    copies each image padded) compiled for a GPU spec of the memory the
-    plan needs with its padded copies and no more. lwcc counts the copies
-    (one byte less memory: the compile fails naming them) and leaves the
-    algorithms no workspace, which the trainer honours: it passes over the
-    emulated cuDNN's first choice for the forward (IMPLICIT_PRECOMP_GEMM,
-    which takes a table of filter offsets) for one that takes none, trains
-    as the CPU trainer does, and holds no more than the spec's memory
-    (cudaMemGetInfo of the emulated GPU). With 4 MiB more the algorithms
-    get 4 MiB and the first choice is kept."""
+    copies each image padded, the third's larger than the first two's, so a
+    stream's workspace grows during the first step) compiled for a GPU spec
+    of the memory the plan needs with its padded copies and no more. lwcc
+    counts the copies (one byte less memory: the compile fails naming them)
+    and leaves the algorithms no workspace, which the trainer honours: it
+    passes over the emulated cuDNN's first choice for the forward
+    (IMPLICIT_PRECOMP_GEMM, which takes a table of filter offsets) for one
+    that takes none, trains as the CPU trainer does, and holds no more than
+    the spec's memory, the first step's transients included (the
+    emulator's peak), also while --cudnn-benchmark times the algorithms
+    (in the stream's own workspace, not in memory beside it). With 4 MiB
+    more the algorithms get 4 MiB and the first choice is kept. On two GPUs
+    (data parallelism: a device group, which keeps a workspace it replaces
+    until the step's functions have all returned) each GPU holds no more
+    than the spec's memory after training (the first step can hold a
+    replaced workspace beside its successor: a device-wide wait mid-step
+    could wait for a collective whose peer needs the waiting thread)."""
     import json
     import re
     import numpy as np
@@ -544,17 +568,17 @@ def conv_workspace(tmp):
     os.makedirs(base, exist_ok=True)
     n = 8
     rng = np.random.default_rng(3)
-    inits = [numpy_helper.from_array(0.3 * rng.standard_normal((6, 3, 2, 2)).astype(np.float32),
-                                     "w1"),
-             numpy_helper.from_array(0.3 * rng.standard_normal((6, 6, 2, 2)).astype(np.float32),
-                                     "w2"),
-             numpy_helper.from_array(0.3 * rng.standard_normal((3, 6)).astype(np.float32), "w3")]
+    inits = [numpy_helper.from_array(0.3 * rng.standard_normal(shape).astype(np.float32), name)
+             for name, shape in (("w1", (6, 3, 2, 2)), ("w2", (16, 6, 2, 2)),
+                                 ("w3", (6, 16, 2, 2)), ("w4", (3, 6)))]
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", auto_pad="SAME_UPPER"),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
              helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", auto_pad="SAME_UPPER"),
-             helper.make_node("GlobalAveragePool", ["c2"], ["g"], name="pool"),
+             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             helper.make_node("Conv", ["r2", "w3"], ["c3"], name="conv3", auto_pad="SAME_UPPER"),
+             helper.make_node("GlobalAveragePool", ["c3"], ["g"], name="pool"),
              helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
-             helper.make_node("Gemm", ["f", "w3"], ["y"], transB=1, name="fc")]
+             helper.make_node("Gemm", ["f", "w4"], ["y"], transB=1, name="fc")]
     path = save_model(base, "uneven_pads", nodes, [n, 3, 64, 64], inits)
 
     def spec(memory):
@@ -567,16 +591,20 @@ def conv_workspace(tmp):
                        "workspace_bytes_per_stream": 42 << 20, "inputs_on_device": True,
                        "devices_per_node": 8}, out)
         return f
-    # What the plan needs, from the error of a device of one byte.
-    r = harness.run([LWCC, path, "--target=cuda", f"--device-spec={spec(1)}", "--emit=plan",
-                     "-o", os.devnull])
-    m = re.search(r"device 0: (\d+) bytes \(.*\+ (\d+) padded convolution inputs", r.stderr)
-    harness.record(r.returncode == 1 and m is not None and int(m.group(2)) > 0,
-                   "uneven pads: the memory check counts the padded copies of the images",
-                   r.stderr[-800:])
-    if not m:
+
+    def needed(flags, label):
+        """What the plan needs per device, from the error of a device of one byte."""
+        r = harness.run([LWCC, path, "--target=cuda", f"--device-spec={spec(1)}", *flags,
+                         "--emit=plan", "-o", os.devnull])
+        m = re.search(r"device 0: (\d+) bytes \(.*\+ (\d+) padded convolution inputs", r.stderr)
+        harness.record(r.returncode == 1 and m is not None and int(m.group(2)) > 0,
+                       f"uneven pads{label}: the memory check counts the padded copies of the images",
+                       r.stderr[-800:])
+        return int(m.group(1)) if m else None
+
+    need = needed([], "")
+    if need is None:
         return
-    need = int(m.group(1))
     r = harness.run([LWCC, path, "--target=cuda", f"--device-spec={spec(need - 1)}",
                      "--emit=plan", "-o", os.devnull])
     harness.record(r.returncode == 1 and "padded convolution inputs" in r.stderr,
@@ -605,14 +633,40 @@ def conv_workspace(tmp):
                        got.group(0) if got else rc.stdout[-800:])
         compare(f"uneven pads, {label}: emulated CUDA trainer vs CPU trainer",
                 os.path.join(base, "cpu-run"), run, 1)
-        # Training alone (the evaluation's arena is the trainer's, not the plan's).
-        alone = os.path.join(work, "memory")
-        rm = train(cuda, alone, [f"--steps={STEPS}", "--log=log.jsonl"], True)
-        records = md.memory_records(alone) if rm.returncode == 0 else []
-        measured = max((r["measured_bytes"] for r in records), default=None)
-        harness.record(measured is not None and measured <= need + extra,
-                       f"uneven pads, {label}: the emulated GPU holds no more than the spec's "
-                       f"{need + extra} bytes", f"measured {measured}")
+        # Training alone (the evaluation's arena is the trainer's, not the
+        # plan's), with cuDNN's heuristics and with --cudnn-benchmark: the
+        # most the GPU held at any moment.
+        for timed in ([], ["--cudnn-benchmark"]):
+            what = " ".join(["training", *timed])
+            rm, peaks = peak_bytes(cuda, os.path.join(work, "peak" + "".join(timed)),
+                                   [f"--steps={STEPS}", *timed])
+            harness.record(rm.returncode == 0 and 0 in peaks and peaks[0] <= need + extra,
+                           f"uneven pads, {label}, {what}: the emulated GPU never holds more "
+                           f"than the spec's {need + extra} bytes",
+                           f"peak {peaks}" if rm.returncode == 0 else rm.stderr[-800:])
+    # Two GPUs: the workspaces a device group replaced are freed after the step.
+    need2 = needed(["--gpus=2", "--strategy=data"], " on 2 GPUs")
+    if need2 is None:
+        return
+    for extra in (0, 4 << 20):
+        flags = [f"--device-spec={spec(need2 + extra)}", "--gpus=2", "--strategy=data"]
+        work = os.path.join(base, f"emu2-{extra}")
+        cuda, cerr = build_emulated(path, flags, work)
+        if not cuda:
+            harness.record(False, f"uneven pads on 2 GPUs, {extra} bytes left: build", cerr)
+            continue
+        for timed in ([], ["--cudnn-benchmark"]):
+            alone = os.path.join(work, "memory" + "".join(timed))
+            rm = train(cuda, alone, [f"--steps={STEPS}", "--log=log.jsonl", *timed], True)
+            records = md.memory_records(alone) if rm.returncode == 0 else []
+            devices = {d for r in records for d in r["devices"]}
+            measured = max((r["measured_bytes"] for r in records), default=None)
+            harness.record(devices == {0, 1} and measured <= need2 + extra,
+                           f"uneven pads on 2 GPUs, {extra} bytes left, "
+                           f"{' '.join(['training', *timed])}: each GPU holds no more than the "
+                           f"spec's {need2 + extra} bytes after training",
+                           f"measured {[(r['devices'], r['measured_bytes']) for r in records]}"
+                           if rm.returncode == 0 else rm.stderr[-800:])
 
 
 def main():
