@@ -226,6 +226,12 @@ llvm::Error verifyGraph(const Graph& g) {
     }
     same.push_back(p.get());
   }
+  const std::unordered_set<const Value*> params = [&] {
+    std::unordered_set<const Value*> out;
+    for (const auto& p : g.params())
+      out.insert(p.get());
+    return out;
+  }();
   // An assign writes its param in place: nothing may read the param later.
   std::unordered_set<const Value*> assigned;
   for (const auto& op : g.ops()) {
@@ -269,10 +275,7 @@ llvm::Error verifyGraph(const Graph& g) {
       return makeError(
           llvm::formatv("graph @{0}: output #{1} is not defined in the graph", g.name(), i).str());
     if (const Value* p = g.outputGradOf(i)) {
-      bool ours = false;
-      for (const auto& q : g.params())
-        ours |= q.get() == p;
-      if (!ours)
+      if (!params.count(p))
         return makeError(llvm::formatv("graph @{0}: output #{1} is the @grad of a value that is "
                                        "not a param of the graph",
                                        g.name(), i)

@@ -95,8 +95,11 @@ public:
             bytes.write(op.result(r), *b, -1);
         continue;
       }
-      for (const Lane& lane : lanesOf(op)) {
-        const std::vector<Access> acc = layout.accessesOf(op, lane.device);
+      const std::vector<Lane> lanes = lanesOf(op);
+      const std::vector<std::vector<Access>> accesses = layout.accessesOnLanes(op, lanes);
+      for (size_t li = 0; li < lanes.size(); ++li) {
+        const Lane& lane = lanes[li];
+        const std::vector<Access>& acc = accesses[li];
         // What this op needs before it, on each lane of its device.
         std::map<int64_t, int> latest; // lane index -> node
         auto need = [&](int node) {

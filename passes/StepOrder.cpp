@@ -105,6 +105,33 @@ std::vector<Access> StepLayout::accessesOf(const Op& op, int64_t device) const {
   return out;
 }
 
+std::vector<std::vector<Access>> StepLayout::accessesOnLanes(const Op& op,
+                                                             const std::vector<Lane>& lanes) const {
+  std::vector<std::vector<Access>> out(lanes.size());
+  if (!op.info().isCommunication()) {
+    for (size_t k = 0; k < lanes.size(); ++k)
+      out[k] = accessesOf(op, lanes[k].device);
+    return out;
+  }
+  std::unordered_map<int64_t, std::vector<size_t>> on; // device -> its lanes
+  for (size_t k = 0; k < lanes.size(); ++k)
+    on[lanes[k].device].push_back(k);
+  auto add = [&](int64_t device, const Access& a) {
+    if (auto it = on.find(device); it != on.end())
+      for (size_t k : it->second)
+        out[k].push_back(a);
+  };
+  // As accessesOf: the reads, then the writes (no communication op is an
+  // assign, a constant or an event).
+  for (unsigned i = 0; i < op.numOperands(); ++i)
+    if (auto b = bytesOf(op.operand(i)))
+      add(operandDevice(op, i), {op.operand(i), *b, false});
+  for (unsigned r = 0; r < op.numResults(); ++r)
+    if (auto b = bytesOf(op.result(r)))
+      add(valueDevice(op.result(r)).value_or(0), {op.result(r), *b, true});
+  return out;
+}
+
 const ByteTracker::Storage* ByteTracker::find(const Value* v) const {
   auto it = where_.find(v);
   if (it == where_.end())

@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace lwcc {
@@ -71,12 +72,17 @@ public:
   /// The reads (operands) then the writes (results; an assign's param) of
   /// `op` on `device`. An op that aliases reads what it aliases.
   std::vector<Access> accessesOf(const Op& op, int64_t device) const;
+  /// accessesOf(op, lanes[k].device) for each of `lanes` (lanesOf(op)):
+  /// each operand's and result's device found once, not once per lane (a
+  /// collective over N devices has N operands, results and lanes).
+  std::vector<std::vector<Access>> accessesOnLanes(const Op& op,
+                                                   const std::vector<Lane>& lanes) const;
   /// The graph-order index of `op`.
   size_t position(const Op* op) const { return position_.at(op); }
 
 private:
-  std::map<const Op*, size_t> position_;
-  std::map<const Value*, int64_t> paramIndex_;
+  std::unordered_map<const Op*, size_t> position_;
+  std::unordered_map<const Value*, int64_t> paramIndex_;
   bool planned_ = true;
 };
 
@@ -109,9 +115,16 @@ public:
   void write(const Value* v, const Bytes& b, int node);
 
 private:
-  using Key = std::pair<int64_t, int64_t>;         // (device, region)
-  std::map<Key, std::map<int64_t, Storage>> live_; // by lo
-  std::map<const Value*, std::pair<Key, int64_t>> where_;
+  using Key = std::pair<int64_t, int64_t>; // (device, region)
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<int64_t>()(k.first * 1000003 + k.second);
+    }
+  };
+  /// A region per device: its arena, and each param (a step of many devices
+  /// has tens of thousands).
+  std::unordered_map<Key, std::map<int64_t, Storage>, KeyHash> live_; // by lo
+  std::unordered_map<const Value*, std::pair<Key, int64_t>> where_;
 };
 
 /// A short description of a node's op for messages: "'conv2d' op "conv1"

@@ -318,9 +318,12 @@ private:
                 bytes.write(op.result(r), *b, -1);
           continue;
         }
-        for (const Lane& lane : lanesOf(op)) {
+        const std::vector<Lane> lanes = lanesOf(op);
+        const std::vector<std::vector<Access>> accesses = layout_.accessesOnLanes(op, lanes);
+        for (size_t li = 0; li < lanes.size(); ++li) {
+          const Lane& lane = lanes[li];
           const int node = nodeOf(step, k, lane);
-          const std::vector<Access> acc = layout_.accessesOf(op, lane.device);
+          const std::vector<Access>& acc = accesses[li];
           for (const Access& a : acc) {
             if (a.write)
               continue;
