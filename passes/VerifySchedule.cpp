@@ -128,34 +128,29 @@ private:
           // off every lane that joins the senders' earlier work, not an
           // edge per pair (a split op's all-gather over 256 devices would
           // take 65,280 per step).
-          int hub = -1;
           if (senders.size() > 1 && receivers.size() > 1) {
-            Node h;
-            h.op = &op;
-            h.step = step;
-            h.lane_index = -1;
+            Node hub;
+            hub.op = &op;
+            hub.step = step;
+            hub.lane_index = -1;
             for (int64_t sd : senders)
               if (const Node& from = nodes_[static_cast<size_t>(partOn.at(sd))];
                   !from.preds.empty())
-                h.preds.push_back(from.preds.front());
-            if (!h.preds.empty()) {
-              hub = static_cast<int>(nodes_.size());
-              nodes_.push_back(std::move(h));
-            }
+                hub.preds.push_back(from.preds.front());
+            if (hub.preds.empty())
+              continue; // no sender did anything before it
+            const int id = static_cast<int>(nodes_.size());
+            nodes_.push_back(std::move(hub));
+            for (int64_t t : receivers)
+              nodes_[static_cast<size_t>(partOn.at(t))].preds.push_back(id);
+            continue;
           }
-          for (int64_t t : receivers) {
-            Node& to = nodes_[static_cast<size_t>(partOn.at(t))];
-            if (senders.size() > 1 && receivers.size() > 1) {
-              if (hub >= 0)
-                to.preds.push_back(hub);
-              continue;
-            }
+          for (int64_t t : receivers)
             for (int64_t sd : senders) {
               const Node& from = nodes_[static_cast<size_t>(partOn.at(sd))];
               if (sd != t && !from.preds.empty())
-                to.preds.push_back(from.preds.front());
+                nodes_[static_cast<size_t>(partOn.at(t))].preds.push_back(from.preds.front());
             }
-          }
         }
       }
       for (const auto& [node, op] : waits) {
