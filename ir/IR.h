@@ -274,6 +274,7 @@ public:
   void setInsertionPointBefore(Op* op) { before_ = op; }
   void setInsertionPointAfter(Op* op) { before_ = graph_.nextOp(op); }
   void setLoc(Location loc) { loc_ = std::move(loc); }
+  const Location& loc() const { return loc_; }
   /// The device (@dev) of the ops created from now on; communication ops,
   /// which their attributes place, never get one.
   void setDevice(std::optional<int64_t> device) { device_ = device; }

@@ -3,6 +3,7 @@
 #include "passes/Pass.h"
 #include "passes/TrainingSupport.h"
 
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -68,26 +69,79 @@ public:
     Location seedLoc;
     seedLoc.name = "loss.grad";
     b.setLoc(seedLoc);
-    std::unordered_map<const Value*, Value*> grads;
     // Backward ops run where their forward op ran; the seed where the loss is.
     auto placeAt = [&](const Value* v) {
       std::optional<int64_t> d = valueDevice(v);
       b.setDevice(d && *d != 0 ? d : std::nullopt);
     };
+    // A value's gradient from several readers is their sum: the readers of
+    // one micro-batch (or of none) summed as they are met (the reverse of
+    // the forward), the micro-batches' sums then first to last, once the
+    // value's gradient is read (the backward of its op, or a param's
+    // output). Summed as met, micro-batch M-1's gradient would come first
+    // and every other micro-batch's addition would wait for M-1's
+    // backward, the last of a 1F1B stage's tasks: each micro-batch's weight
+    // gradients stayed live until then, and the additions held the stage's
+    // last backward.
+    struct Part {
+      Value* grad;
+      Location loc;
+    };
+    // value -> micro-batch (-1: none) -> its readers' sum so far
+    std::unordered_map<const Value*, std::map<int64_t, Part>> parts;
+    auto addGrad = [&](const Value* v, Value* dx, const Op& reader) -> llvm::Error {
+      const int64_t mb = reader.annotations().microBatch.value_or(-1);
+      auto [it, added] = parts[v].try_emplace(mb, Part{dx, reader.loc()});
+      if (added)
+        return llvm::Error::success();
+      placeAt(dx);
+      auto sum = b.createInferred(OpKind::Add, {it->second.grad, dx});
+      if (!sum)
+        return reader.emitError("cannot sum gradients: " + llvm::toString(sum.takeError()));
+      it->second.grad = (*sum)->result();
+      return llvm::Error::success();
+    };
+    auto gradOf = [&](const Value* v) -> llvm::Expected<Value*> {
+      auto pit = parts.find(v);
+      if (pit == parts.end())
+        return nullptr;
+      std::map<int64_t, Part>& byMb = pit->second;
+      Value* sum = byMb.begin()->second.grad;
+      const Location loc = b.loc();
+      const auto mb = b.microBatch();
+      const auto device = b.device();
+      for (auto it = std::next(byMb.begin()); it != byMb.end(); ++it) {
+        b.setLoc(it->second.loc);
+        b.setMicroBatch(it->first);
+        placeAt(it->second.grad);
+        auto add = b.createInferred(OpKind::Add, {sum, it->second.grad});
+        if (!add)
+          return add.takeError();
+        sum = (*add)->result();
+      }
+      byMb.clear();
+      byMb.emplace(-1, Part{sum, {}});
+      b.setLoc(loc);
+      b.setMicroBatch(mb);
+      b.setDevice(device);
+      return sum;
+    };
     {
       placeAt(loss);
       Op* one = b.create(OpKind::Constant, {}, {loss->type()});
       one->setAttr("value", Attribute(std::vector<double>{1.0}));
-      grads[loss] = one->result();
+      parts[loss].emplace(-1, Part{one->result(), seedLoc});
     }
     for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
       Op* op = *it;
       GradContext c{b, *op, {}, {}, {}};
       bool haveDy = false, wantDx = false;
       for (unsigned i = 0; i < op->numResults(); ++i) {
-        auto git = grads.find(op->result(i));
-        c.dys.push_back(git == grads.end() ? nullptr : git->second);
-        haveDy |= git != grads.end();
+        auto dy = gradOf(op->result(i));
+        if (!dy)
+          return op->emitError("cannot sum gradients: " + llvm::toString(dy.takeError()));
+        c.dys.push_back(*dy);
+        haveDy |= *dy != nullptr;
       }
       for (Value* v : op->operands()) {
         c.needs.push_back(needsGrad(v));
@@ -111,25 +165,20 @@ public:
       for (unsigned i = 0; i < op->numOperands(); ++i) {
         if (!c.needs[i] || !c.dxs[i])
           continue;
-        Value* v = op->operand(i);
-        auto [git, inserted] = grads.emplace(v, c.dxs[i]);
-        if (!inserted) {
-          placeAt(c.dxs[i]);
-          auto sum = b.createInferred(OpKind::Add, {git->second, c.dxs[i]});
-          if (!sum)
-            return op->emitError("cannot sum gradients: " + llvm::toString(sum.takeError()));
-          git->second = (*sum)->result();
-        }
+        if (llvm::Error e = addGrad(op->operand(i), c.dxs[i], *op))
+          return e;
       }
     }
     size_t produced = 0;
     b.setMicroBatch(std::nullopt);
     UniqueNames names(g);
     for (Value* p : trainable) {
-      auto git = grads.find(p);
-      if (git == grads.end())
+      auto total = gradOf(p);
+      if (!total)
+        return total.takeError();
+      if (!*total)
         continue;
-      Value* gv = git->second;
+      Value* gv = *total;
       if (gv->kind() != ValueKind::Result || gv->definingOp()->kind() == OpKind::Constant ||
           !gv->name().empty() || gv == loss) {
         // Give each gradient output a value of its own.

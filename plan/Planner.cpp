@@ -488,13 +488,31 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     for (int64_t st = stages > 0 ? stages : 2; st <= devices; ++st) {
       if (devices % st || (stages > 0 && st != stages))
         continue;
-      for (int64_t m = 8 * st; m <= n && n / m >= devices / st; m *= 2) {
+      // Each plan of more micro-batches plain, then (where none fits) with
+      // the variants of step 3, until one fits.
+      auto fitsNow = [&](const PlanChoice& plan, bool& found) -> llvm::Error {
         size_t before = built.size();
-        if (llvm::Error e = evaluateAndConsider(pipelinePlan(st, m)))
+        if (llvm::Error e = evaluateAndConsider(plan))
           return e;
-        if (built.size() > before && built.back()->fits)
-          break;
-      }
+        found = built.size() > before && built.back()->fits;
+        return llvm::Error::success();
+      };
+      bool found = false;
+      for (int64_t m = 8 * st; !found && m <= n && n / m >= devices / st; m *= 2)
+        if (llvm::Error e = fitsNow(pipelinePlan(st, m), found))
+          return e;
+      for (int64_t m = 8 * st; !found && m <= n && n / m >= devices / st; m *= 2)
+        for (const std::vector<Variant>& variants : rounds)
+          for (size_t k = 0; !found && k < variants.size(); ++k) {
+            PlanChoice again = pipelinePlan(st, m);
+            if (variants[k].shard != "none") {
+              again.shard = variants[k].shard;
+              again.shardMinBytes = variants[k].shardMinBytes;
+            }
+            again.recompute = variants[k].recompute;
+            if (llvm::Error e = fitsNow(again, found))
+              return e;
+          }
     }
   }
   if (built.empty())

@@ -25,8 +25,9 @@
 //     again for the backward: passes/Recompute.cpp; where that fits, with
 //     the fewest of its layers that fit, the largest first), then each pipeline
 //     tries 8S, 16S, ... micro-batches (fewer activations in flight) until
-//     one does; when still none fits, the first candidate is kept and the
-//     compile reports the memory it needs.
+//     one does, then each of those with the variants above (sharding,
+//     recomputation) until one does; when still none fits, the first
+//     candidate is kept and the compile reports the memory it needs.
 // The search minimises an additive cost (each op's compute, its operands'
 // re-layouts, its params' gradient all-reduce), which cannot see the
 // bucketed all-reduce overlapping backward that the simulator (and the

@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Write a chain whose first value skips ahead, as ONNX without its loss
+(lwcc appends it): h1 = x @ w1 (fc1, 1024 -> 256, the heaviest), then
+h2 .. h4 through the 256-wide fc2 .. fc4, s = h4 + h1 (the skip),
+h5 = s @ w5 (fc5) and h6 = h5 @ w6 (fc6). Cut into four stages, h1
+crosses from the first stage to the third.
+
+  python3 skip.py OUT.onnx
+"""
+
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+rng = np.random.default_rng(0)
+shapes = [(1024, 256)] + [(256, 256)] * 5
+inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.05).astype(np.float32), f"w{i + 1}")
+         for i, s in enumerate(shapes)]
+nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i}", f"w{i + 1}"], [f"h{i + 1}"],
+                          name=f"fc{i + 1}") for i in range(4)]
+nodes.append(helper.make_node("Add", ["h4", "h1"], ["s"], name="skip"))
+nodes.append(helper.make_node("MatMul", ["s", "w5"], ["h5"], name="fc5"))
+nodes.append(helper.make_node("MatMul", ["h5", "w6"], ["h6"], name="fc6"))
+graph = helper.make_graph(nodes, "skip",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 1024])],
+                          [helper.make_tensor_value_info("h6", TensorProto.FLOAT, [64, 256])],
+                          inits)
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+model.ir_version = 8
+onnx.checker.check_model(model, full_check=True)
+onnx.save(model, sys.argv[1])
