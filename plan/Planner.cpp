@@ -402,6 +402,14 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     bool recompute;
     int64_t shardMinBytes = 0;
   };
+  auto withVariant = [](PlanChoice plan, const Variant& v) {
+    if (v.shard != "none") {
+      plan.shard = v.shard;
+      plan.shardMinBytes = v.shardMinBytes;
+    }
+    plan.recompute |= v.recompute;
+    return plan;
+  };
   std::vector<std::vector<Variant>> rounds(2);
   if (options_.shardWhenOver)
     rounds[0].push_back({"zero1", false});
@@ -433,12 +441,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
           (fastest && built[i]->sim.stepSeconds >= built[*fastest]->sim.stepSeconds))
         continue;
       for (const Variant& v : variants) {
-        PlanChoice again = built[i]->plan;
-        if (v.shard != "none") {
-          again.shard = v.shard;
-          again.shardMinBytes = v.shardMinBytes;
-        }
-        again.recompute |= v.recompute;
+        const PlanChoice again = withVariant(built[i]->plan, v);
         if (keyOf(again) == keyOf(built[i]->plan))
           continue;
         if (llvm::Error e = evaluateAndConsider(again))
@@ -503,16 +506,9 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
           return e;
       for (int64_t m = 8 * st; !found && m <= n && n / m >= devices / st; m *= 2)
         for (const std::vector<Variant>& variants : rounds)
-          for (size_t k = 0; !found && k < variants.size(); ++k) {
-            PlanChoice again = pipelinePlan(st, m);
-            if (variants[k].shard != "none") {
-              again.shard = variants[k].shard;
-              again.shardMinBytes = variants[k].shardMinBytes;
-            }
-            again.recompute = variants[k].recompute;
-            if (llvm::Error e = fitsNow(again, found))
+          for (size_t k = 0; !found && k < variants.size(); ++k)
+            if (llvm::Error e = fitsNow(withVariant(pipelinePlan(st, m), variants[k]), found))
               return e;
-          }
     }
   }
   if (built.empty())
