@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <future>
+#include <numeric>
 
 namespace lwcc {
 
@@ -284,6 +285,11 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // steps are dropped once priced.
   std::optional<size_t> fastest;
   std::unique_ptr<Graph> fastestStep, firstStep;
+  // Each built candidate's place in `plans` (after them: step 3's), the one
+  // considered now, and the earliest built.
+  std::vector<size_t> builtAt;
+  size_t considering = 0;
+  std::optional<size_t> firstAt;
   // Step 2 for one evaluated candidate; `step` is its built step when it was
   // priced just now.
   auto consider = [&](const PlanEvaluation& ev, std::unique_ptr<Graph> step) {
@@ -299,11 +305,17 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       sel.searchSeconds = ev.strategySeconds;
     sel.candidates.push_back({plan.name(), ev.sim.stepSeconds});
     built.push_back(&ev);
+    builtAt.push_back(considering);
     const size_t i = built.size() - 1;
-    if (ev.fits && (!fastest || faster(ev, *built[*fastest]))) {
+    // Step 2 considers candidates out of their order (below): of equal ones
+    // the earliest in it is kept, and the first is the earliest.
+    const bool tie = fastest && ev.sim.stepSeconds == built[*fastest]->sim.stepSeconds &&
+                     considering < builtAt[*fastest];
+    if (ev.fits && (!fastest || faster(ev, *built[*fastest]) || tie)) {
       fastest = i;
       fastestStep = std::move(step);
-    } else if (i == 0) {
+    } else if (!firstAt || considering < *firstAt) {
+      firstAt = considering;
       firstStep = std::move(step);
     }
   };
@@ -353,28 +365,123 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
                          q->second.sim.stepSeconds * 1e3)
         .str();
   };
+  // The pipelines of S stages and fewer micro-batches than `k`'s, where `k`
+  // is one of more than S (2S, 4S): their places in `plans`.
+  auto fewer = [&](size_t k) {
+    std::vector<size_t> out;
+    const PlanChoice& p = plans[k];
+    if (p.strategy != "pipeline" || options_.microbatches)
+      return out;
+    for (size_t j = 0; j < plans.size(); ++j) {
+      PlanChoice o = plans[j];
+      if (o.strategy != "pipeline" || o.microbatches >= p.microbatches)
+        continue;
+      o.microbatches = p.microbatches;
+      if (keyOf(o) == keyOf(p))
+        out.push_back(j);
+    }
+    return out;
+  };
+  // A pipeline of S stages and M micro-batches (1F1B or GPipe) takes about
+  // (M + S - 1) times a micro-batch's time at its busiest stage (ZB-H1's
+  // smaller bubble, (M + (S - 1) / 3), shrinks less with M), and a
+  // micro-batch of 1/M of the batch takes no less than 1/M of the batch's
+  // time (each op's roofline time and launch: per sample, a smaller
+  // micro-batch is no faster); what does not shrink with M (the gradient
+  // all-reduce after the last backward, the update) does not shrink. So
+  // going from M' to M micro-batches shrinks the step by at most the bubble
+  // factor g(M) / g(M') where g(M) = (M + S - 1) / M: where that bound from
+  // a sibling of fewer micro-batches is slower than the fastest that fits,
+  // the candidate cannot be kept (nor be made to fit by step 3, which
+  // tries only those faster than the fastest that fits). Not on a
+  // measured profile (--cost-profile), whose times need not scale so.
+  // Returns the reason to leave it out, or "".
+  auto bubbleBound = [&](size_t k) -> std::string {
+    if (!fastest || model_.hasProfile())
+      return "";
+    const PlanChoice& p = plans[k];
+    auto bubble = [&](int64_t m) {
+      return static_cast<double>(m + p.stages - 1) / static_cast<double>(m);
+    };
+    double bound = 0;
+    std::optional<size_t> from;
+    for (size_t j : fewer(k)) {
+      auto it = evaluations_.find(keyOf(plans[j]));
+      if (it == evaluations_.end() || !it->second.error.empty())
+        continue;
+      const double b =
+          it->second.sim.stepSeconds * bubble(p.microbatches) / bubble(plans[j].microbatches);
+      if (b > bound) {
+        bound = b;
+        from = j;
+      }
+    }
+    const PlanEvaluation& best = *built[*fastest];
+    if (!from || !(bound > best.sim.stepSeconds))
+      return "";
+    return llvm::formatv("at least {0:f3} ms ({1}'s {2:f3} ms with the bubble of {3} "
+                         "micro-batches), slower than {4} ({5:f3} ms)",
+                         bound * 1e3, plans[*from].name(),
+                         evaluations_.at(keyOf(plans[*from])).sim.stepSeconds * 1e3, p.microbatches,
+                         best.plan.name(), best.sim.stepSeconds * 1e3)
+        .str();
+  };
+  auto leftOut = [&](size_t k) {
+    std::string why = slowerThanFewer(k);
+    return why.empty() ? bubbleBound(k) : why;
+  };
+  // Whether `k` is priced before it is the one considered: a pipeline of
+  // more micro-batches than stages only once every other candidate is
+  // considered and its siblings of fewer are priced, and where they do not
+  // leave it out (decided again when it is considered, so that the choice
+  // does not depend on the threads).
+  size_t others = 0; // the candidates considered before those pipelines
+  auto pricedAhead = [&](size_t k, size_t at) {
+    std::vector<size_t> before = fewer(k);
+    if (before.empty())
+      return true;
+    return at >= others &&
+           std::all_of(before.begin(), before.end(),
+                       [&](size_t j) { return evaluations_.count(keyOf(plans[j])) > 0; }) &&
+           leftOut(k).empty();
+  };
+  // The order considered: every candidate but those pipelines, then those
+  // (fewer micro-batches first), so that the fastest that fits before them
+  // is the fastest of all the others.
+  std::vector<size_t> order;
+  for (bool more : {false, true}) {
+    for (size_t k = 0; k < plans.size(); ++k)
+      if (fewer(k).empty() != more)
+        order.push_back(k);
+    if (!more)
+      others = order.size();
+  }
   // The candidates not priced yet, `threads` at a time from the one
-  // considered on (an std::async future waits for its task when dropped); a
-  // pipeline that may be left out (above) only once it is the one
-  // considered.
+  // considered on (an std::async future waits for its task when dropped).
   std::vector<std::future<Priced>> pricing(plans.size());
   const size_t ahead = static_cast<size_t>(std::max<int64_t>(1, options_.threads));
-  for (size_t i = 0; i < plans.size(); ++i) {
-    if (std::string why = slowerThanFewer(i); !why.empty()) {
+  for (size_t at = 0; at < order.size(); ++at) {
+    const size_t i = order[at];
+    considering = i;
+    if (std::string why = leftOut(i); !why.empty()) {
       if (options_.verbose)
         llvm::errs() << "lwcc: planner: " << plans[i].name() << " left out: " << why << "\n";
+      pricing[i] = {};
       continue;
     }
     size_t inFlight = 0;
-    for (size_t k = i; k < plans.size(); ++k)
-      inFlight += pricing[k].valid();
-    for (size_t k = i; k < plans.size() && inFlight < ahead; ++k)
-      if (!pricing[k].valid() && !evaluations_.count(keyOf(plans[k])) && (k == i || !halves(k))) {
+    for (size_t q = at; q < order.size(); ++q)
+      inFlight += pricing[order[q]].valid();
+    for (size_t q = at; q < order.size() && inFlight < ahead; ++q) {
+      const size_t k = order[q];
+      if (!pricing[k].valid() && !evaluations_.count(keyOf(plans[k])) &&
+          (q == at || pricedAhead(k, at))) {
         pricing[k] = std::async(std::launch::async, [this, &g, plan = plans[k]] {
           return price(g, plan, true, false);
         });
         ++inFlight;
       }
+    }
     if (!pricing[i].valid()) { // priced for an earlier selection
       if (llvm::Error e = evaluateAndConsider(plans[i]))
         return e;
@@ -387,6 +494,29 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       return recorded.takeError();
     consider(**recorded, std::move(step));
   }
+  // The candidates built, back in their order.
+  {
+    std::vector<size_t> perm(built.size());
+    std::iota(perm.begin(), perm.end(), size_t{0});
+    std::stable_sort(perm.begin(), perm.end(),
+                     [&](size_t a, size_t b) { return builtAt[a] < builtAt[b]; });
+    std::vector<const PlanEvaluation*> b2;
+    std::vector<std::pair<std::string, double>> c2;
+    std::vector<size_t> at2;
+    std::optional<size_t> fastest2;
+    for (size_t k : perm) {
+      if (fastest && *fastest == k)
+        fastest2 = b2.size();
+      b2.push_back(built[k]);
+      c2.push_back(sel.candidates[k]);
+      at2.push_back(builtAt[k]);
+    }
+    built = std::move(b2);
+    sel.candidates = std::move(c2);
+    builtAt = std::move(at2);
+    fastest = fastest2;
+  }
+  considering = plans.size();
   // Step 3: each candidate over memory that would be faster than the
   // fastest that fits (every one, when none fits) is priced again with its
   // optimizer state sharded (ZeRO-1, --shard=auto) and with recomputation

@@ -13,11 +13,16 @@
 //     left out, and so is a pipeline of 4S micro-batches where 2S's step is
 //     slower than S's and one of the two fits (at S stages the step is taken
 //     as convex in the micro-batches: each one's launches add to it, the
-//     bubble shrinks as 1/M; more micro-batches are then slower still);
-//     Candidates not priced yet are priced PlannerOptions::threads at a
-//     time, each on its own copy of the model; their results (and what
-//     their builds log) are taken in the order above, so the choice and the
-//     output do not depend on the threads;
+//     bubble shrinks as 1/M; more micro-batches are then slower still).
+//     The pipelines of more micro-batches than stages are priced after
+//     every other candidate, and one is left out where a sibling of fewer
+//     micro-batches bounds its step above the fastest that fits: going from
+//     M' to M micro-batches shrinks a pipeline's step by at most its bubble,
+//     (M + S - 1) / M over (M' + S - 1) / M' (a micro-batch's ops are no
+//     faster per sample when smaller). Candidates not priced yet are priced
+//     PlannerOptions::threads at a time, each on its own copy of the model;
+//     their results (and what their builds log) are taken in that order,
+//     so the choice and the output do not depend on the threads;
 //  3. the fastest that fits the devices' memory kept (a tie keeps the
 //     search's plan; one that shards more than the fastest before it must
 //     be faster by more than 1%). When none fits, with --recompute=auto each candidate
