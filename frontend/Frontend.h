@@ -33,6 +33,12 @@ struct ImportOptions {
   TiedInitializers tied = TiedInitializers::Untie;
   /// Receives warnings about the model (e.g. batch norm folded away).
   DiagHandler diag;
+  /// The float initializers' values read into Module::weights. Without,
+  /// each is checked (its bytes against its shape, its external file) and
+  /// becomes a param with no weights entry: a compile that only plans and
+  /// prints needs none, and a large model's values are most of its import
+  /// (they are held as doubles: twice a float32 file's bytes).
+  bool weights = true;
 };
 
 /// Reads `path`: ONNX text when it ends in .onnxtext, a binary ModelProto
@@ -49,6 +55,12 @@ llvm::Expected<Module> importFile(const std::string& path, const ImportOptions& 
 /// `modelDir` only. `what` names the tensor in messages.
 llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::string& modelDir,
                                        const std::string& what);
+/// The type of `t`'s values, checked as tensorFromProto checks them (its
+/// element type and dims, the bytes of its raw or external data or the count
+/// of its typed values against them) without reading them.
+llvm::Expected<TensorType> tensorTypeFromProto(const onnx::TensorProto& t,
+                                               const std::string& modelDir,
+                                               const std::string& what);
 /// The raw bytes of `t`'s external data, read from a file inside `modelDir`
 /// (a relative location, no "..", no link that leaves the folder, inside the
 /// file's size); errors start with `what`.

@@ -72,7 +72,18 @@ void ImportContext::setOutput(size_t i, Value* v) {
 const Tensor* ImportContext::constantValue(const Value* v) const {
   if (v->kind() == ValueKind::Param) {
     auto it = module_.weights.find(v->paramName());
-    return it == module_.weights.end() ? nullptr : &it->second;
+    if (it != module_.weights.end())
+      return &it->second;
+    auto later = deferred_.find(v->paramName());
+    if (later == deferred_.end())
+      return nullptr;
+    auto t = later->second();
+    deferred_.erase(later);
+    if (!t) { // checked when imported: a file that changed since
+      llvm::consumeError(t.takeError());
+      return nullptr;
+    }
+    return &module_.weights.emplace(v->paramName(), std::move(*t)).first->second;
   }
   Op* def = v->definingOp();
   if (!def || def->kind() != OpKind::Constant)

@@ -12,6 +12,7 @@
 #include "ir/IR.h"
 #include "ir/Module.h"
 
+#include <functional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -79,6 +80,12 @@ public:
   llvm::Expected<std::vector<double>> constFloats(size_t i, const char* what) const;
   /// Compile-time value of `v`, if it has one.
   const Tensor* constantValue(const Value* v) const;
+  /// Param `name`'s initializer values, read by `read` only where an
+  /// importer asks for them (constantValue); then kept in the module's
+  /// weights. ImportOptions::weights off.
+  void deferValues(const std::string& name, std::function<llvm::Expected<Tensor>()> read) {
+    deferred_[name] = std::move(read);
+  }
 
   const onnx::AttributeProto* attr(const std::string& name) const;
   bool hasAttr(const std::string& name) const { return attr(name) != nullptr; }
@@ -119,6 +126,7 @@ private:
   std::set<std::string> consumed_;
   /// Values of constant ops, computed once.
   mutable std::unordered_map<const Value*, Tensor> constants_;
+  mutable std::unordered_map<std::string, std::function<llvm::Expected<Tensor>()>> deferred_;
 };
 
 /// The importer of one ONNX op type, valid from opset `since` until the

@@ -22,12 +22,16 @@
 #include "onnx/onnx_pb.h"
 
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
 
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <map>
 #include <set>
-#include <sstream>
+#include <unistd.h>
 
 namespace lwcc {
 
@@ -157,22 +161,32 @@ llvm::Error loadModelProto(const std::string& path, onnx::ModelProto& model) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
     return fileError(path, fs::exists(path, ec) ? "not a regular file" : "no such file");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  if (!in)
-    return fileError(path, "cannot read");
-  std::string bytes = buf.str();
   if (llvm::StringRef(path).endswith(".onnxtext")) {
-    onnx::OnnxParser parser(bytes.c_str());
+    auto file = llvm::MemoryBuffer::getFile(path);
+    if (!file)
+      return fileError(path, "cannot read: " + file.getError().message());
+    onnx::OnnxParser parser((*file)->getBufferStart()); // null-terminated
     auto status = parser.Parse(model);
     if (!status.IsOK())
       return fileError(path, "cannot parse ONNX text: " + status.ErrorMessage());
     return llvm::Error::success();
   }
-  if (bytes.empty())
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec)
+    return fileError(path, "cannot read: " + ec.message());
+  if (size == 0)
     return fileError(path, "empty file; expected an ONNX model");
-  if (!model.ParseFromString(bytes))
+  if (size > static_cast<uintmax_t>(std::numeric_limits<int>::max()))
+    return fileError(path, "larger than 2 GiB, a protobuf's limit (a model this large keeps "
+                           "its weights in external data files)");
+  // Parsed as it is read, in blocks: a large model's file is mostly its
+  // weights, held once (in the parsed tensors), not twice.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return fileError(path, std::string("cannot read: ") + std::strerror(errno));
+  const bool parsed = model.ParseFromFileDescriptor(fd);
+  ::close(fd);
+  if (!parsed)
     return fileError(path, "not a valid ONNX model (the protobuf does not parse: truncated or "
                            "not ONNX)");
   return llvm::Error::success();
@@ -237,8 +251,28 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
     ctx.bind(in.name(), module.graph->addInput(in.name(), *type, InputRole::Data));
   }
   const std::set<std::string> buffers = nonPersistentBuffers(graph);
+  auto addParam = [&](const std::string& name, const TensorType& type) {
+    Value* p = module.graph->addParam(name, name, type);
+    // A non-persistent buffer keeps its value: no gradient, no update.
+    if (buffers.count(name))
+      p->setFrozen(true);
+    ctx.bind(name, p);
+  };
   for (const auto& [name, proto] : initializers) {
-    auto t = tensorFromProto(*proto, dir, "initializer '" + name + "'");
+    const std::string what = "initializer '" + name + "'";
+    // Float values not asked for: checked, not read.
+    if (std::optional<DType> dt = dtypeFromOnnx(proto->data_type());
+        !opts.weights && dt && isFloat(*dt)) {
+      auto type = tensorTypeFromProto(*proto, dir, what);
+      if (!type)
+        return makeError(Location{file, 0, 0, ""}, llvm::toString(type.takeError()));
+      defined.insert(name);
+      addParam(name, *type);
+      ctx.deferValues(name,
+                      [proto = proto, &dir, what] { return tensorFromProto(*proto, dir, what); });
+      continue;
+    }
+    auto t = tensorFromProto(*proto, dir, what);
     if (!t)
       return makeError(Location{file, 0, 0, ""}, llvm::toString(t.takeError()));
     defined.insert(name);
@@ -247,11 +281,7 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
       c->setName(name);
       ctx.bind(name, c);
     } else {
-      Value* p = module.graph->addParam(name, name, t->type);
-      // A non-persistent buffer keeps its value: no gradient, no update.
-      if (buffers.count(name))
-        p->setFrozen(true);
-      ctx.bind(name, p);
+      addParam(name, t->type);
       module.weights.emplace(name, std::move(*t));
     }
   }

@@ -103,8 +103,17 @@ uint16_t doubleToHalf(double d) {
 
 } // namespace
 
-llvm::Expected<std::string> readExternalData(const onnx::TensorProto& t,
-                                             const std::string& modelDir, const std::string& what) {
+namespace {
+
+/// Where a tensor's external data lies: checked as readExternalData says.
+struct ExternalRange {
+  fs::path file;
+  std::string location;
+  int64_t offset = 0, length = 0;
+};
+
+llvm::Expected<ExternalRange> externalRange(const onnx::TensorProto& t, const std::string& modelDir,
+                                            const std::string& what) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : t.external_data()) {
@@ -161,17 +170,17 @@ llvm::Expected<std::string> readExternalData(const onnx::TensorProto& t,
                                    "'{3}' ({4} bytes)",
                                    what, offset, length, location, size)
                          .str());
-  std::ifstream in(file, std::ios::binary);
-  std::string data(length, '\0');
-  in.seekg(offset);
-  in.read(data.data(), length);
-  if (!in)
-    return makeError(what + ": cannot read external data from '" + location + "'");
-  return data;
+  return ExternalRange{file, location, offset, length};
 }
 
-llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::string& modelDir,
-                                       const std::string& what) {
+/// A TensorProto's element type and shape, checked; with its element count
+/// and the bytes of one element in raw data.
+struct ProtoLayout {
+  TensorType type;
+  int64_t n = 0, elemBytes = 0;
+};
+
+llvm::Expected<ProtoLayout> layoutOf(const onnx::TensorProto& t, const std::string& what) {
   std::optional<DType> dt = dtypeFromOnnx(t.data_type());
   if (!dt)
     return makeError(what + ": element type " + std::to_string(t.data_type()) +
@@ -191,8 +200,86 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
     n *= d;
     shape.push_back(d);
   }
-  TensorType type(*dt, shape);
-  int64_t elemBytes = *dt == DType::Bool ? 1 : dtypeSize(*dt);
+  return ProtoLayout{TensorType(*dt, shape), n, *dt == DType::Bool ? 1 : dtypeSize(*dt)};
+}
+
+/// The count of `t`'s values in its typed fields (no raw or external data).
+int64_t typedValues(const onnx::TensorProto& t, DType dt) {
+  switch (dt) {
+  case DType::F32:
+    return t.float_data_size();
+  case DType::F64:
+    return t.double_data_size();
+  case DType::I64:
+    return t.int64_data_size();
+  case DType::F16:
+  case DType::BF16:
+  case DType::I32:
+  case DType::Bool:
+    return t.int32_data_size();
+  }
+  return 0;
+}
+
+llvm::Error rawSizeError(const std::string& what, int64_t have, const ProtoLayout& l) {
+  return makeError(llvm::formatv("{0}: raw data has {1} bytes, but {2} needs {3}", what, have,
+                                 l.type.str(), l.n * l.elemBytes)
+                       .str());
+}
+
+llvm::Error typedCountError(const std::string& what, int64_t have, const ProtoLayout& l) {
+  return makeError(
+      llvm::formatv("{0}: holds {1} values, but {2} needs {3}", what, have, l.type.str(), l.n)
+          .str());
+}
+
+} // namespace
+
+llvm::Expected<std::string> readExternalData(const onnx::TensorProto& t,
+                                             const std::string& modelDir, const std::string& what) {
+  auto range = externalRange(t, modelDir, what);
+  if (!range)
+    return range.takeError();
+  std::ifstream in(range->file, std::ios::binary);
+  std::string data(range->length, '\0');
+  in.seekg(range->offset);
+  in.read(data.data(), range->length);
+  if (!in)
+    return makeError(what + ": cannot read external data from '" + range->location + "'");
+  return data;
+}
+
+llvm::Expected<TensorType> tensorTypeFromProto(const onnx::TensorProto& t,
+                                               const std::string& modelDir,
+                                               const std::string& what) {
+  auto layout = layoutOf(t, what);
+  if (!layout)
+    return layout.takeError();
+  int64_t bytes = -1;
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    auto range = externalRange(t, modelDir, what);
+    if (!range)
+      return range.takeError();
+    bytes = range->length;
+  } else if (t.has_raw_data()) {
+    bytes = static_cast<int64_t>(t.raw_data().size());
+  }
+  if (bytes >= 0 && bytes != layout->n * layout->elemBytes)
+    return rawSizeError(what, bytes, *layout);
+  if (bytes < 0)
+    if (int64_t have = typedValues(t, layout->type.dtype); have != layout->n)
+      return typedCountError(what, have, *layout);
+  return layout->type;
+}
+
+llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::string& modelDir,
+                                       const std::string& what) {
+  auto layout = layoutOf(t, what);
+  if (!layout)
+    return layout.takeError();
+  const TensorType& type = layout->type;
+  const DType dt = type.dtype;
+  const int64_t n = layout->n, elemBytes = layout->elemBytes;
 
   std::string external;
   const std::string* raw = nullptr;
@@ -210,13 +297,11 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
   // the dims alone may claim terabytes.
   if (raw) {
     if (static_cast<int64_t>(raw->size()) != n * elemBytes)
-      return makeError(llvm::formatv("{0}: raw data has {1} bytes, but {2} needs {3}", what,
-                                     raw->size(), type.str(), n * elemBytes)
-                           .str());
+      return rawSizeError(what, static_cast<int64_t>(raw->size()), *layout);
     Tensor out(type);
     const char* p = raw->data();
     for (int64_t k = 0; k < n; ++k, p += elemBytes) {
-      switch (*dt) {
+      switch (dt) {
       case DType::F32: {
         float v;
         std::memcpy(&v, p, 4);
@@ -230,7 +315,7 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
       case DType::BF16: {
         uint16_t v;
         std::memcpy(&v, p, 2);
-        out.f[k] = *dt == DType::F16 ? halfToDouble(v) : bf16ToDouble(v);
+        out.f[k] = dt == DType::F16 ? halfToDouble(v) : bf16ToDouble(v);
         break;
       }
       case DType::I64:
@@ -251,29 +336,10 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
   }
 
   // Typed fields.
-  int64_t have = 0;
-  switch (*dt) {
-  case DType::F32:
-    have = t.float_data_size();
-    break;
-  case DType::F64:
-    have = t.double_data_size();
-    break;
-  case DType::I64:
-    have = t.int64_data_size();
-    break;
-  case DType::F16:
-  case DType::BF16:
-  case DType::I32:
-  case DType::Bool:
-    have = t.int32_data_size();
-    break;
-  }
-  if (have != n)
-    return makeError(
-        llvm::formatv("{0}: holds {1} values, but {2} needs {3}", what, have, type.str(), n).str());
+  if (int64_t have = typedValues(t, dt); have != n)
+    return typedCountError(what, have, *layout);
   Tensor out(type);
-  switch (*dt) {
+  switch (dt) {
   case DType::F32:
     for (int64_t k = 0; k < n; ++k)
       out.f[k] = t.float_data(k);
@@ -285,8 +351,8 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
   case DType::F16:
   case DType::BF16:
     for (int64_t k = 0; k < n; ++k)
-      out.f[k] = *dt == DType::F16 ? halfToDouble(static_cast<uint16_t>(t.int32_data(k)))
-                                   : bf16ToDouble(static_cast<uint16_t>(t.int32_data(k)));
+      out.f[k] = dt == DType::F16 ? halfToDouble(static_cast<uint16_t>(t.int32_data(k)))
+                                  : bf16ToDouble(static_cast<uint16_t>(t.int32_data(k)));
     break;
   case DType::I64:
     for (int64_t k = 0; k < n; ++k)
@@ -295,7 +361,7 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
   case DType::I32:
   case DType::Bool:
     for (int64_t k = 0; k < n; ++k)
-      out.i[k] = *dt == DType::Bool ? t.int32_data(k) != 0 : t.int32_data(k);
+      out.i[k] = dt == DType::Bool ? t.int32_data(k) != 0 : t.int32_data(k);
     break;
   }
   return out;

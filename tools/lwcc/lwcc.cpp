@@ -380,6 +380,12 @@ int main(int argc, char** argv) {
   opts.diag = [](Severity sev, const Location& loc, const std::string& msg) {
     printDiagnostic(llvm::errs(), sev, loc, msg);
   };
+  if (!emit.getNumOccurrences() && outputFile != "-")
+    emit = Emit::Exe; // `lwcc MODEL -o trainer`
+  // The weights' values go into trainers and the reference modes; --emit's
+  // IR and plans print none.
+  opts.weights = runReference || checkGradientsFlag || trainReference || checkMemoryPlanFlag ||
+                 emit == Emit::Source || emit == Emit::Exe;
   auto module = importFile(modelFile, opts);
   if (!module)
     return fail(module.takeError());
@@ -424,8 +430,6 @@ int main(int argc, char** argv) {
     llvm::errs() << llvm::formatv("lwcc: imported @{0}: {1} inputs, {2} params, {3} ops\n",
                                   module->graph->name(), module->graph->inputs().size(),
                                   module->graph->params().size(), module->graph->numOps());
-  if (!emit.getNumOccurrences() && outputFile != "-")
-    emit = Emit::Exe; // `lwcc MODEL -o trainer`
   if (int rc = checkBuildUsage())
     return rc;
   if (printPipelineFlag)
