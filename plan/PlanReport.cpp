@@ -170,6 +170,11 @@ planStrategies(Planner& planner, const Graph& g, const std::vector<std::string>&
   std::iota(order.begin(), order.end(), 0);
   std::stable_partition(order.begin(), order.end(),
                         [&](size_t i) { return planner.selects(names[i]); });
+  // The other rows' plans (hypergraph's) priced in the threads the
+  // selections leave free.
+  for (size_t i : order)
+    if (!planner.selects(names[i]))
+      planner.priceSoon(fixedPlan(names[i]));
   for (size_t i : order) {
     const std::string& name = names[i];
     StrategyPlan& p = out[i];

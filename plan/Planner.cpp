@@ -11,6 +11,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <future>
 #include <numeric>
 
@@ -260,9 +261,40 @@ llvm::Expected<const PlanEvaluation*> Planner::evaluate(const Graph& g, const Pl
   auto it = evaluations_.find(keyOf(plan));
   if (it != evaluations_.end() && (it->second.memoryPlanned || !withMemory))
     return &it->second;
+  // Priced in a thread a selection left free (with its memory plan).
+  if (auto spare = spare_.find(keyOf(plan)); spare != spare_.end()) {
+    Priced priced = spare->second.get();
+    spare_.erase(spare);
+    return record(priced, step);
+  }
   // New, or priced without its memory plan: built again to plan it.
   Priced priced = price(g, plan, step != nullptr, withMemory);
   return record(priced, step);
+}
+
+size_t Planner::spareInFlight() const {
+  return static_cast<size_t>(std::count_if(spare_.begin(), spare_.end(), [](const auto& s) {
+    return s.second.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+  }));
+}
+
+bool Planner::priceSpare(const Graph& g, const std::vector<PlanChoice>& candidates) {
+  while (!soon_.empty()) {
+    const PlanChoice plan = soon_.front();
+    soon_.erase(soon_.begin());
+    const Key key = keyOf(plan);
+    if (evaluations_.count(key) || spare_.count(key) ||
+        std::any_of(candidates.begin(), candidates.end(),
+                    [&](const PlanChoice& c) { return keyOf(c) == key; }))
+      continue; // priced, or the selection's to price
+    // On its own copy: `g` is the caller's, and the thread may outlive the
+    // selection.
+    std::shared_ptr<const Graph> copy = g.clone();
+    spare_[key] = std::async(std::launch::async,
+                             [this, copy, plan] { return price(*copy, plan, false, true); });
+    return true;
+  }
+  return false;
 }
 
 llvm::Error Planner::select(const Graph& g, const std::string& strat) {
@@ -472,6 +504,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     size_t inFlight = 0;
     for (size_t q = at; q < order.size(); ++q)
       inFlight += pricing[order[q]].valid();
+    inFlight += spareInFlight();
     for (size_t q = at; q < order.size() && inFlight < ahead; ++q) {
       const size_t k = order[q];
       if (!pricing[k].valid() && !evaluations_.count(keyOf(plans[k])) &&
@@ -482,6 +515,9 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
         ++inFlight;
       }
     }
+    // A thread left free prices a plan the report asks for.
+    while (inFlight < ahead && priceSpare(g, plans))
+      ++inFlight;
     if (!pricing[i].valid()) { // priced for an earlier selection
       if (llvm::Error e = evaluateAndConsider(plans[i]))
         return e;

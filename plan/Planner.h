@@ -48,6 +48,7 @@
 #include "plan/Simulator.h"
 
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -136,6 +137,13 @@ public:
     return evaluate(g, plan, nullptr, true);
   }
 
+  /// `plan` is to be evaluated (a report's row): priced, with its memory
+  /// plan, in a thread a selection leaves free (PlannerOptions::threads),
+  /// on a copy of the selection's graph, which must be the graph later
+  /// evaluated; evaluate() takes it there. Its results and its log are the
+  /// same as evaluate()'s.
+  void priceSoon(const PlanChoice& plan) { soon_.push_back(plan); }
+
   /// The step of `plan` built on a copy of `g` (not memory-planned).
   llvm::Expected<std::unique_ptr<Graph>> buildStep(const Graph& g, const PlanChoice& plan);
 
@@ -178,6 +186,11 @@ private:
   llvm::Expected<const PlanEvaluation*> evaluate(const Graph& g, const PlanChoice& plan,
                                                  std::unique_ptr<Graph>* step, bool withMemory);
   std::vector<PlanChoice> pipelineCandidates(const Graph& g) const;
+  /// Starts pricing the first plan of priceSoon's not priced yet, not in
+  /// flight and not among the selection's `candidates`; false when none.
+  bool priceSpare(const Graph& g, const std::vector<PlanChoice>& candidates);
+  /// The spare plans being priced now.
+  size_t spareInFlight() const;
 
   PlannerOptions options_;
   BuildStep build_;
@@ -192,6 +205,8 @@ private:
             p.recomputeTop, p.shard,  p.shardMinBytes};
   }
   std::map<Key, PlanEvaluation> evaluations_;
+  std::vector<PlanChoice> soon_;
+  std::map<Key, std::future<Priced>> spare_; ///< last: waited for first
 };
 
 } // namespace lwcc
