@@ -651,6 +651,65 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       }
     }
   }
+  // Step 3c: a candidate that fits with its params sharded (FSDP) may fit
+  // sharding fewer, which is faster (fewer gathers): only those of at least
+  // T bytes, the largest T among the trainable params' sizes that fits
+  // found by bisection (its fit taken as monotone in T). Not where the same
+  // plan unsharded (a bound on every T's step) is no faster than the
+  // fastest that fits.
+  if (options_.shardWhenOver) {
+    std::vector<int64_t> sizes; // ascending, distinct
+    for (const Value* p : trainableParams(g))
+      sizes.push_back(p->type().sizeInBytes());
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    const size_t candidates = built.size();
+    for (size_t i = 0; i < candidates && sizes.size() > 1; ++i) {
+      const PlanChoice at = built[i]->plan;
+      if (!built[i]->fits || at.shard != "fsdp")
+        continue;
+      // One search per plan: from the fewest params known to fit.
+      auto sibling = [&](const PlanEvaluation* o) {
+        PlanChoice p = o->plan;
+        p.shardMinBytes = at.shardMinBytes;
+        return o->fits && keyOf(p) == keyOf(at) && o->plan.shardMinBytes > at.shardMinBytes;
+      };
+      if (std::any_of(built.begin(), built.begin() + static_cast<std::ptrdiff_t>(candidates),
+                      sibling))
+        continue;
+      PlanChoice whole = at;
+      whole.shard = "none";
+      whole.shardMinBytes = 0;
+      if (auto it = evaluations_.find(keyOf(whole));
+          fastest && it != evaluations_.end() && it->second.error.empty() &&
+          it->second.sim.stepSeconds >= built[*fastest]->sim.stepSeconds)
+        continue;
+      // sizes[lo] is known to fit (every param of at least it sharded).
+      size_t lo = static_cast<size_t>(
+          std::lower_bound(sizes.begin(), sizes.end(), at.shardMinBytes) - sizes.begin());
+      size_t hi = sizes.size() - 1;
+      while (lo < hi) {
+        PlanChoice fewer = at;
+        const size_t mid = lo + (hi - lo + 1) / 2;
+        fewer.shardMinBytes = sizes[mid];
+        bool fits = false;
+        if (auto it = evaluations_.find(keyOf(fewer)); it != evaluations_.end()) {
+          fits = it->second.error.empty() && it->second.fits; // considered already
+        } else {
+          std::unique_ptr<Graph> step;
+          auto ev = evaluate(g, fewer, &step, false);
+          if (!ev)
+            return ev.takeError();
+          fits = (*ev)->error.empty() && (*ev)->fits;
+          consider(**ev, std::move(step));
+        }
+        if (fits)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+    }
+  }
   const int64_t devices = options_.devices, stages = options_.stages;
   if (!fastest && !options_.microbatches) {
     int64_t n = batchOf(g);

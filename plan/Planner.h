@@ -28,7 +28,9 @@
 //     be faster by more than 1%). When none fits, with --recompute=auto each candidate
 //     is priced again with recomputation (its cheap activations computed
 //     again for the backward: passes/Recompute.cpp; where that fits, with
-//     the fewest of its layers that fit, the largest first), then each pipeline
+//     the fewest of its layers that fit, the largest first; a plan that
+//     fits with FSDP, with the fewest of its params sharded that fit, the
+//     largest first), then each pipeline
 //     tries 8S, 16S, ... micro-batches (fewer activations in flight) until
 //     one does, then each of those with the variants above (sharding,
 //     recomputation) until one does; when still none fits, the first

@@ -8,7 +8,8 @@ the fastest that fits again with its optimizer state sharded, with
 recomputation and with both: NAME+zero1, NAME+recompute,
 NAME+zero1+recompute; then NAME+zero2, NAME+fsdp>=N (the params of N bytes
 and more sharded), NAME+fsdp and each with +recompute; and, for one that
-fits with +recompute, +recompute(K): only the K layers with the most bytes).
+fits with +recompute, +recompute(K): only the K layers with the most bytes;
+for one that fits with +fsdp, +fsdp>=T for larger T, found by bisection).
 This checks, for every
 candidate, that the mark is what the candidate's own compile says (built
 with its strategy, stages, micro-batches, sharding and recomputation fixed
