@@ -221,16 +221,32 @@ int64_t typedValues(const onnx::TensorProto& t, DType dt) {
   return 0;
 }
 
-llvm::Error rawSizeError(const std::string& what, int64_t have, const ProtoLayout& l) {
-  return makeError(llvm::formatv("{0}: raw data has {1} bytes, but {2} needs {3}", what, have,
-                                 l.type.str(), l.n * l.elemBytes)
-                       .str());
-}
-
-llvm::Error typedCountError(const std::string& what, int64_t have, const ProtoLayout& l) {
-  return makeError(
-      llvm::formatv("{0}: holds {1} values, but {2} needs {3}", what, have, l.type.str(), l.n)
-          .str());
+/// layoutOf, with the bytes of `t`'s raw or external data (found, not
+/// read) or the count of its typed values checked against it: before any
+/// of it is read or allocated, since the dims alone may claim terabytes.
+llvm::Expected<ProtoLayout> checkedLayout(const onnx::TensorProto& t, const std::string& modelDir,
+                                          const std::string& what) {
+  auto layout = layoutOf(t, what);
+  if (!layout)
+    return layout.takeError();
+  int64_t bytes = -1;
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    auto range = externalRange(t, modelDir, what);
+    if (!range)
+      return range.takeError();
+    bytes = range->length;
+  } else if (t.has_raw_data()) {
+    bytes = static_cast<int64_t>(t.raw_data().size());
+  }
+  if (bytes >= 0 && bytes != layout->n * layout->elemBytes)
+    return makeError(llvm::formatv("{0}: raw data has {1} bytes, but {2} needs {3}", what, bytes,
+                                   layout->type.str(), layout->n * layout->elemBytes)
+                         .str());
+  if (int64_t have = typedValues(t, layout->type.dtype); bytes < 0 && have != layout->n)
+    return makeError(llvm::formatv("{0}: holds {1} values, but {2} needs {3}", what, have,
+                                   layout->type.str(), layout->n)
+                         .str());
+  return layout;
 }
 
 } // namespace
@@ -252,29 +268,15 @@ llvm::Expected<std::string> readExternalData(const onnx::TensorProto& t,
 llvm::Expected<TensorType> tensorTypeFromProto(const onnx::TensorProto& t,
                                                const std::string& modelDir,
                                                const std::string& what) {
-  auto layout = layoutOf(t, what);
+  auto layout = checkedLayout(t, modelDir, what);
   if (!layout)
     return layout.takeError();
-  int64_t bytes = -1;
-  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    auto range = externalRange(t, modelDir, what);
-    if (!range)
-      return range.takeError();
-    bytes = range->length;
-  } else if (t.has_raw_data()) {
-    bytes = static_cast<int64_t>(t.raw_data().size());
-  }
-  if (bytes >= 0 && bytes != layout->n * layout->elemBytes)
-    return rawSizeError(what, bytes, *layout);
-  if (bytes < 0)
-    if (int64_t have = typedValues(t, layout->type.dtype); have != layout->n)
-      return typedCountError(what, have, *layout);
   return layout->type;
 }
 
 llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::string& modelDir,
                                        const std::string& what) {
-  auto layout = layoutOf(t, what);
+  auto layout = checkedLayout(t, modelDir, what);
   if (!layout)
     return layout.takeError();
   const TensorType& type = layout->type;
@@ -293,11 +295,7 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
     raw = &t.raw_data();
   }
 
-  // The data must be checked against the shape before `out` is allocated:
-  // the dims alone may claim terabytes.
-  if (raw) {
-    if (static_cast<int64_t>(raw->size()) != n * elemBytes)
-      return rawSizeError(what, static_cast<int64_t>(raw->size()), *layout);
+  if (raw) { // of the size checked
     Tensor out(type);
     const char* p = raw->data();
     for (int64_t k = 0; k < n; ++k, p += elemBytes) {
@@ -335,9 +333,7 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
     return out;
   }
 
-  // Typed fields.
-  if (int64_t have = typedValues(t, dt); have != n)
-    return typedCountError(what, have, *layout);
+  // Typed fields (their count checked).
   Tensor out(type);
   switch (dt) {
   case DType::F32:

@@ -615,6 +615,20 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       }
     }
   }
+  // A bisection's probe (steps 3b and 3c): whether `plan` fits, considered
+  // here unless this selection has already.
+  auto probe = [&](const PlanChoice& plan) -> llvm::Expected<bool> {
+    for (const PlanEvaluation* b : built)
+      if (keyOf(b->plan) == keyOf(plan))
+        return b->fits;
+    std::unique_ptr<Graph> step;
+    auto ev = evaluate(g, plan, &step, false);
+    if (!ev)
+      return ev.takeError();
+    const bool fits = (*ev)->error.empty() && (*ev)->fits;
+    consider(**ev, std::move(step));
+    return fits;
+  };
   // Step 3b: a candidate that fits only by recomputing every layer's cheap
   // values may fit recomputing fewer layers, which is faster (fewer copies
   // in the backward): the K layers whose values hold the most bytes
@@ -638,13 +652,10 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       while (lo < hi) {
         PlanChoice some = all;
         some.recomputeTop = lo + (hi - lo) / 2;
-        std::unique_ptr<Graph> step;
-        auto ev = evaluate(g, some, &step, false);
-        if (!ev)
-          return ev.takeError();
-        const bool fits = (*ev)->error.empty() && (*ev)->fits;
-        consider(**ev, std::move(step));
-        if (fits)
+        auto fits = probe(some);
+        if (!fits)
+          return fits.takeError();
+        if (*fits)
           hi = some.recomputeTop;
         else
           lo = some.recomputeTop + 1;
@@ -692,18 +703,10 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
         PlanChoice fewer = at;
         const size_t mid = lo + (hi - lo + 1) / 2;
         fewer.shardMinBytes = sizes[mid];
-        bool fits = false;
-        if (auto it = evaluations_.find(keyOf(fewer)); it != evaluations_.end()) {
-          fits = it->second.error.empty() && it->second.fits; // considered already
-        } else {
-          std::unique_ptr<Graph> step;
-          auto ev = evaluate(g, fewer, &step, false);
-          if (!ev)
-            return ev.takeError();
-          fits = (*ev)->error.empty() && (*ev)->fits;
-          consider(**ev, std::move(step));
-        }
-        if (fits)
+        auto fits = probe(fewer);
+        if (!fits)
+          return fits.takeError();
+        if (*fits)
           lo = mid;
         else
           hi = mid - 1;
