@@ -166,6 +166,10 @@ void Graph::eraseParam(Value* param) {
   std::erase_if(params_, [&](const std::unique_ptr<Value>& p) { return p.get() == param; });
 }
 
+void Graph::eraseUnusedParams() {
+  std::erase_if(params_, [](const std::unique_ptr<Value>& p) { return !p->hasUses(); });
+}
+
 Op* Graph::createOp(OpKind kind, const std::vector<Value*>& operands,
                     const std::vector<TensorType>& resultTypes, Location loc, Op* before) {
   auto op = std::unique_ptr<Op>(new Op(kind, std::move(loc)));
@@ -243,6 +247,7 @@ std::unique_ptr<Graph> Graph::clone() const {
     b.clone(*op, map);
   for (size_t i = 0; i < outputs_.size(); ++i)
     g->addOutput(map.at(outputs_[i]), outputGradOf_[i] ? map.at(outputGradOf_[i]) : nullptr);
+  g->foldedInto_ = foldedInto_;
   return g;
 }
 

@@ -14,6 +14,7 @@
 #include "ir/Types.h"
 
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -227,6 +228,8 @@ public:
   Value* param(unsigned i) const { return params_[i].get(); }
   /// Removes an unused param.
   void eraseParam(Value* param);
+  /// Removes every param that nothing uses (in one sweep).
+  void eraseUnusedParams();
 
   OpList& ops() { return ops_; }
   const OpList& ops() const { return ops_; }
@@ -253,6 +256,12 @@ public:
   /// A deep copy: same names, attributes, annotations and locations.
   std::unique_ptr<Graph> clone() const;
 
+  /// A step the planner only prices may stand for devices it left out
+  /// (passes/FoldReplicas.cpp): each such device, mapped to the device whose
+  /// ops stand for its own. Empty for a whole step.
+  const std::map<int64_t, int64_t>& foldedInto() const { return foldedInto_; }
+  void setFoldedInto(std::map<int64_t, int64_t> into) { foldedInto_ = std::move(into); }
+
 private:
   friend class Value;
   std::string name_;
@@ -261,6 +270,7 @@ private:
   OpList ops_;
   std::vector<Value*> outputs_;
   std::vector<Value*> outputGradOf_;
+  std::map<int64_t, int64_t> foldedInto_;
 };
 
 /// Creates ops at an insertion point. Results of create() have the given

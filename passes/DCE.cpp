@@ -25,12 +25,7 @@ public:
     for (auto it = order.rbegin(); it != order.rend(); ++it)
       if ((*it)->numResults() > 0 && !(*it)->hasUsedResults())
         g.eraseOp(*it);
-    std::vector<Value*> dead;
-    for (const auto& p : g.params())
-      if (!p->hasUses())
-        dead.push_back(p.get());
-    for (Value* p : dead)
-      g.eraseParam(p);
+    g.eraseUnusedParams();
     return llvm::Error::success();
   }
 };

@@ -34,6 +34,11 @@ namespace {
 ///     gradient from the reduce_scatter that autodiff made of its gather:
 ///     nothing to sum; the reduce_scatter goes on `stream` beside backward,
 ///     as a bucket does.
+///  6. On a folded step (fold-replicas: a priced candidate whose left-out
+///     devices' ops other devices' stand for), a left-out device's whole
+///     copy of a param takes part in its group with a zero gradient where
+///     the copy of the device that stands for it has a gradient, so that
+///     each all_reduce spans the devices it spans in the whole step.
 class GradSyncPass : public Pass {
 public:
   GradSyncPass(int64_t bucketBytes, int64_t stream, bool zero1, bool fsdp)
@@ -41,6 +46,14 @@ public:
   std::string_view name() const override { return "grad-sync"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
+    const auto& folded = g.foldedInto();
+    if (!folded.empty() && (zero1_ || fsdp_))
+      return makeError("grad-sync: a folded step (fold-replicas) shards no gradient");
+    // Left-out devices' whole param copies, by initializer.
+    std::map<std::string, std::vector<int64_t>> leftOut;
+    for (const auto& p : g.params())
+      if (p->shard().empty() && folded.count(p->device().value_or(0)))
+        leftOut[p->paramName()].push_back(p->device().value_or(0));
     std::map<std::string, std::vector<unsigned>> groups; // initializer -> output indices
     for (unsigned i = 0; i < g.outputs().size(); ++i)
       if (const Value* p = g.outputGradOf(i)) {
@@ -61,14 +74,26 @@ public:
     };
 
     struct Group {
-      std::vector<unsigned> outputs; // in device order
+      std::vector<unsigned> outputs; // in device order; kZero: a left-out copy's
       std::vector<int64_t> devices;
       size_t last = 0;
       int64_t bytes = 0;
+      unsigned firstOutput() const {
+        return *std::find_if(outputs.begin(), outputs.end(), [](unsigned o) { return o != kZero; });
+      }
     };
     std::vector<Group> replicated;
     for (auto& [init, outs] : groups) {
-      if (outs.size() < 2)
+      // A left-out copy has a gradient where the copy of the device that
+      // stands for it has one.
+      std::vector<int64_t> zeros;
+      if (auto it = leftOut.find(init); it != leftOut.end())
+        for (int64_t d : it->second)
+          if (std::any_of(outs.begin(), outs.end(), [&](unsigned o) {
+                return g.outputGradOf(o)->device().value_or(0) == folded.at(d);
+              }))
+            zeros.push_back(d);
+      if (outs.size() + zeros.size() < 2)
         continue;
       bool whole = true;
       for (unsigned o : outs)
@@ -79,13 +104,17 @@ public:
         continue;
       }
       Group grp;
-      std::sort(outs.begin(), outs.end(), [&](unsigned a, unsigned b) {
-        return g.outputGradOf(a)->device().value_or(0) < g.outputGradOf(b)->device().value_or(0);
-      });
-      grp.outputs = outs;
+      std::vector<std::pair<int64_t, unsigned>> byDevice;
       for (unsigned o : outs) {
-        grp.devices.push_back(g.outputGradOf(o)->device().value_or(0));
+        byDevice.emplace_back(g.outputGradOf(o)->device().value_or(0), o);
         grp.last = std::max(grp.last, writtenAt(o));
+      }
+      for (int64_t d : zeros)
+        byDevice.emplace_back(d, kZero);
+      std::sort(byDevice.begin(), byDevice.end());
+      for (auto [d, o] : byDevice) {
+        grp.devices.push_back(d);
+        grp.outputs.push_back(o);
       }
       const TensorType& t = g.outputs()[outs[0]]->type();
       grp.bytes = t.numElements() * dtypeSize(t.dtype);
@@ -96,7 +125,7 @@ public:
 
     // ZeRO-1: the params with a row for each device are reduce-scattered.
     auto scattered = [&](const Group& grp) {
-      const TensorType& t = g.outputs()[grp.outputs[0]]->type();
+      const TensorType& t = g.outputs()[grp.firstOutput()]->type();
       return zero1_ && t.rank() >= 1 && t.shape[0] >= static_cast<int64_t>(grp.devices.size());
     };
     std::vector<std::vector<const Group*>> buckets;
@@ -119,15 +148,25 @@ public:
     for (const auto& bucket : buckets) {
       std::vector<Value*> operands;
       size_t last = 0;
-      for (const Group* grp : bucket) {
-        for (unsigned o : grp->outputs)
-          operands.push_back(g.outputs()[o]);
+      for (const Group* grp : bucket)
         last = std::max(last, grp->last);
-      }
       b.setInsertionPointAfter(opAt.at(last));
       Location loc;
       loc.name = "grad-sync";
       b.setLoc(loc);
+      for (const Group* grp : bucket)
+        for (size_t k = 0; k < grp->outputs.size(); ++k) {
+          if (grp->outputs[k] != kZero) {
+            operands.push_back(g.outputs()[grp->outputs[k]]);
+            continue;
+          }
+          b.setDevice(grp->devices[k]);
+          const TensorType& t = g.outputs()[grp->firstOutput()]->type();
+          operands.push_back(
+              b.create(OpKind::Constant, {}, {t}, {{"value", Attribute(std::vector<double>{0.0})}})
+                  ->result());
+          b.setDevice(std::nullopt);
+        }
       auto ar = b.createInferred(OpKind::AllReduce, operands,
                                  {{"devices", Attribute(bucket.front()->devices)}},
                                  static_cast<unsigned>(operands.size()));
@@ -139,6 +178,8 @@ public:
       for (const Group* grp : bucket)
         for (unsigned o : grp->outputs) {
           Value* sum = (*ar)->result(static_cast<unsigned>(r++));
+          if (o == kZero)
+            continue;
           sum->setName(g.outputs()[o]->name().empty() ? "" : g.outputs()[o]->name() + ".sum");
           g.setOutput(o, sum);
         }
@@ -205,6 +246,7 @@ private:
     return llvm::Error::success();
   }
 
+  static constexpr unsigned kZero = ~0u;
   int64_t bucketBytes_, stream_;
   bool zero1_, fsdp_;
 };

@@ -143,6 +143,11 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
     if (shard == "fsdp" && o.plan.shardMinBytes > 0)
       materialize += ",min_bytes=" + std::to_string(o.plan.shardMinBytes);
     p.push_back({"materialize", materialize});
+    // A candidate only priced: devices that run another's ops left out.
+    // Not where a later pass makes a collective of the devices it finds
+    // gradients on (clip-grad-norm, fp16's loss scale), nor with sharding.
+    if (o.foldReplicas && shard == "none" && !o.clipGradNorm && o.mixedPrecision != "fp16")
+      p.push_back({"fold-replicas", ""});
     p.push_back({"autodiff", ""});
     if (o.plan.recompute)
       p.push_back({"recompute", recomputeOptions(o.plan)});

@@ -128,6 +128,10 @@ struct TrainingPipelineOptions {
   /// Whether the training step ends with verify: the planner builds its
   /// candidates without and verifies the one it keeps.
   bool verifyStep = true;
+  /// Whether devices that run another's ops are left out after materialize
+  /// (fold-replicas): a candidate the planner only prices (not with
+  /// sharding, gradient clipping or fp16's loss scale).
+  bool foldReplicas = false;
 };
 
 /// The whole pipeline (steps 1 to 3 above, as far as `until`).

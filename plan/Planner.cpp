@@ -151,7 +151,7 @@ std::vector<PlanChoice> Planner::pipelineCandidates(const Graph& g) const {
 
 llvm::Expected<std::unique_ptr<Graph>> Planner::buildStep(const Graph& g, const PlanChoice& plan) {
   auto step = g.clone();
-  auto seconds = build_(*step, plan, llvm::errs(), true);
+  auto seconds = build_(*step, plan, llvm::errs(), true, false);
   if (!seconds)
     return seconds.takeError();
   return step;
@@ -180,13 +180,32 @@ llvm::Expected<SimResult> Planner::simulateOn(const Graph& g, const PlanChoice& 
   return simulateScheduled(**step, simCosts(model));
 }
 
+bool Planner::folds() const {
+  return options_.foldReplicas && !model_.hasProfile() && model_.spec().hostCores <= 0;
+}
+
+namespace {
+
+/// A folded step's per-device figures given to the devices it left out:
+/// those of the device whose ops stand for theirs.
+template <class T>
+void unfold(std::map<int64_t, T>& perDevice, const std::map<int64_t, int64_t>& into) {
+  for (auto [left, by] : into)
+    if (auto it = perDevice.find(by); it != perDevice.end()) {
+      T value = it->second;
+      perDevice[left] = value;
+    }
+}
+
+} // namespace
+
 Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keepStep,
                                bool withMemory) const {
   Priced out;
   out.ev.plan = plan;
   llvm::raw_string_ostream log(out.log);
   auto candidate = g.clone();
-  auto seconds = build_(*candidate, plan, log, false);
+  auto seconds = build_(*candidate, plan, log, false, folds());
   if (!seconds) {
     out.ev.error = llvm::toString(seconds.takeError());
     return out;
@@ -199,6 +218,14 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
     return out;
   }
   out.ev.sim = std::move(*sim);
+  const auto& into = candidate->foldedInto();
+  if (!into.empty() && options_.verbose)
+    log << llvm::formatv("lwcc: planner: {0} priced on {1} of {2} devices (each of the others "
+                         "runs the ops of one of them)\n",
+                         plan.name(), options_.devices - static_cast<int64_t>(into.size()),
+                         options_.devices);
+  unfold(out.ev.sim.computeSeconds, into);
+  unfold(out.ev.sim.commSeconds, into);
   // Only a candidate's fit is needed, unless it is a report's row (a
   // pipeline is one only when kept): where its results fit unshared, its
   // plan fits, and the memory plan of a large step (a pipeline's many
@@ -227,6 +254,7 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
     return out;
   }
   out.ev.peakBytes = stats->peakBytes;
+  unfold(out.ev.peakBytes, into);
   out.ev.memoryPlanned = true;
   llvm::Error over = checkDeviceMemory(planned, *stats, memory_);
   out.ev.fits = !over;
@@ -238,6 +266,8 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
       return out;
     }
     out.ev.sim = std::move(*waited);
+    unfold(out.ev.sim.computeSeconds, into);
+    unfold(out.ev.sim.commSeconds, into);
   }
   if (keepStep)
     out.step = std::move(candidate);
@@ -748,6 +778,14 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   sel.kept = sel.candidates[kept].first;
   kept_[strat] = built[kept]->plan;
   if (std::unique_ptr<Graph>& step = fastest ? fastestStep : firstStep) {
+    // A folded candidate kept is built whole (what its build said was
+    // said when it was priced).
+    if (!step->foldedInto().empty()) {
+      auto whole = g.clone();
+      if (auto seconds = build_(*whole, built[kept]->plan, llvm::nulls(), false, false); !seconds)
+        return seconds.takeError();
+      step = std::move(whole);
+    }
     // Candidates are built unverified: the one kept is verified here.
     if (llvm::Error e = verifyGraph(*step))
       return e;

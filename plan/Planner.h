@@ -6,7 +6,9 @@
 //     layerwise and pipeline, pipeline plans of S stages for each S > 1
 //     dividing the devices (only the stages given), of S, 2S and 4S
 //     micro-batches (only the micro-batches given);
-//  2. each candidate's step built, simulated and memory-planned (once: a
+//  2. each candidate's step built, simulated and memory-planned (with the
+//     devices that run another device's ops left out, that device's figures
+//     theirs: fold-replicas, where the cost model allows it exactly; once: a
 //     plan that several strategies' selections or the plan report ask for
 //     is evaluated once, and only the fastest fitting candidate's step is
 //     held while the others are priced); one the batch does not allow is
@@ -103,6 +105,11 @@ struct PlannerOptions {
   /// again for the report.
   bool reportsStrategies = false;
   int64_t threads = 1; ///< candidates priced at the same time
+  /// Candidates priced with the devices that run another's ops left out
+  /// (Graph::foldedInto), where the cost model allows it exactly (no
+  /// measured profile, no cores shared by a node's devices); the plan kept
+  /// is built whole.
+  bool foldReplicas = true;
 };
 
 class Planner {
@@ -110,10 +117,12 @@ public:
   /// Builds a plan's training step on a graph in place, writing what its
   /// passes report to `log`; returns the seconds its strategy pass took.
   /// Without `verify` the step is not verified (a candidate only priced; the
-  /// planner verifies the one it keeps). It is called from several threads
-  /// at once (each on its own graph) when PlannerOptions::threads > 1.
-  using BuildStep = std::function<llvm::Expected<double>(Graph& g, const PlanChoice& plan,
-                                                         llvm::raw_ostream& log, bool verify)>;
+  /// planner verifies the one it keeps). With `fold` devices that run
+  /// another device's ops may be left out (fold-replicas: a step only
+  /// priced). It is called from several threads at once (each on its own
+  /// graph) when PlannerOptions::threads > 1.
+  using BuildStep = std::function<llvm::Expected<double>(
+      Graph& g, const PlanChoice& plan, llvm::raw_ostream& log, bool verify, bool fold)>;
 
   /// `build` builds the candidates, `model` prices their steps, and each
   /// must fit a device of `memory`.
@@ -166,6 +175,9 @@ private:
   };
   /// Prices `plan` on a copy of `g`; touches nothing of the planner's.
   Priced price(const Graph& g, const PlanChoice& plan, bool keepStep, bool withMemory) const;
+  /// Whether candidates are priced folded (PlannerOptions::foldReplicas, on
+  /// a cost model that allows it).
+  bool folds() const;
   /// Whether a candidate's step frees gathered params or reduce-scattered
   /// gradients early (zero2, fsdp: its own or the forced --shard).
   bool freesEarly(const PlanChoice& plan) const;

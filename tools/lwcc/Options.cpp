@@ -83,6 +83,12 @@ cl::opt<int64_t> planThreadsFlag(
              "of the model (default 0: one per core, at most 4; 1: one after another). The "
              "choice and the output do not depend on it"),
     cl::value_desc("N"), cl::init(0), cl::cat(category));
+cl::opt<bool> foldReplicas(
+    "plan-fold",
+    cl::desc("The planner prices a candidate once for the devices that run the same ops as "
+             "another (data parallelism's replicas), where its cost model allows it exactly "
+             "(default true; =false prices every device's ops: the same choice and report)"),
+    cl::init(true), cl::cat(category));
 cl::opt<int64_t> microbatches(
     "microbatches",
     cl::desc("Micro-batches per step (default 1): forward and backward run on M slices of the "

@@ -60,9 +60,11 @@ std::optional<Planner> planner;
 /// planner calls it from several threads, each with a graph and log of its
 /// own.
 llvm::Expected<double> buildWithPlan(Graph& g, const PlanChoice& plan, bool withOptimizer,
-                                     llvm::raw_ostream& log = llvm::errs(), bool verify = true) {
+                                     llvm::raw_ostream& log = llvm::errs(), bool verify = true,
+                                     bool fold = false) {
   TrainingPipelineOptions o = pipelineOptions(plan, withOptimizer);
   o.verifyStep = verify;
+  o.foldReplicas = fold;
   auto pipeline = buildPipeline(trainingStepPipeline(o));
   if (!pipeline)
     return pipeline.takeError();
@@ -411,10 +413,11 @@ int main(int argc, char** argv) {
   po.verbose = verbose;
   po.reportsStrategies = emit == Emit::Plan;
   po.threads = planThreads();
+  po.foldReplicas = foldReplicas;
   planner.emplace(
       po,
-      [](Graph& g, const PlanChoice& plan, llvm::raw_ostream& log, bool verify) {
-        return buildWithPlan(g, plan, true, log, verify);
+      [](Graph& g, const PlanChoice& plan, llvm::raw_ostream& log, bool verify, bool fold) {
+        return buildWithPlan(g, plan, true, log, verify, fold);
       },
       std::move(*planModel), std::move(*memorySpec));
 
