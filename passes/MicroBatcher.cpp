@@ -305,11 +305,12 @@ llvm::Error MicroBatcher::chain(Op& assign) {
     return llvm::Error::success();
   if (d.kind == Dist::Batched)
     return assign.emitError("microbatch: a param is assigned a value of the batch's rows");
-  for (const auto& [orig, copies] : copies_)
-    for (size_t mb = 1; mb < copies.size(); ++mb)
-      for (unsigned j = 0; j < copies[mb]->numOperands(); ++j)
-        if (copies[mb]->operand(j) == p)
-          copies[mb]->setOperand(j, d.pieces[mb - 1]);
+  // Micro-batch mb > 0's copies read the value micro-batch mb - 1 left.
+  const std::vector<Use> uses = p->uses();
+  for (const Use& u : uses)
+    if (auto it = u.user ? copyMb_.find(u.user) : copyMb_.end();
+        it != copyMb_.end() && it->second > 0)
+      u.user->setOperand(u.index, d.pieces[it->second - 1]);
   assign.setOperand(1, d.pieces.back());
   return llvm::Error::success();
 }
