@@ -45,17 +45,35 @@ public:
   std::string_view name() const override { return "fold-replicas"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
-    // Each device's ops; and, cheaply first, the communication ops it takes
-    // part in and how many compute ops it runs: a device can be a copy only
-    // of one that matches it there (a pipeline's devices never do).
-    std::map<int64_t, std::vector<Entry>> seq;
+    // Cheaply first: the communication ops each device takes part in and
+    // how many compute ops it runs between them. A device can be a copy
+    // only of one that matches it there (a pipeline's devices never do).
     std::map<int64_t, size_t> commHash;
+    std::vector<int64_t> here;
+    for (const auto& op : g.ops()) {
+      if (!op->info().isCommunication()) {
+        commHash[opDevice(*op)] += 1;
+        continue;
+      }
+      participants(*op, here);
+      for (int64_t d : here) {
+        size_t& h = commHash[d];
+        h = (h * 1000003) ^ (std::hash<const Op*>()(op.get()) + (isRoot(*op, d) ? 1 : 0));
+      }
+    }
+    if (commHash.size() < 3)
+      return llvm::Error::success();
+    std::map<size_t, int64_t> sharing; // comm hash -> devices with it
+    for (const auto& [d, h] : commHash)
+      ++sharing[h];
+    if (std::none_of(sharing.begin(), sharing.end(), [](const auto& s) { return s.second > 1; }))
+      return llvm::Error::success();
+    // Each device's ops (a communication op's operands and results there).
+    std::map<int64_t, std::vector<Entry>> seq;
     std::map<int64_t, Entry> at;
     for (const auto& op : g.ops()) {
       if (!op->info().isCommunication()) {
-        const int64_t d = opDevice(*op);
-        seq[d].push_back({op.get(), {}, {}});
-        commHash[d] += 1;
+        seq[opDevice(*op)].push_back({op.get(), {}, {}});
         continue;
       }
       at.clear();
@@ -65,16 +83,9 @@ public:
         at[valueDevice(op->result(r)).value_or(0)].results.push_back(r);
       for (auto& [d, e] : at) {
         e.op = op.get();
-        size_t& h = commHash[d];
-        h = (h * 1000003) ^ (std::hash<const Op*>()(op.get()) + (isRoot(*op, d) ? 1 : 0));
         seq[d].push_back(std::move(e));
       }
     }
-    if (seq.size() < 3)
-      return llvm::Error::success();
-    std::map<size_t, int64_t> sharing; // comm hash -> devices with it
-    for (const auto& [d, h] : commHash)
-      ++sharing[h];
 
     std::map<int64_t, std::vector<int64_t>> tokens;
     Interner interner;
@@ -190,6 +201,17 @@ private:
       return it == outputs.end() ? 0 : it->second;
     }
   };
+
+  /// The devices communication op `op` reads or writes on, in order, once each.
+  static void participants(const Op& op, std::vector<int64_t>& out) {
+    out.clear();
+    for (unsigned i = 0; i < op.numOperands(); ++i)
+      out.push_back(operandDevice(op, i));
+    for (unsigned r = 0; r < op.numResults(); ++r)
+      out.push_back(valueDevice(op.result(r)).value_or(0));
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  }
 
   /// Whether device `d` is the root of communication op `op`.
   static bool isRoot(const Op& op, int64_t d) {
