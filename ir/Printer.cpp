@@ -19,6 +19,7 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
 #include <set>
 #include <unordered_map>
 
@@ -97,6 +98,20 @@ std::string annotationsStr(const Annotations& a) {
 
 void printGraph(const Graph& g, llvm::raw_ostream& os) {
   Namer namer(g);
+  // A folded step (fold-replicas) is one the planner only prices: said,
+  // since the text cannot carry which devices' ops are left out.
+  if (!g.foldedInto().empty()) {
+    std::map<int64_t, std::vector<int64_t>> by;
+    for (auto [left, rep] : g.foldedInto())
+      by[rep].push_back(left);
+    os << "// fold-replicas: a step only priced, not a trainer's: the ops of";
+    for (auto it = by.begin(); it != by.end(); ++it) {
+      os << (it == by.begin() ? "" : ";") << " device " << it->first << " stand for devices";
+      for (size_t k = 0; k < it->second.size(); ++k)
+        os << (k ? ", " : " ") << it->second[k];
+    }
+    os << "\n";
+  }
   os << "graph @" << (isBareName(g.name()) ? g.name() : quoteString(g.name())) << "(";
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     const Value* in = g.inputs()[i].get();
