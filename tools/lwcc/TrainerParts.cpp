@@ -26,6 +26,15 @@ int loadStepIr(Module& m) {
     llvm::errs() << stepIr << ": error: cannot read: " << buffer.getError().message() << "\n";
     return 1;
   }
+  // What `lwcc-opt --fold-replicas` printed left devices' ops out.
+  if (llvm::StringRef text = (*buffer)->getBuffer();
+      text.startswith("// fold-replicas:") ||
+      text.find("\n// fold-replicas:") != llvm::StringRef::npos) {
+    llvm::errs() << stepIr
+                 << ": error: a folded step (fold-replicas) is one the planner only prices: some "
+                    "devices' ops are left out of it, so it builds no trainer\n";
+    return 1;
+  }
   unsigned id = sm.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
   auto g = parseGraph(sm, id);
   if (!g) {
