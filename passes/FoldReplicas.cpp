@@ -123,19 +123,16 @@ public:
     for (const Value* v : g.outputs())
       if (const Op* def = v->definingOp(); def && leftOut(*def))
         return llvm::Error::success();
-    for (const auto& op : g.ops()) {
+    std::vector<Op*> erased; // taken before the constants, on the same devices
+    for (auto& op : g.ops()) {
       if (!leftOut(*op))
         continue;
       for (unsigned r = 0; r < op->numResults(); ++r)
         for (const Use& u : op->result(r)->uses())
           if (!u.user->info().isCommunication() && !leftOut(*u.user))
             return llvm::Error::success();
+      erased.push_back(op.get());
     }
-
-    std::vector<Op*> erased; // taken before the constants, on the same devices
-    for (auto& op : g.ops())
-      if (leftOut(*op))
-        erased.push_back(op.get());
     Builder b(g);
     for (auto& op : g.ops()) {
       if (!op->info().isCommunication())

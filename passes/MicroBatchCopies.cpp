@@ -74,8 +74,7 @@ llvm::Error MicroBatcher::replicate(Op& op, const std::optional<SplitPlan>& plan
                      : op.result(r)->name() + "." + suffix_ + std::to_string(mb)));
       results[r].push_back(copy->result(r));
     }
-    copyMb_[copy] = copies_[&op].size();
-    copies_[&op].push_back(copy);
+    copyMb_[copy] = mb;
   }
   b_.setMicroBatch(std::nullopt);
   for (unsigned r = 0; r < op.numResults(); ++r) {

@@ -132,8 +132,7 @@ private:
   std::unordered_set<const Value*> chained_;
   std::map<std::tuple<const Value*, int64_t, int64_t>, Value*> pieces_;
   std::unordered_map<const Value*, Value*> gathered_;
-  std::map<const Op*, std::vector<Op*>> copies_;
-  std::unordered_map<const Op*, size_t> copyMb_; ///< each copy's micro-batch
+  std::unordered_map<const Op*, int64_t> copyMb_; ///< each copy's micro-batch
   std::unordered_map<const Value*, const Op*> bnVar_;
   std::vector<Op*> replaced_;
   std::vector<std::pair<Value*, std::string>> renamed_;

@@ -218,14 +218,13 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
     return out;
   }
   out.ev.sim = std::move(*sim);
-  const auto& into = candidate->foldedInto();
-  if (!into.empty() && options_.verbose)
+  out.foldedInto = candidate->foldedInto();
+  if (!out.foldedInto.empty() && options_.verbose)
     log << llvm::formatv("lwcc: planner: {0} priced on {1} of {2} devices (each of the others "
                          "runs the ops of one of them)\n",
-                         plan.name(), options_.devices - static_cast<int64_t>(into.size()),
+                         plan.name(),
+                         options_.devices - static_cast<int64_t>(out.foldedInto.size()),
                          options_.devices);
-  unfold(out.ev.sim.computeSeconds, into);
-  unfold(out.ev.sim.commSeconds, into);
   // Only a candidate's fit is needed, unless it is a report's row (a
   // pipeline is one only when kept): where its results fit unshared, its
   // plan fits, and the memory plan of a large step (a pipeline's many
@@ -254,7 +253,6 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
     return out;
   }
   out.ev.peakBytes = stats->peakBytes;
-  unfold(out.ev.peakBytes, into);
   out.ev.memoryPlanned = true;
   llvm::Error over = checkDeviceMemory(planned, *stats, memory_);
   out.ev.fits = !over;
@@ -266,8 +264,6 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
       return out;
     }
     out.ev.sim = std::move(*waited);
-    unfold(out.ev.sim.computeSeconds, into);
-    unfold(out.ev.sim.commSeconds, into);
   }
   if (keepStep)
     out.step = std::move(candidate);
@@ -281,6 +277,10 @@ llvm::Expected<const PlanEvaluation*> Planner::record(Priced& priced,
     return makeError(priced.failure);
   if (step)
     *step = std::move(priced.step);
+  // The left-out devices' figures are those of the devices standing for them.
+  unfold(priced.ev.sim.computeSeconds, priced.foldedInto);
+  unfold(priced.ev.sim.commSeconds, priced.foldedInto);
+  unfold(priced.ev.peakBytes, priced.foldedInto);
   const Key key = keyOf(priced.ev.plan);
   return &(evaluations_[key] = std::move(priced.ev));
 }

@@ -172,6 +172,9 @@ private:
     PlanEvaluation ev;
     std::unique_ptr<Graph> step;
     std::string log, failure;
+    /// Its step's Graph::foldedInto: record() gives the left-out devices
+    /// their figures.
+    std::map<int64_t, int64_t> foldedInto;
   };
   /// Prices `plan` on a copy of `g`; touches nothing of the planner's.
   Priced price(const Graph& g, const PlanChoice& plan, bool keepStep, bool withMemory) const;
