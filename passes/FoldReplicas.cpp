@@ -1,5 +1,6 @@
 //===- FoldReplicas.cpp - Devices that run the same ops priced once -------===//
 #include "passes/Pass.h"
+#include "passes/PassOptions.h"
 
 #include <algorithm>
 #include <functional>
@@ -40,11 +41,27 @@ namespace {
 /// is folded where a left-out device's value is read by another device's
 /// compute, is a graph output, or where no device is a copy; a step of
 /// pipeline stages is not (a copy's transfers are ops of their own).
+/// replicas=R: a pipeline's stages of R replicas each (stage s on devices
+/// s*R .. s*R+R-1), device s*R standing for the stage's others without
+/// the match of step 1 (their transfers to their own replicas of the next
+/// stages are ops of their own, reading zeros once folded): not the whole
+/// step's price, a piece of one the planner's compact price reads
+/// (plan/PipelinePreview.h), whose collectives inside a stage (batch
+/// norm's statistics, the gradients' all-reduce) still span its replicas.
 class FoldReplicasPass : public Pass {
 public:
+  explicit FoldReplicasPass(int64_t replicas) : replicas_(replicas) {}
   std::string_view name() const override { return "fold-replicas"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
+    if (replicas_ > 1) {
+      std::map<int64_t, int64_t> into;
+      for (const auto& op : g.ops())
+        if (!op->info().isCommunication())
+          if (int64_t d = opDevice(*op); d % replicas_ != 0)
+            into[d] = d - d % replicas_;
+      return fold(g, std::move(into));
+    }
     // Cheaply first: the communication ops each device takes part in and
     // how many compute ops it runs between them. A device can be a copy
     // only of one that matches it there (a pipeline's devices never do).
@@ -112,9 +129,17 @@ public:
       else
         into[d] = *rep;
     }
+    return fold(g, std::move(into));
+  }
+
+private:
+  int64_t replicas_;
+
+  /// Leaves out the devices of `into` (step 2), where their values are
+  /// read only by their own ops and by communication ops.
+  static llvm::Error fold(Graph& g, std::map<int64_t, int64_t> into) {
     if (into.empty())
       return llvm::Error::success();
-
     // A left-out device's values are read only by its own ops and by
     // communication ops, and none is an output.
     auto leftOut = [&](const Op& op) {
@@ -160,7 +185,6 @@ public:
     return llvm::Error::success();
   }
 
-private:
   /// An op of a device: a communication op with the operands and results
   /// on that device.
   struct Entry {
@@ -276,6 +300,14 @@ private:
 
 } // namespace
 
-std::unique_ptr<Pass> createFoldReplicasPass() { return std::make_unique<FoldReplicasPass>(); }
+llvm::Expected<std::unique_ptr<Pass>> createFoldReplicasPass(std::string_view options) {
+  auto opts = PassOptions::parse("fold-replicas", options, "replicas", {"replicas"});
+  if (!opts)
+    return opts.takeError();
+  auto replicas = opts->getIntIn("replicas", 0, 0, 1 << 20);
+  if (!replicas)
+    return replicas.takeError();
+  return std::make_unique<FoldReplicasPass>(*replicas);
+}
 
 } // namespace lwcc

@@ -32,10 +32,13 @@ namespace {
 ///  4. Ops that read no batch run once; the ops are reordered to keep
 ///     definitions before uses. Copies keep their op's config (@par),
 ///     explicit piece sizes scaled to the micro-batch.
-/// m=1 changes nothing.
+/// m=1 changes nothing. first=K (K < M): only the first K micro-batches'
+/// copies are made, each of 1/M of the batch, the step summing theirs: not
+/// a step to train, a piece of one to price (the planner's compact price of
+/// a pipeline, plan/PipelinePreview.h).
 class MicroBatchPass : public Pass {
 public:
-  explicit MicroBatchPass(int64_t m) : m_(m) {}
+  MicroBatchPass(int64_t m, int64_t first) : m_(m), first_(first) {}
   std::string_view name() const override { return "microbatch"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
@@ -50,11 +53,11 @@ public:
         return op->emitError("microbatch: the graph is materialized already (microbatch runs "
                              "before materialize)");
     }
-    return MicroBatcher(g, m_).run();
+    return MicroBatcher(g, m_, nullptr, "mb", first_).run();
   }
 
 private:
-  int64_t m_;
+  int64_t m_, first_;
 };
 
 } // namespace
@@ -79,13 +82,16 @@ llvm::Error requireNotDifferentiated(const Graph& g, const std::string& pass) {
 }
 
 llvm::Expected<std::unique_ptr<Pass>> createMicroBatchPass(std::string_view options) {
-  auto opts = PassOptions::parse("microbatch", options, "m", {"m"});
+  auto opts = PassOptions::parse("microbatch", options, "m", {"m", "first"});
   if (!opts)
     return opts.takeError();
   auto m = opts->getIntIn("m", 1, 1, 4096);
   if (!m)
     return m.takeError();
-  return std::make_unique<MicroBatchPass>(*m);
+  auto first = opts->getIntIn("first", 0, 0, *m);
+  if (!first)
+    return first.takeError();
+  return std::make_unique<MicroBatchPass>(*m, *first);
 }
 
 } // namespace lwcc

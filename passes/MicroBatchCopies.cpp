@@ -17,7 +17,7 @@ llvm::Error MicroBatcher::replicate(Op& op, const std::optional<SplitPlan>& plan
   b_.setInsertionPointBefore(&op);
   b_.setLoc(op.loc());
   std::vector<std::vector<Value*>> results(op.numResults());
-  for (int64_t mb = 0; mb < m_; ++mb) {
+  for (int64_t mb = 0; mb < made_; ++mb) {
     b_.setMicroBatch(mb);
     b_.setDevice(std::nullopt);
     auto par = configFor(op, dim, mb);
@@ -195,7 +195,7 @@ llvm::Expected<Value*> MicroBatcher::combine(const Op& op, const std::vector<Val
     at = one;
   }
   Value* acc = nullptr;
-  for (int64_t mb = 0; mb < m_; ++mb) {
+  for (int64_t mb = 0; mb < made_; ++mb) {
     Value* y = parts[static_cast<size_t>(mb)];
     if (mean) {
       Op* share =
@@ -222,6 +222,11 @@ llvm::Expected<Value*> MicroBatcher::combine(const Op& op, const std::vector<Val
 }
 
 llvm::Expected<Value*> MicroBatcher::gather(Value* v, const Dist& d, Op* before) {
+  if (made_ < m_)
+    return makeError(llvm::formatv("microbatch: first={0} of {1} micro-batches: {2} is needed "
+                                   "whole, from every micro-batch's rows",
+                                   made_, m_, v->name().empty() ? "a value" : v->name())
+                         .str());
   if (before)
     b_.setInsertionPointBefore(before);
   b_.setMicroBatch(std::nullopt);

@@ -43,9 +43,13 @@ public:
   /// `only` (fragments): only these ops run per piece of the batch, each
   /// other op once on the whole batch; `suffix` names the pieces' values
   /// (x.mb0, x.fr0).
+  /// `first` < m: only the first `first` micro-batches' copies are made
+  /// (each of 1/m of the batch), the step summing theirs: a step the
+  /// planner only prices (plan/PipelinePreview.h); 0: all m.
   MicroBatcher(Graph& g, int64_t m, const std::set<const Op*>* only = nullptr,
-               std::string suffix = "mb")
-      : g_(g), b_(g), names_(g), m_(m), only_(only), suffix_(std::move(suffix)) {}
+               std::string suffix = "mb", int64_t first = 0)
+      : g_(g), b_(g), names_(g), m_(m), made_(first > 0 && first < m ? first : m), only_(only),
+        suffix_(std::move(suffix)) {}
 
   /// The ops that could run on pieces of the batch as fragments: each reads
   /// rows of the batch and its rule splits it along them into results that
@@ -124,7 +128,7 @@ private:
   Graph& g_;
   Builder b_;
   UniqueNames names_;
-  int64_t m_, n_ = 0;
+  int64_t m_, made_, n_ = 0; ///< micro-batches, those whose copies are made, rows
   const std::set<const Op*>* only_;
   std::string suffix_;
   std::vector<int64_t> offsets_, sizes_;

@@ -17,8 +17,10 @@ std::string PlanChoice::name() const {
   if (shard == "fsdp" && shardMinBytes > 0)
     s += ">=" + std::to_string(shardMinBytes);
   if (recompute && recomputeTop > 0)
-    return s + "+recompute(" + std::to_string(recomputeTop) + ")";
-  return s + (recompute ? "+recompute" : "");
+    s += "+recompute(" + std::to_string(recomputeTop) + ")";
+  else if (recompute)
+    s += "+recompute";
+  return s + (oneMicrobatch ? ":one" : "");
 }
 
 namespace {
@@ -135,9 +137,11 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
     // Materialize before autodiff: the backward pass differentiates the
     // per-device ops and their communication; replicas' gradients are summed.
     p.push_back(strategyStep(o));
-    // Micro-batches copy the configs the strategy chose.
+    // Micro-batches copy the configs the strategy chose (a compact price's
+    // piece: the first alone).
+    const bool one = o.plan.oneMicrobatch && o.plan.strategy == "pipeline";
     if (micro > 1)
-      p.push_back({"microbatch", "m=" + std::to_string(micro)});
+      p.push_back({"microbatch", "m=" + std::to_string(micro) + (one ? ",first=1" : "")});
     const std::string& shard = o.plan.shard;
     std::string materialize = shard == "fsdp" ? "shard=fsdp" : "";
     if (shard == "fsdp" && o.plan.shardMinBytes > 0)
@@ -146,7 +150,10 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
     // A candidate only priced: devices that run another's ops left out.
     // Not where a later pass makes a collective of the devices it finds
     // gradients on (clip-grad-norm, fp16's loss scale), nor with sharding.
-    if (o.foldReplicas && shard == "none" && !o.clipGradNorm && o.mixedPrecision != "fp16")
+    // A compact price's piece: each stage's first replica alone.
+    if (one && o.plan.stages > 0 && o.gpus / o.plan.stages > 1)
+      p.push_back({"fold-replicas", "replicas=" + std::to_string(o.gpus / o.plan.stages)});
+    else if (o.foldReplicas && shard == "none" && !o.clipGradNorm && o.mixedPrecision != "fp16")
       p.push_back({"fold-replicas", ""});
     p.push_back({"autodiff", ""});
     if (o.plan.recompute)
@@ -188,7 +195,7 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
     p.push_back({"stream-assign", "streams=" + std::to_string(o.streams) +
                                       ",policy=" + o.streamPolicy + specOptions(o.pricing) +
                                       pricingOptions(o.pricing)});
-  if (micro > 1)
+  if (micro > 1 && !o.plan.oneMicrobatch)
     p.push_back({"schedule", o.schedule});
   if (o.verifyStep)
     p.push_back({"verify", ""});

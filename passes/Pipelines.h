@@ -59,6 +59,11 @@ struct PlanChoice {
   /// fsdp: only the trained params of at least this many bytes are kept as
   /// shares, the others replicated (their gradients all-reduced); 0: all.
   int64_t shardMinBytes = 0;
+  /// A pipeline's compact-price piece (plan/PipelinePreview.h): its first
+  /// micro-batch alone, each stage's first replica standing for the others
+  /// (fold-replicas=replicas=R); not a step to train. Named
+  /// "pipeline/S/M:one".
+  bool oneMicrobatch = false;
   /// The strategy, or "pipeline/S/M" for S stages of M micro-batches;
   /// "+zero1", "+zero2" or "+fsdp" after it with sharding ("+fsdp>=N" with
   /// shardMinBytes N), "+recompute" with recomputation ("+recompute(K)"

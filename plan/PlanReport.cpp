@@ -443,8 +443,12 @@ void writePlanJson(const std::string& chosen, double searchSeconds, const std::s
     llvm::json::Object candidates;
     for (const auto& [name, seconds] : selection->candidates)
       candidates[name] = seconds;
-    top["search_check"] =
-        llvm::json::Object{{"kept", selection->kept}, {"candidates", std::move(candidates)}};
+    llvm::json::Object leftOut;
+    for (const auto& [name, why] : selection->leftOut)
+      leftOut[name] = why;
+    top["search_check"] = llvm::json::Object{{"kept", selection->kept},
+                                             {"candidates", std::move(candidates)},
+                                             {"left_out", std::move(leftOut)}};
   }
   if (pipeline && pipeline->microbatches) {
     llvm::json::Array devs;

@@ -6,13 +6,17 @@
 #include "passes/MemoryPlan.h"
 #include "passes/StepOrder.h"
 #include "passes/TrainingSupport.h"
+#include "plan/PipelinePreview.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <future>
+#include <limits>
+#include <mutex>
 #include <numeric>
 
 namespace lwcc {
@@ -180,6 +184,56 @@ llvm::Expected<SimResult> Planner::simulateOn(const Graph& g, const PlanChoice& 
   return simulateScheduled(**step, simCosts(model));
 }
 
+bool Planner::compactAllowed(const PlanChoice& plan) const {
+  return options_.compactModels && !model_.hasProfile() && model_.spec().hostCores <= 0 &&
+         plan.strategy == "pipeline" && plan.stages > 1 && plan.shard == "none" &&
+         !plan.recompute && options_.shard == "none" && options_.devices % plan.stages == 0;
+}
+
+std::optional<double> Planner::knownCompactPrice(const PlanChoice& plan) const {
+  std::lock_guard<std::mutex> lock(compactMutex_);
+  auto it = compactPrices_.find(keyOf(plan));
+  return it == compactPrices_.end() ? std::nullopt : it->second;
+}
+
+std::optional<double> Planner::compactPrice(const Graph& g, const PlanChoice& plan) const {
+  if (!compactAllowed(plan))
+    return std::nullopt;
+  {
+    std::lock_guard<std::mutex> lock(compactMutex_);
+    if (auto it = compactPrices_.find(keyOf(plan)); it != compactPrices_.end())
+      return it->second;
+  }
+  std::optional<double> price = compactPriceOf(g, plan);
+  std::lock_guard<std::mutex> lock(compactMutex_);
+  return compactPrices_.emplace(keyOf(plan), price).first->second;
+}
+
+std::optional<double> Planner::compactPriceOf(const Graph& g, const PlanChoice& plan) const {
+  PlanChoice one = plan;
+  one.oneMicrobatch = true;
+  auto piece = g.clone();
+  std::string log;
+  llvm::raw_string_ostream os(log);
+  auto built = build_(*piece, one, os, false, false);
+  if (!built) {
+    llvm::consumeError(built.takeError());
+    return std::nullopt;
+  }
+  auto read = readPipelinePiece(*piece, model_, options_.devices / plan.stages);
+  if (!read || read->stages != plan.stages)
+    return std::nullopt;
+  PipelinePreviewOptions o;
+  o.replicas = options_.devices / plan.stages;
+  o.microbatches = plan.microbatches;
+  o.gpipe = options_.gpipe;
+  o.bucketBytes = options_.bucketBytes;
+  double t = previewPipeline(*read, model_, o);
+  if (!std::isfinite(t))
+    return std::nullopt;
+  return t;
+}
+
 bool Planner::folds() const {
   return options_.foldReplicas && !model_.hasProfile() && model_.spec().hostCores <= 0;
 }
@@ -339,6 +393,15 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     }
   for (const PlanChoice& p : pipelineCandidates(g))
     plans.push_back(p);
+  // The pipelines' compact prices (plan/PipelinePreview.h): those that
+  // step 2 orders started below, the others' computed where a rule needs
+  // them.
+  std::vector<std::shared_future<std::optional<double>>> compactSoon(plans.size());
+  auto compactOf = [&](size_t k) -> std::optional<double> {
+    if (compactSoon[k].valid())
+      return compactSoon[k].get();
+    return compactPrice(g, plans[k]);
+  };
   std::vector<const PlanEvaluation*> built; // the candidates built, in order
   std::string firstError;
   // The fastest that fits so far (the earliest of equal ones: a tie keeps
@@ -488,17 +551,73 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
                          best.plan.name(), best.sim.stepSeconds * 1e3)
         .str();
   };
+  // A pipeline whose compact price is more than kCompactMargin times the
+  // fastest that fits: its whole step is not simulated.
+  // Likewise one of more micro-batches than stages whose sibling of fewer
+  // has a compact price that, with the bubble bound above, is.
+  auto compactBound = [&](size_t k) -> std::string {
+    const PlanChoice& p = plans[k];
+    if (!fastest || !options_.compactPipelines || !compactAllowed(p))
+      return "";
+    const PlanEvaluation& best = *built[*fastest];
+    const double over = kCompactMargin * best.sim.stepSeconds;
+    auto bubble = [&](int64_t m) {
+      return static_cast<double>(m + p.stages - 1) / static_cast<double>(m);
+    };
+    for (size_t j : fewer(k))
+      if (std::optional<double> c = knownCompactPrice(plans[j]);
+          c && *c * bubble(p.microbatches) / bubble(plans[j].microbatches) > over)
+        return llvm::formatv("at least {0:f3} ms by {1}'s compact price ({2:f3} ms) with the "
+                             "bubble of {3} micro-batches, more than {4} x {5}'s {6:f3} ms",
+                             *c * bubble(p.microbatches) / bubble(plans[j].microbatches) * 1e3,
+                             plans[j].name(), *c * 1e3, p.microbatches, kCompactMargin,
+                             best.plan.name(), best.sim.stepSeconds * 1e3)
+            .str();
+    std::optional<double> c = compactOf(k);
+    if (!c || !(*c > over))
+      return "";
+    return llvm::formatv("its compact price, {0:f3} ms (one micro-batch's stages and transfers, "
+                         "the schedule replayed), is more than {1} x {2}'s {3:f3} ms",
+                         *c * 1e3, kCompactMargin, best.plan.name(), best.sim.stepSeconds * 1e3)
+        .str();
+  };
   auto leftOut = [&](size_t k) {
     std::string why = slowerThanFewer(k);
-    return why.empty() ? bubbleBound(k) : why;
+    if (why.empty())
+      why = bubbleBound(k);
+    return why.empty() ? compactBound(k) : why;
   };
   // Whether `k` is priced before it is the one considered: a pipeline of
   // more micro-batches than stages only once every other candidate is
   // considered and its siblings of fewer are priced, and where they do not
   // leave it out (decided again when it is considered, so that the choice
   // does not depend on the threads).
-  size_t others = 0; // the candidates considered before those pipelines
+  size_t others = 0;    // the candidates considered before those pipelines
+  bool ordered = false; // the pipelines before `others` ordered by their compact prices
+  std::vector<size_t> order;
+  // A pipeline with a compact price is priced ahead only where no pipeline
+  // before it (a lower compact price) could leave it out once simulated:
+  // its compact price is within kCompactMargin of theirs (the compact
+  // price being mostly below the simulated step).
+  auto aheadOfCompact = [&](size_t k, size_t at) {
+    std::optional<double> c = compactSoon[k].get();
+    if (!c || !leftOut(k).empty())
+      return false;
+    for (size_t q = at; q < others && order[q] != k; ++q) {
+      if (compactSoon[order[q]].valid())
+        if (std::optional<double> b = compactSoon[order[q]].get(); b && *c > kCompactMargin * *b)
+          return false;
+      // One priced already (for an earlier selection) that will leave it out.
+      if (auto e = evaluations_.find(keyOf(plans[order[q]]));
+          e != evaluations_.end() && e->second.error.empty() && e->second.fits &&
+          *c > kCompactMargin * e->second.sim.stepSeconds)
+        return false;
+    }
+    return true;
+  };
   auto pricedAhead = [&](size_t k, size_t at) {
+    if (compactSoon[k].valid())
+      return ordered && aheadOfCompact(k, at);
     std::vector<size_t> before = fewer(k);
     if (before.empty())
       return true;
@@ -510,7 +629,6 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // The order considered: every candidate but those pipelines, then those
   // (fewer micro-batches first), so that the fastest that fits before them
   // is the fastest of all the others.
-  std::vector<size_t> order;
   for (bool more : {false, true}) {
     for (size_t k = 0; k < plans.size(); ++k)
       if (fewer(k).empty() != more)
@@ -518,16 +636,48 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     if (!more)
       others = order.size();
   }
+  // The compact prices of the pipelines before the others, started now
+  // beside the first candidates; once the first of them is considered,
+  // those priced already first, then the lowest compact price first (the
+  // fastest that fits found early leaves the others out), then those
+  // without one.
+  for (size_t q = 0; q < others && options_.compactPipelines; ++q)
+    if (const size_t k = order[q]; plans[k].strategy == "pipeline" &&
+                                   !evaluations_.count(keyOf(plans[k])) && compactAllowed(plans[k]))
+      compactSoon[k] = std::async(std::launch::async, [this, &g, plan = plans[k]] {
+                         return compactPrice(g, plan);
+                       }).share();
+  auto orderPipelines = [&](size_t at) {
+    ordered = true;
+    std::vector<size_t> slots, ks;
+    for (size_t q = at; q < others; ++q)
+      if (plans[order[q]].strategy == "pipeline") {
+        slots.push_back(q);
+        ks.push_back(order[q]);
+      }
+    auto rank = [&](size_t k) {
+      if (evaluations_.count(keyOf(plans[k])))
+        return -1.0;
+      std::optional<double> c = compactSoon[k].valid() ? compactSoon[k].get() : std::nullopt;
+      return c ? *c : std::numeric_limits<double>::infinity();
+    };
+    std::stable_sort(ks.begin(), ks.end(), [&](size_t a, size_t b) { return rank(a) < rank(b); });
+    for (size_t j = 0; j < slots.size(); ++j)
+      order[slots[j]] = ks[j];
+  };
   // The candidates not priced yet, `threads` at a time from the one
   // considered on (an std::async future waits for its task when dropped).
   std::vector<std::future<Priced>> pricing(plans.size());
   const size_t ahead = static_cast<size_t>(std::max<int64_t>(1, options_.threads));
   for (size_t at = 0; at < order.size(); ++at) {
+    if (!ordered && at < others && plans[order[at]].strategy == "pipeline")
+      orderPipelines(at);
     const size_t i = order[at];
     considering = i;
     if (std::string why = leftOut(i); !why.empty()) {
       if (options_.verbose)
         llvm::errs() << "lwcc: planner: " << plans[i].name() << " left out: " << why << "\n";
+      sel.leftOut.push_back({plans[i].name(), why});
       pricing[i] = {};
       continue;
     }
@@ -536,6 +686,8 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       inFlight += pricing[order[q]].valid();
     inFlight += spareInFlight();
     for (size_t q = at; q < order.size() && inFlight < ahead; ++q) {
+      if (!ordered && q < others && plans[order[q]].strategy == "pipeline")
+        orderPipelines(q);
       const size_t k = order[q];
       if (!pricing[k].valid() && !evaluations_.count(keyOf(plans[k])) &&
           (q == at || pricedAhead(k, at))) {
@@ -558,6 +710,15 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     auto recorded = record(priced, &step);
     if (!recorded)
       return recorded.takeError();
+    // Under -v each pipeline's compact price beside its simulated step
+    // (with --plan-compact=false too: how near the compact price is).
+    if (std::optional<double> c = !options_.verbose || !(*recorded)->error.empty() ? std::nullopt
+                                  : options_.compactPipelines ? knownCompactPrice(plans[i])
+                                                              : compactPrice(g, plans[i]);
+        c)
+      llvm::errs() << llvm::formatv("lwcc: planner: {0}: compact price {1:f3} ms, simulated "
+                                    "{2:f3} ms\n",
+                                    plans[i].name(), *c * 1e3, (*recorded)->sim.stepSeconds * 1e3);
     consider(**recorded, std::move(step));
   }
   // The candidates built, back in their order.

@@ -55,6 +55,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -80,6 +81,9 @@ struct PlanEvaluation {
 struct PlanSelection {
   std::vector<std::pair<std::string, double>> candidates; ///< plan name -> step seconds
   std::string kept;
+  /// Candidates not simulated: plan name -> why (a bound from a sibling, a
+  /// compact price).
+  std::vector<std::pair<std::string, std::string>> leftOut;
   double searchSeconds = 0; ///< the first candidate's strategy pass (the search)
 };
 
@@ -110,6 +114,16 @@ struct PlannerOptions {
   /// measured profile, no cores shared by a node's devices); the plan kept
   /// is built whole.
   bool foldReplicas = true;
+  /// Pipeline candidates priced first compactly (plan/PipelinePreview.h),
+  /// on a cost model that allows folding: the most promising simulated
+  /// first, one whose compact price exceeds kCompactMargin times the
+  /// fastest that fits left out.
+  bool compactPipelines = true;
+  /// Whether the compact price models these pipelines: one compute stream
+  /// per device (no --streams), the 1f1b or gpipe order of whole tasks.
+  bool compactModels = true;
+  bool gpipe = false;                      ///< the pipelines' order (else 1f1b)
+  int64_t bucketBytes = int64_t{25} << 20; ///< grad-sync's buckets
 };
 
 class Planner {
@@ -203,6 +217,22 @@ private:
   llvm::Expected<const PlanEvaluation*> evaluate(const Graph& g, const PlanChoice& plan,
                                                  std::unique_ptr<Graph>* step, bool withMemory);
   std::vector<PlanChoice> pipelineCandidates(const Graph& g) const;
+  /// A pipeline candidate's compact price (plan/PipelinePreview.h), where
+  /// the planner prices compactly and the candidate's one-micro-batch piece
+  /// builds; nullopt otherwise.
+  std::optional<double> compactPrice(const Graph& g, const PlanChoice& plan) const;
+  /// Whether a candidate may have a compact price: a plain pipeline
+  /// (neither sharded nor recomputed) on a cost model that allows folding.
+  bool compactAllowed(const PlanChoice& plan) const;
+  /// Its compact price where one was computed.
+  std::optional<double> knownCompactPrice(const PlanChoice& plan) const;
+  /// compactPrice's work, uncached.
+  std::optional<double> compactPriceOf(const Graph& g, const PlanChoice& plan) const;
+  /// A compact price above this times the fastest that fits leaves a
+  /// pipeline out: the compact prices of the zoo's pipelines at test and full
+  /// size are within +-10% of their simulated steps (tools/bench/
+  /// compact_accuracy.py).
+  static constexpr double kCompactMargin = 1.25;
   /// Starts pricing the first plan of priceSoon's not priced yet, not in
   /// flight and not among the selection's `candidates`; false when none.
   bool priceSpare(const Graph& g, const std::vector<PlanChoice>& candidates);
@@ -221,6 +251,9 @@ private:
     return {p.strategy,     p.stages, p.microbatches, p.recompute,
             p.recomputeTop, p.shard,  p.shardMinBytes};
   }
+  /// The compact prices computed (from several threads), per plan.
+  mutable std::mutex compactMutex_;
+  mutable std::map<Key, std::optional<double>> compactPrices_;
   std::map<Key, PlanEvaluation> evaluations_;
   std::vector<PlanChoice> soon_;
   std::map<Key, std::future<Priced>> spare_; ///< last: waited for first

@@ -35,30 +35,6 @@ struct ResourceHash {
   }
 };
 
-/// Busy intervals of one link port, sorted by start.
-using Busy = std::vector<std::pair<double, double>>;
-
-/// The earliest start >= `t` at which every interval list in `busy` has a
-/// gap of `d` seconds.
-double earliestGap(double t, double d, const std::vector<const Busy*>& busy) {
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (const Busy* b : busy) {
-      // A port serves one op at a time: its intervals do not overlap, so,
-      // sorted by start, they are sorted by end too. Skip those ending by t.
-      auto it = std::upper_bound(
-          b->begin(), b->end(), t,
-          [](double x, const std::pair<double, double>& iv) { return x < iv.second; });
-      for (; it != b->end() && it->first < t + d; ++it)
-        if (t < it->second) { // overlaps [t, t + d): start after it
-          t = it->second;
-          moved = true;
-        }
-    }
-  }
-  return t;
-}
-
 /// How much of a device its running kernels occupy over time: a step
 /// function, the level from each key until the next.
 class Occupancy {
@@ -127,6 +103,25 @@ void commEnds(const Op& op, std::set<int64_t>& senders, std::set<int64_t>& recei
 
 } // namespace
 
+double earliestGap(double t, double d, const std::vector<const LinkBusy*>& busy) {
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (const LinkBusy* b : busy) {
+      // A port serves one op at a time: its intervals do not overlap, so,
+      // sorted by start, they are sorted by end too. Skip those ending by t.
+      auto it = std::upper_bound(
+          b->begin(), b->end(), t,
+          [](double x, const std::pair<double, double>& iv) { return x < iv.second; });
+      for (; it != b->end() && it->first < t + d; ++it)
+        if (t < it->second) { // overlaps [t, t + d): start after it
+          t = it->second;
+          moved = true;
+        }
+    }
+  }
+  return t;
+}
+
 SimCosts simCosts(const CostModel& model, bool timeline) {
   SimCosts c;
   c.timeline = timeline;
@@ -167,7 +162,7 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
       it->second = std::max(0.0, costs.streamStartSeconds(s.id, s.sub));
     return it->second;
   };
-  std::unordered_map<Resource, Busy, ResourceHash> links;
+  std::unordered_map<Resource, LinkBusy, ResourceHash> links;
   std::unordered_map<int64_t, Occupancy> occupancy; // per device, its compute ops
   std::unordered_map<int64_t, Occupancy> cores;     // per node, its devices' compute ops
   int64_t devices = 1; // the trainer's: each device's share of its node's cores
@@ -197,7 +192,7 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
   // each stream's count of the op's kind met before (a profile's
   // occurrence) and its end there.
   std::vector<Resource> streams, ports;
-  std::vector<const Busy*> busy;
+  std::vector<const LinkBusy*> busy;
   std::vector<int64_t> occurrence;
   std::vector<double> ends;
   for (const auto& opPtr : g.ops()) {
@@ -342,7 +337,7 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     }
     if (d > 0)
       for (const Resource& p : ports) {
-        Busy& b = links[p];
+        LinkBusy& b = links[p];
         b.insert(std::upper_bound(b.begin(), b.end(), std::make_pair(t, end)), {t, end});
       }
     res.commBytes += bytes;

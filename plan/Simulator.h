@@ -116,6 +116,15 @@ struct SimCosts {
   bool timeline = true;
 };
 
+/// The busy intervals of one link port, sorted by start (they do not
+/// overlap: a port serves one op at a time).
+using LinkBusy = std::vector<std::pair<double, double>>;
+
+/// The earliest start >= `t` at which every port of `busy` is idle for `d`
+/// seconds (an op takes the first such gap, before later ops' intervals
+/// where one fits).
+double earliestGap(double t, double d, const std::vector<const LinkBusy*>& busy);
+
 /// The times of `model` (which must outlive the result); with `timeline`
 /// the events too.
 SimCosts simCosts(const CostModel& model, bool timeline = true);

@@ -89,6 +89,14 @@ cl::opt<bool> foldReplicas(
              "another (data parallelism's replicas), where its cost model allows it exactly "
              "(default true; =false prices every device's ops: the same choice and report)"),
     cl::init(true), cl::cat(category));
+cl::opt<bool> compactPipelines(
+    "plan-compact",
+    cl::desc("The planner prices each pipeline candidate first from one replica's one "
+             "micro-batch (its stages' times and transfers, the schedule replayed: a compact "
+             "price), simulates the whole step of the most promising first and leaves out one "
+             "whose compact price is more than 1.25x the fastest that fits (default true; "
+             "=false simulates every candidate whole)"),
+    cl::init(true), cl::cat(category));
 cl::opt<int64_t> microbatches(
     "microbatches",
     cl::desc("Micro-batches per step (default 1): forward and backward run on M slices of the "

@@ -37,6 +37,7 @@ extern cl::opt<std::string> planJson;
 extern cl::opt<bool> compareCandidates;
 extern cl::opt<int64_t> planThreadsFlag;
 extern cl::opt<bool> foldReplicas;
+extern cl::opt<bool> compactPipelines;
 extern cl::opt<int64_t> microbatches;
 extern cl::opt<int64_t> stages;
 extern cl::opt<std::string> schedule;

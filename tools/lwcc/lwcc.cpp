@@ -414,6 +414,12 @@ int main(int argc, char** argv) {
   po.reportsStrategies = emit == Emit::Plan;
   po.threads = planThreads();
   po.foldReplicas = foldReplicas;
+  // The compact price replays one compute stream per device and the 1f1b
+  // or gpipe order of whole tasks.
+  po.compactPipelines = compactPipelines;
+  po.compactModels = streams <= 1 && schedule != "zb-h1";
+  po.gpipe = schedule == "gpipe";
+  po.bucketBytes = bucketBytes;
   planner.emplace(
       po,
       [](Graph& g, const PlanChoice& plan, llvm::raw_ostream& log, bool verify, bool fold) {
