@@ -637,16 +637,17 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       others = order.size();
   }
   // The compact prices of the pipelines before the others, started now
-  // beside the first candidates; once the first of them is considered,
+  // beside the first candidates (with one thread, when first asked for);
+  // once the first of them is considered,
   // those priced already first, then the lowest compact price first (the
   // fastest that fits found early leaves the others out), then those
   // without one.
   for (size_t q = 0; q < others && options_.compactPipelines; ++q)
     if (const size_t k = order[q]; plans[k].strategy == "pipeline" &&
                                    !evaluations_.count(keyOf(plans[k])) && compactAllowed(plans[k]))
-      compactSoon[k] = std::async(std::launch::async, [this, &g, plan = plans[k]] {
-                         return compactPrice(g, plan);
-                       }).share();
+      compactSoon[k] = std::async(options_.threads > 1 ? std::launch::async : std::launch::deferred,
+                                  [this, &g, plan = plans[k]] { return compactPrice(g, plan); })
+                           .share();
   auto orderPipelines = [&](size_t at) {
     ordered = true;
     std::vector<size_t> slots, ks;
