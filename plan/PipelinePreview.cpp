@@ -101,12 +101,26 @@ std::optional<PipelinePiece> readPipelinePiece(const Graph& g, const CostModel& 
         continue;
       }
       // A micro-batch's collective inside a stage (batch norm's statistics
-      // over its replicas) on the first replica's compute stream.
-      if (!ofMicrobatch(op) || op.annotations().stream.value_or(0) != 0)
+      // over its replicas; the loss summed over them, and its gradient
+      // sent back, which read or feed a micro-batch's ops) on the first
+      // replica's compute stream.
+      if (op.annotations().stream.value_or(0) != 0)
+        continue;
+      bool perMb = ofMicrobatch(op);
+      for (const Value* v : op.operands())
+        perMb = perMb || (v->definingOp() && v->definingOp()->annotations().microBatch);
+      for (unsigned r = 0; r < op.numResults() && !perMb; ++r)
+        for (const Use& u : op.result(r)->uses())
+          perMb = perMb || (u.user && u.user->annotations().microBatch);
+      if (!perMb)
         continue;
       for (int64_t d : devicesOf(op))
         if (auto s = stageOf(d)) {
-          add(i, static_cast<size_t>(*s), commBytes(op) > 0 ? model.commSeconds(op) : 0);
+          const double t = commBytes(op) > 0 ? model.commSeconds(op) : 0;
+          if (shape.backward[i])
+            p.backward[static_cast<size_t>(*s)] += t;
+          else
+            p.forward[static_cast<size_t>(*s)] += t;
           break;
         }
       continue;

@@ -7,7 +7,9 @@
 // (PlanChoice::oneMicrobatch: the same cut, stage s on device s, a micro-
 // batch of the replicas' share), from which:
 //  1. each stage's forward and backward per micro-batch (its ops' times on
-//     the cost model, as the simulator takes them), the part of the
+//     the cost model, as the simulator takes them, and the collectives over
+//     its replicas on its compute stream: batch norm's statistics, the
+//     loss summed and its gradient sent back), the part of the
 //     backward the gradient sent to the stage before needs (the schedule
 //     runs it first), the update after the last backward, and the sum of a
 //     micro-batch's weight gradients into the step's (a micro-batch after
