@@ -17,39 +17,12 @@ namespace lwcc {
 
 namespace {
 
-/// How a device orders its micro-batches' work.
-enum class Order { OneFOneB, GPipe, ZeroBubbleH1 };
+using Order = PipelineOrder;
+using Task = PipelineTask;
 
 const char* orderName(Order o) {
   return o == Order::GPipe ? "gpipe" : o == Order::ZeroBubbleH1 ? "zb-h1" : "1f1b";
 }
-
-/// A unit of a device's schedule: the forward (F) or the backward of one
-/// micro-batch; under zb-h1 the backward is its input gradients (B, what
-/// the previous stage waits for) and then its weight gradients (W).
-struct Task {
-  enum Kind : int8_t { F, B, W };
-  int64_t mb = 0;
-  Kind kind = F;
-  bool backward() const { return kind != F; }
-  friend bool operator==(const Task&, const Task&) = default;
-  friend auto operator<=>(const Task&, const Task&) = default;
-};
-
-/// The streams that carry a micro-batch's activations to later stages and
-/// its gradients back: C of each, after the streams the step already uses
-/// (stream 1 is grad-sync's, branch streams stream-assign's): forward from
-/// the first, backward from the first + C. A transfer goes on the one of
-/// its bank given by its sender's stage mod C, C one more than the most
-/// stages a transfer crosses, so that on each device what it receives in
-/// one direction (from at most C - 1 stages before it) and what it passes
-/// on wait in different queues: a stage's receive never waits behind a
-/// send that waits for a later task. With parity alone (C = 2), a value
-/// that skips a stage (a branch of an Inception block cut between stages
-/// s and s + 2) came in on the stream stage s + 2 sends on: Inception-v3
-/// in 16 stages of 16 micro-batches, predicted on p100-cluster, took
-/// 103.5 ms a step for 85.9 ms with this alone.
-constexpr int64_t kFirstTransferStream = 2;
 
 class Scheduler {
 public:
@@ -95,7 +68,7 @@ private:
     for (size_t i = 0; i < ops_.size(); ++i)
       if (transfer_.count(ops_[i]))
         ops_[i]->annotations().stream =
-            first + (backward_[i] ? colors : 0) + stageOf_[ops_[i]->getInt("src")] % colors;
+            transferStream(first, colors, stageOf_[ops_[i]->getInt("src")], backward_[i]);
   }
 
   /// The backward ops a gradient sent to the previous stage is computed
@@ -121,42 +94,6 @@ private:
       weight_[i] =
           order_ == Order::ZeroBubbleH1 && !needed && op.annotations().microBatch.has_value();
     }
-  }
-
-  /// The tasks of a device of stage `s`, in order: GPipe runs every
-  /// forward, then every backward; 1F1B runs S-s-1 forwards (the warm-up),
-  /// then a forward and a backward in turn, then the remaining backwards;
-  /// ZB-H1 runs 1F1B's forwards and input-gradient backwards and puts off
-  /// the weight gradients of up to s micro-batches, which fill the time the
-  /// stage would wait at the end (the activations it holds stay at most
-  /// S micro-batches', 1F1B's most).
-  std::vector<Task> sequence(int64_t s) const {
-    std::vector<Task> seq;
-    if (order_ == Order::GPipe) {
-      for (int64_t k = 0; k < m_; ++k)
-        seq.push_back({k, Task::F});
-      for (int64_t k = 0; k < m_; ++k)
-        seq.push_back({k, Task::B});
-      return seq;
-    }
-    const bool zb = order_ == Order::ZeroBubbleH1;
-    int64_t warm = std::min(stages_ - s - 1, m_), f = 0, b = 0, w = 0;
-    auto backward = [&] {
-      seq.push_back({b++, Task::B});
-      for (; zb && b - w > s; ++w)
-        seq.push_back({w, Task::W});
-    };
-    for (; f < warm; ++f)
-      seq.push_back({f, Task::F});
-    for (; f < m_; ++f) {
-      seq.push_back({f, Task::F});
-      backward();
-    }
-    while (b < m_)
-      backward();
-    for (; zb && w < m_; ++w)
-      seq.push_back({w, Task::W});
-    return seq;
   }
 
   /// Which ops the schedule places: an op of a micro-batch runs in that
@@ -256,7 +193,7 @@ private:
     std::vector<size_t> pos(ids.size(), 0);
     std::vector<int64_t> left(ids.size() * tasks, 0);
     for (const auto& [d, s] : stageOf_)
-      seq[dev(d)] = sequence(s);
+      seq[dev(d)] = pipelineTasks(s, stages_, m_, order_);
     for (size_t i = 0; i < n; ++i)
       if (task_[i])
         for (int64_t d : devices[i])
@@ -439,6 +376,42 @@ private:
 };
 
 } // namespace
+
+std::vector<PipelineTask> pipelineTasks(int64_t s, int64_t stages, int64_t microbatches,
+                                        PipelineOrder order) {
+  using Task = PipelineTask;
+  const int64_t m = microbatches;
+  std::vector<Task> seq;
+  if (order == PipelineOrder::GPipe) {
+    for (int64_t k = 0; k < m; ++k)
+      seq.push_back({k, Task::F});
+    for (int64_t k = 0; k < m; ++k)
+      seq.push_back({k, Task::B});
+    return seq;
+  }
+  const bool zb = order == PipelineOrder::ZeroBubbleH1;
+  int64_t warm = std::min(stages - s - 1, m), f = 0, b = 0, w = 0;
+  auto backward = [&] {
+    seq.push_back({b++, Task::B});
+    for (; zb && b - w > s; ++w)
+      seq.push_back({w, Task::W});
+  };
+  for (; f < warm; ++f)
+    seq.push_back({f, Task::F});
+  for (; f < m; ++f) {
+    seq.push_back({f, Task::F});
+    backward();
+  }
+  while (b < m)
+    backward();
+  for (; zb && w < m; ++w)
+    seq.push_back({w, Task::W});
+  return seq;
+}
+
+int64_t transferStream(int64_t first, int64_t colors, int64_t senderStage, bool backward) {
+  return first + (backward ? colors : 0) + senderStage % colors;
+}
 
 PipelineShape pipelineShapeOf(const Graph& g) {
   PipelineShape shape;

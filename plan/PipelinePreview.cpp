@@ -166,37 +166,6 @@ std::optional<PipelinePiece> readPipelinePiece(const Graph& g, const CostModel& 
   return p;
 }
 
-namespace {
-
-/// One task of a device's schedule: a micro-batch's forward or backward.
-struct Task {
-  int64_t mb;
-  bool backward;
-};
-
-std::vector<Task> sequence(int64_t s, int64_t S, int64_t M, bool gpipe) {
-  std::vector<Task> seq;
-  if (gpipe) {
-    for (int64_t k = 0; k < M; ++k)
-      seq.push_back({k, false});
-    for (int64_t k = 0; k < M; ++k)
-      seq.push_back({k, true});
-    return seq;
-  }
-  int64_t warm = std::min(S - s - 1, M), f = 0, b = 0;
-  for (; f < warm; ++f)
-    seq.push_back({f, false});
-  for (; f < M; ++f) {
-    seq.push_back({f, false});
-    seq.push_back({b++, true});
-  }
-  while (b < M)
-    seq.push_back({b++, true});
-  return seq;
-}
-
-} // namespace
-
 double previewPipeline(const PipelinePiece& piece, const CostModel& model,
                        const PipelinePreviewOptions& o) {
   const int64_t S = piece.stages, R = std::max<int64_t>(1, o.replicas),
@@ -216,7 +185,7 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
     ++need[static_cast<size_t>(t.to)][t.backward ? 1 : 0];
     reach = std::max(reach, std::abs(place(t.to) - place(t.from)));
   }
-  const int64_t colours = reach + 1, firstStream = 2;
+  const int64_t colours = reach + 1;
   // (kind, id) of a port: 0 send, 1 receive, 2 node send, 3 node receive.
   std::map<std::pair<int, int64_t>, LinkBusy> ports;
   std::map<std::pair<int64_t, int64_t>, double> streamFree; // (device, stream)
@@ -233,10 +202,8 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
     for (const auto& s : streams)
       streamFree[s] = end;
     if (d > 0)
-      for (const auto& k : used) {
-        LinkBusy& b = ports[k];
-        b.insert(std::upper_bound(b.begin(), b.end(), std::make_pair(t, end)), {t, end});
-      }
+      for (const auto& k : used)
+        occupy(ports[k], t, end);
     return end;
   };
   // Copies on the compute streams of two stages (running statistics): the
@@ -252,7 +219,8 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
   // other device, micro-batch): when the first of the two was done.
   std::vector<int64_t> blocked(D, 0);
   std::map<std::tuple<int64_t, int64_t, int64_t>, double> firstDone;
-  std::vector<std::vector<Task>> seq(D);
+  const PipelineOrder order = o.gpipe ? PipelineOrder::GPipe : PipelineOrder::OneFOneB;
+  std::vector<std::vector<PipelineTask>> seq(D);
   std::vector<size_t> pos(D, 0);
   std::vector<double> free(D, 0);
   // Per device, micro-batch and direction: transfers arrived, the last one's
@@ -263,7 +231,7 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
       D, std::vector<std::array<double, 2>>(static_cast<size_t>(M), {0.0, 0.0}));
   for (int64_t s = 0; s < S; ++s)
     for (int64_t r = 0; r < R; ++r)
-      seq[static_cast<size_t>(dev(s, r))] = sequence(place(s), piece.orderStages, M, o.gpipe);
+      seq[static_cast<size_t>(dev(s, r))] = pipelineTasks(place(s), piece.orderStages, M, order);
   size_t left = D * static_cast<size_t>(2 * M);
   while (left > 0) {
     // The device whose next task can start earliest.
@@ -272,9 +240,9 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
     for (size_t d = 0; d < D; ++d) {
       if (pos[d] >= seq[d].size() || blocked[d] > 0)
         continue;
-      const Task& task = seq[d][pos[d]];
+      const PipelineTask& task = seq[d][pos[d]];
       const auto s = static_cast<size_t>(static_cast<int64_t>(d) / R);
-      const int k = task.backward ? 1 : 0;
+      const int k = task.backward() ? 1 : 0;
       const auto m = static_cast<size_t>(task.mb);
       if (got[d][m][k] < need[s][k])
         continue;
@@ -286,15 +254,16 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
     }
     if (best == D)
       return std::numeric_limits<double>::infinity(); // no order: not a pipeline
-    const Task task = seq[best][pos[best]++];
+    const PipelineTask task = seq[best][pos[best]++];
     --left;
     const int64_t s = static_cast<int64_t>(best) / R, r = static_cast<int64_t>(best) % R;
     const auto su = static_cast<size_t>(s);
-    const double dur = task.backward ? piece.backward[su] + (task.mb > 0 ? piece.accumulate[su] : 0)
-                                     : piece.forward[su];
+    const double dur = task.backward()
+                           ? piece.backward[su] + (task.mb > 0 ? piece.accumulate[su] : 0)
+                           : piece.forward[su];
     const double end = bestStart + dur;
     free[best] = end;
-    if (task.backward)
+    if (task.backward())
       for (const auto& [pair, bytes] : synced) {
         if (pair.first != s && pair.second != s)
           continue;
@@ -317,11 +286,12 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
         firstDone.erase(it);
       }
     for (const auto& t : piece.transfers) {
-      if (t.from != s || t.backward != task.backward || t.computeStreams)
+      if (t.from != s || t.backward != task.backward() || t.computeStreams)
         continue;
-      const double ready = task.backward ? bestStart + piece.inputBackward[su] : end;
+      const double ready = task.backward() ? bestStart + piece.inputBackward[su] : end;
       const int64_t src = dev(t.from, r), dst = dev(t.to, r);
-      const int64_t stream = firstStream + (t.backward ? colours : 0) + place(t.from) % colours;
+      const int64_t stream =
+          transferStream(kFirstTransferStream, colours, place(t.from), t.backward);
       std::vector<std::pair<int, int64_t>> used = {{0, src}, {1, dst}};
       if (spec.node(src) != spec.node(dst)) {
         used.push_back({2, spec.node(src)});

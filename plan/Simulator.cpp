@@ -122,6 +122,10 @@ double earliestGap(double t, double d, const std::vector<const LinkBusy*>& busy)
   return t;
 }
 
+void occupy(LinkBusy& busy, double start, double end) {
+  busy.insert(std::upper_bound(busy.begin(), busy.end(), std::make_pair(start, end)), {start, end});
+}
+
 SimCosts simCosts(const CostModel& model, bool timeline) {
   SimCosts c;
   c.timeline = timeline;
@@ -336,10 +340,8 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
       res.events.push_back(std::move(ev));
     }
     if (d > 0)
-      for (const Resource& p : ports) {
-        LinkBusy& b = links[p];
-        b.insert(std::upper_bound(b.begin(), b.end(), std::make_pair(t, end)), {t, end});
-      }
+      for (const Resource& p : ports)
+        occupy(links[p], t, end);
     res.commBytes += bytes;
     // A communication op's result is ready when its device's part ends.
     auto endOn = [&](int64_t device) {

@@ -124,6 +124,8 @@ using LinkBusy = std::vector<std::pair<double, double>>;
 /// seconds (an op takes the first such gap, before later ops' intervals
 /// where one fits).
 double earliestGap(double t, double d, const std::vector<const LinkBusy*>& busy);
+/// Marks [start, end) busy on a port (a gap earliestGap found), in order.
+void occupy(LinkBusy& busy, double start, double end);
 
 /// The times of `model` (which must outlive the result); with `timeline`
 /// the events too.
