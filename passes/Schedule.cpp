@@ -49,6 +49,7 @@ private:
     PipelineShape shape = pipelineShapeOf(g_);
     backward_ = shape.backward;
     feedsBackward_ = shape.feedsBackward;
+    passedOn_ = shape.passedOn;
     stageOf_ = shape.stageOf;
     stages_ = shape.stages;
     if (stages_ == 1)
@@ -127,12 +128,16 @@ private:
       auto mb = op.annotations().microBatch;
       if (!mb || op.kind() == OpKind::Constant || transfer_.count(&op))
         continue;
-      // What no backward needs (batch norm's running statistics sent back
-      // to their param's stage) runs in its micro-batch's backward there:
-      // in the forward it would hold the earlier stage until the later
-      // one's forward of that micro-batch.
+      // What no backward needs (batch norm's running statistics) runs in
+      // its micro-batch's forward where it is computed to be sent to
+      // another stage (in the backward, the stage of the param would wait
+      // for the sender's backward of that micro-batch, which comes later
+      // where the sender is the earlier stage), and in its backward where
+      // it updates the param from what was received (in the forward, the
+      // earlier stage would wait for the later one's forward).
       if (!feedsBackward_[i] && stages_ > 1 && !op.info().isCommunication()) {
-        task_[i] = Task{*mb, Task::B};
+        const bool forward = passedOn_[i] && d.maxB < 0 && d.maxF <= *mb;
+        task_[i] = Task{*mb, forward ? Task::F : Task::B};
         continue;
       }
       bool ok = backward_[i] ? std::max(d.maxF, d.maxB) <= *mb : d.maxB < 0 && d.maxF <= *mb;
@@ -194,10 +199,26 @@ private:
     std::vector<int64_t> left(ids.size() * tasks, 0);
     for (const auto& [d, s] : stageOf_)
       seq[dev(d)] = pipelineTasks(s, stages_, m_, order_);
+    // In a backward task (with stages), what no gradient sent to the stage
+    // before needs (weight gradients, their sums over micro-batches, batch
+    // norm's running statistics: `late`) waits until the ops that gradient
+    // is computed from (`leftInput`) have gone on each of its devices. This
+    // order is each device's at run time: a late op listed first, because
+    // the input gradient was not yet there when the list reached the task,
+    // would hold the device before it (Inception-v3 at test size in 4
+    // stages of 8 micro-batches on h100: 165 ops of running statistics
+    // ahead of each backward's input gradient, a step of 29.1 ms for 15.9).
+    std::vector<int64_t> leftInput(ids.size() * tasks, 0);
+    auto late = [&](size_t i) {
+      return stages_ > 1 && task_[i] && task_[i]->kind == Task::B && !input_[i];
+    };
     for (size_t i = 0; i < n; ++i)
       if (task_[i])
-        for (int64_t d : devices[i])
+        for (int64_t d : devices[i]) {
           ++left[code(d, *task_[i])];
+          if (task_[i]->kind == Task::B && input_[i])
+            ++leftInput[code(d, *task_[i])];
+        }
     auto at = [&](size_t d, const Task& t) {
       return pos[d] < seq[d].size() && seq[d][pos[d]] == t;
     };
@@ -229,16 +250,15 @@ private:
     // it goes, as a device leaves a task only once its ops there have gone).
     std::vector<std::set<size_t>> gatedReady(ids.size() * tasks);
     std::set<size_t> due;
-    // In a backward task (with stages), what no gradient sent to the stage
-    // before needs goes after what it does: weight gradients, their sums
-    // over micro-batches, batch norm's running statistics.
+    // The late ops of a backward task (above) once due go after the due
+    // ops of every task.
     std::set<size_t> dueLate;
-    auto dueSet = [&](size_t i) -> std::set<size_t>& {
-      return stages_ > 1 && task_[i] && task_[i]->kind == Task::B && !input_[i] ? dueLate : due;
-    };
+    auto dueSet = [&](size_t i) -> std::set<size_t>& { return late(i) ? dueLate : due; };
     auto allAt = [&](size_t i) {
-      return std::all_of(devices[i].begin(), devices[i].end(),
-                         [&](int64_t e) { return at(static_cast<size_t>(e), *task_[i]); });
+      return std::all_of(devices[i].begin(), devices[i].end(), [&](int64_t e) {
+        const size_t d = static_cast<size_t>(e);
+        return at(d, *task_[i]) && (!late(i) || leftInput[code(d, *task_[i])] == 0);
+      });
     };
     auto advance = [&](size_t d) {
       const size_t was = pos[d];
@@ -290,8 +310,13 @@ private:
       if (task_[best]) {
         dueSet(best).erase(best);
         for (int64_t d : devices[best]) {
-          gatedReady[code(d, *task_[best])].erase(best);
-          --left[code(d, *task_[best])];
+          const size_t c = code(d, *task_[best]);
+          gatedReady[c].erase(best);
+          --left[c];
+          if (task_[best]->kind == Task::B && input_[best] && --leftInput[c] == 0)
+            for (size_t i : gatedReady[c])
+              if (late(i) && allAt(i))
+                dueLate.insert(i);
           advance(d);
         }
       } else {
@@ -314,7 +339,7 @@ private:
   std::vector<Op*> ops_;
   std::unordered_map<const Op*, size_t> index_;
   int64_t m_ = 0, stages_ = 1;
-  std::vector<bool> backward_, feedsBackward_;
+  std::vector<bool> backward_, feedsBackward_, passedOn_;
   std::vector<bool> weight_; ///< zb-h1: a weight gradient's backward op
   std::vector<bool> input_;  ///< an input gradient's backward op
   std::map<int64_t, int64_t> stageOf_;
@@ -487,6 +512,18 @@ PipelineShape pipelineShapeOf(const Graph& g) {
   for (int64_t d : devices) {
     shape.stageOf[d] = cyclic ? 0 : depth[d];
     shape.stages = std::max(shape.stages, shape.stageOf[d] + 1);
+  }
+  shape.passedOn.assign(ops.size(), false);
+  for (size_t i = ops.size(); shape.stages > 1 && i-- > 0;) {
+    const Op& op = *ops[i];
+    if (feedsBackward[i] || !op.annotations().microBatch)
+      continue;
+    bool on = op.kind() == OpKind::DeviceCopy &&
+              shape.stageOf[op.getInt("src")] != shape.stageOf[op.getInt("dst")];
+    for (unsigned r = 0; r < op.numResults() && !on; ++r)
+      for (const Use& u : op.result(r)->uses())
+        on = on || (u.user && shape.passedOn[index.at(u.user)]);
+    shape.passedOn[i] = on;
   }
   return shape;
 }

@@ -32,6 +32,13 @@ struct PipelineShape {
   /// computes (not so: what only updates state, as batch norm's running
   /// statistics, or is only a step's output, as the loss).
   std::vector<bool> feedsBackward;
+  /// Per op of a micro-batch that no backward needs: whether another
+  /// stage receives what it computes (batch norm's running statistics made
+  /// where the layer runs, sent to the stage of their param; the transfer
+  /// itself too). The schedule runs these ops in their micro-batch's
+  /// forward, the others (the updates of the running statistics where
+  /// their param is) in its backward.
+  std::vector<bool> passedOn;
 };
 
 PipelineShape pipelineShapeOf(const Graph& g);

@@ -75,17 +75,23 @@ std::optional<PipelinePiece> readPipelinePiece(const Graph& g, const CostModel& 
     input[i] = needed;
   }
   // A micro-batch's op of stage `s` taking `t` seconds of its compute stream.
+  // Per op: seconds of its task's ops (its forward, or its backward's
+  // input-gradient part) up to it and with it: where a transfer of what it
+  // computes can leave.
+  std::vector<double> madeAt(ops.size(), -1.0);
   auto add = [&](size_t i, size_t s, double t) {
     const Op& op = *ops[i];
     if (!ofMicrobatch(op))
       p.update[s] += t; // once a step: the update, what only params feed
-    else if (shape.backward[i] || !shape.feedsBackward[i]) {
-      // What no backward needs (running statistics) runs in the backward.
+    else if (shape.backward[i] || (!shape.feedsBackward[i] && !shape.passedOn[i])) {
+      // What no backward needs (running statistics) runs in the backward
+      // where it updates a param, in the forward where another stage
+      // receives it.
       p.backward[s] += t;
       if (input[i])
-        p.inputBackward[s] += t;
+        madeAt[i] = p.inputBackward[s] += t;
     } else {
-      p.forward[s] += t;
+      madeAt[i] = p.forward[s] += t;
     }
   };
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -95,8 +101,15 @@ std::optional<PipelinePiece> readPipelinePiece(const Graph& g, const CostModel& 
     if (op.info().isCommunication()) {
       if (isTransfer(op)) {
         const int64_t from = *stageOf(op.getInt("src")), to = *stageOf(op.getInt("dst"));
+        const auto fu = static_cast<size_t>(from);
+        const Op* def = op.operand(0)->definingOp();
+        const double made = def ? madeAt[position.at(def)] : -1.0;
         p.transfers.push_back(
-            {from, to, commBytes(op), static_cast<bool>(shape.backward[i]),
+            {from, to, commBytes(op),
+             made >= 0           ? made
+             : shape.backward[i] ? p.inputBackward[fu]
+                                 : p.forward[fu],
+             static_cast<bool>(shape.backward[i]), !shape.feedsBackward[i],
              p.order[static_cast<size_t>(from)] == p.order[static_cast<size_t>(to)]});
         continue;
       }
@@ -163,6 +176,12 @@ std::optional<PipelinePiece> readPipelinePiece(const Graph& g, const CostModel& 
     p.accumulate[static_cast<size_t>(*s)] += model.computeSeconds(
         static_cast<double>(v->type().numElements()), 3.0 * static_cast<double>(bytes));
   }
+  // Each stage's transfers leave in the order their values are made (the
+  // schedule lists a transfer as soon as what it reads is there).
+  std::stable_sort(p.transfers.begin(), p.transfers.end(),
+                   [](const PipelinePiece::Transfer& a, const PipelinePiece::Transfer& b) {
+                     return a.offset < b.offset;
+                   });
   return p;
 }
 
@@ -182,8 +201,9 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
   for (const auto& t : piece.transfers) {
     if (t.computeStreams)
       continue;
-    ++need[static_cast<size_t>(t.to)][t.backward ? 1 : 0];
-    reach = std::max(reach, std::abs(place(t.to) - place(t.from)));
+    ++need[static_cast<size_t>(t.to)][t.backward || t.state ? 1 : 0];
+    if (!t.state) // as the schedule counts them: the transfers backward needs
+      reach = std::max(reach, std::abs(place(t.to) - place(t.from)));
   }
   const int64_t colours = reach + 1;
   // (kind, id) of a port: 0 send, 1 receive, 2 node send, 3 node receive.
@@ -207,15 +227,16 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
     return end;
   };
   // Copies on the compute streams of two stages (running statistics): the
-  // schedule runs each in both stages' backward of its micro-batch, once
-  // both are there (late in it), holding both streams. Per pair of stages,
-  // their bytes.
+  // schedule runs each as soon as the sender's forward of its micro-batch
+  // has made it, which the receiver, of the same place in the order, meets
+  // in its own forward of the micro-batch: taken here once both forwards
+  // are done, holding both streams. Per pair of stages, their bytes.
   std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> synced;
   for (const auto& t : piece.transfers)
     if (t.computeStreams)
       synced[{std::min(t.from, t.to), std::max(t.from, t.to)}].push_back(t.bytes);
-  // A device whose backward is done but whose copy waits for the other
-  // stage's backward of the micro-batch: blocked until then. Per (device,
+  // A device whose forward is done but whose copy waits for the other
+  // stage's forward of the micro-batch: blocked until then. Per (device,
   // other device, micro-batch): when the first of the two was done.
   std::vector<int64_t> blocked(D, 0);
   std::map<std::tuple<int64_t, int64_t, int64_t>, double> firstDone;
@@ -263,7 +284,7 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
                            : piece.forward[su];
     const double end = bestStart + dur;
     free[best] = end;
-    if (task.backward())
+    if (!task.backward())
       for (const auto& [pair, bytes] : synced) {
         if (pair.first != s && pair.second != s)
           continue;
@@ -271,7 +292,7 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
                       other = dev(pair.first == s ? pair.second : pair.first, r);
         const auto key = std::make_tuple(std::min(self, other), std::max(self, other), task.mb);
         auto it = firstDone.find(key);
-        if (it == firstDone.end()) { // the other's backward comes later
+        if (it == firstDone.end()) { // the other's forward comes later
           firstDone.emplace(key, free[best]);
           ++blocked[best];
           continue;
@@ -288,7 +309,7 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
     for (const auto& t : piece.transfers) {
       if (t.from != s || t.backward != task.backward() || t.computeStreams)
         continue;
-      const double ready = task.backward() ? bestStart + piece.inputBackward[su] : end;
+      const double ready = std::min(bestStart + t.offset, end);
       const int64_t src = dev(t.from, r), dst = dev(t.to, r);
       const int64_t stream =
           transferStream(kFirstTransferStream, colours, place(t.from), t.backward);
@@ -300,7 +321,7 @@ double previewPipeline(const PipelinePiece& piece, const CostModel& model,
       const double arrived = take(used, ready, model.transferSeconds(t.bytes, src, dst),
                                   {{src, stream}, {dst, stream}});
       const auto to = static_cast<size_t>(dst), m = static_cast<size_t>(task.mb);
-      const int k = t.backward ? 1 : 0;
+      const int k = t.backward || t.state ? 1 : 0;
       ++got[to][m][k];
       at[to][m][k] = std::max(at[to][m][k], arrived);
     }

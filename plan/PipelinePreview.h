@@ -63,10 +63,17 @@ struct PipelinePiece {
   /// The transfers of one micro-batch between stages.
   struct Transfer {
     int64_t from = 0, to = 0, bytes = 0;
+    /// Seconds into the sender's task (its forward, or its backward's
+    /// input-gradient part) at which the value is there: the ops before it.
+    double offset = 0;
     bool backward = false;
-    /// Between stages of the same place in the order (batch norm's running
-    /// statistics sent where the layer keeps them): the schedule gives it
-    /// no stream of its own, so it takes both devices' compute streams.
+    /// What no backward needs (batch norm's running statistics, made in the
+    /// forward where the layer runs, sent to the stage of their param):
+    /// the receiver's backward of the micro-batch waits for it.
+    bool state = false;
+    /// Between stages of the same place in the order (running statistics
+    /// again): the schedule gives it no stream of its own, so it takes both
+    /// devices' compute streams.
     bool computeStreams = false;
   };
   std::vector<Transfer> transfers;

@@ -27,7 +27,10 @@ PipelinePiece twoStages() {
   p.inputBackward = {0, 1};
   p.update = {0, 0};
   p.accumulate = {0, 0};
-  p.transfers = {{0, 1, 0, false, false}, {1, 0, 0, true, false}};
+  // Each leaves as its value is made: the forward's at its end, the
+  // gradient 1 s into stage 1's backward.
+  p.transfers = {{.from = 0, .to = 1, .bytes = 0, .offset = 1, .backward = false},
+                 {.from = 1, .to = 0, .bytes = 0, .offset = 1, .backward = true}};
   p.gradientBytes = {{}, {}};
   return p;
 }
@@ -69,7 +72,8 @@ TEST(PipelinePreviewTest, ReplicasShareTheirNodesNetworkPort) {
   // their gradients at 3.5 and 4, back 3.5-4 and 4-4.5 (node 1's port);
   // stage 0's backwards 4-6 and 4.5-6.5.
   PipelinePiece p = twoStages();
-  p.transfers = {{0, 1, 500000000, false, false}, {1, 0, 500000000, true, false}};
+  p.transfers = {{.from = 0, .to = 1, .bytes = 500000000, .offset = 1, .backward = false},
+                 {.from = 1, .to = 0, .bytes = 500000000, .offset = 1, .backward = true}};
   PipelinePreviewOptions o;
   o.replicas = 2;
   EXPECT_DOUBLE_EQ(previewPipeline(p, links(2), o), 6.5);
@@ -94,6 +98,32 @@ TEST(PipelinePreviewTest, ReplicasAllReduceEachStagesGradientsInBuckets) {
   // backward.
   p.gradientBytes = {{}, {1000000000}};
   EXPECT_DOUBLE_EQ(previewPipeline(p, links(8), o), 14.25);
+}
+
+TEST(PipelinePreviewTest, TransfersLeaveWhenTheirValueIsMade) {
+  // One micro-batch; stage 0's activations made 0.5 s into its forward:
+  // stage 1's F 0.5-1.5, B 1.5-3.5 (sends at 2.5), stage 0's B 2.5-4.5.
+  PipelinePiece p = twoStages();
+  p.transfers[0].offset = 0.5;
+  PipelinePreviewOptions o;
+  o.microbatches = 1;
+  EXPECT_DOUBLE_EQ(previewPipeline(p, links(8), o), 4.5);
+}
+
+TEST(PipelinePreviewTest, RunningStatisticsHoldOnlyTheReceiversBackward) {
+  // Stage 0's running statistics (2e9 bytes: 2 s), sent at the end of its
+  // forward after the activations (0 s), arrive at 3: stage 1's F 1-2
+  // does not wait for them, its B does (3-5, sends at 4); stage 0's B 4-6.
+  PipelinePiece p = twoStages();
+  p.transfers.push_back(
+      {.from = 0, .to = 1, .bytes = 2000000000, .offset = 1, .backward = false, .state = true});
+  PipelinePreviewOptions o;
+  o.microbatches = 1;
+  EXPECT_DOUBLE_EQ(previewPipeline(p, links(8), o), 6.0);
+  // Counted as activations, stage 1's forward would wait for them too: its
+  // F 3-4, B 4-6, stage 0's B 5-7.
+  p.transfers.back().state = false;
+  EXPECT_DOUBLE_EQ(previewPipeline(p, links(8), o), 7.0);
 }
 
 } // namespace
