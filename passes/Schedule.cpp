@@ -497,6 +497,12 @@ PipelineShape pipelineShapeOf(const Graph& g) {
   };
   for (int64_t d : devices)
     depthOf(d, 0);
+  // A device left out of a priced step (fold-replicas), which receives
+  // nothing, is where the device standing for it is: the collectives of a
+  // stage's replicas (batch norm's statistics) span one stage.
+  for (const auto& [left, standing] : g.foldedInto())
+    if (devices.count(left))
+      depth[left] = depthOf(standing, 0);
   // A micro-batch's collective over devices of several stages would need
   // them in one task at once, which stages running their own order cannot
   // promise: such a plan (a partition that is no pipeline) runs as one stage.
