@@ -46,13 +46,16 @@ public:
     for (int64_t j = 0; j < L; ++j)
       if (fits(0, 0, j))
         best[0][j] = stageSeconds(0, 0, j);
+    // The last stage's first unit i from j down: its compute only grows
+    // as i falls, so once it alone is slower than the best cut found, no
+    // earlier i is faster. Of equal cuts the one of the smallest i wins.
     for (int64_t s = 1; s < S; ++s)
       for (int64_t j = s; j < L; ++j)
-        for (int64_t i = s; i <= j; ++i) {
+        for (int64_t i = j; i >= s && computeSeconds(i, j) <= best[s][j]; --i) {
           if (best[s - 1][i - 1] == kInf || !fits(s, i, j))
             continue;
           double t = std::max(best[s - 1][i - 1], stageSeconds(s, i, j));
-          if (t < best[s][j]) {
+          if (t <= best[s][j]) {
             best[s][j] = t;
             from[s][j] = i;
           }
@@ -162,9 +165,13 @@ private:
   /// share), or the transfers at its ends when they take longer (they run
   /// beside the compute, on streams of their own).
   double stageSeconds(int64_t s, int64_t i, int64_t j) const {
-    double compute = (seconds_[static_cast<size_t>(j + 1)] - seconds_[static_cast<size_t>(i)]) /
-                     static_cast<double>(replicas_);
-    return std::max(compute, transfer(i - 1, s - 1) + transfer(j, s));
+    return std::max(computeSeconds(i, j), transfer(i - 1, s - 1) + transfer(j, s));
+  }
+
+  /// The compute of units i..j per micro-batch (a replica's share).
+  double computeSeconds(int64_t i, int64_t j) const {
+    return (seconds_[static_cast<size_t>(j + 1)] - seconds_[static_cast<size_t>(i)]) /
+           static_cast<double>(replicas_);
   }
 
   /// Whether stage s holding units i..j fits a device: its params with
