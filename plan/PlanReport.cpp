@@ -5,6 +5,7 @@
 #include "passes/TrainingSupport.h"
 
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
@@ -24,10 +25,15 @@ void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& 
   for (const auto& op : g.ops()) {
     for (unsigned r = 0; r < op->numResults(); ++r) {
       const TensorType& t = op->result(r)->type();
-      os << llvm::formatv("{0,-5} {1,-20} {2,-28} {3,-22} {4,10} {5,10} {6,4}\n", pos,
-                          op->mnemonic(), op->loc().name.substr(0, 28), t.str().substr(0, 22),
-                          t.sizeInBytes(), (*op->annotations().bufferOffsets)[r],
-                          valueDevice(op->result(r)).value_or(0));
+      // The header's columns, written directly: a formatv per row parses
+      // its format each time (31,730 rows for Inception-v3 on 16 devices).
+      os << llvm::left_justify(std::to_string(pos), 5) << ' '
+         << llvm::left_justify(llvm::StringRef(op->mnemonic()), 20) << ' '
+         << llvm::left_justify(llvm::StringRef(op->loc().name).substr(0, 28), 28) << ' '
+         << llvm::left_justify(t.str().substr(0, 22), 22) << ' '
+         << llvm::format_decimal(t.sizeInBytes(), 10) << ' '
+         << llvm::format_decimal((*op->annotations().bufferOffsets)[r], 10) << ' '
+         << llvm::format_decimal(valueDevice(op->result(r)).value_or(0), 4) << '\n';
     }
     ++pos;
   }
