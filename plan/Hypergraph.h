@@ -29,6 +29,7 @@
 #include "llvm/Support/Error.h"
 
 #include <functional>
+#include <thread>
 #include <vector>
 
 namespace lwcc {
@@ -59,5 +60,11 @@ struct HypergraphStats {
 /// `weight` gives an op's cost (any unit; only ratios matter).
 llvm::Expected<HypergraphStats> partitionHypergraph(Graph& g, int64_t parts, double imbalanceTol,
                                                     const std::function<double(const Op&)>& weight);
+
+/// Starts MPI, which Zoltan needs, on a thread of its own (the caller joins
+/// it): OpenMPI's start mostly waits (about 0.2 s, little of it computing),
+/// so a compile that will partition starts it beside its first steps rather
+/// than hold a planner thread with it.
+std::thread startMpiEarly();
 
 } // namespace lwcc

@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 // MPI's C API only (OpenMPI's C++ bindings would need their own library).
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
@@ -398,12 +399,16 @@ double imbalanceOf(const Hypergraph& hg, const std::vector<int>& partOf, int64_t
   return s.imbalance();
 }
 
+/// MPI and Zoltan from one thread at a time (the planner prices candidates
+/// on several).
+std::mutex& zoltanMutex() {
+  static std::mutex m;
+  return m;
+}
+
 /// Zoltan PHG's parts for the vertices of `hg`.
 llvm::Expected<std::vector<int>> zoltanParts(Hypergraph& hg, int64_t parts, double imbalanceTol) {
-  // MPI and Zoltan from one thread at a time (the planner prices candidates
-  // on several).
-  static std::mutex zoltanMutex;
-  std::lock_guard<std::mutex> lock(zoltanMutex);
+  std::lock_guard<std::mutex> lock(zoltanMutex());
   std::vector<int> partOf(hg.vertexWeights.size(), 0);
   if (llvm::Error e = ensureMpi())
     return e;
@@ -464,6 +469,14 @@ llvm::Expected<std::vector<int>> zoltanParts(Hypergraph& hg, int64_t parts, doub
 }
 
 } // namespace
+
+std::thread startMpiEarly() {
+  return std::thread([] {
+    std::lock_guard<std::mutex> lock(zoltanMutex());
+    // An error is met again, and reported, where a partition needs MPI.
+    llvm::consumeError(ensureMpi());
+  });
+}
 
 llvm::Expected<HypergraphStats>
 partitionHypergraph(Graph& g, int64_t parts, double imbalanceTol,

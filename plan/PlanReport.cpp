@@ -181,6 +181,16 @@ planStrategies(Planner& planner, const Graph& g, const std::vector<std::string>&
   for (size_t i : order)
     if (!planner.selects(names[i]))
       planner.priceSoon(fixedPlan(names[i]));
+  // The plan the chosen selection keeps: its step is the caller's, which
+  // the caller memory-plans (the rows of that plan get its peak bytes
+  // there, not from a plan of the same step here).
+  std::optional<PlanChoice> chosenKept;
+  if (planner.selects(chosen)) {
+    if (auto kept = planner.plan(g, chosen, fixedPlan(chosen)))
+      chosenKept = *kept;
+    else
+      llvm::consumeError(kept.takeError()); // returned below, in its row
+  }
   for (size_t i : order) {
     const std::string& name = names[i];
     StrategyPlan& p = out[i];
@@ -192,15 +202,23 @@ planStrategies(Planner& planner, const Graph& g, const std::vector<std::string>&
       p.error = llvm::toString(plan.takeError());
       continue;
     }
-    auto ev = planner.evaluate(g, *plan);
-    if (!ev)
-      return ev.takeError();
+    const PlanEvaluation* ev = planner.evaluated(*plan);
+    p.chosenPlan = chosenKept && Planner::samePlan(*plan, *chosenKept) && ev && !ev->memoryPlanned;
+    if (!p.chosenPlan) {
+      if (planner.selects(name))
+        if (llvm::Error e = planner.planKeptMemory(name))
+          return e;
+      auto evaluated = planner.evaluate(g, *plan);
+      if (!evaluated)
+        return evaluated.takeError();
+      ev = *evaluated;
+    }
     // The chosen strategy's build error is reported when the module's step
     // is built.
-    p.error = (*ev)->error;
+    p.error = ev->error;
     if (p.error.empty()) {
-      p.sim = (*ev)->sim;
-      p.peakBytes = (*ev)->peakBytes;
+      p.sim = ev->sim;
+      p.peakBytes = ev->peakBytes;
     }
     if (p.error.empty() && reprice) {
       auto sim = planner.simulateOn(g, *plan, *reprice);

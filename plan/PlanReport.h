@@ -30,6 +30,9 @@ struct StrategyPlan {
   std::string name;
   SimResult sim;
   std::map<int64_t, int64_t> peakBytes; ///< memory plan: arena per device
+  /// The plan is the one `chosen`'s selection kept, whose step the caller
+  /// takes and memory-plans: its peakBytes are left to the caller.
+  bool chosenPlan = false;
   /// Why the strategy has no plan here (say, its micro-batches too small to
   /// split over its devices); empty when it has one.
   std::string error;

@@ -8,6 +8,7 @@
 #include "passes/TrainingSupport.h"
 #include "plan/PipelinePreview.h"
 
+#include "llvm/Support/BuryPointer.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -117,6 +118,26 @@ const PlanSelection* Planner::selection(const std::string& strat) const {
 std::unique_ptr<Graph> Planner::takeKeptStep(const std::string& strat) {
   auto it = keptSteps_.find(strat);
   return it == keptSteps_.end() ? nullptr : std::move(it->second);
+}
+
+void Planner::buryKeptSteps() {
+  for (auto& [strat, step] : keptSteps_)
+    llvm::BuryPointer(std::move(step));
+}
+
+llvm::Error Planner::planKeptMemory(const std::string& strat) {
+  auto it = keptSteps_.find(strat);
+  if (it == keptSteps_.end() || !it->second)
+    return llvm::Error::success();
+  PlanEvaluation& ev = evaluations_.at(keyOf(kept_.at(strat)));
+  if (ev.memoryPlanned)
+    return llvm::Error::success();
+  auto stats = planMemoryUnannotated(*it->second, freesEarly(ev.plan));
+  if (!stats)
+    return stats.takeError();
+  ev.peakBytes = stats->peakBytes;
+  ev.memoryPlanned = true;
+  return llvm::Error::success();
 }
 
 llvm::Expected<PlanChoice> Planner::plan(const Graph& g, const std::string& strat,
@@ -410,6 +431,19 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // steps are dropped once priced.
   std::optional<size_t> fastest;
   std::unique_ptr<Graph> fastestStep, firstStep;
+  // The fastest's step verified on a thread of its own while the selection
+  // goes on (the one kept is verified, and is most often the fastest found
+  // before the last candidates are left out): its error, or "". Declared
+  // after the step, so that it waits before the step is freed.
+  std::future<std::string> fastestVerified;
+  auto verifyFastest = [&] { // the previous one's step is freed: waited for
+    fastestVerified = {};
+    if (fastestStep && fastestStep->foldedInto().empty() && options_.threads > 1)
+      fastestVerified = std::async(std::launch::async, [step = fastestStep.get()] {
+        llvm::Error e = verifyGraph(*step);
+        return e ? llvm::toString(std::move(e)) : std::string();
+      });
+  };
   // Each built candidate's place in `plans` (after them: step 3's), the one
   // considered now, and the earliest built.
   std::vector<size_t> builtAt;
@@ -438,7 +472,10 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
                      considering < builtAt[*fastest];
     if (ev.fits && (!fastest || faster(ev, *built[*fastest]) || tie)) {
       fastest = i;
+      if (fastestVerified.valid())
+        fastestVerified.wait(); // before its step is freed
       fastestStep = std::move(step);
+      verifyFastest();
     } else if (!firstAt || considering < *firstAt) {
       firstAt = considering;
       firstStep = std::move(step);
@@ -555,7 +592,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // fastest that fits: its whole step is not simulated.
   // Likewise one of more micro-batches than stages whose sibling of fewer
   // has a compact price that, with the bubble bound above, is.
-  auto compactBound = [&](size_t k) -> std::string {
+  auto siblingCompactBound = [&](size_t k) -> std::string {
     const PlanChoice& p = plans[k];
     if (!fastest || !options_.compactPipelines || !compactAllowed(p))
       return "";
@@ -573,6 +610,16 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
                              plans[j].name(), *c * 1e3, p.microbatches, kCompactMargin,
                              best.plan.name(), best.sim.stepSeconds * 1e3)
             .str();
+    return "";
+  };
+  auto compactBound = [&](size_t k) -> std::string {
+    if (std::string why = siblingCompactBound(k); !why.empty())
+      return why;
+    const PlanChoice& p = plans[k];
+    if (!fastest || !options_.compactPipelines || !compactAllowed(p))
+      return "";
+    const PlanEvaluation& best = *built[*fastest];
+    const double over = kCompactMargin * best.sim.stepSeconds;
     std::optional<double> c = compactOf(k);
     if (!c || !(*c > over))
       return "";
@@ -670,9 +717,32 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // considered on (an std::async future waits for its task when dropped).
   std::vector<std::future<Priced>> pricing(plans.size());
   const size_t ahead = static_cast<size_t>(std::max<int64_t>(1, options_.threads));
+  // The compact prices of the pipelines of more micro-batches than stages
+  // that no rule but their own compact price can leave out now, computed
+  // side by side on threads of their own once every other candidate is
+  // considered (when the planner's threads are free), not one after
+  // another as each one's turn comes; one a sibling's compact price, not
+  // known yet, would leave out is computed for nothing, on a thread that
+  // would wait.
+  auto startCompact = [&](size_t from) {
+    if (!options_.compactPipelines || options_.threads <= 1 || !fastest)
+      return;
+    for (size_t q = from; q < order.size(); ++q) {
+      const size_t k = order[q];
+      if (compactSoon[k].valid() || evaluations_.count(keyOf(plans[k])) ||
+          !compactAllowed(plans[k]) || knownCompactPrice(plans[k]) || !slowerThanFewer(k).empty() ||
+          !bubbleBound(k).empty() || !siblingCompactBound(k).empty())
+        continue;
+      compactSoon[k] = std::async(std::launch::async, [this, &g, plan = plans[k]] {
+                         return compactPrice(g, plan);
+                       }).share();
+    }
+  };
   for (size_t at = 0; at < order.size(); ++at) {
     if (!ordered && at < others && plans[order[at]].strategy == "pipeline")
       orderPipelines(at);
+    if (at >= others)
+      startCompact(at);
     const size_t i = order[at];
     considering = i;
     if (std::string why = leftOut(i); !why.empty()) {
@@ -685,6 +755,12 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     size_t inFlight = 0;
     for (size_t q = at; q < order.size(); ++q)
       inFlight += pricing[order[q]].valid();
+    // A plan the report asks for (hypergraph's: its partition alone takes
+    // a quarter of a second for Inception-v3 on 16 devices) starts first,
+    // beside the first candidate, so that it does not run on alone after
+    // the selection's last: the longest first.
+    if (at == 0 && inFlight < ahead && ahead > 1 && priceSpare(g, plans))
+      ++inFlight;
     inFlight += spareInFlight();
     for (size_t q = at; q < order.size() && inFlight < ahead; ++q) {
       if (!ordered && q < others && plans[order[q]].strategy == "pipeline")
@@ -948,18 +1024,15 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
         return seconds.takeError();
       step = std::move(whole);
     }
-    // Candidates are built unverified: the one kept is verified here.
-    if (llvm::Error e = verifyGraph(*step))
+    // Candidates are built unverified: the one kept is verified here (the
+    // fastest's already on its thread). --emit=plan reports the kept
+    // plan's memory, planned on this step (planKeptMemory, or the caller's
+    // passes on the step it takes), not built again for the report.
+    if (fastest && fastestVerified.valid()) {
+      if (std::string error = fastestVerified.get(); !error.empty())
+        return makeError(error);
+    } else if (llvm::Error e = verifyGraph(*step)) {
       return e;
-    // --emit=plan reports the kept plan's memory: planned on its step here,
-    // not built again for the report.
-    PlanEvaluation& ev = evaluations_.at(keyOf(built[kept]->plan));
-    if (options_.reportsStrategies && !ev.memoryPlanned) {
-      auto stats = planMemoryUnannotated(*step, freesEarly(ev.plan));
-      if (!stats)
-        return stats.takeError();
-      ev.peakBytes = stats->peakBytes;
-      ev.memoryPlanned = true;
     }
     keptSteps_[strat] = std::move(step);
   }

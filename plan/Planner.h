@@ -156,6 +156,20 @@ public:
   /// The kept candidate's training step, built whole while selecting (once;
   /// null after, or when its evaluation was made for an earlier selection).
   std::unique_ptr<Graph> takeKeptStep(const std::string& strat);
+  /// Plans the memory of the step `strat` kept (for --emit=plan's row),
+  /// where it is still held and was not planned when priced; the step the
+  /// caller takes (takeKeptStep) is planned by the caller's own passes.
+  llvm::Error planKeptMemory(const std::string& strat);
+  /// Leaves the kept steps still held unfreed (the process is ending).
+  void buryKeptSteps();
+  /// The evaluation of `plan` made so far (perhaps without its memory
+  /// plan), or null.
+  const PlanEvaluation* evaluated(const PlanChoice& plan) const {
+    auto it = evaluations_.find(keyOf(plan));
+    return it == evaluations_.end() ? nullptr : &it->second;
+  }
+  /// Whether two plans are one (priced once).
+  static bool samePlan(const PlanChoice& a, const PlanChoice& b) { return keyOf(a) == keyOf(b); }
   /// The step of `plan` on the graph `g` built, simulated and memory-planned,
   /// once per plan (one planner plans one model); its peakBytes are set.
   llvm::Expected<const PlanEvaluation*> evaluate(const Graph& g, const PlanChoice& plan) {
