@@ -184,13 +184,8 @@ planStrategies(Planner& planner, const Graph& g, const std::vector<std::string>&
   // The plan the chosen selection keeps: its step is the caller's, which
   // the caller memory-plans (the rows of that plan get its peak bytes
   // there, not from a plan of the same step here).
+  // (Known once its row comes: the selections run in the rows' order.)
   std::optional<PlanChoice> chosenKept;
-  if (planner.selects(chosen)) {
-    if (auto kept = planner.plan(g, chosen, fixedPlan(chosen)))
-      chosenKept = *kept;
-    else
-      llvm::consumeError(kept.takeError()); // returned below, in its row
-  }
   for (size_t i : order) {
     const std::string& name = names[i];
     StrategyPlan& p = out[i];
@@ -202,6 +197,8 @@ planStrategies(Planner& planner, const Graph& g, const std::vector<std::string>&
       p.error = llvm::toString(plan.takeError());
       continue;
     }
+    if (name == chosen && planner.selects(name))
+      chosenKept = *plan;
     const PlanEvaluation* ev = planner.evaluated(*plan);
     p.chosenPlan = chosenKept && Planner::samePlan(*plan, *chosenKept) && ev && !ev->memoryPlanned;
     if (!p.chosenPlan) {
