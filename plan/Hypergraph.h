@@ -61,10 +61,10 @@ struct HypergraphStats {
 llvm::Expected<HypergraphStats> partitionHypergraph(Graph& g, int64_t parts, double imbalanceTol,
                                                     const std::function<double(const Op&)>& weight);
 
-/// Starts MPI, which Zoltan needs, on a thread of its own (the caller joins
-/// it): OpenMPI's start mostly waits (about 0.2 s, little of it computing),
-/// so a compile that will partition starts it beside its first steps rather
-/// than hold a planner thread with it.
-std::thread startMpiEarly();
+/// Starts MPI, which Zoltan needs, on a thread of its own (joined when the
+/// result is destroyed): OpenMPI's start mostly waits (about 0.2 s, little
+/// of it computing), so a compile that will partition starts it beside its
+/// first steps rather than hold a planner thread with it.
+std::jthread startMpiEarly();
 
 } // namespace lwcc

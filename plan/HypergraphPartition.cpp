@@ -470,8 +470,8 @@ llvm::Expected<std::vector<int>> zoltanParts(Hypergraph& hg, int64_t parts, doub
 
 } // namespace
 
-std::thread startMpiEarly() {
-  return std::thread([] {
+std::jthread startMpiEarly() {
+  return std::jthread([] {
     std::lock_guard<std::mutex> lock(zoltanMutex());
     // An error is met again, and reported, where a partition needs MPI.
     llvm::consumeError(ensureMpi());

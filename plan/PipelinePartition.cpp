@@ -29,6 +29,8 @@ public:
     for (auto& op : g_.ops())
       if (op->kind() != OpKind::Constant && op->kind() != OpKind::Assign && op->numResults())
         units_.push_back(op.get());
+    for (size_t i = 0; i < units_.size(); ++i)
+      at_[units_[i]] = i;
     const int64_t S = o_.stages, L = static_cast<int64_t>(units_.size());
     if (o_.gpus % S != 0)
       return makeError(
@@ -93,9 +95,6 @@ private:
   /// the bytes of values that cross it (per micro-batch).
   void measure() {
     const size_t L = units_.size();
-    std::unordered_map<const Op*, size_t> at;
-    for (size_t i = 0; i < L; ++i)
-      at[units_[i]] = i;
     std::unordered_set<const Value*> trained;
     for (const Value* p : trainableParams(g_))
       trained.insert(p);
@@ -120,8 +119,8 @@ private:
           bytes += vb;
         size_t last = i;
         for (const Use& u : v->uses())
-          if (u.user && at.count(u.user))
-            last = std::max(last, at.at(u.user));
+          if (u.user && at_.count(u.user))
+            last = std::max(last, at_.at(u.user));
         if (last > i && isFloat(v->type().dtype)) { // crosses the cuts i .. last-1
           delta[i] += vb;
           delta[last] -= vb;
@@ -201,9 +200,6 @@ private:
   /// quarter of a millisecond later at each stage).
   void keepStateWithItsInputs(std::vector<int64_t>& stageOf) const {
     const size_t L = units_.size();
-    std::unordered_map<const Op*, size_t> at;
-    for (size_t i = 0; i < L; ++i)
-      at[units_[i]] = i;
     std::unordered_set<const Value*> outputs(g_.outputs().begin(), g_.outputs().end());
     std::vector<bool> state(L, false);
     for (size_t i = L; i-- > 0;) {
@@ -215,9 +211,9 @@ private:
           if (!u.user)
             continue;
           any = true;
-          auto it = at.find(u.user);
+          auto it = at_.find(u.user);
           only =
-              only && (u.user->kind() == OpKind::Assign || (it != at.end() && state[it->second]));
+              only && (u.user->kind() == OpKind::Assign || (it != at_.end() && state[it->second]));
         }
       }
       state[i] = only && any;
@@ -227,7 +223,7 @@ private:
         continue;
       int64_t s = -1;
       for (const Value* v : units_[i]->operands())
-        if (auto it = at.find(v->definingOp()); v->definingOp() && it != at.end())
+        if (auto it = at_.find(v->definingOp()); v->definingOp() && it != at_.end())
           s = std::max(s, stageOf[it->second]);
       if (s >= 0)
         stageOf[i] = s;
@@ -241,38 +237,36 @@ private:
     std::vector<int64_t> devices;
     for (int64_t k = 0; k < replicas_; ++k)
       devices.push_back(firstDevice(s) + k);
-    {
-      Op& op = *units_[static_cast<size_t>(u)];
-      ParallelConfig cfg;
-      cfg.devices = devices;
-      if (replicas_ > 1 && op.info().parallel) {
-        const Value* sv = parSplitValue(op);
-        for (int64_t d = 0; d < sv->type().rank(); ++d) {
-          if (sv->type().shape[d] < replicas_)
-            continue;
-          auto plan = op.info().parallel(op, d);
-          bool follows = false;
-          for (unsigned k = 0; plan && k < op.numOperands() && !follows; ++k) {
-            const Value* v = op.operand(k);
-            auto it = split_.find(v);
-            int64_t have = it != split_.end() ? it->second
-                           : v->kind() == ValueKind::Input && v->type().rank() > 0 &&
-                                   v->type().shape[0] >= replicas_
-                               ? 0
-                               : -1;
-            follows = have >= 0 && plan->operandDims[k] == have;
-          }
-          if (!follows)
-            continue;
-          cfg.degrees.emplace_back(parDimName(d, sv->type().rank()), replicas_);
-          for (unsigned r = 0; r < op.numResults(); ++r)
-            if (plan->resultDims[r] >= 0)
-              split_[op.result(r)] = plan->resultDims[r];
-          break;
+    Op& op = *units_[static_cast<size_t>(u)];
+    ParallelConfig cfg;
+    cfg.devices = devices;
+    if (replicas_ > 1 && op.info().parallel) {
+      const Value* sv = parSplitValue(op);
+      for (int64_t d = 0; d < sv->type().rank(); ++d) {
+        if (sv->type().shape[d] < replicas_)
+          continue;
+        auto plan = op.info().parallel(op, d);
+        bool follows = false;
+        for (unsigned k = 0; plan && k < op.numOperands() && !follows; ++k) {
+          const Value* v = op.operand(k);
+          auto it = split_.find(v);
+          int64_t have = it != split_.end() ? it->second
+                         : v->kind() == ValueKind::Input && v->type().rank() > 0 &&
+                                 v->type().shape[0] >= replicas_
+                             ? 0
+                             : -1;
+          follows = have >= 0 && plan->operandDims[k] == have;
         }
+        if (!follows)
+          continue;
+        cfg.degrees.emplace_back(parDimName(d, sv->type().rank()), replicas_);
+        for (unsigned r = 0; r < op.numResults(); ++r)
+          if (plan->resultDims[r] >= 0)
+            split_[op.result(r)] = plan->resultDims[r];
+        break;
       }
-      op.annotations().par = std::move(cfg);
     }
+    op.annotations().par = std::move(cfg);
   }
 
   void report(const DiagHandler& diag, const std::vector<std::pair<int64_t, int64_t>>& ranges,
@@ -308,6 +302,7 @@ private:
   const CostModel& cm_;
   PipelineOptions o_;
   std::vector<Op*> units_;
+  std::unordered_map<const Op*, size_t> at_; ///< each unit's place in units_
   int64_t replicas_ = 1;
   std::vector<double> seconds_, acts_, params_, cross_;
   std::vector<std::vector<double>> transfers_; ///< [stage][cut]: transfer()

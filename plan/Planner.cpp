@@ -592,18 +592,24 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // fastest that fits: its whole step is not simulated.
   // Likewise one of more micro-batches than stages whose sibling of fewer
   // has a compact price that, with the bubble bound above, is.
+  // The step a compact price must pass to leave `k` out, where one may.
+  auto compactLimit = [&](size_t k) -> std::optional<double> {
+    if (!fastest || !options_.compactPipelines || !compactAllowed(plans[k]))
+      return std::nullopt;
+    return kCompactMargin * built[*fastest]->sim.stepSeconds;
+  };
   auto siblingCompactBound = [&](size_t k) -> std::string {
-    const PlanChoice& p = plans[k];
-    if (!fastest || !options_.compactPipelines || !compactAllowed(p))
+    std::optional<double> over = compactLimit(k);
+    if (!over)
       return "";
+    const PlanChoice& p = plans[k];
     const PlanEvaluation& best = *built[*fastest];
-    const double over = kCompactMargin * best.sim.stepSeconds;
     auto bubble = [&](int64_t m) {
       return static_cast<double>(m + p.stages - 1) / static_cast<double>(m);
     };
     for (size_t j : fewer(k))
       if (std::optional<double> c = knownCompactPrice(plans[j]);
-          c && *c * bubble(p.microbatches) / bubble(plans[j].microbatches) > over)
+          c && *c * bubble(p.microbatches) / bubble(plans[j].microbatches) > *over)
         return llvm::formatv("at least {0:f3} ms by {1}'s compact price ({2:f3} ms) with the "
                              "bubble of {3} micro-batches, more than {4} x {5}'s {6:f3} ms",
                              *c * bubble(p.microbatches) / bubble(plans[j].microbatches) * 1e3,
@@ -615,13 +621,12 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   auto compactBound = [&](size_t k) -> std::string {
     if (std::string why = siblingCompactBound(k); !why.empty())
       return why;
-    const PlanChoice& p = plans[k];
-    if (!fastest || !options_.compactPipelines || !compactAllowed(p))
+    std::optional<double> over = compactLimit(k);
+    if (!over)
       return "";
     const PlanEvaluation& best = *built[*fastest];
-    const double over = kCompactMargin * best.sim.stepSeconds;
     std::optional<double> c = compactOf(k);
-    if (!c || !(*c > over))
+    if (!c || !(*c > *over))
       return "";
     return llvm::formatv("its compact price, {0:f3} ms (one micro-batch's stages and transfers, "
                          "the schedule replayed), is more than {1} x {2}'s {3:f3} ms",

@@ -396,15 +396,9 @@ int main(int argc, char** argv) {
                  emit == Emit::Source || emit == Emit::Exe;
   // Zoltan's MPI started beside the import where a hypergraph partition
   // is coming (--emit=plan's row, or the strategy), joined at the end.
-  struct Joined {
-    std::thread t;
-    ~Joined() {
-      if (t.joinable())
-        t.join();
-    }
-  } mpi;
+  std::jthread mpi;
   if (gpus > 1 && (emit == Emit::Plan || (strategy == "hypergraph" && emit != Emit::IR)))
-    mpi.t = startMpiEarly();
+    mpi = startMpiEarly();
   auto module = importFile(modelFile, opts);
   if (!module)
     return fail(module.takeError());
