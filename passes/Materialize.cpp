@@ -323,12 +323,16 @@ private:
         remember(want, *r);
         return *r;
       }
-      auto ar = emitComm(OpKind::AllReduce, pieces, devs, pieces.size());
-      if (!ar)
-        return ar.takeError();
-      pieces = *ar;
+      if (auto done = cache_.find({v, wholeOn(have.devices).key()}); done != cache_.end()) {
+        pieces = done->second; // summed for an earlier reader
+      } else {
+        auto ar = emitComm(OpKind::AllReduce, pieces, devs, pieces.size());
+        if (!ar)
+          return ar.takeError();
+        pieces = *ar;
+        remember(wholeOn(have.devices), pieces);
+      }
       have = wholeOn(have.devices);
-      remember(have, pieces);
     } else if (have.isSplit() && want.isSplit() && want.dim == have.dim) {
       // Re-split along the same dim (halos, other sizes or devices): each
       // piece from the rows of the pieces it overlaps, copied across.
@@ -341,14 +345,21 @@ private:
       remember(want, out);
       return out;
     } else if (have.isSplit()) {
-      auto ag = emitComm(OpKind::AllGather, pieces,
-                         {{"devices", Attribute(have.devices)}, {"axis", Attribute(have.dim)}},
-                         pieces.size());
-      if (!ag)
-        return ag.takeError();
-      pieces = *ag;
+      // One all_gather serves every reader of the whole value: where each
+      // device reads it whole on its own (a replicated running statistic's
+      // update on each device), one gather, not one per device.
+      if (auto done = cache_.find({v, wholeOn(have.devices).key()}); done != cache_.end()) {
+        pieces = done->second;
+      } else {
+        auto ag = emitComm(OpKind::AllGather, pieces,
+                           {{"devices", Attribute(have.devices)}, {"axis", Attribute(have.dim)}},
+                           pieces.size());
+        if (!ag)
+          return ag.takeError();
+        pieces = *ag;
+        remember(wholeOn(have.devices), pieces);
+      }
       have = wholeOn(have.devices);
-      remember(have, pieces);
     }
     // Whole pieces: copy to the devices that lack one, then cut shards.
     for (size_t i = 0; i < want.devices.size(); ++i) {
