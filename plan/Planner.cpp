@@ -13,6 +13,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -100,6 +101,41 @@ PlanChoice pipelinePlan(int64_t stages, int64_t microbatches) {
 
 } // namespace
 
+Planner::Freer::Freer() {
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stop_ || !steps_.empty(); });
+      if (steps_.empty())
+        return;
+      std::unique_ptr<Graph> step = std::move(steps_.front());
+      steps_.pop_front();
+      lock.unlock();
+      step.reset();
+      lock.lock();
+    }
+  });
+}
+
+Planner::Freer::~Freer() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+void Planner::Freer::free(std::unique_ptr<Graph> step) {
+  if (!step)
+    return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    steps_.push_back(std::move(step));
+  }
+  wake_.notify_one();
+}
+
 Planner::Planner(PlannerOptions options, BuildStep build, CostModel model, DeviceSpec memory)
     : options_(std::move(options)), build_(std::move(build)), model_(std::move(model)),
       memory_(std::move(memory)) {}
@@ -132,6 +168,11 @@ llvm::Error Planner::planKeptMemory(const std::string& strat) {
   PlanEvaluation& ev = evaluations_.at(keyOf(kept_.at(strat)));
   if (ev.memoryPlanned)
     return llvm::Error::success();
+  if (auto finished = keptStepFinished(strat)) { // its memory planned ahead
+    ev.peakBytes = finished->peakBytes;
+    ev.memoryPlanned = true;
+    return llvm::Error::success();
+  }
   auto stats = planMemoryUnannotated(*it->second, freesEarly(ev.plan));
   if (!stats)
     return stats.takeError();
@@ -345,6 +386,24 @@ Planner::Priced Planner::price(const Graph& g, const PlanChoice& plan, bool keep
   return out;
 }
 
+void Planner::finishAhead(Priced& priced, const PlanChoice& plan) const {
+  if (!finish_ || !priced.step || !priced.failure.empty() || !priced.ev.error.empty() ||
+      !priced.ev.fits || !priced.step->foldedInto().empty())
+    return;
+  llvm::Error e = verifyGraph(*priced.step);
+  priced.verified = e ? llvm::toString(std::move(e)) : std::string();
+  if (!priced.verified->empty())
+    return;
+  auto stats = finish_(*priced.step, plan);
+  if (!stats) {
+    llvm::consumeError(stats.takeError());
+    priced.step.reset();
+    priced.verified.reset();
+    return;
+  }
+  priced.finished = std::move(*stats);
+}
+
 llvm::Expected<const PlanEvaluation*> Planner::record(Priced& priced,
                                                       std::unique_ptr<Graph>* step) {
   llvm::errs() << priced.log;
@@ -418,9 +477,14 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // step 2 orders started below, the others' computed where a rule needs
   // them.
   std::vector<std::shared_future<std::optional<double>>> compactSoon(plans.size());
+  // Those of more micro-batches than stages computed early (below): whether
+  // each was.
+  std::vector<std::shared_future<bool>> compactEarly(plans.size());
   auto compactOf = [&](size_t k) -> std::optional<double> {
     if (compactSoon[k].valid())
       return compactSoon[k].get();
+    if (compactEarly[k].valid())
+      compactEarly[k].wait(); // then known, or not computed
     return compactPrice(g, plans[k]);
   };
   std::vector<const PlanEvaluation*> built; // the candidates built, in order
@@ -436,9 +500,16 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   // before the last candidates are left out): its error, or "". Declared
   // after the step, so that it waits before the step is freed.
   std::future<std::string> fastestVerified;
-  auto verifyFastest = [&] { // the previous one's step is freed: waited for
-    fastestVerified = {};
-    if (fastestStep && fastestStep->foldedInto().empty() && options_.threads > 1)
+  // What the fastest's step was finished ahead with (Planner::finishAhead).
+  std::optional<MemoryPlanStats> fastestFinished;
+  // `verified`: its verifyGraph error or "" where it was verified ahead.
+  auto verifyFastest = [&](const std::optional<std::string>& verified) {
+    fastestVerified = {}; // the previous one's step is freed: waited for
+    if (verified) {
+      std::promise<std::string> known;
+      known.set_value(*verified);
+      fastestVerified = known.get_future();
+    } else if (fastestStep && fastestStep->foldedInto().empty() && options_.threads > 1)
       fastestVerified = std::async(std::launch::async, [step = fastestStep.get()] {
         llvm::Error e = verifyGraph(*step);
         return e ? llvm::toString(std::move(e)) : std::string();
@@ -450,8 +521,9 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   size_t considering = 0;
   std::optional<size_t> firstAt;
   // Step 2 for one evaluated candidate; `step` is its built step when it was
-  // priced just now.
-  auto consider = [&](const PlanEvaluation& ev, std::unique_ptr<Graph> step) {
+  // priced just now, `ahead` what it was finished ahead with, if it was.
+  auto consider = [&](const PlanEvaluation& ev, std::unique_ptr<Graph> step,
+                      FinishedAhead ahead = {}) {
     const PlanChoice& plan = ev.plan;
     if (!ev.error.empty()) {
       if (firstError.empty())
@@ -474,12 +546,16 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       fastest = i;
       if (fastestVerified.valid())
         fastestVerified.wait(); // before its step is freed
+      freer_->free(std::move(fastestStep));
       fastestStep = std::move(step);
-      verifyFastest();
+      fastestFinished = fastestStep ? std::move(ahead.finished) : std::nullopt;
+      verifyFastest(fastestStep ? ahead.verified : std::nullopt);
     } else if (!firstAt || considering < *firstAt) {
       firstAt = considering;
+      freer_->free(std::move(firstStep));
       firstStep = std::move(step);
     }
+    freer_->free(std::move(step));
   };
   // Step 2 for a candidate not yet priced here.
   auto evaluateAndConsider = [&](const PlanChoice& plan) -> llvm::Error {
@@ -598,7 +674,9 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       return std::nullopt;
     return kCompactMargin * built[*fastest]->sim.stepSeconds;
   };
-  auto siblingCompactBound = [&](size_t k) -> std::string {
+  // With `wait`, a sibling's compact price being computed is waited for:
+  // what a decision knows does not depend on the threads.
+  auto siblingCompactBound = [&](size_t k, bool wait) -> std::string {
     std::optional<double> over = compactLimit(k);
     if (!over)
       return "";
@@ -607,7 +685,11 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     auto bubble = [&](int64_t m) {
       return static_cast<double>(m + p.stages - 1) / static_cast<double>(m);
     };
-    for (size_t j : fewer(k))
+    for (size_t j : fewer(k)) {
+      if (wait && compactSoon[j].valid())
+        compactSoon[j].wait();
+      if (wait && compactEarly[j].valid())
+        compactEarly[j].wait();
       if (std::optional<double> c = knownCompactPrice(plans[j]);
           c && *c * bubble(p.microbatches) / bubble(plans[j].microbatches) > *over)
         return llvm::formatv("at least {0:f3} ms by {1}'s compact price ({2:f3} ms) with the "
@@ -616,10 +698,11 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
                              plans[j].name(), *c * 1e3, p.microbatches, kCompactMargin,
                              best.plan.name(), best.sim.stepSeconds * 1e3)
             .str();
+    }
     return "";
   };
   auto compactBound = [&](size_t k) -> std::string {
-    if (std::string why = siblingCompactBound(k); !why.empty())
+    if (std::string why = siblingCompactBound(k, true); !why.empty())
       return why;
     std::optional<double> over = compactLimit(k);
     if (!over)
@@ -700,6 +783,57 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       compactSoon[k] = std::async(options_.threads > 1 ? std::launch::async : std::launch::deferred,
                                   [this, &g, plan = plans[k]] { return compactPrice(g, plan); })
                            .share();
+  // The pipelines of more micro-batches than stages: their compact prices
+  // computed early, on threads of their own, once those of their siblings
+  // of fewer are known, where the siblings' bound (siblingCompactBound,
+  // with the lowest of those compact prices for the fastest that fits) does
+  // not already leave them out: most of them are needed, and computed
+  // while the others are priced they do not wait until every other
+  // candidate is considered. Which are computed depends on compact prices
+  // alone, and a decision that may use one waits for it (with one thread
+  // each is computed there), so the choice and the output do not depend on
+  // the threads.
+  std::vector<std::shared_future<std::optional<double>>> firstCompacts;
+  for (const auto& f : compactSoon)
+    if (f.valid())
+      firstCompacts.push_back(f);
+  // A plan priced already (for an earlier selection) bounds the fastest
+  // that fits too.
+  double pricedLeast = std::numeric_limits<double>::infinity();
+  for (const auto& [key, ev] : evaluations_)
+    if (ev.error.empty() && ev.fits)
+      pricedLeast = std::min(pricedLeast, ev.sim.stepSeconds);
+  if (!firstCompacts.empty())
+    for (size_t k = 0; k < plans.size(); ++k) {
+      std::vector<size_t> before = fewer(k);
+      if (before.empty() || evaluations_.count(keyOf(plans[k])) || !compactAllowed(plans[k]))
+        continue;
+      std::vector<std::pair<int64_t, std::shared_future<std::optional<double>>>> siblings;
+      for (size_t j : before)
+        if (compactSoon[j].valid())
+          siblings.push_back({plans[j].microbatches, compactSoon[j]});
+      compactEarly[k] =
+          std::async(options_.threads > 1 ? std::launch::async : std::launch::deferred,
+                     [this, &g, plan = plans[k], siblings, firstCompacts, pricedLeast] {
+                       double least = pricedLeast;
+                       for (const auto& f : firstCompacts)
+                         if (std::optional<double> c = f.get())
+                           least = std::min(least, *c);
+                       auto bubble = [&](int64_t m) {
+                         return static_cast<double>(m + plan.stages - 1) / static_cast<double>(m);
+                       };
+                       for (const auto& [m, f] : siblings)
+                         if (std::optional<double> c = f.get();
+                             c &&
+                             *c * bubble(plan.microbatches) / bubble(m) > kCompactMargin * least)
+                           return false;
+                       if (!std::isfinite(least))
+                         return false;
+                       compactPrice(g, plan);
+                       return true;
+                     })
+              .share();
+    }
   auto orderPipelines = [&](size_t at) {
     ordered = true;
     std::vector<size_t> slots, ks;
@@ -720,6 +854,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   };
   // The candidates not priced yet, `threads` at a time from the one
   // considered on (an std::async future waits for its task when dropped).
+  std::atomic<size_t> finishing{0}; // steps being finished ahead
   std::vector<std::future<Priced>> pricing(plans.size());
   const size_t ahead = static_cast<size_t>(std::max<int64_t>(1, options_.threads));
   // The compact prices of the pipelines of more micro-batches than stages
@@ -734,9 +869,11 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       return;
     for (size_t q = from; q < order.size(); ++q) {
       const size_t k = order[q];
+      if (compactEarly[k].valid() && compactEarly[k].get())
+        continue; // computed early
       if (compactSoon[k].valid() || evaluations_.count(keyOf(plans[k])) ||
           !compactAllowed(plans[k]) || knownCompactPrice(plans[k]) || !slowerThanFewer(k).empty() ||
-          !bubbleBound(k).empty() || !siblingCompactBound(k).empty())
+          !bubbleBound(k).empty() || !siblingCompactBound(k, false).empty())
         continue;
       compactSoon[k] = std::async(std::launch::async, [this, &g, plan = plans[k]] {
                          return compactPrice(g, plan);
@@ -757,37 +894,90 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       pricing[i] = {};
       continue;
     }
-    size_t inFlight = 0;
-    for (size_t q = at; q < order.size(); ++q)
-      inFlight += pricing[order[q]].valid();
-    // A plan the report asks for (hypergraph's: its partition alone takes
-    // a quarter of a second for Inception-v3 on 16 devices) starts first,
-    // beside the first candidate, so that it does not run on alone after
-    // the selection's last: the longest first.
-    if (at == 0 && inFlight < ahead && ahead > 1 && priceSpare(g, plans))
-      ++inFlight;
-    inFlight += spareInFlight();
-    for (size_t q = at; q < order.size() && inFlight < ahead; ++q) {
-      if (!ordered && q < others && plans[order[q]].strategy == "pipeline")
-        orderPipelines(q);
-      const size_t k = order[q];
-      if (!pricing[k].valid() && !evaluations_.count(keyOf(plans[k])) &&
-          (q == at || pricedAhead(k, at))) {
-        pricing[k] = std::async(std::launch::async, [this, &g, plan = plans[k]] {
-          return price(g, plan, true, false);
-        });
-        ++inFlight;
+    // The threads kept busy: candidates priced ahead (pricedAhead) and
+    // plans the report asks for, as many at a time as `ahead`, started as
+    // soon as a thread is free, not only once the one considered is priced.
+    auto refill = [&] {
+      auto running = [](const auto& f) {
+        return f.valid() && f.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+      };
+      size_t inFlight = 0;
+      for (size_t q = at; q < order.size(); ++q)
+        inFlight += running(pricing[order[q]]);
+      // A step being finished ahead is not a candidate's pricing: a thread
+      // for the next one (finishing is the kept step's last work, which the
+      // caller would otherwise do alone after the selection).
+      inFlight -= std::min<size_t>(inFlight, finishing.load());
+      // A plan the report asks for (hypergraph's: its partition alone takes
+      // a quarter of a second for Inception-v3 on 16 devices) starts first,
+      // beside the first candidate, so that it does not run on alone after
+      // the selection's last: the longest first.
+      if (at == 0 && inFlight < ahead && ahead > 1)
+        priceSpare(g, plans);
+      inFlight += spareInFlight();
+      // Once a candidate is considered and the pipelines' compact prices
+      // are known, the pipeline of the lowest (the first in their order)
+      // is priced before the others that wait, where it may be priced
+      // ahead: of the candidates left it is the likeliest kept, and where
+      // its compact price is below the fastest step so far its step is
+      // finished ahead too (finishAhead), while the others are priced.
+      if (!ordered && std::all_of(compactSoon.begin(), compactSoon.end(), [&](const auto& f) {
+            return !f.valid() || f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+          }))
+        for (size_t q = at; q < others; ++q)
+          if (plans[order[q]].strategy == "pipeline") {
+            orderPipelines(q);
+            break;
+          }
+      for (size_t q = at; q < others && inFlight < ahead && ordered && fastest; ++q) {
+        const size_t k = order[q];
+        if (plans[k].strategy != "pipeline")
+          continue;
+        if (!pricing[k].valid() && !evaluations_.count(keyOf(plans[k])) &&
+            (q == at || pricedAhead(k, at))) {
+          const std::optional<double> c = knownCompactPrice(plans[k]);
+          const bool finish = c && *c < built[*fastest]->sim.stepSeconds;
+          pricing[k] =
+              std::async(std::launch::async, [this, &g, &finishing, plan = plans[k], finish] {
+                Priced priced = price(g, plan, true, false);
+                if (finish) {
+                  ++finishing;
+                  finishAhead(priced, plan);
+                  --finishing;
+                }
+                return priced;
+              });
+          ++inFlight;
+        }
+        break;
       }
-    }
-    // A thread left free prices a plan the report asks for.
-    while (inFlight < ahead && priceSpare(g, plans))
-      ++inFlight;
+      for (size_t q = at; q < order.size() && inFlight < ahead; ++q) {
+        if (!ordered && q < others && plans[order[q]].strategy == "pipeline")
+          orderPipelines(q);
+        const size_t k = order[q];
+        if (!pricing[k].valid() && !evaluations_.count(keyOf(plans[k])) &&
+            (q == at || pricedAhead(k, at))) {
+          pricing[k] = std::async(std::launch::async, [this, &g, plan = plans[k]] {
+            return price(g, plan, true, false);
+          });
+          ++inFlight;
+        }
+      }
+      // A thread left free prices a plan the report asks for.
+      while (inFlight < ahead && priceSpare(g, plans))
+        ++inFlight;
+    };
+    refill();
     if (!pricing[i].valid()) { // priced for an earlier selection
       if (llvm::Error e = evaluateAndConsider(plans[i]))
         return e;
       continue;
     }
+    if (ahead > 1)
+      while (pricing[i].wait_for(std::chrono::milliseconds(2)) != std::future_status::ready)
+        refill();
     Priced priced = pricing[i].get();
+    FinishedAhead finishedAhead{std::move(priced.verified), std::move(priced.finished)};
     std::unique_ptr<Graph> step;
     auto recorded = record(priced, &step);
     if (!recorded)
@@ -801,7 +991,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       llvm::errs() << llvm::formatv("lwcc: planner: {0}: compact price {1:f3} ms, simulated "
                                     "{2:f3} ms\n",
                                     plans[i].name(), *c * 1e3, (*recorded)->sim.stepSeconds * 1e3);
-    consider(**recorded, std::move(step));
+    consider(**recorded, std::move(step), std::move(finishedAhead));
   }
   // The candidates built, back in their order.
   {
@@ -1040,6 +1230,8 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       return e;
     }
     keptSteps_[strat] = std::move(step);
+    if (fastest && fastestFinished)
+      keptFinished_[strat] = std::move(*fastestFinished);
   }
   // Micro-batches change what batch norm computes (each micro-batch by its
   // own statistics): said when the planner chose them, not the user.

@@ -46,11 +46,14 @@
 #pragma once
 
 #include "ir/IR.h"
+#include "passes/MemoryPlan.h"
 #include "passes/Pipelines.h"
 #include "plan/CostModel.h"
 #include "plan/DeviceSpec.h"
 #include "plan/Simulator.h"
 
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <future>
 #include <map>
@@ -58,6 +61,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -137,6 +141,10 @@ public:
   /// graph) when PlannerOptions::threads > 1.
   using BuildStep = std::function<llvm::Expected<double>(
       Graph& g, const PlanChoice& plan, llvm::raw_ostream& log, bool verify, bool fold)>;
+  /// The caller's passes after a kept step is built (its memory plan), run
+  /// on the step of plan `plan`: the statistics they give.
+  using FinishStep =
+      std::function<llvm::Expected<MemoryPlanStats>(Graph& step, const PlanChoice& plan)>;
 
   /// `build` builds the candidates, `model` prices their steps, and each
   /// must fit a device of `memory`.
@@ -156,6 +164,19 @@ public:
   /// The kept candidate's training step, built whole while selecting (once;
   /// null after, or when its evaluation was made for an earlier selection).
   std::unique_ptr<Graph> takeKeptStep(const std::string& strat);
+  /// With a FinishStep: a pipeline whose compact price is the lowest and
+  /// below the fastest step priced so far (the likeliest kept) is, once
+  /// priced, verified and finished on its thread, while the other
+  /// candidates are priced. Where it is kept, its step comes finished:
+  /// what `finish` gave for it (keptStepFinished), and the caller need not
+  /// run those passes again.
+  void setFinish(FinishStep finish) { finish_ = std::move(finish); }
+  /// What FinishStep gave for strategy `strat`'s kept step, where it was
+  /// finished ahead.
+  std::optional<MemoryPlanStats> keptStepFinished(const std::string& strat) const {
+    auto it = keptFinished_.find(strat);
+    return it == keptFinished_.end() ? std::nullopt : std::optional<MemoryPlanStats>(it->second);
+  }
   /// Plans the memory of the step `strat` kept (for --emit=plan's row),
   /// where it is still held and was not planned when priced; the step the
   /// caller takes (takeKeptStep) is planned by the caller's own passes.
@@ -203,7 +224,19 @@ private:
     /// Its step's Graph::foldedInto: record() gives the left-out devices
     /// their figures.
     std::map<int64_t, int64_t> foldedInto;
+    /// Where it was finished ahead (setFinish): its step's verifyGraph
+    /// error or "", and what FinishStep gave.
+    std::optional<std::string> verified;
+    std::optional<MemoryPlanStats> finished;
   };
+  /// A step's Priced::verified and Priced::finished, kept beside it.
+  struct FinishedAhead {
+    std::optional<std::string> verified;
+    std::optional<MemoryPlanStats> finished;
+  };
+  /// Verifies and finishes a priced step ahead (setFinish); a step that
+  /// FinishStep fails on is dropped (built again if kept).
+  void finishAhead(Priced& priced, const PlanChoice& plan) const;
   /// Prices `plan` on a copy of `g`; touches nothing of the planner's.
   Priced price(const Graph& g, const PlanChoice& plan, bool keepStep, bool withMemory) const;
   /// Whether candidates are priced folded (PlannerOptions::foldReplicas, on
@@ -260,6 +293,8 @@ private:
   std::map<std::string, PlanSelection> selections_;
   std::map<std::string, PlanChoice> kept_;
   std::map<std::string, std::unique_ptr<Graph>> keptSteps_;
+  FinishStep finish_;
+  std::map<std::string, MemoryPlanStats> keptFinished_; ///< per strategy, see keptStepFinished
   using Key = std::tuple<std::string, int64_t, int64_t, bool, int64_t, std::string, int64_t>;
   static Key keyOf(const PlanChoice& p) {
     return {p.strategy,     p.stages, p.microbatches, p.recompute,
@@ -271,6 +306,23 @@ private:
   std::map<Key, PlanEvaluation> evaluations_;
   std::vector<PlanChoice> soon_;
   std::map<Key, std::future<Priced>> spare_; ///< last: waited for first
+  /// Frees the steps the selection drops on a thread of its own: a large
+  /// step's ops take milliseconds to free, which the selection's last
+  /// candidates would otherwise wait for.
+  class Freer {
+  public:
+    Freer();
+    ~Freer(); ///< after what it was given is freed
+    void free(std::unique_ptr<Graph> step);
+
+  private:
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<std::unique_ptr<Graph>> steps_;
+    bool stop_ = false;
+    std::thread thread_;
+  };
+  std::unique_ptr<Freer> freer_ = std::make_unique<Freer>(); ///< last: frees before the rest
 };
 
 } // namespace lwcc

@@ -55,6 +55,10 @@ int fail(llvm::Error e) {
 double strategySeconds = 0;
 /// The plan of the module's training step, once built.
 PlanChoice builtPlan;
+/// The memory plan of the module's step where the planner finished the
+/// step it kept ahead (Planner::setFinish): the caller's passes are not
+/// run on it again.
+std::optional<MemoryPlanStats> builtFinished;
 std::optional<Planner> planner;
 
 /// Runs the training-step pipeline of `plan` on `g`, its diagnostics and pass
@@ -110,6 +114,7 @@ llvm::Error buildModuleStep(Module& m, bool withOptimizer) {
   if (withOptimizer)
     if (auto kept = planner->takeKeptStep(strat)) {
       m.graph = std::move(kept);
+      builtFinished = planner->keptStepFinished(strat);
       strategySeconds = planner->selection(strat)->searchSeconds;
       builtPlan = *plan;
       return llvm::Error::success();
@@ -125,8 +130,8 @@ llvm::Error buildModuleStep(Module& m, bool withOptimizer) {
 /// far as `until`; returns the memory plan's statistics and the number of
 /// events placed.
 llvm::Expected<std::pair<MemoryPlanStats, int64_t>>
-finishStep(Graph& g, TrainingPipelineOptions::Until until) {
-  TrainingPipelineOptions o = pipelineOptions(builtPlan, true);
+finishStep(Graph& g, TrainingPipelineOptions::Until until, const PlanChoice& plan = builtPlan) {
+  TrainingPipelineOptions o = pipelineOptions(plan, true);
   o.until = until;
   auto pipeline = buildPipeline(afterTrainingStepPipeline(o));
   if (!pipeline)
@@ -325,17 +330,21 @@ int emitMode(Module& module) {
         target = copy.get();
       }
       using Until = TrainingPipelineOptions::Until;
-      auto done =
-          finishStep(*target, emit == Emit::ScheduledIR ? Until::ScheduledStep : Until::MemoryPlan);
-      if (!done)
-        return fail(done.takeError());
-      plan = done->first;
+      if (emit == Emit::Plan && builtFinished) {
+        plan = *builtFinished;
+      } else {
+        auto done = finishStep(*target, emit == Emit::ScheduledIR ? Until::ScheduledStep
+                                                                  : Until::MemoryPlan);
+        if (!done)
+          return fail(done.takeError());
+        plan = done->first;
+        if (verbose && emit == Emit::ScheduledIR)
+          llvm::errs() << llvm::formatv("lwcc: schedule: {0} events\n", done->second);
+      }
       // The rows of the plan kept: this step's memory plan.
       for (StrategyPlan& row : strategyPlans)
         if (row.chosenPlan && row.error.empty())
           row.peakBytes = plan->peakBytes;
-      if (verbose && emit == Emit::ScheduledIR)
-        llvm::errs() << llvm::formatv("lwcc: schedule: {0} events\n", done->second);
       if (verbose)
         for (const auto& [device, bytes] : plan->peakBytes)
           llvm::errs() << llvm::formatv("lwcc: memory plan: device {0}: arena {1} bytes (peak), "
@@ -437,6 +446,15 @@ int main(int argc, char** argv) {
         return buildWithPlan(g, plan, true, log, verify, fold);
       },
       std::move(*planModel), std::move(*memorySpec));
+  // --emit=plan's memory plan of the kept step (the passes after the
+  // training step) may be run by the planner ahead, while it prices others.
+  if (emit == Emit::Plan)
+    planner->setFinish([](Graph& step, const PlanChoice& plan) -> llvm::Expected<MemoryPlanStats> {
+      auto done = finishStep(step, TrainingPipelineOptions::Until::MemoryPlan, plan);
+      if (!done)
+        return done.takeError();
+      return done->first;
+    });
 
   if (runReference)
     return runReferenceMode(*module);
