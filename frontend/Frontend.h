@@ -13,6 +13,7 @@
 
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace onnx {
@@ -41,14 +42,26 @@ struct ImportOptions {
   bool weights = true;
 };
 
+/// The graph initializers whose raw data loadModelProto left in the file:
+/// each one's byte range in `file`.
+struct UnreadRawData {
+  std::string file;
+  std::unordered_map<const onnx::TensorProto*, std::pair<int64_t, int64_t>> at;
+};
+
 /// Reads `path`: ONNX text when it ends in .onnxtext, a binary ModelProto
-/// otherwise.
-llvm::Error loadModelProto(const std::string& path, onnx::ModelProto& model);
+/// otherwise. With `unread`, the graph initializers' large raw data (a
+/// model's weights, most of its file) is not read: the file is mapped,
+/// its fields but those copied, and where each raw data lies recorded.
+llvm::Error loadModelProto(const std::string& path, onnx::ModelProto& model,
+                           UnreadRawData* unread = nullptr);
 
 /// Imports a model read from `path` (which also names the folder that
-/// external tensor data must stay inside).
+/// external tensor data must stay inside); `unread`: what loadModelProto
+/// left in the file.
 llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::string& path,
-                                   const ImportOptions& opts = {});
+                                   const ImportOptions& opts = {},
+                                   const UnreadRawData* unread = nullptr);
 llvm::Expected<Module> importFile(const std::string& path, const ImportOptions& opts = {});
 
 /// A TensorProto's values. External data is read from files inside
@@ -61,6 +74,10 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
 llvm::Expected<TensorType> tensorTypeFromProto(const onnx::TensorProto& t,
                                                const std::string& modelDir,
                                                const std::string& what);
+/// The same, for a `t` whose raw data of `rawBytes` bytes was left unread.
+llvm::Expected<TensorType> tensorTypeFromProto(const onnx::TensorProto& t,
+                                               const std::string& modelDir, const std::string& what,
+                                               int64_t rawBytes);
 /// The raw bytes of `t`'s external data, read from a file inside `modelDir`
 /// (a relative location, no "..", no link that leaves the folder, inside the
 /// file's size); errors start with `what`.

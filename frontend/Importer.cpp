@@ -31,6 +31,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <sys/mman.h>
 #include <unistd.h>
 
 namespace lwcc {
@@ -157,7 +158,165 @@ std::string supportedList() {
 
 } // namespace
 
-llvm::Error loadModelProto(const std::string& path, onnx::ModelProto& model) {
+namespace {
+
+/// The protobuf wire format, as far as leaving raw data unread needs it.
+struct WireReader {
+  const uint8_t* p;
+  const uint8_t* end;
+  bool varint(uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p == end)
+        return false;
+      const uint8_t b = *p++;
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80))
+        return true;
+    }
+    return false;
+  }
+  /// The next field's number and wire type, and its payload: for a
+  /// length-delimited field (wire type 2) [payload, p).
+  bool field(uint64_t& number, int& type, const uint8_t*& payload) {
+    uint64_t tag = 0, n = 0;
+    if (!varint(tag))
+      return false;
+    number = tag >> 3;
+    type = static_cast<int>(tag & 7);
+    switch (type) {
+    case 0:
+      return varint(n);
+    case 1:
+    case 5:
+      n = type == 1 ? 8 : 4;
+      break;
+    case 2:
+      if (!varint(n))
+        return false;
+      break;
+    default: // groups: not in ONNX
+      return false;
+    }
+    if (n > static_cast<uint64_t>(end - p))
+      return false;
+    payload = p;
+    p += n;
+    return true;
+  }
+};
+
+void putVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+/// A length-delimited field `number` holding `bytes`.
+void putMessage(std::string& out, uint64_t number, const std::string& bytes) {
+  putVarint(out, number << 3 | 2);
+  putVarint(out, bytes.size());
+  out += bytes;
+}
+
+/// Raw data at least this large is left in the file (a shape's few int64s
+/// are read as they are).
+constexpr uint64_t kUnreadRawBytes = 4096;
+
+/// ONNX's field numbers: ModelProto.graph, GraphProto.initializer,
+/// TensorProto.raw_data.
+constexpr uint64_t kModelGraph = 7, kGraphInitializer = 5, kTensorRawData = 9;
+
+/// The fields of TensorProto [b, e) but a large raw_data, whose range in
+/// the file (from `file`) goes to `at`; false where the bytes do not parse.
+bool tensorWithoutRaw(const uint8_t* file, const uint8_t* b, const uint8_t* e, std::string& out,
+                      std::optional<std::pair<int64_t, int64_t>>& at) {
+  WireReader r{b, e};
+  int raws = 0;
+  for (uint64_t number; r.p != r.end;) {
+    int type;
+    const uint8_t* payload = nullptr;
+    if (!r.field(number, type, payload))
+      return false;
+    raws += number == kTensorRawData;
+  }
+  r.p = b;
+  for (uint64_t number; r.p != r.end;) {
+    const uint8_t* start = r.p;
+    int type;
+    const uint8_t* payload = nullptr;
+    r.field(number, type, payload);
+    // One raw_data (the last of several is the one that counts: kept).
+    if (number == kTensorRawData && type == 2 && raws == 1 &&
+        static_cast<uint64_t>(r.p - payload) >= kUnreadRawBytes) {
+      at =
+          std::make_pair(static_cast<int64_t>(payload - file), static_cast<int64_t>(r.p - payload));
+      continue;
+    }
+    out.append(reinterpret_cast<const char*>(start), static_cast<size_t>(r.p - start));
+  }
+  return true;
+}
+
+/// The fields of GraphProto [b, e), each initializer's without its large
+/// raw data (in order: where each lies, or none).
+bool graphWithoutRaw(const uint8_t* file, const uint8_t* b, const uint8_t* e, std::string& out,
+                     std::vector<std::optional<std::pair<int64_t, int64_t>>>& at) {
+  WireReader r{b, e};
+  for (uint64_t number; r.p != r.end;) {
+    const uint8_t* start = r.p;
+    int type;
+    const uint8_t* payload = nullptr;
+    if (!r.field(number, type, payload))
+      return false;
+    if (number == kGraphInitializer && type == 2) {
+      std::string tensor;
+      std::optional<std::pair<int64_t, int64_t>> raw;
+      if (!tensorWithoutRaw(file, payload, r.p, tensor, raw))
+        return false;
+      at.push_back(raw);
+      if (raw) {
+        putMessage(out, number, tensor);
+        continue;
+      }
+    }
+    out.append(reinterpret_cast<const char*>(start), static_cast<size_t>(r.p - start));
+  }
+  return true;
+}
+
+/// The ModelProto in `file`, its graph's initializers without their large
+/// raw data; false where the bytes do not parse (the caller reads them as
+/// protobuf does, to say why).
+bool parseWithoutRaw(const uint8_t* file, size_t size, onnx::ModelProto& model,
+                     std::vector<std::optional<std::pair<int64_t, int64_t>>>& at) {
+  WireReader r{file, file + size};
+  std::string out;
+  for (uint64_t number; r.p != r.end;) {
+    const uint8_t* start = r.p;
+    int type;
+    const uint8_t* payload = nullptr;
+    if (!r.field(number, type, payload))
+      return false;
+    if (number == kModelGraph && type == 2) {
+      std::string graph;
+      if (!graphWithoutRaw(file, payload, r.p, graph, at))
+        return false;
+      putMessage(out, number, graph);
+      continue;
+    }
+    out.append(reinterpret_cast<const char*>(start), static_cast<size_t>(r.p - start));
+  }
+  return model.ParseFromString(out) &&
+         static_cast<size_t>(model.graph().initializer_size()) == at.size();
+}
+
+} // namespace
+
+llvm::Error loadModelProto(const std::string& path, onnx::ModelProto& model,
+                           UnreadRawData* unread) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
     return fileError(path, fs::exists(path, ec) ? "not a regular file" : "no such file");
@@ -179,11 +338,31 @@ llvm::Error loadModelProto(const std::string& path, onnx::ModelProto& model) {
   if (size > static_cast<uintmax_t>(std::numeric_limits<int>::max()))
     return fileError(path, "larger than 2 GiB, a protobuf's limit (a model this large keeps "
                            "its weights in external data files)");
-  // Parsed as it is read, in blocks: a large model's file is mostly its
-  // weights, held once (in the parsed tensors), not twice.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return fileError(path, std::string("cannot read: ") + std::strerror(errno));
+  // Without the weights' values: the file mapped, the pages of their raw
+  // data never touched.
+  if (unread) {
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map != MAP_FAILED) {
+      std::vector<std::optional<std::pair<int64_t, int64_t>>> at;
+      const bool parsed = parseWithoutRaw(static_cast<const uint8_t*>(map), size, model, at);
+      ::munmap(map, size);
+      if (parsed) {
+        ::close(fd);
+        unread->file = path;
+        unread->at.clear();
+        for (size_t k = 0; k < at.size(); ++k)
+          if (at[k])
+            unread->at.emplace(&model.graph().initializer(static_cast<int>(k)), *at[k]);
+        return llvm::Error::success();
+      }
+      model.Clear();
+    }
+  }
+  // Parsed as it is read, in blocks: a large model's file is mostly its
+  // weights, held once (in the parsed tensors), not twice.
   const bool parsed = model.ParseFromFileDescriptor(fd);
   ::close(fd);
   if (!parsed)
@@ -192,8 +371,35 @@ llvm::Error loadModelProto(const std::string& path, onnx::ModelProto& model) {
   return llvm::Error::success();
 }
 
+namespace {
+
+/// `t` with its raw data, read from where loadModelProto left it.
+llvm::Expected<onnx::TensorProto> withRawData(const onnx::TensorProto& t, const std::string& file,
+                                              std::pair<int64_t, int64_t> at,
+                                              const std::string& what) {
+  onnx::TensorProto whole = t;
+  std::string* raw = whole.mutable_raw_data();
+  raw->resize(static_cast<size_t>(at.second));
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  int64_t got = 0;
+  while (fd >= 0 && got < at.second) {
+    const ssize_t n = ::pread(fd, raw->data() + got, static_cast<size_t>(at.second - got),
+                              static_cast<off_t>(at.first + got));
+    if (n <= 0)
+      break;
+    got += n;
+  }
+  if (fd >= 0)
+    ::close(fd);
+  if (got != at.second)
+    return makeError(what + ": cannot read its raw data from '" + file + "' (changed since?)");
+  return whole;
+}
+
+} // namespace
+
 llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::string& path,
-                                   const ImportOptions& opts) {
+                                   const ImportOptions& opts, const UnreadRawData* unread) {
   const std::string& file = path;
   std::string dir = fs::path(path).parent_path().string();
   if (!model.has_graph())
@@ -260,19 +466,32 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
   };
   for (const auto& [name, proto] : initializers) {
     const std::string what = "initializer '" + name + "'";
+    // Its raw data left in the file by loadModelProto, if it was.
+    std::optional<std::pair<int64_t, int64_t>> rawAt;
+    if (unread)
+      if (auto it = unread->at.find(proto); it != unread->at.end())
+        rawAt = it->second;
+    auto read = [&, proto = proto, rawAt, what]() -> llvm::Expected<Tensor> {
+      if (!rawAt)
+        return tensorFromProto(*proto, dir, what);
+      auto whole = withRawData(*proto, unread->file, *rawAt, what);
+      if (!whole)
+        return whole.takeError();
+      return tensorFromProto(*whole, dir, what);
+    };
     // Float values not asked for: checked, not read.
     if (std::optional<DType> dt = dtypeFromOnnx(proto->data_type());
         !opts.weights && dt && isFloat(*dt)) {
-      auto type = tensorTypeFromProto(*proto, dir, what);
+      auto type = rawAt ? tensorTypeFromProto(*proto, dir, what, rawAt->second)
+                        : tensorTypeFromProto(*proto, dir, what);
       if (!type)
         return makeError(Location{file, 0, 0, ""}, llvm::toString(type.takeError()));
       defined.insert(name);
       addParam(name, *type);
-      ctx.deferValues(name,
-                      [proto = proto, &dir, what] { return tensorFromProto(*proto, dir, what); });
+      ctx.deferValues(name, read);
       continue;
     }
-    auto t = tensorFromProto(*proto, dir, what);
+    auto t = read();
     if (!t)
       return makeError(Location{file, 0, 0, ""}, llvm::toString(t.takeError()));
     defined.insert(name);
@@ -411,9 +630,11 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
 
 llvm::Expected<Module> importFile(const std::string& path, const ImportOptions& opts) {
   onnx::ModelProto model;
-  if (llvm::Error e = loadModelProto(path, model))
+  // Without the weights' values, their bytes are left in the file.
+  UnreadRawData unread;
+  if (llvm::Error e = loadModelProto(path, model, opts.weights ? nullptr : &unread))
     return e;
-  return importModel(model, path, opts);
+  return importModel(model, path, opts, opts.weights ? nullptr : &unread);
 }
 
 } // namespace lwcc

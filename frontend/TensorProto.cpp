@@ -225,12 +225,15 @@ int64_t typedValues(const onnx::TensorProto& t, DType dt) {
 /// read) or the count of its typed values checked against it: before any
 /// of it is read or allocated, since the dims alone may claim terabytes.
 llvm::Expected<ProtoLayout> checkedLayout(const onnx::TensorProto& t, const std::string& modelDir,
-                                          const std::string& what) {
+                                          const std::string& what,
+                                          std::optional<int64_t> unreadBytes = std::nullopt) {
   auto layout = layoutOf(t, what);
   if (!layout)
     return layout.takeError();
   int64_t bytes = -1;
-  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+  if (unreadBytes) {
+    bytes = *unreadBytes;
+  } else if (t.data_location() == onnx::TensorProto::EXTERNAL) {
     auto range = externalRange(t, modelDir, what);
     if (!range)
       return range.takeError();
@@ -269,6 +272,15 @@ llvm::Expected<TensorType> tensorTypeFromProto(const onnx::TensorProto& t,
                                                const std::string& modelDir,
                                                const std::string& what) {
   auto layout = checkedLayout(t, modelDir, what);
+  if (!layout)
+    return layout.takeError();
+  return layout->type;
+}
+
+llvm::Expected<TensorType> tensorTypeFromProto(const onnx::TensorProto& t,
+                                               const std::string& modelDir, const std::string& what,
+                                               int64_t rawBytes) {
+  auto layout = checkedLayout(t, modelDir, what, rawBytes);
   if (!layout)
     return layout.takeError();
   return layout->type;

@@ -321,6 +321,14 @@ def raw_data_long(out):
     save(w_model([2, 3], raw=np.ones(7, np.float32).tobytes()), out)
 
 
+# Large raw data (at least 4096 bytes): a compile that needs no weights
+# leaves it in the file (loadModelProto) and checks its size alone.
+@case
+def raw_data_short_large(out):
+    w = tensor("w", TensorProto.FLOAT, [32, 48], raw=np.ones(32 * 48 - 1, np.float32).tobytes())
+    save(add_init_model(w, [32, 48]), out)
+
+
 @case
 def float_data_count(out):
     save(w_model([2, 3], floats=[1.0, 2.0, 3.0, 4.0]), out)
