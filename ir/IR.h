@@ -151,7 +151,7 @@ struct Annotations {
 class Op {
 public:
   OpKind kind() const { return kind_; }
-  const OpInfo& info() const { return opInfo(kind_); }
+  const OpInfo& info() const { return *info_; }
   std::string_view mnemonic() const { return info().mnemonic; }
   Graph* parent() const { return parent_; }
 
@@ -195,10 +195,11 @@ public:
 private:
   friend class Graph;
   friend class Value;
-  Op(OpKind k, Location loc) : kind_(k), loc_(std::move(loc)) {}
+  Op(OpKind k, Location loc) : kind_(k), info_(&opInfo(k)), loc_(std::move(loc)) {}
   const Attribute& attrOrDefault(std::string_view name, AttrKind kind) const;
 
   OpKind kind_;
+  const OpInfo* info_; ///< opInfo(kind_), asked for by every pass of every op
   Graph* parent_ = nullptr;
   std::vector<Value*> operands_;
   std::vector<std::unique_ptr<Value>> results_;

@@ -252,10 +252,15 @@ private:
   static std::vector<int64_t> tokensOf(const std::vector<Entry>& ops, int64_t d, Interner& in) {
     std::vector<int64_t> t;
     std::unordered_map<const Value*, int64_t> local; // the device's values, numbered in order
+    // Whether each local value's type is in the tokens already (a compute
+    // op's result: then its uses need not say it again).
+    std::vector<bool> typed;
     auto operand = [&](const Value* v) {
       if (auto it = local.find(v); it != local.end()) {
         t.push_back(1);
         t.push_back(it->second);
+        if (typed[static_cast<size_t>(it->second)])
+          return;
       } else if (v->kind() == ValueKind::Param) {
         t.push_back(2);
         t.push_back(in.name(v->paramName()));
@@ -275,6 +280,7 @@ private:
         t.push_back(static_cast<int64_t>(e.results.size()));
         for (unsigned r : e.results) {
           local.emplace(op.result(r), static_cast<int64_t>(local.size()));
+          typed.push_back(false);
           t.push_back(in.output(op.result(r)));
         }
         continue;
@@ -292,6 +298,7 @@ private:
         t.push_back(in.type(op.result(r)->type()));
         t.push_back(in.output(op.result(r)));
         local.emplace(op.result(r), static_cast<int64_t>(local.size()));
+        typed.push_back(true);
       }
     }
     return t;

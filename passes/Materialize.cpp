@@ -139,9 +139,8 @@ private:
     if (base.empty())
       return "";
     std::string n = base + ".d" + std::to_string(device);
-    for (int k = 1; names_.count(n); ++k)
+    for (int k = 1; !names_.insert(n); ++k)
       n = base + ".d" + std::to_string(device) + "." + std::to_string(k);
-    names_.insert(n);
     return n;
   }
 
@@ -677,7 +676,7 @@ private:
 
   Graph& g_;
   Builder b_;
-  std::set<std::string> names_;
+  NameSet names_;
   std::unordered_map<const Value*, Dist> dist_;
   std::map<std::pair<const Value*, std::string>, std::vector<Value*>> cache_;
   std::map<std::tuple<const Value*, int64_t, int64_t, int64_t, int64_t>, Value*> paramPieces_;

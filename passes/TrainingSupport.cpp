@@ -43,6 +43,7 @@ std::string uniqueValueName(const Graph& g, const std::string& base) {
 }
 
 UniqueNames::UniqueNames(const Graph& g) {
+  taken_.reserve(2 * (g.inputs().size() + g.params().size() + g.numOps()));
   for (const auto& v : g.inputs())
     taken_.insert(v->name());
   for (const auto& v : g.params())
@@ -53,12 +54,12 @@ UniqueNames::UniqueNames(const Graph& g) {
 }
 
 std::string UniqueNames::operator()(const std::string& base) {
-  if (taken_.insert(base).second)
+  if (taken_.insert(base))
     return base;
   int& k = nextSuffix_.try_emplace(base, 1).first->second;
   for (;; ++k) {
     std::string name = base + "." + std::to_string(k);
-    if (taken_.insert(name).second)
+    if (taken_.insert(name))
       return name;
   }
 }

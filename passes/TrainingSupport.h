@@ -4,6 +4,12 @@
 #include "ir/IR.h"
 #include "ir/Params.h"
 
+#include "llvm/ADT/CachedHashString.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Allocator.h"
+#include "llvm/Support/StringSaver.h"
+
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -29,6 +35,26 @@ Value* findParam(const Graph& g, const std::string& initializer);
 /// else `base.1`, `base.2`, ... (scans every name: for one name).
 std::string uniqueValueName(const Graph& g, const std::string& base);
 
+/// A set of names, each copied once into an arena (a step's tens of
+/// thousands of value names, hashed once each).
+class NameSet {
+public:
+  void reserve(size_t n) { set_.reserve(static_cast<unsigned>(n)); }
+  /// Whether `name` was not in the set (it is now).
+  bool insert(llvm::StringRef name) {
+    llvm::CachedHashStringRef key(name);
+    if (set_.contains(key))
+      return false;
+    set_.insert(llvm::CachedHashStringRef(saver_.save(name), key.hash()));
+    return true;
+  }
+
+private:
+  llvm::BumpPtrAllocator arena_;
+  llvm::StringSaver saver_{arena_};
+  llvm::DenseSet<llvm::CachedHashStringRef> set_;
+};
+
 /// The same names as uniqueValueName for a pass that names many values:
 /// the graph's names are collected once, and each name handed out is
 /// taken from then on. Names are only ever added, so the first free
@@ -40,8 +66,8 @@ public:
   std::string operator()(const std::string& base);
 
 private:
-  std::unordered_set<std::string> taken_;
-  std::unordered_map<std::string, int> nextSuffix_;
+  NameSet taken_;
+  llvm::StringMap<int> nextSuffix_;
 };
 /// Whether `name` matches the glob `pattern`: `*` matches any run of
 /// characters (none too), `?` any one character, others themselves.

@@ -51,17 +51,31 @@ public:
     // The last stage's first unit i from j down: its compute only grows
     // as i falls, so once it alone is slower than the best cut found, no
     // earlier i is faster. Of equal cuts the one of the smallest i wins.
-    for (int64_t s = 1; s < S; ++s)
-      for (int64_t j = s; j < L; ++j)
-        for (int64_t i = j; i >= s && computeSeconds(i, j) <= best[s][j]; --i) {
-          if (best[s - 1][i - 1] == kInf || !fits(s, i, j))
+    // (The loop asks stageSeconds for i..j in its parts: the compute, the
+    // transfer after j, the same for every i, and the transfer before i.)
+    for (int64_t s = 1; s < S; ++s) {
+      const double* before = best[static_cast<size_t>(s - 1)].data();
+      const double* in = transfers_[static_cast<size_t>(s - 1)].data();
+      for (int64_t j = s; j < L; ++j) {
+        double least = kInf;
+        int64_t at = -1;
+        const double out = transfer(j, s);
+        for (int64_t i = j; i >= s; --i) {
+          const double compute = computeSeconds(i, j);
+          if (!(compute <= least))
+            break;
+          if (before[i - 1] == kInf || !fits(s, i, j))
             continue;
-          double t = std::max(best[s - 1][i - 1], stageSeconds(s, i, j));
-          if (t <= best[s][j]) {
-            best[s][j] = t;
-            from[s][j] = i;
+          const double t = std::max(before[i - 1], std::max(compute, in[i - 1] + out));
+          if (t <= least) {
+            least = t;
+            at = i;
           }
         }
+        best[static_cast<size_t>(s)][static_cast<size_t>(j)] = least;
+        from[static_cast<size_t>(s)][static_cast<size_t>(j)] = at;
+      }
+    }
     if (best[S - 1][L - 1] == kInf)
       return makeError(llvm::formatv(
           "pipeline: no cut of the step into {0} stages fits a device of spec '{1}' ({2} "
