@@ -229,62 +229,69 @@ constexpr uint64_t kUnreadRawBytes = 4096;
 /// TensorProto.raw_data.
 constexpr uint64_t kModelGraph = 7, kGraphInitializer = 5, kTensorRawData = 9;
 
-/// The fields of TensorProto [b, e) but a large raw_data, whose range in
-/// the file (from `file`) goes to `at`; false where the bytes do not parse.
-bool tensorWithoutRaw(const uint8_t* file, const uint8_t* b, const uint8_t* e, std::string& out,
-                      std::optional<std::pair<int64_t, int64_t>>& at) {
+/// Copies the fields of the message [b, e) to `out`, but those `rewrite`
+/// writes itself: called with each field's number, wire type and payload
+/// [payload, end), it returns whether it did, or nothing where it failed.
+/// False where the bytes do not parse or `rewrite` failed.
+template <class Rewrite>
+bool copyFields(const uint8_t* b, const uint8_t* e, std::string& out, Rewrite rewrite) {
   WireReader r{b, e};
-  int raws = 0;
-  for (uint64_t number; r.p != r.end;) {
-    int type;
-    const uint8_t* payload = nullptr;
-    if (!r.field(number, type, payload))
-      return false;
-    raws += number == kTensorRawData;
-  }
-  r.p = b;
   for (uint64_t number; r.p != r.end;) {
     const uint8_t* start = r.p;
     int type;
     const uint8_t* payload = nullptr;
-    r.field(number, type, payload);
-    // One raw_data (the last of several is the one that counts: kept).
-    if (number == kTensorRawData && type == 2 && raws == 1 &&
-        static_cast<uint64_t>(r.p - payload) >= kUnreadRawBytes) {
-      at =
-          std::make_pair(static_cast<int64_t>(payload - file), static_cast<int64_t>(r.p - payload));
-      continue;
-    }
-    out.append(reinterpret_cast<const char*>(start), static_cast<size_t>(r.p - start));
+    if (!r.field(number, type, payload))
+      return false;
+    std::optional<bool> done = rewrite(number, type, payload, r.p);
+    if (!done)
+      return false;
+    if (!*done)
+      out.append(reinterpret_cast<const char*>(start), static_cast<size_t>(r.p - start));
   }
   return true;
+}
+
+/// The fields of TensorProto [b, e) but a large raw_data, whose range in
+/// the file (from `file`) goes to `at`; false where the bytes do not parse.
+bool tensorWithoutRaw(const uint8_t* file, const uint8_t* b, const uint8_t* e, std::string& out,
+                      std::optional<std::pair<int64_t, int64_t>>& at) {
+  // One raw_data (of several, the last is the one that counts: kept).
+  int raws = 0;
+  std::string ignored;
+  if (!copyFields(b, e, ignored, [&](uint64_t number, int, const uint8_t*, const uint8_t*) {
+        raws += number == kTensorRawData;
+        return std::optional<bool>(true);
+      }))
+    return false;
+  return copyFields(b, e, out,
+                    [&](uint64_t number, int type, const uint8_t* payload, const uint8_t* end) {
+                      const bool unread = number == kTensorRawData && type == 2 && raws == 1 &&
+                                          static_cast<uint64_t>(end - payload) >= kUnreadRawBytes;
+                      if (unread)
+                        at = std::make_pair(static_cast<int64_t>(payload - file),
+                                            static_cast<int64_t>(end - payload));
+                      return std::optional<bool>(unread);
+                    });
 }
 
 /// The fields of GraphProto [b, e), each initializer's without its large
 /// raw data (in order: where each lies, or none).
 bool graphWithoutRaw(const uint8_t* file, const uint8_t* b, const uint8_t* e, std::string& out,
                      std::vector<std::optional<std::pair<int64_t, int64_t>>>& at) {
-  WireReader r{b, e};
-  for (uint64_t number; r.p != r.end;) {
-    const uint8_t* start = r.p;
-    int type;
-    const uint8_t* payload = nullptr;
-    if (!r.field(number, type, payload))
-      return false;
-    if (number == kGraphInitializer && type == 2) {
-      std::string tensor;
-      std::optional<std::pair<int64_t, int64_t>> raw;
-      if (!tensorWithoutRaw(file, payload, r.p, tensor, raw))
-        return false;
-      at.push_back(raw);
-      if (raw) {
-        putMessage(out, number, tensor);
-        continue;
-      }
-    }
-    out.append(reinterpret_cast<const char*>(start), static_cast<size_t>(r.p - start));
-  }
-  return true;
+  return copyFields(b, e, out,
+                    [&](uint64_t number, int type, const uint8_t* payload,
+                        const uint8_t* end) -> std::optional<bool> {
+                      if (number != kGraphInitializer || type != 2)
+                        return false;
+                      std::string tensor;
+                      std::optional<std::pair<int64_t, int64_t>> raw;
+                      if (!tensorWithoutRaw(file, payload, end, tensor, raw))
+                        return std::nullopt;
+                      at.push_back(raw);
+                      if (raw)
+                        putMessage(out, number, tensor);
+                      return raw.has_value();
+                    });
 }
 
 /// The ModelProto in `file`, its graph's initializers without their large
@@ -292,23 +299,19 @@ bool graphWithoutRaw(const uint8_t* file, const uint8_t* b, const uint8_t* e, st
 /// protobuf does, to say why).
 bool parseWithoutRaw(const uint8_t* file, size_t size, onnx::ModelProto& model,
                      std::vector<std::optional<std::pair<int64_t, int64_t>>>& at) {
-  WireReader r{file, file + size};
   std::string out;
-  for (uint64_t number; r.p != r.end;) {
-    const uint8_t* start = r.p;
-    int type;
-    const uint8_t* payload = nullptr;
-    if (!r.field(number, type, payload))
-      return false;
-    if (number == kModelGraph && type == 2) {
-      std::string graph;
-      if (!graphWithoutRaw(file, payload, r.p, graph, at))
-        return false;
-      putMessage(out, number, graph);
-      continue;
-    }
-    out.append(reinterpret_cast<const char*>(start), static_cast<size_t>(r.p - start));
-  }
+  if (!copyFields(file, file + size, out,
+                  [&](uint64_t number, int type, const uint8_t* payload,
+                      const uint8_t* end) -> std::optional<bool> {
+                    if (number != kModelGraph || type != 2)
+                      return false;
+                    std::string graph;
+                    if (!graphWithoutRaw(file, payload, end, graph, at))
+                      return std::nullopt;
+                    putMessage(out, number, graph);
+                    return true;
+                  }))
+    return false;
   return model.ParseFromString(out) &&
          static_cast<size_t>(model.graph().initializer_size()) == at.size();
 }
