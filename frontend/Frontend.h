@@ -70,14 +70,11 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto& t, const std::st
                                        const std::string& what);
 /// The type of `t`'s values, checked as tensorFromProto checks them (its
 /// element type and dims, the bytes of its raw or external data or the count
-/// of its typed values against them) without reading them.
-llvm::Expected<TensorType> tensorTypeFromProto(const onnx::TensorProto& t,
-                                               const std::string& modelDir,
-                                               const std::string& what);
-/// The same, for a `t` whose raw data of `rawBytes` bytes was left unread.
-llvm::Expected<TensorType> tensorTypeFromProto(const onnx::TensorProto& t,
-                                               const std::string& modelDir, const std::string& what,
-                                               int64_t rawBytes);
+/// of its typed values against them) without reading them; with
+/// `unreadRawBytes`, its raw data of that many bytes was left unread.
+llvm::Expected<TensorType>
+tensorTypeFromProto(const onnx::TensorProto& t, const std::string& modelDir,
+                    const std::string& what, std::optional<int64_t> unreadRawBytes = std::nullopt);
 /// The raw bytes of `t`'s external data, read from a file inside `modelDir`
 /// (a relative location, no "..", no link that leaves the folder, inside the
 /// file's size); errors start with `what`.

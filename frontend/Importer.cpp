@@ -485,8 +485,8 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
     // Float values not asked for: checked, not read.
     if (std::optional<DType> dt = dtypeFromOnnx(proto->data_type());
         !opts.weights && dt && isFloat(*dt)) {
-      auto type = rawAt ? tensorTypeFromProto(*proto, dir, what, rawAt->second)
-                        : tensorTypeFromProto(*proto, dir, what);
+      auto type = tensorTypeFromProto(*proto, dir, what,
+                                      rawAt ? std::optional<int64_t>(rawAt->second) : std::nullopt);
       if (!type)
         return makeError(Location{file, 0, 0, ""}, llvm::toString(type.takeError()));
       defined.insert(name);

@@ -269,18 +269,9 @@ llvm::Expected<std::string> readExternalData(const onnx::TensorProto& t,
 }
 
 llvm::Expected<TensorType> tensorTypeFromProto(const onnx::TensorProto& t,
-                                               const std::string& modelDir,
-                                               const std::string& what) {
-  auto layout = checkedLayout(t, modelDir, what);
-  if (!layout)
-    return layout.takeError();
-  return layout->type;
-}
-
-llvm::Expected<TensorType> tensorTypeFromProto(const onnx::TensorProto& t,
                                                const std::string& modelDir, const std::string& what,
-                                               int64_t rawBytes) {
-  auto layout = checkedLayout(t, modelDir, what, rawBytes);
+                                               std::optional<int64_t> unreadRawBytes) {
+  auto layout = checkedLayout(t, modelDir, what, unreadRawBytes);
   if (!layout)
     return layout.takeError();
   return layout->type;

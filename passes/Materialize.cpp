@@ -303,6 +303,24 @@ private:
     Layout have = src.layout;
     if (auto found = direct(have, pieces); !found.empty())
       return found;
+    // The value made whole on its devices by the collective `kind`, once:
+    // every reader of the whole value shares it (where each device reads it
+    // whole on its own, as a replicated running statistic's update does on
+    // each, one collective, not one per device).
+    auto wholeOnce = [&](OpKind kind, std::vector<NamedAttr> attrs) -> llvm::Error {
+      const Layout whole = wholeOn(have.devices);
+      if (auto done = cache_.find({v, whole.key()}); done != cache_.end()) {
+        pieces = done->second;
+      } else {
+        auto made = emitComm(kind, pieces, std::move(attrs), pieces.size());
+        if (!made)
+          return made.takeError();
+        pieces = *made;
+        remember(whole, pieces);
+      }
+      have = whole;
+      return llvm::Error::success();
+    };
     if (have.partial) {
       std::vector<NamedAttr> devs{{"devices", Attribute(have.devices)}};
       if (want.isSplit() && want.devices == have.devices) {
@@ -322,16 +340,8 @@ private:
         remember(want, *r);
         return *r;
       }
-      if (auto done = cache_.find({v, wholeOn(have.devices).key()}); done != cache_.end()) {
-        pieces = done->second; // summed for an earlier reader
-      } else {
-        auto ar = emitComm(OpKind::AllReduce, pieces, devs, pieces.size());
-        if (!ar)
-          return ar.takeError();
-        pieces = *ar;
-        remember(wholeOn(have.devices), pieces);
-      }
-      have = wholeOn(have.devices);
+      if (llvm::Error e = wholeOnce(OpKind::AllReduce, devs))
+        return e;
     } else if (have.isSplit() && want.isSplit() && want.dim == have.dim) {
       // Re-split along the same dim (halos, other sizes or devices): each
       // piece from the rows of the pieces it overlaps, copied across.
@@ -344,21 +354,9 @@ private:
       remember(want, out);
       return out;
     } else if (have.isSplit()) {
-      // One all_gather serves every reader of the whole value: where each
-      // device reads it whole on its own (a replicated running statistic's
-      // update on each device), one gather, not one per device.
-      if (auto done = cache_.find({v, wholeOn(have.devices).key()}); done != cache_.end()) {
-        pieces = done->second;
-      } else {
-        auto ag = emitComm(OpKind::AllGather, pieces,
-                           {{"devices", Attribute(have.devices)}, {"axis", Attribute(have.dim)}},
-                           pieces.size());
-        if (!ag)
-          return ag.takeError();
-        pieces = *ag;
-        remember(wholeOn(have.devices), pieces);
-      }
-      have = wholeOn(have.devices);
+      if (llvm::Error e = wholeOnce(OpKind::AllGather, {{"devices", Attribute(have.devices)},
+                                                        {"axis", Attribute(have.dim)}}))
+        return e;
     }
     // Whole pieces: copy to the devices that lack one, then cut shards.
     for (size_t i = 0; i < want.devices.size(); ++i) {

@@ -99,6 +99,17 @@ PlanChoice pipelinePlan(int64_t stages, int64_t microbatches) {
   return p;
 }
 
+/// A pipeline's step over a micro-batch's time at its busiest stage, for S
+/// stages of M micro-batches under 1F1B or GPipe: (M + S - 1) / M.
+double bubbleFactor(int64_t stages, int64_t microbatches) {
+  return static_cast<double>(microbatches + stages - 1) / static_cast<double>(microbatches);
+}
+
+/// Whether the task of future `f` has ended (a deferred one has not).
+template <class Future> bool isReady(const Future& f) {
+  return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
 } // namespace
 
 Planner::Freer::Freer() {
@@ -390,18 +401,19 @@ void Planner::finishAhead(Priced& priced, const PlanChoice& plan) const {
   if (!finish_ || !priced.step || !priced.failure.empty() || !priced.ev.error.empty() ||
       !priced.ev.fits || !priced.step->foldedInto().empty())
     return;
+  FinishedAhead& ahead = priced.ahead;
   llvm::Error e = verifyGraph(*priced.step);
-  priced.verified = e ? llvm::toString(std::move(e)) : std::string();
-  if (!priced.verified->empty())
+  ahead.verified = e ? llvm::toString(std::move(e)) : std::string();
+  if (!ahead.verified->empty())
     return;
   auto stats = finish_(*priced.step, plan);
   if (!stats) {
     llvm::consumeError(stats.takeError());
     priced.step.reset();
-    priced.verified.reset();
+    ahead.verified.reset();
     return;
   }
-  priced.finished = std::move(*stats);
+  ahead.finished = std::move(*stats);
 }
 
 llvm::Expected<const PlanEvaluation*> Planner::record(Priced& priced,
@@ -437,9 +449,8 @@ llvm::Expected<const PlanEvaluation*> Planner::evaluate(const Graph& g, const Pl
 }
 
 size_t Planner::spareInFlight() const {
-  return static_cast<size_t>(std::count_if(spare_.begin(), spare_.end(), [](const auto& s) {
-    return s.second.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
-  }));
+  return static_cast<size_t>(std::count_if(spare_.begin(), spare_.end(),
+                                           [](const auto& s) { return !isReady(s.second); }));
 }
 
 bool Planner::priceSpare(const Graph& g, const std::vector<PlanChoice>& candidates) {
@@ -638,9 +649,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     if (!fastest || model_.hasProfile())
       return "";
     const PlanChoice& p = plans[k];
-    auto bubble = [&](int64_t m) {
-      return static_cast<double>(m + p.stages - 1) / static_cast<double>(m);
-    };
+    auto bubble = [&](int64_t m) { return bubbleFactor(p.stages, m); };
     double bound = 0;
     std::optional<size_t> from;
     for (size_t j : fewer(k)) {
@@ -682,9 +691,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       return "";
     const PlanChoice& p = plans[k];
     const PlanEvaluation& best = *built[*fastest];
-    auto bubble = [&](int64_t m) {
-      return static_cast<double>(m + p.stages - 1) / static_cast<double>(m);
-    };
+    auto bubble = [&](int64_t m) { return bubbleFactor(p.stages, m); };
     for (size_t j : fewer(k)) {
       if (wait && compactSoon[j].valid())
         compactSoon[j].wait();
@@ -819,9 +826,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
                        for (const auto& f : firstCompacts)
                          if (std::optional<double> c = f.get())
                            least = std::min(least, *c);
-                       auto bubble = [&](int64_t m) {
-                         return static_cast<double>(m + plan.stages - 1) / static_cast<double>(m);
-                       };
+                       auto bubble = [&](int64_t m) { return bubbleFactor(plan.stages, m); };
                        for (const auto& [m, f] : siblings)
                          if (std::optional<double> c = f.get();
                              c &&
@@ -857,6 +862,19 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
   std::atomic<size_t> finishing{0}; // steps being finished ahead
   std::vector<std::future<Priced>> pricing(plans.size());
   const size_t ahead = static_cast<size_t>(std::max<int64_t>(1, options_.threads));
+  // Candidate `k` priced on a thread of its own, and with `finish` its step
+  // finished ahead (finishAhead) there too.
+  auto startPricing = [&](size_t k, bool finish) {
+    pricing[k] = std::async(std::launch::async, [this, &g, &finishing, plan = plans[k], finish] {
+      Priced priced = price(g, plan, true, false);
+      if (finish) {
+        ++finishing;
+        finishAhead(priced, plan);
+        --finishing;
+      }
+      return priced;
+    });
+  };
   // The compact prices of the pipelines of more micro-batches than stages
   // that no rule but their own compact price can leave out now, computed
   // side by side on threads of their own once every other candidate is
@@ -898,12 +916,9 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     // plans the report asks for, as many at a time as `ahead`, started as
     // soon as a thread is free, not only once the one considered is priced.
     auto refill = [&] {
-      auto running = [](const auto& f) {
-        return f.valid() && f.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
-      };
       size_t inFlight = 0;
       for (size_t q = at; q < order.size(); ++q)
-        inFlight += running(pricing[order[q]]);
+        inFlight += pricing[order[q]].valid() && !isReady(pricing[order[q]]);
       // A step being finished ahead is not a candidate's pricing: a thread
       // for the next one (finishing is the kept step's last work, which the
       // caller would otherwise do alone after the selection).
@@ -921,9 +936,8 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       // ahead: of the candidates left it is the likeliest kept, and where
       // its compact price is below the fastest step so far its step is
       // finished ahead too (finishAhead), while the others are priced.
-      if (!ordered && std::all_of(compactSoon.begin(), compactSoon.end(), [&](const auto& f) {
-            return !f.valid() || f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-          }))
+      if (!ordered && std::all_of(compactSoon.begin(), compactSoon.end(),
+                                  [](const auto& f) { return !f.valid() || isReady(f); }))
         for (size_t q = at; q < others; ++q)
           if (plans[order[q]].strategy == "pipeline") {
             orderPipelines(q);
@@ -936,17 +950,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
         if (!pricing[k].valid() && !evaluations_.count(keyOf(plans[k])) &&
             (q == at || pricedAhead(k, at))) {
           const std::optional<double> c = knownCompactPrice(plans[k]);
-          const bool finish = c && *c < built[*fastest]->sim.stepSeconds;
-          pricing[k] =
-              std::async(std::launch::async, [this, &g, &finishing, plan = plans[k], finish] {
-                Priced priced = price(g, plan, true, false);
-                if (finish) {
-                  ++finishing;
-                  finishAhead(priced, plan);
-                  --finishing;
-                }
-                return priced;
-              });
+          startPricing(k, c && *c < built[*fastest]->sim.stepSeconds);
           ++inFlight;
         }
         break;
@@ -957,9 +961,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
         const size_t k = order[q];
         if (!pricing[k].valid() && !evaluations_.count(keyOf(plans[k])) &&
             (q == at || pricedAhead(k, at))) {
-          pricing[k] = std::async(std::launch::async, [this, &g, plan = plans[k]] {
-            return price(g, plan, true, false);
-          });
+          startPricing(k, false);
           ++inFlight;
         }
       }
@@ -977,7 +979,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       while (pricing[i].wait_for(std::chrono::milliseconds(2)) != std::future_status::ready)
         refill();
     Priced priced = pricing[i].get();
-    FinishedAhead finishedAhead{std::move(priced.verified), std::move(priced.finished)};
+    FinishedAhead finishedAhead = std::move(priced.ahead);
     std::unique_ptr<Graph> step;
     auto recorded = record(priced, &step);
     if (!recorded)

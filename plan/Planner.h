@@ -214,6 +214,12 @@ public:
                                        const CostModel& model);
 
 private:
+  /// Where a priced step was finished ahead (setFinish): its verifyGraph
+  /// error or "", and what FinishStep gave.
+  struct FinishedAhead {
+    std::optional<std::string> verified;
+    std::optional<MemoryPlanStats> finished;
+  };
   /// A candidate priced: its evaluation, its built step (when asked for),
   /// what its build logged, and an error that is not the plan's (the
   /// simulator's, the memory plan's).
@@ -224,15 +230,7 @@ private:
     /// Its step's Graph::foldedInto: record() gives the left-out devices
     /// their figures.
     std::map<int64_t, int64_t> foldedInto;
-    /// Where it was finished ahead (setFinish): its step's verifyGraph
-    /// error or "", and what FinishStep gave.
-    std::optional<std::string> verified;
-    std::optional<MemoryPlanStats> finished;
-  };
-  /// A step's Priced::verified and Priced::finished, kept beside it.
-  struct FinishedAhead {
-    std::optional<std::string> verified;
-    std::optional<MemoryPlanStats> finished;
+    FinishedAhead ahead;
   };
   /// Verifies and finishes a priced step ahead (setFinish); a step that
   /// FinishStep fails on is dropped (built again if kept).
