@@ -1235,18 +1235,6 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     if (fastest && fastestFinished)
       keptFinished_[strat] = std::move(*fastestFinished);
   }
-  // Micro-batches change what batch norm computes (each micro-batch by its
-  // own statistics): said when the planner chose them, not the user.
-  const PlanChoice& keptPlan = built[kept]->plan;
-  if (!options_.microbatches && keptPlan.microbatches > 1 &&
-      std::any_of(g.ops().begin(), g.ops().end(), [](const auto& op) {
-        return op->kind() == OpKind::BatchNorm || op->kind() == OpKind::BatchNormTrain;
-      }))
-    llvm::errs() << "lwcc: warning: the plan kept, " << sel.kept << ", splits each batch into "
-                 << keptPlan.microbatches
-                 << " micro-batches, and batch norm normalizes each by its own statistics: the "
-                    "step is not one device's (--microbatches=1, or a --strategy other than "
-                    "pipeline, keeps the whole batch's)\n";
   if (options_.verbose) {
     llvm::errs() << "lwcc: " << strat << ": simulated step:";
     for (size_t i = 0; i < sel.candidates.size(); ++i)

@@ -36,6 +36,7 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 
@@ -116,6 +117,23 @@ llvm::Expected<PlanChoice> buildTrainingStep(Graph& g, bool withOptimizer,
   return *plan;
 }
 
+/// Micro-batches change what batch norm computes (each micro-batch by its
+/// own statistics): said when the planner chose them for the strategy this
+/// compile builds, not the user (nor for the report's other rows).
+void warnMicroBatchedBatchNorm(const Graph& g, const std::string& strat, const PlanChoice& plan) {
+  const PlanSelection* selection = planner->selection(strat);
+  if (!selection || microbatches.getNumOccurrences() || plan.microbatches <= 1 ||
+      std::none_of(g.ops().begin(), g.ops().end(), [](const auto& op) {
+        return op->kind() == OpKind::BatchNorm || op->kind() == OpKind::BatchNormTrain;
+      }))
+    return;
+  llvm::errs() << "lwcc: warning: the plan kept, " << selection->kept << ", splits each batch into "
+               << plan.microbatches
+               << " micro-batches, and batch norm normalizes each by its own statistics: the "
+                  "step is not one device's (--microbatches=1, or a --strategy other than "
+                  "pipeline, keeps the whole batch's)\n";
+}
+
 /// The module's graph replaced by its training step (the planner's kept
 /// step where it selects).
 llvm::Error buildModuleStep(Module& m, bool withOptimizer) {
@@ -123,6 +141,7 @@ llvm::Error buildModuleStep(Module& m, bool withOptimizer) {
   auto plan = planner->plan(*m.graph, strat, fixedPlan(strat));
   if (!plan)
     return plan.takeError();
+  warnMicroBatchedBatchNorm(*m.graph, strat, *plan);
   // A plan the planner selected was built whole while selecting: take it.
   if (withOptimizer)
     if (auto kept = planner->takeKeptStep(strat)) {
