@@ -246,11 +246,11 @@ private:
     std::string names;
     for (const std::string& l : layers)
       names += (names.empty() ? "" : ",") + l;
-    auto fused = b.createInferred(OpKind::Fused, operands,
-                                  {{"body", printFusedBody(body)},
-                                   {"results", results},
-                                   {"shape", r.shape},
-                                   {"layers", names}},
+    std::vector<NamedAttr> attrs = {
+        {"body", printFusedBody(body)}, {"results", results}, {"shape", r.shape}};
+    if (!names.empty())
+      attrs.push_back({"layers", names});
+    auto fused = b.createInferred(OpKind::Fused, operands, std::move(attrs),
                                   static_cast<unsigned>(leaving.size()));
     if (!fused)
       return fused.takeError();
