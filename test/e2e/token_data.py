@@ -24,7 +24,8 @@ a validation shard. Checks, each a test case:
     run: its losses from step 76 on, every dumped file and the export;
   - --gpus 2 --strategy=data takes one device's steps (losses 1e-5, params
     1e-4) and, as 2 processes under mpirun, its one-process steps bit for
-    bit;
+    bit; the CUDA trainer on the emulated GPU takes the CPU trainer's steps
+    (losses 1e-5, params 1e-4);
   - a malformed shard among good ones (a bad magic, an unsupported version,
     a file shorter than its header, one shorter than its token count, bytes
     after its tokens, a token outside the model's 16 classes), a glob that
@@ -34,7 +35,7 @@ a validation shard. Checks, each a test case:
     --data=tokens: exits 2.
 Ends with the line "N passed, M failed".
 
-    python3 test/e2e/token_data.py [--no-mpirun]
+    python3 test/e2e/token_data.py [--no-mpirun] [--no-emulated]
 """
 import argparse
 import json
@@ -242,7 +243,7 @@ def resume_case(exe, tmp, data):
            f"losses {got[:3]} vs {want[75:78]} ({len(got)}); differ {differ[:5]}")
 
 
-def multi_device_case(model, single, tmp, data, mpirun):
+def multi_device_case(model, single, tmp, data, mpirun, emulated):
     """single: the one-device trainer."""
     name = "--data=tokens: --gpus 2 --strategy=data"
     exe, err = md.build(model, [*FLAGS, "--gpus=2", "--strategy=data"], os.path.join(tmp, "g2"))
@@ -263,6 +264,10 @@ def multi_device_case(model, single, tmp, data, mpirun):
     report(len(got) == 20 and harness.losses_within(got, want, 1e-5) and params[0] and not bad,
            f"{name}: one device's losses (1e-5) and params (1e-4)",
            f"losses {got[:3]} vs {want[:3]}; params {bad[:4]}")
+    if emulated:
+        emulated_case(model, tmp, run, want, params[0])
+    else:
+        harness.skip("--data=tokens: the CUDA trainer on the emulated GPU", "--no-emulated")
     if not mpirun:
         harness.skip(f"{name} under mpirun -np 2", "--no-mpirun")
         return
@@ -279,6 +284,27 @@ def multi_device_case(model, single, tmp, data, mpirun):
         report(harness.log_losses(os.path.join(work, "log.jsonl")) == got and
                raw_of(os.path.join(work, "dump")) == raw_of(os.path.join(two, "dump")),
                f"{name} under mpirun -np 2: the one-process losses and dumps bit for bit")
+
+
+def emulated_case(model, tmp, run, want, want_params):
+    """The CUDA trainer on the emulated GPU takes the CPU trainer's steps."""
+    import emulated_gpu as eg
+    name = "--data=tokens: the CUDA trainer on the emulated GPU"
+    exe, err = eg.build_emulated(model, FLAGS, os.path.join(tmp, "emu"))
+    if not exe:
+        report(False, f"{name}: build", err)
+        return
+    work = os.path.join(tmp, "emu-steps")
+    if not expect_ok(eg.train(exe, work, run, True), name):
+        return
+    got = harness.log_losses(os.path.join(work, "log.jsonl"))
+    params = {n: np.frombuffer(v, np.float32) for n, v in raw_of(os.path.join(work, "dump")).items()
+              if n.startswith("param_")}
+    bad = [n for n, v in want_params.items()
+           if not harness.close(params.get(n, np.zeros(0, np.float32)), v, 1e-4)[0]]
+    report(len(got) == 20 and harness.losses_within(got, want, 1e-5) and not bad,
+           f"{name}: the CPU trainer's losses (1e-5) and params (1e-4)",
+           f"losses {got[:3]} vs {want[:3]}; params {bad[:4]}")
 
 
 def bad_shard_cases(exe, tmp, tokens):
@@ -346,6 +372,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--no-mpirun", action="store_true",
                     help="leave out the --gpus 2 trainer as 2 processes")
+    ap.add_argument("--no-emulated", action="store_true",
+                    help="leave out the CUDA trainer on the emulated GPU")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="lwcc-token-data-")
     try:
@@ -360,7 +388,7 @@ def main():
             training_cases(exe, tmp, data, tokens)
             npy_case(exe, tmp, data, tokens)
             resume_case(exe, tmp, data)
-            multi_device_case(model, exe, tmp, data, not args.no_mpirun)
+            multi_device_case(model, exe, tmp, data, not args.no_mpirun, not args.no_emulated)
             bad_shard_cases(exe, tmp, tokens)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
