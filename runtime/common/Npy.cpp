@@ -330,12 +330,9 @@ std::unique_ptr<NpyInputs> NpyInputs::open(const std::string& dir, const std::st
     fail(error, "npy data: the model has no inputs");
     return nullptr;
   }
-  // The batch N: the inputs' fewest rows. An input of k * N rows holds k
+  // The batch N: the first input's rows. An input of k * N rows holds k
   // of them per example (a causal LM's [N * T] labels of input_ids [N, T]).
-  int64_t n = 0;
-  for (const InputInfo& in : inputs)
-    if (!in.shape.empty() && in.shape[0] > 0)
-      n = n == 0 ? in.shape[0] : std::min(n, in.shape[0]);
+  const int64_t n = inputs[0].shape.empty() ? 0 : inputs[0].shape[0];
   std::vector<Column> columns(inputs.size());
   int64_t count = -1;
   std::string countFile;
