@@ -19,6 +19,10 @@ a validation shard. Checks, each a test case:
     (windows, 8) int64 each, the labels' [64] input reading 8 per window)
     train bit for bit as the shards do: the same losses, params and
     evaluation;
+  - the model with its loss in the graph (LogSoftmax and a one-hot of the
+    labels, lwcc --loss=none) against a second input 'labels' [8, 8] takes
+    the softmax cross-entropy model's steps (losses 1e-4), and --eval
+    without a label input exits 1 saying why;
   - a run killed once its checkpoint of step 75 (inside the second epoch)
     is on disk and resumed from it ends bit-identical to an uninterrupted
     run: its losses from step 76 on, every dumped file and the export;
@@ -80,6 +84,32 @@ def lm_model(path):
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [B * T, V])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
+def lm_in_graph_loss(path, base):
+    """The LM of `base` with its mean cross-entropy in the graph, against a
+    second input labels int64 [B, T] (LogSoftmax, a one-hot of Equal and
+    Cast, Mul, ReduceSum, Neg, ReduceMean): lwcc's --loss=none."""
+    import onnx
+    from onnx import helper, numpy_helper, TensorProto
+    m = onnx.load(base)
+    g = m.graph
+    g.input.append(helper.make_tensor_value_info("labels", TensorProto.INT64, [B, T]))
+    g.initializer.extend([numpy_helper.from_array(np.array([B * T, 1], np.int64), "column"),
+                          numpy_helper.from_array(np.arange(V, dtype=np.int64)[None], "vocab"),
+                          numpy_helper.from_array(np.array([1], np.int64), "axis1")])
+    g.node.extend([helper.make_node("LogSoftmax", ["logits"], ["lp"], axis=-1),
+                   helper.make_node("Reshape", ["labels", "column"], ["lab"]),
+                   helper.make_node("Equal", ["lab", "vocab"], ["hot"]),
+                   helper.make_node("Cast", ["hot"], ["onehot"], to=TensorProto.FLOAT),
+                   helper.make_node("Mul", ["lp", "onehot"], ["picked"]),
+                   helper.make_node("ReduceSum", ["picked", "axis1"], ["per"], keepdims=0),
+                   helper.make_node("Neg", ["per"], ["nll"]),
+                   helper.make_node("ReduceMean", ["nll"], ["loss"], keepdims=0)])
+    del g.output[:]
+    g.output.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
     onnx.checker.check_model(m)
     onnx.save(m, path)
 
@@ -286,6 +316,32 @@ def multi_device_case(model, single, tmp, data, mpirun, emulated):
                f"{name} under mpirun -np 2: the one-process losses and dumps bit for bit")
 
 
+def in_graph_loss_case(model, single, tmp, data):
+    """A model computing its loss in the graph from a second input 'labels'
+    [B, T] takes the same steps as the softmax cross-entropy one."""
+    name = "--data=tokens: labels as a second input [B, T] (a loss in the graph, --loss=none)"
+    path = os.path.join(tmp, "lm_none.onnx")
+    lm_in_graph_loss(path, model)
+    exe, err = md.build(path, ["--loss=none", *FLAGS], os.path.join(tmp, "none"))
+    if not exe:
+        report(False, f"{name}: build", err)
+        return
+    run = [f"--data=tokens:{os.path.join(data, 'tiny_train_*.bin')}", "--steps=30",
+           "--log=log.jsonl"]
+    a, b = os.path.join(tmp, "xent-steps"), os.path.join(tmp, "none-steps")
+    if not (expect_ok(train(single, a, run), f"{name}: softmax-xent") and
+            expect_ok(train(exe, b, run), name)):
+        return
+    want, got = (harness.log_losses(os.path.join(w, "log.jsonl")) for w in (a, b))
+    report(len(got) == 30 and harness.losses_within(got, want, 1e-4) and got[-1] < 0.1 * got[0],
+           f"{name}: the appended softmax cross-entropy's losses (1e-4), falling",
+           f"losses {got[:3]}..{got[-1:]} vs {want[:3]}..{want[-1:]}")
+    r = train(exe, b, [*run, "--eval"])
+    report(r.returncode == 1 and "--eval: the model has no single label" in r.stderr,
+           f"{name}: --eval without the label input exits 1 saying why",
+           f"exit {r.returncode}: {r.stderr[-400:]}")
+
+
 def emulated_case(model, tmp, run, want, want_params):
     """The CUDA trainer on the emulated GPU takes the CPU trainer's steps."""
     import emulated_gpu as eg
@@ -388,6 +444,7 @@ def main():
             training_cases(exe, tmp, data, tokens)
             npy_case(exe, tmp, data, tokens)
             resume_case(exe, tmp, data)
+            in_graph_loss_case(model, exe, tmp, data)
             multi_device_case(model, exe, tmp, data, not args.no_mpirun, not args.no_emulated)
             bad_shard_cases(exe, tmp, tokens)
     finally:
