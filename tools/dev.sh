@@ -444,6 +444,7 @@ cmd_test() {
   suite "training recipes on several devices vs one" python3 test/e2e/recipes_multi_device.py
   suite "fine-tuning with frozen layers" python3 test/e2e/finetune.py
   suite "trainer recipes: --ema, npy data, TensorBoard" python3 test/e2e/trainer_recipes.py
+  suite "token data: llm.c shards train a causal LM" python3 test/e2e/token_data.py
   suite "parallel strategies vs one device" python3 test/e2e/parallel_step.py
   suite "pipelines and micro-batches vs one device" python3 test/e2e/pipeline_step.py
   suite "multi-device CPU trainers vs one device" python3 test/e2e/multi_device_trainer.py
