@@ -22,8 +22,8 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/Codegen.h"
 
-#include "codegen/Layouts.h"
 #include "codegen/FusedKernels.h"
+#include "codegen/Layouts.h"
 #include "codegen/PhaseWriter.h"
 #include "codegen/SourceFiles.h"
 #include "ir/Printer.h"
@@ -706,9 +706,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       "#include \"lwrt/" +
       std::string(ns) + "_nn.h\"\n#include \"lwrt/" + ns + "_tensor.h\"\n" +
       runtimeHeadersOf(g, ns) + (fusedKernels->empty() ? "" : "#include \"lwrt/fused.h\"\n") +
-      "#include \"lwrt/trainer.h\"\n" +
-      (multi ? "#include \"lwrt/comm.h\"\n" : "") + (cuda ? "#include \"lwrt/nvtx.h\"\n" : "") +
-      "\n";
+      "#include \"lwrt/trainer.h\"\n" + (multi ? "#include \"lwrt/comm.h\"\n" : "") +
+      (cuda ? "#include \"lwrt/nvtx.h\"\n" : "") + "\n";
   // The assembler embeds the blobs (nvcc's device pass must not see them).
   if (o.embedWeights || !o.exportTemplate.empty())
     parts.blobs = std::string(cuda ? "#if !defined(__CUDA_ARCH__)\n" : "") +

@@ -221,8 +221,8 @@ llvm::Expected<Kernel> renderKernel(const Op& op, const std::string& name, bool 
        << "       i += static_cast<int64_t>(gridDim.x) * blockDim.x)\n"
        << "    " << name << "_at(i" << args << ");\n}\n";
     os << "[[maybe_unused]] static bool " << name << "(" << views << ") {\n"
-       << pointers << "  LWRT_FUSED_LAUNCH(" << name << "_kernel, " << n << ", int64_t{" << n
-       << "}" << args << ");\n"
+       << pointers << "  LWRT_FUSED_LAUNCH(" << name << "_kernel, " << n << ", int64_t{" << n << "}"
+       << args << ");\n"
        << "  return fusedLaunched(\"" << name << "\");\n}\n\n";
   } else {
     os << "[[maybe_unused]] static bool " << name << "(" << views << ") {\n"
@@ -281,7 +281,8 @@ llvm::Expected<FusedKernels> FusedKernels::render(const Graph& g, bool cuda) {
                    "#pragma GCC optimize(\"O3\")\n#endif\n";
     out.text_ += text;
     if (!cuda)
-      out.text_ += "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n";
+      out.text_ +=
+          "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n";
     out.text_ += "\n";
   }
   return out;

@@ -581,8 +581,8 @@ std::string PhaseWriter::groupCallOf(const std::vector<const Op*>& run) {
   if (run.front()->kind() == OpKind::Cast) {
     std::string call = "castGroup({";
     for (size_t k = 0; k < run.size(); ++k)
-      call += (k ? ",\n      CastPair{" : "\n      CastPair{") + names_(run[k]->operand(0)) +
-              ", " + names_(run[k]->result()) + "}";
+      call += (k ? ",\n      CastPair{" : "\n      CastPair{") + names_(run[k]->operand(0)) + ", " +
+              names_(run[k]->result()) + "}";
     return call + "})";
   }
   const bool sgd = run.front()->kind() == OpKind::SgdUpdate;

@@ -196,13 +196,13 @@ private:
   std::set<const Value*> blocked_;
   const FusedKernels* fusedKernels_ = nullptr;
   std::map<const Value*, HeldRows> inputRows_;
-  std::set<const Value*> declared_;          ///< the values views() declared
-  std::map<const Op*, const Op*> fusedInto_; ///< producer -> its activation
-  std::set<const Op*> fusedFrom_;            ///< the activations
+  std::set<const Value*> declared_;                        ///< the values views() declared
+  std::map<const Op*, const Op*> fusedInto_;               ///< producer -> its activation
+  std::set<const Op*> fusedFrom_;                          ///< the activations
   std::map<const Op*, std::vector<const Op*>> updateRuns_; ///< first update -> its run
   std::set<const Op*> inRun_;                              ///< the runs' other updates
   bool groupUpdates_ = true;
-  const Op* fusion_ = nullptr;               ///< while callOf writes a fused call: its activation
+  const Op* fusion_ = nullptr; ///< while callOf writes a fused call: its activation
 };
 
 /// Places the results of a planned graph that live on `device` at their

@@ -6,9 +6,10 @@
 // that).
 //
 //===----------------------------------------------------------------------===//
+#include "ir/FusedOps.h"
+
 #include "interp/Eval.h"
 #include "interp/Interpreter.h"
-#include "ir/FusedOps.h"
 
 namespace lwcc {
 

@@ -29,8 +29,8 @@ struct Reader {
   llvm::StringRef word() {
     skip();
     size_t n = 0;
-    while (n < s.size() && (llvm::isAlnum(s[n]) || s[n] == '_' || s[n] == '.' || s[n] == '-' ||
-                            s[n] == '+'))
+    while (n < s.size() &&
+           (llvm::isAlnum(s[n]) || s[n] == '_' || s[n] == '.' || s[n] == '-' || s[n] == '+'))
       ++n;
     llvm::StringRef w = s.take_front(n);
     s = s.drop_front(n);
@@ -180,7 +180,8 @@ llvm::Expected<std::unique_ptr<Graph>> fusedBodyGraph(const Op& fused) {
     const FusedStatement& st = (*statements)[k];
     std::vector<Value*> args;
     for (int a : st.args)
-      args.push_back(a >= 0 ? values[static_cast<size_t>(a)] : operands[static_cast<size_t>(-a - 1)]);
+      args.push_back(a >= 0 ? values[static_cast<size_t>(a)]
+                            : operands[static_cast<size_t>(-a - 1)]);
     std::vector<NamedAttr> attrs = st.attrs;
     if (st.kind == OpKind::Cast)
       attrs.push_back({"to", std::string(dtypeName(st.dtype))});

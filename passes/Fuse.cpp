@@ -40,8 +40,7 @@ void foldReshapedReductions(Graph& g) {
   std::vector<Op*> reshapes;
   for (const auto& op : g.ops())
     if ((op->kind() == OpKind::Reshape || op->kind() == OpKind::Flatten) &&
-        op->operand(0)->definingOp() &&
-        op->operand(0)->definingOp()->kind() == OpKind::ReduceSum)
+        op->operand(0)->definingOp() && op->operand(0)->definingOp()->kind() == OpKind::ReduceSum)
       reshapes.push_back(op.get());
   for (Op* reshape : reshapes) {
     Value* reduced = reshape->operand(0);
@@ -76,8 +75,7 @@ void hoistWeightCasts(Graph& g) {
   std::vector<Op*> casts;
   for (const auto& op : g.ops()) {
     const DType to = op->kind() == OpKind::Cast ? op->result()->type().dtype : DType::F32;
-    if ((to == DType::BF16 || to == DType::F16) &&
-        op->operand(0)->kind() == ValueKind::Param &&
+    if ((to == DType::BF16 || to == DType::F16) && op->operand(0)->kind() == ValueKind::Param &&
         op->operand(0)->type().dtype == DType::F32 && !op->annotations().microBatch &&
         !op->annotations().stream)
       casts.push_back(op.get());
@@ -266,7 +264,8 @@ private:
   }
 
   /// Step 1 (b): `op` joins `r`, whose fused op moves to `op`.
-  static bool movesToOp(const Region& r, const Op& op, const std::map<const Op*, size_t>& position) {
+  static bool movesToOp(const Region& r, const Op& op,
+                        const std::map<const Op*, size_t>& position) {
     if (op.result()->type().shape != r.shape || !samePlace(*r.ops.front(), op))
       return false;
     const size_t at = position.at(&op);

@@ -49,10 +49,9 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates)
           valueDevice(v) == valueDevice(op->result()))
         continue;
     }
-    const bool narrowing = op->kind() == OpKind::Cast &&
-                           op->operand(0)->type().dtype == DType::F32 &&
-                           (op->result()->type().dtype == DType::BF16 ||
-                            op->result()->type().dtype == DType::F16);
+    const bool narrowing =
+        op->kind() == OpKind::Cast && op->operand(0)->type().dtype == DType::F32 &&
+        (op->result()->type().dtype == DType::BF16 || op->result()->type().dtype == DType::F16);
     const bool update =
         op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate || narrowing;
     const auto where = std::make_pair(opDevice(*op), op->annotations().stream.value_or(0));
@@ -63,8 +62,8 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates)
       const unsigned lr = op->kind() == OpKind::SgdUpdate ? 3 : 4;
       return first->operand(lr) == op->operand(lr);
     };
-    const bool joins = groupedUpdates && update && first && first->kind() == op->kind() &&
-                       same() && members % kUpdatesPerLaunch != 0;
+    const bool joins = groupedUpdates && update && first && first->kind() == op->kind() && same() &&
+                       members % kUpdatesPerLaunch != 0;
     first = update ? (joins ? first : op.get()) : nullptr;
     members = update ? (joins ? members + 1 : 1) : 0;
     int64_t bytes = 0;
@@ -441,9 +440,10 @@ void printChangesStep(const PlanSelection& selection, const std::vector<Strategy
       kept = &s;
   }
   if (pipeline && kept && pipeline->sim.stepSeconds < kept->sim.stepSeconds)
-    os << llvm::formatv("  the fastest of them, the pipeline row's plan, predicts {0:f3} ms against "
-                        "the kept plan's {1:f3} ms\n",
-                        pipeline->sim.stepSeconds * 1e3, kept->sim.stepSeconds * 1e3);
+    os << llvm::formatv(
+        "  the fastest of them, the pipeline row's plan, predicts {0:f3} ms against "
+        "the kept plan's {1:f3} ms\n",
+        pipeline->sim.stepSeconds * 1e3, kept->sim.stepSeconds * 1e3);
 }
 
 } // namespace

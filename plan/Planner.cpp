@@ -170,6 +170,18 @@ const PlanSelection* Planner::selection(const std::string& strat) const {
   return it == selections_.end() ? nullptr : &it->second;
 }
 
+std::string Planner::batchNormWarning(const Graph& g, const std::string& strat,
+                                      const PlanChoice& plan) const {
+  const PlanSelection* sel = selection(strat);
+  if (!sel || options_.microbatches || plan.microbatches <= 1 || !normalizesByBatch(g))
+    return "";
+  return "the plan kept, " + sel->kept + ", splits each batch into " +
+         std::to_string(plan.microbatches) +
+         " micro-batches, and batch norm normalizes each by its own statistics: the step is not "
+         "one device's (--microbatches=1, or a --strategy other than pipeline, keeps the whole "
+         "batch's)";
+}
+
 std::unique_ptr<Graph> Planner::takeKeptStep(const std::string& strat) {
   auto it = keptSteps_.find(strat);
   return it == keptSteps_.end() ? nullptr : std::move(it->second);

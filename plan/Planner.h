@@ -105,7 +105,7 @@ struct PlannerOptions {
   /// `microbatches`, that selection keeps only plans that compute one
   /// device's step, and names those it left out (PlanSelection::changesStep).
   bool microbatchStatistics = false;
-  bool selectLayerwise = true;         ///< layerwise's plan is selected, not the search's alone
+  bool selectLayerwise = true; ///< layerwise's plan is selected, not the search's alone
   /// When no candidate fits a device's memory: each again with
   /// recomputation (--recompute=auto) before pipelines of more micro-batches.
   bool recomputeWhenOver = false;
@@ -170,6 +170,11 @@ public:
                                   const PlanChoice& fixed);
   /// The selection made for `strat`, or null.
   const PlanSelection* selection(const std::string& strat) const;
+  /// Where this planner chose micro-batches for `strat`'s plan of a model
+  /// with batch norm (each micro-batch then normalized by its own
+  /// statistics) and the user gave none: the warning that says so, else "".
+  std::string batchNormWarning(const Graph& g, const std::string& strat,
+                               const PlanChoice& plan) const;
   const std::map<std::string, PlanSelection>& selections() const { return selections_; }
   /// The kept candidate's training step, built whole while selecting (once;
   /// null after, or when its evaluation was made for an earlier selection).

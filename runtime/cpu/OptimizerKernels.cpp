@@ -99,7 +99,8 @@ namespace {
 
 /// fn(slot, k) for element k of every slot, the slots' elements as one
 /// range spread over the pool (one pass, not one per param).
-template <typename Slot, typename Fn> void forEachSlotElement(const std::vector<Slot>& slots, Fn fn) {
+template <typename Slot, typename Fn>
+void forEachSlotElement(const std::vector<Slot>& slots, Fn fn) {
   std::vector<int64_t> start(slots.size() + 1, 0);
   for (size_t s = 0; s < slots.size(); ++s)
     start[s + 1] = start[s] + slots[s].w.numel();
@@ -128,8 +129,8 @@ bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
     using T = decltype(tag);
     forEachSlotElement(slots, [&](const SgdSlot& s, int64_t k) {
       const SgdHyper h{s.p.momentum, s.p.weight_decay, s.p.nesterov != 0};
-      SgdElement e = sgdElement(s.w.as<T>()[k], s.g.as<T>()[k], s.m.as<T>()[k],
-                                rate * s.p.lr_scale, h);
+      SgdElement e =
+          sgdElement(s.w.as<T>()[k], s.g.as<T>()[k], s.m.as<T>()[k], rate * s.p.lr_scale, h);
       s.mOut.as<T>()[k] = static_cast<T>(e.m);
       s.wOut.as<T>()[k] = static_cast<T>(e.w);
     });
@@ -155,8 +156,9 @@ bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
     using T = decltype(tag);
     forEachSlotElement(slots, [&](const AdamSlot& s, int64_t k) {
       const AdamHyper h{s.p.beta1, s.p.beta2, s.p.epsilon, s.p.weight_decay, s.p.decoupled != 0};
-      AdamElement e = adamElement(s.w.as<T>()[k], s.g.as<T>()[k], s.m.as<T>()[k], s.v.as<T>()[k],
-                                  rate * s.p.lr_scale, h, corr[static_cast<size_t>(&s - slots.data())]);
+      AdamElement e =
+          adamElement(s.w.as<T>()[k], s.g.as<T>()[k], s.m.as<T>()[k], s.v.as<T>()[k],
+                      rate * s.p.lr_scale, h, corr[static_cast<size_t>(&s - slots.data())]);
       s.mOut.as<T>()[k] = static_cast<T>(e.m);
       s.vOut.as<T>()[k] = static_cast<T>(e.v);
       s.wOut.as<T>()[k] = static_cast<T>(e.w);

@@ -171,9 +171,8 @@ bool castGroup(const std::vector<CastPair>& pairs) {
   std::vector<int64_t> start(pairs.size() + 1, 0);
   for (size_t p = 0; p < pairs.size(); ++p) {
     const CastPair& c = pairs[p];
-    if ((low != DType::BF16 && low != DType::F16) || c.x.dtype != DType::F32 ||
-        c.y.dtype != low || c.x.shape != c.y.shape || c.x.layout != Layout::RowMajor ||
-        c.y.layout != Layout::RowMajor)
+    if ((low != DType::BF16 && low != DType::F16) || c.x.dtype != DType::F32 || c.y.dtype != low ||
+        c.x.shape != c.y.shape || c.x.layout != Layout::RowMajor || c.y.layout != Layout::RowMajor)
       return false;
     start[p + 1] = start[p] + c.x.numel();
   }

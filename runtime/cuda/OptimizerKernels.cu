@@ -309,8 +309,8 @@ bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
             c.mOut[c.count] = s.mOut.as<T>();
             c.vOut[c.count] = s.vOut.as<T>();
             c.lrScale[c.count] = s.p.lr_scale;
-            c.h[c.count] = AdamHyper{s.p.beta1, s.p.beta2, s.p.epsilon, s.p.weight_decay,
-                                     s.p.decoupled != 0};
+            c.h[c.count] =
+                AdamHyper{s.p.beta1, s.p.beta2, s.p.epsilon, s.p.weight_decay, s.p.decoupled != 0};
             c.start[c.count + 1] = c.start[c.count] + s.w.numel();
           }
           if (c.start[c.count] == 0)

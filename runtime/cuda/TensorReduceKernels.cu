@@ -269,8 +269,8 @@ bool castGroup(const std::vector<CastPair>& pairs) {
     return true;
   const DType low = pairs[0].y.dtype;
   for (const CastPair& c : pairs)
-    if ((low != DType::BF16 && low != DType::F16) || c.x.dtype != DType::F32 ||
-        c.y.dtype != low || c.x.shape != c.y.shape)
+    if ((low != DType::BF16 && low != DType::F16) || c.x.dtype != DType::F32 || c.y.dtype != low ||
+        c.x.shape != c.y.shape)
       return LWRT_REJECT("castGroup", "casts float32 tensors to bf16, or to fp16, of their "
                                       "shapes only, not " +
                                           describe(c.x) + " to " + describe(c.y));

@@ -5,11 +5,10 @@
 // bit-identical outputs (float32 and bf16 rounding included, a region's
 // ops rounded one by one); and a fused body that does not read is an
 // error naming what is wrong.
+#include "TestUtil.h"
 #include "interp/Interpreter.h"
 #include "ir/FusedOps.h"
 #include "passes/Pass.h"
-
-#include "TestUtil.h"
 
 #include <random>
 
@@ -109,9 +108,9 @@ TEST(Fuse, BodiesThatDoNotReadAreErrors) {
     Op* relu = g->ops().front().get();
     Builder b(*g);
     b.setInsertionPointBefore(relu);
-    Op* f = b.create(OpKind::Fused, {g->input(0)}, {f32({4})},
-                     {{"body", body}, {"results", std::vector<int64_t>{0}},
-                      {"shape", std::vector<int64_t>{4}}});
+    Op* f = b.create(
+        OpKind::Fused, {g->input(0)}, {f32({4})},
+        {{"body", body}, {"results", std::vector<int64_t>{0}}, {"shape", std::vector<int64_t>{4}}});
     std::string text = errorText(verifyGraph(*g));
     EXPECT_NE(text.find(phrase), std::string::npos) << body << ": " << text;
     (void)f;

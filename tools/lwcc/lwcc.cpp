@@ -36,7 +36,6 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <optional>
 
@@ -45,11 +44,10 @@ using namespace lwcc::flags;
 namespace fs = std::filesystem;
 
 #ifdef LWCC_WITH_JEMALLOC
-// jemalloc's options for the compiler, read as it starts (MALLOC_CONF's
-// come after): thread caches of more objects, collected less often. The
-// planner's threads build and drop graphs of 10^5 ops, several small
-// objects each: the allocator's functions are a quarter of the planner's
-// instructions (callgrind, Inception-v3 on 16 devices), and with these
+// jemalloc's options, read as lwcc starts (MALLOC_CONF's come after): thread
+// caches of more objects, collected less often. The planner's threads build
+// and drop graphs of 10^5 ops: the allocator's functions are a quarter of
+// its instructions (callgrind, Inception-v3 on 16 devices), and with these
 // options its plan took 0.83 s where it took 0.87 (15 runs each).
 extern "C" {
 const char* malloc_conf =
@@ -117,23 +115,6 @@ llvm::Expected<PlanChoice> buildTrainingStep(Graph& g, bool withOptimizer,
   return *plan;
 }
 
-/// Micro-batches change what batch norm computes (each micro-batch by its
-/// own statistics): said when the planner chose them for the strategy this
-/// compile builds, not the user (nor for the report's other rows).
-void warnMicroBatchedBatchNorm(const Graph& g, const std::string& strat, const PlanChoice& plan) {
-  const PlanSelection* selection = planner->selection(strat);
-  if (!selection || microbatches.getNumOccurrences() || plan.microbatches <= 1 ||
-      std::none_of(g.ops().begin(), g.ops().end(), [](const auto& op) {
-        return op->kind() == OpKind::BatchNorm || op->kind() == OpKind::BatchNormTrain;
-      }))
-    return;
-  llvm::errs() << "lwcc: warning: the plan kept, " << selection->kept << ", splits each batch into "
-               << plan.microbatches
-               << " micro-batches, and batch norm normalizes each by its own statistics: the "
-                  "step is not one device's (--microbatches=1, or a --strategy other than "
-                  "pipeline, keeps the whole batch's)\n";
-}
-
 /// The module's graph replaced by its training step (the planner's kept
 /// step where it selects).
 llvm::Error buildModuleStep(Module& m, bool withOptimizer) {
@@ -141,7 +122,8 @@ llvm::Error buildModuleStep(Module& m, bool withOptimizer) {
   auto plan = planner->plan(*m.graph, strat, fixedPlan(strat));
   if (!plan)
     return plan.takeError();
-  warnMicroBatchedBatchNorm(*m.graph, strat, *plan);
+  if (std::string w = planner->batchNormWarning(*m.graph, strat, *plan); !w.empty())
+    llvm::errs() << "lwcc: warning: " << w << "\n";
   // A plan the planner selected was built whole while selecting: take it.
   if (withOptimizer)
     if (auto kept = planner->takeKeptStep(strat)) {
