@@ -216,7 +216,7 @@ llvm::Expected<Kernel> renderKernel(const Op& op, const std::string& name, bool 
     args += ", q" + std::to_string(r);
   }
   if (cuda) {
-    os << "__global__ void " << name << "_kernel(int64_t n" << params.substr(9) << ") {\n"
+    os << "static __global__ void " << name << "_kernel(int64_t n" << params.substr(9) << ") {\n"
        << "  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;\n"
        << "       i += static_cast<int64_t>(gridDim.x) * blockDim.x)\n"
        << "    " << name << "_at(i" << args << ");\n}\n";

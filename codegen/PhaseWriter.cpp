@@ -286,7 +286,8 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
   code.hyper = !hyperParams(op).empty();
   out << "\n  // " << statement(op, names_) << "\n";
   if (inRun_.count(&op)) {
-    out << "  // (updated by the multi-tensor call above)\n";
+    out << "  // (computed by the multi-tensor call above)\n"
+        << "  MARK_OP(" << cString(std::string(op.mnemonic())) << ", " << label << ");\n";
     code.used.clear();
     code.hyper = false;
     return done();
