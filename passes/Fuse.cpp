@@ -96,6 +96,18 @@ void hoistWeightCasts(Graph& g) {
 /// longer than it did.
 constexpr size_t kNearby = 8;
 
+/// Horizontal fusion's bound on a value's elements: only small values
+/// (statistics, not activations) are made earlier than they were.
+constexpr int64_t kSmallElements = 65536;
+
+/// An op the recompute pass put in the backward (its layer's location with
+/// ".recompute"): it stays there, never moved up to an earlier anchor (that
+/// would keep its value as long as recomputation meant to save).
+bool recomputed(const Op& op) {
+  const llvm::StringRef loc = op.loc().name;
+  return loc == "recompute" || loc.endswith(".recompute");
+}
+
 struct Region {
   std::vector<Op*> ops; ///< in graph order
   Shape shape;
@@ -171,7 +183,10 @@ public:
       // anchor that reads none of its values (the running mean's and
       // variance's updates of one batch norm).
       if (!joined && latest && !regions[*latest].ops.empty() &&
-          position.at(op) - position.at(regions[*latest].anchor) <= kNearby) {
+          position.at(op) - position.at(regions[*latest].anchor) <= kNearby &&
+          op->result()->type().numElements() <= kSmallElements && !recomputed(*op) &&
+          std::none_of(regions[*latest].ops.begin(), regions[*latest].ops.end(),
+                       [](const Op* m) { return recomputed(*m); })) {
         Region& r = regions[*latest];
         if (staysAtAnchor(r, *op, position, regionOf, *latest))
           joined = latest;
@@ -218,7 +233,7 @@ private:
   static bool staysAtAnchor(const Region& r, const Op& op,
                             const std::map<const Op*, size_t>& position,
                             const std::map<const Op*, size_t>& regionOf, size_t index) {
-    if (op.result()->type().shape != r.shape || !samePlace(*r.ops.front(), op))
+    if (op.result()->type().shape != r.shape || !samePlace(*r.ops.front(), op) || recomputed(op))
       return false;
     const size_t anchor = position.at(r.anchor);
     for (const Value* v : op.operands()) {
