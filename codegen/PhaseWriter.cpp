@@ -1,6 +1,7 @@
 //===- PhaseWriter.cpp - Generated functions from IR ops ------------------===//
 #include "codegen/PhaseWriter.h"
 
+#include "ir/FusedOps.h"
 #include "ir/Printer.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -521,51 +522,25 @@ std::vector<PhaseWriter::Access> PhaseWriter::accessesOf(const Op& op) const {
 
 void PhaseWriter::planUpdateGroups(const std::vector<const Op*>& order,
                                    const std::function<bool(size_t)>& adjacent) {
-  auto isUpdate = [](const Op* op) {
-    return op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate;
-  };
   // An assign between updates copies nothing where the update is written
   // over its param.
   auto inPlace = [&](const Op* op) {
     return op->kind() == OpKind::Assign && where_.count(op->operand(0)) &&
            where_.count(op->operand(1)) && where_.at(op->operand(0)) == where_.at(op->operand(1));
   };
-  // A cast of float32 to bf16 or fp16 (mixed precision's weights, which the
-  // fuse pass puts at the step's start side by side).
-  auto narrows = [](const Op* op) {
-    const DType to = op->kind() == OpKind::Cast ? op->result()->type().dtype : DType::F32;
-    return (to == DType::BF16 || to == DType::F16) && op->operand(0)->type().dtype == DType::F32;
-  };
   for (size_t k = 0; k < order.size() && groupUpdates_; ++k) {
-    if (narrows(order[k])) {
-      std::vector<const Op*> run{order[k]};
-      while (k + 1 < order.size() && adjacent(k) && narrows(order[k + 1]) &&
-             order[k + 1]->result()->type().dtype == run.front()->result()->type().dtype &&
-             !blocked_.count(order[k + 1]->result()) && !blocked_.count(run.front()->result()))
-        run.push_back(order[++k]);
-      if (run.size() >= 2) {
-        updateRuns_[run.front()] = run;
-        inRun_.insert(run.begin() + 1, run.end());
-      }
-      continue;
-    }
-    if (!isUpdate(order[k]))
-      continue;
     const Op* first = order[k];
+    if (!inMultiTensorCall(*first) || blocked_.count(first->result()))
+      continue;
     std::vector<const Op*> run{first};
     size_t j = k;
     while (j + 1 < order.size() && adjacent(j)) {
       const Op* next = order[j + 1];
-      if (inPlace(next)) {
+      if (first->kind() != OpKind::Cast && inPlace(next)) {
         ++j;
         continue;
       }
-      // One kind, one lr (and step), one element type.
-      if (!isUpdate(next) || next->kind() != first->kind() ||
-          next->operand(first->kind() == OpKind::SgdUpdate ? 3 : 4) !=
-              first->operand(first->kind() == OpKind::SgdUpdate ? 3 : 4) ||
-          (first->kind() == OpKind::AdamUpdate && next->operand(5) != first->operand(5)) ||
-          next->operand(0)->type().dtype != first->operand(0)->type().dtype)
+      if (!sameMultiTensorCall(*first, *next) || blocked_.count(next->result()))
         break;
       run.push_back(next);
       ++j;

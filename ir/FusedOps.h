@@ -54,4 +54,15 @@ llvm::Expected<std::unique_ptr<Graph>> fusedBodyGraph(const Op& fused);
 /// region): its attributes as a body writes them (numbers only).
 std::vector<NamedAttr> fusedAttrsOf(const Op& op);
 
+/// The multi-tensor calls codegen writes for runs of ops (sgdUpdateGroup,
+/// adamUpdateGroup, castGroup): whether `op` may be in one (an optimizer
+/// update, or a cast of float32 to bf16 or fp16), and whether `next` joins
+/// the call of `first` (one kind; one lr, step and element type; casts to
+/// one type). --emit=plan's kernel counts read the same rule.
+bool inMultiTensorCall(const Op& op);
+bool sameMultiTensorCall(const Op& first, const Op& next);
+/// Tensors per launch of such a call in the CUDA runtime (its chunks travel
+/// in the launch's parameters: runtime/cuda's kPiecesPerLaunch).
+constexpr int64_t kMultiTensorPerLaunch = 24;
+
 } // namespace lwcc

@@ -108,6 +108,17 @@ bool recomputed(const Op& op) {
   return loc == "recompute" || loc.endswith(".recompute");
 }
 
+/// Whether `op` reads a param that an assign placed before position `at`
+/// overwrites: its read cannot move to `at`.
+bool readsAssignedParam(const Op& op, size_t at, const std::map<const Op*, size_t>& position) {
+  for (const Value* v : op.operands())
+    if (v->kind() == ValueKind::Param)
+      for (const Use& u : v->uses())
+        if (u.user && u.user->kind() == OpKind::Assign && position.at(u.user) < at)
+          return true;
+  return false;
+}
+
 struct Region {
   std::vector<Op*> ops; ///< in graph order
   Shape shape;
@@ -168,14 +179,8 @@ public:
         auto it = producer ? regionOf.find(producer) : regionOf.end();
         if (it == regionOf.end())
           continue;
-        Region& r = regions[it->second];
-        if (staysAtAnchor(r, *op, position, regionOf, it->second)) {
+        if (joins(regions[it->second], it->second, op, position, regionOf)) {
           joined = it->second;
-          break;
-        }
-        if (movesToOp(r, *op, position)) {
-          joined = it->second;
-          r.anchor = op;
           break;
         }
       }
@@ -186,15 +191,9 @@ public:
           position.at(op) - position.at(regions[*latest].anchor) <= kNearby &&
           op->result()->type().numElements() <= kSmallElements && !recomputed(*op) &&
           std::none_of(regions[*latest].ops.begin(), regions[*latest].ops.end(),
-                       [](const Op* m) { return recomputed(*m); })) {
-        Region& r = regions[*latest];
-        if (staysAtAnchor(r, *op, position, regionOf, *latest))
-          joined = latest;
-        else if (movesToOp(r, *op, position)) {
-          joined = latest;
-          r.anchor = op;
-        }
-      }
+                       [](const Op* m) { return recomputed(*m); }) &&
+          joins(regions[*latest], *latest, op, position, regionOf))
+        joined = latest;
       if (!joined) {
         joined = regions.size();
         regions.push_back({{}, op->result()->type().shape, op});
@@ -229,6 +228,18 @@ public:
   }
 
 private:
+  /// Step 1: `op` joins region `r` (number `index`) at its anchor (a), or
+  /// the region moves down to `op`, its new anchor (b); false where neither.
+  static bool joins(Region& r, size_t index, Op* op, const std::map<const Op*, size_t>& position,
+                    const std::map<const Op*, size_t>& regionOf) {
+    if (staysAtAnchor(r, *op, position, regionOf, index))
+      return true;
+    if (!movesToOp(r, *op, position))
+      return false;
+    r.anchor = op;
+    return true;
+  }
+
   /// Step 1 (a): `op` joins `r` (region number `index`) at its anchor.
   static bool staysAtAnchor(const Region& r, const Op& op,
                             const std::map<const Op*, size_t>& position,
@@ -266,11 +277,9 @@ private:
         const Op* def = v->definingOp();
         if (def && !inEither(def) && position.at(def) >= anchor)
           return false;
-        if (v->kind() == ValueKind::Param)
-          for (const Use& u : v->uses())
-            if (u.user && u.user->kind() == OpKind::Assign && position.at(u.user) < anchor)
-              return false;
       }
+      if (readsAssignedParam(*m, anchor, position))
+        return false;
       for (const Use& u : m->result()->uses())
         if (u.user && !inEither(u.user) && position.at(u.user) < anchor)
           return false;
@@ -284,18 +293,11 @@ private:
     if (op.result()->type().shape != r.shape || !samePlace(*r.ops.front(), op))
       return false;
     const size_t at = position.at(&op);
-    // A param the region reads keeps its value until `op`: no assign of it
-    // comes before (the region's reads move to `op`'s place).
-    auto assignedBefore = [&](const Op& m) {
-      for (const Value* v : m.operands())
-        if (v->kind() == ValueKind::Param)
-          for (const Use& u : v->uses())
-            if (u.user && u.user->kind() == OpKind::Assign && position.at(u.user) < at)
-              return true;
-      return false;
-    };
-    if (assignedBefore(op) ||
-        std::any_of(r.ops.begin(), r.ops.end(), [&](const Op* m) { return assignedBefore(*m); }))
+    // A param the region reads keeps its value until `op` (the region's
+    // reads move to `op`'s place).
+    if (readsAssignedParam(op, at, position) ||
+        std::any_of(r.ops.begin(), r.ops.end(),
+                    [&](const Op* m) { return readsAssignedParam(*m, at, position); }))
       return false;
     std::set<const Op*> members(r.ops.begin(), r.ops.end());
     for (const Op* m : r.ops)

@@ -1,6 +1,7 @@
 //===- PlanReport.cpp - lwcc --emit=plan's tables -------------------------===//
 #include "plan/PlanReport.h"
 
+#include "ir/FusedOps.h"
 #include "passes/Schedule.h"
 #include "passes/TrainingSupport.h"
 
@@ -16,13 +17,11 @@
 
 namespace lwcc {
 
-/// The memory plan as a table: one row per op result, then the arenas.
 std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates) {
   std::map<int64_t, KernelCount> out;
-  // Per device and stream: the optimizer updates of the run in progress
-  // (one kind, one lr, only in-place assigns between them), a launch per
-  // kUpdatesPerLaunch of them (codegen's multi-tensor calls).
-  constexpr int64_t kUpdatesPerLaunch = 24;
+  // Per device and stream: the first op of the multi-tensor call in
+  // progress (only in-place assigns between its ops) and its ops so far, a
+  // launch per kMultiTensorPerLaunch of them.
   std::map<std::pair<int64_t, int64_t>, std::pair<const Op*, int64_t>> run;
   auto inPlace = [](const Op& op) {
     const Value* v = op.operand(1);
@@ -49,23 +48,12 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates)
           valueDevice(v) == valueDevice(op->result()))
         continue;
     }
-    const bool narrowing =
-        op->kind() == OpKind::Cast && op->operand(0)->type().dtype == DType::F32 &&
-        (op->result()->type().dtype == DType::BF16 || op->result()->type().dtype == DType::F16);
-    const bool update =
-        op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate || narrowing;
-    const auto where = std::make_pair(opDevice(*op), op->annotations().stream.value_or(0));
-    auto& [first, members] = run[where];
-    auto same = [&] {
-      if (narrowing)
-        return first->result()->type().dtype == op->result()->type().dtype;
-      const unsigned lr = op->kind() == OpKind::SgdUpdate ? 3 : 4;
-      return first->operand(lr) == op->operand(lr);
-    };
-    const bool joins = groupedUpdates && update && first && first->kind() == op->kind() && same() &&
-                       members % kUpdatesPerLaunch != 0;
-    first = update ? (joins ? first : op.get()) : nullptr;
-    members = update ? (joins ? members + 1 : 1) : 0;
+    const bool grouped = groupedUpdates && inMultiTensorCall(*op);
+    auto& [first, members] = run[{opDevice(*op), op->annotations().stream.value_or(0)}];
+    const bool joins = grouped && first && sameMultiTensorCall(*first, *op) &&
+                       members % kMultiTensorPerLaunch != 0;
+    first = grouped ? (joins ? first : op.get()) : nullptr;
+    members = grouped ? (joins ? members + 1 : 1) : 0;
     int64_t bytes = 0;
     for (const Value* v : op->operands())
       bytes += v->type().sizeInBytes();
@@ -81,6 +69,7 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates)
   return out;
 }
 
+/// The memory plan as a table: one row per op result, then the arenas.
 void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& os,
                bool groupedUpdates) {
   os << llvm::formatv("memory plan of @{0}: {1} ops\n", g.name(), g.numOps());

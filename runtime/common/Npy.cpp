@@ -187,26 +187,6 @@ std::vector<int64_t> squeezed(std::vector<int64_t>::const_iterator first,
   return out;
 }
 
-const char* typeName(DType t) {
-  switch (t) {
-  case DType::F32:
-    return "float32";
-  case DType::F64:
-    return "float64";
-  case DType::F16:
-    return "float16";
-  case DType::BF16:
-    return "bfloat16";
-  case DType::I64:
-    return "int64";
-  case DType::I32:
-    return "int32";
-  case DType::Bool:
-    return "bool";
-  }
-  return "?";
-}
-
 /// The file dtypes an input of type `t` takes, as the error lists them.
 const char* accepted(DType t) {
   switch (t) {
@@ -367,7 +347,7 @@ std::unique_ptr<NpyInputs> NpyInputs::open(const std::string& dir, const std::st
     const NpyArray& a = c.array;
     std::optional<Conv> conv = conversion(a.descr, in.dtype);
     if (!conv) {
-      fail(error, path + ": dtype '" + a.descr + "' for the model's " + typeName(in.dtype) +
+      fail(error, path + ": dtype '" + a.descr + "' for the model's " + dtypeName(in.dtype) +
                       " input '" + in.name + "' (it takes " + accepted(in.dtype) + ")");
       return nullptr;
     }

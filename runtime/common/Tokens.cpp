@@ -43,28 +43,8 @@ int64_t elementsOf(const std::vector<int64_t>& shape) {
   return n;
 }
 
-const char* typeName(DType t) {
-  switch (t) {
-  case DType::F32:
-    return "float32";
-  case DType::F64:
-    return "float64";
-  case DType::F16:
-    return "float16";
-  case DType::BF16:
-    return "bfloat16";
-  case DType::I64:
-    return "int64";
-  case DType::I32:
-    return "int32";
-  case DType::Bool:
-    return "bool";
-  }
-  return "?";
-}
-
 std::string describe(const InputInfo& in) {
-  std::string s = std::string(typeName(in.dtype)) + "[";
+  std::string s = std::string(dtypeName(in.dtype)) + "[";
   for (size_t k = 0; k < in.shape.size(); ++k)
     s += (k ? ", " : "") + str(in.shape[k]);
   return "'" + in.name + "' " + s + "]";

@@ -97,21 +97,15 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
 
 namespace {
 
-/// fn(slot, k) for element k of every slot, the slots' elements as one
-/// range spread over the pool (one pass, not one per param).
+/// fn(slot, k) for element k of every slot, in one pass over them all.
 template <typename Slot, typename Fn>
 void forEachSlotElement(const std::vector<Slot>& slots, Fn fn) {
-  std::vector<int64_t> start(slots.size() + 1, 0);
-  for (size_t s = 0; s < slots.size(); ++s)
-    start[s + 1] = start[s] + slots[s].w.numel();
-  detail::parallelFor(start.back(), kGrain, [&](int64_t first, int64_t last) {
-    size_t s = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), first) -
-                                   start.begin() - 1);
-    for (; s < slots.size() && start[s] < last; ++s)
-      for (int64_t k = std::max(first, start[s]) - start[s],
-                   end = std::min(last, start[s + 1]) - start[s];
-           k < end; ++k)
-        fn(slots[s], k);
+  std::vector<int64_t> elements;
+  for (const Slot& s : slots)
+    elements.push_back(s.w.numel());
+  forEachPieceRange(elements, [&](size_t p, int64_t first, int64_t end) {
+    for (int64_t k = first; k < end; ++k)
+      fn(slots[p], k);
   });
 }
 

@@ -1,5 +1,5 @@
 // cpu/TensorSupport.h - what the CPU tensor kernel files share (not installed)
-// defines: kGrain, forEachElement, sameView, floatScalar, intScalar
+// defines: kGrain, forEachElement, forEachPieceRange, sameView, floatScalar, intScalar
 //
 // The loops and operand checks of TensorKernels.cpp, TensorReduceKernels.cpp
 // and OptimizerKernels.cpp; their type dispatch and the checks they share
@@ -9,7 +9,9 @@
 #include "Parallel.h"
 #include "lwrt/tensor.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace lwrt::cpu::detail {
 
@@ -22,6 +24,22 @@ template <typename Fn> void forEachElement(int64_t n, Fn fn) {
   detail::parallelFor(n, kGrain, [&](int64_t first, int64_t last) {
     for (int64_t k = first; k < last; ++k)
       fn(k);
+  });
+}
+
+/// fn(p, first, end) for the elements [first, end) of piece p of a
+/// multi-tensor call (piece p holds elements[p]), the pieces' elements
+/// taken as one range and spread over the pool: one pass over them all,
+/// not one per piece.
+template <typename Fn> void forEachPieceRange(const std::vector<int64_t>& elements, Fn fn) {
+  std::vector<int64_t> start(elements.size() + 1, 0);
+  for (size_t p = 0; p < elements.size(); ++p)
+    start[p + 1] = start[p] + elements[p];
+  detail::parallelFor(start.back(), kGrain, [&](int64_t first, int64_t last) {
+    size_t p = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), first) -
+                                   start.begin() - 1);
+    for (; p < elements.size() && start[p] < last; ++p)
+      fn(p, std::max(first, start[p]) - start[p], std::min(last, start[p + 1]) - start[p]);
   });
 }
 

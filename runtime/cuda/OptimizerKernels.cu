@@ -51,32 +51,25 @@ __global__ void sgdKernel(const T* w, const T* g, const T* m, const L* lr, T* wO
   }
 }
 
-/// Slots per launch of a multi-tensor update: the chunk travels in the
-/// launch's parameters (under 4 KiB).
-constexpr int kSlotsPerLaunch = 24;
-
 /// The slots of one launch of sgdUpdateGroup: the elements of slot s are
 /// [start[s], start[s + 1]) of the launch's range.
 template <typename T> struct SgdChunk {
   int count = 0;
-  int64_t start[kSlotsPerLaunch + 1] = {};
-  const T* w[kSlotsPerLaunch];
-  const T* g[kSlotsPerLaunch];
-  const T* m[kSlotsPerLaunch];
-  T* wOut[kSlotsPerLaunch];
-  T* mOut[kSlotsPerLaunch];
-  double lrScale[kSlotsPerLaunch];
-  SgdHyper h[kSlotsPerLaunch];
+  int64_t start[kPiecesPerLaunch + 1] = {};
+  const T* w[kPiecesPerLaunch];
+  const T* g[kPiecesPerLaunch];
+  const T* m[kPiecesPerLaunch];
+  T* wOut[kPiecesPerLaunch];
+  T* mOut[kPiecesPerLaunch];
+  double lrScale[kPiecesPerLaunch];
+  SgdHyper h[kPiecesPerLaunch];
 };
 
 template <typename T, typename L> __global__ void sgdGroupKernel(SgdChunk<T> c, const L* lr) {
   const double base = static_cast<double>(*lr);
   int s = 0;
   for (int64_t i = firstThread(); i < c.start[c.count]; i += gridThreads()) {
-    while (i >= c.start[s + 1])
-      ++s;
-    while (i < c.start[s])
-      --s;
+    s = pieceOf(c.start, s, i);
     const int64_t k = i - c.start[s];
     SgdElement e = sgdElement(c.w[s][k], c.g[s][k], c.m[s][k], base * c.lrScale[s], c.h[s]);
     c.mOut[s][k] = static_cast<T>(e.m);
@@ -86,22 +79,22 @@ template <typename T, typename L> __global__ void sgdGroupKernel(SgdChunk<T> c, 
 
 template <typename T> struct AdamChunk {
   int count = 0;
-  int64_t start[kSlotsPerLaunch + 1] = {};
-  const T* w[kSlotsPerLaunch];
-  const T* g[kSlotsPerLaunch];
-  const T* m[kSlotsPerLaunch];
-  const T* v[kSlotsPerLaunch];
-  T* wOut[kSlotsPerLaunch];
-  T* mOut[kSlotsPerLaunch];
-  T* vOut[kSlotsPerLaunch];
-  double lrScale[kSlotsPerLaunch];
-  AdamHyper h[kSlotsPerLaunch];
+  int64_t start[kPiecesPerLaunch + 1] = {};
+  const T* w[kPiecesPerLaunch];
+  const T* g[kPiecesPerLaunch];
+  const T* m[kPiecesPerLaunch];
+  const T* v[kPiecesPerLaunch];
+  T* wOut[kPiecesPerLaunch];
+  T* mOut[kPiecesPerLaunch];
+  T* vOut[kPiecesPerLaunch];
+  double lrScale[kPiecesPerLaunch];
+  AdamHyper h[kPiecesPerLaunch];
 };
 
 template <typename T, typename L, typename S>
 __global__ void adamGroupKernel(AdamChunk<T> c, const L* lr, const S* step) {
   // Each slot's bias corrections at t = step + 1, once per block.
-  __shared__ AdamCorrection corr[kSlotsPerLaunch];
+  __shared__ AdamCorrection corr[kPiecesPerLaunch];
   if (threadIdx.x == 0)
     for (int s = 0; s < c.count; ++s)
       corr[s] = adamCorrection(c.h[s], static_cast<int64_t>(*step));
@@ -109,10 +102,7 @@ __global__ void adamGroupKernel(AdamChunk<T> c, const L* lr, const S* step) {
   const double base = static_cast<double>(*lr);
   int s = 0;
   for (int64_t i = firstThread(); i < c.start[c.count]; i += gridThreads()) {
-    while (i >= c.start[s + 1])
-      ++s;
-    while (i < c.start[s])
-      --s;
+    s = pieceOf(c.start, s, i);
     const int64_t k = i - c.start[s];
     AdamElement e = adamElement(c.w[s][k], c.g[s][k], c.m[s][k], c.v[s][k], base * c.lrScale[s],
                                 c.h[s], corr[s]);
@@ -253,9 +243,9 @@ bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
     using L = decltype(ltag);
     return dispatchFloat(slots[0].w.dtype, [&](auto tag) {
       using T = decltype(tag);
-      for (size_t first = 0; first < slots.size(); first += kSlotsPerLaunch) {
+      for (size_t first = 0; first < slots.size(); first += kPiecesPerLaunch) {
         SgdChunk<T> c;
-        for (size_t k = first; k < slots.size() && c.count < kSlotsPerLaunch; ++k, ++c.count) {
+        for (size_t k = first; k < slots.size() && c.count < kPiecesPerLaunch; ++k, ++c.count) {
           const SgdSlot& s = slots[k];
           c.w[c.count] = s.w.as<const T>();
           c.g[c.count] = s.g.as<const T>();
@@ -297,9 +287,9 @@ bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
       using L = decltype(ltag);
       return dispatchFloat(slots[0].w.dtype, [&](auto tag) {
         using T = decltype(tag);
-        for (size_t first = 0; first < slots.size(); first += kSlotsPerLaunch) {
+        for (size_t first = 0; first < slots.size(); first += kPiecesPerLaunch) {
           AdamChunk<T> c;
-          for (size_t k = first; k < slots.size() && c.count < kSlotsPerLaunch; ++k, ++c.count) {
+          for (size_t k = first; k < slots.size() && c.count < kPiecesPerLaunch; ++k, ++c.count) {
             const AdamSlot& s = slots[k];
             c.w[c.count] = s.w.as<const T>();
             c.g[c.count] = s.g.as<const T>();

@@ -214,18 +214,16 @@ __global__ void narrowKernel(const float* x, uint16_t* y, int64_t n, bool bf16) 
 }
 /// The pairs of one launch of castGroup: the elements of pair p are
 /// [start[p], start[p + 1]) of the launch's range.
-constexpr int kPairsPerLaunch = 24;
 struct CastChunk {
   int count = 0;
-  int64_t start[kPairsPerLaunch + 1] = {};
-  const float* x[kPairsPerLaunch];
-  uint16_t* y[kPairsPerLaunch];
+  int64_t start[kPiecesPerLaunch + 1] = {};
+  const float* x[kPiecesPerLaunch];
+  uint16_t* y[kPiecesPerLaunch];
 };
 __global__ void narrowGroupKernel(CastChunk c, bool bf16) {
   int p = 0;
   for (int64_t i = firstThread(); i < c.start[c.count]; i += gridThreads()) {
-    while (i >= c.start[p + 1])
-      ++p;
+    p = pieceOf(c.start, p, i);
     const int64_t k = i - c.start[p];
     c.y[p][k] = bf16 ? floatToBf16(c.x[p][k]) : floatToF16(c.x[p][k]);
   }
@@ -274,9 +272,9 @@ bool castGroup(const std::vector<CastPair>& pairs) {
       return LWRT_REJECT("castGroup", "casts float32 tensors to bf16, or to fp16, of their "
                                       "shapes only, not " +
                                           describe(c.x) + " to " + describe(c.y));
-  for (size_t first = 0; first < pairs.size(); first += kPairsPerLaunch) {
+  for (size_t first = 0; first < pairs.size(); first += kPiecesPerLaunch) {
     CastChunk c;
-    for (size_t k = first; k < pairs.size() && c.count < kPairsPerLaunch; ++k, ++c.count) {
+    for (size_t k = first; k < pairs.size() && c.count < kPiecesPerLaunch; ++k, ++c.count) {
       c.x[c.count] = pairs[k].x.as<const float>();
       c.y[c.count] = static_cast<uint16_t*>(pairs[k].y.data);
       c.start[c.count + 1] = c.start[c.count] + pairs[k].x.numel();

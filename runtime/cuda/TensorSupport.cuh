@@ -1,6 +1,7 @@
 // cuda/TensorSupport.cuh - what the CUDA tensor kernel files share (not installed)
 // defines: LWRT_REJECT(op, what), Dims, floatScalar, intScalar, raiseDeviceError, firstThread,
-//          gridThreads, kMaxDims, Walk, makeWalk, offsetsOf, kSmallIndex, widen16, narrow16
+//          gridThreads, kPiecesPerLaunch, pieceOf, kMaxDims, Walk, makeWalk, offsetsOf,
+//          kSmallIndex, widen16, narrow16
 //
 // The device helpers and strided walks of TensorKernels.cu,
 // TensorReduceKernels.cu and OptimizerKernels.cu; their host-side checks
@@ -44,6 +45,21 @@ inline __device__ int64_t firstThread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 inline __device__ int64_t gridThreads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+/// Tensors per launch of a multi-tensor call (sgdUpdateGroup,
+/// adamUpdateGroup, castGroup): its chunk travels in the launch's
+/// parameters, under 4 KiB (--emit=plan counts launches with the same
+/// number, ir/FusedOps.h).
+constexpr int kPiecesPerLaunch = 24;
+
+/// The piece of a multi-tensor launch (piece p: elements [start[p], start[p + 1])
+/// of the launch's range) that holds element i, searched from piece p on: a
+/// grid-stride loop's i only grows.
+inline __device__ int pieceOf(const int64_t* start, int p, int64_t i) {
+  while (i >= start[p + 1])
+    ++p;
+  return p;
+}
 
 //===--- Strided walks ----------------------------------------------------===//
 

@@ -19,7 +19,6 @@ with the IR it computes above it.
 
     python3 test/e2e/fused_kernels.py
 """
-import glob
 import os
 import re
 import sys
@@ -28,15 +27,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 STEPS = 5
-
-
-def outputs(work):
-    """The losses of the log and each dumped param, as bytes."""
-    with open(os.path.join(work, "log.jsonl")) as f:
-        losses = [line.split('"loss":')[1].split(",")[0] for line in f if '"type":"step"' in line]
-    dumped = {os.path.basename(p): open(p, "rb").read()
-              for p in sorted(glob.glob(os.path.join(work, "dump", "*.bin")))}
-    return losses, dumped
 
 
 def build_and_train(tmp, tag, model, flags, emulated):
@@ -49,7 +39,7 @@ def build_and_train(tmp, tag, model, flags, emulated):
     run = [exe, "--data=synthetic", "--seed=5", f"--steps={STEPS}", "--progress=off",
            "--log=log.jsonl", "--dump=dump", "--no-tf32" if emulated else "--threads=2"]
     harness.check_output(run, cwd=work, timeout=900)
-    return outputs(work)
+    return harness.trainer_outputs(work)
 
 
 def same_as_unfused(tmp, name, flags, emulated=False):

@@ -40,6 +40,7 @@ and reads a result back:
     harness.py summary OUT                    "PASSED FAILED [K skipped]" on one line
 """
 import contextlib
+import glob
 import json
 import os
 import re
@@ -334,6 +335,19 @@ def log_losses(path):
     """The losses of the step records of a trainer's --log (JSON lines)."""
     with open(path) as f:
         return [json.loads(line)["loss"] for line in f if '"type":"step"' in line]
+
+
+def trainer_outputs(work):
+    """A trainer run's results in `work` as bytes, for comparing runs bit for
+    bit: the losses of its --log=log.jsonl as written, and each file of its
+    --dump=dump (params, evaluation logits)."""
+    with open(os.path.join(work, "log.jsonl")) as f:
+        losses = [line.split('"loss":')[1].split(",")[0] for line in f if '"type":"step"' in line]
+    dumped = {}
+    for p in sorted(glob.glob(os.path.join(work, "dump", "*.bin"))):
+        with open(p, "rb") as f:
+            dumped[os.path.basename(p)] = f.read()
+    return losses, dumped
 
 
 def files_differ(ref, got, names):

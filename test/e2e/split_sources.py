@@ -16,7 +16,6 @@ trainers), and trains the same.
 
     python3 test/e2e/split_sources.py
 """
-import glob
 import os
 import shutil
 import sys
@@ -26,15 +25,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 STEPS = 6
-
-
-def outputs(work):
-    """The losses of the log, each dumped param and the evaluation logits, as bytes."""
-    with open(os.path.join(work, "log.jsonl")) as f:
-        losses = [line.split('"loss":')[1].split(",")[0] for line in f if '"type":"step"' in line]
-    dumped = {os.path.basename(p): open(p, "rb").read()
-              for p in sorted(glob.glob(os.path.join(work, "dump", "*.bin")))}
-    return losses, dumped
 
 
 def train(exe, work, emulated):
@@ -51,7 +41,7 @@ def compare(name, want, work, exe, emulated):
     if r is None:
         harness.record(False, f"{name}: train", "")
         return
-    got = outputs(work)
+    got = harness.trainer_outputs(work)
     same = got == want and len(got[0]) == STEPS and any(k.startswith("param_") for k in got[1])
     harness.record(same, f"{name}: the one-file trainer's losses, params and eval logits, "
                    "bit for bit", f"losses {got[0]} vs {want[0]}")
@@ -75,7 +65,7 @@ def case(tmp, model, flags, emulated=False, source_builds=False):
     if train(exes[0], one, emulated) is None:
         harness.record(False, f"{name}: train the one-file trainer", "")
         return
-    want = outputs(one)
+    want = harness.trainer_outputs(one)
     compare(f"{name} --ops-per-file=20", want, os.path.join(tmp, f"{tag}-run-split"), exes[20],
             emulated)
     if not source_builds:

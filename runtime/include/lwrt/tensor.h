@@ -1,5 +1,5 @@
 // lwrt/tensor.h - tensors as the runtime sees them
-// defines: DType, Layout, TensorView, dtypeSize
+// defines: DType, Layout, TensorView, dtypeSize, dtypeName
 //
 // The runtime is the library compiled into every trainer that lwcc emits.
 // It knows nothing of the compiler's IR: kernels take TensorViews (a pointer
@@ -31,6 +31,27 @@ inline int64_t dtypeSize(DType t) {
     return 1;
   }
   return 0;
+}
+
+/// numpy's name of the type, as the data loaders' messages write it.
+inline const char* dtypeName(DType t) {
+  switch (t) {
+  case DType::F32:
+    return "float32";
+  case DType::F64:
+    return "float64";
+  case DType::F16:
+    return "float16";
+  case DType::BF16:
+    return "bfloat16";
+  case DType::I64:
+    return "int64";
+  case DType::I32:
+    return "int32";
+  case DType::Bool:
+    return "bool";
+  }
+  return "?";
 }
 
 /// How a view's elements lie in memory. RowMajor is the IR's (and every
