@@ -108,6 +108,44 @@ std::string expressionOf(const FusedStatement& st, const std::string& a, const s
   }
 }
 
+/// An operand's dim `k` of the iteration space `space` (numpy broadcasting:
+/// 1 where the operand has fewer dims).
+int64_t dimIn(const Shape& s, const Shape& space, size_t k) {
+  const size_t offset = space.size() - s.size();
+  return k < offset ? 1 : s[k - offset];
+}
+
+/// Whether an operand of shape `s` has only 1s in the last `inner` dims of
+/// `space`: it reads one element over them.
+bool onesIn(const Shape& s, const Shape& space, size_t inner) {
+  for (size_t k = space.size() - inner; k < space.size(); ++k)
+    if (dimIn(s, space, k) != 1)
+      return false;
+  return true;
+}
+
+/// The innermost dims of `space` over which every operand is read either
+/// element by element (it has all of them: its strides over them are
+/// space's, so its elements there are consecutive) or at one element (it
+/// broadcasts over all of them). A host loop then finds each operand's
+/// element once per block of them and walks the block with no division per
+/// element. 0 where the innermost dim alone mixes the two.
+size_t blockDims(const Op& op, const Shape& space) {
+  size_t dims = 0;
+  for (size_t inner = 1; inner <= space.size(); ++inner) {
+    for (const Value* v : op.operands()) {
+      const Shape& s = v->type().shape;
+      bool full = true;
+      for (size_t k = space.size() - inner; k < space.size(); ++k)
+        full &= dimIn(s, space, k) == space[k];
+      if (!full && !onesIn(s, space, inner))
+        return dims;
+    }
+    dims = inner;
+  }
+  return dims;
+}
+
 /// One kernel: its element function, and the function a trainer calls.
 struct Kernel {
   std::string name;
@@ -150,10 +188,21 @@ llvm::Expected<Kernel> renderKernel(const Op& op, const std::string& name, bool 
   for (size_t r = 0; r < results.size(); ++r)
     params += std::string(", ") + storageType(op.result(static_cast<unsigned>(r))->type().dtype) +
               "* q" + std::to_string(r);
+  // A host loop walks blocks of the innermost dims (blockDims): its
+  // element function reads an operand at element i of the block or at its
+  // one element there, the pointers set at the block's start.
+  const size_t inner = cuda ? 0 : blockDims(op, space);
+  int64_t block = 1;
+  for (size_t k = space.size() - inner; k < space.size(); ++k)
+    block *= space[k];
+  const bool blocked = block > 1;
   os << "LWRT_FUSED_ELEMENT void " << name << "_at(" << params << ") {\n";
   for (unsigned k = 0; k < op.numOperands(); ++k) {
     const TensorType& t = op.operand(k)->type();
-    const std::string at = "p" + std::to_string(k) + "[" + indexOf(t.shape, space) + "]";
+    std::string index = indexOf(t.shape, space);
+    if (blocked)
+      index = onesIn(t.shape, space, inner) ? "0" : "i";
+    const std::string at = "p" + std::to_string(k) + "[" + index + "]";
     const std::string load = t.dtype == DType::BF16  ? "bf16ToFloat(" + at + ")"
                              : t.dtype == DType::F16 ? "f16ToFloat(" + at + ")"
                                                      : at;
@@ -225,10 +274,37 @@ llvm::Expected<Kernel> renderKernel(const Op& op, const std::string& name, bool 
        << args << ");\n"
        << "  return fusedLaunched(\"" << name << "\");\n}\n\n";
   } else {
+    // The thread's range: element by element, or (blocked) in pieces that
+    // stay within a block of `block` elements, each operand's first element
+    // of a piece found once. A function of its own, flattened: its element
+    // function and the value helpers it calls inlined at -O3 into the loop.
+    std::string loop, loopArgs = args;
+    if (!blocked) {
+      loop = "  for (int64_t i = first; i < last; ++i)\n    " + name + "_at(i" + args + ");\n";
+    } else {
+      std::string starts, blockArgs;
+      for (unsigned k = 0; k < op.numOperands(); ++k) {
+        const std::string idx = indexOf(op.operand(k)->type().shape, space);
+        starts += "    const auto* a" + std::to_string(k) + " = p" + std::to_string(k) +
+                  (idx == "0" ? std::string() : " + (" + idx + ")") + ";\n";
+        blockArgs += ", a" + std::to_string(k);
+      }
+      for (size_t r = 0; r < results.size(); ++r) {
+        starts += "    auto* b" + std::to_string(r) + " = q" + std::to_string(r) + " + i;\n";
+        blockArgs += ", b" + std::to_string(r);
+      }
+      loop =
+          "  for (int64_t i = first; i < last;) {\n    const int64_t end = std::min(last, (i / " +
+          std::to_string(block) + " + 1) * " + std::to_string(block) + ");\n" + starts +
+          "    for (int64_t j = 0, m = end - i; j < m; ++j)\n      " + name + "_at(j" + blockArgs +
+          ");\n    i = end;\n  }\n";
+    }
+    os << "LWRT_FUSED_LOOP void " << name << "_range(int64_t first, int64_t last"
+       << params.substr(9) << ") {\n"
+       << loop << "}\n";
     os << "[[maybe_unused]] static bool " << name << "(" << views << ") {\n"
        << pointers << "  return fusedFor(" << n << ", [=](int64_t first, int64_t last) {\n"
-       << "    for (int64_t i = first; i < last; ++i)\n"
-       << "      " << name << "_at(i" << args << ");\n  });\n}\n\n";
+       << "    " << name << "_range(first, last" << loopArgs << ");\n  });\n}\n\n";
   }
   return Kernel{name, os.str()};
 }

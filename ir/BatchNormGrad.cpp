@@ -25,7 +25,19 @@ llvm::Error batchNorm(GradContext& c) {
   if (!any)
     return llvm::Error::success();
   const TensorType& xt = c.x(0)->type();
-  DType t = xt.dtype;
+  // A 16-bit x (mixed precision) has float32 parameters and statistics:
+  // x and dy are widened, everything computed in float32, and dx rounded
+  // to x's type once.
+  const DType t = c.x(1)->type().dtype;
+  Value* x = c.x(0);
+  Value* dy = c.dy();
+  if (xt.dtype != t) {
+    const std::vector<NamedAttr> wide{{"to", Attribute(std::string(dtypeName(t)))}};
+    TRY_V(wx, c.emit(OpKind::Cast, {x}, wide));
+    TRY_V(wdy, c.emit(OpKind::Cast, {dy}, wide));
+    x = wx;
+    dy = wdy;
+  }
   int64_t rank = xt.rank();
   Shape perChannel(rank, 1);
   perChannel[1] = xt.shape[1];
@@ -45,13 +57,18 @@ llvm::Error batchNorm(GradContext& c) {
   TRY_V(gain, c.emit(OpKind::Mul, {c.x(1), inv})); // scale * inv
   if (c.need(0)) {
     TRY_V(g, spread(gain));
-    TRY_V(dx, c.emit(OpKind::Mul, {c.dy(), g}));
+    TRY_V(dx, c.emit(OpKind::Mul, {dy, g}));
     c.dxs[0] = dx;
+    if (xt.dtype != t) {
+      TRY_V(narrow,
+            c.emit(OpKind::Cast, {dx}, {{"to", Attribute(std::string(dtypeName(xt.dtype)))}}));
+      c.dxs[0] = narrow;
+    }
   }
   if (c.need(1) || c.need(4)) {
     TRY_V(m, spread(c.x(3)));
-    TRY_V(centered, c.emit(OpKind::Sub, {c.x(0), m}));
-    TRY_V(prod, c.emit(OpKind::Mul, {c.dy(), centered}));
+    TRY_V(centered, c.emit(OpKind::Sub, {x, m}));
+    TRY_V(prod, c.emit(OpKind::Mul, {dy, centered}));
     TRY_V(s, sumOthers(prod));
     if (c.need(1)) {
       TRY_V(dscale, c.emit(OpKind::Mul, {s, inv}));
@@ -66,7 +83,7 @@ llvm::Error batchNorm(GradContext& c) {
     }
   }
   if (c.need(2) || c.need(3)) {
-    TRY_V(sdy, sumOthers(c.dy()));
+    TRY_V(sdy, sumOthers(dy));
     if (c.need(2))
       c.dxs[2] = sdy;
     if (c.need(3)) {

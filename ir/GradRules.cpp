@@ -560,19 +560,27 @@ Error batchNormTrain(GradContext& c) {
       TRY_V(r, c.emit(OpKind::Reshape, {stat}, {{"shape", Attribute(perChannel)}}));
       return c.emit(OpKind::Mul, {r, c.scalar(factor / m, x.dtype)});
     };
+    // Without y's gradient (a synchronized batch norm reads only the
+    // statistics: passes/Materialize.cpp) the mean's term is added to the
+    // variance's by broadcast, with no x-sized copy of it.
+    Value* dmean = nullptr;
     if (c.dy(1)) {
-      TRY_V(dmean, term(c.dy(1), 1.0));
-      TRY_V(d, dx ? c.emit(OpKind::Add, {dx, dmean})
-                  : c.emit(OpKind::Expand, {dmean}, {{"shape", Attribute(x.shape)}}));
-      dx = d;
+      TRY_V(d, term(c.dy(1), 1.0));
+      dmean = d;
+      if (dx || !c.dy(2)) {
+        TRY_V(sum, dx ? c.emit(OpKind::Add, {dx, dmean})
+                      : c.emit(OpKind::Expand, {dmean}, {{"shape", Attribute(x.shape)}}));
+        dx = sum;
+        dmean = nullptr;
+      }
     }
     if (c.dy(2)) {
       TRY_V(dvar, term(c.dy(2), 2.0));
       TRY_V(mean, c.emit(OpKind::Reshape, {c.y(1)}, {{"shape", Attribute(perChannel)}}));
       TRY_V(centered, c.emit(OpKind::Sub, {c.x(0), mean}));
       TRY_V(p, c.emit(OpKind::Mul, {centered, dvar}));
-      if (dx) {
-        TRY_V(sum, c.emit(OpKind::Add, {dx, p}));
+      if (dx || dmean) {
+        TRY_V(sum, dx ? c.emit(OpKind::Add, {dx, p}) : c.emit(OpKind::Add, {p, dmean}));
         p = sum;
       }
       dx = p;

@@ -553,9 +553,19 @@ private:
     return llvm::Error::success();
   }
 
-  /// batch_norm_train over a sample split: the mean and variance of the
-  /// whole batch from per-device sums, all-reduced; the mean first, then
-  /// the squared deviations from it (the same two passes as one device).
+  /// batch_norm_train over a sample split, as a synchronized batch norm:
+  /// each device computes its own share's statistics with one device's
+  /// batch_norm_train kernel, the whole batch's mean and variance are
+  /// combined from them by two all-reduces of per-channel values, and
+  /// batch_norm normalizes each share with them. With m_i of the batch's m
+  /// samples on device i, its mean mu_i and population variance v_i:
+  ///   mean = sum_i (m_i / m) mu_i
+  ///   var  = sum_i (m_i / m) (v_i + (mu_i - mean)^2)
+  /// (the variance of a union from its parts' moments, with no difference
+  /// of large sums: one device's two passes up to float reassociation).
+  /// Only per-channel values cross devices and, differentiated, the
+  /// backward's per-channel sums; every pass over the activations is one
+  /// device's kernel or elementwise ops the fuse pass joins.
   llvm::Error batchNormOverSamples(Op& op, const Layout& split) {
     const std::vector<int64_t>& devices = split.devices;
     auto x = realize(op.operand(0), split);
@@ -568,25 +578,12 @@ private:
     if (!bias)
       return bias.takeError();
     const TensorType& xt = op.operand(0)->type();
-    // A 16-bit x (mixed precision) is normalized in float32, its parameters'
-    // and statistics' type, and y rounded to x's type once, as one device's
-    // kernel computes it.
+    // A 16-bit x (mixed precision) has its statistics computed from a
+    // float32 copy (their gradient is made in one type); batch_norm
+    // normalizes x itself with float32 statistics and rounds y once, as
+    // one device's kernel does.
     const DType low = xt.dtype, dt = channelDType(low);
-    if (dt != low)
-      for (size_t i = 0; i < x->size(); ++i) {
-        auto wide = emit(split.devices[i], OpKind::Cast, {(*x)[i]},
-                         {{"to", Attribute(std::string(dtypeName(dt)))}});
-        if (!wide)
-          return wide.takeError();
-        (*x)[i] = *wide;
-      }
-    int64_t rank = xt.rank(), count = xt.numElements() / xt.shape[1];
-    std::vector<int64_t> axes{0}, bshape(rank, 1);
-    for (int64_t d = 2; d < rank; ++d)
-      axes.push_back(d);
-    bshape[1] = xt.shape[1];
-    std::vector<NamedAttr> sumAttrs{{"axes", Attribute(axes)}, {"keepdims", Attribute(int64_t{0})}};
-    std::vector<NamedAttr> toB{{"shape", Attribute(bshape)}};
+    const double epsilon = op.getFloat("epsilon");
     std::vector<NamedAttr> devs{{"devices", Attribute(devices)}};
     size_t p = devices.size();
 #define TRY_V(var, expr)                                                                           \
@@ -594,57 +591,59 @@ private:
   if (!var##_)                                                                                     \
     return var##_.takeError();                                                                     \
   Value* var = *var##_;
-    std::vector<Value*> sums;
-    for (size_t i = 0; i < p; ++i) {
-      TRY_V(s, emit(devices[i], OpKind::ReduceSum, {(*x)[i]}, sumAttrs));
-      sums.push_back(s);
-    }
-    auto total = emitComm(OpKind::AllReduce, sums, devs, p);
-    if (!total)
-      return total.takeError();
-    std::vector<Value*> means, centered, squares;
+    std::vector<Value*> localMeans, localVars, shares, weighted;
     for (size_t i = 0; i < p; ++i) {
       int64_t d = devices[i];
-      TRY_V(mean, emit(d, OpKind::Mul, {(*total)[i], scalar(1.0 / count, dt, d)}));
-      TRY_V(meanB, emit(d, OpKind::Reshape, {mean}, toB));
-      TRY_V(xc, emit(d, OpKind::Sub, {(*x)[i], meanB}));
-      TRY_V(sq, emit(d, OpKind::Mul, {xc, xc}));
-      TRY_V(q, emit(d, OpKind::ReduceSum, {sq}, sumAttrs));
-      means.push_back(mean);
-      centered.push_back(xc);
-      squares.push_back(q);
-    }
-    auto qtotal = emitComm(OpKind::AllReduce, squares, devs, p);
-    if (!qtotal)
-      return qtotal.takeError();
-    Dist y, mean, var;
-    y.layout = split;
-    mean.layout = var.layout = wholeOn(devices);
-    mean.pieces = means;
-    for (size_t i = 0; i < p; ++i) {
-      int64_t d = devices[i];
-      TRY_V(v, emit(d, OpKind::Mul, {(*qtotal)[i], scalar(1.0 / count, dt, d)}));
-      TRY_V(ve, emit(d, OpKind::Add, {v, scalar(op.getFloat("epsilon"), dt, d)}));
-      TRY_V(sd, emit(d, OpKind::Sqrt, {ve}));
-      TRY_V(inv, emit(d, OpKind::Reciprocal, {sd}));
-      TRY_V(k, emit(d, OpKind::Mul, {inv, (*scale)[i]}));
-      TRY_V(kB, emit(d, OpKind::Reshape, {k}, toB));
-      TRY_V(norm, emit(d, OpKind::Mul, {centered[i], kB}));
-      TRY_V(biasB, emit(d, OpKind::Reshape, {(*bias)[i]}, toB));
-      TRY_V(out, emit(d, OpKind::Add, {norm, biasB}));
+      Value* wide = (*x)[i];
       if (dt != low) {
-        TRY_V(narrow,
-              emit(d, OpKind::Cast, {out}, {{"to", Attribute(std::string(dtypeName(low)))}}));
-        out = narrow;
+        TRY_V(w, emit(d, OpKind::Cast, {wide}, {{"to", Attribute(std::string(dtypeName(dt)))}}));
+        wide = w;
       }
+      b_.setDevice(d);
+      auto stats = b_.createInferred(OpKind::BatchNormTrain, {wide, (*scale)[i], (*bias)[i]},
+                                     {{"epsilon", Attribute(epsilon)}}, 3);
+      if (!stats)
+        return stats.takeError();
+      Value* share =
+          scalar(static_cast<double>(split.sizes[i]) / static_cast<double>(xt.shape[0]), dt, d);
+      TRY_V(w, emit(d, OpKind::Mul, {(*stats)->result(1), share}));
+      localMeans.push_back((*stats)->result(1));
+      localVars.push_back((*stats)->result(2));
+      shares.push_back(share);
+      weighted.push_back(w);
+    }
+    auto mean = emitComm(OpKind::AllReduce, weighted, devs, p);
+    if (!mean)
+      return mean.takeError();
+    std::vector<Value*> spreads;
+    for (size_t i = 0; i < p; ++i) {
+      int64_t d = devices[i];
+      TRY_V(off, emit(d, OpKind::Sub, {localMeans[i], (*mean)[i]}));
+      TRY_V(sq, emit(d, OpKind::Mul, {off, off}));
+      TRY_V(moment, emit(d, OpKind::Add, {localVars[i], sq}));
+      TRY_V(w, emit(d, OpKind::Mul, {moment, shares[i]}));
+      spreads.push_back(w);
+    }
+    auto var = emitComm(OpKind::AllReduce, spreads, devs, p);
+    if (!var)
+      return var.takeError();
+    Dist y, meanD, varD;
+    y.layout = split;
+    meanD.layout = varD.layout = wholeOn(devices);
+    for (size_t i = 0; i < p; ++i) {
+      int64_t d = devices[i];
+      TRY_V(out,
+            emit(d, OpKind::BatchNorm, {(*x)[i], (*scale)[i], (*bias)[i], (*mean)[i], (*var)[i]},
+                 {{"epsilon", Attribute(epsilon)}}));
       out->setName(freshName(op.result(0)->name(), d));
       y.pieces.push_back(out);
-      var.pieces.push_back(v);
+      meanD.pieces.push_back((*mean)[i]);
+      varD.pieces.push_back((*var)[i]);
     }
 #undef TRY_V
     dist_[op.result(0)] = std::move(y);
-    dist_[op.result(1)] = std::move(mean);
-    dist_[op.result(2)] = std::move(var);
+    dist_[op.result(1)] = std::move(meanD);
+    dist_[op.result(2)] = std::move(varD);
     return llvm::Error::success();
   }
 

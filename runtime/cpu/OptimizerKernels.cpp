@@ -97,16 +97,15 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
 
 namespace {
 
-/// fn(slot, k) for element k of every slot, in one pass over them all.
-template <typename Slot, typename Fn>
-void forEachSlotElement(const std::vector<Slot>& slots, Fn fn) {
+/// fn(slot, first, end) for the elements [first, end) of each slot that a
+/// thread takes, in one pass over them all: the slot's pointers and
+/// hyperparameters set once a piece, not once an element.
+template <typename Slot, typename Fn> void forEachSlotRange(const std::vector<Slot>& slots, Fn fn) {
   std::vector<int64_t> elements;
   for (const Slot& s : slots)
     elements.push_back(s.w.numel());
-  forEachPieceRange(elements, [&](size_t p, int64_t first, int64_t end) {
-    for (int64_t k = first; k < end; ++k)
-      fn(slots[p], k);
-  });
+  forEachPieceRange(elements,
+                    [&](size_t p, int64_t first, int64_t end) { fn(slots[p], first, end); });
 }
 
 } // namespace
@@ -121,12 +120,16 @@ bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
         return false;
   return dispatchFloat(slots[0].w.dtype, [&](auto tag) {
     using T = decltype(tag);
-    forEachSlotElement(slots, [&](const SgdSlot& s, int64_t k) {
+    forEachSlotRange(slots, [&](const SgdSlot& s, int64_t first, int64_t end) {
       const SgdHyper h{s.p.momentum, s.p.weight_decay, s.p.nesterov != 0};
-      SgdElement e =
-          sgdElement(s.w.as<T>()[k], s.g.as<T>()[k], s.m.as<T>()[k], rate * s.p.lr_scale, h);
-      s.mOut.as<T>()[k] = static_cast<T>(e.m);
-      s.wOut.as<T>()[k] = static_cast<T>(e.w);
+      const double r = rate * s.p.lr_scale;
+      const T *w = s.w.as<T>(), *g = s.g.as<T>(), *m = s.m.as<T>();
+      T *wOut = s.wOut.as<T>(), *mOut = s.mOut.as<T>();
+      for (int64_t k = first; k < end; ++k) {
+        SgdElement e = sgdElement(w[k], g[k], m[k], r, h);
+        mOut[k] = static_cast<T>(e.m);
+        wOut[k] = static_cast<T>(e.w);
+      }
     });
     return true;
   });
@@ -148,14 +151,18 @@ bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
   }
   return dispatchFloat(slots[0].w.dtype, [&](auto tag) {
     using T = decltype(tag);
-    forEachSlotElement(slots, [&](const AdamSlot& s, int64_t k) {
+    forEachSlotRange(slots, [&](const AdamSlot& s, int64_t first, int64_t end) {
       const AdamHyper h{s.p.beta1, s.p.beta2, s.p.epsilon, s.p.weight_decay, s.p.decoupled != 0};
-      AdamElement e =
-          adamElement(s.w.as<T>()[k], s.g.as<T>()[k], s.m.as<T>()[k], s.v.as<T>()[k],
-                      rate * s.p.lr_scale, h, corr[static_cast<size_t>(&s - slots.data())]);
-      s.mOut.as<T>()[k] = static_cast<T>(e.m);
-      s.vOut.as<T>()[k] = static_cast<T>(e.v);
-      s.wOut.as<T>()[k] = static_cast<T>(e.w);
+      const AdamCorrection c = corr[static_cast<size_t>(&s - slots.data())];
+      const double r = rate * s.p.lr_scale;
+      const T *w = s.w.as<T>(), *g = s.g.as<T>(), *m = s.m.as<T>(), *v = s.v.as<T>();
+      T *wOut = s.wOut.as<T>(), *mOut = s.mOut.as<T>(), *vOut = s.vOut.as<T>();
+      for (int64_t k = first; k < end; ++k) {
+        AdamElement e = adamElement(w[k], g[k], m[k], v[k], r, h, c);
+        mOut[k] = static_cast<T>(e.m);
+        vOut[k] = static_cast<T>(e.v);
+        wOut[k] = static_cast<T>(e.w);
+      }
     });
     return true;
   });

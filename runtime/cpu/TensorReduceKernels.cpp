@@ -178,8 +178,12 @@ bool castGroup(const std::vector<CastPair>& pairs) {
   forEachPieceRange(elements, [&](size_t p, int64_t first, int64_t end) {
     const float* xs = pairs[p].x.as<float>();
     auto* ys = static_cast<uint16_t*>(pairs[p].y.data);
-    for (int64_t k = first; k < end; ++k)
-      ys[k] = low == DType::BF16 ? floatToBf16(xs[k]) : floatToF16(xs[k]);
+    if (low == DType::BF16)
+      for (int64_t k = first; k < end; ++k)
+        ys[k] = floatToBf16(xs[k]);
+    else
+      for (int64_t k = first; k < end; ++k)
+        ys[k] = floatToF16(xs[k]);
   });
   return true;
 }

@@ -1,5 +1,5 @@
 // lwrt/fused.h - what the kernels lwcc generates for fused regions call
-// defines: LWRT_FUSED_ELEMENT, fusedMul, fusedClip; cpu::fusedFor; cuda::fusedStream,
+// defines: LWRT_FUSED_ELEMENT, LWRT_FUSED_LOOP, fusedMul, fusedClip; cpu::fusedFor; cuda::fusedStream,
 //          cuda::fusedBlocks, cuda::kFusedThreads, cuda::fusedLaunched, LWRT_FUSED_LAUNCH
 //
 // A trainer's fused ops (passes/Fuse.cpp) are kernels of its own source
@@ -22,6 +22,15 @@
 #define LWRT_FUSED_ELEMENT static __host__ __device__ __forceinline__
 #else
 #define LWRT_FUSED_ELEMENT [[maybe_unused]] static inline __attribute__((always_inline))
+#endif
+
+/// A host loop over an element function: every call in it inlined, the
+/// value helpers (lwrt/bf16.h, activation_math.h) included, though they
+/// are built at the trainer's level and the loop at -O3.
+#if defined(__GNUC__)
+#define LWRT_FUSED_LOOP [[maybe_unused]] static __attribute__((flatten))
+#else
+#define LWRT_FUSED_LOOP [[maybe_unused]] static
 #endif
 
 namespace lwrt {
