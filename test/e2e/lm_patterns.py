@@ -93,7 +93,7 @@ def causal_lm():
     graph = helper.make_graph(
         nodes, "causal_lm", [helper.make_tensor_value_info("ids", TensorProto.INT64, [B, T])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [B, T, V])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def lm_loss():
@@ -132,7 +132,7 @@ def lm_loss():
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, D]),
          helper.make_tensor_value_info("labels", TensorProto.INT64, [B, T])],
         [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
 def token_ids(rng):
