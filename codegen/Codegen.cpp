@@ -23,6 +23,7 @@
 #include "codegen/Codegen.h"
 
 #include "codegen/Layouts.h"
+#include "codegen/FusedKernels.h"
 #include "codegen/PhaseWriter.h"
 #include "codegen/SourceFiles.h"
 #include "ir/Printer.h"
@@ -368,6 +369,10 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     text << "  return true;\n}\n\n";
     fns.push_back({name, text.str()});
   };
+  // The fused ops' kernels, written into the source.
+  auto fusedKernels = FusedKernels::render(g, cuda);
+  if (!fusedKernels)
+    return fusedKernels.takeError();
   // The activations CPU kernels keep in oneDNN's blocked layout.
   const std::set<const Value*> blocked = cuda ? std::set<const Value*>{} : blockedValues(g);
   // CUDA fuses only what cuDNN's plans apply: a convolution's ReLU.
@@ -395,6 +400,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       PhaseWriter& w = *writers.back();
       w.fuseActivations(fusions);
       w.setBlocked(blocked);
+      w.setFusedKernels(&*fusedKernels);
+      w.groupUpdates(o.groupUpdates);
       if (!held.rows.empty()) {
         std::map<const Value*, HeldRows> rows;
         for (size_t i = 0; i < g.inputs().size(); ++i)
@@ -440,6 +447,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     PhaseWriter& w = *writers.back();
     w.fuseActivations(fusions);
     w.setBlocked(blocked);
+    w.setFusedKernels(&*fusedKernels);
+    w.groupUpdates(o.groupUpdates);
     // Micro-batches (@mb) interleave forward and backward in the order
     // the schedule pass gave: one phase for them, then the update.
     bool micro = false;
@@ -701,7 +710,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       "#include <limits>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
       "#include \"lwrt/" +
       std::string(ns) + "_nn.h\"\n#include \"lwrt/" + ns + "_tensor.h\"\n" +
-      runtimeHeadersOf(g, ns) + "#include \"lwrt/trainer.h\"\n" +
+      runtimeHeadersOf(g, ns) + (fusedKernels->empty() ? "" : "#include \"lwrt/fused.h\"\n") +
+      "#include \"lwrt/trainer.h\"\n" +
       (multi ? "#include \"lwrt/comm.h\"\n" : "") + (cuda ? "#include \"lwrt/nvtx.h\"\n" : "") +
       "\n";
   // The assembler embeds the blobs (nvcc's device pass must not see them).
@@ -714,7 +724,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   const bool split = splitsSources(fns, o.opsPerFile);
   SharedSizes sizes{*arenaBytes, stateBytes, inputBytes, evalArenaBytes};
   parts.shared = sharedDefinitions(ns, sizes, shapes.definitions(split ? "inline " : ""),
-                                   offsets.str(), split);
+                                   offsets.str(), split) +
+                 fusedKernels->definitions();
   parts.main = mainText.str();
 
   GeneratedTrainer out;

@@ -47,6 +47,9 @@ struct CodegenOptions {
   /// False: no weights in the source; the trainer reads <program>.weights
   /// (or --weights=FILE) at start-up.
   bool embedWeights = true;
+  /// Each run of optimizer updates as one multi-tensor call (false with
+  /// --no-fuse: one call per param).
+  bool groupUpdates = true;
   std::string exportFile = "trainer.onnx-template";
   std::string exportTemplate; ///< empty: no --export
   std::vector<ExportCutSpec> exportCuts;

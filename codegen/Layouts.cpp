@@ -140,6 +140,7 @@ void visit(const Op& op, Plan& plan) {
   case OpKind::Add:
   case OpKind::Sub:
   case OpKind::Mul:
+  case OpKind::Fused: // its kernel reads and writes element i of each alike
     return all(sameShapes(op));
   case OpKind::Concat:
   case OpKind::Split: {

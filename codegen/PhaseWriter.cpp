@@ -199,6 +199,7 @@ llvm::Error PhaseWriter::write(GraphCode& code, const std::function<size_t(size_
       ++i;
     }
     planFusions(order, [&](size_t k) { return phases[k] == phases[k + 1]; });
+    planUpdateGroups(order, [&](size_t k) { return phases[k] == phases[k + 1]; });
   }
   size_t index = 0;
   for (const auto& opPtr : g_.ops()) {
@@ -230,10 +231,12 @@ llvm::Error PhaseWriter::writeDevice(DeviceCode& code, int64_t device,
     for (const auto& op : g_.ops())
       if (op->kind() != OpKind::Constant && onDevice(*op, device))
         orders[op->annotations().stream.value_or(0)].push_back(op.get());
-    for (const auto& [s, order] : orders)
+    for (const auto& [s, order] : orders) {
       planFusions(order, [&order = order](size_t k) {
         return !order[k]->info().isEvent() && !order[k + 1]->info().isEvent();
       });
+      planUpdateGroups(order, [](size_t) { return true; });
+    }
   }
   code.streams[0];
   for (const auto& opPtr : g_.ops()) {
@@ -282,6 +285,25 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
         code.used.insert(f->second->result(r));
   code.hyper = !hyperParams(op).empty();
   out << "\n  // " << statement(op, names_) << "\n";
+  if (inRun_.count(&op)) {
+    out << "  // (updated by the multi-tensor call above)\n";
+    code.used.clear();
+    code.hyper = false;
+    return done();
+  }
+  if (auto run = updateRuns_.find(&op); run != updateRuns_.end()) {
+    for (const Op* u : run->second) {
+      for (const Value* v : u->operands())
+        code.used.insert(v);
+      for (unsigned r = 0; r < u->numResults(); ++r)
+        code.used.insert(u->result(r));
+    }
+    out << "  // and the " << run->second.size() - 1
+        << " updates after it: one multi-tensor call over the params\n";
+    out << "  RUN_OP(" << groupCallOf(run->second) << ", " << cString(std::string(op.mnemonic()))
+        << ", " << labelOf(op) << ");\n";
+    return done();
+  }
   auto call = commIds && op.info().isCommunication() ? commCallOf(op, device, commIds->at(&op))
                                                      : callOf(op);
   if (!call)
@@ -438,6 +460,16 @@ llvm::Expected<std::string> PhaseWriter::callOf(const Op& op) {
     return op.emitError("codegen: a communication op in a one-device step");
   case KernelSpec::Event:
     return fn + "(b, " + std::to_string(op.getInt("event")) + ")";
+  case KernelSpec::Generated: {
+    if (!fusedKernels_)
+      return op.emitError("codegen: no kernel written for this fused op");
+    std::string call = fusedKernels_->name(op) + "(";
+    for (unsigned i = 0; i < op.numOperands(); ++i)
+      call += (i ? ", " : "") + names_(op.operand(i));
+    for (unsigned r = 0; r < op.numResults(); ++r)
+      call += ", " + names_(op.result(r));
+    return call + ")";
+  }
   }
   if (fn.empty() || formatter == paramsFormatters().end())
     return op.emitError("codegen: no runtime kernel for this op");
@@ -483,6 +515,67 @@ std::vector<PhaseWriter::Access> PhaseWriter::accessesOf(const Op& op) const {
   for (unsigned r = 0; r < op.numResults(); ++r)
     add(op.result(r));
   return out;
+}
+
+void PhaseWriter::planUpdateGroups(const std::vector<const Op*>& order,
+                                   const std::function<bool(size_t)>& adjacent) {
+  auto isUpdate = [](const Op* op) {
+    return op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate;
+  };
+  // An assign between updates copies nothing where the update is written
+  // over its param.
+  auto inPlace = [&](const Op* op) {
+    return op->kind() == OpKind::Assign && where_.count(op->operand(0)) &&
+           where_.count(op->operand(1)) && where_.at(op->operand(0)) == where_.at(op->operand(1));
+  };
+  for (size_t k = 0; k < order.size() && groupUpdates_; ++k) {
+    if (!isUpdate(order[k]))
+      continue;
+    const Op* first = order[k];
+    std::vector<const Op*> run{first};
+    size_t j = k;
+    while (j + 1 < order.size() && adjacent(j)) {
+      const Op* next = order[j + 1];
+      if (inPlace(next)) {
+        ++j;
+        continue;
+      }
+      // One kind, one lr (and step), one element type.
+      if (!isUpdate(next) || next->kind() != first->kind() ||
+          next->operand(first->kind() == OpKind::SgdUpdate ? 3 : 4) !=
+              first->operand(first->kind() == OpKind::SgdUpdate ? 3 : 4) ||
+          (first->kind() == OpKind::AdamUpdate && next->operand(5) != first->operand(5)) ||
+          next->operand(0)->type().dtype != first->operand(0)->type().dtype)
+        break;
+      run.push_back(next);
+      ++j;
+    }
+    if (run.size() >= 2) {
+      updateRuns_[first] = run;
+      inRun_.insert(run.begin() + 1, run.end());
+    }
+    k = j;
+  }
+}
+
+std::string PhaseWriter::groupCallOf(const std::vector<const Op*>& run) {
+  const bool sgd = run.front()->kind() == OpKind::SgdUpdate;
+  std::string call = sgd ? "sgdUpdateGroup({" : "adamUpdateGroup({";
+  for (size_t k = 0; k < run.size(); ++k) {
+    const Op& u = *run[k];
+    call += k ? ",\n      " : "\n      ";
+    call += sgd ? "SgdSlot{" : "AdamSlot{";
+    const unsigned tensors = sgd ? 3 : 4; // w, g, m (, v)
+    for (unsigned i = 0; i < tensors; ++i)
+      call += names_(u.operand(i)) + ", ";
+    for (unsigned r = 0; r < u.numResults(); ++r)
+      call += names_(u.result(r)) + ", ";
+    call += hyperParams(u) + "}";
+  }
+  call += "}, " + names_(run.front()->operand(sgd ? 3 : 4));
+  if (!sgd)
+    call += ", " + names_(run.front()->operand(5));
+  return call + ")";
 }
 
 void PhaseWriter::planFusions(const std::vector<const Op*>& order,

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "codegen/Emitters.h"
+#include "codegen/FusedKernels.h"
 #include "codegen/Names.h"
 #include "ir/IR.h"
 
@@ -97,6 +98,11 @@ public:
   /// views say so.
   void setBlocked(std::set<const Value*> blocked) { blocked_ = std::move(blocked); }
 
+  /// The kernels the trainer's source has for its fused ops.
+  void setFusedKernels(const FusedKernels* kernels) { fusedKernels_ = kernels; }
+  /// Whether runs of optimizer updates become multi-tensor calls.
+  void groupUpdates(bool on) { groupUpdates_ = on; }
+
   /// A CUDA device of several: the inputs it reads and the rows it holds
   /// of each (its views of them are those rows; its dim-0 slices of them
   /// start from the first).
@@ -165,6 +171,14 @@ private:
   /// takes only a conv2d and a relu whose result has the convolution
   /// result's bytes (run in place), so the fused call's result never shares
   /// bytes with its input.
+  /// Runs of sgd_update (or adam_update) ops with one lr in `order`, only
+  /// in-place assigns between them, `adjacent(k)` true for order[k] and
+  /// order[k + 1] (the same function): each run becomes one multi-tensor
+  /// call at its first op (sgdUpdateGroup, adamUpdateGroup).
+  void planUpdateGroups(const std::vector<const Op*>& order,
+                        const std::function<bool(size_t)>& adjacent);
+  /// The multi-tensor call of a run's first op.
+  std::string groupCallOf(const std::vector<const Op*>& run);
   void planFusions(const std::vector<const Op*>& order,
                    const std::function<bool(size_t)>& adjacent);
 
@@ -179,10 +193,14 @@ private:
   ShapeNames& shapes_;
   Fusions fusions_ = Fusions::None;
   std::set<const Value*> blocked_;
+  const FusedKernels* fusedKernels_ = nullptr;
   std::map<const Value*, HeldRows> inputRows_;
   std::set<const Value*> declared_;          ///< the values views() declared
   std::map<const Op*, const Op*> fusedInto_; ///< producer -> its activation
   std::set<const Op*> fusedFrom_;            ///< the activations
+  std::map<const Op*, std::vector<const Op*>> updateRuns_; ///< first update -> its run
+  std::set<const Op*> inRun_;                              ///< the runs' other updates
+  bool groupUpdates_ = true;
   const Op* fusion_ = nullptr;               ///< while callOf writes a fused call: its activation
 };
 

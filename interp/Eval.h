@@ -160,6 +160,8 @@ inline lwrt::BroadcastIndex broadcastIndex(const Shape& to, const Shape& from) {
 #define LWCC_LANGUAGE_KERNELS(X) X(GatherElements) X(ScatterElements) X(NllLoss) X(NllLossGrad)
 // Gradient clipping (GradClipOps.cpp).
 #define LWCC_GRAD_CLIP_KERNELS(X) X(SquareSum) X(ClipCoef)
+// A fused region: its body's ops, one after another (FusedOps.cpp).
+#define LWCC_FUSED_KERNELS(X) X(Fused)
 #define X(E) llvm::Error eval##E(EvalCtx&);
 LWCC_TRAIN_KERNELS(X)
 LWCC_COMM_KERNELS(X)
@@ -167,6 +169,7 @@ LWCC_ZOO_KERNELS(X)
 LWCC_ENCODING_KERNELS(X)
 LWCC_LANGUAGE_KERNELS(X)
 LWCC_GRAD_CLIP_KERNELS(X)
+LWCC_FUSED_KERNELS(X)
 #undef X
 
 namespace kernels {

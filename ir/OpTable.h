@@ -84,10 +84,24 @@ struct KernelSpec {
     Fill,         ///< the result, filled once at start-up (constant)
     Assign,       ///< a copy of operand #1 over the state of operand #0
     Comm,         ///< one device's part of a communication op
-    Event         ///< the op's event number (record, wait)
+    Event,        ///< the op's event number (record, wait)
+    Generated     ///< a kernel codegen writes into the trainer (fused): operands, then results
   };
   const char* fn = nullptr;
   Args args = Plain;
+};
+
+/// What an op is to the fusion pass (passes/Fuse.cpp), after TVM's FuseOps
+/// patterns: its rule fuses chains of Elementwise and Broadcast ops over
+/// one iteration space into one generated kernel; OutElementwise ops take
+/// an activation after them as a library epilogue (codegen); Reduction and
+/// Opaque ops end a region.
+enum class FusionKind : uint8_t {
+  Opaque,         ///< a kernel of its own
+  Elementwise,    ///< each result element from the same element of each operand
+  Broadcast,      ///< elementwise after numpy broadcasting of its operands
+  Reduction,      ///< sums elements along axes
+  OutElementwise, ///< a library call whose result an elementwise epilogue may follow
 };
 
 struct OpInfo {
@@ -108,6 +122,7 @@ struct OpInfo {
   KernelSpec kernel = {};
   ParallelRule parallel = nullptr;
   LocalizeHook localize = nullptr;
+  FusionKind fusion = FusionKind::Opaque;
   /// @par and the parallel rule name dims of operand #0, which the op
   /// reduces away (losses, reductions to a scalar).
   bool parOnOperand = false;
@@ -151,6 +166,8 @@ Rule gather(const Op&);
 Rule expand(const Op&);
 Rule pad(const Op&);
 Rule cast(const Op&);
+/// fused: the types of its results' statements over `shape` (ir/FusedOps.cpp).
+Rule fused(const Op&);
 Rule clip(const Op&);
 Rule broadcastBinary(const Op&);
 Rule gemm(const Op&);
@@ -249,6 +266,8 @@ Rule nllLossGrad(const Op&);
 
 namespace verify {
 llvm::Error constant(const Op&);
+/// fused: its body reads, and each statement computes its declared type.
+llvm::Error fused(const Op&);
 llvm::Error comm(const Op&);
 /// record and wait: a non-negative event number.
 llvm::Error event(const Op&);
@@ -317,6 +336,8 @@ double normReduce(const Op&, const CostContext&);
 /// updates; a loss per target (and per input element for the gradient).
 double scatterElements(const Op&, const CostContext&);
 double nllLoss(const Op&, const CostContext&);
+/// fused: each statement's elements.
+double fused(const Op&, const CostContext&);
 } // namespace cost
 
 } // namespace lwcc

@@ -192,6 +192,8 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
     p.push_back({"loss-scale", ls.str()});
   }
   p.push_back({"dce", ""});
+  if (o.fuse)
+    p.push_back({"fuse", ""});
   if (o.streams > 1)
     p.push_back({"stream-assign", "streams=" + std::to_string(o.streams) +
                                       ",policy=" + o.streamPolicy + specOptions(o.pricing) +

@@ -139,6 +139,9 @@ struct TrainingPipelineOptions {
   /// (fold-replicas): a candidate the planner only prices (not with
   /// sharding, gradient clipping or fp16's loss scale).
   bool foldReplicas = false;
+  /// Whether chains of elementwise ops become fused ops, each one generated
+  /// kernel (the fuse pass; --no-fuse builds one runtime call per op).
+  bool fuse = true;
 };
 
 /// The whole pipeline (steps 1 to 3 above, as far as `until`).

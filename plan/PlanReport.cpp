@@ -17,7 +17,52 @@
 namespace lwcc {
 
 /// The memory plan as a table: one row per op result, then the arenas.
-void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& os) {
+std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates) {
+  std::map<int64_t, KernelCount> out;
+  // Per device and stream: the optimizer updates of the run in progress
+  // (one kind, one lr, only in-place assigns between them), a launch per
+  // kUpdatesPerLaunch of them (codegen's multi-tensor calls).
+  constexpr int64_t kUpdatesPerLaunch = 24;
+  std::map<std::pair<int64_t, int64_t>, std::pair<const Op*, int64_t>> run;
+  auto inPlace = [](const Op& op) {
+    const Value* v = op.operand(1);
+    const Op* def = v->definingOp();
+    return def && def->annotations().bufferOffsets &&
+           (*def->annotations().bufferOffsets)[v->resultIndex()] == -1;
+  };
+  for (const auto& op : g.ops()) {
+    // No launch: a view, a constant (written once), an event, an update
+    // written in place over its param (assign of nothing).
+    if (op->info().view || op->kind() == OpKind::Constant || op->info().isEvent())
+      continue;
+    if (op->kind() == OpKind::Assign && inPlace(*op))
+      continue;
+    const bool update = op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate;
+    const auto where = std::make_pair(opDevice(*op), op->annotations().stream.value_or(0));
+    auto& [first, members] = run[where];
+    const bool joins = groupedUpdates && update && first && first->kind() == op->kind() &&
+                       first->operand(op->kind() == OpKind::SgdUpdate ? 3 : 4) ==
+                           op->operand(op->kind() == OpKind::SgdUpdate ? 3 : 4) &&
+                       members % kUpdatesPerLaunch != 0;
+    first = update ? (joins ? first : op.get()) : nullptr;
+    members = update ? (joins ? members + 1 : 1) : 0;
+    int64_t bytes = 0;
+    for (const Value* v : op->operands())
+      bytes += v->type().sizeInBytes();
+    for (unsigned r = 0; r < op->numResults(); ++r)
+      bytes += op->result(r)->type().sizeInBytes();
+    for (int64_t d : devicesOf(*op)) {
+      KernelCount& k = out[d];
+      k.kernels += joins ? 0 : 1;
+      k.fused += op->kind() == OpKind::Fused;
+      k.bytes += op->info().isCommunication() ? 0 : bytes;
+    }
+  }
+  return out;
+}
+
+void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& os,
+               bool groupedUpdates) {
   os << llvm::formatv("memory plan of @{0}: {1} ops\n", g.name(), g.numOps());
   os << llvm::formatv("{0,-5} {1,-20} {2,-28} {3,-22} {4,10} {5,10} {6,4}\n", "#", "op", "location",
                       "result", "bytes", "offset", "dev");
@@ -43,6 +88,10 @@ void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& 
                       "{4} updates over their params (offset -1: in the state)\n",
                       stats.buffers, stats.totalBytes, stats.inPlace, stats.aliased,
                       stats.overParams);
+  for (const auto& [device, k] : kernelCounts(g, groupedUpdates))
+    os << llvm::formatv("device {0}: {1} kernels a step ({2} fused), {3} bytes read and written "
+                        "by them\n",
+                        device, k.kernels, k.fused, k.bytes);
   for (const auto& [device, m] : stats.breakdown)
     os << llvm::formatv("device {0}: params {1} bytes, other state {2} (optimizer, statistics); "
                         "arena fullest at op {3}, {4} bytes live: activations {5}, gradients "
@@ -347,6 +396,37 @@ PipelinePlan pipelinePlan(const Graph& g, const StrategyPlan& s, const std::stri
   return p;
 }
 
+namespace {
+
+/// The plans a selection left out because their step is not one device's,
+/// and the fastest of them where the report priced it (its pipeline row)
+/// beside the plan kept.
+void printChangesStep(const PlanSelection& selection, const std::vector<StrategyPlan>& strategies,
+                      llvm::raw_ostream& os) {
+  if (selection.changesStep.empty())
+    return;
+  os << "  left out, their step not one device's:";
+  for (const std::string& name : selection.changesStep)
+    os << " " << name;
+  os << ": " << selection.changesStepWhy << "\n";
+  const StrategyPlan* pipeline = nullptr;
+  const StrategyPlan* kept = nullptr;
+  for (const StrategyPlan& s : strategies) {
+    if (!s.error.empty())
+      continue;
+    if (s.name == "pipeline")
+      pipeline = &s;
+    if (s.name == "layerwise")
+      kept = &s;
+  }
+  if (pipeline && kept && pipeline->sim.stepSeconds < kept->sim.stepSeconds)
+    os << llvm::formatv("  the fastest of them, the pipeline row's plan, predicts {0:f3} ms against "
+                        "the kept plan's {1:f3} ms\n",
+                        pipeline->sim.stepSeconds * 1e3, kept->sim.stepSeconds * 1e3);
+}
+
+} // namespace
+
 void printParallelPlan(const Graph& g, const CostModel& model, const std::string& strategy,
                        int64_t gpus, const std::vector<StrategyPlan>& strategies,
                        const std::map<std::string, PlanSelection>& selections,
@@ -382,6 +462,7 @@ void printParallelPlan(const Graph& g, const CostModel& model, const std::string
     os << "; kept "
        << (selection.kept == "layerwise" ? "the search's plan" : selection.kept + "'s configs")
        << "\n";
+    printChangesStep(selection, strategies, os);
   }
   for (const StrategyPlan& s : strategies) {
     if (s.name != strategy)
@@ -467,9 +548,13 @@ void writePlanJson(const std::string& chosen, double searchSeconds, const std::s
     llvm::json::Object leftOut;
     for (const auto& [name, why] : selection->leftOut)
       leftOut[name] = why;
+    llvm::json::Array changesStep;
+    for (const std::string& name : selection->changesStep)
+      changesStep.push_back(name);
     top["search_check"] = llvm::json::Object{{"kept", selection->kept},
                                              {"candidates", std::move(candidates)},
-                                             {"left_out", std::move(leftOut)}};
+                                             {"left_out", std::move(leftOut)},
+                                             {"changes_step", std::move(changesStep)}};
   }
   if (pipeline && pipeline->microbatches) {
     llvm::json::Array devs;

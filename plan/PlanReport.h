@@ -17,7 +17,23 @@
 namespace lwcc {
 
 /// The memory plan as a table: one row per op result, then the arenas.
-void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& os);
+/// `groupedUpdates`: the trainer updates runs of params in multi-tensor
+/// calls (the kernel counts say so; false with --no-fuse).
+void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& os,
+               bool groupedUpdates = true);
+
+/// A device's kernel launches in one step, from the IR: library calls,
+/// runtime and generated kernels and collectives, each counted once (views,
+/// constants, events and updates written in place over their params launch
+/// nothing), and the bytes their operands and results hold (what they read
+/// and write at least; collectives' bytes are the links', not counted). A
+/// run of optimizer updates with one lr, only in-place assigns between them
+/// on their device and stream, counts one launch per 24 params (the CUDA
+/// runtime's multi-tensor launches; a CPU trainer makes one call).
+struct KernelCount {
+  int64_t kernels = 0, fused = 0, bytes = 0;
+};
+std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates = true);
 /// The bytes a multi-device training step moves between devices.
 int64_t stepCommBytes(const Graph& g);
 /// What runs on each stream of each device (ops, their predicted time, the

@@ -91,6 +91,14 @@ llvm::Expected<SimResult> simulateScheduled(Graph& planned, const SimCosts& cost
   return simulate(planned, costs);
 }
 
+/// Whether the model normalizes by batch statistics: micro-batches then
+/// change what it computes (each micro-batch by its own).
+bool normalizesByBatch(const Graph& g) {
+  return std::any_of(g.ops().begin(), g.ops().end(), [](const auto& op) {
+    return op->kind() == OpKind::BatchNorm || op->kind() == OpKind::BatchNormTrain;
+  });
+}
+
 PlanChoice pipelinePlan(int64_t stages, int64_t microbatches) {
   PlanChoice p;
   p.strategy = "pipeline";
@@ -482,8 +490,20 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
       p.microbatches = options_.microbatches.value_or(1);
       plans.push_back(p);
     }
+  // The layer-wise selection (the default strategy's) keeps one device's
+  // step: pipelines whose micro-batches would give batch norm other
+  // statistics are left out unless the user allowed them.
+  const bool keepsStep = strat == "layerwise" && !options_.microbatches &&
+                         !options_.microbatchStatistics && normalizesByBatch(g);
+  if (keepsStep)
+    sel.changesStepWhy = "batch norm would normalize each micro-batch by its own statistics, "
+                         "not the whole batch's (--strategy=pipeline, --microbatches=M or "
+                         "--batch-norm-per-microbatch allows it)";
   for (const PlanChoice& p : pipelineCandidates(g))
-    plans.push_back(p);
+    if (keepsStep && p.microbatches > 1)
+      sel.changesStep.push_back(p.name());
+    else
+      plans.push_back(p);
   // The pipelines' compact prices (plan/PipelinePreview.h): those that
   // step 2 orders started below, the others' computed where a rule needs
   // them.
@@ -1179,7 +1199,7 @@ llvm::Error Planner::select(const Graph& g, const std::string& strat) {
     }
   }
   const int64_t devices = options_.devices, stages = options_.stages;
-  if (!fastest && !options_.microbatches) {
+  if (!fastest && !options_.microbatches && !keepsStep) {
     int64_t n = batchOf(g);
     for (int64_t st = stages > 0 ? stages : 2; st <= devices; ++st) {
       if (devices % st || (stages > 0 && st != stages))

@@ -89,12 +89,22 @@ struct PlanSelection {
   /// compact price).
   std::vector<std::pair<std::string, std::string>> leftOut;
   double searchSeconds = 0; ///< the first candidate's strategy pass (the search)
+  /// Candidates left out because their step is not one device's (batch
+  /// norm over micro-batches), and why; the report names the fastest.
+  std::vector<std::string> changesStep;
+  std::string changesStepWhy;
 };
 
 struct PlannerOptions {
   int64_t devices = 1;
   int64_t stages = 0;                  ///< pipeline stages; 0: every S > 1 dividing devices
   std::optional<int64_t> microbatches; ///< micro-batches when given
+  /// Plans whose micro-batches change the step (batch norm normalizing each
+  /// micro-batch by its own statistics) are candidates of the layer-wise
+  /// selection (--batch-norm-per-microbatch). Without it, and without
+  /// `microbatches`, that selection keeps only plans that compute one
+  /// device's step, and names those it left out (PlanSelection::changesStep).
+  bool microbatchStatistics = false;
   bool selectLayerwise = true;         ///< layerwise's plan is selected, not the search's alone
   /// When no candidate fits a device's memory: each again with
   /// recomputation (--recompute=auto) before pipelines of more micro-batches.

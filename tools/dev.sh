@@ -429,6 +429,8 @@ cmd_test() {
   suite "exporter-pattern trainers vs interpreter" python3 test/e2e/exporter_trainers.py
   suite "trainer as a user runs it" python3 test/e2e/trainer_cli.py
   suite "trainers of several source files vs one" python3 test/e2e/split_sources.py
+  suite "fused kernels vs one call per op" python3 test/e2e/fused_kernels.py
+  suite "the default plan of a batch-norm model vs one device" python3 test/e2e/default_plan.py
   suite "image folders and CIFAR-10" python3 test/e2e/image_data.py
   suite "shared initializers and BN statistics" python3 test/e2e/shared_initializers.py
   suite "CUDA trainers build with nvcc" python3 test/e2e/cuda_build.py
@@ -442,6 +444,7 @@ cmd_test() {
   suite "training recipes on several devices vs one" python3 test/e2e/recipes_multi_device.py
   suite "fine-tuning with frozen layers" python3 test/e2e/finetune.py
   suite "trainer recipes: --ema, npy data, TensorBoard" python3 test/e2e/trainer_recipes.py
+  suite "token data: llm.c shards train a causal LM" python3 test/e2e/token_data.py
   suite "parallel strategies vs one device" python3 test/e2e/parallel_step.py
   suite "pipelines and micro-batches vs one device" python3 test/e2e/pipeline_step.py
   suite "multi-device CPU trainers vs one device" python3 test/e2e/multi_device_trainer.py

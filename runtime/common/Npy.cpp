@@ -330,17 +330,21 @@ std::unique_ptr<NpyInputs> NpyInputs::open(const std::string& dir, const std::st
     fail(error, "npy data: the model has no inputs");
     return nullptr;
   }
+  // The batch N: the first input's rows. An input of k * N rows holds k
+  // of them per example (a causal LM's [N * T] labels of input_ids [N, T]).
   const int64_t n = inputs[0].shape.empty() ? 0 : inputs[0].shape[0];
   std::vector<Column> columns(inputs.size());
   int64_t count = -1;
   std::string countFile;
+  bool rowsAreExamples = true;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const InputInfo& in = inputs[k];
-    if (in.shape.empty() || in.shape[0] != n || n < 1) {
+    if (in.shape.empty() || n < 1 || in.shape[0] % n != 0) {
       fail(error, "npy data: the model's input '" + in.name + "' is " + shapeText(in.shape) +
-                      ", not one row per example of a batch of " + std::to_string(n));
+                      ", not one row (or k rows) per example of a batch of " + std::to_string(n));
       return nullptr;
     }
+    rowsAreExamples = rowsAreExamples && in.shape[0] == n;
     const std::vector<std::string> tried = npyInputFiles(dir, split, inputs, k);
     std::string path = tried[0];
     for (const std::string& f : tried)
@@ -370,7 +374,9 @@ std::unique_ptr<NpyInputs> NpyInputs::open(const std::string& dir, const std::st
     c.conv = *conv;
     // Per example: the file's shape after its first dimension against the
     // input's after the batch dimension.
-    const std::vector<int64_t> want(in.shape.begin() + 1, in.shape.end());
+    std::vector<int64_t> want(in.shape.begin() + 1, in.shape.end());
+    if (in.shape[0] != n)
+      want.insert(want.begin(), in.shape[0] / n);
     c.elements = trainer::numelOf(want);
     const bool fits =
         !a.shape.empty() &&
@@ -429,6 +435,7 @@ std::unique_ptr<NpyInputs> NpyInputs::open(const std::string& dir, const std::st
   }
   std::unique_ptr<NpyInputs> data(new NpyInputs(n, examples, options));
   data->columns_ = std::move(columns);
+  data->rowsAreExamples_ = rowsAreExamples;
   return data;
 }
 
@@ -479,8 +486,10 @@ bool NpyInputs::batch(DataSource::Position p, unsigned char* inputs, std::string
                            std::to_string(batchesPerEpoch()));
   const std::shared_ptr<const std::vector<int64_t>> order = orders_.of(p.epoch);
   const int64_t first = static_cast<int64_t>(p.batch) * batch_;
-  const int64_t end = rows.second < 0 ? batch_ : std::min(rows.second, batch_);
-  for (int64_t k = std::max<int64_t>(rows.first, 0); k < end; ++k)
+  // A process's rows are examples only when every input has a row per example.
+  const int64_t begin = rowsAreExamples_ ? std::max<int64_t>(rows.first, 0) : 0;
+  const int64_t end = !rowsAreExamples_ || rows.second < 0 ? batch_ : std::min(rows.second, batch_);
+  for (int64_t k = begin; k < end; ++k)
     store(order ? (*order)[static_cast<size_t>(first + k)] : first + k, k, inputs);
   return true;
 }

@@ -327,6 +327,8 @@ void JsonlLogger::eval(const EvalRecord& r) {
     line += ",\"top5\":" + jsonNumber(*r.top5);
   if (r.loss)
     line += ",\"loss\":" + jsonNumber(*r.loss);
+  if (r.perplexity)
+    line += ",\"perplexity\":" + jsonNumber(*r.perplexity);
   writeLine(line + "}");
 }
 

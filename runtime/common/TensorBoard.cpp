@@ -165,6 +165,8 @@ void TensorBoardWriter::eval(const EvalRecord& r) {
     s.add("eval/top5", *r.top5);
   if (r.loss)
     s.add("eval/loss", *r.loss);
+  if (r.perplexity)
+    s.add("eval/perplexity", *r.perplexity);
   write(s.event(r.step ? *r.step : r.epoch));
 }
 

@@ -10,6 +10,7 @@
 #include "lwrt/image_data.h"
 #include "lwrt/lr_schedule.h"
 #include "lwrt/npy.h"
+#include "lwrt/tokens.h"
 
 #include <cmath>
 #include <cstdio>
@@ -157,6 +158,41 @@ void Trainer::releaseBuffer(DeviceBuffer& b) {
   if (b.runner && b.ptr)
     b.runner->release(b.ptr);
   b.ptr = nullptr;
+}
+
+bool Trainer::openTokenData(std::string& error) {
+  TokenDataOptions to;
+  to.seed = o_.seed;
+  to.vocab = m_.classes; // the softmax cross-entropy's classes: the vocabulary
+  to.maxExamples = o_.trainExamples;
+  const std::string pattern = o_.data.substr(7);
+  auto train = TokenWindows::open(pattern, m_.inputs, to, &error);
+  if (!train)
+    return false;
+  std::string line = "tokens: " + std::to_string(train->numExamples()) + " training windows of " +
+                     std::to_string(train->windowTokens()) + " tokens (" + pattern + ": " +
+                     std::to_string(train->shards().size()) + " shard(s), " +
+                     std::to_string(train->totalTokens()) + " tokens)";
+  train_ = std::move(train);
+  if (o_.eval && leader()) { // under mpirun rank 0 alone evaluates
+    const std::string val =
+        o_.evalData.empty() ? validationPattern(pattern) : o_.evalData.substr(7);
+    if (val.empty()) {
+      error = "--eval with --data=tokens:" + pattern + " needs --eval-data=tokens:PATH (no " +
+              "'train' in the file name to name the validation shards by)";
+      return false;
+    }
+    to.shuffle = false;
+    to.maxExamples = o_.evalExamples;
+    auto test = TokenWindows::open(val, m_.inputs, to, &error);
+    if (!test)
+      return false;
+    line += ", " + std::to_string(test->numExamples()) + " validation windows (" + val + ")";
+    test_ = std::move(test);
+  }
+  if (leader())
+    std::printf("%s: data: %s\n", program_, line.c_str());
+  return true;
 }
 
 bool Trainer::makeFeed(int64_t first, int64_t end, std::string& error) {
@@ -407,6 +443,9 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
         line += ", " + std::to_string(test_->numExamples()) + " test examples";
       std::printf("%s: data: %s\n", program_, line.c_str());
     }
+  } else if (o_.data.rfind("tokens:", 0) == 0) {
+    if (!openTokenData(error))
+      return fail("data: " + error);
   } else if (isImageData(o_.data)) {
     if (!layout)
       return fail("--data=" + o_.data + ": " + why);

@@ -31,6 +31,7 @@ namespace lwrt::trainer {
 /// The trainer's flags, parsed (TrainerFlags.cpp).
 struct Options {
   std::string data = "synthetic";
+  std::string evalData;         ///< --eval-data=tokens:PATH (token data's validation shards)
   std::string augment;          ///< "" (the data's default), standard, flip, none
   double evalCrop = 0;          ///< --eval-crop: the evaluation center crop's fraction (0: none)
   std::vector<float> mean, std; ///< folder and cifar10 normalization (empty: defaults)
@@ -122,6 +123,8 @@ private:
   void reportMemory(const std::vector<MemoryRecord>& records);
   bool loadInitialState(std::string& error);
   bool resumeFrom(const std::string& path, std::string& error);
+  /// --data=tokens:PATH: train_, and test_ for --eval (the validation shards).
+  bool openTokenData(std::string& error);
   /// The input pipeline of the training steps [first, end).
   bool makeFeed(int64_t first, int64_t end, std::string& error);
   /// Threads preparing batches: --data-threads, or the cores less one (1 to 4).

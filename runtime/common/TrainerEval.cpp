@@ -61,7 +61,8 @@ std::string Trainer::evaluationProblem() const {
 
 /// On the test split (every example: the last partial batch is padded and
 /// the padding not counted): a classifier's accuracy, top-5 and mean
-/// cross-entropy, a regression's mean squared error (the mse loss's
+/// cross-entropy, a sequence model's mean cross-entropy per token and its
+/// perplexity, a regression's mean squared error (the mse loss's
 /// definition: the mean over every element of every example).
 bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   const InputInfo& label = *labelInput(m_);
@@ -69,8 +70,15 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   const bool classifier = m_.classes > 0;
   const int64_t classes = classifier ? m_.logitsShape.back() : 0;
   const int64_t perExample = numelOf(m_.logitsShape) / n; // a regression's outputs
+  // A batch's examples, each `rows` of the label's n rows: a sequence
+  // model's labels [B * T] hold T per window (token data, npy's rows of T
+  // labels); one per example otherwise.
+  const int64_t perBatch = test_ ? test_->batchSize() : n, rows = n / perBatch;
+  // Token data and sequences: the loss per token and its perplexity.
+  const bool sequence = classifier && (rows > 1 || o_.data.rfind("tokens:", 0) == 0);
   int64_t examples = o_.data == "synthetic" ? n * 10 : test_ ? test_->numExamples() : n;
-  int64_t batches = (examples + n - 1) / n, correct = 0, top5 = 0;
+  int64_t batches = (examples + perBatch - 1) / perBatch, correct = 0, top5 = 0;
+  const int64_t counted = examples * rows; // label rows evaluated
   double lossSum = 0;
   std::vector<unsigned char> logits(static_cast<size_t>(bytesOf(m_.logitsType, m_.logitsShape)));
   // Multi-device trainers evaluate on device 0 with the whole params
@@ -160,7 +168,7 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
     }
     if (feed) // the download waited for the step, and so for the upload
       feed->release(b);
-    int64_t valid = std::min(n, examples - b * n);
+    int64_t valid = std::min(perBatch, examples - b * perBatch) * rows;
     for (int64_t k = 0; k < valid; ++k) {
       if (!classifier) {
         for (int64_t j = k * perExample; j < (k + 1) * perExample; ++j) {
@@ -208,7 +216,15 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   r.epoch = epoch;
   r.step = step;
   char line[256];
-  if (classifier) {
+  if (sequence) {
+    r.loss = lossSum / static_cast<double>(counted);
+    r.perplexity = std::exp(*r.loss);
+    std::snprintf(line, sizeof line,
+                  "eval  epoch %lld  loss %.4f  perplexity %.4f (%lld tokens of %lld %s)",
+                  static_cast<long long>(epoch), *r.loss, *r.perplexity,
+                  static_cast<long long>(counted), static_cast<long long>(examples),
+                  o_.data.rfind("tokens:", 0) == 0 ? "windows" : "sequences");
+  } else if (classifier) {
     r.accuracy = static_cast<double>(correct) / static_cast<double>(examples);
     r.top5 = static_cast<double>(top5) / static_cast<double>(examples);
     r.loss = lossSum / static_cast<double>(examples);
@@ -217,7 +233,7 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
                   static_cast<long long>(epoch), *r.accuracy, static_cast<long long>(correct),
                   static_cast<long long>(examples), *r.top5, *r.loss);
   } else {
-    r.loss = lossSum / (static_cast<double>(examples) * static_cast<double>(perExample));
+    r.loss = lossSum / (static_cast<double>(counted) * static_cast<double>(perExample));
     std::snprintf(line, sizeof line,
                   "eval  epoch %lld  loss %.6g (mean squared error over %lld examples)",
                   static_cast<long long>(epoch), *r.loss, static_cast<long long>(examples));

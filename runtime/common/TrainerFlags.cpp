@@ -17,12 +17,16 @@ namespace {
 const char* kUsage =
     "usage: %s [options]\n"
     "data:\n"
-    "  --data=synthetic|idx:DIR|npy:DIR|folder:DIR|cifar10:DIR|raw:DIR   batches (default\n"
-    "                       synthetic: seeded random inputs)\n"
+    "  --data=synthetic|idx:DIR|npy:DIR|tokens:PATH|folder:DIR|cifar10:DIR|raw:DIR   batches\n"
+    "                       (default synthetic: seeded random inputs)\n"
     "      idx:DIR      MNIST-style IDX files (train-*, t10k-*; .gz or plain)\n"
     "      npy:DIR      numpy arrays, a row per example: x_train.npy and y_train.npy (the\n"
     "                   data and the labels or mse targets), or NAME_train.npy per input;\n"
     "                   *_test.npy for --eval; the inputs' dtypes (uint8 / 255 for floats)\n"
+    "      tokens:PATH  llm.c token shards (a file or a glob such as DIR/x_train_*.bin) for\n"
+    "                   a language model: windows of T + 1 tokens, input_ids [B, T] and\n"
+    "                   the next tokens as labels; --eval reads the shards with 'val' for\n"
+    "                   the file name's last 'train', or --eval-data=tokens:PATH\n"
     "      folder:DIR   JPEG/PNG images in DIR/train/CLASS/ and DIR/val/CLASS/\n"
     "      cifar10:DIR  CIFAR-10's binary files (data_batch_1..5.bin, test_batch.bin)\n"
     "      raw:DIR      one fixed batch, input_<k>.bin raw bytes per model input\n"
@@ -37,6 +41,7 @@ const char* kUsage =
     "  --skip-bad-images    leave out unreadable images and folders with a warning\n"
     "  --train-examples=N   use the first N training examples (default all; folder:\n"
     "                       N spread over the classes)\n"
+    "  --eval-data=tokens:PATH   the validation shards of --data=tokens:\n"
     "  --eval-examples=N    evaluate on the first N test examples (default all; folder:\n"
     "                       N spread over the classes)\n"
     "  --synthetic-batches=N   batches in a synthetic epoch (default 100; at most 256 MiB\n"
@@ -49,7 +54,8 @@ const char* kUsage =
     "schedule:\n"
     "  --epochs=N (default 1)   --steps=N (overrides --epochs)   --seed=S\n"
     "  --eval                   the test split after each epoch: accuracy, top-5 and loss\n"
-    "                           (an mse regression: its mean squared error)\n"
+    "                           (an mse regression: its mean squared error; token data\n"
+    "                           and sequences: the loss per token and its perplexity)\n"
     "optimizer (defaults: what lwcc compiled in, see --help):\n"
     "  --optimizer=sgd|adam|adamw --lr=X --momentum=X --weight-decay=X --nesterov[=0|1]\n"
     "  --beta1=X --beta2=X --eps=X --lr-schedule=constant|step|cosine --warmup-steps=N\n"
@@ -196,10 +202,17 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     } else if (key == "--data") {
       o.data = value;
       if (o.data != "synthetic" && o.data.rfind("raw:", 0) != 0 && o.data.rfind("idx:", 0) != 0 &&
-          o.data.rfind("npy:", 0) != 0 && !isImageData(o.data))
-        return bad("is synthetic, idx:DIR, npy:DIR, folder:DIR, cifar10:DIR or raw:DIR");
+          o.data.rfind("npy:", 0) != 0 && o.data.rfind("tokens:", 0) != 0 && !isImageData(o.data))
+        return bad("is synthetic, idx:DIR, npy:DIR, tokens:PATH, folder:DIR, cifar10:DIR or "
+                   "raw:DIR");
       if (isImageData(o.data) && o.data.back() == ':')
         return bad("names no folder");
+      if (o.data == "tokens:")
+        return bad("names no file");
+    } else if (key == "--eval-data") {
+      o.evalData = value;
+      if (o.evalData.rfind("tokens:", 0) != 0 || o.evalData == "tokens:")
+        return bad("is tokens:PATH");
     } else if (key == "--eval-crop") {
       if (!numArg(o.evalCrop) || !(o.evalCrop > 0) || o.evalCrop > 1)
         return bad("takes a fraction in (0, 1], such as 0.875");
@@ -453,6 +466,8 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     return usageError(program, "--eval-ema needs --eval");
   if (o.exportEma && o.exportPath.empty())
     return usageError(program, "--export-ema needs --export=FILE");
+  if (!o.evalData.empty() && o.data.rfind("tokens:", 0) != 0)
+    return usageError(program, "--eval-data applies to --data=tokens:PATH");
   if (o.checkpointEvery > 0 && o.checkpointDir.empty())
     return usageError(program, "--checkpoint-every needs --checkpoint-dir");
   if ((!o.augment.empty() || !o.mean.empty() || !o.std.empty() || o.skipBadImages ||

@@ -15,6 +15,7 @@
 #include "lwrt/kernel_checks.h"
 #include "lwrt/optimizer_math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -89,6 +90,76 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
       mOut.as<T>()[k] = static_cast<T>(e.m);
       vOut.as<T>()[k] = static_cast<T>(e.v);
       wOut.as<T>()[k] = static_cast<T>(e.w);
+    });
+    return true;
+  });
+}
+
+namespace {
+
+/// fn(slot, k) for element k of every slot, the slots' elements as one
+/// range spread over the pool (one pass, not one per param).
+template <typename Slot, typename Fn> void forEachSlotElement(const std::vector<Slot>& slots, Fn fn) {
+  std::vector<int64_t> start(slots.size() + 1, 0);
+  for (size_t s = 0; s < slots.size(); ++s)
+    start[s + 1] = start[s] + slots[s].w.numel();
+  detail::parallelFor(start.back(), kGrain, [&](int64_t first, int64_t last) {
+    size_t s = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), first) -
+                                   start.begin() - 1);
+    for (; s < slots.size() && start[s] < last; ++s)
+      for (int64_t k = std::max(first, start[s]) - start[s],
+                   end = std::min(last, start[s + 1]) - start[s];
+           k < end; ++k)
+        fn(slots[s], k);
+  });
+}
+
+} // namespace
+
+bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
+  double rate = 0;
+  if (slots.empty() || !floatScalar(lr, rate))
+    return slots.empty();
+  for (const SgdSlot& s : slots)
+    for (const TensorView* t : {&s.g, &s.m, &s.wOut, &s.mOut})
+      if (!sameView(s.w, *t) || s.w.dtype != slots[0].w.dtype)
+        return false;
+  return dispatchFloat(slots[0].w.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forEachSlotElement(slots, [&](const SgdSlot& s, int64_t k) {
+      const SgdHyper h{s.p.momentum, s.p.weight_decay, s.p.nesterov != 0};
+      SgdElement e = sgdElement(s.w.as<T>()[k], s.g.as<T>()[k], s.m.as<T>()[k],
+                                rate * s.p.lr_scale, h);
+      s.mOut.as<T>()[k] = static_cast<T>(e.m);
+      s.wOut.as<T>()[k] = static_cast<T>(e.w);
+    });
+    return true;
+  });
+}
+
+bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
+                     const TensorView& step) {
+  double rate = 0;
+  int64_t st = 0;
+  if (slots.empty() || !floatScalar(lr, rate) || !intScalar(step, st))
+    return slots.empty();
+  std::vector<AdamCorrection> corr;
+  for (const AdamSlot& s : slots) {
+    for (const TensorView* t : {&s.g, &s.m, &s.v, &s.wOut, &s.mOut, &s.vOut})
+      if (!sameView(s.w, *t) || s.w.dtype != slots[0].w.dtype)
+        return false;
+    corr.push_back(adamCorrection(
+        AdamHyper{s.p.beta1, s.p.beta2, s.p.epsilon, s.p.weight_decay, s.p.decoupled != 0}, st));
+  }
+  return dispatchFloat(slots[0].w.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forEachSlotElement(slots, [&](const AdamSlot& s, int64_t k) {
+      const AdamHyper h{s.p.beta1, s.p.beta2, s.p.epsilon, s.p.weight_decay, s.p.decoupled != 0};
+      AdamElement e = adamElement(s.w.as<T>()[k], s.g.as<T>()[k], s.m.as<T>()[k], s.v.as<T>()[k],
+                                  rate * s.p.lr_scale, h, corr[static_cast<size_t>(&s - slots.data())]);
+      s.mOut.as<T>()[k] = static_cast<T>(e.m);
+      s.vOut.as<T>()[k] = static_cast<T>(e.v);
+      s.wOut.as<T>()[k] = static_cast<T>(e.w);
     });
     return true;
   });

@@ -51,6 +51,77 @@ __global__ void sgdKernel(const T* w, const T* g, const T* m, const L* lr, T* wO
   }
 }
 
+/// Slots per launch of a multi-tensor update: the chunk travels in the
+/// launch's parameters (under 4 KiB).
+constexpr int kSlotsPerLaunch = 24;
+
+/// The slots of one launch of sgdUpdateGroup: the elements of slot s are
+/// [start[s], start[s + 1]) of the launch's range.
+template <typename T> struct SgdChunk {
+  int count = 0;
+  int64_t start[kSlotsPerLaunch + 1] = {};
+  const T* w[kSlotsPerLaunch];
+  const T* g[kSlotsPerLaunch];
+  const T* m[kSlotsPerLaunch];
+  T* wOut[kSlotsPerLaunch];
+  T* mOut[kSlotsPerLaunch];
+  double lrScale[kSlotsPerLaunch];
+  SgdHyper h[kSlotsPerLaunch];
+};
+
+template <typename T, typename L> __global__ void sgdGroupKernel(SgdChunk<T> c, const L* lr) {
+  const double base = static_cast<double>(*lr);
+  int s = 0;
+  for (int64_t i = firstThread(); i < c.start[c.count]; i += gridThreads()) {
+    while (i >= c.start[s + 1])
+      ++s;
+    while (i < c.start[s])
+      --s;
+    const int64_t k = i - c.start[s];
+    SgdElement e = sgdElement(c.w[s][k], c.g[s][k], c.m[s][k], base * c.lrScale[s], c.h[s]);
+    c.mOut[s][k] = static_cast<T>(e.m);
+    c.wOut[s][k] = static_cast<T>(e.w);
+  }
+}
+
+template <typename T> struct AdamChunk {
+  int count = 0;
+  int64_t start[kSlotsPerLaunch + 1] = {};
+  const T* w[kSlotsPerLaunch];
+  const T* g[kSlotsPerLaunch];
+  const T* m[kSlotsPerLaunch];
+  const T* v[kSlotsPerLaunch];
+  T* wOut[kSlotsPerLaunch];
+  T* mOut[kSlotsPerLaunch];
+  T* vOut[kSlotsPerLaunch];
+  double lrScale[kSlotsPerLaunch];
+  AdamHyper h[kSlotsPerLaunch];
+};
+
+template <typename T, typename L, typename S>
+__global__ void adamGroupKernel(AdamChunk<T> c, const L* lr, const S* step) {
+  // Each slot's bias corrections at t = step + 1, once per block.
+  __shared__ AdamCorrection corr[kSlotsPerLaunch];
+  if (threadIdx.x == 0)
+    for (int s = 0; s < c.count; ++s)
+      corr[s] = adamCorrection(c.h[s], static_cast<int64_t>(*step));
+  __syncthreads();
+  const double base = static_cast<double>(*lr);
+  int s = 0;
+  for (int64_t i = firstThread(); i < c.start[c.count]; i += gridThreads()) {
+    while (i >= c.start[s + 1])
+      ++s;
+    while (i < c.start[s])
+      --s;
+    const int64_t k = i - c.start[s];
+    AdamElement e = adamElement(c.w[s][k], c.g[s][k], c.m[s][k], c.v[s][k], base * c.lrScale[s],
+                                c.h[s], corr[s]);
+    c.mOut[s][k] = static_cast<T>(e.m);
+    c.vOut[s][k] = static_cast<T>(e.v);
+    c.wOut[s][k] = static_cast<T>(e.w);
+  }
+}
+
 template <typename T, typename L, typename S>
 __global__ void adamKernel(const T* w, const T* g, const T* m, const T* v, const L* lr,
                            const S* step, T* wOut, T* mOut, T* vOut, int64_t n, double lrScale,
@@ -160,6 +231,94 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
             step.as<const S>(), wOut.as<T>(), mOut.as<T>(), vOut.as<T>(), n, p.lr_scale,
             AdamHyper{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0});
         LWRT_CUDA(cudaGetLastError());
+        return true;
+      });
+    });
+  });
+}
+
+bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
+  if (slots.empty())
+    return true;
+  bool ok = floatScalar(lr) && isFloat(slots[0].w.dtype);
+  for (const SgdSlot& s : slots) {
+    ok = ok && s.w.dtype == slots[0].w.dtype;
+    for (const TensorView* t : {&s.g, &s.m, &s.wOut, &s.mOut})
+      ok = ok && sameLayout(s.w, *t);
+  }
+  if (!ok)
+    return LWRT_REJECT("sgdUpdateGroup", "takes slots of w, g, m, w', m' of one float type and "
+                                         "shape each, all of one type, and a float lr scalar");
+  return dispatchFloat(lr.dtype, [&](auto ltag) {
+    using L = decltype(ltag);
+    return dispatchFloat(slots[0].w.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      for (size_t first = 0; first < slots.size(); first += kSlotsPerLaunch) {
+        SgdChunk<T> c;
+        for (size_t k = first; k < slots.size() && c.count < kSlotsPerLaunch; ++k, ++c.count) {
+          const SgdSlot& s = slots[k];
+          c.w[c.count] = s.w.as<const T>();
+          c.g[c.count] = s.g.as<const T>();
+          c.m[c.count] = s.m.as<const T>();
+          c.wOut[c.count] = s.wOut.as<T>();
+          c.mOut[c.count] = s.mOut.as<T>();
+          c.lrScale[c.count] = s.p.lr_scale;
+          c.h[c.count] = SgdHyper{s.p.momentum, s.p.weight_decay, s.p.nesterov != 0};
+          c.start[c.count + 1] = c.start[c.count] + s.w.numel();
+        }
+        if (c.start[c.count] == 0)
+          continue;
+        sgdGroupKernel<<<blocksFor(c.start[c.count]), kThreads, 0, context().stream>>>(
+            c, lr.as<const L>());
+        LWRT_CUDA(cudaGetLastError());
+      }
+      return true;
+    });
+  });
+}
+
+bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
+                     const TensorView& step) {
+  if (slots.empty())
+    return true;
+  bool ok = floatScalar(lr) && intScalar(step) && isFloat(slots[0].w.dtype);
+  for (const AdamSlot& s : slots) {
+    ok = ok && s.w.dtype == slots[0].w.dtype;
+    for (const TensorView* t : {&s.g, &s.m, &s.v, &s.wOut, &s.mOut, &s.vOut})
+      ok = ok && sameLayout(s.w, *t);
+  }
+  if (!ok)
+    return LWRT_REJECT("adamUpdateGroup", "takes slots of w, g, m, v, w', m', v' of one float "
+                                          "type and shape each, all of one type, a float lr "
+                                          "scalar and an integer step scalar");
+  return dispatchInt(step.dtype, [&](auto stag) {
+    using S = decltype(stag);
+    return dispatchFloat(lr.dtype, [&](auto ltag) {
+      using L = decltype(ltag);
+      return dispatchFloat(slots[0].w.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        for (size_t first = 0; first < slots.size(); first += kSlotsPerLaunch) {
+          AdamChunk<T> c;
+          for (size_t k = first; k < slots.size() && c.count < kSlotsPerLaunch; ++k, ++c.count) {
+            const AdamSlot& s = slots[k];
+            c.w[c.count] = s.w.as<const T>();
+            c.g[c.count] = s.g.as<const T>();
+            c.m[c.count] = s.m.as<const T>();
+            c.v[c.count] = s.v.as<const T>();
+            c.wOut[c.count] = s.wOut.as<T>();
+            c.mOut[c.count] = s.mOut.as<T>();
+            c.vOut[c.count] = s.vOut.as<T>();
+            c.lrScale[c.count] = s.p.lr_scale;
+            c.h[c.count] = AdamHyper{s.p.beta1, s.p.beta2, s.p.epsilon, s.p.weight_decay,
+                                     s.p.decoupled != 0};
+            c.start[c.count + 1] = c.start[c.count] + s.w.numel();
+          }
+          if (c.start[c.count] == 0)
+            continue;
+          adamGroupKernel<<<blocksFor(c.start[c.count]), kThreads, 0, context().stream>>>(
+              c, lr.as<const L>(), step.as<const S>());
+          LWRT_CUDA(cudaGetLastError());
+        }
         return true;
       });
     });

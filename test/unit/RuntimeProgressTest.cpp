@@ -368,17 +368,19 @@ TEST(RuntimeProgress, JsonlLinesAreJsonAndFlushed) {
   EXPECT_NE(out.flushed().find('\n'), std::string::npos) << "not flushed per line";
   log.step({121, kNaN, kNaN, 25.9, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
             std::nullopt, false, std::nullopt});
-  log.eval({2, 0.9712, 0.0931, std::nullopt, 0.9981});
-  log.eval({3, 0.98, std::nullopt, 5625, std::nullopt});
+  log.eval({2, 0.9712, 0.0931, std::nullopt, 0.9981, std::nullopt});
+  log.eval({3, 0.98, std::nullopt, 5625, std::nullopt, std::nullopt});
+  log.eval({4, std::nullopt, 1.5, 7500, std::nullopt, 4.48168907}); // a language model
   EXPECT_TRUE(log.ok());
 
   auto got = lines(out.flushed());
-  ASSERT_EQ(got.size(), 4u);
+  ASSERT_EQ(got.size(), 5u);
   EXPECT_EQ(got[0], R"({"type":"step","step":120,"epoch":2,"loss":0.421299994,)"
                     R"("img_per_s":1234.5,"step_ms":25.9,"lr":0.01})");
   EXPECT_EQ(got[1], R"({"type":"step","step":121,"loss":null,"img_per_s":null,"step_ms":25.9})");
   EXPECT_EQ(got[2], R"({"type":"eval","epoch":2,"accuracy":0.9712,"top5":0.9981,"loss":0.0931})");
   EXPECT_EQ(got[3], R"({"type":"eval","step":5625,"epoch":3,"accuracy":0.98})");
+  EXPECT_EQ(got[4], R"({"type":"eval","step":7500,"epoch":4,"loss":1.5,"perplexity":4.48168907})");
   for (const std::string& line : got) {
     std::map<std::string, std::string> m;
     ASSERT_TRUE(parseFlatObject(line, m)) << line;
@@ -448,7 +450,7 @@ TEST(RuntimeProgress, JsonlEscapesAndFiles) {
   for (bool append : {false, true}) {
     auto log = lwrt::JsonlLogger::open(name, append, error);
     ASSERT_NE(log, nullptr) << error;
-    log->eval({1, 0.5, std::nullopt, std::nullopt, std::nullopt});
+    log->eval({1, 0.5, std::nullopt, std::nullopt, std::nullopt, std::nullopt});
     EXPECT_TRUE(log->ok());
   }
   FILE* f = std::fopen(name, "r");

@@ -104,6 +104,17 @@ cl::opt<int64_t> microbatches(
              "batch, their gradients summed before one update (any strategy; the pipeline "
              "planner's choice for --strategy=pipeline when not given)"),
     cl::init(1), cl::cat(category));
+cl::opt<bool> noFuse("no-fuse",
+                     cl::desc("One runtime call per op: no fused kernels (their losses equal the "
+                              "fused trainer's up to float reassociation; for bisection)"),
+                     cl::init(false), cl::cat(category));
+cl::opt<bool> batchNormPerMicrobatch(
+    "batch-norm-per-microbatch",
+    cl::desc("Let the default (layer-wise) planner keep a micro-batched pipeline for a model "
+             "with batch norm, which then normalizes each micro-batch by its own statistics: "
+             "a faster step that is not one device's (by default such plans are left out, and "
+             "--emit=plan names them)"),
+    cl::init(false), cl::cat(category));
 cl::opt<int64_t> stages("stages",
                         cl::desc("--strategy=pipeline: pipeline stages, dividing --gpus (default: "
                                  "the planner's choice)"),
@@ -587,6 +598,7 @@ TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimiz
   o.pricing.tf32 = noTf32 ? Pricing::Tf32::Off : tf32 ? Pricing::Tf32::All : Pricing::Tf32::Default;
   o.pricing.report = verbose;
   o.streams = streams;
+  o.fuse = !noFuse;
   o.streamPolicy = streamPolicy;
   o.fragments = fragments;
   o.fragmentAlong = fragmentAlong;

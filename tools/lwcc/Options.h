@@ -39,6 +39,8 @@ extern cl::opt<int64_t> planThreadsFlag;
 extern cl::opt<bool> foldReplicas;
 extern cl::opt<bool> compactPipelines;
 extern cl::opt<int64_t> microbatches;
+extern cl::opt<bool> batchNormPerMicrobatch;
+extern cl::opt<bool> noFuse;
 extern cl::opt<int64_t> stages;
 extern cl::opt<std::string> schedule;
 extern cl::opt<std::string> recompute;

@@ -256,6 +256,7 @@ int buildTrainerMode(Module& module, const char* argv0) {
     co.lossScaleInit = lossScale;
   co.eval = eval->get();
   co.embedWeights = embedWeights;
+  co.groupUpdates = !noFuse;
   co.opsPerFile = static_cast<size_t>(opsPerFile.getValue());
   co.convWorkspaceBytes = std::move(convWorkspaces);
   addExportTemplate(*module.graph, co);
@@ -295,7 +296,7 @@ int buildTrainerMode(Module& module, const char* argv0) {
 /// --emit=plan's report of the memory-planned step `g`.
 int printPlanReport(const Graph& g, const MemoryPlanStats& plan, const CostModel& model,
                     const std::vector<StrategyPlan>& strategyPlans, llvm::raw_ostream& os) {
-  printPlan(g, plan, os);
+  printPlan(g, plan, os, !noFuse);
   if (llvm::Error e = printStreamPlan(g, model, os))
     return fail(std::move(e));
   if (gpus > 1)
@@ -457,6 +458,7 @@ int main(int argc, char** argv) {
   po.stages = stages;
   if (microbatches.getNumOccurrences())
     po.microbatches = microbatches;
+  po.microbatchStatistics = batchNormPerMicrobatch;
   po.selectLayerwise = compareCandidates;
   po.recomputeWhenOver = recompute == "auto";
   po.shardWhenOver = shard == "auto" && zero1Conflict().empty();

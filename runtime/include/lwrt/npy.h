@@ -57,7 +57,9 @@ std::vector<std::string> npyInputFiles(const std::string& dir, const std::string
 
 /// --data=npy:DIR: each model input's rows from its file (npyInputFiles).
 /// A file holds (E, ...) with E examples and, per example, the input's
-/// shape without its batch dimension N (dimensions of size 1 may be
+/// shape without its batch dimension N, the first input's (an input of
+/// k * N rows, such as a causal LM's [N * T] labels after input_ids [N, T],
+/// takes k rows per example: (E, k, ...); dimensions of size 1 may be
 /// missing or extra; a flat row of the same size stands for any shape, and
 /// any shape for a flat row). Its dtype is the input's ('<f4', '<f8', '<f2',
 /// '<i8', '<i4', '|b1'), or uint8 pixels ('|u1') for a float input (divided
@@ -89,6 +91,7 @@ private:
   void store(int64_t index, int64_t row, unsigned char* inputs) const;
 
   int64_t batch_, examples_;
+  bool rowsAreExamples_ = true; ///< every input has N rows (else k * N for some)
   EpochOrders orders_;
   std::vector<Column> columns_;
 };

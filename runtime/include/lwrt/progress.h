@@ -13,6 +13,7 @@
 //   {"type":"step","step":120,"epoch":2,"loss":0.421300012,"img_per_s":1234,"step_ms":25.9,"lr":0.01}
 // (a multi-device trainer adds "batch", the global batch, and "devices")
 //   {"type":"eval","epoch":2,"accuracy":0.9712,"top5":0.9981,"loss":0.0931}
+// (a language model: {"type":"eval","epoch":2,"loss":1.52,"perplexity":4.57})
 // Numbers are printed with %.9g (floats read back exactly); a non-finite
 // number is written as null, as JSON has no NaN.
 #pragma once
@@ -132,7 +133,8 @@ struct EvalRecord {
   std::optional<double> accuracy; ///< top-1 (a classifier)
   std::optional<double> loss;
   std::optional<int64_t> step;
-  std::optional<double> top5; ///< top-5: the label among the 5 largest logits
+  std::optional<double> top5;       ///< top-5: the label among the 5 largest logits
+  std::optional<double> perplexity; ///< a language model's: exp of the loss per token
 };
 
 /// A device's memory after training (the trainer's report): what the plan

@@ -1,0 +1,248 @@
+//===- FusedOps.cpp - The fused op's body, shape rule and verifier --------===//
+#include "ir/FusedOps.h"
+
+#include "ir/RuleHelpers.h"
+#include "ir/Verifier.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace lwcc {
+
+namespace {
+
+llvm::Error bodyError(const llvm::Twine& what) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), "fused body: " + what);
+}
+
+/// A cursor over one statement's text.
+struct Reader {
+  llvm::StringRef s;
+  void skip() { s = s.ltrim(); }
+  bool eat(llvm::StringRef t) {
+    skip();
+    if (!s.startswith(t))
+      return false;
+    s = s.drop_front(t.size());
+    return true;
+  }
+  llvm::StringRef word() {
+    skip();
+    size_t n = 0;
+    while (n < s.size() && (llvm::isAlnum(s[n]) || s[n] == '_' || s[n] == '.' || s[n] == '-' ||
+                            s[n] == '+'))
+      ++n;
+    llvm::StringRef w = s.take_front(n);
+    s = s.drop_front(n);
+    return w;
+  }
+};
+
+llvm::Expected<FusedStatement> parseStatement(llvm::StringRef text, int index,
+                                              unsigned numOperands) {
+  Reader r{text};
+  auto where = [&](const llvm::Twine& what) {
+    return bodyError("statement " + llvm::Twine(index) + " ('" + text.trim() + "'): " + what);
+  };
+  int named = -1;
+  if (!r.eat("%t") || r.word().getAsInteger(10, named) || named != index || !r.eat("="))
+    return where("must start with '%t" + llvm::Twine(index) + " ='");
+  llvm::StringRef mnemonic = r.word();
+  auto kind = lookupOpKind(std::string_view(mnemonic.data(), mnemonic.size()));
+  if (!kind)
+    return where("unknown op '" + mnemonic + "'");
+  FusedStatement st{*kind, {}, DType::F32, {}};
+  if (!r.eat("("))
+    return where("expected '('");
+  while (!r.eat(")")) {
+    if (!st.args.empty() && !r.eat(","))
+      return where("expected ',' or ')'");
+    if (r.eat("%t")) {
+      int k = -1;
+      if (r.word().getAsInteger(10, k) || k < 0 || k >= index)
+        return where("an operand must be the value of an earlier statement");
+      st.args.push_back(k);
+    } else if (r.eat("%")) {
+      int k = -1;
+      if (r.word().getAsInteger(10, k) || k < 0 || k >= static_cast<int>(numOperands))
+        return where("no such operand of the fused op");
+      st.args.push_back(-(k + 1));
+    } else {
+      return where("expected an operand (%N or %tK)");
+    }
+  }
+  const OpInfo& info = opInfo(*kind);
+  if (r.eat("{")) {
+    while (!r.eat("}")) {
+      if (!st.attrs.empty() && !r.eat(","))
+        return where("expected ',' or '}'");
+      llvm::StringRef name = r.word();
+      const AttrSpec* spec = info.findAttr(std::string_view(name.data(), name.size()));
+      if (!spec || !r.eat("="))
+        return where("no attribute '" + name + "' of " + mnemonic);
+      llvm::StringRef value = r.word();
+      if (spec->kind == AttrKind::Int) {
+        int64_t v = 0;
+        if (value.getAsInteger(10, v))
+          return where("attribute '" + name + "' must be an integer");
+        st.attrs.push_back({spec->name, Attribute(v)});
+      } else if (spec->kind == AttrKind::Float) {
+        double v = 0;
+        if (value.getAsDouble(v))
+          return where("attribute '" + name + "' must be a number");
+        st.attrs.push_back({spec->name, Attribute(v)});
+      } else {
+        return where("attribute '" + name + "' cannot be written in a fused body");
+      }
+    }
+  }
+  if (!r.eat(":"))
+    return where("expected ': dtype'");
+  llvm::StringRef t = r.word();
+  auto dtype = parseDType(std::string_view(t.data(), t.size()));
+  if (!dtype)
+    return where("unknown element type '" + t + "'");
+  st.dtype = *dtype;
+  if (!r.s.trim().empty())
+    return where("unexpected '" + r.s.trim() + "'");
+  return st;
+}
+
+} // namespace
+
+llvm::Expected<std::vector<FusedStatement>> parseFusedBody(llvm::StringRef body,
+                                                           unsigned numOperands) {
+  llvm::SmallVector<llvm::StringRef, 8> parts;
+  body.split(parts, ';');
+  std::vector<FusedStatement> out;
+  for (llvm::StringRef part : parts) {
+    auto st = parseStatement(part, static_cast<int>(out.size()), numOperands);
+    if (!st)
+      return st.takeError();
+    out.push_back(std::move(*st));
+  }
+  if (out.empty())
+    return bodyError("no statements");
+  return out;
+}
+
+std::string printFusedBody(const std::vector<FusedStatement>& statements) {
+  std::string out;
+  for (size_t k = 0; k < statements.size(); ++k) {
+    const FusedStatement& st = statements[k];
+    out += k ? "; %t" : "%t";
+    out += std::to_string(k);
+    out += " = ";
+    out += opInfo(st.kind).mnemonic;
+    out += "(";
+    for (size_t a = 0; a < st.args.size(); ++a) {
+      if (a)
+        out += ", ";
+      out += st.args[a] >= 0 ? "%t" : "%";
+      out += std::to_string(st.args[a] >= 0 ? st.args[a] : -st.args[a] - 1);
+    }
+    out += ")";
+    if (!st.attrs.empty()) {
+      out += " {";
+      for (size_t a = 0; a < st.attrs.size(); ++a) {
+        out += a ? ", " : "";
+        out += st.attrs[a].name;
+        out += " = ";
+        out += st.attrs[a].value.str();
+      }
+      out += "}";
+    }
+    out += " : ";
+    out += dtypeName(st.dtype);
+  }
+  return out;
+}
+
+std::vector<NamedAttr> fusedAttrsOf(const Op& op) {
+  std::vector<NamedAttr> out;
+  for (const NamedAttr& a : op.attrs())
+    if (a.value.kind() == AttrKind::Int || a.value.kind() == AttrKind::Float)
+      out.push_back(a);
+  return out;
+}
+
+llvm::Expected<std::unique_ptr<Graph>> fusedBodyGraph(const Op& fused) {
+  auto statements = parseFusedBody(fused.getString("body"), fused.numOperands());
+  if (!statements)
+    return statements.takeError();
+  auto g = std::make_unique<Graph>("fused");
+  std::vector<Value*> operands, values;
+  for (unsigned i = 0; i < fused.numOperands(); ++i)
+    operands.push_back(g->addInput("in" + std::to_string(i), fused.operand(i)->type()));
+  Builder b(*g);
+  const Shape& shape = fused.getInts("shape");
+  for (size_t k = 0; k < statements->size(); ++k) {
+    const FusedStatement& st = (*statements)[k];
+    std::vector<Value*> args;
+    for (int a : st.args)
+      args.push_back(a >= 0 ? values[static_cast<size_t>(a)] : operands[static_cast<size_t>(-a - 1)]);
+    std::vector<NamedAttr> attrs = st.attrs;
+    if (st.kind == OpKind::Cast)
+      attrs.push_back({"to", std::string(dtypeName(st.dtype))});
+    auto op = b.createInferred(st.kind, args, attrs);
+    if (!op)
+      return bodyError("statement " + llvm::Twine(k) + ": " + llvm::toString(op.takeError()));
+    const TensorType& t = (*op)->result()->type();
+    if (t.dtype != st.dtype || t.shape != shape)
+      return bodyError(llvm::formatv("statement {0} computes {1}, not the {2} it declares over "
+                                     "the region's shape",
+                                     k, t.str(), dtypeName(st.dtype))
+                           .str());
+    values.push_back((*op)->result());
+  }
+  for (int64_t r : fused.getInts("results"))
+    g->addOutput(values[static_cast<size_t>(r)]);
+  return g;
+}
+
+namespace shape {
+
+Rule fused(const Op& op) {
+  auto statements = parseFusedBody(op.getString("body"), op.numOperands());
+  if (!statements)
+    return statements.takeError();
+  const Shape& s = op.getInts("shape");
+  std::vector<TensorType> out;
+  for (int64_t r : op.getInts("results")) {
+    if (r < 0 || r >= static_cast<int64_t>(statements->size()))
+      return rules::fail("result statement {0} is not in the body", r);
+    out.push_back(TensorType{(*statements)[static_cast<size_t>(r)].dtype, s});
+  }
+  if (out.empty())
+    return rules::fail("a fused op needs at least one result");
+  return out;
+}
+
+} // namespace shape
+
+namespace cost {
+
+double fused(const Op& op, const CostContext&) {
+  auto statements = parseFusedBody(op.getString("body"), op.numOperands());
+  if (!statements) {
+    llvm::consumeError(statements.takeError());
+    return 0;
+  }
+  return static_cast<double>(statements->size()) *
+         static_cast<double>(op.result()->type().numElements());
+}
+
+} // namespace cost
+
+namespace verify {
+
+llvm::Error fused(const Op& op) {
+  auto g = fusedBodyGraph(op);
+  if (!g)
+    return g.takeError();
+  return llvm::Error::success();
+}
+
+} // namespace verify
+
+} // namespace lwcc

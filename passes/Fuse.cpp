@@ -1,0 +1,272 @@
+//===- Fuse.cpp - Elementwise ops fused into generated kernels ------------===//
+#include "ir/FusedOps.h"
+#include "passes/Pass.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace lwcc {
+
+namespace {
+
+/// Whether `op` may join a fused region: an Elementwise or Broadcast op
+/// (FusionKind, ir/OpTraits.def) of float operands and one float result.
+bool fusible(const Op& op) {
+  const FusionKind k = op.info().fusion;
+  if ((k != FusionKind::Elementwise && k != FusionKind::Broadcast) || op.numResults() != 1)
+    return false;
+  auto isFloat = [](const Value* v) {
+    const DType t = v->type().dtype;
+    return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::F16;
+  };
+  if (!isFloat(op.result()) || op.result()->type().numElements() == 0)
+    return false;
+  return std::all_of(op.operands().begin(), op.operands().end(), isFloat);
+}
+
+/// Where an op runs: a region's ops share it.
+bool samePlace(const Op& a, const Op& b) {
+  const Annotations &x = a.annotations(), &y = b.annotations();
+  return x.device == y.device && x.stream == y.stream && x.microBatch == y.microBatch &&
+         !x.bufferOffsets && !y.bufferOffsets;
+}
+
+struct Region {
+  std::vector<Op*> ops; ///< in graph order
+  Shape shape;
+  Op* anchor = nullptr; ///< the member whose place the fused op takes
+};
+
+/// Fuses chains of elementwise ops into `fused` ops, each one kernel:
+///  1. Walk the ops in order. A fusible op (FusionKind Elementwise or
+///     Broadcast, float values) joins the region of the producer of one of
+///     its operands that allows it: the region computes the same shape (its
+///     iteration space), on the same device, stream and micro-batch, and
+///     either (a) the region's fused op can stay where it is (at its anchor,
+///     the member that placed it): every other operand of the op is defined
+///     before the anchor, so the op moves up to it; or (b) it can move down
+///     to the op: no op outside the region reads one of its values before
+///     the op, and no param it reads is assigned before the op. The op is
+///     then the anchor. Otherwise it starts a region of its own.
+///  2. The regions of the op's other operands join its region where they
+///     can move to its anchor: what they read is defined before it, and
+///     what reads them outside the merged region comes after it.
+///  3. A region of two or more ops becomes one fused op at its anchor: its
+///     operands the values its members read from outside
+///     it, in order of first read; its results the members' values that are
+///     read outside it (a graph output included), in member order; its body
+///     the members as statements (ir/FusedOps.h).
+///  4. The members are erased. A lone op stays as it is (its runtime call,
+///     or codegen's library epilogue after a convolution, is as good).
+/// Fused intermediates so take no memory and no pass over memory; what the
+/// region computes is unchanged (the interpreter runs its body op by op).
+class FusePass : public Pass {
+public:
+  std::string_view name() const override { return "fuse"; }
+
+  llvm::Error run(Graph& g, PassContext&) override {
+    std::map<const Op*, size_t> position;
+    size_t n = 0;
+    for (const auto& op : g.ops())
+      position[op.get()] = n++;
+    std::vector<Region> regions;
+    std::map<const Op*, size_t> regionOf;
+    for (const auto& opPtr : g.ops()) {
+      Op* op = opPtr.get();
+      if (!fusible(*op))
+        continue;
+      std::optional<size_t> joined;
+      for (const Value* v : op->operands()) {
+        const Op* producer = v->definingOp();
+        auto it = producer ? regionOf.find(producer) : regionOf.end();
+        if (it == regionOf.end())
+          continue;
+        Region& r = regions[it->second];
+        if (staysAtAnchor(r, *op, position, regionOf, it->second)) {
+          joined = it->second;
+          break;
+        }
+        if (movesToOp(r, *op, position)) {
+          joined = it->second;
+          r.anchor = op;
+          break;
+        }
+      }
+      if (!joined) {
+        joined = regions.size();
+        regions.push_back({{}, op->result()->type().shape, op});
+      }
+      regions[*joined].ops.push_back(op);
+      regionOf[op] = *joined;
+      // Step 2: the regions of its other operands merged into its own.
+      for (const Value* v : op->operands()) {
+        const Op* producer = v->definingOp();
+        auto it = producer ? regionOf.find(producer) : regionOf.end();
+        if (it == regionOf.end() || it->second == *joined)
+          continue;
+        const size_t other = it->second;
+        if (!merges(regions[*joined], regions[other], position, regionOf, *joined, other))
+          continue;
+        for (Op* m : regions[other].ops) {
+          regions[*joined].ops.push_back(m);
+          regionOf[m] = *joined;
+        }
+        regions[other].ops.clear();
+      }
+    }
+    for (Region& r : regions)
+      std::sort(r.ops.begin(), r.ops.end(),
+                [&](const Op* a, const Op* b) { return position.at(a) < position.at(b); });
+    for (Region& r : regions)
+      if (r.ops.size() >= 2)
+        if (llvm::Error e = fuse(g, r))
+          return e;
+    return llvm::Error::success();
+  }
+
+private:
+  /// Step 1 (a): `op` joins `r` (region number `index`) at its anchor.
+  static bool staysAtAnchor(const Region& r, const Op& op,
+                            const std::map<const Op*, size_t>& position,
+                            const std::map<const Op*, size_t>& regionOf, size_t index) {
+    if (op.result()->type().shape != r.shape || !samePlace(*r.ops.front(), op))
+      return false;
+    const size_t anchor = position.at(r.anchor);
+    for (const Value* v : op.operands()) {
+      const Op* def = v->definingOp();
+      if (!def)
+        continue; // an input or a param: there from the start
+      auto it = regionOf.find(def);
+      if ((it == regionOf.end() || it->second != index) && position.at(def) >= anchor)
+        return false;
+    }
+    return true;
+  }
+
+  /// Step 2's test: whether region `from` (number `fromIndex`) can join
+  /// region `into` (number `intoIndex`) at its anchor.
+  static bool merges(const Region& into, const Region& from,
+                     const std::map<const Op*, size_t>& position,
+                     const std::map<const Op*, size_t>& regionOf, size_t intoIndex,
+                     size_t fromIndex) {
+    if (from.ops.empty() || from.shape != into.shape ||
+        !samePlace(*into.ops.front(), *from.ops.front()))
+      return false;
+    const size_t anchor = position.at(into.anchor);
+    auto inEither = [&](const Op* op) {
+      auto it = op ? regionOf.find(op) : regionOf.end();
+      return it != regionOf.end() && (it->second == intoIndex || it->second == fromIndex);
+    };
+    for (const Op* m : from.ops) {
+      for (const Value* v : m->operands()) {
+        const Op* def = v->definingOp();
+        if (def && !inEither(def) && position.at(def) >= anchor)
+          return false;
+        if (v->kind() == ValueKind::Param)
+          for (const Use& u : v->uses())
+            if (u.user && u.user->kind() == OpKind::Assign && position.at(u.user) < anchor)
+              return false;
+      }
+      for (const Use& u : m->result()->uses())
+        if (u.user && !inEither(u.user) && position.at(u.user) < anchor)
+          return false;
+    }
+    return true;
+  }
+
+  /// Step 1 (b): `op` joins `r`, whose fused op moves to `op`.
+  static bool movesToOp(const Region& r, const Op& op, const std::map<const Op*, size_t>& position) {
+    if (op.result()->type().shape != r.shape || !samePlace(*r.ops.front(), op))
+      return false;
+    const size_t at = position.at(&op);
+    // A param the region reads keeps its value until `op`: no assign of it
+    // comes before (the region's reads move to `op`'s place).
+    auto assignedBefore = [&](const Op& m) {
+      for (const Value* v : m.operands())
+        if (v->kind() == ValueKind::Param)
+          for (const Use& u : v->uses())
+            if (u.user && u.user->kind() == OpKind::Assign && position.at(u.user) < at)
+              return true;
+      return false;
+    };
+    if (assignedBefore(op) ||
+        std::any_of(r.ops.begin(), r.ops.end(), [&](const Op* m) { return assignedBefore(*m); }))
+      return false;
+    std::set<const Op*> members(r.ops.begin(), r.ops.end());
+    for (const Op* m : r.ops)
+      for (const Use& u : m->result()->uses())
+        if (u.user && u.user != &op && !members.count(u.user) && position.at(u.user) < at)
+          return false;
+    return true;
+  }
+
+  /// Steps 2 and 3 for one region.
+  static llvm::Error fuse(Graph& g, const Region& r) {
+    std::set<const Op*> members(r.ops.begin(), r.ops.end());
+    std::map<const Value*, int> statementOf;
+    std::vector<Value*> operands;
+    std::map<const Value*, int> operandOf;
+    std::vector<FusedStatement> body;
+    std::vector<std::string> layers;
+    for (const Op* m : r.ops) {
+      FusedStatement st{m->kind(), {}, m->result()->type().dtype, {}};
+      for (Value* v : m->operands()) {
+        if (auto s = statementOf.find(v); s != statementOf.end()) {
+          st.args.push_back(s->second);
+          continue;
+        }
+        auto [it, added] = operandOf.emplace(v, static_cast<int>(operands.size()));
+        if (added)
+          operands.push_back(v);
+        st.args.push_back(-(it->second + 1));
+      }
+      if (m->kind() != OpKind::Cast)
+        st.attrs = fusedAttrsOf(*m);
+      statementOf[m->result()] = static_cast<int>(body.size());
+      body.push_back(std::move(st));
+      const std::string& layer = m->loc().name;
+      if (!layer.empty() && std::find(layers.begin(), layers.end(), layer) == layers.end())
+        layers.push_back(layer);
+    }
+    std::vector<Value*> leaving;
+    std::vector<int64_t> results;
+    for (const Op* m : r.ops) {
+      const auto& uses = m->result()->uses();
+      if (std::any_of(uses.begin(), uses.end(),
+                      [&](const Use& u) { return !u.user || !members.count(u.user); })) {
+        leaving.push_back(m->result());
+        results.push_back(statementOf.at(m->result()));
+      }
+    }
+    Op* last = r.anchor;
+    Builder b(g);
+    b.setInsertionPointBefore(last);
+    b.setLoc(r.ops.front()->loc());
+    std::string names;
+    for (const std::string& l : layers)
+      names += (names.empty() ? "" : ",") + l;
+    std::vector<NamedAttr> attrs = {
+        {"body", printFusedBody(body)}, {"results", results}, {"shape", r.shape}};
+    if (!names.empty())
+      attrs.push_back({"layers", names});
+    auto fused = b.createInferred(OpKind::Fused, operands, std::move(attrs),
+                                  static_cast<unsigned>(leaving.size()));
+    if (!fused)
+      return fused.takeError();
+    (*fused)->annotations() = last->annotations();
+    for (size_t k = 0; k < leaving.size(); ++k) {
+      (*fused)->result(static_cast<unsigned>(k))->setName(leaving[k]->name());
+      leaving[k]->replaceAllUsesWith((*fused)->result(static_cast<unsigned>(k)));
+    }
+    for (auto it = r.ops.rbegin(); it != r.ops.rend(); ++it)
+      g.eraseOp(*it);
+    return llvm::Error::success();
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createFusePass() { return std::make_unique<FusePass>(); }
+
+} // namespace lwcc
