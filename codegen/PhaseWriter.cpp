@@ -298,8 +298,9 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
       for (unsigned r = 0; r < u->numResults(); ++r)
         code.used.insert(u->result(r));
     }
-    out << "  // and the " << run->second.size() - 1
-        << " updates after it: one multi-tensor call over the params\n";
+    out << "  // and the " << run->second.size() - 1 << " "
+        << (op.kind() == OpKind::Cast ? "casts" : "updates")
+        << " after it: one multi-tensor call over them\n";
     out << "  RUN_OP(" << groupCallOf(run->second) << ", " << cString(std::string(op.mnemonic()))
         << ", " << labelOf(op) << ");\n";
     return done();
@@ -528,7 +529,25 @@ void PhaseWriter::planUpdateGroups(const std::vector<const Op*>& order,
     return op->kind() == OpKind::Assign && where_.count(op->operand(0)) &&
            where_.count(op->operand(1)) && where_.at(op->operand(0)) == where_.at(op->operand(1));
   };
+  // A cast of float32 to bf16 or fp16 (mixed precision's weights, which the
+  // fuse pass puts at the step's start side by side).
+  auto narrows = [](const Op* op) {
+    const DType to = op->kind() == OpKind::Cast ? op->result()->type().dtype : DType::F32;
+    return (to == DType::BF16 || to == DType::F16) && op->operand(0)->type().dtype == DType::F32;
+  };
   for (size_t k = 0; k < order.size() && groupUpdates_; ++k) {
+    if (narrows(order[k])) {
+      std::vector<const Op*> run{order[k]};
+      while (k + 1 < order.size() && adjacent(k) && narrows(order[k + 1]) &&
+             order[k + 1]->result()->type().dtype == run.front()->result()->type().dtype &&
+             !blocked_.count(order[k + 1]->result()) && !blocked_.count(run.front()->result()))
+        run.push_back(order[++k]);
+      if (run.size() >= 2) {
+        updateRuns_[run.front()] = run;
+        inRun_.insert(run.begin() + 1, run.end());
+      }
+      continue;
+    }
     if (!isUpdate(order[k]))
       continue;
     const Op* first = order[k];
@@ -559,6 +578,13 @@ void PhaseWriter::planUpdateGroups(const std::vector<const Op*>& order,
 }
 
 std::string PhaseWriter::groupCallOf(const std::vector<const Op*>& run) {
+  if (run.front()->kind() == OpKind::Cast) {
+    std::string call = "castGroup({";
+    for (size_t k = 0; k < run.size(); ++k)
+      call += (k ? ",\n      CastPair{" : "\n      CastPair{") + names_(run[k]->operand(0)) +
+              ", " + names_(run[k]->result()) + "}";
+    return call + "})";
+  }
   const bool sgd = run.front()->kind() == OpKind::SgdUpdate;
   std::string call = sgd ? "sgdUpdateGroup({" : "adamUpdateGroup({";
   for (size_t k = 0; k < run.size(); ++k) {

@@ -32,6 +32,72 @@ bool samePlace(const Op& a, const Op& b) {
          !x.bufferOffsets && !y.bufferOffsets;
 }
 
+/// A reduce_sum that keeps its reduced dims, read only by a reshape that
+/// drops them (autodiff's gradient of a broadcast bias, then of the bias's
+/// reshape), becomes the reduce_sum that drops them: one kernel, not a
+/// reduction and a copy. The same sums in the same order.
+void foldReshapedReductions(Graph& g) {
+  std::vector<Op*> reshapes;
+  for (const auto& op : g.ops())
+    if ((op->kind() == OpKind::Reshape || op->kind() == OpKind::Flatten) &&
+        op->operand(0)->definingOp() &&
+        op->operand(0)->definingOp()->kind() == OpKind::ReduceSum)
+      reshapes.push_back(op.get());
+  for (Op* reshape : reshapes) {
+    Value* reduced = reshape->operand(0);
+    Op* sum = reduced->definingOp();
+    if (reduced->uses().size() != 1 || sum->getInt("keepdims") == 0 || !sum->hasAttr("axes") ||
+        sum->annotations() != reshape->annotations() ||
+        reshape->result()->type().dtype != reduced->type().dtype)
+      continue;
+    const Shape& kept = reduced->type().shape;
+    std::vector<int64_t> axes = sum->getInts("axes");
+    for (int64_t& a : axes)
+      a = a < 0 ? a + static_cast<int64_t>(kept.size()) : a;
+    Shape dropped;
+    for (size_t d = 0; d < kept.size(); ++d)
+      if (std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) == axes.end())
+        dropped.push_back(kept[d]);
+    if (dropped != reshape->result()->type().shape)
+      continue;
+    sum->setAttr("keepdims", int64_t{0});
+    reduced->setType(reshape->result()->type());
+    reshape->result()->replaceAllUsesWith(reduced);
+    reduced->setName(reshape->result()->name());
+    g.eraseOp(reshape);
+  }
+}
+
+/// Mixed precision's casts of float32 params to bf16 or fp16 (the weights'
+/// working copies) move to the step's start, side by side, in their order:
+/// codegen writes them as one multi-tensor call (castGroup). They read the
+/// params as the step starts, which is what they read where they were.
+void hoistWeightCasts(Graph& g) {
+  std::vector<Op*> casts;
+  for (const auto& op : g.ops()) {
+    const DType to = op->kind() == OpKind::Cast ? op->result()->type().dtype : DType::F32;
+    if ((to == DType::BF16 || to == DType::F16) &&
+        op->operand(0)->kind() == ValueKind::Param &&
+        op->operand(0)->type().dtype == DType::F32 && !op->annotations().microBatch &&
+        !op->annotations().stream)
+      casts.push_back(op.get());
+  }
+  std::set<const Op*> hoisted(casts.begin(), casts.end());
+  Op* first = nullptr; // the first op that stays: each cast goes before it, in order
+  for (const auto& op : g.ops())
+    if (!hoisted.count(op.get())) {
+      first = op.get();
+      break;
+    }
+  for (Op* cast : casts)
+    g.moveOp(cast, first);
+}
+
+/// How far after a region's anchor an op that reads none of its values may
+/// join it (step 1's horizontal case): near, so that no value lives much
+/// longer than it did.
+constexpr size_t kNearby = 8;
+
 struct Region {
   std::vector<Op*> ops; ///< in graph order
   Shape shape;
@@ -39,6 +105,10 @@ struct Region {
 };
 
 /// Fuses chains of elementwise ops into `fused` ops, each one kernel:
+///  0. A reduce_sum keeping its dims and the reshape dropping them become
+///     one reduce_sum (foldReshapedReductions); the casts of float32 params
+///     to 16 bits move to the step's start (hoistWeightCasts), side by side
+///     for one multi-tensor call.
 ///  1. Walk the ops in order. A fusible op (FusionKind Elementwise or
 ///     Broadcast, float values) joins the region of the producer of one of
 ///     its operands that allows it: the region computes the same shape (its
@@ -48,7 +118,10 @@ struct Region {
 ///     before the anchor, so the op moves up to it; or (b) it can move down
 ///     to the op: no op outside the region reads one of its values before
 ///     the op, and no param it reads is assigned before the op. The op is
-///     then the anchor. Otherwise it starts a region of its own.
+///     then the anchor. An op that reads no region's value joins the
+///     latest region the same ways where it is at most kNearby ops after its
+///     anchor (horizontal fusion: one launch for independent small ops).
+///     Otherwise it starts a region of its own.
 ///  2. The regions of the op's other operands join its region where they
 ///     can move to its anchor: what they read is defined before it, and
 ///     what reads them outside the merged region comes after it.
@@ -66,12 +139,15 @@ public:
   std::string_view name() const override { return "fuse"; }
 
   llvm::Error run(Graph& g, PassContext&) override {
+    foldReshapedReductions(g);
+    hoistWeightCasts(g);
     std::map<const Op*, size_t> position;
     size_t n = 0;
     for (const auto& op : g.ops())
       position[op.get()] = n++;
     std::vector<Region> regions;
     std::map<const Op*, size_t> regionOf;
+    std::optional<size_t> latest; // the region the last fusible op joined
     for (const auto& opPtr : g.ops()) {
       Op* op = opPtr.get();
       if (!fusible(*op))
@@ -93,12 +169,26 @@ public:
           break;
         }
       }
+      // Beside the latest region (horizontally): an op a few ops after its
+      // anchor that reads none of its values (the running mean's and
+      // variance's updates of one batch norm).
+      if (!joined && latest && !regions[*latest].ops.empty() &&
+          position.at(op) - position.at(regions[*latest].anchor) <= kNearby) {
+        Region& r = regions[*latest];
+        if (staysAtAnchor(r, *op, position, regionOf, *latest))
+          joined = latest;
+        else if (movesToOp(r, *op, position)) {
+          joined = latest;
+          r.anchor = op;
+        }
+      }
       if (!joined) {
         joined = regions.size();
         regions.push_back({{}, op->result()->type().shape, op});
       }
       regions[*joined].ops.push_back(op);
       regionOf[op] = *joined;
+      latest = joined;
       // Step 2: the regions of its other operands merged into its own.
       for (const Value* v : op->operands()) {
         const Op* producer = v->definingOp();

@@ -37,13 +37,34 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates)
       continue;
     if (op->kind() == OpKind::Assign && inPlace(*op))
       continue;
-    const bool update = op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate;
+    // A copy (reshape, flatten) whose result the memory plan put on its
+    // operand's bytes: nothing to do.
+    if (op->info().kernel.fn && std::string_view(op->info().kernel.fn) == "copy" &&
+        op->numOperands() == 1 && op->annotations().bufferOffsets) {
+      const Value* v = op->operand(0);
+      const Op* def = v->definingOp();
+      if (def && def->annotations().bufferOffsets &&
+          (*def->annotations().bufferOffsets)[v->resultIndex()] ==
+              (*op->annotations().bufferOffsets)[0] &&
+          valueDevice(v) == valueDevice(op->result()))
+        continue;
+    }
+    const bool narrowing = op->kind() == OpKind::Cast &&
+                           op->operand(0)->type().dtype == DType::F32 &&
+                           (op->result()->type().dtype == DType::BF16 ||
+                            op->result()->type().dtype == DType::F16);
+    const bool update =
+        op->kind() == OpKind::SgdUpdate || op->kind() == OpKind::AdamUpdate || narrowing;
     const auto where = std::make_pair(opDevice(*op), op->annotations().stream.value_or(0));
     auto& [first, members] = run[where];
+    auto same = [&] {
+      if (narrowing)
+        return first->result()->type().dtype == op->result()->type().dtype;
+      const unsigned lr = op->kind() == OpKind::SgdUpdate ? 3 : 4;
+      return first->operand(lr) == op->operand(lr);
+    };
     const bool joins = groupedUpdates && update && first && first->kind() == op->kind() &&
-                       first->operand(op->kind() == OpKind::SgdUpdate ? 3 : 4) ==
-                           op->operand(op->kind() == OpKind::SgdUpdate ? 3 : 4) &&
-                       members % kUpdatesPerLaunch != 0;
+                       same() && members % kUpdatesPerLaunch != 0;
     first = update ? (joins ? first : op.get()) : nullptr;
     members = update ? (joins ? members + 1 : 1) : 0;
     int64_t bytes = 0;

@@ -24,12 +24,13 @@ void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& 
 
 /// A device's kernel launches in one step, from the IR: library calls,
 /// runtime and generated kernels and collectives, each counted once (views,
-/// constants, events and updates written in place over their params launch
-/// nothing), and the bytes their operands and results hold (what they read
+/// copies onto their operand's bytes, constants, events and updates written
+/// in place over their params launch nothing), and the bytes their operands and results hold (what they read
 /// and write at least; collectives' bytes are the links', not counted). A
 /// run of optimizer updates with one lr, only in-place assigns between them
-/// on their device and stream, counts one launch per 24 params (the CUDA
-/// runtime's multi-tensor launches; a CPU trainer makes one call).
+/// on their device and stream, counts one launch per 24 params, and so does
+/// a run of casts of float32 to one 16-bit type (the CUDA runtime's
+/// multi-tensor launches; a CPU trainer makes one call).
 struct KernelCount {
   int64_t kernels = 0, fused = 0, bytes = 0;
 };

@@ -164,6 +164,34 @@ bool reduceSum(const TensorView& x, const TensorView& y, const ReduceParams& p) 
 
 //===--- Conversion and values --------------------------------------------===//
 
+bool castGroup(const std::vector<CastPair>& pairs) {
+  if (pairs.empty())
+    return true;
+  const DType low = pairs[0].y.dtype;
+  std::vector<int64_t> start(pairs.size() + 1, 0);
+  for (size_t p = 0; p < pairs.size(); ++p) {
+    const CastPair& c = pairs[p];
+    if ((low != DType::BF16 && low != DType::F16) || c.x.dtype != DType::F32 ||
+        c.y.dtype != low || c.x.shape != c.y.shape || c.x.layout != Layout::RowMajor ||
+        c.y.layout != Layout::RowMajor)
+      return false;
+    start[p + 1] = start[p] + c.x.numel();
+  }
+  detail::parallelFor(start.back(), kGrain, [&](int64_t first, int64_t last) {
+    size_t p = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), first) -
+                                   start.begin() - 1);
+    for (; p < pairs.size() && start[p] < last; ++p) {
+      const float* xs = pairs[p].x.as<float>();
+      auto* ys = static_cast<uint16_t*>(pairs[p].y.data);
+      for (int64_t k = std::max(first, start[p]) - start[p],
+                   end = std::min(last, start[p + 1]) - start[p];
+           k < end; ++k)
+        ys[k] = low == DType::BF16 ? floatToBf16(xs[k]) : floatToF16(xs[k]);
+    }
+  });
+  return true;
+}
+
 bool cast(const TensorView& x, const TensorView& y) {
   if (x.shape != y.shape || x.layout != y.layout)
     return false;

@@ -212,6 +212,24 @@ __global__ void narrowKernel(const float* x, uint16_t* y, int64_t n, bool bf16) 
   for (int64_t k = firstThread(); k < n; k += gridThreads())
     y[k] = bf16 ? floatToBf16(x[k]) : floatToF16(x[k]);
 }
+/// The pairs of one launch of castGroup: the elements of pair p are
+/// [start[p], start[p + 1]) of the launch's range.
+constexpr int kPairsPerLaunch = 24;
+struct CastChunk {
+  int count = 0;
+  int64_t start[kPairsPerLaunch + 1] = {};
+  const float* x[kPairsPerLaunch];
+  uint16_t* y[kPairsPerLaunch];
+};
+__global__ void narrowGroupKernel(CastChunk c, bool bf16) {
+  int p = 0;
+  for (int64_t i = firstThread(); i < c.start[c.count]; i += gridThreads()) {
+    while (i >= c.start[p + 1])
+      ++p;
+    const int64_t k = i - c.start[p];
+    c.y[p][k] = bf16 ? floatToBf16(c.x[p][k]) : floatToF16(c.x[p][k]);
+  }
+}
 __global__ void widenKernel(const uint16_t* x, float* y, int64_t n, bool bf16) {
   for (int64_t k = firstThread(); k < n; k += gridThreads())
     y[k] = bf16 ? bf16ToFloat(x[k]) : f16ToFloat(x[k]);
@@ -245,6 +263,32 @@ bool reduceSum(const TensorView& x, const TensorView& y, const ReduceParams& p) 
 }
 
 //===--- Conversion and values --------------------------------------------===//
+
+bool castGroup(const std::vector<CastPair>& pairs) {
+  if (pairs.empty())
+    return true;
+  const DType low = pairs[0].y.dtype;
+  for (const CastPair& c : pairs)
+    if ((low != DType::BF16 && low != DType::F16) || c.x.dtype != DType::F32 ||
+        c.y.dtype != low || c.x.shape != c.y.shape)
+      return LWRT_REJECT("castGroup", "casts float32 tensors to bf16, or to fp16, of their "
+                                      "shapes only, not " +
+                                          describe(c.x) + " to " + describe(c.y));
+  for (size_t first = 0; first < pairs.size(); first += kPairsPerLaunch) {
+    CastChunk c;
+    for (size_t k = first; k < pairs.size() && c.count < kPairsPerLaunch; ++k, ++c.count) {
+      c.x[c.count] = pairs[k].x.as<const float>();
+      c.y[c.count] = static_cast<uint16_t*>(pairs[k].y.data);
+      c.start[c.count + 1] = c.start[c.count] + pairs[k].x.numel();
+    }
+    if (c.start[c.count] == 0)
+      continue;
+    narrowGroupKernel<<<blocksFor(c.start[c.count]), kThreads, 0, context().stream>>>(
+        c, low == DType::BF16);
+    LWRT_CUDA(cudaGetLastError());
+  }
+  return true;
+}
 
 bool cast(const TensorView& x, const TensorView& y) {
   auto castable = [](DType t) {

@@ -9,7 +9,10 @@ and every param (--dump) must be the same bytes, for
     bf16 (the casts, bias adds and relus of each 16-bit convolution in one
     kernel), and ResNet-18 in bf16 on 2 devices (data parallel);
   - CUDA trainers on the emulated GPU (the generated CUDA kernels run there)
-    of AlexNet in bf16, ResNet-18 in float32 and Inception in bf16.
+    of AlexNet in bf16, ResNet-18 in float32 and Inception in bf16;
+  - AlexNet in bf16 with AdamW on both (the multi-tensor Adam update);
+the optimizer's multi-tensor updates and the weights' multi-tensor casts
+to bf16 are what --no-fuse writes one call per param, too.
 Also: `--emit=plan` counts fewer kernels for the fused step than for the
 unfused one, and the generated source names each kernel after its layers
 with the IR it computes above it.
@@ -111,7 +114,10 @@ def main():
             for precision in ([], ["--mixed-precision=bf16"]):
                 same_as_unfused(tmp, name, precision)
         same_as_unfused(tmp, "resnet18", ["--mixed-precision=bf16", "--gpus=2", "--strategy=data"])
+        same_as_unfused(tmp, "alexnet", ["--mixed-precision=bf16", "--optimizer=adamw"])
         same_as_unfused(tmp, "alexnet", ["--mixed-precision=bf16"], emulated=True)
+        same_as_unfused(tmp, "alexnet", ["--mixed-precision=bf16", "--optimizer=adamw"],
+                        emulated=True)
         same_as_unfused(tmp, "resnet18", [], emulated=True)
         same_as_unfused(tmp, "inception", ["--mixed-precision=bf16"], emulated=True)
     return harness.finish()
