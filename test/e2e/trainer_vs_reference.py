@@ -44,8 +44,11 @@ def check(name, tmp):
 def check_model(model, name, tmp, flags=(), write_batch=None, steps=1):
     """`steps` steps of the CPU trainer of `model` (compiled with lwcc
     `flags`) against the reference, on the batch write_batch(model, dir)
-    writes (a zoo classifier's by default); returns (worst relative error,
-    gradients checked, params, reference gradients) of the last step."""
+    writes (a zoo classifier's by default): the last step's loss, the first
+    step's gradients (those --train-reference dumps; a trainer's --dump
+    holds its last step's, so they come from a one-step run) and the params
+    after the last step. Returns (worst relative error, gradients checked,
+    params, reference gradients)."""
     path = os.path.join(tmp, name + ".onnx")
     onnx.save(model, path)
     data = os.path.join(tmp, name + "_data")
@@ -60,6 +63,11 @@ def check_model(model, name, tmp, flags=(), write_batch=None, steps=1):
     ref = os.path.join(tmp, name + "_ref")
     os.makedirs(got, exist_ok=True)
     run([exe, f"--steps={steps}", f"--data=raw:{data}", f"--dump={got}"])
+    got_grads = got
+    if steps > 1:
+        got_grads = os.path.join(tmp, name + "_got_first")
+        os.makedirs(got_grads, exist_ok=True)
+        run([exe, "--steps=1", f"--data=raw:{data}", f"--dump={got_grads}"])
     run([LWCC, path, *flags, "--train-reference", "--inputs", data, "--steps", str(steps),
          "--dump", ref])
 
@@ -78,7 +86,8 @@ def check_model(model, name, tmp, flags=(), write_batch=None, steps=1):
     pairs = []
     for k, n in enumerate(sorted(grad_names), start=1):
         want = pb(f"grad_{safe(n)}.pb")
-        have = np.fromfile(os.path.join(got, f"output_{k}.bin"), np.float32).reshape(want.shape)
+        have = np.fromfile(os.path.join(got_grads, f"output_{k}.bin"),
+                           np.float32).reshape(want.shape)
         pairs.append((have, want))
     floor = 1e-3 * max((float(np.max(np.abs(w))) for _, w in pairs), default=0.0)
     for have, want in pairs:
