@@ -152,7 +152,7 @@ std::vector<int64_t> samplesPerDevice(const Graph& g, int64_t devices) {
 
 /// The include lines of the runtime headers beyond <ns>_nn.h and
 /// <ns>_tensor.h that the ops of `g` call into (activations, resize, the
-/// position-encoding and norm ops, and gradient clipping).
+/// position-encoding and norm ops, gradient clipping, and the language-model ops).
 std::string runtimeHeadersOf(const Graph& g, const char* ns) {
   static const std::set<OpKind> activationOps = [] {
     std::set<OpKind> ops = {OpKind::PRelu,   OpKind::PReluGrad, OpKind::Max,     OpKind::Min,
@@ -165,12 +165,15 @@ std::string runtimeHeadersOf(const Graph& g, const char* ns) {
   static const std::set<OpKind> encodingOps = {
       OpKind::CumSum, OpKind::Tile,     OpKind::Mod,      OpKind::Sin,
       OpKind::Cos,    OpKind::ReduceL1, OpKind::ReduceL2, OpKind::ReduceSumSquare};
-  bool activation = false, resize = false, encoding = false, clip = false;
+  static const std::set<OpKind> languageOps = {OpKind::GatherElements, OpKind::ScatterElements,
+                                               OpKind::NllLoss, OpKind::NllLossGrad};
+  bool activation = false, resize = false, encoding = false, clip = false, language = false;
   for (const auto& op : g.ops()) {
     activation |= activationOps.count(op->kind()) > 0;
     clip |= op->kind() == OpKind::SquareSum || op->kind() == OpKind::ClipCoef;
     resize |= op->kind() == OpKind::Resize || op->kind() == OpKind::ResizeGrad;
     encoding |= encodingOps.count(op->kind()) > 0;
+    language |= languageOps.count(op->kind()) > 0;
   }
   std::string out;
   if (activation)
@@ -181,6 +184,8 @@ std::string runtimeHeadersOf(const Graph& g, const char* ns) {
     out += std::string("#include \"lwrt/") + ns + "_encoding.h\"\n";
   if (clip)
     out += std::string("#include \"lwrt/") + ns + "_grad_clip.h\"\n";
+  if (language)
+    out += std::string("#include \"lwrt/") + ns + "_language.h\"\n";
   return out;
 }
 

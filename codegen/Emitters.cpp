@@ -3,6 +3,7 @@
 
 #include "ir/Printer.h"
 #include "runtime/include/lwrt/activation_math.h"
+#include "runtime/include/lwrt/language_math.h"
 #include "runtime/include/lwrt/resize_math.h"
 
 #include <cmath>
@@ -119,7 +120,8 @@ std::string resizeP(const Op& op) {
 }
 /// CompareParams{CompareKind::...}; kinds in the order of kCompareKindNames.
 std::string compareP(const Op& op) {
-  static const char* ids[] = {"Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Equal"};
+  static const char* ids[] = {
+      "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Equal", "And", "Or", "Xor"};
   for (size_t k = 0; k < std::size(ids); ++k)
     if (op.getString("kind") == lwrt::kCompareKindNames[k])
       return std::string("CompareParams{CompareKind::") + ids[k] + "}";
@@ -140,8 +142,35 @@ std::string modP(const Op& op) { return "ModParams{" + std::to_string(op.getInt(
 std::string softmaxP(const Op& op) {
   return "SoftmaxParams{" + std::to_string(op.getInt("axis")) + "}";
 }
+/// An ignore_index: kNoIgnoreIndex when none is set (INT64_MIN has no literal).
+std::string ignoreIndex(const Op& op) {
+  int64_t v = op.getInt("ignore_index");
+  return v == lwrt::kNoIgnoreIndex ? std::string("kNoIgnoreIndex") : std::to_string(v);
+}
 std::string xentP(const Op& op) {
-  return "XentParams{" + num(op.getFloat("label_smoothing")) + "}";
+  return "XentParams{" + num(op.getFloat("label_smoothing")) + ", " + ignoreIndex(op) + "}";
+}
+/// gather_elements and scatter_elements: the axis counted from the front.
+std::string elementsAxis(const Op& op) {
+  int64_t axis = op.getInt("axis");
+  return std::to_string(axis < 0 ? axis + op.operand(0)->type().rank() : axis);
+}
+std::string gatherElementsP(const Op& op) {
+  return "GatherElementsParams{" + elementsAxis(op) + "}";
+}
+std::string scatterElementsP(const Op& op) {
+  return "ScatterElementsParams{" + elementsAxis(op) + ", " +
+         std::string(op.getString("reduction") == "add" ? "1" : "0") + "}";
+}
+/// NllLossParams{NllReduction::..., ignore_index}; reductions in the order
+/// of kNllReductionNames.
+std::string nllP(const Op& op) {
+  static const char* ids[] = {"None", "Sum", "Mean"};
+  std::string r = ids[2];
+  for (size_t k = 0; k < std::size(ids); ++k)
+    if (op.getString("reduction") == lwrt::kNllReductionNames[k])
+      r = ids[k];
+  return "NllLossParams{NllReduction::" + r + ", " + ignoreIndex(op) + "}";
 }
 std::string bnP(const Op& op) {
   return "BatchNormParams{" + num(op.getFloat("epsilon")) + ", " + num(op.getFloat("momentum")) +
@@ -327,6 +356,10 @@ const std::map<OpKind, ParamsFn>& paramsFormatters() {
       {OpKind::ReduceL1, reduceP},
       {OpKind::ReduceL2, reduceP},
       {OpKind::ReduceSumSquare, reduceP},
+      {OpKind::GatherElements, gatherElementsP},
+      {OpKind::ScatterElements, scatterElementsP},
+      {OpKind::NllLoss, nllP},
+      {OpKind::NllLossGrad, nllP},
   };
   return table;
 }
@@ -352,7 +385,7 @@ std::string hyperParams(const Op& op) {
            "h.totalSteps, h.stepSize, h.gamma, h.minLr}";
   case OpKind::SoftmaxXent:
   case OpKind::SoftmaxXentGrad:
-    return "XentParams{h.labelSmoothing}";
+    return "XentParams{h.labelSmoothing, " + ignoreIndex(op) + "}";
   case OpKind::ClipCoef:
     return "ClipCoefParams{h.clipGradNorm}";
   default:

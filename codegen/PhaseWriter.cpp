@@ -668,7 +668,7 @@ llvm::Expected<int64_t> placeResults(const Graph& g, Places& where, const std::s
       arenaBytes = std::max(arenaBytes, alignUp(off + v->type().sizeInBytes()));
     }
     if (classes && op->kind() == OpKind::SoftmaxXent)
-      *classes = op->operand(0)->type().shape[1];
+      *classes = op->operand(0)->type().shape.back();
   }
   return arenaBytes;
 }

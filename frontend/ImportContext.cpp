@@ -296,8 +296,9 @@ llvm::Expected<Value*> ImportContext::emit1(OpKind kind, const std::vector<Value
 
 namespace {
 using Family = const std::vector<ImporterEntry>& (*)();
-constexpr Family kFamilies[] = {&nnImporters,     &mathImporters,       &tensorImporters,
-                                &reduceImporters, &activationImporters, &resizeImporters};
+constexpr Family kFamilies[] = {&nnImporters,      &mathImporters,       &tensorImporters,
+                                &reduceImporters,  &activationImporters, &resizeImporters,
+                                &languageImporters};
 } // namespace
 
 ImportFn findImporter(const std::string& opType, int64_t opset) {

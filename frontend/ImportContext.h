@@ -145,6 +145,7 @@ const std::vector<ImporterEntry>& tensorImporters();
 const std::vector<ImporterEntry>& reduceImporters();
 const std::vector<ImporterEntry>& activationImporters();
 const std::vector<ImporterEntry>& resizeImporters();
+const std::vector<ImporterEntry>& languageImporters();
 
 /// A float32 value as the decimal its writer meant (0.1f as 0.1), as
 /// attrFloat reads float attributes.

@@ -6,7 +6,8 @@
 //    per consumer (SharedInitializers.h); warn when the model looks exported
 //    with batch norm folded away.
 // 4. Bind the graph inputs (fixing symbolic batch dims with --batch), then
-//    the initializers: float ones become params, small integer ones become
+//    the initializers: float ones become params (frozen where a value is not
+//    finite: a constant such as a mask's -inf), small integer ones become
 //    constants so that shape computations fold.
 // 5. Order the nodes topologically, reporting undefined names and cycles.
 // 6. Import each node with the importer registered for (op_type, opset).
@@ -17,14 +18,16 @@
 //===----------------------------------------------------------------------===//
 #include "frontend/Frontend.h"
 #include "frontend/ImportContext.h"
+#include "frontend/OnnxText.h"
 #include "ir/Verifier.h"
-#include "onnx/defs/parser.h"
 #include "onnx/onnx_pb.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -79,6 +82,20 @@ std::set<std::string> nonPersistentBuffers(const onnx::GraphProto& graph) {
 
 /// Integer initializers up to this size become constants (shape data).
 constexpr int64_t kMaxIntConstant = 1 << 16;
+
+/// Float initializers up to this size are read at import even where the
+/// weights are not (ImportOptions::weights off), to find the non-finite ones.
+constexpr int64_t kMaxCheckedUnread = 1 << 16;
+
+/// Whether a float initializer holds an infinity or a NaN: a constant of the
+/// model, such as the -inf that an attention mask selects, and no weight. No
+/// update can train it (SGD's or AdamW's weight decay alone turns -inf into
+/// NaN, and its gradient is zero or undefined), so it becomes a frozen param:
+/// kept as written, with no gradient and no update.
+bool hasNonFinite(const Tensor& t) {
+  return t.isFloatData() &&
+         std::any_of(t.f.begin(), t.f.end(), [](double v) { return !std::isfinite(v); });
+}
 
 llvm::Error fileError(const std::string& file, const std::string& msg) {
   return makeError(Location{file, 0, 0, ""}, msg);
@@ -327,11 +344,7 @@ llvm::Error loadModelProto(const std::string& path, onnx::ModelProto& model,
     auto file = llvm::MemoryBuffer::getFile(path);
     if (!file)
       return fileError(path, "cannot read: " + file.getError().message());
-    onnx::OnnxParser parser((*file)->getBufferStart()); // null-terminated
-    auto status = parser.Parse(model);
-    if (!status.IsOK())
-      return fileError(path, "cannot parse ONNX text: " + status.ErrorMessage());
-    return llvm::Error::success();
+    return parseOnnxText((*file)->getBuffer(), path, model);
   }
   const uintmax_t size = fs::file_size(path, ec);
   if (ec)
@@ -460,10 +473,11 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
     ctx.bind(in.name(), module.graph->addInput(in.name(), *type, InputRole::Data));
   }
   const std::set<std::string> buffers = nonPersistentBuffers(graph);
-  auto addParam = [&](const std::string& name, const TensorType& type) {
+  auto addParam = [&](const std::string& name, const TensorType& type, bool nonFinite) {
     Value* p = module.graph->addParam(name, name, type);
-    // A non-persistent buffer keeps its value: no gradient, no update.
-    if (buffers.count(name))
+    // A non-persistent buffer, or a constant that is not finite, keeps its
+    // value: no gradient, no update.
+    if (buffers.count(name) || nonFinite)
       p->setFrozen(true);
     ctx.bind(name, p);
   };
@@ -489,8 +503,16 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
                                       rawAt ? std::optional<int64_t>(rawAt->second) : std::nullopt);
       if (!type)
         return makeError(Location{file, 0, 0, ""}, llvm::toString(type.takeError()));
+      // A small one is read all the same, to freeze it where not finite.
+      bool nonFinite = false;
+      if (type->numElements() <= kMaxCheckedUnread) {
+        auto t = read();
+        if (!t)
+          return makeError(Location{file, 0, 0, ""}, llvm::toString(t.takeError()));
+        nonFinite = hasNonFinite(*t);
+      }
       defined.insert(name);
-      addParam(name, *type);
+      addParam(name, *type, nonFinite);
       ctx.deferValues(name, read);
       continue;
     }
@@ -503,7 +525,7 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
       c->setName(name);
       ctx.bind(name, c);
     } else {
-      addParam(name, t->type);
+      addParam(name, t->type, hasNonFinite(*t));
       module.weights.emplace(name, std::move(*t));
     }
   }

@@ -156,6 +156,8 @@ inline lwrt::BroadcastIndex broadcastIndex(const Shape& to, const Shape& from) {
 // Position encodings and norms (EncodingOps.cpp).
 #define LWCC_ENCODING_KERNELS(X)                                                                   \
   X(CumSum) X(Tile) X(Mod) X(Sin) X(Cos) X(ReduceL1) X(ReduceL2) X(ReduceSumSquare)
+// Language models (LanguageOps.cpp).
+#define LWCC_LANGUAGE_KERNELS(X) X(GatherElements) X(ScatterElements) X(NllLoss) X(NllLossGrad)
 // Gradient clipping (GradClipOps.cpp).
 #define LWCC_GRAD_CLIP_KERNELS(X) X(SquareSum) X(ClipCoef)
 // A fused region: its body's ops, one after another (FusedOps.cpp).
@@ -165,6 +167,7 @@ LWCC_TRAIN_KERNELS(X)
 LWCC_COMM_KERNELS(X)
 LWCC_ZOO_KERNELS(X)
 LWCC_ENCODING_KERNELS(X)
+LWCC_LANGUAGE_KERNELS(X)
 LWCC_GRAD_CLIP_KERNELS(X)
 LWCC_FUSED_KERNELS(X)
 #undef X

@@ -32,14 +32,15 @@ Error ok() { return Error::success(); }
 
 /// log(sum_j exp(z[r, j])) of row r of logits [N, K], computed stably.
 double rowLogSumExp(const Tensor& logits, int64_t r) {
-  int64_t k = logits.type.shape[1];
+  int64_t k = logits.type.shape.back();
   return lwrt::rowLogSumExp(logits.f.data() + r * k, k);
 }
 
+/// Labels in [0, K) or equal to the op's ignore_index.
 Error checkLabels(const EvalCtx& c) {
-  int64_t k = c.x(0).type.shape[1];
+  int64_t k = c.x(0).type.shape.back(), ignore = c.op.getInt("ignore_index");
   for (int64_t l : c.x(1).i)
-    if (l < 0 || l >= k)
+    if ((l < 0 || l >= k) && l != ignore)
       return c.op.emitError(llvm::formatv("label {0} is out of range [0, {1})", l, k).str());
   return ok();
 }
@@ -61,17 +62,22 @@ Error evalSoftmaxXent(EvalCtx& c) {
   // Per row: (1-E)·(lse - z[label]) + E·mean_j(lse - z[j]).
   if (Error e = checkLabels(c))
     return e;
+  // Rows whose label is ignore_index count for nothing; the mean is over the others.
   const Tensor& z = c.x(0);
-  int64_t n = z.type.shape[0], k = z.type.shape[1];
+  int64_t k = z.type.shape.back(), n = c.x(1).size(), ignore = c.op.getInt("ignore_index");
   double smoothing = c.op.getFloat("label_smoothing");
   double total = 0;
+  int64_t counted = 0;
   for (int64_t r = 0; r < n; ++r) {
+    if (c.x(1).i[r] == ignore)
+      continue;
+    ++counted;
     double lse = rowLogSumExp(z, r), sum = 0;
     for (int64_t j = 0; j < k; ++j)
       sum += z.f[r * k + j];
     total += lwrt::xentRowLoss(lse, z.f[r * k + c.x(1).i[r]], sum, k, smoothing);
   }
-  c.y().f[0] = total / static_cast<double>(n);
+  c.y().f[0] = total / static_cast<double>(counted);
   return ok();
 }
 
@@ -79,12 +85,20 @@ Error evalSoftmaxXentGrad(EvalCtx& c) {
   // (softmax(z) - (1-E)·onehot(label) - E/K) * dloss / N
   if (Error e = checkLabels(c))
     return e;
+  // ... over the rows not ignored (0 in the ignored rows).
   const Tensor& z = c.x(0);
-  int64_t n = z.type.shape[0], k = z.type.shape[1];
+  int64_t k = z.type.shape.back(), n = c.x(1).size(), ignore = c.op.getInt("ignore_index");
+  int64_t counted = 0;
+  for (int64_t r = 0; r < n; ++r)
+    counted += c.x(1).i[r] != ignore;
   double smoothing = c.op.getFloat("label_smoothing");
-  double scale = c.x(2).f[0] / static_cast<double>(n);
+  double scale = c.x(2).f[0] / static_cast<double>(counted);
   double uniform = smoothing / static_cast<double>(k);
   for (int64_t r = 0; r < n; ++r) {
+    if (c.x(1).i[r] == ignore) {
+      std::fill(c.y().f.begin() + r * k, c.y().f.begin() + (r + 1) * k, 0.0);
+      continue;
+    }
     double lse = rowLogSumExp(z, r);
     for (int64_t j = 0; j < k; ++j)
       c.y().f[r * k + j] =

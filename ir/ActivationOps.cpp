@@ -91,10 +91,15 @@ Rule compare(const Op& op) {
   for (const char* k : lwrt::kCompareKindNames)
     known |= op.getString("kind") == k;
   if (!known)
-    return fail("unknown kind '{0}' (greater, greater_or_equal, less, less_or_equal, equal)",
+    return fail("unknown kind '{0}' (greater, greater_or_equal, less, less_or_equal, equal, and, "
+                "or, xor)",
                 op.getString("kind"));
-  if (ty(op, 0).dtype == DType::Bool && op.getString("kind") != "equal")
+  bool logical = op.getString("kind") == "and" || op.getString("kind") == "or" ||
+                 op.getString("kind") == "xor";
+  if (ty(op, 0).dtype == DType::Bool && !logical && op.getString("kind") != "equal")
     return fail("bool operands are only compared for equality");
+  if (logical && ty(op, 0).dtype != DType::Bool)
+    return fail("'{0}' takes bool operands, got {1}", op.getString("kind"), ty(op, 0).str());
   auto s = broadcast(ty(op, 0).shape, ty(op, 1).shape);
   if (!s)
     return s.takeError();

@@ -597,6 +597,8 @@ Error softmaxXent(GradContext& c) {
   std::vector<NamedAttr> attrs;
   if (c.op.hasAttr("label_smoothing"))
     attrs.push_back({"label_smoothing", Attribute(c.op.getFloat("label_smoothing"))});
+  if (c.op.hasAttr("ignore_index"))
+    attrs.push_back({"ignore_index", Attribute(c.op.getInt("ignore_index"))});
   TRY_V(dx, c.emit(OpKind::SoftmaxXentGrad, {c.x(0), c.x(1), c.dy()}, std::move(attrs)));
   c.dxs[0] = dx;
   return ok();

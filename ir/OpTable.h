@@ -257,6 +257,11 @@ struct LayerNormTypes {
 llvm::Expected<LayerNormTypes> layerNormTypes(const TensorType& x, int64_t axis);
 /// The result shape of gather_nd (ONNX GatherND) for these operand shapes.
 llvm::Expected<Shape> gatherNdShape(const Shape& data, const Shape& indices, int64_t batchDims);
+// Language models (LanguageOps.cpp).
+Rule gatherElements(const Op&);
+Rule scatterElements(const Op&);
+Rule nllLoss(const Op&);
+Rule nllLossGrad(const Op&);
 } // namespace shape
 
 namespace verify {
@@ -301,6 +306,11 @@ void localizeResize(Op& local, const Op& global, int64_t dim, int64_t offset);
 std::optional<SplitPlan> cumSum(const Op&, int64_t dim);
 std::optional<SplitPlan> tile(const Op&, int64_t dim);
 std::optional<SplitPlan> reduceL2(const Op&, int64_t dim);
+/// Language models (LanguageOps.cpp): gather_elements and scatter_elements
+/// on a dim other than the axis where data, indices (and updates) agree;
+/// nll_loss and its gradient by sample with reduction none.
+std::optional<SplitPlan> gatherElements(const Op&, int64_t dim);
+std::optional<SplitPlan> nllLoss(const Op&, int64_t dim);
 } // namespace par
 
 /// Cost rules (ir/CostRules.cpp): FLOPs of one run of the op.
@@ -322,6 +332,10 @@ double operandElements(const Op&, const CostContext&);
 double none(const Op&, const CostContext&);
 double resize(const Op&, const CostContext&);
 double normReduce(const Op&, const CostContext&);
+/// Language models (LanguageOps.cpp): a scatter's copy of data and its
+/// updates; a loss per target (and per input element for the gradient).
+double scatterElements(const Op&, const CostContext&);
+double nllLoss(const Op&, const CostContext&);
 /// fused: each statement's elements.
 double fused(const Op&, const CostContext&);
 } // namespace cost

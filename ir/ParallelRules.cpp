@@ -237,11 +237,13 @@ std::optional<SplitPlan> batchNormTrain(const Op&, int64_t dim) {
 }
 
 std::optional<SplitPlan> loss(const Op& op, int64_t dim) {
-  // softmax_xent: logits [N,K] and labels [N] by sample; mse_loss: pred and
-  // target alike. The mean over the shard is weighted by its share.
+  // softmax_xent: logits [N,...,K] and labels [N,...] by sample; mse_loss:
+  // pred and target alike. The mean over the shard is weighted by its share,
+  // which ignored labels make unknown to the shard: softmax_xent with an
+  // ignore_index stays whole.
   if (!validDim(op.operand(0), dim))
     return std::nullopt;
-  if (op.kind() == OpKind::SoftmaxXent && dim != 0)
+  if (op.kind() == OpKind::SoftmaxXent && (dim != 0 || op.hasAttr("ignore_index")))
     return std::nullopt;
   return plan({dim, dim}, {-1}, SplitPlan::Partial::Mean);
 }

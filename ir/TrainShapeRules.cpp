@@ -49,10 +49,11 @@ llvm::Expected<Shape> shapeAttr(const Op& op, const char* name) {
 
 Rule softmaxXent(const Op& op) {
   TRY(expectFloat(op, 0));
-  if (ty(op, 0).rank() != 2)
-    return fail("logits must be [N, K], got {0}", ty(op, 0).str());
-  if (!isInteger(ty(op, 1).dtype) || ty(op, 1).shape != Shape{ty(op, 0).shape[0]})
-    return fail("labels must be integers of shape [{0}], got {1}", ty(op, 0).shape[0],
+  if (ty(op, 0).rank() < 2)
+    return fail("logits must be [N, K] or [N, ..., K], got {0}", ty(op, 0).str());
+  Shape leading(ty(op, 0).shape.begin(), ty(op, 0).shape.end() - 1);
+  if (!isInteger(ty(op, 1).dtype) || ty(op, 1).shape != leading)
+    return fail("labels must be integers of shape {0}, got {1}", shapeStr(leading),
                 ty(op, 1).str());
   double e = op.getFloat("label_smoothing");
   if (!(e >= 0 && e <= 1))

@@ -3,6 +3,9 @@
 #include "passes/PassOptions.h"
 #include "passes/TrainingSupport.h"
 
+#include <limits>
+#include <optional>
+
 namespace lwcc {
 
 namespace {
@@ -10,16 +13,18 @@ namespace {
 /// Appends the loss (options: softmax-xent, the default, mse or none):
 ///  1. Take the graph's first output; further outputs are dropped.
 ///  2. softmax-xent: strip a trailing softmax or log_softmax over the last
-///     axis, require logits [N, K], add an i64[N] label input and
-///     softmax_xent (mean over the batch; label_smoothing=E smooths the
-///     target to (1-E)·onehot + E/K).
+///     axis, require logits [N, K] or [N, ..., K] (a language model's
+///     [N, T, V]), add an i64 label input of their leading shape and
+///     softmax_xent (mean over the labels; label_smoothing=E smooths the
+///     target to (1-E)·onehot + E/K; ignore_index=I leaves out the labels
+///     equal to I, and the mean is over the others).
 ///     mse: add a target input of the output's type and mse_loss (mean).
 ///     none: the output must already be a float scalar.
 ///  3. The loss becomes the only output.
 class AppendLossPass : public Pass {
 public:
-  AppendLossPass(std::string loss, double labelSmoothing)
-      : loss_(std::move(loss)), labelSmoothing_(labelSmoothing) {}
+  AppendLossPass(std::string loss, double labelSmoothing, std::optional<int64_t> ignoreIndex)
+      : loss_(std::move(loss)), labelSmoothing_(labelSmoothing), ignoreIndex_(ignoreIndex) {}
   std::string_view name() const override { return "append-loss"; }
 
   llvm::Error run(Graph& g, PassContext& ctx) override {
@@ -62,16 +67,19 @@ public:
           logits = def->operand(0);
       }
       const TensorType& t = logits->type();
-      if (t.rank() != 2 || !isFloat(t.dtype))
-        return makeError(out->loc(), "append-loss: softmax-xent needs float logits [N, K], but "
-                                     "the output is " +
+      if (t.rank() < 2 || !isFloat(t.dtype))
+        return makeError(out->loc(), "append-loss: softmax-xent needs float logits [N, K] or "
+                                     "[N, ..., K], but the output is " +
                                          t.str() + " (use the mse or none loss)");
-      auto label = labelInput("label", TensorType(DType::I64, {t.shape[0]}));
+      Shape leading(t.shape.begin(), t.shape.end() - 1);
+      auto label = labelInput("label", TensorType(DType::I64, leading));
       if (!label)
         return label.takeError();
       std::vector<NamedAttr> attrs;
       if (labelSmoothing_ != 0)
         attrs.push_back({"label_smoothing", Attribute(labelSmoothing_)});
+      if (ignoreIndex_)
+        attrs.push_back({"ignore_index", Attribute(*ignoreIndex_)});
       auto op = b.createInferred(OpKind::SoftmaxXent, {logits, *label}, std::move(attrs));
       if (!op)
         return op.takeError();
@@ -105,12 +113,14 @@ public:
 private:
   std::string loss_;
   double labelSmoothing_;
+  std::optional<int64_t> ignoreIndex_;
 };
 
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createAppendLossPass(std::string_view options) {
-  auto opts = PassOptions::parse("append-loss", options, "loss", {"loss", "label_smoothing"});
+  auto opts = PassOptions::parse("append-loss", options, "loss",
+                                 {"loss", "label_smoothing", "ignore_index"});
   if (!opts)
     return opts.takeError();
   auto loss = opts->getChoice("loss", "softmax-xent", {"softmax-xent", "mse", "none"});
@@ -123,7 +133,16 @@ llvm::Expected<std::unique_ptr<Pass>> createAppendLossPass(std::string_view opti
     return makeError("append-loss: label_smoothing must be in [0, 1]");
   if (*smoothing != 0 && *loss != "softmax-xent")
     return makeError("append-loss: label_smoothing applies to the softmax-xent loss only");
-  return std::make_unique<AppendLossPass>(*loss, *smoothing);
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
+  auto ignore = opts->getInt("ignore_index", kNone);
+  if (!ignore)
+    return ignore.takeError();
+  if (*ignore != kNone && *loss != "softmax-xent")
+    return makeError("append-loss: ignore_index applies to the softmax-xent loss only");
+  std::optional<int64_t> ignoreIndex;
+  if (*ignore != kNone)
+    ignoreIndex = *ignore;
+  return std::make_unique<AppendLossPass>(*loss, *smoothing, ignoreIndex);
 }
 
 } // namespace lwcc

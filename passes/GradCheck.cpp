@@ -269,7 +269,7 @@ std::vector<Tensor> randomInputs(const Graph& g, uint64_t seed) {
       int64_t classes = 4;
       for (const Use& u : in->uses())
         if (u.user && u.user->kind() == OpKind::SoftmaxXent)
-          classes = u.user->operand(0)->type().shape[1];
+          classes = u.user->operand(0)->type().shape.back();
       std::uniform_int_distribution<int64_t> label(0, classes - 1);
       for (int64_t& v : t.i)
         v = in->type().dtype == DType::Bool ? label(rng) % 2 : label(rng);

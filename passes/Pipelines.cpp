@@ -125,9 +125,10 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
   const int64_t micro = o.plan.microbatches;
   p.push_back({"dce", ""}); // the importer runs no pass
   p.push_back({"canonicalize", ""});
-  p.push_back(
-      {"append-loss",
-       o.loss + (o.labelSmoothing != 0 ? ",label_smoothing=" + exact(o.labelSmoothing) : "")});
+  p.push_back({"append-loss",
+               o.loss +
+                   (o.labelSmoothing != 0 ? ",label_smoothing=" + exact(o.labelSmoothing) : "") +
+                   (o.ignoreIndex ? ",ignore_index=" + std::to_string(*o.ignoreIndex) : "")});
   if (!o.freeze.empty())
     p.push_back({"freeze", "params=" + joined(o.freeze, ';') + ",bn=" + (o.freezeBn ? "1" : "0")});
   p.push_back({"train-mode", "bn_running_var=" + o.bnRunningVar});

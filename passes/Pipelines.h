@@ -103,6 +103,8 @@ struct TrainingPipelineOptions {
   // The loss and the training semantics.
   std::string loss = "softmax-xent";
   double labelSmoothing = 0;
+  /// softmax-xent: the label that counts for nothing (a causal LM's -100).
+  std::optional<int64_t> ignoreIndex;
   std::vector<std::string> freeze; ///< glob patterns of frozen params
   bool freezeBn = false;
   std::string bnRunningVar = "unbiased";

@@ -2,8 +2,9 @@
 //
 // HardSwish, HardSigmoid, Mish, Softplus, Softsign, Elu, Selu, Celu and
 // ThresholdedRelu (each an IR op of its own), PRelu with a trainable slope,
-// and Max, Min and the comparisons (folded when every input is known at
-// compile time, as the exporters' adaptive-pool windows are).
+// and Max, Min, the comparisons and the logical ops And, Or, Xor, Not
+// (folded when every input is known at compile time, as the exporters'
+// adaptive-pool windows and causal masks are).
 //
 //===----------------------------------------------------------------------===//
 #include "frontend/ops/Common.h"
@@ -124,6 +125,36 @@ llvm::Error importLess(ImportContext& ctx) { return comparison(ctx, "less"); }
 llvm::Error importLessOrEqual(ImportContext& ctx) { return comparison(ctx, "less_or_equal"); }
 llvm::Error importEqual(ImportContext& ctx) { return comparison(ctx, "equal"); }
 
+/// And, Or and Xor of bool inputs (numpy broadcasting): compare's logical
+/// kinds, folded when both inputs are known at compile time (the
+/// exporters' attention masks), computed at run time otherwise.
+llvm::Error logical(ImportContext& ctx, const char* kind) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  LWCC_TRY(a, ctx.requiredInput(0, "A"));
+  LWCC_TRY(b, ctx.requiredInput(1, "B"));
+  if (a->type().dtype != DType::Bool || b->type().dtype != DType::Bool)
+    return ctx.error("inputs must be bool, got " + a->type().str() + " and " + b->type().str());
+  LWCC_TRY(y, ctx.emit1(OpKind::Compare, {a, b}, {attr("kind", std::string(kind))}));
+  ctx.setOutput(0, y);
+  return llvm::Error::success();
+}
+llvm::Error importAnd(ImportContext& ctx) { return logical(ctx, "and"); }
+llvm::Error importOr(ImportContext& ctx) { return logical(ctx, "or"); }
+llvm::Error importXor(ImportContext& ctx) { return logical(ctx, "xor"); }
+
+/// Not of a bool input: its xor with true (folded when the input is known
+/// at compile time).
+llvm::Error importNot(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  LWCC_TRY(x, ctx.requiredInput(0, "X"));
+  if (x->type().dtype != DType::Bool)
+    return ctx.error("input 'X' must be bool, got " + x->type().str());
+  Value* yes = ctx.splat(TensorType(DType::Bool, {}), 1.0);
+  LWCC_TRY(y, ctx.emit1(OpKind::Compare, {x, yes}, {attr("kind", std::string("xor"))}));
+  ctx.setOutput(0, y);
+  return llvm::Error::success();
+}
+
 } // namespace
 
 const std::vector<ImporterEntry>& activationImporters() {
@@ -145,6 +176,10 @@ const std::vector<ImporterEntry>& activationImporters() {
       {"Less", 9, importLess},
       {"LessOrEqual", 12, importLessOrEqual},
       {"Equal", 11, importEqual},
+      {"And", 7, importAnd},
+      {"Or", 7, importOr},
+      {"Xor", 7, importXor},
+      {"Not", 1, importNot},
   };
   return entries;
 }

@@ -278,18 +278,6 @@ llvm::Error importFloor(ImportContext& ctx) { return foldUnary(ctx, floorOf, tru
 llvm::Error importCeil(ImportContext& ctx) { return foldUnary(ctx, ceilOf, true); }
 llvm::Error importSign(ImportContext& ctx) { return foldUnary(ctx, signOf, false); }
 
-/// Not of a compile-time bool.
-llvm::Error importNot(ImportContext& ctx) {
-  LWCC_CHECK(ctx.checkAttrs({}));
-  LWCC_TRY(vals, foldOperands(ctx, 1));
-  if (vals[0].type.dtype != DType::Bool)
-    return ctx.error("input 'X' must be bool, got " + vals[0].type.str());
-  for (int64_t& v : vals[0].i)
-    v = v ? 0 : 1;
-  ctx.setOutput(0, ctx.constant(vals[0]));
-  return llvm::Error::success();
-}
-
 /// Where(condition, X, Y) with a condition known at compile time (the
 /// exporters' masks): X * c + Y * (1 - c) with c the condition as 0/1 of
 /// X's type, which selects exactly for finite values; a term whose value
@@ -329,8 +317,14 @@ llvm::Error importWhere(ImportContext& ctx) {
     ctx.setOutput(0, ctx.constant(out));
     return llvm::Error::success();
   }
-  if (!isFloat(x->type().dtype))
-    return ctx.error("Where of integer values computed at run time is not supported");
+  auto notFinite = [](const Tensor* t) {
+    return t && std::any_of(t->f.begin(), t->f.end(), [](double v) { return !std::isfinite(v); });
+  };
+  if (!isFloat(x->type().dtype) || notFinite(xv) || notFinite(yv)) {
+    LWCC_TRY(w, ctx.emit1(OpKind::Where, {cond, x, y}));
+    ctx.setOutput(0, w);
+    return llvm::Error::success();
+  }
   auto allZero = [](const Tensor* t) {
     return t && std::all_of(t->f.begin(), t->f.end(), [](double v) { return v == 0.0; });
   };
@@ -395,7 +389,6 @@ const std::vector<ImporterEntry>& mathImporters() {
       {"Floor", 6, importFloor},
       {"Ceil", 6, importCeil},
       {"Sign", 9, importSign},
-      {"Not", 1, importNot},
       {"Where", 9, importWhere},
       {"Sin", 7, importSin},
       {"Cos", 7, importCos},

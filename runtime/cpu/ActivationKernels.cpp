@@ -146,7 +146,7 @@ bool compare(const TensorView& a, const TensorView& b, const TensorView& y,
   BroadcastIndex ia, ib;
   if (a.dtype != b.dtype || y.dtype != DType::Bool || !broadcastShape(a, b, shape) ||
       shape != y.shape || !broadcastIndexOf(y, a, ia) || !broadcastIndexOf(y, b, ib) ||
-      (a.dtype == DType::Bool && p.kind != CompareKind::Equal))
+      !compareTakes(p.kind, a.dtype == DType::Bool))
     return false;
   return dispatchValue(a.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -339,12 +339,15 @@ bool softmaxGradImpl(const TensorView& yv, const TensorView& dyv, const TensorVi
 //===--- Losses -----------------------------------------------------------===//
 
 /// The labels of softmax_xent as int64, or false when they do not fit
-/// logits [N, K] or are out of range.
-bool readLabels(const TensorView& logits, const TensorView& labels, std::vector<int64_t>& out) {
-  if (logits.rank() != 2 || labels.shape != std::vector<int64_t>{logits.shape[0]} ||
-      (labels.data == nullptr && logits.shape[0] != 0))
+/// logits [..., K] (labels of the leading shape) or are out of range and
+/// not `ignore`.
+bool readLabels(const TensorView& logits, const TensorView& labels, int64_t ignore,
+                std::vector<int64_t>& out) {
+  if (logits.rank() < 2 ||
+      labels.shape != std::vector<int64_t>(logits.shape.begin(), logits.shape.end() - 1) ||
+      (labels.data == nullptr && labels.numel() != 0))
     return false;
-  int64_t n = logits.shape[0], k = logits.shape[1];
+  int64_t n = labels.numel(), k = logits.shape.back();
   out.resize(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) {
     if (labels.dtype == DType::I64)
@@ -353,7 +356,7 @@ bool readLabels(const TensorView& logits, const TensorView& labels, std::vector<
       out[r] = labels.as<int32_t>()[r];
     else
       return false;
-    if (out[r] < 0 || out[r] >= k)
+    if ((out[r] < 0 || out[r] >= k) && out[r] != ignore)
       return false;
   }
   return true;
@@ -365,13 +368,16 @@ template <typename T>
 bool softmaxXentImpl(const TensorView& zv, const TensorView& lv, const TensorView& loss,
                      const XentParams& p) {
   std::vector<int64_t> labels;
-  if (!readLabels(zv, lv, labels) || !isScalar(loss))
+  if (!readLabels(zv, lv, p.ignoreIndex, labels) || !isScalar(loss))
     return false;
-  int64_t n = zv.shape[0], k = zv.shape[1];
+  int64_t n = lv.numel(), k = zv.shape.back(), counted = 0;
   const T* z = zv.as<T>();
   double e = p.labelSmoothing;
   double total = 0;
   for (int64_t r = 0; r < n; ++r) {
+    if (labels[r] == p.ignoreIndex)
+      continue;
+    ++counted;
     // (1-E)·(lse - z[label]) + E·mean_j(lse - z[j])
     double sum = 0;
     if (e != 0)
@@ -379,7 +385,7 @@ bool softmaxXentImpl(const TensorView& zv, const TensorView& lv, const TensorVie
         sum += z[r * k + j];
     total += xentRowLoss(rowLogSumExp(z + r * k, k), z[r * k + labels[r]], sum, k, e);
   }
-  *loss.as<T>() = static_cast<T>(total / static_cast<double>(n));
+  *loss.as<T>() = static_cast<T>(total / static_cast<double>(counted));
   return true;
 }
 
@@ -387,14 +393,20 @@ template <typename T>
 bool softmaxXentGradImpl(const TensorView& zv, const TensorView& lv, const TensorView& dlv,
                          const TensorView& dzv, const XentParams& p) {
   std::vector<int64_t> labels;
-  if (!readLabels(zv, lv, labels) || !isScalar(dlv) || dzv.shape != zv.shape)
+  if (!readLabels(zv, lv, p.ignoreIndex, labels) || !isScalar(dlv) || dzv.shape != zv.shape)
     return false;
-  int64_t n = zv.shape[0], k = zv.shape[1];
+  int64_t n = lv.numel(), k = zv.shape.back(), counted = 0;
+  for (int64_t l : labels)
+    counted += l != p.ignoreIndex;
   const T* z = zv.as<T>();
   T* dz = dzv.as<T>();
   double e = p.labelSmoothing, uniform = e / static_cast<double>(k);
-  double scale = static_cast<double>(*dlv.as<T>()) / static_cast<double>(n);
+  double scale = static_cast<double>(*dlv.as<T>()) / static_cast<double>(counted);
   for (int64_t r = 0; r < n; ++r) {
+    if (labels[r] == p.ignoreIndex) {
+      std::fill(dz + r * k, dz + (r + 1) * k, static_cast<T>(0));
+      continue;
+    }
     double lse = rowLogSumExp(z + r * k, k);
     for (int64_t j = 0; j < k; ++j)
       dz[r * k + j] =

@@ -229,9 +229,10 @@ bool compare(const TensorView& a, const TensorView& b, const TensorView& y,
   BroadcastIndex ia, ib;
   if (a.dtype != b.dtype || y.dtype != DType::Bool || !broadcastShape(a, b, shape) ||
       shape != y.shape || !broadcastIndexOf(y, a, ia) || !broadcastIndexOf(y, b, ib) ||
-      (a.dtype == DType::Bool && p.kind != CompareKind::Equal) ||
+      !compareTakes(p.kind, a.dtype == DType::Bool) ||
       !dispatchValue(a.dtype, [](auto) { return true; }))
-    return LWRT_REJECT("compare: takes a and b of one type that broadcast to a bool y");
+    return LWRT_REJECT("compare: takes a and b of one type that broadcast to a bool y (bool for "
+                       "equal, and, or, xor only)");
   int64_t n = y.numel();
   if (n == 0)
     return true;

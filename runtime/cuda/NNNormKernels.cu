@@ -265,10 +265,12 @@ bool softmaxGradImpl(const TensorView& yv, const TensorView& dyv, const TensorVi
 //===--- Losses -----------------------------------------------------------===//
 
 /// Checks the labels of softmax_xent against logits [N, K].
+/// Logits [..., K] and labels of their leading shape.
 bool labelsFit(const TensorView& logits, const TensorView& labels) {
-  return logits.rank() == 2 && labels.shape == std::vector<int64_t>{logits.shape[0]} &&
+  return logits.rank() >= 2 &&
+         labels.shape == std::vector<int64_t>(logits.shape.begin(), logits.shape.end() - 1) &&
          (labels.dtype == DType::I64 || labels.dtype == DType::I32) &&
-         (labels.data != nullptr || logits.shape[0] == 0);
+         (labels.data != nullptr || labels.numel() == 0);
 }
 
 __device__ __forceinline__ int64_t labelAt(const void* labels, bool i64, int64_t r) {
@@ -297,8 +299,9 @@ template <typename T> __device__ double blockLogSumExp(const T* z, int64_t k, do
 /// One block per row: rowLoss[r] = lse(z_r) - (1-e)·z_r[label] - e·mean_j z_r[j],
 /// NaN (and the error flag) for a label out of range.
 template <typename T>
-__global__ void xentRows(const T* z, const void* labels, bool i64, double* rowLoss, int64_t rows,
-                         int64_t k, double e, int* flag) {
+__global__ void xentRows(const T* z, const void* labels, bool i64, double* rowLoss,
+                         double* rowCounted, int64_t rows, int64_t k, double e, int64_t ignore,
+                         int* flag) {
   __shared__ double shared[kReduceThreads];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     double lse = blockLogSumExp(z + r * k, k, shared);
@@ -310,7 +313,10 @@ __global__ void xentRows(const T* z, const void* labels, bool i64, double* rowLo
     }
     if (threadIdx.x == 0) {
       int64_t label = labelAt(labels, i64, r);
-      if (label < 0 || label >= k) {
+      rowCounted[r] = label == ignore ? 0.0 : 1.0;
+      if (label == ignore) {
+        rowLoss[r] = 0.0;
+      } else if (label < 0 || label >= k) {
         raiseError(flag, kLabelOutOfRange);
         rowLoss[r] = NAN;
       } else {
@@ -320,17 +326,36 @@ __global__ void xentRows(const T* z, const void* labels, bool i64, double* rowLo
   }
 }
 
+/// One block: *counted = the rows whose label is not `ignore`.
+__global__ void countLabels(const void* labels, bool i64, int64_t rows, int64_t ignore,
+                            double* counted) {
+  __shared__ double shared[kReduceThreads];
+  double sum = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    sum += labelAt(labels, i64, r) == ignore ? 0.0 : 1.0;
+  sum = blockSum(sum, shared);
+  if (threadIdx.x == 0)
+    *counted = sum;
+}
+
 /// One block per row: dz = (softmax(z) - (1-e)·onehot(label) - e/k) * dloss /
-/// rows; a row with a label out of range is NaN (and raises the error flag).
+/// counted rows, 0 in a row whose label is `ignore`; a row with a label out
+/// of range is NaN (and raises the error flag).
 template <typename T>
 __global__ void xentGradRows(const T* z, const void* labels, bool i64, const T* dloss, T* dz,
-                             int64_t rows, int64_t k, double e, int* flag) {
+                             int64_t rows, int64_t k, double e, int64_t ignore,
+                             const double* counted, int* flag) {
   __shared__ double shared[kReduceThreads];
-  double scale = static_cast<double>(*dloss) / static_cast<double>(rows);
+  double scale = static_cast<double>(*dloss) / *counted;
   double uniform = e / static_cast<double>(k);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    double lse = blockLogSumExp(z + r * k, k, shared);
     int64_t label = labelAt(labels, i64, r);
+    if (label == ignore) {
+      for (int64_t j = threadIdx.x; j < k; j += blockDim.x)
+        dz[r * k + j] = static_cast<T>(0);
+      continue;
+    }
+    double lse = blockLogSumExp(z + r * k, k, shared);
     bool bad = label < 0 || label >= k;
     if (bad && threadIdx.x == 0)
       raiseError(flag, kLabelOutOfRange);
@@ -356,6 +381,21 @@ __global__ void squaredDiffPartials(const T* pred, const T* target, double* part
     parts[blockIdx.x] = sum;
 }
 
+/// One block: *out = sum(parts) / sum(counted), the mean over the counted rows.
+template <typename T>
+__global__ void meanOverCounted(const double* parts, const double* counted, int64_t count, T* out) {
+  __shared__ double shared[kReduceThreads];
+  double sum = 0, n = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    sum += parts[i];
+    n += counted[i];
+  }
+  sum = blockSum(sum, shared);
+  n = blockSum(n, shared);
+  if (threadIdx.x == 0)
+    *out = static_cast<T>(sum / n);
+}
+
 /// One block: *out = sum(parts) / divisor.
 template <typename T>
 __global__ void sumParts(const double* parts, int64_t count, double divisor, T* out) {
@@ -378,17 +418,19 @@ template <typename T>
 bool softmaxXentImpl(const TensorView& zv, const TensorView& lv, const TensorView& loss,
                      const XentParams& p) {
   if (!labelsFit(zv, lv) || !isScalar(loss))
-    return LWRT_REJECT("softmax_xent: logits must be [N, K], labels I64 or I32 [N], the loss a "
-                       "scalar");
-  int64_t n = zv.shape[0], k = zv.shape[1];
-  if (!ensureWorkspace(static_cast<size_t>(n) * sizeof(double)))
+    return LWRT_REJECT("softmax_xent: logits must be [..., K], labels I64 or I32 of the logits' "
+                       "leading shape, the loss a scalar");
+  int64_t n = lv.numel(), k = zv.shape.back();
+  if (!ensureWorkspace(2 * static_cast<size_t>(n) * sizeof(double)))
     return false;
   double* rowLoss = static_cast<double*>(context().workspace);
+  double* rowCounted = rowLoss + n;
   if (n > 0)
     LWRT_LAUNCH(xentRows<T>, rowBlocks(n), rowThreads(k), zv.as<T>(), lv.data,
-                lv.dtype == DType::I64, rowLoss, n, k, p.labelSmoothing, context().errorFlag);
-  // n == 0 gives 0 / 0 = NaN, as the CPU's mean over no row.
-  LWRT_LAUNCH(sumParts<T>, 1, kReduceThreads, rowLoss, n, static_cast<double>(n), loss.as<T>());
+                lv.dtype == DType::I64, rowLoss, rowCounted, n, k, p.labelSmoothing, p.ignoreIndex,
+                context().errorFlag);
+  // No row counted gives 0 / 0 = NaN, as the CPU's mean over no row.
+  LWRT_LAUNCH(meanOverCounted<T>, 1, kReduceThreads, rowLoss, rowCounted, n, loss.as<T>());
   return true;
 }
 
@@ -396,14 +438,18 @@ template <typename T>
 bool softmaxXentGradImpl(const TensorView& zv, const TensorView& lv, const TensorView& dlv,
                          const TensorView& dzv, const XentParams& p) {
   if (!labelsFit(zv, lv) || !isScalar(dlv) || dzv.shape != zv.shape)
-    return LWRT_REJECT("softmax_xent_grad: logits must be [N, K], labels I64 or I32 [N], dloss a "
-                       "scalar, dlogits of the logits' shape");
-  int64_t n = zv.shape[0], k = zv.shape[1];
+    return LWRT_REJECT("softmax_xent_grad: logits must be [..., K], labels I64 or I32 of the "
+                       "logits' leading shape, dloss a scalar, dlogits of the logits' shape");
+  int64_t n = lv.numel(), k = zv.shape.back();
   if (n == 0)
     return true;
-  LWRT_LAUNCH(xentGradRows<T>, rowBlocks(n), rowThreads(k), zv.as<T>(), lv.data,
-              lv.dtype == DType::I64, dlv.as<T>(), dzv.as<T>(), n, k, p.labelSmoothing,
-              context().errorFlag);
+  if (!ensureWorkspace(sizeof(double)))
+    return false;
+  double* counted = static_cast<double*>(context().workspace);
+  bool i64 = lv.dtype == DType::I64;
+  LWRT_LAUNCH(countLabels, 1, kReduceThreads, lv.data, i64, n, p.ignoreIndex, counted);
+  LWRT_LAUNCH(xentGradRows<T>, rowBlocks(n), rowThreads(k), zv.as<T>(), lv.data, i64, dlv.as<T>(),
+              dzv.as<T>(), n, k, p.labelSmoothing, p.ignoreIndex, counted, context().errorFlag);
   return true;
 }
 

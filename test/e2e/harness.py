@@ -257,8 +257,20 @@ def kill_at_first_checkpoint(cmd, ck, seconds):
 # --- comparing -----------------------------------------------------------------
 
 def rel_error(a, b, floor=1e-30):
-    """max |a - b| / max |b| (at least floor)."""
-    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), floor))
+    """max |a - b| / max |b| (at least floor) over the finite elements of b.
+    A non-finite element of b (a frozen mask's -inf) must be matched exactly,
+    and a NaN of a where b is finite is an infinite error, so that a NaN is
+    never lost in a max."""
+    a, b = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    finite = np.isfinite(b)
+    if not np.array_equal(a[~finite], b[~finite], equal_nan=True):
+        return float("inf")
+    if not finite.any():
+        return 0.0
+    diff = np.abs(a[finite] - b[finite])
+    if np.isnan(diff).any():
+        return float("inf")
+    return float(np.max(diff) / max(float(np.max(np.abs(b[finite]))), floor))
 
 
 def close(got, want, tol):

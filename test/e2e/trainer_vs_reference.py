@@ -41,26 +41,41 @@ def check(name, tmp):
     return check_model(zoo.build(name, test_size=True), name, tmp)
 
 
-def check_model(model, name, tmp):
-    """One step of the CPU trainer of `model` against the reference; returns
-    (worst relative error, gradients checked, params, reference gradients)."""
+def check_model(model, name, tmp, flags=(), write_batch=None, steps=1):
+    """`steps` steps of the CPU trainer of `model` (compiled with lwcc
+    `flags`) against the reference, on the batch write_batch(model, dir)
+    writes (a zoo classifier's by default): the last step's loss, the first
+    step's gradients (those --train-reference dumps; a trainer's --dump
+    holds its last step's, so they come from a one-step run) and the params
+    after the last step. Returns (worst relative error, gradients checked,
+    params, reference gradients)."""
     path = os.path.join(tmp, name + ".onnx")
     onnx.save(model, path)
     data = os.path.join(tmp, name + "_data")
-    harness.write_batch(model, data, 11, raw=True)
+    if write_batch:
+        write_batch(model, data)
+    else:
+        harness.write_batch(model, data, 11, raw=True)
 
     exe = os.path.join(tmp, name + "_trainer")
-    run([LWCC, path, "--emit=exe", "--target=cpu", "-o", exe])
+    run([LWCC, path, *flags, "--emit=exe", "--target=cpu", "-o", exe])
     got = os.path.join(tmp, name + "_got")
     ref = os.path.join(tmp, name + "_ref")
     os.makedirs(got, exist_ok=True)
-    run([exe, "--steps=1", f"--data=raw:{data}", f"--dump={got}"])
-    run([LWCC, path, "--train-reference", "--inputs", data, "--steps", "1", "--dump", ref])
+    run([exe, f"--steps={steps}", f"--data=raw:{data}", f"--dump={got}"])
+    got_grads = got
+    if steps > 1:
+        got_grads = os.path.join(tmp, name + "_got_first")
+        os.makedirs(got_grads, exist_ok=True)
+        run([exe, "--steps=1", f"--data=raw:{data}", f"--dump={got_grads}"])
+    run([LWCC, path, *flags, "--train-reference", "--inputs", data, "--steps", str(steps),
+         "--dump", ref])
 
     def pb(file):
         return numpy_helper.to_array(onnx.load_tensor(os.path.join(ref, file)))
 
-    worst = rel(np.fromfile(os.path.join(got, "output_0.bin"), np.float32), pb("loss_0.pb").ravel())
+    worst = rel(np.fromfile(os.path.join(got, "output_0.bin"), np.float32),
+                pb(f"loss_{steps - 1}.pb").ravel())
     grads = sorted(f for f in os.listdir(ref) if f.startswith("grad_"))
     params = sorted(f for f in os.listdir(ref) if f.startswith("param_"))
     checked = 0
@@ -71,7 +86,8 @@ def check_model(model, name, tmp):
     pairs = []
     for k, n in enumerate(sorted(grad_names), start=1):
         want = pb(f"grad_{safe(n)}.pb")
-        have = np.fromfile(os.path.join(got, f"output_{k}.bin"), np.float32).reshape(want.shape)
+        have = np.fromfile(os.path.join(got_grads, f"output_{k}.bin"),
+                           np.float32).reshape(want.shape)
         pairs.append((have, want))
     floor = 1e-3 * max((float(np.max(np.abs(w))) for _, w in pairs), default=0.0)
     for have, want in pairs:

@@ -279,9 +279,13 @@ TEST(RuntimeZooKernel, CompareAndWhere) {
       for (size_t k = 0; k < std::size(lwrt::kCompareKindNames); ++k)
         if (std::string(kind) == lwrt::kCompareKindNames[k])
           p.kind = static_cast<lwrt::CompareKind>(k);
-      // Scale 1: many values equal (the kinks 0 and 3 recur).
-      Op* cmp = c.op(OpKind::Compare, {c.input(sa, 1.0), c.input(sb, 1.0)},
-                     {{"kind", std::string(kind)}});
+      // Scale 1: many values equal (the kinks 0 and 3 recur). The logical
+      // kinds (and, or, xor) take bools.
+      bool logical = p.kind == lwrt::CompareKind::And || p.kind == lwrt::CompareKind::Or ||
+                     p.kind == lwrt::CompareKind::Xor;
+      Value* a = logical ? c.boolInput(sa) : c.input(sa, 1.0);
+      Value* b = logical ? c.boolInput(sb) : c.input(sb, 1.0);
+      Op* cmp = c.op(OpKind::Compare, {a, b}, {{"kind", std::string(kind)}});
       c.check(cmp,
               [&](const Views& in, const Views& o) { return rt::compare(in[0], in[1], o[0], p); });
       c.check(c.op(OpKind::Where, {c.boolInput(part()), c.input(part()), c.input(part())}),

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <limits>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -160,6 +161,35 @@ TEST_F(UnreadRawData, ImportReadsTheValuesItNeedsFromTheFile) {
   for (int k = 0; k < 32 * 48; ++k)
     ASSERT_EQ(w.get(k), m.w[static_cast<size_t>(k)]) << k;
   EXPECT_EQ(all->weights.at("b").get(2), 3.0);
+}
+
+TEST_F(UnreadRawData, NonFiniteInitializersAreFrozenWithOrWithoutTheWeights) {
+  // w holds a -inf (a mask's), b is finite: w is a constant of the model, a
+  // frozen param (no gradient, no update); b is trained. Without the weights
+  // a small initializer is read all the same to tell.
+  Model m;
+  m.w[7] = -std::numeric_limits<float>::infinity();
+  m.proto.mutable_graph()->mutable_initializer(1)->set_raw_data(bytesOf(m.w));
+  const std::string path = write(m.proto, "m.onnx");
+  auto frozen = [](const lwcc::Module& mod, const std::string& name) {
+    for (const auto& p : mod.graph->params())
+      if (p->paramName() == name)
+        return p->frozen();
+    ADD_FAILURE() << "no param " << name;
+    return false;
+  };
+  for (bool weights : {false, true}) {
+    lwcc::ImportOptions opts;
+    opts.weights = weights;
+    auto mod = lwcc::importFile(path, opts);
+    ASSERT_TRUE(static_cast<bool>(mod)) << llvm::toString(mod.takeError());
+    EXPECT_TRUE(frozen(*mod, "w")) << "weights " << weights;
+    EXPECT_FALSE(frozen(*mod, "b")) << "weights " << weights;
+    if (weights)
+      EXPECT_EQ(mod->weights.at("w").get(7), -std::numeric_limits<double>::infinity());
+    else
+      EXPECT_TRUE(mod->weights.empty());
+  }
 }
 
 void putVarint(std::string& out, uint64_t v) {

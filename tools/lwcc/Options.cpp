@@ -7,6 +7,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 
 namespace lwcc::flags {
@@ -158,6 +159,11 @@ cl::opt<int64_t> bucketBytes("bucket-bytes",
 // Training.
 cl::opt<std::string> loss("loss", cl::desc("The loss: softmax-xent (default), mse or none"),
                           cl::init("softmax-xent"), cl::cat(category));
+cl::opt<int64_t> ignoreIndex(
+    "ignore-index",
+    cl::desc("softmax-xent: labels equal to N count for nothing and the mean is over the others "
+             "(a causal language model's -100, as PyTorch's cross_entropy)"),
+    cl::cat(category));
 cl::opt<std::string> optimizer("optimizer", cl::desc("sgd (default), adam or adamw"),
                                cl::init("sgd"), cl::cat(category));
 cl::opt<double> lr("lr", cl::desc("Learning rate (default 0.01 for sgd, 0.001 for adam/adamw)"),
@@ -366,6 +372,10 @@ int checkUsage() {
   }
   if (int rc = recipes::checkUsage(loss))
     return rc;
+  if (ignoreIndex.getNumOccurrences() && loss != "softmax-xent")
+    return usage("--ignore-index needs the softmax-xent loss");
+  if (ignoreIndex.getNumOccurrences() && ignoreIndex == std::numeric_limits<int64_t>::min())
+    return usage("--ignore-index=" + std::to_string(ignoreIndex) + " is not supported");
   if (lrSchedule == "cosine" && totalSteps < 1)
     return usage("--lr-schedule=cosine needs --total-steps=N (N >= 1)");
   if (lrSchedule == "step" && stepSize < 1)
@@ -564,6 +574,8 @@ PlanChoice fixedPlan(const std::string& strat) {
 TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimizer) {
   TrainingPipelineOptions o;
   o.loss = loss;
+  if (ignoreIndex.getNumOccurrences())
+    o.ignoreIndex = ignoreIndex;
   o.bnRunningVar = bnRunningVar;
   o.mixedPrecision = mixedPrecision;
   o.gpus = gpus;

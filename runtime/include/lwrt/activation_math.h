@@ -183,13 +183,30 @@ inline LWRT_HOST_DEVICE double extremumGradWeight(double a, double b, bool isMin
   return (isMin ? a < b : a > b) ? 1.0 : 0.0;
 }
 
-/// compare's kinds, and their names in the IR (ONNX's op names, snake case).
-enum class CompareKind : int32_t { Greater, GreaterOrEqual, Less, LessOrEqual, Equal };
-inline constexpr const char* kCompareKindNames[] = {"greater", "greater_or_equal", "less",
-                                                    "less_or_equal", "equal"};
+/// compare's kinds, and their names in the IR (ONNX's op names, snake case):
+/// the comparisons, then the logical ops of bool operands (And, Or, Xor).
+enum class CompareKind : int32_t {
+  Greater,
+  GreaterOrEqual,
+  Less,
+  LessOrEqual,
+  Equal,
+  And,
+  Or,
+  Xor
+};
+inline constexpr const char* kCompareKindNames[] = {
+    "greater", "greater_or_equal", "less", "less_or_equal", "equal", "and", "or", "xor"};
 struct CompareParams {
   CompareKind kind = CompareKind::Greater;
 };
+
+/// Whether compare of `kind` takes operands of bool (true: equal and the
+/// logical kinds) and of other types (false: the comparisons).
+inline LWRT_HOST_DEVICE bool compareTakes(CompareKind k, bool isBool) {
+  bool logical = k == CompareKind::And || k == CompareKind::Or || k == CompareKind::Xor;
+  return isBool ? logical || k == CompareKind::Equal : !logical;
+}
 
 template <typename T> LWRT_HOST_DEVICE bool compareValue(T a, T b, CompareKind k) {
   switch (k) {
@@ -203,6 +220,12 @@ template <typename T> LWRT_HOST_DEVICE bool compareValue(T a, T b, CompareKind k
     return a <= b;
   case CompareKind::Equal:
     return a == b;
+  case CompareKind::And:
+    return a && b;
+  case CompareKind::Or:
+    return a || b;
+  case CompareKind::Xor:
+    return (a != 0) != (b != 0);
   }
   return false;
 }

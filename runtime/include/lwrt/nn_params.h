@@ -8,6 +8,8 @@
 // with the IR's defaults.
 #pragma once
 
+#include "language_math.h"
+
 #include <cstdint>
 
 namespace lwrt {
@@ -62,9 +64,11 @@ struct SoftmaxParams {
 };
 
 /// softmax_xent and softmax_xent_grad: the target distribution is
-/// (1 - labelSmoothing)·onehot(label) + labelSmoothing / K.
+/// (1 - labelSmoothing)·onehot(label) + labelSmoothing / K; rows whose label
+/// is ignoreIndex count for nothing (the mean is over the others).
 struct XentParams {
   double labelSmoothing = 0;
+  int64_t ignoreIndex = kNoIgnoreIndex;
 };
 
 /// batch_norm (inference). momentum does not affect inference.
