@@ -60,7 +60,11 @@ def plan(lwcc, model, gpus, spec, timeout, workdir, tag, flags=()):
     chosen = j["chosen"]
     out["strategy"] = chosen
     out["kept"] = check.get("kept", chosen)
-    out["step_ms"] = j["strategies"][chosen]["step_s"] * 1e3
+    if chosen in j["strategies"]:
+        out["step_ms"] = j["strategies"][chosen]["step_s"] * 1e3
+    else:  # one device: no strategies side by side, the report's prediction
+        line = [l for l in out["report"].splitlines() if l.startswith("predicted step on ")]
+        out["step_ms"] = float(line[0].split(": ")[1].split()[0]) if line else float("nan")
     return out
 
 
