@@ -169,25 +169,42 @@ double CostModel::bytes(const Op& op) const {
   return b;
 }
 
-double CostModel::peakFlops(const Op* op) const {
+std::string_view CostModel::precision(const Op* op) const {
   if (op)
     for (const Value* v : op->operands()) {
       if (v->type().dtype == DType::BF16)
-        return spec_.bf16Flops;
+        return "bf16";
       if (v->type().dtype == DType::F16)
-        return spec_.fp16Flops;
+        return "fp16";
     }
   const bool conv = op && (op->kind() == OpKind::Conv2d || op->kind() == OpKind::Conv2dGradInput ||
                            op->kind() == OpKind::Conv2dGradFilter);
   const bool tf32 = tf32_ == Tf32::All || (tf32_ == Tf32::Convolutions && conv);
-  return tf32 ? spec_.tf32Flops : spec_.fp32Flops;
+  return tf32 ? "tf32" : "fp32";
+}
+
+double CostModel::peakFlops(const Op* op) const {
+  const std::string_view p = precision(op);
+  return p == "bf16"   ? spec_.bf16Flops
+         : p == "fp16" ? spec_.fp16Flops
+         : p == "tf32" ? spec_.tf32Flops
+                       : spec_.fp32Flops;
 }
 
 double CostModel::computeSeconds(double flops, double bytes, const Op* op, double share) const {
   if (flops <= 0 && bytes <= 0)
     return 0;
   const double s = std::clamp(share, 1e-6, 1.0);
-  return std::max(flops / (peakFlops(op) * s), bytes / spec_.memBandwidth) + spec_.launchSeconds;
+  const KindEfficiency* e =
+      spec_.efficiencyOf(op ? op->mnemonic() : std::string_view(), precision(op));
+  if (!e)
+    return std::max(flops / (peakFlops(op) * s), bytes / spec_.memBandwidth) + spec_.launchSeconds;
+  // The calibrated kind: each rate saturates with the kernel's size.
+  const double compute =
+      flops > 0 ? (flops + e->computeHalfFlops) / (e->computeFraction * peakFlops(op) * s) : 0;
+  const double memory =
+      bytes > 0 ? (bytes + e->bandwidthHalfBytes) / (e->bandwidthFraction * spec_.memBandwidth) : 0;
+  return std::max(compute, memory) + spec_.launchSeconds;
 }
 
 double CostModel::opSeconds(const Op& op) const {

@@ -6,7 +6,9 @@
 //    bytes it reads and writes (operands and results; views move nothing, a
 //    slice reads only what it copies);
 //  - opSeconds = max(flops / peak, bytes / memory bandwidth) + launch, or
-//    the measured time of the op when a profile has it;
+//    the measured time of the op when a profile has it; where the spec has
+//    an efficiency for the op's kind (DeviceSpec.h's "efficiency"), each
+//    rate is that kind's share of the peak, saturating with the size;
 //  - a link between two devices is the intra-node link when both sit in one
 //    node (DeviceSpec::node), the inter-node link otherwise; a collective
 //    over devices that span nodes runs at the inter-node figures;
@@ -136,10 +138,15 @@ public:
   /// as long however few they are, so pieces of it side by side gain
   /// nothing), while its memory traffic still streams at the full
   /// bandwidth (a few threads, each with several loads in flight, keep the
-  /// memory busy).
+  /// memory busy). With the spec's efficiency of the op's kind (none for a
+  /// null `op`: the "default" entry, if any), each of the two at that
+  /// kind's saturating rate (DeviceSpec.h).
   double computeSeconds(double flops, double bytes, const Op* op = nullptr, double share = 1) const;
   /// The peak FLOP/s `op` runs at (see computeSeconds).
   double peakFlops(const Op* op) const;
+  /// Which of the spec's peaks that is: "bf16", "fp16", "tf32" or "fp32"
+  /// (the key of the spec's efficiency table, after the op's kind).
+  std::string_view precision(const Op* op) const;
   /// Time of one run of a compute op on its device: measured, or
   /// computeSeconds(flops, bytes, op, fill). Communication ops: commSeconds.
   double opSeconds(const Op& op) const;

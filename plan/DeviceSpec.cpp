@@ -2,12 +2,14 @@
 #include "plan/DeviceSpec.h"
 
 #include "ir/Diagnostics.h"
+#include "ir/OpTable.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 namespace lwcc {
@@ -135,7 +137,146 @@ DeviceSpec preset(const std::string& name) {
   return s;
 }
 
+/// The precisions a key of the efficiency table may name.
+constexpr std::string_view kPrecisions[] = {"fp32", "tf32", "bf16", "fp16"};
+
+/// "efficiency": each key a kind (an op's mnemonic or "default") with an
+/// optional "@PRECISION", each value an object of the four parameters.
+llvm::Error parseEfficiency(const llvm::json::Value& table, const std::string& origin,
+                            DeviceSpec& s) {
+  const llvm::json::Object* obj = table.getAsObject();
+  if (!obj)
+    return makeError(origin + ": field 'efficiency' must be an object of op kinds");
+  for (const auto& [key, value] : *obj) {
+    const std::string field = "efficiency." + key.str();
+    auto [kind, precision] = llvm::StringRef(key).split('@');
+    if (kind != "default" && !lookupOpKind(kind))
+      return makeError(origin + ": field '" + field + "': unknown op kind '" + kind.str() +
+                       "' (expected an op's mnemonic or 'default')");
+    if (llvm::StringRef(key).contains('@') &&
+        std::find(std::begin(kPrecisions), std::end(kPrecisions), std::string_view(precision)) ==
+            std::end(kPrecisions))
+      return makeError(origin + ": field '" + field + "': unknown precision '" + precision.str() +
+                       "' (expected fp32, tf32, bf16 or fp16)");
+    const llvm::json::Object* params = value.getAsObject();
+    if (!params)
+      return makeError(origin + ": field '" + field + "' must be an object");
+    KindEfficiency e;
+    struct Param {
+      const char* name;
+      double* out;
+      bool fraction;
+    };
+    const Param known[] = {{"compute_fraction", &e.computeFraction, true},
+                           {"compute_half_flops", &e.computeHalfFlops, false},
+                           {"bandwidth_fraction", &e.bandwidthFraction, true},
+                           {"bandwidth_half_bytes", &e.bandwidthHalfBytes, false}};
+    for (const auto& kv : *params)
+      if (std::none_of(std::begin(known), std::end(known),
+                       [&](const Param& p) { return kv.first == p.name; }))
+        return makeError(origin + ": unknown field '" + field + "." + kv.first.str() +
+                         "' (expected compute_fraction, compute_half_flops, bandwidth_fraction "
+                         "or bandwidth_half_bytes)");
+    for (const Param& p : known) {
+      const llvm::json::Value* v = params->get(p.name);
+      if (!v)
+        continue;
+      auto d = v->getAsNumber();
+      const std::string where = origin + ": field '" + field + "." + p.name + "'";
+      if (!d)
+        return makeError(where + " must be a number");
+      if (p.fraction && !(*d > 0 && *d <= 1))
+        return makeError(where + " must be in (0, 1], got " + std::to_string(*d));
+      if (!p.fraction && !(*d >= 0 && std::isfinite(*d)))
+        return makeError(where + " must be non-negative, got " + std::to_string(*d));
+      *p.out = *d;
+    }
+    s.efficiency[key.str()] = e;
+  }
+  return llvm::Error::success();
+}
+
+/// "calibration": where the efficiency was measured.
+llvm::Error parseCalibration(const llvm::json::Value& value, const std::string& origin,
+                             DeviceSpec& s) {
+  const llvm::json::Object* obj = value.getAsObject();
+  if (!obj)
+    return makeError(origin + ": field 'calibration' must be an object");
+  Calibration c;
+  const std::pair<const char*, std::string*> strings[] = {
+      {"date", &c.date},   {"gpu", &c.gpu},       {"driver", &c.driver}, {"cuda", &c.cuda},
+      {"cudnn", &c.cudnn}, {"cublas", &c.cublas}, {"lwcc", &c.lwcc},     {"notes", &c.notes}};
+  const std::pair<const char*, std::vector<std::string>*> lists[] = {{"models", &c.models},
+                                                                     {"precisions", &c.precisions}};
+  auto where = [&](llvm::StringRef field) {
+    return origin + ": field 'calibration." + field.str() + "'";
+  };
+  for (const auto& [key, v] : *obj) {
+    if (auto it = std::find_if(std::begin(strings), std::end(strings),
+                               [&](const auto& f) { return key == f.first; });
+        it != std::end(strings)) {
+      if (!v.getAsString())
+        return makeError(where(key) + " must be a string");
+      *it->second = v.getAsString()->str();
+    } else if (auto l = std::find_if(std::begin(lists), std::end(lists),
+                                     [&](const auto& f) { return key == f.first; });
+               l != std::end(lists)) {
+      const llvm::json::Array* a = v.getAsArray();
+      if (!a || std::any_of(a->begin(), a->end(), [](const auto& e) { return !e.getAsString(); }))
+        return makeError(where(key) + " must be a list of strings");
+      for (const llvm::json::Value& e : *a)
+        l->second->push_back(e.getAsString()->str());
+    } else if (key == "batches") {
+      const llvm::json::Array* a = v.getAsArray();
+      if (!a || std::any_of(a->begin(), a->end(), [](const auto& e) {
+            return !e.getAsInteger() || *e.getAsInteger() < 1;
+          }))
+        return makeError(where(key) + " must be a list of positive integers");
+      for (const llvm::json::Value& e : *a)
+        c.batches.push_back(*e.getAsInteger());
+    } else if (key == "points") {
+      if (!v.getAsInteger() || *v.getAsInteger() < 0)
+        return makeError(where(key) + " must be a non-negative integer");
+      c.points = *v.getAsInteger();
+    } else if (key == "emulated") {
+      if (!v.getAsBoolean())
+        return makeError(where(key) + " must be true or false");
+      c.emulated = *v.getAsBoolean();
+    } else {
+      return makeError(origin + ": unknown field 'calibration." + key.str() + "'");
+    }
+  }
+  for (const char* required : {"date", "gpu", "emulated"})
+    if (!obj->get(required))
+      return makeError(origin + ": missing field 'calibration." + required + "'");
+  s.calibration = std::move(c);
+  return llvm::Error::success();
+}
+
 } // namespace
+
+const KindEfficiency* DeviceSpec::efficiencyOf(std::string_view kind,
+                                               std::string_view precision) const {
+  if (efficiency.empty())
+    return nullptr;
+  // The keys on the stack: the planner prices ops by the million.
+  char withKind[64], withDefault[32];
+  auto joined = [&](char* buf, size_t size, std::string_view a) {
+    const size_t n = std::min(a.size(), size - precision.size() - 1);
+    std::copy_n(a.data(), n, buf);
+    buf[n] = '@';
+    std::copy_n(precision.data(), precision.size(), buf + n + 1);
+    return std::string_view(buf, n + 1 + precision.size());
+  };
+  if (precision.size() > 8)
+    precision = precision.substr(0, 8);
+  for (std::string_view key :
+       {joined(withKind, sizeof withKind, kind), kind,
+        joined(withDefault, sizeof withDefault, "default"), std::string_view("default")})
+    if (auto it = efficiency.find(key); it != efficiency.end())
+      return &it->second;
+  return nullptr;
+}
 
 bool DeviceSpec::sameNode(const std::vector<int64_t>& devices) const {
   if (devices.empty())
@@ -181,7 +322,9 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
                                       "host_cores",
                                       "wake_seconds",
                                       "workspace_bytes_per_stream",
-                                      "inputs_on_device"};
+                                      "inputs_on_device",
+                                      "efficiency",
+                                      "calibration"};
   for (const auto& kv : *obj)
     if (std::find(std::begin(known), std::end(known), kv.first.str()) == std::end(known))
       return makeError(origin + ": unknown field '" + kv.first.str() + "'");
@@ -258,7 +401,64 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
   s.concurrency = static_cast<int64_t>(concurrency);
   s.hostCores = static_cast<int64_t>(hostCores);
   s.workspaceBytesPerStream = static_cast<int64_t>(workspace);
+  if (const llvm::json::Value* v = obj->get("efficiency"))
+    if (llvm::Error e = parseEfficiency(*v, origin, s))
+      return e;
+  if (const llvm::json::Value* v = obj->get("calibration"))
+    if (llvm::Error e = parseCalibration(*v, origin, s))
+      return e;
   return s;
+}
+
+llvm::json::Value deviceSpecJson(const DeviceSpec& s) {
+  llvm::json::Object obj{{"name", s.name},
+                         {"fp32_flops", s.fp32Flops},
+                         {"tf32_flops", s.tf32Flops},
+                         {"bf16_flops", s.bf16Flops},
+                         {"fp16_flops", s.fp16Flops},
+                         {"mem_bandwidth", s.memBandwidth},
+                         {"launch_seconds", s.launchSeconds},
+                         {"memory_bytes", s.memoryBytes},
+                         {"intra_bandwidth", s.intraBandwidth},
+                         {"intra_latency", s.intraLatency},
+                         {"inter_bandwidth", s.interBandwidth},
+                         {"inter_latency", s.interLatency},
+                         {"devices_per_node", s.devicesPerNode},
+                         {"concurrency", s.concurrency},
+                         {"host_cores", s.hostCores},
+                         {"wake_seconds", s.wakeSeconds},
+                         {"workspace_bytes_per_stream", s.workspaceBytesPerStream},
+                         {"inputs_on_device", s.inputsOnDevice}};
+  if (!s.efficiency.empty()) {
+    llvm::json::Object table;
+    for (const auto& [key, e] : s.efficiency)
+      table[key] = llvm::json::Object{{"compute_fraction", e.computeFraction},
+                                      {"compute_half_flops", e.computeHalfFlops},
+                                      {"bandwidth_fraction", e.bandwidthFraction},
+                                      {"bandwidth_half_bytes", e.bandwidthHalfBytes}};
+    obj["efficiency"] = std::move(table);
+  }
+  if (const auto& c = s.calibration) {
+    llvm::json::Object cal{{"date", c->date}, {"gpu", c->gpu}, {"emulated", c->emulated}};
+    for (auto [key, v] : {std::pair{"driver", &c->driver},
+                          {"cuda", &c->cuda},
+                          {"cudnn", &c->cudnn},
+                          {"cublas", &c->cublas},
+                          {"lwcc", &c->lwcc},
+                          {"notes", &c->notes}})
+      if (!v->empty())
+        cal[key] = *v;
+    if (!c->models.empty())
+      cal["models"] = llvm::json::Array(c->models);
+    if (!c->precisions.empty())
+      cal["precisions"] = llvm::json::Array(c->precisions);
+    if (!c->batches.empty())
+      cal["batches"] = llvm::json::Array(c->batches);
+    if (c->points > 0)
+      cal["points"] = c->points;
+    obj["calibration"] = std::move(cal);
+  }
+  return llvm::json::Value(std::move(obj));
 }
 
 llvm::Expected<DeviceSpec> loadDeviceSpec(const std::string& nameOrJsonFile) {

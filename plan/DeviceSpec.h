@@ -59,16 +59,84 @@
 // threads sleep on the event and take a hand-off and a wake-up to go on;
 // 0 on GPUs, whose streams wait on events in hardware. With a profile
 // (lwcc --cost-profile) the simulator takes the wake-up it measured.
+//
+// efficiency (optional; tools/gpu/calibrate.py fits it from a GPU's
+// --profile-ops runs): what each kind of kernel achieves of the peaks,
+// saturating with its size:
+//
+//   "efficiency": {"conv2d@tf32": {"compute_fraction": 0.5,
+//                                  "compute_half_flops": 1e8,
+//                                  "bandwidth_fraction": 0.5,
+//                                  "bandwidth_half_bytes": 1e6},
+//                  "relu": {"bandwidth_fraction": 0.5}, "default": {...}}
+//
+// (the form, with made-up figures: no GPU has been calibrated yet).
+// A kernel of F FLOPs reaches compute_fraction x peak x F / (F +
+// compute_half_flops) FLOP/s (half of its fraction at compute_half_flops),
+// and of B bytes bandwidth_fraction x mem_bandwidth x B / (B +
+// bandwidth_half_bytes), so it takes
+//
+//   max((F + compute_half_flops) / (compute_fraction x peak x share),
+//       (B + bandwidth_half_bytes) / (bandwidth_fraction x mem_bandwidth))
+//   + launch_seconds
+//
+// (share: the part of the device it fills, plan/CostModel.h; a term whose
+// F or B is 0 is 0). A half size is thus also a fixed time of the kind
+// beyond the launch, half / (fraction x peak): a library's overhead. A key
+// is an op's mnemonic (as --emit=ir prints it) or "default", optionally
+// followed by "@fp32", "@tf32", "@bf16" or "@fp16", the peak the op is
+// priced at (CostModel::precision); an op takes the first of
+// "KIND@PRECISION", "KIND", "default@PRECISION", "default" that the table
+// has, and without any of them (or without the table) the formula with
+// fractions 1 and half sizes 0: max(F / (peak x share), B / bandwidth) +
+// launch. Fractions are in (0, 1] (default 1), half sizes non-negative
+// (default 0).
+//
+// calibration (optional): where the efficiency was measured:
+//
+//   "calibration": {"date": "YYYY-MM-DD", "gpu": "NVIDIA H100 80GB HBM3",
+//                   "emulated": false, "driver": "13.0", "cuda": "13.0",
+//                   "cudnn": "9.19.0", "cublas": "13.1.0", "lwcc": "COMMIT",
+//                   "models": ["resnet18"], "precisions": ["fp32"],
+//                   "batches": [32, 64], "points": N, "notes": "..."}
+//
+// date, gpu and emulated are required, the rest optional (strings; models
+// and precisions lists of strings, batches of positive integers, points a
+// non-negative integer). "emulated": true marks a fit of the emulated CUDA
+// device's times (a test of the calibration, not a GPU's figures): lwcc
+// warns when it plans on such a spec.
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace lwcc {
+
+/// A kind of kernel's fitted share of the peaks and the sizes at which it
+/// reaches half of it (see "efficiency" above).
+struct KindEfficiency {
+  double computeFraction = 1;
+  double computeHalfFlops = 0;
+  double bandwidthFraction = 1;
+  double bandwidthHalfBytes = 0;
+};
+
+/// Where a spec's efficiency was measured (see "calibration" above).
+struct Calibration {
+  std::string date, gpu, driver, cuda, cudnn, cublas, lwcc, notes;
+  bool emulated = false;
+  std::vector<std::string> models, precisions;
+  std::vector<int64_t> batches;
+  int64_t points = 0;
+};
 
 struct DeviceSpec {
   std::string name;
@@ -94,6 +162,16 @@ struct DeviceSpec {
   /// Whether each device holds the rows of the input batch it reads (the
   /// CUDA runtime's devices; the CPU backend's read the host's batch).
   bool inputsOnDevice = false;
+  /// Per kind of kernel ("KIND", "KIND@PRECISION", "default", ...): its
+  /// efficiency; empty: every kernel at the peaks.
+  std::map<std::string, KindEfficiency, std::less<>> efficiency;
+  /// Where the efficiency was measured, when the spec says.
+  std::optional<Calibration> calibration;
+
+  /// The efficiency of a kernel of op `kind` (a mnemonic; empty: none)
+  /// priced at `precision` ("fp32", "tf32", "bf16", "fp16"): the table's
+  /// first of KIND@PRECISION, KIND, default@PRECISION, default, or null.
+  const KindEfficiency* efficiencyOf(std::string_view kind, std::string_view precision) const;
 
   /// The node that logical device `device` belongs to.
   int64_t node(int64_t device) const { return devicesPerNode > 0 ? device / devicesPerNode : 0; }
@@ -109,5 +187,8 @@ llvm::Expected<DeviceSpec> deviceSpecPreset(const std::string& name);
 llvm::Expected<DeviceSpec> loadDeviceSpec(const std::string& nameOrJsonFile);
 /// Parses the JSON form; `origin` names the source in errors.
 llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef json, const std::string& origin);
+/// The JSON form of `spec` (every field, efficiency and calibration where
+/// it has them), which parseDeviceSpec reads back as the same spec.
+llvm::json::Value deviceSpecJson(const DeviceSpec& spec);
 
 } // namespace lwcc

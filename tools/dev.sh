@@ -439,6 +439,8 @@ cmd_test() {
   suite "CUDA trainers on the emulated GPU vs CPU trainers" python3 test/e2e/emulated_gpu.py
   suite "tools/gpu checks on the emulated GPU (build, correct, multi)" \
     python3 test/e2e/gpu_check_emulated.py
+  suite "the GPU calibration on the emulated GPU, calibrated device specs" \
+    python3 test/e2e/calibration.py
   suite "train-step vs numpy" python3 test/e2e/train_step.py
   suite "training recipes vs PyTorch's steps (recorded)" python3 test/e2e/torch_recipes_replay.py
   suite "training recipes on several devices vs one" python3 test/e2e/recipes_multi_device.py

@@ -23,6 +23,8 @@
 # check's AlexNet and ResNet-18); LWCC_GPU_MULTI and LWCC_GPU_BF16 replace the lists below
 # (empty: none). LWCC_GPU_OUT names another folder than build/gpu, and
 # LWCC_BIN_DIR another build's bin/ than build/bin (its lib/ beside it).
+# LWCC_GPU_RUNTIME_ONLY=1 stops after the scripts, runtime and libraries
+# (no models): tools/gpu/calibrate.py prepares its trainers' folder so.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 BIN=${LWCC_BIN_DIR:-build/bin}
@@ -31,7 +33,8 @@ LWCC=$BIN/lwcc
 OUT=${LWCC_GPU_OUT:-build/gpu}
 rm -rf "$OUT"
 mkdir -p "$OUT/src" "$OUT/lib"
-cp tools/gpu/check.sh tools/gpu/compare.py tools/gpu/pack_weights.py tools/gpu/torch_bench.py "$OUT/"
+cp tools/gpu/check.sh tools/gpu/compare.py tools/gpu/pack_weights.py tools/gpu/torch_bench.py \
+  tools/gpu/calibrate.py "$OUT/"
 cp -r tools/models "$OUT/models"
 cp -r "$BUILD/include" "$OUT/include"
 EMU=${LWCC_EMULATE_GPU:-}
@@ -55,6 +58,10 @@ ldd "$mpi" | awk '/=> \// {print $3}' | grep -v -E '/lib(c|m|dl|pthread|rt|z)\.s
 for a in $(sed -n 's/^-l:\(lib.*\.a\)$/\1/p' "$OUT"/lib/*.libs | sort -u); do
   cp "$(gcc -print-file-name="$a")" "$OUT/lib/"
 done
+if [[ -n ${LWCC_GPU_RUNTIME_ONLY:-} ]]; then
+  du -sh "$OUT"
+  exit 0
+fi
 # with_batch ARGS... <<'PY': runs the Python on stdin, ARGS its sys.argv[1:]
 # (it imports os, numpy as np and onnx, and sets `model`, its `name` and the
 # folder `out`), then in the same process saves the model as out/NAME.onnx and

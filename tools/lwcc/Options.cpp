@@ -458,6 +458,10 @@ int checkUsage() {
   if (auto spec = loadDeviceSpec(deviceSpecName()); !spec) {
     printErrors(llvm::errs(), spec.takeError());
     return 1;
+  } else if (spec->calibration && spec->calibration->emulated) {
+    llvm::errs() << "lwcc: warning: " << deviceSpecName()
+                 << ": its efficiency was fitted on the emulated GPU (calibration.emulated), "
+                    "not measured on a GPU: a test of the calibration, not a GPU's figures\n";
   }
   if (devicesPerNode.getNumOccurrences() && devicesPerNode < 1)
     return usage("--devices-per-node takes a positive count, got " +
