@@ -278,7 +278,7 @@ llvm::Expected<Kernel> renderKernel(const Op& op, const std::string& name, bool 
     // stay within a block of `block` elements, each operand's first element
     // of a piece found once. A function of its own, flattened: its element
     // function and the value helpers it calls inlined at -O3 into the loop.
-    std::string loop, loopArgs = args;
+    std::string loop;
     if (!blocked) {
       loop = "  for (int64_t i = first; i < last; ++i)\n    " + name + "_at(i" + args + ");\n";
     } else {
@@ -304,7 +304,7 @@ llvm::Expected<Kernel> renderKernel(const Op& op, const std::string& name, bool 
        << loop << "}\n";
     os << "[[maybe_unused]] static bool " << name << "(" << views << ") {\n"
        << pointers << "  return fusedFor(" << n << ", [=](int64_t first, int64_t last) {\n"
-       << "    " << name << "_range(first, last" << loopArgs << ");\n  });\n}\n\n";
+       << "    " << name << "_range(first, last" << args << ");\n  });\n}\n\n";
   }
   return Kernel{name, os.str()};
 }

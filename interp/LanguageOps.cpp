@@ -65,7 +65,12 @@ double totalWeight(const lwrt::NllWalk& w, const Tensor& target, const Tensor* w
 
 } // namespace
 
-Error evalGatherElements(EvalCtx& c) {
+namespace {
+
+/// fn(at, pos) for each element of the indices (operand #1): `at` its flat
+/// offset there (and in updates), `pos` the flat offset of the data element
+/// it names; an index out of range is an error.
+template <typename Fn> Error forEachIndexed(EvalCtx& c, Fn fn) {
   auto w = linesOf(c);
   if (!w)
     return w.takeError();
@@ -74,39 +79,35 @@ Error evalGatherElements(EvalCtx& c) {
     w->lineStart(l, idx, data);
     for (int64_t j = 0; j < w->perLine; ++j) {
       int64_t at = idx + j * w->idxStride[w->axis], v = c.x(1).i[at];
-      int64_t from = w->at(data, v);
-      if (from < 0)
+      int64_t pos = w->at(data, v);
+      if (pos < 0)
         return indexError(c, v, w->axisLen);
-      if (c.y().isFloatData())
-        c.y().f[at] = c.x(0).f[from];
-      else
-        c.y().i[at] = c.x(0).i[from];
+      fn(at, pos);
     }
   }
   return Error::success();
 }
 
+} // namespace
+
+Error evalGatherElements(EvalCtx& c) {
+  return forEachIndexed(c, [&](int64_t at, int64_t from) {
+    if (c.y().isFloatData())
+      c.y().f[at] = c.x(0).f[from];
+    else
+      c.y().i[at] = c.x(0).i[from];
+  });
+}
+
 Error evalScatterElements(EvalCtx& c) {
-  auto w = linesOf(c);
-  if (!w)
-    return w.takeError();
   bool add = c.op.getString("reduction") == "add";
   c.y() = c.x(0);
-  for (int64_t l = 0; l < w->lines; ++l) {
-    int64_t idx, data;
-    w->lineStart(l, idx, data);
-    for (int64_t j = 0; j < w->perLine; ++j) {
-      int64_t at = idx + j * w->idxStride[w->axis], v = c.x(1).i[at];
-      int64_t to = w->at(data, v);
-      if (to < 0)
-        return indexError(c, v, w->axisLen);
-      if (c.y().isFloatData())
-        c.y().f[to] = add ? c.y().f[to] + c.x(2).f[at] : c.x(2).f[at];
-      else
-        c.y().i[to] = add ? c.y().i[to] + c.x(2).i[at] : c.x(2).i[at];
-    }
-  }
-  return Error::success();
+  return forEachIndexed(c, [&](int64_t at, int64_t to) {
+    if (c.y().isFloatData())
+      c.y().f[to] = add ? c.y().f[to] + c.x(2).f[at] : c.x(2).f[at];
+    else
+      c.y().i[to] = add ? c.y().i[to] + c.x(2).i[at] : c.x(2).i[at];
+  });
 }
 
 Error evalNllLoss(EvalCtx& c) {

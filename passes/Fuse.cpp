@@ -26,11 +26,11 @@ bool fusible(const Op& op) {
 }
 
 /// Where an op runs: a region's ops share it. An op without @dev runs on
-/// device 0 (autodiff places the backward's sums there without one).
+/// device 0 (opDevice: autodiff places the backward's sums there without one).
 bool samePlace(const Op& a, const Op& b) {
   const Annotations &x = a.annotations(), &y = b.annotations();
-  return x.device.value_or(0) == y.device.value_or(0) && x.stream == y.stream &&
-         x.microBatch == y.microBatch && !x.bufferOffsets && !y.bufferOffsets;
+  return opDevice(a) == opDevice(b) && x.stream == y.stream && x.microBatch == y.microBatch &&
+         !x.bufferOffsets && !y.bufferOffsets;
 }
 
 /// A reduce_sum that keeps its reduced dims, read only by a reshape that
