@@ -1,9 +1,9 @@
 //===- Fragment.cpp - FiLayer's fragments and splits inside a device ------===//
+#include "cost/Simulator.h"
 #include "passes/BatchSplit.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
 #include "passes/TrainingSupport.h"
-#include "plan/Simulator.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -1,13 +1,13 @@
 //===- MemoryPlan.cpp - Arena offsets for every op result -----------------===//
 #include "passes/MemoryPlan.h"
 
+#include "cost/DeviceSpec.h"
 #include "interp/Eval.h"
 #include "interp/Interpreter.h"
 #include "ir/Params.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
 #include "passes/TrainingSupport.h"
-#include "plan/DeviceSpec.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -26,10 +26,6 @@
 namespace lwcc {
 
 namespace {
-
-constexpr int64_t kAlignment = 256; // bytes: what CUDA allocations and cuDNN like
-
-int64_t alignUp(int64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
 /// Ops whose result is a view of operand #0 (no data moves): the op table's
 /// `view` trait.
@@ -235,7 +231,7 @@ std::map<int64_t, int64_t> unsharedBytes(const Graph& g) {
   for (const auto& op : g.ops())
     for (unsigned r = 0; r < op->numResults(); ++r) {
       const Value* v = op->result(r);
-      out[valueDevice(v).value_or(0)] += alignUp(std::max<int64_t>(v->type().sizeInBytes(), 1));
+      out[valueDevice(v).value_or(0)] += bufferBytes(std::max<int64_t>(v->type().sizeInBytes(), 1));
     }
   return out;
 }
@@ -264,7 +260,7 @@ void breakDown(const Graph& g, const std::vector<Op*>& order,
     MemoryBreakdown& m = stats.breakdown[valueDevice(p.get()).value_or(0)];
     // Each at an aligned offset of the device's state, as the trainer
     // holds it.
-    (trained.count(p.get()) ? m.params : m.state) += alignUp(p->type().sizeInBytes());
+    (trained.count(p.get()) ? m.params : m.state) += bufferBytes(p->type().sizeInBytes());
   }
   enum Kind { Activation, Gradient, Constant, Gathered };
   std::vector<Kind> kind(buffers.size(), Activation);
@@ -433,7 +429,7 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace, bool freeScat
           continue;
       }
       Buffer b;
-      b.bytes = alignUp(std::max<int64_t>(v->type().sizeInBytes(), 1));
+      b.bytes = bufferBytes(std::max<int64_t>(v->type().sizeInBytes(), 1));
       b.device = device;
       b.first = b.last = pos; // a result nobody reads lives while its op runs
       b.pinned = op.kind() == OpKind::Constant;
@@ -460,422 +456,6 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace, bool freeScat
   stats.buffers = buffers.size();
   breakDown(g, order, buffers, bufferOf, stats);
   return stats;
-}
-
-llvm::Error checkMemoryPlan(const Graph& g) {
-  std::vector<const Op*> order;
-  std::unordered_map<const Op*, size_t> position;
-  for (const auto& op : g.ops()) {
-    position[op.get()] = order.size();
-    order.push_back(op.get());
-  }
-  const size_t end = order.size();
-  std::unordered_map<const Value*, size_t> lastUse;
-  for (size_t pos = 0; pos < order.size(); ++pos)
-    for (Value* x : order[pos]->operands())
-      lastUse[x] = pos;
-  for (Value* out : g.outputs())
-    lastUse[out] = end;
-
-  // A storage is a value and the views of it that share its offset.
-  struct Storage {
-    const Op* def;
-    int64_t device, lo, hi;
-    size_t first, last;
-    std::vector<const Value*> members;
-  };
-  std::vector<Storage> storages;
-  std::unordered_map<const Value*, size_t> storageOf;
-  for (size_t pos = 0; pos < order.size(); ++pos) {
-    const Op* op = order[pos];
-    if (op->numResults() == 0)
-      continue;
-    const auto& offsets = op->annotations().bufferOffsets;
-    if (!offsets)
-      return op->emitError("has no @buf: run memory-plan first");
-    for (unsigned r = 0; r < op->numResults(); ++r) {
-      const Value* v = op->result(r);
-      int64_t lo = (*offsets)[r];
-      if (lo == kOverParam) {
-        if (!paramWrittenOver(*op, r, position))
-          return op->emitError(llvm::formatv(
-              "@buf({0}) of result #{1}: it is not an update written over its param (its only "
-              "use must be the assign of an operand it may overwrite, read by no later op)",
-              kOverParam, r));
-        continue;
-      }
-      size_t last = lastUse.count(v) ? lastUse[v] : pos;
-      if (r == 0 && isAlias(*op) && storageOf.count(op->operand(0)) &&
-          storages[storageOf[op->operand(0)]].lo == lo) {
-        Storage& s = storages[storageOf[op->operand(0)]];
-        s.last = std::max(s.last, last);
-        s.members.push_back(v);
-        storageOf[v] = storageOf[op->operand(0)];
-        continue;
-      }
-      bool pinned = op->kind() == OpKind::Constant;
-      storageOf[v] = storages.size();
-      storages.push_back({op,
-                          valueDevice(v).value_or(0),
-                          lo,
-                          lo + v->type().sizeInBytes(),
-                          pinned ? 0 : pos,
-                          pinned ? end : last,
-                          {v}});
-    }
-  }
-  // Storages may share bytes only when their lifetimes do not overlap, or
-  // when the later one is written in place over the earlier one by an op
-  // that reads it as it dies.
-  // The later of storages a < b sharing bytes while both live, or null
-  // where it is written in place over the earlier one.
-  auto conflict = [&](size_t a, size_t b) -> const Storage* {
-    const Storage &x = storages[a], &y = storages[b];
-    const Storage& later = x.first >= y.first ? x : y;
-    const Storage& earlier = x.first >= y.first ? y : x;
-    if (earlier.last == later.first && earlier.first < later.first)
-      // ... by an op whose kernel may write over that operand.
-      for (unsigned i = 0; i < later.def->numOperands(); ++i)
-        for (const Value* m : earlier.members)
-          if (later.def->operand(i) == m && mayRunInPlace(*later.def, i) &&
-              m->type() == later.members.front()->type())
-            return nullptr;
-    return &later;
-  };
-  // A sweep over each device's storages in the order they become live: the
-  // ones still live are kept by offset, and a new one is compared with
-  // those whose bytes may reach it (starting less than the device's
-  // longest storage below it), not with every storage of the step.
-  std::map<int64_t, std::vector<size_t>> byDevice;
-  for (size_t i = 0; i < storages.size(); ++i)
-    byDevice[storages[i].device].push_back(i);
-  std::optional<std::pair<size_t, size_t>> bad; // the first overlapping pair (a < b)
-  for (auto& [device, ids] : byDevice) {
-    int64_t longest = 0;
-    for (size_t i : ids)
-      longest = std::max(longest, storages[i].hi - storages[i].lo);
-    std::stable_sort(ids.begin(), ids.end(),
-                     [&](size_t a, size_t b) { return storages[a].first < storages[b].first; });
-    std::multimap<int64_t, size_t> live; // offset -> storage
-    using Ending = std::pair<size_t, std::multimap<int64_t, size_t>::iterator>;
-    auto laterEnd = [](const Ending& a, const Ending& b) { return a.first > b.first; };
-    std::priority_queue<Ending, std::vector<Ending>, decltype(laterEnd)> ending(laterEnd);
-    for (size_t id : ids) {
-      const Storage& y = storages[id];
-      while (!ending.empty() && ending.top().first < y.first) {
-        live.erase(ending.top().second);
-        ending.pop();
-      }
-      for (auto it = live.upper_bound(y.lo - longest); it != live.end() && it->first < y.hi; ++it) {
-        const Storage& x = storages[it->second];
-        if (x.hi <= y.lo)
-          continue;
-        std::pair<size_t, size_t> pair = std::minmax(id, it->second);
-        if (conflict(pair.first, pair.second) && (!bad || pair < *bad))
-          bad = pair;
-      }
-      ending.push({y.last, live.emplace(y.lo, id)});
-    }
-  }
-  if (bad) {
-    const Storage& later = *conflict(bad->first, bad->second);
-    const Storage& earlier =
-        &later == &storages[bad->first] ? storages[bad->second] : storages[bad->first];
-    return later.def->emitError(llvm::formatv("@buf [{0}, {1}) overlaps the live result of "
-                                              "{2} at [{3}, {4})",
-                                              later.lo, later.hi, earlier.def->describe(),
-                                              earlier.lo, earlier.hi)
-                                    .str());
-  }
-  return llvm::Error::success();
-}
-
-namespace {
-
-/// Stores `t` at `offset` of `arena` in its element type.
-void storeTensor(std::vector<unsigned char>& arena, int64_t offset, const Tensor& t) {
-  unsigned char* p = arena.data() + offset;
-  for (int64_t k = 0; k < t.size(); ++k) {
-    switch (t.type.dtype) {
-    case DType::F64:
-      std::memcpy(p + 8 * k, &t.f[k], 8);
-      break;
-    case DType::I64:
-      std::memcpy(p + 8 * k, &t.i[k], 8);
-      break;
-    case DType::I32: {
-      int32_t v = static_cast<int32_t>(t.i[k]);
-      std::memcpy(p + 4 * k, &v, 4);
-      break;
-    }
-    case DType::Bool:
-      p[k] = t.i[k] != 0;
-      break;
-    default: {
-      float v = static_cast<float>(t.f[k]);
-      std::memcpy(p + 4 * k, &v, 4);
-      break;
-    }
-    }
-  }
-}
-
-Tensor loadTensor(const std::vector<unsigned char>& arena, int64_t offset, const TensorType& type) {
-  Tensor t(type);
-  const unsigned char* p = arena.data() + offset;
-  for (int64_t k = 0; k < t.size(); ++k) {
-    switch (type.dtype) {
-    case DType::F64:
-      std::memcpy(&t.f[k], p + 8 * k, 8);
-      break;
-    case DType::I64:
-      std::memcpy(&t.i[k], p + 8 * k, 8);
-      break;
-    case DType::I32: {
-      int32_t v;
-      std::memcpy(&v, p + 4 * k, 4);
-      t.i[k] = v;
-      break;
-    }
-    case DType::Bool:
-      t.i[k] = p[k];
-      break;
-    default: {
-      float v;
-      std::memcpy(&v, p + 4 * k, 4);
-      t.f[k] = v;
-      break;
-    }
-    }
-  }
-  return t;
-}
-
-} // namespace
-
-llvm::Expected<std::vector<Tensor>> runInArenas(const Graph& g, const std::vector<Tensor>& inputs,
-                                                const WeightMap& weights) {
-  if (llvm::Error e = checkMemoryPlan(g))
-    return e;
-  for (const auto& op : g.ops())
-    for (unsigned r = 0; r < op->numResults(); ++r)
-      if (DType t = op->result(r)->type().dtype; t == DType::F16 || t == DType::BF16)
-        return op->emitError("runInArenas: f16 and bf16 values are not emulated");
-  std::map<int64_t, std::vector<unsigned char>> arenas;
-  for (const auto& op : g.ops())
-    for (unsigned r = 0; r < op->numResults(); ++r) {
-      auto& arena = arenas[valueDevice(op->result(r)).value_or(0)];
-      if ((*op->annotations().bufferOffsets)[r] == kOverParam)
-        continue;
-      int64_t end = (*op->annotations().bufferOffsets)[r] + op->result(r)->type().sizeInBytes();
-      if (static_cast<int64_t>(arena.size()) < end)
-        arena.resize(end);
-    }
-  // Inputs and params live outside the arenas, stored in their element
-  // types as everything else; so do updates written over their params.
-  std::map<const Value*, Tensor> outside;
-  auto keep = [&](const Value* v, const Tensor& t) {
-    std::vector<unsigned char> bytes(t.type.sizeInBytes());
-    storeTensor(bytes, 0, t);
-    outside[v] = loadTensor(bytes, 0, t.type);
-  };
-  if (inputs.size() != g.inputs().size())
-    return makeError("runInArenas: wrong number of inputs");
-  for (size_t k = 0; k < g.inputs().size(); ++k)
-    keep(g.input(k), inputs[k]);
-  for (const auto& p : g.params()) {
-    auto it = weights.find(p->paramName());
-    if (it == weights.end()) {
-      keep(p.get(), Tensor(p->type()));
-    } else if (!p->shard().empty()) {
-      auto piece = kernels::readShard(*p, it->second);
-      if (!piece)
-        return piece.takeError();
-      keep(p.get(), *piece);
-    } else {
-      keep(p.get(), it->second);
-    }
-  }
-  auto read = [&](const Value* v) -> Tensor {
-    if (auto it = outside.find(v); it != outside.end())
-      return it->second;
-    const Op* def = v->definingOp();
-    return loadTensor(arenas[valueDevice(v).value_or(0)],
-                      (*def->annotations().bufferOffsets)[v->resultIndex()], v->type());
-  };
-  for (const auto& op : g.ops()) {
-    std::vector<Tensor> operands;
-    for (Value* v : op->operands())
-      operands.push_back(read(v));
-    std::vector<const Tensor*> ptrs;
-    for (const Tensor& t : operands)
-      ptrs.push_back(&t);
-    auto results = evaluateOp(*op, ptrs, Precision::F32);
-    if (!results)
-      return results.takeError();
-    for (unsigned r = 0; r < op->numResults(); ++r) {
-      int64_t offset = (*op->annotations().bufferOffsets)[r];
-      if (offset == kOverParam)
-        keep(op->result(r), (*results)[r]);
-      else
-        storeTensor(arenas[valueDevice(op->result(r)).value_or(0)], offset, (*results)[r]);
-    }
-  }
-  std::vector<Tensor> out;
-  for (const Value* v : g.outputs())
-    out.push_back(read(v));
-  return out;
-}
-
-std::map<int64_t, int64_t> streamsPerDevice(const Graph& g) {
-  std::map<int64_t, std::set<int64_t>> seen;
-  for (const auto& op : g.ops()) {
-    const int64_t stream = op->annotations().stream.value_or(0);
-    if (op->info().isCommunication()) {
-      for (const Value* v : op->operands())
-        seen[v->device().value_or(0)].insert(stream);
-      for (unsigned r = 0; r < op->numResults(); ++r)
-        seen[op->result(r)->device().value_or(0)].insert(stream);
-    } else {
-      seen[op->annotations().device.value_or(0)].insert(stream);
-    }
-  }
-  std::map<int64_t, int64_t> out;
-  for (const auto& [device, streams] : seen)
-    out[device] = static_cast<int64_t>(streams.size());
-  return out;
-}
-
-namespace {
-
-/// The ops the CUDA runtime runs as cuDNN convolutions (each direction).
-bool isConvolution(const Op& op) {
-  return op.kind() == OpKind::Conv2d || op.kind() == OpKind::Conv2dGradInput ||
-         op.kind() == OpKind::Conv2dGradFilter;
-}
-
-} // namespace
-
-int64_t convPadBytes(const Op& op) {
-  if (!isConvolution(op))
-    return 0;
-  const bool grad = op.kind() == OpKind::Conv2dGradInput;
-  // The image: x (operand 0), or the gradient's result dx of input_shape.
-  const TensorType& x = grad ? op.result(0)->type() : op.operand(0)->type();
-  const std::vector<int64_t> pads = op.getInts("pads");
-  if (x.rank() != 4 || pads.size() != 4)
-    return 0;
-  const int64_t dh = std::abs(pads[0] - pads[2]), dw = std::abs(pads[1] - pads[3]);
-  if (dh == 0 && dw == 0)
-    return 0;
-  const int64_t bytes =
-      x.shape[0] * x.shape[1] * (x.shape[2] + dh) * (x.shape[3] + dw) * dtypeSize(x.dtype);
-  return alignUp(bytes);
-}
-
-namespace {
-
-constexpr int64_t kMiB = int64_t{1} << 20;
-
-/// The CUDA runtime's own device memory per device: its error flag (an int
-/// in one allocation, which a GPU rounds up).
-constexpr int64_t kRuntimeBytesPerDevice = 256;
-
-int64_t mibUp(int64_t n) { return (n + kMiB - 1) / kMiB * kMiB; }
-
-/// What a device of a plan holds besides the convolutions' algorithm
-/// workspaces (see checkDeviceMemory).
-struct DeviceBytes {
-  int64_t arena = 0, params = 0, inputs = 0;
-  int64_t libraries = 0; ///< the spec's library workspaces, per stream
-  int64_t runtime = 0;   ///< the CUDA runtime's own (kRuntimeBytesPerDevice)
-  int64_t pads = 0;      ///< padded input copies: the largest of each stream's, whole MiB
-  int64_t convStreams = 0;
-  int64_t total() const { return arena + params + inputs + libraries + runtime + pads; }
-};
-
-std::map<int64_t, DeviceBytes> deviceBytes(const Graph& g, const MemoryPlanStats& stats,
-                                           const DeviceSpec& spec) {
-  std::map<int64_t, DeviceBytes> out;
-  for (const auto& [device, arena] : stats.peakBytes)
-    out[device].arena = arena;
-  for (const auto& p : g.params())
-    out[p->device().value_or(0)].params += alignUp(p->type().sizeInBytes());
-  if (spec.workspaceBytesPerStream > 0) {
-    const std::map<int64_t, int64_t> streams = streamsPerDevice(g);
-    for (auto& [device, b] : out) {
-      b.libraries = spec.workspaceBytesPerStream * (streams.count(device) ? streams.at(device) : 1);
-      b.runtime = kRuntimeBytesPerDevice;
-    }
-    // A CUDA trainer's stream grows one workspace (to whole MiB) to the most
-    // a kernel of it takes: a convolution with uneven pads copies its image
-    // padded to the larger pad there, its algorithm's workspace after it.
-    std::map<std::pair<int64_t, int64_t>, int64_t> pads; // (device, stream) -> bytes
-    for (const auto& op : g.ops())
-      if (isConvolution(*op)) {
-        int64_t& most =
-            pads[{op->annotations().device.value_or(0), op->annotations().stream.value_or(0)}];
-        most = std::max(most, convPadBytes(*op));
-      }
-    for (const auto& [where, bytes] : pads) {
-      out[where.first].pads += mibUp(bytes);
-      ++out[where.first].convStreams;
-    }
-  }
-  if (spec.inputsOnDevice) {
-    // On several devices the rows of each input the device reads (as the
-    // CUDA trainer packs them), else the whole batch.
-    const int64_t devices = stats.peakBytes.empty() ? 1 : stats.peakBytes.rbegin()->first + 1;
-    const PackedInputs held = devices > 1 ? packInputRows(g, devices, kAlignment) : PackedInputs{};
-    int64_t whole = 0;
-    for (const auto& in : g.inputs())
-      whole += alignUp(in->type().sizeInBytes());
-    for (int64_t d = 0; d < devices; ++d)
-      out[d].inputs = held.bytes.empty() ? whole : held.bytes[static_cast<size_t>(d)];
-  }
-  return out;
-}
-
-} // namespace
-
-llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats,
-                              const DeviceSpec& spec) {
-  std::string over;
-  for (const auto& [device, b] : deviceBytes(g, stats, spec)) {
-    if (!stats.peakBytes.count(device) || b.total() <= spec.memoryBytes)
-      continue;
-    over +=
-        llvm::formatv(
-            "\n  device {0}: {1} bytes ({2} arena + {3} params{4}{5}{6}) > {7} bytes", device,
-            b.total(), b.arena, b.params,
-            spec.workspaceBytesPerStream > 0
-                ? llvm::formatv(" + {0} library workspaces + {1} runtime", b.libraries, b.runtime)
-                      .str()
-                : std::string(),
-            b.pads > 0 ? llvm::formatv(" + {0} padded convolution inputs", b.pads).str()
-                       : std::string(),
-            b.inputs > 0 ? llvm::formatv(" + {0} input batch", b.inputs).str() : std::string(),
-            spec.memoryBytes)
-            .str();
-  }
-  if (over.empty())
-    return llvm::Error::success();
-  return makeError("the plan needs more memory than a device of spec '" + spec.name +
-                   "' has:" + over);
-}
-
-std::map<int64_t, int64_t> convWorkspaceLimits(const Graph& g, const MemoryPlanStats& stats,
-                                               const DeviceSpec& spec) {
-  std::map<int64_t, int64_t> out;
-  if (spec.workspaceBytesPerStream <= 0)
-    return out;
-  for (const auto& [device, b] : deviceBytes(g, stats, spec)) {
-    if (!stats.peakBytes.count(device) || b.convStreams == 0)
-      continue;
-    const int64_t left = std::max<int64_t>(0, spec.memoryBytes - b.total());
-    out[device] = std::min(kConvWorkspaceLimitBytes, left / b.convStreams / kMiB * kMiB);
-  }
-  return out;
 }
 
 namespace {

@@ -26,6 +26,14 @@
 
 namespace lwcc {
 
+/// The alignment of every buffer in an arena, in bytes: what CUDA
+/// allocations and cuDNN like.
+constexpr int64_t kBufferAlignment = 256;
+/// A buffer's bytes in an arena: its value's, rounded up to kBufferAlignment.
+inline int64_t bufferBytes(int64_t n) {
+  return (n + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
+
 /// What one device's memory holds: its params and the other state outside
 /// the arena, and the arena's buffers live where the most bytes are.
 struct MemoryBreakdown {

@@ -1,10 +1,11 @@
-//===- Pass.h - The pass interface, registry and pass manager --*- C++ -*-===//
+//===- Pass.h - The pass interface and pass manager ------------*- C++ -*-===//
 //
 // A pass transforms or checks one Graph and signals failure with an
 // llvm::Error located at the op it concerns. Each pass lives in its own file
 // under passes/, exposes only its create function (declared here), and is
-// listed once in Passes.def; pipelines are assembled in Pipelines.cpp
-// (Pipelines.h).
+// listed once in Passes.def. The passes that search a plan live above, in
+// plan/ (PlanPasses.def); the registry of both and the pipelines are there
+// too (plan/Pipelines.h).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -53,31 +54,7 @@ public:
 #include "passes/Passes.def"
 #undef PASS
 
-struct PassInfo {
-  std::string_view name;
-  std::string_view description;
-  /// Creates the pass from its option text ("" when none was given).
-  llvm::Expected<std::unique_ptr<Pass>> (*create)(std::string_view options);
-  bool takesOptions;
-};
-
-/// Every registered pass, in Passes.def order.
-const std::vector<PassInfo>& allPasses();
-const PassInfo* lookupPass(std::string_view name);
-
 using PassPipeline = std::vector<std::unique_ptr<Pass>>;
-
-/// Named pipelines (Pipelines.cpp).
-struct PipelineInfo {
-  std::string_view name;
-  std::string_view description;
-  std::vector<std::string_view> passes;
-};
-const std::vector<PipelineInfo>& allPipelines();
-llvm::Expected<PassPipeline> buildPipeline(std::string_view name);
-/// A pipeline of the named passes, in order. Each entry is a pass name,
-/// optionally followed by '=' and its options ("append-loss=mse").
-llvm::Expected<PassPipeline> buildPipeline(const std::vector<std::string>& passNames);
 
 struct PassRunOptions {
   bool verifyEach = false;

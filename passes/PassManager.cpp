@@ -1,4 +1,4 @@
-//===- PassManager.cpp - Registry and pipeline runner ---------------------===//
+//===- PassManager.cpp - The pipeline runner -----------------------------===//
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "passes/Pass.h"
@@ -10,59 +10,12 @@
 
 namespace lwcc {
 
-namespace {
-/// Adapts an option-less factory to the registry's signature.
-template <std::unique_ptr<Pass> (*Create)()>
-llvm::Expected<std::unique_ptr<Pass>> withoutOptions(std::string_view options) {
-  if (!options.empty()) {
-    auto pass = Create();
-    return makeError("pass '" + std::string(pass->name()) + "' takes no options (got '" +
-                     std::string(options) + "')");
-  }
-  return Create();
-}
-} // namespace
-
-const std::vector<PassInfo>& allPasses() {
-  static const std::vector<PassInfo> passes = {
-#define PASS(NAME, CREATE, DESC) PassInfo{NAME, DESC, &withoutOptions<&CREATE>, false},
-#define PASS_WITH_OPTIONS(NAME, CREATE, DESC) PassInfo{NAME, DESC, &CREATE, true},
-#include "passes/Passes.def"
-#undef PASS
-  };
-  return passes;
-}
-
-const PassInfo* lookupPass(std::string_view name) {
-  for (const PassInfo& p : allPasses())
-    if (p.name == name)
-      return &p;
-  return nullptr;
-}
-
 PassContext PassContext::printingTo(llvm::raw_ostream& os) {
   PassContext ctx;
   ctx.diag = [&os](Severity sev, const Location& loc, const std::string& msg) {
     printDiagnostic(os, sev, loc, msg);
   };
   return ctx;
-}
-
-llvm::Expected<PassPipeline> buildPipeline(const std::vector<std::string>& passNames) {
-  PassPipeline pipeline;
-  for (const std::string& entry : passNames) {
-    size_t eq = entry.find('=');
-    std::string name = entry.substr(0, eq);
-    std::string options = eq == std::string::npos ? "" : entry.substr(eq + 1);
-    const PassInfo* info = lookupPass(name);
-    if (!info)
-      return makeError("unknown pass '" + name + "'");
-    auto pass = info->create(options);
-    if (!pass)
-      return pass.takeError();
-    pipeline.push_back(std::move(*pass));
-  }
-  return pipeline;
 }
 
 llvm::Error runPipeline(Graph& g, PassPipeline& pipeline, PassContext& ctx,

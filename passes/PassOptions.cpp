@@ -1,8 +1,8 @@
 //===- PassOptions.cpp ----------------------------------------------------===//
 #include "passes/PassOptions.h"
 
+#include "cost/CostModel.h"
 #include "ir/Diagnostics.h"
-#include "plan/CostModel.h"
 
 #include <algorithm>
 #include <cstdlib>

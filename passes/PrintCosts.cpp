@@ -1,8 +1,8 @@
 //===- PrintCosts.cpp - Each op's cost on a device spec, as notes ---------===//
+#include "cost/CostModel.h"
 #include "ir/FusedOps.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
-#include "plan/CostModel.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"

@@ -1,12 +1,12 @@
 //===- Simulate.cpp - The simulate pass -----------------------------------===//
 //
-// --simulate: the simulator's prediction (plan/Simulator.h) of the graph's
+// --simulate: the simulator's prediction (cost/Simulator.h) of the graph's
 // step as notes, and optionally its timeline as a Chrome trace.
 //
 //===----------------------------------------------------------------------===//
+#include "cost/Simulator.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
-#include "plan/Simulator.h"
 
 namespace lwcc {
 

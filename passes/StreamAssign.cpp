@@ -43,9 +43,9 @@
 // profile, tf32, report=1 (a note of what moved and the predicted steps).
 //
 //===----------------------------------------------------------------------===//
+#include "cost/Simulator.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
-#include "plan/Simulator.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

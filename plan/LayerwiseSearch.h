@@ -17,7 +17,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "plan/CostModel.h"
+#include "cost/CostModel.h"
 
 #include <cstddef>
 #include <vector>

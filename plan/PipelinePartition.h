@@ -24,7 +24,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "plan/CostModel.h"
+#include "cost/CostModel.h"
 
 #include "llvm/Support/Error.h"
 

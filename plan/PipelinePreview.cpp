@@ -1,9 +1,9 @@
 //===- PipelinePreview.cpp - A pipeline's step priced from one micro-batch -===//
 #include "plan/PipelinePreview.h"
 
+#include "cost/Simulator.h"
 #include "ir/Params.h"
 #include "passes/Schedule.h"
-#include "plan/Simulator.h"
 
 #include <algorithm>
 #include <array>

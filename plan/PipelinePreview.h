@@ -39,8 +39,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "cost/CostModel.h"
 #include "ir/IR.h"
-#include "plan/CostModel.h"
 
 #include <optional>
 #include <vector>

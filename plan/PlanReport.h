@@ -1,11 +1,11 @@
 //===- PlanReport.h - lwcc --emit=plan's tables -----------------*- C++ -*-===//
 #pragma once
 
+#include "cost/CostModel.h"
+#include "cost/Simulator.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
-#include "plan/CostModel.h"
 #include "plan/Planner.h"
-#include "plan/Simulator.h"
 
 #include "llvm/Support/raw_ostream.h"
 

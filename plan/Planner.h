@@ -45,12 +45,12 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "cost/CostModel.h"
+#include "cost/DeviceSpec.h"
+#include "cost/Simulator.h"
 #include "ir/IR.h"
 #include "passes/MemoryPlan.h"
-#include "passes/Pipelines.h"
-#include "plan/CostModel.h"
-#include "plan/DeviceSpec.h"
-#include "plan/Simulator.h"
+#include "plan/Pipelines.h"
 
 #include <condition_variable>
 #include <deque>
@@ -229,6 +229,7 @@ public:
                                        const CostModel& model);
 
 private:
+  friend class PlanSelector; ///< select()'s work (PlanSelector.h)
   /// Where a priced step was finished ahead (setFinish): its verifyGraph
   /// error or "", and what FinishStep gave.
   struct FinishedAhead {

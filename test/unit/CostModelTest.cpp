@@ -1,5 +1,5 @@
 //===- CostModelTest.cpp - Device specs, profiles and the cost model ------===//
-#include "plan/CostModel.h"
+#include "cost/CostModel.h"
 
 #include "TestUtil.h"
 

@@ -14,7 +14,7 @@
 #include "RandomChoices.h"
 #include "TestUtil.h"
 #include "passes/GradCheck.h"
-#include "passes/Pass.h"
+#include "plan/Pipelines.h"
 
 #include <algorithm>
 #include <cstdio>

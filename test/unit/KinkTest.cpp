@@ -17,7 +17,7 @@
 #include "lwrt/cpu_activation.h"
 #include "lwrt/cpu_nn.h"
 #include "lwrt/cpu_tensor.h"
-#include "passes/Pass.h"
+#include "plan/Pipelines.h"
 
 #include <functional>
 #include <gtest/gtest.h>

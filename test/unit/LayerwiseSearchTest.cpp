@@ -2,7 +2,7 @@
 #include "plan/LayerwiseSearch.h"
 
 #include "TestUtil.h"
-#include "passes/Pass.h"
+#include "plan/Pipelines.h"
 
 #include <random>
 

@@ -1,7 +1,6 @@
 //===- PassTest.cpp - Passes run through the pipeline API -----------------===//
-#include "passes/Pass.h"
-
 #include "TestUtil.h"
+#include "plan/Pipelines.h"
 
 #include "llvm/Support/raw_ostream.h"
 

@@ -1,5 +1,5 @@
 //===- SimulatorTest.cpp - The simulator, the hypergraph partition, profiles -===//
-#include "plan/Simulator.h"
+#include "cost/Simulator.h"
 
 #include "TestUtil.h"
 #include "lwrt/profile.h"

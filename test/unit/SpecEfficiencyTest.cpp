@@ -1,6 +1,6 @@
 //===- SpecEfficiencyTest.cpp - A spec's calibrated efficiency and its use -===//
 #include "TestUtil.h"
-#include "plan/CostModel.h"
+#include "cost/CostModel.h"
 
 namespace lwcc {
 namespace {

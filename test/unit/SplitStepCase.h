@@ -11,7 +11,7 @@
 
 #include "TestUtil.h"
 #include "interp/Interpreter.h"
-#include "passes/Pass.h"
+#include "plan/Pipelines.h"
 
 #include <gtest/gtest.h>
 #include <map>

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Calibrates a GPU's device spec: each kind of op's efficiency, fitted from
 the trainers' measured op times (--profile-ops), written as a --device-spec
-JSON file (plan/DeviceSpec.h's "efficiency" and "calibration").
+JSON file (cost/DeviceSpec.h's "efficiency" and "calibration").
 
     python3 tools/gpu/calibrate.py [prepare] [measure] [fit] [options]
 
@@ -304,7 +304,7 @@ def fit_side(x, u, y, w):
     return 1.0 / a, b / a, clamped
 
 
-# The two sides of the model (plan/DeviceSpec.h): a kernel's FLOPs against
+# The two sides of the model (cost/DeviceSpec.h): a kernel's FLOPs against
 # its peak (times its fill), its bytes against the bandwidth.
 SIDES = (("compute", "compute_fraction", "compute_half_flops"),
          ("bandwidth", "bandwidth_fraction", "bandwidth_half_bytes"))

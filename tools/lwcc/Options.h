@@ -2,14 +2,14 @@
 //
 // Every flag of the lwcc driver (Recipes.h holds the training recipes'), the
 // checks of their values, and what they choose: the device spec, the cost
-// model, and the typed options of the compile pipeline (passes/Pipelines.h).
+// model, and the typed options of the compile pipeline (plan/Pipelines.h).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "cost/CostModel.h"
 #include "interp/Interpreter.h"
-#include "passes/Pipelines.h"
-#include "plan/CostModel.h"
+#include "plan/Pipelines.h"
 
 #include "llvm/Support/CommandLine.h"
 

@@ -3,12 +3,12 @@
 // The training recipes users bring from torchvision and timm, as lwcc flags:
 // --label-smoothing, --freeze, --freeze-bn, --no-decay, --param-group,
 // --clip-grad-norm. Each becomes a choice of the compile pipeline
-// (passes/Pipelines.h).
+// (plan/Pipelines.h).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "passes/Pipelines.h"
+#include "plan/Pipelines.h"
 
 #include "llvm/Support/CommandLine.h"
 

@@ -5,8 +5,8 @@
 #include "ir/Parser.h"
 #include "ir/Verifier.h"
 #include "passes/MemoryPlan.h"
-#include "passes/Pipelines.h"
 #include "passes/StepOrder.h"
+#include "plan/Pipelines.h"
 #include "tools/lwcc/Options.h"
 
 #include "llvm/Support/MemoryBuffer.h"

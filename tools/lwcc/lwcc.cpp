@@ -9,7 +9,7 @@
 //
 // MODEL may be a binary ONNX file or ONNX text (.onnxtext). The flags
 // (Options.h) fill the typed options of the compile pipeline
-// (passes/Pipelines.h); the planner (Planner.h) selects the plan of the
+// (plan/Pipelines.h); the planner (Planner.h) selects the plan of the
 // strategies it compares. Exit status: 0 on success, 1 for a bad model or
 // failed run, 2 for bad usage.
 //
@@ -18,8 +18,8 @@
 #include "frontend/Frontend.h"
 #include "ir/Printer.h"
 #include "passes/MemoryPlan.h"
-#include "passes/Pipelines.h"
 #include "plan/Hypergraph.h"
+#include "plan/Pipelines.h"
 #include "plan/PlanReport.h"
 #include "plan/Planner.h"
 #include "tools/lwcc/Options.h"

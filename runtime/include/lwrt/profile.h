@@ -9,7 +9,7 @@
 // stream), which the group hands the function running there and which notes
 // when each op started and how long it took. Then:
 //  - writeProfile() writes the per-op times in the form lwcc's
-//    --cost-profile reads (plan/CostModel.h):
+//    --cost-profile reads (cost/CostModel.h):
 //      {"device": "cpu", "devices": 2, "steps": 3, "step_gap_seconds": 4e-5,
 //       "wake_seconds": 2e-5, "wakes_per_step": 12,
 //       "stream_starts": [{"device": 1, "stream": 0, "seconds": 3e-6}, ...],

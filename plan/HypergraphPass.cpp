@@ -1,15 +1,14 @@
-//===- Hypergraph.cpp - The hypergraph pass -------------------------------===//
+//===- HypergraphPass.cpp - The hypergraph pass ---------------------------===//
 //
 // --hypergraph=gpus=N[,imbalance=X]: each op whole on one device (or split
 // by its units), by Zoltan PHG (plan/Hypergraph.h), with the ops weighted by
 // their time on the cost model of spec, devices_per_node, profile and tf32.
 //
 //===----------------------------------------------------------------------===//
-#include "plan/Hypergraph.h"
-
-#include "passes/Pass.h"
+#include "cost/CostModel.h"
 #include "passes/PassOptions.h"
-#include "plan/CostModel.h"
+#include "plan/Hypergraph.h"
+#include "plan/Pipelines.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -30,6 +30,37 @@ class raw_ostream;
 
 namespace lwcc {
 
+// The factories of the passes that search a plan (PlanPasses.def).
+#define PASS_WITH_OPTIONS(NAME, CREATE, DESC)                                                      \
+  llvm::Expected<std::unique_ptr<Pass>> CREATE(std::string_view options);
+#include "plan/PlanPasses.def"
+#undef PASS_WITH_OPTIONS
+
+/// A registered pass: passes/Passes.def's and PlanPasses.def's.
+struct PassInfo {
+  std::string_view name;
+  std::string_view description;
+  /// Creates the pass from its option text ("" when none was given).
+  llvm::Expected<std::unique_ptr<Pass>> (*create)(std::string_view options);
+  bool takesOptions;
+};
+
+/// Every registered pass, in the order of a compile (PassRegistry.cpp).
+const std::vector<PassInfo>& allPasses();
+const PassInfo* lookupPass(std::string_view name);
+
+/// Named pipelines (Pipelines.cpp).
+struct PipelineInfo {
+  std::string_view name;
+  std::string_view description;
+  std::vector<std::string_view> passes;
+};
+const std::vector<PipelineInfo>& allPipelines();
+llvm::Expected<PassPipeline> buildPipeline(std::string_view name);
+/// A pipeline of the named passes, in order. Each entry is a pass name,
+/// optionally followed by '=' and its options ("append-loss=mse").
+llvm::Expected<PassPipeline> buildPipeline(const std::vector<std::string>& passNames);
+
 /// One pass of a pipeline: its registered name and its option text ("" for
 /// none), as `lwcc-opt --NAME=OPTIONS` takes them.
 struct PipelineStep {

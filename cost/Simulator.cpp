@@ -1,5 +1,5 @@
 //===- Simulator.cpp - Replays a scheduled training step on a cost model --===//
-#include "plan/Simulator.h"
+#include "cost/Simulator.h"
 
 #include "ir/Params.h"
 

@@ -80,7 +80,7 @@
 //       (B + bandwidth_half_bytes) / (bandwidth_fraction x mem_bandwidth))
 //   + launch_seconds
 //
-// (share: the part of the device it fills, plan/CostModel.h; a term whose
+// (share: the part of the device it fills, cost/CostModel.h; a term whose
 // F or B is 0 is 0). A half size is thus also a fixed time of the kind
 // beyond the launch, half / (fraction x peak): a library's overhead. A key
 // is an op's mnemonic (as --emit=ir prints it) or "default", optionally

@@ -1,7 +1,7 @@
-//===- Parallelize.cpp - A parallel config for every op -------------------===//
-#include "passes/Pass.h"
+//===- ParallelizePass.cpp - A parallel config for every op ---------------===//
 #include "passes/PassOptions.h"
 #include "plan/LayerwiseSearch.h"
+#include "plan/Pipelines.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -26,7 +26,7 @@
 //     {"op": "conv2d", "loc": "conv1", "device": 0, "seconds": 1.2e-4}, ...]}
 //
 // What a step spends outside its ops, which the simulator adds
-// (plan/Simulator.h), all optional and non-negative: "step_gap_seconds",
+// (cost/Simulator.h), all optional and non-negative: "step_gap_seconds",
 // the devices' mean idle time from one step's last op to the start of the
 // next (the host's work between steps); "stream_starts", a list of
 // {"device": D, "stream": S, "seconds": T}, each stream's mean delay from
@@ -59,8 +59,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "cost/DeviceSpec.h"
 #include "ir/IR.h"
-#include "plan/DeviceSpec.h"
 
 #include <map>
 #include <optional>

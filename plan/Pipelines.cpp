@@ -1,5 +1,5 @@
 //===- Pipelines.cpp - Every pipeline, in one place -----------------------===//
-#include "passes/Pipelines.h"
+#include "plan/Pipelines.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"

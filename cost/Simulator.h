@@ -56,8 +56,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "cost/CostModel.h"
 #include "ir/IR.h"
-#include "plan/CostModel.h"
 
 #include "llvm/Support/Error.h"
 #include "llvm/Support/raw_ostream.h"

@@ -1,5 +1,5 @@
 //===- CostModel.cpp - Time of ops and transfers on a device spec ---------===//
-#include "plan/CostModel.h"
+#include "cost/CostModel.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"

@@ -1,4 +1,4 @@
-//===- Pipeline.cpp - The pipeline-partition pass -------------------------===//
+//===- PipelinePass.cpp - The pipeline-partition pass ---------------------===//
 //
 // --pipeline-partition=stages=S,...: pipeline stages by PipeDream's dynamic
 // program (plan/PipelinePartition.h). Options: gpus, stages, microbatches,
@@ -6,9 +6,9 @@
 // report=1 (a note per stage and the estimated bubble).
 //
 //===----------------------------------------------------------------------===//
-#include "passes/Pass.h"
 #include "passes/PassOptions.h"
 #include "plan/PipelinePartition.h"
+#include "plan/Pipelines.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

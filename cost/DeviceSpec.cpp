@@ -1,5 +1,5 @@
 //===- DeviceSpec.cpp - Device presets and the JSON spec form -------------===//
-#include "plan/DeviceSpec.h"
+#include "cost/DeviceSpec.h"
 
 #include "ir/Diagnostics.h"
 #include "ir/OpTable.h"
