@@ -307,16 +307,26 @@ std::optional<double> CostModel::measuredWaitOn(const Op& op, int64_t device,
 }
 
 double CostModel::linkBandwidth(const std::vector<int64_t>& devices) const {
+  if (spec_.sameGpu(devices))
+    return spec_.memBandwidth / 2;
   return spec_.sameNode(devices) ? spec_.intraBandwidth : spec_.interBandwidth;
 }
 
 double CostModel::linkLatency(const std::vector<int64_t>& devices) const {
+  if (spec_.sameGpu(devices))
+    return spec_.launchSeconds;
   return spec_.sameNode(devices) ? spec_.intraLatency : spec_.interLatency;
+}
+
+double CostModel::onGpuSeconds(double bytesMoved, double kernels) const {
+  return bytesMoved / spec_.memBandwidth + kernels * spec_.launchSeconds;
 }
 
 double CostModel::transferSeconds(int64_t bytes, int64_t src, int64_t dst) const {
   if (src == dst || bytes <= 0)
     return 0;
+  if (spec_.sameGpu({src, dst}))
+    return onGpuSeconds(2.0 * static_cast<double>(bytes), 1);
   const bool near = spec_.node(src) == spec_.node(dst); // sameNode without a list
   return static_cast<double>(bytes) / (near ? spec_.intraBandwidth : spec_.interBandwidth) +
          (near ? spec_.intraLatency : spec_.interLatency);
@@ -326,6 +336,10 @@ double CostModel::allReduceSeconds(double bytes, const std::vector<int64_t>& dev
   double p = static_cast<double>(devices.size());
   if (p <= 1 || bytes <= 0)
     return 0;
+  // On one GPU the trainer sums the p inputs into one buffer (each sum
+  // reads two and writes one), then copies it to the p outputs.
+  if (spec_.sameGpu(devices))
+    return onGpuSeconds((3 * p - 1) * bytes + 2 * p * bytes, 2 * p);
   return 2 * (p - 1) / p * bytes / linkBandwidth(devices) + 2 * (p - 1) * linkLatency(devices);
 }
 
@@ -333,11 +347,18 @@ double CostModel::allGatherSeconds(double wholeBytes, const std::vector<int64_t>
   double p = static_cast<double>(devices.size());
   if (p <= 1 || wholeBytes <= 0)
     return 0;
+  // On one GPU: each device's piece copied to every device (p x p copies).
+  if (spec_.sameGpu(devices))
+    return onGpuSeconds(2 * p * wholeBytes, p * p);
   return (p - 1) / p * wholeBytes / linkBandwidth(devices) + (p - 1) * linkLatency(devices);
 }
 
 double CostModel::reduceScatterSeconds(double wholeBytes,
                                        const std::vector<int64_t>& devices) const {
+  const double p = static_cast<double>(devices.size());
+  // On one GPU: the p inputs summed into one buffer, its pieces copied out.
+  if (p > 1 && wholeBytes > 0 && spec_.sameGpu(devices))
+    return onGpuSeconds((3 * p - 1) * wholeBytes + 2 * wholeBytes, 2 * p);
   return allGatherSeconds(wholeBytes, devices);
 }
 
@@ -349,6 +370,9 @@ double CostModel::broadcastSeconds(double bytes, int64_t src,
   double p = static_cast<double>(all.size());
   if (p <= 1 || bytes <= 0)
     return 0;
+  // On one GPU: a copy to each of the others.
+  if (spec_.sameGpu(all))
+    return onGpuSeconds(2 * (p - 1) * bytes, p - 1);
   // A pipelined chain: the tensor streams through every link once.
   return bytes / linkBandwidth(all) + (p - 1) * linkLatency(all);
 }

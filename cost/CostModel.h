@@ -194,9 +194,14 @@ public:
   double broadcastSeconds(double bytes, int64_t src, const std::vector<int64_t>& devices) const;
 
   /// The link figures between devices (bandwidth, latency): intra-node when
-  /// all of `devices` share a node.
+  /// all of `devices` share a node; for logical devices that share a GPU
+  /// (DeviceSpec::devicesPerGpu) a copy inside its memory (half its
+  /// bandwidth, one launch).
   double linkBandwidth(const std::vector<int64_t>& devices) const;
   double linkLatency(const std::vector<int64_t>& devices) const;
+  /// What the trainer's kernels take to move `bytesMoved` (read and written)
+  /// inside one GPU's memory in `kernels` launches.
+  double onGpuSeconds(double bytesMoved, double kernels) const;
 
 private:
   /// A communication op's profile entry on one participant, or null.

@@ -285,6 +285,13 @@ bool DeviceSpec::sameNode(const std::vector<int64_t>& devices) const {
   return std::all_of(devices.begin(), devices.end(), [&](int64_t d) { return node(d) == n; });
 }
 
+bool DeviceSpec::sameGpu(const std::vector<int64_t>& devices) const {
+  if (devicesPerGpu <= 1 || devices.size() < 2)
+    return false;
+  const int64_t g = gpu(devices[0]);
+  return std::all_of(devices.begin(), devices.end(), [&](int64_t d) { return gpu(d) == g; });
+}
+
 const std::vector<std::string>& deviceSpecPresets() {
   static const std::vector<std::string> names{"h100", "h200", "a100", "p100-cluster", "cpu"};
   return names;
@@ -318,6 +325,7 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
                                       "inter_bandwidth",
                                       "inter_latency",
                                       "devices_per_node",
+                                      "devices_per_gpu",
                                       "concurrency",
                                       "host_cores",
                                       "wake_seconds",
@@ -407,6 +415,12 @@ llvm::Expected<DeviceSpec> parseDeviceSpec(llvm::StringRef text, const std::stri
   if (const llvm::json::Value* v = obj->get("calibration"))
     if (llvm::Error e = parseCalibration(*v, origin, s))
       return e;
+  if (const llvm::json::Value* v = obj->get("devices_per_gpu")) {
+    llvm::Optional<int64_t> k = v->getAsInteger();
+    if (!k || *k < 1)
+      return makeError(origin + ": field 'devices_per_gpu' must be a positive integer");
+    s.devicesPerGpu = *k;
+  }
   return s;
 }
 
@@ -424,6 +438,7 @@ llvm::json::Value deviceSpecJson(const DeviceSpec& s) {
                          {"inter_bandwidth", s.interBandwidth},
                          {"inter_latency", s.interLatency},
                          {"devices_per_node", s.devicesPerNode},
+                         {"devices_per_gpu", s.devicesPerGpu},
                          {"concurrency", s.concurrency},
                          {"host_cores", s.hostCores},
                          {"wake_seconds", s.wakeSeconds},

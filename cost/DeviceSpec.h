@@ -92,6 +92,17 @@
 // launch. Fractions are in (0, 1] (default 1), half sizes non-negative
 // (default 0).
 //
+// devices_per_gpu (optional, default 1): logical devices that share one
+// GPU, as a trainer runs them with --devices=0,0,... (lwcc
+// --devices-per-gpu overrides it). Devices 0..K-1 are GPU 0, the next K
+// GPU 1, and devices_per_node counts GPUs. The logical devices of a GPU
+// share its compute (their kernels' shares of its concurrency add up to at
+// most the whole, as a device's streams do) and its memory (their arenas,
+// params and workspaces add up to at most memory_bytes); what moves between
+// them is copied inside the GPU's memory (read and written: half its
+// bandwidth, a launch each) and summed by the trainer's own kernels, not
+// sent over a link.
+//
 // calibration (optional): where the efficiency was measured:
 //
 //   "calibration": {"date": "YYYY-MM-DD", "gpu": "NVIDIA H100 80GB HBM3",
@@ -149,8 +160,9 @@ struct DeviceSpec {
   int64_t memoryBytes = 0;  ///< device memory size
   double intraBandwidth = 0, intraLatency = 0; ///< one link inside a node, bytes/s and s
   double interBandwidth = 0, interLatency = 0; ///< between nodes, bytes/s and s
-  int64_t devicesPerNode = 1;
-  int64_t concurrency = 0; ///< threads in flight (0: every kernel fills the device)
+  int64_t devicesPerNode = 1;                  ///< GPUs per node
+  int64_t devicesPerGpu = 1; ///< logical devices per GPU (see devices_per_gpu above)
+  int64_t concurrency = 0;   ///< threads in flight (0: every kernel fills the device)
   /// Cores the devices of a node share (0: each device has its own): the
   /// CPU backend's emulated devices split the machine's cores, each
   /// device's kernels running on max(1, cores / devices) of them.
@@ -173,8 +185,14 @@ struct DeviceSpec {
   /// first of KIND@PRECISION, KIND, default@PRECISION, default, or null.
   const KindEfficiency* efficiencyOf(std::string_view kind, std::string_view precision) const;
 
+  /// The GPU (or CPU device) that logical device `device` runs on.
+  int64_t gpu(int64_t device) const { return devicesPerGpu > 1 ? device / devicesPerGpu : device; }
   /// The node that logical device `device` belongs to.
-  int64_t node(int64_t device) const { return devicesPerNode > 0 ? device / devicesPerNode : 0; }
+  int64_t node(int64_t device) const {
+    return devicesPerNode > 0 ? gpu(device) / devicesPerNode : 0;
+  }
+  /// Whether all of `devices` (two or more) run on one GPU.
+  bool sameGpu(const std::vector<int64_t>& devices) const;
   /// Whether all of `devices` sit in one node.
   bool sameNode(const std::vector<int64_t>& devices) const;
 };

@@ -132,6 +132,7 @@ SimCosts simCosts(const CostModel& model, bool timeline) {
   c.opSeconds = [&model](const Op& op) { return model.opSeconds(op); };
   c.commSeconds = [&model](const Op& op) { return model.commSeconds(op); };
   c.devicesPerNode = model.spec().devicesPerNode;
+  c.devicesPerGpu = model.spec().devicesPerGpu;
   c.opFill = [&model](const Op& op) { return model.fill(op); };
   c.hostFill = [&model](const Op& op, int64_t devices) { return model.hostFill(op, devices); };
   c.wakeSeconds = model.wakeSeconds();
@@ -167,13 +168,16 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     return it->second;
   };
   std::unordered_map<Resource, LinkBusy, ResourceHash> links;
-  std::unordered_map<int64_t, Occupancy> occupancy; // per device, its compute ops
+  std::unordered_map<int64_t, Occupancy> occupancy; // per GPU, its devices' compute ops
   std::unordered_map<int64_t, Occupancy> cores;     // per node, its devices' compute ops
   int64_t devices = 1; // the trainer's: each device's share of its node's cores
   for (const auto& op : g.ops())
     if (!op->info().isCommunication() && !op->info().isEvent())
       devices = std::max(devices, opDevice(*op) + 1);
-  auto nodeOf = [&](int64_t d) { return costs.devicesPerNode > 0 ? d / costs.devicesPerNode : 0; };
+  auto gpuOf = [&](int64_t d) { return costs.devicesPerGpu > 1 ? d / costs.devicesPerGpu : d; };
+  auto nodeOf = [&](int64_t d) {
+    return costs.devicesPerNode > 0 ? gpuOf(d) / costs.devicesPerNode : 0;
+  };
   std::unordered_map<const Op*, size_t> position;
   position.reserve(g.ops().size());
   for (const auto& op : g.ops())
@@ -303,13 +307,13 @@ llvm::Expected<SimResult> simulate(const Graph& g, const SimCosts& costs) {
     for (double prev = -1; fill + host > 0 && t != prev;) {
       prev = t;
       if (fill > 0)
-        t = occupancy[opDevice(op)].earliest(t, d, fill);
+        t = occupancy[gpuOf(opDevice(op))].earliest(t, d, fill);
       if (host > 0)
         t = cores[nodeOf(opDevice(op))].earliest(t, d, host);
     }
     double end = t + d;
     if (fill > 0)
-      occupancy[opDevice(op)].add(t, end, fill);
+      occupancy[gpuOf(opDevice(op))].add(t, end, fill);
     if (host > 0)
       cores[nodeOf(opDevice(op))].add(t, end, host);
     // Each participant's own end (a measured profile), else the op's.

@@ -87,6 +87,9 @@ struct SimCosts {
   std::function<std::optional<double>(const Op&, int64_t device, int64_t occurrence)> commSecondsOn;
   /// Devices per node (0: every device on one node).
   int64_t devicesPerNode = 0;
+  /// Logical devices per GPU (DeviceSpec::devicesPerGpu): the compute ops of
+  /// a GPU's logical devices share its concurrency (opFill) as its streams'.
+  int64_t devicesPerGpu = 1;
   /// A stream that reaches a wait for a value another stream writes before
   /// it is written goes on this long after the write (a thread's wake-up);
   /// and the devices idle this long between steps (the host's work). Both

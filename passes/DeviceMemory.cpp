@@ -84,6 +84,11 @@ struct DeviceBytes {
   int64_t pads = 0;      ///< padded input copies: the largest of each stream's, whole MiB
   int64_t convStreams = 0;
   int64_t total() const { return arena + params + inputs + libraries + runtime + pads; }
+  DeviceBytes& operator+=(const DeviceBytes& o) {
+    arena += o.arena, params += o.params, inputs += o.inputs, libraries += o.libraries;
+    runtime += o.runtime, pads += o.pads, convStreams += o.convStreams;
+    return *this;
+  }
 };
 
 std::map<int64_t, DeviceBytes> deviceBytes(const Graph& g, const MemoryPlanStats& stats,
@@ -129,17 +134,38 @@ std::map<int64_t, DeviceBytes> deviceBytes(const Graph& g, const MemoryPlanStats
   return out;
 }
 
+/// What each GPU holds: the sum of its logical devices' bytes (one device
+/// each unless the spec's devices_per_gpu shares GPUs), for the devices the
+/// plan placed an arena on.
+std::map<int64_t, DeviceBytes> gpuBytes(const std::map<int64_t, DeviceBytes>& devices,
+                                        const MemoryPlanStats& stats, const DeviceSpec& spec) {
+  std::map<int64_t, DeviceBytes> out;
+  for (const auto& [device, b] : devices)
+    if (stats.peakBytes.count(device))
+      out[spec.gpu(device)] += b;
+  return out;
+}
+
+/// The logical devices of GPU `gpu`: "device D", or "GPU G (devices A-B)".
+std::string gpuName(int64_t gpu, const DeviceSpec& spec) {
+  if (spec.devicesPerGpu <= 1)
+    return "device " + std::to_string(gpu);
+  return llvm::formatv("GPU {0} (logical devices {1}-{2})", gpu, gpu * spec.devicesPerGpu,
+                       (gpu + 1) * spec.devicesPerGpu - 1)
+      .str();
+}
+
 } // namespace
 
 llvm::Error checkDeviceMemory(const Graph& g, const MemoryPlanStats& stats,
                               const DeviceSpec& spec) {
   std::string over;
-  for (const auto& [device, b] : deviceBytes(g, stats, spec)) {
-    if (!stats.peakBytes.count(device) || b.total() <= spec.memoryBytes)
+  for (const auto& [gpu, b] : gpuBytes(deviceBytes(g, stats, spec), stats, spec)) {
+    if (b.total() <= spec.memoryBytes)
       continue;
     over +=
         llvm::formatv(
-            "\n  device {0}: {1} bytes ({2} arena + {3} params{4}{5}{6}) > {7} bytes", device,
+            "\n  {0}: {1} bytes ({2} arena + {3} params{4}{5}{6}) > {7} bytes", gpuName(gpu, spec),
             b.total(), b.arena, b.params,
             spec.workspaceBytesPerStream > 0
                 ? llvm::formatv(" + {0} library workspaces + {1} runtime", b.libraries, b.runtime)
@@ -162,11 +188,16 @@ std::map<int64_t, int64_t> convWorkspaceLimits(const Graph& g, const MemoryPlanS
   std::map<int64_t, int64_t> out;
   if (spec.workspaceBytesPerStream <= 0)
     return out;
-  for (const auto& [device, b] : deviceBytes(g, stats, spec)) {
+  // What the GPU has left, shared by the convolution streams of its
+  // logical devices.
+  const std::map<int64_t, DeviceBytes> devices = deviceBytes(g, stats, spec);
+  const std::map<int64_t, DeviceBytes> gpus = gpuBytes(devices, stats, spec);
+  for (const auto& [device, b] : devices) {
     if (!stats.peakBytes.count(device) || b.convStreams == 0)
       continue;
-    const int64_t left = std::max<int64_t>(0, spec.memoryBytes - b.total());
-    out[device] = std::min(kConvWorkspaceLimitBytes, left / b.convStreams / kMiB * kMiB);
+    const DeviceBytes& on = gpus.at(spec.gpu(device));
+    const int64_t left = std::max<int64_t>(0, spec.memoryBytes - on.total());
+    out[device] = std::min(kConvWorkspaceLimitBytes, left / on.convStreams / kMiB * kMiB);
   }
   return out;
 }

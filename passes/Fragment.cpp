@@ -405,9 +405,9 @@ private:
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createFragmentPass(std::string_view options) {
-  auto parsed = PassOptions::parse(
-      "fragment", options, "k",
-      {"k", "streams", "policy", "along", "spec", "devices_per_node", "profile", "tf32"});
+  auto parsed = PassOptions::parse("fragment", options, "k",
+                                   {"k", "streams", "policy", "along", "spec", "devices_per_node",
+                                    "devices_per_gpu", "profile", "tf32"});
   if (!parsed)
     return parsed.takeError();
   auto k = parsed->getIntIn("k", 2, 1, 64);

@@ -510,8 +510,8 @@ std::unique_ptr<Pass> createCheckMemoryPlanPass() {
 }
 
 llvm::Expected<std::unique_ptr<Pass>> createMemoryPlanPass(std::string_view options) {
-  auto opts =
-      PassOptions::parse("memory-plan", options, "", {"in-place", "free_scattered", "spec"});
+  auto opts = PassOptions::parse("memory-plan", options, "",
+                                 {"in-place", "free_scattered", "spec", "devices_per_gpu"});
   if (!opts)
     return opts.takeError();
   auto inPlace = opts->getFlag("in-place", true);
@@ -526,6 +526,13 @@ llvm::Expected<std::unique_ptr<Pass>> createMemoryPlanPass(std::string_view opti
     if (!s)
       return s.takeError();
     spec = std::move(*s);
+    auto perGpu = opts->getInt("devices_per_gpu", spec->devicesPerGpu);
+    if (!perGpu)
+      return perGpu.takeError();
+    if (*perGpu < 1)
+      return makeError("memory-plan: option 'devices_per_gpu' must be positive, got " +
+                       std::to_string(*perGpu));
+    spec->devicesPerGpu = *perGpu;
   }
   return std::make_unique<MemoryPlanPass>(*inPlace, *freeScattered, std::move(spec));
 }

@@ -118,6 +118,14 @@ llvm::Expected<CostModel> costModelFromOptions(const PassOptions& opts) {
       return makeError("option 'devices_per_node' must be positive, got " + std::to_string(*k));
     spec->devicesPerNode = *k;
   }
+  if (opts.has("devices_per_gpu")) { // lwcc --devices-per-gpu
+    auto k = opts.getInt("devices_per_gpu", 1);
+    if (!k)
+      return k.takeError();
+    if (*k < 1)
+      return makeError("option 'devices_per_gpu' must be positive, got " + std::to_string(*k));
+    spec->devicesPerGpu = *k;
+  }
   std::optional<OpProfile> profile;
   if (opts.has("profile")) {
     auto p = loadOpProfile(opts.getString("profile", ""));

@@ -99,8 +99,9 @@ private:
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createPrintCostsPass(std::string_view options) {
-  auto opts = PassOptions::parse("print-costs", options, "spec",
-                                 {"spec", "devices_per_node", "profile", "tf32", "json"});
+  auto opts = PassOptions::parse(
+      "print-costs", options, "spec",
+      {"spec", "devices_per_node", "devices_per_gpu", "profile", "tf32", "json"});
   if (!opts)
     return opts.takeError();
   auto cm = costModelFromOptions(*opts);

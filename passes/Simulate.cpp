@@ -44,8 +44,9 @@ private:
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createSimulatePass(std::string_view options) {
-  auto opts = PassOptions::parse("simulate", options, "spec",
-                                 {"spec", "devices_per_node", "profile", "tf32", "trace"});
+  auto opts = PassOptions::parse(
+      "simulate", options, "spec",
+      {"spec", "devices_per_node", "devices_per_gpu", "profile", "tf32", "trace"});
   if (!opts)
     return opts.takeError();
   auto cost = costModelFromOptions(*opts);

@@ -271,9 +271,9 @@ private:
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createStreamAssignPass(std::string_view options) {
-  auto parsed = PassOptions::parse(
-      "stream-assign", options, "streams",
-      {"streams", "policy", "spec", "devices_per_node", "profile", "tf32", "report"});
+  auto parsed = PassOptions::parse("stream-assign", options, "streams",
+                                   {"streams", "policy", "spec", "devices_per_node",
+                                    "devices_per_gpu", "profile", "tf32", "report"});
   if (!parsed)
     return parsed.takeError();
   StreamAssignOptions o;

@@ -59,9 +59,9 @@ private:
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createHypergraphPass(std::string_view options) {
-  auto opts =
-      PassOptions::parse("hypergraph", options, "gpus",
-                         {"gpus", "imbalance", "spec", "devices_per_node", "profile", "tf32"});
+  auto opts = PassOptions::parse(
+      "hypergraph", options, "gpus",
+      {"gpus", "imbalance", "spec", "devices_per_node", "devices_per_gpu", "profile", "tf32"});
   if (!opts)
     return opts.takeError();
   auto gpus = opts->getIntIn("gpus", 1, 1, 1024);

@@ -155,8 +155,8 @@ private:
 
 llvm::Expected<std::unique_ptr<Pass>> createParallelizePass(std::string_view options) {
   auto opts = PassOptions::parse("parallelize", options, "strategy",
-                                 {"strategy", "gpus", "spec", "devices_per_node", "profile", "tf32",
-                                  "report", "bucket_bytes"});
+                                 {"strategy", "gpus", "spec", "devices_per_node", "devices_per_gpu",
+                                  "profile", "tf32", "report", "bucket_bytes"});
   if (!opts)
     return opts.takeError();
   auto strategy = opts->getChoice("strategy", "data", {"data", "model", "owt", "layerwise"});

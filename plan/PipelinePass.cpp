@@ -33,9 +33,10 @@ private:
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createPipelinePass(std::string_view options) {
-  auto opts = PassOptions::parse("pipeline-partition", options, "stages",
-                                 {"stages", "gpus", "microbatches", "schedule", "spec",
-                                  "devices_per_node", "profile", "tf32", "report"});
+  auto opts =
+      PassOptions::parse("pipeline-partition", options, "stages",
+                         {"stages", "gpus", "microbatches", "schedule", "spec", "devices_per_node",
+                          "devices_per_gpu", "profile", "tf32", "report"});
   if (!opts)
     return opts.takeError();
   PipelineOptions o;

@@ -40,6 +40,8 @@ std::string specOptions(const Pricing& p) {
   std::string o = ",spec=" + p.spec;
   if (p.devicesPerNode > 0)
     o += ",devices_per_node=" + std::to_string(p.devicesPerNode);
+  if (p.devicesPerGpu > 0)
+    o += ",devices_per_gpu=" + std::to_string(p.devicesPerGpu);
   return o;
 }
 
@@ -211,6 +213,8 @@ PipelineText afterTrainingStepPipeline(const TrainingPipelineOptions& o) {
   if (o.until == Until::TrainingStep)
     return p;
   std::string memory = o.memorySpec.empty() ? "" : "spec=" + o.memorySpec;
+  if (!o.memorySpec.empty() && o.pricing.devicesPerGpu > 0)
+    memory += ",devices_per_gpu=" + std::to_string(o.pricing.devicesPerGpu);
   if (freesScattered(o.plan))
     memory += memory.empty() ? "free_scattered=1" : ",free_scattered=1";
   p.push_back({"memory-plan", memory});

@@ -111,6 +111,7 @@ bool freesScattered(const PlanChoice& plan);
 struct Pricing {
   std::string spec = "h100";  ///< a preset name or a JSON file
   int64_t devicesPerNode = 0; ///< 0: the spec's own
+  int64_t devicesPerGpu = 0;  ///< logical devices per GPU; 0: the spec's own
   std::string profile;        ///< measured op times ("" for none)
   enum class Tf32 { Default, All, Off } tf32 = Tf32::Default;
   bool report = false; ///< each planning pass notes what it chose

@@ -18,6 +18,12 @@ and device specs with an efficiency table in lwcc.
      of 0.5 for every kind ("default") longer still.
   3. Bad efficiency and calibration fields: exit 1 naming the file and the
      field.
+  4. `tools/bench/sim_vs_measured.py --logical --emulate-gpu`: LeNet's
+     one-device, data- and model-parallel CUDA trainers on two logical
+     devices of one (emulated) GPU, each measured beside the simulator's
+     step for two logical devices of an H100, with the ranking's Kendall's
+     tau: the GPU check of the planner's multi-device prices runs end to
+     end (the emulated device's times are no GPU's).
 
 Ends with the line "N passed, M failed".
 
@@ -34,6 +40,7 @@ import harness  # noqa: E402
 from harness import LWCC, ROOT  # noqa: E402
 
 CALIBRATE = os.path.join(ROOT, "tools", "gpu", "calibrate.py")
+SIM_VS_MEASURED = os.path.join(ROOT, "tools", "bench", "sim_vs_measured.py")
 STEP = re.compile(r"predicted step on (\S+): ([0-9.]+) ms")
 
 
@@ -188,6 +195,20 @@ def main():
                              os.devnull])
             harness.exits_with(r, 1, f"a bad {name} field: exit 1 naming the file and the field",
                                f"bad-{name}.json: {text}")
+
+        def logical():
+            r = harness.run([sys.executable, SIM_VS_MEASURED, "--logical", "--gpus=2",
+                             "--emulate-gpu", "--models=lenet", "--strategies=data,model,owt",
+                             "--steps=3"])
+            rows = re.findall(r"^lenet\s+(\S+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s", r.stdout,
+                              re.M)
+            ok = (r.returncode == 0 and [(s, d) for s, d, _, _ in rows] ==
+                  [("-", "1"), ("data", "2"), ("model", "2"), ("owt", "2")] and
+                  all(float(m) > 0 and float(p) > 0 for _, _, m, p in rows) and
+                  "Kendall's tau" in r.stdout)
+            return ok, f"exit {r.returncode}: {(r.stdout + r.stderr).strip()[-400:]}"
+        harness.check("sim_vs_measured.py --logical --emulate-gpu: each plan measured on two "
+                      "logical devices of one GPU beside its prediction", logical)
     return harness.finish()
 
 

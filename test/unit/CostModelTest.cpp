@@ -194,6 +194,46 @@ graph @g(%x: f32[2,3,8,8] @data) {
   EXPECT_DOUBLE_EQ(cm.allReduceSeconds(4000, {2}), 0);
 }
 
+TEST(CostModelTest, LogicalDevicesSharingAGpuCopyInsideIt) {
+  DeviceSpec s = spec();
+  s.devicesPerGpu = 2; // devices 0 and 1 on GPU 0, 2 and 3 on GPU 1: one node (2 GPUs)
+  EXPECT_EQ(s.gpu(1), 0);
+  EXPECT_EQ(s.gpu(2), 1);
+  EXPECT_EQ(s.node(3), 0);
+  EXPECT_TRUE(s.sameGpu({0, 1}));
+  EXPECT_FALSE(s.sameGpu({1, 2}));
+  EXPECT_FALSE(s.sameGpu({1})); // one device shares nothing
+  CostModel cm(s);
+  // Inside GPU 0: read and written at the memory's bandwidth, one launch.
+  EXPECT_DOUBLE_EQ(cm.transferSeconds(2048, 0, 1), 2 * 2048 / 1e9 + 1e-6);
+  // Between the GPUs: the node's link, as before.
+  EXPECT_DOUBLE_EQ(cm.transferSeconds(2048, 1, 2), 2048 / 1e9 + 1e-6);
+  EXPECT_DOUBLE_EQ(cm.linkBandwidth({0, 1}), 1e9 / 2);
+  EXPECT_DOUBLE_EQ(cm.linkLatency({0, 1}), 1e-6);
+  // An all-reduce of 2 x 1000 bytes on one GPU: two sums (2 then 3 passes
+  // of 1000 bytes) and two copies out (2 each), four launches.
+  EXPECT_DOUBLE_EQ(cm.allReduceSeconds(1000, {0, 1}), 9000 / 1e9 + 4e-6);
+  EXPECT_DOUBLE_EQ(cm.allGatherSeconds(1000, {0, 1}), 4000 / 1e9 + 4e-6);
+  EXPECT_DOUBLE_EQ(cm.broadcastSeconds(1000, 0, {1}), 2000 / 1e9 + 1e-6);
+  // Across GPUs the ring over the node's links, as before.
+  EXPECT_DOUBLE_EQ(cm.allReduceSeconds(1000, {0, 2}), 1000 / 1e9 + 2e-6);
+  // The field in JSON, read back; a bad one is an error naming it.
+  std::string text = kSpec;
+  text.insert(text.size() - 1, ", \"devices_per_gpu\": 4");
+  auto four = parseDeviceSpec(text, "t.json");
+  ASSERT_TRUE(static_cast<bool>(four)) << llvm::toString(four.takeError());
+  EXPECT_EQ(four->devicesPerGpu, 4);
+  std::string json;
+  llvm::raw_string_ostream(json) << deviceSpecJson(*four);
+  auto again = parseDeviceSpec(json, "again.json");
+  ASSERT_TRUE(static_cast<bool>(again)) << llvm::toString(again.takeError());
+  EXPECT_EQ(again->devicesPerGpu, 4);
+  text = kSpec;
+  text.insert(text.size() - 1, ", \"devices_per_gpu\": 0");
+  EXPECT_EQ(errorOf(parseDeviceSpec(text, "t.json")),
+            "t.json: field 'devices_per_gpu' must be a positive integer");
+}
+
 TEST(CostModelTest, SixteenBitOpsAtTheirOwnPeak) {
   EXPECT_EQ(spec().bf16Flops, 1e9); // default: tf32_flops, itself fp32's
   EXPECT_EQ(spec().fp16Flops, 1e9);

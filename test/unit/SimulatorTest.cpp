@@ -78,6 +78,29 @@ TEST(SimulatorTest, StreamsShareTheirDeviceByTheKernelsFill) {
   EXPECT_DOUBLE_EQ(r->stepSeconds, 3.0);
 }
 
+TEST(SimulatorTest, LogicalDevicesShareTheirGpusCompute) {
+  // One 1 s kernel on each of four devices. On four GPUs they run at once;
+  // two devices a GPU, each GPU runs its two one after the other (filling
+  // it) or side by side (half of it each).
+  auto g = parseOk(R"(graph @g(%x: f32[4] @data) {
+  %a = relu(%x) : f32[4] @dev(0) loc("a")
+  %b = relu(%x) : f32[4] @dev(1) loc("b")
+  %c = relu(%x) : f32[4] @dev(2) loc("c")
+  %d = relu(%x) : f32[4] @dev(3) loc("d")
+  return %a, %b, %c, %d
+})");
+  ASSERT_TRUE(g);
+  for (auto [perGpu, fill, want] :
+       {std::tuple{int64_t{1}, 1.0, 1.0}, {2, 1.0, 2.0}, {2, 0.5, 1.0}, {4, 1.0, 4.0}}) {
+    SimCosts c = unitCosts();
+    c.devicesPerGpu = perGpu;
+    c.opFill = [fill = fill](const Op&) { return fill; };
+    auto r = simulate(*g, c);
+    ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+    EXPECT_DOUBLE_EQ(r->stepSeconds, want) << perGpu << " a GPU, fill " << fill;
+  }
+}
+
 TEST(SimulatorTest, DevicesShareTheirNodesCores) {
   // One 1 s kernel on each of four devices of one node, each taking half of
   // its cores: two at a time, the step 2 s; on one device each (or without

@@ -22,6 +22,8 @@ spec), so both see the same schedule.
     ... [--lwcc-flags="--recompute=all"]   (given to every lwcc call: trainer and prediction)
     ... --strategies data,data+zero1,data+fsdp,data+recompute   (+S: --shard=S, +recompute:
         --recompute=all)
+    python3 tools/bench/sim_vs_measured.py --logical --gpus 2 [--spec h100|FILE.json]
+        [--strategies data,model,owt,layerwise,pipeline] [--size 224 --batch 128] [--emulate-gpu]
 
 With --gpus N > 1: each strategy's own `--gpus N` CPU trainer runs with
 `--profile-ops` and `--trace` (a multi-device trainer times each device's
@@ -40,6 +42,18 @@ trainer and in the prediction alike: a multi-device profile prices no whole
 op, so both see the same plan. After a model's rows: Kendall's tau between
 the simulator's ranking of its multi-device strategies and the measured one
 (the means of the rounds), in the same runs and in the other runs.
+
+With --logical (on a GPU machine): the planner's multi-device prices
+checked on the one GPU there. Each strategy's CUDA trainer for --gpus N runs
+its N logical devices on GPU 0 (`--devices=0,0,...`), and its measured step
+(the mean `step_ms` of its JSONL log after the first quarter of the steps)
+is set beside the simulator's step for the same plan priced as N logical
+devices of one GPU (`--devices-per-gpu=N` on --spec: their kernels share the
+GPU's compute and memory, what moves between them is copied inside it); the
+first row is the one-device trainer and its prediction. After a model's
+rows: Kendall's tau between the predicted and the measured ranking of its
+strategies. --emulate-gpu runs the same on the emulated CUDA device (a test
+of the script: its times are not a GPU's).
 """
 import json
 import os
@@ -88,8 +102,16 @@ def main():
     ap.add_argument("--stream-policy", default="all", choices=["sim", "all"])
     ap.add_argument("--lwcc-flags", default="",
                     help="more lwcc flags for the trainers and the predictions alike")
+    ap.add_argument("--logical", action="store_true",
+                    help="CUDA trainers of --gpus N logical devices on one GPU (see above)")
+    ap.add_argument("--spec", default="h100", help="--logical: the device spec predicted on")
+    ap.add_argument("--size", type=int, help="--logical: the models' input size (default: test size)")
+    ap.add_argument("--emulate-gpu", action="store_true",
+                    help="--logical on the emulated CUDA device (a test of the script)")
     args = ap.parse_args()
     more = args.lwcc_flags.split()
+    if args.logical:
+        return logical(args)
     if args.gpus > 1:
         return multi(args)
     print(f"{'model':10} {'streams':>7} {'same run ms':>12} {'error':>7} {'other run ms':>13} "
@@ -136,10 +158,10 @@ def profiled(trainer, steps, profile, trace):
     return (ts[-1] - ts[0]) / (len(ts) - 1) / 1e3
 
 
-def unprofiled(trainer, steps, log):
+def unprofiled(trainer, steps, log, extra=()):
     """The mean step (ms) of an unprofiled run of `trainer`: its JSONL
     log's step_ms after the first quarter of the steps."""
-    run([trainer, f"--steps={steps}", "--data=synthetic", f"--log={log}"])
+    run([trainer, f"--steps={steps}", "--data=synthetic", f"--log={log}", *extra])
     ms = [s["step_ms"] for s in map(json.loads, open(log)) if s.get("type") == "step"]
     return statistics.mean(ms[len(ms) // 4:])
 
@@ -182,6 +204,55 @@ def multi(args):
                       f"({', '.join(m[0] for m in means)}) against the measured one, Kendall's "
                       f"tau: {kendall_tau(pred, [m[1] for m in means]):+.2f} (same runs), "
                       f"{kendall_tau(pred, [m[2] for m in means]):+.2f} (other runs)")
+
+
+def logical(args):
+    """--logical: each strategy's trainer on N logical devices of GPU 0 against
+    the simulator's step for N logical devices of one GPU of --spec."""
+    gpu = "the emulated CUDA device" if args.emulate_gpu else "GPU 0"
+    print(f"# {args.gpus} logical devices on {gpu}, predicted on {args.spec} with "
+          f"--devices-per-gpu={args.gpus}")
+    print(f"{'model':10} {'strategy':10} {'devices':>7} {'measured ms':>12} {'predicted ms':>13} "
+          f"{'error':>7}")
+    build = ["--emulate-gpu"] if args.emulate_gpu else []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            model = os.path.join(tmp, name + ".onnx")
+            run([sys.executable, GEN, name, *([f"--size={args.size}"] if args.size else
+                                              ["--test-size"]),
+                 *([f"--batch={args.batch}"] if args.batch else []), "-o", model])
+            rows = [("-", 1, [])]
+            for strategy in args.strategies.split(","):
+                extra = [f"--gpus={args.gpus}", f"--strategy={strategy}"]
+                if strategy == "pipeline":
+                    extra += [f"--stages={args.gpus}", f"--microbatches={args.microbatches}"]
+                rows.append((strategy, args.gpus, extra))
+            means = []
+            for strategy, devices, extra in rows:
+                flags = extra + args.lwcc_flags.split()
+                trainer = os.path.join(tmp, f"{name}-{strategy}-{devices}")
+                run([LWCC, model, *build, *flags, "-o", trainer])
+                place = [f"--devices={','.join(['0'] * devices)}"] if devices > 1 else []
+                measured = statistics.mean(
+                    unprofiled(trainer, args.steps, f"{trainer}-{r}.jsonl", place)
+                    for r in range(args.rounds))
+                shared = [f"--devices-per-gpu={devices}"] if devices > 1 else []
+                out = run([LWCC, model, f"--device-spec={args.spec}", *shared, *flags,
+                           "--emit=plan", "-o", "-"]).stdout
+                m = (re.search(r"^" + strategy + r"\s+([0-9.]+)\s", out, re.M) if devices > 1
+                     else re.search(r"predicted step on \S+: ([0-9.]+) ms", out))
+                if not m:
+                    sys.exit(f"{name} {strategy}: no predicted step in --emit=plan's output")
+                pred = float(m.group(1))
+                print(f"{name:10} {strategy:10} {devices:7} {measured:12.3f} {pred:13.3f} "
+                      f"{100 * (pred - measured) / measured:+6.1f}%")
+                sys.stdout.flush()
+                if devices > 1:
+                    means.append((strategy, measured, pred))
+            if len(means) > 2:
+                print(f"{name}: the simulator's ranking of the {len(means)} strategies "
+                      f"({', '.join(m[0] for m in means)}) against the measured one, Kendall's "
+                      f"tau: {kendall_tau([m[2] for m in means], [m[1] for m in means]):+.2f}")
 
 
 def kendall_tau(a, b):

@@ -60,6 +60,13 @@ cl::opt<int64_t> devicesPerNode(
              "nodes apart (default the device spec's). A trainer run as several processes under "
              "mpirun has its processes' devices on their machines"),
     cl::init(0), cl::cat(category));
+cl::opt<int64_t> devicesPerGpu(
+    "devices-per-gpu",
+    cl::desc("Logical devices that share one GPU, as a trainer runs them with "
+             "--devices=0,0,...: the cost model prices their kernels sharing its compute and "
+             "memory, and what moves between them as copies inside it (default the device "
+             "spec's, 1)"),
+    cl::init(0), cl::cat(category));
 cl::opt<std::string> costProfile("cost-profile",
                                  cl::desc("Measured per-op times (the trainer's --profile-ops "
                                           "file) that the cost model uses instead of its own"),
@@ -463,6 +470,8 @@ int checkUsage() {
                  << ": its efficiency was fitted on the emulated GPU (calibration.emulated), "
                     "not measured on a GPU: a test of the calibration, not a GPU's figures\n";
   }
+  if (devicesPerGpu.getNumOccurrences() && devicesPerGpu < 1)
+    return usage("--devices-per-gpu takes a positive count, got " + std::to_string(devicesPerGpu));
   if (devicesPerNode.getNumOccurrences() && devicesPerNode < 1)
     return usage("--devices-per-node takes a positive count, got " +
                  std::to_string(devicesPerNode));
@@ -511,6 +520,8 @@ llvm::Expected<DeviceSpec> loadSpec() {
   auto spec = loadDeviceSpec(deviceSpecName());
   if (spec && devicesPerNode > 0)
     spec->devicesPerNode = devicesPerNode;
+  if (spec && devicesPerGpu > 0)
+    spec->devicesPerGpu = devicesPerGpu;
   return spec;
 }
 
@@ -597,6 +608,7 @@ TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimiz
   o.bucketBytes = bucketBytes;
   o.pricing.spec = deviceSpecName();
   o.pricing.devicesPerNode = devicesPerNode > 0 ? int64_t(devicesPerNode) : 0;
+  o.pricing.devicesPerGpu = devicesPerGpu > 0 ? int64_t(devicesPerGpu) : 0;
   if (planProfile())
     o.pricing.profile = costProfile;
   o.pricing.tf32 = noTf32 ? Pricing::Tf32::Off : tf32 ? Pricing::Tf32::All : Pricing::Tf32::Default;
