@@ -216,10 +216,13 @@ namespace {
 
 /// Rewrites `graph` as the importer reads it: split initializers as
 /// initializers of their own (SharedInitializers.h).
-void splitSharedInitializers(onnx::GraphProto& graph, TiedInitializers tied) {
-  InitializerSplit split = planInitializerSplit(graph, tied);
+llvm::Error splitSharedInitializers(onnx::GraphProto& graph, TiedInitializers tied) {
+  auto planned = planInitializerSplit(graph, tied);
+  if (!planned)
+    return planned.takeError();
+  InitializerSplit& split = *planned;
   if (split.empty())
-    return;
+    return llvm::Error::success();
   RewrittenNodes rewritten = applyInitializerSplit(graph, split);
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
   for (const onnx::NodeProto* node : rewritten.nodes)
@@ -252,6 +255,7 @@ void splitSharedInitializers(onnx::GraphProto& graph, TiedInitializers tied) {
   place(*graph.mutable_initializer());
   // Old exporters list initializers among the inputs: list the copies too.
   place(*graph.mutable_input());
+  return llvm::Error::success();
 }
 
 } // namespace
@@ -278,7 +282,8 @@ llvm::Expected<ExportTemplate> buildExportTemplate(const std::string& modelPath,
     if (!initIndex.emplace(name, k).second)
       return fileError(file, "initializer '" + name + "' is defined twice");
   }
-  splitSharedInitializers(graph, tied);
+  if (llvm::Error e = splitSharedInitializers(graph, tied))
+    return makeError(Location{file, 0, 0, ""}, llvm::toString(std::move(e)));
   initIndex.clear();
   for (int k = 0; k < graph.initializer_size(); ++k)
     initIndex.emplace(graph.initializer(k).name(), k);

@@ -43,43 +43,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// Names of the graph's inputs and values that the dynamo exporter marks as
-/// non-persistent buffers of the PyTorch module (value metadata
-/// "pkg.torch.export.graph_signature.InputSpec.kind" BUFFER with "...persistent"
-/// False): derived state such as shifted-window attention masks, which is no
-/// parameter. The metadata is ValueInfoProto field 4 (IR version 10), read from
-/// the unknown fields of the older ONNX protos lwcc may be built with.
-std::set<std::string> nonPersistentBuffers(const onnx::GraphProto& graph) {
-  constexpr int kValueInfoMetadataProps = 4;
-  const std::string kKind = "pkg.torch.export.graph_signature.InputSpec.kind";
-  const std::string kPersistent = "pkg.torch.export.graph_signature.InputSpec.persistent";
-  std::set<std::string> names;
-  auto scan = [&](const onnx::ValueInfoProto& vi) {
-    const google::protobuf::UnknownFieldSet& fields = vi.unknown_fields();
-    bool buffer = false, transient = false;
-    for (int i = 0; i < fields.field_count(); ++i) {
-      const google::protobuf::UnknownField& f = fields.field(i);
-      if (f.number() != kValueInfoMetadataProps ||
-          f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
-        continue;
-      onnx::StringStringEntryProto entry;
-      if (!entry.ParseFromString(f.length_delimited()))
-        continue;
-      if (entry.key() == kKind)
-        buffer = entry.value() == "BUFFER";
-      else if (entry.key() == kPersistent)
-        transient = entry.value() == "False";
-    }
-    if (buffer && transient)
-      names.insert(vi.name());
-  };
-  for (const auto& vi : graph.input())
-    scan(vi);
-  for (const auto& vi : graph.value_info())
-    scan(vi);
-  return names;
-}
-
 /// Integer initializers up to this size become constants (shape data).
 constexpr int64_t kMaxIntConstant = 1 << 16;
 
@@ -451,7 +414,10 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
 
   // Shared initializers: each copy starts from its source's value; the nodes
   // below are the graph's after the split.
-  InitializerSplit split = planInitializerSplit(graph, opts.tied);
+  auto planned = planInitializerSplit(graph, opts.tied);
+  if (!planned)
+    return makeError(Location{file, 0, 0, ""}, llvm::toString(planned.takeError()));
+  const InitializerSplit& split = *planned;
   RewrittenNodes rewritten = applyInitializerSplit(graph, split);
   for (const InitializerSplit::Copy& c : split.copies)
     initializers.emplace(c.name, initializers.at(c.source));
@@ -472,13 +438,34 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
       return type.takeError();
     ctx.bind(in.name(), module.graph->addInput(in.name(), *type, InputRole::Data));
   }
-  const std::set<std::string> buffers = nonPersistentBuffers(graph);
+  const std::map<std::string, ExportedValue> exported = exportedValues(graph);
   auto addParam = [&](const std::string& name, const TensorType& type, bool nonFinite) {
     Value* p = module.graph->addParam(name, name, type);
-    // A non-persistent buffer, or a constant that is not finite, keeps its
-    // value: no gradient, no update.
-    if (buffers.count(name) || nonFinite)
+    // A non-persistent buffer, a constant that is not finite, or a dynamo
+    // export's constant keeps its value: no gradient, no update.
+    // A shared initializer's copies are what it is (SharedInitializers.h).
+    std::string source = name;
+    for (const InitializerSplit::Copy& c : split.copies)
+      if (c.name == name)
+        source = c.source;
+    auto it = exported.find(source);
+    const bool constant = exportConstant(source, exported);
+    if ((it != exported.end() && it->second.kind == "BUFFER" && it->second.transient) ||
+        nonFinite || constant)
       p->setFrozen(true);
+    // A table the exporter's optimizer computed from a PyTorch param among
+    // other values (a position embedding's rows): PyTorch trains the param.
+    if (constant && it != exported.end()) {
+      std::string params;
+      for (const std::string& from : it->second.foldedFrom)
+        if (llvm::StringRef(from).endswith(".weight") || llvm::StringRef(from).endswith(".bias"))
+          params += (params.empty() ? "" : ", ") + from;
+      if (!params.empty() && opts.diag)
+        opts.diag(Severity::Warning, Location{file, 0, 0, ""},
+                  "initializer '" + name + "' is what the exporter's optimizer computed from " +
+                      params + " and other values: lwcc keeps it as written, where PyTorch " +
+                      "trains " + params + " (export with optimize=False to train it)");
+    }
     ctx.bind(name, p);
   };
   for (const auto& [name, proto] : initializers) {

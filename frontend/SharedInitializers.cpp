@@ -53,16 +53,85 @@ struct InitializerUse {
 
 } // namespace
 
-InitializerSplit planInitializerSplit(const onnx::GraphProto& graph, TiedInitializers mode) {
+namespace {
+
+/// The names in a folded_from list: "['a', 'b.c']" -> a, b.c.
+std::vector<std::string> foldedNames(const std::string& text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while ((at = text.find('\'', at)) != std::string::npos) {
+    size_t end = text.find('\'', at + 1);
+    if (end == std::string::npos)
+      break;
+    out.push_back(text.substr(at + 1, end - at - 1));
+    at = end + 1;
+  }
+  return out;
+}
+
+} // namespace
+
+std::map<std::string, ExportedValue> exportedValues(const onnx::GraphProto& graph) {
+  constexpr int kValueInfoMetadataProps = 4;
+  std::map<std::string, ExportedValue> out;
+  auto scan = [&](const onnx::ValueInfoProto& vi) {
+    const google::protobuf::UnknownFieldSet& fields = vi.unknown_fields();
+    ExportedValue v;
+    bool any = false;
+    for (int i = 0; i < fields.field_count(); ++i) {
+      const google::protobuf::UnknownField& f = fields.field(i);
+      if (f.number() != kValueInfoMetadataProps ||
+          f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
+        continue;
+      onnx::StringStringEntryProto entry;
+      if (!entry.ParseFromString(f.length_delimited()))
+        continue;
+      if (entry.key() == "pkg.torch.export.graph_signature.InputSpec.kind")
+        v.kind = entry.value(), any = true;
+      else if (entry.key() == "pkg.torch.export.graph_signature.InputSpec.persistent")
+        v.transient = entry.value() == "False";
+      else if (entry.key() == "pkg.onnxscript.optimizer.folded_from")
+        v.foldedFrom = foldedNames(entry.value()), any = true;
+    }
+    if (any)
+      out.emplace(vi.name(), std::move(v));
+  };
+  for (const auto& vi : graph.input())
+    scan(vi);
+  for (const auto& vi : graph.value_info())
+    scan(vi);
+  return out;
+}
+
+bool exportConstant(const std::string& name, const std::map<std::string, ExportedValue>& exported) {
+  if (std::none_of(exported.begin(), exported.end(),
+                   [](const auto& kv) { return !kv.second.kind.empty(); }))
+    return false; // no dynamo signature: every float initializer is a weight
+  auto it = exported.find(name);
+  if (it == exported.end())
+    return true;
+  if (!it->second.kind.empty())
+    return false; // PARAMETER; BUFFER as before (running statistics)
+  return it->second.foldedFrom.size() != 1;
+}
+
+llvm::Expected<InitializerSplit> planInitializerSplit(const onnx::GraphProto& graph,
+                                                      TiedInitializers mode) {
   InitializerSplit plan;
   // Float initializers of rank >= 1: the params a network trains. Scalars
   // are exporters' constants and stay shared.
   std::set<std::string> candidates, taken;
+  std::map<std::string, int> rank;
+  const std::map<std::string, ExportedValue> exported = exportedValues(graph);
   for (const auto& init : graph.initializer()) {
     taken.insert(init.name());
     std::optional<DType> dt = dtypeFromOnnx(init.data_type());
-    if (dt && isFloat(*dt) && init.dims_size() > 0)
+    // A dynamo export's constant (a rotary table, a mask) is no param:
+    // several nodes read it as written.
+    if (dt && isFloat(*dt) && init.dims_size() > 0 && !exportConstant(init.name(), exported)) {
       candidates.insert(init.name());
+      rank[init.name()] = init.dims_size();
+    }
   }
   std::set<std::string> graphOutputs;
   for (const auto& out : graph.output())
@@ -119,11 +188,49 @@ InitializerSplit planInitializerSplit(const onnx::GraphProto& graph, TiedInitial
   }
 
   for (const auto& [x, list] : uses) {
+    // With Auto: tied where the uses say so (see SharedInitializers.h).
+    bool keep = mode == TiedInitializers::Keep;
+    if (mode == TiedInitializers::Auto) {
+      std::vector<const InitializerUse*> trained;
+      for (const InitializerUse& u : list)
+        if (!u.state)
+          trained.push_back(&u);
+      auto isTable = [&](const InitializerUse* u) {
+        const onnx::NodeProto& node = graph.node(u->node);
+        return isDefaultDomain(node) && node.op_type() == "Gather" && u->inputs == std::vector{0};
+      };
+      auto isWeight = [&](const InitializerUse* u) {
+        const onnx::NodeProto& node = graph.node(u->node);
+        return isDefaultDomain(node) && (node.op_type() == "Transpose" ||
+                                         node.op_type() == "MatMul" || node.op_type() == "Gemm");
+      };
+      if (trained.size() > 1) {
+        if (std::any_of(trained.begin(), trained.end(), isTable) &&
+            std::any_of(trained.begin(), trained.end(), isWeight) &&
+            std::all_of(trained.begin(), trained.end(),
+                        [&](const InitializerUse* u) { return isTable(u) || isWeight(u); })) {
+          keep = true;
+        } else if (rank.at(x) >= 2) {
+          std::string readers;
+          for (const InitializerUse* u : trained) {
+            const onnx::NodeProto& node = graph.node(u->node);
+            readers += (readers.empty() ? "" : ", ") + std::string("'") + node.name() + "' (" +
+                       node.op_type() + ")";
+          }
+          return makeError("initializer '" + x + "' is read as a weight by " +
+                           std::to_string(trained.size()) + " nodes (" + readers +
+                           "): the file does not say whether the model holds one param used " +
+                           "that often (--tied-initializers=keep: one param, its gradient " +
+                           "summed) or equal params its exporter deduplicated " +
+                           "(--tied-initializers=untie: one each)");
+        }
+      }
+    }
     // Groups: one param each. With Keep, the trainable uses form group 0.
     std::vector<std::vector<const InitializerUse*>> groups;
     int trainable = -1;
     for (const InitializerUse& u : list) {
-      if (mode == TiedInitializers::Keep && !u.state) {
+      if (keep && !u.state) {
         if (trainable < 0) {
           trainable = static_cast<int>(groups.size());
           groups.emplace_back();

@@ -51,8 +51,35 @@ class ModelProto;
 
 namespace lwcc {
 
+/// What the dynamo exporter says of a graph input or initializer in its
+/// value metadata (ValueInfoProto field 4, IR version 10, read from the
+/// unknown fields of the older ONNX protos lwcc may be built with): the
+/// PyTorch state it is ("pkg.torch.export.graph_signature.InputSpec.kind":
+/// PARAMETER, BUFFER, ..., and whether a buffer is persistent), or the
+/// values its optimizer folded it from ("pkg.onnxscript.optimizer.
+/// folded_from", a Python list of names).
+struct ExportedValue {
+  std::string kind;
+  bool transient = false; ///< a non-persistent buffer
+  std::vector<std::string> foldedFrom;
+};
+
+/// What the dynamo exporter's value metadata says of the graph's inputs and
+/// initializers, by name (those it says something of).
+std::map<std::string, ExportedValue> exportedValues(const onnx::GraphProto& graph);
+
+/// Whether float initializer `name` is a constant of a dynamo export (one
+/// whose `exported` values carry InputSpec.kind), not a weight: lwcc trains
+/// the initializers the export marks PARAMETER (or BUFFER: batch norm's
+/// running statistics), and those its optimizer folded from one value alone
+/// (a weight's transpose: the same update, laid out otherwise). Anything
+/// else it wrote (a scalar exponent, a causal mask, a rotary table, a table
+/// folded from several values) stays as written. False for any other file.
+bool exportConstant(const std::string& name, const std::map<std::string, ExportedValue>& exported);
+
 /// What to do with an initializer several nodes read as a trainable input.
 enum class TiedInitializers {
+  Auto,  ///< each initializer by how the nodes read it (see planInitializerSplit)
   Untie, ///< one param per consumer (the network before deduplication)
   Keep,  ///< one tied param for the trainable consumers; gradients summed
 };
@@ -75,8 +102,21 @@ struct InitializerSplit {
   bool empty() const { return copies.empty(); }
 };
 
-/// Plans the split of `graph`'s shared float initializers.
-InitializerSplit planInitializerSplit(const onnx::GraphProto& graph, TiedInitializers mode);
+/// Plans the split of `graph`'s shared float initializers. With Auto, each
+/// initializer read as a trainable input by several nodes is decided from
+/// how they read it:
+///  - a lookup table of a Gather (input 0) that another node also reads as
+///    a weight (a Transpose, MatMul or Gemm: the output layer of GPT-2 and
+///    BERT tied to the token embedding) is one PyTorch param used twice:
+///    kept tied;
+///  - a vector (rank 1: the norms' scales and shifts, biases, which both
+///    exporters deduplicate when they start equal) is untied;
+///  - anything else of rank 2 or more read by several nodes (one weight
+///    applied twice, or equal weights an exporter deduplicated) cannot be
+///    told apart from the file: an error names the initializer and its
+///    readers, and --tied-initializers=keep or untie decides.
+llvm::Expected<InitializerSplit> planInitializerSplit(const onnx::GraphProto& graph,
+                                                      TiedInitializers mode);
 
 /// The graph's nodes after `split`: node inputs renamed to their copies,
 /// and Identity nodes dropped when a copy took their output's name or when

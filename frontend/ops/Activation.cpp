@@ -10,6 +10,8 @@
 #include "frontend/ops/Common.h"
 #include "onnx/onnx_pb.h"
 
+#include <limits>
+
 namespace lwcc {
 
 namespace {
@@ -155,6 +157,53 @@ llvm::Error importNot(ImportContext& ctx) {
   return llvm::Error::success();
 }
 
+/// IsNaN: compare's equal of x with itself, negated (xor with true): a NaN is
+/// the only value unequal to itself. The dynamo exporter's attention writes
+/// Where(IsNaN(softmax), 0, softmax), zeroing the rows a mask left empty.
+llvm::Error importIsNaN(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({}));
+  LWCC_TRY(x, ctx.requiredInput(0, "X"));
+  if (!isFloat(x->type().dtype))
+    return ctx.error("input 'X' must be a float tensor, got " + x->type().str());
+  LWCC_TRY(same, ctx.emit1(OpKind::Compare, {x, x}, {attr("kind", std::string("equal"))}));
+  Value* yes = ctx.splat(TensorType(DType::Bool, {}), 1.0);
+  LWCC_TRY(y, ctx.emit1(OpKind::Compare, {same, yes}, {attr("kind", std::string("xor"))}));
+  ctx.setOutput(0, y);
+  return llvm::Error::success();
+}
+
+/// IsInf: x equal to +inf (detect_positive, default 1) or to -inf
+/// (detect_negative, default 1).
+llvm::Error importIsInf(ImportContext& ctx) {
+  LWCC_CHECK(ctx.checkAttrs({"detect_negative", "detect_positive"}));
+  LWCC_TRY(x, ctx.requiredInput(0, "X"));
+  if (!isFloat(x->type().dtype))
+    return ctx.error("input 'X' must be a float tensor, got " + x->type().str());
+  LWCC_TRY(negative, ctx.attrInt("detect_negative", 1));
+  LWCC_TRY(positive, ctx.attrInt("detect_positive", 1));
+  const TensorType scalar(x->type().dtype, {});
+  const double inf = std::numeric_limits<double>::infinity();
+  Value* y = nullptr;
+  for (auto [detect, value] : {std::pair{positive, inf}, {negative, -inf}}) {
+    if (!detect)
+      continue;
+    LWCC_TRY(is, ctx.emit1(OpKind::Compare, {x, ctx.splat(scalar, value)},
+                           {attr("kind", std::string("equal"))}));
+    if (y) {
+      LWCC_TRY(either, ctx.emit1(OpKind::Compare, {y, is}, {attr("kind", std::string("or"))}));
+      y = either;
+    } else {
+      y = is;
+    }
+  }
+  if (!y) { // neither: false everywhere, as x's shape
+    LWCC_TRY(no, ctx.emit1(OpKind::Compare, {x, x}, {attr("kind", std::string("less"))}));
+    y = no;
+  }
+  ctx.setOutput(0, y);
+  return llvm::Error::success();
+}
+
 } // namespace
 
 const std::vector<ImporterEntry>& activationImporters() {
@@ -180,6 +229,8 @@ const std::vector<ImporterEntry>& activationImporters() {
       {"Or", 7, importOr},
       {"Xor", 7, importXor},
       {"Not", 1, importNot},
+      {"IsNaN", 9, importIsNaN},
+      {"IsInf", 10, importIsInf},
   };
   return entries;
 }

@@ -52,18 +52,28 @@ MASK = "layers.0.blocks.1.attn_mask"
 
 
 def _mark_buffer(model, name):
-    """The dynamo exporter's value metadata of a non-persistent buffer."""
+    """The dynamo exporter's value metadata of a non-persistent buffer, and of
+    the other float initializers, the module's parameters, as it writes them."""
     from onnx import TensorProto
-    vi = next((v for v in model.graph.value_info if v.name == name), None)
-    if vi is None:
-        t = next(t for t in model.graph.initializer if t.name == name)
-        model.graph.value_info.append(
-            helper.make_tensor_value_info(name, TensorProto.FLOAT, list(t.dims)))
-        vi = model.graph.value_info[-1]
+
+    def info(init_name):
+        vi = next((v for v in model.graph.value_info if v.name == init_name), None)
+        if vi is None:
+            t = next(t for t in model.graph.initializer if t.name == init_name)
+            model.graph.value_info.append(
+                helper.make_tensor_value_info(init_name, TensorProto.FLOAT, list(t.dims)))
+            vi = model.graph.value_info[-1]
+        return vi
     for k, v in (("pkg.torch.export.graph_signature.InputSpec.kind", "BUFFER"),
                  ("pkg.torch.export.graph_signature.InputSpec.persistent", "False"),
                  ("pkg.torch.onnx.original_node_name", "b_" + name.replace(".", "_"))):
-        vi.metadata_props.add(key=k, value=v)
+        info(name).metadata_props.add(key=k, value=v)
+    for t in list(model.graph.initializer):
+        if t.name != name and t.data_type == TensorProto.FLOAT and len(t.dims) > 0:
+            vi = info(t.name)
+            for k, v in (("pkg.torch.export.graph_signature.InputSpec.kind", "PARAMETER"),
+                         ("pkg.torch.export.graph_signature.InputSpec.persistent", "None")):
+                vi.metadata_props.add(key=k, value=v)
     return model
 
 

@@ -15,12 +15,26 @@ Hugging Face causal LMs (GPT-2, Llama):
               class weights (sum) + a GatherElements and a ScatterElements
               term: the graph's own loss (--loss=none).
 
+  dynamo_lm   what the dynamo exporter's optimizer (its default) writes of
+              GPT-2: value metadata naming the module's parameters
+              (InputSpec.kind PARAMETER); an output layer tied to the token
+              embedding (one table a Gather and a Transpose read); weights
+              folded into their transposes (metadata folded_from one param);
+              a position table folded from a param and other values, and
+              scalar constants (GELU's coefficients, Pow's exponent) without
+              metadata; attention's Where(IsNaN(softmax), 0, softmax).
+              lwcc trains the parameters, the tied table as one (its
+              gradient the sum of both uses), the folded transposes; keeps
+              the constants and the folded table as written, and warns that
+              PyTorch trains the position table's param.
+
 Each is imported and run on lwcc's interpreter (--run-reference) against
 onnxruntime, then a CPU trainer runs 3 steps against the interpreter
 (--train-reference), as test/e2e/trainer_vs_reference.py compares them.
 Ends with the line "N passed, M failed".
 """
 import os
+import re
 import sys
 import tempfile
 
@@ -135,6 +149,74 @@ def lm_loss():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def signed(model, kinds):
+    """`model` with the dynamo exporter's value metadata: {name: [(key, value)]}."""
+    for name, props in kinds.items():
+        t = next(t for t in model.graph.initializer if t.name == name)
+        vi = helper.make_tensor_value_info(name, t.data_type, list(t.dims))
+        for k, v in props:
+            vi.metadata_props.add(key=k, value=v)
+        model.graph.value_info.append(vi)
+    return model
+
+
+KIND = "pkg.torch.export.graph_signature.InputSpec.kind"
+FOLDED = "pkg.onnxscript.optimizer.folded_from"
+
+
+def dynamo_lm():
+    rng = np.random.default_rng(9)
+    n = helper.make_node
+    nodes = [
+        n("Gather", ["m.lm_head.weight", "ids"], ["tok"]),
+        n("Add", ["tok", "embedding_1"], ["x"]),
+        n("LayerNormalization", ["x", "m.ln.weight", "m.ln.bias"], ["xn"], axis=-1),
+        n("MatMul", ["xn", "val_12"], ["q"]),
+        n("MatMul", ["xn", "val_13"], ["k"]),
+        n("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        n("MatMul", ["q", "kt"], ["qk"]),
+        n("Mul", ["qk", "val_7"], ["scores"]),
+        n("Add", ["scores", "val_78"], ["masked"]),
+        n("Softmax", ["masked"], ["sm"], axis=-1),
+        n("IsNaN", ["sm"], ["nan"]),
+        n("Where", ["nan", "val_76", "sm"], ["attn"]),
+        n("MatMul", ["attn", "xn"], ["h"]),
+        # GPT-2's gelu_new: 0.5 h (1 + tanh(0.79788 (h + 0.044715 h^3)))
+        n("Pow", ["h", "val_116"], ["h3"]),
+        n("Mul", ["h3", "val_117"], ["c"]),
+        n("Add", ["h", "c"], ["inner"]),
+        n("Mul", ["inner", "val_118"], ["scaled"]),
+        n("Tanh", ["scaled"], ["t"]),
+        n("Add", ["t", "val_one"], ["t1"]),
+        n("Mul", ["h", "t1"], ["ht"]),
+        n("Mul", ["ht", "val_72"], ["g"]),
+        n("Transpose", ["m.lm_head.weight"], ["wt"], perm=[1, 0]),
+        n("MatMul", ["g", "wt"], ["logits"]),
+    ]
+    causal = np.where(np.tril(np.ones([T, T], bool)), 0.0, -np.inf).astype(np.float32)
+    scalar = {"val_7": D ** -0.5, "val_76": 0.0, "val_116": 3.0, "val_117": 0.044715,
+              "val_118": 0.7978846, "val_one": 1.0, "val_72": 0.5}
+    inits = [
+        init("m.lm_head.weight", [V, D], rng), init("embedding_1", [1, T, D], rng),
+        numpy_helper.from_array(np.ones(D, np.float32), "m.ln.weight"),
+        numpy_helper.from_array(np.zeros(D, np.float32), "m.ln.bias"),
+        init("val_12", [D, D], rng), init("val_13", [D, D], rng),
+        numpy_helper.from_array(causal[None], "val_78"),
+        *(numpy_helper.from_array(np.array(v, np.float32), k) for k, v in scalar.items()),
+    ]
+    graph = helper.make_graph(
+        nodes, "dynamo_lm", [helper.make_tensor_value_info("ids", TensorProto.INT64, [B, T])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [B, T, V])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    param = [(KIND, "PARAMETER"), ("pkg.torch.export.graph_signature.InputSpec.persistent",
+                                   "None")]
+    return signed(model, {
+        "m.lm_head.weight": param, "m.ln.weight": param, "m.ln.bias": param,
+        "val_12": [(FOLDED, "['m.attn.q.weight']")], "val_13": [(FOLDED, "['m.attn.k.weight']")],
+        "embedding_1": [(FOLDED, "['add', 'arange', 'm.wpe.weight', 'val_4']")],
+        "val_78": [(FOLDED, "['arange_3', 'le', 'val_19']")]})
+
+
 def token_ids(rng):
     ids = rng.integers(1, V, size=[B, T])
     ids[0, -2:] = PAD  # padding at the end of the first sequence
@@ -149,7 +231,7 @@ def labels(rng, classes):
 
 
 def inputs_of(name, rng):
-    if name == "causal_lm":
+    if name in ("causal_lm", "dynamo_lm"):
         return [token_ids(rng)]
     return [rng.standard_normal([B, T, D]).astype(np.float32), labels(rng, C)]
 
@@ -167,7 +249,29 @@ MODELS = {
     # name: (builder, lwcc flags of its training step)
     "causal_lm": (causal_lm, ["--ignore-index=-100"]),
     "lm_loss": (lm_loss, ["--loss=none"]),
+    "dynamo_lm": (dynamo_lm, ["--ignore-index=-100"]),
 }
+
+
+def dynamo_params_case(tmp):
+    def check():
+        path = os.path.join(tmp, "dynamo_lm_params.onnx")
+        onnx.save(dynamo_lm(), path)
+        r = harness.run([harness.LWCC, path, "--ignore-index=-100", "--emit=train-ir", "-o",
+                         "-"])
+        assert r.returncode == 0, r.stderr[-500:]
+        grads = sorted(re.findall(r"@grad\(%([\w.]+)\)", r.stdout))
+        want = ["m.lm_head.weight", "m.ln.bias", "m.ln.weight", "val_12", "val_13"]
+        assert grads == want, f"trained {grads}, expected {want}"
+        # The tied table: one param, its gradient summing the Gather's and
+        # the output layer's.
+        assert r.stdout.count('param "m.lm_head.weight') == 1, "the tied table was split"
+        warned = ("initializer 'embedding_1' is what the exporter's optimizer computed from "
+                  "m.wpe.weight and other values")
+        assert warned in r.stderr, r.stderr[-400:]
+        return f"trained {', '.join(grads)}; warned of embedding_1"
+    harness.case(check, "dynamo_lm: the PARAMETERs, the tied table once and the folded "
+                 "transposes train; the export's constants stay")
 
 
 def forward_case(name, tmp):
@@ -197,7 +301,7 @@ def trainer_case(name, tmp):
     def batch(model, data):
         rng = np.random.default_rng(11)
         arrays = inputs_of(name, rng)
-        if name == "causal_lm":  # the label input lwcc appends
+        if name in ("causal_lm", "dynamo_lm"):  # the label input lwcc appends
             arrays.append(labels(rng, V))
         write(arrays, data, raw=True)
 
@@ -215,6 +319,7 @@ def main():
         for name in MODELS:
             forward_case(name, tmp)
             trainer_case(name, tmp)
+        dynamo_params_case(tmp)
     return harness.finish()
 
 

@@ -44,10 +44,21 @@ void addNode(onnx::GraphProto& g, const std::string& op, const std::string& name
     n->add_output(o);
 }
 
+/// The split planned, which must be possible.
+lwcc::InitializerSplit plan(const onnx::GraphProto& g, TiedInitializers mode) {
+  auto split = lwcc::planInitializerSplit(g, mode);
+  EXPECT_TRUE(static_cast<bool>(split));
+  if (!split) {
+    llvm::consumeError(split.takeError());
+    return {};
+  }
+  return std::move(*split);
+}
+
 /// What each remaining node reads, by node name, after the split.
 std::map<std::string, std::vector<std::string>> reads(const onnx::GraphProto& g,
                                                       TiedInitializers mode) {
-  lwcc::InitializerSplit split = lwcc::planInitializerSplit(g, mode);
+  lwcc::InitializerSplit split = plan(g, mode);
   lwcc::RewrittenNodes nodes = lwcc::applyInitializerSplit(g, split);
   std::map<std::string, std::vector<std::string>> out;
   for (const onnx::NodeProto* n : nodes.nodes)
@@ -65,7 +76,7 @@ TEST(SharedInitializers, IdentityChainsBecomeInitializersNamedAfterTheirOutputs)
   addNode(g, "Relu", "a", {"x"}, {"ra"});
   addNode(g, "Relu", "b", {"y2"}, {"rb"});
   addNode(g, "Relu", "c", {"y1"}, {"rc"});
-  lwcc::InitializerSplit split = lwcc::planInitializerSplit(g, TiedInitializers::Untie);
+  lwcc::InitializerSplit split = plan(g, TiedInitializers::Untie);
   ASSERT_EQ(split.copies.size(), 2u);
   EXPECT_EQ(split.copies[0].name, "y2");
   EXPECT_EQ(split.copies[1].name, "y1");
@@ -80,7 +91,7 @@ TEST(SharedInitializers, IdentityChainsBecomeInitializersNamedAfterTheirOutputs)
   addInit(one, "x", {4});
   addNode(one, "Identity", "id", {"x"}, {"y"});
   addNode(one, "Relu", "a", {"y"}, {"r"});
-  EXPECT_TRUE(lwcc::planInitializerSplit(one, TiedInitializers::Untie).empty());
+  EXPECT_TRUE(plan(one, TiedInitializers::Untie).empty());
 }
 
 TEST(SharedInitializers, ANameReadTwiceKeepsItForTheFirstNode) {
@@ -97,8 +108,8 @@ TEST(SharedInitializers, ANameReadTwiceKeepsItForTheFirstNode) {
   onnx::GraphProto twice;
   addInit(twice, "w", {4});
   addNode(twice, "Mul", "sq", {"w", "w"}, {"s"});
-  EXPECT_TRUE(lwcc::planInitializerSplit(twice, TiedInitializers::Untie).empty());
-  EXPECT_TRUE(lwcc::planInitializerSplit(g, TiedInitializers::Keep).empty());
+  EXPECT_TRUE(plan(twice, TiedInitializers::Untie).empty());
+  EXPECT_TRUE(plan(g, TiedInitializers::Keep).empty());
 }
 
 TEST(SharedInitializers, ShapeAndTypeReadsAreNoUses) {
@@ -109,7 +120,7 @@ TEST(SharedInitializers, ShapeAndTypeReadsAreNoUses) {
   addNode(g, "Shape", "s", {"w"}, {"ws"});
   addNode(g, "MatMul", "m", {"in", "w"}, {"h"});
   addNode(g, "CastLike", "c", {"h", "w"}, {"hc"});
-  EXPECT_TRUE(lwcc::planInitializerSplit(g, TiedInitializers::Untie).empty());
+  EXPECT_TRUE(plan(g, TiedInitializers::Untie).empty());
   auto r = reads(g, TiedInitializers::Untie);
   EXPECT_EQ(r["m"], v({"in", "w"}));
   // A second use of the values still splits, and the metadata reads keep the
@@ -149,7 +160,7 @@ TEST(SharedInitializers, ScalarsIntegersAndGraphOutputsStayAsTheyAre) {
   addNode(g, "Mul", "m2", {"a", "half"}, {"b"});
   addNode(g, "Reshape", "r1", {"b", "shape"}, {"c"});
   addNode(g, "Reshape", "r2", {"c", "shape"}, {"d"});
-  EXPECT_TRUE(lwcc::planInitializerSplit(g, TiedInitializers::Untie).empty());
+  EXPECT_TRUE(plan(g, TiedInitializers::Untie).empty());
   // An Identity whose output is a graph output is a use like any other.
   onnx::GraphProto out;
   addInit(out, "w", {2});
@@ -168,10 +179,51 @@ TEST(SharedInitializers, ASourceNoNodeReadsIsReported) {
   addNode(g, "Identity", "i2", {"x"}, {"b"});
   addNode(g, "Relu", "r1", {"a"}, {"ra"});
   addNode(g, "Relu", "r2", {"b"}, {"rb"});
-  lwcc::InitializerSplit split = lwcc::planInitializerSplit(g, TiedInitializers::Untie);
+  lwcc::InitializerSplit split = plan(g, TiedInitializers::Untie);
   lwcc::RewrittenNodes nodes = lwcc::applyInitializerSplit(g, split);
   EXPECT_EQ(nodes.nodes.size(), 2u);
   EXPECT_EQ(nodes.unreadSources, std::set<std::string>{"x"});
+}
+
+TEST(SharedInitializers, AutoKeepsATiedEmbeddingUntiesVectorsAndRefusesTheRest) {
+  // GPT-2's output layer tied to its token embedding: one table that a
+  // Gather looks rows up in and a Transpose feeds to the logits' MatMul.
+  onnx::GraphProto g;
+  addInit(g, "wte", {16, 4});
+  addInit(g, "ln.weight", {4});
+  addNode(g, "Gather", "embed", {"wte", "ids"}, {"h"});
+  addNode(g, "LayerNormalization", "ln_1", {"h", "ln.weight"}, {"a"});
+  addNode(g, "LayerNormalization", "ln_2", {"a", "ln.weight"}, {"b"});
+  addNode(g, "Transpose", "lm_head_t", {"wte"}, {"wt"});
+  addNode(g, "MatMul", "lm_head", {"b", "wt"}, {"logits"});
+  // The table stays one param; the norms' equal scales get one each.
+  lwcc::InitializerSplit split = plan(g, TiedInitializers::Auto);
+  ASSERT_EQ(split.copies.size(), 1u);
+  EXPECT_EQ(split.copies[0].source, "ln.weight");
+  auto r = reads(g, TiedInitializers::Auto);
+  EXPECT_EQ(r["embed"], v({"wte", "ids"}));
+  EXPECT_EQ(r["lm_head_t"], v({"wte"}));
+  EXPECT_NE(r["ln_1"][1], r["ln_2"][1]);
+  // Untie splits the table too; Keep ties the norms too.
+  EXPECT_EQ(plan(g, TiedInitializers::Untie).copies.size(), 2u);
+  EXPECT_EQ(plan(g, TiedInitializers::Keep).copies.size(), 0u);
+
+  // A matrix two MatMuls read: one weight applied twice, or two equal ones
+  // deduplicated: the error names it and its readers.
+  onnx::GraphProto twice;
+  addInit(twice, "w", {4, 4});
+  addNode(twice, "MatMul", "first", {"x", "w"}, {"y"});
+  addNode(twice, "MatMul", "second", {"y", "w"}, {"z"});
+  auto refused = lwcc::planInitializerSplit(twice, TiedInitializers::Auto);
+  ASSERT_FALSE(static_cast<bool>(refused));
+  std::string msg = llvm::toString(refused.takeError());
+  EXPECT_NE(msg.find("initializer 'w' is read as a weight by 2 nodes ('first' (MatMul), "
+                     "'second' (MatMul))"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("--tied-initializers=keep"), std::string::npos) << msg;
+  EXPECT_EQ(plan(twice, TiedInitializers::Untie).copies.size(), 1u);
+  EXPECT_EQ(plan(twice, TiedInitializers::Keep).copies.size(), 0u);
 }
 
 } // namespace

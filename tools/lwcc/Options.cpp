@@ -215,10 +215,13 @@ cl::opt<int64_t> lossScaleInterval(
     cl::init(2000), cl::cat(category));
 cl::opt<std::string> tiedInitializers(
     "tied-initializers",
-    cl::desc("An initializer several nodes read (PyTorch's exporter deduplicates equal "
-             "values): untie (default; one param per consumer, as in the network exported) or "
-             "keep (one tied param, its gradient summed; running statistics still per layer)"),
-    cl::init("untie"), cl::cat(category));
+    cl::desc("An initializer several nodes read as a weight: auto (default: a Gather's table "
+             "that a matrix product also reads, GPT-2's and BERT's tied embedding, stays one "
+             "param; a vector, the exporters' deduplicated norms and biases, is untied; any "
+             "other is an error naming it), untie (one param per consumer, as in the network "
+             "exported) or keep (one tied param, its gradient summed; running statistics still "
+             "per layer)"),
+    cl::init("auto"), cl::cat(category));
 
 // Checks on the reference interpreter.
 cl::opt<bool>
@@ -369,7 +372,7 @@ int checkUsage() {
        {Choice{loss, {"softmax-xent", "mse", "none"}}, Choice{optimizer, {"sgd", "adam", "adamw"}},
         Choice{lrSchedule, {"constant", "step", "cosine"}},
         Choice{bnRunningVar, {"unbiased", "biased"}},
-        Choice{tiedInitializers, {"untie", "keep"}}}) {
+        Choice{tiedInitializers, {"auto", "untie", "keep"}}}) {
     if (std::find(c.allowed.begin(), c.allowed.end(), c.flag.getValue()) != c.allowed.end())
       continue;
     std::string list;
@@ -514,6 +517,12 @@ std::string deviceSpecName() {
   if (!deviceSpec.empty())
     return deviceSpec;
   return target == "cpu" ? "cpu" : "h100";
+}
+
+TiedInitializers tiedMode() {
+  return tiedInitializers == "keep"    ? TiedInitializers::Keep
+         : tiedInitializers == "untie" ? TiedInitializers::Untie
+                                       : TiedInitializers::Auto;
 }
 
 llvm::Expected<DeviceSpec> loadSpec() {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "cost/CostModel.h"
+#include "frontend/SharedInitializers.h"
 #include "interp/Interpreter.h"
 #include "plan/Pipelines.h"
 
@@ -114,6 +115,8 @@ std::string deviceSpecName();
 int64_t recomputeLayersFlag();
 /// The device spec with --devices-per-node applied.
 llvm::Expected<DeviceSpec> loadSpec();
+/// --tied-initializers as the frontend takes it.
+TiedInitializers tiedMode();
 /// The candidates the planner prices at once (--plan-threads, 0: per core).
 int64_t planThreads();
 /// Whether --cost-profile also guides the planner (see Options.cpp).

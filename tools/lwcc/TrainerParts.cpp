@@ -101,9 +101,7 @@ void addExportTemplate(const Graph& train, CodegenOptions& o) {
     specs.push_back({p->paramName(), p->type().dtype, p->wholeType().numElements()});
     index.push_back(k);
   }
-  auto t = buildExportTemplate(modelFile, specs,
-                               tiedInitializers == "keep" ? TiedInitializers::Keep
-                                                          : TiedInitializers::Untie);
+  auto t = buildExportTemplate(modelFile, specs, tiedMode());
   if (!t) {
     std::string why = llvm::toString(t.takeError());
     llvm::errs() << "lwcc: warning: the trainer cannot --export: " << why << "\n";

@@ -408,7 +408,7 @@ int main(int argc, char** argv) {
   ImportOptions opts;
   if (batch > 0)
     opts.batch = batch;
-  opts.tied = tiedInitializers == "keep" ? TiedInitializers::Keep : TiedInitializers::Untie;
+  opts.tied = tiedMode();
   opts.diag = [](Severity sev, const Location& loc, const std::string& msg) {
     printDiagnostic(llvm::errs(), sev, loc, msg);
   };
