@@ -17,14 +17,19 @@ namespace {
 ///     [N, T, V]), add an i64 label input of their leading shape and
 ///     softmax_xent (mean over the labels; label_smoothing=E smooths the
 ///     target to (1-E)·onehot + E/K; ignore_index=I leaves out the labels
-///     equal to I, and the mean is over the others).
+///     equal to I, and the mean is over the others; shift_labels=1 on
+///     [N, T, ..., V] logits takes the logits at positions 0..T-2 against
+///     the labels at 1..T-1: a causal LM's loss from labels equal to its
+///     input ids, as Hugging Face computes it).
 ///     mse: add a target input of the output's type and mse_loss (mean).
 ///     none: the output must already be a float scalar.
 ///  3. The loss becomes the only output.
 class AppendLossPass : public Pass {
 public:
-  AppendLossPass(std::string loss, double labelSmoothing, std::optional<int64_t> ignoreIndex)
-      : loss_(std::move(loss)), labelSmoothing_(labelSmoothing), ignoreIndex_(ignoreIndex) {}
+  AppendLossPass(std::string loss, double labelSmoothing, std::optional<int64_t> ignoreIndex,
+                 bool shiftLabels)
+      : loss_(std::move(loss)), labelSmoothing_(labelSmoothing), ignoreIndex_(ignoreIndex),
+        shiftLabels_(shiftLabels) {}
   std::string_view name() const override { return "append-loss"; }
 
   llvm::Error run(Graph& g, PassContext& ctx) override {
@@ -75,12 +80,37 @@ public:
       auto label = labelInput("label", TensorType(DType::I64, leading));
       if (!label)
         return label.takeError();
+      Value* target = *label;
+      if (shiftLabels_) {
+        if (t.rank() < 3 || t.shape[1] < 2)
+          return makeError(out->loc(), "append-loss: shift_labels needs logits [N, T, ..., V] "
+                                       "with T >= 2, but the output is " +
+                                           t.str());
+        const int64_t steps = t.shape[1];
+        auto cut = [&](Value* v, int64_t from, int64_t to) -> llvm::Expected<Value*> {
+          auto op = b.createInferred(OpKind::Slice, {v},
+                                     {{"starts", Attribute(std::vector<int64_t>{from})},
+                                      {"ends", Attribute(std::vector<int64_t>{to})},
+                                      {"axes", Attribute(std::vector<int64_t>{1})}});
+          if (!op)
+            return op.takeError();
+          return (*op)->result();
+        };
+        auto before = cut(logits, 0, steps - 1);
+        if (!before)
+          return before.takeError();
+        auto after = cut(target, 1, steps);
+        if (!after)
+          return after.takeError();
+        logits = *before;
+        target = *after;
+      }
       std::vector<NamedAttr> attrs;
       if (labelSmoothing_ != 0)
         attrs.push_back({"label_smoothing", Attribute(labelSmoothing_)});
       if (ignoreIndex_)
         attrs.push_back({"ignore_index", Attribute(*ignoreIndex_)});
-      auto op = b.createInferred(OpKind::SoftmaxXent, {logits, *label}, std::move(attrs));
+      auto op = b.createInferred(OpKind::SoftmaxXent, {logits, target}, std::move(attrs));
       if (!op)
         return op.takeError();
       loss = (*op)->result();
@@ -114,13 +144,14 @@ private:
   std::string loss_;
   double labelSmoothing_;
   std::optional<int64_t> ignoreIndex_;
+  bool shiftLabels_;
 };
 
 } // namespace
 
 llvm::Expected<std::unique_ptr<Pass>> createAppendLossPass(std::string_view options) {
   auto opts = PassOptions::parse("append-loss", options, "loss",
-                                 {"loss", "label_smoothing", "ignore_index"});
+                                 {"loss", "label_smoothing", "ignore_index", "shift_labels"});
   if (!opts)
     return opts.takeError();
   auto loss = opts->getChoice("loss", "softmax-xent", {"softmax-xent", "mse", "none"});
@@ -142,7 +173,12 @@ llvm::Expected<std::unique_ptr<Pass>> createAppendLossPass(std::string_view opti
   std::optional<int64_t> ignoreIndex;
   if (*ignore != kNone)
     ignoreIndex = *ignore;
-  return std::make_unique<AppendLossPass>(*loss, *smoothing, ignoreIndex);
+  auto shift = opts->getFlag("shift_labels", false);
+  if (!shift)
+    return shift.takeError();
+  if (*shift && *loss != "softmax-xent")
+    return makeError("append-loss: shift_labels applies to the softmax-xent loss only");
+  return std::make_unique<AppendLossPass>(*loss, *smoothing, ignoreIndex, *shift);
 }
 
 } // namespace lwcc

@@ -130,7 +130,8 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
   p.push_back({"append-loss",
                o.loss +
                    (o.labelSmoothing != 0 ? ",label_smoothing=" + exact(o.labelSmoothing) : "") +
-                   (o.ignoreIndex ? ",ignore_index=" + std::to_string(*o.ignoreIndex) : "")});
+                   (o.ignoreIndex ? ",ignore_index=" + std::to_string(*o.ignoreIndex) : "") +
+                   (o.shiftLabels ? ",shift_labels=1" : "")});
   if (!o.freeze.empty())
     p.push_back({"freeze", "params=" + joined(o.freeze, ';') + ",bn=" + (o.freezeBn ? "1" : "0")});
   p.push_back({"train-mode", "bn_running_var=" + o.bnRunningVar});

@@ -137,6 +137,8 @@ struct TrainingPipelineOptions {
   double labelSmoothing = 0;
   /// softmax-xent: the label that counts for nothing (a causal LM's -100).
   std::optional<int64_t> ignoreIndex;
+  /// softmax-xent on [N, T, V]: logits at 0..T-2 against labels at 1..T-1.
+  bool shiftLabels = false;
   std::vector<std::string> freeze; ///< glob patterns of frozen params
   bool freezeBn = false;
   std::string bnRunningVar = "unbiased";

@@ -314,12 +314,46 @@ def trainer_case(name, tmp):
     harness.case(check, f"{name}: CPU trainer vs interpreter ({' '.join(flags)})")
 
 
+def shift_labels_case(tmp):
+    """--shift-labels on the ids as labels equals the loss on labels shifted
+    by hand (ids[:, 1:], then -100): the first step's loss and gradients in
+    float64."""
+    def check():
+        path = os.path.join(tmp, "shift.onnx")
+        onnx.save(causal_lm(), path)
+        ids = token_ids(np.random.default_rng(13))
+        labels = np.where(ids == PAD, -100, ids).astype(np.int64)
+        shifted = np.concatenate([labels[:, 1:], np.full((B, 1), -100, np.int64)], axis=1)
+        dumps = []
+        for tag, given, flags in (("shift", labels, ["--shift-labels"]), ("hand", shifted, [])):
+            data, dump = os.path.join(tmp, tag + "_in"), os.path.join(tmp, tag + "_dump")
+            write([ids, given], data, raw=False)
+            harness.check_output([harness.LWCC, path, "--ignore-index=-100", *flags,
+                                  "--train-reference", "--precision=f64", "--inputs", data,
+                                  "--steps", "1", "--dump", dump])
+            dumps.append(dump)
+        worst = 0.0
+        files = sorted(f for f in os.listdir(dumps[1]) if f.startswith(("loss_", "grad_")))
+        assert len(files) > 2, files
+        for f in files:
+            a, b = (numpy_helper.to_array(onnx.load_tensor(os.path.join(d, f))) for d in dumps)
+            worst = max(worst, harness.rel_error(a, b))
+        assert worst < 1e-12, f"--shift-labels differs from the hand-shifted labels by {worst:.2e}"
+        r = harness.run([harness.LWCC, path, "--loss=mse", "--shift-labels", "--emit=train-ir",
+                         "-o", os.devnull])
+        assert r.returncode != 0 and "--shift-labels applies to the softmax-xent loss only" in \
+            r.stderr, r.stderr[-300:]
+        return f"loss and {len(files) - 1} gradients within {worst:.1e} in float64"
+    harness.case(check, "causal_lm --shift-labels: Hugging Face's causal loss from the ids")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in MODELS:
             forward_case(name, tmp)
             trainer_case(name, tmp)
         dynamo_params_case(tmp)
+        shift_labels_case(tmp)
     return harness.finish()
 
 

@@ -171,6 +171,12 @@ cl::opt<int64_t> ignoreIndex(
     cl::desc("softmax-xent: labels equal to N count for nothing and the mean is over the others "
              "(a causal language model's -100, as PyTorch's cross_entropy)"),
     cl::cat(category));
+cl::opt<bool> shiftLabels(
+    "shift-labels",
+    cl::desc("softmax-xent on [N, T, V] logits: a causal language model's loss as Hugging Face "
+             "computes it from labels equal to the input ids: the logits at positions 0..T-2 "
+             "against the labels at 1..T-1 (use with --ignore-index=-100 for padding)"),
+    cl::cat(category));
 cl::opt<std::string> optimizer("optimizer", cl::desc("sgd (default), adam or adamw"),
                                cl::init("sgd"), cl::cat(category));
 cl::opt<double> lr("lr", cl::desc("Learning rate (default 0.01 for sgd, 0.001 for adam/adamw)"),
@@ -382,6 +388,8 @@ int checkUsage() {
   }
   if (int rc = recipes::checkUsage(loss))
     return rc;
+  if (shiftLabels && loss != "softmax-xent")
+    return usage("--shift-labels applies to the softmax-xent loss only");
   if (ignoreIndex.getNumOccurrences() && loss != "softmax-xent")
     return usage("--ignore-index needs the softmax-xent loss");
   if (ignoreIndex.getNumOccurrences() && ignoreIndex == std::numeric_limits<int64_t>::min())
@@ -600,6 +608,7 @@ TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimiz
   o.loss = loss;
   if (ignoreIndex.getNumOccurrences())
     o.ignoreIndex = ignoreIndex;
+  o.shiftLabels = shiftLabels;
   o.bnRunningVar = bnRunningVar;
   o.mixedPrecision = mixedPrecision;
   o.gpus = gpus;

@@ -9,9 +9,9 @@ dropout off), exported by PyTorch's dynamo exporter two ways:
   loss     the model's own loss as the output, model(input_ids, labels=labels).loss:
            lwcc trains it with --loss=none
   logits   the plain [B, T, V] logits: lwcc appends its own loss,
-           --loss=softmax-xent --ignore-index=-100 (the causal models' labels
-           given shifted, ids[:, 1:] then -100, which is Hugging Face's
-           causal loss)
+           --loss=softmax-xent --ignore-index=-100, with --shift-labels for
+           the causal models (their labels the ids, as Hugging Face takes
+           them)
 
 and for each export:
 
@@ -81,15 +81,14 @@ def build(transformers, name):
 def batch(name):
     """(input_ids, the labels of the loss export, the labels lwcc's appended
     loss takes for the logits export): a causal model's labels are the ids
-    (the model shifts them), BERT's the ids at 15% of the positions and -100
-    elsewhere."""
+    (the model, and lwcc with --shift-labels, shift them), BERT's the ids at
+    15% of the positions and -100 elsewhere."""
     rng = np.random.default_rng(1)
     ids = rng.integers(0, V, size=(B, T)).astype(np.int64)
     if name == "bert":
         labels = np.where(rng.random((B, T)) < 0.15, ids, -100).astype(np.int64)
         return ids, labels, labels
-    shifted = np.concatenate([ids[:, 1:], np.full((B, 1), -100, np.int64)], axis=1)
-    return ids, ids.copy(), shifted
+    return ids, ids.copy(), ids.copy()
 
 
 class Wrapped:
@@ -116,7 +115,7 @@ class Wrapped:
         return Loss(model) if export == "loss" else Logits(model)
 
 
-def torch_steps(torch, model, export, ids, labels, appended, steps, dtype):
+def torch_steps(torch, model, export, ids, labels, appended, steps, dtype, causal):
     """`steps` SGD steps of `model` in `dtype`: (losses, the first step's
     gradients, the params after the last step), by the names lwcc's
     initializers have ("m." and the module's own)."""
@@ -131,8 +130,10 @@ def torch_steps(torch, model, export, ids, labels, appended, steps, dtype):
         if export == "loss":
             loss = w(tid, tlab)
         else:
-            logits = w(tid)
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tapp.reshape(-1),
+            logits, target = w(tid), tapp
+            if causal:  # Hugging Face's shift
+                logits, target = logits[:, :-1], target[:, 1:]
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), target.reshape(-1),
                                                      ignore_index=-100)
         loss.backward()
         losses.append(float(loss))
@@ -144,22 +145,27 @@ def torch_steps(torch, model, export, ids, labels, appended, steps, dtype):
 
 
 def match_folded(initial, torch_params):
-    """lwcc initializers that are no PyTorch param's name but equal one's
-    values (or its transpose, or its first rows): {initializer: (param, how)}."""
+    """lwcc initializers that are no PyTorch param's name, matched by their
+    starting values: {initializer: [(param, how), ...]}, every param it
+    equals (how: "equal"), is the transpose of ("transpose") or the first
+    rows of ("rows"). Several where the exporter deduplicated equal params
+    (a norm's scale of ones): lwcc trains one copy per reader, each to be
+    matched by the closest."""
     out = {}
     for name, v in initial.items():
         if name in torch_params or v.ndim == 0:
             continue
         for pname, p in torch_params.items():
+            how = None
             if p.shape == v.shape and np.array_equal(p, v):
-                out[name] = (pname, "equal")
+                how = "equal"
             elif v.ndim == 2 and p.shape == v.shape[::-1] and np.array_equal(p.T, v):
-                out[name] = (pname, "transpose")
+                how = "transpose"
             elif (v.ndim == p.ndim and v.shape[1:] == p.shape[1:] and v.shape[0] < p.shape[0]
                   and np.array_equal(p[:v.shape[0]], v)):
-                out[name] = (pname, "rows")
-            if name in out:
-                break
+                how = "rows"
+            if how:
+                out.setdefault(name, []).append((pname, how))
     return out
 
 
@@ -177,19 +183,22 @@ def compare(load, names, losses, grads, params, folded):
     grad_err = param_err = 0.0
     worst = ("", "")
     for n in names:
-        pname, how = (n, "equal") if n in params else folded.get(n, (None, None))
-        if pname is None:
+        base = n.rsplit(".", 1)[0] if n.rsplit(".", 1)[-1].isdigit() else n
+        candidates = ([(n, "equal")] if n in params else
+                      folded.get(n) or folded.get(base) or
+                      ([(base, "equal")] if base in params else []))
+        if not candidates:
             continue
+        got_grad, got_param = load(f"grad_{safe(n)}.pb"), load(f"param_{safe(n)}.pb")
 
-        def view(t):
-            return t.T if how == "transpose" else t[:load(f"param_{safe(n)}.pb").shape[0]] \
-                if how == "rows" else t
-        e = rel(load(f"grad_{safe(n)}.pb"), view(grads[pname]), gmax)
-        if e > grad_err:
-            grad_err, worst = e, (n, worst[1])
-        e = rel(load(f"param_{safe(n)}.pb"), view(params[pname]))
-        if e > param_err:
-            param_err, worst = e, (worst[0], n)
+        def view(t, how):
+            return t.T if how == "transpose" else t[:got_param.shape[0]] if how == "rows" else t
+        e_grad, e_param = min((rel(got_grad, view(grads[p], h), gmax),
+                               rel(got_param, view(params[p], h))) for p, h in candidates)
+        if e_grad > grad_err:
+            grad_err, worst = e_grad, (n, worst[1])
+        if e_param > param_err:
+            param_err, worst = e_param, (worst[0], n)
     return loss_err, grad_err, param_err, worst
 
 
@@ -207,12 +216,14 @@ def check_one(args, mods, name, export, work):
     names = ["input_ids", "labels"][:len(feeds)]
     try:
         torch.onnx.export(w, feeds, path, dynamo=True, input_names=names,
-                          output_names=["loss" if export == "loss" else "logits"])
+                          output_names=["loss" if export == "loss" else "logits"],
+                          optimize=not args.no_optimize)
     except Exception as e:  # noqa: BLE001 - the exporter's own failure is a row
         row["note"] = f"export failed: {type(e).__name__}: {str(e).splitlines()[0][:150]}"
         return row
+    causal = name != "bert"
     flags = (["--loss=none"] if export == "loss" else
-             ["--loss=softmax-xent", "--ignore-index=-100"])
+             ["--loss=softmax-xent", "--ignore-index=-100"] + (["--shift-labels"] if causal else []))
     ins = os.path.join(work, f"{name}-{export}-in")
     os.makedirs(ins, exist_ok=True)
     given = [ids, labels] if export == "loss" else [ids, appended]
@@ -249,7 +260,7 @@ def check_one(args, mods, name, export, work):
     graph = onnx_mod.load(path, load_external_data=True).graph
     initial = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in graph.initializer}
     losses, grads, params = torch_steps(torch, model, export, ids, labels, appended, F64_STEPS,
-                                        torch.float64)
+                                        torch.float64, causal)
     start = {n: p.detach().double().numpy()
              for n, p in Wrapped.make(torch, model, export).named_parameters()}
     folded = match_folded(initial, start)
@@ -266,11 +277,14 @@ def check_one(args, mods, name, export, work):
             np.float64)
     trained = [n for n in initial if os.path.exists(os.path.join(dump, f"grad_{safe(n)}.pb"))]
     errs = compare(load, trained, losses, grads, params, folded)
-    untracked = [n for n in trained if n not in params and n not in folded]
-    missing = [n for n in params if n not in trained and n not in
-               {p for p, _ in folded.values()}]
+    def base(n):
+        return n.rsplit(".", 1)[0] if n.rsplit(".", 1)[-1].isdigit() else n
+    untracked = [n for n in trained if n not in params and n not in folded and
+                 base(n) not in folded and base(n) not in params]
+    matched = {p for c in folded.values() for p, _ in c}
+    missing = [n for n in params if n not in trained and n not in matched]
     l32, g32, p32 = torch_steps(torch, model, export, ids, labels, appended, F64_STEPS,
-                                torch.float32)
+                                torch.float32, causal)
     f32 = (max(abs(a - b) / abs(b) for a, b in zip(l32, losses)),
            max(rel(g32[n], grads[n], max(float(np.max(np.abs(g))) for g in grads.values()))
                for n in grads),
@@ -280,7 +294,9 @@ def check_one(args, mods, name, export, work):
     ok64 = max(errs[:3]) <= F64_TOL and not untracked and not missing
     notes = []
     if folded:
-        notes.append("folded: " + ", ".join(f"{k}={p}({h})" for k, (p, h) in folded.items()))
+        notes.append("folded: " + ", ".join(f"{k}={c[0][0]}({c[0][1]})" +
+                                            (f" or {len(c) - 1} more" if len(c) > 1 else "")
+                                            for k, c in folded.items()))
     if untracked:
         notes.append(f"{len(untracked)} lwcc params PyTorch lacks, e.g. {untracked[0]}")
     if missing:
@@ -304,20 +320,29 @@ def check_one(args, mods, name, export, work):
             notes.append("cpu: " + first_error(out))
         else:
             l5, _, p5 = torch_steps(torch, model, export, ids, labels, appended, CPU_STEPS,
-                                    torch.float32)
+                                    torch.float32, causal)
             loss = float(np.fromfile(os.path.join(got_dir, "output_0.bin"), np.float32)[0])
             worst = abs(loss - l5[-1]) / abs(l5[-1])
+            compared = 0
             for n in trained:
-                pname, how = (n, "equal") if n in p5 else folded.get(n, (None, None))
+                candidates = ([(n, "equal")] if n in p5 else folded.get(n) or
+                              folded.get(base(n)) or
+                              ([(base(n), "equal")] if base(n) in p5 else []))
                 f = os.path.join(got_dir, f"param_{safe(n)}.bin")
-                if pname is None or not os.path.exists(f):
+                if not candidates or not os.path.exists(f):
                     continue
-                want = p5[pname]
-                want = want.T if how == "transpose" else want
                 have = np.fromfile(f, np.float32).astype(np.float64)
-                if how == "rows":
-                    want = want[:have.size // int(np.prod(want.shape[1:]))]
-                worst = max(worst, rel(have.reshape(want.shape), want))
+                errs = []
+                for pname, how in candidates:
+                    want = p5[pname].T if how == "transpose" else p5[pname]
+                    if how == "rows":
+                        want = want[:have.size // int(np.prod(want.shape[1:]))]
+                    errs.append(rel(have.reshape(want.shape), want) if have.size == want.size
+                                else np.inf)
+                worst = max(worst, min(errs))
+                compared += 1
+            if compared == 0:
+                notes.append("cpu: no param compared")
             row["cpu"] = f"{worst:.1e}"
             if worst > CPU_TOL:
                 notes.append("cpu trainer differs")
@@ -336,6 +361,9 @@ def main():
     ap.add_argument("--keep", help="work in this folder and keep it")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--no-cpu", action="store_true", help="leave out the CPU trainer's column")
+    ap.add_argument("--no-optimize", action="store_true",
+                    help="export with optimize=False (the exporter's optimizer off: every "
+                    "param an initializer of its own)")
     args = ap.parse_args()
     import onnx
     import onnxruntime as ort
