@@ -311,6 +311,17 @@ std::optional<SplitPlan> reduceL2(const Op&, int64_t dim);
 /// nll_loss and its gradient by sample with reduction none.
 std::optional<SplitPlan> gatherElements(const Op&, int64_t dim);
 std::optional<SplitPlan> nllLoss(const Op&, int64_t dim);
+/// The layout ops and norms of transformers (ParallelRules.cpp): transpose
+/// (the operand's permuted dim), gather (an embedding lookup: the indices'
+/// dims split, the table whole; the table's other dims split, the indices
+/// whole), slice and pad (a dim they leave whole), split (a dim other than
+/// its axis), layer_norm (a dim before the normalized ones).
+std::optional<SplitPlan> transpose(const Op&, int64_t dim);
+std::optional<SplitPlan> gather(const Op&, int64_t dim);
+std::optional<SplitPlan> slice(const Op&, int64_t dim);
+std::optional<SplitPlan> pad(const Op&, int64_t dim);
+std::optional<SplitPlan> split(const Op&, int64_t dim);
+std::optional<SplitPlan> layerNorm(const Op&, int64_t dim);
 } // namespace par
 
 /// Cost rules (ir/CostRules.cpp): FLOPs of one run of the op.

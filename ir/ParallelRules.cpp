@@ -177,8 +177,34 @@ std::optional<SplitPlan> sampleOnly(const Op& op, int64_t dim) {
   return plan(std::vector<int64_t>(op.numOperands(), 0), {0});
 }
 
+/// A batched matmul ([..., M, K] x [..., K, N], numpy's broadcasting over
+/// the leading dims): a batch dim split in the operands that have it whole
+/// (a weight [K, N] whole on every device), M in A's rows, N in B's columns.
+std::optional<SplitPlan> batchedMatMul(const Op& op, int64_t dim) {
+  const Value* y = op.result();
+  const int64_t r = y->type().rank();
+  const int64_t ra = op.operand(0)->type().rank(), rb = op.operand(1)->type().rank();
+  if (ra < 2 || rb < 2 || !validDim(y, dim) || shapeOf(y)[dim] == 1)
+    return std::nullopt;
+  std::vector<int64_t> operands(2, -1);
+  if (dim < r - 2) {
+    operands[0] = alignedDim(op.operand(0), shapeOf(y), dim);
+    operands[1] = alignedDim(op.operand(1), shapeOf(y), dim);
+    if (operands[0] < 0 && operands[1] < 0)
+      return std::nullopt;
+  } else if (dim == r - 2) {
+    operands[0] = ra - 2;
+  } else {
+    operands[1] = rb - 1;
+  }
+  return plan(std::move(operands), {dim});
+}
+
 std::optional<SplitPlan> gemm(const Op& op, int64_t dim) {
   const Value* y = op.result();
+  if (op.kind() == OpKind::MatMul && (y->type().rank() != 2 || op.operand(0)->type().rank() != 2 ||
+                                      op.operand(1)->type().rank() != 2))
+    return batchedMatMul(op, dim);
   if (y->type().rank() != 2 || op.operand(0)->type().rank() != 2 ||
       op.operand(1)->type().rank() != 2 || (dim != 0 && dim != 1))
     return std::nullopt;
@@ -246,6 +272,77 @@ std::optional<SplitPlan> loss(const Op& op, int64_t dim) {
   if (op.kind() == OpKind::SoftmaxXent && (dim != 0 || op.hasAttr("ignore_index")))
     return std::nullopt;
   return plan({dim, dim}, {-1}, SplitPlan::Partial::Mean);
+}
+
+std::optional<SplitPlan> transpose(const Op& op, int64_t dim) {
+  const std::vector<int64_t>& perm = op.getInts("perm");
+  if (!validDim(op.result(), dim) || dim >= static_cast<int64_t>(perm.size()))
+    return std::nullopt;
+  return plan({perm[dim]}, {dim});
+}
+
+std::optional<SplitPlan> gather(const Op& op, int64_t dim) {
+  const int64_t rank = op.operand(0)->type().rank(), q = op.operand(1)->type().rank();
+  int64_t axis = op.getInt("axis");
+  if (axis < 0)
+    axis += rank;
+  if (!validDim(op.result(), dim) || shapeOf(op.result())[dim] == 1)
+    return std::nullopt;
+  if (dim < axis)
+    return plan({dim, -1}, {dim});
+  if (dim < axis + q) // the lookups: each device its indices' rows, the table whole
+    return plan({-1, dim - axis}, {dim});
+  return plan({dim - q + 1, -1}, {dim});
+}
+
+std::optional<SplitPlan> slice(const Op& op, int64_t dim) {
+  const Value* x = op.operand(0);
+  if (!validDim(op.result(), dim) || shapeOf(op.result())[dim] != shapeOf(x)[dim] ||
+      shapeOf(x)[dim] == 1)
+    return std::nullopt;
+  // A dim the slice takes whole (not among its axes, or all of it).
+  const int64_t rank = x->type().rank();
+  if (op.hasAttr("axes"))
+    for (size_t k = 0; k < op.getInts("axes").size(); ++k) {
+      int64_t a = op.getInts("axes")[k];
+      if ((a < 0 ? a + rank : a) == dim &&
+          (op.getInts("starts")[k] != 0 || (op.hasAttr("steps") && op.getInts("steps")[k] != 1)))
+        return std::nullopt;
+    }
+  else if (dim < static_cast<int64_t>(op.getInts("starts").size()) &&
+           op.getInts("starts")[dim] != 0)
+    return std::nullopt;
+  return plan({dim}, {dim});
+}
+
+std::optional<SplitPlan> pad(const Op& op, int64_t dim) {
+  const int64_t rank = op.operand(0)->type().rank();
+  const std::vector<int64_t>& pads = op.getInts("pads");
+  if (!validDim(op.result(), dim) || static_cast<int64_t>(pads.size()) != 2 * rank ||
+      pads[dim] != 0 || pads[dim + rank] != 0 || shapeOf(op.result())[dim] == 1)
+    return std::nullopt;
+  return plan({dim}, {dim});
+}
+
+std::optional<SplitPlan> split(const Op& op, int64_t dim) {
+  const int64_t rank = op.operand(0)->type().rank();
+  int64_t axis = op.getInt("axis");
+  if (axis < 0)
+    axis += rank;
+  if (dim == axis || !validDim(op.operand(0), dim) || shapeOf(op.operand(0))[dim] == 1)
+    return std::nullopt;
+  return plan({dim}, std::vector<int64_t>(op.numResults(), dim));
+}
+
+std::optional<SplitPlan> layerNorm(const Op& op, int64_t dim) {
+  // Rows before the normalized axis are independent; scale and bias whole.
+  const int64_t rank = op.operand(0)->type().rank();
+  int64_t axis = op.getInt("axis");
+  if (axis < 0)
+    axis += rank;
+  if (dim < 0 || dim >= axis || shapeOf(op.operand(0))[dim] == 1)
+    return std::nullopt;
+  return plan({dim, -1, -1}, {dim, dim, dim});
 }
 
 std::optional<SplitPlan> reduce(const Op& op, int64_t dim) {

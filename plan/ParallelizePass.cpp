@@ -96,6 +96,11 @@ private:
         if (in->type().rank() > 0 && in->type().shape[0] >= gpus_)
           split[in.get()] = 0;
     std::unordered_set<const Value*> fullyConnected;
+    // How the first op that reads each param takes it (the dim its plan
+    // splits, -1: whole): a later op may not take it otherwise (a tied
+    // embedding, the table of a Gather and the weight of the output layer),
+    // whose gradients could not be combined.
+    std::unordered_map<const Value*, int64_t> paramDims;
     for (auto& opPtr : g.ops()) {
       Op& op = *opPtr;
       if (op.kind() == OpKind::Constant || op.kind() == OpKind::Assign || op.numResults() == 0)
@@ -114,6 +119,10 @@ private:
             parSplitValue(op)->type().shape[d] < gpus_)
           return;
         if (auto p = op.info().parallel(op, d)) {
+          for (unsigned i = 0; i < op.numOperands(); ++i)
+            if (auto it = paramDims.find(op.operand(i));
+                it != paramDims.end() && it->second != p->operandDims[i])
+              return;
           dim = d;
           plan = std::move(p);
         }
@@ -131,6 +140,9 @@ private:
             accept(d);
         }
       }
+      for (unsigned i = 0; i < op.numOperands(); ++i)
+        if (op.operand(i)->kind() == ValueKind::Param)
+          paramDims.emplace(op.operand(i), plan ? plan->operandDims[i] : -1);
       ParallelConfig cfg;
       cfg.devices = all;
       if (dim) {
