@@ -31,6 +31,12 @@ Hugging Face causal LMs (GPT-2, Llama):
 Each is imported and run on lwcc's interpreter (--run-reference) against
 onnxruntime, then a CPU trainer runs 3 steps against the interpreter
 (--train-reference), as test/e2e/trainer_vs_reference.py compares them.
+causal_lm and dynamo_lm also train 3 steps in float64 on the interpreter
+with --gpus 2 data and model parallelism, the default plan on 4 devices,
+ZeRO-2 and a 2-stage pipeline, against one device (the pipeline against
+one device with its 2 micro-batches), and their data-parallel step has the
+embedding's lookups and the layer norm on both devices. --shift-labels is
+checked against labels shifted by hand.
 Ends with the line "N passed, M failed".
 """
 import os
@@ -347,6 +353,63 @@ def shift_labels_case(tmp):
     harness.case(check, "causal_lm --shift-labels: Hugging Face's causal loss from the ids")
 
 
+STRATEGIES = [["--gpus=2", "--strategy=data"], ["--gpus=2", "--strategy=model"], ["--gpus=4"],
+              ["--gpus=2", "--strategy=data", "--shard=zero2"],
+              ["--gpus=2", "--strategy=pipeline", "--stages=2", "--microbatches=2"]]
+
+
+def strategies_case(name, tmp):
+    """Every strategy's step on the interpreter (float64, 3 steps) against
+    one device's (a pipeline's against one device with its micro-batches),
+    and the data-parallel step really split: the lookups and the layer norm
+    on both devices."""
+    build, flags = MODELS[name]
+
+    def check():
+        path = os.path.join(tmp, name + "_par.onnx")
+        onnx.save(build(), path)
+        data = os.path.join(tmp, name + "_par_in")
+        rng = np.random.default_rng(17)
+        arrays = inputs_of(name, rng)
+        if name in ("causal_lm", "dynamo_lm"):
+            arrays.append(labels(rng, V))
+        write(arrays, data, raw=False)
+
+        def run(extra, tag):
+            dump = os.path.join(tmp, f"{name}_{tag}")
+            harness.check_output([harness.LWCC, path, *flags, *extra, "--train-reference",
+                                  "--precision=f64", "--inputs", data, "--steps", "3",
+                                  "--dump", dump])
+            # ZeRO-2 dumps each device's share of a gradient: its losses and
+            # params are compared.
+            kinds = ("loss_", "param_") if "--shard=zero2" in extra else ("loss_", "param_",
+                                                                          "grad_")
+            return {f: numpy_helper.to_array(onnx.load_tensor(os.path.join(dump, f)))
+                    for f in os.listdir(dump) if f.startswith(kinds)}
+        one = run([], "one")
+        worst = 0.0
+        for k, extra in enumerate(STRATEGIES):
+            ref = run(["--microbatches=2"], "one_mb2") if "--stages=2" in extra else one
+            got = run(extra, f"s{k}")
+            assert set(got) <= set(ref) and len(got) > 3, f"{extra}: dumped {sorted(got)}"
+            for f in got:
+                assert got[f].shape == ref[f].shape, \
+                    f"{' '.join(extra)}: {f} is {got[f].shape}, one device's {ref[f].shape}"
+                err = harness.rel_error(got[f], ref[f])
+                assert err < 1e-9, f"{' '.join(extra)}: {f} differs by {err:.2e}"
+                worst = max(worst, err)
+        ir = harness.check_output([harness.LWCC, path, *flags, "--gpus=2", "--strategy=data",
+                                   "--emit=parallel-ir", "-o", "-"]).stdout
+        for op in ("gather(", "layer_norm("):
+            if op in ir:
+                devs = set(re.findall(op.replace("(", r"\(") + r".*@dev\((\d)\)", ir))
+                assert devs == {"0", "1"}, f"data parallel: {op} on devices {devs}"
+        return (f"{len(STRATEGIES)} strategies: losses, gradients and params within {worst:.1e} "
+                "in float64")
+    harness.case(check, f"{name}: data, model, the default on 4, ZeRO-2 and a pipeline vs one "
+                 "device")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in MODELS:
@@ -354,6 +417,8 @@ def main():
             trainer_case(name, tmp)
         dynamo_params_case(tmp)
         shift_labels_case(tmp)
+        for name in ("causal_lm", "dynamo_lm"):
+            strategies_case(name, tmp)
     return harness.finish()
 
 
