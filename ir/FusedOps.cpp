@@ -237,8 +237,8 @@ llvm::Expected<std::vector<bool>> reducedDims(const std::vector<FusedStatement>&
                          llvm::Twine(a) + ": a reduction's value is only a result");
     if (!isReduction(st))
       continue;
-    if (st.args.size() != 1 || st.args[0] < 0)
-      return bodyError("reduction " + llvm::Twine(k) + " must reduce an earlier statement's value");
+    if (st.args.size() != 1)
+      return bodyError("reduction " + llvm::Twine(k) + " must reduce one value");
     if (st.dtype != DType::F32 && st.dtype != DType::F64)
       return bodyError("reduction " + llvm::Twine(k) + " must be f32 or f64");
     auto dims = dimsOf(st, space);

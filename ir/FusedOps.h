@@ -12,8 +12,9 @@
 // iteration space); operands broadcast to it by numpy's rules. Result i is
 // the value of statement results[i].
 //
-// A reduction statement sums the value of an earlier statement over some
-// dims of the iteration space, as reduce_sum does:
+// A reduction statement sums the value of an earlier statement (or an
+// operand of the region's shape) over some dims of the iteration space, as
+// reduce_sum does:
 //
 //   %t0 = relu_grad(%0, %1) : f32; %t1 = reduce_sum(%t0) {axes = [0, 2, 3], keepdims = 0} : f32
 //
@@ -56,8 +57,7 @@ inline bool isReduction(const FusedStatement& st) { return st.kind == OpKind::Re
 Shape statementShape(const FusedStatement& st, const Shape& space);
 /// The dims of `space` (by index) that the reductions of `statements`
 /// reduce; empty where there are none. An error where two reductions
-/// reduce different dims, or a reduction reads no statement's value or is
-/// read by one.
+/// reduce different dims, or a reduction is read by a statement.
 llvm::Expected<std::vector<bool>> reducedDims(const std::vector<FusedStatement>& statements,
                                               const Shape& space);
 

@@ -160,7 +160,9 @@ const Shape& spaceOf(const Op& op) {
 ///    the region's iteration space (its `shape`);
 ///  - reductions (a reduce_sum of a float32 or float64 value a member
 ///    computes, over axes it names): the elementwise chain's value summed
-///    in the same kernel, a result of the reduced shape. The value it sums
+///    in the same kernel, a result of the reduced shape. A reduction of a
+///    value no region computes starts a region that an elementwise op
+///    reading the same value joins (its sibling: one pass over the value). The value it sums
 ///    is written to memory only where something else reads it. Every
 ///    reduction of a region reduces the same dims; none is read by another
 ///    member (nothing is fused after a reduction).
@@ -208,14 +210,25 @@ public:
     std::vector<Region> regions;
     std::map<const Op*, size_t> regionOf;
     std::optional<size_t> latest; // the region the last fusible op joined
+    // A value summed by a region's reduction that no region computes, and
+    // that region.
+    std::map<const Value*, size_t> summedBy;
     for (const auto& opPtr : g.ops()) {
       Op* op = opPtr.get();
       if (reducible(*op)) {
-        // Joins the region that computes what it sums, or stays alone.
+        // Joins the region that computes what it sums; else starts one that
+        // an elementwise op reading the same value may join (the last
+        // layer's bias gradient and the cast of the gradient it sums).
         const Op* producer = op->operand(0)->definingOp();
         auto it = producer ? regionOf.find(producer) : regionOf.end();
-        if (it == regionOf.end() || producer->kind() == OpKind::ReduceSum)
+        if (it == regionOf.end() || producer->kind() == OpKind::ReduceSum) {
+          if (recomputed(*op))
+            continue;
+          summedBy.emplace(op->operand(0), regions.size());
+          regionOf[op] = regions.size();
+          regions.push_back({{op}, spaceOf(*op), op, reducedAxes(*op)});
           continue;
+        }
         Region& r = regions[it->second];
         const std::vector<int64_t> axes = reducedAxes(*op);
         if ((!r.axes.empty() && r.axes != axes) || !joins(r, it->second, op, position, regionOf))
@@ -237,6 +250,15 @@ public:
           joined = it->second;
           break;
         }
+      }
+      // Beside a region that sums one of its operands (a sibling: both
+      // read the value element by element).
+      for (const Value* v : op->operands()) {
+        auto it = summedBy.find(v);
+        if (joined || it == summedBy.end() || regions[it->second].ops.empty())
+          continue;
+        if (joins(regions[it->second], it->second, op, position, regionOf))
+          joined = it->second;
       }
       // Beside the latest region (horizontally): an op a few ops after its
       // anchor that reads none of its values (the running mean's and

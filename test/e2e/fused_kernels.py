@@ -15,13 +15,14 @@ and every param (--dump) must so agree, for
     bf16 (the casts, bias adds and relus of each 16-bit convolution in one
     kernel), and ResNet-18 in bf16 on 2 devices (data parallel);
   - CUDA trainers on the emulated GPU (the generated CUDA kernels run there)
-    of AlexNet in bf16, ResNet-18 in float32 and Inception in bf16;
+    of AlexNet and ResNet-18 in float32 and bf16 and Inception in bf16;
   - AlexNet in bf16 with AdamW on both (the multi-tensor Adam update);
 the optimizer's multi-tensor updates and the weights' multi-tensor casts
 to bf16 are what --no-fuse writes one call per param, too.
 Also: `--emit=plan` counts fewer kernels for the fused step than for the
 unfused one; AlexNet's bias gradients are each summed in the fused op of
-their relu_grad (no reduce_sum of its own); a fused CPU trainer with
+their relu_grad, the last in one with its gradient's cast (no reduce_sum of
+its own); a fused CPU trainer with
 reductions trains bit for bit the same on 1 and 2 threads (each sum's
 order is fixed); the generated source names each kernel after its layers
 with the IR it computes above it.
@@ -151,14 +152,16 @@ def kernel_counts(tmp):
                                     "--emit=scheduled-ir", "-o", "-"]).stdout
         summed = re.findall(r"%([\w.]+\.bias\.grad), %\w+ = fused\([^)]*\) \{body = "
                             r'"[^"]*relu_grad[^"]*reduce_sum\(', out)
+        # The last layer's sums softmax_xent_grad's value (no region
+        # computes it) in one pass with the value's cast to bf16.
+        beside = re.findall(r"%([\w.]+\.bias\.grad), %\w+ = fused\([^)]*\) \{body = "
+                            r'"%t0 = reduce_sum\(%0\)[^"]*; %t1 = cast\(%0\) : bf16"', out)
         alone = re.findall(r"%([\w.]+\.bias\.grad) = reduce_sum\(", out)
-        # The last layer's bias gradient sums softmax_xent_grad's value (no
-        # region computes it): it stays a reduce_sum of its own.
-        return len(summed) == 7 and alone == ["classifier.6.bias.grad"], \
-            f"fused {summed}, alone {alone}"
+        return len(summed) == 7 and beside == ["classifier.6.bias.grad"] and not alone, \
+            f"fused {summed}, beside its cast {beside}, alone {alone}"
 
-    harness.check("alexnet bf16: each relu layer's bias gradient summed in its relu_grad's "
-                  "fused op", bias_grads)
+    harness.check("alexnet bf16: each bias gradient summed in a fused op (of its relu_grad, "
+                  "or beside its value's cast)", bias_grads)
 
     def source():
         src = os.path.join(tmp, "alexnet-source")
@@ -188,7 +191,9 @@ def main():
         same_as_unfused(tmp, "alexnet", ["--mixed-precision=bf16"], emulated=True)
         same_as_unfused(tmp, "alexnet", ["--mixed-precision=bf16", "--optimizer=adamw"],
                         emulated=True)
+        same_as_unfused(tmp, "alexnet", [], emulated=True)
         same_as_unfused(tmp, "resnet18", [], emulated=True)
+        same_as_unfused(tmp, "resnet18", ["--mixed-precision=bf16"], emulated=True)
         same_as_unfused(tmp, "inception", ["--mixed-precision=bf16"], emulated=True)
     return harness.finish()
 
