@@ -5,7 +5,9 @@
 #include "ir/Attribute.h"
 #include "ir/FusedOps.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <sstream>
 
 namespace lwcc::codegen {
@@ -146,6 +148,30 @@ size_t blockDims(const Op& op, const Shape& space) {
   return dims;
 }
 
+/// The flat index in `space` of element `x` of the sub-space of the dims
+/// `pick` selects (row-major over them): how a reduction kernel finds the
+/// first element of output `o` (the kept dims) and the j-th element it sums
+/// (the reduced dims).
+std::string subIndexOf(const std::string& x, const Shape& space, const std::vector<bool>& pick) {
+  const size_t rank = space.size();
+  std::vector<int64_t> spaceStride(rank, 1);
+  for (size_t d = rank; d-- > 1;)
+    spaceStride[d - 1] = spaceStride[d] * space[d];
+  std::string out;
+  int64_t inner = 1; // the sub-space's stride of dim d
+  for (size_t d = rank; d-- > 0;) {
+    if (!pick[d] || space[d] == 1)
+      continue;
+    std::string term = inner == 1 ? x : x + " / " + std::to_string(inner);
+    inner *= space[d];
+    term = "(" + term + ") % " + std::to_string(space[d]);
+    if (spaceStride[d] != 1)
+      term = "(" + term + ") * " + std::to_string(spaceStride[d]);
+    out = out.empty() ? term : term + " + " + out;
+  }
+  return out.empty() ? "int64_t{0}" : out;
+}
+
 /// One kernel: its element function, and the function a trainer calls.
 struct Kernel {
   std::string name;
@@ -161,6 +187,22 @@ llvm::Expected<Kernel> renderKernel(const Op& op, const std::string& name, bool 
   for (int64_t d : space)
     n *= d;
   const std::vector<int64_t>& results = op.getInts("results");
+  auto dims = reducedDims(*body, space);
+  if (!dims)
+    return op.emitError("codegen: " + llvm::toString(dims.takeError()));
+  const bool reduces = !dims->empty();
+  std::vector<size_t> reductions; // the reduction statements, in order
+  for (size_t k = 0; k < body->size(); ++k)
+    if (isReduction((*body)[k]))
+      reductions.push_back(k);
+  auto isReductionResult = [&](size_t r) {
+    return isReduction((*body)[static_cast<size_t>(results[r])]);
+  };
+  // A reduction kernel's outputs (the reduced shape's elements) and the
+  // elements each sums.
+  int64_t outputs = 1, count = 1;
+  for (size_t d = 0; reduces && d < space.size(); ++d)
+    ((*dims)[d] ? count : outputs) *= space[d];
   std::ostringstream os;
   // The comment: what it computes.
   os << "// " << name << ": " << body->size() << " ops of the IR in one pass over "
@@ -180,6 +222,14 @@ llvm::Expected<Kernel> renderKernel(const Op& op, const std::string& name, bool 
   for (int64_t r : results)
     os << " %t" << r;
   os << "\n";
+  if (reduces)
+    os << "// Its reductions: " << outputs << " sums of " << count
+       << " elements each, in a fixed order (one "
+       << (cuda ? "block per sum, its threads striding over the elements, then a tree "
+                  "in shared memory"
+                : "thread per range of sums, each summed in element order")
+       << "), accumulated in double; the elementwise results are written as the "
+          "elements are visited.\n";
   // The element function: host and device.
   std::string params = "int64_t i";
   for (unsigned k = 0; k < op.numOperands(); ++k)
@@ -188,15 +238,20 @@ llvm::Expected<Kernel> renderKernel(const Op& op, const std::string& name, bool 
   for (size_t r = 0; r < results.size(); ++r)
     params += std::string(", ") + storageType(op.result(static_cast<unsigned>(r))->type().dtype) +
               "* q" + std::to_string(r);
+  // The element function adds each reduction's value at element i to its
+  // accumulator s<m>.
+  std::string sums;
+  for (size_t m = 0; m < reductions.size(); ++m)
+    sums += ", double& s" + std::to_string(m);
   // A host loop walks blocks of the innermost dims (blockDims): its
   // element function reads an operand at element i of the block or at its
   // one element there, the pointers set at the block's start.
-  const size_t inner = cuda ? 0 : blockDims(op, space);
+  const size_t inner = cuda || reduces ? 0 : blockDims(op, space);
   int64_t block = 1;
   for (size_t k = space.size() - inner; k < space.size(); ++k)
     block *= space[k];
   const bool blocked = block > 1;
-  os << "LWRT_FUSED_ELEMENT void " << name << "_at(" << params << ") {\n";
+  os << "LWRT_FUSED_ELEMENT void " << name << "_at(" << params << sums << ") {\n";
   for (unsigned k = 0; k < op.numOperands(); ++k) {
     const TensorType& t = op.operand(k)->type();
     std::string index = indexOf(t.shape, space);
@@ -216,6 +271,11 @@ llvm::Expected<Kernel> renderKernel(const Op& op, const std::string& name, bool 
       const int arg = st.args[a];
       return arg >= 0 ? "t" + std::to_string(arg) : "v" + std::to_string(-arg - 1);
     };
+    if (isReduction(st)) {
+      const auto m = std::find(reductions.begin(), reductions.end(), k) - reductions.begin();
+      os << "  s" << m << " += double(" << value(0) << ");\n";
+      continue;
+    }
     std::string e = expressionOf(st, value(0), value(1));
     if (e.empty())
       return op.emitError("codegen: a fused kernel has no form of " +
@@ -236,6 +296,8 @@ llvm::Expected<Kernel> renderKernel(const Op& op, const std::string& name, bool 
     os << "  const " << t << " t" << k << " = " << e << ";\n";
   }
   for (size_t r = 0; r < results.size(); ++r) {
+    if (isReductionResult(r))
+      continue; // written once per sum by the kernel or loop
     const DType t = op.result(static_cast<unsigned>(r))->type().dtype;
     const std::string v = "t" + std::to_string(results[r]);
     os << "  q" << r << "[i] = "
@@ -264,7 +326,84 @@ llvm::Expected<Kernel> renderKernel(const Op& op, const std::string& name, bool 
                 std::to_string(r) + ".data);\n";
     args += ", q" + std::to_string(r);
   }
-  if (cuda) {
+  if (reduces) {
+    // Element j of sum o: the kept dims' index of o plus the reduced dims'
+    // index of j.
+    std::vector<bool> kept(dims->size());
+    for (size_t d = 0; d < kept.size(); ++d)
+      kept[d] = !(*dims)[d];
+    os << "LWRT_FUSED_ELEMENT int64_t " << name << "_base(int64_t o) { return "
+       << subIndexOf("o", space, kept) << "; }\n";
+    os << "LWRT_FUSED_ELEMENT int64_t " << name << "_offset(int64_t j) { return "
+       << subIndexOf("j", space, *dims) << "; }\n";
+    std::string zero, sumArgs, store;
+    for (size_t m = 0; m < reductions.size(); ++m) {
+      zero += m ? ", s" : "s";
+      zero += std::to_string(m);
+      zero += " = 0";
+      sumArgs += ", s" + std::to_string(m);
+    }
+    auto storeSums = [&](const std::string& indent, const std::function<std::string(size_t)>& of) {
+      std::string out;
+      for (size_t r = 0; r < results.size(); ++r) {
+        if (!isReductionResult(r))
+          continue;
+        const auto m =
+            std::find(reductions.begin(), reductions.end(), static_cast<size_t>(results[r])) -
+            reductions.begin();
+        out += indent + "q" + std::to_string(r) +
+               "[o] = " + storageType(op.result(static_cast<unsigned>(r))->type().dtype) + "(" +
+               of(static_cast<size_t>(m)) + ");\n";
+      }
+      return out;
+    };
+    if (cuda) {
+      const std::string part = name + "_part";
+      os << "static __global__ void " << name << "_kernel(int64_t m" << params.substr(9) << ") {\n"
+         << "  __shared__ double " << part << "[" << reductions.size()
+         << "][::lwrt::cuda::kFusedThreads];\n"
+         << "  for (int64_t o = blockIdx.x; o < m; o += gridDim.x) {\n"
+         << "    const int64_t base = " << name << "_base(o);\n"
+         << "    double " << zero << ";\n"
+         << "    for (int64_t j = threadIdx.x; j < " << count
+         << "; j += ::lwrt::cuda::kFusedThreads)\n"
+         << "      " << name << "_at(base + " << name << "_offset(j)" << args << sumArgs << ");\n";
+      for (size_t m = 0; m < reductions.size(); ++m)
+        os << "    " << part << "[" << m << "][threadIdx.x] = s" << m << ";\n";
+      os << "    __syncthreads();\n"
+         << "    for (unsigned half = ::lwrt::cuda::kFusedThreads / 2; half > 0; half >>= 1) {\n"
+         << "      if (threadIdx.x < half) {\n";
+      for (size_t m = 0; m < reductions.size(); ++m)
+        os << "        " << part << "[" << m << "][threadIdx.x] += " << part << "[" << m
+           << "][threadIdx.x + half];\n";
+      os << "      }\n      __syncthreads();\n    }\n"
+         << "    if (threadIdx.x == 0) {\n"
+         << storeSums("      ", [&](size_t m) { return part + "[" + std::to_string(m) + "][0]"; })
+         << "    }\n    __syncthreads(); // the parts are reused by the next sum\n  }\n}\n";
+      os << "[[maybe_unused]] static bool " << name << "(" << views << ") {\n"
+         << pointers << "  LWRT_FUSED_REDUCE_LAUNCH(" << name << "_kernel, "
+         << std::min<int64_t>(outputs, 65536) << ", int64_t{" << outputs << "}" << args << ");\n"
+         << "  return fusedLaunched(\"" << name << "\");\n}\n\n";
+    } else {
+      os << "LWRT_FUSED_LOOP void " << name << "_range(int64_t first, int64_t last"
+         << params.substr(9) << ") {\n"
+         << "  for (int64_t o = first; o < last; ++o) {\n"
+         << "    const int64_t base = " << name << "_base(o);\n"
+         << "    double " << zero << ";\n"
+         << "    for (int64_t j = 0; j < " << count << "; ++j)\n"
+         << "      " << name << "_at(base + " << name << "_offset(j)" << args << sumArgs << ");\n"
+         << storeSums("    ",
+                      [](size_t m) {
+                        std::string s = "s";
+                        s += std::to_string(m);
+                        return s;
+                      })
+         << "  }\n}\n";
+      os << "[[maybe_unused]] static bool " << name << "(" << views << ") {\n"
+         << pointers << "  return fusedFor(" << outputs << ", [=](int64_t first, int64_t last) {\n"
+         << "    " << name << "_range(first, last" << args << ");\n  });\n}\n\n";
+    }
+  } else if (cuda) {
     os << "static __global__ void " << name << "_kernel(int64_t n" << params.substr(9) << ") {\n"
        << "  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;\n"
        << "       i += static_cast<int64_t>(gridDim.x) * blockDim.x)\n"

@@ -10,6 +10,15 @@
 // rounded to its statement's type as the runtime's kernel of that op rounds
 // it, so a fused trainer computes what the unfused one did.
 //
+// A body with reductions (reduce_sum statements, ir/FusedOps.h) walks its
+// iteration space one sum at a time: the element function adds each
+// reduction's value to its accumulator (double) as it writes the
+// elementwise results. On CUDA one block per sum (LWRT_FUSED_REDUCE_LAUNCH),
+// its threads striding over the summed elements and then a fixed tree in
+// shared memory; on the CPU one thread per range of sums, each summed in
+// element order. Either way the order of the adds is fixed: the same bits
+// on every run and thread count.
+//
 // Ops of the same body and types share one kernel, named after the layers
 // of the first (fused_<layers>_<n>), with the IR it computes above it.
 //

@@ -8,6 +8,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace lwcc {
 
@@ -82,6 +83,19 @@ llvm::Expected<FusedStatement> parseStatement(llvm::StringRef text, int index,
       const AttrSpec* spec = info.findAttr(std::string_view(name.data(), name.size()));
       if (!spec || !r.eat("="))
         return where("no attribute '" + name + "' of " + mnemonic);
+      if (spec->kind == AttrKind::Ints) {
+        if (!r.eat("["))
+          return where("attribute '" + name + "' must be a list of integers");
+        std::vector<int64_t> v;
+        while (!r.eat("]")) {
+          int64_t x = 0;
+          if ((!v.empty() && !r.eat(",")) || r.word().getAsInteger(10, x))
+            return where("attribute '" + name + "' must be a list of integers");
+          v.push_back(x);
+        }
+        st.attrs.push_back({spec->name, Attribute(v)});
+        continue;
+      }
       llvm::StringRef value = r.word();
       if (spec->kind == AttrKind::Int) {
         int64_t v = 0;
@@ -163,8 +177,78 @@ std::string printFusedBody(const std::vector<FusedStatement>& statements) {
 std::vector<NamedAttr> fusedAttrsOf(const Op& op) {
   std::vector<NamedAttr> out;
   for (const NamedAttr& a : op.attrs())
-    if (a.value.kind() == AttrKind::Int || a.value.kind() == AttrKind::Float)
+    if (a.value.kind() == AttrKind::Int || a.value.kind() == AttrKind::Float ||
+        a.value.kind() == AttrKind::Ints)
       out.push_back(a);
+  return out;
+}
+
+namespace {
+
+const Attribute* findAttr(const FusedStatement& st, llvm::StringRef name) {
+  for (const NamedAttr& a : st.attrs)
+    if (a.name == name)
+      return &a.value;
+  return nullptr;
+}
+
+/// The dims of `space` that reduction `st` reduces (all where it has no
+/// axes); nullopt where an axis is out of range.
+std::optional<std::vector<bool>> dimsOf(const FusedStatement& st, const Shape& space) {
+  const auto rank = static_cast<int64_t>(space.size());
+  const Attribute* axes = findAttr(st, "axes");
+  std::vector<bool> reduced(space.size(), axes == nullptr);
+  if (axes)
+    for (int64_t a : axes->getInts()) {
+      if (a < -rank || a >= rank)
+        return std::nullopt;
+      reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
+    }
+  return reduced;
+}
+
+} // namespace
+
+Shape statementShape(const FusedStatement& st, const Shape& space) {
+  if (!isReduction(st))
+    return space;
+  auto dims = dimsOf(st, space);
+  if (!dims)
+    return space;
+  const Attribute* keep = findAttr(st, "keepdims");
+  const bool keepdims = !keep || keep->getInt() != 0;
+  Shape out;
+  for (size_t d = 0; d < space.size(); ++d)
+    if (!(*dims)[d])
+      out.push_back(space[d]);
+    else if (keepdims)
+      out.push_back(1);
+  return out;
+}
+
+llvm::Expected<std::vector<bool>> reducedDims(const std::vector<FusedStatement>& statements,
+                                              const Shape& space) {
+  std::vector<bool> out;
+  for (size_t k = 0; k < statements.size(); ++k) {
+    const FusedStatement& st = statements[k];
+    for (int a : st.args)
+      if (a >= 0 && isReduction(statements[static_cast<size_t>(a)]))
+        return bodyError("statement " + llvm::Twine(k) + " reads the reduction %t" +
+                         llvm::Twine(a) + ": a reduction's value is only a result");
+    if (!isReduction(st))
+      continue;
+    if (st.args.size() != 1)
+      return bodyError("reduction " + llvm::Twine(k) + " must reduce one value");
+    if (st.dtype != DType::F32 && st.dtype != DType::F64)
+      return bodyError("reduction " + llvm::Twine(k) + " must be f32 or f64");
+    auto dims = dimsOf(st, space);
+    if (!dims)
+      return bodyError("reduction " + llvm::Twine(k) + " has an axis out of range");
+    if (!out.empty() && out != *dims)
+      return bodyError("reduction " + llvm::Twine(k) +
+                       " reduces other dims than the body's first reduction");
+    out = *dims;
+  }
   return out;
 }
 
@@ -196,6 +280,8 @@ llvm::Expected<std::unique_ptr<Graph>> fusedBodyGraph(const Op& fused) {
     operands.push_back(g->addInput("in" + std::to_string(i), fused.operand(i)->type()));
   Builder b(*g);
   const Shape& shape = fused.getInts("shape");
+  if (auto dims = reducedDims(*statements, shape); !dims)
+    return dims.takeError();
   for (size_t k = 0; k < statements->size(); ++k) {
     const FusedStatement& st = (*statements)[k];
     std::vector<Value*> args;
@@ -209,7 +295,7 @@ llvm::Expected<std::unique_ptr<Graph>> fusedBodyGraph(const Op& fused) {
     if (!op)
       return bodyError("statement " + llvm::Twine(k) + ": " + llvm::toString(op.takeError()));
     const TensorType& t = (*op)->result()->type();
-    if (t.dtype != st.dtype || t.shape != shape)
+    if (t.dtype != st.dtype || t.shape != statementShape(st, shape))
       return bodyError(llvm::formatv("statement {0} computes {1}, not the {2} it declares over "
                                      "the region's shape",
                                      k, t.str(), dtypeName(st.dtype))
@@ -232,7 +318,8 @@ Rule fused(const Op& op) {
   for (int64_t r : op.getInts("results")) {
     if (r < 0 || r >= static_cast<int64_t>(statements->size()))
       return rules::fail("result statement {0} is not in the body", r);
-    out.push_back(TensorType{(*statements)[static_cast<size_t>(r)].dtype, s});
+    const FusedStatement& st = (*statements)[static_cast<size_t>(r)];
+    out.push_back(TensorType{st.dtype, statementShape(st, s)});
   }
   if (out.empty())
     return rules::fail("a fused op needs at least one result");
@@ -246,9 +333,14 @@ namespace cost {
 double fused(const Op& op, const CostContext&) {
   // One statement per ';'-separated part (the verifier read them): counted,
   // not parsed, for the simulator prices every op of every candidate step.
+  // Each is one flop per element of the iteration space (a reduction one
+  // add per element it reads), whatever shape its results have.
   const std::string& body = op.getString("body");
   const auto statements = 1 + std::count(body.begin(), body.end(), ';');
-  return static_cast<double>(statements) * static_cast<double>(op.result()->type().numElements());
+  double elements = 1;
+  for (int64_t d : op.getInts("shape"))
+    elements *= static_cast<double>(d);
+  return static_cast<double>(statements) * elements;
 }
 
 } // namespace cost

@@ -12,6 +12,18 @@
 // iteration space); operands broadcast to it by numpy's rules. Result i is
 // the value of statement results[i].
 //
+// A reduction statement sums the value of an earlier statement (or an
+// operand of the region's shape) over some dims of the iteration space, as
+// reduce_sum does:
+//
+//   %t0 = relu_grad(%0, %1) : f32; %t1 = reduce_sum(%t0) {axes = [0, 2, 3], keepdims = 0} : f32
+//
+// Its value has the reduced shape; it is read by no later statement (it is
+// a result), every reduction of a body reduces the same dims, and its type
+// is f32 or f64. The region still iterates over `shape`: its elementwise
+// results are written element by element, each reduction result once per
+// element of the reduced shape.
+//
 // The body is read here into statements (for codegen's kernels and the
 // cost rule) or into a graph of ordinary ops (for the verifier and the
 // interpreter, which so compute a region exactly as its ops unfused).
@@ -36,8 +48,18 @@ struct FusedStatement {
   /// operand -(a + 1).
   std::vector<int> args;
   DType dtype;
-  std::vector<NamedAttr> attrs; ///< the op's attributes given (numbers; no cast `to`)
+  std::vector<NamedAttr> attrs; ///< the op's attributes given (numbers, int lists; no cast `to`)
 };
+
+/// Whether `st` is a reduction statement (reduce_sum).
+inline bool isReduction(const FusedStatement& st) { return st.kind == OpKind::ReduceSum; }
+/// The shape of statement `st`'s value in the iteration space `space`.
+Shape statementShape(const FusedStatement& st, const Shape& space);
+/// The dims of `space` (by index) that the reductions of `statements`
+/// reduce; empty where there are none. An error where two reductions
+/// reduce different dims, or a reduction is read by a statement.
+llvm::Expected<std::vector<bool>> reducedDims(const std::vector<FusedStatement>& statements,
+                                              const Shape& space);
 
 /// The statements of `body`, whose region has `numOperands` operands; an
 /// error names what cannot be read.

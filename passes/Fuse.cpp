@@ -25,6 +25,27 @@ bool fusible(const Op& op) {
   return std::all_of(op.operands().begin(), op.operands().end(), isFloat);
 }
 
+/// Whether `op` may join the region that computes its operand as a
+/// reduction (out-elementwise fusion): a reduce_sum of a float32 or float64
+/// value over axes it names. Its value has the reduced shape; it is a
+/// result of the region, never read by another member.
+bool reducible(const Op& op) {
+  if (op.kind() != OpKind::ReduceSum || !op.hasAttr("axes") || op.getInts("axes").empty())
+    return false;
+  const DType t = op.operand(0)->type().dtype;
+  return (t == DType::F32 || t == DType::F64) && op.result()->type().numElements() > 0;
+}
+
+/// The dims (non-negative, sorted) a reduce_sum reduces.
+std::vector<int64_t> reducedAxes(const Op& op) {
+  std::vector<int64_t> axes = op.getInts("axes");
+  const auto rank = static_cast<int64_t>(op.operand(0)->type().rank());
+  for (int64_t& a : axes)
+    a = a < 0 ? a + rank : a;
+  std::sort(axes.begin(), axes.end());
+  return axes;
+}
+
 /// Where an op runs: a region's ops share it. An op without @dev runs on
 /// device 0 (opDevice: autodiff places the backward's sums there without one).
 bool samePlace(const Op& a, const Op& b) {
@@ -123,10 +144,29 @@ bool readsAssignedParam(const Op& op, size_t at, const std::map<const Op*, size_
 struct Region {
   std::vector<Op*> ops; ///< in graph order
   Shape shape;
-  Op* anchor = nullptr; ///< the member whose place the fused op takes
+  Op* anchor = nullptr;      ///< the member whose place the fused op takes
+  std::vector<int64_t> axes; ///< what its reductions reduce (empty: none yet)
 };
 
-/// Fuses chains of elementwise ops into `fused` ops, each one kernel:
+/// The shape of the iteration space `op` computes over: its result's, or
+/// for a reduction its operand's.
+const Shape& spaceOf(const Op& op) {
+  return (op.kind() == OpKind::ReduceSum ? op.operand(0) : op.result())->type().shape;
+}
+
+/// Fuses chains of elementwise ops into `fused` ops, each one kernel. The
+/// categories of ops a region holds (ir/OpTraits.def's FusionKind):
+///  - elementwise and broadcast ops of float values: a statement each over
+///    the region's iteration space (its `shape`);
+///  - reductions (a reduce_sum of a float32 or float64 value a member
+///    computes, over axes it names): the elementwise chain's value summed
+///    in the same kernel, a result of the reduced shape. A reduction of a
+///    value no region computes starts a region that an elementwise op
+///    reading the same value joins (its sibling: one pass over the value). The value it sums
+///    is written to memory only where something else reads it. Every
+///    reduction of a region reduces the same dims; none is read by another
+///    member (nothing is fused after a reduction).
+/// The steps:
 ///  0. A reduce_sum keeping its dims and the reshape dropping them become
 ///     one reduce_sum (foldReshapedReductions); the casts of float32 params
 ///     to 16 bits move to the step's start (hoistWeightCasts), side by side
@@ -170,20 +210,55 @@ public:
     std::vector<Region> regions;
     std::map<const Op*, size_t> regionOf;
     std::optional<size_t> latest; // the region the last fusible op joined
+    // A value summed by a region's reduction that no region computes, and
+    // that region.
+    std::map<const Value*, size_t> summedBy;
     for (const auto& opPtr : g.ops()) {
       Op* op = opPtr.get();
+      if (reducible(*op)) {
+        // Joins the region that computes what it sums; else starts one that
+        // an elementwise op reading the same value may join (the last
+        // layer's bias gradient and the cast of the gradient it sums).
+        const Op* producer = op->operand(0)->definingOp();
+        auto it = producer ? regionOf.find(producer) : regionOf.end();
+        if (it == regionOf.end() || producer->kind() == OpKind::ReduceSum) {
+          if (recomputed(*op))
+            continue;
+          summedBy.emplace(op->operand(0), regions.size());
+          regionOf[op] = regions.size();
+          regions.push_back({{op}, spaceOf(*op), op, reducedAxes(*op)});
+          continue;
+        }
+        Region& r = regions[it->second];
+        const std::vector<int64_t> axes = reducedAxes(*op);
+        if ((!r.axes.empty() && r.axes != axes) || !joins(r, it->second, op, position, regionOf))
+          continue;
+        r.axes = axes;
+        r.ops.push_back(op);
+        regionOf[op] = it->second;
+        continue;
+      }
       if (!fusible(*op))
         continue;
       std::optional<size_t> joined;
       for (const Value* v : op->operands()) {
         const Op* producer = v->definingOp();
         auto it = producer ? regionOf.find(producer) : regionOf.end();
-        if (it == regionOf.end())
+        if (it == regionOf.end() || producer->kind() == OpKind::ReduceSum)
           continue;
         if (joins(regions[it->second], it->second, op, position, regionOf)) {
           joined = it->second;
           break;
         }
+      }
+      // Beside a region that sums one of its operands (a sibling: both
+      // read the value element by element).
+      for (const Value* v : op->operands()) {
+        auto it = summedBy.find(v);
+        if (joined || it == summedBy.end() || regions[it->second].ops.empty())
+          continue;
+        if (joins(regions[it->second], it->second, op, position, regionOf))
+          joined = it->second;
       }
       // Beside the latest region (horizontally): an op a few ops after its
       // anchor that reads none of its values (the running mean's and
@@ -197,7 +272,7 @@ public:
         joined = latest;
       if (!joined) {
         joined = regions.size();
-        regions.push_back({{}, op->result()->type().shape, op});
+        regions.push_back({{}, op->result()->type().shape, op, {}});
       }
       regions[*joined].ops.push_back(op);
       regionOf[op] = *joined;
@@ -209,12 +284,17 @@ public:
         if (it == regionOf.end() || it->second == *joined)
           continue;
         const size_t other = it->second;
+        if (!regions[other].axes.empty() && !regions[*joined].axes.empty() &&
+            regions[other].axes != regions[*joined].axes)
+          continue;
         if (!merges(regions[*joined], regions[other], position, regionOf, *joined, other))
           continue;
         for (Op* m : regions[other].ops) {
           regions[*joined].ops.push_back(m);
           regionOf[m] = *joined;
         }
+        if (regions[*joined].axes.empty())
+          regions[*joined].axes = regions[other].axes;
         regions[other].ops.clear();
       }
     }
@@ -233,6 +313,8 @@ private:
   /// the region moves down to `op`, its new anchor (b); false where neither.
   static bool joins(Region& r, size_t index, Op* op, const std::map<const Op*, size_t>& position,
                     const std::map<const Op*, size_t>& regionOf) {
+    if (readsReduction(*op, regionOf, index, index))
+      return false;
     if (staysAtAnchor(r, *op, position, regionOf, index))
       return true;
     if (!movesToOp(r, *op, position))
@@ -241,11 +323,26 @@ private:
     return true;
   }
 
+  /// Whether `op` reads the value of a reduction of region `a` or `b`
+  /// (nothing in a region reads its reductions).
+  static bool readsReduction(const Op& op, const std::map<const Op*, size_t>& regionOf, size_t a,
+                             size_t b) {
+    for (const Value* v : op.operands()) {
+      const Op* def = v->definingOp();
+      if (!def || def->kind() != OpKind::ReduceSum)
+        continue;
+      auto it = regionOf.find(def);
+      if (it != regionOf.end() && (it->second == a || it->second == b))
+        return true;
+    }
+    return false;
+  }
+
   /// Step 1 (a): `op` joins `r` (region number `index`) at its anchor.
   static bool staysAtAnchor(const Region& r, const Op& op,
                             const std::map<const Op*, size_t>& position,
                             const std::map<const Op*, size_t>& regionOf, size_t index) {
-    if (op.result()->type().shape != r.shape || !samePlace(*r.ops.front(), op) || recomputed(op))
+    if (spaceOf(op) != r.shape || !samePlace(*r.ops.front(), op) || recomputed(op))
       return false;
     const size_t anchor = position.at(r.anchor);
     for (const Value* v : op.operands()) {
@@ -273,6 +370,10 @@ private:
       auto it = op ? regionOf.find(op) : regionOf.end();
       return it != regionOf.end() && (it->second == intoIndex || it->second == fromIndex);
     };
+    for (const Region* r : {&into, &from})
+      for (const Op* m : r->ops)
+        if (readsReduction(*m, regionOf, intoIndex, fromIndex))
+          return false;
     for (const Op* m : from.ops) {
       for (const Value* v : m->operands()) {
         const Op* def = v->definingOp();
@@ -291,7 +392,7 @@ private:
   /// Step 1 (b): `op` joins `r`, whose fused op moves to `op`.
   static bool movesToOp(const Region& r, const Op& op,
                         const std::map<const Op*, size_t>& position) {
-    if (op.result()->type().shape != r.shape || !samePlace(*r.ops.front(), op))
+    if (spaceOf(op) != r.shape || !samePlace(*r.ops.front(), op))
       return false;
     const size_t at = position.at(&op);
     // A param the region reads keeps its value until `op` (the region's
@@ -328,7 +429,9 @@ private:
           operands.push_back(v);
         st.args.push_back(-(it->second + 1));
       }
-      if (m->kind() != OpKind::Cast)
+      if (m->kind() == OpKind::ReduceSum)
+        st.attrs = {{"axes", r.axes}, {"keepdims", m->getInt("keepdims")}};
+      else if (m->kind() != OpKind::Cast)
         st.attrs = fusedAttrsOf(*m);
       statementOf[m->result()] = static_cast<int>(body.size());
       body.push_back(std::move(st));

@@ -85,8 +85,9 @@ graph @g(%y: f32[4,6] @data, %dy: f32[4,6] @data, %s: f32[6] @data) {
 }
 
 TEST(Fuse, ReductionsAndOtherShapesEndARegion) {
-  // The sum is no member; the add after it reads it broadcast and joins
-  // the relu's region only if nothing read between forbids it.
+  // The sum joins the relu's region as a reduction result; the add after
+  // it reads the sum, so it cannot join that region (nothing in a region
+  // reads its reductions): it and the relu after it are a second region.
   EXPECT_EQ(expectSameAfterFusion(R"(
 graph @g(%x: f32[3,5] @data, %w: f32[3,5] @data) {
   %a = mul(%x, %w) : f32[3,5]
@@ -95,6 +96,24 @@ graph @g(%x: f32[3,5] @data, %w: f32[3,5] @data) {
   %b = add(%r, %s) : f32[3,5]
   %t = relu(%b) : f32[3,5]
   return %t
+})"),
+            2);
+}
+
+TEST(Fuse, SumsInARegionComputeTheSame) {
+  // A bias gradient (relu_grad, the cast to f32, its sum over the batch and
+  // pixels, the cast back), a second sum of the same dims keeping them, and
+  // a sum of an input beside its cast: two fused ops, the same values.
+  EXPECT_EQ(expectSameAfterFusion(R"(
+graph @g(%x: bf16[2,4,3,3] @data, %dy: bf16[2,4,3,3] @data, %z: f32[5,3] @data) {
+  %r = relu_grad(%x, %dy) : bf16[2,4,3,3]
+  %f = cast(%r) {to = "f32"} : f32[2,4,3,3]
+  %db = reduce_sum(%f) {axes = [0, 2, 3], keepdims = 0} : f32[4]
+  %k = reduce_sum(%f) {axes = [0, -1, 2], keepdims = 1} : f32[1,4,1,1]
+  %dx = cast(%f) {to = "bf16"} : bf16[2,4,3,3]
+  %zs = reduce_sum(%z) {axes = [0], keepdims = 0} : f32[3]
+  %zc = cast(%z) {to = "bf16"} : bf16[5,3]
+  return %db, %k, %dx, %zs, %zc
 })"),
             2);
 }
@@ -123,6 +142,13 @@ TEST(Fuse, BodiesThatDoNotReadAreErrors) {
   check("%t0 = relu(%0) {alpha = 1.0} : f32", "no attribute 'alpha'");
   check("%t0 = relu(%0) : f64", "computes f32[4], not the f64");
   check("%t0 = leaky_relu(%0) {alpha = x} : f32", "must be a number");
+  check("%t0 = reduce_sum(%0) {axes = 0} : f32", "must be a list of integers");
+  check("%t0 = reduce_sum(%0) {axes = [0, x]} : f32", "must be a list of integers");
+  check("%t0 = reduce_sum(%0) {axes = [3], keepdims = 1} : f32", "axis out of range");
+  check("%t0 = relu(%0) : f32; %t1 = reduce_sum(%t0) {axes = [0]} : f32; "
+        "%t2 = add(%t0, %t1) : f32",
+        "reads the reduction %t1");
+  check("%t0 = reduce_sum(%0) {axes = [0]} : i64", "must be f32 or f64");
 }
 
 TEST(Fuse, BodyPrintsAndReadsBack) {
@@ -136,6 +162,14 @@ TEST(Fuse, BodyPrintsAndReadsBack) {
   EXPECT_EQ((*statements)[1].args, std::vector<int>{0});
   EXPECT_EQ((*statements)[0].args, (std::vector<int>{-1, -2}));
   EXPECT_EQ((*statements)[2].dtype, DType::BF16);
+  // A reduction statement: its axes as a list.
+  const std::string sum =
+      "%t0 = relu(%0) : f32; %t1 = reduce_sum(%t0) {axes = [0, 2], keepdims = 0} : f32";
+  auto sums = parseFusedBody(sum, 1);
+  ASSERT_TRUE(static_cast<bool>(sums));
+  EXPECT_EQ(printFusedBody(*sums), sum);
+  EXPECT_TRUE(isReduction((*sums)[1]));
+  EXPECT_EQ(statementShape((*sums)[1], {2, 3, 4}), (Shape{3}));
 }
 
 } // namespace

@@ -1,6 +1,8 @@
 // lwrt/fused.h - what the kernels lwcc generates for fused regions call
-// defines: LWRT_FUSED_ELEMENT, LWRT_FUSED_LOOP, fusedMul, fusedClip; cpu::fusedFor; cuda::fusedStream,
-//          cuda::fusedBlocks, cuda::kFusedThreads, cuda::fusedLaunched, LWRT_FUSED_LAUNCH
+// defines: LWRT_FUSED_ELEMENT, LWRT_FUSED_LOOP, fusedMul, fusedClip; cpu::fusedFor;
+// cuda::fusedStream,
+//          cuda::fusedBlocks, cuda::kFusedThreads, cuda::fusedLaunched, LWRT_FUSED_LAUNCH,
+//          LWRT_FUSED_REDUCE_LAUNCH
 //
 // A trainer's fused ops (passes/Fuse.cpp) are kernels of its own source
 // (codegen/FusedKernels.cpp): one element function, host and device, that a
@@ -97,6 +99,20 @@ bool fusedLaunched(const char* kernel);
 #else
 #define LWRT_FUSED_LAUNCH(kernel, n, ...)                                                          \
   kernel<<<::lwrt::cuda::fusedBlocks(n), ::lwrt::cuda::kFusedThreads, 0,                           \
+           ::lwrt::cuda::fusedStream()>>>(__VA_ARGS__)
+#endif
+
+/// kernel<<<blocks, kFusedThreads>>>(args...) on the context's stream: a
+/// kernel with reductions, one block per sum (a fixed order of its adds).
+#if defined(LWCC_EMULATED_GPU)
+#define LWRT_FUSED_REDUCE_LAUNCH(kernel, blocks, ...)                                              \
+  ::lwemu::launch(                                                                                 \
+      #kernel, __FILE__, __LINE__, [=](auto... lwemu_a) { kernel(lwemu_a...); },                   \
+      dim3(static_cast<unsigned>(blocks)), dim3(::lwrt::cuda::kFusedThreads), 0,                   \
+      ::lwrt::cuda::fusedStream())(__VA_ARGS__)
+#else
+#define LWRT_FUSED_REDUCE_LAUNCH(kernel, blocks, ...)                                              \
+  kernel<<<static_cast<unsigned>(blocks), ::lwrt::cuda::kFusedThreads, 0,                          \
            ::lwrt::cuda::fusedStream()>>>(__VA_ARGS__)
 #endif
 #endif
