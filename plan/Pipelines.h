@@ -137,6 +137,9 @@ struct TrainingPipelineOptions {
   double labelSmoothing = 0;
   /// softmax-xent: the label that counts for nothing (a causal LM's -100).
   std::optional<int64_t> ignoreIndex;
+  /// fuse-attention: attention subgraphs as one attention op (off:
+  /// --no-attention-fusion, the plain ops).
+  bool attentionFusion = true;
   std::vector<std::string> freeze; ///< glob patterns of frozen params
   bool freezeBn = false;
   std::string bnRunningVar = "unbiased";

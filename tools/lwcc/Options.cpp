@@ -171,6 +171,11 @@ cl::opt<int64_t> ignoreIndex(
     cl::desc("softmax-xent: labels equal to N count for nothing and the mean is over the others "
              "(a causal language model's -100, as PyTorch's cross_entropy)"),
     cl::cat(category));
+cl::opt<bool> noAttentionFusion(
+    "no-attention-fusion",
+    cl::desc("Train attention as the model's plain ops (matmul, softmax, ...) instead of one "
+             "attention op"),
+    cl::cat(category));
 cl::opt<std::string> optimizer("optimizer", cl::desc("sgd (default), adam or adamw"),
                                cl::init("sgd"), cl::cat(category));
 cl::opt<double> lr("lr", cl::desc("Learning rate (default 0.01 for sgd, 0.001 for adam/adamw)"),
@@ -591,6 +596,7 @@ TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimiz
   o.loss = loss;
   if (ignoreIndex.getNumOccurrences())
     o.ignoreIndex = ignoreIndex;
+  o.attentionFusion = !noAttentionFusion;
   o.bnRunningVar = bnRunningVar;
   o.mixedPrecision = mixedPrecision;
   o.gpus = gpus;
