@@ -15,7 +15,9 @@ attention_grad, and with --no-attention-fusion neither; the interpreter's
 float64 training steps with the pass and without it agree within 1e-9
 relative (losses, first-step gradients, params after 3 steps); lwcc
 --check-gradients passes on the fused model; and the CPU trainers match
-the interpreter over 3 steps.
+the interpreter over 3 steps, and the emulated CUDA trainers (attention's CUDA
+kernels on the emulated device) match the CPU trainers (--no-emulated
+leaves them out).
 Ends with the line "N passed, M failed".
 """
 import os
@@ -177,6 +179,34 @@ def trainer_case(name, tmp):
     harness.case(check, f"{name}: CPU trainer vs interpreter")
 
 
+def emulated_case(name, tmp):
+    """The emulated CUDA trainer (attention's CUDA kernels compiled for the
+    emulated device) against the CPU trainer: 3 steps, every dumped tensor."""
+    def check():
+        path = saved(name, tmp)
+        data = os.path.join(tmp, name + "_emu_data")
+        batch(None, data)
+        dumps = []
+        for target in (["--target=cpu"], ["--emulate-gpu"]):
+            exe = os.path.join(tmp, f"{name}_emu{len(dumps)}")
+            harness.check_output([harness.LWCC, path, *FLAGS, *target, "-o", exe])
+            out = exe + "_dump"
+            os.makedirs(out, exist_ok=True)
+            extra = ["--no-tf32"] if target == ["--emulate-gpu"] else []
+            harness.check_output([exe, "--steps=3", f"--data=raw:{data}", f"--dump={out}",
+                                  *extra])
+            dumps.append(out)
+        files = sorted(f for f in os.listdir(dumps[0]) if f.endswith(".bin"))
+        assert files and sorted(f for f in os.listdir(dumps[1]) if f.endswith(".bin")) == files
+        worst = 0.0
+        for f in files:
+            a, b = (np.fromfile(os.path.join(d, f), np.float32) for d in dumps)
+            worst = max(worst, harness.rel_error(b, a))
+        assert worst < lm_patterns.TOLERANCE, f"worst relative error {worst:.2e}"
+        return f"{len(files)} tensors after 3 steps within {worst:.2e}"
+    harness.case(check, f"{name}: emulated CUDA trainer vs CPU trainer")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in MODELS:
@@ -184,6 +214,8 @@ def main():
             f64_case(name, tmp)
             gradcheck_case(name, tmp)
             trainer_case(name, tmp)
+            if "--no-emulated" not in sys.argv:
+                emulated_case(name, tmp)
     return harness.finish()
 
 
