@@ -167,13 +167,15 @@ std::string runtimeHeadersOf(const Graph& g, const char* ns) {
       OpKind::Cos,    OpKind::ReduceL1, OpKind::ReduceL2, OpKind::ReduceSumSquare};
   static const std::set<OpKind> languageOps = {OpKind::GatherElements, OpKind::ScatterElements,
                                                OpKind::NllLoss, OpKind::NllLossGrad};
-  bool activation = false, resize = false, encoding = false, clip = false, language = false;
+  bool activation = false, resize = false, encoding = false, clip = false, language = false,
+       attention = false;
   for (const auto& op : g.ops()) {
     activation |= activationOps.count(op->kind()) > 0;
     clip |= op->kind() == OpKind::SquareSum || op->kind() == OpKind::ClipCoef;
     resize |= op->kind() == OpKind::Resize || op->kind() == OpKind::ResizeGrad;
     encoding |= encodingOps.count(op->kind()) > 0;
     language |= languageOps.count(op->kind()) > 0;
+    attention |= op->kind() == OpKind::Attention || op->kind() == OpKind::AttentionGrad;
   }
   std::string out;
   if (activation)
@@ -186,6 +188,8 @@ std::string runtimeHeadersOf(const Graph& g, const char* ns) {
     out += std::string("#include \"lwrt/") + ns + "_grad_clip.h\"\n";
   if (language)
     out += std::string("#include \"lwrt/") + ns + "_language.h\"\n";
+  if (attention)
+    out += std::string("#include \"lwrt/") + ns + "_attention.h\"\n";
   return out;
 }
 

@@ -172,6 +172,11 @@ std::string nllP(const Op& op) {
       r = ids[k];
   return "NllLossParams{NllReduction::" + r + ", " + ignoreIndex(op) + "}";
 }
+/// AttentionParams{scale, causal} of attention and attention_grad.
+std::string attentionP(const Op& op) {
+  return "AttentionParams{" + num(op.getFloat("scale")) + ", " +
+         std::to_string(op.getInt("causal")) + "}";
+}
 std::string bnP(const Op& op) {
   return "BatchNormParams{" + num(op.getFloat("epsilon")) + ", " + num(op.getFloat("momentum")) +
          "}";
@@ -360,6 +365,8 @@ const std::map<OpKind, ParamsFn>& paramsFormatters() {
       {OpKind::ScatterElements, scatterElementsP},
       {OpKind::NllLoss, nllP},
       {OpKind::NllLossGrad, nllP},
+      {OpKind::Attention, attentionP},
+      {OpKind::AttentionGrad, attentionP},
   };
   return table;
 }

@@ -134,11 +134,12 @@ inline lwrt::BroadcastIndex broadcastIndex(const Shape& to, const Shape& from) {
   X(SoftmaxXentGrad)                                                                               \
   X(MseLossGrad)                                                                                   \
   X(Conv2dGradInput)                                                                               \
-  X(Conv2dGradFilter) X(MaxPool2dGrad) X(AvgPool2dGrad) X(LrnGrad) X(ReluGrad) X(LeakyReluGrad)    \
-      X(SigmoidGrad) X(TanhGrad) X(ClipGrad) X(SoftmaxGrad) X(LogSoftmaxGrad) X(BatchNormTrain)    \
-          X(BatchNormGrad) X(SliceGrad) X(GatherGrad) X(DropoutMask) X(SgdUpdate) X(AdamUpdate)    \
-              X(LrSchedule) X(AllFinite) X(Assign) X(LayerNorm) X(LayerNormGrad) X(GatherNd)       \
-                  X(GatherNdGrad) X(Record) X(Wait)
+  X(Conv2dGradFilter)                                                                              \
+  X(MaxPool2dGrad) X(AvgPool2dGrad) X(LrnGrad) X(ReluGrad) X(LeakyReluGrad) X(SigmoidGrad)         \
+      X(TanhGrad) X(ClipGrad) X(SoftmaxGrad) X(LogSoftmaxGrad) X(BatchNormTrain) X(BatchNormGrad)  \
+          X(SliceGrad) X(GatherGrad) X(DropoutMask) X(SgdUpdate) X(AdamUpdate) X(LrSchedule)       \
+              X(AllFinite) X(Assign) X(LayerNorm) X(LayerNormGrad) X(GatherNd) X(GatherNdGrad)     \
+                  X(Record) X(Wait)
 #define LWCC_COMM_KERNELS(X)                                                                       \
   X(AllReduce)                                                                                     \
   X(AllGather) X(ReduceScatter) X(Broadcast) X(ReduceTo) X(DeviceCopy) X(Shard) X(Unshard)
@@ -149,15 +150,18 @@ inline lwrt::BroadcastIndex broadcastIndex(const Shape& to, const Shape& from) {
   X(HardSigmoid)                                                                                   \
   X(Mish)                                                                                          \
   X(Softplus)                                                                                      \
-  X(Softsign) X(Elu) X(Selu) X(Celu) X(ThresholdedRelu) X(HardSwishGrad) X(HardSigmoidGrad)        \
-      X(MishGrad) X(SoftplusGrad) X(SoftsignGrad) X(EluGrad) X(SeluGrad) X(CeluGrad)               \
-          X(ThresholdedReluGrad) X(PRelu) X(PReluGrad) X(Max) X(Min) X(MaxGrad) X(MinGrad)         \
-              X(Compare) X(Where) X(Resize) X(ResizeGrad)
+  X(Softsign)                                                                                      \
+  X(Elu) X(Selu) X(Celu) X(ThresholdedRelu) X(HardSwishGrad) X(HardSigmoidGrad) X(MishGrad)        \
+      X(SoftplusGrad) X(SoftsignGrad) X(EluGrad) X(SeluGrad) X(CeluGrad) X(ThresholdedReluGrad)    \
+          X(PRelu) X(PReluGrad) X(Max) X(Min) X(MaxGrad) X(MinGrad) X(Compare) X(Where) X(Resize)  \
+              X(ResizeGrad)
 // Position encodings and norms (EncodingOps.cpp).
 #define LWCC_ENCODING_KERNELS(X)                                                                   \
   X(CumSum) X(Tile) X(Mod) X(Sin) X(Cos) X(ReduceL1) X(ReduceL2) X(ReduceSumSquare)
 // Language models (LanguageOps.cpp).
 #define LWCC_LANGUAGE_KERNELS(X) X(GatherElements) X(ScatterElements) X(NllLoss) X(NllLossGrad)
+// Attention (AttentionOps.cpp).
+#define LWCC_ATTENTION_KERNELS(X) X(Attention) X(AttentionGrad)
 // Gradient clipping (GradClipOps.cpp).
 #define LWCC_GRAD_CLIP_KERNELS(X) X(SquareSum) X(ClipCoef)
 // A fused region: its body's ops, one after another (FusedOps.cpp).
@@ -168,6 +172,7 @@ LWCC_COMM_KERNELS(X)
 LWCC_ZOO_KERNELS(X)
 LWCC_ENCODING_KERNELS(X)
 LWCC_LANGUAGE_KERNELS(X)
+LWCC_ATTENTION_KERNELS(X)
 LWCC_GRAD_CLIP_KERNELS(X)
 LWCC_FUSED_KERNELS(X)
 #undef X

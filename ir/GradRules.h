@@ -48,13 +48,13 @@ namespace grad {
   X(conv2d)                                                                                        \
   X(maxPool2d)                                                                                     \
   X(avgPool2d)                                                                                     \
-  X(globalAvgPool) X(lrn) X(relu) X(leakyRelu) X(sigmoid) X(tanh) X(exp) X(log) X(sqrt)            \
-      X(reciprocal) X(neg) X(abs) X(clip) X(add) X(sub) X(mul) X(div) X(pow) X(reduceMean)         \
-          X(reduceSum) X(gemm) X(matmul) X(reshape) X(transpose) X(concat) X(slice) X(split)       \
-              X(gather) X(expand) X(pad) X(cast) X(softmax) X(logSoftmax) X(batchNormTrain)        \
-                  X(identity) X(softmaxXent) X(mseLoss) X(layerNorm) X(erf) X(gatherNd)            \
-                      X(allReduce) X(allGather) X(reduceScatter) X(broadcastTo) X(reduceTo)        \
-                          X(deviceCopy) X(shard) X(unshard)
+  X(globalAvgPool)                                                                                 \
+  X(lrn) X(relu) X(leakyRelu) X(sigmoid) X(tanh) X(exp) X(log) X(sqrt) X(reciprocal) X(neg) X(abs) \
+      X(clip) X(add) X(sub) X(mul) X(div) X(pow) X(reduceMean) X(reduceSum) X(gemm) X(matmul)      \
+          X(reshape) X(transpose) X(concat) X(slice) X(split) X(gather) X(expand) X(pad) X(cast)   \
+              X(softmax) X(logSoftmax) X(batchNormTrain) X(identity) X(softmaxXent) X(mseLoss)     \
+                  X(layerNorm) X(erf) X(gatherNd) X(allReduce) X(allGather) X(reduceScatter)       \
+                      X(broadcastTo) X(reduceTo) X(deviceCopy) X(shard) X(unshard)
 #define X(name) llvm::Error name(GradContext&);
 LWCC_GRAD_RULES(X)
 #undef X
@@ -80,6 +80,8 @@ llvm::Error reduceSumSquare(GradContext&);
 llvm::Error gatherElements(GradContext&);
 llvm::Error scatterElements(GradContext&);
 llvm::Error nllLoss(GradContext&);
+// Attention (AttentionOps.cpp).
+llvm::Error attention(GradContext&);
 } // namespace grad
 
 } // namespace lwcc

@@ -262,6 +262,9 @@ Rule gatherElements(const Op&);
 Rule scatterElements(const Op&);
 Rule nllLoss(const Op&);
 Rule nllLossGrad(const Op&);
+// Attention (AttentionOps.cpp).
+Rule attention(const Op&);
+Rule attentionGrad(const Op&);
 } // namespace shape
 
 namespace verify {
@@ -322,6 +325,8 @@ std::optional<SplitPlan> slice(const Op&, int64_t dim);
 std::optional<SplitPlan> pad(const Op&, int64_t dim);
 std::optional<SplitPlan> split(const Op&, int64_t dim);
 std::optional<SplitPlan> layerNorm(const Op&, int64_t dim);
+/// attention and its gradient along a leading (batch, heads) dim (AttentionOps.cpp).
+std::optional<SplitPlan> attention(const Op&, int64_t dim);
 } // namespace par
 
 /// Cost rules (ir/CostRules.cpp): FLOPs of one run of the op.
@@ -347,6 +352,9 @@ double normReduce(const Op&, const CostContext&);
 /// updates; a loss per target (and per input element for the gradient).
 double scatterElements(const Op&, const CostContext&);
 double nllLoss(const Op&, const CostContext&);
+/// attention: its two (forward) or five (gradient) products of Tq x Tk x D
+/// and the softmax per score (AttentionOps.cpp).
+double attention(const Op&, const CostContext&);
 /// fused: each statement's elements.
 double fused(const Op&, const CostContext&);
 } // namespace cost

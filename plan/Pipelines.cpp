@@ -127,6 +127,8 @@ PipelineText trainingStepPipeline(const TrainingPipelineOptions& o) {
   const int64_t micro = o.plan.microbatches;
   p.push_back({"dce", ""}); // the importer runs no pass
   p.push_back({"canonicalize", ""});
+  if (o.attentionFusion)
+    p.push_back({"fuse-attention", ""});
   p.push_back({"append-loss",
                o.loss +
                    (o.labelSmoothing != 0 ? ",label_smoothing=" + exact(o.labelSmoothing) : "") +

@@ -139,6 +139,9 @@ struct TrainingPipelineOptions {
   std::optional<int64_t> ignoreIndex;
   /// softmax-xent on [N, T, V]: logits at 0..T-2 against labels at 1..T-1.
   bool shiftLabels = false;
+  /// fuse-attention: attention subgraphs as one attention op (off:
+  /// --no-attention-fusion, the plain ops).
+  bool attentionFusion = true;
   std::vector<std::string> freeze; ///< glob patterns of frozen params
   bool freezeBn = false;
   std::string bnRunningVar = "unbiased";

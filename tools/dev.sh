@@ -449,6 +449,7 @@ cmd_test() {
   suite "token data: llm.c shards train a causal LM" python3 test/e2e/token_data.py
   suite "language-model patterns of the exporters vs onnxruntime and the interpreter" \
     python3 test/e2e/lm_patterns.py
+  suite "attention as one op vs the exporters' plain ops" python3 test/e2e/attention.py
   suite "parallel strategies vs one device" python3 test/e2e/parallel_step.py
   suite "pipelines and micro-batches vs one device" python3 test/e2e/pipeline_step.py
   suite "multi-device CPU trainers vs one device" python3 test/e2e/multi_device_trainer.py

@@ -27,9 +27,9 @@ namespace {
 
 TEST(GradCheck, EveryOpWithAGradientRuleIsChecked) {
   // The ops the tests of this file, GradCheckTensorTest.cpp,
-  // GradCheckZooTest.cpp, GradCheckEncodingTest.cpp and
-  // GradCheckLanguageTest.cpp check. A new gradient rule needs a test there
-  // and an entry here.
+  // GradCheckZooTest.cpp, GradCheckEncodingTest.cpp,
+  // GradCheckLanguageTest.cpp and GradCheckAttentionTest.cpp check. A new
+  // gradient rule needs a test there and an entry here.
   // clang-format off
   const std::set<std::string_view> checked = {
       "conv2d", "max_pool2d", "avg_pool2d", "global_avg_pool", "lrn",
@@ -45,6 +45,8 @@ TEST(GradCheck, EveryOpWithAGradientRuleIsChecked) {
       "cumsum", "tile", "mod", "sin", "cos", "reduce_l1", "reduce_l2", "reduce_sum_square",
       // Language models (GradCheckLanguageTest.cpp).
       "gather_elements", "scatter_elements", "nll_loss",
+      // Attention (GradCheckAttentionTest.cpp).
+      "attention",
       // Communication (GradCheckCommTest.cpp).
       "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce_to", "device_copy",
       "shard", "unshard"};

@@ -177,6 +177,11 @@ cl::opt<bool> shiftLabels(
              "computes it from labels equal to the input ids: the logits at positions 0..T-2 "
              "against the labels at 1..T-1 (use with --ignore-index=-100 for padding)"),
     cl::cat(category));
+cl::opt<bool> noAttentionFusion(
+    "no-attention-fusion",
+    cl::desc("Train attention as the model's plain ops (matmul, softmax, ...) instead of one "
+             "attention op"),
+    cl::cat(category));
 cl::opt<std::string> optimizer("optimizer", cl::desc("sgd (default), adam or adamw"),
                                cl::init("sgd"), cl::cat(category));
 cl::opt<double> lr("lr", cl::desc("Learning rate (default 0.01 for sgd, 0.001 for adam/adamw)"),
@@ -609,6 +614,7 @@ TrainingPipelineOptions pipelineOptions(const PlanChoice& plan, bool withOptimiz
   if (ignoreIndex.getNumOccurrences())
     o.ignoreIndex = ignoreIndex;
   o.shiftLabels = shiftLabels;
+  o.attentionFusion = !noAttentionFusion;
   o.bnRunningVar = bnRunningVar;
   o.mixedPrecision = mixedPrecision;
   o.gpus = gpus;

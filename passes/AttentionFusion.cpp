@@ -1,0 +1,300 @@
+//===- AttentionFusion.cpp - Scaled dot-product attention as one op -------===//
+//
+// Finds attention as the exporters spell it and writes one attention op in
+// its place (ir/AttentionOps.cpp):
+//
+//   s = matmul(q, transpose(k))          the last two dims of k swapped
+//   s = mul(s, c) | div(s, c)            scalar constants, any number; also
+//                                        on q and on k or k^T before the
+//                                        matmul (PyTorch's sqrt(scale) on each)
+//   s = add(s, m) | add(m, s)            an additive mask: a constant of 0
+//                                        and -inf below the diagonal only
+//                                        becomes causal = 1, others the mask
+//   s = where(cond, s, fill)             fill a scalar constant of -inf (or
+//                                        below -1e30): a constant lower
+//                                        triangle becomes causal = 1, others
+//                                        the mask where(cond, 0, fill)
+//   p = softmax(s, axis = -1)
+//   o = matmul(p, v)
+//
+// It rewrites only when every intermediate (the scores, their scaled and
+// masked forms, the softmax) has no reader outside the pattern, and when
+// q, k, v and the mask fit attention's shape rule (one set of leading
+// dims); anything else is left as it is.
+//
+//===----------------------------------------------------------------------===//
+#include "ir/IR.h"
+#include "passes/Pass.h"
+
+#include <cmath>
+#include <set>
+
+namespace lwcc {
+
+namespace {
+
+/// The op defining `v` when it is of `kind` and `v` has exactly one use.
+Op* soleDef(Value* v, OpKind kind) {
+  Op* d = v->definingOp();
+  if (!d || d->kind() != kind || v->uses().size() != 1)
+    return nullptr;
+  return d;
+}
+
+/// The value of a float scalar constant (any shape of one element).
+std::optional<double> scalarConstant(Value* v) {
+  Op* d = v->definingOp();
+  if (!d || d->kind() != OpKind::Constant || !isFloat(v->type().dtype) ||
+      v->type().numElements() != 1)
+    return std::nullopt;
+  return d->getFloats("value")[0];
+}
+
+/// The values of a constant, or empty when `v` is not a constant.
+std::vector<double> constantValues(Value* v) {
+  Op* d = v->definingOp();
+  if (!d || d->kind() != OpKind::Constant)
+    return {};
+  int64_t n = v->type().numElements();
+  std::vector<double> out(static_cast<size_t>(n));
+  if (isFloat(v->type().dtype)) {
+    const auto& f = d->getFloats("value");
+    for (int64_t k = 0; k < n; ++k)
+      out[k] = f.size() == 1 ? f[0] : f[k];
+  } else {
+    const auto& i = d->getInts("ivalue");
+    for (int64_t k = 0; k < n; ++k)
+      out[k] = static_cast<double>(i.size() == 1 ? i[0] : i[k]);
+  }
+  return out;
+}
+
+/// Whether constant `v`, of shape [1..., T, T], marks exactly the keys
+/// j > i of each query i: `masked(x)` says whether a value masks.
+template <typename Fn> bool isCausalConstant(Value* v, int64_t tq, int64_t tk, Fn masked) {
+  const Shape& s = v->type().shape;
+  if (s.size() < 2 || tq != tk || s[s.size() - 2] != tq || s.back() != tk)
+    return false;
+  for (size_t a = 0; a + 2 < s.size(); ++a)
+    if (s[a] != 1)
+      return false;
+  std::vector<double> x = constantValues(v);
+  if (x.empty())
+    return false;
+  for (int64_t i = 0; i < tq; ++i)
+    for (int64_t j = 0; j < tk; ++j)
+      if (masked(x[i * tk + j]) != (j > i))
+        return false;
+  return true;
+}
+
+/// A fill that masks a score: -inf, or a float's lowest (HF's finfo.min).
+bool isMaskingFill(double f) { return f <= -1e30; }
+
+/// Whether `perm` swaps the last two dims and keeps the others.
+bool swapsLastTwo(const Op& t) {
+  const auto& p = t.getInts("perm");
+  int64_t r = static_cast<int64_t>(p.size());
+  if (r < 2)
+    return false;
+  for (int64_t d = 0; d + 2 < r; ++d)
+    if (p[d] != d)
+      return false;
+  return p[r - 2] == r - 1 && p[r - 1] == r - 2;
+}
+
+/// Peels scalar mul/div constants off `v` (each value used once), folding
+/// them into `scale`.
+Value* peelScale(Value* v, double& scale, std::vector<Op*>& dead) {
+  for (;;) {
+    Op* d = v->definingOp();
+    if (!d || (d->kind() != OpKind::Mul && d->kind() != OpKind::Div) || v->uses().size() != 1)
+      return v;
+    std::optional<double> c = scalarConstant(d->operand(1));
+    Value* rest = d->operand(0);
+    if (!c && d->kind() == OpKind::Mul) {
+      c = scalarConstant(d->operand(0));
+      rest = d->operand(1);
+    }
+    if (!c || rest->type().shape != v->type().shape)
+      return v;
+    scale = d->kind() == OpKind::Mul ? scale * *c : scale / *c;
+    dead.push_back(d);
+    v = rest;
+  }
+}
+
+/// Whether `v`, of `shape`, is the scores q k^T after scales and masks.
+bool leadsToScores(Value* v, const Shape& shape, int depth) {
+  if (depth > 8 || v->type().shape != shape || v->uses().size() != 1)
+    return false;
+  double unused = 1;
+  std::vector<Op*> d;
+  v = peelScale(v, unused, d);
+  Op* def = v->definingOp();
+  if (!def)
+    return false;
+  if (def->kind() == OpKind::MatMul)
+    return true;
+  if (def->kind() == OpKind::Where)
+    return leadsToScores(def->operand(1), shape, depth + 1);
+  if (def->kind() == OpKind::Add)
+    return leadsToScores(def->operand(0), shape, depth + 1) ||
+           leadsToScores(def->operand(1), shape, depth + 1);
+  return false;
+}
+
+class AttentionFusionPass : public Pass {
+public:
+  std::string_view name() const override { return "fuse-attention"; }
+
+  llvm::Error run(Graph& g, PassContext&) override {
+    std::vector<Op*> softmaxes;
+    for (auto& op : g.ops())
+      if (op->kind() == OpKind::Softmax)
+        softmaxes.push_back(op.get());
+    for (Op* sm : softmaxes)
+      if (llvm::Error e = tryFuse(g, sm))
+        return e;
+    return llvm::Error::success();
+  }
+
+private:
+  llvm::Error tryFuse(Graph& g, Op* sm) {
+    Value* p = sm->result();
+    int64_t rank = p->type().rank();
+    int64_t axis = sm->getInt("axis");
+    if (rank < 2 || (axis != -1 && axis != rank - 1) || p->uses().size() != 1)
+      return llvm::Error::success();
+    Op* pv = p->uses()[0].user;
+    if (!pv || pv->kind() != OpKind::MatMul || p->uses()[0].index != 0)
+      return llvm::Error::success();
+    std::vector<Op*> dead{pv, sm};
+    Value* s = sm->operand(0);
+    int64_t tq = s->type().shape[rank - 2], tk = s->type().shape[rank - 1];
+    int64_t causal = 0;
+    double scale = 1.0;
+    // The masks, outermost first: where(cond, s, fill) and add(s, m) in
+    // any order and number.
+    std::vector<Value*> masks;
+    std::vector<std::pair<Value*, double>> wheres;
+    for (;;) {
+      if (Op* w = soleDef(s, OpKind::Where)) {
+        std::optional<double> f = scalarConstant(w->operand(2));
+        if (!f || !isMaskingFill(*f) || w->operand(1)->type().shape != s->type().shape)
+          return llvm::Error::success();
+        Value* cond = w->operand(0);
+        if (isCausalConstant(cond, tq, tk, [](double x) { return x == 0; }))
+          causal = 1;
+        else
+          wheres.push_back({cond, *f});
+        dead.push_back(w);
+        s = w->operand(1);
+      } else if (Op* a = soleDef(s, OpKind::Add)) {
+        // The scores are the operand of s's shape that leads to q k^T.
+        unsigned si = leadsToScores(a->operand(0), s->type().shape, 0)   ? 0
+                      : leadsToScores(a->operand(1), s->type().shape, 0) ? 1
+                                                                         : 2;
+        if (si == 2)
+          return llvm::Error::success();
+        Value* m = a->operand(1 - si);
+        if (isCausalConstant(m, tq, tk, [](double x) { return isMaskingFill(x); }))
+          causal = 1;
+        else
+          masks.push_back(m);
+        dead.push_back(a);
+        s = a->operand(si);
+      } else {
+        break;
+      }
+    }
+    s = peelScale(s, scale, dead);
+    Op* qk = soleDef(s, OpKind::MatMul);
+    if (!qk)
+      return llvm::Error::success();
+    dead.push_back(qk);
+    Value* q = peelScale(qk->operand(0), scale, dead);
+    Value* kt = peelScale(qk->operand(1), scale, dead);
+    Op* t = soleDef(kt, OpKind::Transpose);
+    if (!t || !swapsLastTwo(*t))
+      return llvm::Error::success();
+    dead.push_back(t);
+    Value* k = peelScale(t->operand(0), scale, dead);
+    Value* v = pv->operand(1);
+    // One set of leading dims, as attention's shape rule wants.
+    if (q->type().rank() != rank || k->type().rank() != rank || v->type().rank() != rank ||
+        q->type().dtype != p->type().dtype || k->type().dtype != q->type().dtype ||
+        v->type().dtype != q->type().dtype)
+      return llvm::Error::success();
+    for (Value* m : masks)
+      if (m->type().dtype != q->type().dtype)
+        return llvm::Error::success();
+    Builder b(g);
+    b.setInsertionPointBefore(pv);
+    b.setLoc(pv->loc());
+    // where(cond, 0, fill): the additive form of each where's mask; then
+    // the masks' sum.
+    DType dt = q->type().dtype;
+    for (auto& [cond, fill] : wheres) {
+      Op* zero = b.create(OpKind::Constant, {}, {TensorType(dt, {})},
+                          {{"value", Attribute(std::vector<double>{0.0})}});
+      Op* f = b.create(OpKind::Constant, {}, {TensorType(dt, {})},
+                       {{"value", Attribute(std::vector<double>{fill})}});
+      auto m = b.createInferred(OpKind::Where, {cond, zero->result(), f->result()});
+      if (!m)
+        return m.takeError();
+      masks.push_back((*m)->result());
+    }
+    Value* mask = nullptr;
+    for (Value* m : masks) {
+      if (m->type().dtype != dt)
+        return llvm::Error::success(); // checked below before anything is written
+      if (!mask) {
+        mask = m;
+        continue;
+      }
+      auto sum = b.createInferred(OpKind::Add, {mask, m});
+      if (!sum)
+        return sum.takeError();
+      mask = (*sum)->result();
+    }
+    std::vector<Value*> operands{q, k, v};
+    if (mask)
+      operands.push_back(mask);
+    std::vector<NamedAttr> attrs{{"scale", Attribute(scale)}};
+    if (causal)
+      attrs.push_back({"causal", Attribute(causal)});
+    auto att = b.createInferred(OpKind::Attention, operands, attrs, 2);
+    if (!att) {
+      // Shapes attention does not take (broadcast leading dims): leave it.
+      llvm::consumeError(att.takeError());
+      return llvm::Error::success();
+    }
+    Op* a = *att;
+    if (a->result(0)->type() != pv->result()->type()) {
+      g.eraseOp(a);
+      return llvm::Error::success();
+    }
+    pv->result()->replaceAllUsesWith(a->result(0));
+    // The pattern's ops, last first; scale constants with no other use go too.
+    std::set<Op*> consts;
+    for (Op* d : dead) {
+      for (Value* o : d->operands())
+        if (o->definingOp() && o->definingOp()->kind() == OpKind::Constant)
+          consts.insert(o->definingOp());
+      g.eraseOp(d);
+    }
+    for (Op* c : consts)
+      if (!c->hasUsedResults())
+        g.eraseOp(c);
+    return llvm::Error::success();
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createAttentionFusionPass() {
+  return std::make_unique<AttentionFusionPass>();
+}
+
+} // namespace lwcc

@@ -1,0 +1,106 @@
+//===- AttentionKernels.cpp - attention and its gradient on the CPU -------===//
+//
+// The kernels of lwrt/cpu_attention.h: the rows of every batch entry
+// (batch and heads flattened) on the pool, each with the formulas of
+// lwrt/attention_math.h that the interpreter and the CUDA kernels run. A
+// row's sums run in one order in double, so the bits do not depend on the
+// number of threads.
+//
+//===----------------------------------------------------------------------===//
+#include "Common.h"
+#include "Parallel.h"
+#include "lwrt/cpu_attention.h"
+#include "lwrt/kernel_checks.h"
+
+#include <vector>
+
+namespace lwrt::cpu {
+
+namespace {
+
+/// Rows per task of the pool.
+constexpr int64_t kGrain = 4;
+
+/// The row shape of q, k, v and the mask, or false when they do not fit
+/// or are not row-major floats of one type.
+bool shapeOf(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView* mask,
+             AttentionShape& s) {
+  if (!isFloat(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype ||
+      (mask && mask->dtype != q.dtype) || !rowMajor({&q, &k, &v}) || (mask && !rowMajor({mask})) ||
+      q.rank() != k.rank() || q.rank() != v.rank())
+    return false;
+  if (!makeAttentionShape(static_cast<int>(q.rank()), q.shape.data(), k.shape.data(),
+                          v.shape.data(), mask ? static_cast<int>(mask->rank()) : -1,
+                          mask ? mask->shape.data() : nullptr, s))
+    return false;
+  return s.d <= kAttentionMaxWidth && s.dv <= kAttentionMaxWidth;
+}
+
+/// Whether `t` is `dtype` of `shape`, row-major.
+bool is(const TensorView& t, DType dtype, const std::vector<int64_t>& shape) {
+  return t.dtype == dtype && t.shape == shape && rowMajor({&t});
+}
+
+/// out's shape: q's with its last dim Dv; lse's: q's without its last dim.
+std::vector<int64_t> outShape(const TensorView& q, int64_t dv) {
+  std::vector<int64_t> s = q.shape;
+  s.back() = dv;
+  return s;
+}
+std::vector<int64_t> lseShape(const TensorView& q) {
+  return std::vector<int64_t>(q.shape.begin(), q.shape.end() - 1);
+}
+
+} // namespace
+
+bool attention(const TensorView& q, const TensorView& k, const TensorView& v,
+               const TensorView* mask, const TensorView& out, const TensorView& lse,
+               const AttentionParams& p) {
+  AttentionShape s;
+  if (!shapeOf(q, k, v, mask, s) || !is(out, q.dtype, outShape(q, s.dv)) ||
+      !is(lse, q.dtype, lseShape(q)))
+    return false;
+  return dispatchFloat(q.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* m = mask ? mask->as<const T>() : nullptr;
+    detail::parallelFor(s.batch * s.tq, kGrain, [&](int64_t first, int64_t last) {
+      std::vector<double> acc(static_cast<size_t>(s.dv));
+      for (int64_t r = first; r < last; ++r)
+        attentionRow(s, p, q.as<const T>(), k.as<const T>(), v.as<const T>(), m, out.as<T>(),
+                     lse.as<T>(), r / s.tq, r % s.tq, acc.data());
+    });
+    return true;
+  });
+}
+
+bool attentionGrad(const TensorView& dout, const TensorView& q, const TensorView& k,
+                   const TensorView& v, const TensorView& out, const TensorView& lse,
+                   const TensorView* mask, const TensorView& dq, const TensorView& dk,
+                   const TensorView& dv, const AttentionParams& p) {
+  AttentionShape s;
+  if (!shapeOf(q, k, v, mask, s) || !is(dout, q.dtype, outShape(q, s.dv)) ||
+      !is(out, q.dtype, outShape(q, s.dv)) || !is(lse, q.dtype, lseShape(q)) ||
+      !is(dq, q.dtype, q.shape) || !is(dk, q.dtype, k.shape) || !is(dv, q.dtype, v.shape))
+    return false;
+  return dispatchFloat(q.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* m = mask ? mask->as<const T>() : nullptr;
+    const T *g = dout.as<const T>(), *qq = q.as<const T>(), *kk = k.as<const T>(),
+            *vv = v.as<const T>(), *o = out.as<const T>(), *l = lse.as<const T>();
+    detail::parallelFor(s.batch * s.tq, kGrain, [&](int64_t first, int64_t last) {
+      std::vector<double> acc(static_cast<size_t>(s.d));
+      for (int64_t r = first; r < last; ++r)
+        attentionGradQueryRow(s, p, g, qq, kk, vv, o, l, m, dq.as<T>(), r / s.tq, r % s.tq,
+                              acc.data());
+    });
+    detail::parallelFor(s.batch * s.tk, kGrain, [&](int64_t first, int64_t last) {
+      std::vector<double> acc(static_cast<size_t>(s.d + s.dv));
+      for (int64_t r = first; r < last; ++r)
+        attentionGradKeyRow(s, p, g, qq, kk, vv, o, l, m, dk.as<T>(), dv.as<T>(), r / s.tk,
+                            r % s.tk, acc.data());
+    });
+    return true;
+  });
+}
+
+} // namespace lwrt::cpu
