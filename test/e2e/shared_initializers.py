@@ -233,7 +233,8 @@ def tied_by_name():
                 for f in os.listdir(dump) if f.startswith("grad_")}
         keep, untie = grads["keep:w"], grads["untie:w"]
         assert sorted(keep) == ["w", "wte"], f"keep:w trains {sorted(keep)}"
-        assert len(untie) == 3 and "wte" in untie and "w" in untie, f"untie:w trains {sorted(untie)}"
+        assert len(untie) == 3 and "wte" in untie and "w" in untie, \
+            f"untie:w trains {sorted(untie)}"
         (copy,) = set(untie) - {"w", "wte"}
         summed = untie["w"] + untie[copy]
         err = harness.rel_error(keep["w"], summed)
