@@ -216,7 +216,7 @@ namespace {
 
 /// Rewrites `graph` as the importer reads it: split initializers as
 /// initializers of their own (SharedInitializers.h).
-llvm::Error splitSharedInitializers(onnx::GraphProto& graph, TiedInitializers tied) {
+llvm::Error splitSharedInitializers(onnx::GraphProto& graph, const TiedChoice& tied) {
   auto planned = planInitializerSplit(graph, tied);
   if (!planned)
     return planned.takeError();
@@ -262,7 +262,7 @@ llvm::Error splitSharedInitializers(onnx::GraphProto& graph, TiedInitializers ti
 
 llvm::Expected<ExportTemplate> buildExportTemplate(const std::string& modelPath,
                                                    const std::vector<ExportParamSpec>& params,
-                                                   TiedInitializers tied) {
+                                                   const TiedChoice& tied) {
   const std::string& file = modelPath;
   onnx::ModelProto model;
   if (llvm::Error e = loadModelProto(modelPath, model))

@@ -70,7 +70,7 @@ struct ExportTemplate {
 /// initializer.
 llvm::Expected<ExportTemplate> buildExportTemplate(const std::string& modelPath,
                                                    const std::vector<ExportParamSpec>& params,
-                                                   TiedInitializers tied = TiedInitializers::Auto);
+                                                   const TiedChoice& tied = {});
 
 /// The metadata_props key that the template sets to the model's file name.
 inline constexpr const char* kExportedFromKey = "lwcc.exported_from";

@@ -31,7 +31,7 @@ struct ImportOptions {
   /// Value for symbolic leading (batch) dims of the graph inputs.
   std::optional<int64_t> batch;
   /// Float initializers that several nodes read (SharedInitializers.h).
-  TiedInitializers tied = TiedInitializers::Auto;
+  TiedChoice tied;
   /// Receives warnings about the model (e.g. batch norm folded away).
   DiagHandler diag;
   /// The float initializers' values read into Module::weights. Without,

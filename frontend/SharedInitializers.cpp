@@ -115,8 +115,48 @@ bool exportConstant(const std::string& name, const std::map<std::string, Exporte
   return it->second.foldedFrom.size() != 1;
 }
 
+llvm::Expected<TiedChoice> parseTiedChoice(const std::string& spec) {
+  TiedChoice choice;
+  bool fileChoice = false;
+  auto modeOf = [](const std::string& s) -> std::optional<TiedInitializers> {
+    if (s == "auto")
+      return TiedInitializers::Auto;
+    if (s == "untie")
+      return TiedInitializers::Untie;
+    if (s == "keep")
+      return TiedInitializers::Keep;
+    return std::nullopt;
+  };
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t end = std::min(spec.find(',', start), spec.size());
+    std::string entry = spec.substr(start, end - start);
+    start = end + 1;
+    size_t colon = entry.find(':');
+    std::optional<TiedInitializers> m = modeOf(entry.substr(0, colon));
+    if (colon == std::string::npos) {
+      if (!m)
+        return makeError("--tied-initializers: '" + entry +
+                         "' is not auto, untie, keep, keep:NAME or untie:NAME");
+      if (fileChoice)
+        return makeError("--tied-initializers: '" + entry +
+                         "' is a second choice for the whole file");
+      fileChoice = true;
+      choice.mode = *m;
+      continue;
+    }
+    std::string name = entry.substr(colon + 1);
+    if (!m || *m == TiedInitializers::Auto || name.empty())
+      return makeError("--tied-initializers: '" + entry +
+                       "' is not keep:NAME or untie:NAME (an initializer's name)");
+    if (!choice.byName.emplace(name, *m).second)
+      return makeError("--tied-initializers: initializer '" + name + "' is named twice");
+  }
+  return choice;
+}
+
 llvm::Expected<InitializerSplit> planInitializerSplit(const onnx::GraphProto& graph,
-                                                      TiedInitializers mode) {
+                                                      const TiedChoice& choice) {
   InitializerSplit plan;
   // Float initializers of rank >= 1: the params a network trains. Scalars
   // are exporters' constants and stay shared.
@@ -187,8 +227,18 @@ llvm::Expected<InitializerSplit> planInitializerSplit(const onnx::GraphProto& gr
     }
   }
 
+  // A choice by name is for an initializer several nodes read as a weight.
+  for (const auto& [name, m] : choice.byName) {
+    auto it = uses.find(name);
+    if (it == uses.end() || std::count_if(it->second.begin(), it->second.end(),
+                                          [](const InitializerUse& u) { return !u.state; }) < 2)
+      return makeError("--tied-initializers names '" + name +
+                       "', which is no float initializer that several nodes read as a weight");
+  }
+
   for (const auto& [x, list] : uses) {
     // With Auto: tied where the uses say so (see SharedInitializers.h).
+    TiedInitializers mode = choice.of(x);
     bool keep = mode == TiedInitializers::Keep;
     if (mode == TiedInitializers::Auto) {
       std::vector<const InitializerUse*> trained;
@@ -220,9 +270,10 @@ llvm::Expected<InitializerSplit> planInitializerSplit(const onnx::GraphProto& gr
           return makeError("initializer '" + x + "' is read as a weight by " +
                            std::to_string(trained.size()) + " nodes (" + readers +
                            "): the file does not say whether the model holds one param used " +
-                           "that often (--tied-initializers=keep: one param, its gradient " +
-                           "summed) or equal params its exporter deduplicated " +
-                           "(--tied-initializers=untie: one each)");
+                           "that often (--tied-initializers=keep:" + x + ": one param, its " +
+                           "gradient summed) or equal params its exporter deduplicated " +
+                           "(--tied-initializers=untie:" + x + ": one each; keep or untie " +
+                           "alone decides for every initializer of the file)");
         }
       }
     }

@@ -84,6 +84,23 @@ enum class TiedInitializers {
   Keep,  ///< one tied param for the trainable consumers; gradients summed
 };
 
+/// The choice for the whole file and, by initializer name, choices that
+/// override it (`--tied-initializers=auto,keep:lm_head.weight,untie:NAME`).
+struct TiedChoice {
+  TiedInitializers mode = TiedInitializers::Auto;
+  std::map<std::string, TiedInitializers> byName;
+  TiedChoice(TiedInitializers m = TiedInitializers::Auto) : mode(m) {}
+  TiedInitializers of(const std::string& name) const {
+    auto it = byName.find(name);
+    return it == byName.end() ? mode : it->second;
+  }
+};
+
+/// Parses a comma-separated list of `auto`, `untie` or `keep` (the file's
+/// choice, at most one; default auto) and `keep:NAME` or `untie:NAME` (one
+/// initializer's, each name once). The error says which entry is wrong.
+llvm::Expected<TiedChoice> parseTiedChoice(const std::string& spec);
+
 /// The rewrite of a graph's shared initializers. Node indexes refer to the
 /// GraphProto the plan was made for.
 struct InitializerSplit {
@@ -114,9 +131,12 @@ struct InitializerSplit {
 ///  - anything else of rank 2 or more read by several nodes (one weight
 ///    applied twice, or equal weights an exporter deduplicated) cannot be
 ///    told apart from the file: an error names the initializer and its
-///    readers, and --tied-initializers=keep or untie decides.
+///    readers, and --tied-initializers=keep or untie decides, for the file
+///    or (keep:NAME, untie:NAME) for that initializer.
+/// A choice by name overrides the file's for that initializer; a name that
+/// is no float initializer several nodes read as a weight is an error.
 llvm::Expected<InitializerSplit> planInitializerSplit(const onnx::GraphProto& graph,
-                                                      TiedInitializers mode);
+                                                      const TiedChoice& choice);
 
 /// The graph's nodes after `split`: node inputs renamed to their copies,
 /// and Identity nodes dropped when a copy took their output's name or when

@@ -447,7 +447,7 @@ cmd_test() {
   suite "fine-tuning with frozen layers" python3 test/e2e/finetune.py
   suite "trainer recipes: --ema, npy data, TensorBoard" python3 test/e2e/trainer_recipes.py
   suite "token data: llm.c shards train a causal LM" python3 test/e2e/token_data.py
-  suite "language-model patterns of the exporters vs onnxruntime and the interpreter" \
+  suite "language-model patterns of the exporters vs onnxruntime, the interpreter and the emulated GPU" \
     python3 test/e2e/lm_patterns.py
   suite "attention as one op vs the exporters' plain ops" python3 test/e2e/attention.py
   suite "parallel strategies vs one device" python3 test/e2e/parallel_step.py

@@ -6,9 +6,11 @@
 //  - gather_elements and scatter_elements: one thread per line of indices
 //    along the axis, each line reading or writing one line of data in the
 //    CPU's order (no atomics: duplicate indices end as on the CPU).
-//  - nll_loss: one thread sums the targets in order, in double (the CPU's
-//    sum, bit for bit); its gradient: one thread per target after one
-//    thread has summed the weights of a mean.
+//  - nll_loss: one block; each thread sums every blockDim.x-th target in
+//    order, in double, and a fixed tree adds the threads' sums
+//    (deterministic; within rounding of the CPU's sum in order); its
+//    gradient: one thread per target after one block has summed the
+//    weights of a mean the same way.
 // An index or target out of range sets the device error flag
 // (kIndexOutOfRange, kLabelOutOfRange).
 //
@@ -75,45 +77,62 @@ template <typename J> __device__ bool targetOk(const NllWalk& w, J t) {
   return w.ignored(static_cast<int64_t>(t)) || w.valid(static_cast<int64_t>(t));
 }
 
-/// One thread: the loss (per target for reduction none, else summed, or
-/// summed over the total weight for a mean).
+/// The loss of targets j = threadIdx.x, threadIdx.x + blockDim.x, ... (one
+/// block): per target for reduction none, else their sum, or their sum over
+/// the total weight for a mean. Each thread sums its targets in order, in
+/// double, and blockSum adds the threads' sums in a fixed tree: the same
+/// result on every run. A target out of range anywhere makes the loss NaN.
 template <typename J, typename T>
 __global__ void nllLossKernel(const T* x, const J* t, const T* weight, T* loss, NllWalk w,
                               NllReduction r, int* flag) {
-  if (blockIdx.x != 0 || threadIdx.x != 0)
-    return;
+  __shared__ double shared[kReduceThreads];
+  __shared__ int bad;
+  if (threadIdx.x == 0)
+    bad = 0;
+  __syncthreads();
   double sum = 0, total = 0;
-  for (int64_t j = 0; j < w.targets; ++j) {
+  for (int64_t j = threadIdx.x; j < w.targets; j += blockDim.x) {
     int64_t c = static_cast<int64_t>(t[j]);
     if (!targetOk(w, t[j])) {
-      raiseFlag(flag, kLabelOutOfRange);
-      *loss = static_cast<T>(NAN);
-      return;
+      atomicExch(&bad, 1);
+      continue;
     }
     double term = w.term(x, j, c, weight);
     if (r == NllReduction::None)
       loss[j] = static_cast<T>(term);
     sum += term;
+    if (r == NllReduction::Mean)
+      total += w.weightOf(c, weight);
   }
-  if (r == NllReduction::Sum)
-    *loss = static_cast<T>(sum);
-  if (r == NllReduction::Mean) {
-    for (int64_t j = 0; j < w.targets; ++j)
-      total += w.weightOf(static_cast<int64_t>(t[j]), weight);
-    *loss = static_cast<T>(sum / total);
+  __syncthreads();
+  if (bad) {
+    if (threadIdx.x == 0) {
+      raiseFlag(flag, kLabelOutOfRange);
+      *loss = static_cast<T>(NAN);
+    }
+    return;
   }
+  if (r == NllReduction::None)
+    return;
+  sum = blockSum(sum, shared);
+  if (r == NllReduction::Mean)
+    total = blockSum(total, shared);
+  if (threadIdx.x == 0)
+    *loss = static_cast<T>(r == NllReduction::Mean ? sum / total : sum);
 }
 
-/// One thread: *divisor = the total weight of the targets (mean), else 1.
+/// One block: *divisor = the total weight of the targets (mean), else 1,
+/// summed as nllLossKernel sums it.
 template <typename J, typename T>
 __global__ void nllDivisorKernel(const J* t, const T* weight, NllWalk w, bool mean,
                                  double* divisor) {
-  if (blockIdx.x != 0 || threadIdx.x != 0)
-    return;
+  __shared__ double shared[kReduceThreads];
   double total = 0;
-  for (int64_t j = 0; mean && j < w.targets; ++j)
+  for (int64_t j = threadIdx.x; mean && j < w.targets; j += blockDim.x)
     total += w.weightOf(static_cast<int64_t>(t[j]), weight);
-  *divisor = mean ? total : 1.0;
+  total = blockSum(total, shared);
+  if (threadIdx.x == 0)
+    *divisor = mean ? total : 1.0;
 }
 
 /// One thread per target: its class's element of dinput (zeroed before).
@@ -231,9 +250,9 @@ bool nllLoss(const TensorView& input, const TensorView& target, const TensorView
     using J = decltype(itag);
     return dispatchFloat(input.dtype, [&](auto tag) {
       using T = decltype(tag);
-      nllLossKernel<J, T><<<1, 1, 0, context().stream>>>(input.as<const T>(), target.as<const J>(),
-                                                         weight ? weight->as<const T>() : nullptr,
-                                                         loss.as<T>(), w, p.reduction, flag);
+      nllLossKernel<J, T><<<1, kReduceThreads, 0, context().stream>>>(
+          input.as<const T>(), target.as<const J>(), weight ? weight->as<const T>() : nullptr,
+          loss.as<T>(), w, p.reduction, flag);
       LWRT_CUDA(cudaGetLastError());
       return true;
     });
@@ -263,7 +282,7 @@ bool nllLossGrad(const TensorView& dloss, const TensorView& target, const Tensor
     return dispatchFloat(dinput.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T* wts = weight ? weight->as<const T>() : nullptr;
-      nllDivisorKernel<J, T><<<1, 1, 0, context().stream>>>(
+      nllDivisorKernel<J, T><<<1, kReduceThreads, 0, context().stream>>>(
           target.as<const J>(), wts, w, p.reduction == NllReduction::Mean, divisor);
       LWRT_CUDA(cudaGetLastError());
       nllLossGradKernel<J, T><<<blocksFor(w.targets), kThreads, 0, context().stream>>>(

@@ -37,6 +37,11 @@ ZeRO-2 and a 2-stage pipeline, against one device (the pipeline against
 one device with its 2 micro-batches), and their data-parallel step has the
 embedding's lookups and the layer norm on both devices. --shift-labels is
 checked against labels shifted by hand.
+causal_lm and lm_loss are also built as CUDA trainers for the emulated GPU
+(the language kernels of runtime/cuda: gather and scatter of elements,
+nll_loss's block reduction and its gradient) and trained 3 steps against the
+CPU trainer on the same batch: every loss and dumped tensor within
+EMULATED_TOL relative.
 Ends with the line "N passed, M failed".
 """
 import os
@@ -410,6 +415,65 @@ def strategies_case(name, tmp):
                  "device")
 
 
+EMULATED_TOL = 1e-6  # float32 both sides, the same kernels' math; seen within 2e-7
+
+
+def emulated_case(name, tmp):
+    """The CUDA trainer on the emulated GPU (gather and scatter of elements,
+    nll_loss and its gradient, the sequence loss's kernels) against the CPU
+    trainer: 3 steps on the same batch, every loss and every dumped param
+    within EMULATED_TOL relative."""
+    build, flags = MODELS[name]
+
+    def check():
+        if not os.path.exists(os.path.join(harness.PREFIX, "lib", "liblwcc_runtime_emu.a")):
+            raise AssertionError("no liblwcc_runtime_emu.a (ninja -C build lwcc_runtime_emu)")
+        path = os.path.join(tmp, name + "_emu.onnx")
+        onnx.save(build(), path)
+        data = os.path.join(tmp, name + "_emu_batch")
+        rng = np.random.default_rng(11)
+        arrays = inputs_of(name, rng)
+        if name in ("causal_lm", "dynamo_lm"):
+            arrays.append(labels(rng, V))
+        write(arrays, data, raw=True)
+        runs = {}
+        for target, ext in (("cpu", "cpu"), ("cuda", "emu")):
+            out = os.path.join(tmp, f"{name}_{ext}")
+            harness.check_output([harness.LWCC, path, f"--target={target}", *flags,
+                                  "--emit=source", "-o", out])
+            r = (harness.build_cpu_trainer(out) if target == "cpu" else
+                 harness.build_emulated_trainer(out, timeout=600))
+            ok = r[0] if target == "cpu" else r.returncode == 0
+            assert ok, f"{target} trainer build: {(r[1] if target == 'cpu' else r.stderr)[-800:]}"
+            extra = ["--no-tf32"] if target == "cuda" else ["--threads=2"]
+            work = os.path.join(out, "run")
+            os.makedirs(work, exist_ok=True)
+            harness.check_output([os.path.join(out, "trainer"), "--steps=3", f"--data=raw:{data}",
+                                  "--progress=off", "--log=log.jsonl", "--dump=dump", *extra],
+                                 cwd=work)
+            runs[ext] = work
+        lc, le = (harness.log_losses(os.path.join(runs[k], "log.jsonl")) for k in ("cpu", "emu"))
+        assert len(lc) == 3 and harness.losses_within(le, lc, EMULATED_TOL), \
+            f"losses {le} vs the CPU's {lc}"
+        worst = max(harness.rel_error(a, b) for a, b in zip(le, lc))
+        dc, de = (os.path.join(runs[k], "dump") for k in ("cpu", "emu"))
+        files = sorted(f for f in os.listdir(dc) if f.endswith(".bin"))
+        assert files and sorted(f for f in os.listdir(de) if f.endswith(".bin")) == files, \
+            f"dumps differ: {files} vs {sorted(os.listdir(de))}"
+        for f in files:
+            if f == "param_train.step.bin":  # the step counter: the same bytes
+                assert open(os.path.join(de, f), "rb").read() == \
+                    open(os.path.join(dc, f), "rb").read(), "the step counters differ"
+                continue
+            a, b = (np.fromfile(os.path.join(d, f), np.float32) for d in (de, dc))
+            assert a.size == b.size and a.size > 0, f"{f}: {a.size} vs {b.size} values"
+            err = harness.rel_error(a, b)
+            assert err < EMULATED_TOL, f"{f}: {err:.2e} from the CPU trainer's"
+            worst = max(worst, err)
+        return f"3 losses and {len(files)} dumped tensors within {worst:.1e}"
+    harness.case(check, f"{name}: the emulated GPU's trainer vs the CPU trainer")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in MODELS:
@@ -419,6 +483,8 @@ def main():
         shift_labels_case(tmp)
         for name in ("causal_lm", "dynamo_lm"):
             strategies_case(name, tmp)
+        for name in ("causal_lm", "lm_loss"):
+            emulated_case(name, tmp)
     return harness.finish()
 
 

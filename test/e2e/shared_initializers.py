@@ -20,6 +20,10 @@ nodes. Each case below is one test:
     on a batch norm that sees the input updates the running mean and
     variance as PyTorch does (unbiased batch variance, n/(n-1)), and with
     --bn-running-var=biased as ONNX's reference does.
+  - tied by name: a GPT-2-like tied table stays one param under auto; a
+    matrix two MatMuls read is an error (exit 1) naming it, its readers and
+    the flags, and --tied-initializers=keep:w trains it as one param whose
+    float64 gradient is the sum of untie:w's two params' gradients.
 Ends with the line "N passed, M failed".
 """
 import os
@@ -171,8 +175,77 @@ def running_variance():
             assert not np.allclose(got_v, other, rtol=1e-6), f"{rule}: the other rule's value"
 
 
+def tied_by_name():
+    """A GPT-2-like model: token table `wte` that a Gather and (through a
+    Transpose) the logits' MatMul read, and a matrix `w` two MatMuls read
+    (the file cannot tell one weight applied twice from two deduplicated).
+    Plain `auto` errors with exit 1 naming `w`, its readers and the flags;
+    keep:w / untie:w decide it. One float64 step of the interpreter: wte's
+    gradient is the one param's, and keep:w's gradient of w equals the sum
+    of untie:w's two params' gradients."""
+    rng = np.random.default_rng(7)
+    vocab, d, b, t = 7, 4, 2, 3
+    inits = [numpy_helper.from_array((rng.standard_normal((vocab, d)) * 0.5).astype(np.float32),
+                                     "wte"),
+             numpy_helper.from_array((rng.standard_normal((d, d)) * 0.5).astype(np.float32), "w")]
+    nodes = [helper.make_node("Gather", ["wte", "ids"], ["h"], name="embed"),
+             helper.make_node("MatMul", ["h", "w"], ["h1"], name="first"),
+             helper.make_node("Tanh", ["h1"], ["a1"], name="act"),
+             helper.make_node("MatMul", ["a1", "w"], ["h2"], name="second"),
+             helper.make_node("Transpose", ["wte"], ["wt"], name="lm_head_t", perm=[1, 0]),
+             helper.make_node("MatMul", ["h2", "wt"], ["l3"], name="lm_head"),
+             helper.make_node("Reshape", ["l3", "shape"], ["logits"], name="flat")]
+    inits.append(numpy_helper.from_array(np.array([b * t, vocab], np.int64), "shape"))
+    graph = helper.make_graph(
+        nodes, "tied_by_name",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [b, t])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [b * t, vocab])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "tied.onnx")
+        onnx.save(model, path)
+        r = harness.run([LWCC, path, "--emit=train-ir", "-o", os.devnull])
+        assert r.returncode == 1, f"exit {r.returncode}: {r.stderr[-400:]}"
+        for want in ("initializer 'w'", "'first' (MatMul)", "'second' (MatMul)",
+                     "--tied-initializers=keep:w", "--tied-initializers=untie:w"):
+            assert want in r.stderr, f"{want!r} not in: {r.stderr[-600:]}"
+        assert "wte" not in r.stderr, f"the tied table was refused: {r.stderr[-600:]}"
+        # A name no two nodes read: a bad input (1); a bad value: bad usage (2).
+        for bad, named, rc in (("--tied-initializers=keep:nothing", "'nothing'", 1),
+                               ("--tied-initializers=tie", "'tie'", 2)):
+            r = harness.run([LWCC, path, bad, "--emit=train-ir", "-o", os.devnull])
+            assert r.returncode == rc and named in r.stderr, \
+                f"{bad}: exit {r.returncode}: {r.stderr[-400:]}"
+        data = os.path.join(tmp, "in")
+        os.makedirs(data)
+        ids = rng.integers(0, vocab, (b, t)).astype(np.int64)
+        labels = rng.integers(0, vocab, (b * t,)).astype(np.int64)
+        for k, a in enumerate((ids, labels)):
+            onnx.save_tensor(numpy_helper.from_array(a), os.path.join(data, f"input_{k}.pb"))
+        grads = {}
+        for choice in ("keep:w", "untie:w"):
+            dump = os.path.join(tmp, choice.replace(":", "_"))
+            run([LWCC, path, f"--tied-initializers={choice}", "--train-reference",
+                 "--precision=f64", "--inputs", data, "--steps", "1", "--dump", dump])
+            grads[choice] = {f[len("grad_"):-len(".pb")]: numpy_helper.to_array(
+                onnx.load_tensor(os.path.join(dump, f)))
+                for f in os.listdir(dump) if f.startswith("grad_")}
+        keep, untie = grads["keep:w"], grads["untie:w"]
+        assert sorted(keep) == ["w", "wte"], f"keep:w trains {sorted(keep)}"
+        assert len(untie) == 3 and "wte" in untie and "w" in untie, \
+            f"untie:w trains {sorted(untie)}"
+        (copy,) = set(untie) - {"w", "wte"}
+        summed = untie["w"] + untie[copy]
+        err = harness.rel_error(keep["w"], summed)
+        assert err < 1e-12, f"keep:w's gradient is {err:.2e} from the sum of the untied ones"
+        assert harness.rel_error(keep["w"], untie["w"]) > 1e-3, "both uses' gradients are equal"
+        assert harness.rel_error(keep["wte"], untie["wte"]) < 1e-12
+        return f"w's kept gradient = the sum of its untied ones within {err:.1e}"
+
+
 def main():
-    for fn in (untied_trainer, tied_trainer, running_variance):
+    for fn in (untied_trainer, tied_trainer, running_variance, tied_by_name):
         case(fn)
     return harness.finish()
 

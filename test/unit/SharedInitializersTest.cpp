@@ -45,7 +45,7 @@ void addNode(onnx::GraphProto& g, const std::string& op, const std::string& name
 }
 
 /// The split planned, which must be possible.
-lwcc::InitializerSplit plan(const onnx::GraphProto& g, TiedInitializers mode) {
+lwcc::InitializerSplit plan(const onnx::GraphProto& g, const lwcc::TiedChoice& mode) {
   auto split = lwcc::planInitializerSplit(g, mode);
   EXPECT_TRUE(static_cast<bool>(split));
   if (!split) {
@@ -57,7 +57,7 @@ lwcc::InitializerSplit plan(const onnx::GraphProto& g, TiedInitializers mode) {
 
 /// What each remaining node reads, by node name, after the split.
 std::map<std::string, std::vector<std::string>> reads(const onnx::GraphProto& g,
-                                                      TiedInitializers mode) {
+                                                      const lwcc::TiedChoice& mode) {
   lwcc::InitializerSplit split = plan(g, mode);
   lwcc::RewrittenNodes nodes = lwcc::applyInitializerSplit(g, split);
   std::map<std::string, std::vector<std::string>> out;
@@ -224,6 +224,67 @@ TEST(SharedInitializers, AutoKeepsATiedEmbeddingUntiesVectorsAndRefusesTheRest) 
   EXPECT_NE(msg.find("--tied-initializers=keep"), std::string::npos) << msg;
   EXPECT_EQ(plan(twice, TiedInitializers::Untie).copies.size(), 1u);
   EXPECT_EQ(plan(twice, TiedInitializers::Keep).copies.size(), 0u);
+}
+
+TEST(SharedInitializers, AChoiceByNameOverridesTheFilesForThatInitializer) {
+  // Two matrices each read by two MatMuls: auto refuses both; a choice by
+  // name decides one, and the other is still refused unless named too.
+  onnx::GraphProto g;
+  addInit(g, "w", {4, 4});
+  addInit(g, "u", {4, 4});
+  addNode(g, "MatMul", "first", {"x", "w"}, {"y"});
+  addNode(g, "MatMul", "second", {"y", "w"}, {"z"});
+  addNode(g, "MatMul", "third", {"z", "u"}, {"s"});
+  addNode(g, "MatMul", "fourth", {"s", "u"}, {"t"});
+  auto parsed = lwcc::parseTiedChoice("auto,keep:w");
+  ASSERT_TRUE(static_cast<bool>(parsed)) << llvm::toString(parsed.takeError());
+  auto refused = lwcc::planInitializerSplit(g, *parsed);
+  ASSERT_FALSE(static_cast<bool>(refused));
+  std::string msg = llvm::toString(refused.takeError());
+  EXPECT_NE(msg.find("initializer 'u'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--tied-initializers=keep:u"), std::string::npos) << msg;
+
+  parsed = lwcc::parseTiedChoice("keep:w,untie:u");
+  ASSERT_TRUE(static_cast<bool>(parsed)) << llvm::toString(parsed.takeError());
+  EXPECT_EQ(parsed->mode, TiedInitializers::Auto);
+  auto r = reads(g, *parsed);
+  EXPECT_EQ(r["first"][1], "w");
+  EXPECT_EQ(r["second"][1], "w");           // one param
+  EXPECT_NE(r["third"][1], r["fourth"][1]); // one each
+
+  // The file's untie, with w kept by name.
+  parsed = lwcc::parseTiedChoice("untie,keep:w");
+  ASSERT_TRUE(static_cast<bool>(parsed)) << llvm::toString(parsed.takeError());
+  lwcc::InitializerSplit split = plan(g, *parsed);
+  ASSERT_EQ(split.copies.size(), 1u);
+  EXPECT_EQ(split.copies[0].source, "u");
+
+  // A name no two nodes read as a weight is an error naming it.
+  parsed = lwcc::parseTiedChoice("keep:nothing");
+  ASSERT_TRUE(static_cast<bool>(parsed));
+  auto unknown = lwcc::planInitializerSplit(g, *parsed);
+  ASSERT_FALSE(static_cast<bool>(unknown));
+  msg = llvm::toString(unknown.takeError());
+  EXPECT_NE(msg.find("'nothing'"), std::string::npos) << msg;
+}
+
+TEST(SharedInitializers, TheFlagsValueIsParsedOrItsWrongEntryNamed) {
+  auto ok = lwcc::parseTiedChoice("keep");
+  ASSERT_TRUE(static_cast<bool>(ok));
+  EXPECT_EQ(ok->mode, TiedInitializers::Keep);
+  EXPECT_TRUE(ok->byName.empty());
+  for (auto [spec, named] : std::vector<std::pair<std::string, std::string>>{
+           {"tie", "'tie'"},
+           {"keep,untie", "'untie' is a second choice"},
+           {"auto:w", "'auto:w'"},
+           {"keep:", "'keep:'"},
+           {"keep:w,untie:w", "'w' is named twice"},
+           {"auto,", "''"}}) {
+    auto bad = lwcc::parseTiedChoice(spec);
+    ASSERT_FALSE(static_cast<bool>(bad)) << spec;
+    std::string msg = llvm::toString(bad.takeError());
+    EXPECT_NE(msg.find(named), std::string::npos) << spec << ": " << msg;
+  }
 }
 
 } // namespace

@@ -231,7 +231,8 @@ cl::opt<std::string> tiedInitializers(
              "param; a vector, the exporters' deduplicated norms and biases, is untied; any "
              "other is an error naming it), untie (one param per consumer, as in the network "
              "exported) or keep (one tied param, its gradient summed; running statistics still "
-             "per layer)"),
+             "per layer); then, comma-separated, keep:NAME or untie:NAME for one initializer "
+             "(e.g. auto,keep:lm_head.weight)"),
     cl::init("auto"), cl::cat(category));
 
 // Checks on the reference interpreter.
@@ -382,8 +383,7 @@ int checkUsage() {
   for (const Choice& c :
        {Choice{loss, {"softmax-xent", "mse", "none"}}, Choice{optimizer, {"sgd", "adam", "adamw"}},
         Choice{lrSchedule, {"constant", "step", "cosine"}},
-        Choice{bnRunningVar, {"unbiased", "biased"}},
-        Choice{tiedInitializers, {"auto", "untie", "keep"}}}) {
+        Choice{bnRunningVar, {"unbiased", "biased"}}}) {
     if (std::find(c.allowed.begin(), c.allowed.end(), c.flag.getValue()) != c.allowed.end())
       continue;
     std::string list;
@@ -391,6 +391,8 @@ int checkUsage() {
       list += (list.empty() ? "" : ", ") + a;
     return usage("--" + c.flag.ArgStr.str() + "=" + c.flag.getValue() + " is not one of: " + list);
   }
+  if (auto tied = parseTiedChoice(tiedInitializers); !tied)
+    return usage(llvm::toString(tied.takeError()));
   if (int rc = recipes::checkUsage(loss))
     return rc;
   if (shiftLabels && loss != "softmax-xent")
@@ -532,10 +534,10 @@ std::string deviceSpecName() {
   return target == "cpu" ? "cpu" : "h100";
 }
 
-TiedInitializers tiedMode() {
-  return tiedInitializers == "keep"    ? TiedInitializers::Keep
-         : tiedInitializers == "untie" ? TiedInitializers::Untie
-                                       : TiedInitializers::Auto;
+TiedChoice tiedMode() {
+  // checkUsage() has parsed it.
+  auto tied = parseTiedChoice(tiedInitializers);
+  return tied ? *tied : (llvm::consumeError(tied.takeError()), TiedChoice());
 }
 
 llvm::Expected<DeviceSpec> loadSpec() {

@@ -116,7 +116,7 @@ int64_t recomputeLayersFlag();
 /// The device spec with --devices-per-node applied.
 llvm::Expected<DeviceSpec> loadSpec();
 /// --tied-initializers as the frontend takes it.
-TiedInitializers tiedMode();
+TiedChoice tiedMode();
 /// The candidates the planner prices at once (--plan-threads, 0: per core).
 int64_t planThreads();
 /// Whether --cost-profile also guides the planner (see Options.cpp).
