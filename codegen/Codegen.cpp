@@ -151,9 +151,12 @@ std::vector<int64_t> samplesPerDevice(const Graph& g, int64_t devices) {
 }
 
 /// The include lines of the runtime headers beyond <ns>_nn.h and
-/// <ns>_tensor.h that the ops of `g` call into (activations, resize, the
-/// position-encoding and norm ops, gradient clipping, and the language-model ops).
-std::string runtimeHeadersOf(const Graph& g, const char* ns) {
+/// <ns>_tensor.h that the ops of `g` and of the evaluation graph `eval`
+/// (when there is one: its ops may differ, say the plain ops of an
+/// attention the training step computes as one op) call into (activations,
+/// resize, the position-encoding and norm ops, gradient clipping, and the
+/// language-model ops).
+std::string runtimeHeadersOf(const Graph& g, const Graph* eval, const char* ns) {
   static const std::set<OpKind> activationOps = [] {
     std::set<OpKind> ops = {OpKind::PRelu,   OpKind::PReluGrad, OpKind::Max,     OpKind::Min,
                             OpKind::MaxGrad, OpKind::MinGrad,   OpKind::Compare, OpKind::Where};
@@ -169,7 +172,12 @@ std::string runtimeHeadersOf(const Graph& g, const char* ns) {
                                                OpKind::NllLoss, OpKind::NllLossGrad};
   bool activation = false, resize = false, encoding = false, clip = false, language = false,
        attention = false;
-  for (const auto& op : g.ops()) {
+  std::vector<const Op*> ops;
+  for (const Graph* graph : {&g, eval})
+    if (graph)
+      for (const auto& op : graph->ops())
+        ops.push_back(op.get());
+  for (const Op* op : ops) {
     activation |= activationOps.count(op->kind()) > 0;
     clip |= op->kind() == OpKind::SquareSum || op->kind() == OpKind::ClipCoef;
     resize |= op->kind() == OpKind::Resize || op->kind() == OpKind::ResizeGrad;
@@ -714,7 +722,8 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       "#include <limits>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
       "#include \"lwrt/" +
       std::string(ns) + "_nn.h\"\n#include \"lwrt/" + ns + "_tensor.h\"\n" +
-      runtimeHeadersOf(g, ns) + (fusedKernels->empty() ? "" : "#include \"lwrt/fused.h\"\n") +
+      runtimeHeadersOf(g, o.eval, ns) +
+      (fusedKernels->empty() ? "" : "#include \"lwrt/fused.h\"\n") +
       "#include \"lwrt/trainer.h\"\n" + (multi ? "#include \"lwrt/comm.h\"\n" : "") +
       (cuda ? "#include \"lwrt/nvtx.h\"\n" : "") + "\n";
   // The assembler embeds the blobs (nvcc's device pass must not see them).

@@ -483,6 +483,20 @@ llvm::Expected<Module> importModel(const onnx::ModelProto& model, const std::str
         return whole.takeError();
       return tensorFromProto(*whole, dir, what);
     };
+    // A dynamo export's scalar constant (an attention scale, GELU's
+    // coefficients, a mask's fill): a constant of the graph, which passes
+    // can read (the attention pattern folds its scale).
+    if (std::optional<DType> dt = dtypeFromOnnx(proto->data_type());
+        dt && isFloat(*dt) && proto->dims_size() == 0 && exportConstant(name, exported)) {
+      auto t = read();
+      if (!t)
+        return makeError(Location{file, 0, 0, ""}, llvm::toString(t.takeError()));
+      defined.insert(name);
+      Value* c = ctx.constant(*t);
+      c->setName(name);
+      ctx.bind(name, c);
+      continue;
+    }
     // Float values not asked for: checked, not read.
     if (std::optional<DType> dt = dtypeFromOnnx(proto->data_type());
         !opts.weights && dt && isFloat(*dt)) {

@@ -144,6 +144,56 @@ bool leadsToScores(Value* v, const Shape& shape, int depth) {
   return false;
 }
 
+/// K^T as the dynamo exporter writes it for a [..., T, D] key: reshaped to
+/// [N, T, D] (the leading dims flattened), transposed (perm [0, 2, 1]) and
+/// reshaped back to [..., D, T]: the key, or null.
+Value* flattenedTranspose(Value* kt, std::vector<Op*>& dead) {
+  Op* back = soleDef(kt, OpKind::Reshape);
+  Op* t = back ? soleDef(back->operand(0), OpKind::Transpose) : nullptr;
+  Op* flat = t && swapsLastTwo(*t) ? soleDef(t->operand(0), OpKind::Reshape) : nullptr;
+  if (!flat)
+    return nullptr;
+  Value* k = flat->operand(0);
+  const Shape& ks = k->type().shape;
+  Shape want = ks;
+  if (want.size() < 3)
+    return nullptr;
+  std::swap(want[want.size() - 1], want[want.size() - 2]);
+  int64_t lead = 1;
+  for (size_t i = 0; i + 2 < ks.size(); ++i)
+    lead *= ks[i];
+  if (kt->type().shape != want ||
+      flat->result()->type().shape != Shape{lead, ks[ks.size() - 2], ks.back()})
+    return nullptr;
+  dead.insert(dead.end(), {back, t, flat});
+  return k;
+}
+
+/// The dynamo exporter's NaN-safe softmax, where(isnan(p), 0, p) with isnan
+/// as compare(xor(equal(p, p), true)): the where op reading `p` (the
+/// attention op's rows are never NaN: a row that masks every key is zero),
+/// with its compares added to `dead`; or null.
+Op* nanSafeWhere(Value* p, std::vector<Op*>& dead) {
+  if (p->uses().size() != 3)
+    return nullptr;
+  Op* eq = nullptr;
+  Op* where = nullptr;
+  for (const Use& u : p->uses()) {
+    if (u.user->kind() == OpKind::Compare && u.user->getString("kind") == "equal" &&
+        u.user->operand(0) == p && u.user->operand(1) == p)
+      eq = u.user;
+    else if (u.user->kind() == OpKind::Where && u.index == 2)
+      where = u.user;
+  }
+  Op* neg = eq ? soleDef(where ? where->operand(0) : nullptr, OpKind::Compare) : nullptr;
+  std::optional<double> zero = where ? scalarConstant(where->operand(1)) : std::nullopt;
+  if (!neg || neg->getString("kind") != "xor" || neg->operand(0) != eq->result() ||
+      eq->result()->uses().size() != 1 || !zero || *zero != 0)
+    return nullptr;
+  dead.insert(dead.end(), {where, neg, eq});
+  return where;
+}
+
 class AttentionFusionPass : public Pass {
 public:
   std::string_view name() const override { return "fuse-attention"; }
@@ -164,12 +214,20 @@ private:
     Value* p = sm->result();
     int64_t rank = p->type().rank();
     int64_t axis = sm->getInt("axis");
-    if (rank < 2 || (axis != -1 && axis != rank - 1) || p->uses().size() != 1)
+    if (rank < 2 || (axis != -1 && axis != rank - 1))
       return llvm::Error::success();
-    Op* pv = p->uses()[0].user;
-    if (!pv || pv->kind() != OpKind::MatMul || p->uses()[0].index != 0)
+    std::vector<Op*> safe;
+    Value* probs = p;
+    if (Op* w = nanSafeWhere(p, safe))
+      probs = w->result();
+    if (probs->uses().size() != 1)
       return llvm::Error::success();
-    std::vector<Op*> dead{pv, sm};
+    Op* pv = probs->uses()[0].user;
+    if (!pv || pv->kind() != OpKind::MatMul || probs->uses()[0].index != 0)
+      return llvm::Error::success();
+    std::vector<Op*> dead{pv};
+    dead.insert(dead.end(), safe.begin(), safe.end());
+    dead.push_back(sm);
     Value* s = sm->operand(0);
     int64_t tq = s->type().shape[rank - 2], tk = s->type().shape[rank - 1];
     int64_t causal = 0;
@@ -215,11 +273,15 @@ private:
     dead.push_back(qk);
     Value* q = peelScale(qk->operand(0), scale, dead);
     Value* kt = peelScale(qk->operand(1), scale, dead);
-    Op* t = soleDef(kt, OpKind::Transpose);
-    if (!t || !swapsLastTwo(*t))
+    Value* k = nullptr;
+    if (Op* t = soleDef(kt, OpKind::Transpose); t && swapsLastTwo(*t)) {
+      dead.push_back(t);
+      k = peelScale(t->operand(0), scale, dead);
+    } else if (Value* flat = flattenedTranspose(kt, dead)) {
+      k = peelScale(flat, scale, dead);
+    } else {
       return llvm::Error::success();
-    dead.push_back(t);
-    Value* k = peelScale(t->operand(0), scale, dead);
+    }
     Value* v = pv->operand(1);
     // One set of leading dims, as attention's shape rule wants.
     if (q->type().rank() != rank || k->type().rank() != rank || v->type().rank() != rank ||

@@ -182,16 +182,25 @@ def dynamo_lm():
         n("Gather", ["m.lm_head.weight", "ids"], ["tok"]),
         n("Add", ["tok", "embedding_1"], ["x"]),
         n("LayerNormalization", ["x", "m.ln.weight", "m.ln.bias"], ["xn"], axis=-1),
-        n("MatMul", ["xn", "val_12"], ["q"]),
-        n("MatMul", ["xn", "val_13"], ["k"]),
-        n("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        n("MatMul", ["xn", "val_12"], ["q3"]),
+        n("MatMul", ["xn", "val_13"], ["k3"]),
+        # One head, [B, 1, T, D]; K^T through the flattened heads, as the
+        # exporter writes it: [B*1, T, D], transposed, reshaped back.
+        n("Reshape", ["q3", "heads"], ["q"]),
+        n("Reshape", ["k3", "split_heads"], ["k4"]),
+        n("Transpose", ["k4"], ["k"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["xn", "heads"], ["v"]),
+        n("Reshape", ["k", "flat"], ["kf"]),
+        n("Transpose", ["kf"], ["kft"], perm=[0, 2, 1]),
+        n("Reshape", ["kft", "heads_t"], ["kt"]),
         n("MatMul", ["q", "kt"], ["qk"]),
         n("Mul", ["qk", "val_7"], ["scores"]),
         n("Add", ["scores", "val_78"], ["masked"]),
         n("Softmax", ["masked"], ["sm"], axis=-1),
         n("IsNaN", ["sm"], ["nan"]),
         n("Where", ["nan", "val_76", "sm"], ["attn"]),
-        n("MatMul", ["attn", "xn"], ["h"]),
+        n("MatMul", ["attn", "v"], ["h4"]),
+        n("Reshape", ["h4", "unheads"], ["h"]),
         # GPT-2's gelu_new: 0.5 h (1 + tanh(0.79788 (h + 0.044715 h^3)))
         n("Pow", ["h", "val_116"], ["h3"]),
         n("Mul", ["h3", "val_117"], ["c"]),
@@ -213,6 +222,9 @@ def dynamo_lm():
         numpy_helper.from_array(np.zeros(D, np.float32), "m.ln.bias"),
         init("val_12", [D, D], rng), init("val_13", [D, D], rng),
         numpy_helper.from_array(causal[None], "val_78"),
+        ints("heads", [B, 1, T, D]), ints("flat", [B, T, D]), ints("heads_t", [B, 1, D, T]),
+        ints("split_heads", [B, T, 1, D]),
+        ints("unheads", [B, T, D]),
         *(numpy_helper.from_array(np.array(v, np.float32), k) for k, v in scalar.items()),
     ]
     graph = helper.make_graph(
@@ -277,12 +289,15 @@ def dynamo_params_case(tmp):
         # The tied table: one param, its gradient summing the Gather's and
         # the output layer's.
         assert r.stdout.count('param "m.lm_head.weight') == 1, "the tied table was split"
+        # Attention as one op: the scale a constant, K^T through the flattened
+        # heads, the NaN-safe softmax, the additive causal mask.
+        assert r.stdout.count("= attention(") == 1, "attention not fused"
         warned = ("initializer 'embedding_1' is what the exporter's optimizer computed from "
                   "m.wpe.weight and other values")
         assert warned in r.stderr, r.stderr[-400:]
-        return f"trained {', '.join(grads)}; warned of embedding_1"
+        return f"trained {', '.join(grads)}; warned of embedding_1; attention fused"
     harness.case(check, "dynamo_lm: the PARAMETERs, the tied table once and the folded "
-                 "transposes train; the export's constants stay")
+                 "transposes train; the export's constants stay; attention is one op")
 
 
 def forward_case(name, tmp):
