@@ -21,34 +21,9 @@ namespace {
 /// Rows per task of the pool.
 constexpr int64_t kGrain = 4;
 
-/// The row shape of q, k, v and the mask, or false when they do not fit
-/// or are not row-major floats of one type.
-bool shapeOf(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView* mask,
-             AttentionShape& s) {
-  if (!isFloat(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype ||
-      (mask && mask->dtype != q.dtype) || !rowMajor({&q, &k, &v}) || (mask && !rowMajor({mask})) ||
-      q.rank() != k.rank() || q.rank() != v.rank())
-    return false;
-  if (!makeAttentionShape(static_cast<int>(q.rank()), q.shape.data(), k.shape.data(),
-                          v.shape.data(), mask ? static_cast<int>(mask->rank()) : -1,
-                          mask ? mask->shape.data() : nullptr, s))
-    return false;
+/// Whether the CPU kernels take heads of these widths.
+bool fits(const AttentionShape& s) {
   return s.d <= kAttentionMaxWidth && s.dv <= kAttentionMaxWidth;
-}
-
-/// Whether `t` is `dtype` of `shape`, row-major.
-bool is(const TensorView& t, DType dtype, const std::vector<int64_t>& shape) {
-  return t.dtype == dtype && t.shape == shape && rowMajor({&t});
-}
-
-/// out's shape: q's with its last dim Dv; lse's: q's without its last dim.
-std::vector<int64_t> outShape(const TensorView& q, int64_t dv) {
-  std::vector<int64_t> s = q.shape;
-  s.back() = dv;
-  return s;
-}
-std::vector<int64_t> lseShape(const TensorView& q) {
-  return std::vector<int64_t>(q.shape.begin(), q.shape.end() - 1);
 }
 
 } // namespace
@@ -57,8 +32,7 @@ bool attention(const TensorView& q, const TensorView& k, const TensorView& v,
                const TensorView* mask, const TensorView& out, const TensorView& lse,
                const AttentionParams& p) {
   AttentionShape s;
-  if (!shapeOf(q, k, v, mask, s) || !is(out, q.dtype, outShape(q, s.dv)) ||
-      !is(lse, q.dtype, lseShape(q)))
+  if (!attentionOperands(q, k, v, mask, out, lse, s) || !fits(s))
     return false;
   return dispatchFloat(q.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -78,9 +52,7 @@ bool attentionGrad(const TensorView& dout, const TensorView& q, const TensorView
                    const TensorView* mask, const TensorView& dq, const TensorView& dk,
                    const TensorView& dv, const AttentionParams& p) {
   AttentionShape s;
-  if (!shapeOf(q, k, v, mask, s) || !is(dout, q.dtype, outShape(q, s.dv)) ||
-      !is(out, q.dtype, outShape(q, s.dv)) || !is(lse, q.dtype, lseShape(q)) ||
-      !is(dq, q.dtype, q.shape) || !is(dk, q.dtype, k.shape) || !is(dv, q.dtype, v.shape))
+  if (!attentionGradOperands(dout, q, k, v, out, lse, mask, dq, dk, dv, s) || !fits(s))
     return false;
   return dispatchFloat(q.dtype, [&](auto tag) {
     using T = decltype(tag);

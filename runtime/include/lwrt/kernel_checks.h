@@ -4,7 +4,7 @@
 //          rowMajorStrides, broadcastStrides, broadcastsTo, shapeProduct, normAxis,
 //          broadcastShape, broadcastIndexOf, rowMajor, fillValue, ConvGeom, convGeom,
 //          reducedDims, gatherNdDepth, padFillBits,
-//          LayerRows, layerRows
+//          LayerRows, layerRows, attentionOperands, attentionGradOperands
 //
 // The CPU kernels (runtime/cpu) and the host side of the CUDA kernels
 // (runtime/cuda) check their operands and pick the C++ element type the
@@ -13,6 +13,7 @@
 #pragma once
 
 #include "activation_math.h"
+#include "attention_math.h"
 #include "nn_params.h"
 #include "tensor.h"
 #include "tensor_params.h"
@@ -332,6 +333,44 @@ inline bool layerRows(const TensorView& x, int64_t axis,
   for (int64_t d = 0; d < x.rank(); ++d)
     (d < axis ? L.rows : L.n) *= x.shape[d];
   return true;
+}
+
+/// attention's operands (lwrt/attention_math.h): q [..., Tq, D], k
+/// [..., Tk, D], v [..., Tk, Dv] and a mask broadcastable to [..., Tq, Tk],
+/// row-major floats of one type, out [..., Tq, Dv] and lse [..., Tq] of that
+/// type; their row shape in `s`, or false. Each backend bounds the head
+/// widths its kernels take.
+inline bool attentionOperands(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const TensorView* mask, const TensorView& out, const TensorView& lse,
+                              AttentionShape& s) {
+  if (!isFloat(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype ||
+      (mask && mask->dtype != q.dtype) || !rowMajor({&q, &k, &v}) || (mask && !rowMajor({mask})) ||
+      q.rank() != k.rank() || q.rank() != v.rank() || q.rank() < 1)
+    return false;
+  if (!makeAttentionShape(static_cast<int>(q.rank()), q.shape.data(), k.shape.data(),
+                          v.shape.data(), mask ? static_cast<int>(mask->rank()) : -1,
+                          mask ? mask->shape.data() : nullptr, s))
+    return false;
+  auto is = [&](const TensorView& t, const std::vector<int64_t>& shape) {
+    return t.dtype == q.dtype && t.shape == shape && rowMajor({&t});
+  };
+  std::vector<int64_t> rows(q.shape.begin(), q.shape.end() - 1); // lse's: q's without D
+  std::vector<int64_t> values = q.shape;                         // out's: q's with Dv
+  values.back() = s.dv;
+  return is(out, values) && is(lse, rows);
+}
+
+/// attentionGrad's operands: attention's, dout like out, and dq, dk, dv like
+/// q, k, v.
+inline bool attentionGradOperands(const TensorView& dout, const TensorView& q, const TensorView& k,
+                                  const TensorView& v, const TensorView& out, const TensorView& lse,
+                                  const TensorView* mask, const TensorView& dq,
+                                  const TensorView& dk, const TensorView& dv, AttentionShape& s) {
+  auto like = [](const TensorView& t, const TensorView& of) {
+    return t.dtype == of.dtype && t.shape == of.shape && rowMajor({&t});
+  };
+  return attentionOperands(q, k, v, mask, out, lse, s) && like(dout, out) && like(dq, q) &&
+         like(dk, k) && like(dv, v);
 }
 
 } // namespace lwrt
