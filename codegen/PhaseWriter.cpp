@@ -305,6 +305,12 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
         << " after it: one multi-tensor call over them\n";
     out << "  RUN_OP(" << groupCallOf(run->second) << ", " << cString(std::string(op.mnemonic()))
         << ", " << labelOf(op) << ");\n";
+    // The CUDA runtime launches once per kMultiTensorPerLaunch tensors
+    // (Fusions::ConvRelu is CUDA's writer): --profile counts each launch.
+    const auto launches = (static_cast<int64_t>(run->second.size()) + kMultiTensorPerLaunch - 1) /
+                          kMultiTensorPerLaunch;
+    if (fusions_ == Fusions::ConvRelu && launches > 1)
+      out << "  if (b.calls)\n    *b.calls += " << launches - 1 << ";\n";
     return done();
   }
   auto call = commIds && op.info().isCommunication() ? commCallOf(op, device, commIds->at(&op))
@@ -590,24 +596,12 @@ void PhaseWriter::planFusions(const std::vector<const Op*>& order,
     at[order[k]] = k;
   for (size_t k = 0; k + 1 < order.size(); ++k) {
     const Op* producer = order[k];
-    OpKind kind = producer->kind();
-    if (kind != OpKind::Conv2d && kind != OpKind::BatchNormTrain && kind != OpKind::BatchNorm &&
-        kind != OpKind::Add)
-      continue;
-    if (convRelu && kind != OpKind::Conv2d)
+    const Op* relu = epilogueOf(*producer, convRelu);
+    auto it = relu ? at.find(relu) : at.end();
+    if (it == at.end() || it->second <= k || !where_.count(relu->result()))
       continue;
     const Value* v = producer->result(0);
-    const DType t = v->type().dtype;
-    if ((t != DType::F32 && t != DType::F64) || v->uses().size() != 1)
-      continue;
-    const Op* relu = v->uses().front().user;
-    auto it = relu ? at.find(relu) : at.end();
-    if (it == at.end() || it->second <= k ||
-        (relu->kind() != OpKind::Relu && relu->kind() != OpKind::Clip) ||
-        !where_.count(relu->result()))
-      continue;
-    if (convRelu && (relu->kind() != OpKind::Relu || !where_.count(v) ||
-                     where_.at(v) != where_.at(relu->result())))
+    if (convRelu && (!where_.count(v) || where_.at(v) != where_.at(relu->result())))
       continue;
     const size_t r = it->second;
     const auto& [region, offset] = where_.at(relu->result());

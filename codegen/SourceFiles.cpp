@@ -59,10 +59,12 @@ std::string sharedDefinitions(const char* ns, const SharedSizes& sizes, const st
          "    if (b.mark)                                                                \\\n"
          "      b.mark(b.markContext, op \" \" name);                                      \\\n"
          "  } while (0)\n"
-         "// A step op's runtime call: checked, then marked.\n"
+         "// A step op's runtime call: checked, counted, then marked.\n"
          "#define RUN_OP(call, op, name)                                                 \\\n"
          "  do {                                                                         \\\n"
          "    CHECK_OP(call, name);                                                      \\\n"
+         "    if (b.calls)                                                               \\\n"
+         "      ++*b.calls;                                                              \\\n"
          "    MARK_OP(op, name);                                                         \\\n"
          "  } while (0)\n\n";
   out += "// The shapes of the views.\n" + shapes + "\n" + offsets;

@@ -252,6 +252,21 @@ llvm::Expected<std::vector<bool>> reducedDims(const std::vector<FusedStatement>&
   return out;
 }
 
+const Op* epilogueOf(const Op& producer, bool cuda) {
+  const OpKind kind = producer.kind();
+  if (kind != OpKind::Conv2d && (cuda || (kind != OpKind::BatchNormTrain &&
+                                          kind != OpKind::BatchNorm && kind != OpKind::Add)))
+    return nullptr;
+  const Value* v = producer.result(0);
+  const DType t = v->type().dtype;
+  if ((t != DType::F32 && t != DType::F64) || v->uses().size() != 1)
+    return nullptr;
+  const Op* act = v->uses().front().user;
+  if (!act || (act->kind() != OpKind::Relu && (cuda || act->kind() != OpKind::Clip)))
+    return nullptr;
+  return act;
+}
+
 bool inMultiTensorCall(const Op& op) {
   if (op.kind() == OpKind::SgdUpdate || op.kind() == OpKind::AdamUpdate)
     return true;

@@ -79,10 +79,20 @@ std::vector<NamedAttr> fusedAttrsOf(const Op& op);
 /// The multi-tensor calls codegen writes for runs of ops (sgdUpdateGroup,
 /// adamUpdateGroup, castGroup): whether `op` may be in one (an optimizer
 /// update, or a cast of float32 to bf16 or fp16), and whether `next` joins
-/// the call of `first` (one kind; one lr, step and element type; casts to
-/// one type). --emit=plan's kernel counts read the same rule.
+/// the call of `first` (one kind; one lr, step and element type, each
+/// update's gradient of that type or, beside float32, bf16 or fp16; casts
+/// to one type). --emit=plan's kernel counts read the same rule.
 bool inMultiTensorCall(const Op& op);
 bool sameMultiTensorCall(const Op& first, const Op& next);
+/// The activation a library call takes as its epilogue, so that codegen
+/// writes the two as one runtime call: the relu (or, on the CPU, clip)
+/// that alone reads the first result of a conv2d (on the CPU also of a
+/// batch_norm, batch_norm_train or add) of float32 or float64; null where
+/// there is none. `cuda`: cuDNN's fused plans, a convolution's relu only.
+/// Codegen (PhaseWriter::planFusions) also needs the two in one function
+/// with nothing between them touching the activation's bytes, and on CUDA
+/// the relu run in place; --emit=plan's kernel counts read the same rule.
+const Op* epilogueOf(const Op& producer, bool cuda);
 /// Tensors per launch of such a call in the CUDA runtime (its chunks travel
 /// in the launch's parameters: runtime/cuda's kPiecesPerLaunch).
 constexpr int64_t kMultiTensorPerLaunch = 24;

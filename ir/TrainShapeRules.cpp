@@ -25,6 +25,19 @@ llvm::Error expectSameType(const Op& op, unsigned i, unsigned j) {
   return llvm::Error::success();
 }
 
+/// An optimizer update's gradient (operand #1) beside its weight (operand
+/// #0): the weight's type, or bf16 or fp16 of its shape beside a float32
+/// weight (mixed precision's gradient, widened as the update reads it).
+llvm::Error expectUpdateGrad(const Op& op) {
+  const TensorType &w = ty(op, 0), &g = ty(op, 1);
+  if (w == g || (w.dtype == DType::F32 && (g.dtype == DType::BF16 || g.dtype == DType::F16) &&
+                 w.shape == g.shape))
+    return llvm::Error::success();
+  return fail("the gradient (operand #1) must have the weight's type, or be bf16 or fp16 of its "
+              "shape beside a f32 weight; got {0} beside {1}",
+              g.str(), w.str());
+}
+
 llvm::Error expectScalar(const Op& op, unsigned i, bool isFloatScalar) {
   if (ty(op, i).rank() != 0 || isFloat(ty(op, i).dtype) != isFloatScalar)
     return fail("operand #{0} must be a{1} scalar, got {2}", i,
@@ -257,7 +270,7 @@ Rule dropoutMask(const Op& op) {
 Rule sgdUpdate(const Op& op) {
   // (w, g, m, lr) -> (w', m').
   TRY(expectFloat(op, 0));
-  TRY(expectSameType(op, 0, 1));
+  TRY(expectUpdateGrad(op));
   TRY(expectSameType(op, 0, 2));
   TRY(expectScalar(op, 3, true));
   return std::vector<TensorType>{ty(op, 0), ty(op, 0)};
@@ -266,7 +279,8 @@ Rule sgdUpdate(const Op& op) {
 Rule adamUpdate(const Op& op) {
   // (w, g, m, v, lr, step) -> (w', m', v').
   TRY(expectFloat(op, 0));
-  for (unsigned i = 1; i < 4; ++i)
+  TRY(expectUpdateGrad(op));
+  for (unsigned i = 2; i < 4; ++i)
     TRY(expectSameType(op, 0, i));
   TRY(expectScalar(op, 4, true));
   TRY(expectScalar(op, 5, false));

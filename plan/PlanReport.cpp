@@ -17,8 +17,22 @@
 
 namespace lwcc {
 
-std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates) {
+std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o) {
   std::map<int64_t, KernelCount> out;
+  const bool groupedUpdates = o.groupedUpdates;
+  // The activations library calls take as their epilogues (on one device
+  // and stream; on CUDA run in place, as codegen fuses them).
+  std::set<const Op*> epilogues;
+  for (const auto& op : g.ops()) {
+    const Op* act = epilogueOf(*op, o.cuda);
+    if (!act || opDevice(*act) != opDevice(*op) ||
+        act->annotations().stream != op->annotations().stream)
+      continue;
+    const auto &p = op->annotations().bufferOffsets, &a = act->annotations().bufferOffsets;
+    if (o.cuda && (!p || !a || (*p)[0] != (*a)[0]))
+      continue;
+    epilogues.insert(act);
+  }
   // Per device and stream: the first op of the multi-tensor call in
   // progress (only in-place assigns between its ops) and its ops so far, a
   // launch per kMultiTensorPerLaunch of them.
@@ -30,14 +44,16 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates)
            (*def->annotations().bufferOffsets)[v->resultIndex()] == -1;
   };
   for (const auto& op : g.ops()) {
-    // No launch: a view, a constant (written once), an event, an update
-    // written in place over its param (assign of nothing).
-    if (op->info().view || op->kind() == OpKind::Constant || op->info().isEvent())
+    // No launch: a constant (written once), an event, an update written in
+    // place over its param (assign of nothing).
+    if (op->kind() == OpKind::Constant || op->info().isEvent() || epilogues.count(op.get()))
       continue;
     if (op->kind() == OpKind::Assign && inPlace(*op))
       continue;
-    // A copy (reshape, flatten) whose result the memory plan put on its
-    // operand's bytes: nothing to do.
+    // A view or copy (reshape, flatten) whose result the memory plan put on
+    // its operand's bytes: nothing to do. A view of a param or an input
+    // (a bias reshaped for its broadcast) is a copy into the arena, as
+    // codegen writes it.
     if (op->info().kernel.fn && std::string_view(op->info().kernel.fn) == "copy" &&
         op->numOperands() == 1 && op->annotations().bufferOffsets) {
       const Value* v = op->operand(0);
@@ -51,7 +67,7 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates)
     const bool grouped = groupedUpdates && inMultiTensorCall(*op);
     auto& [first, members] = run[{opDevice(*op), op->annotations().stream.value_or(0)}];
     const bool joins = grouped && first && sameMultiTensorCall(*first, *op) &&
-                       members % kMultiTensorPerLaunch != 0;
+                       (!o.cuda || members % kMultiTensorPerLaunch != 0);
     first = grouped ? (joins ? first : op.get()) : nullptr;
     members = grouped ? (joins ? members + 1 : 1) : 0;
     int64_t bytes = 0;
@@ -71,7 +87,7 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates)
 
 /// The memory plan as a table: one row per op result, then the arenas.
 void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& os,
-               bool groupedUpdates) {
+               KernelCountOptions counts) {
   os << llvm::formatv("memory plan of @{0}: {1} ops\n", g.name(), g.numOps());
   os << llvm::formatv("{0,-5} {1,-20} {2,-28} {3,-22} {4,10} {5,10} {6,4}\n", "#", "op", "location",
                       "result", "bytes", "offset", "dev");
@@ -97,7 +113,7 @@ void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& 
                       "{4} updates over their params (offset -1: in the state)\n",
                       stats.buffers, stats.totalBytes, stats.inPlace, stats.aliased,
                       stats.overParams);
-  for (const auto& [device, k] : kernelCounts(g, groupedUpdates))
+  for (const auto& [device, k] : kernelCounts(g, counts))
     os << llvm::formatv("device {0}: {1} kernels a step ({2} fused), {3} bytes read and written "
                         "by them\n",
                         device, k.kernels, k.fused, k.bytes);

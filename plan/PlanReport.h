@@ -16,12 +16,6 @@
 
 namespace lwcc {
 
-/// The memory plan as a table: one row per op result, then the arenas.
-/// `groupedUpdates`: the trainer updates runs of params in multi-tensor
-/// calls (the kernel counts say so; false with --no-fuse).
-void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& os,
-               bool groupedUpdates = true);
-
 /// A device's kernel launches in one step, from the IR: library calls,
 /// runtime and generated kernels and collectives, each counted once (views,
 /// copies onto their operand's bytes, constants, events and updates written
@@ -29,11 +23,21 @@ void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& 
 /// they read and write at least; collectives' bytes are the links', not counted). A run of
 /// optimizer updates with one lr, only in-place assigns between them on their device and stream,
 /// counts one launch per 24 params, and so does a run of casts of float32 to one 16-bit type (the
-/// CUDA runtime's multi-tensor launches; a CPU trainer makes one call).
+/// CUDA runtime's multi-tensor launches; a CPU trainer makes one call a run). An activation a
+/// library call takes as its epilogue (ir/FusedOps.h's epilogueOf) launches nothing of its own.
+/// A trainer's --profile counts the same calls as it makes them.
 struct KernelCount {
   int64_t kernels = 0, fused = 0, bytes = 0;
 };
-std::map<int64_t, KernelCount> kernelCounts(const Graph& g, bool groupedUpdates = true);
+struct KernelCountOptions {
+  bool groupedUpdates = true; ///< multi-tensor calls (all but --no-fuse)
+  bool cuda = true;           ///< a CUDA trainer's launches, else a CPU trainer's calls
+};
+std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o = {});
+/// The memory plan as a table: one row per op result, then the arenas and
+/// each device's kernel count (`counts`: the trainer's, kernelCounts).
+void printPlan(const Graph& g, const MemoryPlanStats& stats, llvm::raw_ostream& os,
+               KernelCountOptions counts = {});
 /// The bytes a multi-device training step moves between devices.
 int64_t stepCommBytes(const Graph& g);
 /// What runs on each stream of each device (ops, their predicted time, the

@@ -50,6 +50,7 @@ void MarkRecorder::start(int device, int stream, Clock::time_point origin) {
   marks_.clear();
   wokeSeconds_ = 0;
   wakes_ = 0;
+  calls_ = 0;
 }
 
 void MarkRecorder::begin(Clock::time_point t) {
@@ -91,6 +92,8 @@ void MarkRecorder::takeInto(ProfiledStep& step) {
         {device_, stream_, std::chrono::duration<double>(begin_ - origin_).count()});
   step.wokeSeconds += wokeSeconds_;
   step.wakes += wakes_;
+  step.calls[device_] += calls_;
+  calls_ = 0;
   marks_.clear();
 }
 
@@ -133,9 +136,19 @@ std::map<std::string, double> OpTimeline::msByOp(bool byDevice) const {
   return ms;
 }
 
+std::map<int, double> OpTimeline::callsPerStep() const {
+  std::map<int, double> out;
+  for (const ProfiledStep& s : steps_)
+    for (const auto& [device, n] : s.calls)
+      out[device] += static_cast<double>(n) / static_cast<double>(steps_.size());
+  return out;
+}
+
 void OpTimeline::addStep(double startSeconds,
-                         const std::vector<std::pair<const char*, double>>& marksMs) {
+                         const std::vector<std::pair<const char*, double>>& marksMs,
+                         int64_t calls) {
   ProfiledStep step;
+  step.calls[0] = calls;
   step.ops.reserve(marksMs.size());
   step.streams.push_back({0, 0, startSeconds});
   double t = startSeconds;

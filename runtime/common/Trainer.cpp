@@ -650,7 +650,8 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     const bool profiling =
         timed && s > startStep_ && (o_.profile == 0 || s - startStep_ <= o_.profile);
     StepBuffers marked = buffers_;
-    if (zeroCopy) // the step reads the prepared batch where it is
+    int64_t stepCalls = 0; // one device's runtime calls this step (--profile)
+    if (zeroCopy)          // the step reads the prepared batch where it is
       marked.inputs = const_cast<unsigned char*>(batch);
     StepMarks* deviceMarks = nullptr; // multi-device: a recorder per (device, stream)
     if (profiling && multi_) {
@@ -665,6 +666,7 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
         static_cast<StepRunner*>(runner)->mark(op);
       };
       marked.markContext = runner_.get();
+      marked.calls = &stepCalls;
     }
     const double markStart =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -710,7 +712,7 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
       timeline_.addStep(deviceMarks->take());
       ++profiled_;
     } else if (profiling) {
-      timeline_.addStep(markStart, runner_->takeMarks());
+      timeline_.addStep(markStart, runner_->takeMarks(), stepCalls);
       ++profiled_;
     }
     if (pending) {

@@ -1,8 +1,10 @@
 // The trainer's state on disk: the initial weights (embedded or
 // --weights), resume from a checkpoint, checkpoints, --export and --dump.
 #include "Trainer.h"
+#include "lwrt/bf16.h"
 #include "lwrt/checkpoint.h"
 #include "lwrt/export.h"
+#include "lwrt/f16.h"
 
 #include <cctype>
 #include <cmath>
@@ -212,6 +214,18 @@ bool Trainer::dump(std::string& error) {
       return false;
     if (!leader())
       continue;
+    if (out.dtype == DType::BF16 || out.dtype == DType::F16) {
+      // A mixed-precision step's weight gradient, read by its update as it
+      // is: written as float32, as a float32 step writes it (the same values).
+      std::vector<unsigned char> wide(bytes.size() * 2);
+      for (size_t e = 0; e < bytes.size() / 2; ++e) {
+        uint16_t h = 0;
+        std::memcpy(&h, bytes.data() + 2 * e, 2);
+        const float f = out.dtype == DType::BF16 ? bf16ToFloat(h) : f16ToFloat(h);
+        std::memcpy(wide.data() + 4 * e, &f, 4);
+      }
+      bytes = std::move(wide);
+    }
     std::string path = o_.dump + "/output_" + std::to_string(k) + ".bin";
     if (!writeFile(path, bytes.data(), static_cast<int64_t>(bytes.size()))) {
       error = path + ": cannot write";

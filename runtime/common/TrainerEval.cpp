@@ -277,6 +277,15 @@ void Trainer::printProfile() {
     std::printf("profile: %lld steps on %s, %.3f ms per step in %zu ops\n",
                 static_cast<long long>(profiled_), runner_->description().c_str(),
                 total / static_cast<double>(profiled_), opMs.size());
+  // What --emit=plan counts as `N kernels a step`, counted as the calls
+  // were made.
+  std::string calls;
+  for (const auto& [device, n] : timeline_.callsPerStep())
+    calls += (calls.empty() ? "" : ", ") +
+             (multi_ ? "device " + std::to_string(device) + ": " : std::string()) +
+             std::to_string(static_cast<long long>(std::llround(n)));
+  std::printf("kernels launched a step: %s (a kernel, a library call or a collective each)\n",
+              calls.c_str());
   std::vector<std::pair<double, std::string>> kernels, ops;
   for (const auto& [k, ms] : byKernel)
     kernels.push_back({ms, k});

@@ -467,6 +467,7 @@ private:
       if (recording_) {
         b.mark = &MarkRecorder::markFn;
         b.markContext = recording_;
+        b.calls = recording_->calls();
       }
       std::string failed;
       bool ok = false;

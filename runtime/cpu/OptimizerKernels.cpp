@@ -51,17 +51,18 @@ bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMa
 bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& lr,
                const TensorView& wOut, const TensorView& mOut, const SgdParams& p) {
   double rate = 0;
-  if (!floatScalar(lr, rate))
+  GradKind gk = GradKind::Same;
+  if (!floatScalar(lr, rate) || !updateGrad(w, g, gk))
     return false;
   rate *= p.lr_scale;
-  for (const TensorView* t : {&g, &m, &wOut, &mOut})
+  for (const TensorView* t : {&m, &wOut, &mOut})
     if (!sameView(w, *t))
       return false;
   SgdHyper h{p.momentum, p.weight_decay, p.nesterov != 0};
   return dispatchFloat(w.dtype, [&](auto tag) {
     using T = decltype(tag);
     forEachElement(w.numel(), [&](int64_t k) {
-      SgdElement e = sgdElement(w.as<T>()[k], g.as<T>()[k], m.as<T>()[k], rate, h);
+      SgdElement e = sgdElement(w.as<T>()[k], gradElement<T>(g.data, gk, k), m.as<T>()[k], rate, h);
       mOut.as<T>()[k] = static_cast<T>(e.m);
       wOut.as<T>()[k] = static_cast<T>(e.w);
     });
@@ -74,10 +75,11 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
                 const TensorView& mOut, const TensorView& vOut, const AdamParams& p) {
   double rate = 0;
   int64_t s = 0;
-  if (!floatScalar(lr, rate) || !intScalar(step, s))
+  GradKind gk = GradKind::Same;
+  if (!floatScalar(lr, rate) || !intScalar(step, s) || !updateGrad(w, g, gk))
     return false;
   rate *= p.lr_scale;
-  for (const TensorView* t : {&g, &m, &v, &wOut, &mOut, &vOut})
+  for (const TensorView* t : {&m, &v, &wOut, &mOut, &vOut})
     if (!sameView(w, *t))
       return false;
   AdamHyper h{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0};
@@ -85,8 +87,8 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
   return dispatchFloat(w.dtype, [&](auto tag) {
     using T = decltype(tag);
     forEachElement(w.numel(), [&](int64_t k) {
-      AdamElement e =
-          adamElement(w.as<T>()[k], g.as<T>()[k], m.as<T>()[k], v.as<T>()[k], rate, h, corr);
+      AdamElement e = adamElement(w.as<T>()[k], gradElement<T>(g.data, gk, k), m.as<T>()[k],
+                                  v.as<T>()[k], rate, h, corr);
       mOut.as<T>()[k] = static_cast<T>(e.m);
       vOut.as<T>()[k] = static_cast<T>(e.v);
       wOut.as<T>()[k] = static_cast<T>(e.w);
@@ -114,19 +116,25 @@ bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
   double rate = 0;
   if (slots.empty() || !floatScalar(lr, rate))
     return slots.empty();
-  for (const SgdSlot& s : slots)
-    for (const TensorView* t : {&s.g, &s.m, &s.wOut, &s.mOut})
-      if (!sameView(s.w, *t) || s.w.dtype != slots[0].w.dtype)
+  std::vector<GradKind> kinds(slots.size());
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const SgdSlot& s = slots[k];
+    if (!updateGrad(s.w, s.g, kinds[k]) || s.w.dtype != slots[0].w.dtype)
+      return false;
+    for (const TensorView* t : {&s.m, &s.wOut, &s.mOut})
+      if (!sameView(s.w, *t))
         return false;
+  }
   return dispatchFloat(slots[0].w.dtype, [&](auto tag) {
     using T = decltype(tag);
     forEachSlotRange(slots, [&](const SgdSlot& s, int64_t first, int64_t end) {
       const SgdHyper h{s.p.momentum, s.p.weight_decay, s.p.nesterov != 0};
       const double r = rate * s.p.lr_scale;
-      const T *w = s.w.as<T>(), *g = s.g.as<T>(), *m = s.m.as<T>();
+      const GradKind gk = kinds[static_cast<size_t>(&s - slots.data())];
+      const T *w = s.w.as<T>(), *m = s.m.as<T>();
       T *wOut = s.wOut.as<T>(), *mOut = s.mOut.as<T>();
       for (int64_t k = first; k < end; ++k) {
-        SgdElement e = sgdElement(w[k], g[k], m[k], r, h);
+        SgdElement e = sgdElement(w[k], gradElement<T>(s.g.data, gk, k), m[k], r, h);
         mOut[k] = static_cast<T>(e.m);
         wOut[k] = static_cast<T>(e.w);
       }
@@ -142,9 +150,12 @@ bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
   if (slots.empty() || !floatScalar(lr, rate) || !intScalar(step, st))
     return slots.empty();
   std::vector<AdamCorrection> corr;
+  std::vector<GradKind> kinds(slots.size());
   for (const AdamSlot& s : slots) {
-    for (const TensorView* t : {&s.g, &s.m, &s.v, &s.wOut, &s.mOut, &s.vOut})
-      if (!sameView(s.w, *t) || s.w.dtype != slots[0].w.dtype)
+    if (!updateGrad(s.w, s.g, kinds[corr.size()]) || s.w.dtype != slots[0].w.dtype)
+      return false;
+    for (const TensorView* t : {&s.m, &s.v, &s.wOut, &s.mOut, &s.vOut})
+      if (!sameView(s.w, *t))
         return false;
     corr.push_back(adamCorrection(
         AdamHyper{s.p.beta1, s.p.beta2, s.p.epsilon, s.p.weight_decay, s.p.decoupled != 0}, st));
@@ -153,12 +164,14 @@ bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
     using T = decltype(tag);
     forEachSlotRange(slots, [&](const AdamSlot& s, int64_t first, int64_t end) {
       const AdamHyper h{s.p.beta1, s.p.beta2, s.p.epsilon, s.p.weight_decay, s.p.decoupled != 0};
-      const AdamCorrection c = corr[static_cast<size_t>(&s - slots.data())];
+      const auto slot = static_cast<size_t>(&s - slots.data());
+      const AdamCorrection c = corr[slot];
+      const GradKind gk = kinds[slot];
       const double r = rate * s.p.lr_scale;
-      const T *w = s.w.as<T>(), *g = s.g.as<T>(), *m = s.m.as<T>(), *v = s.v.as<T>();
+      const T *w = s.w.as<T>(), *m = s.m.as<T>(), *v = s.v.as<T>();
       T *wOut = s.wOut.as<T>(), *mOut = s.mOut.as<T>(), *vOut = s.vOut.as<T>();
       for (int64_t k = first; k < end; ++k) {
-        AdamElement e = adamElement(w[k], g[k], m[k], v[k], r, h, c);
+        AdamElement e = adamElement(w[k], gradElement<T>(s.g.data, gk, k), m[k], v[k], r, h, c);
         mOut[k] = static_cast<T>(e.m);
         vOut[k] = static_cast<T>(e.v);
         wOut[k] = static_cast<T>(e.w);

@@ -41,11 +41,11 @@ __global__ void dropout16Kernel(const S* step, uint16_t* mask, int64_t n, int64_
 }
 
 template <typename T, typename L>
-__global__ void sgdKernel(const T* w, const T* g, const T* m, const L* lr, T* wOut, T* mOut,
-                          int64_t n, double lrScale, SgdHyper h) {
+__global__ void sgdKernel(const T* w, const void* g, GradKind gk, const T* m, const L* lr, T* wOut,
+                          T* mOut, int64_t n, double lrScale, SgdHyper h) {
   double rate = static_cast<double>(*lr) * lrScale;
   for (int64_t k = firstThread(); k < n; k += gridThreads()) {
-    SgdElement e = sgdElement(w[k], g[k], m[k], rate, h);
+    SgdElement e = sgdElement(w[k], gradElement<T>(g, gk, k), m[k], rate, h);
     mOut[k] = static_cast<T>(e.m);
     wOut[k] = static_cast<T>(e.w);
   }
@@ -57,7 +57,8 @@ template <typename T> struct SgdChunk {
   int count = 0;
   int64_t start[kPiecesPerLaunch + 1] = {};
   const T* w[kPiecesPerLaunch];
-  const T* g[kPiecesPerLaunch];
+  const void* g[kPiecesPerLaunch];
+  GradKind gk[kPiecesPerLaunch];
   const T* m[kPiecesPerLaunch];
   T* wOut[kPiecesPerLaunch];
   T* mOut[kPiecesPerLaunch];
@@ -71,7 +72,8 @@ template <typename T, typename L> __global__ void sgdGroupKernel(SgdChunk<T> c, 
   for (int64_t i = firstThread(); i < c.start[c.count]; i += gridThreads()) {
     s = pieceOf(c.start, s, i);
     const int64_t k = i - c.start[s];
-    SgdElement e = sgdElement(c.w[s][k], c.g[s][k], c.m[s][k], base * c.lrScale[s], c.h[s]);
+    SgdElement e = sgdElement(c.w[s][k], gradElement<T>(c.g[s], c.gk[s], k), c.m[s][k],
+                              base * c.lrScale[s], c.h[s]);
     c.mOut[s][k] = static_cast<T>(e.m);
     c.wOut[s][k] = static_cast<T>(e.w);
   }
@@ -81,7 +83,8 @@ template <typename T> struct AdamChunk {
   int count = 0;
   int64_t start[kPiecesPerLaunch + 1] = {};
   const T* w[kPiecesPerLaunch];
-  const T* g[kPiecesPerLaunch];
+  const void* g[kPiecesPerLaunch];
+  GradKind gk[kPiecesPerLaunch];
   const T* m[kPiecesPerLaunch];
   const T* v[kPiecesPerLaunch];
   T* wOut[kPiecesPerLaunch];
@@ -104,8 +107,8 @@ __global__ void adamGroupKernel(AdamChunk<T> c, const L* lr, const S* step) {
   for (int64_t i = firstThread(); i < c.start[c.count]; i += gridThreads()) {
     s = pieceOf(c.start, s, i);
     const int64_t k = i - c.start[s];
-    AdamElement e = adamElement(c.w[s][k], c.g[s][k], c.m[s][k], c.v[s][k], base * c.lrScale[s],
-                                c.h[s], corr[s]);
+    AdamElement e = adamElement(c.w[s][k], gradElement<T>(c.g[s], c.gk[s], k), c.m[s][k], c.v[s][k],
+                                base * c.lrScale[s], c.h[s], corr[s]);
     c.mOut[s][k] = static_cast<T>(e.m);
     c.vOut[s][k] = static_cast<T>(e.v);
     c.wOut[s][k] = static_cast<T>(e.w);
@@ -113,9 +116,9 @@ __global__ void adamGroupKernel(AdamChunk<T> c, const L* lr, const S* step) {
 }
 
 template <typename T, typename L, typename S>
-__global__ void adamKernel(const T* w, const T* g, const T* m, const T* v, const L* lr,
-                           const S* step, T* wOut, T* mOut, T* vOut, int64_t n, double lrScale,
-                           AdamHyper h) {
+__global__ void adamKernel(const T* w, const void* g, GradKind gk, const T* m, const T* v,
+                           const L* lr, const S* step, T* wOut, T* mOut, T* vOut, int64_t n,
+                           double lrScale, AdamHyper h) {
   // Bias corrections at t = step + 1, once per block.
   __shared__ AdamCorrection corr;
   if (threadIdx.x == 0)
@@ -123,7 +126,7 @@ __global__ void adamKernel(const T* w, const T* g, const T* m, const T* v, const
   __syncthreads();
   double rate = static_cast<double>(*lr) * lrScale;
   for (int64_t k = firstThread(); k < n; k += gridThreads()) {
-    AdamElement e = adamElement(w[k], g[k], m[k], v[k], rate, h, corr);
+    AdamElement e = adamElement(w[k], gradElement<T>(g, gk, k), m[k], v[k], rate, h, corr);
     mOut[k] = static_cast<T>(e.m);
     vOut[k] = static_cast<T>(e.v);
     wOut[k] = static_cast<T>(e.w);
@@ -173,13 +176,16 @@ bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMa
 
 bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& lr,
                const TensorView& wOut, const TensorView& mOut, const SgdParams& p) {
-  bool ok = floatScalar(lr) && isFloat(w.dtype);
-  for (const TensorView* t : {&g, &m, &wOut, &mOut})
+  GradKind gk = GradKind::Same;
+  bool ok = floatScalar(lr) && isFloat(w.dtype) && updateGrad(w, g, gk);
+  for (const TensorView* t : {&m, &wOut, &mOut})
     ok = ok && sameLayout(w, *t);
   if (!ok)
-    return LWRT_REJECT("sgdUpdate", "takes w, g, m, w', m' of one float type and shape and a "
-                                    "float lr scalar; w is " +
-                                        describe(w) + ", lr " + describe(lr));
+    return LWRT_REJECT("sgdUpdate", "takes w, m, w', m' of one float type and shape, g of theirs "
+                                    "(or bf16 or fp16 beside float32) and a float lr scalar; w "
+                                    "is " +
+                                        describe(w) + ", g " + describe(g) + ", lr " +
+                                        describe(lr));
   int64_t n = w.numel();
   if (n == 0)
     return true;
@@ -188,7 +194,7 @@ bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, co
     return dispatchFloat(w.dtype, [&](auto tag) {
       using T = decltype(tag);
       sgdKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
-          w.as<const T>(), g.as<const T>(), m.as<const T>(), lr.as<const L>(), wOut.as<T>(),
+          w.as<const T>(), g.data, gk, m.as<const T>(), lr.as<const L>(), wOut.as<T>(),
           mOut.as<T>(), n, p.lr_scale, SgdHyper{p.momentum, p.weight_decay, p.nesterov != 0});
       LWRT_CUDA(cudaGetLastError());
       return true;
@@ -199,14 +205,16 @@ bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, co
 bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& v,
                 const TensorView& lr, const TensorView& step, const TensorView& wOut,
                 const TensorView& mOut, const TensorView& vOut, const AdamParams& p) {
-  bool ok = floatScalar(lr) && intScalar(step) && isFloat(w.dtype);
-  for (const TensorView* t : {&g, &m, &v, &wOut, &mOut, &vOut})
+  GradKind gk = GradKind::Same;
+  bool ok = floatScalar(lr) && intScalar(step) && isFloat(w.dtype) && updateGrad(w, g, gk);
+  for (const TensorView* t : {&m, &v, &wOut, &mOut, &vOut})
     ok = ok && sameLayout(w, *t);
   if (!ok)
-    return LWRT_REJECT("adamUpdate", "takes w, g, m, v, w', m', v' of one float type and shape, a "
-                                     "float lr scalar and an integer step scalar; w is " +
-                                         describe(w) + ", lr " + describe(lr) + ", step " +
-                                         describe(step));
+    return LWRT_REJECT("adamUpdate", "takes w, m, v, w', m', v' of one float type and shape, g of "
+                                     "theirs (or bf16 or fp16 beside float32), a float lr scalar "
+                                     "and an integer step scalar; w is " +
+                                         describe(w) + ", g " + describe(g) + ", lr " +
+                                         describe(lr) + ", step " + describe(step));
   int64_t n = w.numel();
   if (n == 0)
     return true;
@@ -217,7 +225,7 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
       return dispatchFloat(w.dtype, [&](auto tag) {
         using T = decltype(tag);
         adamKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
-            w.as<const T>(), g.as<const T>(), m.as<const T>(), v.as<const T>(), lr.as<const L>(),
+            w.as<const T>(), g.data, gk, m.as<const T>(), v.as<const T>(), lr.as<const L>(),
             step.as<const S>(), wOut.as<T>(), mOut.as<T>(), vOut.as<T>(), n, p.lr_scale,
             AdamHyper{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0});
         LWRT_CUDA(cudaGetLastError());
@@ -231,14 +239,17 @@ bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
   if (slots.empty())
     return true;
   bool ok = floatScalar(lr) && isFloat(slots[0].w.dtype);
-  for (const SgdSlot& s : slots) {
-    ok = ok && s.w.dtype == slots[0].w.dtype;
-    for (const TensorView* t : {&s.g, &s.m, &s.wOut, &s.mOut})
+  std::vector<GradKind> kinds(slots.size());
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const SgdSlot& s = slots[k];
+    ok = ok && s.w.dtype == slots[0].w.dtype && updateGrad(s.w, s.g, kinds[k]);
+    for (const TensorView* t : {&s.m, &s.wOut, &s.mOut})
       ok = ok && sameLayout(s.w, *t);
   }
   if (!ok)
-    return LWRT_REJECT("sgdUpdateGroup", "takes slots of w, g, m, w', m' of one float type and "
-                                         "shape each, all of one type, and a float lr scalar");
+    return LWRT_REJECT("sgdUpdateGroup", "takes slots of w, m, w', m' of one float type and "
+                                         "shape each and g of theirs (or bf16 or fp16 beside "
+                                         "float32), all of one type, and a float lr scalar");
   return dispatchFloat(lr.dtype, [&](auto ltag) {
     using L = decltype(ltag);
     return dispatchFloat(slots[0].w.dtype, [&](auto tag) {
@@ -248,7 +259,8 @@ bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
         for (size_t k = first; k < slots.size() && c.count < kPiecesPerLaunch; ++k, ++c.count) {
           const SgdSlot& s = slots[k];
           c.w[c.count] = s.w.as<const T>();
-          c.g[c.count] = s.g.as<const T>();
+          c.g[c.count] = s.g.data;
+          c.gk[c.count] = kinds[k];
           c.m[c.count] = s.m.as<const T>();
           c.wOut[c.count] = s.wOut.as<T>();
           c.mOut[c.count] = s.mOut.as<T>();
@@ -272,15 +284,18 @@ bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
   if (slots.empty())
     return true;
   bool ok = floatScalar(lr) && intScalar(step) && isFloat(slots[0].w.dtype);
-  for (const AdamSlot& s : slots) {
-    ok = ok && s.w.dtype == slots[0].w.dtype;
-    for (const TensorView* t : {&s.g, &s.m, &s.v, &s.wOut, &s.mOut, &s.vOut})
+  std::vector<GradKind> kinds(slots.size());
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const AdamSlot& s = slots[k];
+    ok = ok && s.w.dtype == slots[0].w.dtype && updateGrad(s.w, s.g, kinds[k]);
+    for (const TensorView* t : {&s.m, &s.v, &s.wOut, &s.mOut, &s.vOut})
       ok = ok && sameLayout(s.w, *t);
   }
   if (!ok)
-    return LWRT_REJECT("adamUpdateGroup", "takes slots of w, g, m, v, w', m', v' of one float "
-                                          "type and shape each, all of one type, a float lr "
-                                          "scalar and an integer step scalar");
+    return LWRT_REJECT("adamUpdateGroup", "takes slots of w, m, v, w', m', v' of one float "
+                                          "type and shape each and g of theirs (or bf16 or fp16 "
+                                          "beside float32), all of one type, a float lr scalar "
+                                          "and an integer step scalar");
   return dispatchInt(step.dtype, [&](auto stag) {
     using S = decltype(stag);
     return dispatchFloat(lr.dtype, [&](auto ltag) {
@@ -292,7 +307,8 @@ bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
           for (size_t k = first; k < slots.size() && c.count < kPiecesPerLaunch; ++k, ++c.count) {
             const AdamSlot& s = slots[k];
             c.w[c.count] = s.w.as<const T>();
-            c.g[c.count] = s.g.as<const T>();
+            c.g[c.count] = s.g.data;
+            c.gk[c.count] = kinds[k];
             c.m[c.count] = s.m.as<const T>();
             c.v[c.count] = s.v.as<const T>();
             c.wOut[c.count] = s.wOut.as<T>();

@@ -18,7 +18,10 @@ and every param (--dump) must so agree, for
     of AlexNet and ResNet-18 in float32 and bf16 and Inception in bf16;
   - AlexNet in bf16 with AdamW on both (the multi-tensor Adam update);
 the optimizer's multi-tensor updates and the weights' multi-tensor casts
-to bf16 are what --no-fuse writes one call per param, too.
+to bf16 are what --no-fuse writes one call per param, too. Each of those
+trainers profiles two steps (--profile=2): the kernels it says it launched
+a step, on each device, must be what `--emit=plan` counts for the same
+build (fused and --no-fuse, CPU and CUDA).
 Also: `--emit=plan` counts fewer kernels for the fused step than for the
 unfused one; AlexNet's bias gradients are each summed in the fused op of
 their relu_grad, the last in one with its gradient's cast (no reduce_sum of
@@ -50,9 +53,35 @@ def build_and_train(tmp, tag, model, flags, emulated, threads=2):
     work = os.path.join(tmp, tag, "run")
     os.makedirs(work, exist_ok=True)
     run = [exe, "--data=synthetic", "--seed=5", f"--steps={STEPS}", "--progress=off",
-           "--log=log.jsonl", "--dump=dump", "--no-tf32" if emulated else f"--threads={threads}"]
-    harness.check_output(run, cwd=work, timeout=900)
+           "--log=log.jsonl", "--dump=dump", "--no-tf32" if emulated else f"--threads={threads}",
+           "--profile=2"]
+    out = harness.check_output(run, cwd=work, timeout=900).stdout
+    launched[tag] = launches_said(out)
     return harness.trainer_outputs(work)
+
+
+# Per trainer tag: {device: kernels launched a step} from its --profile.
+launched = {}
+
+
+def launches_said(out):
+    """The trainer's --profile line `kernels launched a step: N` (one device)
+    or `... device 0: N, device 1: M` as {device: N}."""
+    m = re.search(r"^kernels launched a step: (.*) \(", out, re.M)
+    if not m:
+        return None
+    if "device" not in m.group(1):
+        return {0: int(m.group(1))}
+    return {int(d): int(n) for d, n in re.findall(r"device (\d+): (\d+)", m.group(1))}
+
+
+def planned_launches(model, flags, emulated):
+    """--emit=plan's `device D: N kernels a step` lines as {D: N}."""
+    target = ["--emulate-gpu"] if emulated else ["--target=cpu"]
+    out = harness.check_output([harness.LWCC, model, *target, *flags, "--emit=plan",
+                                "-o", "-"]).stdout
+    return {int(d): int(n) for d, n in re.findall(r"^device (\d+): (\d+) kernels a step", out,
+                                                   re.M)}
 
 
 def fuses_reductions(model, flags, emulated):
@@ -98,15 +127,25 @@ def same_as_unfused(tmp, name, flags, emulated=False):
         fused = build_and_train(tmp, tag + "-fused", model, flags, emulated)
         plain = build_and_train(tmp, tag + "-plain", model, flags + ["--no-fuse"], emulated)
         enough = len(fused[0]) == STEPS and any(k.startswith("param_") for k in fused[1])
+        # What each trainer launched, as the plan counts it.
+        counts = (launched[tag + "-fused"], planned_launches(model, flags, emulated),
+                  launched[tag + "-plain"],
+                  planned_launches(model, flags + ["--no-fuse"], emulated))
+        if not counts[1] or counts[0] != counts[1] or counts[2] != counts[3]:
+            return False, (f"kernels launched a step (fused, its plan; --no-fuse, its plan): "
+                           f"{counts}")
         if reduces:
             ok, differ = close(fused, plain)
         else:
             ok = fused == plain
             differ = [k for k in fused[1] if fused[1].get(k) != plain[1].get(k)]
-        return ok and enough, f"losses {fused[0]} vs {plain[0]}; params that differ: {differ[:5]}"
+        return ok and enough, (f"losses {fused[0]} vs {plain[0]}; params that differ: "
+                               f"{differ[:5]}; kernels launched a step {counts[0]} (plan "
+                               f"{counts[1]}), --no-fuse {counts[2]} (plan {counts[3]})")
 
     how = f"within relative {RTOL} (fused reductions)" if reduces else "bit for bit"
-    harness.check(f"{label}: fused trains as --no-fuse, {how}", fn)
+    harness.check(f"{label}: fused trains as --no-fuse, {how}; launches what the plan counts",
+                  fn)
 
 
 def threads_agree(tmp, name, flags):

@@ -7,7 +7,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "RuntimeTensorKernelCase.h"
+#include "lwrt/bf16.h"
 #include "lwrt/dropout.h"
+#include "lwrt/f16.h"
 
 #include <algorithm>
 #include <array>
@@ -354,6 +356,79 @@ TEST(RuntimeTensorKernelTest, UpdatesInPlaceEqualOutOfPlace) {
     EXPECT_EQ(wIn, wOut);
     EXPECT_EQ(mIn, mOut);
     EXPECT_EQ(vIn, vOut);
+  }
+}
+
+/// Mixed precision's update reads a float32 param's bf16 or fp16 gradient
+/// itself (the fuse pass leaves the cast to float32 to it): each update,
+/// alone and in a multi-tensor call that mixes gradient types, gives the
+/// bits it gives on the gradient cast to float32 first. A 16-bit gradient
+/// beside a float64 param is refused.
+TEST(RuntimeTensorKernelTest, UpdatesRead16BitGradients) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n = 777;
+  auto fresh = [&](bool positive = false) {
+    std::vector<float> v(n);
+    for (float& x : v)
+      x = positive ? std::fabs(normal(rng)) : normal(rng);
+    return v;
+  };
+  auto view = [&](std::vector<float>& v) {
+    return lwrt::TensorView{v.data(), lwrt::DType::F32, {n}};
+  };
+  float lr = 0.05f;
+  int64_t step = 3;
+  lwrt::TensorView lrView{&lr, lwrt::DType::F32, {}}, stepView{&step, lwrt::DType::I64, {}};
+  for (lwrt::DType t : {lwrt::DType::BF16, lwrt::DType::F16}) {
+    // The 16-bit gradient and its exact float32 widening.
+    std::vector<float> g = fresh(), wide(n);
+    std::vector<uint16_t> g16(n);
+    for (int64_t k = 0; k < n; ++k) {
+      g16[k] = t == lwrt::DType::BF16 ? lwrt::floatToBf16(g[k]) : lwrt::floatToF16(g[k]);
+      wide[k] = t == lwrt::DType::BF16 ? lwrt::bf16ToFloat(g16[k]) : lwrt::f16ToFloat(g16[k]);
+    }
+    lwrt::TensorView narrow{g16.data(), t, {n}};
+    {
+      std::vector<float> w = fresh(), m = fresh(), w1(n), m1(n), w2(n), m2(n);
+      lwrt::SgdParams p{0.9, 5e-4, 1};
+      ASSERT_TRUE(rt::sgdUpdate(view(w), narrow, view(m), lrView, view(w1), view(m1), p));
+      ASSERT_TRUE(rt::sgdUpdate(view(w), view(wide), view(m), lrView, view(w2), view(m2), p));
+      EXPECT_EQ(w1, w2);
+      EXPECT_EQ(m1, m2);
+      // In one call beside a float32-gradient slot, as codegen groups them.
+      std::vector<float> u = fresh(), um = fresh(), ug = fresh(), u1(n), um1(n), u2(n), um2(n);
+      std::vector<float> w3(n), m3(n);
+      ASSERT_TRUE(rt::sgdUpdateGroup({{view(w), narrow, view(m), view(w3), view(m3), p},
+                                      {view(u), view(ug), view(um), view(u1), view(um1), p}},
+                                     lrView));
+      ASSERT_TRUE(rt::sgdUpdate(view(u), view(ug), view(um), lrView, view(u2), view(um2), p));
+      EXPECT_EQ(w3, w2);
+      EXPECT_EQ(m3, m2);
+      EXPECT_EQ(u1, u2);
+      EXPECT_EQ(um1, um2);
+    }
+    {
+      std::vector<float> w = fresh(), m = fresh(), v = fresh(true);
+      std::vector<float> w1(n), m1(n), v1(n), w2(n), m2(n), v2(n), w3(n), m3(n), v3(n);
+      lwrt::AdamParams p{0.9, 0.999, 1e-8, 0.01, 1};
+      ASSERT_TRUE(rt::adamUpdate(view(w), narrow, view(m), view(v), lrView, stepView, view(w1),
+                                 view(m1), view(v1), p));
+      ASSERT_TRUE(rt::adamUpdate(view(w), view(wide), view(m), view(v), lrView, stepView, view(w2),
+                                 view(m2), view(v2), p));
+      ASSERT_TRUE(rt::adamUpdateGroup(
+          {{view(w), narrow, view(m), view(v), view(w3), view(m3), view(v3), p}}, lrView,
+          stepView));
+      EXPECT_EQ(w1, w2);
+      EXPECT_EQ(v1, v2);
+      EXPECT_EQ(w3, w2);
+      EXPECT_EQ(m3, m2);
+    }
+    // Beside float64 weights a 16-bit gradient is not an update's operand.
+    std::vector<double> w64(n), m64(n);
+    lwrt::TensorView w64v{w64.data(), lwrt::DType::F64, {n}},
+        m64v{m64.data(), lwrt::DType::F64, {n}};
+    EXPECT_FALSE(rt::sgdUpdate(w64v, narrow, m64v, lrView, w64v, m64v, {0.9, 0.0, 0}));
   }
 }
 

@@ -170,7 +170,12 @@ int trainReferenceMode(Module& m, const BuildTrainingStep& buildTrainingGraph) {
       for (size_t o = 1; o < outs->size(); ++o)
         if (const Value* p = g.outputGradOf(o)) {
           if (p->shard().empty()) {
-            grads[p->paramName()] = (*outs)[o];
+            // A float32 param's bf16 or fp16 gradient (mixed precision's,
+            // read by its update as it is) in the param's type: the same
+            // values.
+            Tensor t = (*outs)[o];
+            t.type.dtype = p->type().dtype;
+            grads[p->paramName()] = std::move(t);
             continue;
           }
           auto it = grads.try_emplace(p->paramName(), Tensor(p->wholeType())).first;

@@ -278,7 +278,7 @@ int buildTrainerMode(Module& module, const char* argv0) {
 /// --emit=plan's report of the memory-planned step `g`.
 int printPlanReport(const Graph& g, const MemoryPlanStats& plan, const CostModel& model,
                     const std::vector<StrategyPlan>& strategyPlans, llvm::raw_ostream& os) {
-  printPlan(g, plan, os, !noFuse);
+  printPlan(g, plan, os, {!noFuse, target != "cpu"});
   if (llvm::Error e = printStreamPlan(g, model, os))
     return fail(std::move(e));
   if (gpus > 1)

@@ -4,7 +4,7 @@
 //          rowMajorStrides, broadcastStrides, broadcastsTo, shapeProduct, normAxis,
 //          broadcastShape, broadcastIndexOf, rowMajor, fillValue, ConvGeom, convGeom,
 //          reducedDims, gatherNdDepth, padFillBits,
-//          LayerRows, layerRows, attentionOperands, attentionGradOperands
+//          LayerRows, layerRows, attentionOperands, attentionGradOperands, updateGrad
 //
 // The CPU kernels (runtime/cpu) and the host side of the CUDA kernels
 // (runtime/cuda) check their operands and pick the C++ element type the
@@ -15,6 +15,7 @@
 #include "activation_math.h"
 #include "attention_math.h"
 #include "nn_params.h"
+#include "optimizer_math.h"
 #include "tensor.h"
 #include "tensor_params.h"
 
@@ -92,6 +93,22 @@ inline bool is16(DType t) { return t == DType::BF16 || t == DType::F16; }
 /// One element type and one shape.
 inline bool sameLayout(const TensorView& a, const TensorView& b) {
   return a.dtype == b.dtype && a.shape == b.shape;
+}
+
+/// An optimizer update's gradient `g` beside its weight `w`: of w's type,
+/// shape and layout, or (mixed precision) bf16 or fp16 of w's shape beside
+/// a float32 row-major w. Sets `kind` to which.
+inline bool updateGrad(const TensorView& w, const TensorView& g, GradKind& kind) {
+  if (g.shape != w.shape || g.layout != w.layout)
+    return false;
+  if (g.dtype == w.dtype) {
+    kind = GradKind::Same;
+    return true;
+  }
+  if (w.dtype != DType::F32 || !is16(g.dtype) || w.layout != Layout::RowMajor)
+    return false;
+  kind = g.dtype == DType::BF16 ? GradKind::Bf16 : GradKind::F16;
+  return true;
 }
 
 /// "[2,3]" for messages.

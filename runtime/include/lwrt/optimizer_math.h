@@ -1,6 +1,6 @@
 // lwrt/optimizer_math.h - the optimizers' update of one element, one definition
 // defines: SgdHyper, SgdElement, sgdElement, AdamHyper, AdamCorrection, adamCorrection,
-//   AdamElement, adamElement
+//   AdamElement, adamElement, GradKind, gradElement
 //
 // The reference interpreter (interp/TrainOps.cpp) and the CPU and CUDA
 // kernels of sgd_update and adam_update (runtime/cpu/TensorKernels.cpp,
@@ -12,10 +12,17 @@
 // decay is the param's group_decay where the param has one (>= 0), the op's
 // weight_decay otherwise. Each caller resolves both before calling.
 //
+// A mixed-precision step's update reads its gradient in bf16 or fp16 (the
+// backward's type) beside float32 weights and state: gradElement widens
+// each element exactly, as a cast to float32 before the update would.
+//
 // Header-only and free of other lwrt headers except lwrt/shard_index.h (for
-// LWRT_HOST_DEVICE); under nvcc it compiles for the host and the device.
+// LWRT_HOST_DEVICE) and lwrt/bf16.h and lwrt/f16.h; under nvcc it compiles
+// for the host and the device.
 #pragma once
 
+#include "bf16.h"
+#include "f16.h"
 #include "shard_index.h"
 
 #include <math.h>
@@ -78,6 +85,20 @@ inline LWRT_HOST_DEVICE AdamElement adamElement(double w, double g, double m, do
   double mk = h.beta1 * m + (1.0 - h.beta1) * g;
   double vk = h.beta2 * v + (1.0 - h.beta2) * g * g;
   return {w - rate * (mk / c.c1) / (sqrt(vk / c.c2) + h.epsilon), mk, vk};
+}
+
+/// The element type of an update's gradient: its weight's own, or bf16 or
+/// fp16 beside float32 weights (sgd_update's and adam_update's rule).
+enum class GradKind : uint8_t { Same, Bf16, F16 };
+
+/// Element k of a gradient of kind `kind` beside weights of type T.
+template <typename T>
+inline LWRT_HOST_DEVICE double gradElement(const void* g, GradKind kind, int64_t k) {
+  if (kind == GradKind::Bf16)
+    return bf16ToFloat(static_cast<const uint16_t*>(g)[k]);
+  if (kind == GradKind::F16)
+    return f16ToFloat(static_cast<const uint16_t*>(g)[k]);
+  return static_cast<const T*>(g)[k];
 }
 
 } // namespace lwrt

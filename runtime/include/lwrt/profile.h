@@ -80,6 +80,7 @@ struct ProfiledStep {
   std::vector<StreamStart> streams; ///< one per (device, stream) that ran
   double wokeSeconds = 0;           ///< summed wake-ups after event waits
   int64_t wakes = 0;
+  std::map<int, int64_t> calls; ///< runtime calls by device (StepBuffers::calls)
 };
 
 /// The marks of one (device, stream) in one profiled step; used by one
@@ -103,6 +104,8 @@ public:
   void woke(Clock::duration latency);
   /// For StepBuffers::mark: `context` is a MarkRecorder.
   static void markFn(void* context, const char* label);
+  /// For StepBuffers::calls: this stream's runtime calls this step.
+  int64_t* calls() { return &calls_; }
   /// Appends this step's marks, start and wake-ups to `step`; clears the marks.
   void takeInto(ProfiledStep& step);
 
@@ -114,6 +117,7 @@ private:
   std::vector<OpMark> marks_;
   double wokeSeconds_ = 0;
   int64_t wakes_ = 0;
+  int64_t calls_ = 0;
 };
 
 /// A multi-device trainer's profiled step: a recorder per (device,
@@ -140,12 +144,16 @@ private:
 class OpTimeline {
 public:
   /// One profiled step of a one-device trainer: it started `startSeconds`
-  /// after the run began, its ops ran one after another as `marksMs` says.
-  void addStep(double startSeconds, const std::vector<std::pair<const char*, double>>& marksMs);
+  /// after the run began, its ops ran one after another as `marksMs` says,
+  /// making `calls` runtime calls.
+  void addStep(double startSeconds, const std::vector<std::pair<const char*, double>>& marksMs,
+               int64_t calls);
   /// One profiled step of a multi-device trainer, its ops in the same
   /// order every step.
   void addStep(ProfiledStep step);
   int64_t steps() const { return static_cast<int64_t>(steps_.size()); }
+  /// Runtime calls a step by device, the mean over the steps.
+  std::map<int, double> callsPerStep() const;
   /// Milliseconds per op over every step: by label, or with `byDevice` by
   /// "label @device".
   std::map<std::string, double> msByOp(bool byDevice) const;

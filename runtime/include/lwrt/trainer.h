@@ -97,6 +97,11 @@ struct StepBuffers {
   /// When set (--profile), called after each op's launch with "kernel label".
   void (*mark)(void* context, const char* op) = nullptr;
   void* markContext = nullptr;
+  /// When set (--profile), counts the step's runtime calls as they are
+  /// made: a kernel, a library call or a collective each (what --emit=plan
+  /// counts as `N kernels a step`; an op fused into another's call, a view
+  /// or a constant makes none).
+  int64_t* calls = nullptr;
   /// Multi-device trainers: the logical device and stream the function runs
   /// on, and the backend's DeviceGroup (lwrt/comm.h reads them).
   int device = 0;
