@@ -583,6 +583,10 @@ std::string PhaseWriter::groupCallOf(const std::vector<const Op*>& run) {
   call += "}, " + names_(run.front()->operand(sgd ? 3 : 4));
   if (!sgd)
     call += ", " + names_(run.front()->operand(5));
+  // fp16's `finite` flag, one for the run (sameMultiTensorCall).
+  const unsigned flag = sgd ? 4 : 6;
+  if (run.front()->numOperands() > flag)
+    call += ", &" + names_(run.front()->operand(flag));
   return call + ")";
 }
 

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 
 namespace lwcc {
@@ -544,8 +545,23 @@ double resolvedDecay(const Op& op) {
 }
 } // namespace
 
+namespace {
+/// An update's optional `finite` operand (#i) is down: its results are its
+/// weight and state unchanged (operands `kept`, in result order).
+bool skipped(EvalCtx& c, unsigned i, std::initializer_list<unsigned> kept) {
+  if (c.op.numOperands() <= i || c.x(i).i[0] != 0)
+    return false;
+  unsigned r = 0;
+  for (unsigned k : kept)
+    c.y(r++) = c.x(k);
+  return true;
+}
+} // namespace
+
 Error evalSgdUpdate(EvalCtx& c) {
   // lwrt::sgdElement, the CPU's and CUDA's update of each element.
+  if (skipped(c, 4, {0, 2}))
+    return ok();
   const Tensor &w = c.x(0), &g = c.x(1), &m = c.x(2);
   double lr = c.x(3).f[0] * c.op.getFloat("lr_scale");
   lwrt::SgdHyper h{c.op.getFloat("momentum"), resolvedDecay(c.op), c.op.getInt("nesterov") != 0};
@@ -559,6 +575,8 @@ Error evalSgdUpdate(EvalCtx& c) {
 
 Error evalAdamUpdate(EvalCtx& c) {
   // lwrt::adamElement, the CPU's and CUDA's update of each element.
+  if (skipped(c, 6, {0, 2, 3}))
+    return ok();
   const Tensor &w = c.x(0), &g = c.x(1), &m = c.x(2), &v = c.x(3);
   double lr = c.x(4).f[0] * c.op.getFloat("lr_scale");
   lwrt::AdamHyper h{c.op.getFloat("beta1"), c.op.getFloat("beta2"), c.op.getFloat("epsilon"),

@@ -279,8 +279,11 @@ bool sameMultiTensorCall(const Op& first, const Op& next) {
     return false;
   if (first.kind() == OpKind::Cast)
     return first.result()->type().dtype == next.result()->type().dtype;
-  const unsigned lr = first.kind() == OpKind::SgdUpdate ? 3 : 4;
-  return first.operand(lr) == next.operand(lr) &&
+  const unsigned lr = first.kind() == OpKind::SgdUpdate ? 3 : 4, flag = lr == 3 ? 4 : 6;
+  const auto flagOf = [&](const Op& u) {
+    return u.numOperands() > flag ? u.operand(flag) : nullptr;
+  };
+  return first.operand(lr) == next.operand(lr) && flagOf(first) == flagOf(next) &&
          (first.kind() != OpKind::AdamUpdate || first.operand(5) == next.operand(5)) &&
          first.operand(0)->type().dtype == next.operand(0)->type().dtype;
 }

@@ -79,7 +79,7 @@ std::vector<NamedAttr> fusedAttrsOf(const Op& op);
 /// The multi-tensor calls codegen writes for runs of ops (sgdUpdateGroup,
 /// adamUpdateGroup, castGroup): whether `op` may be in one (an optimizer
 /// update, or a cast of float32 to bf16 or fp16), and whether `next` joins
-/// the call of `first` (one kind; one lr, step and element type, each
+/// the call of `first` (one kind; one lr, step, finite flag and element type, each
 /// update's gradient of that type or, beside float32, bf16 or fp16; casts
 /// to one type). --emit=plan's kernel counts read the same rule.
 bool inMultiTensorCall(const Op& op);

@@ -38,6 +38,13 @@ llvm::Error expectUpdateGrad(const Op& op) {
               g.str(), w.str());
 }
 
+/// An update's optional operand #i, `finite`: a bool scalar.
+llvm::Error expectFlag(const Op& op, unsigned i) {
+  if (op.numOperands() > i && ty(op, i) != TensorType(DType::Bool, {}))
+    return fail("operand #{0} (finite) must be a bool scalar, got {1}", i, ty(op, i).str());
+  return llvm::Error::success();
+}
+
 llvm::Error expectScalar(const Op& op, unsigned i, bool isFloatScalar) {
   if (ty(op, i).rank() != 0 || isFloat(ty(op, i).dtype) != isFloatScalar)
     return fail("operand #{0} must be a{1} scalar, got {2}", i,
@@ -268,11 +275,12 @@ Rule dropoutMask(const Op& op) {
 }
 
 Rule sgdUpdate(const Op& op) {
-  // (w, g, m, lr) -> (w', m').
+  // (w, g, m, lr[, finite]) -> (w', m').
   TRY(expectFloat(op, 0));
   TRY(expectUpdateGrad(op));
   TRY(expectSameType(op, 0, 2));
   TRY(expectScalar(op, 3, true));
+  TRY(expectFlag(op, 4));
   return std::vector<TensorType>{ty(op, 0), ty(op, 0)};
 }
 
@@ -284,6 +292,7 @@ Rule adamUpdate(const Op& op) {
     TRY(expectSameType(op, 0, i));
   TRY(expectScalar(op, 4, true));
   TRY(expectScalar(op, 5, false));
+  TRY(expectFlag(op, 6));
   return std::vector<TensorType>{ty(op, 0), ty(op, 0), ty(op, 0)};
 }
 

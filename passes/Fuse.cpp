@@ -152,6 +152,69 @@ void foldGradCasts(Graph& g) {
   }
 }
 
+/// fp16's loss scaling keeps a skipped step's params and optimizer state
+/// with a where per result of each update: `where(finite, w', w)`, then
+/// the assign. An update whose every result only such a where reads, all
+/// on one flag, takes the flag instead (sgd_update's and adam_update's
+/// optional `finite` operand): no pass over the params and state to keep
+/// them, and the update writes over them in place again.
+llvm::Error foldSkippedUpdates(Graph& g) {
+  struct Fold {
+    Op* update;
+    std::vector<Op*> keeps; // one where per result
+  };
+  std::vector<Fold> folds;
+  for (const auto& op : g.ops()) {
+    const bool sgd = op->kind() == OpKind::SgdUpdate;
+    if ((!sgd && op->kind() != OpKind::AdamUpdate) || op->numOperands() > (sgd ? 4u : 6u))
+      continue;
+    const std::vector<unsigned> kept = sgd ? std::vector<unsigned>{0, 2}
+                                           : std::vector<unsigned>{0, 2, 3};
+    Fold f{op.get(), {}};
+    for (unsigned r = 0; r < op->numResults(); ++r) {
+      const auto& uses = op->result(r)->uses();
+      const Op* w = uses.size() == 1 ? uses[0].user : nullptr;
+      if (!w || w->kind() != OpKind::Where || uses[0].index != 1 ||
+          w->operand(2) != op->operand(kept[r]) ||
+          w->operand(0)->type() != TensorType(DType::Bool, {}) ||
+          (!f.keeps.empty() && w->operand(0) != f.keeps[0]->operand(0)))
+        break;
+      f.keeps.push_back(uses[0].user);
+    }
+    if (f.keeps.size() == op->numResults())
+      folds.push_back(std::move(f));
+  }
+  std::map<const Op*, size_t> position;
+  if (!folds.empty())
+    for (const auto& op : g.ops())
+      position.emplace(op.get(), position.size());
+  for (Fold& f : folds) {
+    // At the first where: after the flag, and after every operand of the
+    // update (they come before the update, and it before the wheres).
+    Op* first = *std::min_element(f.keeps.begin(), f.keeps.end(), [&](Op* a, Op* b) {
+      return position.at(a) < position.at(b);
+    });
+    std::vector<Value*> operands(f.update->operands().begin(), f.update->operands().end());
+    operands.push_back(f.keeps[0]->operand(0));
+    Builder b(g);
+    b.setInsertionPointBefore(first);
+    b.setLoc(f.update->loc());
+    auto folded = b.createInferred(f.update->kind(), operands, f.update->attrs(),
+                                   f.update->numResults());
+    if (!folded)
+      return folded.takeError();
+    (*folded)->annotations() = f.update->annotations();
+    for (unsigned r = 0; r < f.update->numResults(); ++r) {
+      Value* kept = f.keeps[r]->result();
+      (*folded)->result(r)->setName(kept->name());
+      kept->replaceAllUsesWith((*folded)->result(r));
+      g.eraseOp(f.keeps[r]);
+    }
+    g.eraseOp(f.update);
+  }
+  return llvm::Error::success();
+}
+
 /// How far after a region's anchor an op that reads none of its values may
 /// join it (step 1's horizontal case): near, so that no value lives much
 /// longer than it did.
@@ -211,7 +274,8 @@ const Shape& spaceOf(const Op& op) {
 ///     to 16 bits move to the step's start (hoistWeightCasts), side by side
 ///     for one multi-tensor call; a cast of a 16-bit weight gradient to
 ///     float32 that only its update reads is left to the update
-///     (foldGradCasts).
+///     (foldGradCasts); fp16's where that keeps a skipped step's param or
+///     state becomes the update's `finite` operand (foldSkippedUpdates).
 ///  1. Walk the ops in order. A fusible op (FusionKind Elementwise or
 ///     Broadcast, float values) joins the region of the producer of one of
 ///     its operands that allows it: the region computes the same shape (its
@@ -245,6 +309,8 @@ public:
     foldReshapedReductions(g);
     hoistWeightCasts(g);
     foldGradCasts(g);
+    if (llvm::Error e = foldSkippedUpdates(g))
+      return e;
     std::map<const Op*, size_t> position;
     size_t n = 0;
     for (const auto& op : g.ops())

@@ -18,6 +18,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 namespace lwrt::cpu {
@@ -48,16 +51,41 @@ bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMa
 
 //===--- Optimizers -------------------------------------------------------===//
 
+namespace {
+
+/// An update's optional `finite` flag: false (and `ok` false) unless it is
+/// a Bool scalar; true where the step is skipped (the flag is 0).
+bool skipStep(const TensorView* finite, bool& ok) {
+  ok = !finite || (finite->dtype == DType::Bool && finite->numel() == 1 && finite->data);
+  return ok && finite && *static_cast<const uint8_t*>(finite->data) == 0;
+}
+
+/// A skipped update's results: each `from` copied to its `to` (nothing to do
+/// where the memory plan put them on the same bytes).
+bool keep(std::initializer_list<std::pair<const TensorView*, const TensorView*>> pairs) {
+  for (const auto& [from, to] : pairs)
+    if (from->data != to->data)
+      std::memcpy(to->data, from->data, static_cast<size_t>(from->bytes()));
+  return true;
+}
+
+} // namespace
+
 bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& lr,
-               const TensorView& wOut, const TensorView& mOut, const SgdParams& p) {
+               const TensorView* finite, const TensorView& wOut, const TensorView& mOut,
+               const SgdParams& p) {
   double rate = 0;
   GradKind gk = GradKind::Same;
-  if (!floatScalar(lr, rate) || !updateGrad(w, g, gk))
+  bool flagOk = false;
+  const bool skip = skipStep(finite, flagOk);
+  if (!flagOk || !floatScalar(lr, rate) || !updateGrad(w, g, gk))
     return false;
   rate *= p.lr_scale;
   for (const TensorView* t : {&m, &wOut, &mOut})
     if (!sameView(w, *t))
       return false;
+  if (skip)
+    return keep({{&w, &wOut}, {&m, &mOut}});
   SgdHyper h{p.momentum, p.weight_decay, p.nesterov != 0};
   return dispatchFloat(w.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -71,17 +99,22 @@ bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, co
 }
 
 bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& v,
-                const TensorView& lr, const TensorView& step, const TensorView& wOut,
-                const TensorView& mOut, const TensorView& vOut, const AdamParams& p) {
+                const TensorView& lr, const TensorView& step, const TensorView* finite,
+                const TensorView& wOut, const TensorView& mOut, const TensorView& vOut,
+                const AdamParams& p) {
   double rate = 0;
   int64_t s = 0;
   GradKind gk = GradKind::Same;
-  if (!floatScalar(lr, rate) || !intScalar(step, s) || !updateGrad(w, g, gk))
+  bool flagOk = false;
+  const bool skip = skipStep(finite, flagOk);
+  if (!flagOk || !floatScalar(lr, rate) || !intScalar(step, s) || !updateGrad(w, g, gk))
     return false;
   rate *= p.lr_scale;
   for (const TensorView* t : {&m, &v, &wOut, &mOut, &vOut})
     if (!sameView(w, *t))
       return false;
+  if (skip)
+    return keep({{&w, &wOut}, {&m, &mOut}, {&v, &vOut}});
   AdamHyper h{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0};
   AdamCorrection corr = adamCorrection(h, s);
   return dispatchFloat(w.dtype, [&](auto tag) {
@@ -112,9 +145,12 @@ template <typename Slot, typename Fn> void forEachSlotRange(const std::vector<Sl
 
 } // namespace
 
-bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
+bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr,
+                    const TensorView* finite) {
   double rate = 0;
-  if (slots.empty() || !floatScalar(lr, rate))
+  bool flagOk = false;
+  const bool skip = skipStep(finite, flagOk);
+  if (slots.empty() || !flagOk || !floatScalar(lr, rate))
     return slots.empty();
   std::vector<GradKind> kinds(slots.size());
   for (size_t k = 0; k < slots.size(); ++k) {
@@ -124,6 +160,11 @@ bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
     for (const TensorView* t : {&s.m, &s.wOut, &s.mOut})
       if (!sameView(s.w, *t))
         return false;
+  }
+  if (skip) {
+    for (const SgdSlot& s : slots)
+      keep({{&s.w, &s.wOut}, {&s.m, &s.mOut}});
+    return true;
   }
   return dispatchFloat(slots[0].w.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -144,10 +185,12 @@ bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
 }
 
 bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
-                     const TensorView& step) {
+                     const TensorView& step, const TensorView* finite) {
   double rate = 0;
   int64_t st = 0;
-  if (slots.empty() || !floatScalar(lr, rate) || !intScalar(step, st))
+  bool flagOk = false;
+  const bool skip = skipStep(finite, flagOk);
+  if (slots.empty() || !flagOk || !floatScalar(lr, rate) || !intScalar(step, st))
     return slots.empty();
   std::vector<AdamCorrection> corr;
   std::vector<GradKind> kinds(slots.size());
@@ -159,6 +202,11 @@ bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
         return false;
     corr.push_back(adamCorrection(
         AdamHyper{s.p.beta1, s.p.beta2, s.p.epsilon, s.p.weight_decay, s.p.decoupled != 0}, st));
+  }
+  if (skip) {
+    for (const AdamSlot& s : slots)
+      keep({{&s.w, &s.wOut}, {&s.m, &s.mOut}, {&s.v, &s.vOut}});
+    return true;
   }
   return dispatchFloat(slots[0].w.dtype, [&](auto tag) {
     using T = decltype(tag);

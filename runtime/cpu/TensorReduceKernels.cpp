@@ -34,6 +34,14 @@ bool reduceBlocked(const TensorView& x, const TensorView& y, const ReduceParams&
 bool reduce(const TensorView& x, const TensorView& y, const ReduceParams& p, bool mean) {
   if (y.layout != Layout::RowMajor)
     return false;
+  // bf16 or fp16 (a mixed-precision weight gradient summed over a batch):
+  // widened exactly, summed as float32 values are, rounded once.
+  if (detail::Float32Views::any({&x, &y})) {
+    if (x.dtype != y.dtype || x.layout != Layout::RowMajor)
+      return false;
+    detail::Float32Views f;
+    return reduce(f.in(x), f.out(y), p, mean) && f.commit();
+  }
   if (x.layout != Layout::RowMajor)
     return reduceBlocked(x, y, p, mean);
   int64_t rank = x.rank();

@@ -41,10 +41,17 @@ __global__ void dropout16Kernel(const S* step, uint16_t* mask, int64_t n, int64_
 }
 
 template <typename T, typename L>
-__global__ void sgdKernel(const T* w, const void* g, GradKind gk, const T* m, const L* lr, T* wOut,
-                          T* mOut, int64_t n, double lrScale, SgdHyper h) {
+__global__ void sgdKernel(const T* w, const void* g, GradKind gk, const T* m, const L* lr,
+                          const uint8_t* finite, T* wOut, T* mOut, int64_t n, double lrScale,
+                          SgdHyper h) {
   double rate = static_cast<double>(*lr) * lrScale;
+  const bool skip = finite && *finite == 0; // fp16's overflowed step: nothing changes
   for (int64_t k = firstThread(); k < n; k += gridThreads()) {
+    if (skip) {
+      mOut[k] = m[k];
+      wOut[k] = w[k];
+      continue;
+    }
     SgdElement e = sgdElement(w[k], gradElement<T>(g, gk, k), m[k], rate, h);
     mOut[k] = static_cast<T>(e.m);
     wOut[k] = static_cast<T>(e.w);
@@ -66,12 +73,19 @@ template <typename T> struct SgdChunk {
   SgdHyper h[kPiecesPerLaunch];
 };
 
-template <typename T, typename L> __global__ void sgdGroupKernel(SgdChunk<T> c, const L* lr) {
+template <typename T, typename L>
+__global__ void sgdGroupKernel(SgdChunk<T> c, const L* lr, const uint8_t* finite) {
   const double base = static_cast<double>(*lr);
+  const bool skip = finite && *finite == 0;
   int s = 0;
   for (int64_t i = firstThread(); i < c.start[c.count]; i += gridThreads()) {
     s = pieceOf(c.start, s, i);
     const int64_t k = i - c.start[s];
+    if (skip) {
+      c.mOut[s][k] = c.m[s][k];
+      c.wOut[s][k] = c.w[s][k];
+      continue;
+    }
     SgdElement e = sgdElement(c.w[s][k], gradElement<T>(c.g[s], c.gk[s], k), c.m[s][k],
                               base * c.lrScale[s], c.h[s]);
     c.mOut[s][k] = static_cast<T>(e.m);
@@ -95,7 +109,7 @@ template <typename T> struct AdamChunk {
 };
 
 template <typename T, typename L, typename S>
-__global__ void adamGroupKernel(AdamChunk<T> c, const L* lr, const S* step) {
+__global__ void adamGroupKernel(AdamChunk<T> c, const L* lr, const S* step, const uint8_t* finite) {
   // Each slot's bias corrections at t = step + 1, once per block.
   __shared__ AdamCorrection corr[kPiecesPerLaunch];
   if (threadIdx.x == 0)
@@ -103,10 +117,17 @@ __global__ void adamGroupKernel(AdamChunk<T> c, const L* lr, const S* step) {
       corr[s] = adamCorrection(c.h[s], static_cast<int64_t>(*step));
   __syncthreads();
   const double base = static_cast<double>(*lr);
+  const bool skip = finite && *finite == 0;
   int s = 0;
   for (int64_t i = firstThread(); i < c.start[c.count]; i += gridThreads()) {
     s = pieceOf(c.start, s, i);
     const int64_t k = i - c.start[s];
+    if (skip) {
+      c.mOut[s][k] = c.m[s][k];
+      c.vOut[s][k] = c.v[s][k];
+      c.wOut[s][k] = c.w[s][k];
+      continue;
+    }
     AdamElement e = adamElement(c.w[s][k], gradElement<T>(c.g[s], c.gk[s], k), c.m[s][k], c.v[s][k],
                                 base * c.lrScale[s], c.h[s], corr[s]);
     c.mOut[s][k] = static_cast<T>(e.m);
@@ -117,20 +138,35 @@ __global__ void adamGroupKernel(AdamChunk<T> c, const L* lr, const S* step) {
 
 template <typename T, typename L, typename S>
 __global__ void adamKernel(const T* w, const void* g, GradKind gk, const T* m, const T* v,
-                           const L* lr, const S* step, T* wOut, T* mOut, T* vOut, int64_t n,
-                           double lrScale, AdamHyper h) {
+                           const L* lr, const S* step, const uint8_t* finite, T* wOut, T* mOut,
+                           T* vOut, int64_t n, double lrScale, AdamHyper h) {
   // Bias corrections at t = step + 1, once per block.
   __shared__ AdamCorrection corr;
   if (threadIdx.x == 0)
     corr = adamCorrection(h, static_cast<int64_t>(*step));
   __syncthreads();
   double rate = static_cast<double>(*lr) * lrScale;
+  const bool skip = finite && *finite == 0;
   for (int64_t k = firstThread(); k < n; k += gridThreads()) {
+    if (skip) {
+      mOut[k] = m[k];
+      vOut[k] = v[k];
+      wOut[k] = w[k];
+      continue;
+    }
     AdamElement e = adamElement(w[k], gradElement<T>(g, gk, k), m[k], v[k], rate, h, corr);
     mOut[k] = static_cast<T>(e.m);
     vOut[k] = static_cast<T>(e.v);
     wOut[k] = static_cast<T>(e.w);
   }
+}
+
+/// An update's optional `finite` flag: absent, or a Bool scalar.
+bool flagScalar(const TensorView* finite) {
+  return !finite || (finite->dtype == DType::Bool && finite->numel() == 1 && finite->data);
+}
+const uint8_t* flagOf(const TensorView* finite) {
+  return finite ? static_cast<const uint8_t*>(finite->data) : nullptr;
 }
 
 template <typename S, typename T>
@@ -175,9 +211,10 @@ bool dropoutMask(const TensorView& step, const TensorView& mask, const DropoutMa
 //===--- Optimizers -------------------------------------------------------===//
 
 bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& lr,
-               const TensorView& wOut, const TensorView& mOut, const SgdParams& p) {
+               const TensorView* finite, const TensorView& wOut, const TensorView& mOut,
+               const SgdParams& p) {
   GradKind gk = GradKind::Same;
-  bool ok = floatScalar(lr) && isFloat(w.dtype) && updateGrad(w, g, gk);
+  bool ok = floatScalar(lr) && isFloat(w.dtype) && updateGrad(w, g, gk) && flagScalar(finite);
   for (const TensorView* t : {&m, &wOut, &mOut})
     ok = ok && sameLayout(w, *t);
   if (!ok)
@@ -194,8 +231,9 @@ bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, co
     return dispatchFloat(w.dtype, [&](auto tag) {
       using T = decltype(tag);
       sgdKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
-          w.as<const T>(), g.data, gk, m.as<const T>(), lr.as<const L>(), wOut.as<T>(),
-          mOut.as<T>(), n, p.lr_scale, SgdHyper{p.momentum, p.weight_decay, p.nesterov != 0});
+          w.as<const T>(), g.data, gk, m.as<const T>(), lr.as<const L>(), flagOf(finite),
+          wOut.as<T>(), mOut.as<T>(), n, p.lr_scale,
+          SgdHyper{p.momentum, p.weight_decay, p.nesterov != 0});
       LWRT_CUDA(cudaGetLastError());
       return true;
     });
@@ -203,10 +241,12 @@ bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, co
 }
 
 bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, const TensorView& v,
-                const TensorView& lr, const TensorView& step, const TensorView& wOut,
-                const TensorView& mOut, const TensorView& vOut, const AdamParams& p) {
+                const TensorView& lr, const TensorView& step, const TensorView* finite,
+                const TensorView& wOut, const TensorView& mOut, const TensorView& vOut,
+                const AdamParams& p) {
   GradKind gk = GradKind::Same;
-  bool ok = floatScalar(lr) && intScalar(step) && isFloat(w.dtype) && updateGrad(w, g, gk);
+  bool ok = floatScalar(lr) && intScalar(step) && isFloat(w.dtype) && updateGrad(w, g, gk) &&
+            flagScalar(finite);
   for (const TensorView* t : {&m, &v, &wOut, &mOut, &vOut})
     ok = ok && sameLayout(w, *t);
   if (!ok)
@@ -226,7 +266,8 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
         using T = decltype(tag);
         adamKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
             w.as<const T>(), g.data, gk, m.as<const T>(), v.as<const T>(), lr.as<const L>(),
-            step.as<const S>(), wOut.as<T>(), mOut.as<T>(), vOut.as<T>(), n, p.lr_scale,
+            step.as<const S>(), flagOf(finite), wOut.as<T>(), mOut.as<T>(), vOut.as<T>(), n,
+            p.lr_scale,
             AdamHyper{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0});
         LWRT_CUDA(cudaGetLastError());
         return true;
@@ -235,10 +276,11 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
   });
 }
 
-bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
+bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr,
+                    const TensorView* finite) {
   if (slots.empty())
     return true;
-  bool ok = floatScalar(lr) && isFloat(slots[0].w.dtype);
+  bool ok = floatScalar(lr) && isFloat(slots[0].w.dtype) && flagScalar(finite);
   std::vector<GradKind> kinds(slots.size());
   for (size_t k = 0; k < slots.size(); ++k) {
     const SgdSlot& s = slots[k];
@@ -271,7 +313,7 @@ bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
         if (c.start[c.count] == 0)
           continue;
         sgdGroupKernel<<<blocksFor(c.start[c.count]), kThreads, 0, context().stream>>>(
-            c, lr.as<const L>());
+            c, lr.as<const L>(), flagOf(finite));
         LWRT_CUDA(cudaGetLastError());
       }
       return true;
@@ -280,10 +322,10 @@ bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr) {
 }
 
 bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
-                     const TensorView& step) {
+                     const TensorView& step, const TensorView* finite) {
   if (slots.empty())
     return true;
-  bool ok = floatScalar(lr) && intScalar(step) && isFloat(slots[0].w.dtype);
+  bool ok = floatScalar(lr) && intScalar(step) && isFloat(slots[0].w.dtype) && flagScalar(finite);
   std::vector<GradKind> kinds(slots.size());
   for (size_t k = 0; k < slots.size(); ++k) {
     const AdamSlot& s = slots[k];
@@ -322,7 +364,7 @@ bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
           if (c.start[c.count] == 0)
             continue;
           adamGroupKernel<<<blocksFor(c.start[c.count]), kThreads, 0, context().stream>>>(
-              c, lr.as<const L>(), step.as<const S>());
+              c, lr.as<const L>(), step.as<const S>(), flagOf(finite));
           LWRT_CUDA(cudaGetLastError());
         }
         return true;

@@ -29,13 +29,30 @@ namespace {
 // leave most of the GPU idle with a block per output, so their inputs are
 // cut into consecutive chunks, a block per chunk writes its tree's sum into
 // the workspace, and one thread per output adds the chunks' sums in order.
-// Floats sum in double, integers in wrapping uint64.
+// Floats sum in double, integers in wrapping uint64; bf16 and fp16 values
+// (a mixed-precision weight gradient summed over a batch) widen exactly,
+// sum in double and round once, through float32, as the CPU backend and
+// the interpreter round them.
+
+/// A bf16 (B) or fp16 element, for the kernels' element type.
+template <bool B> struct Half16 {
+  uint16_t bits;
+};
+template <typename T> struct IsHalf16 : std::false_type {};
+template <bool B> struct IsHalf16<Half16<B>> : std::true_type {};
 
 template <typename T>
-using AccOf = std::conditional_t<std::is_floating_point_v<T>, double, uint64_t>;
+using AccOf = std::conditional_t<std::is_floating_point_v<T> || IsHalf16<T>::value, double,
+                                 uint64_t>;
+
+template <typename T> __device__ AccOf<T> accOf(T v) { return static_cast<AccOf<T>>(v); }
+template <bool B> __device__ double accOf(Half16<B> v) { return widen16(v.bits, B); }
 
 template <typename T> __device__ T finishReduce(AccOf<T> acc, int64_t count, bool mean) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (IsHalf16<T>::value) {
+    const double r = mean ? acc / static_cast<double>(count) : acc;
+    return T{narrow16(static_cast<float>(r), std::is_same_v<T, Half16<true>>)};
+  } else if constexpr (std::is_floating_point_v<T>) {
     return static_cast<T>(mean ? acc / static_cast<double>(count) : acc);
   } else {
     auto s = static_cast<int64_t>(acc);
@@ -53,7 +70,7 @@ __global__ void reduceThreads(const T* x, T* y, I m, Walk<1> kept, Walk<1> red, 
     for (I j = 0; j < count; ++j) {
       int64_t off[1];
       offsetsOf(red, j, off);
-      acc += static_cast<AccOf<T>>(x[base[0] + off[0]]);
+      acc += accOf(x[base[0] + off[0]]);
     }
     y[o] = finishReduce<T>(acc, static_cast<int64_t>(count), mean);
   }
@@ -70,7 +87,7 @@ __global__ void reduceBlocks(const T* x, T* y, I m, Walk<1> kept, Walk<1> red, I
     for (I j = threadIdx.x; j < count; j += kThreads) {
       int64_t off[1];
       offsetsOf(red, j, off);
-      acc += static_cast<AccOf<T>>(x[base[0] + off[0]]);
+      acc += accOf(x[base[0] + off[0]]);
     }
     part[threadIdx.x] = acc;
     __syncthreads();
@@ -102,7 +119,7 @@ __global__ void reduceChunks(const T* x, AccOf<T>* part, I m, Walk<1> kept, Walk
       for (I j = begin + threadIdx.x; j < end; j += kThreads) {
         int64_t off[1];
         offsetsOf(red, j, off);
-        acc += static_cast<AccOf<T>>(x[base[0] + off[0]]);
+        acc += accOf(x[base[0] + off[0]]);
       }
       sums[threadIdx.x] = acc;
       __syncthreads();
@@ -178,7 +195,7 @@ bool reduce(const char* op, const TensorView& x, const TensorView& y, const Redu
     (reduced[d] ? redShape : keptShape).push_back(x.shape[d]);
     (reduced[d] ? redStride : keptStride).push_back(xst[d]);
   }
-  if (x.dtype != y.dtype || y.shape != want || !isNumeric(x.dtype))
+  if (x.dtype != y.dtype || y.shape != want || !(isNumeric(x.dtype) || is16(x.dtype)))
     return LWRT_REJECT(op, "cannot reduce " + describe(x) + " to " + describe(y));
   int64_t m = y.numel(), count = 1;
   for (int64_t d : redShape)
@@ -191,6 +208,14 @@ bool reduce(const char* op, const TensorView& x, const TensorView& y, const Redu
   if (!makeWalk<1>(keptShape, {keptStride}, kept) || !makeWalk<1>(redShape, {redStride}, red))
     return LWRT_REJECT(op, "reduces a tensor of more than 8 dims: " + describe(x));
   bool small = std::max(m, count) <= kSmallIndex;
+  if (is16(x.dtype)) {
+    auto launch16 = [&](auto tag) {
+      using T = decltype(tag);
+      return small ? launchReduce<T, uint32_t>(x, y, m, kept, red, count, mean)
+                   : launchReduce<T, uint64_t>(x, y, m, kept, red, count, mean);
+    };
+    return x.dtype == DType::BF16 ? launch16(Half16<true>{}) : launch16(Half16<false>{});
+  }
   return dispatchNumeric(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     return small ? launchReduce<T, uint32_t>(x, y, m, kept, red, count, mean)

@@ -253,7 +253,7 @@ TEST(RuntimeTensorKernelTest, SgdUpdate) {
                    2),
               [](const Op& op, const Views& in, const Views& out) {
                 return rt::sgdUpdate(
-                    in[0], in[1], in[2], in[3], out[0], out[1],
+                    in[0], in[1], in[2], in[3], nullptr, out[0], out[1],
                     {op.getFloat("momentum"), op.getFloat("weight_decay"), op.getInt("nesterov")});
               });
     }
@@ -277,7 +277,7 @@ TEST(RuntimeTensorKernelTest, AdamUpdate) {
               [](const Op& op, const Views& in, const Views& out) {
                 rt::AdamParams p{op.getFloat("beta1"), op.getFloat("beta2"), op.getFloat("epsilon"),
                                  op.getFloat("weight_decay"), op.getInt("decoupled")};
-                return rt::adamUpdate(in[0], in[1], in[2], in[3], in[4], in[5], out[0], out[1],
+                return rt::adamUpdate(in[0], in[1], in[2], in[3], in[4], in[5], nullptr, out[0], out[1],
                                       out[2], p);
               });
     }
@@ -340,8 +340,8 @@ TEST(RuntimeTensorKernelTest, UpdatesInPlaceEqualOutOfPlace) {
     std::vector<float> w = fresh(), g = fresh(), m = fresh();
     std::vector<float> wOut(n), mOut(n), wIn = w, mIn = m;
     lwrt::SgdParams p{0.9, 5e-4, nesterov};
-    ASSERT_TRUE(rt::sgdUpdate(view(w), view(g), view(m), lrView, view(wOut), view(mOut), p));
-    ASSERT_TRUE(rt::sgdUpdate(view(wIn), view(g), view(mIn), lrView, view(wIn), view(mIn), p));
+    ASSERT_TRUE(rt::sgdUpdate(view(w), view(g), view(m), lrView, nullptr, view(wOut), view(mOut), p));
+    ASSERT_TRUE(rt::sgdUpdate(view(wIn), view(g), view(mIn), lrView, nullptr, view(wIn), view(mIn), p));
     EXPECT_EQ(wIn, wOut);
     EXPECT_EQ(mIn, mOut);
   }
@@ -349,9 +349,9 @@ TEST(RuntimeTensorKernelTest, UpdatesInPlaceEqualOutOfPlace) {
     std::vector<float> w = fresh(), g = fresh(), m = fresh(), v = fresh(true);
     std::vector<float> wOut(n), mOut(n), vOut(n), wIn = w, mIn = m, vIn = v;
     lwrt::AdamParams p{0.9, 0.999, 1e-8, 0.01, decoupled};
-    ASSERT_TRUE(rt::adamUpdate(view(w), view(g), view(m), view(v), lrView, stepView, view(wOut),
+    ASSERT_TRUE(rt::adamUpdate(view(w), view(g), view(m), view(v), lrView, stepView, nullptr, view(wOut),
                                view(mOut), view(vOut), p));
-    ASSERT_TRUE(rt::adamUpdate(view(wIn), view(g), view(mIn), view(vIn), lrView, stepView,
+    ASSERT_TRUE(rt::adamUpdate(view(wIn), view(g), view(mIn), view(vIn), lrView, stepView, nullptr,
                                view(wIn), view(mIn), view(vIn), p));
     EXPECT_EQ(wIn, wOut);
     EXPECT_EQ(mIn, mOut);
@@ -392,8 +392,8 @@ TEST(RuntimeTensorKernelTest, UpdatesRead16BitGradients) {
     {
       std::vector<float> w = fresh(), m = fresh(), w1(n), m1(n), w2(n), m2(n);
       lwrt::SgdParams p{0.9, 5e-4, 1};
-      ASSERT_TRUE(rt::sgdUpdate(view(w), narrow, view(m), lrView, view(w1), view(m1), p));
-      ASSERT_TRUE(rt::sgdUpdate(view(w), view(wide), view(m), lrView, view(w2), view(m2), p));
+      ASSERT_TRUE(rt::sgdUpdate(view(w), narrow, view(m), lrView, nullptr, view(w1), view(m1), p));
+      ASSERT_TRUE(rt::sgdUpdate(view(w), view(wide), view(m), lrView, nullptr, view(w2), view(m2), p));
       EXPECT_EQ(w1, w2);
       EXPECT_EQ(m1, m2);
       // In one call beside a float32-gradient slot, as codegen groups them.
@@ -402,7 +402,7 @@ TEST(RuntimeTensorKernelTest, UpdatesRead16BitGradients) {
       ASSERT_TRUE(rt::sgdUpdateGroup({{view(w), narrow, view(m), view(w3), view(m3), p},
                                       {view(u), view(ug), view(um), view(u1), view(um1), p}},
                                      lrView));
-      ASSERT_TRUE(rt::sgdUpdate(view(u), view(ug), view(um), lrView, view(u2), view(um2), p));
+      ASSERT_TRUE(rt::sgdUpdate(view(u), view(ug), view(um), lrView, nullptr, view(u2), view(um2), p));
       EXPECT_EQ(w3, w2);
       EXPECT_EQ(m3, m2);
       EXPECT_EQ(u1, u2);
@@ -412,9 +412,9 @@ TEST(RuntimeTensorKernelTest, UpdatesRead16BitGradients) {
       std::vector<float> w = fresh(), m = fresh(), v = fresh(true);
       std::vector<float> w1(n), m1(n), v1(n), w2(n), m2(n), v2(n), w3(n), m3(n), v3(n);
       lwrt::AdamParams p{0.9, 0.999, 1e-8, 0.01, 1};
-      ASSERT_TRUE(rt::adamUpdate(view(w), narrow, view(m), view(v), lrView, stepView, view(w1),
+      ASSERT_TRUE(rt::adamUpdate(view(w), narrow, view(m), view(v), lrView, stepView, nullptr, view(w1),
                                  view(m1), view(v1), p));
-      ASSERT_TRUE(rt::adamUpdate(view(w), view(wide), view(m), view(v), lrView, stepView, view(w2),
+      ASSERT_TRUE(rt::adamUpdate(view(w), view(wide), view(m), view(v), lrView, stepView, nullptr, view(w2),
                                  view(m2), view(v2), p));
       ASSERT_TRUE(rt::adamUpdateGroup(
           {{view(w), narrow, view(m), view(v), view(w3), view(m3), view(v3), p}}, lrView,
@@ -428,7 +428,88 @@ TEST(RuntimeTensorKernelTest, UpdatesRead16BitGradients) {
     std::vector<double> w64(n), m64(n);
     lwrt::TensorView w64v{w64.data(), lwrt::DType::F64, {n}},
         m64v{m64.data(), lwrt::DType::F64, {n}};
-    EXPECT_FALSE(rt::sgdUpdate(w64v, narrow, m64v, lrView, w64v, m64v, {0.9, 0.0, 0}));
+    EXPECT_FALSE(rt::sgdUpdate(w64v, narrow, m64v, lrView, nullptr, w64v, m64v, {0.9, 0.0, 0}));
+  }
+}
+
+/// fp16's loss scaling skips a step whose gradients overflowed: an update
+/// given a `finite` flag of 0 leaves its weight and state as they were
+/// (into other buffers, or in place), and with 1 it is the plain update.
+TEST(RuntimeTensorKernelTest, UpdatesSkipWhereNotFinite) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n = 300;
+  auto fresh = [&](bool positive = false) {
+    std::vector<float> v(n);
+    for (float& x : v)
+      x = positive ? std::fabs(normal(rng)) : normal(rng);
+    return v;
+  };
+  auto view = [&](std::vector<float>& v) {
+    return lwrt::TensorView{v.data(), lwrt::DType::F32, {n}};
+  };
+  float lr = 0.05f;
+  int64_t step = 2;
+  uint8_t down = 0, up = 1;
+  lwrt::TensorView lrView{&lr, lwrt::DType::F32, {}}, stepView{&step, lwrt::DType::I64, {}};
+  lwrt::TensorView no{&down, lwrt::DType::Bool, {}}, yes{&up, lwrt::DType::Bool, {}};
+  const lwrt::SgdParams sp{0.9, 5e-4, 0};
+  const lwrt::AdamParams ap{0.9, 0.999, 1e-8, 0.01, 1};
+  std::vector<float> w = fresh(), g = fresh(), m = fresh(), v = fresh(true);
+  std::vector<float> w1(n), m1(n), v1(n), w2(n), m2(n), v2(n);
+  ASSERT_TRUE(rt::sgdUpdate(view(w), view(g), view(m), lrView, &no, view(w1), view(m1), sp));
+  EXPECT_EQ(w1, w);
+  EXPECT_EQ(m1, m);
+  ASSERT_TRUE(rt::sgdUpdate(view(w), view(g), view(m), lrView, &yes, view(w1), view(m1), sp));
+  ASSERT_TRUE(rt::sgdUpdate(view(w), view(g), view(m), lrView, nullptr, view(w2), view(m2), sp));
+  EXPECT_EQ(w1, w2);
+  EXPECT_EQ(m1, m2);
+  EXPECT_NE(w1, w);
+  ASSERT_TRUE(rt::adamUpdate(view(w), view(g), view(m), view(v), lrView, stepView, &no, view(w1),
+                             view(m1), view(v1), ap));
+  EXPECT_EQ(w1, w);
+  EXPECT_EQ(m1, m);
+  EXPECT_EQ(v1, v);
+  // In place, in one multi-tensor call: nothing moves.
+  std::vector<float> wIn = w, mIn = m, vIn = v;
+  ASSERT_TRUE(rt::sgdUpdateGroup({{view(wIn), view(g), view(mIn), view(wIn), view(mIn), sp}},
+                                 lrView, &no));
+  ASSERT_TRUE(rt::adamUpdateGroup(
+      {{view(wIn), view(g), view(mIn), view(vIn), view(wIn), view(mIn), view(vIn), ap}}, lrView,
+      stepView, &no));
+  EXPECT_EQ(wIn, w);
+  EXPECT_EQ(mIn, m);
+  EXPECT_EQ(vIn, v);
+  // The flag is a bool scalar.
+  EXPECT_FALSE(rt::sgdUpdate(view(w), view(g), view(m), lrView, &lrView, view(w1), view(m1), sp));
+}
+
+/// A bf16 or fp16 reduce_sum (a mixed-precision weight gradient summed
+/// over the batch): each output the double sum of the widened inputs,
+/// rounded through float32 to the type once, as the interpreter rounds it.
+TEST(RuntimeTensorKernelTest, ReduceSum16Bit) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t rows = 37, cols = 5;
+  for (lwrt::DType t : {lwrt::DType::BF16, lwrt::DType::F16}) {
+    const bool bf16 = t == lwrt::DType::BF16;
+    std::vector<uint16_t> x(rows * cols), y(cols, 0xffff);
+    for (uint16_t& e : x)
+      e = bf16 ? lwrt::floatToBf16(normal(rng)) : lwrt::floatToF16(normal(rng));
+    lwrt::ReduceParams p;
+    p.axes = std::vector<int64_t>{0};
+    p.keepdims = 0;
+    ASSERT_TRUE(rt::reduceSum(lwrt::TensorView{x.data(), t, {rows, cols}},
+                              lwrt::TensorView{y.data(), t, {cols}}, p));
+    for (int64_t c = 0; c < cols; ++c) {
+      double sum = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint16_t e = x[static_cast<size_t>(r * cols + c)];
+        sum += bf16 ? lwrt::bf16ToFloat(e) : lwrt::f16ToFloat(e);
+      }
+      const float f = static_cast<float>(sum);
+      EXPECT_EQ(y[static_cast<size_t>(c)], bf16 ? lwrt::floatToBf16(f) : lwrt::floatToF16(f));
+    }
   }
 }
 

@@ -163,7 +163,7 @@ TEST(RuntimeThreads, OwnKernelsGiveTheSameBitsOnAnyThreadCount) {
                    Buf w(act, 14), g(act, 15), m(act, 16), wo(act), mo(act);
                    float rate = 0.01f;
                    TensorView lr{&rate, DType::F32, {}};
-                   EXPECT_TRUE(sgdUpdate(w.t, g.t, m.t, lr, wo.t, mo.t, {0.9, 5e-4, 0}));
+                   EXPECT_TRUE(sgdUpdate(w.t, g.t, m.t, lr, nullptr, wo.t, mo.t, {0.9, 5e-4, 0}));
                    wo.v.insert(wo.v.end(), mo.v.begin(), mo.v.end());
                    return wo.v;
                  }),
