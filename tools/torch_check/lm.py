@@ -30,6 +30,32 @@ and for each export:
            against PyTorch float32's 5 steps: the last loss and every param
            within 1e-4 relative
 
+and, with the CPU column, the same model's CPU trainers on several
+emulated devices (two kernel threads a device; its log must say it ran on
+that many), each 5 steps on that batch, every loss within 1e-5 relative of
+the one-device trainer's (a cell: the
+worst relative difference, FAIL where over it or where lwcc or the trainer
+failed, the error in the note):
+
+  data     --gpus 2 --strategy=data
+  modelpar --gpus 2 --strategy=model
+  gpus4    --gpus 4, the planner's choice
+  pipe     --gpus 2 --strategy=pipeline --stages=2 --microbatches=2, against
+           one device with --microbatches=2
+  zero2    --gpus 2 --strategy=data --shard=zero2
+  bf16     --mixed-precision=bf16 on one device against float32's losses
+           within 2e-3 relative, bf16's unit roundoff (2^-9: 8 significant
+           bits): the matrix products' operands and results and the
+           activations between them are rounded to bf16, but the loss is a
+           mean over every token of the batch, which averages those
+           roundings out (lwcc's interpreter, --train-reference
+           --mixed-precision=bf16, keeps these exports' 5 losses within 6e-5
+           of float32's), while a wrong step (a gradient lost, a cast
+           missing) moves a loss by more than one rounding of itself
+
+`--strategies=data,pipe` runs only those columns, `--strategies=none`
+none of them.
+
 The exporter writes some values it computed from params at export time as
 initializers of their own (its optimizer folds the position embeddings'
 lookup of a fixed 0..T-1 into the rows themselves, for instance): PyTorch
@@ -40,9 +66,11 @@ Prints one row per export; exit status 1 if any failed.
 
     /work/torchenv/bin/python tools/torch_check/lm.py --lwcc build/bin/lwcc
         [--models gpt2,llama,bert] [--exports loss,logits] [--keep DIR]
+        [--strategies data,modelpar,gpus4,pipe,zero2,bf16|none] [--no-cpu]
 """
 import argparse
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -57,6 +85,16 @@ B, T, V, D, LAYERS, HEADS = 4, 32, 256, 64, 2, 4
 LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4
 FORWARD_TOL, F64_TOL, CPU_TOL = 1e-5, 1e-6, 1e-4
 F64_STEPS, CPU_STEPS = 3, 5
+STRATEGY_TOL, BF16_TOL = 1e-5, 2e-3
+# The strategies' columns: (name, lwcc flags, devices, the one-device
+# reference's lwcc flags).
+STRATEGIES = [("data", ["--gpus=2", "--strategy=data"], 2, []),
+              ("modelpar", ["--gpus=2", "--strategy=model"], 2, []),
+              ("gpus4", ["--gpus=4"], 4, []),
+              ("pipe", ["--gpus=2", "--strategy=pipeline", "--stages=2", "--microbatches=2"], 2,
+               ["--microbatches=2"]),
+              ("zero2", ["--gpus=2", "--strategy=data", "--shard=zero2"], 2, []),
+              ("bf16", ["--mixed-precision=bf16"], 1, [])]
 
 
 def build(transformers, name):
@@ -202,10 +240,71 @@ def compare(load, names, losses, grads, params, folded):
     return loss_err, grad_err, param_err, worst
 
 
+def trainer_losses(args, path, flags, ins, work, tag, devices=1, dump=None):
+    """Builds the CPU trainer of `path` with lwcc `flags` and trains it
+    CPU_STEPS steps on the batch in `ins` (two kernel threads a device):
+    (its losses, "") or (None, the first error of lwcc or the trainer)."""
+    exe = os.path.join(work, f"{tag}-trainer")
+    rc, out = lwcc(args.lwcc, [path, *flags, "--target=cpu", "-o", exe], args.timeout)
+    if rc != 0:
+        return None, "lwcc: " + first_error(out)
+    log = os.path.join(work, f"{tag}.jsonl")
+    if os.path.exists(log):
+        os.remove(log)
+    cmd = [exe, f"--steps={CPU_STEPS}", f"--data=raw:{ins}", f"--threads={2 * devices}",
+           "--progress=off", f"--log={log}"] + ([f"--dump={dump}"] if dump else [])
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if r.returncode != 0:
+        return None, f"trainer exit {r.returncode}: " + first_error(
+            (r.stderr or r.stdout).splitlines())
+    steps = [r for r in map(json.loads, open(log)) if r.get("type") == "step"]
+    losses = [r["loss"] for r in steps]
+    if len(losses) != CPU_STEPS or any(v is None for v in losses):
+        return None, f"trainer logged losses {losses}"
+    ran = {r.get("devices", 1) for r in steps}
+    if ran != {devices}:
+        return None, f"trainer ran on {sorted(ran)} devices, not {devices}"
+    return losses, ""
+
+
+def strategy_cells(args, path, flags, ins, work, tag, one, row, notes):
+    """The strategies' columns of `row` (STRATEGIES, those of
+    args.strategies), against the one-device trainer's losses `one`."""
+    refs = {(): one}
+    for col, extra, devices, ref_flags in STRATEGIES:
+        if col not in args.strategies:
+            continue
+        if tuple(ref_flags) not in refs:
+            refs[tuple(ref_flags)], err = trainer_losses(args, path, [*flags, *ref_flags], ins,
+                                                         work, f"{tag}-one{''.join(ref_flags)}")
+            if err:
+                notes.append(f"{col} reference ({' '.join(ref_flags)}): {err}")
+        ref = refs[tuple(ref_flags)]
+        if ref is None:
+            row[col] = "FAIL"
+            row["ok"] = False
+            continue
+        got, err = trainer_losses(args, path, [*flags, *extra], ins, work, f"{tag}-{col}",
+                                  devices)
+        if got is None:
+            row[col] = "FAIL"
+            row["ok"] = False
+            notes.append(f"{col} ({' '.join(extra)}): {err}")
+            continue
+        worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
+        tol = BF16_TOL if col == "bf16" else STRATEGY_TOL
+        row[col] = f"{'ok' if worst <= tol else 'FAIL'} {worst:.0e}"
+        if worst > tol:
+            row["ok"] = False
+            notes.append(f"{col} ({' '.join(extra)}): losses {['%.6g' % v for v in got]} "
+                         f"against {['%.6g' % v for v in ref]}")
+
+
 def check_one(args, mods, name, export, work):
     torch, transformers, onnx_mod, numpy_helper, ort = mods
     row = {"model": name, "export": export, "import": "-", "forward": "-", "f64": "-",
            "f32 torch": "-", "cpu": "-", "ok": False, "note": ""}
+    row.update({col: "-" for col, *_ in STRATEGIES})
     torch.manual_seed(0)
     model = build(transformers, name)
     model.eval()
@@ -223,7 +322,8 @@ def check_one(args, mods, name, export, work):
         return row
     causal = name != "bert"
     flags = (["--loss=none"] if export == "loss" else
-             ["--loss=softmax-xent", "--ignore-index=-100"] + (["--shift-labels"] if causal else []))
+             ["--loss=softmax-xent", "--ignore-index=-100"] +
+             (["--shift-labels"] if causal else []))
     ins = os.path.join(work, f"{name}-{export}-in")
     os.makedirs(ins, exist_ok=True)
     given = [ids, labels] if export == "loss" else [ids, appended]
@@ -304,20 +404,15 @@ def check_one(args, mods, name, export, work):
     if max(errs[:3]) > F64_TOL:
         notes.append(f"worst grad {errs[3][0]}, param {errs[3][1]}")
 
+    one = None
     if not args.no_cpu:
-        exe = os.path.join(work, f"{name}-{export}-trainer")
-        rc, out = lwcc(args.lwcc, [path, *flags, "--target=cpu", "-o", exe], args.timeout)
         got_dir = os.path.join(work, f"{name}-{export}-cpu")
         os.makedirs(got_dir, exist_ok=True)
-        if rc == 0:
-            r = subprocess.run([exe, f"--steps={CPU_STEPS}", f"--data=raw:{ins}",
-                                f"--dump={got_dir}", "--threads=2"], capture_output=True,
-                               text=True, timeout=args.timeout)
-            rc = r.returncode
-            out = (r.stderr or r.stdout).splitlines()
-        if rc != 0:
+        one, err = trainer_losses(args, path, flags, ins, work, f"{name}-{export}",
+                                  dump=got_dir)
+        if one is None:
             row["cpu"] = "FAIL"
-            notes.append("cpu: " + first_error(out))
+            notes.append("cpu: " + err)
         else:
             l5, _, p5 = torch_steps(torch, model, export, ids, labels, appended, CPU_STEPS,
                                     torch.float32, causal)
@@ -348,6 +443,11 @@ def check_one(args, mods, name, export, work):
                 notes.append("cpu trainer differs")
             ok64 = ok64 and worst <= CPU_TOL
     row["ok"] = ok64 and fwd < FORWARD_TOL
+    if one is not None:
+        strategy_cells(args, path, flags, ins, work, f"{name}-{export}", one, row, notes)
+    elif args.strategies and not args.no_cpu:
+        row.update({col: "FAIL" for col, *_ in STRATEGIES if col in args.strategies})
+        row["ok"] = False
     row["note"] = "; ".join(notes)
     return row
 
@@ -364,7 +464,16 @@ def main():
     ap.add_argument("--no-optimize", action="store_true",
                     help="export with optimize=False (the exporter's optimizer off: every "
                     "param an initializer of its own)")
+    ap.add_argument("--strategies", default=",".join(c for c, *_ in STRATEGIES),
+                    help="the columns of several devices and bf16 against the one-device "
+                    "trainer (comma-separated, of " + ", ".join(c for c, *_ in STRATEGIES) +
+                    "; none: leave them out; they need the CPU column)")
     args = ap.parse_args()
+    args.strategies = [] if args.strategies == "none" else args.strategies.split(",")
+    unknown = set(args.strategies) - {c for c, *_ in STRATEGIES}
+    if unknown:
+        ap.error(f"--strategies: unknown {', '.join(sorted(unknown))}")
+    shown = [c for c, *_ in STRATEGIES if c in args.strategies and not args.no_cpu]
     import onnx
     import onnxruntime as ort
     import torch
@@ -381,11 +490,13 @@ def main():
                 row = check_one(args, mods, name, export, work)
                 rows.append(row)
                 print(f"{row['model']:6} {row['export']:7} {row['import']:6} {row['forward']:8} "
-                      f"{row['f64']:18} {row['f32 torch']:18} {row['cpu']:8} "
+                      f"{row['f64']:18} {row['f32 torch']:18} {row['cpu']:8} " +
+                      "".join(f"{row[c]:10} " for c in shown) +
                       f"{'ok' if row['ok'] else 'FAIL'}  {row['note']}", flush=True)
     print()
     table(rows, [("model", 6), ("export", 7), ("import", 6), ("forward", 8), ("f64", 18),
-                 ("f32 torch", 18), ("cpu", 8), ("result", 6)], "note")
+                 ("f32 torch", 18), ("cpu", 8), *[(c, 10) for c in shown], ("result", 6)],
+          "note")
     return 0 if all(r["ok"] for r in rows) else 1
 
 
