@@ -168,8 +168,8 @@ llvm::Error foldSkippedUpdates(Graph& g) {
     const bool sgd = op->kind() == OpKind::SgdUpdate;
     if ((!sgd && op->kind() != OpKind::AdamUpdate) || op->numOperands() > (sgd ? 4u : 6u))
       continue;
-    const std::vector<unsigned> kept = sgd ? std::vector<unsigned>{0, 2}
-                                           : std::vector<unsigned>{0, 2, 3};
+    const std::vector<unsigned> kept =
+        sgd ? std::vector<unsigned>{0, 2} : std::vector<unsigned>{0, 2, 3};
     Fold f{op.get(), {}};
     for (unsigned r = 0; r < op->numResults(); ++r) {
       const auto& uses = op->result(r)->uses();
@@ -191,16 +191,15 @@ llvm::Error foldSkippedUpdates(Graph& g) {
   for (Fold& f : folds) {
     // At the first where: after the flag, and after every operand of the
     // update (they come before the update, and it before the wheres).
-    Op* first = *std::min_element(f.keeps.begin(), f.keeps.end(), [&](Op* a, Op* b) {
-      return position.at(a) < position.at(b);
-    });
+    Op* first = *std::min_element(f.keeps.begin(), f.keeps.end(),
+                                  [&](Op* a, Op* b) { return position.at(a) < position.at(b); });
     std::vector<Value*> operands(f.update->operands().begin(), f.update->operands().end());
     operands.push_back(f.keeps[0]->operand(0));
     Builder b(g);
     b.setInsertionPointBefore(first);
     b.setLoc(f.update->loc());
-    auto folded = b.createInferred(f.update->kind(), operands, f.update->attrs(),
-                                   f.update->numResults());
+    auto folded =
+        b.createInferred(f.update->kind(), operands, f.update->attrs(), f.update->numResults());
     if (!folded)
       return folded.takeError();
     (*folded)->annotations() = f.update->annotations();

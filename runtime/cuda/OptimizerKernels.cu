@@ -267,8 +267,7 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
         adamKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
             w.as<const T>(), g.data, gk, m.as<const T>(), v.as<const T>(), lr.as<const L>(),
             step.as<const S>(), flagOf(finite), wOut.as<T>(), mOut.as<T>(), vOut.as<T>(), n,
-            p.lr_scale,
-            AdamHyper{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0});
+            p.lr_scale, AdamHyper{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0});
         LWRT_CUDA(cudaGetLastError());
         return true;
       });

@@ -35,15 +35,13 @@ namespace {
 // the interpreter round them.
 
 /// A bf16 (B) or fp16 element, for the kernels' element type.
-template <bool B> struct Half16 {
-  uint16_t bits;
-};
+template <bool B> struct Half16 { uint16_t bits; };
 template <typename T> struct IsHalf16 : std::false_type {};
 template <bool B> struct IsHalf16<Half16<B>> : std::true_type {};
 
 template <typename T>
-using AccOf = std::conditional_t<std::is_floating_point_v<T> || IsHalf16<T>::value, double,
-                                 uint64_t>;
+using AccOf =
+    std::conditional_t<std::is_floating_point_v<T> || IsHalf16<T>::value, double, uint64_t>;
 
 template <typename T> __device__ AccOf<T> accOf(T v) { return static_cast<AccOf<T>>(v); }
 template <bool B> __device__ double accOf(Half16<B> v) { return widen16(v.bits, B); }

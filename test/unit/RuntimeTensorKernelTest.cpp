@@ -277,8 +277,8 @@ TEST(RuntimeTensorKernelTest, AdamUpdate) {
               [](const Op& op, const Views& in, const Views& out) {
                 rt::AdamParams p{op.getFloat("beta1"), op.getFloat("beta2"), op.getFloat("epsilon"),
                                  op.getFloat("weight_decay"), op.getInt("decoupled")};
-                return rt::adamUpdate(in[0], in[1], in[2], in[3], in[4], in[5], nullptr, out[0], out[1],
-                                      out[2], p);
+                return rt::adamUpdate(in[0], in[1], in[2], in[3], in[4], in[5], nullptr, out[0],
+                                      out[1], out[2], p);
               });
     }
   });
@@ -340,8 +340,10 @@ TEST(RuntimeTensorKernelTest, UpdatesInPlaceEqualOutOfPlace) {
     std::vector<float> w = fresh(), g = fresh(), m = fresh();
     std::vector<float> wOut(n), mOut(n), wIn = w, mIn = m;
     lwrt::SgdParams p{0.9, 5e-4, nesterov};
-    ASSERT_TRUE(rt::sgdUpdate(view(w), view(g), view(m), lrView, nullptr, view(wOut), view(mOut), p));
-    ASSERT_TRUE(rt::sgdUpdate(view(wIn), view(g), view(mIn), lrView, nullptr, view(wIn), view(mIn), p));
+    ASSERT_TRUE(
+        rt::sgdUpdate(view(w), view(g), view(m), lrView, nullptr, view(wOut), view(mOut), p));
+    ASSERT_TRUE(
+        rt::sgdUpdate(view(wIn), view(g), view(mIn), lrView, nullptr, view(wIn), view(mIn), p));
     EXPECT_EQ(wIn, wOut);
     EXPECT_EQ(mIn, mOut);
   }
@@ -349,8 +351,8 @@ TEST(RuntimeTensorKernelTest, UpdatesInPlaceEqualOutOfPlace) {
     std::vector<float> w = fresh(), g = fresh(), m = fresh(), v = fresh(true);
     std::vector<float> wOut(n), mOut(n), vOut(n), wIn = w, mIn = m, vIn = v;
     lwrt::AdamParams p{0.9, 0.999, 1e-8, 0.01, decoupled};
-    ASSERT_TRUE(rt::adamUpdate(view(w), view(g), view(m), view(v), lrView, stepView, nullptr, view(wOut),
-                               view(mOut), view(vOut), p));
+    ASSERT_TRUE(rt::adamUpdate(view(w), view(g), view(m), view(v), lrView, stepView, nullptr,
+                               view(wOut), view(mOut), view(vOut), p));
     ASSERT_TRUE(rt::adamUpdate(view(wIn), view(g), view(mIn), view(vIn), lrView, stepView, nullptr,
                                view(wIn), view(mIn), view(vIn), p));
     EXPECT_EQ(wIn, wOut);
@@ -393,7 +395,8 @@ TEST(RuntimeTensorKernelTest, UpdatesRead16BitGradients) {
       std::vector<float> w = fresh(), m = fresh(), w1(n), m1(n), w2(n), m2(n);
       lwrt::SgdParams p{0.9, 5e-4, 1};
       ASSERT_TRUE(rt::sgdUpdate(view(w), narrow, view(m), lrView, nullptr, view(w1), view(m1), p));
-      ASSERT_TRUE(rt::sgdUpdate(view(w), view(wide), view(m), lrView, nullptr, view(w2), view(m2), p));
+      ASSERT_TRUE(
+          rt::sgdUpdate(view(w), view(wide), view(m), lrView, nullptr, view(w2), view(m2), p));
       EXPECT_EQ(w1, w2);
       EXPECT_EQ(m1, m2);
       // In one call beside a float32-gradient slot, as codegen groups them.
@@ -402,7 +405,8 @@ TEST(RuntimeTensorKernelTest, UpdatesRead16BitGradients) {
       ASSERT_TRUE(rt::sgdUpdateGroup({{view(w), narrow, view(m), view(w3), view(m3), p},
                                       {view(u), view(ug), view(um), view(u1), view(um1), p}},
                                      lrView));
-      ASSERT_TRUE(rt::sgdUpdate(view(u), view(ug), view(um), lrView, nullptr, view(u2), view(um2), p));
+      ASSERT_TRUE(
+          rt::sgdUpdate(view(u), view(ug), view(um), lrView, nullptr, view(u2), view(um2), p));
       EXPECT_EQ(w3, w2);
       EXPECT_EQ(m3, m2);
       EXPECT_EQ(u1, u2);
@@ -412,10 +416,10 @@ TEST(RuntimeTensorKernelTest, UpdatesRead16BitGradients) {
       std::vector<float> w = fresh(), m = fresh(), v = fresh(true);
       std::vector<float> w1(n), m1(n), v1(n), w2(n), m2(n), v2(n), w3(n), m3(n), v3(n);
       lwrt::AdamParams p{0.9, 0.999, 1e-8, 0.01, 1};
-      ASSERT_TRUE(rt::adamUpdate(view(w), narrow, view(m), view(v), lrView, stepView, nullptr, view(w1),
-                                 view(m1), view(v1), p));
-      ASSERT_TRUE(rt::adamUpdate(view(w), view(wide), view(m), view(v), lrView, stepView, nullptr, view(w2),
-                                 view(m2), view(v2), p));
+      ASSERT_TRUE(rt::adamUpdate(view(w), narrow, view(m), view(v), lrView, stepView, nullptr,
+                                 view(w1), view(m1), view(v1), p));
+      ASSERT_TRUE(rt::adamUpdate(view(w), view(wide), view(m), view(v), lrView, stepView, nullptr,
+                                 view(w2), view(m2), view(v2), p));
       ASSERT_TRUE(rt::adamUpdateGroup(
           {{view(w), narrow, view(m), view(v), view(w3), view(m3), view(v3), p}}, lrView,
           stepView));
@@ -472,8 +476,8 @@ TEST(RuntimeTensorKernelTest, UpdatesSkipWhereNotFinite) {
   EXPECT_EQ(v1, v);
   // In place, in one multi-tensor call: nothing moves.
   std::vector<float> wIn = w, mIn = m, vIn = v;
-  ASSERT_TRUE(rt::sgdUpdateGroup({{view(wIn), view(g), view(mIn), view(wIn), view(mIn), sp}},
-                                 lrView, &no));
+  ASSERT_TRUE(
+      rt::sgdUpdateGroup({{view(wIn), view(g), view(mIn), view(wIn), view(mIn), sp}}, lrView, &no));
   ASSERT_TRUE(rt::adamUpdateGroup(
       {{view(wIn), view(g), view(mIn), view(vIn), view(wIn), view(mIn), view(vIn), ap}}, lrView,
       stepView, &no));
