@@ -617,6 +617,10 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
   mainText << "  model.arenaBytes = kArenaBytes;\n  model.stateBytes = kStateBytes;\n"
            << "  model.inputBytes = kInputBytes;\n"
            << "  model.classes = " << classes << ";\n"
+           << (o.ignoreIndex ? "  model.hasIgnoreIndex = true;\n  model.ignoreIndex = " +
+                                   std::to_string(*o.ignoreIndex) + ";\n"
+                             : std::string())
+           << (o.shiftLabels ? "  model.shiftLabels = true;\n" : "")
            << "  model.lossOffset = " << offsetOf(loss, placeOf(loss).second) << ";\n"
            << "  model.lossType = " << dtypeEnum(loss->type().dtype) << ";\n"
            << "  model.defaults.family = " << hyper->family << ";\n"

@@ -16,6 +16,7 @@
 #include "ir/Module.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,11 @@ struct CodegenOptions {
   /// fp16 training: the loss scale a fresh loss_scale param stands for
   /// (passes/LossScale.cpp); 0 without one.
   double lossScaleInit = 0;
+  /// The appended loss's label that counts for nothing (--ignore-index),
+  /// and whether it takes the logits at t against the labels at t + 1
+  /// (--shift-labels): the trainer's evaluation and data loaders read them.
+  std::optional<int64_t> ignoreIndex;
+  bool shiftLabels = false;
   /// The planned inference graph (params named as the training step's), or
   /// null: the trainer then has no --eval.
   const Graph* eval = nullptr;

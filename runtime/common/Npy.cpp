@@ -399,6 +399,8 @@ std::unique_ptr<NpyInputs> NpyInputs::open(const std::string& dir, const std::st
     for (int64_t k = 0; k < examples * c.elements; ++k) {
       const int64_t v = integerAt(c.array, k);
       std::string bad;
+      if (label && options.ignoreIndex && v == *options.ignoreIndex)
+        continue; // the loss leaves it out
       if (label && v < 0)
         bad = " is negative";
       else if (label && v >= options.classes)

@@ -419,6 +419,8 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     NpyInputOptions no;
     no.seed = o_.seed;
     no.classes = m_.classes;
+    if (m_.hasIgnoreIndex)
+      no.ignoreIndex = m_.ignoreIndex;
     no.maxExamples = o_.trainExamples;
     auto train = NpyInputs::open(o_.data.substr(4), "train", m_.inputs, no, &error);
     if (!train)
@@ -444,6 +446,11 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
       std::printf("%s: data: %s\n", program_, line.c_str());
     }
   } else if (o_.data.rfind("tokens:", 0) == 0) {
+    if (m_.shiftLabels)
+      return fail("--data=" + o_.data +
+                  ": token data's labels are the next tokens already, and "
+                  "this trainer (lwcc --shift-labels) would shift them again: compile it "
+                  "without --shift-labels for token data");
     if (!openTokenData(error))
       return fail("data: " + error);
   } else if (isImageData(o_.data)) {

@@ -40,12 +40,14 @@ std::string Trainer::evaluationProblem() const {
   const InputInfo* label = labelInput(m_);
   if (!label || label->shape.empty())
     return "the model has no single label or target input [N, ...]";
-  const int64_t n = label->shape[0];
   if (m_.logitsType != DType::F32 && m_.logitsType != DType::F64)
     return "the evaluation output is not float32 or float64";
   if (m_.classes > 0) {
-    if (m_.logitsShape.empty() || numelOf(m_.logitsShape) != n * m_.logitsShape.back())
-      return "the logits are not [N, classes]";
+    // [N, classes] logits of [N] labels, or a sequence's [B, T, classes] of
+    // [B, T] labels: a row of logits per label.
+    if (m_.logitsShape.empty() ||
+        numelOf(m_.logitsShape) != numelOf(label->shape) * m_.logitsShape.back())
+      return "the logits are not [N, classes] (or [B, T, classes] of [B, T] labels)";
     if (label->dtype != DType::I64 && label->dtype != DType::I32)
       return "the labels are not integers";
     return "";
@@ -67,18 +69,22 @@ std::string Trainer::evaluationProblem() const {
 bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   const InputInfo& label = *labelInput(m_);
   const int64_t n = label.shape[0];
+  const int64_t labels = numelOf(label.shape); // a label per row of logits
   const bool classifier = m_.classes > 0;
   const int64_t classes = classifier ? m_.logitsShape.back() : 0;
   const int64_t perExample = numelOf(m_.logitsShape) / n; // a regression's outputs
-  // A batch's examples, each `rows` of the label's n rows: a sequence
-  // model's labels [B * T] hold T per window (token data, npy's rows of T
-  // labels); one per example otherwise.
-  const int64_t perBatch = test_ ? test_->batchSize() : n, rows = n / perBatch;
+  // A batch's examples, each `rows` of the batch's labels: a sequence
+  // model's labels [B * T] or [B, T] hold T per window (token data, npy's
+  // rows of T labels); one per example otherwise.
+  const int64_t perBatch = test_ ? test_->batchSize() : n,
+                rows = (classifier ? labels : n) / perBatch;
   // Token data and sequences: the loss per token and its perplexity.
   const bool sequence = classifier && (rows > 1 || o_.data.rfind("tokens:", 0) == 0);
   int64_t examples = o_.data == "synthetic" ? n * 10 : test_ ? test_->numExamples() : n;
   int64_t batches = (examples + perBatch - 1) / perBatch, correct = 0, top5 = 0;
-  const int64_t counted = examples * rows; // label rows evaluated
+  // Label rows evaluated: a sequence's tokens, less those the loss leaves
+  // out (--ignore-index's label; --shift-labels: each sequence's first).
+  int64_t counted = 0;
   double lossSum = 0;
   std::vector<unsigned char> logits(static_cast<size_t>(bytesOf(m_.logitsType, m_.logitsShape)));
   // Multi-device trainers evaluate on device 0 with the whole params
@@ -170,6 +176,11 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
       feed->release(b);
     int64_t valid = std::min(perBatch, examples - b * perBatch) * rows;
     for (int64_t k = 0; k < valid; ++k) {
+      // --shift-labels: the logits at t predict the label at t + 1.
+      const bool shifted = sequence && m_.shiftLabels;
+      if (shifted && k % rows == 0)
+        continue;
+      const int64_t at = shifted ? k - 1 : k; // the row of logits
       if (!classifier) {
         for (int64_t j = k * perExample; j < (k + 1) * perExample; ++j) {
           const double d =
@@ -178,9 +189,6 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
         }
         continue;
       }
-      std::vector<double> row(static_cast<size_t>(classes));
-      for (int64_t j = 0; j < classes; ++j)
-        row[j] = elementAt(logits.data(), m_.logitsType, k * classes + j);
       int64_t labelValue = 0;
       if (label.dtype == DType::I64) {
         std::memcpy(&labelValue, target.data() + 8 * k, 8);
@@ -189,6 +197,12 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
         std::memcpy(&v, target.data() + 4 * k, 4);
         labelValue = v;
       }
+      if (sequence && m_.hasIgnoreIndex && labelValue == m_.ignoreIndex)
+        continue;
+      ++counted;
+      std::vector<double> row(static_cast<size_t>(classes));
+      for (int64_t j = 0; j < classes; ++j)
+        row[j] = elementAt(logits.data(), m_.logitsType, at * classes + j);
       // The label's rank: logits above it, and equal ones before it (the
       // first maximum is the prediction).
       int64_t rank = classes;
@@ -217,7 +231,7 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   r.step = step;
   char line[256];
   if (sequence) {
-    r.loss = lossSum / static_cast<double>(counted);
+    r.loss = lossSum / static_cast<double>(std::max<int64_t>(counted, 1));
     r.perplexity = std::exp(*r.loss);
     std::snprintf(line, sizeof line,
                   "eval  epoch %lld  loss %.4f  perplexity %.4f (%lld tokens of %lld %s)",
@@ -233,7 +247,7 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
                   static_cast<long long>(epoch), *r.accuracy, static_cast<long long>(correct),
                   static_cast<long long>(examples), *r.top5, *r.loss);
   } else {
-    r.loss = lossSum / (static_cast<double>(counted) * static_cast<double>(perExample));
+    r.loss = lossSum / (static_cast<double>(examples * rows) * static_cast<double>(perExample));
     std::snprintf(line, sizeof line,
                   "eval  epoch %lld  loss %.6g (mean squared error over %lld examples)",
                   static_cast<long long>(epoch), *r.loss, static_cast<long long>(examples));

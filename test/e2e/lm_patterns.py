@@ -36,7 +36,9 @@ with --gpus 2 data and model parallelism, the default plan on 4 devices,
 ZeRO-2 and a 2-stage pipeline, against one device (the pipeline against
 one device with its 2 micro-batches), and their data-parallel step has the
 embedding's lookups and the layer norm on both devices. --shift-labels is
-checked against labels shifted by hand.
+checked against labels shifted by hand, and a trainer of such logits
+evaluates them (--eval: the loss of the logits at t against the labels at
+t + 1, -100 left out) from npy labels holding -100.
 causal_lm and lm_loss are also built as CUDA trainers for the emulated GPU
 (the language kernels of runtime/cuda: gather and scatter of elements,
 nll_loss's block reduction and its gradient) and trained 3 steps against the
@@ -495,6 +497,62 @@ def emulated_case(name, tmp, extra_flags=(), tol=None):
     harness.case(check, f"{name}{flags_said}: the emulated GPU's trainer vs the CPU trainer")
 
 
+def eval_case(tmp):
+    """--eval of a causal LM's [B, T, V] logits as Hugging Face's labels
+    train it (--shift-labels --ignore-index=-100, labels the ids with -100
+    at padding): npy labels may hold -100, and the evaluation's loss is the
+    mean cross-entropy of the logits at t against the labels at t + 1 over
+    the labels that are not -100, computed here from the trainer's dumped
+    evaluation logits. Token data, whose labels are shifted already, is
+    refused by such a trainer."""
+    def check():
+        path = os.path.join(tmp, "causal_eval.onnx")
+        onnx.save(causal_lm(), path)
+        exe = os.path.join(tmp, "causal_eval_trainer")
+        harness.check_output([harness.LWCC, path, "--target=cpu", "--ignore-index=-100",
+                              "--shift-labels", "-o", exe])
+        rng = np.random.default_rng(21)
+        data = os.path.join(tmp, "causal_eval_npy")
+        os.makedirs(data, exist_ok=True)
+        for split, count in (("train", 2 * B), ("test", B)):
+            ids = rng.integers(1, V, size=(count, T)).astype(np.int64)
+            labels = ids.copy()
+            labels[:, -2:] = -100  # padding at the end of each sequence
+            labels[0, 2] = -100
+            np.save(os.path.join(data, f"x_{split}.npy"), ids)
+            np.save(os.path.join(data, f"y_{split}.npy"), labels)
+        work = os.path.join(tmp, "causal_eval_run")
+        os.makedirs(work, exist_ok=True)
+        harness.check_output([exe, f"--data=npy:{data}", "--steps=2", "--eval", "--progress=off",
+                              "--log=log.jsonl", "--dump=dump", "--threads=2"], cwd=work)
+        import json
+        with open(os.path.join(work, "log.jsonl")) as f:
+            evals = [r for r in map(json.loads, f) if r.get("type") == "eval"]
+        assert evals, "no evaluation in the log"
+        logits = np.fromfile(os.path.join(work, "dump", "eval_logits.bin"),
+                             np.float32).astype(np.float64).reshape(B, T, V)
+        labels = np.load(os.path.join(data, "y_test.npy"))
+        losses = []
+        for b in range(B):
+            for t in range(1, T):
+                if labels[b, t] == -100:
+                    continue
+                row = logits[b, t - 1]
+                mx = row.max()
+                losses.append(np.log(np.exp(row - mx).sum()) + mx - row[labels[b, t]])
+        want = float(np.mean(losses))
+        got = evals[-1]["loss"]
+        assert abs(got - want) <= 1e-5 * abs(want), f"eval loss {got}, from the logits {want}"
+        r = harness.run([exe, "--data=tokens:" + os.path.join(tmp, "none_*.bin"), "--steps=1"],
+                        cwd=work)
+        assert r.returncode == 1 and "--shift-labels" in r.stderr, \
+            f"token data: exit {r.returncode}, {r.stderr[-300:]}"
+        return f"eval loss {got:.6f} over {len(losses)} tokens, from the logits {want:.6f}; " \
+               "token data refused"
+    harness.case(check, "causal_lm --shift-labels --ignore-index=-100: --eval on [B, T, V] "
+                        "logits, npy labels with -100")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in MODELS:
@@ -502,6 +560,7 @@ def main():
             trainer_case(name, tmp)
         dynamo_params_case(tmp)
         shift_labels_case(tmp)
+        eval_case(tmp)
         for name in ("causal_lm", "dynamo_lm"):
             strategies_case(name, tmp)
         for name in ("causal_lm", "lm_loss"):

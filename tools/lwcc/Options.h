@@ -29,6 +29,8 @@ extern cl::opt<std::string> modelFile;
 extern cl::opt<std::string> outputFile;
 extern cl::opt<Emit> emit;
 extern cl::opt<int64_t> gpus;
+extern cl::opt<int64_t> ignoreIndex;
+extern cl::opt<bool> shiftLabels;
 extern cl::opt<std::string> strategy;
 extern cl::opt<std::string> deviceSpec;
 extern cl::opt<int64_t> devicesPerNode;

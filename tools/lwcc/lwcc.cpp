@@ -239,6 +239,9 @@ int buildTrainerMode(Module& module, const char* argv0) {
   co.eval = eval->get();
   co.embedWeights = embedWeights;
   co.groupUpdates = !noFuse;
+  if (ignoreIndex.getNumOccurrences())
+    co.ignoreIndex = ignoreIndex.getValue();
+  co.shiftLabels = shiftLabels;
   co.opsPerFile = static_cast<size_t>(opsPerFile.getValue());
   co.convWorkspaceBytes = std::move(convWorkspaces);
   addExportTemplate(*module.graph, co);

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,8 +44,11 @@ struct NpyInputOptions {
   /// Shuffle every epoch (training) or visit in file order (evaluation).
   bool shuffle = true;
   uint64_t seed = 0;
-  /// When positive, every value of an integer label input must be below it.
+  /// When positive, every value of an integer label input must be below it
+  /// and not negative, but for `ignoreIndex` where the model has one (a
+  /// language model's padding label, -100).
   int64_t classes = 0;
+  std::optional<int64_t> ignoreIndex;
 };
 
 /// The files tried for model input `in` of `split` ("train" or "test"), in

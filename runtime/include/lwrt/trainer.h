@@ -137,7 +137,14 @@ struct ModelInfo {
   std::vector<ParamInfo> params;
   std::vector<OutputInfo> outputs; ///< #0 is the loss
   int64_t arenaBytes = 0, stateBytes = 0, inputBytes = 0;
-  int64_t classes = 0;    ///< label range of a softmax cross-entropy loss (0: none)
+  int64_t classes = 0; ///< label range of a softmax cross-entropy loss (0: none)
+  /// lwcc --ignore-index: a label that counts for nothing (the loss leaves
+  /// it out, data loaders take it, the evaluation skips it).
+  bool hasIgnoreIndex = false;
+  int64_t ignoreIndex = -100;
+  /// lwcc --shift-labels: the loss takes the logits at t against the labels
+  /// at t + 1 of each sequence (labels equal to the ids, as Hugging Face's).
+  bool shiftLabels = false;
   int64_t lossOffset = 0; ///< arena offset of the loss, a float scalar
   DType lossType = DType::F32;
   Hyper defaults;
