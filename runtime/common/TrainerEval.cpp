@@ -85,6 +85,8 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
   // Label rows evaluated: a sequence's tokens, less those the loss leaves
   // out (--ignore-index's label; --shift-labels: each sequence's first).
   int64_t counted = 0;
+  // --shift-labels: the logits at t predict the label at t + 1.
+  const bool shifted = sequence && m_.shiftLabels;
   double lossSum = 0;
   std::vector<unsigned char> logits(static_cast<size_t>(bytesOf(m_.logitsType, m_.logitsShape)));
   // Multi-device trainers evaluate on device 0 with the whole params
@@ -176,8 +178,6 @@ bool Trainer::evaluate(int64_t epoch, int64_t step, std::string& error) {
       feed->release(b);
     int64_t valid = std::min(perBatch, examples - b * perBatch) * rows;
     for (int64_t k = 0; k < valid; ++k) {
-      // --shift-labels: the logits at t predict the label at t + 1.
-      const bool shifted = sequence && m_.shiftLabels;
       if (shifted && k % rows == 0)
         continue;
       const int64_t at = shifted ? k - 1 : k; // the row of logits

@@ -262,6 +262,16 @@ def inputs_of(name, rng):
     return [rng.standard_normal([B, T, D]).astype(np.float32), labels(rng, C)]
 
 
+def write_batch(name, data, seed, raw):
+    """A seeded batch of model `name`'s inputs in `data`, with the label
+    input lwcc appends for the models trained with its loss."""
+    rng = np.random.default_rng(seed)
+    arrays = inputs_of(name, rng)
+    if name in ("causal_lm", "dynamo_lm"):
+        arrays.append(labels(rng, V))
+    write(arrays, data, raw=raw)
+
+
 def write(arrays, data, raw):
     os.makedirs(data, exist_ok=True)
     for k, arr in enumerate(arrays):
@@ -328,11 +338,7 @@ def trainer_case(name, tmp):
     build, flags = MODELS[name]
 
     def batch(model, data):
-        rng = np.random.default_rng(11)
-        arrays = inputs_of(name, rng)
-        if name in ("causal_lm", "dynamo_lm"):  # the label input lwcc appends
-            arrays.append(labels(rng, V))
-        write(arrays, data, raw=True)
+        write_batch(name, data, 11, raw=True)
 
     def check():
         worst, checked, nparams, ngrads = trainer_vs_reference.check_model(
@@ -392,11 +398,7 @@ def strategies_case(name, tmp):
         path = os.path.join(tmp, name + "_par.onnx")
         onnx.save(build(), path)
         data = os.path.join(tmp, name + "_par_in")
-        rng = np.random.default_rng(17)
-        arrays = inputs_of(name, rng)
-        if name in ("causal_lm", "dynamo_lm"):
-            arrays.append(labels(rng, V))
-        write(arrays, data, raw=False)
+        write_batch(name, data, 17, raw=False)
 
         def run(extra, tag):
             dump = os.path.join(tmp, f"{name}_{tag}")
@@ -453,11 +455,7 @@ def emulated_case(name, tmp, extra_flags=(), tol=None):
         path = os.path.join(tmp, tag + "_emu.onnx")
         onnx.save(build(), path)
         data = os.path.join(tmp, tag + "_emu_batch")
-        rng = np.random.default_rng(11)
-        arrays = inputs_of(name, rng)
-        if name in ("causal_lm", "dynamo_lm"):
-            arrays.append(labels(rng, V))
-        write(arrays, data, raw=True)
+        write_batch(name, data, 11, raw=True)
         runs = {}
         for target, ext in (("cpu", "cpu"), ("cuda", "emu")):
             out = os.path.join(tmp, f"{tag}_{ext}")

@@ -317,22 +317,32 @@ TEST(RuntimeTensorKernelTest, LrSchedule) {
   });
 }
 
+/// n seeded normal float32 values at a time for the update tests (their
+/// magnitudes where `positive`), and float32 views of them.
+struct RandomVectors {
+  std::mt19937 rng;
+  std::normal_distribution<float> normal{0.0f, 1.0f};
+  int64_t n;
+  RandomVectors(unsigned seed, int64_t count) : rng(seed), n(count) {}
+  std::vector<float> fresh(bool positive) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v)
+      x = positive ? std::fabs(normal(rng)) : normal(rng);
+    return v;
+  }
+  lwrt::TensorView view(std::vector<float>& v) const {
+    return lwrt::TensorView{v.data(), lwrt::DType::F32, {n}};
+  }
+};
+
 /// The memory plan writes an update's new weight and state over the old
 /// ones (MemoryPlan.h, kOverParam): the kernels must give the same bits
 /// in place as into separate buffers.
 TEST(RuntimeTensorKernelTest, UpdatesInPlaceEqualOutOfPlace) {
-  std::mt19937 rng(4);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t n = 1000;
-  auto fresh = [&](bool positive = false) {
-    std::vector<float> v(n);
-    for (float& x : v)
-      x = positive ? std::fabs(normal(rng)) : normal(rng);
-    return v;
-  };
-  auto view = [&](std::vector<float>& v) {
-    return lwrt::TensorView{v.data(), lwrt::DType::F32, {n}};
-  };
+  RandomVectors r(4, 1000);
+  const int64_t n = r.n;
+  auto fresh = [&](bool positive = false) { return r.fresh(positive); };
+  auto view = [&](std::vector<float>& v) { return r.view(v); };
   float lr = 0.05f;
   int64_t step = 6;
   lwrt::TensorView lrView{&lr, lwrt::DType::F32, {}}, stepView{&step, lwrt::DType::I64, {}};
@@ -367,18 +377,10 @@ TEST(RuntimeTensorKernelTest, UpdatesInPlaceEqualOutOfPlace) {
 /// bits it gives on the gradient cast to float32 first. A 16-bit gradient
 /// beside a float64 param is refused.
 TEST(RuntimeTensorKernelTest, UpdatesRead16BitGradients) {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t n = 777;
-  auto fresh = [&](bool positive = false) {
-    std::vector<float> v(n);
-    for (float& x : v)
-      x = positive ? std::fabs(normal(rng)) : normal(rng);
-    return v;
-  };
-  auto view = [&](std::vector<float>& v) {
-    return lwrt::TensorView{v.data(), lwrt::DType::F32, {n}};
-  };
+  RandomVectors r(11, 777);
+  const int64_t n = r.n;
+  auto fresh = [&](bool positive = false) { return r.fresh(positive); };
+  auto view = [&](std::vector<float>& v) { return r.view(v); };
   float lr = 0.05f;
   int64_t step = 3;
   lwrt::TensorView lrView{&lr, lwrt::DType::F32, {}}, stepView{&step, lwrt::DType::I64, {}};
@@ -440,18 +442,10 @@ TEST(RuntimeTensorKernelTest, UpdatesRead16BitGradients) {
 /// given a `finite` flag of 0 leaves its weight and state as they were
 /// (into other buffers, or in place), and with 1 it is the plain update.
 TEST(RuntimeTensorKernelTest, UpdatesSkipWhereNotFinite) {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int64_t n = 300;
-  auto fresh = [&](bool positive = false) {
-    std::vector<float> v(n);
-    for (float& x : v)
-      x = positive ? std::fabs(normal(rng)) : normal(rng);
-    return v;
-  };
-  auto view = [&](std::vector<float>& v) {
-    return lwrt::TensorView{v.data(), lwrt::DType::F32, {n}};
-  };
+  RandomVectors r(5, 300);
+  const int64_t n = r.n;
+  auto fresh = [&](bool positive = false) { return r.fresh(positive); };
+  auto view = [&](std::vector<float>& v) { return r.view(v); };
   float lr = 0.05f;
   int64_t step = 2;
   uint8_t down = 0, up = 1;

@@ -1,12 +1,15 @@
 // lwrt/attention_math.h - the formulas of scaled dot-product attention
 // defines: AttentionParams, kAttentionMaxLead, kAttentionMaxWidth,
-//   AttentionShape, makeAttentionShape, attentionRow, attentionGradQueryRow,
-//   attentionGradKeyRow
+//   AttentionShape, makeAttentionShape, attentionRow, attentionRowDelta,
+//   attentionScoreGrad, attentionGradQueryRow, attentionGradKeyRow
 //
 // The attention op (ir/AttentionOps.cpp): softmax(scale * q k^T + mask,
 // with keys after the query masked when causal) v, one query row at a
 // time, and its gradient one query row (dq) or one key row (dk, dv) at a
-// time. Nothing of size Tq x Tk is stored: a row recomputes its scores.
+// time. Nothing of size Tq x Tk need be stored: a row recomputes its
+// scores, or reads those its caller kept (the CPU kernels keep a row's
+// scores, or a batch entry's weights and score gradients, each computed
+// once by these same functions).
 // The reference interpreter (interp/AttentionOps.cpp) and the CPU and CUDA
 // kernels (runtime/cpu/AttentionKernels.cpp, runtime/cuda/AttentionKernels.cu)
 // call these functions, so each row sums the same terms in the same order,
@@ -126,11 +129,12 @@ LWRT_HOST_DEVICE double score(const AttentionShape& s, double scale, const Q* qi
 /// Query row i of batch entry b: out[b, i, :] and lse[b, i] (the log of
 /// the softmax's denominator, max included). `acc` holds dv doubles.
 /// T: the element type, L: lse's; a fully masked row gives NaN, as
-/// softmax over -inf does.
+/// softmax over -inf does. `scores`, when given (tk doubles), keeps the
+/// row's scores, each computed once instead of twice: the same values.
 template <typename T, typename L>
 LWRT_HOST_DEVICE void attentionRow(const AttentionShape& s, const AttentionParams& p, const T* q,
                                    const T* k, const T* v, const T* mask, T* out, L* lse, int64_t b,
-                                   int64_t i, double* acc) {
+                                   int64_t i, double* acc, double* scores = nullptr) {
   using attention_detail::score;
   const T* qi = q + (b * s.tq + i) * s.d;
   const T* kb = k + b * s.tk * s.d;
@@ -140,6 +144,8 @@ LWRT_HOST_DEVICE void attentionRow(const AttentionShape& s, const AttentionParam
   for (int64_t j = 0; j < s.tk; ++j)
     if (!s.masked(i, j, p.causal)) {
       double sc = score(s, p.scale, qi, kb + j * s.d, mask, mb, i, j);
+      if (scores)
+        scores[j] = sc;
       m = sc > m ? sc : m;
     }
   for (int64_t c = 0; c < s.dv; ++c)
@@ -148,7 +154,7 @@ LWRT_HOST_DEVICE void attentionRow(const AttentionShape& s, const AttentionParam
   for (int64_t j = 0; j < s.tk; ++j) {
     if (s.masked(i, j, p.causal))
       continue;
-    double e = exp(score(s, p.scale, qi, kb + j * s.d, mask, mb, i, j) - m);
+    double e = exp((scores ? scores[j] : score(s, p.scale, qi, kb + j * s.d, mask, mb, i, j)) - m);
     l += e;
     for (int64_t c = 0; c < s.dv; ++c)
       acc[c] += e * static_cast<double>(vb[j * s.dv + c]);
@@ -159,45 +165,58 @@ LWRT_HOST_DEVICE void attentionRow(const AttentionShape& s, const AttentionParam
   lse[b * s.tq + i] = static_cast<L>(m + log(l));
 }
 
-namespace attention_detail {
+/// dout_i . out_i of query row i of batch entry b: the term every score
+/// gradient of the row subtracts.
+template <typename T>
+LWRT_HOST_DEVICE double attentionRowDelta(const AttentionShape& s, const T* dout, const T* out,
+                                          int64_t b, int64_t i) {
+  const T* di = dout + (b * s.tq + i) * s.dv;
+  const T* oi = out + (b * s.tq + i) * s.dv;
+  double delta = 0;
+  for (int64_t c = 0; c < s.dv; ++c)
+    delta += static_cast<double>(di[c]) * static_cast<double>(oi[c]);
+  return delta;
+}
 
 /// The softmax's weight P_ij and the gradient of the score, dS_ij =
-/// P_ij (dout_i . v_j - dout_i . out_i).
+/// P_ij (dout_i . v_j - delta_i), delta_i = attentionRowDelta(b, i).
 template <typename T, typename L>
-LWRT_HOST_DEVICE void scoreGrad(const AttentionShape& s, const AttentionParams& p, const T* dout,
-                                const T* q, const T* k, const T* v, const T* out, const L* lse,
-                                const T* mask, int64_t b, int64_t i, int64_t j, double& prob,
-                                double& dscore) {
+LWRT_HOST_DEVICE void attentionScoreGrad(const AttentionShape& s, const AttentionParams& p,
+                                         const T* dout, const T* q, const T* k, const T* v,
+                                         const L* lse, const T* mask, int64_t b, int64_t i,
+                                         int64_t j, double delta, double& prob, double& dscore) {
+  using attention_detail::score;
   const T* qi = q + (b * s.tq + i) * s.d;
   const T* kj = k + (b * s.tk + j) * s.d;
   const T* vj = v + (b * s.tk + j) * s.dv;
   const T* di = dout + (b * s.tq + i) * s.dv;
-  const T* oi = out + (b * s.tq + i) * s.dv;
   int64_t mb = mask ? s.maskBase(b) : 0;
   prob = exp(score(s, p.scale, qi, kj, mask, mb, i, j) - static_cast<double>(lse[b * s.tq + i]));
-  double dp = 0, delta = 0;
-  for (int64_t c = 0; c < s.dv; ++c) {
+  double dp = 0;
+  for (int64_t c = 0; c < s.dv; ++c)
     dp += static_cast<double>(di[c]) * static_cast<double>(vj[c]);
-    delta += static_cast<double>(di[c]) * static_cast<double>(oi[c]);
-  }
   dscore = prob * (dp - delta);
 }
 
-} // namespace attention_detail
-
-/// dq[b, i, :] = scale * sum_j dS_ij k_j. `acc` holds d doubles.
+/// dq[b, i, :] = scale * sum_j dS_ij k_j. `acc` holds d doubles. `dscores`,
+/// when given, is row i's dS_i0.. (as attentionScoreGrad computes them),
+/// read instead of computed.
 template <typename T, typename L>
-LWRT_HOST_DEVICE void attentionGradQueryRow(const AttentionShape& s, const AttentionParams& p,
-                                            const T* dout, const T* q, const T* k, const T* v,
-                                            const T* out, const L* lse, const T* mask, T* dq,
-                                            int64_t b, int64_t i, double* acc) {
+LWRT_HOST_DEVICE void
+attentionGradQueryRow(const AttentionShape& s, const AttentionParams& p, const T* dout, const T* q,
+                      const T* k, const T* v, const T* out, const L* lse, const T* mask, T* dq,
+                      int64_t b, int64_t i, double* acc, const double* dscores = nullptr) {
   for (int64_t c = 0; c < s.d; ++c)
     acc[c] = 0;
+  const double delta = dscores ? 0 : attentionRowDelta(s, dout, out, b, i);
   for (int64_t j = 0; j < s.tk; ++j) {
     if (s.masked(i, j, p.causal))
       continue;
     double prob, ds;
-    attention_detail::scoreGrad(s, p, dout, q, k, v, out, lse, mask, b, i, j, prob, ds);
+    if (dscores)
+      ds = dscores[j];
+    else
+      attentionScoreGrad(s, p, dout, q, k, v, lse, mask, b, i, j, delta, prob, ds);
     const T* kj = k + (b * s.tk + j) * s.d;
     for (int64_t c = 0; c < s.d; ++c)
       acc[c] += ds * static_cast<double>(kj[c]);
@@ -208,12 +227,15 @@ LWRT_HOST_DEVICE void attentionGradQueryRow(const AttentionShape& s, const Atten
 }
 
 /// dk[b, j, :] = scale * sum_i dS_ij q_i and dv[b, j, :] = sum_i P_ij
-/// dout_i. `acc` holds d + dv doubles.
+/// dout_i. `acc` holds d + dv doubles. `probs` and `dscores`, when given,
+/// hold P_ij and dS_ij of the batch entry at [i * stride + j], read instead
+/// of computed.
 template <typename T, typename L>
-LWRT_HOST_DEVICE void attentionGradKeyRow(const AttentionShape& s, const AttentionParams& p,
-                                          const T* dout, const T* q, const T* k, const T* v,
-                                          const T* out, const L* lse, const T* mask, T* dk, T* dv,
-                                          int64_t b, int64_t j, double* acc) {
+LWRT_HOST_DEVICE void
+attentionGradKeyRow(const AttentionShape& s, const AttentionParams& p, const T* dout, const T* q,
+                    const T* k, const T* v, const T* out, const L* lse, const T* mask, T* dk, T* dv,
+                    int64_t b, int64_t j, double* acc, const double* probs = nullptr,
+                    const double* dscores = nullptr, int64_t stride = 0) {
   double* ak = acc;
   double* av = acc + s.d;
   for (int64_t c = 0; c < s.d; ++c)
@@ -224,7 +246,13 @@ LWRT_HOST_DEVICE void attentionGradKeyRow(const AttentionShape& s, const Attenti
     if (s.masked(i, j, p.causal))
       continue;
     double prob, ds;
-    attention_detail::scoreGrad(s, p, dout, q, k, v, out, lse, mask, b, i, j, prob, ds);
+    if (probs) {
+      prob = probs[i * stride + j];
+      ds = dscores[i * stride + j];
+    } else {
+      attentionScoreGrad(s, p, dout, q, k, v, lse, mask, b, i, j,
+                         attentionRowDelta(s, dout, out, b, i), prob, ds);
+    }
     const T* qi = q + (b * s.tq + i) * s.d;
     const T* di = dout + (b * s.tq + i) * s.dv;
     for (int64_t c = 0; c < s.d; ++c)
