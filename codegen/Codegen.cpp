@@ -387,9 +387,9 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     return fusedKernels.takeError();
   // The activations CPU kernels keep in oneDNN's blocked layout.
   const std::set<const Value*> blocked = cuda ? std::set<const Value*>{} : blockedValues(g);
-  // CUDA fuses only what cuDNN's plans apply: a convolution's ReLU.
+  // CUDA fuses what cuDNN's plans and the batch norm kernels apply.
   const PhaseWriter::Fusions fusions =
-      cuda ? PhaseWriter::Fusions::ConvRelu : PhaseWriter::Fusions::All;
+      cuda ? PhaseWriter::Fusions::Cuda : PhaseWriter::Fusions::All;
   int numComm = 0, streamsPerDevice = 1;
   std::vector<std::pair<int64_t, int64_t>> deviceSteps; // (device, stream)
   std::vector<std::unique_ptr<PhaseWriter>> writers;    // one per device
@@ -413,7 +413,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
       w.fuseActivations(fusions);
       w.setBlocked(blocked);
       w.setFusedKernels(&*fusedKernels);
-      w.groupUpdates(o.groupUpdates);
+      w.fuseCalls(o.fuseCalls);
       if (!held.rows.empty()) {
         std::map<const Value*, HeldRows> rows;
         for (size_t i = 0; i < g.inputs().size(); ++i)
@@ -460,7 +460,7 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     w.fuseActivations(fusions);
     w.setBlocked(blocked);
     w.setFusedKernels(&*fusedKernels);
-    w.groupUpdates(o.groupUpdates);
+    w.fuseCalls(o.fuseCalls);
     // Micro-batches (@mb) interleave forward and backward in the order
     // the schedule pass gave: one phase for them, then the update.
     bool micro = false;

@@ -53,9 +53,12 @@ struct CodegenOptions {
   /// False: no weights in the source; the trainer reads <program>.weights
   /// (or --weights=FILE) at start-up.
   bool embedWeights = true;
-  /// Each run of optimizer updates as one multi-tensor call (false with
-  /// --no-fuse: one call per param).
-  bool groupUpdates = true;
+  /// Each run of optimizer updates (and of weight casts) as one
+  /// multi-tensor call, and a batch norm's relu and relu_grad in its calls
+  /// (ir/FusedOps.h); false with --no-fuse: one call per op (a float
+  /// convolution's relu stays in cuDNN's plan, the CPU's float batch
+  /// norm's and add's in oneDNN's).
+  bool fuseCalls = true;
   std::string exportFile = "trainer.onnx-template";
   std::string exportTemplate; ///< empty: no --export
   std::vector<ExportCutSpec> exportCuts;

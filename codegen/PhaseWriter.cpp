@@ -284,6 +284,10 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
     for (unsigned r = 0; r < f->second->numResults(); ++r)
       if (where_.count(f->second->result(r)))
         code.used.insert(f->second->result(r));
+  // A batch norm backward fused with its relu_grad reads the latter's operands.
+  if (auto g = gradPrologues_.find(&op); g != gradPrologues_.end())
+    for (const Value* v : g->second->operands())
+      code.used.insert(v);
   code.hyper = !hyperParams(op).empty();
   out << "\n  // " << statement(op, names_) << "\n";
   if (inRun_.count(&op)) {
@@ -306,10 +310,10 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
     out << "  RUN_OP(" << groupCallOf(run->second) << ", " << cString(std::string(op.mnemonic()))
         << ", " << labelOf(op) << ");\n";
     // The CUDA runtime launches once per kMultiTensorPerLaunch tensors
-    // (Fusions::ConvRelu is CUDA's writer): --profile counts each launch.
+    // (Fusions::Cuda is CUDA's writer): --profile counts each launch.
     const auto launches = (static_cast<int64_t>(run->second.size()) + kMultiTensorPerLaunch - 1) /
                           kMultiTensorPerLaunch;
-    if (fusions_ == Fusions::ConvRelu && launches > 1)
+    if (fusions_ == Fusions::Cuda && launches > 1)
       out << "  if (b.calls)\n    *b.calls += " << launches - 1 << ";\n";
     return done();
   }
@@ -534,7 +538,7 @@ void PhaseWriter::planUpdateGroups(const std::vector<const Op*>& order,
     return op->kind() == OpKind::Assign && where_.count(op->operand(0)) &&
            where_.count(op->operand(1)) && where_.at(op->operand(0)) == where_.at(op->operand(1));
   };
-  for (size_t k = 0; k < order.size() && groupUpdates_; ++k) {
+  for (size_t k = 0; k < order.size() && fuseCalls_; ++k) {
     const Op* first = order[k];
     if (!inMultiTensorCall(*first) || blocked_.count(first->result()))
       continue;
@@ -594,18 +598,18 @@ void PhaseWriter::planFusions(const std::vector<const Op*>& order,
                               const std::function<bool(size_t)>& adjacent) {
   if (fusions_ == Fusions::None)
     return;
-  const bool convRelu = fusions_ == Fusions::ConvRelu;
+  const bool cuda = fusions_ == Fusions::Cuda;
   std::map<const Op*, size_t> at;
   for (size_t k = 0; k < order.size(); ++k)
     at[order[k]] = k;
   for (size_t k = 0; k + 1 < order.size(); ++k) {
     const Op* producer = order[k];
-    const Op* relu = epilogueOf(*producer, convRelu);
+    const Op* relu = epilogueOf(*producer, cuda, fuseCalls_);
     auto it = relu ? at.find(relu) : at.end();
     if (it == at.end() || it->second <= k || !where_.count(relu->result()))
       continue;
     const Value* v = producer->result(0);
-    if (convRelu && (!where_.count(v) || where_.at(v) != where_.at(relu->result())))
+    if (cuda && (!where_.count(v) || where_.at(v) != where_.at(relu->result())))
       continue;
     const size_t r = it->second;
     const auto& [region, offset] = where_.at(relu->result());
@@ -622,12 +626,37 @@ void PhaseWriter::planFusions(const std::vector<const Op*>& order,
     fusedInto_[producer] = relu;
     fusedFrom_.insert(relu);
   }
+  // A relu_grad written right before the batch norm backward that alone
+  // reads it: one call (batchNormGradAct) at the backward's place.
+  for (size_t r = 1; r < order.size() && fuseCalls_; ++r) {
+    const Op* rg = gradPrologueOf(*order[r]);
+    if (!rg || order[r - 1] != rg || !adjacent(r - 1) || !where_.count(rg->operand(0)) ||
+        !where_.count(rg->operand(1)))
+      continue;
+    gradPrologues_[order[r]] = rg;
+    fusedFrom_.insert(rg);
+  }
 }
 
 bool PhaseWriter::fused(std::ostringstream& out, const Op& op, std::string& call) {
   if (fusedFrom_.count(&op)) {
-    out << "  // (computed by the fused call above)\n";
+    out << (op.kind() == OpKind::ReluGrad ? "  // (computed by the fused call below)\n"
+                                          : "  // (computed by the fused call above)\n");
     return true;
+  }
+  if (auto g = gradPrologues_.find(&op); g != gradPrologues_.end()) {
+    // batchNormGrad(x, scale, mean, var, dy, dx, dscale, dbias, p) with
+    // relu_grad's (y, dy) in place of dy.
+    const Op* rg = g->second;
+    std::string c = "batchNormGradAct(";
+    for (unsigned i = 0; i < 4; ++i)
+      c += names_(op.operand(i)) + ", ";
+    c += names_(rg->operand(0)) + ", " + names_(rg->operand(1));
+    for (unsigned r = 0; r < op.numResults(); ++r)
+      c += ", " + names_(op.result(r));
+    call = c + ", BatchNormTrainParams{" + num(op.getFloat("epsilon")) +
+           "}, Activation{Activation::Relu})";
+    return false;
   }
   auto it = fusedInto_.find(&op);
   if (it != fusedInto_.end()) {

@@ -78,6 +78,10 @@ public:
       : g_(g), where_(where), names_(names), shapes_(shapes) {}
 
   /// Which (producer, activation) pairs become one fused call (planFusions).
+  /// Both CPU and CUDA trainers also fuse a relu_grad into the batch_norm_grad
+  /// written right after it that alone reads it (batchNormGradAct; the
+  /// rule is ir/FusedOps.h's gradPrologueOf), and their 16-bit batch norms'
+  /// relus, unless fuseCalls(false).
   enum class Fusions {
     None,
     /// CPU trainers: a conv2d, batch_norm_train, batch_norm or float add
@@ -87,10 +91,12 @@ public:
     /// writes the activation's result instead (the unfused result is never
     /// read).
     All,
-    /// CUDA trainers: only a conv2d and a relu written in place over its
-    /// result (conv2dAct with Activation::Relu: one cuDNN plan of
-    /// convolution, bias and ReLU); cuDNN's plans take no other pair here.
-    ConvRelu,
+    /// CUDA trainers: a relu written in place over the result of a float
+    /// conv2d (conv2dAct: one cuDNN plan of convolution, bias and ReLU) or
+    /// of a 16-bit batch_norm_train or batch_norm (batchNormTrainAct,
+    /// batchNormAct: lwcc's own kernels); nothing else (ir/FusedOps.h's
+    /// epilogueOf).
+    Cuda,
   };
   void fuseActivations(Fusions f) { fusions_ = f; }
 
@@ -100,8 +106,9 @@ public:
 
   /// The kernels the trainer's source has for its fused ops.
   void setFusedKernels(const FusedKernels* kernels) { fusedKernels_ = kernels; }
-  /// Whether runs of optimizer updates become multi-tensor calls.
-  void groupUpdates(bool on) { groupUpdates_ = on; }
+  /// Whether runs of optimizer updates become multi-tensor calls and a
+  /// batch norm's relu and relu_grad join its calls (CodegenOptions::fuseCalls).
+  void fuseCalls(bool on) { fuseCalls_ = on; }
 
   /// A CUDA device of several: the inputs it reads and the rows it holds
   /// of each (its views of them are those rows; its dim-0 slices of them
@@ -167,7 +174,7 @@ private:
   /// clip) is the only use of the producer's first result, adjacent(k)
   /// says ops k and k+1 land in one function with no event op between
   /// them, and no op written between the two touches the activation's
-  /// result bytes (the fused call writes them early). Fusions::ConvRelu
+  /// result bytes (the fused call writes them early). Fusions::Cuda
   /// takes only a conv2d and a relu whose result has the convolution
   /// result's bytes (run in place), so the fused call's result never shares
   /// bytes with its input.
@@ -196,12 +203,13 @@ private:
   std::set<const Value*> blocked_;
   const FusedKernels* fusedKernels_ = nullptr;
   std::map<const Value*, HeldRows> inputRows_;
-  std::set<const Value*> declared_;                        ///< the values views() declared
-  std::map<const Op*, const Op*> fusedInto_;               ///< producer -> its activation
-  std::set<const Op*> fusedFrom_;                          ///< the activations
+  std::set<const Value*> declared_;              ///< the values views() declared
+  std::map<const Op*, const Op*> fusedInto_;     ///< producer -> its activation
+  std::set<const Op*> fusedFrom_;                ///< the activations (and relu_grads)
+  std::map<const Op*, const Op*> gradPrologues_; ///< batch_norm_grad -> the relu_grad it reads
   std::map<const Op*, std::vector<const Op*>> updateRuns_; ///< first update -> its run
   std::set<const Op*> inRun_;                              ///< the runs' other updates
-  bool groupUpdates_ = true;
+  bool fuseCalls_ = true;
   const Op* fusion_ = nullptr; ///< while callOf writes a fused call: its activation
 };
 

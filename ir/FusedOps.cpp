@@ -252,19 +252,67 @@ llvm::Expected<std::vector<bool>> reducedDims(const std::vector<FusedStatement>&
   return out;
 }
 
-const Op* epilogueOf(const Op& producer, bool cuda) {
+const Op* epilogueOf(const Op& producer, bool cuda, bool fuse) {
   const OpKind kind = producer.kind();
-  if (kind != OpKind::Conv2d && (cuda || (kind != OpKind::BatchNormTrain &&
-                                          kind != OpKind::BatchNorm && kind != OpKind::Add)))
+  const bool batchNorm = kind == OpKind::BatchNormTrain || kind == OpKind::BatchNorm;
+  if (kind != OpKind::Conv2d && !batchNorm && (cuda || kind != OpKind::Add))
     return nullptr;
   const Value* v = producer.result(0);
   const DType t = v->type().dtype;
-  if ((t != DType::F32 && t != DType::F64) || v->uses().size() != 1)
+  const bool wide = t == DType::F32 || t == DType::F64,
+             narrow = fuse && (t == DType::BF16 || t == DType::F16);
+  // cuDNN runs a float convolution's fused plan and a float batch norm;
+  // lwcc's own kernels a 16-bit batch norm, which apply the ReLU as they
+  // write. The CPU's kernels take any float batch norm.
+  const bool takes = batchNorm ? (cuda ? narrow : wide || narrow) : wide;
+  if (!takes || v->uses().size() != 1)
     return nullptr;
   const Op* act = v->uses().front().user;
   if (!act || (act->kind() != OpKind::Relu && (cuda || act->kind() != OpKind::Clip)))
     return nullptr;
   return act;
+}
+
+namespace {
+/// The bytes of the arena `v` lies on: [offset, offset + size), or none
+/// where it is not planned in the arena (a param, an input).
+std::optional<std::pair<int64_t, int64_t>> arenaBytes(const Value* v) {
+  const Op* def = v->definingOp();
+  if (!def || !def->annotations().bufferOffsets)
+    return std::nullopt;
+  const int64_t off = (*def->annotations().bufferOffsets)[v->resultIndex()];
+  if (off < 0)
+    return std::nullopt;
+  return std::make_pair(off, off + v->type().sizeInBytes());
+}
+} // namespace
+
+const Op* gradPrologueOf(const Op& consumer) {
+  if (consumer.kind() != OpKind::BatchNormGrad)
+    return nullptr;
+  const Value* dy = consumer.operand(4);
+  const Op* rg = dy->definingOp();
+  if (!rg || rg->kind() != OpKind::ReluGrad || dy->uses().size() != 1 ||
+      rg->annotations().device != consumer.annotations().device ||
+      rg->annotations().stream != consumer.annotations().stream)
+    return nullptr;
+  const auto& x = consumer.operand(0)->type();
+  for (const Value* v : rg->operands())
+    if (v->type() != x)
+      return nullptr;
+  // The pair reads relu_grad's operands while it writes its results: each
+  // result lies apart from them, or (dx) exactly on one of them (read and
+  // written element by element).
+  for (unsigned r = 0; r < consumer.numResults(); ++r) {
+    const auto out = arenaBytes(consumer.result(r));
+    for (const Value* v : rg->operands()) {
+      const auto in = arenaBytes(v);
+      if (out && in && out->first < in->second && in->first < out->second &&
+          (r != 0 || *out != *in))
+        return nullptr;
+    }
+  }
+  return rg;
 }
 
 bool inMultiTensorCall(const Op& op) {

@@ -86,13 +86,27 @@ bool inMultiTensorCall(const Op& op);
 bool sameMultiTensorCall(const Op& first, const Op& next);
 /// The activation a library call takes as its epilogue, so that codegen
 /// writes the two as one runtime call: the relu (or, on the CPU, clip)
-/// that alone reads the first result of a conv2d (on the CPU also of a
-/// batch_norm, batch_norm_train or add) of float32 or float64; null where
-/// there is none. `cuda`: cuDNN's fused plans, a convolution's relu only.
+/// that alone reads the first result of a float32 or float64 conv2d (on
+/// the CPU also add), or of a batch_norm or batch_norm_train (on CUDA of
+/// bf16 or fp16, which lwcc's own kernels run; on the CPU of any float
+/// type); null where there is none. `cuda`: cuDNN's fused plans and the
+/// batch norm kernels, a relu only. `fuse` false (--no-fuse): only the
+/// float32 and float64 pairs.
 /// Codegen (PhaseWriter::planFusions) also needs the two in one function
 /// with nothing between them touching the activation's bytes, and on CUDA
 /// the relu run in place; --emit=plan's kernel counts read the same rule.
-const Op* epilogueOf(const Op& producer, bool cuda);
+const Op* epilogueOf(const Op& producer, bool cuda, bool fuse = true);
+/// The relu_grad whose result only `consumer`, a batch_norm_grad, reads
+/// (as its dy), so that codegen writes the two as one runtime call
+/// (batchNormGradAct: the batch norm's backward reads the relu's output
+/// and the relu's dy, and masks dy as it reads it): the backward of batch
+/// norm's apply fused with the activation's gradient. On one device and
+/// stream, all of one float type, and (where the graph is memory-planned)
+/// no result of the batch norm's backward on the bytes of relu_grad's
+/// operands except dx exactly on one of them; null where there is none.
+/// Codegen and --emit=plan's counts also need relu_grad written right
+/// before its batch_norm_grad, in one function.
+const Op* gradPrologueOf(const Op& consumer);
 /// Tensors per launch of such a call in the CUDA runtime (its chunks travel
 /// in the launch's parameters: runtime/cuda's kPiecesPerLaunch).
 constexpr int64_t kMultiTensorPerLaunch = 24;

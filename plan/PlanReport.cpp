@@ -19,12 +19,12 @@ namespace lwcc {
 
 std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o) {
   std::map<int64_t, KernelCount> out;
-  const bool groupedUpdates = o.groupedUpdates;
+  const bool groupedUpdates = o.fused;
   // The activations library calls take as their epilogues (on one device
   // and stream; on CUDA run in place, as codegen fuses them).
   std::set<const Op*> epilogues;
   for (const auto& op : g.ops()) {
-    const Op* act = epilogueOf(*op, o.cuda);
+    const Op* act = epilogueOf(*op, o.cuda, o.fused);
     if (!act || opDevice(*act) != opDevice(*op) ||
         act->annotations().stream != op->annotations().stream)
       continue;
@@ -32,6 +32,21 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o
     if (o.cuda && (!p || !a || (*p)[0] != (*a)[0]))
       continue;
     epilogues.insert(act);
+  }
+  // The relu_grads a batch norm's backward reads through (right before it
+  // on its device and stream, as codegen fuses them): no launch, and the
+  // backward reads their two operands instead of their result.
+  std::set<const Op*> prologues;
+  {
+    std::map<std::pair<int64_t, int64_t>, const Op*> last;
+    for (const auto& op : g.ops()) {
+      if (op->kind() == OpKind::Constant || !o.fused)
+        continue;
+      const Op*& prev = last[{opDevice(*op), op->annotations().stream.value_or(0)}];
+      if (const Op* rg = gradPrologueOf(*op); rg && rg == prev)
+        prologues.insert(rg);
+      prev = op.get();
+    }
   }
   // Per device and stream: the first op of the multi-tensor call in
   // progress (only in-place assigns between its ops) and its ops so far, a
@@ -46,7 +61,8 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o
   for (const auto& op : g.ops()) {
     // No launch: a constant (written once), an event, an update written in
     // place over its param (assign of nothing).
-    if (op->kind() == OpKind::Constant || op->info().isEvent() || epilogues.count(op.get()))
+    if (op->kind() == OpKind::Constant || op->info().isEvent() || epilogues.count(op.get()) ||
+        prologues.count(op.get()))
       continue;
     if (op->kind() == OpKind::Assign && inPlace(*op))
       continue;
@@ -75,6 +91,8 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o
       bytes += v->type().sizeInBytes();
     for (unsigned r = 0; r < op->numResults(); ++r)
       bytes += op->result(r)->type().sizeInBytes();
+    if (const Op* rg = gradPrologueOf(*op); rg && prologues.count(rg))
+      bytes += rg->operand(0)->type().sizeInBytes(); // the relu's output too
     for (int64_t d : devicesOf(*op)) {
       KernelCount& k = out[d];
       k.kernels += joins ? 0 : 1;

@@ -30,8 +30,8 @@ struct KernelCount {
   int64_t kernels = 0, fused = 0, bytes = 0;
 };
 struct KernelCountOptions {
-  bool groupedUpdates = true; ///< multi-tensor calls (all but --no-fuse)
-  bool cuda = true;           ///< a CUDA trainer's launches, else a CPU trainer's calls
+  bool fused = true; ///< multi-tensor calls, batch norms with their relus (all but --no-fuse)
+  bool cuda = true;  ///< a CUDA trainer's launches, else a CPU trainer's calls
 };
 std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o = {});
 /// The memory plan as a table: one row per op result, then the arenas and

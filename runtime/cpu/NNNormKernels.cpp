@@ -256,12 +256,15 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
 template <typename T>
 bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorView& mv,
                        const TensorView& vv, const TensorView& dyv, const TensorView& dxv,
-                       const TensorView& dsv, const TensorView& dbv,
-                       const BatchNormTrainParams& p) {
+                       const TensorView& dsv, const TensorView& dbv, const BatchNormTrainParams& p,
+                       const TensorView* reluOut) {
   // xhat = (x - mean) invstd; dbias = sum dy; dscale = sum dy xhat;
-  // dx = scale invstd / m (m dy - dbias - xhat dscale).
+  // dx = scale invstd / m (m dy - dbias - xhat dscale). With reluOut, dy is
+  // the gradient of the relu after the batch norm, read as relu_grad's
+  // result: dy where reluOut > 0, else 0.
   Channels L;
-  if (!channels(xv, L) || dyv.shape != xv.shape || dxv.shape != xv.shape)
+  if (!channels(xv, L) || dyv.shape != xv.shape || dxv.shape != xv.shape ||
+      (reluOut && reluOut->shape != xv.shape))
     return false;
   for (const TensorView* v : {&sv, &mv, &vv, &dsv, &dbv})
     if (!isVector(*v, L.C))
@@ -269,6 +272,8 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
   const T *x = xv.as<T>(), *scale = sv.as<T>(), *meanIn = mv.as<T>(), *varIn = vv.as<T>(),
           *dy = dyv.as<T>();
   T *dx = dxv.as<T>(), *dscaleOut = dsv.as<T>(), *dbiasOut = dbv.as<T>();
+  const T* y = reluOut ? reluOut->as<T>() : nullptr;
+  const auto grad = [&](int64_t e) { return y && !(y[e] > T(0)) ? T(0) : dy[e]; };
   double m = static_cast<double>(L.count);
   forEachChannel(L, [&](int64_t ch) {
     double mean = meanIn[ch], invstd = bnInvStd(varIn[ch], p.epsilon);
@@ -276,8 +281,9 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
     for (int64_t n = 0; n < L.N; ++n) {
       const int64_t base = L.base(n, ch);
       for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride) {
-        dbias += dy[e];
-        dxm += dy[e] * (x[e] - mean);
+        const T g = grad(e);
+        dbias += g;
+        dxm += g * (x[e] - mean);
       }
     }
     double dscale = dxm * invstd;
@@ -285,7 +291,7 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
     for (int64_t n = 0; n < L.N; ++n) {
       const int64_t base = L.base(n, ch);
       for (int64_t q = 0, e = base; q < L.inner; ++q, e += L.stride)
-        dx[e] = static_cast<T>(bnInputGrad(x[e], dy[e], mean, invstd, a, m, dbias, dscale));
+        dx[e] = static_cast<T>(bnInputGrad(x[e], grad(e), mean, invstd, a, m, dbias, dscale));
     }
     dscaleOut[ch] = static_cast<T>(dscale);
     dbiasOut[ch] = static_cast<T>(dbias);
@@ -525,8 +531,27 @@ bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorVie
   }
   return floatViews(x.dtype, {&x, &scale, &mean, &var, &dy, &dx, &dscale, &dbias}) &&
          rowMajor({&scale, &mean, &var, &dscale, &dbias}) && sameLayouts({&x, &dy, &dx}) &&
+         LWRT_DISPATCH(
+             x.dtype, batchNormGradImpl<T>(x, scale, mean, var, dy, dx, dscale, dbias, p, nullptr));
+}
+
+bool batchNormGradAct(const TensorView& x, const TensorView& scale, const TensorView& mean,
+                      const TensorView& var, const TensorView& y, const TensorView& dy,
+                      const TensorView& dx, const TensorView& dscale, const TensorView& dbias,
+                      const BatchNormTrainParams& p, const Activation& act) {
+  if (act.kind != Activation::Relu)
+    return false;
+  if (detail::Float32Views::narrow(x.dtype)) {
+    detail::Float32Views f;
+    return y.dtype == x.dtype && dy.dtype == x.dtype && dx.dtype == x.dtype &&
+           batchNormGradAct(f.in(x), scale, mean, var, f.in(y), f.in(dy), f.out(dx), dscale, dbias,
+                            p, act) &&
+           f.commit();
+  }
+  return floatViews(x.dtype, {&x, &scale, &mean, &var, &y, &dy, &dx, &dscale, &dbias}) &&
+         rowMajor({&scale, &mean, &var, &dscale, &dbias}) && sameLayouts({&x, &y, &dy, &dx}) &&
          LWRT_DISPATCH(x.dtype,
-                       batchNormGradImpl<T>(x, scale, mean, var, dy, dx, dscale, dbias, p));
+                       batchNormGradImpl<T>(x, scale, mean, var, dy, dx, dscale, dbias, p, &y));
 }
 
 bool softmax(const TensorView& x, const TensorView& y, const SoftmaxParams& p) {

@@ -11,6 +11,9 @@
 //    of a channel (about 16K elements, the split fixed by the shape), the
 //    slices' partial sums in the workspace, added in slice order by each
 //    block of the next pass: three passes over x forward, two backward.
+// The Act forms (codegen's fusions, lwrt/cuda_nn.h) run here too, never on
+// cuDNN: the forward applies a ReLU as it writes y, the backward reads its
+// dy through the ReLU's gradient (relu_grad's formula, y > 0 ? dy : 0).
 #include "cuda/Context.h"
 #include "cuda/CudnnOps.h"
 #include "cuda/KernelSupport.cuh"
@@ -64,14 +67,15 @@ template <typename E> __device__ StoreOf<E> storeD(double v) {
 template <typename E, typename P = ParamOf<E>>
 __global__ void batchNormInference(const StoreOf<E>* x, const P* scale, const P* bias,
                                    const P* mean, const P* var, StoreOf<E>* y, unsigned C,
-                                   unsigned inner, unsigned planes, P eps) {
+                                   unsigned inner, unsigned planes, P eps, bool relu) {
   for (unsigned plane = blockIdx.y; plane < planes; plane += gridDim.y) {
     const unsigned ch = plane % C;
     const P a = scale[ch] / msqrt(var[ch] + eps), m = mean[ch], b = bias[ch];
     for (unsigned q = blockIdx.x * blockDim.x + threadIdx.x; q < inner;
          q += gridDim.x * blockDim.x) {
       const size_t i = static_cast<size_t>(plane) * inner + q;
-      y[i] = Elem<E>::store(a * (static_cast<P>(Elem<E>::load(x[i])) - m) + b);
+      const P v = a * (static_cast<P>(Elem<E>::load(x[i])) - m) + b;
+      y[i] = Elem<E>::store(relu && !(v > P(0)) ? P(0) : v);
     }
   }
 }
@@ -181,14 +185,16 @@ __global__ void bnSliceSquares(const StoreOf<E>* x, const double* sums, double* 
 template <typename E, typename P = ParamOf<E>>
 __global__ void bnSliceNormalize(const StoreOf<E>* x, const P* scale, const P* bias, StoreOf<E>* y,
                                  P* meanOut, P* varOut, const double* sums, const double* squares,
-                                 Channels L, int64_t perSlice, double eps) {
+                                 Channels L, int64_t perSlice, double eps, bool relu) {
   const int64_t ch = blockIdx.x;
   const double count = static_cast<double>(L.N * L.inner);
   const double mean = channelTotal(sums, gridDim.y) / count,
                var = channelTotal(squares, gridDim.y) / count;
   const double a = bnFactor(scale[ch], var, eps), b = bias[ch];
-  forEachInSlice(L, perSlice,
-                 [&](int64_t e) { y[e] = storeD<E>(bnNormalized(loadD<E>(x[e]), mean, a, b)); });
+  forEachInSlice(L, perSlice, [&](int64_t e) {
+    const double v = bnNormalized(loadD<E>(x[e]), mean, a, b);
+    y[e] = storeD<E>(relu && !(v > 0) ? 0.0 : v);
+  });
   if (blockIdx.y == 0 && threadIdx.x == 0) {
     meanOut[ch] = static_cast<P>(mean);
     varOut[ch] = static_cast<P>(var);
@@ -198,16 +204,23 @@ __global__ void bnSliceNormalize(const StoreOf<E>* x, const P* scale, const P* b
 /// Batch norm's backward in two passes, a block per slice of a channel:
 /// the slices' sums of dy and of dy (x - mean), then (lwrt/norm_math.h)
 /// dbias = sum dy, dscale = invstd sum dy (x - mean) and dx; slice 0
-/// writes dscale and dbias.
+/// writes dscale and dbias. With `act` (the output of a ReLU after the
+/// batch norm), dy is that ReLU's gradient and is read through relu_grad.
+template <typename E>
+__device__ double gradAt(const StoreOf<E>* dy, const StoreOf<E>* act, int64_t e) {
+  return act && !(loadD<E>(act[e]) > 0) ? 0.0 : loadD<E>(dy[e]);
+}
+
 template <typename E, typename P = ParamOf<E>>
 __global__ void bnGradSliceSums(const StoreOf<E>* x, const P* meanIn, const StoreOf<E>* dy,
-                                double* dySums, double* dyDevSums, Channels L, int64_t perSlice) {
+                                const StoreOf<E>* act, double* dySums, double* dyDevSums,
+                                Channels L, int64_t perSlice) {
   __shared__ double shared[kChannelThreads];
   const int64_t ch = blockIdx.x;
   const double mean = static_cast<double>(meanIn[ch]);
   double db = 0, dd = 0;
   forEachInSlice(L, perSlice, [&](int64_t e) {
-    double g = loadD<E>(dy[e]);
+    double g = gradAt<E>(dy, act, e);
     db += g;
     dd += g * (loadD<E>(x[e]) - mean);
   });
@@ -221,9 +234,10 @@ __global__ void bnGradSliceSums(const StoreOf<E>* x, const P* meanIn, const Stor
 
 template <typename E, typename P = ParamOf<E>>
 __global__ void bnGradSliceInput(const StoreOf<E>* x, const P* scale, const P* meanIn,
-                                 const P* varIn, const StoreOf<E>* dy, StoreOf<E>* dx, P* dscaleOut,
-                                 P* dbiasOut, const double* dySums, const double* dyDevSums,
-                                 Channels L, int64_t perSlice, double eps) {
+                                 const P* varIn, const StoreOf<E>* dy, const StoreOf<E>* act,
+                                 StoreOf<E>* dx, P* dscaleOut, P* dbiasOut, const double* dySums,
+                                 const double* dyDevSums, Channels L, int64_t perSlice,
+                                 double eps) {
   const int64_t ch = blockIdx.x;
   const double mean = static_cast<double>(meanIn[ch]), invstd = bnInvStd(varIn[ch], eps);
   const double dbias = channelTotal(dySums, gridDim.y),
@@ -231,8 +245,8 @@ __global__ void bnGradSliceInput(const StoreOf<E>* x, const P* scale, const P* m
   const double m = static_cast<double>(L.N * L.inner),
                a = static_cast<double>(scale[ch]) * invstd / m;
   forEachInSlice(L, perSlice, [&](int64_t e) {
-    dx[e] =
-        storeD<E>(bnInputGrad(loadD<E>(x[e]), loadD<E>(dy[e]), mean, invstd, a, m, dbias, dscale));
+    dx[e] = storeD<E>(
+        bnInputGrad(loadD<E>(x[e]), gradAt<E>(dy, act, e), mean, invstd, a, m, dbias, dscale));
   });
   if (blockIdx.y == 0 && threadIdx.x == 0) {
     dscaleOut[ch] = static_cast<P>(dscale);
@@ -243,7 +257,7 @@ __global__ void bnGradSliceInput(const StoreOf<E>* x, const P* scale, const P* m
 template <typename T>
 bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
                    const TensorView& mv, const TensorView& vv, const TensorView& yv,
-                   const BatchNormParams& p) {
+                   const BatchNormParams& p, bool relu) {
   Channels L;
   bool ok = channels(xv, L) && yv.shape == xv.shape;
   for (const TensorView* v : {&sv, &bv, &mv, &vv})
@@ -253,8 +267,9 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
   if (xv.numel() == 0)
     return true;
   if constexpr (std::is_floating_point_v<T>)
-    if (CudnnRun r = cudnnBatchNorm(xv, sv, bv, mv, vv, yv, p.epsilon); r != CudnnRun::NotCovered)
-      return r == CudnnRun::Ran;
+    if (!relu)
+      if (CudnnRun r = cudnnBatchNorm(xv, sv, bv, mv, vv, yv, p.epsilon); r != CudnnRun::NotCovered)
+        return r == CudnnRun::Ran;
   using P = ParamOf<T>;
   const int64_t planes = L.N * L.C;
   if (!fitsInt({planes, L.inner}))
@@ -263,7 +278,7 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
   batchNormInference<T><<<pg.grid, pg.block, 0, context().stream>>>(
       xv.as<StoreOf<T>>(), sv.as<P>(), bv.as<P>(), mv.as<P>(), vv.as<P>(), yv.as<StoreOf<T>>(),
       static_cast<unsigned>(L.C), static_cast<unsigned>(L.inner), static_cast<unsigned>(planes),
-      static_cast<P>(p.epsilon));
+      static_cast<P>(p.epsilon), relu);
   LWRT_CUDA(cudaGetLastError());
   return true;
 }
@@ -271,7 +286,7 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
 template <typename T>
 bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
                         const TensorView& yv, const TensorView& mv, const TensorView& vv,
-                        const BatchNormTrainParams& p) {
+                        const BatchNormTrainParams& p, bool relu) {
   Channels L;
   bool ok = channels(xv, L) && yv.shape == xv.shape;
   for (const TensorView* v : {&sv, &bv, &mv, &vv})
@@ -281,7 +296,7 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
   if (L.C == 0)
     return true;
   if constexpr (std::is_floating_point_v<T>)
-    if (xv.numel() > 0) {
+    if (xv.numel() > 0 && !relu) {
       CudnnRun r = cudnnBatchNormTrain(xv, sv, bv, yv, mv, vv, p.epsilon);
       if (r != CudnnRun::NotCovered)
         return r == CudnnRun::Ran;
@@ -299,22 +314,24 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
               s.second, L, per);
   LWRT_LAUNCH(bnSliceNormalize<T>, s.grid, kChannelThreads, x, sv.as<P>(), bv.as<P>(),
               yv.as<StoreOf<T>>(), mv.as<P>(), vv.as<P>(), static_cast<const double*>(s.first),
-              static_cast<const double*>(s.second), L, per, p.epsilon);
+              static_cast<const double*>(s.second), L, per, p.epsilon, relu);
   return true;
 }
 
 template <typename T>
 bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorView& mv,
                        const TensorView& vv, const TensorView& dyv, const TensorView& dxv,
-                       const TensorView& dsv, const TensorView& dbv,
-                       const BatchNormTrainParams& p) {
+                       const TensorView& dsv, const TensorView& dbv, const BatchNormTrainParams& p,
+                       const TensorView* act) {
   Channels L;
-  bool ok = channels(xv, L) && dyv.shape == xv.shape && dxv.shape == xv.shape;
+  bool ok = channels(xv, L) && dyv.shape == xv.shape && dxv.shape == xv.shape &&
+            (!act || act->shape == xv.shape);
   for (const TensorView* v : {&sv, &mv, &vv, &dsv, &dbv})
     ok = ok && isVector(*v, L.C);
   if (!ok)
     return LWRT_REJECT(
-        "batch_norm_grad: x must be [N, C, ...], dy and dx of x's shape, the others [C]");
+        "batch_norm_grad: x must be [N, C, ...], dy, dx (and the ReLU's y) of x's shape, the "
+        "others [C]");
   if (L.C == 0)
     return true;
   if (L.C > INT_MAX)
@@ -324,13 +341,20 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
   if (!sliceLaunch(L, s))
     return false;
   const int64_t per = s.slices.perSlice;
+  const StoreOf<T>* y = act ? act->as<StoreOf<T>>() : nullptr;
   LWRT_LAUNCH(bnGradSliceSums<T>, s.grid, kChannelThreads, xv.as<StoreOf<T>>(), mv.as<P>(),
-              dyv.as<StoreOf<T>>(), s.first, s.second, L, per);
+              dyv.as<StoreOf<T>>(), y, s.first, s.second, L, per);
   LWRT_LAUNCH(bnGradSliceInput<T>, s.grid, kChannelThreads, xv.as<StoreOf<T>>(), sv.as<P>(),
-              mv.as<P>(), vv.as<P>(), dyv.as<StoreOf<T>>(), dxv.as<StoreOf<T>>(), dsv.as<P>(),
+              mv.as<P>(), vv.as<P>(), dyv.as<StoreOf<T>>(), y, dxv.as<StoreOf<T>>(), dsv.as<P>(),
               dbv.as<P>(), static_cast<const double*>(s.first),
               static_cast<const double*>(s.second), L, per, p.epsilon);
   return true;
+}
+
+/// Only a ReLU fuses here (codegen's CUDA fusions, ir/FusedOps.h).
+bool reluOnly(const char* op, const Activation& act) {
+  return act.kind == Activation::Relu ||
+         LWRT_REJECT(std::string(op) + ": the CUDA kernels fuse a ReLU only");
 }
 
 } // namespace
@@ -339,26 +363,57 @@ bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& b
                const TensorView& mean, const TensorView& var, const TensorView& y,
                const BatchNormParams& p) {
   return activationOp("batch_norm", {&x, &y}, {&scale, &bias, &mean, &var}, [&](auto t) {
-    return batchNormImpl<decltype(t)>(x, scale, bias, mean, var, y, p);
+    return batchNormImpl<decltype(t)>(x, scale, bias, mean, var, y, p, false);
   });
+}
+
+bool batchNormAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                  const TensorView& mean, const TensorView& var, const TensorView& y,
+                  const BatchNormParams& p, const Activation& act) {
+  return reluOnly("batch_norm", act) &&
+         activationOp("batch_norm", {&x, &y}, {&scale, &bias, &mean, &var}, [&](auto t) {
+           return batchNormImpl<decltype(t)>(x, scale, bias, mean, var, y, p, true);
+         });
 }
 
 bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorView& bias,
                     const TensorView& y, const TensorView& mean, const TensorView& var,
                     const BatchNormTrainParams& p) {
   return activationOp("batch_norm_train", {&x, &y}, {&scale, &bias, &mean, &var}, [&](auto t) {
-    return batchNormTrainImpl<decltype(t)>(x, scale, bias, y, mean, var, p);
+    return batchNormTrainImpl<decltype(t)>(x, scale, bias, y, mean, var, p, false);
   });
+}
+
+bool batchNormTrainAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                       const TensorView& y, const TensorView& mean, const TensorView& var,
+                       const BatchNormTrainParams& p, const Activation& act) {
+  return reluOnly("batch_norm_train", act) &&
+         activationOp("batch_norm_train", {&x, &y}, {&scale, &bias, &mean, &var}, [&](auto t) {
+           return batchNormTrainImpl<decltype(t)>(x, scale, bias, y, mean, var, p, true);
+         });
 }
 
 bool batchNormGrad(const TensorView& x, const TensorView& scale, const TensorView& mean,
                    const TensorView& var, const TensorView& dy, const TensorView& dx,
                    const TensorView& dscale, const TensorView& dbias,
                    const BatchNormTrainParams& p) {
-  return activationOp(
-      "batch_norm_grad", {&x, &dy, &dx}, {&scale, &mean, &var, &dscale, &dbias}, [&](auto t) {
-        return batchNormGradImpl<decltype(t)>(x, scale, mean, var, dy, dx, dscale, dbias, p);
-      });
+  return activationOp("batch_norm_grad", {&x, &dy, &dx}, {&scale, &mean, &var, &dscale, &dbias},
+                      [&](auto t) {
+                        return batchNormGradImpl<decltype(t)>(x, scale, mean, var, dy, dx, dscale,
+                                                              dbias, p, nullptr);
+                      });
+}
+
+bool batchNormGradAct(const TensorView& x, const TensorView& scale, const TensorView& mean,
+                      const TensorView& var, const TensorView& y, const TensorView& dy,
+                      const TensorView& dx, const TensorView& dscale, const TensorView& dbias,
+                      const BatchNormTrainParams& p, const Activation& act) {
+  return reluOnly("batch_norm_grad", act) &&
+         activationOp("batch_norm_grad", {&x, &y, &dy, &dx}, {&scale, &mean, &var, &dscale, &dbias},
+                      [&](auto t) {
+                        return batchNormGradImpl<decltype(t)>(x, scale, mean, var, dy, dx, dscale,
+                                                              dbias, p, &y);
+                      });
 }
 
 } // namespace lwrt::cuda

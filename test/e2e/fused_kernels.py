@@ -18,7 +18,10 @@ and every param (--dump) must so agree, for
     of AlexNet and ResNet-18 in float32 and bf16 and Inception in bf16;
   - AlexNet in bf16 with AdamW on both (the multi-tensor Adam update);
 the optimizer's multi-tensor updates and the weights' multi-tensor casts
-to bf16 are what --no-fuse writes one call per param, too. Each of those
+to bf16 are what --no-fuse writes one call per param, too, and so are
+ResNet-18's and Inception's batch norms with their ReLUs (batchNormTrainAct
+in bf16, batchNormGradAct reading relu_grad's operands: bit for bit the
+two calls' values, so the losses agree as before). Each of those
 trainers profiles two steps (--profile=2): the kernels it says it launched
 a step, on each device, must be what `--emit=plan` counts for the same
 build (fused and --no-fuse, CPU and CUDA).

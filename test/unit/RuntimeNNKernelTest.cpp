@@ -4,9 +4,12 @@
 // the same values (all float-representable) in float32 and in float64.
 #include "TestUtil.h"
 #include "interp/Interpreter.h"
+#include "lwrt/bf16.h"
 #include "lwrt/cpu_nn.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -512,6 +515,80 @@ TEST(RuntimeNNKernels, BatchNormTrainAndGrad) {
       return lwrt::cpu::batchNormGrad(in[0], in[1], in[2], in[3], in[4], out[0], out[1], out[2], p);
     });
   });
+}
+
+// Codegen's batch norm fusions (ir/FusedOps.h: epilogueOf, gradPrologueOf):
+// batchNormTrainAct writes the bytes of batchNormTrain then relu, and
+// batchNormGradAct those of reluGrad then batchNormGrad, in float32 and in
+// bf16, also with dx written over dy (the memory plan may put it there).
+TEST(RuntimeNNKernels, BatchNormFusedWithRelu) {
+  const int64_t N = 3, C = 4, H = 5, W = 5, n = N * C * H * W;
+  std::mt19937 gen(17);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  auto vec = [&](int64_t k) {
+    std::vector<float> v(static_cast<size_t>(k));
+    for (float& e : v)
+      e = u(gen);
+    return v;
+  };
+  const std::vector<float> x32 = vec(n), dy32 = vec(n);
+  std::vector<float> scale = vec(C), bias = vec(C);
+  lwrt::cpu::BatchNormTrainParams p;
+  const lwrt::Activation relu{lwrt::Activation::Relu};
+  for (lwrt::DType t : {lwrt::DType::F32, lwrt::DType::BF16}) {
+    SCOPED_TRACE(t == lwrt::DType::F32 ? "f32" : "bf16");
+    const size_t es = t == lwrt::DType::F32 ? 4 : 2;
+    using Bytes = std::vector<uint8_t>;
+    auto bytes = [&](const std::vector<float>& v) {
+      Bytes b(v.size() * es);
+      for (size_t k = 0; k < v.size(); ++k) {
+        if (t == lwrt::DType::F32) {
+          std::memcpy(b.data() + 4 * k, &v[k], 4);
+        } else {
+          uint16_t h = lwrt::floatToBf16(v[k]);
+          std::memcpy(b.data() + 2 * k, &h, 2);
+        }
+      }
+      return b;
+    };
+    auto act = [&](Bytes& b) { return lwrt::TensorView{b.data(), t, {N, C, H, W}}; };
+    auto vecView = [&](std::vector<float>& v) {
+      return lwrt::TensorView{v.data(), lwrt::DType::F32, {C}};
+    };
+    Bytes x = bytes(x32), dy = bytes(dy32), y0(n * es), y1(n * es), y2(n * es);
+    std::vector<float> mean(C), var(C), mean2(C), var2(C);
+    ASSERT_TRUE(lwrt::cpu::batchNormTrain(act(x), vecView(scale), vecView(bias), act(y0),
+                                          vecView(mean), vecView(var), p));
+    ASSERT_TRUE(lwrt::cpu::relu(act(y0), act(y1)));
+    ASSERT_TRUE(lwrt::cpu::batchNormTrainAct(act(x), vecView(scale), vecView(bias), act(y2),
+                                             vecView(mean2), vecView(var2), p, relu));
+    EXPECT_EQ(y1, y2);
+    EXPECT_EQ(mean, mean2);
+    EXPECT_EQ(var, var2);
+    // Some outputs are 0 (the mask matters).
+    EXPECT_NE(std::count(y1.begin(), y1.end(), 0), 0);
+
+    Bytes g(n * es), dx1(n * es), dx2(n * es), dyOver = dy;
+    std::vector<float> ds1(C), db1(C), ds2(C), db2(C), ds3(C), db3(C);
+    ASSERT_TRUE(lwrt::cpu::reluGrad(act(y1), act(dy), act(g)));
+    ASSERT_TRUE(lwrt::cpu::batchNormGrad(act(x), vecView(scale), vecView(mean), vecView(var),
+                                         act(g), act(dx1), vecView(ds1), vecView(db1), p));
+    ASSERT_TRUE(lwrt::cpu::batchNormGradAct(act(x), vecView(scale), vecView(mean), vecView(var),
+                                            act(y1), act(dy), act(dx2), vecView(ds2), vecView(db2),
+                                            p, relu));
+    EXPECT_EQ(dx1, dx2);
+    EXPECT_EQ(ds1, ds2);
+    EXPECT_EQ(db1, db2);
+    ASSERT_TRUE(lwrt::cpu::batchNormGradAct(act(x), vecView(scale), vecView(mean), vecView(var),
+                                            act(y1), act(dyOver), act(dyOver), vecView(ds3),
+                                            vecView(db3), p, relu));
+    EXPECT_EQ(dx1, dyOver);
+    EXPECT_EQ(ds1, ds3);
+    // Only a ReLU fuses into the backward.
+    EXPECT_FALSE(lwrt::cpu::batchNormGradAct(act(x), vecView(scale), vecView(mean), vecView(var),
+                                             act(y1), act(dy), act(dx2), vecView(ds2), vecView(db2),
+                                             p, lwrt::Activation{lwrt::Activation::Clip, 0, 6}));
+  }
 }
 
 TEST(RuntimeNNKernels, LayerNormAndGrad) {

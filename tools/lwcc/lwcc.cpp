@@ -238,7 +238,7 @@ int buildTrainerMode(Module& module, const char* argv0) {
     co.lossScaleInit = lossScale;
   co.eval = eval->get();
   co.embedWeights = embedWeights;
-  co.groupUpdates = !noFuse;
+  co.fuseCalls = !noFuse;
   if (ignoreIndex.getNumOccurrences())
     co.ignoreIndex = ignoreIndex.getValue();
   co.shiftLabels = shiftLabels;

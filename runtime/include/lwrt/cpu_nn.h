@@ -2,8 +2,9 @@
 // defines: conv2d, conv2dAct, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d,
 // maxPool2dGrad,
 //   avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm, batchNormAct,
-//   batchNormTrain, batchNormTrainAct, batchNormGrad, layerNorm, layerNormGrad, softmax,
-//   logSoftmax, softmaxGrad, logSoftmaxGrad, softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
+//   batchNormTrain, batchNormTrainAct, batchNormGrad, batchNormGradAct, layerNorm, layerNormGrad,
+//   softmax, logSoftmax, softmaxGrad, logSoftmaxGrad, softmaxXent, softmaxXentGrad, mseLoss,
+//   mseLossGrad
 //
 // One function per IR op (ir/Ops.def), computing what the reference
 // interpreter computes (interp/Interpreter.cpp, interp/TrainOps.cpp). Operands
@@ -46,5 +47,13 @@ bool batchNormAct(const TensorView& x, const TensorView& scale, const TensorView
 bool batchNormTrainAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
                        const TensorView& y, const TensorView& mean, const TensorView& var,
                        const BatchNormTrainParams& p, const Activation& act);
+/// batchNormGrad where the batch norm's result went through `act` (Relu
+/// only), whose output is y: dy is the gradient of y, and the batch norm's
+/// own gradient is reluGrad(y, dy) (dy where y > 0, else 0), computed as
+/// it is read. dx may be the bytes of y or of dy (element by element).
+bool batchNormGradAct(const TensorView& x, const TensorView& scale, const TensorView& mean,
+                      const TensorView& var, const TensorView& y, const TensorView& dy,
+                      const TensorView& dx, const TensorView& dscale, const TensorView& dbias,
+                      const BatchNormTrainParams& p, const Activation& act);
 
 } // namespace lwrt::cpu

@@ -1,8 +1,9 @@
 // lwrt/cuda_nn.h - the CUDA backend's neural-network kernels
 // defines: conv2d, conv2dAct, conv2dGradInput, conv2dGradFilter, gemm, matmul, maxPool2d,
 //   maxPool2dGrad, avgPool2d, avgPool2dGrad, globalAvgPool, lrn, lrnGrad, batchNorm,
-//   batchNormTrain, batchNormGrad, layerNorm, layerNormGrad, softmax, logSoftmax, softmaxGrad,
-//   logSoftmaxGrad, softmaxXent, softmaxXentGrad, mseLoss, mseLossGrad
+//   batchNormAct, batchNormTrain, batchNormTrainAct, batchNormGrad, batchNormGradAct, layerNorm,
+//   layerNormGrad, softmax, logSoftmax, softmaxGrad, logSoftmaxGrad, softmaxXent, softmaxXentGrad,
+//   mseLoss, mseLossGrad
 //
 // The functions of lwrt/cpu_nn.h with the same signatures and semantics, so
 // that a generated trainer compiles against either backend by switching
@@ -48,5 +49,22 @@
 namespace lwrt::cuda {
 
 #include "lwrt/nn_decls.inc"
+
+/// act(batchNorm(...)) and act(batchNormTrain(...)), act a Relu (another
+/// activation is refused): this library's kernels apply it as they write
+/// y, on every float type (cuDNN is not called).
+bool batchNormAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                  const TensorView& mean, const TensorView& var, const TensorView& y,
+                  const BatchNormParams& p, const Activation& act);
+bool batchNormTrainAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
+                       const TensorView& y, const TensorView& mean, const TensorView& var,
+                       const BatchNormTrainParams& p, const Activation& act);
+/// batchNormGrad where the batch norm's result went through `act` (a Relu)
+/// whose output is y: dy is the gradient of y, read through reluGrad(y, dy)
+/// as the kernels load it. dx may be the bytes of y or of dy.
+bool batchNormGradAct(const TensorView& x, const TensorView& scale, const TensorView& mean,
+                      const TensorView& var, const TensorView& y, const TensorView& dy,
+                      const TensorView& dx, const TensorView& dscale, const TensorView& dbias,
+                      const BatchNormTrainParams& p, const Activation& act);
 
 } // namespace lwrt::cuda
