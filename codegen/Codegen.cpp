@@ -26,6 +26,7 @@
 #include "codegen/Layouts.h"
 #include "codegen/PhaseWriter.h"
 #include "codegen/SourceFiles.h"
+#include "ir/FusedOps.h"
 #include "ir/Printer.h"
 #include "runtime/include/lwrt/activation_math.h"
 
@@ -291,6 +292,11 @@ llvm::Expected<GeneratedTrainer> generateTrainer(const Module& m, const CodegenO
     arenaBytes = placeResults(g, where, "b.arena", &classes);
     if (!arenaBytes)
       return arenaBytes.takeError();
+    // A view of a param read before the param is written: its bytes
+    // (not with --no-fuse, whose step makes one call per op).
+    if (o.fuseCalls)
+      for (const Op* view : paramViews(g))
+        where[view->result()] = where.at(view->operand(0));
   }
   auto hyper = hyperDefaults(g);
   if (!hyper)

@@ -57,7 +57,8 @@ struct CodegenOptions {
   /// multi-tensor call, and a batch norm's relu and relu_grad in its calls
   /// (ir/FusedOps.h); false with --no-fuse: one call per op (a float
   /// convolution's relu stays in cuDNN's plan, the CPU's float batch
-  /// norm's and add's in oneDNN's).
+  /// norm's and add's in oneDNN's), and every view of a param a copy
+  /// (ir/FusedOps.h's paramViews are the param's bytes otherwise).
   bool fuseCalls = true;
   std::string exportFile = "trainer.onnx-template";
   std::string exportTemplate; ///< empty: no --export

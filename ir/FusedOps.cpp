@@ -8,7 +8,9 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
+#include <string_view>
 
 namespace lwcc {
 
@@ -286,6 +288,51 @@ std::optional<std::pair<int64_t, int64_t>> arenaBytes(const Value* v) {
   return std::make_pair(off, off + v->type().sizeInBytes());
 }
 } // namespace
+
+std::set<const Op*> paramViews(const Graph& g) {
+  std::set<const Op*> out;
+  if (isMultiDevice(g))
+    return out;
+  for (const auto& op : g.ops())
+    if (op->info().isEvent() || op->annotations().stream.value_or(0) != 0)
+      return out;
+  std::map<const Op*, size_t> at;
+  std::map<const Value*, size_t> firstWrite; // param -> the first op writing its bytes
+  for (const auto& op : g.ops()) {
+    const size_t k = at.size();
+    at[op.get()] = k;
+    if (op->kind() != OpKind::Assign)
+      continue;
+    const Value* p = op->operand(0);
+    size_t w = k;
+    // An update written over its param (@buf -1) writes it where it runs.
+    const Value* v = op->operand(1);
+    if (const Op* def = v->definingOp();
+        def && def->annotations().bufferOffsets &&
+        (*def->annotations().bufferOffsets)[v->resultIndex()] == -1)
+      w = std::min(w, at.at(def));
+    auto [it, fresh] = firstWrite.emplace(p, w);
+    if (!fresh)
+      it->second = std::min(it->second, w);
+  }
+  std::set<const Value*> outputs(g.outputs().begin(), g.outputs().end());
+  for (const auto& op : g.ops()) {
+    if (!op->info().kernel.fn || std::string_view(op->info().kernel.fn) != "copy" ||
+        op->numOperands() != 1 || op->numResults() != 1)
+      continue;
+    const Value* p = op->operand(0);
+    if (p->kind() != ValueKind::Param || outputs.count(op->result()) ||
+        p->type().sizeInBytes() != op->result()->type().sizeInBytes())
+      continue;
+    auto w = firstWrite.find(p);
+    bool before = true;
+    for (const Use& u : op->result()->uses())
+      before &= u.user && (w == firstWrite.end() || at.at(u.user) < w->second);
+    if (before)
+      out.insert(op.get());
+  }
+  return out;
+}
 
 const Op* gradPrologueOf(const Op& consumer) {
   if (consumer.kind() != OpKind::BatchNormGrad)

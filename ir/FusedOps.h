@@ -36,6 +36,7 @@
 #include "llvm/Support/Error.h"
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,13 @@ const Op* epilogueOf(const Op& producer, bool cuda, bool fuse = true);
 /// Codegen and --emit=plan's counts also need relu_grad written right
 /// before its batch_norm_grad, in one function.
 const Op* gradPrologueOf(const Op& consumer);
+/// The views (reshape, flatten, ...: ops whose kernel is a copy) of a
+/// param that codegen makes views of the param's own bytes, so that no copy
+/// runs (a bias reshaped for its broadcast): in a step of one device and
+/// one stream (no events), a view whose every reader comes before the first
+/// op that writes the param (its update written over it, its assign), and
+/// that is no graph output. --emit=plan's count reads the same rule.
+std::set<const Op*> paramViews(const Graph& g);
 /// Tensors per launch of such a call in the CUDA runtime (its chunks travel
 /// in the launch's parameters: runtime/cuda's kPiecesPerLaunch).
 constexpr int64_t kMultiTensorPerLaunch = 24;

@@ -48,6 +48,7 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o
       prev = op.get();
     }
   }
+  const std::set<const Op*> views = o.fused ? paramViews(g) : std::set<const Op*>{};
   // Per device and stream: the first op of the multi-tensor call in
   // progress (only in-place assigns between its ops) and its ops so far, a
   // launch per kMultiTensorPerLaunch of them.
@@ -67,9 +68,11 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o
     if (op->kind() == OpKind::Assign && inPlace(*op))
       continue;
     // A view or copy (reshape, flatten) whose result the memory plan put on
-    // its operand's bytes: nothing to do. A view of a param or an input
-    // (a bias reshaped for its broadcast) is a copy into the arena, as
-    // codegen writes it.
+    // its operand's bytes, or a view of a param that codegen places on the
+    // param's bytes (paramViews): nothing to do. Another view of a param or
+    // an input is a copy into the arena, as codegen writes it.
+    if (views.count(op.get()))
+      continue;
     if (op->info().kernel.fn && std::string_view(op->info().kernel.fn) == "copy" &&
         op->numOperands() == 1 && op->annotations().bufferOffsets) {
       const Value* v = op->operand(0);
