@@ -280,10 +280,13 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
       code.used.insert(op.result(r));
   // A fused call also writes its activation's result (the activation's own
   // code is only a note, perhaps in another function of a long phase).
-  if (auto f = fusedInto_.find(&op); f != fusedInto_.end())
+  if (auto f = fusedInto_.find(&op); f != fusedInto_.end()) {
     for (unsigned r = 0; r < f->second->numResults(); ++r)
       if (where_.count(f->second->result(r)))
         code.used.insert(f->second->result(r));
+    if (const Value* residual = epilogueResidual(*f->second, op.result(0)))
+      code.used.insert(residual);
+  }
   // A batch norm backward fused with its relu_grad reads the latter's operands.
   if (auto g = gradPrologues_.find(&op); g != gradPrologues_.end())
     for (const Value* v : g->second->operands())
@@ -504,10 +507,14 @@ llvm::Expected<std::string> PhaseWriter::callOf(const Op& op) {
   if (!p.empty())
     args.push_back(p);
   if (fusion_)
-    args.push_back(fusion_->kind() == OpKind::Relu
-                       ? std::string("Activation{Activation::Relu}")
-                       : "Activation{Activation::Clip, " + num(fusion_->getFloat("min")) + ", " +
-                             num(fusion_->getFloat("max")) + "}");
+    args.push_back(fusion_->kind() == OpKind::Clip
+                       ? "Activation{Activation::Clip, " + num(fusion_->getFloat("min")) + ", " +
+                             num(fusion_->getFloat("max")) + "}"
+                       : std::string("Activation{Activation::Relu}"));
+  // A batch norm's residual add before its relu (epilogueResidual).
+  if (fusion_)
+    if (const Value* residual = epilogueResidual(*fusion_, op.result(0)))
+      args.push_back("&" + names_(residual));
   std::string call = fn + (fusion_ ? "Act(" : "(");
   for (size_t i = 0; i < args.size(); ++i)
     call += (i ? ", " : "") + args[i];
@@ -609,17 +616,29 @@ void PhaseWriter::planFusions(const std::vector<const Op*>& order,
     if (it == at.end() || it->second <= k || !where_.count(relu->result()))
       continue;
     const Value* v = producer->result(0);
-    if (cuda && (!where_.count(v) || where_.at(v) != where_.at(relu->result())))
+    // cuDNN's fused convolution writes its relu in place.
+    if (cuda && producer->kind() == OpKind::Conv2d &&
+        (!where_.count(v) || where_.at(v) != where_.at(relu->result())))
       continue;
+    // The ops between touch neither the activation's result (written
+    // early) nor the residual a batch norm adds (read early).
+    std::vector<const Value*> early{relu->result()};
+    if (const Value* residual = epilogueResidual(*relu, v)) {
+      if (!where_.count(residual))
+        continue;
+      early.push_back(residual);
+    }
     const size_t r = it->second;
-    const auto& [region, offset] = where_.at(relu->result());
-    const int64_t end = offset + relu->result()->type().sizeInBytes();
     bool clear = true;
     for (size_t j = k; j < r && clear; ++j) {
       clear = adjacent(j);
       if (j > k)
-        for (const Access& a : accessesOf(*order[j]))
-          clear &= !(a.region == region && a.begin < end && offset < a.end);
+        for (const Value* e : early) {
+          const auto& [region, offset] = where_.at(e);
+          const int64_t end = offset + e->type().sizeInBytes();
+          for (const Access& a : accessesOf(*order[j]))
+            clear &= !(a.region == region && a.begin < end && offset < a.end);
+        }
     }
     if (!clear)
       continue;

@@ -254,6 +254,33 @@ llvm::Expected<std::vector<bool>> reducedDims(const std::vector<FusedStatement>&
   return out;
 }
 
+namespace {
+/// The bytes of the arena `v` lies on: [offset, offset + size), or none
+/// where it is not planned in the arena (a param, an input).
+std::optional<std::pair<int64_t, int64_t>> arenaBytes(const Value* v) {
+  const Op* def = v->definingOp();
+  if (!def || !def->annotations().bufferOffsets)
+    return std::nullopt;
+  const int64_t off = (*def->annotations().bufferOffsets)[v->resultIndex()];
+  if (off < 0)
+    return std::nullopt;
+  return std::make_pair(off, off + v->type().sizeInBytes());
+}
+/// Whether the result of `act` (written by the fused call) lies apart
+/// from the bytes of `producer`'s operands (read by it), where the graph is
+/// memory-planned, or (an add, a batch norm: read and written element by
+/// element) exactly on one of them.
+bool apartFromOperands(const Op& act, const Op& producer) {
+  const auto out = arenaBytes(act.result(0));
+  const bool elementwise = producer.kind() != OpKind::Conv2d;
+  for (const Value* v : producer.operands())
+    if (const auto in = arenaBytes(v); out && in && out->first < in->second &&
+                                       in->first < out->second && !(elementwise && *out == *in))
+      return false;
+  return true;
+}
+} // namespace
+
 const Op* epilogueOf(const Op& producer, bool cuda, bool fuse) {
   const OpKind kind = producer.kind();
   const bool batchNorm = kind == OpKind::BatchNormTrain || kind == OpKind::BatchNorm;
@@ -270,24 +297,36 @@ const Op* epilogueOf(const Op& producer, bool cuda, bool fuse) {
   if (!takes || v->uses().size() != 1)
     return nullptr;
   const Op* act = v->uses().front().user;
+  // On CUDA a 16-bit batch norm's residual add and relu (a fused region
+  // of the two, a residual block's end) join its kernels too.
+  if (act && batchNorm && cuda && act->kind() == OpKind::Fused)
+    return epilogueResidual(*act, v) && apartFromOperands(*act, producer) ? act : nullptr;
   if (!act || (act->kind() != OpKind::Relu && (cuda || act->kind() != OpKind::Clip)))
     return nullptr;
-  return act;
+  return apartFromOperands(*act, producer) ? act : nullptr;
 }
 
-namespace {
-/// The bytes of the arena `v` lies on: [offset, offset + size), or none
-/// where it is not planned in the arena (a param, an input).
-std::optional<std::pair<int64_t, int64_t>> arenaBytes(const Value* v) {
-  const Op* def = v->definingOp();
-  if (!def || !def->annotations().bufferOffsets)
-    return std::nullopt;
-  const int64_t off = (*def->annotations().bufferOffsets)[v->resultIndex()];
-  if (off < 0)
-    return std::nullopt;
-  return std::make_pair(off, off + v->type().sizeInBytes());
+const Value* epilogueResidual(const Op& fused, const Value* v) {
+  if (fused.kind() != OpKind::Fused || fused.numOperands() != 2 || fused.numResults() != 1 ||
+      fused.getInts("results") != std::vector<int64_t>{1})
+    return nullptr;
+  const Value* other = fused.operand(0) == v ? fused.operand(1) : fused.operand(0);
+  if (other == v || (fused.operand(0) != v && fused.operand(1) != v) ||
+      other->type() != v->type() || fused.result()->type() != v->type() ||
+      fused.getInts("shape") != v->type().shape)
+    return nullptr;
+  auto body = parseFusedBody(fused.getString("body"), 2);
+  if (!body) {
+    llvm::consumeError(body.takeError());
+    return nullptr;
+  }
+  const auto& st = *body;
+  const bool ok = st.size() == 2 && st[0].kind == OpKind::Add && st[0].args.size() == 2 &&
+                  st[0].args[0] < 0 && st[0].args[1] < 0 && st[0].args[0] != st[0].args[1] &&
+                  st[0].dtype == v->type().dtype && st[1].kind == OpKind::Relu &&
+                  st[1].args == std::vector<int>{0} && st[1].dtype == v->type().dtype;
+  return ok ? other : nullptr;
 }
-} // namespace
 
 std::set<const Op*> paramViews(const Graph& g) {
   std::set<const Op*> out;

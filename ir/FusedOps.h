@@ -90,13 +90,21 @@ bool sameMultiTensorCall(const Op& first, const Op& next);
 /// that alone reads the first result of a float32 or float64 conv2d (on
 /// the CPU also add), or of a batch_norm or batch_norm_train (on CUDA of
 /// bf16 or fp16, which lwcc's own kernels run; on the CPU of any float
-/// type); null where there is none. `cuda`: cuDNN's fused plans and the
+/// type), its result apart from the bytes of the call's operands (where
+/// the graph is memory-planned: the call writes it while it reads them) or,
+/// but for a convolution, exactly on one; null where there is none. `cuda`: cuDNN's fused plans and the
 /// batch norm kernels, a relu only. `fuse` false (--no-fuse): only the
 /// float32 and float64 pairs.
 /// Codegen (PhaseWriter::planFusions) also needs the two in one function
 /// with nothing between them touching the activation's bytes, and on CUDA
 /// the relu run in place; --emit=plan's kernel counts read the same rule.
 const Op* epilogueOf(const Op& producer, bool cuda, bool fuse = true);
+/// On CUDA the epilogue of a bf16 or fp16 batch norm may also be a fused
+/// region `add(%0, %1); relu` of the batch norm's result and another value
+/// of its type and shape (a residual block's end): the other value (the
+/// residual the batch norm's kernels add before the relu), or null where
+/// `fused` is no such region of `v`.
+const Value* epilogueResidual(const Op& fused, const Value* v);
 /// The relu_grad whose result only `consumer`, a batch_norm_grad, reads
 /// (as its dy), so that codegen writes the two as one runtime call
 /// (batchNormGradAct: the batch norm's backward reads the relu's output

@@ -23,15 +23,18 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o
   // The activations library calls take as their epilogues (on one device
   // and stream; on CUDA run in place, as codegen fuses them).
   std::set<const Op*> epilogues;
+  std::map<const Op*, const Op*> producerOf; // epilogue -> the library call taking it
   for (const auto& op : g.ops()) {
     const Op* act = epilogueOf(*op, o.cuda, o.fused);
     if (!act || opDevice(*act) != opDevice(*op) ||
         act->annotations().stream != op->annotations().stream)
       continue;
+    // cuDNN's fused convolution writes its relu in place.
     const auto &p = op->annotations().bufferOffsets, &a = act->annotations().bufferOffsets;
-    if (o.cuda && (!p || !a || (*p)[0] != (*a)[0]))
+    if (o.cuda && op->kind() == OpKind::Conv2d && (!p || !a || (*p)[0] != (*a)[0]))
       continue;
     epilogues.insert(act);
+    producerOf[act] = op.get();
   }
   // The relu_grads a batch norm's backward reads through (right before it
   // on its device and stream, as codegen fuses them): no launch, and the
@@ -48,6 +51,9 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o
       prev = op.get();
     }
   }
+  std::map<const Op*, const Op*> epilogueFor;
+  for (const auto& [act, producer] : producerOf)
+    epilogueFor[producer] = act;
   const std::set<const Op*> views = o.fused ? paramViews(g) : std::set<const Op*>{};
   // Per device and stream: the first op of the multi-tensor call in
   // progress (only in-place assigns between its ops) and its ops so far, a
@@ -96,6 +102,9 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o
       bytes += op->result(r)->type().sizeInBytes();
     if (const Op* rg = gradPrologueOf(*op); rg && prologues.count(rg))
       bytes += rg->operand(0)->type().sizeInBytes(); // the relu's output too
+    if (auto e = epilogueFor.find(op.get()); e != epilogueFor.end())
+      if (const Value* residual = epilogueResidual(*e->second, op->result(0)))
+        bytes += residual->type().sizeInBytes(); // the residual a batch norm adds
     for (int64_t d : devicesOf(*op)) {
       KernelCount& k = out[d];
       k.kernels += joins ? 0 : 1;

@@ -63,19 +63,33 @@ template <typename E> __device__ StoreOf<E> storeD(double v) {
   return Elem<E>::store(static_cast<typename Elem<E>::Value>(v));
 }
 
+/// y's element from the batch norm's value v: v rounded to E as batch norm
+/// stores it; with a residual, plus the residual's element in E's value
+/// type, rounded to E once (as the add of a fused region rounds it); with
+/// relu, through the ReLU.
+template <typename E, typename T>
+__device__ StoreOf<E> bnOut(T v, const StoreOf<E>* res, int64_t e, bool relu) {
+  using V = typename Elem<E>::Value;
+  StoreOf<E> y = Elem<E>::store(static_cast<V>(v));
+  if (res)
+    y = Elem<E>::store(Elem<E>::load(y) + Elem<E>::load(res[e]));
+  return relu && !(Elem<E>::load(y) > V(0)) ? Elem<E>::store(V(0)) : y;
+}
+
 /// On a planeGrid(N * C, inner): the plane's channel once per block row.
 template <typename E, typename P = ParamOf<E>>
 __global__ void batchNormInference(const StoreOf<E>* x, const P* scale, const P* bias,
                                    const P* mean, const P* var, StoreOf<E>* y, unsigned C,
-                                   unsigned inner, unsigned planes, P eps, bool relu) {
+                                   unsigned inner, unsigned planes, P eps, bool relu,
+                                   const StoreOf<E>* res) {
   for (unsigned plane = blockIdx.y; plane < planes; plane += gridDim.y) {
     const unsigned ch = plane % C;
     const P a = scale[ch] / msqrt(var[ch] + eps), m = mean[ch], b = bias[ch];
     for (unsigned q = blockIdx.x * blockDim.x + threadIdx.x; q < inner;
          q += gridDim.x * blockDim.x) {
       const size_t i = static_cast<size_t>(plane) * inner + q;
-      const P v = a * (static_cast<P>(Elem<E>::load(x[i])) - m) + b;
-      y[i] = Elem<E>::store(relu && !(v > P(0)) ? P(0) : v);
+      y[i] = bnOut<E>(a * (static_cast<P>(Elem<E>::load(x[i])) - m) + b, res,
+                      static_cast<int64_t>(i), relu);
     }
   }
 }
@@ -185,15 +199,15 @@ __global__ void bnSliceSquares(const StoreOf<E>* x, const double* sums, double* 
 template <typename E, typename P = ParamOf<E>>
 __global__ void bnSliceNormalize(const StoreOf<E>* x, const P* scale, const P* bias, StoreOf<E>* y,
                                  P* meanOut, P* varOut, const double* sums, const double* squares,
-                                 Channels L, int64_t perSlice, double eps, bool relu) {
+                                 Channels L, int64_t perSlice, double eps, bool relu,
+                                 const StoreOf<E>* res) {
   const int64_t ch = blockIdx.x;
   const double count = static_cast<double>(L.N * L.inner);
   const double mean = channelTotal(sums, gridDim.y) / count,
                var = channelTotal(squares, gridDim.y) / count;
   const double a = bnFactor(scale[ch], var, eps), b = bias[ch];
   forEachInSlice(L, perSlice, [&](int64_t e) {
-    const double v = bnNormalized(loadD<E>(x[e]), mean, a, b);
-    y[e] = storeD<E>(relu && !(v > 0) ? 0.0 : v);
+    y[e] = bnOut<E>(bnNormalized(loadD<E>(x[e]), mean, a, b), res, e, relu);
   });
   if (blockIdx.y == 0 && threadIdx.x == 0) {
     meanOut[ch] = static_cast<P>(mean);
@@ -257,7 +271,7 @@ __global__ void bnGradSliceInput(const StoreOf<E>* x, const P* scale, const P* m
 template <typename T>
 bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
                    const TensorView& mv, const TensorView& vv, const TensorView& yv,
-                   const BatchNormParams& p, bool relu) {
+                   const BatchNormParams& p, bool relu, const TensorView* res) {
   Channels L;
   bool ok = channels(xv, L) && yv.shape == xv.shape;
   for (const TensorView* v : {&sv, &bv, &mv, &vv})
@@ -278,7 +292,7 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
   batchNormInference<T><<<pg.grid, pg.block, 0, context().stream>>>(
       xv.as<StoreOf<T>>(), sv.as<P>(), bv.as<P>(), mv.as<P>(), vv.as<P>(), yv.as<StoreOf<T>>(),
       static_cast<unsigned>(L.C), static_cast<unsigned>(L.inner), static_cast<unsigned>(planes),
-      static_cast<P>(p.epsilon), relu);
+      static_cast<P>(p.epsilon), relu, res ? res->as<StoreOf<T>>() : nullptr);
   LWRT_CUDA(cudaGetLastError());
   return true;
 }
@@ -286,7 +300,7 @@ bool batchNormImpl(const TensorView& xv, const TensorView& sv, const TensorView&
 template <typename T>
 bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const TensorView& bv,
                         const TensorView& yv, const TensorView& mv, const TensorView& vv,
-                        const BatchNormTrainParams& p, bool relu) {
+                        const BatchNormTrainParams& p, bool relu, const TensorView* res) {
   Channels L;
   bool ok = channels(xv, L) && yv.shape == xv.shape;
   for (const TensorView* v : {&sv, &bv, &mv, &vv})
@@ -314,7 +328,8 @@ bool batchNormTrainImpl(const TensorView& xv, const TensorView& sv, const Tensor
               s.second, L, per);
   LWRT_LAUNCH(bnSliceNormalize<T>, s.grid, kChannelThreads, x, sv.as<P>(), bv.as<P>(),
               yv.as<StoreOf<T>>(), mv.as<P>(), vv.as<P>(), static_cast<const double*>(s.first),
-              static_cast<const double*>(s.second), L, per, p.epsilon, relu);
+              static_cast<const double*>(s.second), L, per, p.epsilon, relu,
+              res ? res->as<StoreOf<T>>() : nullptr);
   return true;
 }
 
@@ -351,6 +366,12 @@ bool batchNormGradImpl(const TensorView& xv, const TensorView& sv, const TensorV
   return true;
 }
 
+/// A residual (the fused add's other operand) has x's shape and type.
+bool residualFits(const char* op, const TensorView& x, const TensorView* residual) {
+  return !residual || (residual->shape == x.shape && residual->dtype == x.dtype) ||
+         LWRT_REJECT(std::string(op) + ": the residual must have x's shape and type");
+}
+
 /// Only a ReLU fuses here (codegen's CUDA fusions, ir/FusedOps.h).
 bool reluOnly(const char* op, const Activation& act) {
   return act.kind == Activation::Relu ||
@@ -363,16 +384,16 @@ bool batchNorm(const TensorView& x, const TensorView& scale, const TensorView& b
                const TensorView& mean, const TensorView& var, const TensorView& y,
                const BatchNormParams& p) {
   return activationOp("batch_norm", {&x, &y}, {&scale, &bias, &mean, &var}, [&](auto t) {
-    return batchNormImpl<decltype(t)>(x, scale, bias, mean, var, y, p, false);
+    return batchNormImpl<decltype(t)>(x, scale, bias, mean, var, y, p, false, nullptr);
   });
 }
 
 bool batchNormAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
                   const TensorView& mean, const TensorView& var, const TensorView& y,
-                  const BatchNormParams& p, const Activation& act) {
-  return reluOnly("batch_norm", act) &&
+                  const BatchNormParams& p, const Activation& act, const TensorView* residual) {
+  return reluOnly("batch_norm", act) && residualFits("batch_norm", x, residual) &&
          activationOp("batch_norm", {&x, &y}, {&scale, &bias, &mean, &var}, [&](auto t) {
-           return batchNormImpl<decltype(t)>(x, scale, bias, mean, var, y, p, true);
+           return batchNormImpl<decltype(t)>(x, scale, bias, mean, var, y, p, true, residual);
          });
 }
 
@@ -380,16 +401,17 @@ bool batchNormTrain(const TensorView& x, const TensorView& scale, const TensorVi
                     const TensorView& y, const TensorView& mean, const TensorView& var,
                     const BatchNormTrainParams& p) {
   return activationOp("batch_norm_train", {&x, &y}, {&scale, &bias, &mean, &var}, [&](auto t) {
-    return batchNormTrainImpl<decltype(t)>(x, scale, bias, y, mean, var, p, false);
+    return batchNormTrainImpl<decltype(t)>(x, scale, bias, y, mean, var, p, false, nullptr);
   });
 }
 
 bool batchNormTrainAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
                        const TensorView& y, const TensorView& mean, const TensorView& var,
-                       const BatchNormTrainParams& p, const Activation& act) {
-  return reluOnly("batch_norm_train", act) &&
+                       const BatchNormTrainParams& p, const Activation& act,
+                       const TensorView* residual) {
+  return reluOnly("batch_norm_train", act) && residualFits("batch_norm_train", x, residual) &&
          activationOp("batch_norm_train", {&x, &y}, {&scale, &bias, &mean, &var}, [&](auto t) {
-           return batchNormTrainImpl<decltype(t)>(x, scale, bias, y, mean, var, p, true);
+           return batchNormTrainImpl<decltype(t)>(x, scale, bias, y, mean, var, p, true, residual);
          });
 }
 

@@ -52,13 +52,18 @@ namespace lwrt::cuda {
 
 /// act(batchNorm(...)) and act(batchNormTrain(...)), act a Relu (another
 /// activation is refused): this library's kernels apply it as they write
-/// y, on every float type (cuDNN is not called).
+/// y, on every float type (cuDNN is not called). With a residual (x's
+/// shape and type): act(batch norm + residual), the batch norm's value
+/// rounded to x's type first and the sum rounded once, as a separate add
+/// would round them (a residual block's end).
 bool batchNormAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
                   const TensorView& mean, const TensorView& var, const TensorView& y,
-                  const BatchNormParams& p, const Activation& act);
+                  const BatchNormParams& p, const Activation& act,
+                  const TensorView* residual = nullptr);
 bool batchNormTrainAct(const TensorView& x, const TensorView& scale, const TensorView& bias,
                        const TensorView& y, const TensorView& mean, const TensorView& var,
-                       const BatchNormTrainParams& p, const Activation& act);
+                       const BatchNormTrainParams& p, const Activation& act,
+                       const TensorView* residual = nullptr);
 /// batchNormGrad where the batch norm's result went through `act` (a Relu)
 /// whose output is y: dy is the gradient of y, read through reluGrad(y, dy)
 /// as the kernels load it. dx may be the bytes of y or of dy.
