@@ -104,12 +104,26 @@ llvm::Error MicroBatcher::findBatch() {
     int64_t n = in->type().shape[0];
     if (n_ == 0)
       n_ = n;
-    else if (n != n_)
+    else if (n != n_) {
+      // A label of the batch's B*T positions beside [B, T] tokens: what a
+      // [B*T, V] logits export trains with.
+      const int64_t lo = std::min(n, n_), hi = std::max(n, n_);
+      const std::string hint =
+          lo > 0 && hi % lo == 0
+              ? llvm::formatv(" ({0} rows are {1} per row of the other: micro-batches cut "
+                              "every input by its samples, so a [B*T, V] logits export cannot "
+                              "be micro-batched; export the [B, T, V] logits, whose loss takes "
+                              "[B, T] labels (--loss=softmax-xent, --shift-labels for a causal "
+                              "LM), or choose a plan without micro-batches)",
+                              hi, hi / lo)
+                    .str()
+              : std::string();
       return makeError(in->loc(),
                        llvm::formatv("microbatch: input '%{0}' has {1} rows, another input {2}: "
-                                     "the inputs must share the batch dim",
-                                     in->name(), n, n_)
+                                     "the inputs must share the batch dim{3}",
+                                     in->name(), n, n_, hint)
                            .str());
+    }
     Dist d;
     d.kind = Dist::Batched;
     d.dim = 0;
