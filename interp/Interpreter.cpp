@@ -11,6 +11,7 @@
 #include "ir/Verifier.h"
 #include "runtime/include/lwrt/bf16.h"
 #include "runtime/include/lwrt/f16.h"
+#include "runtime/include/lwrt/typed_math.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -197,7 +198,7 @@ Error evalDiv(EvalCtx& c) {
 }
 Error evalPow(EvalCtx& c) {
   return binary(
-      c, [](double a, double b) { return std::pow(a, b); }, nullptr);
+      c, [](double a, double b) { return lwrt::powValue(a, b); }, nullptr);
 }
 
 //===--- Convolution and pooling ------------------------------------------===//

@@ -14,6 +14,7 @@
 #include "lwrt/activation_math.h"
 #include "lwrt/cpu_tensor.h"
 #include "lwrt/kernel_checks.h"
+#include "lwrt/typed_math.h"
 #include "lwrt/value_math.h"
 
 #include <algorithm>
@@ -319,7 +320,7 @@ bool div(const TensorView& a, const TensorView& b, const TensorView& y) {
 
 bool pow(const TensorView& a, const TensorView& b, const TensorView& y) {
   return binary(
-      a, b, y, [](double u, double v) { return std::pow(u, v); }, nullptr);
+      a, b, y, [](double u, double v) { return powValue(u, v); }, nullptr);
 }
 
 //===--- Backward elementwise ---------------------------------------------===//

@@ -18,6 +18,7 @@
 #include "cuda/TensorSupport.cuh"
 #include "lwrt/activation_math.h"
 #include "lwrt/cuda_tensor.h"
+#include "lwrt/typed_math.h"
 
 #include <cstdint>
 #include <string>
@@ -214,7 +215,7 @@ struct DivFn {
 };
 struct PowFn {
   template <typename T> __device__ T operator()(T u, T v) const {
-    return static_cast<T>(::pow(static_cast<double>(u), static_cast<double>(v)));
+    return static_cast<T>(powValue(static_cast<double>(u), static_cast<double>(v)));
   }
 };
 
