@@ -495,8 +495,16 @@ llvm::Expected<std::string> PhaseWriter::callOf(const Op& op) {
   std::vector<std::string> args;
   unsigned fixed = op.info().minOperands;
   const bool optionalLast = k.args == KernelSpec::OptionalLast;
-  for (unsigned i = 0; i < op.numOperands(); ++i)
+  for (unsigned i = 0; i < op.numOperands(); ++i) {
+    // A batch norm backward fused with its relu_grad reads the latter's
+    // (y, dy) in place of the masked dy.
+    if (prologue_ && op.operand(i) == prologue_->result()) {
+      args.push_back(names_(prologue_->operand(0)));
+      args.push_back(names_(prologue_->operand(1)));
+      continue;
+    }
     args.push_back((optionalLast && i >= fixed ? "&" : "") + names_(op.operand(i)));
+  }
   if (optionalLast && op.numOperands() == fixed)
     args.push_back("nullptr");
   // A fused call writes its activation's result in place of its first,
@@ -506,8 +514,8 @@ llvm::Expected<std::string> PhaseWriter::callOf(const Op& op) {
   std::string p = params();
   if (!p.empty())
     args.push_back(p);
-  if (fusion_)
-    args.push_back(fusion_->kind() == OpKind::Clip
+  if (fusion_ || prologue_)
+    args.push_back(fusion_ && fusion_->kind() == OpKind::Clip
                        ? "Activation{Activation::Clip, " + num(fusion_->getFloat("min")) + ", " +
                              num(fusion_->getFloat("max")) + "}"
                        : std::string("Activation{Activation::Relu}"));
@@ -515,7 +523,7 @@ llvm::Expected<std::string> PhaseWriter::callOf(const Op& op) {
   if (fusion_)
     if (const Value* residual = epilogueResidual(*fusion_, op.result(0)))
       args.push_back("&" + names_(residual));
-  std::string call = fn + (fusion_ ? "Act(" : "(");
+  std::string call = fn + (fusion_ || prologue_ ? "Act(" : "(");
   for (size_t i = 0; i < args.size(); ++i)
     call += (i ? ", " : "") + args[i];
   return call + ")";
@@ -622,9 +630,12 @@ void PhaseWriter::planFusions(const std::vector<const Op*>& order,
       continue;
     // The ops between touch neither the activation's result (written
     // early) nor the residual a batch norm adds (read early).
+    // A residual the call adds is written before it (of a region adding
+    // two batch norms, the later one takes it).
     std::vector<const Value*> early{relu->result()};
     if (const Value* residual = epilogueResidual(*relu, v)) {
-      if (!where_.count(residual))
+      const Op* def = residual->definingOp();
+      if (!where_.count(residual) || (def && at.count(def) && at.at(def) > k))
         continue;
       early.push_back(residual);
     }
@@ -633,12 +644,12 @@ void PhaseWriter::planFusions(const std::vector<const Op*>& order,
     for (size_t j = k; j < r && clear; ++j) {
       clear = adjacent(j);
       if (j > k)
-        for (const Value* e : early) {
-          const auto& [region, offset] = where_.at(e);
-          const int64_t end = offset + e->type().sizeInBytes();
-          for (const Access& a : accessesOf(*order[j]))
-            clear &= !(a.region == region && a.begin < end && offset < a.end);
-        }
+        for (const Access& a : accessesOf(*order[j]))
+          for (const Value* e : early) {
+            const auto& [region, offset] = where_.at(e);
+            clear &= !(a.region == region && a.begin < offset + e->type().sizeInBytes() &&
+                       offset < a.end);
+          }
     }
     if (!clear)
       continue;
@@ -663,25 +674,13 @@ bool PhaseWriter::fused(std::ostringstream& out, const Op& op, std::string& call
                                           : "  // (computed by the fused call above)\n");
     return true;
   }
-  if (auto g = gradPrologues_.find(&op); g != gradPrologues_.end()) {
-    // batchNormGrad(x, scale, mean, var, dy, dx, dscale, dbias, p) with
-    // relu_grad's (y, dy) in place of dy.
-    const Op* rg = g->second;
-    std::string c = "batchNormGradAct(";
-    for (unsigned i = 0; i < 4; ++i)
-      c += names_(op.operand(i)) + ", ";
-    c += names_(rg->operand(0)) + ", " + names_(rg->operand(1));
-    for (unsigned r = 0; r < op.numResults(); ++r)
-      c += ", " + names_(op.result(r));
-    call = c + ", BatchNormTrainParams{" + num(op.getFloat("epsilon")) +
-           "}, Activation{Activation::Relu})";
-    return false;
-  }
   auto it = fusedInto_.find(&op);
-  if (it != fusedInto_.end()) {
-    fusion_ = it->second;
+  auto g = gradPrologues_.find(&op);
+  if (it != fusedInto_.end() || g != gradPrologues_.end()) {
+    fusion_ = it != fusedInto_.end() ? it->second : nullptr;
+    prologue_ = g != gradPrologues_.end() ? g->second : nullptr;
     auto fusedCall = callOf(op);
-    fusion_ = nullptr;
+    fusion_ = prologue_ = nullptr;
     if (fusedCall)
       call = *fusedCall;
     else

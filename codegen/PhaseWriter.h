@@ -210,7 +210,8 @@ private:
   std::map<const Op*, std::vector<const Op*>> updateRuns_; ///< first update -> its run
   std::set<const Op*> inRun_;                              ///< the runs' other updates
   bool fuseCalls_ = true;
-  const Op* fusion_ = nullptr; ///< while callOf writes a fused call: its activation
+  const Op* fusion_ = nullptr;   ///< while callOf writes a fused call: its activation
+  const Op* prologue_ = nullptr; ///< ... or the relu_grad a batch norm backward reads
 };
 
 /// Places the results of a planned graph that live on `device` at their

@@ -266,16 +266,19 @@ std::optional<std::pair<int64_t, int64_t>> arenaBytes(const Value* v) {
     return std::nullopt;
   return std::make_pair(off, off + v->type().sizeInBytes());
 }
+/// Whether a fused call that writes `out` while it reads `in` would read
+/// bytes it already wrote: the two overlap in the arena, unless `exact`
+/// allows them the very same bytes (read and written element by element).
+bool clashes(const Value* out, const Value* in, bool exact) {
+  const auto o = arenaBytes(out), i = arenaBytes(in);
+  return o && i && o->first < i->second && i->first < o->second && !(exact && *o == *i);
+}
 /// Whether the result of `act` (written by the fused call) lies apart
 /// from the bytes of `producer`'s operands (read by it), where the graph is
-/// memory-planned, or (an add, a batch norm: read and written element by
-/// element) exactly on one of them.
+/// memory-planned, or (an add, a batch norm) exactly on one of them.
 bool apartFromOperands(const Op& act, const Op& producer) {
-  const auto out = arenaBytes(act.result(0));
-  const bool elementwise = producer.kind() != OpKind::Conv2d;
   for (const Value* v : producer.operands())
-    if (const auto in = arenaBytes(v); out && in && out->first < in->second &&
-                                       in->first < out->second && !(elementwise && *out == *in))
+    if (clashes(act.result(0), v, producer.kind() != OpKind::Conv2d))
       return false;
   return true;
 }
@@ -389,15 +392,10 @@ const Op* gradPrologueOf(const Op& consumer) {
   // The pair reads relu_grad's operands while it writes its results: each
   // result lies apart from them, or (dx) exactly on one of them (read and
   // written element by element).
-  for (unsigned r = 0; r < consumer.numResults(); ++r) {
-    const auto out = arenaBytes(consumer.result(r));
-    for (const Value* v : rg->operands()) {
-      const auto in = arenaBytes(v);
-      if (out && in && out->first < in->second && in->first < out->second &&
-          (r != 0 || *out != *in))
+  for (unsigned r = 0; r < consumer.numResults(); ++r)
+    for (const Value* v : rg->operands())
+      if (clashes(consumer.result(r), v, r == 0))
         return nullptr;
-    }
-  }
   return rg;
 }
 

@@ -23,37 +23,42 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o
   // The activations library calls take as their epilogues (on one device
   // and stream; on CUDA run in place, as codegen fuses them).
   std::set<const Op*> epilogues;
-  std::map<const Op*, const Op*> producerOf; // epilogue -> the library call taking it
+  std::map<const Op*, const Op*> epilogueFor; // library call -> its epilogue
+  std::set<const Op*> earlier;
   for (const auto& op : g.ops()) {
+    earlier.insert(op.get());
     const Op* act = epilogueOf(*op, o.cuda, o.fused);
     if (!act || opDevice(*act) != opDevice(*op) ||
         act->annotations().stream != op->annotations().stream)
+      continue;
+    // A residual the call adds is written before it (of a region adding two
+    // batch norms, the later one takes it, as codegen fuses them).
+    if (const Value* residual = epilogueResidual(*act, op->result(0));
+        residual && residual->definingOp() && !earlier.count(residual->definingOp()))
       continue;
     // cuDNN's fused convolution writes its relu in place.
     const auto &p = op->annotations().bufferOffsets, &a = act->annotations().bufferOffsets;
     if (o.cuda && op->kind() == OpKind::Conv2d && (!p || !a || (*p)[0] != (*a)[0]))
       continue;
     epilogues.insert(act);
-    producerOf[act] = op.get();
+    epilogueFor[op.get()] = act;
   }
   // The relu_grads a batch norm's backward reads through (right before it
   // on its device and stream, as codegen fuses them): no launch, and the
   // backward reads their two operands instead of their result.
   std::set<const Op*> prologues;
-  {
-    std::map<std::pair<int64_t, int64_t>, const Op*> last;
-    for (const auto& op : g.ops()) {
-      if (op->kind() == OpKind::Constant || !o.fused)
-        continue;
-      const Op*& prev = last[{opDevice(*op), op->annotations().stream.value_or(0)}];
-      if (const Op* rg = gradPrologueOf(*op); rg && rg == prev)
-        prologues.insert(rg);
-      prev = op.get();
+  std::map<const Op*, const Op*> prologueFor; // batch_norm_grad -> its relu_grad
+  std::map<std::pair<int64_t, int64_t>, const Op*> last;
+  for (const auto& op : g.ops()) {
+    if (op->kind() == OpKind::Constant || !o.fused)
+      continue;
+    const Op*& prev = last[{opDevice(*op), op->annotations().stream.value_or(0)}];
+    if (const Op* rg = gradPrologueOf(*op); rg && rg == prev) {
+      prologues.insert(rg);
+      prologueFor[op.get()] = rg;
     }
+    prev = op.get();
   }
-  std::map<const Op*, const Op*> epilogueFor;
-  for (const auto& [act, producer] : producerOf)
-    epilogueFor[producer] = act;
   const std::set<const Op*> views = o.fused ? paramViews(g) : std::set<const Op*>{};
   // Per device and stream: the first op of the multi-tensor call in
   // progress (only in-place assigns between its ops) and its ops so far, a
@@ -100,8 +105,8 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o
       bytes += v->type().sizeInBytes();
     for (unsigned r = 0; r < op->numResults(); ++r)
       bytes += op->result(r)->type().sizeInBytes();
-    if (const Op* rg = gradPrologueOf(*op); rg && prologues.count(rg))
-      bytes += rg->operand(0)->type().sizeInBytes(); // the relu's output too
+    if (auto p = prologueFor.find(op.get()); p != prologueFor.end())
+      bytes += p->second->operand(0)->type().sizeInBytes(); // the relu's output too
     if (auto e = epilogueFor.find(op.get()); e != epilogueFor.end())
       if (const Value* residual = epilogueResidual(*e->second, op->result(0)))
         bytes += residual->type().sizeInBytes(); // the residual a batch norm adds
