@@ -130,9 +130,9 @@ private:
 };
 
 /// Checks the tensors and returns the payload's size, or an error.
-std::string checkTensors(const std::vector<NamedTensor>& tensors, size_t rngBytes,
+std::string checkTensors(const std::vector<NamedTensor>& tensors, size_t stateBytes,
                          uint64_t& payload) {
-  payload = 8 + 8 + 8 + 8 + 8 + rngBytes + 8;
+  payload = 8 + 8 + 8 + 8 + 8 + 8 + stateBytes + 8;
   std::set<std::string> names;
   for (const NamedTensor& t : tensors) {
     const TensorView& v = t.view;
@@ -251,7 +251,7 @@ private:
 };
 
 /// Parses a checksummed payload; "" or an error (without the path).
-std::string parsePayload(const unsigned char* p, uint64_t size, Checkpoint& out) {
+std::string parsePayload(const unsigned char* p, uint64_t size, uint32_t version, Checkpoint& out) {
   Reader r(p, size);
   CheckpointState& s = out.state;
   uint64_t rngBytes = 0;
@@ -261,6 +261,17 @@ std::string parsePayload(const unsigned char* p, uint64_t size, Checkpoint& out)
   if (!r.bytes(rngBytes, s.rng))
     return "corrupt: RNG state of " + std::to_string(rngBytes) + " bytes exceeds the " +
            std::to_string(r.left()) + " bytes left";
+  s.autotune.clear();
+  if (version >= 2) {
+    uint64_t autotuneBytes = 0;
+    std::vector<unsigned char> text;
+    if (!r.u64(autotuneBytes))
+      return "corrupt: the payload ends inside the state";
+    if (!r.bytes(autotuneBytes, text))
+      return "corrupt: autotune record of " + std::to_string(autotuneBytes) +
+             " bytes exceeds the " + std::to_string(r.left()) + " bytes left";
+    s.autotune.assign(text.begin(), text.end());
+  }
   uint64_t count = 0;
   if (!r.u64(count))
     return "corrupt: the payload ends before the tensor count";
@@ -352,7 +363,8 @@ const CheckpointTensor* Checkpoint::find(const std::string& name) const {
 std::string writeCheckpoint(const std::string& path, const CheckpointState& state,
                             const std::vector<NamedTensor>& tensors) {
   uint64_t payload = 0;
-  if (std::string bad = checkTensors(tensors, state.rng.size(), payload); !bad.empty())
+  if (std::string bad = checkTensors(tensors, state.rng.size() + state.autotune.size(), payload);
+      !bad.empty())
     return path + ": cannot write checkpoint: " + bad;
   return writeFileAtomically(path, "checkpoint", [&](int fd) {
     HashingWriter w(fd);
@@ -366,6 +378,8 @@ std::string writeCheckpoint(const std::string& path, const CheckpointState& stat
     w.i64(state.batch);
     w.u64(state.rng.size());
     w.bytes(state.rng.data(), state.rng.size());
+    w.u64(state.autotune.size());
+    w.bytes(state.autotune.data(), state.autotune.size());
     w.u64(tensors.size());
     for (const NamedTensor& t : tensors) {
       w.u32(static_cast<uint32_t>(t.name.size()));
@@ -416,9 +430,9 @@ std::string readCheckpoint(const std::string& path, Checkpoint& out) {
     return fail("truncated: " + std::to_string(size) + " bytes, less than the " +
                 std::to_string(kHeaderBytes + kChecksumBytes) + " of an empty checkpoint");
   const uint32_t version = getU32(p + 8);
-  if (version != kCheckpointVersion)
+  if (version < 1 || version > kCheckpointVersion)
     return fail("checkpoint format version " + std::to_string(version) +
-                ", this runtime reads version " + std::to_string(kCheckpointVersion));
+                ", this runtime reads versions 1 to " + std::to_string(kCheckpointVersion));
   if (getU32(p + 12) != 0)
     return fail("corrupt: reserved header field is not zero");
   const uint64_t payload = getU64(p + 16);
@@ -436,7 +450,7 @@ std::string readCheckpoint(const std::string& path, Checkpoint& out) {
   if (stored != computed)
     return fail("checksum mismatch (stored " + hex64(stored) + ", computed " + hex64(computed) +
                 "): the file is corrupt");
-  if (std::string bad = parsePayload(p + kHeaderBytes, payload, out); !bad.empty())
+  if (std::string bad = parsePayload(p + kHeaderBytes, payload, version, out); !bad.empty())
     return fail(bad);
   return "";
 }

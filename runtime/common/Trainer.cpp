@@ -6,6 +6,7 @@
 #include "Trainer.h"
 
 #include "Processes.h"
+#include "lwrt/autotune.h"
 #include "lwrt/checkpoint.h"
 #include "lwrt/image_data.h"
 #include "lwrt/lr_schedule.h"
@@ -765,6 +766,10 @@ int Trainer::run(RunnerFactory createRunner, GroupFactory createGroup) {
     std::printf("%s: fp16: %lld of %lld steps skipped for overflowing gradients; loss scale %.9g\n",
                 program_, static_cast<long long>(skippedSteps_), static_cast<long long>(ran),
                 lossScale_);
+  if (leader() && autotuneCache().timed() > 0)
+    std::printf("%s: autotune: %d choices made by timing the candidates, kept in %s for later "
+                "runs and resumes\n",
+                program_, autotuneCache().timed(), autotuneCache().path().c_str());
   printProfile();
   if (!o_.profileOps.empty() && !timeline_.writeProfile(o_.profileOps, runner_->description(),
                                                         std::max(m_.numDevices, 1), &error))

@@ -1,6 +1,7 @@
 // The trainer's state on disk: the initial weights (embedded or
 // --weights), resume from a checkpoint, checkpoints, --export and --dump.
 #include "Trainer.h"
+#include "lwrt/autotune.h"
 #include "lwrt/bf16.h"
 #include "lwrt/checkpoint.h"
 #include "lwrt/export.h"
@@ -105,6 +106,10 @@ bool Trainer::resumeFrom(const std::string& path, std::string& error) {
   }
   if (o_.ema > 0 && !resumeEma(c, path, error))
     return false;
+  // The kernel choices the run took: this one takes them again (on the
+  // same GPU and library versions), whatever the autotune cache holds now.
+  if (!c.state.autotune.empty() && !autotuneCache().pin(c.state.autotune, path, &error))
+    return false;
   if (c.state.step < 0 || c.state.epoch != c.state.step / batchesPerEpoch_ ||
       c.state.batch != c.state.step % batchesPerEpoch_) {
     error = path + ": its data position (epoch " + std::to_string(c.state.epoch) + ", batch " +
@@ -146,6 +151,7 @@ bool Trainer::saveCheckpoint(int64_t step, std::string& error) {
   st.batch = step % batchesPerEpoch_;
   st.rng.resize(8);
   std::memcpy(st.rng.data(), &o_.seed, 8);
+  st.autotune = autotuneCache().usedText();
   std::vector<NamedTensor> tensors;
   for (const ParamInfo& p : m_.params)
     tensors.push_back({p.name, TensorView{hostState_.data() + p.offset, p.dtype, p.shape}});

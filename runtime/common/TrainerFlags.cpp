@@ -102,9 +102,18 @@ const char* kUsage =
     "                       differ whenever the params are read back\n"
     "  --cudnn-api=graph|legacy   cuDNN API for convolutions (default graph; a\n"
     "                       configuration no graph engine takes uses legacy)\n"
-    "  --cudnn-benchmark    choose each convolution's algorithm by timing the\n"
-    "                       candidates (the fastest, but runs may then differ in their\n"
-    "                       bits); default: cuDNN's heuristics, the same in every run\n"
+    "  --autotune=cache|timed|off   how each convolution's algorithm is chosen:\n"
+    "                       cache (default on a GPU) times the candidates once per\n"
+    "                       GPU, library versions and configuration and keeps the\n"
+    "                       fastest in the autotune cache, which later runs and\n"
+    "                       resumes read: fast, and the same bits in every run;\n"
+    "                       timed times them in every run (runs may differ in their\n"
+    "                       bits); off takes cuDNN's heuristics (default on the\n"
+    "                       emulated GPU)\n"
+    "  --autotune-cache=F   the autotune cache file (default $LWCC_AUTOTUNE_CACHE,\n"
+    "                       else $XDG_CACHE_HOME/lwcc/autotune.tsv, else\n"
+    "                       ~/.cache/lwcc/autotune.tsv)\n"
+    "  --cudnn-benchmark    --autotune=timed\n"
     "  --kernels=cudnn|own  pooling, LRN, batch norm and softmax on cuDNN (default,\n"
     "                       where it covers the op) or on lwcc's own kernels, which\n"
     "                       sum in the CPU backend's order\n"
@@ -446,7 +455,20 @@ int parseAndRun(int argc, char** argv, const ModelInfo& m, RunnerFactory createR
     } else if (key == "--no-cuda-graph" && !hasValue) {
       o.runner.graphs = false;
     } else if (key == "--cudnn-benchmark" && !hasValue) {
-      o.runner.cudnnBenchmark = true;
+      o.runner.autotune = AutotuneMode::Timed;
+    } else if (key == "--autotune") {
+      if (value == "cache")
+        o.runner.autotune = AutotuneMode::Cache;
+      else if (value == "timed")
+        o.runner.autotune = AutotuneMode::Timed;
+      else if (value == "off")
+        o.runner.autotune = AutotuneMode::Off;
+      else
+        return bad("takes cache, timed or off");
+    } else if (key == "--autotune-cache") {
+      if (value.empty())
+        return bad("takes a file");
+      o.runner.autotuneCache = value;
     } else if (key == "--cudnn-api") {
       if (value != "graph" && value != "legacy")
         return bad("takes graph or legacy");

@@ -164,6 +164,8 @@ bool initStreamContext(Context& c, const Context& base, std::string* error) {
   c.cudnnOps = base.cudnnOps;
   c.convGraphApi = base.convGraphApi;
   c.timeAlgorithms = base.timeAlgorithms;
+  c.autotuneCache = base.autotuneCache;
+  c.autotuneDevice = base.autotuneDevice;
   c.convWorkspaceLimit = base.convWorkspaceLimit;
   cudaError_t st = cudaSetDevice(base.device);
   if (st == cudaSuccess)

@@ -87,9 +87,14 @@ struct Context {
   /// Convolutions on cuDNN's graph API (false: the legacy API for all), and
   /// how many configurations each API got.
   bool convGraphApi = true;
-  /// Choose convolution algorithms and engines by timing them
-  /// (--cudnn-benchmark); by cuDNN's heuristics, without timing, otherwise.
+  /// Choose convolution algorithms and engines by timing them (--autotune=
+  /// cache or timed); by cuDNN's heuristics, without timing, otherwise.
   bool timeAlgorithms = false;
+  /// Take the choices of the process's autotune cache (lwrt/autotune.h),
+  /// and record there what timing chose (--autotune=cache), under
+  /// `autotuneDevice`: the GPU, its architecture and the library versions.
+  bool autotuneCache = false;
+  std::string autotuneDevice;
   /// The most workspace a convolution's algorithm or engine may take (at
   /// most kConvWorkspaceLimit): what lwcc's memory plan left the device's
   /// streams (lwrt::RunnerOptions::convWorkspaceBytes).

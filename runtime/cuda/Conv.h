@@ -12,6 +12,7 @@
 #pragma once
 
 #include "cuda/Context.h"
+#include "lwrt/autotune.h"
 #include "lwrt/kernel_checks.h"
 #include "lwrt/nn_params.h"
 #include "lwrt/tensor.h"
@@ -19,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace lwrt::cuda {
@@ -54,14 +56,31 @@ using GraphConvPtr = std::unique_ptr<GraphConv, GraphConvDeleter>;
 /// keeps those that are deterministic, fit the workspace limit and (for F32
 /// without TF32) use no tensor cores, and times up to eight of them on the
 /// real buffers, keeping the fastest. `align` is the byte alignment every
-/// buffer of the calls will have.
+/// buffer of the calls will have. `tuneKey` (non-empty when the context
+/// keeps an autotune cache): the configuration's name there; an engine the
+/// cache names ("graph engine=K": the K-th qualifying candidate, which the
+/// heuristics list in the same order for a GPU and cuDNN version) is taken
+/// untimed, and a choice made by timing is recorded.
 ///
 /// Returns true with *out set, or true with *out null when no graph engine
 /// takes the configuration (the caller uses the legacy API, or for an
 /// epilogue the plain convolution and its own kernel), or false with the
 /// context's error when CUDA itself fails.
 bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, int64_t align,
-                    ConvEpilogue epi, void* x, void* w, void* y, void* b, GraphConvPtr* out);
+                    ConvEpilogue epi, void* x, void* w, void* y, void* b, GraphConvPtr* out,
+                    const std::string& tuneKey = "");
+
+/// The name of a convolution configuration in the autotune cache
+/// (lwrt/autotune.h): direction, element type, TF32, alignment, shapes and
+/// attributes; "" when the context keeps no cache.
+std::string convTuneKey(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t,
+                        int64_t align);
+
+/// Records a choice made by timing in the autotune cache under the
+/// context's device; returns the choice in effect (another device's of the
+/// run, when it recorded one first: the caller takes that). A cache file
+/// that cannot be written is warned about once; the run goes on.
+std::string recordChoice(const std::string& key, const std::string& choice);
 
 /// Runs the plan on the context's stream with the context's workspace (b:
 /// the bias of a plan with one, else ignored).

@@ -18,13 +18,15 @@
 //      that cannot be finalized, or want more than the context's
 //      convWorkspaceLimit (at most kConvWorkspaceLimit), are
 //      skipped), at most kMaxCandidates of them;
-//   4. with --cudnn-benchmark, each candidate timed on the real buffers (one warm-up, then
+//   4. with --autotune=cache or timed, each candidate timed on the real buffers (one warm-up, then
 //      kTimedRuns runs between CUDA events); the fastest is kept and the
 //      rest destroyed. A candidate that fails to run, or leaves a CUDA error
 //      behind, is dropped (the error cleared); only a sticky error, after
 //      which the CUDA context cannot work at all, ends the run. Without it
-//      (the default) the heuristics' first candidate is kept untimed, the
-//      same in every run.
+//      (--autotune=off) the heuristics' first candidate is kept untimed, the
+//      same in every run; with the autotune cache's choice for the
+//      configuration ("graph engine=K") the K-th candidate is taken
+//      untimed, and with cache a choice made by timing is recorded there.
 // Any failure of steps 1 to 3 (cuDNN refusing a descriptor), or no
 // candidate left, makes the configuration fall back to the legacy API (an
 // epilogue graph: to the plain convolution and the own epilogue kernel);
@@ -46,11 +48,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 namespace lwrt::cuda {
@@ -280,6 +284,7 @@ struct Candidate {
   Desc plan;
   size_t workspace = 0;
   float ms = 0;
+  int ordinal = 0; ///< its place among the qualifying candidates (the cache's name)
 };
 
 /// An execution plan of `cfg`, or false when cuDNN will not finalize it
@@ -467,7 +472,8 @@ float graphConvMs(const GraphConv& plan) { return plan.ms; }
 size_t graphConvWorkspace(const GraphConv& plan) { return plan.workspace; }
 
 bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t, int64_t align,
-                    ConvEpilogue epi, void* x, void* w, void* y, void* b, GraphConvPtr* out) {
+                    ConvEpilogue epi, void* x, void* w, void* y, void* b, GraphConvPtr* out,
+                    const std::string& tuneKey) {
   out->reset();
   Context& ctx = context();
   bool tensorCores = t == DType::BF16 || t == DType::F16 || (t == DType::F32 && ctx.convTf32);
@@ -494,6 +500,7 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
       if (static_cast<int>(candidates.size()) == kMaxCandidates)
         break;
       Candidate c;
+      c.ordinal = static_cast<int>(candidates.size());
       if (qualifies(cfg, tensorCores) && makePlan(cfg, c)) {
         c.cfg = std::move(cfg);
         candidates.push_back(std::move(c));
@@ -504,10 +511,26 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
   }
   if (candidates.empty())
     return true; // no engine takes it: the legacy API's, not a failure
-  // 4. The fastest on the real buffers (--cudnn-benchmark); otherwise the
-  // heuristics' first, untimed, the same in every run.
-  if (!ctx.timeAlgorithms)
+  // 4. The fastest on the real buffers (--autotune=cache or timed), or the
+  // one the autotune cache names; otherwise the heuristics' first, untimed,
+  // the same in every run.
+  bool cached = false;
+  if (!ctx.timeAlgorithms) {
     candidates.resize(1);
+  } else if (!tuneKey.empty()) {
+    if (std::optional<std::string> choice = autotuneCache().find(ctx.autotuneDevice, tuneKey)) {
+      int k = -1;
+      if (std::sscanf(choice->c_str(), "graph engine=%d", &k) == 1 && k >= 0 &&
+          k < static_cast<int>(candidates.size())) {
+        Candidate only = std::move(candidates[static_cast<size_t>(k)]);
+        candidates.clear();
+        candidates.push_back(std::move(only));
+        cached = true;
+      } else { // not a choice among this configuration's engines: timed again
+        autotuneCache().drop(ctx.autotuneDevice, tuneKey);
+      }
+    }
+  }
   size_t most = 0;
   for (const Candidate& c : candidates)
     most = std::max(most, c.workspace);
@@ -528,11 +551,13 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
   int best = -1;
   size_t dropped = 0;
   void* bias = epi.bias ? b : nullptr;
+  std::vector<bool> ran(candidates.size(), false);
   for (size_t k = 0; k < candidates.size(); ++k) {
     Timed timed = timeCandidate(candidates[k], x, w, y, bias, ws, ev.start, ev.stop);
     if (timed == Timed::ContextLost)
       return false;
     dropped += timed == Timed::Dropped;
+    ran[k] = timed == Timed::Ok;
     if (timed == Timed::Ok &&
         (best < 0 || candidates[k].ms < candidates[static_cast<size_t>(best)].ms))
       best = static_cast<int>(k);
@@ -541,6 +566,15 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
     if (epi.any())
       return true; // the plain convolution's own plan decides
     return fallBack("all " + std::to_string(dropped) + " engine(s) failed when timed");
+  }
+  if (!tuneKey.empty() && !cached) {
+    // Another device of the run may have recorded its choice first: take
+    // that one where it is among the candidates timed here.
+    std::string taken = recordChoice(
+        tuneKey, "graph engine=" + std::to_string(candidates[static_cast<size_t>(best)].ordinal));
+    for (size_t k = 0; k < candidates.size(); ++k)
+      if (ran[k] && taken == "graph engine=" + std::to_string(candidates[k].ordinal))
+        best = static_cast<int>(k);
   }
   Candidate& chosen = candidates[static_cast<size_t>(best)];
   kept->cfg = std::move(chosen.cfg);

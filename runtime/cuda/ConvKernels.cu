@@ -7,11 +7,13 @@
 // takes, and all of them when the trainer runs with --cudnn-api=legacy, use
 // cuDNN's legacy API (NCHW descriptors, groups, dilations): the first
 // deterministic algorithm of cudnnGet*Algorithm_v7's heuristics, within a
-// 1 GiB workspace. Both choices are the same in every run (for a model, GPU
-// and cuDNN), so runs and resumed runs compute the same bits; with
-// --cudnn-benchmark the candidates are timed on the real buffers
+// 1 GiB workspace, untimed (--autotune=off). With --autotune=cache or
+// timed the candidates are timed on the real buffers instead
 // (cudnnFind*AlgorithmEx, graph plans between CUDA events) and the fastest
-// kept, which may differ from run to run. The legacy API takes symmetric pads only, so there a
+// kept; with cache (a GPU's default) the choice is then read from the
+// autotune cache (lwrt/autotune.h) by later runs and resumes, so that every
+// run computes the same bits; timed ones may differ from run to run.
+// The legacy API takes symmetric pads only, so there a
 // convolution with pads[top] != pads[bottom] (or left != right) runs on a
 // copy of its input padded by the difference, kept at the start of the
 // context's workspace (the gradient for the input is computed for that copy
@@ -20,9 +22,9 @@
 // A forward convolution's bias, and the ReLU after it when codegen fuses
 // the two (conv2dAct: the ReLU writes over the convolution's result, which
 // nothing else reads), are the plan's epilogue: one graph-API plan of
-// convolution, bias and ReLU when cuDNN has an engine for that graph (with
-// --cudnn-benchmark: and it is faster than the plain convolution followed
-// by the own epilogue kernel), else the plain convolution and the own
+// convolution, bias and ReLU when cuDNN has an engine for that graph (when
+// timed: and it is faster than the plain convolution followed by the own
+// epilogue kernel; a decision the autotune cache keeps), else the plain convolution and the own
 // epilogue kernel (one pass over y: bias and ReLU together, a block row per
 // plane).
 //
@@ -39,9 +41,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace lwrt::cuda {
@@ -316,9 +322,60 @@ bool adoptHeuristic(ConvPlan& plan, const std::vector<Perf>& heur, int nh, bool 
   return true;
 }
 
+/// The algorithm a cache choice ("legacy algo=A math=M") names, when the
+/// heuristics list it as acceptable here.
+template <typename Perf>
+std::optional<Perf> namedAlgorithm(const std::vector<Perf>& heur, int nh, bool tc,
+                                   const std::string& choice) {
+  int algo = -1, math = -1;
+  if (std::sscanf(choice.c_str(), "legacy algo=%d math=%d", &algo, &math) != 2 ||
+      (!tc && (math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)))
+    return std::nullopt;
+  for (int k = 0; k < nh; ++k)
+    if (static_cast<int>(heur[k].algo) == algo && acceptable(heur[k], tc)) {
+      Perf q = heur[k];
+      q.mathType = static_cast<cudnnMathType_t>(math);
+      return q;
+    }
+  return std::nullopt;
+}
+
+/// The algorithm the autotune cache names for `key`, when it fits here;
+/// else nothing, and a choice that does not fit is forgotten (timed again).
+template <typename Perf>
+std::optional<Perf> cachedAlgorithm(const std::vector<Perf>& heur, int nh, bool tc,
+                                    const std::string& key) {
+  if (key.empty())
+    return std::nullopt;
+  const std::string& device = context().autotuneDevice;
+  std::optional<std::string> choice = autotuneCache().find(device, key);
+  if (!choice)
+    return std::nullopt;
+  if (std::optional<Perf> q = namedAlgorithm(heur, nh, tc, *choice))
+    return q;
+  autotuneCache().drop(device, key);
+  return std::nullopt;
+}
+
+/// The algorithm timing chose (`q`), recorded when the context keeps a
+/// cache; or the one another device of the run recorded first.
+template <typename Perf>
+Perf settledAlgorithm(const std::string& key, const Perf& q, const std::vector<Perf>& heur, int nh,
+                      bool tc) {
+  if (key.empty())
+    return q;
+  std::string mine = "legacy algo=" + std::to_string(static_cast<int>(q.algo)) +
+                     " math=" + std::to_string(static_cast<int>(q.mathType));
+  std::string taken = recordChoice(key, mine);
+  if (taken == mine)
+    return q;
+  return namedAlgorithm(heur, nh, tc, taken).value_or(q);
+}
+
 /// Forward: picks the algorithm; `x` is the unpadded input.
 template <typename T>
-bool searchForward(ConvPlan& plan, const ConvGeom& g, const void* x, const void* w, void* y) {
+bool searchForward(ConvPlan& plan, const ConvGeom& g, const void* x, const void* w, void* y,
+                   const std::string& tuneKey) {
   Context& c = context();
   bool tc = tensorOpsAllowed(plan.dtype);
   int maxCount = 0;
@@ -332,6 +389,13 @@ bool searchForward(ConvPlan& plan, const ConvGeom& g, const void* x, const void*
       return cudnnGetConvolutionForwardWorkspaceSize(c.cudnn, plan.x, plan.w, plan.conv, plan.y, a,
                                                      &plan.algoBytes);
     });
+  if (std::optional cached = cachedAlgorithm(heur, nh, tc, tuneKey)) {
+    if (!adopt(plan, *cached, tc))
+      return false;
+    LWRT_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(c.cudnn, plan.x, plan.w, plan.conv, plan.y,
+                                                       cached->algo, &plan.algoBytes));
+    return true;
+  }
   SearchScratch s;
   if (!s.allocate(plan.padBytes, searchBytes(heur, nh, tc)))
     return false;
@@ -349,16 +413,18 @@ bool searchForward(ConvPlan& plan, const ConvGeom& g, const void* x, const void*
     q = firstAcceptable(heur, nh, tc);
   if (!q)
     return LWRT_REJECT(kNoAlgo);
-  if (!adopt(plan, *q, tc))
+  const auto chosen = settledAlgorithm(tuneKey, *q, heur, nh, tc);
+  if (!adopt(plan, chosen, tc))
     return false;
   LWRT_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(c.cudnn, plan.x, plan.w, plan.conv, plan.y,
-                                                     q->algo, &plan.algoBytes));
+                                                     chosen.algo, &plan.algoBytes));
   return true;
 }
 
 /// Backward data: picks the algorithm; dx is the real (unpadded) result.
 template <typename T>
-bool searchBackwardData(ConvPlan& plan, const void* w, const void* dy, void* dx) {
+bool searchBackwardData(ConvPlan& plan, const void* w, const void* dy, void* dx,
+                        const std::string& tuneKey) {
   Context& c = context();
   bool tc = tensorOpsAllowed(plan.dtype);
   int maxCount = 0;
@@ -372,6 +438,13 @@ bool searchBackwardData(ConvPlan& plan, const void* w, const void* dy, void* dx)
       return cudnnGetConvolutionBackwardDataWorkspaceSize(c.cudnn, plan.w, plan.y, plan.conv,
                                                           plan.x, a, &plan.algoBytes);
     });
+  if (std::optional cached = cachedAlgorithm(heur, nh, tc, tuneKey)) {
+    if (!adopt(plan, *cached, tc))
+      return false;
+    LWRT_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(c.cudnn, plan.w, plan.y, plan.conv,
+                                                            plan.x, cached->algo, &plan.algoBytes));
+    return true;
+  }
   SearchScratch s;
   if (!s.allocate(plan.padBytes, searchBytes(heur, nh, tc)))
     return false;
@@ -384,17 +457,18 @@ bool searchBackwardData(ConvPlan& plan, const void* w, const void* dy, void* dx)
     q = firstAcceptable(heur, nh, tc);
   if (!q)
     return LWRT_REJECT(kNoAlgo);
-  if (!adopt(plan, *q, tc))
+  const auto chosen = settledAlgorithm(tuneKey, *q, heur, nh, tc);
+  if (!adopt(plan, chosen, tc))
     return false;
   LWRT_CUDNN(cudnnGetConvolutionBackwardDataWorkspaceSize(c.cudnn, plan.w, plan.y, plan.conv,
-                                                          plan.x, q->algo, &plan.algoBytes));
+                                                          plan.x, chosen.algo, &plan.algoBytes));
   return true;
 }
 
 /// Backward filter: picks the algorithm; `x` is the unpadded input.
 template <typename T>
 bool searchBackwardFilter(ConvPlan& plan, const ConvGeom& g, const void* x, const void* dy,
-                          void* dw) {
+                          void* dw, const std::string& tuneKey) {
   Context& c = context();
   bool tc = tensorOpsAllowed(plan.dtype);
   int maxCount = 0;
@@ -408,6 +482,13 @@ bool searchBackwardFilter(ConvPlan& plan, const ConvGeom& g, const void* x, cons
       return cudnnGetConvolutionBackwardFilterWorkspaceSize(c.cudnn, plan.x, plan.y, plan.conv,
                                                             plan.w, a, &plan.algoBytes);
     });
+  if (std::optional cached = cachedAlgorithm(heur, nh, tc, tuneKey)) {
+    if (!adopt(plan, *cached, tc))
+      return false;
+    LWRT_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        c.cudnn, plan.x, plan.y, plan.conv, plan.w, cached->algo, &plan.algoBytes));
+    return true;
+  }
   SearchScratch s;
   if (!s.allocate(plan.padBytes, searchBytes(heur, nh, tc)))
     return false;
@@ -425,10 +506,11 @@ bool searchBackwardFilter(ConvPlan& plan, const ConvGeom& g, const void* x, cons
     q = firstAcceptable(heur, nh, tc);
   if (!q)
     return LWRT_REJECT(kNoAlgo);
-  if (!adopt(plan, *q, tc))
+  const auto chosen = settledAlgorithm(tuneKey, *q, heur, nh, tc);
+  if (!adopt(plan, chosen, tc))
     return false;
   LWRT_CUDNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(c.cudnn, plan.x, plan.y, plan.conv,
-                                                            plan.w, q->algo, &plan.algoBytes));
+                                                            plan.w, chosen.algo, &plan.algoBytes));
   return true;
 }
 
@@ -488,6 +570,44 @@ template <typename T> float epilogueMs(const ConvGeom& g, T* y, const T* b, bool
   return ms;
 }
 
+} // namespace
+
+std::string convTuneKey(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t,
+                        int64_t align) {
+  const Context& c = context();
+  if (!c.autotuneCache)
+    return "";
+  const char* dirName = dir == ConvDir::Forward        ? "conv.fwd"
+                        : dir == ConvDir::BackwardData ? "conv.bwd-data"
+                                                       : "conv.bwd-filter";
+  auto join = [](std::initializer_list<int64_t> v, const char* sep) {
+    std::string out;
+    for (int64_t d : v)
+      out += (out.empty() ? "" : sep) + std::to_string(d);
+    return out;
+  };
+  return std::string(dirName) + " " + dtypeName(t) + (c.convTf32 ? " tf32" : "") + " x" +
+         join({g.N, g.C, g.H, g.W}, "x") + " w" + join({g.M, g.Cg, g.KH, g.KW}, "x") + " groups" +
+         std::to_string(g.G) + " stride" + join({p.strides[0], p.strides[1]}, "x") + " pads" +
+         join({p.pads[0], p.pads[1], p.pads[2], p.pads[3]}, ",") + " dilation" +
+         join({p.dilations[0], p.dilations[1]}, "x") + " align" + std::to_string(align);
+}
+
+std::string recordChoice(const std::string& key, const std::string& choice) {
+  std::string error;
+  std::string taken = autotuneCache().record(context().autotuneDevice, key, choice, &error);
+  if (!error.empty()) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      std::fprintf(stderr, "warning: %s; the autotune choices of this run are not kept\n",
+                   error.c_str());
+    });
+  }
+  return taken;
+}
+
+namespace {
+
 /// The plan of a configuration, made at its first call on the real buffers
 /// (in, w and out as the direction reads and writes them; b the bias of a
 /// forward one with an epilogue): the graph API's fastest engine
@@ -521,24 +641,48 @@ ConvPlan* convPlan(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType 
     return nullptr;
   }
   auto plan = std::make_unique<ConvPlan>();
-  if (context().convGraphApi &&
-      !buildGraphConv(dir, g, p, t, align, ConvEpilogue{}, x, w, y, nullptr, &plan->graph))
-    return nullptr;
   Context& c = context();
+  // The configuration's names in the autotune cache ("" without one).
+  const std::string tuneKey = convTuneKey(dir, g, p, t, align);
+  // A graph choice names its engine by its place among the candidates,
+  // which the workspace limit filters: the limit is part of its name.
+  auto named = [&](const std::string& api) {
+    if (tuneKey.empty())
+      return tuneKey;
+    return tuneKey + " " + api +
+           (api == "legacy" ? "" : " ws" + std::to_string(c.convWorkspaceLimit));
+  };
+  if (c.convGraphApi && !buildGraphConv(dir, g, p, t, align, ConvEpilogue{}, x, w, y, nullptr,
+                                        &plan->graph, named("graph")))
+    return nullptr;
   if (plan->graph) {
     ++c.convPlansGraph;
     c.convWorkspaceMost = std::max(c.convWorkspaceMost, graphConvWorkspace(*plan->graph));
     if (epi.any()) {
+      // Whether the fused plan beats the plain one and the own epilogue:
+      // timed (its engine may sum in another order than the plain one's, so
+      // the choice is the cache's to keep), else taken where cuDNN has one.
+      const std::string epiName =
+          std::string("graph") + (epi.bias ? "+bias" : "") + (epi.relu ? "+relu" : "");
+      const std::string fuseKey = named(epiName + " fuse");
+      std::optional<std::string> decided;
+      if (!fuseKey.empty() && (decided = autotuneCache().find(c.autotuneDevice, fuseKey)) &&
+          *decided != "fused" && *decided != "apart") {
+        autotuneCache().drop(c.autotuneDevice, fuseKey);
+        decided.reset();
+      }
       GraphConvPtr fused;
-      if (!buildGraphConv(dir, g, p, t, align, epi, x, w, y, b, &fused))
+      if (decided != "apart" &&
+          !buildGraphConv(dir, g, p, t, align, epi, x, w, y, b, &fused, named(epiName)))
         return nullptr;
-      // Timed only with --cudnn-benchmark: the fused plan's engine may sum
-      // in another order than the plain one's, so a choice by timing could
-      // differ between two runs, or a run and its resume.
-      if (fused && (!context().timeAlgorithms ||
-                    graphConvMs(*fused) < graphConvMs(*plan->graph) +
-                                              epilogueMs(g, static_cast<T*>(y),
-                                                         static_cast<const T*>(b), epi.relu))) {
+      bool take =
+          fused && (decided || !c.timeAlgorithms ||
+                    graphConvMs(*fused) <
+                        graphConvMs(*plan->graph) +
+                            epilogueMs(g, static_cast<T*>(y), static_cast<const T*>(b), epi.relu));
+      if (!fuseKey.empty() && !decided) // another device's decision, if it was first
+        take = fused && recordChoice(fuseKey, take ? "fused" : "apart") == "fused";
+      if (take) {
         c.convWorkspaceMost = std::max(c.convWorkspaceMost, graphConvWorkspace(*fused));
         plan->fused = std::move(fused);
         ++c.convPlansFused;
@@ -546,12 +690,13 @@ ConvPlan* convPlan(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType 
     }
     return plans.emplace(std::move(key), std::move(plan)).first->second.get();
   }
-  ++context().convPlansLegacy;
+  ++c.convPlansLegacy;
   if (!makeDescriptors(g, p, t, *plan))
     return nullptr;
-  bool ok = dir == ConvDir::Forward        ? searchForward<T>(*plan, g, x, w, y)
-            : dir == ConvDir::BackwardData ? searchBackwardData<T>(*plan, w, y, x)
-                                           : searchBackwardFilter<T>(*plan, g, x, y, w);
+  const std::string legacyKey = named("legacy");
+  bool ok = dir == ConvDir::Forward        ? searchForward<T>(*plan, g, x, w, y, legacyKey)
+            : dir == ConvDir::BackwardData ? searchBackwardData<T>(*plan, w, y, x, legacyKey)
+                                           : searchBackwardFilter<T>(*plan, g, x, y, w, legacyKey);
   if (!ok)
     return nullptr;
   c.convWorkspaceMost = std::max(c.convWorkspaceMost, plan->algoBytes);

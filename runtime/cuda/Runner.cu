@@ -100,6 +100,14 @@ public:
     if (c.convPlansGraph + c.convPlansLegacy > 0)
       notes += "; convolution algorithm workspaces up to " + std::to_string(c.convWorkspaceMost) +
                " bytes (allowed: " + std::to_string(c.convWorkspaceLimit) + ")";
+    // How the convolutions' algorithms were chosen (none: nothing to say).
+    if (c.convPlansGraph + c.convPlansLegacy > 0 && c.autotuneCache)
+      notes += "; autotune cache " + autotuneCache().path() + ": " +
+               std::to_string(autotuneCache().found()) + " choices read, " +
+               std::to_string(autotuneCache().timed()) + " timed and added";
+    else if (c.convPlansGraph + c.convPlansLegacy > 0)
+      notes += c.timeAlgorithms ? "; algorithms timed in this run (--autotune=timed)"
+                                : "; algorithms from cuDNN's heuristics (--autotune=off)";
     if (rerecorded_ > 0)
       notes +=
           "; CUDA graphs recorded again after a workspace grew: " + std::to_string(rerecorded_);
@@ -455,6 +463,41 @@ private:
   int rerecorded_ = 0;
 };
 
+/// How this runner's convolutions are chosen (RunnerOptions::autotune):
+/// the context's settings, and for the cache its file opened (once a
+/// process). `device` names the GPU and library versions a choice holds for.
+/// False with `error` when the cache file cannot be read.
+bool setUpAutotune(Context& ctx, const RunnerOptions& options, const std::string& device,
+                   std::string* error) {
+  AutotuneMode mode = options.autotune;
+  if (mode == AutotuneMode::Default) {
+#ifdef LWCC_EMULATED_GPU
+    // The emulated device's timings measure the host's emulation of each
+    // algorithm, not a GPU's: its default is cuDNN's heuristics; the cache
+    // works there as on a GPU when asked for.
+    mode = AutotuneMode::Off;
+#else
+    mode = AutotuneMode::Cache;
+#endif
+  }
+  ctx.timeAlgorithms = mode != AutotuneMode::Off;
+  ctx.autotuneCache = false;
+  if (mode != AutotuneMode::Cache)
+    return true;
+  std::string path =
+      options.autotuneCache.empty() ? defaultAutotuneCachePath() : options.autotuneCache;
+  if (path.empty()) { // no HOME: timed in this run, kept nowhere
+    std::fprintf(stderr, "warning: no autotune cache (no --autotune-cache, $LWCC_AUTOTUNE_CACHE, "
+                         "$XDG_CACHE_HOME or $HOME): convolutions are timed in every run\n");
+    return true;
+  }
+  if (!autotuneCache().open(path, error))
+    return false;
+  ctx.autotuneCache = true;
+  ctx.autotuneDevice = device;
+  return true;
+}
+
 } // namespace
 
 Context* runnerContext(const StepRunner* runner) {
@@ -489,18 +532,19 @@ std::unique_ptr<StepRunner> createRunner(const RunnerOptions& options, std::stri
   // here, on the main thread, before a multi-device step's threads start.
   { PhaseRange startUp("lwcc start-up"); }
   ctx->convGraphApi = options.cudnnGraphApi;
-  ctx->timeAlgorithms = options.cudnnBenchmark;
+  cudaDeviceProp prop{};
+  std::string name = "GPU " + std::to_string(options.device);
+  if (cudaGetDeviceProperties(&prop, options.device) == cudaSuccess)
+    name = std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
+           std::to_string(prop.minor) + ", " + describeCudaVersions(found) + ")";
+  if (!setUpAutotune(*ctx, options, name, error))
+    return nullptr;
   if (options.convWorkspaceBytes >= 0)
     ctx->convWorkspaceLimit =
         std::min(ctx->convWorkspaceLimit, static_cast<size_t>(options.convWorkspaceBytes));
   ctx->cudnnOps = options.cudnnOps;
   if (!primaryContext())
     setPrimaryContext(ctx.get());
-  cudaDeviceProp prop{};
-  std::string name = "GPU " + std::to_string(options.device);
-  if (cudaGetDeviceProperties(&prop, options.device) == cudaSuccess)
-    name = std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
-           std::to_string(prop.minor) + ", " + describeCudaVersions(found) + ")";
   return std::make_unique<CudaRunner>(options, name, std::move(ctx), usedBefore);
 }
 

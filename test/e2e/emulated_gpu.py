@@ -27,6 +27,9 @@ logits, and the export in onnxruntime. Cases:
     API asked for, algorithms chosen by timing (--cudnn-benchmark), the
     training recipes (label smoothing, frozen layers, parameter groups,
     gradient clipping) on one and two GPUs;
+  - the autotune cache (alexnet): a second run and a resume take the first
+    run's timed choices and end bit-identical to it; stale and malformed
+    cache lines;
   - kill-and-resume on the emulated device: a run killed after its step-3
     checkpoint and resumed ends bit-identical to an uninterrupted one;
   - a max pooling whose windows hold their maximum twice routes the
@@ -274,6 +277,83 @@ def resume_case(exe, base, label):
     md.resumed_bit_identical(
         f"{label}: killed after step 3 on the emulated GPU, resumed, bit-identical at step 6",
         exe, base, 1, lambda work, args: train(exe, work, args, True), ["--no-tf32"])
+
+
+def autotune_cache(exe, base):
+    """--autotune=cache on the emulated GPU (its default there is off: its
+    timings measure the host): the first run times each convolution
+    configuration and writes the cache file; a second run reads every
+    choice, times none and ends bit-identical; a run resumed from the first
+    one's checkpoint with the file gone takes the checkpoint's choices and
+    ends bit-identical too; a choice the library does not offer is timed
+    again and replaced; a malformed line is an error naming the file and
+    line; without the flag nothing is timed or written."""
+    import re
+    cache = os.path.join(base, "autotune.tsv")
+
+    def run(label, args, env=None):
+        work = os.path.join(base, label)
+        r = train(exe, work, ["--steps=4", "--dump=dump", "--profile=1", *args], True, env)
+        notes = re.search(r"autotune cache \S+: (\d+) choices read, (\d+) timed", r.stdout)
+        return r, work, (int(notes.group(1)), int(notes.group(2))) if notes else None
+
+    def lines(path):
+        with open(path) as f:
+            return [line for line in f.read().splitlines() if line and line[0] != "#"]
+
+    name = "alexnet --autotune=cache on the emulated GPU"
+    first, fw, counts = run("first", [f"--autotune-cache={cache}", "--autotune=cache",
+                                      "--checkpoint-dir=ck", "--checkpoint-every=2"])
+    if first.returncode or not os.path.exists(cache):
+        harness.record(False, f"{name}: the first run writes the cache",
+                       (first.stdout + first.stderr)[-1500:])
+        return
+    n = len(lines(cache))
+    harness.record(n >= 9 and counts == (0, n) and f"autotune: {n} choices" in first.stdout,
+                   f"{name}: the first run times every configuration and keeps each choice",
+                   first.stdout[-800:], f"{n} lines, (read, timed) {counts}")
+    dumped = sorted(os.listdir(os.path.join(fw, "dump")))
+
+    def same_bits(label, r, work, want, what):
+        differ = harness.files_differ(os.path.join(fw, "dump"), os.path.join(work, "dump"),
+                                      dumped) if r.returncode == 0 else ["(failed)"]
+        harness.record(r.returncode == 0 and want and not differ, f"{name}: {what}",
+                       (r.stdout + r.stderr)[-1500:], f"(read, timed) {want}; differ: {differ[:3]}")
+
+    again, aw, counts = run("again", [f"--autotune-cache={cache}"],
+                            {"LWCC_AUTOTUNE_CACHE": cache})
+    # the emulated GPU's default is off; --autotune-cache alone does not turn it on
+    harness.record(again.returncode == 0 and counts is None and
+                   "cuDNN's heuristics (--autotune=off)" in again.stdout,
+                   f"{name}: the emulated GPU's default is cuDNN's heuristics", again.stdout[-800:])
+    again, aw, counts = run("again", [f"--autotune-cache={cache}", "--autotune=cache"])
+    same_bits("again", again, aw, counts == (n, 0),
+              "a second run reads every choice, times none, and is bit-identical")
+    os.rename(cache, cache + ".first")
+    resumed, rw, counts = run("resumed", [f"--autotune-cache={cache}", "--autotune=cache",
+                                          f"--resume={os.path.join(fw, 'ck', 'ckpt-2.lwckpt')}"])
+    same_bits("resumed", resumed, rw, counts == (n, 0) and not os.path.exists(cache),
+              "a resume with the cache gone takes the checkpoint's choices, bit-identical")
+    os.rename(cache + ".first", cache)
+    kept = lines(cache)
+    device, config, _ = kept[0].split("\t")
+    with open(cache, "w") as f:
+        f.write("\n".join([f"{device}\t{config}\tlegacy algo=99 math=0", *kept[1:]]) + "\n")
+    stale, _, counts = run("stale", [f"--autotune-cache={cache}", "--autotune=cache"])
+    redone = [line for line in lines(cache) if line.split("\t")[1] == config]
+    harness.record(stale.returncode == 0 and counts == (n - 1, 1) and len(redone) == 1 and
+                   "algo=99" not in redone[0],
+                   f"{name}: a choice the library does not offer is timed again and replaced",
+                   (stale.stdout + stale.stderr)[-1500:], f"(read, timed) {counts}; {redone}")
+    with open(cache, "a") as f:
+        f.write("not a choice\n")
+    bad, _, _ = run("bad", [f"--autotune-cache={cache}", "--autotune=cache"])
+    harness.record(bad.returncode == 1 and f"{cache}:{n + 2}:" in bad.stderr,
+                   f"{name}: a malformed line is an error naming the file and line",
+                   bad.stderr[-800:])
+    wrong, _, _ = run("wrong", ["--autotune=fastest"])
+    harness.record(wrong.returncode == 2 and "--autotune takes cache, timed or off" in wrong.stderr,
+                   f"{name}: an unknown --autotune mode is a usage error", wrong.stderr[-500:])
 
 
 def profiled_files(name, work):
@@ -735,6 +815,8 @@ def main():
             if "--shard=fsdp" in flags:
                 memory_case(name, os.path.join(tmp, f"{m}.onnx"), flags,
                             os.path.join(base, "emu-run"))
+            if name == "alexnet --cudnn-benchmark":
+                autotune_cache(cuda, os.path.join(base, "autotune"))
             if "--trace=trace.json" in extra:
                 profiled_files(name, os.path.join(base, "emu-run"))
         tied_max_pool(tmp)

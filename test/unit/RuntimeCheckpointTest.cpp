@@ -65,6 +65,7 @@ protected:
     state_.batch = 17;
     for (int i = 0; i < 40; ++i)
       state_.rng.push_back(static_cast<unsigned char>(i * 37 + 5));
+    state_.autotune = "GPU sm_90\tconv.bwd-data bf16\tgraph engine=2\n";
     // Values whose bits must survive: -0, a NaN payload, a denormal, inf.
     weights_ = {1.5f, -0.0f, 3.25e-39f, INFINITY, -2.0f, 7.0f};
     uint32_t nanBits = 0x7fc12345u;
@@ -118,6 +119,7 @@ TEST_F(RuntimeCheckpoint, RoundTripIsBitExact) {
   EXPECT_EQ(c.state.fingerprint, state_.fingerprint);
   EXPECT_EQ(c.state.step, 1234);
   EXPECT_EQ(c.state.epoch, 3);
+  EXPECT_EQ(c.state.autotune, state_.autotune);
   EXPECT_EQ(c.state.batch, 17);
   EXPECT_EQ(c.state.rng, state_.rng);
   auto want = tensors();
@@ -183,7 +185,40 @@ TEST_F(RuntimeCheckpoint, DetectsWrongVersion) {
   putLE(bytes, 8, 7, 4);
   std::string err = readError(bytes);
   EXPECT_TRUE(contains(err, "version 7")) << err;
-  EXPECT_TRUE(contains(err, "version 1")) << err;
+  EXPECT_TRUE(contains(err, "versions 1 to 2")) << err;
+  putLE(bytes, 8, 0, 4);
+  EXPECT_TRUE(contains(readError(bytes), "version 0"));
+}
+
+// The autotune record (version 2) comes back as written; a version 1 file,
+// which has no such field, still reads, with an empty record.
+TEST_F(RuntimeCheckpoint, KeepsTheAutotuneRecordAndReadsVersion1) {
+  state_.autotune = "GPU A sm_90\tconv.fwd f32 1x3x8x8\tlegacy algo=1 math=1\n";
+  good("v2.lwckpt");
+  Checkpoint c;
+  ASSERT_EQ(lwrt::readCheckpoint(path("v2.lwckpt"), c), "");
+  EXPECT_EQ(c.state.autotune, state_.autotune);
+  EXPECT_EQ(c.state.rng, state_.rng);
+
+  state_.autotune.clear();
+  auto bytes = good("v2-empty.lwckpt");
+  const size_t autotuneLen = 64 + state_.rng.size();
+  std::vector<unsigned char> v1(bytes.begin(), bytes.begin() + autotuneLen);
+  v1.insert(v1.end(), bytes.begin() + autotuneLen + 8, bytes.end());
+  putLE(v1, 8, 1, 4);
+  uint64_t payload = 0;
+  for (int i = 0; i < 8; ++i)
+    payload |= uint64_t(bytes[16 + i]) << (8 * i);
+  putLE(v1, 16, payload - 8, 8);
+  reseal(v1);
+  writeBytes(path("v1.lwckpt"), v1);
+  Checkpoint old;
+  ASSERT_EQ(lwrt::readCheckpoint(path("v1.lwckpt"), state_.fingerprint, old), "");
+  EXPECT_EQ(old.state.step, 1234);
+  EXPECT_EQ(old.state.autotune, "");
+  ASSERT_EQ(old.tensors.size(), 5u);
+  EXPECT_EQ(old.tensors[0].name, "fc.weight");
+  EXPECT_EQ(std::memcmp(old.tensors[0].data.data(), weights_.data(), 6 * 4), 0);
 }
 
 TEST_F(RuntimeCheckpoint, DetectsTruncation) {
@@ -226,7 +261,8 @@ TEST_F(RuntimeCheckpoint, BoundsAbsurdLengthsByTheFileSize) {
   EXPECT_TRUE(contains(readError(bad), "truncated"));
 
   // Fields inside the payload, with a valid checksum over the edit.
-  const size_t rngLen = 24 + 32, count = 64 + state_.rng.size();
+  const size_t rngLen = 24 + 32, autotuneLen = 64 + state_.rng.size();
+  const size_t count = autotuneLen + 8 + state_.autotune.size();
   const size_t name0 = count + 8, rank0 = name0 + 4 + std::strlen("fc.weight") + 1;
   const size_t dim0 = rank0 + 1, bytes0 = dim0 + 16;
   struct Edit {
@@ -238,6 +274,7 @@ TEST_F(RuntimeCheckpoint, BoundsAbsurdLengthsByTheFileSize) {
   const Edit edits[] = {
       {rngLen, uint64_t(1) << 62, 8, "RNG state"},
       {rngLen, UINT64_MAX, 8, "RNG state"},
+      {autotuneLen, uint64_t(1) << 62, 8, "autotune record"},
       {count, uint64_t(1) << 60, 8, "tensor count"},
       {count, 6, 8, "tensor #5"},
       {name0, 0xffffffffu, 4, "name of 4294967295 bytes"},

@@ -14,8 +14,8 @@
 #      trainers (--mixed-precision=bf16) vs the CPU backend's bf16 steps
 #   2. compute-sanitizer memcheck and racecheck on one LeNet and one ResNet-18 step
 #      (float32, and the bf16 trainer where prepare.sh made one)
-#   3. speed: AlexNet and ResNet-18, 224x224 batch 128, lwcc (fp32, TF32, bf16; cuDNN's
-#      heuristics and --cudnn-benchmark) vs PyTorch eager and torch.compile
+#   3. speed: AlexNet and ResNet-18, 224x224 batch 128, lwcc (fp32, TF32, bf16; the
+#      autotune cache, lwcc's default, and cuDNN's heuristics) vs PyTorch eager and torch.compile
 #      (fp32, TF32, bf16 autocast; cudnn.benchmark) in the same run
 #   4. harden: the start-up line names the driver, cuDNN and cuBLAS found
 #      (the preflight passed); --profile times real steps (ops listed, the
@@ -23,7 +23,8 @@
 #      between epochs, whose new convolution configurations may replace the
 #      workspace a recorded step graph uses (the run must match one without
 #      CUDA graphs, and stay clean under compute-sanitizer memcheck); and the
-#      two runs of AlexNet and ResNet-18 (3 steps) bit-identical; and the
+#      two runs of AlexNet and ResNet-18 (3 steps; the first timing and
+#      writing a new autotune cache, the second reading it) bit-identical; and the
 #      fallback to the legacy API when the graph API fails (descriptors
 #      refused, every timed engine faulting: LWRT_CONV_GRAPH_FAULT), still
 #      agreeing with the CPU
@@ -71,6 +72,9 @@ G=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 OUT=${OUT:-/tmp/lwcc-gpu-out}
 # Where the trainers' dumps go (and the speed check's AlexNet).
 SCRATCH=${LWCC_GPU_SCRATCH:-/tmp}
+# The trainers' autotune cache (--autotune=cache, their default on a GPU):
+# one of this check's own, not the user's ~/.cache/lwcc/autotune.tsv.
+export LWCC_AUTOTUNE_CACHE=${LWCC_AUTOTUNE_CACHE:-$SCRATCH/lwcc-check-autotune.tsv}
 EMU=${LWCC_EMULATE_GPU:-}
 [[ $EMU == 0 ]] && EMU=
 # Trainers built at once (the emulated build runs the host compiler on
@@ -315,9 +319,11 @@ for net in alexnet resnet18; do
       "$exe" --list-params >"$SCRATCH/${net}224.params"
       python3 "$G/pack_weights.py" "$SCRATCH/${net}224.onnx" "$SCRATCH/${net}224.params" "$exe.weights"
     }
-    # PyTorch's runs below time cuDNN's algorithms (cudnn.benchmark), as
-    # --cudnn-benchmark does; lwcc's default takes cuDNN's heuristics untimed.
-    for flags in --no-tf32 --tf32 "--no-tf32 --cudnn-benchmark" "--tf32 --cudnn-benchmark"; do
+    # PyTorch's runs below time cuDNN's algorithms (cudnn.benchmark); lwcc's
+    # default (--autotune=cache) times them at the first run on this GPU and
+    # keeps the choices in the autotune cache ($LWCC_AUTOTUNE_CACHE, set
+    # below), --autotune=off takes cuDNN's heuristics untimed.
+    for flags in --no-tf32 --tf32 "--no-tf32 --autotune=off" "--tf32 --autotune=off"; do
       f=${flags// /}
       # shellcheck disable=SC2086 # the flags split into words
       timeout "$LIMIT" "$exe" --steps=70 $flags --cudnn-api=$api --progress=off --log="$OUT/$tag$f.jsonl" \
@@ -375,21 +381,27 @@ if want harden; then
       --synthetic-batches=3 --epochs=2 --eval --progress=off >"$OUT/sanitizer-inception-eval.log" 2>&1
     row "compute-sanitizer memcheck inception, graphs replayed after eval: $(pass $?)"
   fi
-  # Two runs of a trainer compute the same bits: without --cudnn-benchmark
-  # nothing is chosen by timing (TF32 convolutions, the default, and the
-  # CUDA graph recorded at step 2 and replayed at step 3).
+  # Two runs of a trainer compute the same bits: the first times each
+  # convolution's candidates and writes a new autotune cache, the second
+  # reads every choice from it and times none (TF32 convolutions, the
+  # default, and the CUDA graph recorded at step 2 and replayed at step 3).
   for m in alexnet resnet18; do
     [[ -x $G/$m-cuda ]] || continue
-    rcs=
+    rcs= cache="$SCRATCH/autotune-$m.tsv"
+    rm -f "$cache"
     for i in 1 2; do
       timeout "$LIMIT" "$G/$m-cuda" --steps=3 --data="raw:$G/$m-data" --dump="$SCRATCH/$m-det$i" \
+        --autotune=cache --autotune-cache="$cache" \
         --progress=off --log="$OUT/harden-det-$m-$i.jsonl" >"$OUT/harden-det-$m-$i.log" 2>&1
       rcs="$rcs $?"
     done
     memory_row "$m, one GPU" "$OUT/harden-det-$m-1.jsonl"
     diff -rq "$SCRATCH/$m-det1" "$SCRATCH/$m-det2" >"$OUT/harden-det-$m.diff" 2>&1
-    ok=$([[ $rcs == " 0 0" && ! -s $OUT/harden-det-$m.diff ]] && echo 0 || echo 1)
-    row "two runs of $m, 3 steps: $(pass "$ok") (exits$rcs; $(grep -c . "$OUT/harden-det-$m.diff") files differ)"
+    timed=$(grep -o 'autotune: [0-9]* choices' "$OUT/harden-det-$m-1.log")
+    retimed=$(grep -c 'autotune: [0-9]* choices' "$OUT/harden-det-$m-2.log")
+    ok=$([[ $rcs == " 0 0" && ! -s $OUT/harden-det-$m.diff && -n $timed && $retimed == 0 ]] &&
+      echo 0 || echo 1)
+    row "two runs of $m with the autotune cache, 3 steps: $(pass "$ok") (exits$rcs; first run ${timed:-timed nothing}, the second none; $(grep -c . "$OUT/harden-det-$m.diff") files differ)"
   done
   # The fallback to the legacy API when the graph API fails.
   for fault in describe time; do

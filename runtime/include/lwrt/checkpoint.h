@@ -15,6 +15,8 @@
 //   payload:
 //     u64 fingerprint, i64 step, i64 epoch, i64 batch
 //     u64 rng bytes, the rng bytes
+//     u64 autotune bytes, the autotune text (version 2 on; version 1 has
+//       neither field and reads as an empty text)
 //     u64 tensor count, then per tensor:
 //       u32 name bytes, the name, u8 DType code, u8 rank, i64 dims[rank],
 //       u64 data bytes (= numel * dtypeSize), the data
@@ -35,7 +37,8 @@
 
 namespace lwrt {
 
-inline constexpr uint32_t kCheckpointVersion = 1;
+/// The version written; reading takes this one and every earlier one.
+inline constexpr uint32_t kCheckpointVersion = 2;
 
 /// 64-bit FNV-1a of `bytes`, continuing from `hash` (chain calls to hash
 /// several pieces). Trainers may use it for their model fingerprint too.
@@ -49,6 +52,8 @@ struct CheckpointState {
   int64_t epoch = 0;              ///< data position: the epoch...
   int64_t batch = 0;              ///< ...and the next batch in it
   std::vector<unsigned char> rng; ///< the RNG state, opaque
+  /// The kernel choices the run used (lwrt/autotune.h's text), "" for none.
+  std::string autotune;
 };
 
 /// A tensor read back from a checkpoint, owning its bytes.

@@ -12,6 +12,7 @@
 // export.
 #pragma once
 
+#include "lwrt/autotune.h"
 #include "lwrt/export.h"
 #include "lwrt/tensor.h"
 
@@ -267,13 +268,19 @@ struct RunnerOptions {
   bool graphs = true; ///< CUDA: record the step once and replay it
   /// CUDA: convolutions on cuDNN's graph API (false: its legacy API).
   bool cudnnGraphApi = true;
-  /// CUDA: each convolution configuration's algorithm (legacy API) or engine
-  /// (graph API) chosen by timing the candidates on the real buffers, the
-  /// fastest kept (--cudnn-benchmark, PyTorch's cudnn.benchmark). Timings
-  /// vary, so two runs, or a run and its resume, may choose differently and
-  /// differ in their bits; off (the default), cuDNN's heuristics choose,
-  /// the same for a model, GPU and cuDNN in every run.
-  bool cudnnBenchmark = false;
+  /// CUDA: how each convolution configuration's algorithm (legacy API) or
+  /// engine (graph API) is chosen (--autotune, lwrt/autotune.h). Cache: the
+  /// candidates timed on the real buffers at the configuration's first call
+  /// on this GPU and library versions, the fastest kept in the autotune
+  /// cache file, later runs and resumes taking it from there: fast and the
+  /// same bits in every run. Timed: timed in every run, no cache
+  /// (--cudnn-benchmark, PyTorch's cudnn.benchmark; timings vary, so two
+  /// runs may differ in their bits). Off: cuDNN's heuristics, untimed.
+  /// Default: Cache on a GPU, Off on the emulated device (whose timings
+  /// measure the host's emulation, not a GPU).
+  AutotuneMode autotune = AutotuneMode::Default;
+  /// The cache file (--autotune-cache; "": defaultAutotuneCachePath()).
+  std::string autotuneCache;
   /// CUDA: pooling, LRN, batch norm and softmax on cuDNN where it covers
   /// the op (false: lwcc's own kernels, summed in the CPU backend's order).
   bool cudnnOps = true;
