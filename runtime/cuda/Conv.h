@@ -70,6 +70,54 @@ bool buildGraphConv(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType
                     ConvEpilogue epi, void* x, void* w, void* y, void* b, GraphConvPtr* out,
                     const std::string& tuneKey = "");
 
+/// Alignment of the pieces carved out of the workspace.
+constexpr size_t kAlign = 256;
+inline size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+/// One convolution configuration's cuDNN setup, made at its first call and
+/// kept with the context that made it (a plan holds its context's cuDNN
+/// handle and workspace; Context::convPlans releases it before the
+/// handle): a graph API plan, or when there is none the legacy descriptors
+/// below; for a forward one with an epilogue, the fused graph API plan
+/// when it won.
+struct ConvPlan {
+  ConvPlan() = default;
+  ConvPlan(const ConvPlan&) = delete;
+  ConvPlan& operator=(const ConvPlan&) = delete;
+  ~ConvPlan() {
+    if (x)
+      cudnnDestroyTensorDescriptor(x);
+    if (y)
+      cudnnDestroyTensorDescriptor(y);
+    if (w)
+      cudnnDestroyFilterDescriptor(w);
+    if (conv)
+      cudnnDestroyConvolutionDescriptor(conv);
+  }
+  GraphConvPtr graph;
+  GraphConvPtr fused;                  ///< convolution, bias and ReLU in one plan
+  cudnnTensorDescriptor_t x = nullptr; ///< the input, padded when `padded`
+  cudnnTensorDescriptor_t y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  DType dtype = DType::F32; ///< of x, w and y
+  int algo = 0;             ///< a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
+  size_t algoBytes = 0;     ///< the algorithm's workspace
+  /// Asymmetric pads: cuDNN pads both sides by the smaller pad and the input
+  /// is copied into [N, C, Hp, Wp] at (offH, offW), padBytes at the start of
+  /// the workspace.
+  bool padded = false;
+  int64_t Hp = 0, Wp = 0, offH = 0, offW = 0;
+  size_t padBytes = 0;
+};
+
+/// True when convolutions of type t may use tensor cores: bf16 and fp16
+/// always, F32 when the context allows TF32.
+bool tensorOpsAllowed(DType t);
+
+/// Creates the plan's legacy descriptors (not its algorithm).
+bool makeDescriptors(const ConvGeom& g, const Conv2dParams& p, DType t, ConvPlan& plan);
+
 /// The name of a convolution configuration in the autotune cache
 /// (lwrt/autotune.h): direction, element type, TF32, alignment, shapes and
 /// attributes; "" when the context keeps no cache.

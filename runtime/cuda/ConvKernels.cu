@@ -117,47 +117,6 @@ bool launchRows(Kernel kernel, size_t rows, unsigned width, Args... args) {
 
 //===--- Plans ------------------------------------------------------------===//
 
-/// Alignment of the pieces carved out of the workspace.
-constexpr size_t kAlign = 256;
-size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-/// One convolution configuration's cuDNN setup, made at its first call and
-/// kept with the context that made it (a plan holds its context's cuDNN
-/// handle and workspace; Context::convPlans releases it before the
-/// handle): a graph API plan, or when there is none the legacy descriptors
-/// below; for a forward one with an epilogue, the fused graph API plan
-/// when it won.
-struct ConvPlan {
-  ConvPlan() = default;
-  ConvPlan(const ConvPlan&) = delete;
-  ConvPlan& operator=(const ConvPlan&) = delete;
-  ~ConvPlan() {
-    if (x)
-      cudnnDestroyTensorDescriptor(x);
-    if (y)
-      cudnnDestroyTensorDescriptor(y);
-    if (w)
-      cudnnDestroyFilterDescriptor(w);
-    if (conv)
-      cudnnDestroyConvolutionDescriptor(conv);
-  }
-  GraphConvPtr graph;
-  GraphConvPtr fused;                  ///< convolution, bias and ReLU in one plan
-  cudnnTensorDescriptor_t x = nullptr; ///< the input, padded when `padded`
-  cudnnTensorDescriptor_t y = nullptr;
-  cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv = nullptr;
-  DType dtype = DType::F32; ///< of x, w and y
-  int algo = 0;             ///< a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
-  size_t algoBytes = 0;     ///< the algorithm's workspace
-  /// Asymmetric pads: cuDNN pads both sides by the smaller pad and the input
-  /// is copied into [N, C, Hp, Wp] at (offH, offW), padBytes at the start of
-  /// the workspace.
-  bool padded = false;
-  int64_t Hp = 0, Wp = 0, offH = 0, offW = 0;
-  size_t padBytes = 0;
-};
-
 using ConvPlans = std::map<std::vector<int64_t>, std::unique_ptr<ConvPlan>>;
 
 ConvPlans& convPlans() {
@@ -165,30 +124,6 @@ ConvPlans& convPlans() {
   if (!c.convPlans)
     c.convPlans = std::make_shared<ConvPlans>();
   return *static_cast<ConvPlans*>(c.convPlans.get());
-}
-
-/// True when convolutions of type t may use tensor cores: bf16 and fp16
-/// always, F32 when the context allows TF32.
-bool tensorOpsAllowed(DType t) { return is16Bit(t) || (t == DType::F32 && context().convTf32); }
-
-/// The element type of the tensors cuDNN sees.
-cudnnDataType_t cudnnType(DType t) {
-  switch (t) {
-  case DType::F64:
-    return CUDNN_DATA_DOUBLE;
-  case DType::BF16:
-    return CUDNN_DATA_BFLOAT16;
-  case DType::F16:
-    return CUDNN_DATA_HALF;
-  default:
-    return CUDNN_DATA_FLOAT;
-  }
-}
-
-/// The type cuDNN computes a convolution of tensors of type t in: float32
-/// for everything but F64.
-cudnnDataType_t cudnnComputeType(DType t) {
-  return t == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 }
 
 /// Copies x [N, C, H, W] into the plan's padded input at `to`.
@@ -199,49 +134,6 @@ bool padInput(const ConvPlan& plan, const ConvGeom& g, const void* x, void* to) 
                     static_cast<unsigned>(g.H), static_cast<unsigned>(g.W),
                     static_cast<unsigned>(plan.Hp), static_cast<unsigned>(plan.Wp),
                     static_cast<unsigned>(plan.offH), static_cast<unsigned>(plan.offW));
-}
-
-/// Creates the plan's descriptors (not its algorithm).
-bool makeDescriptors(const ConvGeom& g, const Conv2dParams& p, DType t, ConvPlan& plan) {
-  int64_t pt = p.pads[0], pl = p.pads[1], pb = p.pads[2], pr = p.pads[3];
-  int64_t ph = std::min(pt, pb), pw = std::min(pl, pr);
-  plan.offH = pt - ph;
-  plan.offW = pl - pw;
-  plan.Hp = g.H + (pt - ph) + (pb - ph);
-  plan.Wp = g.W + (pl - pw) + (pr - pw);
-  plan.padded = plan.Hp != g.H || plan.Wp != g.W;
-  if (plan.padded)
-    plan.padBytes = alignUp(static_cast<size_t>(g.N * g.C * plan.Hp * plan.Wp * dtypeSize(t)));
-  bool dimsFit = fitsInt({g.N, g.C, plan.Hp, plan.Wp, g.M, g.Cg, g.KH, g.KW, g.OH, g.OW}) &&
-                 fitsInt({ph, pw, p.strides[0], p.strides[1], p.dilations[0], p.dilations[1]}) &&
-                 fitsInt({g.G, g.N * g.C * plan.Hp * plan.Wp, g.N * g.M * g.OH * g.OW}) &&
-                 fitsInt({g.M * g.Cg * g.KH * g.KW});
-  if (!dimsFit)
-    return LWRT_REJECT("conv2d: a dimension or tensor is too large for cuDNN (2^31 elements)");
-  cudnnDataType_t dt = cudnnType(t);
-  auto i = [](int64_t v) { return static_cast<int>(v); };
-  LWRT_CUDNN(cudnnCreateTensorDescriptor(&plan.x));
-  LWRT_CUDNN(cudnnSetTensor4dDescriptor(plan.x, CUDNN_TENSOR_NCHW, dt, i(g.N), i(g.C), i(plan.Hp),
-                                        i(plan.Wp)));
-  LWRT_CUDNN(cudnnCreateTensorDescriptor(&plan.y));
-  LWRT_CUDNN(
-      cudnnSetTensor4dDescriptor(plan.y, CUDNN_TENSOR_NCHW, dt, i(g.N), i(g.M), i(g.OH), i(g.OW)));
-  LWRT_CUDNN(cudnnCreateFilterDescriptor(&plan.w));
-  LWRT_CUDNN(
-      cudnnSetFilter4dDescriptor(plan.w, dt, CUDNN_TENSOR_NCHW, i(g.M), i(g.Cg), i(g.KH), i(g.KW)));
-  LWRT_CUDNN(cudnnCreateConvolutionDescriptor(&plan.conv));
-  LWRT_CUDNN(cudnnSetConvolution2dDescriptor(plan.conv, i(ph), i(pw), i(p.strides[0]),
-                                             i(p.strides[1]), i(p.dilations[0]), i(p.dilations[1]),
-                                             CUDNN_CROSS_CORRELATION, cudnnComputeType(t)));
-  LWRT_CUDNN(cudnnSetConvolutionGroupCount(plan.conv, i(g.G)));
-  // FP32 without TF32 must stay on FMA kernels: cuDNN's default math lets
-  // Ampere and later use TF32 tensor cores.
-  cudnnMathType_t math = t == DType::F64       ? CUDNN_DEFAULT_MATH
-                         : tensorOpsAllowed(t) ? CUDNN_TENSOR_OP_MATH
-                                               : CUDNN_FMA_MATH;
-  plan.dtype = t;
-  LWRT_CUDNN(cudnnSetConvolutionMathType(plan.conv, math));
-  return true;
 }
 
 /// An algorithm result the plan may use: it ran, is deterministic (so that a
@@ -569,44 +461,6 @@ template <typename T> float epilogueMs(const ConvGeom& g, T* y, const T* b, bool
     cudaEventDestroy(stop);
   return ms;
 }
-
-} // namespace
-
-std::string convTuneKey(ConvDir dir, const ConvGeom& g, const Conv2dParams& p, DType t,
-                        int64_t align) {
-  const Context& c = context();
-  if (!c.autotuneCache)
-    return "";
-  const char* dirName = dir == ConvDir::Forward        ? "conv.fwd"
-                        : dir == ConvDir::BackwardData ? "conv.bwd-data"
-                                                       : "conv.bwd-filter";
-  auto join = [](std::initializer_list<int64_t> v, const char* sep) {
-    std::string out;
-    for (int64_t d : v)
-      out += (out.empty() ? "" : sep) + std::to_string(d);
-    return out;
-  };
-  return std::string(dirName) + " " + dtypeName(t) + (c.convTf32 ? " tf32" : "") + " x" +
-         join({g.N, g.C, g.H, g.W}, "x") + " w" + join({g.M, g.Cg, g.KH, g.KW}, "x") + " groups" +
-         std::to_string(g.G) + " stride" + join({p.strides[0], p.strides[1]}, "x") + " pads" +
-         join({p.pads[0], p.pads[1], p.pads[2], p.pads[3]}, ",") + " dilation" +
-         join({p.dilations[0], p.dilations[1]}, "x") + " align" + std::to_string(align);
-}
-
-std::string recordChoice(const std::string& key, const std::string& choice) {
-  std::string error;
-  std::string taken = autotuneCache().record(context().autotuneDevice, key, choice, &error);
-  if (!error.empty()) {
-    static std::once_flag warned;
-    std::call_once(warned, [&] {
-      std::fprintf(stderr, "warning: %s; the autotune choices of this run are not kept\n",
-                   error.c_str());
-    });
-  }
-  return taken;
-}
-
-namespace {
 
 /// The plan of a configuration, made at its first call on the real buffers
 /// (in, w and out as the direction reads and writes them; b the bias of a
