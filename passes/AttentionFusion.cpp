@@ -8,8 +8,11 @@
 //                                        on q and on k or k^T before the
 //                                        matmul (PyTorch's sqrt(scale) on each)
 //   s = add(s, m) | add(m, s)            an additive mask: a constant of 0
-//                                        and -inf below the diagonal only
-//                                        becomes causal = 1, others the mask
+//                                        and -inf below the diagonal only,
+//                                        or where(lower triangle, 0, -inf),
+//                                        each maybe expanded to the batch,
+//                                        becomes causal = 1, a mask of
+//                                        zeros none, others the mask
 //   s = where(cond, s, fill)             fill a scalar constant of -inf (or
 //                                        below -1e30): a constant lower
 //                                        triangle becomes causal = 1, others
@@ -26,6 +29,7 @@
 #include "ir/IR.h"
 #include "passes/Pass.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -69,27 +73,84 @@ std::vector<double> constantValues(Value* v) {
   return out;
 }
 
-/// Whether constant `v`, of shape [1..., T, T], marks exactly the keys
-/// j > i of each query i: `masked(x)` says whether a value masks.
+/// Whether constant `v`, of shape [..., T, T], marks exactly the keys
+/// j > i of each query i, in every leading slice: `masked(x)` says whether
+/// a value masks.
 template <typename Fn> bool isCausalConstant(Value* v, int64_t tq, int64_t tk, Fn masked) {
   const Shape& s = v->type().shape;
   if (s.size() < 2 || tq != tk || s[s.size() - 2] != tq || s.back() != tk)
     return false;
-  for (size_t a = 0; a + 2 < s.size(); ++a)
-    if (s[a] != 1)
-      return false;
   std::vector<double> x = constantValues(v);
   if (x.empty())
     return false;
-  for (int64_t i = 0; i < tq; ++i)
-    for (int64_t j = 0; j < tk; ++j)
-      if (masked(x[i * tk + j]) != (j > i))
-        return false;
+  for (size_t at = 0; at < x.size(); at += static_cast<size_t>(tq * tk))
+    for (int64_t i = 0; i < tq; ++i)
+      for (int64_t j = 0; j < tk; ++j)
+        if (masked(x[at + static_cast<size_t>(i * tk + j)]) != (j > i))
+          return false;
   return true;
 }
 
 /// A fill that masks a score: -inf, or a float's lowest (HF's finfo.min).
 bool isMaskingFill(double f) { return f <= -1e30; }
+
+/// `v`, or the operand of the expand that makes it when that expand keeps
+/// the last two dims (it only adds or broadcasts leading ones: the
+/// transformers exports' causal mask, one [1, 1, T, T] constant expanded to
+/// the batch).
+Value* throughExpand(Value* v) {
+  Op* d = v->definingOp();
+  if (!d || d->kind() != OpKind::Expand)
+    return v;
+  const Shape &in = d->operand(0)->type().shape, &out = v->type().shape;
+  if (in.size() < 2 || out.size() < 2 || in[in.size() - 1] != out[out.size() - 1] ||
+      in[in.size() - 2] != out[out.size() - 2])
+    return v;
+  return d->operand(0);
+}
+
+/// Whether the condition `cond` of a where(cond, scores, fill) keeps
+/// exactly the keys j <= i of each query i.
+bool isCausalCondition(Value* cond, int64_t tq, int64_t tk) {
+  return isCausalConstant(throughExpand(cond), tq, tk, [](double x) { return x == 0; });
+}
+
+/// Whether the additive mask `m` is zero everywhere: a constant of zeros,
+/// or one times a finite scalar constant (transformers' BERT without an
+/// attention mask: (1 - ones) * finfo.min, folded to zeros times the
+/// fill). Adding it changes no score (x + -0 is x): no mask.
+bool isZeroMask(Value* m) {
+  auto zeros = [](Value* v) {
+    std::vector<double> x = constantValues(v);
+    return !x.empty() && std::all_of(x.begin(), x.end(), [](double e) { return e == 0; });
+  };
+  if (zeros(m))
+    return true;
+  Op* d = m->definingOp();
+  if (!d || d->kind() != OpKind::Mul)
+    return false;
+  for (unsigned i = 0; i < 2; ++i) {
+    std::optional<double> c = scalarConstant(d->operand(1 - i));
+    if (c && std::isfinite(*c) && zeros(d->operand(i)) &&
+        d->operand(i)->type().shape == m->type().shape)
+      return true;
+  }
+  return false;
+}
+
+/// Whether the additive mask `m` is where(cond, 0, fill) of a causal
+/// condition and a masking fill (transformers' GPT-2 and Llama: the mask
+/// made once for every layer from a constant lower triangle). A masked
+/// score then adds the fill, its softmax weight is exactly 0, and so is
+/// every term it brings to the sums: causal = 1 computes the same.
+bool isCausalWhereMask(Value* m, int64_t tq, int64_t tk) {
+  Op* w = m->definingOp();
+  if (!w || w->kind() != OpKind::Where)
+    return false;
+  std::optional<double> zero = scalarConstant(w->operand(1)), fill = scalarConstant(w->operand(2));
+  return zero && *zero == 0 && fill && isMaskingFill(*fill) &&
+         isCausalCondition(w->operand(0), tq, tk);
+}
 
 /// Whether `perm` swaps the last two dims and keeps the others.
 bool swapsLastTwo(const Op& t) {
@@ -242,7 +303,7 @@ private:
         if (!f || !isMaskingFill(*f) || w->operand(1)->type().shape != s->type().shape)
           return llvm::Error::success();
         Value* cond = w->operand(0);
-        if (isCausalConstant(cond, tq, tk, [](double x) { return x == 0; }))
+        if (isCausalCondition(cond, tq, tk))
           causal = 1;
         else
           wheres.push_back({cond, *f});
@@ -256,9 +317,10 @@ private:
         if (si == 2)
           return llvm::Error::success();
         Value* m = a->operand(1 - si);
-        if (isCausalConstant(m, tq, tk, [](double x) { return isMaskingFill(x); }))
+        if (isCausalConstant(throughExpand(m), tq, tk, [](double x) { return isMaskingFill(x); }) ||
+            isCausalWhereMask(m, tq, tk))
           causal = 1;
-        else
+        else if (!isZeroMask(m)) // a mask of zeros: none
           masks.push_back(m);
         dead.push_back(a);
         s = a->operand(si);

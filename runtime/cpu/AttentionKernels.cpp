@@ -11,12 +11,21 @@
 // them to the row functions: the same terms, the same bits, about half
 // the work.
 //
+// The dot products of a row (q_i . k_j for every key, and dout_i . v_j in
+// the gradient) are summed for many keys at once: K (and V) of the batch
+// entry transposed to doubles once, each key's sum then runs over c in
+// order from 0 as attention_detail::score sums it, one key a lane of the
+// vector unit, not one dependent add after another. The same sums in the
+// same order: the same bits as the row functions (RuntimeAttentionKernelTest).
+//
 //===----------------------------------------------------------------------===//
 #include "Common.h"
 #include "Parallel.h"
 #include "lwrt/cpu_attention.h"
 #include "lwrt/kernel_checks.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace lwrt::cpu {
@@ -35,9 +44,65 @@ bool fits(const AttentionShape& s) {
 /// gradients the gradient keeps (two doubles each: 16 MiB a thread).
 constexpr int64_t kMaxPairs = int64_t(1) << 20;
 
+/// Rows of one batch entry transposed to doubles: t[c * rows + j] =
+/// x[j, c] of x [rows, width] (K or V of the entry).
+template <typename T>
+void transposeEntry(const T* x, int64_t rows, int64_t width, std::vector<double>& t) {
+  t.resize(static_cast<size_t>(rows * width));
+  for (int64_t j = 0; j < rows; ++j)
+    for (int64_t c = 0; c < width; ++c)
+      t[static_cast<size_t>(c * rows + j)] = static_cast<double>(x[j * width + c]);
+}
+
+/// out[c] = sum over r < n of w[r * wStride] * x[r * xStride + c], for
+/// c < width, in double, each sum from 0 over r in order (as the row
+/// functions' accumulators sum theirs), eight columns at a time held in
+/// registers across the rows, not stored and loaded again at each row.
+template <typename T>
+void weightedRowSum(const double* w, int64_t wStride, const T* x, int64_t xStride, int64_t n,
+                    int64_t width, double* out) {
+  constexpr int kCols = 8;
+  int64_t c0 = 0;
+  for (; c0 + kCols <= width; c0 += kCols) {
+    double a[kCols] = {};
+    for (int64_t r = 0; r < n; ++r) {
+      const double wr = w[r * wStride];
+      const T* xr = x + r * xStride + c0;
+      for (int u = 0; u < kCols; ++u)
+        a[u] += wr * static_cast<double>(xr[u]);
+    }
+    for (int u = 0; u < kCols; ++u)
+      out[c0 + u] = a[u];
+  }
+  for (int64_t c = c0; c < width; ++c) {
+    double a = 0;
+    for (int64_t r = 0; r < n; ++r)
+      a += w[r * wStride] * static_cast<double>(x[r * xStride + c]);
+    out[c] = a;
+  }
+}
+
+/// dots[j] = a . x_j for j < n, of `a` (width values) and x transposed
+/// (xt, `rows` a column): each sum from 0 over c in order, as
+/// attention_detail::score and attentionScoreGrad sum theirs (a the
+/// weights, the columns of xt the rows of weightedRowSum). `ad` holds
+/// `width` doubles of scratch.
+template <typename T>
+void rowDots(const T* a, const double* xt, int64_t width, int64_t rows, int64_t n, double* dots,
+             double* ad) {
+  for (int64_t c = 0; c < width; ++c)
+    ad[c] = static_cast<double>(a[c]);
+  weightedRowSum(ad, 1, xt, rows, width, n, dots);
+}
+
+/// The keys query row i sees: all, or those up to i when causal.
+int64_t keysSeen(const AttentionShape& s, const AttentionParams& p, int64_t i) {
+  return p.causal != 0 ? std::min(s.tk, i + 1) : s.tk;
+}
+
 /// Scratch of one batch entry's gradient.
 struct GradScratch {
-  std::vector<double> prob, dscore, acc;
+  std::vector<double> prob, dscore, acc, kt, vt, dots, dps, row;
 };
 
 /// attentionGradQueryRow and attentionGradKeyRow of every row of batch
@@ -50,19 +115,50 @@ void attentionGradEntry(const AttentionShape& s, const AttentionParams& p, const
   w.prob.resize(static_cast<size_t>(s.tq * s.tk));
   w.dscore.resize(static_cast<size_t>(s.tq * s.tk));
   w.acc.resize(static_cast<size_t>(s.d + s.dv));
+  w.dots.resize(static_cast<size_t>(s.tk));
+  w.dps.resize(static_cast<size_t>(s.tk));
+  w.row.resize(static_cast<size_t>(std::max(s.d, s.dv)));
+  transposeEntry(k + b * s.tk * s.d, s.tk, s.d, w.kt);
+  transposeEntry(v + b * s.tk * s.dv, s.tk, s.dv, w.vt);
+  const int64_t mb = mask ? s.maskBase(b) : 0;
   for (int64_t i = 0; i < s.tq; ++i) {
+    // attentionScoreGrad of each key the row sees, its two sums for all
+    // keys at once.
     const double delta = attentionRowDelta(s, dout, out, b, i);
-    for (int64_t j = 0; j < s.tk; ++j)
-      if (!s.masked(i, j, p.causal))
-        attentionScoreGrad(s, p, dout, q, k, v, lse, mask, b, i, j, delta, w.prob[i * s.tk + j],
-                           w.dscore[i * s.tk + j]);
+    const int64_t n = keysSeen(s, p, i);
+    rowDots(q + (b * s.tq + i) * s.d, w.kt.data(), s.d, s.tk, n, w.dots.data(), w.row.data());
+    rowDots(dout + (b * s.tq + i) * s.dv, w.vt.data(), s.dv, s.tk, n, w.dps.data(), w.row.data());
+    const double l = static_cast<double>(lse[b * s.tq + i]);
+    for (int64_t j = 0; j < n; ++j)
+      attentionScoreGradOf(attention_detail::scoreOfDot(s, p.scale, w.dots[j], mask, mb, i, j),
+                           w.dps[j], l, delta, w.prob[i * s.tk + j], w.dscore[i * s.tk + j]);
   }
-  for (int64_t i = 0; i < s.tq; ++i)
-    attentionGradQueryRow(s, p, dout, q, k, v, out, lse, mask, dq, b, i, w.acc.data(),
-                          w.dscore.data() + i * s.tk);
-  for (int64_t j = 0; j < s.tk; ++j)
-    attentionGradKeyRow(s, p, dout, q, k, v, out, lse, mask, dk, dv, b, j, w.acc.data(),
-                        w.prob.data(), w.dscore.data(), s.tk);
+  // attentionGradQueryRow and attentionGradKeyRow of every row, from the
+  // weights and score gradients above: the same sums (each over the keys,
+  // or the queries, the row sees, in order), tiled.
+  const T* qb = q + b * s.tq * s.d;
+  const T* gb = dout + b * s.tq * s.dv;
+  for (int64_t i = 0; i < s.tq; ++i) {
+    weightedRowSum(w.dscore.data() + i * s.tk, 1, k + b * s.tk * s.d, s.d, keysSeen(s, p, i), s.d,
+                   w.acc.data());
+    T* dqi = dq + (b * s.tq + i) * s.d;
+    for (int64_t c = 0; c < s.d; ++c)
+      dqi[c] = static_cast<T>(p.scale * w.acc[c]);
+  }
+  for (int64_t j = 0; j < s.tk; ++j) {
+    // The queries that see key j: all, or those from j on when causal.
+    const int64_t i0 = p.causal != 0 ? std::min(j, s.tq) : 0, n = s.tq - i0;
+    double* ak = w.acc.data();
+    double* av = w.acc.data() + s.d;
+    weightedRowSum(w.dscore.data() + i0 * s.tk + j, s.tk, qb + i0 * s.d, s.d, n, s.d, ak);
+    weightedRowSum(w.prob.data() + i0 * s.tk + j, s.tk, gb + i0 * s.dv, s.dv, n, s.dv, av);
+    T* dkj = dk + (b * s.tk + j) * s.d;
+    T* dvj = dv + (b * s.tk + j) * s.dv;
+    for (int64_t c = 0; c < s.d; ++c)
+      dkj[c] = static_cast<T>(p.scale * ak[c]);
+    for (int64_t c = 0; c < s.dv; ++c)
+      dvj[c] = static_cast<T>(av[c]);
+  }
 }
 
 } // namespace
@@ -76,11 +172,42 @@ bool attention(const TensorView& q, const TensorView& k, const TensorView& v,
   return dispatchFloat(q.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* m = mask ? mask->as<const T>() : nullptr;
-    detail::parallelFor(s.batch * s.tq, kGrain, [&](int64_t first, int64_t last) {
-      std::vector<double> acc(static_cast<size_t>(s.dv)), sc(static_cast<size_t>(s.tk));
-      for (int64_t r = first; r < last; ++r)
-        attentionRow(s, p, q.as<const T>(), k.as<const T>(), v.as<const T>(), m, out.as<T>(),
-                     lse.as<T>(), r / s.tq, r % s.tq, acc.data(), sc.data());
+    const T *qq = q.as<const T>(), *kk = k.as<const T>(), *vv = v.as<const T>();
+    T *o = out.as<T>(), *ls = lse.as<T>();
+    // Whole batch entries a task where there are enough of them (each
+    // transposes its K once), else a few rows.
+    const int64_t grain = s.batch >= detail::poolThreads() ? s.tq : kGrain;
+    detail::parallelFor(s.batch * s.tq, grain, [&](int64_t first, int64_t last) {
+      std::vector<double> acc(static_cast<size_t>(s.dv)), sc(static_cast<size_t>(s.tk)), kt,
+          row(static_cast<size_t>(s.d));
+      int64_t transposed = -1; // the batch entry kt holds
+      for (int64_t r = first; r < last; ++r) {
+        const int64_t b = r / s.tq, i = r % s.tq;
+        if (b != transposed) {
+          transposeEntry(kk + b * s.tk * s.d, s.tk, s.d, kt);
+          transposed = b;
+        }
+        const int64_t n = keysSeen(s, p, i), mb = m ? s.maskBase(b) : 0;
+        rowDots(qq + (b * s.tq + i) * s.d, kt.data(), s.d, s.tk, n, sc.data(), row.data());
+        // attentionRow of the row from its scores: the maximum, the
+        // weights e_j and their sum l in order, then out = sum_j e_j v_j / l
+        // (weightedRowSum: each column's sum over j in order).
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          sc[j] = attention_detail::scoreOfDot(s, p.scale, sc[j], m, mb, i, j);
+          mx = sc[j] > mx ? sc[j] : mx;
+        }
+        double l = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          sc[j] = exp(sc[j] - mx);
+          l += sc[j];
+        }
+        weightedRowSum(sc.data(), 1, vv + b * s.tk * s.dv, s.dv, n, s.dv, acc.data());
+        T* oi = o + (b * s.tq + i) * s.dv;
+        for (int64_t c = 0; c < s.dv; ++c)
+          oi[c] = static_cast<T>(acc[c] / l);
+        ls[b * s.tq + i] = static_cast<T>(mx + log(l));
+      }
     });
     return true;
   });

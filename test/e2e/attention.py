@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Attention as one op (passes/AttentionFusion.cpp) on small generated models.
 
-Two models as exporters write attention:
+Three models as exporters write attention:
   causal_lm     test/e2e/lm_patterns.py's: one head, Where(mask, scores, -inf)
                 with a mask from positions and the ids (its scale and fill
                 as Constant nodes: initializers are trained params, whose
@@ -9,6 +9,9 @@ Two models as exporters write attention:
   bert_padding  two heads [B, H, T, Dh] after Reshape/Transpose, scores
                 divided by sqrt(Dh), plus a padding mask (1 - keep) * -1e9 of
                 shape [B, 1, 1, T] computed from the ids at run time.
+  gpt2_causal   bert_padding's heads with transformers' causal mask instead:
+                Where(Expand(constant lower triangle), 0, finfo.min), which
+                the pass makes causal = 1 (no mask operand).
 
 For each: the compiled training step (--emit=train-ir) uses attention and
 attention_grad, and with --no-attention-fusion neither; the interpreter's
@@ -105,7 +108,30 @@ def bert_padding():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-MODELS = {"causal_lm": causal_lm, "bert_padding": bert_padding}
+def gpt2_causal():
+    """transformers' GPT-2 and Llama exports: the causal mask made once as
+    Where(Expand(lower triangle), 0, finfo.min) of shape [B, 1, T, T] and
+    added to the heads' scaled scores; the pass makes it causal = 1."""
+    model = bert_padding()
+    g = model.graph
+    keep = [nd for nd in g.node if nd.output[0] not in
+            ("is_pad", "keep", "keepf", "dropf", "pad_add", "mask")]
+    tri = np.tril(np.ones((T, T), bool)).reshape(1, 1, T, T)
+    mask_nodes = [
+        helper.make_node("Constant", [], ["tri"], value=numpy_helper.from_array(tri, "tri")),
+        helper.make_node("Expand", ["tri", "mask_shape"], ["cond"]),
+        constant("zero_f", 0.0),
+        constant("lowest", float(np.finfo(np.float32).min)),
+        helper.make_node("Where", ["cond", "zero_f", "lowest"], ["mask"]),
+    ]
+    del g.node[:]
+    g.node.extend(mask_nodes + keep)
+    g.initializer.append(lm_patterns.ints("mask_shape", [B, 1, T, T]))
+    g.name = "gpt2_causal"
+    return model
+
+
+MODELS = {"causal_lm": causal_lm, "bert_padding": bert_padding, "gpt2_causal": gpt2_causal}
 FLAGS = ["--ignore-index=-100"]
 
 
@@ -131,6 +157,11 @@ def ir_case(name, tmp):
             "the training step does not use attention and attention_grad"
         assert "attention" not in plain, "--no-attention-fusion still uses attention"
         assert "softmax(" not in fused, "a softmax is left beside the attention op"
+        if name == "gpt2_causal":
+            assert "causal = 1" in fused and " where(" not in fused, \
+                "the expanded causal mask is not causal = 1"
+            return "attention (causal = 1, no mask) and attention_grad in the step; none with " \
+                   "--no-attention-fusion"
         return "attention and attention_grad in the step; none with --no-attention-fusion"
     harness.case(check, f"{name}: the compiled step uses the attention op")
 

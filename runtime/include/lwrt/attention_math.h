@@ -1,7 +1,8 @@
 // lwrt/attention_math.h - the formulas of scaled dot-product attention
 // defines: AttentionParams, kAttentionMaxLead, kAttentionMaxWidth,
 //   AttentionShape, makeAttentionShape, attentionRow, attentionRowDelta,
-//   attentionScoreGrad, attentionGradQueryRow, attentionGradKeyRow
+//   attentionScoreGradOf, attentionScoreGrad, attentionGradQueryRow,
+//   attentionGradKeyRow
 //
 // The attention op (ir/AttentionOps.cpp): softmax(scale * q k^T + mask,
 // with keys after the query masked when causal) v, one query row at a
@@ -111,6 +112,17 @@ inline bool makeAttentionShape(int rank, const int64_t* q, const int64_t* k, con
 
 namespace attention_detail {
 
+/// The score of q_i . k_j = `dot` (summed from 0 over c = 0.. in order, in
+/// double): scale * dot + mask_ij.
+template <typename M>
+LWRT_HOST_DEVICE double scoreOfDot(const AttentionShape& s, double scale, double dot, const M* mask,
+                                   int64_t maskBase, int64_t i, int64_t j) {
+  double sc = scale * dot;
+  if (mask)
+    sc += static_cast<double>(mask[maskBase + i * s.maskRow + j * s.maskCol]);
+  return sc;
+}
+
 /// scale * q_i . k_j + mask_ij, of batch entry b (pointers at its rows).
 template <typename Q, typename M>
 LWRT_HOST_DEVICE double score(const AttentionShape& s, double scale, const Q* qi, const Q* kj,
@@ -118,10 +130,7 @@ LWRT_HOST_DEVICE double score(const AttentionShape& s, double scale, const Q* qi
   double dot = 0;
   for (int64_t c = 0; c < s.d; ++c)
     dot += static_cast<double>(qi[c]) * static_cast<double>(kj[c]);
-  double sc = scale * dot;
-  if (mask)
-    sc += static_cast<double>(mask[maskBase + i * s.maskRow + j * s.maskCol]);
-  return sc;
+  return scoreOfDot(s, scale, dot, mask, maskBase, i, j);
 }
 
 } // namespace attention_detail
@@ -178,6 +187,14 @@ LWRT_HOST_DEVICE double attentionRowDelta(const AttentionShape& s, const T* dout
   return delta;
 }
 
+/// attentionScoreGrad from the score S_ij, dp = dout_i . v_j (summed from
+/// 0 over c = 0.. in order, in double), lse_i and delta_i.
+inline LWRT_HOST_DEVICE void attentionScoreGradOf(double score, double dp, double lse, double delta,
+                                                  double& prob, double& dscore) {
+  prob = exp(score - lse);
+  dscore = prob * (dp - delta);
+}
+
 /// The softmax's weight P_ij and the gradient of the score, dS_ij =
 /// P_ij (dout_i . v_j - delta_i), delta_i = attentionRowDelta(b, i).
 template <typename T, typename L>
@@ -191,11 +208,11 @@ LWRT_HOST_DEVICE void attentionScoreGrad(const AttentionShape& s, const Attentio
   const T* vj = v + (b * s.tk + j) * s.dv;
   const T* di = dout + (b * s.tq + i) * s.dv;
   int64_t mb = mask ? s.maskBase(b) : 0;
-  prob = exp(score(s, p.scale, qi, kj, mask, mb, i, j) - static_cast<double>(lse[b * s.tq + i]));
   double dp = 0;
   for (int64_t c = 0; c < s.dv; ++c)
     dp += static_cast<double>(di[c]) * static_cast<double>(vj[c]);
-  dscore = prob * (dp - delta);
+  attentionScoreGradOf(score(s, p.scale, qi, kj, mask, mb, i, j), dp,
+                       static_cast<double>(lse[b * s.tq + i]), delta, prob, dscore);
 }
 
 /// dq[b, i, :] = scale * sum_j dS_ij k_j. `acc` holds d doubles. `dscores`,
