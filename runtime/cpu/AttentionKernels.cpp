@@ -141,9 +141,7 @@ void attentionGradEntry(const AttentionShape& s, const AttentionParams& p, const
   for (int64_t i = 0; i < s.tq; ++i) {
     weightedRowSum(w.dscore.data() + i * s.tk, 1, k + b * s.tk * s.d, s.d, keysSeen(s, p, i), s.d,
                    w.acc.data());
-    T* dqi = dq + (b * s.tq + i) * s.d;
-    for (int64_t c = 0; c < s.d; ++c)
-      dqi[c] = static_cast<T>(p.scale * w.acc[c]);
+    attentionStoreQueryRow(s, p, dq, b, i, w.acc.data());
   }
   for (int64_t j = 0; j < s.tk; ++j) {
     // The queries that see key j: all, or those from j on when causal.
@@ -152,12 +150,7 @@ void attentionGradEntry(const AttentionShape& s, const AttentionParams& p, const
     double* av = w.acc.data() + s.d;
     weightedRowSum(w.dscore.data() + i0 * s.tk + j, s.tk, qb + i0 * s.d, s.d, n, s.d, ak);
     weightedRowSum(w.prob.data() + i0 * s.tk + j, s.tk, gb + i0 * s.dv, s.dv, n, s.dv, av);
-    T* dkj = dk + (b * s.tk + j) * s.d;
-    T* dvj = dv + (b * s.tk + j) * s.dv;
-    for (int64_t c = 0; c < s.d; ++c)
-      dkj[c] = static_cast<T>(p.scale * ak[c]);
-    for (int64_t c = 0; c < s.dv; ++c)
-      dvj[c] = static_cast<T>(av[c]);
+    attentionStoreKeyRow(s, p, dk, dv, b, j, ak, av);
   }
 }
 
@@ -203,10 +196,7 @@ bool attention(const TensorView& q, const TensorView& k, const TensorView& v,
           l += sc[j];
         }
         weightedRowSum(sc.data(), 1, vv + b * s.tk * s.dv, s.dv, n, s.dv, acc.data());
-        T* oi = o + (b * s.tq + i) * s.dv;
-        for (int64_t c = 0; c < s.dv; ++c)
-          oi[c] = static_cast<T>(acc[c] / l);
-        ls[b * s.tq + i] = static_cast<T>(mx + log(l));
+        attentionStoreRow(s, o, ls, b, i, acc.data(), mx, l);
       }
     });
     return true;

@@ -1,6 +1,7 @@
 // lwrt/attention_math.h - the formulas of scaled dot-product attention
 // defines: AttentionParams, kAttentionMaxLead, kAttentionMaxWidth,
 //   AttentionShape, makeAttentionShape, attentionRow, attentionRowDelta,
+//   attentionStoreRow, attentionStoreQueryRow, attentionStoreKeyRow,
 //   attentionScoreGradOf, attentionScoreGrad, attentionGradQueryRow,
 //   attentionGradKeyRow
 //
@@ -135,6 +136,39 @@ LWRT_HOST_DEVICE double score(const AttentionShape& s, double scale, const Q* qi
 
 } // namespace attention_detail
 
+/// Writes query row i's out = acc / l and lse = m + log(l) (the row's
+/// weighted sum of values, its weights' sum and their maximum score).
+template <typename T, typename L>
+LWRT_HOST_DEVICE void attentionStoreRow(const AttentionShape& s, T* out, L* lse, int64_t b,
+                                        int64_t i, const double* acc, double m, double l) {
+  T* oi = out + (b * s.tq + i) * s.dv;
+  for (int64_t c = 0; c < s.dv; ++c)
+    oi[c] = static_cast<T>(acc[c] / l);
+  lse[b * s.tq + i] = static_cast<L>(m + log(l));
+}
+
+/// Writes query row i's dq = scale * acc.
+template <typename T>
+LWRT_HOST_DEVICE void attentionStoreQueryRow(const AttentionShape& s, const AttentionParams& p,
+                                             T* dq, int64_t b, int64_t i, const double* acc) {
+  T* dqi = dq + (b * s.tq + i) * s.d;
+  for (int64_t c = 0; c < s.d; ++c)
+    dqi[c] = static_cast<T>(p.scale * acc[c]);
+}
+
+/// Writes key row j's dk = scale * ak and dv = av.
+template <typename T>
+LWRT_HOST_DEVICE void attentionStoreKeyRow(const AttentionShape& s, const AttentionParams& p, T* dk,
+                                           T* dv, int64_t b, int64_t j, const double* ak,
+                                           const double* av) {
+  T* dkj = dk + (b * s.tk + j) * s.d;
+  T* dvj = dv + (b * s.tk + j) * s.dv;
+  for (int64_t c = 0; c < s.d; ++c)
+    dkj[c] = static_cast<T>(p.scale * ak[c]);
+  for (int64_t c = 0; c < s.dv; ++c)
+    dvj[c] = static_cast<T>(av[c]);
+}
+
 /// Query row i of batch entry b: out[b, i, :] and lse[b, i] (the log of
 /// the softmax's denominator, max included). `acc` holds dv doubles.
 /// T: the element type, L: lse's; a fully masked row gives NaN, as
@@ -168,10 +202,7 @@ LWRT_HOST_DEVICE void attentionRow(const AttentionShape& s, const AttentionParam
     for (int64_t c = 0; c < s.dv; ++c)
       acc[c] += e * static_cast<double>(vb[j * s.dv + c]);
   }
-  T* oi = out + (b * s.tq + i) * s.dv;
-  for (int64_t c = 0; c < s.dv; ++c)
-    oi[c] = static_cast<T>(acc[c] / l);
-  lse[b * s.tq + i] = static_cast<L>(m + log(l));
+  attentionStoreRow(s, out, lse, b, i, acc, m, l);
 }
 
 /// dout_i . out_i of query row i of batch entry b: the term every score
@@ -238,9 +269,7 @@ attentionGradQueryRow(const AttentionShape& s, const AttentionParams& p, const T
     for (int64_t c = 0; c < s.d; ++c)
       acc[c] += ds * static_cast<double>(kj[c]);
   }
-  T* dqi = dq + (b * s.tq + i) * s.d;
-  for (int64_t c = 0; c < s.d; ++c)
-    dqi[c] = static_cast<T>(p.scale * acc[c]);
+  attentionStoreQueryRow(s, p, dq, b, i, acc);
 }
 
 /// dk[b, j, :] = scale * sum_i dS_ij q_i and dv[b, j, :] = sum_i P_ij
@@ -277,12 +306,7 @@ attentionGradKeyRow(const AttentionShape& s, const AttentionParams& p, const T* 
     for (int64_t c = 0; c < s.dv; ++c)
       av[c] += prob * static_cast<double>(di[c]);
   }
-  T* dkj = dk + (b * s.tk + j) * s.d;
-  T* dvj = dv + (b * s.tk + j) * s.dv;
-  for (int64_t c = 0; c < s.d; ++c)
-    dkj[c] = static_cast<T>(p.scale * ak[c]);
-  for (int64_t c = 0; c < s.dv; ++c)
-    dvj[c] = static_cast<T>(av[c]);
+  attentionStoreKeyRow(s, p, dk, dv, b, j, ak, av);
 }
 
 } // namespace lwrt
