@@ -30,8 +30,9 @@ int writeAll(int fd, const unsigned char* p, size_t size) {
 }
 
 std::string writeFileAtomically(const std::string& path, const std::string& what,
-                                const std::function<int(int fd)>& write) {
-  const std::string tmp = path + ".tmp";
+                                const std::function<int(int fd)>& write,
+                                const std::string& tmpSuffix) {
+  const std::string tmp = path + tmpSuffix;
   auto fail = [&](const std::string& why) { return path + ": cannot write " + what + ": " + why; };
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)

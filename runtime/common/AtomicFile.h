@@ -15,10 +15,12 @@ std::string errnoText(int err);
 /// Writes all of [p, p+size) to `fd`; 0 or an errno.
 int writeAll(int fd, const unsigned char* p, size_t size);
 
-/// Writes `path` atomically: `write` fills a new file beside it (PATH.tmp)
+/// Writes `path` atomically: `write` fills a new file beside it (PATH.tmp,
+/// or PATH + tmpSuffix where several processes may write `path` at once)
 /// and returns 0 or an errno; the file is synced, renamed over `path`, and
 /// the rename synced. "" when written, else "PATH: cannot write WHAT: why".
 std::string writeFileAtomically(const std::string& path, const std::string& what,
-                                const std::function<int(int fd)>& write);
+                                const std::function<int(int fd)>& write,
+                                const std::string& tmpSuffix = ".tmp");
 
 } // namespace lwrt

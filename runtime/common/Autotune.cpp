@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unistd.h>
 
 namespace lwrt {
 
@@ -143,9 +144,14 @@ std::string AutotuneCache::record(const std::string& device, const std::string& 
   if (!parent.empty())
     std::filesystem::create_directories(parent, ec);
   std::string text = kHeader + format(now);
-  std::string failed = writeFileAtomically(path_, "the autotune cache", [&](int fd) {
-    return writeAll(fd, reinterpret_cast<const unsigned char*>(text.data()), text.size());
-  });
+  // A temporary file of this process's own: the ranks of an mpirun on one
+  // machine may write the cache at once, each renaming a whole file.
+  std::string failed = writeFileAtomically(
+      path_, "the autotune cache",
+      [&](int fd) {
+        return writeAll(fd, reinterpret_cast<const unsigned char*>(text.data()), text.size());
+      },
+      ".tmp." + std::to_string(::getpid()));
   if (!failed.empty() && error)
     *error = failed;
   return choice;

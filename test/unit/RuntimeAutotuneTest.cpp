@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <iterator>
 #include <string>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 namespace {
 
@@ -98,6 +100,51 @@ TEST_F(RuntimeAutotune, ACheckpointsChoicesComeFirst) {
   EXPECT_NE(slurp(file).find("GPU A\tx\tgraph engine=2\n"), std::string::npos);
   EXPECT_FALSE(c.pin("GPU A x graph\n", "ckpt-3.lwckpt", &err));
   EXPECT_NE(err.find("ckpt-3.lwckpt:1:"), std::string::npos) << err;
+}
+
+// The ranks of an mpirun on one machine write one cache at once: each
+// replaces the file whole (a temporary file of its own), so it always reads
+// back, whoever wrote last.
+TEST_F(RuntimeAutotune, ProcessesWritingAtOnceLeaveAWholeFile) {
+  const std::string file = (dir_ / "autotune.tsv").string();
+  fs::create_directories(dir_);
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < 2; ++rank) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      lwrt::AutotuneCache c;
+      std::string err;
+      bool ok = c.open(file, &err);
+      for (int k = 0; ok && k < 40; ++k) {
+        c.record("GPU " + std::to_string(rank), "conv " + std::to_string(k),
+                 "legacy algo=" + std::to_string(k % 7) + " math=0", &err);
+        ok = err.empty();
+      }
+      ::_exit(ok ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  lwrt::AutotuneCache c;
+  std::string err;
+  ASSERT_TRUE(c.open(file, &err)) << err;
+  // The last writer's own choices are all there.
+  int whole = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    int found = 0;
+    for (int k = 0; k < 40; ++k)
+      found += c.find("GPU " + std::to_string(rank), "conv " + std::to_string(k)).has_value();
+    whole += found == 40;
+  }
+  EXPECT_GE(whole, 1);
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos)
+        << "a temporary file is left: " << e.path();
 }
 
 TEST_F(RuntimeAutotune, AMalformedLineIsNamed) {

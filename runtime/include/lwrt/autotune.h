@@ -24,8 +24,8 @@
 // run it continues computed even where the file has changed or is gone.
 //
 // Writing (record) reads the file again (other processes may have added
-// choices), sets the new choice and replaces the file atomically (PATH.tmp
-// renamed over it): where two processes time the same configuration at
+// choices), sets the new choice and replaces the file atomically (a
+// temporary file of the process's own, PATH.tmp.PID, renamed over it): where two processes time the same configuration at
 // once, the choice written last stays, and every run after them takes it. The cache is shared by
 // every device thread of the process; all members are thread-safe.
 #pragma once
