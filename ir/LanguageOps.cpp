@@ -227,8 +227,9 @@ std::optional<SplitPlan> gatherElements(const Op& op, int64_t dim) {
 }
 
 /// By sample, with the class weights whole: per target (reduction none),
-/// or partial sums (sum). A mean divides by the whole batch's weight, which
-/// no shard knows.
+/// partial sums (sum), or partial means (mean, without class weights). The
+/// gradient of a mean stays whole (materialize splits the forward, and
+/// autodiff differentiates its pieces).
 std::optional<SplitPlan> nllLoss(const Op& op, int64_t dim) {
   if (dim != 0)
     return std::nullopt;
@@ -239,6 +240,15 @@ std::optional<SplitPlan> nllLoss(const Op& op, int64_t dim) {
     operands.push_back(-1);
   if (r == "none")
     return SplitPlan{operands, {0}, SplitPlan::Partial::None, {}};
+  // The mean over the targets: by share of the samples, or of the targets
+  // that count where some are ignored (passes/Materialize.cpp counts them);
+  // with class weights the whole batch's weight total is not split here.
+  if (r == "mean" && forward && op.numOperands() == 2)
+    return SplitPlan{operands,
+                     {-1},
+                     op.hasAttr("ignore_index") ? SplitPlan::Partial::LabelMean
+                                                : SplitPlan::Partial::Mean,
+                     {}};
   if (r != "sum")
     return std::nullopt;
   if (forward)

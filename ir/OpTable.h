@@ -56,14 +56,25 @@ struct SplitPlan {
   std::vector<int64_t> resultDims;
   /// Whole results that each device holds only a part of: summed across
   /// devices (Sum), or a mean over the device's shard that the devices'
-  /// shares of the split dim weigh (Mean).
-  enum class Partial { None, Sum, Mean } partial = Partial::None;
+  /// shares of the split dim weigh (Mean), or a loss's mean over the labels
+  /// that count (an ignore index): each shard weighed by its count of them,
+  /// which only the labels tell (LabelMean; passes/Materialize.cpp counts
+  /// them on each device and all-reduces the counts).
+  enum class Partial { None, Sum, Mean, LabelMean } partial = Partial::None;
   /// Sliding-window ops split along height or width (convolution, pooling):
   /// the entries [first, last) of operand #0 along the split dim that the
   /// result's entries [begin, end) read, the halo included. Unset: the
   /// same entries as the result.
   std::function<std::pair<int64_t, int64_t>(int64_t begin, int64_t end)> window;
+  /// Each device's share of the split dim is a multiple of this many
+  /// entries: the rows of a reshape that merges each operand row into
+  /// `granule` of its own ([B, T, D] to [B * T, D]) split along whole rows
+  /// of the operand. A split into k shares needs size / granule >= k
+  /// (splitUnits).
+  int64_t granule = 1;
 };
+/// Into how many shares `plan` may split a dim of `size` entries.
+inline int64_t splitUnits(const SplitPlan& plan, int64_t size) { return size / plan.granule; }
 /// The plan for splitting result #0 along `dim`, or nullopt when the op
 /// cannot compute shards that way.
 using ParallelRule = std::optional<SplitPlan> (*)(const Op&, int64_t dim);

@@ -221,12 +221,35 @@ std::optional<SplitPlan> gemm(const Op& op, int64_t dim) {
 }
 
 std::optional<SplitPlan> reshapeLeading(const Op& op, int64_t dim) {
-  if (dim != 0 || op.operand(0)->type().rank() == 0 || op.result()->type().rank() == 0 ||
-      shapeOf(op.operand(0))[0] != shapeOf(op.result())[0])
+  if (dim != 0 || op.operand(0)->type().rank() == 0 || op.result()->type().rank() == 0)
     return std::nullopt;
   if (op.kind() == OpKind::Flatten && op.getInt("axis") < 1)
     return std::nullopt;
-  return plan({0}, {0});
+  const int64_t a = shapeOf(op.operand(0))[0], r = shapeOf(op.result())[0];
+  if (a == r)
+    return plan({0}, {0});
+  if (a < 1 || r < 1)
+    return std::nullopt;
+  // Row-major, result row i holds the flat elements [i * R, (i + 1) * R)
+  // (R = numel / r). Where the reshape merges each operand row into f rows
+  // of the result ([B, T, D] to [B * T, D]: f = T), result rows [b, e) are
+  // operand rows [b / f, e / f) when b and e are multiples of f (the
+  // granule); where it splits each operand row into f ([B * T, D] to
+  // [B, T, D]), result rows [b, e) are operand rows [b * f, e * f).
+  if (r % a == 0) {
+    const int64_t f = r / a;
+    SplitPlan p = plan({0}, {0});
+    p.granule = f;
+    p.window = [f](int64_t begin, int64_t end) { return std::make_pair(begin / f, end / f); };
+    return p;
+  }
+  if (a % r == 0) {
+    const int64_t f = a / r;
+    SplitPlan p = plan({0}, {0});
+    p.window = [f](int64_t begin, int64_t end) { return std::make_pair(begin * f, end * f); };
+    return p;
+  }
+  return std::nullopt;
 }
 
 std::optional<SplitPlan> concat(const Op& op, int64_t dim) {
@@ -264,13 +287,14 @@ std::optional<SplitPlan> batchNormTrain(const Op&, int64_t dim) {
 
 std::optional<SplitPlan> loss(const Op& op, int64_t dim) {
   // softmax_xent: logits [N,...,K] and labels [N,...] by sample; mse_loss:
-  // pred and target alike. The mean over the shard is weighted by its share,
-  // which ignored labels make unknown to the shard: softmax_xent with an
-  // ignore_index stays whole.
+  // pred and target alike. The mean over the shard is weighted by its share
+  // of the samples or, with an ignore_index, of the labels that count.
   if (!validDim(op.operand(0), dim))
     return std::nullopt;
-  if (op.kind() == OpKind::SoftmaxXent && (dim != 0 || op.hasAttr("ignore_index")))
+  if (op.kind() == OpKind::SoftmaxXent && dim != 0)
     return std::nullopt;
+  if (op.kind() == OpKind::SoftmaxXent && op.hasAttr("ignore_index"))
+    return plan({0, 0}, {-1}, SplitPlan::Partial::LabelMean);
   return plan({dim, dim}, {-1}, SplitPlan::Partial::Mean);
 }
 

@@ -2,6 +2,7 @@
 #include "ir/Params.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
+#include "passes/ShardLayout.h"
 #include "passes/TrainingSupport.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -14,73 +15,10 @@ namespace lwcc {
 
 namespace {
 
-/// How a logical value is spread over devices: piece i lives on devices[i].
-/// Split: piece i holds sizes[i] entries of `dim` from offsets[i]. Whole:
-/// every piece is the whole value. Partial: every piece has the whole
-/// value's shape and the value is their sum.
-struct Layout {
-  std::vector<int64_t> devices;
-  int64_t dim = -1;
-  std::vector<int64_t> offsets, sizes;
-  bool partial = false;
-
-  bool isSplit() const { return dim >= 0; }
-  bool isWhole() const { return dim < 0 && !partial; }
-  std::string key() const {
-    // Appended piece by piece: GCC 12's -O3 misreads `"s" + std::string`
-    // (a -Wrestrict false positive).
-    std::string k(1, partial ? 'p' : isSplit() ? 's' : 'w');
-    if (isSplit())
-      k += std::to_string(dim);
-    for (size_t i = 0; i < devices.size(); ++i) {
-      k += ':';
-      k += std::to_string(devices[i]);
-      if (isSplit()) {
-        k += '@';
-        k += std::to_string(offsets[i]);
-        k += '+';
-        k += std::to_string(sizes[i]);
-      }
-    }
-    return k;
-  }
-};
-
-Layout wholeOn(std::vector<int64_t> devices) {
-  Layout l;
-  l.devices = std::move(devices);
-  return l;
-}
-
-/// `total` entries of `dim` split as evenly as possible, the first devices
-/// taking one more when the split is uneven.
-/// `sizes` entries of `dim` per device, in order.
-Layout splitSized(int64_t dim, std::vector<int64_t> devices, const std::vector<int64_t>& sizes) {
-  Layout l;
-  l.dim = dim;
-  int64_t off = 0;
-  for (int64_t size : sizes) {
-    l.offsets.push_back(off);
-    l.sizes.push_back(size);
-    off += size;
-  }
-  l.devices = std::move(devices);
-  return l;
-}
-
-Layout splitEven(int64_t dim, std::vector<int64_t> devices, int64_t total) {
-  Layout l;
-  l.dim = dim;
-  int64_t p = static_cast<int64_t>(devices.size()), off = 0;
-  for (int64_t i = 0; i < p; ++i) {
-    int64_t size = total / p + (i < total % p ? 1 : 0);
-    l.offsets.push_back(off);
-    l.sizes.push_back(size);
-    off += size;
-  }
-  l.devices = std::move(devices);
-  return l;
-}
+using shard::Layout;
+using shard::splitEven;
+using shard::splitSized;
+using shard::wholeOn;
 
 class Materializer {
 public:
@@ -475,10 +413,25 @@ private:
       const std::vector<int64_t>& sizes = op.annotations().par->sizes;
       if (!sizes.empty() && sizes.size() != devices.size())
         return op.emitError("materialize: @par sizes do not match its devices");
-      split = sizes.empty() ? splitEven(*dim, devices, sv->type().shape[*dim])
+      const int64_t g = plan->granule;
+      if ((g > 1 &&
+           splitUnits(*plan, sv->type().shape[*dim]) < static_cast<int64_t>(devices.size())) ||
+          std::any_of(sizes.begin(), sizes.end(), [g](int64_t s) { return s % g != 0; }))
+        return op.emitError(llvm::formatv("materialize: dim {0} splits in whole shares of {1} "
+                                          "entries, too few for {2} devices or not the @par sizes",
+                                          *dim, g, devices.size()));
+      split = sizes.empty() ? splitEven(*dim, devices, sv->type().shape[*dim] / g)
                             : splitSized(*dim, devices, sizes);
+      for (size_t i = 0; sizes.empty() && i < devices.size(); ++i) {
+        split.offsets[i] *= g;
+        split.sizes[i] *= g;
+      }
+      if (sizes.empty() && g == 1 && !plan->window)
+        followShares(op, *plan, split);
       if (op.kind() == OpKind::BatchNormTrain && *dim == 0)
         return batchNormOverSamples(op, split);
+      if (plan->partial == SplitPlan::Partial::LabelMean)
+        return lossOverLabels(op, split);
     }
     // Each operand as the plan needs it.
     std::vector<std::vector<Value*>> operands;
@@ -553,6 +506,27 @@ private:
     return llvm::Error::success();
   }
 
+  /// An even split of an op that reads an operand split along the dim the
+  /// plan reads, on the same devices with other shares of the same size
+  /// (those of a reshape that splits in whole samples, when the devices do
+  /// not divide the batch evenly), takes the operand's shares: nothing
+  /// moves between devices.
+  void followShares(const Op& op, const SplitPlan& plan, Layout& split) const {
+    const int64_t total = parSplitValue(op)->type().shape[static_cast<size_t>(split.dim)];
+    for (unsigned j = 0; j < op.numOperands(); ++j) {
+      auto it = dist_.find(op.operand(j));
+      if (plan.operandDims[j] < 0 || it == dist_.end())
+        continue;
+      const Layout& have = it->second.layout;
+      if (have.dim == plan.operandDims[j] && have.devices == split.devices &&
+          op.operand(j)->type().shape[static_cast<size_t>(have.dim)] == total) {
+        split.offsets = have.offsets;
+        split.sizes = have.sizes;
+        return;
+      }
+    }
+  }
+
   /// batch_norm_train over a sample split, as a synchronized batch norm:
   /// each device computes its own share's statistics with one device's
   /// batch_norm_train kernel, the whole batch's mean and variance are
@@ -566,6 +540,11 @@ private:
   /// Only per-channel values cross devices and, differentiated, the
   /// backward's per-channel sums; every pass over the activations is one
   /// device's kernel or elementwise ops the fuse pass joins.
+#define TRY_V(var, expr)                                                                           \
+  auto var##_ = (expr);                                                                            \
+  if (!var##_)                                                                                     \
+    return var##_.takeError();                                                                     \
+  Value* var = *var##_;
   llvm::Error batchNormOverSamples(Op& op, const Layout& split) {
     const std::vector<int64_t>& devices = split.devices;
     auto x = realize(op.operand(0), split);
@@ -586,11 +565,6 @@ private:
     const double epsilon = op.getFloat("epsilon");
     std::vector<NamedAttr> devs{{"devices", Attribute(devices)}};
     size_t p = devices.size();
-#define TRY_V(var, expr)                                                                           \
-  auto var##_ = (expr);                                                                            \
-  if (!var##_)                                                                                     \
-    return var##_.takeError();                                                                     \
-  Value* var = *var##_;
     std::vector<Value*> localMeans, localVars, shares, weighted;
     for (size_t i = 0; i < p; ++i) {
       int64_t d = devices[i];
@@ -640,12 +614,82 @@ private:
       meanD.pieces.push_back((*mean)[i]);
       varD.pieces.push_back((*var)[i]);
     }
-#undef TRY_V
     dist_[op.result(0)] = std::move(y);
     dist_[op.result(1)] = std::move(meanD);
     dist_[op.result(2)] = std::move(varD);
     return llvm::Error::success();
   }
+
+  /// A loss's mean over the labels that count (softmax_xent with an ignore
+  /// index, nll_loss's mean with one) over split samples: each device counts
+  /// its labels that are not ignored (W_d), one all-reduce sums the counts
+  /// (W), and each device's loss becomes its part of the whole mean, the
+  /// parts summed as a partial result: nll_loss's sum over the shard
+  /// divided by W; softmax_xent's mean over the shard's W_d labels weighed
+  /// by W_d / W, taken as 0 where the shard has none (its mean is 0 / 0
+  /// there; with none in the whole batch the loss is 0 / 0 as on one
+  /// device). Differentiated, each shard's gradient is scaled alike; only
+  /// the counts cross devices.
+  llvm::Error lossOverLabels(Op& op, const Layout& split) {
+    const std::vector<int64_t>& devices = split.devices;
+    auto x = realize(op.operand(0), split);
+    if (!x)
+      return x.takeError();
+    auto labels = realize(op.operand(1), split);
+    if (!labels)
+      return labels.takeError();
+    const DType dt = op.result()->type().dtype, lt = op.operand(1)->type().dtype;
+    const bool nll = op.kind() == OpKind::NllLoss;
+    std::vector<NamedAttr> attrs = op.attrs();
+    if (nll) {
+      std::erase_if(attrs, [](const NamedAttr& a) { return a.name == "reduction"; });
+      attrs.push_back({"reduction", Attribute(std::string("sum"))});
+    }
+    const int64_t ignore = op.getInt("ignore_index");
+    std::vector<Value*> counts, losses;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      int64_t d = devices[i];
+      Value* t = (*labels)[i];
+      b_.setDevice(d);
+      Value* skip = b_.create(OpKind::Constant, {}, {TensorType(lt, {})},
+                              {{"ivalue", Attribute(std::vector<int64_t>{ignore})}})
+                        ->result();
+      TRY_V(ignored,
+            emit(d, OpKind::Compare, {t, skip}, {{"kind", Attribute(std::string("equal"))}}));
+      TRY_V(kept, emit(d, OpKind::Where, {ignored, scalar(0, dt, d), scalar(1, dt, d)}));
+      TRY_V(count, emit(d, OpKind::ReduceSum, {kept}, {{"keepdims", Attribute(int64_t{0})}}));
+      TRY_V(loss, emit(d, op.kind(), {(*x)[i], t}, attrs));
+      counts.push_back(count);
+      losses.push_back(loss);
+    }
+    auto total = emitComm(OpKind::AllReduce, counts, {{"devices", Attribute(devices)}},
+                          static_cast<unsigned>(devices.size()));
+    if (!total)
+      return total.takeError();
+    Dist y;
+    y.layout = wholeOn(devices);
+    y.layout.partial = true;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      int64_t d = devices[i];
+      Value* part = losses[i];
+      if (!nll) {
+        TRY_V(any, emit(d, OpKind::Compare, {counts[i], scalar(0, dt, d)},
+                        {{"kind", Attribute(std::string("greater"))}}));
+        TRY_V(mean, emit(d, OpKind::Where, {any, part, scalar(0, dt, d)}));
+        TRY_V(share, emit(d, OpKind::Div, {counts[i], (*total)[i]}));
+        TRY_V(weighed, emit(d, OpKind::Mul, {mean, share}));
+        part = weighed;
+      } else {
+        TRY_V(mean, emit(d, OpKind::Div, {part, (*total)[i]}));
+        part = mean;
+      }
+      part->setName(freshName(op.result()->name(), d));
+      y.pieces.push_back(part);
+    }
+    dist_[op.result()] = std::move(y);
+    return llvm::Error::success();
+  }
+#undef TRY_V
 
   /// assign(p, v): each piece of p takes v's value there.
   llvm::Error assign(Op& op) {
@@ -695,8 +739,11 @@ private:
 ///     whole tensor or a shard of it, bound to the same initializer.
 ///  3. Means over a split dim (losses, reduce_mean) are weighed by each
 ///     device's share before they are summed: every strategy computes the
-///     loss of the whole batch. Batch norm over split samples computes the
-///     whole batch's statistics from all-reduced sums.
+///     loss of the whole batch. A loss's mean over the labels that count
+///     (an ignore index) is weighed by each device's count of them, the
+///     counts all-reduced. Batch norm over split samples computes the
+///     whole batch's statistics from all-reduced sums. A reshape that
+///     merges rows ([B, T, D] to [B * T, D]) splits in whole operand rows.
 ///  4. Each assign writes every piece of its param. Graph outputs are
 ///     gathered whole on device 0.
 ///  5. With shard=fsdp (ZeRO stage 3), a trained param that ops read whole

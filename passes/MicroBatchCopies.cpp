@@ -17,6 +17,7 @@ llvm::Error MicroBatcher::replicate(Op& op, const std::optional<SplitPlan>& plan
   b_.setInsertionPointBefore(&op);
   b_.setLoc(op.loc());
   std::vector<std::vector<Value*>> results(op.numResults());
+  std::vector<Value*> labels; // each copy's labels (a loss over the labels that count)
   for (int64_t mb = 0; mb < made_; ++mb) {
     b_.setMicroBatch(mb);
     b_.setDevice(std::nullopt);
@@ -54,6 +55,8 @@ llvm::Error MicroBatcher::replicate(Op& op, const std::optional<SplitPlan>& plan
         t.shape[plan->resultDims[r]] = sizes_[mb];
       types.push_back(t);
     }
+    if (plan && plan->partial == SplitPlan::Partial::LabelMean)
+      labels.push_back(ins[1]);
     Op* copy = b_.create(op.kind(), ins, types, op.attrs());
     copy->annotations() = op.annotations();
     copy->annotations().par = *par;
@@ -84,7 +87,7 @@ llvm::Error MicroBatcher::replicate(Op& op, const std::optional<SplitPlan>& plan
       d.kind = Dist::Batched;
       d.dim = plan->resultDims[r];
     } else if (plan && plan->partial != SplitPlan::Partial::None) {
-      auto sum = combine(op, results[r], plan->partial == SplitPlan::Partial::Mean);
+      auto sum = combine(op, results[r], plan->partial == SplitPlan::Partial::Mean, labels);
       if (!sum)
         return sum.takeError();
       op.result(r)->replaceAllUsesWith(*sum);
@@ -185,8 +188,34 @@ llvm::Expected<Value*> MicroBatcher::sharedPiece(Value* v, int64_t dim, int64_t 
   return piece;
 }
 
+llvm::Expected<Value*> MicroBatcher::countKept(Value* labels, int64_t ignore, DType dtype,
+                                               const std::optional<ParallelConfig>& at) {
+  Op* skip = b_.create(OpKind::Constant, {}, {TensorType(labels->type().dtype, {})},
+                       {{"ivalue", Attribute(std::vector<int64_t>{ignore})}});
+  auto scalar = [&](double v) {
+    return b_
+        .create(OpKind::Constant, {}, {TensorType(dtype, {})},
+                {{"value", Attribute(std::vector<double>{v})}})
+        ->result();
+  };
+  auto eq = b_.createInferred(OpKind::Compare, {labels, skip->result()},
+                              {{"kind", Attribute(std::string("equal"))}});
+  if (!eq)
+    return eq.takeError();
+  auto kept = b_.createInferred(OpKind::Where, {(*eq)->result(), scalar(0), scalar(1)});
+  if (!kept)
+    return kept.takeError();
+  auto count = b_.createInferred(OpKind::ReduceSum, {(*kept)->result()},
+                                 {{"keepdims", Attribute(int64_t{0})}});
+  if (!count)
+    return count.takeError();
+  for (Op* o : {*eq, *kept, *count})
+    o->annotations().par = at;
+  return (*count)->result();
+}
+
 llvm::Expected<Value*> MicroBatcher::combine(const Op& op, const std::vector<Value*>& parts,
-                                             bool mean) {
+                                             bool mean, const std::vector<Value*>& labels) {
   std::optional<ParallelConfig> at;
   if (op.annotations().par) {
     ParallelConfig one;
@@ -194,26 +223,68 @@ llvm::Expected<Value*> MicroBatcher::combine(const Op& op, const std::vector<Val
     one.devices = {devs.empty() ? 0 : devs[0]};
     at = one;
   }
+  auto made = [&](llvm::Expected<Op*> o) -> llvm::Expected<Value*> {
+    if (!o)
+      return o.takeError();
+    (*o)->annotations().par = at;
+    return (*o)->result();
+  };
+  // A loss over the labels that count: each micro-batch's mean weighed by
+  // its count of them over the batch's (as materialize weighs devices).
+  std::vector<Value*> counts;
+  Value* total = nullptr;
+  const DType dt = parts.empty() ? DType::F32 : parts[0]->type().dtype;
+  for (Value* l : labels) {
+    auto c = countKept(l, op.getInt("ignore_index"), dt, at);
+    if (!c)
+      return c.takeError();
+    counts.push_back(*c);
+    if (total) {
+      auto s = made(b_.createInferred(OpKind::Add, {total, *c}));
+      if (!s)
+        return s.takeError();
+      total = *s;
+    } else {
+      total = *c;
+    }
+  }
   Value* acc = nullptr;
   for (int64_t mb = 0; mb < made_; ++mb) {
     Value* y = parts[static_cast<size_t>(mb)];
-    if (mean) {
+    if (!counts.empty()) {
+      Value* c = counts[static_cast<size_t>(mb)];
+      Value* zero = b_.create(OpKind::Constant, {}, {TensorType(dt, {})},
+                              {{"value", Attribute(std::vector<double>{0.0})}})
+                        ->result();
+      auto any = made(b_.createInferred(OpKind::Compare, {c, zero},
+                                        {{"kind", Attribute(std::string("greater"))}}));
+      if (!any)
+        return any.takeError();
+      auto kept = made(b_.createInferred(OpKind::Where, {*any, y, zero}));
+      if (!kept)
+        return kept.takeError();
+      auto share = made(b_.createInferred(OpKind::Div, {c, total}));
+      if (!share)
+        return share.takeError();
+      auto w = made(b_.createInferred(OpKind::Mul, {*kept, *share}));
+      if (!w)
+        return w.takeError();
+      y = *w;
+    } else if (mean) {
       Op* share =
           b_.create(OpKind::Constant, {}, {TensorType(y->type().dtype, {})},
                     {{"value", Attribute(std::vector<double>{static_cast<double>(sizes_[mb]) /
                                                              static_cast<double>(n_)})}});
-      auto w = b_.createInferred(OpKind::Mul, {y, share->result()});
+      auto w = made(b_.createInferred(OpKind::Mul, {y, share->result()}));
       if (!w)
         return w.takeError();
-      (*w)->annotations().par = at;
-      y = (*w)->result();
+      y = *w;
     }
     if (acc) {
-      auto s = b_.createInferred(OpKind::Add, {acc, y});
+      auto s = made(b_.createInferred(OpKind::Add, {acc, y}));
       if (!s)
         return s.takeError();
-      (*s)->annotations().par = at;
-      acc = (*s)->result();
+      acc = *s;
     } else {
       acc = y;
     }

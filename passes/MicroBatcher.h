@@ -105,9 +105,15 @@ private:
                                      const std::optional<ParallelConfig>& readerPar);
 
   /// The step's value from the micro-batches' partial results: their sum,
-  /// or for means each weighed by its micro-batch's share of the batch. On
-  /// the first device of the op's config.
-  llvm::Expected<Value*> combine(const Op& op, const std::vector<Value*>& parts, bool mean);
+  /// or for means each weighed by its micro-batch's share of the batch, or
+  /// for a loss's mean over the labels that count (`labels`: each copy's
+  /// labels) by its share of those labels (0 where it has none). On the
+  /// first device of the op's config.
+  llvm::Expected<Value*> combine(const Op& op, const std::vector<Value*>& parts, bool mean,
+                                 const std::vector<Value*>& labels = {});
+  /// The count of `labels` that are not `ignore`, a scalar of `dtype`.
+  llvm::Expected<Value*> countKept(Value* labels, int64_t ignore, DType dtype,
+                                   const std::optional<ParallelConfig>& at);
 
   /// The whole batch of a batched value, its pieces concatenated, before
   /// `before` (null: at the insertion point).

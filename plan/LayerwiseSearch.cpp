@@ -356,10 +356,11 @@ public:
       return out;
     const Value* sv = parSplitValue(op);
     for (int64_t d = 0; d < sv->type().rank(); ++d) {
-      if (!op.info().parallel(op, d))
+      auto p = op.info().parallel(op, d);
+      if (!p)
         continue;
       for (int64_t k : degrees_)
-        if (k > 1 && sv->type().shape[d] >= k)
+        if (k > 1 && splitUnits(*p, sv->type().shape[d]) >= k)
           out.push_back({d, k});
     }
     return out;

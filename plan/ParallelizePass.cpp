@@ -118,7 +118,8 @@ private:
         if (dim || !op.info().parallel || parSplitValue(op)->type().rank() <= d ||
             parSplitValue(op)->type().shape[d] < gpus_)
           return;
-        if (auto p = op.info().parallel(op, d)) {
+        if (auto p = op.info().parallel(op, d);
+            p && splitUnits(*p, parSplitValue(op)->type().shape[d]) >= gpus_) {
           for (unsigned i = 0; i < op.numOperands(); ++i)
             if (auto it = paramDims.find(op.operand(i));
                 it != paramDims.end() && it->second != p->operandDims[i])

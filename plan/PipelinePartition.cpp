@@ -260,6 +260,8 @@ private:
         if (sv->type().shape[d] < replicas_)
           continue;
         auto plan = op.info().parallel(op, d);
+        if (plan && splitUnits(*plan, sv->type().shape[d]) < replicas_)
+          continue;
         bool follows = false;
         for (unsigned k = 0; plan && k < op.numOperands() && !follows; ++k) {
           const Value* v = op.operand(k);

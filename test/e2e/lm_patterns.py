@@ -28,14 +28,24 @@ Hugging Face causal LMs (GPT-2, Llama):
               the constants and the folded table as written, and warns that
               PyTorch trains the position table's param.
 
+  rows_lm     GPT-2's linear layers as the exporter writes them (Reshape
+              [B, T, D] to [B * T, D], Gemm, Reshape back) and Hugging
+              Face's causal LM loss (labels padded with -100 and shifted,
+              SoftmaxCrossEntropyLoss over [B * T, V] with ignore_index
+              -100, mean), one sequence's labels all ignored: data
+              parallelism splits the Gemm's rows in whole samples and the
+              loss by the labels each device counts (--loss=none).
+
 Each is imported and run on lwcc's interpreter (--run-reference) against
 onnxruntime, then a CPU trainer runs 3 steps against the interpreter
 (--train-reference), as test/e2e/trainer_vs_reference.py compares them.
-causal_lm and dynamo_lm also train 3 steps in float64 on the interpreter
+causal_lm, dynamo_lm and rows_lm also train 3 steps in float64 on the interpreter
 with --gpus 2 data and model parallelism, the default plan on 4 devices,
 ZeRO-2 and a 2-stage pipeline, against one device (the pipeline against
 one device with its 2 micro-batches), and their data-parallel step has the
-embedding's lookups and the layer norm on both devices. --shift-labels is
+embedding's lookups, the layer norm and the loss on both devices and
+nothing gathered (rows_lm: the Gemm on half the rows on each); rows_lm's
+CPU trainer on 2 devices runs against the interpreter. --shift-labels is
 checked against labels shifted by hand, and a trainer of such logits
 evaluates them (--eval: the loss of the logits at t against the labels at
 t + 1, -100 left out) from npy labels holding -100.
@@ -44,7 +54,8 @@ causal_lm and lm_loss are also built as CUDA trainers for the emulated GPU
 nll_loss's block reduction and its gradient) and trained 3 steps against the
 CPU trainer on the same batch: every loss and dumped tensor within
 EMULATED_TOL relative; causal_lm also in bf16 (its weight gradients sum a
-bf16 value over the batch), within bf16's rounding (2e-2).
+bf16 value over the batch), within bf16's rounding (2e-2); rows_lm on 2
+emulated GPUs with data parallelism against the CPU trainer on 2 devices.
 Ends with the line "N passed, M failed".
 """
 import os
@@ -243,6 +254,43 @@ def dynamo_lm():
         "val_78": [(FOLDED, "['arange_3', 'le', 'val_19']")]})
 
 
+def rows_lm():
+    """GPT-2's Conv1D and Hugging Face's causal LM loss as the dynamo
+    exporter writes them: the Gemm takes [B * T, D] rows reshaped from
+    [B, T, D] and its result is reshaped back; the labels are padded with
+    -100 and shifted, and the loss reads [B * T, V] logits and [B * T]
+    labels (SoftmaxCrossEntropyLoss, ignore_index -100, mean)."""
+    rng = np.random.default_rng(13)
+    n = helper.make_node
+    nodes = [
+        n("Gather", ["wte", "ids"], ["x"]),
+        n("Reshape", ["x", "rows"], ["xr"]),
+        n("Gemm", ["xr", "w_fc", "b_fc"], ["h2"]),
+        n("Reshape", ["h2", "btd"], ["h"]),
+        n("Tanh", ["h"], ["a"]),
+        n("Add", ["a", "x"], ["r"]),
+        n("MatMul", ["r", "lm_head"], ["logits"]),
+        n("Reshape", ["logits", "rows_v"], ["flat"]),
+        n("Pad", ["labels", "pad_end", "ignored"], ["padded"]),
+        n("Slice", ["padded", "one1", "big1", "ax1"], ["shifted"]),
+        n("Reshape", ["shifted", "all"], ["targets"]),
+        n("SoftmaxCrossEntropyLoss", ["flat", "targets"], ["loss"], ignore_index=-100,
+          reduction="mean"),
+    ]
+    inits = [
+        init("wte", [V, D], rng), init("w_fc", [D, D], rng), init("b_fc", [D], rng),
+        init("lm_head", [D, V], rng),
+        ints("rows", [B * T, D]), ints("btd", [B, T, D]), ints("rows_v", [B * T, V]),
+        ints("pad_end", [0, 0, 0, 1]), ints("ignored", -100), ints("one1", [1]),
+        ints("big1", [2 ** 62]), ints("ax1", [1]), ints("all", [-1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "rows_lm", [helper.make_tensor_value_info("ids", TensorProto.INT64, [B, T]),
+                           helper.make_tensor_value_info("labels", TensorProto.INT64, [B, T])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+
+
 def token_ids(rng):
     ids = rng.integers(1, V, size=[B, T])
     ids[0, -2:] = PAD  # padding at the end of the first sequence
@@ -259,6 +307,12 @@ def labels(rng, classes):
 def inputs_of(name, rng):
     if name in ("causal_lm", "dynamo_lm"):
         return [token_ids(rng)]
+    if name == "rows_lm":
+        # The second sequence's labels all ignored: on 2 devices one shard
+        # has no label that counts.
+        y = labels(rng, V)
+        y[1] = -100
+        return [token_ids(rng), y]
     return [rng.standard_normal([B, T, D]).astype(np.float32), labels(rng, C)]
 
 
@@ -286,6 +340,7 @@ MODELS = {
     "causal_lm": (causal_lm, ["--ignore-index=-100"]),
     "lm_loss": (lm_loss, ["--loss=none"]),
     "dynamo_lm": (dynamo_lm, ["--ignore-index=-100"]),
+    "rows_lm": (rows_lm, ["--loss=none"]),
 }
 
 
@@ -334,15 +389,16 @@ def forward_case(name, tmp):
     harness.case(check, f"{name}: interpreter vs onnxruntime")
 
 
-def trainer_case(name, tmp):
+def trainer_case(name, tmp, extra=()):
     build, flags = MODELS[name]
+    flags = [*flags, *extra]
 
     def batch(model, data):
         write_batch(name, data, 11, raw=True)
 
     def check():
         worst, checked, nparams, ngrads = trainer_vs_reference.check_model(
-            build(), name + "_train", tmp, flags=flags, write_batch=batch, steps=3)
+            build(), name + "_train" + "".join(f.split("=")[-1] for f in extra), tmp, flags=flags, write_batch=batch, steps=3)
         assert worst < TOLERANCE and checked == ngrads and checked > 0, \
             f"{checked} of {ngrads} gradients checked, worst relative error {worst:.2e}"
         return f"3 steps: loss, {checked} gradients, {nparams} params within {worst:.2e}"
@@ -425,10 +481,16 @@ def strategies_case(name, tmp):
                 worst = max(worst, err)
         ir = harness.check_output([harness.LWCC, path, *flags, "--gpus=2", "--strategy=data",
                                    "--emit=parallel-ir", "-o", "-"]).stdout
-        for op in ("gather(", "layer_norm("):
+        for op in ("gather(", "layer_norm(", "softmax_xent(", "nll_loss("):
             if op in ir:
-                devs = set(re.findall(op.replace("(", r"\(") + r".*@dev\((\d)\)", ir))
+                devs = set(re.findall(r"\b" + op.replace("(", r"\(") + r".*@dev\((\d)\)", ir))
                 assert devs == {"0", "1"}, f"data parallel: {op} on devices {devs}"
+        # The loss over the labels that count is split too (each device
+        # counts its own): only the counts, the loss and gradients cross.
+        assert "all_gather(" not in ir, "data parallel: values gathered across devices"
+        if name == "rows_lm":
+            rows = re.findall(r"= gemm\(.*: f32\[(\d+),\d+\].*@par\(n = 2.*@dev", ir)
+            assert rows == [str(B * T // 2)] * 2, f"data parallel: the Gemm's rows {rows}"
         return (f"{len(STRATEGIES)} strategies: losses, gradients and params within {worst:.1e} "
                 "in float64")
     harness.case(check, f"{name}: data, model, the default on 4, ZeRO-2 and a pipeline vs one "
@@ -559,13 +621,17 @@ def main():
         dynamo_params_case(tmp)
         shift_labels_case(tmp)
         eval_case(tmp)
-        for name in ("causal_lm", "dynamo_lm"):
+        trainer_case("rows_lm", tmp, ["--gpus=2", "--strategy=data"])
+        for name in ("causal_lm", "dynamo_lm", "rows_lm"):
             strategies_case(name, tmp)
         for name in ("causal_lm", "lm_loss"):
             emulated_case(name, tmp)
         # bf16: the weight gradients of [B, T, D] x [D, D] sum a bf16 value
         # over the batch (a 16-bit reduce_sum on both backends).
         emulated_case("causal_lm", tmp, ["--mixed-precision=bf16"], tol=2e-2)
+        # Data parallelism on 2 emulated GPUs: the label counts (compare,
+        # where, reduce_sum on each device) and their all-reduce.
+        emulated_case("rows_lm", tmp, ["--gpus=2", "--strategy=data"])
     return harness.finish()
 
 
