@@ -13,15 +13,20 @@ namespace {
 /// Cuts the step's batch into M micro-batches (m=M): each op that reads
 /// the batch runs once per micro-batch on its rows, and the step sums what
 /// the micro-batches give (gradient accumulation once autodiff has run):
-///  1. The batch is dim 0 of the inputs; micro-batch i holds N/M rows, the
-///     first N%M micro-batches one more.
+///  1. The batch is dim 0 of the inputs, N samples (the smallest dim 0; an
+///     input of T rows per sample, the [B * T] labels of a [B * T, V]
+///     logits export, holds T rows of each); micro-batch i holds N/M
+///     samples, the first N%M micro-batches one more. A value whose
+///     batched dim holds T entries per sample (a reshape merging the batch
+///     with the sequence) is cut T entries per sample.
 ///  2. In order, an op reading the batch runs M times (@mb(i)), split along
 ///     its samples as its parallel rule says (as data parallelism splits
 ///     it): a shared operand the rule splits is sliced (a dropout mask is
 ///     drawn for the micro-batch's rows of the whole mask, so masks keep
 ///     each sample's global index); results split the same way hold the
 ///     micro-batch's rows; partial results (the loss, means over samples)
-///     are summed, means weighed by each micro-batch's share of the batch;
+///     are summed, means weighed by each micro-batch's share of the batch
+///     (a loss over the labels that count: by its share of them);
 ///     other results (a batch norm's statistics) are the micro-batch's own.
 ///     An op reading the batch that no rule splits runs once on the
 ///     concatenated rows.

@@ -52,7 +52,7 @@ llvm::Error MicroBatcher::replicate(Op& op, const std::optional<SplitPlan>& plan
     for (unsigned r = 0; r < op.numResults(); ++r) {
       TensorType t = op.result(r)->type();
       if (plan && plan->resultDims[r] >= 0)
-        t.shape[plan->resultDims[r]] = sizes_[mb];
+        t.shape[plan->resultDims[r]] = sizes_[mb] * unitOf(op.result(r), plan->resultDims[r]);
       types.push_back(t);
     }
     if (plan && plan->partial == SplitPlan::Partial::LabelMean)
@@ -62,7 +62,7 @@ llvm::Error MicroBatcher::replicate(Op& op, const std::optional<SplitPlan>& plan
     copy->annotations().par = *par;
     copy->annotations().microBatch = mb;
     if (plan && op.info().localize)
-      op.info().localize(*copy, op, dim, offsets_[mb]);
+      op.info().localize(*copy, op, dim, offsets_[mb] * unitOf(parSplitValue(op), dim));
     auto inferred = op.info().shapeRule(*copy);
     if (!inferred)
       return op.emitError("microbatch: a micro-batch's copy is invalid: " +
@@ -152,23 +152,24 @@ llvm::Expected<Value*> MicroBatcher::sharedPiece(Value* v, int64_t dim, int64_t 
       if (!par)
         return par.takeError();
       TensorType t = v->type();
-      t.shape[dim] = sizes_[mb];
+      t.shape[dim] = sizes_[mb] * unitOf(v, dim);
       Op* copy = b_.create(def->kind(), def->operands(), {t}, def->attrs());
       copy->annotations() = def->annotations();
       copy->annotations().par = *par;
       copy->annotations().microBatch = mb;
-      def->info().localize(*copy, *def, dim, offsets_[mb]);
+      def->info().localize(*copy, *def, dim, offsets_[mb] * unitOf(v, dim));
       piece = copy->result();
       piece->setName(
           names_(v->name().empty() ? suffix_ : v->name() + "." + suffix_ + std::to_string(mb)));
     }
   }
   if (!piece) {
-    auto s =
-        b_.createInferred(OpKind::Slice, {v},
-                          {{"starts", Attribute(std::vector<int64_t>{offsets_[mb]})},
-                           {"ends", Attribute(std::vector<int64_t>{offsets_[mb] + sizes_[mb]})},
-                           {"axes", Attribute(std::vector<int64_t>{dim})}});
+    const int64_t u = unitOf(v, dim);
+    auto s = b_.createInferred(
+        OpKind::Slice, {v},
+        {{"starts", Attribute(std::vector<int64_t>{offsets_[mb] * u})},
+         {"ends", Attribute(std::vector<int64_t>{(offsets_[mb] + sizes_[mb]) * u})},
+         {"axes", Attribute(std::vector<int64_t>{dim})}});
     if (!s)
       return s.takeError();
     // Sliced where its reader runs: each of its devices cuts the rows.

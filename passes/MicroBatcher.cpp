@@ -98,32 +98,23 @@ llvm::Error MicroBatcher::run() {
 }
 
 llvm::Error MicroBatcher::findBatch() {
+  // The batch is the smallest dim 0 of the inputs; every input's dim 0 is
+  // a whole number of entries per sample (T for the [B * T] labels of a
+  // [B * T, V] logits export beside [B, T] tokens).
+  for (const auto& in : g_.inputs())
+    if (in->type().rank() > 0 && (n_ == 0 || in->type().shape[0] < n_))
+      n_ = in->type().shape[0];
   for (const auto& in : g_.inputs()) {
     if (in->type().rank() == 0)
       continue;
-    int64_t n = in->type().shape[0];
-    if (n_ == 0)
-      n_ = n;
-    else if (n != n_) {
-      // A label of the batch's B*T positions beside [B, T] tokens: what a
-      // [B*T, V] logits export trains with.
-      const int64_t lo = std::min(n, n_), hi = std::max(n, n_);
-      const std::string hint =
-          lo > 0 && hi % lo == 0
-              ? llvm::formatv(" ({0} rows are {1} per row of the other: micro-batches cut "
-                              "every input by its samples, so a [B*T, V] logits export cannot "
-                              "be micro-batched; export the [B, T, V] logits, whose loss takes "
-                              "[B, T] labels (--loss=softmax-xent, --shift-labels for a causal "
-                              "LM), or choose a plan without micro-batches)",
-                              hi, hi / lo)
-                    .str()
-              : std::string();
+    const int64_t n = in->type().shape[0];
+    if (n_ == 0 || n % n_ != 0)
       return makeError(in->loc(),
                        llvm::formatv("microbatch: input '%{0}' has {1} rows, another input {2}: "
-                                     "the inputs must share the batch dim{3}",
-                                     in->name(), n, n_, hint)
+                                     "the inputs must share the batch dim (or hold a whole "
+                                     "number of rows per sample)",
+                                     in->name(), n, n_)
                            .str());
-    }
     Dist d;
     d.kind = Dist::Batched;
     d.dim = 0;
@@ -213,25 +204,37 @@ std::pair<std::optional<SplitPlan>, int64_t> MicroBatcher::choosePlan(const Op& 
       dims.push_back(d);
   }
   for (int64_t d : dims) {
-    if (sv->type().shape[d] != n_)
+    if (sv->type().shape[d] % n_ != 0)
       continue;
     auto plan = op.info().parallel(op, d);
     if (!plan)
       continue;
+    // Each split operand and result holds whole samples along its dim, in
+    // the split value's proportion (a window maps one's rows to the
+    // other's: a reshape merging or splitting rows).
+    const int64_t unit = unitOf(sv, d);
+    auto same = [&](const Value* v, int64_t dim, bool operand0) {
+      if (v->type().shape[static_cast<size_t>(dim)] % n_ != 0)
+        return false;
+      const int64_t u = unitOf(v, dim);
+      if (operand0 && plan->window && v != sv)
+        return plan->window(0, unit) == std::make_pair(int64_t{0}, u);
+      return v == sv || u == unit;
+    };
     bool fits = true;
     for (unsigned j = 0; j < op.numOperands() && fits; ++j) {
       const Dist& dj = distOf(op.operand(j));
       int64_t want = plan->operandDims[j];
       if (dj.kind == Dist::Batched)
-        fits = want == dj.dim;
+        fits = want == dj.dim && same(op.operand(j), want, j == 0);
       else if (dj.kind == Dist::PerMb)
         fits = want < 0;
       else if (want >= 0)
-        fits = op.operand(j)->type().shape[want] == n_;
+        fits = same(op.operand(j), want, j == 0);
     }
     for (unsigned r = 0; r < op.numResults() && fits; ++r)
       if (plan->resultDims[r] >= 0)
-        fits = op.result(r)->type().shape[plan->resultDims[r]] == n_;
+        fits = same(op.result(r), plan->resultDims[r], false);
     if (fits)
       return {std::move(plan), d};
   }
@@ -247,7 +250,7 @@ llvm::Expected<std::optional<ParallelConfig>> MicroBatcher::configFor(const Op& 
   for (const auto& [name, degree] : par->degrees) {
     if (degree < 2 || parDimIndex(name, rank) != dim)
       continue;
-    int64_t size = sizes_[mb];
+    int64_t size = sizes_[mb] * unitOf(parSplitValue(op), dim);
     if (par->sizes.empty()) {
       if (degree > size)
         return op.emitError(llvm::formatv("microbatch: micro-batch {0} has {1} samples, too "

@@ -134,10 +134,18 @@ private:
   Graph& g_;
   Builder b_;
   UniqueNames names_;
-  int64_t m_, made_, n_ = 0; ///< micro-batches, those whose copies are made, rows
+  /// The entries of `v`'s batched `dim` per sample: 1, or T where it holds
+  /// B * T rows (a [B * T] label input, a reshape merging the batch with
+  /// the sequence). Micro-batch mb holds entries [offsets_[mb] * unit,
+  /// (offsets_[mb] + sizes_[mb]) * unit).
+  int64_t unitOf(const Value* v, int64_t dim) const {
+    return v->type().shape[static_cast<size_t>(dim)] / n_;
+  }
+
+  int64_t m_, made_, n_ = 0; ///< micro-batches, those whose copies are made, samples
   const std::set<const Op*>* only_;
   std::string suffix_;
-  std::vector<int64_t> offsets_, sizes_;
+  std::vector<int64_t> offsets_, sizes_; ///< each micro-batch's samples
   std::unordered_map<const Value*, Dist> dist_;
   std::unordered_set<const Value*> chained_;
   std::map<std::tuple<const Value*, int64_t, int64_t>, Value*> pieces_;

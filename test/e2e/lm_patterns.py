@@ -445,9 +445,10 @@ STRATEGIES = [["--gpus=2", "--strategy=data"], ["--gpus=2", "--strategy=model"],
 
 def strategies_case(name, tmp):
     """Every strategy's step on the interpreter (float64, 3 steps) against
-    one device's (a pipeline's against one device with its micro-batches),
-    and the data-parallel step really split: the lookups and the layer norm
-    on both devices."""
+    one device's (a pipeline's too: its micro-batches' losses weighed by the
+    labels each counts), the data-parallel step really split (the lookups,
+    the layer norm and the loss on both devices, nothing gathered), and the
+    loss run on each micro-batch."""
     build, flags = MODELS[name]
 
     def check():
@@ -470,7 +471,9 @@ def strategies_case(name, tmp):
         one = run([], "one")
         worst = 0.0
         for k, extra in enumerate(STRATEGIES):
-            ref = run(["--microbatches=2"], "one_mb2") if "--stages=2" in extra else one
+            # A pipeline's micro-batches weigh their losses by the labels
+            # each counts: one device's step without micro-batches.
+            ref = one
             got = run(extra, f"s{k}")
             assert set(got) <= set(ref) and len(got) > 3, f"{extra}: dumped {sorted(got)}"
             for f in got:
@@ -491,6 +494,12 @@ def strategies_case(name, tmp):
         if name == "rows_lm":
             rows = re.findall(r"= gemm\(.*: f32\[(\d+),\d+\].*@par\(n = 2.*@dev", ir)
             assert rows == [str(B * T // 2)] * 2, f"data parallel: the Gemm's rows {rows}"
+        # Micro-batches run the loss on each one's rows (its copies @mb(0)
+        # and @mb(1)), not once on the rows gathered back.
+        ir = harness.check_output([harness.LWCC, path, *flags, "--microbatches=2",
+                                   "--emit=train-ir", "-o", "-"]).stdout
+        losses = re.findall(r"= (?:softmax_xent|nll_loss)\(.*@mb\((\d)\)", ir)
+        assert sorted(losses) == ["0", "1"], f"micro-batches: the loss runs on {losses}"
         return (f"{len(STRATEGIES)} strategies: losses, gradients and params within {worst:.1e} "
                 "in float64")
     harness.case(check, f"{name}: data, model, the default on 4, ZeRO-2 and a pipeline vs one "
