@@ -308,7 +308,9 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
         code.used.insert(u->result(r));
     }
     out << "  // and the " << run->second.size() - 1 << " "
-        << (op.kind() == OpKind::Cast ? "casts" : "updates")
+        << (op.kind() == OpKind::Cast  ? "casts"
+            : op.kind() == OpKind::Mul ? "products"
+                                       : "updates")
         << " after it: one multi-tensor call over them\n";
     out << "  RUN_OP(" << groupCallOf(run->second) << ", " << cString(std::string(op.mnemonic()))
         << ", " << labelOf(op) << ");\n";
@@ -561,7 +563,8 @@ void PhaseWriter::planUpdateGroups(const std::vector<const Op*>& order,
     size_t j = k;
     while (j + 1 < order.size() && adjacent(j)) {
       const Op* next = order[j + 1];
-      if (first->kind() != OpKind::Cast && inPlace(next)) {
+      const bool update = first->kind() == OpKind::SgdUpdate || first->kind() == OpKind::AdamUpdate;
+      if (update && inPlace(next)) {
         ++j;
         continue;
       }
@@ -579,12 +582,13 @@ void PhaseWriter::planUpdateGroups(const std::vector<const Op*>& order,
 }
 
 std::string PhaseWriter::groupCallOf(const std::vector<const Op*>& run) {
-  if (run.front()->kind() == OpKind::Cast) {
-    std::string call = "castGroup({";
+  if (run.front()->kind() == OpKind::Cast || run.front()->kind() == OpKind::Mul) {
+    const bool cast = run.front()->kind() == OpKind::Cast;
+    std::string call = cast ? "castGroup({" : "scaleGroup({";
     for (size_t k = 0; k < run.size(); ++k)
       call += (k ? ",\n      CastPair{" : "\n      CastPair{") + names_(run[k]->operand(0)) + ", " +
               names_(run[k]->result()) + "}";
-    return call + "})";
+    return call + (cast ? "})" : "}, " + names_(run.front()->operand(1)) + ")");
   }
   const bool sgd = run.front()->kind() == OpKind::SgdUpdate;
   std::string call = sgd ? "sgdUpdateGroup({" : "adamUpdateGroup({";

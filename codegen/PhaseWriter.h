@@ -179,10 +179,11 @@ private:
   /// result's bytes (run in place), so the fused call's result never shares
   /// bytes with its input.
   /// Runs of sgd_update (or adam_update) ops with one lr in `order`, only
-  /// in-place assigns between them, and runs of casts of float32 to one
-  /// 16-bit type, `adjacent(k)` true for order[k] and order[k + 1] (the
-  /// same function): each run becomes one multi-tensor call at its first op
-  /// (sgdUpdateGroup, adamUpdateGroup, castGroup).
+  /// in-place assigns between them, runs of casts of float32 to one 16-bit
+  /// type, and runs of products by one scalar (ir/FusedOps.h's
+  /// inMultiTensorCall), `adjacent(k)` true for order[k] and order[k + 1]
+  /// (the same function): each run becomes one multi-tensor call at its
+  /// first op (sgdUpdateGroup, adamUpdateGroup, castGroup, scaleGroup).
   void planUpdateGroups(const std::vector<const Op*>& order,
                         const std::function<bool(size_t)>& adjacent);
   /// The multi-tensor call of a run's first op.

@@ -606,5 +606,36 @@ TEST(RuntimeTensorKernelTest, DropoutUniformIsFixed) {
     EXPECT_EQ(kernels::dropoutUniform(-3 + k, k * 13, k), lwrt::dropoutUniform(-3 + k, k * 13, k));
 }
 
+/// scaleGroup (codegen's call for a run of products by one scalar: gradient
+/// clipping's factor) gives each pair's mul bits, float32 and float64, for
+/// tensors of different sizes in one call, and refuses mixed types.
+TEST(RuntimeTensorKernelTest, ScaleGroupEqualsMul) {
+  RandomVectors r(5, 1000);
+  std::vector<float> a = r.fresh(false), b(37), a1(1000), b1(37), a2(1000), b2(37);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  for (float& x : b)
+    x = normal(rng) * 1e-3f;
+  float s = 0.3712f;
+  lwrt::TensorView sv{&s, lwrt::DType::F32, {}};
+  auto view = [](std::vector<float>& v) {
+    return lwrt::TensorView{v.data(), lwrt::DType::F32, {static_cast<int64_t>(v.size())}};
+  };
+  ASSERT_TRUE(rt::scaleGroup({{view(a), view(a1)}, {view(b), view(b1)}}, sv));
+  ASSERT_TRUE(rt::mul(view(a), sv, view(a2)));
+  ASSERT_TRUE(rt::mul(view(b), sv, view(b2)));
+  EXPECT_EQ(a1, a2);
+  EXPECT_EQ(b1, b2);
+  std::vector<double> d(500), d1(500), d2(500);
+  for (size_t k = 0; k < d.size(); ++k)
+    d[k] = std::sin(static_cast<double>(k)) * 1e5;
+  double ds = 1.0 / 3.0;
+  lwrt::TensorView dsv{&ds, lwrt::DType::F64, {}}, dv{d.data(), lwrt::DType::F64, {500}};
+  ASSERT_TRUE(rt::scaleGroup({{dv, lwrt::TensorView{d1.data(), lwrt::DType::F64, {500}}}}, dsv));
+  ASSERT_TRUE(rt::mul(dv, dsv, lwrt::TensorView{d2.data(), lwrt::DType::F64, {500}}));
+  EXPECT_EQ(d1, d2);
+  EXPECT_FALSE(rt::scaleGroup({{view(a), view(a1)}, {dv, dv}}, sv));
+}
+
 } // namespace
 } // namespace lwcc::test
