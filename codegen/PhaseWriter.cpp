@@ -287,8 +287,12 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
     if (const Value* residual = epilogueResidual(*f->second, op.result(0)))
       code.used.insert(residual);
   }
-  // A batch norm backward fused with its relu_grad reads the latter's operands.
+  // A batch norm backward fused with its relu_grad reads the latter's
+  // operands; an update, its clipping product's.
   if (auto g = gradPrologues_.find(&op); g != gradPrologues_.end())
+    for (const Value* v : g->second->operands())
+      code.used.insert(v);
+  if (auto g = gradScales_.find(&op); g != gradScales_.end())
     for (const Value* v : g->second->operands())
       code.used.insert(v);
   code.hyper = !hyperParams(op).empty();
@@ -304,13 +308,14 @@ llvm::Error PhaseWriter::writeOp(Phase& phase, const Op& op, int64_t device,
     for (const Op* u : run->second) {
       for (const Value* v : u->operands())
         code.used.insert(v);
+      if (auto g = gradScales_.find(u); g != gradScales_.end())
+        for (const Value* v : g->second->operands())
+          code.used.insert(v);
       for (unsigned r = 0; r < u->numResults(); ++r)
         code.used.insert(u->result(r));
     }
     out << "  // and the " << run->second.size() - 1 << " "
-        << (op.kind() == OpKind::Cast  ? "casts"
-            : op.kind() == OpKind::Mul ? "products"
-                                       : "updates")
+        << (op.kind() == OpKind::Cast ? "casts" : "updates")
         << " after it: one multi-tensor call over them\n";
     out << "  RUN_OP(" << groupCallOf(run->second) << ", " << cString(std::string(op.mnemonic()))
         << ", " << labelOf(op) << ");\n";
@@ -426,6 +431,14 @@ llvm::Expected<std::string> PhaseWriter::commCallOf(const Op& op, int64_t device
   }
 }
 
+std::string PhaseWriter::withGradScale(const Op& update, std::string params) {
+  auto g = gradScales_.find(&update);
+  if (g == gradScales_.end() || params.empty() || params.back() != '}')
+    return params;
+  params.insert(params.size() - 1, ", " + names_(g->second->operand(1)) + ".data");
+  return params;
+}
+
 llvm::Expected<std::string> PhaseWriter::callOf(const Op& op) {
   auto list = [&](const std::vector<const Value*>& vs) {
     std::string s = "{";
@@ -436,7 +449,7 @@ llvm::Expected<std::string> PhaseWriter::callOf(const Op& op) {
   const KernelSpec& k = op.info().kernel;
   auto formatter = paramsFormatters().find(op.kind());
   auto params = [&]() -> std::string {
-    std::string h = hyperParams(op);
+    std::string h = withGradScale(op, hyperParams(op));
     if (!h.empty())
       return h;
     if (op.kind() == OpKind::Slice)
@@ -505,6 +518,11 @@ llvm::Expected<std::string> PhaseWriter::callOf(const Op& op) {
       args.push_back(names_(prologue_->operand(1)));
       continue;
     }
+    // An update that takes in its clipping product reads the gradient.
+    if (auto g = gradScales_.find(&op); g != gradScales_.end() && i == 1) {
+      args.push_back(names_(g->second->operand(0)));
+      continue;
+    }
     args.push_back((optionalLast && i >= fixed ? "&" : "") + names_(op.operand(i)));
   }
   if (optionalLast && op.numOperands() == fixed)
@@ -563,8 +581,7 @@ void PhaseWriter::planUpdateGroups(const std::vector<const Op*>& order,
     size_t j = k;
     while (j + 1 < order.size() && adjacent(j)) {
       const Op* next = order[j + 1];
-      const bool update = first->kind() == OpKind::SgdUpdate || first->kind() == OpKind::AdamUpdate;
-      if (update && inPlace(next)) {
+      if (first->kind() != OpKind::Cast && inPlace(next)) {
         ++j;
         continue;
       }
@@ -582,13 +599,12 @@ void PhaseWriter::planUpdateGroups(const std::vector<const Op*>& order,
 }
 
 std::string PhaseWriter::groupCallOf(const std::vector<const Op*>& run) {
-  if (run.front()->kind() == OpKind::Cast || run.front()->kind() == OpKind::Mul) {
-    const bool cast = run.front()->kind() == OpKind::Cast;
-    std::string call = cast ? "castGroup({" : "scaleGroup({";
+  if (run.front()->kind() == OpKind::Cast) {
+    std::string call = "castGroup({";
     for (size_t k = 0; k < run.size(); ++k)
       call += (k ? ",\n      CastPair{" : "\n      CastPair{") + names_(run[k]->operand(0)) + ", " +
               names_(run[k]->result()) + "}";
-    return call + (cast ? "})" : "}, " + names_(run.front()->operand(1)) + ")");
+    return call + "})";
   }
   const bool sgd = run.front()->kind() == OpKind::SgdUpdate;
   std::string call = sgd ? "sgdUpdateGroup({" : "adamUpdateGroup({";
@@ -597,11 +613,14 @@ std::string PhaseWriter::groupCallOf(const std::vector<const Op*>& run) {
     call += k ? ",\n      " : "\n      ";
     call += sgd ? "SgdSlot{" : "AdamSlot{";
     const unsigned tensors = sgd ? 3 : 4; // w, g, m (, v)
+    const auto scaled = gradScales_.find(&u);
     for (unsigned i = 0; i < tensors; ++i)
-      call += names_(u.operand(i)) + ", ";
+      call += names_(i == 1 && scaled != gradScales_.end() ? scaled->second->operand(0)
+                                                           : u.operand(i)) +
+              ", ";
     for (unsigned r = 0; r < u.numResults(); ++r)
       call += names_(u.result(r)) + ", ";
-    call += hyperParams(u) + "}";
+    call += withGradScale(u, hyperParams(u)) + "}";
   }
   call += "}, " + names_(run.front()->operand(sgd ? 3 : 4));
   if (!sgd)
@@ -660,6 +679,14 @@ void PhaseWriter::planFusions(const std::vector<const Op*>& order,
     fusedInto_[producer] = relu;
     fusedFrom_.insert(relu);
   }
+  // Gradient clipping's products the updates take in (gradScaleOf): the
+  // update reads the gradient and the factor; no mul is written.
+  for (const Op* op : order)
+    if (const Op* mul = fuseCalls_ ? gradScaleOf(*op) : nullptr;
+        mul && at.count(mul) && where_.count(mul->operand(0)) && where_.count(mul->operand(1))) {
+      gradScales_[op] = mul;
+      fusedFrom_.insert(mul);
+    }
   // A relu_grad written right before the batch norm backward that alone
   // reads it: one call (batchNormGradAct) at the backward's place.
   for (size_t r = 1; r < order.size() && fuseCalls_; ++r) {
@@ -675,6 +702,8 @@ void PhaseWriter::planFusions(const std::vector<const Op*>& order,
 bool PhaseWriter::fused(std::ostringstream& out, const Op& op, std::string& call) {
   if (fusedFrom_.count(&op)) {
     out << (op.kind() == OpKind::ReluGrad ? "  // (computed by the fused call below)\n"
+            : op.kind() == OpKind::Mul    ? "  // (the update below reads the gradient and "
+                                            "the factor)\n"
                                           : "  // (computed by the fused call above)\n");
     return true;
   }

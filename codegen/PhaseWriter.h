@@ -179,15 +179,17 @@ private:
   /// result's bytes (run in place), so the fused call's result never shares
   /// bytes with its input.
   /// Runs of sgd_update (or adam_update) ops with one lr in `order`, only
-  /// in-place assigns between them, runs of casts of float32 to one 16-bit
-  /// type, and runs of products by one scalar (ir/FusedOps.h's
-  /// inMultiTensorCall), `adjacent(k)` true for order[k] and order[k + 1]
-  /// (the same function): each run becomes one multi-tensor call at its
-  /// first op (sgdUpdateGroup, adamUpdateGroup, castGroup, scaleGroup).
+  /// in-place assigns between them, and runs of casts of float32 to one
+  /// 16-bit type, `adjacent(k)` true for order[k] and order[k + 1] (the
+  /// same function): each run becomes one multi-tensor call at its first op
+  /// (sgdUpdateGroup, adamUpdateGroup, castGroup).
   void planUpdateGroups(const std::vector<const Op*>& order,
                         const std::function<bool(size_t)>& adjacent);
   /// The multi-tensor call of a run's first op.
   std::string groupCallOf(const std::vector<const Op*>& run);
+  /// An update's parameter struct `params` with the factor of the clipping
+  /// product it takes in (gradScales_), if any.
+  std::string withGradScale(const Op& update, std::string params);
   void planFusions(const std::vector<const Op*>& order,
                    const std::function<bool(size_t)>& adjacent);
 
@@ -208,6 +210,7 @@ private:
   std::map<const Op*, const Op*> fusedInto_;     ///< producer -> its activation
   std::set<const Op*> fusedFrom_;                ///< the activations (and relu_grads)
   std::map<const Op*, const Op*> gradPrologues_; ///< batch_norm_grad -> the relu_grad it reads
+  std::map<const Op*, const Op*> gradScales_;    ///< update -> the clipping product it takes in
   std::map<const Op*, std::vector<const Op*>> updateRuns_; ///< first update -> its run
   std::set<const Op*> inRun_;                              ///< the runs' other updates
   bool fuseCalls_ = true;

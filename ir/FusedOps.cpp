@@ -399,21 +399,28 @@ const Op* gradPrologueOf(const Op& consumer) {
   return rg;
 }
 
+const Op* gradScaleOf(const Op& update) {
+  if (update.kind() != OpKind::SgdUpdate && update.kind() != OpKind::AdamUpdate)
+    return nullptr;
+  const Value* g = update.operand(1);
+  const Op* mul = g->definingOp();
+  if (!mul || mul->kind() != OpKind::Mul || g->uses().size() != 1)
+    return nullptr;
+  const Value *x = mul->operand(0), *s = mul->operand(1);
+  const DType t = x->type().dtype;
+  const auto& uses = x->uses();
+  if ((t != DType::F32 && t != DType::F64) || s->type() != TensorType(t, {}) ||
+      x->type() != g->type() || update.operand(0)->type().dtype != t ||
+      std::none_of(uses.begin(), uses.end(), [](const Use& u) { return !u.user; }) ||
+      opDevice(*mul) != opDevice(update) ||
+      mul->annotations().stream != update.annotations().stream)
+    return nullptr;
+  return mul;
+}
+
 bool inMultiTensorCall(const Op& op) {
   if (op.kind() == OpKind::SgdUpdate || op.kind() == OpKind::AdamUpdate)
     return true;
-  if (op.kind() == OpKind::Mul) {
-    // A float32 or float64 tensor times a scalar of its type, the tensor
-    // live for the whole step (a graph output, a param: no member of the
-    // call writes over it while another reads it): clipping's factor.
-    const Value *x = op.operand(0), *s = op.operand(1);
-    const DType t = x->type().dtype;
-    const auto& uses = x->uses();
-    return (t == DType::F32 || t == DType::F64) && s->type() == TensorType(t, {}) &&
-           x->type().rank() > 0 && op.result()->type() == x->type() &&
-           (x->kind() == ValueKind::Param ||
-            std::any_of(uses.begin(), uses.end(), [](const Use& u) { return !u.user; }));
-  }
   const DType to = op.kind() == OpKind::Cast ? op.result()->type().dtype : DType::F32;
   return (to == DType::BF16 || to == DType::F16) && op.operand(0)->type().dtype == DType::F32;
 }
@@ -423,8 +430,6 @@ bool sameMultiTensorCall(const Op& first, const Op& next) {
     return false;
   if (first.kind() == OpKind::Cast)
     return first.result()->type().dtype == next.result()->type().dtype;
-  if (first.kind() == OpKind::Mul)
-    return first.operand(1) == next.operand(1);
   const unsigned lr = first.kind() == OpKind::SgdUpdate ? 3 : 4, flag = lr == 3 ? 4 : 6;
   const auto flagOf = [&](const Op& u) {
     return u.numOperands() > flag ? u.operand(flag) : nullptr;

@@ -78,13 +78,11 @@ llvm::Expected<std::unique_ptr<Graph>> fusedBodyGraph(const Op& fused);
 std::vector<NamedAttr> fusedAttrsOf(const Op& op);
 
 /// The multi-tensor calls codegen writes for runs of ops (sgdUpdateGroup,
-/// adamUpdateGroup, castGroup, scaleGroup): whether `op` may be in one (an
-/// optimizer update, a cast of float32 to bf16 or fp16, or a float32 or
-/// float64 tensor that lives the whole step times a scalar), and whether
-/// `next` joins the call of `first` (one kind; one lr, step, finite flag
-/// and element type, each update's gradient of that type or, beside
-/// float32, bf16 or fp16; casts to one type; products by one scalar).
-/// --emit=plan's kernel counts read the same rule.
+/// adamUpdateGroup, castGroup): whether `op` may be in one (an optimizer
+/// update, or a cast of float32 to bf16 or fp16), and whether `next` joins
+/// the call of `first` (one kind; one lr, step, finite flag and element type, each
+/// update's gradient of that type or, beside float32, bf16 or fp16; casts
+/// to one type). --emit=plan's kernel counts read the same rule.
 bool inMultiTensorCall(const Op& op);
 bool sameMultiTensorCall(const Op& first, const Op& next);
 /// The activation a library call takes as its epilogue, so that codegen
@@ -94,11 +92,12 @@ bool sameMultiTensorCall(const Op& first, const Op& next);
 /// bf16 or fp16, which lwcc's own kernels run; on the CPU of any float
 /// type), its result apart from the bytes of the call's operands (where
 /// the graph is memory-planned: the call writes it while it reads them) or,
-/// but for a convolution, exactly on one; null where there is none. `cuda`: cuDNN's fused plans and
-/// the batch norm kernels, a relu only. `fuse` false (--no-fuse): only the float32 and float64
-/// pairs. Codegen (PhaseWriter::planFusions) also needs the two in one function with nothing
-/// between them touching the activation's bytes, and on CUDA the relu run in place; --emit=plan's
-/// kernel counts read the same rule.
+/// but for a convolution, exactly on one; null where there is none. `cuda`: cuDNN's fused plans and the
+/// batch norm kernels, a relu only. `fuse` false (--no-fuse): only the
+/// float32 and float64 pairs.
+/// Codegen (PhaseWriter::planFusions) also needs the two in one function
+/// with nothing between them touching the activation's bytes, and on CUDA
+/// the relu run in place; --emit=plan's kernel counts read the same rule.
 const Op* epilogueOf(const Op& producer, bool cuda, bool fuse = true);
 /// On CUDA the epilogue of a bf16 or fp16 batch norm may also be a fused
 /// region `add(%0, %1); relu` of the batch norm's result and another value
@@ -117,6 +116,15 @@ const Value* epilogueResidual(const Op& fused, const Value* v);
 /// Codegen and --emit=plan's counts also need relu_grad written right
 /// before its batch_norm_grad, in one function.
 const Op* gradPrologueOf(const Op& consumer);
+/// Gradient clipping's product that an optimizer update takes in: the mul
+/// of a float32 or float64 gradient by a scalar of its type whose result
+/// only `update` (sgd_update, adam_update) reads, as its gradient, so that
+/// codegen passes the scalar in the update's parameters
+/// (SgdParams::grad_scale: the update reads T(g * scale), mul's product)
+/// and writes no mul. The gradient is a graph output (its value holds the
+/// whole step), the mul and the update on one device and stream. Null
+/// where there is none; --emit=plan's count reads the same rule.
+const Op* gradScaleOf(const Op& update);
 /// The views (reshape, flatten, ...: ops whose kernel is a copy) of a
 /// param that codegen makes views of the param's own bytes, so that no copy
 /// runs (a bias reshaped for its broadcast): in a step of one device and

@@ -16,6 +16,11 @@ bool fusible(const Op& op) {
   const FusionKind k = op.info().fusion;
   if ((k != FusionKind::Elementwise && k != FusionKind::Broadcast) || op.numResults() != 1)
     return false;
+  // Gradient clipping's product its update takes in (gradScaleOf) costs
+  // nothing there.
+  if (const auto& uses = op.result()->uses();
+      uses.size() == 1 && uses[0].user && gradScaleOf(*uses[0].user) == &op)
+    return false;
   auto isFloat = [](const Value* v) {
     const DType t = v->type().dtype;
     return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::F16;

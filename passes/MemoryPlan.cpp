@@ -4,6 +4,7 @@
 #include "cost/DeviceSpec.h"
 #include "interp/Eval.h"
 #include "interp/Interpreter.h"
+#include "ir/FusedOps.h"
 #include "ir/Params.h"
 #include "passes/Pass.h"
 #include "passes/PassOptions.h"
@@ -377,6 +378,13 @@ llvm::Expected<MemoryPlanStats> planMemory(Graph& g, bool inPlace, bool freeScat
   }
   for (Value* out : g.outputs())
     lastUse[out] = end;
+  // An update that takes in gradient clipping's product reads the
+  // product's gradient and factor itself (ir/FusedOps.h's gradScaleOf,
+  // codegen's fold): they live until the update.
+  for (size_t pos = 0; pos < order.size(); ++pos)
+    if (const Op* mul = gradScaleOf(*order[pos]))
+      for (Value* x : mul->operands())
+        lastUse[x] = std::max(lastUse[x], pos);
   auto lastUseOf = [&](const Value* v, size_t def) {
     auto it = lastUse.find(v);
     return it == lastUse.end() ? def : it->second;

@@ -60,6 +60,12 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o
     prev = op.get();
   }
   const std::set<const Op*> views = o.fused ? paramViews(g) : std::set<const Op*>{};
+  // Gradient clipping's products the updates take in (gradScaleOf): no
+  // launch, and the update reads the gradient in their place.
+  std::set<const Op*> scales;
+  for (const auto& op : g.ops())
+    if (const Op* mul = o.fused ? gradScaleOf(*op) : nullptr)
+      scales.insert(mul);
   // Per device and stream: the first op of the multi-tensor call in
   // progress (only in-place assigns between its ops) and its ops so far, a
   // launch per kMultiTensorPerLaunch of them.
@@ -78,6 +84,10 @@ std::map<int64_t, KernelCount> kernelCounts(const Graph& g, KernelCountOptions o
       continue;
     if (op->kind() == OpKind::Assign && inPlace(*op))
       continue;
+    if (scales.count(op.get())) { // ends a multi-tensor call, as codegen's do
+      run[{opDevice(*op), op->annotations().stream.value_or(0)}] = {nullptr, 0};
+      continue;
+    }
     // A view or copy (reshape, flatten) whose result the memory plan put on
     // its operand's bytes, or a view of a param that codegen places on the
     // param's bytes (paramViews): nothing to do. Another view of a param or

@@ -90,7 +90,9 @@ bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, co
   return dispatchFloat(w.dtype, [&](auto tag) {
     using T = decltype(tag);
     forEachElement(w.numel(), [&](int64_t k) {
-      SgdElement e = sgdElement(w.as<T>()[k], gradElement<T>(g.data, gk, k), m.as<T>()[k], rate, h);
+      SgdElement e = sgdElement(
+          w.as<T>()[k], scaledGradElement<T>(g.data, gk, k, static_cast<const T*>(p.grad_scale)),
+          m.as<T>()[k], rate, h);
       mOut.as<T>()[k] = static_cast<T>(e.m);
       wOut.as<T>()[k] = static_cast<T>(e.w);
     });
@@ -120,8 +122,9 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
   return dispatchFloat(w.dtype, [&](auto tag) {
     using T = decltype(tag);
     forEachElement(w.numel(), [&](int64_t k) {
-      AdamElement e = adamElement(w.as<T>()[k], gradElement<T>(g.data, gk, k), m.as<T>()[k],
-                                  v.as<T>()[k], rate, h, corr);
+      AdamElement e = adamElement(
+          w.as<T>()[k], scaledGradElement<T>(g.data, gk, k, static_cast<const T*>(p.grad_scale)),
+          m.as<T>()[k], v.as<T>()[k], rate, h, corr);
       mOut.as<T>()[k] = static_cast<T>(e.m);
       vOut.as<T>()[k] = static_cast<T>(e.v);
       wOut.as<T>()[k] = static_cast<T>(e.w);
@@ -173,9 +176,10 @@ bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr,
       const double r = rate * s.p.lr_scale;
       const GradKind gk = kinds[static_cast<size_t>(&s - slots.data())];
       const T *w = s.w.as<T>(), *m = s.m.as<T>();
+      const auto* scale = static_cast<const T*>(s.p.grad_scale);
       T *wOut = s.wOut.as<T>(), *mOut = s.mOut.as<T>();
       for (int64_t k = first; k < end; ++k) {
-        SgdElement e = sgdElement(w[k], gradElement<T>(s.g.data, gk, k), m[k], r, h);
+        SgdElement e = sgdElement(w[k], scaledGradElement<T>(s.g.data, gk, k, scale), m[k], r, h);
         mOut[k] = static_cast<T>(e.m);
         wOut[k] = static_cast<T>(e.w);
       }
@@ -217,9 +221,11 @@ bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
       const GradKind gk = kinds[slot];
       const double r = rate * s.p.lr_scale;
       const T *w = s.w.as<T>(), *m = s.m.as<T>(), *v = s.v.as<T>();
+      const auto* scale = static_cast<const T*>(s.p.grad_scale);
       T *wOut = s.wOut.as<T>(), *mOut = s.mOut.as<T>(), *vOut = s.vOut.as<T>();
       for (int64_t k = first; k < end; ++k) {
-        AdamElement e = adamElement(w[k], gradElement<T>(s.g.data, gk, k), m[k], v[k], r, h, c);
+        AdamElement e =
+            adamElement(w[k], scaledGradElement<T>(s.g.data, gk, k, scale), m[k], v[k], r, h, c);
         mOut[k] = static_cast<T>(e.m);
         vOut[k] = static_cast<T>(e.v);
         wOut[k] = static_cast<T>(e.w);

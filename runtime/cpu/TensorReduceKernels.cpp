@@ -196,31 +196,6 @@ bool castGroup(const std::vector<CastPair>& pairs) {
   return true;
 }
 
-bool scaleGroup(const std::vector<CastPair>& pairs, const TensorView& s) {
-  if (pairs.empty())
-    return true;
-  const DType t = s.dtype;
-  std::vector<int64_t> elements;
-  for (const CastPair& c : pairs) {
-    if ((t != DType::F32 && t != DType::F64) || s.numel() != 1 || c.x.dtype != t ||
-        c.y.dtype != t || c.x.shape != c.y.shape || c.x.layout != Layout::RowMajor ||
-        c.y.layout != Layout::RowMajor)
-      return false;
-    elements.push_back(c.x.numel());
-  }
-  return dispatchFloat(t, [&](auto tag) {
-    using T = decltype(tag);
-    const double k = static_cast<double>(*s.as<T>());
-    forEachPieceRange(elements, [&](size_t p, int64_t first, int64_t end) {
-      const T* xs = pairs[p].x.as<T>();
-      T* ys = pairs[p].y.as<T>();
-      for (int64_t i = first; i < end; ++i) // mul's product, rounded once
-        ys[i] = static_cast<T>(static_cast<double>(xs[i]) * k);
-    });
-    return true;
-  });
-}
-
 bool cast(const TensorView& x, const TensorView& y) {
   if (x.shape != y.shape || x.layout != y.layout)
     return false;

@@ -43,7 +43,7 @@ __global__ void dropout16Kernel(const S* step, uint16_t* mask, int64_t n, int64_
 template <typename T, typename L>
 __global__ void sgdKernel(const T* w, const void* g, GradKind gk, const T* m, const L* lr,
                           const uint8_t* finite, T* wOut, T* mOut, int64_t n, double lrScale,
-                          SgdHyper h) {
+                          SgdHyper h, const T* scale) {
   double rate = static_cast<double>(*lr) * lrScale;
   const bool skip = finite && *finite == 0; // fp16's overflowed step: nothing changes
   for (int64_t k = firstThread(); k < n; k += gridThreads()) {
@@ -52,7 +52,7 @@ __global__ void sgdKernel(const T* w, const void* g, GradKind gk, const T* m, co
       wOut[k] = w[k];
       continue;
     }
-    SgdElement e = sgdElement(w[k], gradElement<T>(g, gk, k), m[k], rate, h);
+    SgdElement e = sgdElement(w[k], scaledGradElement<T>(g, gk, k, scale), m[k], rate, h);
     mOut[k] = static_cast<T>(e.m);
     wOut[k] = static_cast<T>(e.w);
   }
@@ -71,6 +71,7 @@ template <typename T> struct SgdChunk {
   T* mOut[kPiecesPerLaunch];
   double lrScale[kPiecesPerLaunch];
   SgdHyper h[kPiecesPerLaunch];
+  const T* scale[kPiecesPerLaunch];
 };
 
 template <typename T, typename L>
@@ -86,8 +87,8 @@ __global__ void sgdGroupKernel(SgdChunk<T> c, const L* lr, const uint8_t* finite
       c.wOut[s][k] = c.w[s][k];
       continue;
     }
-    SgdElement e = sgdElement(c.w[s][k], gradElement<T>(c.g[s], c.gk[s], k), c.m[s][k],
-                              base * c.lrScale[s], c.h[s]);
+    SgdElement e = sgdElement(c.w[s][k], scaledGradElement<T>(c.g[s], c.gk[s], k, c.scale[s]),
+                              c.m[s][k], base * c.lrScale[s], c.h[s]);
     c.mOut[s][k] = static_cast<T>(e.m);
     c.wOut[s][k] = static_cast<T>(e.w);
   }
@@ -106,6 +107,7 @@ template <typename T> struct AdamChunk {
   T* vOut[kPiecesPerLaunch];
   double lrScale[kPiecesPerLaunch];
   AdamHyper h[kPiecesPerLaunch];
+  const T* scale[kPiecesPerLaunch];
 };
 
 template <typename T, typename L, typename S>
@@ -128,8 +130,8 @@ __global__ void adamGroupKernel(AdamChunk<T> c, const L* lr, const S* step, cons
       c.wOut[s][k] = c.w[s][k];
       continue;
     }
-    AdamElement e = adamElement(c.w[s][k], gradElement<T>(c.g[s], c.gk[s], k), c.m[s][k], c.v[s][k],
-                                base * c.lrScale[s], c.h[s], corr[s]);
+    AdamElement e = adamElement(c.w[s][k], scaledGradElement<T>(c.g[s], c.gk[s], k, c.scale[s]),
+                                c.m[s][k], c.v[s][k], base * c.lrScale[s], c.h[s], corr[s]);
     c.mOut[s][k] = static_cast<T>(e.m);
     c.vOut[s][k] = static_cast<T>(e.v);
     c.wOut[s][k] = static_cast<T>(e.w);
@@ -139,7 +141,7 @@ __global__ void adamGroupKernel(AdamChunk<T> c, const L* lr, const S* step, cons
 template <typename T, typename L, typename S>
 __global__ void adamKernel(const T* w, const void* g, GradKind gk, const T* m, const T* v,
                            const L* lr, const S* step, const uint8_t* finite, T* wOut, T* mOut,
-                           T* vOut, int64_t n, double lrScale, AdamHyper h) {
+                           T* vOut, int64_t n, double lrScale, AdamHyper h, const T* scale) {
   // Bias corrections at t = step + 1, once per block.
   __shared__ AdamCorrection corr;
   if (threadIdx.x == 0)
@@ -154,7 +156,8 @@ __global__ void adamKernel(const T* w, const void* g, GradKind gk, const T* m, c
       wOut[k] = w[k];
       continue;
     }
-    AdamElement e = adamElement(w[k], gradElement<T>(g, gk, k), m[k], v[k], rate, h, corr);
+    AdamElement e =
+        adamElement(w[k], scaledGradElement<T>(g, gk, k, scale), m[k], v[k], rate, h, corr);
     mOut[k] = static_cast<T>(e.m);
     vOut[k] = static_cast<T>(e.v);
     wOut[k] = static_cast<T>(e.w);
@@ -233,7 +236,8 @@ bool sgdUpdate(const TensorView& w, const TensorView& g, const TensorView& m, co
       sgdKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
           w.as<const T>(), g.data, gk, m.as<const T>(), lr.as<const L>(), flagOf(finite),
           wOut.as<T>(), mOut.as<T>(), n, p.lr_scale,
-          SgdHyper{p.momentum, p.weight_decay, p.nesterov != 0});
+          SgdHyper{p.momentum, p.weight_decay, p.nesterov != 0},
+          static_cast<const T*>(p.grad_scale));
       LWRT_CUDA(cudaGetLastError());
       return true;
     });
@@ -267,7 +271,8 @@ bool adamUpdate(const TensorView& w, const TensorView& g, const TensorView& m, c
         adamKernel<<<blocksFor(n), kThreads, 0, context().stream>>>(
             w.as<const T>(), g.data, gk, m.as<const T>(), v.as<const T>(), lr.as<const L>(),
             step.as<const S>(), flagOf(finite), wOut.as<T>(), mOut.as<T>(), vOut.as<T>(), n,
-            p.lr_scale, AdamHyper{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0});
+            p.lr_scale, AdamHyper{p.beta1, p.beta2, p.epsilon, p.weight_decay, p.decoupled != 0},
+            static_cast<const T*>(p.grad_scale));
         LWRT_CUDA(cudaGetLastError());
         return true;
       });
@@ -307,6 +312,7 @@ bool sgdUpdateGroup(const std::vector<SgdSlot>& slots, const TensorView& lr,
           c.mOut[c.count] = s.mOut.as<T>();
           c.lrScale[c.count] = s.p.lr_scale;
           c.h[c.count] = SgdHyper{s.p.momentum, s.p.weight_decay, s.p.nesterov != 0};
+          c.scale[c.count] = static_cast<const T*>(s.p.grad_scale);
           c.start[c.count + 1] = c.start[c.count] + s.w.numel();
         }
         if (c.start[c.count] == 0)
@@ -358,6 +364,7 @@ bool adamUpdateGroup(const std::vector<AdamSlot>& slots, const TensorView& lr,
             c.lrScale[c.count] = s.p.lr_scale;
             c.h[c.count] =
                 AdamHyper{s.p.beta1, s.p.beta2, s.p.epsilon, s.p.weight_decay, s.p.decoupled != 0};
+            c.scale[c.count] = static_cast<const T*>(s.p.grad_scale);
             c.start[c.count + 1] = c.start[c.count] + s.w.numel();
           }
           if (c.start[c.count] == 0)

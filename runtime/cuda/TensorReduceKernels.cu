@@ -251,23 +251,6 @@ __global__ void narrowGroupKernel(CastChunk c, bool bf16) {
     c.y[p][k] = bf16 ? floatToBf16(c.x[p][k]) : floatToF16(c.x[p][k]);
   }
 }
-/// The pairs of one launch of scaleGroup, as CastChunk's.
-template <typename T> struct ScaleChunk {
-  int count = 0;
-  int64_t start[kPiecesPerLaunch + 1] = {};
-  const T* x[kPiecesPerLaunch];
-  T* y[kPiecesPerLaunch];
-};
-/// mul's product (TensorKernels.cu's MulFn: in double, rounded once).
-template <typename T> __global__ void scaleGroupKernel(ScaleChunk<T> c, const T* s) {
-  const double k = static_cast<double>(*s);
-  int p = 0;
-  for (int64_t i = firstThread(); i < c.start[c.count]; i += gridThreads()) {
-    p = pieceOf(c.start, p, i);
-    const int64_t e = i - c.start[p];
-    c.y[p][e] = static_cast<T>(static_cast<double>(c.x[p][e]) * k);
-  }
-}
 __global__ void widenKernel(const uint16_t* x, float* y, int64_t n, bool bf16) {
   for (int64_t k = firstThread(); k < n; k += gridThreads())
     y[k] = bf16 ? bf16ToFloat(x[k]) : f16ToFloat(x[k]);
@@ -326,35 +309,6 @@ bool castGroup(const std::vector<CastPair>& pairs) {
     LWRT_CUDA(cudaGetLastError());
   }
   return true;
-}
-
-bool scaleGroup(const std::vector<CastPair>& pairs, const TensorView& s) {
-  if (pairs.empty())
-    return true;
-  const DType t = s.dtype;
-  for (const CastPair& c : pairs)
-    if ((t != DType::F32 && t != DType::F64) || s.numel() != 1 || c.x.dtype != t ||
-        c.y.dtype != t || c.x.shape != c.y.shape)
-      return LWRT_REJECT("scaleGroup", "scales float32 or float64 tensors by a scalar of their "
-                                       "type, not " +
-                                           describe(c.x) + " by " + describe(s));
-  return dispatchFloat(t, [&](auto tag) {
-    using T = decltype(tag);
-    for (size_t first = 0; first < pairs.size(); first += kPiecesPerLaunch) {
-      ScaleChunk<T> c;
-      for (size_t k = first; k < pairs.size() && c.count < kPiecesPerLaunch; ++k, ++c.count) {
-        c.x[c.count] = pairs[k].x.as<const T>();
-        c.y[c.count] = pairs[k].y.as<T>();
-        c.start[c.count + 1] = c.start[c.count] + pairs[k].x.numel();
-      }
-      if (c.start[c.count] == 0)
-        continue;
-      scaleGroupKernel<T>
-          <<<blocksFor(c.start[c.count]), kThreads, 0, context().stream>>>(c, s.as<const T>());
-      LWRT_CUDA(cudaGetLastError());
-    }
-    return true;
-  });
 }
 
 bool cast(const TensorView& x, const TensorView& y) {

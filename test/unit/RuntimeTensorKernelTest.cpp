@@ -606,35 +606,53 @@ TEST(RuntimeTensorKernelTest, DropoutUniformIsFixed) {
     EXPECT_EQ(kernels::dropoutUniform(-3 + k, k * 13, k), lwrt::dropoutUniform(-3 + k, k * 13, k));
 }
 
-/// scaleGroup (codegen's call for a run of products by one scalar: gradient
-/// clipping's factor) gives each pair's mul bits, float32 and float64, for
-/// tensors of different sizes in one call, and refuses mixed types.
-TEST(RuntimeTensorKernelTest, ScaleGroupEqualsMul) {
-  RandomVectors r(5, 1000);
-  std::vector<float> a = r.fresh(false), b(37), a1(1000), b1(37), a2(1000), b2(37);
-  std::mt19937 rng(9);
-  std::normal_distribution<float> normal;
-  for (float& x : b)
-    x = normal(rng) * 1e-3f;
-  float s = 0.3712f;
-  lwrt::TensorView sv{&s, lwrt::DType::F32, {}};
-  auto view = [](std::vector<float>& v) {
-    return lwrt::TensorView{v.data(), lwrt::DType::F32, {static_cast<int64_t>(v.size())}};
-  };
-  ASSERT_TRUE(rt::scaleGroup({{view(a), view(a1)}, {view(b), view(b1)}}, sv));
-  ASSERT_TRUE(rt::mul(view(a), sv, view(a2)));
-  ASSERT_TRUE(rt::mul(view(b), sv, view(b2)));
-  EXPECT_EQ(a1, a2);
-  EXPECT_EQ(b1, b2);
-  std::vector<double> d(500), d1(500), d2(500);
-  for (size_t k = 0; k < d.size(); ++k)
-    d[k] = std::sin(static_cast<double>(k)) * 1e5;
-  double ds = 1.0 / 3.0;
-  lwrt::TensorView dsv{&ds, lwrt::DType::F64, {}}, dv{d.data(), lwrt::DType::F64, {500}};
-  ASSERT_TRUE(rt::scaleGroup({{dv, lwrt::TensorView{d1.data(), lwrt::DType::F64, {500}}}}, dsv));
-  ASSERT_TRUE(rt::mul(dv, dsv, lwrt::TensorView{d2.data(), lwrt::DType::F64, {500}}));
-  EXPECT_EQ(d1, d2);
-  EXPECT_FALSE(rt::scaleGroup({{view(a), view(a1)}, {dv, dv}}, sv));
+/// An update that takes in gradient clipping's product (SgdParams and
+/// AdamParams grad_scale: codegen folds mul(grad, clip_coef) into it) gives
+/// the bits of the mul and the plain update, one by one and grouped.
+TEST(RuntimeTensorKernelTest, UpdatesTakeTheClippingFactor) {
+  RandomVectors r(7, 333);
+  const int64_t n = r.n;
+  auto view = [&](std::vector<float>& v) { return r.view(v); };
+  float lr = 0.05f, factor = 0.4137f;
+  int64_t step = 2;
+  lwrt::TensorView lrView{&lr, lwrt::DType::F32, {}}, stepView{&step, lwrt::DType::I64, {}},
+      factorView{&factor, lwrt::DType::F32, {}};
+  std::vector<float> w = r.fresh(false), g = r.fresh(false), m = r.fresh(false), v = r.fresh(true),
+                     clipped(n);
+  ASSERT_TRUE(rt::mul(view(g), factorView, view(clipped)));
+  {
+    std::vector<float> w1(n), m1(n), w2(n), m2(n), w3(n), m3(n);
+    lwrt::SgdParams plain{0.9, 5e-4, 0}, scaled = plain;
+    scaled.grad_scale = &factor;
+    ASSERT_TRUE(
+        rt::sgdUpdate(view(w), view(clipped), view(m), lrView, nullptr, view(w1), view(m1), plain));
+    ASSERT_TRUE(
+        rt::sgdUpdate(view(w), view(g), view(m), lrView, nullptr, view(w2), view(m2), scaled));
+    ASSERT_TRUE(
+        rt::sgdUpdateGroup({{view(w), view(g), view(m), view(w3), view(m3), scaled}}, lrView));
+    EXPECT_EQ(w1, w2);
+    EXPECT_EQ(m1, m2);
+    EXPECT_EQ(w1, w3);
+    EXPECT_EQ(m1, m3);
+  }
+  {
+    std::vector<float> w1(n), m1(n), v1(n), w2(n), m2(n), v2(n), w3(n), m3(n), v3(n);
+    lwrt::AdamParams plain{0.9, 0.999, 1e-8, 0.01, 1}, scaled = plain;
+    scaled.grad_scale = &factor;
+    ASSERT_TRUE(rt::adamUpdate(view(w), view(clipped), view(m), view(v), lrView, stepView, nullptr,
+                               view(w1), view(m1), view(v1), plain));
+    ASSERT_TRUE(rt::adamUpdate(view(w), view(g), view(m), view(v), lrView, stepView, nullptr,
+                               view(w2), view(m2), view(v2), scaled));
+    ASSERT_TRUE(rt::adamUpdateGroup(
+        {{view(w), view(g), view(m), view(v), view(w3), view(m3), view(v3), scaled}}, lrView,
+        stepView));
+    EXPECT_EQ(w1, w2);
+    EXPECT_EQ(v1, v2);
+    EXPECT_EQ(w1, w3);
+    EXPECT_EQ(m1, m3);
+    EXPECT_EQ(v1, v3);
+  }
+  EXPECT_NE(clipped, g); // the factor changes the gradient: the test sees it
 }
 
 } // namespace

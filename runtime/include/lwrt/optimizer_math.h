@@ -101,4 +101,14 @@ inline LWRT_HOST_DEVICE double gradElement(const void* g, GradKind kind, int64_t
   return static_cast<const T*>(g)[k];
 }
 
+/// Element k of the gradient an update reads: gradElement, or where
+/// `scale` (a scalar of type T: gradient clipping's factor) is given, the
+/// product mul gives, rounded to T once.
+template <typename T>
+inline LWRT_HOST_DEVICE double scaledGradElement(const void* g, GradKind kind, int64_t k,
+                                                 const T* scale) {
+  const double e = gradElement<T>(g, kind, k);
+  return scale ? static_cast<double>(static_cast<T>(e * static_cast<double>(*scale))) : e;
+}
+
 } // namespace lwrt

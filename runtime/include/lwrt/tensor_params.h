@@ -136,12 +136,16 @@ inline bool dropoutPiece(const std::vector<int64_t>& shape, const DropoutMaskPar
                         p.offsets.data(), piece);
 }
 
-/// sgd_update. A parameter group's step takes lr * lr_scale.
+/// sgd_update. A parameter group's step takes lr * lr_scale. grad_scale,
+/// when set, points to a scalar of the weight's type where the update runs
+/// (gradient clipping's factor, ir/FusedOps.h's gradScaleOf): the update
+/// reads each gradient element as mul would give it, T(g * scale).
 struct SgdParams {
   double momentum = 0.9;
   double weight_decay = 5e-4;
   int64_t nesterov = 0;
   double lr_scale = 1.0;
+  const void* grad_scale = nullptr;
 };
 
 struct AdamParams {
@@ -151,6 +155,7 @@ struct AdamParams {
   double weight_decay = 0.0;
   int64_t decoupled = 0;
   double lr_scale = 1.0;
+  const void* grad_scale = nullptr;
 };
 
 } // namespace lwrt
